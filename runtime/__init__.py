@@ -1,0 +1,1 @@
+"""bmoe-run: the bundled expert-streaming runtime on llama.cpp."""

@@ -1,0 +1,1 @@
+"""bmoe-top: the Textual app, its sources and the run model."""

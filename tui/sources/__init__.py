@@ -1,0 +1,1 @@
+"""bmoe_top.tui.sources package."""
