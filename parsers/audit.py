@@ -1,0 +1,319 @@
+"""The MoE-cache audit log (JSONL), moe-cache-reference.md "Audit log".
+
+One JSON object per line. Every record has ``event`` (``load``/``ready``/``request``/``exit``),
+``time`` (UTC ISO 8601 to the millisecond), ``pid``, ``hybrid`` and the context's counters since
+creation: ``hits``, ``hits_profile``, ``misses``, ``bytes_upload``, ``bytes_cpu``, ``copies``,
+``bytes_copy``, ``swaps``. ``load``/``exit`` add ``layers`` (per cached layer
+``{il, slots, hits, hits_profile, misses, resident}``), ``request`` adds ``slot``, ``task``,
+``n_prompt``, ``n_gen``, ``t_prompt_ms``, ``t_gen_ms`` and the request's own ``req_*`` counters.
+
+* :func:`parse_audit_line` -> :class:`AuditRecord`, or :class:`AuditLineError` naming the line.
+* :class:`AuditRuns` groups records into runs (a run = one process from its ``load``; several
+  pids share a file) incrementally, for a tail or a whole file.
+* :func:`check_exact_sum`: with one slot the ``request`` records add up exactly to ``exit``
+  minus ``ready`` (the reference's property).
+
+Pure: no threads, no files except :func:`read_audit_file`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterable
+
+import orjson
+
+__all__ = [
+    "EVENTS",
+    "COUNTERS",
+    "REQ_COUNTERS",
+    "AuditLineError",
+    "AuditRecord",
+    "AuditRun",
+    "AuditRuns",
+    "parse_audit_line",
+    "read_audit_file",
+    "check_exact_sum",
+]
+
+EVENTS = ("load", "ready", "request", "exit")
+# the context counters every record carries
+COUNTERS = ("hits", "hits_profile", "misses", "bytes_upload", "bytes_cpu", "copies",
+            "bytes_copy", "swaps")
+# request record's own counters -> the context counter they add up to
+REQ_COUNTERS = {
+    "req_hits": "hits",
+    "req_hits_profile": "hits_profile",
+    "req_misses": "misses",
+    "req_bytes_upload": "bytes_upload",
+    "req_bytes_cpu": "bytes_cpu",
+}
+
+
+class AuditLineError(ValueError):
+    """A line that is not a valid audit record. ``lineno`` is 1-based."""
+
+    def __init__(self, lineno: int, msg: str):
+        super().__init__(f"line {lineno}: {msg}")
+        self.lineno = lineno
+        self.msg = msg
+
+
+def parse_time(s: str) -> float | None:
+    """ISO 8601 (``2026-11-29T12:00:00.123Z``) -> seconds since the epoch, ``None`` if unparsable."""
+    try:
+        dt = datetime.fromisoformat(s.replace("Z", "+00:00"))
+    except (ValueError, AttributeError):
+        return None
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=timezone.utc)
+    return dt.timestamp()
+
+
+@dataclass(slots=True)
+class AuditRecord:
+    """One audit record. ``counters`` holds the context counters (``None`` when a record lacks
+    one: absent is not zero). ``ts``: ``time`` as epoch seconds (``None`` if unparsable).
+    ``data``: the whole decoded object (event-specific fields: ``layers``, ``model``, ``perf``,
+    ``req_*`` ...)."""
+
+    lineno: int
+    event: str
+    time: str
+    ts: float | None
+    pid: int
+    hybrid: bool | None
+    counters: dict[str, int | None]
+    data: dict[str, Any]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.data.get(key, default)
+
+    def layers(self) -> list[dict[str, Any]]:
+        """``layers`` of a load/exit record (empty list otherwise)."""
+        v = self.data.get("layers")
+        return v if isinstance(v, list) else []
+
+
+def _check_no_nan(obj: Any, path: str = "") -> str | None:
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return path or "value"
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            r = _check_no_nan(v, f"{path}.{k}" if path else str(k))
+            if r:
+                return r
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            r = _check_no_nan(v, f"{path}[{i}]")
+            if r:
+                return r
+    return None
+
+
+def parse_audit_line(line: str | bytes, lineno: int = 0) -> AuditRecord:
+    """Parse one line (without or with its newline). Raises :class:`AuditLineError` for
+    invalid JSON (a bare ``NaN`` is invalid JSON), a non-object, an unknown ``event``, a
+    missing/non-integer ``pid``, a non-string ``time`` or a counter that is not a
+    non-negative integer."""
+    if isinstance(line, str):
+        line = line.encode("utf-8", errors="replace")
+    line = line.strip()
+    if line.startswith(b"\xef\xbb\xbf"):
+        line = line[3:]
+    try:
+        obj = orjson.loads(line)
+    except orjson.JSONDecodeError as exc:
+        raise AuditLineError(lineno, f"not JSON ({exc.args[0] if exc.args else exc})") from None
+    if not isinstance(obj, dict):
+        raise AuditLineError(lineno, f"not a JSON object ({type(obj).__name__})")
+    ev = obj.get("event")
+    if ev not in EVENTS:
+        raise AuditLineError(lineno, f"unknown event {ev!r}")
+    pid = obj.get("pid")
+    if not isinstance(pid, int) or isinstance(pid, bool):
+        raise AuditLineError(lineno, f"pid missing or not an integer ({pid!r})")
+    t = obj.get("time")
+    if not isinstance(t, str):
+        raise AuditLineError(lineno, f"time missing or not a string ({t!r})")
+    counters: dict[str, int | None] = {}
+    for k in COUNTERS:
+        v = obj.get(k)
+        if v is None:
+            counters[k] = None
+        elif isinstance(v, int) and not isinstance(v, bool) and v >= 0:
+            counters[k] = v
+        else:
+            raise AuditLineError(lineno, f"{k} is not a non-negative integer ({v!r})")
+    hy = obj.get("hybrid")
+    return AuditRecord(lineno=lineno, event=ev, time=t, ts=parse_time(t), pid=pid,
+                       hybrid=hy if isinstance(hy, bool) else None, counters=counters, data=obj)
+
+
+@dataclass(slots=True)
+class AuditRun:
+    """The records of one process run, from its ``load`` (or from the first record seen of
+    that pid when the log starts mid-run). ``exited``: an ``exit`` record closed it."""
+
+    pid: int
+    load: AuditRecord | None = None
+    ready: AuditRecord | None = None
+    requests: list[AuditRecord] = field(default_factory=list)
+    exit: AuditRecord | None = None
+    first_lineno: int = 0
+
+    @property
+    def exited(self) -> bool:
+        return self.exit is not None
+
+    @property
+    def last(self) -> AuditRecord | None:
+        if self.exit is not None:
+            return self.exit
+        if self.requests:
+            return self.requests[-1]
+        return self.ready or self.load
+
+    def counters(self) -> dict[str, int | None]:
+        """The context counters of the newest record of the run."""
+        r = self.last
+        return dict(r.counters) if r else {k: None for k in COUNTERS}
+
+    def resident(self) -> dict[int, list[int]]:
+        """Layer -> resident expert ids, from the newest ``exit`` or ``load`` record."""
+        src = self.exit or self.load
+        out: dict[int, list[int]] = {}
+        if src is None:
+            return out
+        for lay in src.layers():
+            if isinstance(lay, dict) and isinstance(lay.get("il"), int):
+                res = lay.get("resident")
+                out[lay["il"]] = [int(e) for e in res] if isinstance(res, list) else []
+        return out
+
+    def layer_hits(self) -> dict[int, tuple[int, int, int]]:
+        """Layer -> (hits, hits_profile, misses), from the newest ``exit`` or ``load`` record."""
+        src = self.exit or self.load
+        out: dict[int, tuple[int, int, int]] = {}
+        if src is None:
+            return out
+        for lay in src.layers():
+            if isinstance(lay, dict) and isinstance(lay.get("il"), int):
+                out[lay["il"]] = (int(lay.get("hits") or 0), int(lay.get("hits_profile") or 0),
+                                  int(lay.get("misses") or 0))
+        return out
+
+
+class AuditRuns:
+    """Incremental grouping of records into :class:`AuditRun` by pid.
+
+    ``add(record)`` appends to the pid's open run; a ``load`` always opens a new run (a pid
+    may be reused by a later process); a record after that pid's ``exit`` opens a new run too.
+    ``runs``: every run in order of first record. ``n_records``, ``bad``: list of
+    (line number, message) added with :meth:`add_bad`.
+    """
+
+    def __init__(self) -> None:
+        self.runs: list[AuditRun] = []
+        self._open: dict[int, AuditRun] = {}
+        self.n_records = 0
+        self.bad: list[tuple[int, str]] = []
+
+    def add_bad(self, lineno: int, msg: str) -> None:
+        self.bad.append((lineno, msg))
+
+    def add(self, rec: AuditRecord) -> AuditRun:
+        self.n_records += 1
+        run = self._open.get(rec.pid)
+        if rec.event == "load" or run is None or run.exited:
+            run = AuditRun(pid=rec.pid, first_lineno=rec.lineno)
+            self.runs.append(run)
+            self._open[rec.pid] = run
+        if rec.event == "load":
+            run.load = rec
+        elif rec.event == "ready":
+            run.ready = rec
+        elif rec.event == "request":
+            run.requests.append(rec)
+        else:
+            run.exit = rec
+        return run
+
+    def feed_line(self, line: str | bytes, lineno: int) -> AuditRecord | None:
+        """Parse and add one line; a blank line is ignored, a bad line is recorded in ``bad``."""
+        if not line.strip():
+            return None
+        try:
+            rec = parse_audit_line(line, lineno)
+        except AuditLineError as exc:
+            self.add_bad(exc.lineno, exc.msg)
+            return None
+        self.add(rec)
+        return rec
+
+    def pids(self) -> list[int]:
+        return sorted({r.pid for r in self.runs})
+
+
+def read_audit_file(path: str | Path) -> AuditRuns:
+    """Read a whole audit file (only complete lines: a last line without its newline is left
+    out, as a writer may still be appending it). Raises ``OSError`` if unreadable."""
+    data = Path(path).read_bytes()
+    runs = AuditRuns()
+    end = data.rfind(b"\n")
+    if end < 0:
+        return runs
+    for i, line in enumerate(data[: end + 1].split(b"\n")[:-1], start=1):
+        runs.feed_line(line, i)
+    return runs
+
+
+def check_exact_sum(run: AuditRun) -> list[str]:
+    """The reference's property, for one run with one slot: the ``request`` records' ``req_*``
+    counters add up exactly to ``exit`` minus ``ready`` for hits, hits_profile, misses,
+    bytes_upload and bytes_cpu; each request's counters also equal the difference of the
+    context counters around it. Returns a list of problems (empty = holds). A run without
+    ``ready`` or ``exit`` is reported as such."""
+    problems: list[str] = []
+    if run.ready is None:
+        problems.append(f"pid {run.pid}: no ready record")
+    if run.exit is None:
+        problems.append(f"pid {run.pid}: no exit record")
+    if problems:
+        return problems
+    for rk, ck in REQ_COUNTERS.items():
+        total = 0
+        for r in run.requests:
+            v = r.data.get(rk)
+            if not isinstance(v, int):
+                problems.append(f"pid {run.pid} line {r.lineno}: {rk} missing")
+                v = 0
+            total += v
+        a, b = run.ready.counters.get(ck), run.exit.counters.get(ck)
+        if a is None or b is None:
+            problems.append(f"pid {run.pid}: {ck} missing in ready/exit")
+            continue
+        if total != b - a:
+            problems.append(f"pid {run.pid}: sum of {rk} = {total} but exit - ready {ck} = {b - a}")
+    prev = run.ready
+    for r in run.requests:
+        for rk, ck in REQ_COUNTERS.items():
+            a, b, v = prev.counters.get(ck), r.counters.get(ck), r.data.get(rk)
+            if a is not None and b is not None and isinstance(v, int) and v != b - a:
+                problems.append(f"pid {run.pid} line {r.lineno}: {rk} = {v} but counters moved by {b - a}")
+        prev = r
+    return problems
+
+
+def iter_records(runs: AuditRuns) -> Iterable[AuditRecord]:
+    """Every record of every run in line order."""
+    recs: list[AuditRecord] = []
+    for run in runs.runs:
+        recs.extend(x for x in (run.load, run.ready) if x is not None)
+        recs.extend(run.requests)
+        if run.exit is not None:
+            recs.append(run.exit)
+    return sorted(recs, key=lambda r: r.lineno)
