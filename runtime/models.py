@@ -1,0 +1,474 @@
+"""Models for bmoe-run: synthetic MoE GGUF files (``make-model``) and the trained demo model.
+
+A synthetic model is a deterministic qwen3moe GGUF with random weights, written in f32 with the
+``gguf`` package and then quantized by llama.cpp's own quantizer (``llama_model_quantize``).
+Same preset, qtype and seed give the same bytes.
+
+Layout (llama.cpp ``qwen3moe``; numpy shapes are row-major, ggml ``ne`` is the reverse):
+
+========================  =============================  ===========================
+tensor                    numpy shape                    role
+========================  =============================  ===========================
+token_embd.weight         (n_vocab, n_embd)              byte embeddings
+output_norm.weight        (n_embd,)                      final RMSNorm
+output.weight             (n_vocab, n_embd)              LM head
+blk.L.attn_norm.weight    (n_embd,)                      RMSNorm before attention
+blk.L.attn_q.weight       (n_head*head_dim, n_embd)
+blk.L.attn_k.weight       (n_head_kv*head_dim, n_embd)   GQA
+blk.L.attn_v.weight       (n_head_kv*head_dim, n_embd)
+blk.L.attn_output.weight  (n_embd, n_head*head_dim)
+blk.L.attn_q_norm.weight  (head_dim,)                    per-head RMSNorm on q
+blk.L.attn_k_norm.weight  (head_dim,)                    per-head RMSNorm on k
+blk.L.ffn_norm.weight     (n_embd,)                      RMSNorm before the MoE
+blk.L.ffn_gate_inp.weight (n_expert, n_embd)             router (kept f32 by the quantizer)
+blk.L.ffn_gate_exps.weight (n_expert, n_ff_exp, n_embd)  expert e is slice e (SwiGLU gate)
+blk.L.ffn_up_exps.weight   (n_expert, n_ff_exp, n_embd)  SwiGLU up
+blk.L.ffn_down_exps.weight (n_expert, n_embd, n_ff_exp)  down projection
+========================  =============================  ===========================
+
+Tokenizer: byte level. Token id ``b`` (0..255) is byte ``b`` (GPT-2 byte-to-unicode spelling,
+``tokenizer.ggml.model = "gpt2"``, no real merges), id 256 is ``<|endoftext|>`` (EOS, control).
+No BOS is added. So ``list(text.encode("utf-8"))`` are the token ids llama.cpp produces.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+import tempfile
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Callable, Iterator, Sequence
+
+import numpy as np
+
+__all__ = [
+    "ARCH",
+    "DEFAULT_DEMO_CACHE_MB",
+    "DEFAULT_QTYPE",
+    "EOS_ID",
+    "N_VOCAB",
+    "PRESETS",
+    "QTYPES",
+    "TRAINED_DEMO_FILE",
+    "ModelShape",
+    "byte_vocab",
+    "default_model_path",
+    "expert_bank_bytes",
+    "make_model",
+    "models_main",
+    "quantize_gguf",
+    "synthetic_demo_path",
+    "tensor_layout",
+    "trained_demo_path",
+    "write_f32_gguf",
+]
+
+ARCH = "qwen3moe"
+N_BYTES = 256
+EOS_ID = 256  # <|endoftext|>
+N_VOCAB = 257
+#: Bumped whenever the synthetic generator changes, so cached demo files are regenerated.
+GENERATOR_VERSION = 1
+#: File name of the trained demo model committed in ``bmoe_top/data`` (issue #6).
+TRAINED_DEMO_FILE = "demo-moe-pystdlib.q8_0.gguf"
+#: Recommended ``--cache-mb`` for the demo model: about a quarter of its expert bank, so a few
+#: hundred tokens show misses, reads, evictions and a warming cache (docs/demo-model.md).
+DEFAULT_DEMO_CACHE_MB = 5.0
+DEFAULT_QTYPE = "q8_0"
+
+# name -> llama_ftype value (llama.h enum llama_ftype). None means "no quantization".
+QTYPES: dict[str, int | None] = {
+    "f32": None,
+    "f16": 1,
+    "bf16": 32,
+    "q8_0": 7,
+    "q4_0": 2,
+    "q4_1": 3,
+    "q5_0": 8,
+    "q5_1": 9,
+    "q2_k": 10,
+    "q3_k": 12,  # Q3_K_M
+    "q4_k": 15,  # Q4_K_M
+    "q4_k_s": 14,
+    "q5_k": 17,  # Q5_K_M
+    "q6_k": 18,
+}
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """Hyper-parameters of a qwen3moe model (every count is a plain int; eps and base are floats)."""
+
+    n_embd: int
+    n_layer: int
+    n_head: int
+    n_head_kv: int
+    head_dim: int
+    n_expert: int
+    n_expert_used: int
+    n_ff_exp: int
+    n_ctx_train: int = 2048
+    n_vocab: int = N_VOCAB
+    rope_freq_base: float = 10000.0
+    rms_eps: float = 1e-6
+
+    def expert_params(self) -> int:
+        """Parameters of one expert (gate + up + down), all layers alike."""
+        return 3 * self.n_embd * self.n_ff_exp
+
+
+PRESETS: dict[str, ModelShape] = {
+    # tests: 2 layers x 8 experts, a few MiB, loads and generates in well under a second.
+    "tiny": ModelShape(n_embd=256, n_layer=2, n_head=4, n_head_kv=2, head_dim=64,
+                       n_expert=8, n_expert_used=2, n_ff_exp=128, n_ctx_train=1024),
+    # the random-weight twin of the trained demo model: 6 layers x 32 experts, top-2.
+    "demo": ModelShape(n_embd=256, n_layer=6, n_head=4, n_head_kv=2, head_dim=64,
+                       n_expert=32, n_expert_used=2, n_ff_exp=128, n_ctx_train=2048),
+    # I/O benchmarks: 8 layers x 64 experts of 1.5 MiB f32 each (~300 MiB of q8_0 experts).
+    "bench": ModelShape(n_embd=768, n_layer=8, n_head=8, n_head_kv=4, head_dim=96,
+                        n_expert=64, n_expert_used=4, n_ff_exp=256, n_ctx_train=2048),
+}
+
+
+def byte_vocab() -> tuple[list[str], list[int], list[str]]:
+    """The byte-level vocabulary: ``(tokens, token_types, merges)``.
+
+    ``tokens[b]`` is the GPT-2 byte-to-unicode spelling of byte ``b`` (type NORMAL = 1) and
+    ``tokens[256]`` is ``<|endoftext|>`` (type CONTROL = 3). GGUF rejects an empty array, so
+    ``merges`` holds one rule whose left side (two characters) can never be formed without
+    other merges: it never fires and tokenization stays one token per byte.
+    """
+    printable = (list(range(ord("!"), ord("~") + 1)) + list(range(ord("\xa1"), ord("\xac") + 1))
+                 + list(range(ord("\xae"), ord("\xff") + 1)))
+    mapping: dict[int, str] = {b: chr(b) for b in printable}
+    extra = 0
+    for b in range(N_BYTES):
+        if b not in mapping:
+            mapping[b] = chr(N_BYTES + extra)
+            extra += 1
+    tokens = [mapping[b] for b in range(N_BYTES)] + ["<|endoftext|>"]
+    types = [1] * N_BYTES + [3]
+    merges = [mapping[0] + mapping[0] + " " + mapping[0]]
+    return tokens, types, merges
+
+
+def tensor_layout(shape: ModelShape) -> list[tuple[str, tuple[int, ...]]]:
+    """``[(tensor name, numpy shape), ...]`` in file order for ``shape`` (see module docstring)."""
+    s = shape
+    q_dim, kv_dim = s.n_head * s.head_dim, s.n_head_kv * s.head_dim
+    out: list[tuple[str, tuple[int, ...]]] = [
+        ("token_embd.weight", (s.n_vocab, s.n_embd)),
+        ("output_norm.weight", (s.n_embd,)),
+        ("output.weight", (s.n_vocab, s.n_embd)),
+    ]
+    for il in range(s.n_layer):
+        p = f"blk.{il}."
+        out += [
+            (p + "attn_norm.weight", (s.n_embd,)),
+            (p + "attn_q.weight", (q_dim, s.n_embd)),
+            (p + "attn_k.weight", (kv_dim, s.n_embd)),
+            (p + "attn_v.weight", (kv_dim, s.n_embd)),
+            (p + "attn_output.weight", (s.n_embd, q_dim)),
+            (p + "attn_q_norm.weight", (s.head_dim,)),
+            (p + "attn_k_norm.weight", (s.head_dim,)),
+            (p + "ffn_norm.weight", (s.n_embd,)),
+            (p + "ffn_gate_inp.weight", (s.n_expert, s.n_embd)),
+            (p + "ffn_gate_exps.weight", (s.n_expert, s.n_ff_exp, s.n_embd)),
+            (p + "ffn_up_exps.weight", (s.n_expert, s.n_ff_exp, s.n_embd)),
+            (p + "ffn_down_exps.weight", (s.n_expert, s.n_embd, s.n_ff_exp)),
+        ]
+    return out
+
+
+def write_f32_gguf(path: str | os.PathLike[str], shape: ModelShape,
+                   tensor_fn: Callable[[str, tuple[int, ...]], np.ndarray], *,
+                   name: str = "bmoe synthetic moe", extra_kv: dict[str, str] | None = None) -> Path:
+    """Write an f32 qwen3moe GGUF at ``path`` (overwritten), one tensor at a time.
+
+    ``tensor_fn(name, numpy_shape)`` returns each tensor (converted to contiguous float32; its
+    shape must equal the layout's). Peak memory is one tensor. Keys written: ``general.*``, every
+    ``qwen3moe.*`` hyper-parameter llama.cpp reads (incl. ``expert_count``,
+    ``expert_used_count``, ``expert_feed_forward_length``) and the byte tokenizer.
+    Raises ValueError when a tensor has the wrong shape.
+    """
+    import gguf
+
+    path = Path(path)
+    s = shape
+    w = gguf.GGUFWriter(path, ARCH)
+    w.add_name(name)
+    w.add_file_type(int(gguf.LlamaFileType.ALL_F32))
+    w.add_context_length(s.n_ctx_train)
+    w.add_embedding_length(s.n_embd)
+    w.add_block_count(s.n_layer)
+    w.add_feed_forward_length(s.n_ff_exp * s.n_expert_used)
+    w.add_head_count(s.n_head)
+    w.add_head_count_kv(s.n_head_kv)
+    w.add_key_length(s.head_dim)
+    w.add_value_length(s.head_dim)
+    w.add_rope_freq_base(s.rope_freq_base)
+    w.add_layer_norm_rms_eps(s.rms_eps)
+    w.add_expert_count(s.n_expert)
+    w.add_expert_used_count(s.n_expert_used)
+    w.add_expert_feed_forward_length(s.n_ff_exp)
+    tokens, types, merges = byte_vocab()
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("default")
+    w.add_token_list(tokens)
+    w.add_token_types(types)
+    w.add_token_merges(merges)
+    w.add_bos_token_id(EOS_ID)  # never added (add_bos_token false); set so no byte is taken for BOS
+    w.add_eos_token_id(EOS_ID)
+    w.add_add_bos_token(False)
+    for key, value in (extra_kv or {}).items():
+        w.add_string(key, value)
+    layout = tensor_layout(s)
+    for tname, tshape in layout:
+        n = int(np.prod(tshape))
+        w.add_tensor_info(tname, tshape, np.dtype(np.float32), n * 4)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_ti_data_to_file()
+    for tname, tshape in layout:
+        arr = np.ascontiguousarray(tensor_fn(tname, tshape), dtype=np.float32)
+        if arr.shape != tshape:
+            w.close()
+            raise ValueError(f"tensor {tname}: shape {arr.shape}, expected {tshape}")
+        w.write_tensor_data(arr)
+    w.close()
+    return path
+
+
+def _random_tensor_fn(shape: ModelShape, seed: int) -> Callable[[str, tuple[int, ...]], np.ndarray]:
+    """Deterministic random weights: tensor i of the layout draws from ``default_rng([seed, i])``."""
+    index = {name: i for i, (name, _) in enumerate(tensor_layout(shape))}
+
+    def fn(name: str, tshape: tuple[int, ...]) -> np.ndarray:
+        if len(tshape) == 1:  # RMSNorm weights
+            return np.ones(tshape, dtype=np.float32)
+        rng = np.random.default_rng([seed, index[name]])
+        fan_in = tshape[-1]
+        scale = 1.0 / np.sqrt(fan_in)
+        if name == "token_embd.weight":
+            scale = 1.0
+        elif name.endswith("ffn_gate_inp.weight"):
+            scale = 2.0 / np.sqrt(fan_in)  # router logits with std ~2: peaked, not one-hot
+        elif name == "output.weight":
+            scale = 4.0 / np.sqrt(fan_in)
+        arr = rng.standard_normal(tshape, dtype=np.float32)
+        arr *= np.float32(scale)
+        return arr
+
+    return fn
+
+
+@contextlib.contextmanager
+def _stderr_silenced(enabled: bool) -> Iterator[None]:
+    """Point fd 2 at /dev/null while llama.cpp's quantizer logs (it writes to fd 2 directly)."""
+    if not enabled:
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+
+
+def quantize_gguf(src: str | os.PathLike[str], dst: str | os.PathLike[str], qtype: str, *,
+                  nthread: int = 0, quiet: bool = True) -> Path:
+    """Quantize GGUF ``src`` into ``dst`` with llama.cpp's ``llama_model_quantize``.
+
+    ``qtype`` is a key of :data:`QTYPES` (not ``"f32"``); params start from
+    ``llama_model_quantize_default_params()``. The router (``ffn_gate_inp``) and 1-D tensors stay
+    f32, and llama.cpp falls back to another type for a tensor whose rows do not fit the block
+    size (e.g. k-quants need rows that are multiples of 256). Raises ValueError for an unknown
+    qtype and RuntimeError when llama.cpp reports a failure.
+    """
+    ftype = QTYPES.get(qtype)
+    if ftype is None:
+        raise ValueError(f"cannot quantize to {qtype!r}; choose one of "
+                         f"{', '.join(k for k, v in QTYPES.items() if v is not None)}")
+    import llama_cpp
+
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = ftype
+    params.nthread = nthread
+    with _stderr_silenced(quiet):
+        rc = llama_cpp.llama_model_quantize(os.fsencode(src), os.fsencode(dst), params)
+    if rc != 0:
+        raise RuntimeError(f"llama_model_quantize({qtype}) failed with code {rc}")
+    return Path(dst)
+
+
+def make_model(out_path: str | os.PathLike[str], preset: str = "demo", qtype: str = DEFAULT_QTYPE,
+               seed: int = 0, *, quiet: bool = True) -> Path:
+    """Write a deterministic random-weight qwen3moe GGUF to ``out_path`` and return its path.
+
+    ``preset``: ``tiny`` | ``demo`` | ``bench`` (:data:`PRESETS`); ``qtype``: a key of
+    :data:`QTYPES`. The f32 file is written next to ``out_path`` and quantized by llama.cpp; the
+    result replaces ``out_path`` atomically (temp file + rename), so a reader never sees a
+    partial file. Same arguments => same bytes. Raises ValueError for an unknown preset/qtype,
+    OSError when the directory is not writable.
+    """
+    if preset not in PRESETS:
+        raise ValueError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
+    if qtype not in QTYPES:
+        raise ValueError(f"unknown qtype {qtype!r}; choose one of {', '.join(QTYPES)}")
+    out = Path(out_path)
+    shape = PRESETS[preset]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_f32 = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".f32.tmp", dir=out.parent)
+    os.close(fd)
+    tmp_final = tmp_f32
+    try:
+        write_f32_gguf(tmp_f32, shape, _random_tensor_fn(shape, seed),
+                       name=f"bmoe synthetic moe {preset} seed {seed}",
+                       extra_kv={"bmoe.preset": preset, "bmoe.generator": f"make-model v{GENERATOR_VERSION}"})
+        if QTYPES[qtype] is not None:
+            fd, tmp_final = tempfile.mkstemp(prefix=f".{out.name}.", suffix=f".{qtype}.tmp", dir=out.parent)
+            os.close(fd)
+            quantize_gguf(tmp_f32, tmp_final, qtype, quiet=quiet)
+        os.chmod(tmp_final, 0o644)
+        os.replace(tmp_final, out)
+    finally:
+        for p in {tmp_f32, tmp_final}:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(p)
+    return out
+
+
+def expert_bank_bytes(path: str | os.PathLike[str]) -> int:
+    """Bytes of all routed-expert tensors (``ffn_{gate,up,down}_exps``) in the GGUF at ``path``."""
+    import gguf
+
+    reader = gguf.GGUFReader(str(path))
+    return sum(int(t.n_bytes) for t in reader.tensors
+               if t.name.endswith(("ffn_gate_exps.weight", "ffn_up_exps.weight", "ffn_down_exps.weight")))
+
+
+def trained_demo_path() -> Path | None:
+    """Path of the trained demo GGUF shipped in ``bmoe_top/data`` (issue #6), or None if absent."""
+    try:
+        p = Path(str(resources.files("bmoe_top") / "data" / TRAINED_DEMO_FILE))
+    except (ModuleNotFoundError, TypeError):
+        return None
+    return p if p.is_file() else None
+
+
+def synthetic_demo_path(qtype: str = DEFAULT_QTYPE, *, create: bool = True) -> Path:
+    """The random-weight ``demo`` preset in the user cache dir (platformdirs), made on first use."""
+    import platformdirs
+
+    cache = platformdirs.user_cache_path("bmoe-top") / "models"
+    path = cache / f"demo-v{GENERATOR_VERSION}-seed0-{qtype}.gguf"
+    if create and not path.is_file():
+        make_model(path, preset="demo", qtype=qtype, seed=0)
+    return path
+
+
+def default_model_path() -> Path:
+    """The model ``bmoe-run`` uses when no ``-m`` is given.
+
+    The trained demo model committed in the package (``bmoe_top/data``) when present, otherwise
+    the synthetic ``demo`` preset in the user cache dir, created on first use (atomic write).
+    """
+    trained = trained_demo_path()
+    if trained is not None:
+        return trained
+    return synthetic_demo_path()
+
+
+def llama_greedy(path: str | os.PathLike[str], prompt: Sequence[int], n_predict: int, *,
+                 n_ctx: int = 512, n_threads: int = 2, stop_at_eos: bool = True) -> list[int]:
+    """Greedy-decode ``n_predict`` tokens after ``prompt`` (token ids) with llama.cpp, fully resident.
+
+    A reference decode for tests and for the trained-model conversion proof: low-level API,
+    mmap, weight repacking off (``use_extra_bufts=False``; llama-cpp-python 0.3.36's AMX repack of
+    q8_0/q4_0 crashes on AVX512-AMX CPUs), the whole prompt in one batch, then one token per
+    decode; argmax over the logits. Returns the generated ids (stops early at EOS when
+    ``stop_at_eos``). Raises RuntimeError when the model cannot be loaded or a decode fails,
+    ValueError when prompt + n_predict exceeds ``n_ctx``.
+    """
+    import llama_cpp as L
+
+    if len(prompt) + n_predict > n_ctx:
+        raise ValueError(f"prompt ({len(prompt)}) + n_predict ({n_predict}) > n_ctx ({n_ctx})")
+    L.llama_backend_init()
+    mp = L.llama_model_default_params()
+    mp.use_extra_bufts = False
+    model = L.llama_model_load_from_file(os.fsencode(path), mp)
+    if not model:
+        raise RuntimeError(f"llama.cpp could not load {path}")
+    try:
+        cp = L.llama_context_default_params()
+        cp.n_ctx = n_ctx
+        cp.n_batch = max(len(prompt), 1)
+        cp.n_ubatch = max(len(prompt), 1)
+        cp.n_threads = n_threads
+        cp.n_threads_batch = n_threads
+        ctx = L.llama_init_from_model(model, cp)
+        if not ctx:
+            raise RuntimeError("llama.cpp could not create a context")
+        try:
+            n_vocab = L.llama_vocab_n_tokens(L.llama_model_get_vocab(model))
+            out: list[int] = []
+            pending = list(prompt)
+            for _ in range(n_predict):
+                arr = (L.llama_token * len(pending))(*pending)
+                rc = L.llama_decode(ctx, L.llama_batch_get_one(arr, len(pending)))
+                if rc != 0:
+                    raise RuntimeError(f"llama_decode failed with code {rc}")
+                logits = np.ctypeslib.as_array(L.llama_get_logits_ith(ctx, -1), shape=(n_vocab,))
+                tok = int(np.argmax(logits))
+                out.append(tok)
+                if stop_at_eos and tok == EOS_ID:
+                    break
+                pending = [tok]
+            return out
+        finally:
+            L.llama_free(ctx)
+    finally:
+        L.llama_model_free(model)
+
+
+def models_main(argv: Sequence[str] | None = None) -> int:
+    """``bmoe-run make-model [--preset demo|bench|tiny] [--qtype Q] [--seed N] OUT.gguf``.
+
+    Writes the model, prints one summary line on stdout and returns 0; on bad input prints one
+    ``bmoe-run make-model: error: ...`` line on stderr and returns 2 (argparse usage errors) or 1.
+    """
+    ap = argparse.ArgumentParser(prog="bmoe-run make-model",
+                                 description="Write a deterministic random-weight MoE GGUF (qwen3moe, byte tokenizer).")
+    ap.add_argument("out", metavar="OUT.gguf", help="output file (replaced atomically)")
+    ap.add_argument("--preset", choices=sorted(PRESETS), default="demo")
+    ap.add_argument("--qtype", choices=list(QTYPES), default=DEFAULT_QTYPE)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--verbose", action="store_true", help="show llama.cpp's quantizer log on stderr")
+    args = ap.parse_args(list(argv) if argv is not None else None)
+    try:
+        out = make_model(args.out, preset=args.preset, qtype=args.qtype, seed=args.seed, quiet=not args.verbose)
+    except (OSError, ValueError, RuntimeError) as exc:
+        print(f"bmoe-run make-model: error: {exc}", file=sys.stderr)
+        return 1
+    shape = PRESETS[args.preset]
+    size = out.stat().st_size
+    bank = expert_bank_bytes(out)
+    n_slices = shape.n_layer * shape.n_expert
+    print(f"wrote {out} preset={args.preset} qtype={args.qtype} seed={args.seed} "
+          f"size_mib={size / 2**20:.2f} experts={shape.n_layer}x{shape.n_expert} top_k={shape.n_expert_used} "
+          f"expert_bank_mib={bank / 2**20:.2f} expert_slice_kib={bank / n_slices / 1024:.1f}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(models_main())
