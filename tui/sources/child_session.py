@@ -1,0 +1,315 @@
+"""Launch a runtime child that speaks the session protocol and drive it over pipes.
+
+``ChildSession(argv, on_record=run.ingest, on_stderr=...)`` starts ``argv`` (e.g.
+``bmoe-run --session --progress`` or the C++ ``bmoe-cli --session --progress``):
+
+- in its own process group (``start_new_session``), so closing kills the whole group and a
+  terminal signal to bmoe-top never reaches it directly;
+- stdin a pipe (never the TTY: a child that inherits the terminal can be stopped by
+  SIGTTIN or steal keystrokes), written by a writer thread so a child that stops reading
+  never blocks the UI;
+- stdout and stderr pipes drained all the time by two reader threads (an unread stderr
+  pipe deadlocks the child once it fills), ``os.read`` in 64 KiB chunks, lines split
+  here (a line of megabytes is fine);
+- ``PYTHONUNBUFFERED=1`` in its environment (line-flushed output from Python children).
+
+stdout lines are parsed with ``bmoe_top.parsers.bmoe_lines.parse_line`` (a protocol record
+after other text on the same line still yields the record) and each record goes to
+``on_record(record, t)``; stderr lines go to ``on_stderr(line, t)`` and ``stderr_log``.
+At EOF a last line without newline is reported as truncated (a problem with its line
+number); a child that exits while a turn is in flight (no ``BMOE_DONE``), before
+``BMOE_READY`` without being asked to close, or with a non-zero status is "aborted" with its
+exit code. ``close(timeout)`` sends ``close``, closes stdin, waits, then SIGTERM and SIGKILL
+to the whole group; the child is always reaped (no zombie) and its group killed (no orphan).
+
+No Textual import. Protocol: telemetry-contract.md "Session mode".
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import queue
+import signal
+import subprocess
+import threading
+import time
+import weakref
+from typing import Sequence
+
+import orjson
+
+from bmoe_top.tui.sources.lines import new_splitter
+from bmoe_top.tui.sources.live_base import FINAL_STATES, LiveBase
+
+_CHUNK = 65536
+_LIVE: "weakref.WeakSet[ChildSession]" = weakref.WeakSet()
+
+
+def _kill_all_at_exit() -> None:
+    for s in list(_LIVE):
+        try:
+            s.kill()
+        except Exception:  # noqa: BLE001
+            pass
+
+
+atexit.register(_kill_all_at_exit)
+
+
+class ChildSession(LiveBase):
+    """A session-protocol child process (see the module docstring).
+
+    Args:
+        argv: the command line (list of str). ``FileNotFoundError``/``PermissionError`` at
+            ``start()`` become state "failed" with a one-line message (never a traceback).
+        on_record, on_stderr, on_event, recorder, ready_timeout_s, stall_after_s: see
+            ``LiveBase``.
+        env: extra environment variables (added to ``os.environ``; ``PYTHONUNBUFFERED=1``
+            is always set).
+        cwd: working directory of the child.
+
+    Usage::
+
+        s = ChildSession(["bmoe-run", "--session", "--progress"], on_record=run.ingest)
+        s.start(); s.wait_state("ready", 60); s.generate("Hello", 32); ...; s.close()
+    """
+
+    kind = "child"
+
+    def __init__(
+        self,
+        argv: Sequence[str],
+        on_record=None,
+        *,
+        env: dict[str, str] | None = None,
+        cwd: str | None = None,
+        **kw,
+    ) -> None:
+        super().__init__(on_record, **kw)
+        self.argv = [str(a) for a in argv]
+        self._env = dict(os.environ)
+        if env:
+            self._env.update(env)
+        self._env["PYTHONUNBUFFERED"] = "1"
+        self._cwd = cwd
+        self.proc: subprocess.Popen | None = None
+        self.pid: int | None = None
+        self._readers: list[threading.Thread] = []
+        self._writer: threading.Thread | None = None
+        self._outq: "queue.Queue[bytes | None]" = queue.Queue()
+        self._close_requested = False
+        self._reaped = threading.Event()
+        self._eof = {"stdout": threading.Event(), "stderr": threading.Event()}
+        self._reap_lock = threading.Lock()
+        self._stdout_lineno = 0
+
+    # ---- lifecycle ------------------------------------------------------------------
+    def start(self) -> "ChildSession":
+        """Spawn the child and its reader/writer/waiter threads. Returns self."""
+        try:
+            self.proc = subprocess.Popen(
+                self.argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                bufsize=0,
+                start_new_session=True,
+                close_fds=True,
+                env=self._env,
+                cwd=self._cwd,
+            )
+        except OSError as e:
+            self._set_state("failed", f"cannot start {self.argv[0]}: {e.strerror or e}")
+            self._reaped.set()
+            return self
+        self.pid = self.proc.pid
+        _LIVE.add(self)
+        self._set_state("loading", f"loading (pid {self.pid})")
+        for name, stream in (("stdout", self.proc.stdout), ("stderr", self.proc.stderr)):
+            th = threading.Thread(target=self._read, args=(name, stream.fileno()), name=f"child-{name}", daemon=True)
+            th.start()
+            self._readers.append(th)
+        self._writer = threading.Thread(target=self._write_loop, name="child-stdin", daemon=True)
+        self._writer.start()
+        threading.Thread(target=self._wait_loop, name="child-wait", daemon=True).start()
+        self._start_watchdog()
+        return self
+
+    def send(self, obj: dict) -> bool:
+        """Queue one JSON request line for the child's stdin. False when the child is gone
+        or stdin was closed (the request is not sent)."""
+        if self.proc is None or self._state in FINAL_STATES or self._outq is None:
+            return False
+        data = orjson.dumps(obj) + b"\n"
+        if self.recorder is not None:
+            self.recorder.write("stdin", data[:-1].decode("utf-8", "replace"))
+        self._outq.put(data)
+        return True
+
+    def close(self, timeout: float = 3.0, term_timeout: float = 2.0) -> int | None:
+        """End the session: send ``close``, close stdin, wait up to ``timeout`` s for the child
+        to exit, then SIGTERM the whole group, wait ``term_timeout`` s, then SIGKILL it.
+        Returns the exit code (negative = killed by that signal), or None if never started."""
+        if self.proc is None:
+            return None
+        with self._lock:
+            self._close_requested = True
+            if self._state not in FINAL_STATES:
+                self._state, self._message = "closing", "closing"
+        if not self._reaped.is_set():
+            self.send({"cmd": "close"})
+            self._outq.put(None)  # writer closes stdin after the queue drains (EOF = close too)
+            if not self._reaped.wait(timeout):
+                self._signal_group(signal.SIGTERM)
+                if not self._reaped.wait(term_timeout):
+                    self._signal_group(signal.SIGKILL)
+                    self._reaped.wait(5.0)
+        self._finish()
+        return self._exit_code
+
+    def kill(self) -> None:
+        """SIGKILL the whole group now (used at interpreter exit and on fatal signals)."""
+        if self.proc is None or self._reaped.is_set():
+            return
+        with self._lock:
+            self._close_requested = True
+        self._signal_group(signal.SIGKILL)
+
+    # ---- threads --------------------------------------------------------------------
+    def _read(self, name: str, fd: int) -> None:
+        split = new_splitter()
+        is_out = name == "stdout"
+        t = time.time()
+        probs = getattr(split, "problems", None)  # textio.LineSplitter reports cut lines here
+        n_probs = 0
+        try:
+            while True:
+                try:
+                    chunk = os.read(fd, _CHUNK)
+                except OSError:
+                    break
+                if not chunk:
+                    break
+                t = time.time()
+                for line in split.feed(chunk):
+                    self._line(is_out, line, t)
+                if probs and len(probs) > n_probs:
+                    for p in probs[n_probs:]:
+                        self._problem(p.lineno, p.text, f"{name}: {p.reason}")
+                    n_probs = len(probs)
+            tail = split.flush()
+            if tail:
+                self._line(is_out, tail, t)
+                lineno = self._stdout_lineno if is_out else self._stderr_n
+                self._problem(lineno, tail, f"{name} ended mid-line ({len(tail)} chars without a newline)")
+            cut = getattr(split, "cut_lines", 0)
+            if cut:
+                self._problem(0, "", f"{name}: {cut} over-long line(s) cut")
+        except Exception as e:  # noqa: BLE001 - a reader must keep the pipe drained; report and stop
+            self._problem(0, "", f"{name} reader failed: {e!r}")
+            self._drain(fd)
+        finally:
+            self._eof[name].set()
+
+    def _line(self, is_out: bool, line: str, t: float) -> None:
+        if is_out:
+            self._stdout_lineno += 1
+            self._protocol_line(line, t, "stdout")
+        else:
+            self._stderr_line(line, t)
+
+    @staticmethod
+    def _drain(fd: int) -> None:
+        try:
+            while os.read(fd, _CHUNK):
+                pass
+        except OSError:
+            pass
+
+    def _write_loop(self) -> None:
+        assert self.proc is not None and self.proc.stdin is not None
+        fd = self.proc.stdin.fileno()
+        while True:
+            data = self._outq.get()
+            if data is None:
+                break
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+            except OSError:  # EPIPE: the child has gone; the waiter reports it
+                break
+        try:
+            self.proc.stdin.close()
+        except OSError:
+            pass
+
+    def _wait_loop(self) -> None:
+        assert self.proc is not None
+        pid = self.proc.pid
+        # wait for the exit WITHOUT reaping, so the pid (= process group id) cannot be reused
+        # while we kill leftovers in its group
+        while True:
+            try:
+                os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+                break
+            except ChildProcessError:
+                break
+            except InterruptedError:
+                continue
+        # let the readers finish what is already in the pipes (leftover group members may
+        # still hold them open: give them a moment, then kill the group)
+        for ev in self._eof.values():
+            ev.wait(1.0)
+        self._signal_group(signal.SIGKILL)
+        with self._reap_lock:
+            code = self.proc.wait()
+            self._reaped.set()
+        for ev in self._eof.values():
+            ev.wait(2.0)
+        self._outq.put(None)
+        self._finish_state(code)
+
+    def _signal_group(self, sig: int) -> None:
+        if self.proc is None:
+            return
+        with self._reap_lock:
+            if self._reaped.is_set():
+                return  # the pid may belong to someone else now
+            try:
+                os.killpg(self.proc.pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    def _finish_state(self, code: int) -> None:
+        with self._lock:
+            self._exit_code = code
+            in_flight = self._in_flight_set
+            never_ready = self._ready is None
+            asked = self._close_requested
+        how = f"exit code {code}" if code >= 0 else f"killed by {_signame(-code)}"
+        if in_flight:
+            state, msg = "aborted", f"aborted: {how} during a turn (no BMOE_DONE)"
+        elif never_ready and not asked:
+            state, msg = "aborted", f"aborted: {how} before BMOE_READY"
+        elif code != 0 and not asked:
+            state, msg = "aborted", f"aborted: {how}"
+        else:
+            state, msg = "exited", f"exited ({how})"
+        self._set_state(state, msg)
+        self._emit("exit", {"exit_code": code, "state": state, "message": msg})
+        self._stop.set()
+        _LIVE.discard(self)
+
+    def _finish(self) -> None:
+        for th in self._readers:
+            th.join(timeout=2.0)
+        self._stop.set()
+
+
+def _signame(n: int) -> str:
+    try:
+        return signal.Signals(n).name
+    except ValueError:
+        return f"signal {n}"

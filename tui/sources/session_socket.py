@@ -1,0 +1,251 @@
+"""Attach to a running session over its Unix socket (``bmoe-top attach --session PATH``).
+
+``SessionSocketClient(path, on_record=run.ingest)`` connects to the socket served by
+``bmoe-run --session --session-socket PATH`` (``bmoe_top.runtime.session_socket``; protocol
+in docs/runtime.md "Session socket"), parses every line it receives into records for the
+sink (same sinks and state machine as ``ChildSession``, see ``live_base``), and sends
+requests (generate / cancel). When the runtime goes away the state becomes
+"disconnected" (what the sink already has stays on screen) and the client reconnects with
+backoff (0.1 s doubling to ``max_backoff_s``) when the socket comes back.
+
+Reconnecting to the SAME session (same ``BMOE_HELLO`` session id) after a broken
+connection: if no line was missed the server's replay is skipped; otherwise replayed lines
+already delivered (READY, BEGIN/DONE of known turn ids, per-token steps already seen) are
+skipped, so the sink never gets a turn twice. Connecting to a NEW session (the runtime was
+restarted) emits ``on_event("new_session", {...})`` before its replay: the UI may start a
+new run. ``BMOE_HELLO`` and ``BMOE_NOTICE`` lines are consumed here (a notice becomes a
+problem: "slow reader: N lines dropped"). ``close()`` detaches; the runtime keeps running.
+
+No Textual import.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import socket
+import threading
+import time
+
+import orjson
+
+from bmoe_top.parsers import bmoe_lines as _bl
+from bmoe_top.tui.sources.lines import new_splitter
+from bmoe_top.tui.sources.live_base import LiveBase
+
+
+class SessionSocketClient(LiveBase):
+    """A live source attached to a session socket.
+
+    Args:
+        path: the Unix socket path.
+        on_record, on_stderr, on_event, recorder, stall_after_s: see ``LiveBase``
+            (recorded lines get ``src="socket"``).
+        reconnect: keep reconnecting after the runtime goes away (default True).
+        max_backoff_s: longest pause between connection attempts.
+        connect_timeout_s: ``start()`` waits this long for the first connection only to
+            report a clear state; the client keeps trying afterwards.
+    """
+
+    kind = "socket"
+
+    def __init__(self, path: str | os.PathLike, on_record=None, *, reconnect: bool = True,
+                 max_backoff_s: float = 2.0, **kw) -> None:
+        kw.setdefault("ready_timeout_s", 1e9)
+        super().__init__(on_record, **kw)
+        self.path = os.fspath(path)
+        self.reconnect = reconnect
+        self.max_backoff_s = max_backoff_s
+        self._sock: socket.socket | None = None
+        self._send_lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._session: str | None = None
+        self._seq_next: int | None = None  # seq of the next live line we expect
+        self._replay_left = 0
+        self._skip_replay = False
+        self._filter_replay = False
+        self._seen_ids: set = set()
+        self._last_step: dict = {}
+        self._cur_id = None
+        self.notices = 0
+        self.dropped_lines = 0
+        # ids for requests sent by this client: start high and random-ish so several attached
+        # clients rarely reuse an id
+        import itertools
+        self._ids = itertools.count((os.getpid() % 1000) * 1000 + 1)
+
+    # ---- lifecycle ------------------------------------------------------------------
+    def start(self) -> "SessionSocketClient":
+        self._set_state("connecting", f"connecting to {self.path}")
+        self._thread = threading.Thread(target=self._loop, name="session-socket-client", daemon=True)
+        self._thread.start()
+        self._start_watchdog()
+        return self
+
+    def close(self, timeout: float = 2.0) -> None:
+        """Detach (the runtime keeps running). Idempotent."""
+        self._stop.set()
+        s = self._sock
+        if s is not None:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        if self._thread is not None:
+            self._thread.join(timeout)
+        self._set_state("closed", "detached")
+
+    def send(self, obj: dict) -> bool:
+        """Send one JSON request line; False when not connected (the request is dropped)."""
+        s = self._sock
+        if s is None or self._state in ("disconnected", "connecting", "closed"):
+            return False
+        data = orjson.dumps(obj) + b"\n"
+        try:
+            with self._send_lock:
+                s.sendall(data)
+        except OSError:
+            return False
+        if self.recorder is not None:
+            self.recorder.write("stdin", data[:-1].decode("utf-8", "replace"))
+        return True
+
+    # ---- connection loop ------------------------------------------------------------
+    def _loop(self) -> None:
+        backoff = 0.1
+        was_connected = False
+        while not self._stop.is_set():
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                s.connect(self.path)
+            except OSError as e:
+                s.close()
+                why = "no socket" if e.errno in (errno.ENOENT,) else (e.strerror or str(e))
+                if was_connected:
+                    self._set_state("disconnected", f"runtime gone ({why}); reconnecting every {backoff:.1f} s")
+                else:
+                    self._set_state("connecting", f"waiting for {self.path} ({why})")
+                if not self.reconnect and was_connected:
+                    break
+                if self._stop.wait(backoff):
+                    break
+                backoff = min(backoff * 2, self.max_backoff_s)
+                continue
+            backoff = 0.1
+            was_connected = True
+            self._sock = s
+            with self._lock:
+                self._connects += 1
+                self._state, self._message = "loading", "connected; waiting for BMOE_READY"
+            self._emit("connected", {"path": self.path, "connects": self._connects})
+            reason = self._read(s)
+            self._sock = None
+            try:
+                s.close()
+            except OSError:
+                pass
+            if self._stop.is_set():
+                break
+            with self._lock:
+                self._in_flight_set = False
+            self._set_state("disconnected", f"runtime went away ({reason}); reconnecting")
+            self._emit("disconnected", {"reason": reason})
+            if not self.reconnect:
+                break
+
+    def _read(self, s: socket.socket) -> str:
+        split = new_splitter()
+        while not self._stop.is_set():
+            try:
+                chunk = s.recv(65536)
+            except OSError as e:
+                return e.strerror or str(e)
+            if not chunk:
+                tail = split.flush()
+                if tail:
+                    self._problem(0, tail, f"socket closed mid-line ({len(tail)} chars without a newline)")
+                return "socket closed"
+            t = time.time()
+            for line in split.feed(chunk):
+                self._on_line(line, t)
+        return "detached"
+
+    def _on_line(self, line: str, t: float) -> None:
+        if line.startswith("BMOE_HELLO"):
+            self._hello(line)
+            return
+        if line.startswith("BMOE_NOTICE"):
+            rec = _bl.parse_line(line)
+            n = getattr(rec, "fields", {}).get("dropped", 0) if isinstance(rec, _bl.Unknown) else 0
+            self.notices += 1
+            self.dropped_lines += int(n or 0)
+            self._problem(0, line, f"slow reader: the runtime dropped {n} lines for this client")
+            if self.recorder is not None:
+                self.recorder.write("socket", line, t)
+            return
+        replay = self._replay_left > 0
+        if replay:
+            self._replay_left -= 1
+            if self._skip_replay:
+                return
+        else:
+            if self._seq_next is not None:
+                self._seq_next += 1
+        if replay and self._filter_replay:
+            rec = _bl.parse_line(line)
+            if self._already_seen(rec):
+                return
+        rec = self._protocol_line(line, t, "socket")
+        self._note(rec)
+
+    def _hello(self, line: str) -> None:
+        try:
+            info = orjson.loads(line.split(" ", 1)[1])
+        except (orjson.JSONDecodeError, IndexError):
+            info = {}
+        session = info.get("session")
+        seq = info.get("seq")
+        replay = int(info.get("replay") or 0)
+        same = session is not None and session == self._session
+        self._replay_left = replay
+        if same and self._seq_next is not None and isinstance(seq, int) and seq <= self._seq_next:
+            self._skip_replay, self._filter_replay = True, False  # nothing missed
+        elif same:
+            self._skip_replay, self._filter_replay = False, True
+        else:
+            self._skip_replay = self._filter_replay = False
+            if self._session is not None:
+                self._emit("new_session", {"session": session, "previous": self._session})
+            self._seen_ids.clear()
+            self._last_step.clear()
+            self._cur_id = None
+            with self._lock:
+                self._ready = None
+        self._session = session
+        self._seq_next = seq if isinstance(seq, int) else None
+        if same and self._ready is not None:
+            self._set_state("ready", "ready (reconnected)")
+
+    def _note(self, rec) -> None:
+        if isinstance(rec, _bl.Begin):
+            self._cur_id = rec.id
+            self._seen_ids.add(("B", rec.id))
+        elif isinstance(rec, _bl.Done):
+            self._seen_ids.add(("D", rec.id))
+        elif isinstance(rec, _bl.Progress) and rec.step is not None:
+            self._last_step[self._cur_id] = rec.step
+
+    def _already_seen(self, rec) -> bool:
+        if isinstance(rec, _bl.Ready):
+            return self._ready is not None
+        if isinstance(rec, _bl.Begin):
+            if ("B", rec.id) in self._seen_ids:
+                self._cur_id = rec.id
+                return True
+            return False
+        if isinstance(rec, _bl.Done):
+            return ("D", rec.id) in self._seen_ids
+        if isinstance(rec, (_bl.Progress, _bl.Route)) and rec.step is not None:
+            last = self._last_step.get(self._cur_id)
+            return last is not None and rec.step <= last
+        return False
