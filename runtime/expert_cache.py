@@ -1,0 +1,512 @@
+"""The expert cache: private buffers for the expert tensors, an LRU over (layer, expert) under a
+byte budget, and the reads that fill it from the GGUF file.
+
+Memory: each expert tensor gets an anonymous ``MAP_PRIVATE`` mapping of its full size (its ggml
+``data`` pointer is redirected there by :mod:`bmoe_top.runtime.router_hook`). Untouched pages cost
+no RAM; a resident expert's slice is committed page by page; eviction releases with
+``MADV_DONTNEED`` the whole pages that lie strictly inside the slice (slice sizes are not page
+multiples, so the edge pages shared with a neighbour stay).
+
+I/O: expert ``e`` of a tensor is file bytes ``[file_offset + e*stride, +stride)``. Reads use
+``os.preadv`` (which releases the GIL) split across ``io_threads`` worker threads, with
+``O_DIRECT`` through a 4096-aligned bounce buffer when the file system accepts it, otherwise through
+the page cache straight into the destination.
+
+Time accounting follows telemetry-contract.md "Per-token lines": ``io_s`` is the wall time the
+caller blocked on reads in serial mode and the summed per-lane busy time under overlap;
+``stall_s`` the wall time the caller waited for reads under overlap (0 in serial);
+``mgmt_s`` page commits, releases and LRU bookkeeping.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+import os
+import threading
+import time
+from collections import OrderedDict
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from .gguf_layout import ExpertTensorInfo, ModelLayout
+
+PAGE = mmap.PAGESIZE
+DIRECT_ALIGN = 4096
+BOUNCE_BYTES = 4 << 20
+MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)
+MIB = 1024 * 1024
+
+
+class ExpertIOError(OSError):
+    """A read of expert bytes failed or came back short."""
+
+
+def _round_up(x: int, a: int) -> int:
+    return (x + a - 1) // a * a
+
+
+def _round_down(x: int, a: int) -> int:
+    return x // a * a
+
+
+class TensorBuffer:
+    """The private anonymous buffer that replaces one expert tensor's data.
+
+    ``addr`` is the buffer's address (page aligned), ``size`` its length in bytes.
+    """
+
+    def __init__(self, info: ExpertTensorInfo):
+        self.info = info
+        self.size = info.n_bytes
+        self.mm = mmap.mmap(-1, _round_up(self.size, PAGE), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        self._anchor = ctypes.c_char.from_buffer(self.mm)
+        self.addr = ctypes.addressof(self._anchor)
+        self.view = memoryview(self.mm)
+
+    def slice_range(self, e: int) -> tuple[int, int]:
+        """Byte range [start, end) of expert ``e`` inside the buffer."""
+        s = self.info.expert_stride
+        return e * s, (e + 1) * s
+
+    def inner_pages(self, e: int) -> tuple[int, int]:
+        """The page-aligned sub-range of expert ``e`` that no neighbour shares (may be empty)."""
+        a, b = self.slice_range(e)
+        return _round_up(a, PAGE), _round_down(b, PAGE)
+
+    def release(self, e: int) -> None:
+        a, b = self.inner_pages(e)
+        if b > a:
+            self.mm.madvise(mmap.MADV_DONTNEED, a, b - a)
+
+    def commit(self, e: int) -> None:
+        """Pre-fault the expert's inner pages for writing (Linux >= 5.14; silently skipped before)."""
+        a, b = self.inner_pages(e)
+        if b > a:
+            try:
+                self.mm.madvise(MADV_POPULATE_WRITE, a, b - a)
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        try:
+            self.view.release()
+            del self._anchor
+            self.mm.close()
+        except (BufferError, ValueError):
+            pass  # still exported to ctypes/ggml; the mapping dies with the process
+
+
+class ExpertReader:
+    """Reads byte ranges of the model file into memory addresses.
+
+    ``o_direct``: try ``O_DIRECT`` (falls back to the page cache when the file system refuses it;
+    ``self.direct`` tells which one is in use). ``io_threads``: worker threads for parallel reads
+    (1 = the caller reads).
+    """
+
+    def __init__(self, path: str, io_threads: int = 1, o_direct: bool = True):
+        self.path = path
+        self.fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        self.direct = False
+        self.dfd = -1
+        if o_direct and hasattr(os, "O_DIRECT"):
+            try:
+                dfd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+                probe = mmap.mmap(-1, DIRECT_ALIGN)
+                try:
+                    os.preadv(dfd, [probe], 0)
+                    self.dfd = dfd
+                    self.direct = True
+                except OSError:
+                    os.close(dfd)
+                finally:
+                    probe.close()
+            except OSError:
+                pass
+        self.io_threads = max(1, int(io_threads))
+        self.pool = ThreadPoolExecutor(self.io_threads, thread_name_prefix="bmoe-io") if self.io_threads > 1 else None
+        self._local = threading.local()
+
+    def _bounce(self) -> mmap.mmap:
+        b = getattr(self._local, "bounce", None)
+        if b is None:
+            b = mmap.mmap(-1, BOUNCE_BYTES)
+            self._local.bounce = b
+        return b
+
+    def read_into(self, view: memoryview, file_off: int) -> float:
+        """Fill ``view`` with file bytes starting at ``file_off``. Returns seconds spent.
+
+        Raises :class:`ExpertIOError` on an OS error or a short read.
+        """
+        t0 = time.perf_counter()
+        n = len(view)
+        try:
+            if self.direct:
+                bounce = self._bounce()
+                pos = 0
+                while pos < n:
+                    off = file_off + pos
+                    a = _round_down(off, DIRECT_ALIGN)
+                    lead = off - a
+                    want = min(n - pos, BOUNCE_BYTES - lead)
+                    span = _round_up(lead + want, DIRECT_ALIGN)
+                    got = os.preadv(self.dfd, [memoryview(bounce)[:span]], a)
+                    if got < lead + want:
+                        raise ExpertIOError(f"short read at offset {off}: {got - lead} of {want} bytes")
+                    view[pos : pos + want] = bounce[lead : lead + want]
+                    pos += want
+            else:
+                pos = 0
+                while pos < n:
+                    got = os.preadv(self.fd, [view[pos:]], file_off + pos)
+                    if got <= 0:
+                        raise ExpertIOError(f"short read at offset {file_off + pos}: end of file")
+                    pos += got
+        except ExpertIOError:
+            raise
+        except OSError as e:
+            raise ExpertIOError(f"read of {n} bytes at offset {file_off} failed: {e.strerror or e}") from None
+        return time.perf_counter() - t0
+
+    def close(self) -> None:
+        if self.pool:
+            self.pool.shutdown(wait=True)
+        for fd in (self.fd, self.dfd):
+            if fd >= 0:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+
+
+@dataclass
+class TokenCounters:
+    """Expert-cache work done during one decode (one token, or one prefill)."""
+
+    hits: int = 0
+    misses: int = 0
+    read_bytes: int = 0
+    io_s: float = 0.0
+    stall_s: float = 0.0
+    mgmt_s: float = 0.0
+    spec_bytes: int = 0
+    #: per layer: (routed experts in routing order of first appearance, hit flags)
+    route: dict[int, tuple[list[int], list[int]]] = field(default_factory=dict)
+
+
+class ExpertCache:
+    """LRU over (layer, expert) under ``budget_bytes``; fills the private buffers on demand.
+
+    ``budget_bytes``: ``None`` = no limit (every expert may stay), ``0`` = no cache (the routed
+    experts are read for each token and released after their layer), otherwise a byte budget
+    over the sum of resident expert slices. ``overlap``/``prefetch``: speculative reads of the
+    experts the previous token routed at the next ``prefetch`` layers, on the I/O threads.
+    All methods except the I/O workers' bodies run on the decode thread (the eval callback).
+    """
+
+    def __init__(
+        self,
+        layout: ModelLayout,
+        buffers: dict[str, TensorBuffer],
+        reader: ExpertReader,
+        budget_bytes: int | None,
+        overlap: bool = False,
+        prefetch: int = 0,
+    ):
+        self.layout = layout
+        self.buffers = buffers
+        self.reader = reader
+        self.budget = budget_bytes
+        self.no_cache = budget_bytes == 0
+        self.overlap = bool(overlap or prefetch > 0)
+        self.prefetch = int(prefetch) if prefetch else (1 if overlap else 0)
+        if self.overlap and reader.pool is None:
+            # speculative reads need at least one idle lane
+            reader.pool = ThreadPoolExecutor(1, thread_name_prefix="bmoe-io")
+        self.layer_bufs: list[list[TensorBuffer]] = [
+            [buffers[i.name] for i in ts] for ts in layout.layers
+        ]
+        self.lru: OrderedDict[tuple[int, int], int] = OrderedDict()  # (il, e) -> bytes
+        self.resident_bytes = 0
+        self.inflight: dict[tuple[int, int], tuple[Future, int]] = {}
+        self.inflight_bytes = 0
+        self.prev_layer_set: tuple[int, set[int]] | None = None  # no-cache mode: release after use
+        # cumulative counters (since load)
+        self.hits = 0
+        self.misses = 0
+        self.read_bytes = 0
+        self.evictions = 0
+        self.layer_hits = [0] * layout.n_layer
+        self.layer_misses = [0] * layout.n_layer
+        self.spec_bytes = 0
+        self.spec_experts = 0
+        self.spec_useful = 0
+        self._spec_pending: set[tuple[int, int]] = set()  # prefetched, not yet routed
+        self.tok = TokenCounters()
+        self.last_route: dict[int, set[int]] = {}
+
+    # -- accounting -------------------------------------------------------------------------
+    def begin_token(self) -> None:
+        self.tok = TokenCounters()
+
+    @property
+    def budget_mib(self) -> float | None:
+        if self.budget is None:
+            return self.layout.expert_bank_bytes / MIB
+        return self.budget / MIB
+
+    @property
+    def resident_mib(self) -> float:
+        return self.resident_bytes / MIB
+
+    def resident_ids(self) -> list[list[int]]:
+        out: list[list[int]] = [[] for _ in range(self.layout.n_layer)]
+        for il, e in self.lru:
+            out[il].append(e)
+        for ids in out:
+            ids.sort()
+        return out
+
+    # -- the demand path (called from the eval callback for layer ``il``) -------------------
+    def ensure(self, il: int, routed: list[int]) -> None:
+        """Make every expert in ``routed`` (unique ids, routing order) resident for layer ``il``.
+
+        Raises :class:`ExpertIOError` when a read fails (nothing is marked resident then).
+        """
+        tok = self.tok
+        t_m0 = time.perf_counter()
+        need = set(routed)
+        if self.no_cache and self.prev_layer_set is not None:
+            pil, pset = self.prev_layer_set
+            for e in pset:
+                for tb in self.layer_bufs[pil]:
+                    tb.release(e)
+            self.prev_layer_set = None
+        hits_flags: list[int] = []
+        missing: list[int] = []
+        waits: list[tuple[int, Future]] = []
+        for e in routed:
+            key = (il, e)
+            if key in self.lru:
+                hits_flags.append(1)
+                self.lru.move_to_end(key)
+            elif key in self.inflight:
+                hits_flags.append(1)
+                waits.append((e, self.inflight[key][0]))
+            else:
+                hits_flags.append(0)
+                missing.append(e)
+            if key in self._spec_pending:
+                self._spec_pending.discard(key)
+                self.spec_useful += 1
+        nh = sum(hits_flags)
+        tok.route[il] = (list(routed), hits_flags)
+        if not self.no_cache:
+            tok.hits += nh
+            tok.misses += len(routed) - nh
+            self.hits += nh
+            self.misses += len(routed) - nh
+            self.layer_hits[il] += nh
+            self.layer_misses[il] += len(routed) - nh
+        else:
+            tok.misses += len(routed)
+        ebytes = self.layout.expert_bytes[il]
+        # make room (never evict what this layer needs or what is in flight)
+        if not self.no_cache and self.budget is not None and missing:
+            self._evict_for(len(missing) * ebytes, protect_layer=il, protect=need)
+        for e in missing:
+            for tb in self.layer_bufs[il]:
+                tb.commit(e)
+        tok.mgmt_s += time.perf_counter() - t_m0
+
+        # demand reads
+        if missing:
+            jobs = [(tb, e) for e in missing for tb in self.layer_bufs[il]]
+            t0 = time.perf_counter()
+            busy = self._run_jobs(jobs)
+            blocked = time.perf_counter() - t0
+            nbytes = len(missing) * ebytes
+            tok.read_bytes += nbytes
+            self.read_bytes += nbytes
+            if self.overlap:
+                tok.io_s += busy
+                tok.stall_s += blocked
+            else:
+                tok.io_s += blocked
+        # in-flight speculative reads this layer needs now
+        for e, fut in waits:
+            t0 = time.perf_counter()
+            try:
+                fut.result()
+            except ExpertIOError:
+                # retry on the demand path
+                self._drop_inflight((il, e))
+                jobs = [(tb, e) for tb in self.layer_bufs[il]]
+                busy = self._run_jobs(jobs)
+                tok.io_s += busy
+                tok.read_bytes += ebytes
+                self.read_bytes += ebytes
+            tok.stall_s += time.perf_counter() - t0
+        t_m1 = time.perf_counter()
+        self._integrate_done()
+        for e, _ in waits:
+            self._integrate((il, e))
+        if self.no_cache:
+            self.prev_layer_set = (il, set(missing))
+        else:
+            for e in missing:
+                key = (il, e)
+                self.lru[key] = ebytes
+                self.resident_bytes += ebytes
+        tok.mgmt_s += time.perf_counter() - t_m1
+        self.last_route.setdefault(il, set())
+        # speculative reads for the next layers, from the previous token's routing
+        if self.prefetch and not self.no_cache:
+            self._prefetch_after(il, need)
+
+    def end_decode(self) -> None:
+        """After a decode: in no-cache mode release the last layer's experts; remember the routing."""
+        t0 = time.perf_counter()
+        if self.no_cache and self.prev_layer_set is not None:
+            pil, pset = self.prev_layer_set
+            for e in pset:
+                for tb in self.layer_bufs[pil]:
+                    tb.release(e)
+            self.prev_layer_set = None
+        self.last_route = {il: set(r[0]) for il, r in self.tok.route.items()}
+        self.tok.mgmt_s += time.perf_counter() - t0
+
+    # -- helpers ------------------------------------------------------------------------------
+    def _run_jobs(self, jobs: list[tuple[TensorBuffer, int]]) -> float:
+        """Read every (buffer, expert) slice; returns the summed per-lane busy seconds."""
+
+        def one(job):
+            tb, e = job
+            a, b = tb.slice_range(e)
+            return self.reader.read_into(tb.view[a:b], tb.info.file_offset + a)
+
+        if self.reader.pool is None or len(jobs) == 1:
+            return sum(one(j) for j in jobs)
+        futs = [self.reader.pool.submit(one, j) for j in jobs]
+        busy = 0.0
+        err: BaseException | None = None
+        for f in futs:
+            try:
+                busy += f.result()
+            except BaseException as e:  # noqa: BLE001 - re-raised below after all lanes finish
+                err = err or e
+        if err:
+            raise err
+        return busy
+
+    def _evict_for(self, nbytes: int, protect_layer: int, protect: set[int]) -> None:
+        assert self.budget is not None
+        limit = self.budget
+        if self.resident_bytes + self.inflight_bytes + nbytes <= limit:
+            return
+        for key in list(self.lru.keys()):
+            if self.resident_bytes + self.inflight_bytes + nbytes <= limit:
+                break
+            il, e = key
+            if il == protect_layer and e in protect:
+                continue
+            self._evict(key)
+
+    def _evict(self, key: tuple[int, int]) -> None:
+        il, e = key
+        b = self.lru.pop(key)
+        self.resident_bytes -= b
+        self.evictions += 1
+        self._spec_pending.discard(key)
+        for tb in self.layer_bufs[il]:
+            tb.release(e)
+
+    def _drop_inflight(self, key) -> None:
+        fut, b = self.inflight.pop(key)
+        self.inflight_bytes -= b
+
+    def _integrate(self, key) -> None:
+        if key not in self.inflight:
+            return
+        fut, b = self.inflight.pop(key)
+        self.inflight_bytes -= b
+        if fut.exception() is not None:
+            il, e = key
+            for tb in self.layer_bufs[il]:
+                tb.release(e)
+            self._spec_pending.discard(key)
+            return
+        self.lru[key] = b
+        self.resident_bytes += b
+
+    def _integrate_done(self) -> None:
+        for key in [k for k, (f, _) in self.inflight.items() if f.done()]:
+            self._integrate(key)
+
+    def _prefetch_after(self, il: int, need: set[int]) -> None:
+        t0 = time.perf_counter()
+        pool = self.reader.pool
+        n_layer = self.layout.n_layer
+        tok = self.tok
+        for l2 in range(il + 1, min(n_layer, il + 1 + self.prefetch)):
+            cand = self.last_route.get(l2)
+            if not cand or not self.layer_bufs[l2]:
+                continue
+            eb = self.layout.expert_bytes[l2]
+            for e in sorted(cand):
+                key = (l2, e)
+                if key in self.lru or key in self.inflight:
+                    continue
+                if self.budget is not None:
+                    self._evict_for(eb, protect_layer=il, protect=need)
+                    if self.resident_bytes + self.inflight_bytes + eb > self.budget:
+                        break
+                for tb in self.layer_bufs[l2]:
+                    tb.commit(e)
+                fut = pool.submit(self._spec_read, l2, e)
+                self.inflight[key] = (fut, eb)
+                self.inflight_bytes += eb
+                self._spec_pending.add(key)
+                self.spec_experts += 1
+                self.spec_bytes += eb
+                tok.spec_bytes += eb
+                tok.read_bytes += eb
+                self.read_bytes += eb
+        tok.mgmt_s += time.perf_counter() - t0
+
+    def _spec_read(self, il: int, e: int) -> float:
+        busy = 0.0
+        for tb in self.layer_bufs[il]:
+            a, b = tb.slice_range(e)
+            busy += self.reader.read_into(tb.view[a:b], tb.info.file_offset + a)
+        # io_s under overlap is lane-busy time; credited to the token being decoded when it ends
+        self._spec_busy_add(busy)
+        return busy
+
+    _spec_lock = threading.Lock()
+    _spec_busy = 0.0
+
+    def _spec_busy_add(self, s: float) -> None:
+        with self._spec_lock:
+            self._spec_busy += s
+
+    def take_spec_busy(self) -> float:
+        with self._spec_lock:
+            s, self._spec_busy = self._spec_busy, 0.0
+        return s
+
+    def drain(self) -> None:
+        """Wait for every speculative read and integrate it (between generations)."""
+        for key, (fut, _) in list(self.inflight.items()):
+            try:
+                fut.result()
+            except BaseException:  # noqa: BLE001 - a failed speculative read is just dropped
+                pass
+            self._integrate(key)
+
+    def release_all(self) -> None:
+        self.drain()
+        for key in list(self.lru.keys()):
+            self._evict(key)
