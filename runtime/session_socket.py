@@ -66,6 +66,7 @@ class Client:
         self.sent_lines = 0
         self._last_progress = time.monotonic()
         self.reason: str | None = None
+        self._hello: str | None = None  # sent first, never dropped
 
     @property
     def closed(self) -> bool:
@@ -113,11 +114,14 @@ class Client:
         try:
             while True:
                 with self._cv:
-                    while not self._q and not self._closed:
+                    while not self._q and not self._closed and self._hello is None:
                         self._cv.wait(0.5)
                     if self._closed:
                         return
                     batch = []
+                    if self._hello is not None:
+                        batch.append(self._hello)
+                        self._hello = None
                     if self.dropped:
                         n = self.dropped
                         self.dropped = 0
@@ -394,7 +398,8 @@ class SessionSocketServer:
                     separators=(",", ":"),
                 )
                 # queue the hello + replay before the client is visible to broadcast(): no gap, no duplicate
-                c._q.extend([hello, *replay])
+                c._hello = hello
+                c._q.extend(replay)
                 c._q_bytes = sum(len(x) + 1 for x in c._q)
                 self._clients[cid] = c
             threading.Thread(target=c._write_loop, name=f"session-socket-w{cid}", daemon=True).start()
