@@ -1,0 +1,228 @@
+"""tui/sources/metrics_poll.py against real HTTP servers on loopback (stdlib http.server):
+states, backoff, api key, JSON-quoted bodies, proxies and a malformed NO_PROXY."""
+
+from __future__ import annotations
+
+import http.server
+import socket
+import threading
+import time
+
+import orjson
+import pytest
+
+from bmoe_top.tui.sources.metrics_poll import (
+    MetricsPoller,
+    MetricsState,
+    _no_proxy_match,
+    is_loopback_host,
+    make_client,
+)
+
+
+def exposition(hits, misses, tokens):
+    return (
+        "# TYPE llamacpp:moe_cache_hits_total counter\n"
+        f"llamacpp:moe_cache_hits_total {hits}\n"
+        "# TYPE llamacpp:moe_cache_misses_total counter\n"
+        f"llamacpp:moe_cache_misses_total {misses}\n"
+        "# TYPE llamacpp:tokens_predicted_total counter\n"
+        f"llamacpp:tokens_predicted_total {tokens}\n"
+    )
+
+
+class Scripted:
+    """A real HTTP server whose next answers are scripted: (status, body, delay_s)."""
+
+    def __init__(self):
+        self.answers: list[tuple[int, bytes, float]] = []
+        self.default = (200, exposition(0, 0, 0).encode(), 0.0)
+        self.seen: list[dict] = []
+        self.inflight = 0
+        self.max_inflight = 0
+        lock = threading.Lock()
+        outer = self
+
+        class H(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802
+                with lock:
+                    outer.inflight += 1
+                    outer.max_inflight = max(outer.max_inflight, outer.inflight)
+                    outer.seen.append({"path": self.path, "auth": self.headers.get("Authorization")})
+                    st, body, delay = outer.answers.pop(0) if outer.answers else outer.default
+                time.sleep(delay)
+                try:
+                    self.send_response(st)
+                    self.send_header("Content-Type", "text/plain; version=0.0.4")
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                except OSError:
+                    pass
+                finally:
+                    with lock:
+                        outer.inflight -= 1
+
+            def log_message(self, *a):
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.port = self.httpd.server_address[1]
+        self.url = f"http://127.0.0.1:{self.port}/metrics"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self.thread.start()
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def srv():
+    s = Scripted()
+    yield s
+    s.close()
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def test_ok_rates_then_restart_baseline(srv):
+    srv.answers = [(200, exposition(100, 100, 10).encode(), 0), (200, exposition(190, 110, 30).encode(), 0),
+                   (200, exposition(5, 5, 1).encode(), 0), (200, exposition(35, 15, 11).encode(), 0)]
+    p = MetricsPoller(srv.url, interval=0.05, timeout=2)
+    p.scrape_once()
+    assert p.state.status == "ok" and p.state.summary()["rates"] is None
+    time.sleep(0.05)
+    d = p.scrape_once()
+    assert d.hit_pct == pytest.approx(90.0) and d.tok_s > 0 and not d.reset
+    d = p.scrape_once()
+    assert d.reset and d.tok_s is None  # restart: new baseline, no negative rate
+    d = p.scrape_once()
+    assert not d.reset and d.hit_pct == pytest.approx(75.0)
+    s = p.state.summary()
+    assert s["restarts"] == 1 and s["totals"]["hits"] == 35
+    assert "llamacpp:moe_cache_swaps_total" in s["not_exported"]
+    assert s["totals"].get("swaps") is None
+    p.client.close()
+
+
+def test_three_failure_states_are_distinct(srv):
+    srv.answers = [(401, b"unauthorized", 0), (403, b"forbidden", 0), (404, b"not found", 0),
+                   (200, b"<html>oops</html>", 0), (503, b"loading model", 0)]
+    p = MetricsPoller(srv.url, interval=0.05, timeout=2)
+    p.scrape_once()
+    assert p.state.status == "unauthorized" and p.state.http_status == 401
+    p.scrape_once()
+    assert p.state.status == "unauthorized" and p.state.http_status == 403
+    p.scrape_once()
+    assert p.state.status == "malformed" and "404" in p.state.detail
+    p.scrape_once()
+    assert p.state.status == "malformed" and "no sample line" in p.state.detail
+    p.scrape_once()
+    assert p.state.status == "unreachable" and "503" in p.state.detail
+    p.client.close()
+    dead = MetricsPoller(f"http://127.0.0.1:{free_port()}/metrics", interval=0.05, timeout=1)
+    dead.scrape_once()
+    assert dead.state.status == "unreachable"
+    dead.scrape_once()
+    dead.scrape_once()
+    assert dead.next_wait() == pytest.approx(0.2)  # backoff doubles while unreachable
+    dead.client.close()
+
+
+def test_timeout_is_unreachable(srv):
+    srv.answers = [(200, exposition(1, 1, 1).encode(), 1.5)]
+    p = MetricsPoller(srv.url, interval=0.05, timeout=0.3)
+    p.scrape_once()
+    assert p.state.status == "unreachable" and "timeout" in p.state.detail
+    p.client.close()
+
+
+def test_api_key_sent_as_bearer(srv):
+    p = MetricsPoller(srv.url, interval=0.05, api_key="s3cret")
+    p.scrape_once()
+    assert srv.seen[-1]["auth"] == "Bearer s3cret"
+    p.client.close()
+
+
+def test_json_quoted_body_flagged(srv):
+    srv.answers = [(200, orjson.dumps(exposition(7, 3, 2)), 0)]
+    p = MetricsPoller(srv.url)
+    p.scrape_once()
+    assert p.state.status == "ok" and p.state.json_quoted
+    assert "JSON-quoted" in p.state.detail
+    assert p.state.summary()["totals"]["hits"] == 7
+    p.client.close()
+
+
+def test_thread_one_request_in_flight_and_stops(srv):
+    # slow answers and a short interval: the poller never overlaps requests
+    srv.default = (200, exposition(1, 1, 1).encode(), 0.15)
+    st = MetricsState(url=srv.url)
+    p = MetricsPoller(srv.url, st, interval=0.01, timeout=2)
+    p.start()
+    time.sleep(0.8)
+    p.stop()
+    p.join(2)
+    assert not p.is_alive()
+    assert srv.max_inflight == 1 and st.n_ok >= 3
+
+
+def test_loopback_never_uses_proxy_even_with_malformed_no_proxy(srv, monkeypatch):
+    proxy = Scripted()  # a "proxy" that would answer anything; it must see no request
+    try:
+        monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{proxy.port}")
+        monkeypatch.setenv("ALL_PROXY", f"http://127.0.0.1:{proxy.port}")
+        monkeypatch.setenv("NO_PROXY", "http://[::1,foo:bar:baz")
+        srv.answers = [(200, exposition(2, 2, 2).encode(), 0)]
+        for host in ("127.0.0.1", "localhost"):
+            p = MetricsPoller(srv.url.replace("127.0.0.1", host))
+            p.scrape_once()
+            p.client.close()
+            assert p.state.status == "ok", p.state.detail
+        assert proxy.seen == []
+    finally:
+        proxy.close()
+
+
+def test_remote_host_malformed_no_proxy_does_not_crash_and_uses_proxy(monkeypatch):
+    proxy = Scripted()
+    proxy.default = (200, exposition(9, 1, 4).encode(), 0)
+    try:
+        monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{proxy.port}")
+        monkeypatch.setenv("NO_PROXY", "foo:bar:baz,.internal.example")
+        p = MetricsPoller("http://metrics.example.invalid:8080/metrics", timeout=2)
+        assert "NO_PROXY entries ignored: foo:bar:baz" in p.state.proxy_note
+        p.scrape_once()
+        p.client.close()
+        assert p.state.status == "ok", p.state.detail
+        assert proxy.seen and proxy.seen[0]["path"] == "http://metrics.example.invalid:8080/metrics"
+        # a host the valid entries exempt goes direct (and here fails: no such host)
+        monkeypatch.setenv("NO_PROXY", "foo:bar:baz,.example.invalid")
+        p2 = MetricsPoller("http://metrics.example.invalid:8080/metrics", timeout=1)
+        assert "connecting directly" in p2.state.proxy_note
+        n = len(proxy.seen)
+        p2.scrape_once()
+        p2.client.close()
+        assert p2.state.status == "unreachable" and len(proxy.seen) == n
+    finally:
+        proxy.close()
+
+
+def test_helpers():
+    assert is_loopback_host("127.0.0.5") and is_loopback_host("::1") and is_loopback_host("[::1]")
+    assert is_loopback_host("LocalHost") and not is_loopback_host("10.0.0.1")
+    assert _no_proxy_match("a.b.example", ".example")[0]
+    assert _no_proxy_match("10.1.2.3", "10.0.0.0/8")[0]
+    assert _no_proxy_match("x", "*")[0]
+    hit, bad = _no_proxy_match("x.org", "foo:bar, ,[zz]:1")
+    assert not hit and bad == ["foo:bar", "[zz]:1"]
+    c, note = make_client("http://127.0.0.1:1/metrics", 1.0)
+    assert note == ""
+    c.close()
