@@ -1,0 +1,127 @@
+"""``bmoe-top`` command line.
+
+    bmoe-top                                  launch the bundled runtime on its demo model, live
+    bmoe-top replay PATH...                   replay recorded runs (any format, sniffed from content)
+    bmoe-top replay --summary [--json] PATH   print the run summary without the UI
+    bmoe-top launch [--once --json -p P] [-- CMD...]   run a session-protocol program live
+    bmoe-top attach --session SOCK | --metrics URL | --audit FILE [--once --json]
+
+Bad input (a missing file, an unknown format, an unreachable source) gets one clear line on
+stderr and exit status 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from typing import Any
+
+import orjson
+
+EXIT_USAGE = 2
+
+
+def _die(msg: str) -> int:
+    print(f"bmoe-top: {msg}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def _jsonable(obj: Any) -> Any:
+    if isinstance(obj, float) and (math.isnan(obj) or math.isinf(obj)):
+        return None
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    return obj
+
+
+def print_json(obj: Any) -> None:
+    sys.stdout.write(orjson.dumps(_jsonable(obj), option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY).decode() + "\n")
+
+
+def format_summary_text(s: dict[str, Any]) -> str:
+    from bmoe_top.tui.run import SUMMARY_FIELDS
+    from bmoe_top.tui.widgets.palette import fmt
+
+    lines = [f"sources: {', '.join(s['sources'])}"]
+    meta = s["meta"]
+    lines.append(f"model: {meta.get('model', 'missing')}  arch: {meta.get('arch', 'missing')}  "
+                 f"layers: {s['n_layer'] or 'missing'}  experts: {s['n_expert'] or 'missing'}")
+    lines.append(f"mode: {s['mode']} ({s['mode_reason']})")
+    for key, label, unit in SUMMARY_FIELDS:
+        v = s.get(key)
+        digits = 3 if unit == "s" or key == "tok_s" else 1
+        text = "no cache" if key == "cache_hit_pct" and v is not None and v < 0 else fmt(v, digits, unit)
+        lines.append(f"  {label:<16} {text}")
+    lines.append(f"token rows: {s['derived']['token_rows']}  turns: {s['turns']}  "
+                 f"routing rows: {s['routing_rows']}  problems: {s['problems']}")
+    return "\n".join(lines)
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from bmoe_top.tui.run import run_summary
+    from bmoe_top.tui.sources.file_replay import ReplayError, open_paths
+
+    try:
+        run = open_paths(args.paths)
+    except ReplayError as e:
+        return _die(str(e))
+    if args.summary or args.json:
+        s = run_summary(run)
+        if args.json:
+            print_json(s)
+        else:
+            print(format_summary_text(s))
+        return 0
+    from bmoe_top.tui.app import BmoeTopApp
+
+    title = " + ".join(p.rsplit("/", 1)[-1] for p in args.paths)
+    BmoeTopApp(run, title=f"replay {title}", fps=args.fps).run()
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="bmoe-top", description="Terminal observatory for MoE expert streaming.")
+    p.add_argument("--fps", type=float, default=10.0, help="maximum repaints per second (default 10)")
+    sub = p.add_subparsers(dest="cmd")
+    r = sub.add_parser("replay", help="replay recorded runs (CSV, transcripts, route traces, recordings)")
+    r.add_argument("paths", nargs="+", metavar="PATH")
+    r.add_argument("--summary", action="store_true", help="print the run summary, no UI")
+    r.add_argument("--json", action="store_true", help="with --summary: as JSON")
+    r.add_argument("--fps", type=float, default=10.0, help=argparse.SUPPRESS)
+    r.set_defaults(func=cmd_replay)
+    _add_live_commands(sub)
+    return p
+
+
+def _add_live_commands(sub: Any) -> None:
+    """Live and attach sub-commands come from their own modules when present."""
+    try:
+        from bmoe_top.tui import live_cli
+    except ImportError:
+        return
+    live_cli.add_commands(sub)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.cmd is None:
+        try:
+            from bmoe_top.tui import live_cli
+        except ImportError:
+            live_cli = None
+        if live_cli is not None:
+            return live_cli.default_main(args)
+        return _die("no live runtime in this build; use `bmoe-top replay PATH`")
+    try:
+        return args.func(args)
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,765 @@
+"""The one run model every source feeds, and every widget renders from.
+
+No Textual import here: sources (file replay, child session, session socket, metrics poll, audit
+tail) call the ``ingest_*`` / ``load_*`` methods from their own threads under :attr:`RunModel.lock`;
+the app polls :attr:`RunModel.version` on a timer and repaints at a bounded rate.
+
+Shapes and units
+----------------
+* Per-token columns (:attr:`RunModel.tokens`): one row per generated (decode) token, float64,
+  NaN where the source did not send the value. Canonical names: ``step``, ``steps``, ``turn``,
+  ``t`` (unix s, when the source timestamps lines), ``wall_ms``, ``io_ms``, ``compute_ms``,
+  ``mgmt_ms``, ``stall_ms``, ``read_mib`` (MiB read from flash this token; CSV ``read_bytes`` / 2**20,
+  BMOE ``read_mb``), ``cache_hit_pct`` (cumulative, -1 = no cache), ``load_mib``/``load_ms``
+  (``BMOE_LOAD``), ``text_end`` (length of the turn's answer after this token), plus every extra
+  numeric column the source had (``majflt``, ``cpu_ms``, ``rss_mib``, ...).
+* Routing rows (:attr:`RunModel.routes`): one row per (token, layer, routed expert): ``tok`` (token
+  index, -1 - turn for prefill rows), ``layer``, ``expert``, ``hit`` (1 resident when routed, 0
+  miss). From a route-trace CSV or ``BMOE_ROUTE`` lines.
+* Resident map (:attr:`RunModel.resident`): bool ``[n_layer, n_expert]`` from ``BMOE_RESIDENT``, or
+  None when the source never said.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+import numpy as np
+
+#: Token columns every run has (NaN when the source did not send them).
+BASE_COLUMNS = (
+    "step", "steps", "turn", "t", "wall_ms", "io_ms", "compute_ms", "mgmt_ms", "stall_ms",
+    "read_mib", "cache_hit_pct", "load_mib", "load_ms", "text_end",
+)
+
+_MIB = float(1 << 20)
+
+
+class Columns:
+    """Named float64 columns grown in chunks (capacity doubles; never per append).
+
+    ``view(name)`` returns a read-only view of the first ``n`` rows; a column that no row ever
+    set is all NaN and reported by :meth:`has` as absent.
+    """
+
+    def __init__(self, names: Iterable[str] = (), capacity: int = 4096, dtype=np.float64):
+        self._dtype = dtype
+        self._cap = max(16, capacity)
+        self.n = 0
+        self._cols: dict[str, np.ndarray] = {}
+        self._seen: set[str] = set()
+        for name in names:
+            self._add(name)
+
+    def _add(self, name: str) -> np.ndarray:
+        col = np.full(self._cap, np.nan, dtype=self._dtype)
+        self._cols[name] = col
+        return col
+
+    def _grow(self, need: int) -> None:
+        cap = self._cap
+        while cap < need:
+            cap *= 2
+        if cap == self._cap:
+            return
+        for name, col in self._cols.items():
+            new = np.full(cap, np.nan, dtype=self._dtype)
+            new[: self.n] = col[: self.n]
+            self._cols[name] = new
+        self._cap = cap
+
+    @property
+    def names(self) -> list[str]:
+        return list(self._cols)
+
+    def has(self, name: str) -> bool:
+        """True when at least one row carried a value for ``name``."""
+        return name in self._seen
+
+    def append(self, row: dict[str, float]) -> int:
+        """Append one row (missing names stay NaN); returns its index."""
+        if self.n >= self._cap:
+            self._grow(self.n + 1)
+        i = self.n
+        for name, value in row.items():
+            if value is None:
+                continue
+            col = self._cols.get(name)
+            if col is None:
+                col = self._add(name)
+            col[i] = value
+            self._seen.add(name)
+        self.n = i + 1
+        return i
+
+    def set(self, i: int, name: str, value: float) -> None:
+        col = self._cols.get(name)
+        if col is None:
+            col = self._add(name)
+        col[i] = value
+        self._seen.add(name)
+
+    def extend(self, columns: dict[str, np.ndarray], n: int) -> None:
+        """Append ``n`` rows given as whole arrays (length ``n`` each)."""
+        self._grow(self.n + n)
+        for name, arr in columns.items():
+            col = self._cols.get(name)
+            if col is None:
+                col = self._add(name)
+            col[self.n: self.n + n] = arr[:n]
+            if n and not np.all(np.isnan(np.asarray(arr[:n], dtype=np.float64))):
+                self._seen.add(name)
+        self.n += n
+
+    def view(self, name: str, stop: int | None = None) -> np.ndarray:
+        """The first ``stop`` (default all) values of ``name``; all-NaN when absent."""
+        stop = self.n if stop is None else min(stop, self.n)
+        col = self._cols.get(name)
+        if col is None:
+            return np.full(stop, np.nan)
+        v = col[:stop]
+        v = v.view()
+        v.flags.writeable = False
+        return v
+
+    def last(self, name: str) -> float:
+        """Last value of ``name`` (NaN when absent or no rows)."""
+        if not self.n or name not in self._cols:
+            return math.nan
+        return float(self._cols[name][self.n - 1])
+
+
+class RouteRows:
+    """Routing rows (tok, layer, expert, hit) in int32 columns grown in chunks."""
+
+    def __init__(self, capacity: int = 8192):
+        self._cap = capacity
+        self.n = 0
+        self._a = np.zeros((4, capacity), dtype=np.int32)
+
+    def extend(self, tok: np.ndarray, layer: np.ndarray, expert: np.ndarray, hit: np.ndarray) -> None:
+        k = len(tok)
+        if self.n + k > self._cap:
+            cap = self._cap
+            while cap < self.n + k:
+                cap *= 2
+            new = np.zeros((4, cap), dtype=np.int32)
+            new[:, : self.n] = self._a[:, : self.n]
+            self._a, self._cap = new, cap
+        s = slice(self.n, self.n + k)
+        self._a[0, s] = tok
+        self._a[1, s] = layer
+        self._a[2, s] = expert
+        self._a[3, s] = hit
+        self.n += k
+
+    @property
+    def tok(self) -> np.ndarray:
+        return self._a[0, : self.n]
+
+    @property
+    def layer(self) -> np.ndarray:
+        return self._a[1, : self.n]
+
+    @property
+    def expert(self) -> np.ndarray:
+        return self._a[2, : self.n]
+
+    @property
+    def hit(self) -> np.ndarray:
+        return self._a[3, : self.n]
+
+
+@dataclass
+class Turn:
+    """One generation (a session turn, or a CSV ``turn``): its prompt, text and end record."""
+
+    index: int
+    id: int | None = None
+    prompt: str | None = None
+    text: str = ""
+    reasoning: str = ""
+    first_token: int = 0  # index into the token columns
+    done: dict[str, Any] | None = None  # BMOE_DONE fields, or a CSV `# summary` canonical dict
+    cancelled: bool = False
+    error: str | None = None
+
+
+@dataclass
+class ProblemEntry:
+    """A line the source could not use: where, what, why. Counted and shown, never fatal."""
+
+    source: str
+    lineno: int
+    text: str
+    reason: str
+
+
+@dataclass
+class RunModel:
+    """The in-memory model of one run (see module docstring for shapes and units)."""
+
+    meta: dict[str, str] = field(default_factory=dict)
+    summary: dict[str, float] = field(default_factory=dict)  # canonical keys (parsers.summary_lines)
+    summary_extra: dict[str, str] = field(default_factory=dict)  # non-canonical summary keys, verbatim
+    sidecar: dict[str, str] = field(default_factory=dict)  # key=value device sidecar lines
+    sources: list[str] = field(default_factory=list)
+    status: str = "empty"  # empty | loading | ready | generating | done | aborted | replay
+    status_detail: str = ""
+    ready: dict[str, Any] | None = None
+    n_layer: int | None = None
+    n_expert: int | None = None
+    top_k: int | None = None
+    resident: np.ndarray | None = None  # bool [n_layer, n_expert]
+    resident_mib: float | None = None
+    budget_mib: float | None = None
+    last_line_t: float | None = None  # monotonic time of the last line a live source delivered
+
+    def __post_init__(self) -> None:
+        self.lock = threading.RLock()
+        self.version = 0
+        self.tokens = Columns(BASE_COLUMNS)
+        self.routes = RouteRows()
+        self.turns: list[Turn] = []
+        self.problems: list[ProblemEntry] = []
+        self.problem_count = 0
+        self.log: deque[str] = deque(maxlen=5000)  # stderr / loader noise
+        self.requests: list[dict[str, Any]] = []
+        self._acc = None  # TextAccumulator of the current turn
+        self._extra_numeric_seen: set[str] = set()
+
+    # ------------------------------------------------------------------ basics
+    def touch(self) -> None:
+        self.version += 1
+
+    def add_problem(self, source: str, lineno: int, text: str, reason: str) -> None:
+        """Record a bad line. Only the first 10,000 are kept; all are counted."""
+        with self.lock:
+            self.problem_count += 1
+            if len(self.problems) < 10_000:
+                self.problems.append(ProblemEntry(source, lineno, text[:200], reason))
+            self.touch()
+
+    @property
+    def n_tokens(self) -> int:
+        return self.tokens.n
+
+    def current_turn(self, create: bool = True) -> Turn | None:
+        if not self.turns and create:
+            self.turns.append(Turn(index=0, first_token=self.tokens.n))
+        return self.turns[-1] if self.turns else None
+
+    def _new_turn(self, **kw: Any) -> Turn:
+        t = Turn(index=len(self.turns), first_token=self.tokens.n, **kw)
+        self.turns.append(t)
+        self._acc = None
+        return t
+
+    # ----------------------------------------------------------- record ingest
+    def ingest(self, rec: Any, t: float | None = None, lineno: int = 0, source: str = "") -> None:
+        """Apply one parser record (``bmoe_top.parsers.bmoe_lines``) to the model.
+
+        Dispatches on the record's class name, so every source can hand over whatever
+        :func:`parse_line` returned. ``t`` is the unix time the line arrived (live, recordings).
+        """
+        handler = getattr(self, "_on_" + type(rec).__name__, None)
+        with self.lock:
+            self.last_line_t = time.monotonic()
+            if handler is None:
+                self.log.append(str(rec))
+            else:
+                handler(rec, t, lineno, source)
+            self.touch()
+
+    def _prefix(self, rec: Any) -> None:
+        prefix = getattr(rec, "prefix", "")
+        if prefix:
+            self.log.append(prefix)
+
+    def _on_TextLine(self, rec: Any, t, lineno, source) -> None:
+        self.log.append(rec.text)
+
+    def _on_BadLine(self, rec: Any, t, lineno, source) -> None:
+        self.problem_count += 1
+        if len(self.problems) < 10_000:
+            self.problems.append(ProblemEntry(source, lineno, rec.text[:200], rec.reason))
+
+    def _on_Ready(self, rec: Any, t, lineno, source) -> None:
+        self._prefix(rec)
+        self.ready = {"load_s": rec.load_s, "arch": rec.arch, "n_ctx": rec.n_ctx, **(rec.extra or {})}
+        if rec.arch:
+            self.meta.setdefault("arch", rec.arch)
+        if rec.n_ctx is not None:
+            self.meta["n_ctx"] = str(rec.n_ctx)
+        if rec.load_s is not None:
+            self.summary["load_s"] = float(rec.load_s)
+        for k in ("n_layer", "n_expert", "n_expert_used", "model"):
+            v = (rec.extra or {}).get(k)
+            if v is not None:
+                self.meta[k] = str(v)
+        self._apply_dims()
+        self.status = "ready"
+
+    def _on_Begin(self, rec: Any, t, lineno, source) -> None:
+        self._prefix(rec)
+        prompt = None
+        for r in reversed(self.requests):
+            if r.get("id") == rec.id and r.get("cmd") == "generate":
+                prompt = r.get("prompt")
+                break
+        self._new_turn(id=rec.id, prompt=prompt)
+        self.status = "generating"
+
+    def _on_Load(self, rec: Any, t, lineno, source) -> None:
+        self._prefix(rec)
+        self._pending_load = (rec.mb, rec.ms)
+
+    def _on_Progress(self, rec: Any, t, lineno, source) -> None:
+        self._prefix(rec)
+        turn = self.current_turn()
+        if self._acc is None:
+            from bmoe_top.parsers.bmoe_lines import TextAccumulator
+
+            self._acc = TextAccumulator()
+        self._acc.feed(rec)
+        turn.text = self._acc.text
+        turn.reasoning = self._acc.reasoning
+        row = {
+            "step": rec.step, "steps": rec.steps, "turn": turn.index, "t": t,
+            "wall_ms": rec.wall_ms, "io_ms": rec.io_ms, "compute_ms": rec.compute_ms,
+            "mgmt_ms": rec.mgmt_ms, "stall_ms": rec.stall_ms, "read_mib": rec.read_mb,
+            "cache_hit_pct": rec.cache_hit_pct, "text_end": len(turn.text),
+        }
+        pending = getattr(self, "_pending_load", None)
+        if pending is not None:
+            row["load_mib"], row["load_ms"] = pending
+            self._pending_load = None
+        for k, v in (rec.extra or {}).items():
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                row[k] = v
+        self.tokens.append(row)
+        if self.status not in ("replay",):
+            self.status = "generating"
+
+    def _on_Done(self, rec: Any, t, lineno, source) -> None:
+        self._prefix(rec)
+        turn = self.current_turn()
+        fields = {k: getattr(rec, k) for k in (
+            "id", "cancelled", "tokens", "tok_s", "prefill_s", "load_s", "cache_hit_pct", "n_prompt",
+            "n_past", "cache_resident_mib", "cache_budget_mib", "spec_recall_pct", "stall_s_tok",
+            "mgmt_s_tok")}
+        fields.update(rec.extra or {})
+        turn.done = fields
+        turn.cancelled = bool(rec.cancelled)
+        if rec.text is not None and len(rec.text) >= len(turn.text):
+            turn.text = rec.text
+        # The latest turn's end record is the run's summary.
+        mapping = {"tokens": "tokens", "tok_s": "tok_s", "prefill_s": "prefill_s", "load_s": "load_s",
+                   "cache_hit_pct": "cache_hit_pct", "n_prompt": "n_prompt",
+                   "cache_resident_mib": "resident_mib", "cache_budget_mib": "budget_mib",
+                   "stall_s_tok": "stall_s_tok", "mgmt_s_tok": "mgmt_s_tok",
+                   "spec_recall_pct": "spec_recall_pct"}
+        for src, dst in mapping.items():
+            v = fields.get(src)
+            if v is not None and not isinstance(v, bool):
+                self.summary[dst] = float(v)
+        if rec.tok_s:
+            self.summary["s_per_tok"] = 1.0 / float(rec.tok_s)
+        if rec.cache_resident_mib is not None:
+            self.resident_mib = float(rec.cache_resident_mib)
+        if rec.cache_budget_mib is not None:
+            self.budget_mib = float(rec.cache_budget_mib)
+        self.status = "ready"
+        self._acc = None
+
+    def _on_Error(self, rec: Any, t, lineno, source) -> None:
+        self._prefix(rec)
+        msg = rec.msg or "(no message)"
+        self.log.append(f"BMOE_ERROR id={rec.id} fatal={rec.fatal}: {msg}")
+        if self.turns and rec.id is not None and self.turns[-1].id == rec.id:
+            self.turns[-1].error = msg
+        if rec.fatal:
+            self.status = "aborted"
+            self.status_detail = msg
+        else:
+            self.status_detail = f"request rejected: {msg}"
+
+    def _on_Route(self, rec: Any, t, lineno, source) -> None:
+        self._prefix(rec)
+        experts = rec.experts or []
+        hits = rec.hit or []
+        if self.n_layer is None or len(experts) > self.n_layer:
+            self.n_layer = len(experts)
+        if rec.phase == "prefill":
+            tok_index = -1 - (self.current_turn().index if self.turns else 0)
+        else:
+            # The route line for a token precedes or follows its BMOE_PROGRESS: key by the step.
+            tok_index = self.tokens.n if self._route_before_progress(rec) else self.tokens.n - 1
+        toks, layers, exps, hs = [], [], [], []
+        for il, row in enumerate(experts):
+            hrow = hits[il] if il < len(hits) else []
+            for j, e in enumerate(row):
+                toks.append(tok_index)
+                layers.append(il)
+                exps.append(int(e))
+                hs.append(int(hrow[j]) if j < len(hrow) else -1)
+        if exps and (self.n_expert is None or max(exps) >= self.n_expert):
+            self.n_expert = max(exps) + 1
+        if toks:
+            self.routes.extend(np.asarray(toks), np.asarray(layers), np.asarray(exps), np.asarray(hs))
+            k = max(len(r) for r in experts)
+            if self.top_k is None or k > self.top_k:
+                self.top_k = k
+
+    def _route_before_progress(self, rec: Any) -> bool:
+        """True when a decode BMOE_ROUTE belongs to the token whose BMOE_PROGRESS is still to come."""
+        n = self.tokens.n
+        turn = self.current_turn(create=False)
+        if not n or turn is None or turn.first_token >= n:
+            return True
+        last_step = self.tokens.last("step")
+        return rec.step is None or math.isnan(last_step) or rec.step > last_step
+
+    def _on_Resident(self, rec: Any, t, lineno, source) -> None:
+        self._prefix(rec)
+        resident = rec.resident or []
+        n_layer = max(len(resident), self.n_layer or 0)
+        n_expert = rec.n_expert or self.n_expert
+        if n_expert is None:
+            n_expert = 1 + max((max(r) for r in resident if r), default=-1)
+        self.n_layer, self.n_expert = n_layer, n_expert
+        m = np.zeros((n_layer, n_expert), dtype=bool)
+        for il, row in enumerate(resident):
+            ids = [e for e in row if 0 <= e < n_expert]
+            m[il, ids] = True
+        self.resident = m
+        if rec.resident_mib is not None:
+            self.resident_mib = float(rec.resident_mib)
+        if rec.budget_mib is not None:
+            self.budget_mib = float(rec.budget_mib)
+
+    def _on_Unknown(self, rec: Any, t, lineno, source) -> None:
+        self.log.append(f"BMOE_{rec.tag} {rec.fields}")
+
+    def note_request(self, req: dict[str, Any]) -> None:
+        """Remember a request sent to (or read for) a session, so turns know their prompt."""
+        with self.lock:
+            self.requests.append(dict(req))
+            self.touch()
+
+    # ------------------------------------------------------------- bulk loads
+    def _apply_dims(self) -> None:
+        for key, attr in (("n_layer", "n_layer"), ("n_expert", "n_expert"), ("n_expert_used", "top_k")):
+            v = self.meta.get(key)
+            if v is not None:
+                try:
+                    setattr(self, attr, int(float(v)))
+                except ValueError:
+                    pass
+
+    def load_token_table(self, table: Any, source: str = "") -> None:
+        """Adopt a :class:`bmoe_top.parsers.token_csv.TokenTable` (CSV sink; contract "CSV sink")."""
+        with self.lock:
+            self.sources.append(source)
+            self.meta.update(table.meta)
+            self._apply_dims()
+            n = table.n_rows
+            cols: dict[str, np.ndarray] = {}
+            for name, arr in table.columns.items():
+                if name == "read_bytes":
+                    cols["read_mib"] = arr / _MIB
+                else:
+                    cols[name] = arr
+            base = self.tokens.n
+            self.tokens.extend(cols, n)
+            # Turns: from the `turn` column when present, else one turn (split by summaries).
+            turn_col = cols.get("turn")
+            if turn_col is not None and n and not np.all(np.isnan(turn_col[:n])):
+                tv = np.nan_to_num(turn_col[:n], nan=-1)
+                starts = np.flatnonzero(np.r_[True, tv[1:] != tv[:-1]])
+                ids = tv[starts]
+            else:
+                starts = np.array([0]) if n else np.array([], dtype=int)
+                ids = np.zeros(len(starts))
+                # several `# summary` lines without a turn column also split turns
+                rows = [s.get("row", n) for s in table.summaries]
+                cuts = sorted({r for r in rows[:-1] if 0 < r < n})
+                if cuts:
+                    starts = np.array([0, *cuts])
+                    ids = np.arange(len(starts), dtype=float)
+            if not self.turns or self.turns[-1].first_token != base:
+                for s, tid in zip(starts, ids):
+                    self.turns.append(Turn(index=len(self.turns), id=int(tid), first_token=base + int(s)))
+            for j, s in enumerate(table.summaries):
+                canon = s.get("summary", {})
+                if j < len(self.turns):
+                    self.turns[j].done = dict(canon)
+                for k, v in s.get("raw", {}).items():
+                    if k not in canon:
+                        self.summary_extra[k] = v
+            if table.summaries:
+                self.summary.update(table.summaries[-1].get("summary", {}))
+            for p in table.problems:
+                self.problem_count += 1
+                self.problems.append(ProblemEntry(source, p.lineno, p.text, p.reason))
+            self.status = "replay"
+            self.touch()
+
+    def load_route_trace(self, trace: Any, source: str = "") -> None:
+        """Adopt a :class:`bmoe_top.parsers.route_trace.RouteTrace` (per token, per layer, routed experts).
+
+        Decode rows (phase 1) map to token indices in (turn, step) order; prefill rows (phase 0)
+        get ``tok = -1 - turn``.
+        """
+        with self.lock:
+            self.sources.append(source)
+            for k, v in trace.meta.items():
+                self.meta.setdefault(k, v)
+            self._apply_dims()
+            self.n_layer = max(self.n_layer or 0, int(trace.n_layer or 0)) or None
+            self.n_expert = max(self.n_expert or 0, int(trace.n_expert or 0)) or None
+            if trace.top_k:
+                self.top_k = int(trace.top_k)
+            turn = np.asarray(trace.turn, dtype=np.int64)
+            step = np.asarray(trace.step, dtype=np.int64)
+            phase = np.asarray(trace.phase, dtype=np.int64)
+            decode = phase == 1
+            key = turn * (1 << 32) + step
+            uniq = np.unique(key[decode])
+            tok = np.full(len(key), -1, dtype=np.int64)
+            tok[decode] = np.searchsorted(uniq, key[decode])
+            tok[~decode] = -1 - turn[~decode]
+            self.routes.extend(tok, np.asarray(trace.layer), np.asarray(trace.expert),
+                               np.asarray(trace.residency))
+            self._route_tokens = len(uniq)
+            for p in trace.problems:
+                self.problem_count += 1
+                self.problems.append(ProblemEntry(source, p.lineno, p.text, p.reason))
+            if self.status == "empty":
+                self.status = "replay"
+            self.touch()
+
+    def load_transcript(self, tr: Any, source: str = "") -> None:
+        """Adopt a :class:`bmoe_top.parsers.transcript.Transcript` (stdout capture or log)."""
+        with self.lock:
+            self.sources.append(source)
+        had_tokens = self.tokens.n > 0
+        lines = getattr(tr, "record_lines", None) or [0] * len(tr.records)
+        for rec, ln in zip(tr.records, lines):
+            if had_tokens and type(rec).__name__ in ("Progress", "Load"):
+                continue  # the CSV of the same run already gave the token rows
+            self.ingest(rec, lineno=ln, source=source)
+        with self.lock:
+            for k, v in tr.summary.items():
+                self.summary.setdefault(k, v) if had_tokens else self.summary.__setitem__(k, v)
+            self.sidecar.update(tr.sidecar)
+            if tr.answer and not any(t.text for t in self.turns):
+                self.current_turn().text = tr.answer
+            for line in tr.text_lines:
+                self.log.append(line)
+            for p in tr.problems:
+                self.problem_count += 1
+                self.problems.append(ProblemEntry(source, p.lineno, p.text, p.reason))
+            self.status = "replay" if self.status in ("empty", "ready") else self.status
+            self.touch()
+
+    def load_sidecar(self, kv: dict[str, str], source: str = "") -> None:
+        with self.lock:
+            self.sources.append(source)
+            self.sidecar.update(kv)
+            self.touch()
+
+    def load_requests(self, requests: list[Any], problems: list[Any], source: str = "") -> None:
+        """Session requests JSONL: each ``generate`` becomes a (not yet answered) turn with its prompt."""
+        with self.lock:
+            self.sources.append(source)
+            for r in requests:
+                d = {"cmd": r.cmd, "id": r.id, "prompt": r.prompt, "n_predict": r.n_predict,
+                     "think": r.think, "clear_kv": r.clear_kv}
+                self.requests.append(d)
+                if r.cmd == "generate" and not self.tokens.n:
+                    self.turns.append(Turn(index=len(self.turns), id=r.id, prompt=r.prompt,
+                                           first_token=0))
+            for p in problems:
+                self.problem_count += 1
+                self.problems.append(ProblemEntry(source, p.lineno, p.text, p.reason))
+            if self.status == "empty":
+                self.status = "replay"
+            self.touch()
+
+    # -------------------------------------------------------------- derived
+    def mode(self) -> tuple[str, str]:
+        """("serial" | "overlap", why): decides which term is the wall-additive flash wait.
+
+        Overlap when the run's flags say ``overlap=1``, or when any token has ``io_ms > wall_ms``
+        (lane-busy time can only exceed wall under overlap), or any ``stall_ms > 0``.
+        """
+        flag = self.meta.get("overlap")
+        if flag is not None:
+            return ("overlap", "flag overlap=1 in the run header") if flag not in ("0", "false") else (
+                "serial", "flag overlap=0 in the run header")
+        n = self.tokens.n
+        if n:
+            io = self.tokens.view("io_ms")
+            wall = self.tokens.view("wall_ms")
+            over = np.count_nonzero(io > wall * 1.0001)
+            if over:
+                return "overlap", f"io_ms > wall_ms on {over}/{n} tokens (io is lane-busy time)"
+            stall = self.tokens.view("stall_ms")
+            st = np.count_nonzero(stall > 0)
+            if st:
+                return "overlap", f"stall_ms > 0 on {st}/{n} tokens"
+            if self.tokens.has("stall_ms"):
+                return "serial", "stall_ms is 0 on every token and io_ms <= wall_ms"
+            return "serial", "no stall_ms column and io_ms <= wall_ms on every token"
+        return "serial", "no token rows yet"
+
+    def breakdown(self, stop: int | None = None) -> dict[str, np.ndarray]:
+        """Per-token wall = compute + flash + mgmt (ms), for tokens ``[0, stop)``.
+
+        flash is ``io_ms`` in serial runs and ``stall_ms`` under overlap (never io on wall under
+        overlap). compute is the contract's residual: ``compute_ms`` when sent, else
+        wall - flash - mgmt (mgmt counted as 0 only inside the residual when absent).
+        Returns dict with ``wall``, ``compute``, ``flash``, ``mgmt`` arrays (NaN = missing).
+        """
+        mode, _ = self.mode()
+        wall = self.tokens.view("wall_ms", stop)
+        flash = self.tokens.view("stall_ms" if mode == "overlap" else "io_ms", stop)
+        mgmt = self.tokens.view("mgmt_ms", stop)
+        if self.tokens.has("compute_ms"):
+            compute = self.tokens.view("compute_ms", stop)
+        else:
+            compute = wall - np.nan_to_num(flash) - np.nan_to_num(mgmt)
+        return {"wall": wall, "compute": compute, "flash": flash, "mgmt": mgmt}
+
+    def hit_matrix(self, stop: int | None = None) -> np.ndarray:
+        """Layer x token hit share, float ``[n_layer, n_tokens]``; NaN where nothing was routed."""
+        n_tok = self.route_token_count() if stop is None else stop
+        n_layer = self.n_layer or 0
+        out = np.full((n_layer, n_tok), np.nan)
+        if not self.routes.n or not n_layer or not n_tok:
+            return out
+        tok, layer, hit = self.routes.tok, self.routes.layer, self.routes.hit
+        m = (tok >= 0) & (tok < n_tok) & (hit >= 0) & (layer < n_layer)
+        idx = layer[m].astype(np.int64) * n_tok + tok[m]
+        cnt = np.bincount(idx, minlength=n_layer * n_tok)
+        hits = np.bincount(idx, weights=hit[m], minlength=n_layer * n_tok)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            share = hits / cnt
+        share[cnt == 0] = np.nan
+        return share.reshape(n_layer, n_tok)
+
+    def route_token_count(self) -> int:
+        if not self.routes.n:
+            return 0
+        return int(max(self.routes.tok.max() + 1, 0))
+
+    def expert_counts(self, stop: int | None = None, include_prefill: bool = True) -> tuple[np.ndarray, np.ndarray]:
+        """(routed counts, hit counts), int ``[n_layer, n_expert]``, over tokens ``[0, stop)``."""
+        n_layer, n_expert = self.n_layer or 0, self.n_expert or 0
+        if not self.routes.n or not n_layer or not n_expert:
+            z = np.zeros((n_layer, n_expert), dtype=np.int64)
+            return z, z.copy()
+        tok, layer, expert, hit = self.routes.tok, self.routes.layer, self.routes.expert, self.routes.hit
+        m = (layer < n_layer) & (expert < n_expert) & (expert >= 0)
+        if stop is not None:
+            m &= tok < stop
+        if not include_prefill:
+            m &= tok >= 0
+        idx = layer[m].astype(np.int64) * n_expert + expert[m]
+        cnt = np.bincount(idx, minlength=n_layer * n_expert).reshape(n_layer, n_expert)
+        hits = np.bincount(idx, weights=(hit[m] > 0), minlength=n_layer * n_expert)
+        return cnt, hits.reshape(n_layer, n_expert).astype(np.int64)
+
+    def last_routing_hit(self, stop: int | None = None) -> np.ndarray:
+        """int8 ``[n_layer, n_expert]``: 1 hit / 0 miss at the expert's last routing, -1 never routed."""
+        n_layer, n_expert = self.n_layer or 0, self.n_expert or 0
+        out = np.full((n_layer, n_expert), -1, dtype=np.int8)
+        if not self.routes.n or not n_layer or not n_expert:
+            return out
+        tok, layer, expert, hit = self.routes.tok, self.routes.layer, self.routes.expert, self.routes.hit
+        m = (layer < n_layer) & (expert < n_expert) & (expert >= 0)
+        if stop is not None:
+            m &= tok < stop
+        # rows are in time order; a later assignment wins
+        out[layer[m], expert[m]] = (hit[m] > 0).astype(np.int8)
+        return out
+
+
+def _num(v: Any) -> float | None:
+    if v is None:
+        return None
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(f) else f
+
+
+#: The run panel's summary rows: (key, label, unit). The headless ``--summary`` prints the same keys.
+SUMMARY_FIELDS = (
+    ("tokens", "tokens", ""),
+    ("tok_s", "tok/s", ""),
+    ("s_per_tok", "s/token", "s"),
+    ("read_mib", "read", "MiB"),
+    ("read_mib_per_tok", "read/token", "MiB"),
+    ("cache_hit_pct", "cache hit", "%"),
+    ("resident_mib", "resident", "MiB"),
+    ("budget_mib", "budget", "MiB"),
+    ("n_prompt", "prompt tokens", ""),
+    ("prefill_s", "prefill", "s"),
+    ("prefill_tps", "prefill tok/s", ""),
+    ("load_s", "load", "s"),
+    ("ttft_s", "TTFT", "s"),
+    ("compute_s_tok", "compute/token", "s"),
+    ("io_s_tok", "flash I/O/token", "s"),
+    ("stall_s_tok", "stall/token", "s"),
+    ("mgmt_s_tok", "mgmt/token", "s"),
+)
+
+
+def run_summary(run: RunModel) -> dict[str, Any]:
+    """The numbers the run panel shows, as plain JSON-able data (None = missing from the source).
+
+    ``summary`` holds the source's own end-of-run numbers (CSV ``# summary``, summary lines,
+    ``BMOE_DONE``); ``derived`` holds what bmoe-top computed from the token rows.
+    """
+    with run.lock:
+        s = {key: _num(run.summary.get(key)) for key, _, _ in SUMMARY_FIELDS}
+        for key in ("tokens", "n_prompt"):
+            if s[key] is not None:
+                s[key] = int(s[key])
+        n = run.tokens.n
+        derived: dict[str, Any] = {"token_rows": n}
+        if n:
+            wall = run.tokens.view("wall_ms")
+            derived["mean_wall_ms"] = _num(np.nanmean(wall)) if np.any(~np.isnan(wall)) else None
+            derived["tok_s"] = (1000.0 / derived["mean_wall_ms"]) if derived["mean_wall_ms"] else None
+            rm = run.tokens.view("read_mib")
+            derived["read_mib"] = _num(np.nansum(rm)) if run.tokens.has("read_mib") else None
+            hit = run.tokens.last("cache_hit_pct")
+            derived["cache_hit_pct"] = None if math.isnan(hit) else hit
+        mode, why = run.mode()
+        out = {
+            **s,
+            "summary_extra": dict(run.summary_extra),
+            "meta": dict(run.meta),
+            "mode": mode,
+            "mode_reason": why,
+            "derived": derived,
+            "turns": len(run.turns),
+            "n_layer": run.n_layer,
+            "n_expert": run.n_expert,
+            "top_k": run.top_k,
+            "routing_rows": run.routes.n,
+            "problems": run.problem_count,
+            "sidecar": dict(run.sidecar),
+            "status": run.status,
+            "sources": list(run.sources),
+        }
+    return out

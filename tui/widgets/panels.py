@@ -1,0 +1,175 @@
+"""Text panels: the run panel, the answer text, the problems list and the log pane.
+
+Model text is always shown as plain text: never parsed as Rich markup, and terminal control
+sequences are made visible (``␛[31m``) rather than sent to the terminal.
+"""
+
+from __future__ import annotations
+
+import re
+
+from rich.table import Table
+from rich.text import Text
+from textual.widgets import Static
+
+from bmoe_top.tui.playback import Playback
+from bmoe_top.tui.run import SUMMARY_FIELDS, RunModel, run_summary
+from bmoe_top.tui.widgets.palette import fmt
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_PICTURES = {i: chr(0x2400 + i) for i in range(32)}
+_PICTURES[0x7F] = "␡"
+
+
+def visible_text(s: str) -> str:
+    """``s`` with every control character except newline and tab made visible (``\\x1b`` -> ``␛``)."""
+    return _CONTROL.sub(lambda m: _PICTURES.get(ord(m.group()), "\ufffd"), s)
+
+
+def safe_text(s: str, style: str = "") -> Text:
+    """A Rich Text of ``s`` that the terminal shows literally (no markup, no control sequences)."""
+    return Text(visible_text(s), style=style)
+
+
+class RunPanel(Static):
+    """Model, arch, layers, experts, flags, mode and the run summary; 'missing' where absent."""
+
+    DEFAULT_CSS = "RunPanel { height: auto; padding: 0 1; }"
+
+    def __init__(self, run: RunModel, playback: Playback, **kw) -> None:
+        super().__init__(**kw)
+        self.run, self.playback = run, playback
+        self._key = None
+
+    def update_from_run(self) -> None:
+        key = (self.run.version, self.playback.cursor)
+        if key == self._key:
+            return
+        self._key = key
+        self.update(self.renderable_for())
+
+    def renderable_for(self) -> Table:
+        s = run_summary(self.run)
+        meta = s["meta"]
+        t = Table.grid(padding=(0, 1))
+        t.add_column(style="#7f848e", no_wrap=True)
+        t.add_column(no_wrap=False)
+
+        def row(label: str, value: str, style: str = "") -> None:
+            t.add_row(label, Text(value, style=("#7f848e italic" if value == "missing" else style)))
+
+        model = meta.get("model") or meta.get("recording_source") or "missing"
+        row("model", model.rsplit("/", 1)[-1], "bold")
+        row("arch", meta.get("arch", "missing"))
+        row("layers", fmt(s["n_layer"]) if s["n_layer"] else "missing")
+        experts = fmt(s["n_expert"]) if s["n_expert"] else "missing"
+        if s["top_k"]:
+            experts += f", top-{s['top_k']}"
+        row("experts", experts)
+        flags = " ".join(f"{k}={v}" for k, v in meta.items() if k in (
+            "moe_stream", "cache_mb", "io_threads", "o_direct", "overlap", "prefetch", "threads", "n_ctx",
+            "cache_auto", "force_cache", "dense_weights", "drop_cold_frac"))
+        row("flags", flags or "missing")
+        row("mode", f"{s['mode']} ({s['mode_reason']})")
+        row("status", s["status"] + (f" — {self.run.status_detail}" if self.run.status_detail else ""))
+        n = self.run.tokens.n
+        row("token", f"{self.playback.cursor:,} / {n:,}  {'▶ ' + self.playback.speed_label() if self.playback.playing else ''}")
+        t.add_row("", "")
+        for key, label, unit in SUMMARY_FIELDS:
+            v = s.get(key)
+            if key == "cache_hit_pct" and v is not None and v < 0:
+                row(label, "no cache")
+                continue
+            digits = 3 if unit == "s" or key in ("tok_s",) else 1
+            row(label, fmt(v, digits, unit))
+        if s["problems"]:
+            t.add_row("problems", Text(f"{s['problems']} bad lines (p)", style="bold #e06c75"))
+        return t
+
+
+class AnswerPanel(Static):
+    """The answer of every turn up to the cursor, reasoning apart (dim) when the source separates it."""
+
+    DEFAULT_CSS = "AnswerPanel { height: auto; padding: 0 1; }"
+
+    def __init__(self, run: RunModel, playback: Playback, **kw) -> None:
+        super().__init__(**kw)
+        self.run, self.playback = run, playback
+        self._key = None
+
+    def update_from_run(self) -> None:
+        key = (self.run.version, self.playback.cursor)
+        if key == self._key:
+            return
+        self._key = key
+        self.update(self.renderable_for())
+
+    def renderable_for(self) -> Text:
+        run, cursor = self.run, self.playback.cursor
+        out = Text()
+        with run.lock:
+            full = cursor >= run.tokens.n
+            text_end = run.tokens.view("text_end") if run.tokens.has("text_end") else None
+            for turn in run.turns:
+                if turn.first_token > cursor and run.tokens.n:
+                    break
+                if len(run.turns) > 1 or turn.prompt:
+                    head = f"── turn {turn.index + 1}" + (f" (id {turn.id})" if turn.id is not None else "")
+                    out.append(head + "\n", style="#e5c07b")
+                if turn.prompt:
+                    out.append_text(safe_text("> " + turn.prompt.strip() + "\n", "#61afef"))
+                text = turn.text
+                if not full and text_end is not None and cursor > 0:
+                    last = min(cursor, run.tokens.n) - 1
+                    if last >= turn.first_token and run.tokens.view("turn")[last] == turn.index:
+                        end = text_end[last]
+                        if end == end:  # not NaN
+                            text = text[: int(end)]
+                if turn.reasoning:
+                    out.append_text(safe_text(turn.reasoning.rstrip() + "\n", "italic #7f848e"))
+                out.append_text(safe_text(text))
+                if turn.cancelled:
+                    out.append(" [cancelled]", style="#e06c75")
+                if turn.error:
+                    out.append_text(safe_text(f"\n[error: {turn.error}]", "#e06c75"))
+                out.append("\n")
+        if not out.plain.strip():
+            out = Text("no answer text in this source", style="italic #7f848e")
+        return out
+
+
+class ProblemsPanel(Static):
+    """Bad lines, with counts by reason, then the first ones with their line numbers."""
+
+    DEFAULT_CSS = "ProblemsPanel { height: auto; padding: 0 1; }"
+
+    def __init__(self, run: RunModel, **kw) -> None:
+        super().__init__(**kw)
+        self.run = run
+        self._key = None
+
+    def update_from_run(self) -> None:
+        if self._key == self.run.version:
+            return
+        self._key = self.run.version
+        self.update(self.renderable_for())
+
+    def renderable_for(self) -> Text:
+        run = self.run
+        with run.lock:
+            probs = list(run.problems[:500])
+            total = run.problem_count
+        if not total:
+            return Text("no problems: every line was understood", style="#98c379")
+        out = Text(f"{total} bad line(s)\n", style="bold #e06c75")
+        by_reason: dict[str, int] = {}
+        for p in probs:
+            by_reason[p.reason] = by_reason.get(p.reason, 0) + 1
+        for reason, count in sorted(by_reason.items(), key=lambda kv: -kv[1]):
+            out.append(f"  {count:>6} × ", style="#e06c75")
+            out.append_text(safe_text(reason + "\n"))
+        out.append("\n")
+        for p in probs[:200]:
+            out.append(f"{p.source.rsplit('/', 1)[-1]}:{p.lineno}: ", style="#7f848e")
+            out.append_text(safe_text(f"{p.reason}: {p.text[:120]}\n"))
+        return out
