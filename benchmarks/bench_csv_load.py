@@ -1,0 +1,127 @@
+"""CSV load: a generated 1,000,000-row 9-column per-token CSV into numpy columns.
+
+Compares ``load_token_csv`` with ``pyarrow.csv.read_csv`` on the same file (pyarrow is installed
+for this benchmark only: ``.venv/bin/pip install pyarrow``; not a project dependency), and
+reports RSS after loading, measured in a fresh subprocess against the same process before
+loading (modules imported, nothing read). Goals (issue #2): within 3x of pyarrow; < 150 MB
+above baseline.
+
+Run: .venv/bin/python benchmarks/bench_csv_load.py [--rows 1000000] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+from bmoe_top.parsers.token_csv import load_token_csv
+
+HEADER = "step,steps,wall_ms,io_ms,compute_ms,read_bytes,cache_hit_pct,stall_ms,mgmt_ms"
+
+
+def generate(path: str, rows: int, seed: int = 3) -> None:
+    """Write a realistic --csv sink file: 3 decimals for ms, integer bytes, 2 for hit %."""
+    rng = np.random.default_rng(seed)
+    step = np.arange(1, rows + 1)
+    wall = rng.uniform(100, 900, rows)
+    io = rng.uniform(20, 1200, rows)
+    comp = rng.uniform(80, 500, rows)
+    rb = rng.integers(0, 10**9, rows)
+    hit = np.minimum(99.99, np.linspace(1, 90, rows))
+    stall = rng.uniform(0, 200, rows)
+    mgmt = rng.uniform(0, 90, rows)
+    with open(path, "w") as f:
+        f.write(HEADER + "\n")
+        block = 100_000
+        for i in range(0, rows, block):
+            s = slice(i, i + block)
+            lines = [
+                f"{a},{rows},{b:.3f},{c:.3f},{d:.3f},{e},{g:.2f},{h:.3f},{k:.3f}"
+                for a, b, c, d, e, g, h, k in zip(step[s], wall[s], io[s], comp[s], rb[s],
+                                                  hit[s], stall[s], mgmt[s])
+            ]
+            f.write("\n".join(lines) + "\n")
+        f.write(f"# summary tokens={rows} s/tok=0.5 tok/s=2.0\n")
+
+
+RSS_CHILD = r"""
+import gc, sys
+def rss():
+    with open('/proc/self/status') as f:
+        for line in f:
+            if line.startswith('VmRSS:'):
+                return int(line.split()[1]) / 1024
+from bmoe_top.parsers.token_csv import load_token_csv
+import numpy as np
+gc.collect()
+base = rss()
+with open(sys.argv[1], 'rb') as f:
+    data = f.read()
+t = load_token_csv(data)
+del data
+gc.collect()
+print(base, rss(), t.n_rows, sum(c.nbytes for c in t.columns.values()) / 2**20)
+"""
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", type=int, default=1_000_000)
+    ap.add_argument("--rounds", type=int, default=3)
+    a = ap.parse_args(argv)
+    try:
+        import pyarrow.csv as pacsv
+    except ImportError:
+        print("pyarrow is not installed: .venv/bin/pip install pyarrow (benchmark only)")
+        return 2
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "tokens.csv")
+        generate(path, a.rows)
+        size = os.path.getsize(path)
+
+        def ours():
+            with open(path, "rb") as f:
+                return load_token_csv(f.read())
+
+        def arrow():
+            ro = pacsv.ReadOptions()
+            po = pacsv.ParseOptions()
+            co = pacsv.ConvertOptions()
+            # the '# summary' line is not a row: let pyarrow skip it the cheapest way it can
+            po.invalid_row_handler = lambda row: "skip"
+            tab = pacsv.read_csv(path, read_options=ro, parse_options=po, convert_options=co)
+            return {name: tab.column(name).to_numpy() for name in tab.column_names}
+
+        t = ours()
+        assert t.n_rows == a.rows and not t.problems, (t.n_rows, t.problems[:3])
+        assert t.columns["step"][-1] == a.rows
+        cols = arrow()
+        assert len(cols["step"]) in (a.rows, a.rows + 1)
+        t_ours = statistics.median(_timed(ours) for _ in range(a.rounds))
+        t_arrow = statistics.median(_timed(arrow) for _ in range(a.rounds))
+        out = subprocess.run([sys.executable, "-c", RSS_CHILD, path], capture_output=True,
+                             text=True, check=True).stdout.split()
+        base, after, n, col_mib = float(out[0]), float(out[1]), int(out[2]), float(out[3])
+    print(f"file: {a.rows:,} rows x 9 columns, {size / 2**20:.1f} MiB")
+    print(f"pyarrow.csv.read_csv (+to_numpy): {t_arrow*1000:8.1f} ms")
+    print(f"load_token_csv                  : {t_ours*1000:8.1f} ms   ratio {t_ours/t_arrow:.2f}x of pyarrow (goal <= 3x)")
+    print(f"RSS: {base:.0f} MiB before, {after:.0f} MiB after load: +{after-base:.0f} MiB "
+          f"(columns {col_mib:.0f} MiB; goal < 150 MB)")
+    return 0 if t_ours / t_arrow <= 3 and (after - base) * 1.048576 < 150 else 1
+
+
+def _timed(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
