@@ -241,8 +241,8 @@ class Engine:
             from .models import default_model_path
 
             model_path = default_model_path()
-        self.model_path = Path(model_path)
-        self.layout = read_layout(self.model_path)
+        self.layout = read_layout(model_path)
+        self.model_path = self.layout.path
         lay = self.layout
         self.arch = lay.arch
         self.n_layer = lay.n_layer
@@ -520,9 +520,13 @@ class Engine:
         with self._lock:
             return self._generate(prompt, n_predict, clear_kv, on_token, cancel, on_prefill)
 
-    def _generate(self, prompt, n_predict, clear_kv, on_token, cancel, on_prefill) -> GenerationResult:
-        L = self._L
-        n_predict = int(n_predict)
+    def check_request(self, prompt: str, n_predict: int, clear_kv: bool = True) -> None:
+        """Raise :class:`RequestError` if ``generate`` would reject these arguments (nothing is changed)."""
+        self._target(prompt, int(n_predict), clear_kv)
+
+    def _target(self, prompt: str, n_predict: int, clear_kv: bool) -> list[int]:
+        if not isinstance(prompt, str):
+            raise RequestError("prompt must be a string")
         if n_predict < 0:
             raise RequestError(f"n_predict must be >= 0 (got {n_predict})")
         if clear_kv or not self.kv_tokens:
@@ -535,6 +539,12 @@ class Engine:
             raise RequestError(
                 f"prompt ({len(target)} tokens in context) plus n_predict ({n_predict}) exceeds n_ctx ({self.n_ctx})"
             )
+        return target
+
+    def _generate(self, prompt, n_predict, clear_kv, on_token, cancel, on_prefill) -> GenerationResult:
+        L = self._L
+        n_predict = int(n_predict)
+        target = self._target(prompt, n_predict, clear_kv)
         self._cancel = cancel
         self._clear_abort()
         self.hook.error = None

@@ -77,8 +77,12 @@ class RouterHook:
                     if not name.startswith(MOE_PREFIX):
                         return False
                     if name.startswith(TOPK_PREFIX):
-                        return True
-                    return self.want_weights and name.startswith(WEIGHTS_PREFIXES)
+                        return name[len(TOPK_PREFIX):].isdigit()
+                    return (
+                        self.want_weights
+                        and name.startswith(WEIGHTS_PREFIXES)
+                        and name.rsplit(b"-", 1)[1].isdigit()
+                    )
                 if self.mode == "capture":
                     tt = tensor_at(t)
                     for s in tt.src:
@@ -87,7 +91,7 @@ class RouterHook:
                             if sn.endswith(EXPS_MARK) and sn.startswith(b"blk."):
                                 self.captured[sn.decode()] = int(s)
                     name = tensor_name(t)
-                    if name.startswith(TOPK_PREFIX):
+                    if name.startswith(TOPK_PREFIX) and name[len(TOPK_PREFIX):].isdigit():
                         self.topk_seen.add(int(name[len(TOPK_PREFIX):]))
                 return False
             # materialized node (route mode only)
