@@ -1,0 +1,206 @@
+"""Route trace CSV: per token, per MoE layer, the routed experts and whether each was resident.
+
+Format (../shared/data/real-runs/README.md, "qwen.route.csv"; written by bmoe-cli's route
+tracer): comment header lines ``# route_trace v1``, ``# model=... arch=... n_layer=N
+n_expert=E n_expert_used=K``, one ``# layer=N expert_bytes=B dense_bytes=D`` per layer, then the
+header ``turn,phase,step,layer,slot,expert,weight,residency,expert_bytes`` and one row per
+(token, layer, top-k slot).
+
+``phase`` 0 = prefill, 1 = decode (the strings "prefill"/"decode" are accepted too);
+``residency`` 1 = the expert was resident when routed (cache hit), 0 = miss; ``weight`` the
+router's gate weight; ``expert_bytes`` bytes read for this expert this token (0 on a hit).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .textio import Problem
+from .token_csv import parse_kv_comment, read_numeric_csv
+
+__all__ = ["RouteTrace", "load_route_trace", "hit_matrix", "expert_counts", "expert_hits",
+           "PHASE_PREFILL", "PHASE_DECODE", "ROUTE_COLUMNS"]
+
+PHASE_PREFILL = 0
+PHASE_DECODE = 1
+ROUTE_COLUMNS = ("turn", "phase", "step", "layer", "slot", "expert", "weight", "residency",
+                 "expert_bytes")
+_INT_COLS = ("turn", "phase", "step", "layer", "slot", "expert", "residency")
+_PHASES = {"prefill": 0.0, "decode": 1.0, "p": 0.0, "d": 1.0}
+
+
+@dataclass(slots=True)
+class RouteTrace:
+    """A loaded route trace. Columns (all the same length, one entry per routed slot):
+    ``turn, phase, step, layer, slot, expert, residency`` int32 (residency -1 = not recorded),
+    ``weight`` float32 (NaN = not recorded), ``expert_bytes`` int64 bytes (-1 = not recorded).
+    ``layer_info`` {layer: {"expert_bytes": B, "dense_bytes": D}} from the header comments;
+    ``n_layer``/``n_expert``/``top_k`` from the header (else inferred from the rows: max + 1);
+    ``problems`` bad lines (a row with a bad layer/expert/step cell is dropped)."""
+
+    meta: dict[str, str]
+    layer_info: dict[int, dict[str, int]]
+    turn: np.ndarray
+    phase: np.ndarray
+    step: np.ndarray
+    layer: np.ndarray
+    slot: np.ndarray
+    expert: np.ndarray
+    weight: np.ndarray
+    residency: np.ndarray
+    expert_bytes: np.ndarray
+    n_layer: int
+    n_expert: int
+    top_k: int
+    problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def n_rows(self) -> int:
+        return int(self.layer.shape[0])
+
+
+def _int_meta(meta: dict[str, str], key: str) -> int | None:
+    try:
+        return int(meta[key])
+    except (KeyError, ValueError):
+        return None
+
+
+def load_route_trace(data: bytes) -> RouteTrace:
+    """Parse a route-trace CSV from its bytes. Never raises on bad content.
+
+    Columns are read by name; a missing optional column (``weight``, ``residency``,
+    ``expert_bytes``, ``turn``, ``slot``) is filled with its "not recorded" value; a file missing
+    ``step``, ``layer`` or ``expert`` yields no rows and a Problem.
+    """
+    nc = read_numeric_csv(data, converters={"phase": lambda s: _PHASES[s.lower()]})
+    problems = nc.problems
+    meta: dict[str, str] = {}
+    layer_info: dict[int, dict[str, int]] = {}
+    for lineno, _row, text in nc.comments:
+        kv = parse_kv_comment(text)
+        if "layer" in kv and len(kv) > 1:
+            try:
+                il = int(kv.pop("layer"))
+                layer_info[il] = {k: int(v) for k, v in kv.items()}
+            except ValueError:
+                problems.append(Problem(lineno, "# " + text, "layer header with a non-integer value"))
+            continue
+        if kv:
+            for k, v in kv.items():
+                meta.setdefault(k, v)
+        elif text:
+            meta.setdefault("format", text)
+    names = nc.header
+    mat = nc.matrix
+    n = mat.shape[0]
+
+    def col(name: str) -> np.ndarray | None:
+        return mat[:, names.index(name)] if name in names else None
+
+    required = [c for c in ("step", "layer", "expert") if c not in names]
+    if required:
+        if names or n:
+            problems.append(Problem(nc.header_lineno, ",".join(names),
+                                    f"route trace header lacks column(s) {', '.join(required)}"))
+        n = 0
+    # a row with a bad integer cell in a key column cannot be placed: drop it
+    keep = np.ones(n, dtype=bool)
+    if n:
+        for c in ("step", "layer", "expert"):
+            keep &= np.isfinite(col(c))
+        for c in ("turn", "phase", "slot"):
+            v = col(c)
+            if v is not None:
+                keep &= np.isfinite(v)
+        dropped = int(n - keep.sum())
+        if dropped:
+            problems.append(Problem(0, "", f"{dropped} route row(s) dropped: step/layer/expert/turn/"
+                                           "phase/slot not an integer"))
+
+    def ints(name: str, missing: int, dtype=np.int32) -> np.ndarray:
+        v = col(name) if n else None
+        if v is None:
+            return np.full(int(keep.sum()), missing, dtype=dtype)
+        v = v[keep]
+        out = np.where(np.isfinite(v), v, missing)
+        return out.astype(dtype)
+
+    turn = ints("turn", 0)
+    phase = ints("phase", PHASE_DECODE)
+    step = ints("step", 0)
+    layer = ints("layer", 0)
+    slot = ints("slot", -1)
+    expert = ints("expert", 0)
+    residency = ints("residency", -1)
+    expert_bytes = ints("expert_bytes", -1, np.int64)
+    w = col("weight") if n else None
+    weight = (w[keep].astype(np.float32) if w is not None
+              else np.full(len(layer), np.nan, dtype=np.float32))
+
+    n_layer = _int_meta(meta, "n_layer") or (int(layer.max()) + 1 if len(layer) else 0)
+    n_expert = _int_meta(meta, "n_expert") or (int(expert.max()) + 1 if len(expert) else 0)
+    top_k = _int_meta(meta, "n_expert_used") or (int(slot.max()) + 1 if len(slot) and slot.max() >= 0 else 0)
+    # rows that name a layer/expert outside the declared shape are reported, not silently used
+    if len(layer):
+        bad = (layer < 0) | (layer >= n_layer) | (expert < 0) | (expert >= n_expert)
+        nbad = int(bad.sum())
+        if nbad:
+            problems.append(Problem(0, "", f"{nbad} route row(s) dropped: layer/expert outside "
+                                           f"{n_layer} layers x {n_expert} experts"))
+            ok = ~bad
+            turn, phase, step, layer, slot, expert, residency, expert_bytes, weight = (
+                a[ok] for a in (turn, phase, step, layer, slot, expert, residency, expert_bytes, weight))
+    return RouteTrace(meta, layer_info, turn, phase, step, layer, slot, expert, weight, residency,
+                      expert_bytes, n_layer, n_expert, top_k, problems)
+
+
+def _select(trace: RouteTrace, phase: int | None) -> np.ndarray:
+    if phase is None:
+        return np.ones(trace.n_rows, dtype=bool)
+    return trace.phase == phase
+
+
+def hit_matrix(trace: RouteTrace, phase: int | None = PHASE_DECODE) -> tuple[np.ndarray, np.ndarray]:
+    """Per-layer hit share per token.
+
+    Returns ``(steps, share)``: ``steps`` int array [T] of the step number of each token column
+    (tokens ordered by turn, then step; with several turns a step number can repeat),
+    ``share`` float64 [n_layer, T] = hits / routed slots with a known residency for that layer
+    and token, NaN where the layer had no routed slot (no MoE, or no data) for that token.
+    ``phase`` 1 = decode (default), 0 = prefill, None = both.
+    """
+    sel = _select(trace, phase) & (trace.residency >= 0)
+    turn, step = trace.turn[sel], trace.step[sel]
+    layer, res = trace.layer[sel], trace.residency[sel]
+    if not len(step):
+        return np.empty(0, dtype=np.int64), np.full((trace.n_layer, 0), np.nan)
+    key = turn.astype(np.int64) * (1 << 32) + step.astype(np.int64)
+    ukeys, col = np.unique(key, return_inverse=True)
+    T = len(ukeys)
+    flat = layer.astype(np.int64) * T + col
+    size = trace.n_layer * T
+    total = np.bincount(flat, minlength=size).reshape(trace.n_layer, T)
+    hits = np.bincount(flat, weights=(res > 0).astype(np.float64), minlength=size).reshape(trace.n_layer, T)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        share = np.where(total > 0, hits / np.maximum(total, 1), np.nan)
+    steps = (ukeys & ((1 << 32) - 1)).astype(np.int64)
+    return steps, share
+
+
+def expert_counts(trace: RouteTrace, phase: int | None = None) -> np.ndarray:
+    """How often each expert was routed: int64 [n_layer, n_expert]. ``phase`` None = all."""
+    sel = _select(trace, phase)
+    flat = trace.layer[sel].astype(np.int64) * trace.n_expert + trace.expert[sel]
+    return np.bincount(flat, minlength=trace.n_layer * trace.n_expert).reshape(
+        trace.n_layer, trace.n_expert)
+
+
+def expert_hits(trace: RouteTrace, phase: int | None = None) -> np.ndarray:
+    """How often each expert was routed while resident (cache hit): int64 [n_layer, n_expert]."""
+    sel = _select(trace, phase) & (trace.residency > 0)
+    flat = trace.layer[sel].astype(np.int64) * trace.n_expert + trace.expert[sel]
+    return np.bincount(flat, minlength=trace.n_layer * trace.n_expert).reshape(
+        trace.n_layer, trace.n_expert)

@@ -1,0 +1,252 @@
+"""Whole-run text captures: a runtime's stdout, a console log, ``--progress`` output, or a
+no-progress output (answer streamed inline, then the summary).
+
+Combines the BMOE line protocol (bmoe_lines.py, telemetry-contract.md "Per-token lines" and
+"Session mode") with the end-of-run lines (summary_lines.py, "End-of-run lines") and the
+llama.cpp loader log that real captures interleave with both (see
+../shared/data/real-runs/bigmoeonedge-2026-07-15/qwen.log).
+
+Where the answer comes from, in order:
+
+1. an ``=== answer ===`` block (``--progress`` mode), up to ``=== perf ===``;
+2. the BMOE records: the cumulative ``text`` / ``delta_text`` of ``BMOE_PROGRESS`` (or
+   ``BMOE_DONE.text``) of the last generation (each generation is in ``generations``);
+3. otherwise (no-progress mode) the text lines before the first summary line, minus
+   llama.cpp/bmoe loader lines. The CLI echoes the prompt without a newline before generating:
+   text that precedes loader output or ``<think>`` on the first text line becomes ``prompt``.
+
+A ``<think>...</think>`` block (or an unterminated ``<think>``) moves from the answer to
+``reasoning``; reasoning sent separately (``delta_reasoning``) lands there too.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from .bmoe_lines import BadLine, Begin, Done, Progress, TextAccumulator, TextLine, parse_line
+from .summary_lines import SummaryLine, derive_summary, parse_summary_line
+from .textio import Problem, decode_bytes, split_text
+
+__all__ = ["Transcript", "parse_transcript", "is_loader_noise", "split_reasoning"]
+
+# llama.cpp / ggml / bmoe-cli log lines: "identifier: ..." with a snake_case identifier or a
+# known name, and the loader's progress dots.
+_NOISE_LINE = re.compile(
+    r"(?:[a-z][a-z0-9]*_[a-z0-9_]*|bmoe|main|build|load|system_info|srv|slot|sampler|generate)"
+    r"\s*:(?:\s|$)|\.{3,}\s*$"
+)
+# loader output glued to the end of a text line (the prompt echo has no newline)
+_NOISE_EMBED = re.compile(
+    r"(?:llama_[a-z_]+|ggml_[a-z_]+|gguf_[a-z_]+|llm_load_[a-z_]+|print_info|load_tensors):\s")
+
+_DONE_TO_SUMMARY = (
+    ("tokens", "tokens"), ("tok_s", "tok_s"), ("prefill_s", "prefill_s"), ("load_s", "load_s"),
+    ("cache_hit_pct", "cache_hit_pct"), ("n_prompt", "n_prompt"),
+    ("cache_resident_mib", "resident_mib"), ("cache_budget_mib", "budget_mib"),
+    ("spec_recall_pct", "spec_recall_pct"), ("stall_s_tok", "stall_s_tok"),
+    ("mgmt_s_tok", "mgmt_s_tok"),
+)
+
+
+@dataclass(slots=True)
+class Transcript:
+    """A parsed capture.
+
+    ``records`` BMOE records in order, ``record_lines`` their 1-based line numbers (parallel);
+    ``summary`` canonical summary keys (summary_lines.CANONICAL_KEYS; from the end-of-run lines,
+    else from the last ``BMOE_DONE``); ``info`` string-valued summary facts (``mode``,
+    ``prefetch_mode``); ``sidecar`` key=value lines as strings; ``answer``/``reasoning``/
+    ``prompt`` (None when not detectable) as described in the module doc; ``text_lines`` every
+    line that is not a protocol or summary line, with ``text_line_numbers`` (parallel) (a
+    protocol line's ``prefix`` text is included); ``summary_lines`` (lineno, SummaryLine);
+    ``generations`` one dict per generation: {"id", "answer", "reasoning", "done": Done | None,
+    "lineno"}; ``problems`` bad lines.
+    """
+
+    records: list = field(default_factory=list)
+    record_lines: list[int] = field(default_factory=list)
+    summary: dict[str, float] = field(default_factory=dict)
+    info: dict[str, str] = field(default_factory=dict)
+    sidecar: dict[str, str] = field(default_factory=dict)
+    answer: str = ""
+    reasoning: str = ""
+    prompt: str | None = None
+    text_lines: list[str] = field(default_factory=list)
+    text_line_numbers: list[int] = field(default_factory=list)
+    summary_lines: list[tuple[int, SummaryLine]] = field(default_factory=list)
+    generations: list[dict] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+
+
+def is_loader_noise(line: str) -> bool:
+    """True for llama.cpp / ggml / bmoe-cli log lines (``llama_model_loader: ...``,
+    ``print_info: ...``, ``bmoe: ...``, loader progress dots)."""
+    return _NOISE_LINE.match(line) is not None
+
+
+def split_reasoning(text: str) -> tuple[str, str]:
+    """``(answer, reasoning)``: the ``<think>...</think>`` block (or an unterminated
+    ``<think>`` to the end) moved out of ``text``; ``("text", "")`` when there is none."""
+    i = text.find("<think>")
+    if i < 0:
+        return text, ""
+    j = text.find("</think>", i + 7)
+    if j < 0:
+        return text[:i].rstrip(), text[i + 7:].strip("\n")
+    return (text[:i] + text[j + 8:]).strip("\n"), text[i + 7:j].strip("\n")
+
+
+def _maybe_summary(line: str) -> SummaryLine | None:
+    # cheap pre-check: every summary line has ':' or '=' (banners have '===')
+    if ":" not in line and "=" not in line:
+        return None
+    return parse_summary_line(line)
+
+
+def parse_transcript(data: bytes | str) -> Transcript:
+    """Parse a whole capture (bytes in any encoding textio accepts, or str). Never raises on
+    bad content: bad BMOE lines and unknown summary-like lines become ``problems``."""
+    tr = Transcript()
+    text = decode_bytes(data)
+    items: list[tuple[int, str]] = []  # non-protocol text, with line numbers
+    for lineno, line in enumerate(split_text(text), 1):
+        if "BMOE_" in line:
+            r = parse_line(line)
+            t = type(r)
+            if t is BadLine:
+                tr.problems.append(Problem(lineno, line, r.reason))
+                continue
+            if t is not TextLine:
+                tr.records.append(r)
+                tr.record_lines.append(lineno)
+                if r.prefix:
+                    items.append((lineno, r.prefix))
+                continue
+        items.append((lineno, line))
+
+    # classify text items
+    kinds: list[SummaryLine | None] = [_maybe_summary(line) for _, line in items]
+    answer_start = answer_end = None
+    for i, s in enumerate(kinds):
+        if s is not None and s.kind == "banner":
+            if s.values["name"] == "answer" and answer_start is None:
+                answer_start = i
+            elif s.values["name"] == "perf" and answer_start is not None and answer_end is None:
+                answer_end = i
+    if answer_start is not None and answer_end is None:
+        answer_end = next((i for i in range(answer_start + 1, len(items))
+                           if kinds[i] is not None and kinds[i].kind not in ("banner", "sidecar", "unparsed")),
+                          len(items))
+    in_block = (lambda i: answer_start < i < answer_end) if answer_start is not None else (lambda i: False)
+    first_summary = next((i for i, s in enumerate(kinds)
+                          if s is not None and s.kind not in ("banner", "sidecar", "unparsed")
+                          and not in_block(i)), None)
+
+    answer_items: list[tuple[int, str]] = []
+    for i, (lineno, line) in enumerate(items):
+        s = kinds[i]
+        if in_block(i):
+            answer_items.append((lineno, line))
+            tr.text_lines.append(line)
+            tr.text_line_numbers.append(lineno)
+            continue
+        if s is not None and s.kind == "sidecar" and (first_summary is None or i > first_summary):
+            k, v = next(iter(s.values.items()))
+            tr.sidecar[k] = line.strip().lstrip("\ufeff").split("=", 1)[1]
+            tr.summary_lines.append((lineno, s))
+            continue
+        if s is not None and s.kind not in ("sidecar", "unparsed"):
+            tr.summary_lines.append((lineno, s))
+            for k, v in s.values.items():
+                if s.kind == "banner":
+                    break
+                if isinstance(v, str):
+                    tr.info[k] = v
+                else:
+                    tr.summary[k] = v
+            continue
+        if s is not None and s.kind == "unparsed":
+            tr.problems.append(Problem(lineno, line, f"looks like a '{s.values['kind']}:' "
+                                                     "end-of-run line but its format is unknown"))
+        tr.text_lines.append(line)
+        tr.text_line_numbers.append(lineno)
+
+    _generations(tr)
+    if not tr.summary and tr.generations and tr.generations[-1]["done"] is not None:
+        done = tr.generations[-1]["done"]
+        for src, dst in _DONE_TO_SUMMARY:
+            v = getattr(done, src)
+            if v is not None:
+                tr.summary[dst] = float(v)
+    derive_summary(tr.summary)
+
+    if answer_start is not None:
+        tr.answer = "\n".join(line for _, line in answer_items).strip("\n")
+        tr.answer, tr.reasoning = split_reasoning(tr.answer)
+    elif any(g["answer"] or g["reasoning"] for g in tr.generations):
+        g = tr.generations[-1]
+        tr.answer, think = split_reasoning(g["answer"])
+        tr.reasoning = g["reasoning"] or think
+    else:
+        _inline_answer(tr, items, kinds, first_summary)
+    return tr
+
+
+def _generations(tr: Transcript) -> None:
+    acc = TextAccumulator()
+    cur: dict | None = None
+    for rec, lineno in zip(tr.records, tr.record_lines):
+        t = type(rec)
+        if t is Begin:
+            acc.reset()
+            cur = {"id": rec.id, "answer": "", "reasoning": "", "done": None, "lineno": lineno}
+            tr.generations.append(cur)
+        elif t is Progress or t is Done:
+            if cur is None or cur["done"] is not None:  # one-shot --progress: no BMOE_BEGIN
+                acc.reset()
+                cur = {"id": None, "answer": "", "reasoning": "", "done": None, "lineno": lineno}
+                tr.generations.append(cur)
+            if t is Progress:
+                acc.feed(rec)
+            else:
+                if rec.text is not None:
+                    acc.feed(rec)
+                cur["done"] = rec
+                if cur["id"] is None:
+                    cur["id"] = rec.id
+            cur["answer"] = acc.text
+            cur["reasoning"] = acc.reasoning
+
+
+def _inline_answer(tr: Transcript, items: list[tuple[int, str]],
+                   kinds: list[SummaryLine | None], first_summary: int | None) -> None:
+    stop = first_summary if first_summary is not None else len(items)
+    out: list[str] = []
+    first_text = True
+    for i in range(stop):
+        lineno, line = items[i]
+        s = kinds[i]
+        if s is not None and s.kind in ("sidecar", "banner"):
+            continue
+        if is_loader_noise(line):
+            continue
+        m = _NOISE_EMBED.search(line)
+        if m is not None:
+            head = line[: m.start()]
+            if first_text and lineno == 1 and head.strip():
+                tr.prompt = head
+                first_text = False
+                continue
+            line = head
+            if not line.strip():
+                continue
+        if first_text and line.strip():
+            first_text = False
+            k = line.find("<think>")
+            if k > 0 and tr.prompt is None:
+                tr.prompt = line[:k]
+                line = line[k:]
+        out.append(line)
+    text = "\n".join(out).strip("\n")
+    tr.answer, tr.reasoning = split_reasoning(text)
