@@ -1,0 +1,105 @@
+"""The audit log writer of ``bmoe-run serve --moe-cache-audit FILE`` (moe-cache-reference.md
+"Audit log"): one JSON object per line, each written with a single open-append-close (one
+``os.write`` on an ``O_APPEND`` descriptor), so the log survives a crash up to the last record and
+several processes can share one file. Records are serialized with orjson, which writes a
+non-finite float as ``null``: a record never holds a bare NaN.
+
+Events: ``load`` (right after the context is created), ``ready`` (the server accepts requests),
+``request`` (one per finished request, with its own ``req_*`` counters = the context counters'
+difference across the request) and ``exit`` (the engine is freed). With one slot the request
+records add up exactly to exit minus ready (:func:`bmoe_top.parsers.audit.check_exact_sum`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from .moe_cache import CacheCounters
+
+__all__ = ["AuditWriter", "utc_now_ms", "profile_info", "REQ_KEYS"]
+
+# request record key -> CacheCounters.audit_counters() key
+REQ_KEYS = {"req_hits": "hits", "req_hits_profile": "hits_profile", "req_misses": "misses",
+            "req_bytes_upload": "bytes_upload", "req_bytes_cpu": "bytes_cpu"}
+
+
+def utc_now_ms() -> str:
+    """UTC ISO 8601 to the millisecond, ``2026-11-29T12:00:00.123Z``."""
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def profile_info(path: str | None, error: str | None = None) -> dict[str, Any] | None:
+    """``profile`` of the load record: ``{path, bytes, sha256}``, ``{path, error}`` or ``None``."""
+    if not path:
+        return None
+    if error:
+        return {"path": str(path), "error": error}
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        return {"path": str(path), "error": exc.strerror or str(exc)}
+    return {"path": str(path), "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+
+
+class AuditWriter:
+    """Appends audit records to ``path``. ``hybrid`` goes into every record. ``write`` raises
+    ``OSError`` if the file cannot be opened or written (the server reports it once and goes on)."""
+
+    def __init__(self, path: str | os.PathLike, hybrid: bool = False):
+        self.path = os.fspath(path)
+        self.hybrid = bool(hybrid)
+        self.pid = os.getpid()
+        self.n_written = 0
+
+    def base(self, event: str, counters: CacheCounters) -> dict[str, Any]:
+        rec: dict[str, Any] = {"event": event, "time": utc_now_ms(), "pid": self.pid, "hybrid": self.hybrid}
+        rec.update(counters.audit_counters())
+        return rec
+
+    def write(self, rec: dict[str, Any]) -> None:
+        line = orjson.dumps(rec, option=orjson.OPT_SERIALIZE_NUMPY) + b"\n"
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+        try:
+            n = os.write(fd, line)
+            if n != len(line):  # a short write on a regular file: finish it (rare, e.g. disk full)
+                os.write(fd, line[n:])
+        finally:
+            os.close(fd)
+        self.n_written += 1
+
+    # -- the four events ------------------------------------------------------------------
+    def load(self, counters: CacheCounters, *, model: dict, params: dict, cache: dict, load_ms: float,
+             profile: dict | None, layers: list[dict]) -> dict:
+        rec = self.base("load", counters)
+        rec.update(model=model, params=params, cache=cache, load_ms=round(load_ms, 3), devices=[],
+                   profile=profile, layers=layers)
+        self.write(rec)
+        return rec
+
+    def ready(self, counters: CacheCounters) -> dict:
+        rec = self.base("ready", counters)
+        self.write(rec)
+        return rec
+
+    def request(self, before: CacheCounters, after: CacheCounters, *, slot: int, task: int, n_prompt: int,
+                n_gen: int, t_prompt_ms: float, t_gen_ms: float) -> dict:
+        rec = self.base("request", after)
+        rec.update(slot=slot, task=task, n_prompt=n_prompt, n_gen=n_gen, t_prompt_ms=round(t_prompt_ms, 3),
+                   t_gen_ms=round(t_gen_ms, 3))
+        a, b = before.audit_counters(), after.audit_counters()
+        for rk, ck in REQ_KEYS.items():
+            rec[rk] = b[ck] - a[ck]
+        self.write(rec)
+        return rec
+
+    def exit(self, counters: CacheCounters, *, layers: list[dict], perf: dict) -> dict:
+        rec = self.base("exit", counters)
+        rec.update(layers=layers, perf=perf)
+        self.write(rec)
+        return rec

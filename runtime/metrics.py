@@ -1,0 +1,138 @@
+"""``/metrics`` of ``bmoe-run serve``: a prometheus-client ``CollectorRegistry`` with every
+``llamacpp:moe_cache_*`` series of moe-cache-reference.md "Server metrics" under its documented
+type, llama-server's request/token series, and the per-token time sums of telemetry-contract.md
+as ``bmoe:*`` counters. The series catalogue (exact names, types, help) is
+:data:`bmoe_top.parsers.prom.SERIES`, shared with the parser; docs/metrics.md says what each
+means for this CPU runtime.
+
+The values live in :class:`ServerCounters`, updated by the server's decode thread (after each
+token, after each prefill) under a lock; the collector copies them under that lock at scrape
+time, so a scrape never touches the engine while it decodes and costs the decode nothing but
+the lock. prometheus-client appends ``_total`` to counter names: families are created with the
+base name so the exposed name is exactly the reference's, and no ``_created`` series is emitted.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field, replace
+
+from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from bmoe_top.parsers.prom import SERIES
+
+from .moe_cache import CacheCounters
+
+__all__ = ["ServerCounters", "MetricsRegistry", "CONTENT_TYPE"]
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+@dataclass
+class ServerCounters:
+    """Everything /metrics reports. Times in seconds, bytes in bytes; ``cache``: the MoE cache
+    counters (:class:`CacheCounters`); ``moe_layers``: the layers that carry per-layer series."""
+
+    cache: CacheCounters = field(default_factory=CacheCounters)
+    moe_layers: tuple = ()
+    prompt_tokens: int = 0
+    prompt_seconds: float = 0.0
+    tokens_predicted: int = 0
+    tokens_predicted_seconds: float = 0.0
+    n_decode: int = 0
+    requests_processing: int = 0
+    requests_deferred: int = 0
+    timed_tokens: int = 0
+    wall_s: float = 0.0
+    io_s: float = 0.0
+    stall_s: float = 0.0
+    mgmt_s: float = 0.0
+    compute_s: float = 0.0
+
+    def copy(self) -> "ServerCounters":
+        return replace(self)
+
+
+class _Collector(Collector):
+    def __init__(self, reg: "MetricsRegistry"):
+        self.reg = reg
+
+    def collect(self):
+        s = self.reg.snapshot()
+        c = s.cache
+        scalar = {
+            "hits": c.hits, "hits_profile": c.hits_profile, "misses": c.misses,
+            "upload_bytes": c.upload_bytes, "cpu_bytes": c.cpu_bytes, "copies": c.copies,
+            "swaps": c.swaps,
+            # no lookup yet: the ratio is undefined (NaN), not 0
+            "hit_ratio": (c.hits / (c.hits + c.misses)) if (c.hits + c.misses) else float("nan"),
+            "slots": c.slots, "prefilled": c.prefilled, "cache_bytes": c.cache_bytes,
+            "hybrid": 1 if c.hybrid else 0,
+            "prompt_tokens": s.prompt_tokens, "prompt_seconds": s.prompt_seconds,
+            "tokens_predicted": s.tokens_predicted, "tokens_predicted_seconds": s.tokens_predicted_seconds,
+            "n_decode": s.n_decode,
+            "prompt_tokens_seconds": (s.prompt_tokens / s.prompt_seconds) if s.prompt_seconds > 0 else 0.0,
+            "predicted_tokens_seconds": ((s.tokens_predicted / s.tokens_predicted_seconds)
+                                         if s.tokens_predicted_seconds > 0 else 0.0),
+            "requests_processing": s.requests_processing, "requests_deferred": s.requests_deferred,
+            "timed_tokens": s.timed_tokens, "wall_s": s.wall_s, "io_s": s.io_s, "stall_s": s.stall_s,
+            "mgmt_s": s.mgmt_s, "compute_s": s.compute_s,
+            "read_bytes": c.upload_bytes + c.extra_read_bytes,
+        }
+        per_layer = {"layer_hits": c.layer_hits, "layer_hits_profile": c.layer_hits_profile,
+                     "layer_misses": c.layer_misses}
+        for spec in SERIES:
+            if spec.key == "process_start":
+                continue  # from ProcessCollector
+            base = spec.name[:-6] if spec.type == "counter" else spec.name
+            fam_cls = CounterMetricFamily if spec.type == "counter" else GaugeMetricFamily
+            if spec.per_layer:
+                fam = fam_cls(base, spec.help, labels=["layer"])
+                vals = per_layer[spec.key]
+                for il in s.moe_layers:
+                    fam.add_metric([str(il)], float(vals[il]) if il < len(vals) else 0.0)
+                yield fam
+            else:
+                yield fam_cls(base, spec.help, value=float(scalar[spec.key]))
+
+
+class MetricsRegistry:
+    """The server's registry: ``update(fn)`` mutates the counters under the lock (decode thread);
+    ``render()`` -> the exposition bytes (HTTP thread). ``registry`` is the prometheus-client
+    ``CollectorRegistry`` (our collector + the process collector, which gives
+    ``process_start_time_seconds`` so a poller sees restarts)."""
+
+    def __init__(self, moe_layers=()):
+        self._lock = threading.Lock()
+        self._c = ServerCounters(moe_layers=tuple(moe_layers))
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(_Collector(self))
+        try:
+            ProcessCollector(registry=self.registry)
+        except Exception:  # noqa: BLE001 - no /proc: no process series
+            pass
+        self.n_scrapes = 0
+
+    def update(self, **kw) -> None:
+        """Set fields (absolute values) under the lock."""
+        with self._lock:
+            for k, v in kw.items():
+                setattr(self._c, k, v)
+
+    def add(self, **kw) -> None:
+        """Add to numeric fields under the lock."""
+        with self._lock:
+            for k, v in kw.items():
+                setattr(self._c, k, getattr(self._c, k) + v)
+
+    def snapshot(self) -> ServerCounters:
+        with self._lock:
+            return self._c.copy()
+
+    def render(self) -> bytes:
+        self.n_scrapes += 1
+        return generate_latest(self.registry)
+
+

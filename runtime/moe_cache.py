@@ -1,0 +1,340 @@
+"""The reference's MoE-cache features on top of the Engine's expert cache (moe-cache-reference.md):
+filling the cache from an STRP profile at load (hottest first), ``n_hit_profile`` (hits on
+experts the profile put there and that were never evicted since), and ``--moe-cache-adaptive``
+(heat-based swaps), plus the counter set of ``struct llama_moe_cache_stats`` that /metrics and the
+audit log report.
+
+:class:`MoeCacheExt` attaches to an :class:`bmoe_top.runtime.engine.Engine` that streams experts
+(``engine.cache`` is an ``ExpertCache``). It wraps the cache's lookup (``ensure``) and eviction
+(``_evict``) of that one instance to count profile hits and heat, and it must be driven from the
+decode thread: :meth:`after_token` after each generated token (swaps happen there, between two
+tokens, so they never touch what a token computes). See docs/runtime.md "Requests from S" for the
+public cache hooks that would replace the wrapping.
+
+Adaptive (reference "The adaptive cache"): a heat per (layer, expert), +1 once per expert and
+ubatch of at most 32 tokens, fading with a half-life of 350 generated tokens. Every 8 generated
+tokens free room is filled with the hottest missing experts (at most 128); every 32 generated
+tokens the hottest missing experts are swapped in for the coldest resident ones, at most 64, an
+expert coming in only when its heat > 1.5 x the evicted one's + 2 picks. Each expert brought in
+counts in ``swaps``. Layers the cache holds whole are left alone (they have nothing missing).
+
+The expert reads done here (profile fill, swaps) are flash reads outside the misses: they are
+counted in ``extra_read_bytes`` (``bmoe:read_bytes_total``), not in ``upload_bytes``.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from bmoe_top.parsers.strp import StrpProfile
+
+__all__ = ["MoeCacheExt", "CacheCounters", "HALF_LIFE_TOKENS", "ROUND_TOKENS", "MAX_SWAPS",
+           "FILL_TOKENS", "MAX_FILL", "HYSTERESIS", "HYSTERESIS_PICKS", "MAX_UBATCH"]
+
+HALF_LIFE_TOKENS = 350.0
+ROUND_TOKENS = 32
+MAX_SWAPS = 64
+FILL_TOKENS = 8
+MAX_FILL = 128
+HYSTERESIS = 1.5
+HYSTERESIS_PICKS = 2.0
+MAX_UBATCH = 32
+
+
+@dataclass
+class CacheCounters:
+    """``struct llama_moe_cache_stats`` for bmoe-run (counters since load, bytes in bytes).
+
+    ``upload_bytes`` = bytes read from flash for misses (and speculative reads); ``cpu_bytes``,
+    ``copies``, ``bytes_copy`` are 0 (no hybrid, no device copies on this CPU runtime);
+    ``extra_read_bytes``: profile fill and swap reads. Per-layer lists are indexed by layer."""
+
+    hits: int = 0
+    hits_profile: int = 0
+    misses: int = 0
+    upload_bytes: int = 0
+    cpu_bytes: int = 0
+    copies: int = 0
+    bytes_copy: int = 0
+    swaps: int = 0
+    slots: int = 0
+    prefilled: int = 0
+    cache_bytes: int = 0
+    hybrid: bool = False
+    extra_read_bytes: int = 0
+    layer_hits: tuple = ()
+    layer_hits_profile: tuple = ()
+    layer_misses: tuple = ()
+
+    def audit_counters(self) -> dict[str, int]:
+        """The counters every audit record carries (reference "Audit log")."""
+        return {"hits": self.hits, "hits_profile": self.hits_profile, "misses": self.misses,
+                "bytes_upload": self.upload_bytes, "bytes_cpu": self.cpu_bytes, "copies": self.copies,
+                "bytes_copy": self.bytes_copy, "swaps": self.swaps}
+
+
+class MoeCacheExt:
+    """Profile fill, profile hits and adaptive swaps for one Engine (see module doc).
+
+    ``profile``: a validated :class:`StrpProfile` (dimensions must match; use
+    :func:`bmoe_top.parsers.strp.check_dims` first) or ``None``. ``adaptive``: enable swaps.
+    Raises nothing for a cache-less engine: everything is then a no-op and counters stay 0.
+    """
+
+    def __init__(self, engine, profile: StrpProfile | None = None, adaptive: bool = False):
+        self.engine = engine
+        self.cache = getattr(engine, "cache", None)
+        lay = engine.layout
+        self.n_layer = engine.n_layer
+        self.n_expert = engine.n_expert
+        self.moe_layers = list(lay.moe_layers)
+        self.expert_bytes = list(lay.expert_bytes)
+        self.max_expert_bytes = max(self.expert_bytes) if self.expert_bytes else 0
+        self.lock = threading.Lock()
+        self.hits_profile = 0
+        self.layer_hits_profile = [0] * self.n_layer
+        self.swaps = 0
+        self.prefilled = 0
+        self.prefill_bytes = 0
+        self.extra_read_bytes = 0
+        self.swap_rounds = 0
+        self.swap_s = 0.0
+        self.profile_keys: set[tuple[int, int]] = set()
+        self.adaptive = bool(adaptive) and self.cache is not None and not self.cache.no_cache
+        self.n_gen = 0  # generated tokens seen (adaptive clock)
+        self._ubatch = 1
+        self.heat = np.zeros((self.n_layer, self.n_expert), dtype=np.float64)
+        self._g = 1.0  # heat is stored scaled by _g = 2^(n_gen/half-life): lazy decay
+        self._decay = 2.0 ** (1.0 / HALF_LIFE_TOKENS)
+        if self.cache is not None and not self.cache.no_cache:
+            self._wrap()
+        if profile is not None and self.cache is not None and not self.cache.no_cache:
+            self.prefill_from(profile)
+
+    # -- geometry ---------------------------------------------------------------------------
+    @property
+    def slots(self) -> int:
+        """Expert slots: the budget in experts (every MoE expert when the budget holds the bank)."""
+        c = self.cache
+        if c is None or c.no_cache or not self.max_expert_bytes:
+            return 0
+        if c.budget is None:
+            return len(self.moe_layers) * self.n_expert
+        return int(c.budget // self.max_expert_bytes)
+
+    @property
+    def cache_bytes(self) -> int:
+        c = self.cache
+        if c is None or c.no_cache:
+            return 0
+        return int(c.budget) if c.budget is not None else int(self.engine.layout.expert_bank_bytes)
+
+    # -- wrapping the cache's lookup and eviction --------------------------------------------
+    def _wrap(self) -> None:
+        cache = self.cache
+        orig_ensure = cache.ensure
+        orig_evict = cache._evict
+        orig_decode = self.engine._decode
+        keys = self.profile_keys
+        lru = cache.lru
+        lhp = self.layer_hits_profile
+        ext = self
+
+        def ensure(il, routed):
+            if keys:
+                n = 0
+                for e in routed:
+                    k = (il, e)
+                    if k in keys and k in lru:
+                        n += 1
+                if n:
+                    ext.hits_profile += n
+                    lhp[il] += n
+            if ext.adaptive and ext._ubatch <= MAX_UBATCH and routed:
+                ext.heat[il, routed] += ext._g
+            return orig_ensure(il, routed)
+
+        def evict(key):
+            keys.discard(key)
+            return orig_evict(key)
+
+        def decode(toks):
+            ext._ubatch = len(toks)
+            return orig_decode(toks)
+
+        cache.ensure = ensure
+        cache._evict = evict
+        if self.adaptive:
+            self.engine._decode = decode
+
+    # -- bringing experts in -------------------------------------------------------------------
+    def _admit(self, il: int, e: int) -> int:
+        """Read expert (il, e) into its slots and mark it resident (most recently used).
+        Returns bytes read. The caller made room."""
+        c = self.cache
+        eb = self.expert_bytes[il]
+        for tb in c.layer_bufs[il]:
+            tb.commit(e)
+            a, b = tb.slice_range(e)
+            c.reader.read_into(tb.view[a:b], tb.info.file_offset + a)
+        c.lru[(il, e)] = eb
+        c.resident_bytes += eb
+        return eb
+
+    def _room(self) -> float:
+        c = self.cache
+        if c.budget is None:
+            return math.inf
+        return c.budget - c.resident_bytes - c.inflight_bytes
+
+    def prefill_from(self, profile: StrpProfile) -> int:
+        """Fill the cache from ``profile``, hottest first, as many experts as the budget holds.
+        Returns the number of experts filled (``prefilled``)."""
+        c = self.cache
+        room = self._room()
+        chosen: list[tuple[int, int]] = []
+        for il, e in profile.pairs.tolist():
+            if il >= self.n_layer or e >= self.n_expert or not c.layer_bufs[il]:
+                continue
+            if (il, e) in c.lru:
+                continue
+            eb = self.expert_bytes[il]
+            if eb > room:
+                break
+            room -= eb
+            chosen.append((il, e))
+        # coldest first into the LRU so the hottest are evicted last
+        n_bytes = 0
+        for il, e in reversed(chosen):
+            n_bytes += self._admit(il, e)
+            self.profile_keys.add((il, e))
+        self.prefilled = len(chosen)
+        self.prefill_bytes = n_bytes
+        self.extra_read_bytes += n_bytes
+        return self.prefilled
+
+    # -- adaptive ------------------------------------------------------------------------------
+    def after_token(self) -> int:
+        """Call on the decode thread after each generated token. Advances the heat clock and
+        runs a fill (every 8 tokens) or a swap round (every 32). Returns experts swapped in."""
+        if not self.adaptive:
+            return 0
+        self.n_gen += 1
+        self._g *= self._decay
+        if self._g > 1e200:
+            self.heat /= self._g
+            self._g = 1.0
+        n = 0
+        if self.n_gen % FILL_TOKENS == 0 and self._room() >= self.max_expert_bytes:
+            n += self._fill()
+        if self.n_gen % ROUND_TOKENS == 0:
+            n += self.rebalance(MAX_SWAPS)
+        return n
+
+    def _missing_hot(self) -> list[tuple[float, int, int]]:
+        """Non-resident experts with heat > 0 in MoE layers, hottest first: (heat in picks, il, e)."""
+        c = self.cache
+        h = self.heat / self._g
+        res = np.zeros_like(h, dtype=bool)
+        for il, e in c.lru:
+            res[il, e] = True
+        for il, e in c.inflight:
+            res[il, e] = True
+        cand = np.argwhere((h > 0) & ~res)
+        if cand.size == 0:
+            return []
+        vals = h[cand[:, 0], cand[:, 1]]
+        order = np.argsort(-vals, kind="stable")
+        return [(float(vals[i]), int(cand[i, 0]), int(cand[i, 1])) for i in order]
+
+    def _fill(self) -> int:
+        t0 = time.perf_counter()
+        n = 0
+        for _, il, e in self._missing_hot()[:MAX_FILL]:
+            if self._room() < self.expert_bytes[il]:
+                break
+            self.extra_read_bytes += self._admit(il, e)
+            n += 1
+        self.swaps += n
+        self.swap_s += time.perf_counter() - t0
+        return n
+
+    def rebalance(self, max_swaps: int = MAX_SWAPS) -> int:
+        """One round: swap in at most ``max_swaps`` of the hottest missing experts for the
+        coldest resident ones (heat_in > 1.5 x heat_out + 2). Free room is used first.
+        Returns the number of experts swapped in (-1 when not adaptive, like the C API)."""
+        if not self.adaptive:
+            return -1
+        t0 = time.perf_counter()
+        c = self.cache
+        self.swap_rounds += 1
+        hot = self._missing_hot()
+        if not hot:
+            return 0
+        h = self.heat / self._g
+        cold = sorted(((float(h[il, e]), il, e) for (il, e) in c.lru), key=lambda x: x[0])
+        n = 0
+        ci = 0
+        for hin, il, e in hot:
+            if n >= max_swaps:
+                break
+            eb = self.expert_bytes[il]
+            if self._room() < eb:
+                # need a victim: the coldest resident one, if the hysteresis allows
+                while ci < len(cold) and cold[ci][1:] not in c.lru:
+                    ci += 1
+                if ci >= len(cold):
+                    break
+                hout, ol, oe = cold[ci]
+                if not hin > HYSTERESIS * hout + HYSTERESIS_PICKS:
+                    break  # the rest are colder still
+                c._evict((ol, oe))
+                ci += 1
+                if self._room() < eb:
+                    continue
+            self.extra_read_bytes += self._admit(il, e)
+            n += 1
+        self.swaps += n
+        self.swap_s += time.perf_counter() - t0
+        return n
+
+    # -- counters ------------------------------------------------------------------------------
+    def counters(self) -> CacheCounters:
+        """A consistent copy of the counters. Call on the decode thread or between decodes
+        (it reads the cache's plain counters, not its LRU)."""
+        c = self.cache
+        if c is None or c.no_cache:
+            z = tuple([0] * self.n_layer)
+            misses = c.misses if c is not None else 0
+            return CacheCounters(misses=misses, upload_bytes=c.read_bytes if c is not None else 0,
+                                 layer_hits=z, layer_hits_profile=z, layer_misses=z,
+                                 extra_read_bytes=self.extra_read_bytes)
+        return CacheCounters(
+            hits=c.hits, hits_profile=self.hits_profile, misses=c.misses, upload_bytes=c.read_bytes,
+            swaps=self.swaps, slots=self.slots, prefilled=self.prefilled, cache_bytes=self.cache_bytes,
+            extra_read_bytes=self.extra_read_bytes, layer_hits=tuple(c.layer_hits),
+            layer_hits_profile=tuple(self.layer_hits_profile), layer_misses=tuple(c.layer_misses),
+        )
+
+    def layers(self) -> list[dict]:
+        """Per cached layer ``{il, slots, hits, hits_profile, misses, resident}`` (audit log
+        ``layers``). ``slots`` = experts the layer holds now (the LRU is shared by all layers).
+        Call between decodes (reads the LRU)."""
+        c = self.cache
+        if c is None:
+            return []
+        res: dict[int, list[int]] = {il: [] for il in self.moe_layers}
+        for il, e in list(c.lru.keys()):
+            res.setdefault(il, []).append(e)
+        out = []
+        for il in self.moe_layers:
+            r = sorted(res.get(il, []))
+            out.append({"il": il, "slots": len(r), "hits": c.layer_hits[il],
+                        "hits_profile": self.layer_hits_profile[il], "misses": c.layer_misses[il],
+                        "resident": r})
+        return out
