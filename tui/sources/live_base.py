@@ -133,8 +133,8 @@ class LiveBase:
         self._connects = 0
         #: the last ``stderr_keep`` stderr lines, for the log pane (read under no lock: deque appends are atomic)
         self.stderr_log: collections.deque[str] = collections.deque(maxlen=stderr_keep)
-        #: every ``Done`` record in arrival order (bounded), for the turns table
-        self.turns: collections.deque = collections.deque(maxlen=10000)
+        #: the last 200 ``Done`` records in arrival order, for a turns table
+        self.turns: collections.deque = collections.deque(maxlen=200)
         self._ids = itertools.count(1)
         self._stop = threading.Event()
         self._watchdog: threading.Thread | None = None
