@@ -106,13 +106,14 @@ class BmoeTopApp(App):
     CSS = CSS
     TITLE = "bmoe-top"
     BINDINGS = [
-        Binding("space", "toggle_play", "play/pause"),
-        Binding("left", "step(-1)", "◀ token", show=False),
-        Binding("right", "step(1)", "token ▶", show=False),
-        Binding("shift+left,pageup", "step(-50)", "◀◀ 50", show=False),
-        Binding("shift+right,pagedown", "step(50)", "50 ▶▶", show=False),
-        Binding("home", "jump_start", "start", show=False),
-        Binding("end", "jump_end", "end", show=False),
+        # Playback keys win over scroll containers (priority), but not over a text input.
+        Binding("space", "toggle_play", "play/pause", priority=True),
+        Binding("left", "step(-1)", "◀ token", show=False, priority=True),
+        Binding("right", "step(1)", "token ▶", show=False, priority=True),
+        Binding("shift+left,pageup", "step(-50)", "◀◀ 50", show=False, priority=True),
+        Binding("shift+right,pagedown", "step(50)", "50 ▶▶", show=False, priority=True),
+        Binding("home", "jump_start", "start", show=False, priority=True),
+        Binding("end", "jump_end", "end", show=False, priority=True),
         Binding("plus,equals_sign", "faster", "faster"),
         Binding("minus", "slower", "slower"),
         Binding("g", "seek", "seek"),
@@ -131,7 +132,7 @@ class BmoeTopApp(App):
         self.model = run
         self.playback = Playback(run, follow=follow)
         if start_at_end:
-            self.playback.cursor = run.tokens.n
+            self.playback.cursor = self.playback.n
         self.source_title = title
         self.fps = fps
         self._last_tick = time.monotonic()
@@ -218,6 +219,14 @@ class BmoeTopApp(App):
                 self.query_one("#log-text", Static).update(safe_text("\n".join(lines)))
 
     # ----------------------------------------------------------------- actions
+    PLAYBACK_ACTIONS = frozenset({"toggle_play", "step", "jump_start", "jump_end"})
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Playback keys go to a focused text input (prompt box, seek box) instead."""
+        if action in self.PLAYBACK_ACTIONS and isinstance(self.focused, Input):
+            return False
+        return True
+
     def action_toggle_play(self) -> None:
         self.playback.toggle()
         self.refresh_views()

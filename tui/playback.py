@@ -39,7 +39,8 @@ class Playback:
 
     @property
     def n(self) -> int:
-        return self.run.tokens.n
+        """Tokens in the run: token rows, or routed tokens for a route trace alone."""
+        return max(self.run.tokens.n, self.run.route_token_count())
 
     def clamp(self) -> None:
         self.cursor = max(0, min(self.cursor, self.n))

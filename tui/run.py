@@ -135,28 +135,74 @@ class Columns:
 
 
 class RouteRows:
-    """Routing rows (tok, layer, expert, hit) in int32 columns grown in chunks."""
+    """Routing rows (tok, layer, expert, hit) in int32 columns grown in chunks, with the
+    aggregates the views need kept incrementally (so a repaint never rescans every row):
+
+    * per (layer, token) routed and hit counts, for the layer x token heatmap;
+    * a running maximum of ``tok`` over rows, so "rows before token t" is one binary search
+      (rows arrive in time order; a later turn's prefill rows have negative ``tok``);
+    * a cursor accumulator of per (layer, expert) routed/hit counts and last-routing hit,
+      moved forward (or back, for counts) by the rows between two cursors.
+    """
 
     def __init__(self, capacity: int = 8192):
         self._cap = capacity
         self.n = 0
         self._a = np.zeros((4, capacity), dtype=np.int32)
+        self._cummax = np.zeros(capacity, dtype=np.int64)
+        self._tl_cnt = np.zeros((0, 0), dtype=np.int32)  # [layer, token]
+        self._tl_hit = np.zeros((0, 0), dtype=np.int32)
+        self.max_tok = -1
+        self.max_layer = -1
+        self.max_expert = -1
+        self._acc: dict[str, Any] | None = None
 
     def extend(self, tok: np.ndarray, layer: np.ndarray, expert: np.ndarray, hit: np.ndarray) -> None:
+        tok = np.asarray(tok, dtype=np.int64)
+        layer = np.asarray(layer, dtype=np.int64)
+        expert = np.asarray(expert, dtype=np.int64)
+        hit = np.asarray(hit, dtype=np.int64)
         k = len(tok)
+        if not k:
+            return
         if self.n + k > self._cap:
             cap = self._cap
             while cap < self.n + k:
                 cap *= 2
             new = np.zeros((4, cap), dtype=np.int32)
             new[:, : self.n] = self._a[:, : self.n]
-            self._a, self._cap = new, cap
+            cm = np.zeros(cap, dtype=np.int64)
+            cm[: self.n] = self._cummax[: self.n]
+            self._a, self._cummax, self._cap = new, cm, cap
         s = slice(self.n, self.n + k)
         self._a[0, s] = tok
         self._a[1, s] = layer
         self._a[2, s] = expert
         self._a[3, s] = hit
+        self._cummax[s] = np.maximum.accumulate(np.maximum(tok, self.max_tok))
         self.n += k
+        self.max_tok = int(self._cummax[self.n - 1])
+        self.max_layer = max(self.max_layer, int(layer.max()))
+        self.max_expert = max(self.max_expert, int(expert.max()))
+        self._index(tok, layer, hit)
+
+    def _index(self, tok: np.ndarray, layer: np.ndarray, hit: np.ndarray) -> None:
+        n_layer, n_tok = self.max_layer + 1, self.max_tok + 1
+        L, T = self._tl_cnt.shape
+        if n_layer > L or n_tok > T:
+            L2 = max(n_layer, L)
+            T2 = max(n_tok, T)
+            if n_tok > T:
+                T2 = max(n_tok, 2 * T, 1024)
+            for name in ("_tl_cnt", "_tl_hit"):
+                old = getattr(self, name)
+                new = np.zeros((L2, T2), dtype=np.int32)
+                new[:L, :T] = old
+                setattr(self, name, new)
+        m = (tok >= 0) & (layer >= 0) & (hit >= 0)
+        if m.any():
+            np.add.at(self._tl_cnt, (layer[m], tok[m]), 1)
+            np.add.at(self._tl_hit, (layer[m], tok[m]), hit[m] > 0)
 
     @property
     def tok(self) -> np.ndarray:
@@ -173,6 +219,60 @@ class RouteRows:
     @property
     def hit(self) -> np.ndarray:
         return self._a[3, : self.n]
+
+    def rows_before(self, stop: int | None) -> int:
+        """Number of leading rows that belong to tokens before ``stop`` (all rows when None)."""
+        if stop is None or stop > self.max_tok:
+            return self.n
+        return int(np.searchsorted(self._cummax[: self.n], stop, side="left"))
+
+    def hit_share(self, n_layer: int, lo: int, hi: int) -> np.ndarray:
+        """Hit share float ``[n_layer, hi - lo]``; NaN where nothing was routed."""
+        out = np.full((n_layer, max(0, hi - lo)), np.nan)
+        L, T = self._tl_cnt.shape
+        l2, h2 = min(n_layer, L), min(hi, T)
+        if l2 <= 0 or h2 <= lo:
+            return out
+        cnt = self._tl_cnt[:l2, lo:h2].astype(float)
+        hits = self._tl_hit[:l2, lo:h2]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out[:l2, : h2 - lo] = np.where(cnt > 0, hits / cnt, np.nan)
+        return out
+
+    def expert_aggregates(self, n_layer: int, n_expert: int, stop: int | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(routed counts, hit counts, last-routing hit) ``[n_layer, n_expert]`` over rows before ``stop``.
+
+        last-routing hit is int8: 1 hit, 0 miss, -1 never routed. Moving the cursor forward
+        costs the rows in between; moving back subtracts counts and rescans only for the
+        last-routing state.
+        """
+        R = self.rows_before(stop)
+        acc = self._acc
+        shape = (n_layer, n_expert)
+        if acc is None or acc["shape"] != shape or (R < acc["R"] and R < acc["R"] // 2):
+            acc = {"shape": shape, "R": 0, "cnt": np.zeros(shape, np.int64), "hit": np.zeros(shape, np.int64),
+                   "last": np.full(shape, -1, np.int8), "last_R": 0}
+        r0 = acc["R"]
+        lo, hi, sign = (r0, R, 1) if R >= r0 else (R, r0, -1)
+        if hi > lo:
+            layer, expert, hit = self._a[1, lo:hi], self._a[2, lo:hi], self._a[3, lo:hi]
+            m = (layer < n_layer) & (expert < n_expert) & (expert >= 0) & (layer >= 0)
+            idx = layer[m].astype(np.int64) * n_expert + expert[m]
+            acc["cnt"] += sign * np.bincount(idx, minlength=n_layer * n_expert).reshape(shape)
+            acc["hit"] += sign * np.bincount(idx, weights=hit[m] > 0, minlength=n_layer * n_expert).reshape(
+                shape).astype(np.int64)
+        acc["R"] = R
+        if acc["last_R"] != R:
+            if R < acc["last_R"]:
+                acc["last"][:] = -1
+                acc["last_R"] = 0
+            a, b = acc["last_R"], R
+            layer, expert, hit = self._a[1, a:b], self._a[2, a:b], self._a[3, a:b]
+            m = (layer < n_layer) & (expert < n_expert) & (expert >= 0) & (layer >= 0)
+            acc["last"][layer[m], expert[m]] = (hit[m] > 0).astype(np.int8)  # later rows win
+            acc["last_R"] = R
+        self._acc = acc
+        return acc["cnt"], acc["hit"], acc["last"]
 
 
 @dataclass
@@ -637,58 +737,24 @@ class RunModel:
             compute = wall - np.nan_to_num(flash) - np.nan_to_num(mgmt)
         return {"wall": wall, "compute": compute, "flash": flash, "mgmt": mgmt}
 
-    def hit_matrix(self, stop: int | None = None) -> np.ndarray:
-        """Layer x token hit share, float ``[n_layer, n_tokens]``; NaN where nothing was routed."""
-        n_tok = self.route_token_count() if stop is None else stop
-        n_layer = self.n_layer or 0
-        out = np.full((n_layer, n_tok), np.nan)
-        if not self.routes.n or not n_layer or not n_tok:
-            return out
-        tok, layer, hit = self.routes.tok, self.routes.layer, self.routes.hit
-        m = (tok >= 0) & (tok < n_tok) & (hit >= 0) & (layer < n_layer)
-        idx = layer[m].astype(np.int64) * n_tok + tok[m]
-        cnt = np.bincount(idx, minlength=n_layer * n_tok)
-        hits = np.bincount(idx, weights=hit[m], minlength=n_layer * n_tok)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            share = hits / cnt
-        share[cnt == 0] = np.nan
-        return share.reshape(n_layer, n_tok)
+    def hit_matrix(self, stop: int | None = None, start: int = 0) -> np.ndarray:
+        """Layer x token hit share, float ``[n_layer, stop - start]``; NaN where nothing was routed."""
+        stop = self.route_token_count() if stop is None else stop
+        return self.routes.hit_share(self.n_layer or 0, start, stop)
 
     def route_token_count(self) -> int:
-        if not self.routes.n:
-            return 0
-        return int(max(self.routes.tok.max() + 1, 0))
+        """Tokens that have routing rows (decode tokens; prefill rows do not count)."""
+        return self.routes.max_tok + 1 if self.routes.n else 0
 
-    def expert_counts(self, stop: int | None = None, include_prefill: bool = True) -> tuple[np.ndarray, np.ndarray]:
-        """(routed counts, hit counts), int ``[n_layer, n_expert]``, over tokens ``[0, stop)``."""
-        n_layer, n_expert = self.n_layer or 0, self.n_expert or 0
-        if not self.routes.n or not n_layer or not n_expert:
-            z = np.zeros((n_layer, n_expert), dtype=np.int64)
-            return z, z.copy()
-        tok, layer, expert, hit = self.routes.tok, self.routes.layer, self.routes.expert, self.routes.hit
-        m = (layer < n_layer) & (expert < n_expert) & (expert >= 0)
-        if stop is not None:
-            m &= tok < stop
-        if not include_prefill:
-            m &= tok >= 0
-        idx = layer[m].astype(np.int64) * n_expert + expert[m]
-        cnt = np.bincount(idx, minlength=n_layer * n_expert).reshape(n_layer, n_expert)
-        hits = np.bincount(idx, weights=(hit[m] > 0), minlength=n_layer * n_expert)
-        return cnt, hits.reshape(n_layer, n_expert).astype(np.int64)
+    def expert_counts(self, stop: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(routed counts, hit counts), int ``[n_layer, n_expert]``, over tokens ``[0, stop)``
+        (prefill rows of turns started before ``stop`` included)."""
+        cnt, hit, _ = self.routes.expert_aggregates(self.n_layer or 0, self.n_expert or 0, stop)
+        return cnt, hit
 
     def last_routing_hit(self, stop: int | None = None) -> np.ndarray:
         """int8 ``[n_layer, n_expert]``: 1 hit / 0 miss at the expert's last routing, -1 never routed."""
-        n_layer, n_expert = self.n_layer or 0, self.n_expert or 0
-        out = np.full((n_layer, n_expert), -1, dtype=np.int8)
-        if not self.routes.n or not n_layer or not n_expert:
-            return out
-        tok, layer, expert, hit = self.routes.tok, self.routes.layer, self.routes.expert, self.routes.hit
-        m = (layer < n_layer) & (expert < n_expert) & (expert >= 0)
-        if stop is not None:
-            m &= tok < stop
-        # rows are in time order; a later assignment wins
-        out[layer[m], expert[m]] = (hit[m] > 0).astype(np.int8)
-        return out
+        return self.routes.expert_aggregates(self.n_layer or 0, self.n_expert or 0, stop)[2]
 
 
 def _num(v: Any) -> float | None:

@@ -8,6 +8,7 @@ Frames are computed once per (run version, cursor, size) and ``render_line`` onl
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 
 import numpy as np
 from rich.segment import Segment
@@ -23,6 +24,11 @@ from bmoe_top.tui.widgets.palette import (
 
 _SERIES = ("compute", "flash", "mgmt")
 _COLORS = {"compute": COMPUTE, "flash": FLASH, "mgmt": MGMT}
+
+
+@lru_cache(maxsize=64)
+def _style(color: str, bgcolor: str | None = None) -> Style:
+    return Style(color=color, bgcolor=bgcolor)
 
 
 def _segments(cells: list[tuple[str, Style]]) -> list[Segment]:
@@ -54,7 +60,7 @@ class TokenWindowMixin:
     playback: Playback
 
     def window(self, w: int) -> tuple[int, int]:
-        stop = self.playback.cursor
+        stop = min(self.playback.cursor, self.run.tokens.n)
         return max(0, stop - w), stop
 
 
@@ -137,16 +143,16 @@ class BreakdownChart(TokenWindowMixin, Widget):
                 b, c = lower
                 fill = min(8, b - base)
                 if fill >= 8:
-                    grid[r][j] = ("█", Style(color=c))
+                    grid[r][j] = ("█", _style(c))
                 else:
                     upper = None
                     for b2_, c2 in bounds:
                         if b2_ > b:
                             upper = c2
                             break
-                    grid[r][j] = (EIGHTHS[fill], Style(color=c, bgcolor=upper) if upper else Style(color=c))
+                    grid[r][j] = (EIGHTHS[fill], _style(c, upper))
             if clipped[j]:
-                grid[0][j] = ("▲", Style(color="#ffffff", bgcolor=MGMT if b2[j] <= rows * 8 else FLASH))
+                grid[0][j] = ("▲", _style("#ffffff", MGMT if b2[j] <= rows * 8 else FLASH))
         info = self.cursor_info(parts, mode, hi)
         for r in range(rows):
             if r == 0:

@@ -131,12 +131,10 @@ class LayerHeatmap(GridView):
         with run.lock:
             n_layer = run.n_layer or 0
             n_tok = run.route_token_count()
-            stop = min(self.playback.cursor, n_tok) if run.tokens.n else n_tok
-            if run.tokens.n == 0 and self.playback.cursor:
-                stop = min(self.playback.cursor, n_tok)
+            stop = min(self.playback.cursor, n_tok)
             cols = max(1, width - GUTTER)
             lo = max(0, stop - cols)
-            share = run.hit_matrix(stop)[:, lo:stop] if n_layer and stop else None
+            share = run.hit_matrix(stop, start=lo) if n_layer and stop else None
         title = [Segment("layer × token hit share ", TITLE),
                  *legend_segments(HIT_STYLES, "0%", "100%"),
                  Segment(f"  {NO_DATA_GLYPH} no routing", DIM)]
@@ -166,7 +164,7 @@ class ExpertMap(GridView):
         run = self.run
         with run.lock:
             n_layer, n_expert = run.n_layer or 0, run.n_expert or 0
-            stop = self.playback.cursor if run.tokens.n else None
+            stop = self.playback.cursor
             counts, _hits = run.expert_counts(stop)
             resident = run.resident.copy() if run.resident is not None else None
             last_hit = run.last_routing_hit(stop) if resident is None else None

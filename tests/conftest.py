@@ -1,0 +1,29 @@
+"""Shared test fixtures. ``tests/`` is put on sys.path so tests can import ``synth`` and ``helpers``."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+TESTS = Path(__file__).resolve().parent
+if str(TESTS) not in sys.path:
+    sys.path.insert(0, str(TESTS))
+
+#: Real recorded runs from a real runtime (../shared beside the repo). Absent on a fresh clone.
+REAL_RUNS = TESTS.parent.parent / "shared" / "data" / "real-runs"
+
+
+@pytest.fixture
+def real_runs() -> Path:
+    """The real-runs folder, or skip when ../shared is not beside the repo."""
+    if not REAL_RUNS.is_dir():
+        pytest.skip("../shared/data/real-runs is absent")
+    return REAL_RUNS
+
+
+def real_run_files() -> list[Path]:
+    if not REAL_RUNS.is_dir():
+        return []
+    return sorted(p for p in REAL_RUNS.rglob("*") if p.is_file() and p.name != "README.md")
