@@ -256,6 +256,10 @@ def _run(args) -> int:  # noqa: C901 - the CLI's one flow
                 emit.raw(st.text[len(state.get("shown", "")):])
                 state["shown"] = st.text
 
+        try:
+            eng.check_request(prompt, args.n_predict, True)
+        except RequestError as e:
+            return _fail(str(e))
         if not progress:
             emit.raw(prompt)
         try:
