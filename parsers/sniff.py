@@ -41,13 +41,14 @@ def _csv_kind(header: str) -> str | None:
 
 def _jsonl_kind(lines: list[str]) -> str | None:
     votes: dict[str, int] = {}
-    n = 0
+    n = bad = 0
     for line in lines:
         s = line.strip()
         if not s:
             continue
         if not s.startswith("{"):
-            return None
+            bad += 1  # a stray non-JSON line does not change what the file is
+            continue
         n += 1
         try:
             d = orjson.loads(s)
@@ -66,7 +67,7 @@ def _jsonl_kind(lines: list[str]) -> str | None:
         votes[k] = votes.get(k, 0) + 1
         if n >= 20:
             break
-    if not votes:
+    if not votes or sum(votes.values()) < 2 * bad:
         return None
     return max(votes, key=votes.__getitem__)
 

@@ -217,6 +217,8 @@ def read_numeric_csv(
     if not isinstance(data, bytes):
         data = bytes(data)
     data = _to_utf8(data)
+    if b"\n" not in data and b"\r" in data:  # old-Mac line ends: bare CR only
+        data = data.replace(b"\r", b"\n")
     comments: list[tuple[int, int, str]] = []
     header: list[str] | None = None
     header_line = b""

@@ -1,0 +1,119 @@
+"""End-of-run text lines (every documented form plus those real runs print) and canonical keys."""
+
+from __future__ import annotations
+
+import pytest
+
+from bmoe_top.parsers.summary_lines import (
+    CANONICAL_KEYS, SummaryLine, canonical_summary, looks_like_summary, parse_summary_line,
+)
+
+
+@pytest.mark.parametrize("line,kind,values", [
+    ("=== answer ===", "banner", {"name": "answer"}),
+    ("=== perf ===", "banner", {"name": "perf"}),
+    ("generation: 256 tokens, 0.317 s/token (3.152 tok/s)", "generation",
+     {"tokens": 256, "s_per_tok": 0.317, "tok_s": 3.152}),
+    ("prefill: 42 tokens, 6.525 s (6.4 tok/s) | model load 24.419 s | TTFT 30.944 s", "prefill",
+     {"n_prompt": 42, "prefill_s": 6.525, "prefill_tps": 6.4, "load_s": 24.419, "ttft_s": 30.944}),
+    ("prefill: 3 tokens, 0.300 s (10.0 tok/s)", "prefill",
+     {"n_prompt": 3, "prefill_s": 0.3, "prefill_tps": 10.0}),
+    ("compute: 82.5% CPU occupancy (0.5831 cpu-s/token over 4 threads), 18.26 major faults/token",
+     "compute", {"cpu_occupancy_pct": 82.5, "cpu_s/tok": 0.5831, "threads": 4, "majflt/tok": 18.26}),
+    # moe-stream: contract form (no cache mgmt), newer form (cache mgmt), --overlap stall_s/tok=
+    ("moe-stream: read 57490.8 MiB (224.57 MiB/token), decode 0.251 s/token (compute 0.193 + "
+     "flash I/O 0.300 s/token, 748 MiB/s)", "moe-stream",
+     {"read_mib": 57490.8, "read_mib_per_tok": 224.57, "s_per_tok": 0.251, "compute_s_tok": 0.193,
+      "io_s_tok": 0.3, "read_mib_s": 748}),
+    ("moe-stream: read 93562.6 MiB (365.48 MiB/token), decode 0.317 s/token (compute 0.138 + cache "
+     "mgmt 0.046 + flash I/O 0.535 s/token, 683 MiB/s)", "moe-stream",
+     {"read_mib": 93562.6, "read_mib_per_tok": 365.48, "s_per_tok": 0.317, "compute_s_tok": 0.138,
+      "mgmt_s_tok": 0.046, "io_s_tok": 0.535, "read_mib_s": 683}),
+    ("moe-stream: read 10.0 MiB (1.00 MiB/token), decode 0.500 s/token (compute 0.200 + flash I/O "
+     "0.300 s/token, 33 MiB/s) stall_s/tok=0.040", "moe-stream",
+     {"read_mib": 10.0, "read_mib_per_tok": 1.0, "s_per_tok": 0.5, "compute_s_tok": 0.2,
+      "io_s_tok": 0.3, "read_mib_s": 33, "stall_s_tok": 0.04}),
+    ("moe-stream: read 10.0 MiB (1.00 MiB/token), decode 0.500 s/token (compute 0.200 + cache mgmt "
+     "0.010 + flash I/O 0.300 s/token, 33 MiB/s), stall_s/tok=0.040", "moe-stream",
+     {"read_mib": 10.0, "read_mib_per_tok": 1.0, "s_per_tok": 0.5, "compute_s_tok": 0.2,
+      "mgmt_s_tok": 0.01, "io_s_tok": 0.3, "read_mib_s": 33, "stall_s_tok": 0.04}),
+    # moe-cache: every form
+    ("moe-cache: 58.0% hit, resident 1996.4 MiB", "moe-cache",
+     {"cache_hit_pct": 58.0, "resident_mib": 1996.4}),
+    ("moe-cache: 74.9% hit, resident 3997.7 MiB, budget 4000 MiB (auto)", "moe-cache",
+     {"cache_hit_pct": 74.9, "resident_mib": 3997.7, "budget_mib": 4000}),
+    ("moe-cache: 74.9% hit, resident 3997.7 MiB, budget 4000 MiB (auto, resized 3×)", "moe-cache",
+     {"cache_hit_pct": 74.9, "resident_mib": 3997.7, "budget_mib": 4000, "cache_resizes": 3}),
+    ("moe-cache: 120 evictions, 45 re-reads (0.2/token) — bytes the cache had already paid for once",
+     "moe-cache", {"cache_evictions": 120, "cache_rereads": 45, "cache_rereads/tok": 0.2}),
+    ("moe-cache: off", "moe-cache", {"cache_hit_pct": -1.0}),
+    ("moe-prefetch: 812.5 MiB speculative, 120/300 experts useful (40%)", "moe-prefetch",
+     {"prefetch_mib": 812.5, "prefetch_useful": 120, "prefetch_total": 300, "prefetch_useful_pct": 40}),
+    ("moe-prefetch: 8.0 MiB speculative, 1/4 experts useful (25%) [route-ahead]", "moe-prefetch",
+     {"prefetch_mib": 8.0, "prefetch_useful": 1, "prefetch_total": 4, "prefetch_useful_pct": 25,
+      "prefetch_mode": "route-ahead"}),
+    ("moe-spec-gate: 71% router prediction recall", "moe-spec-gate", {"spec_recall_pct": 71}),
+    ("moe-spec-gate: 38% router prediction recall (auto-disabled below 50%)", "moe-spec-gate",
+     {"spec_recall_pct": 38, "spec_auto_disabled_below_pct": 50}),
+    ("moe-overlap: stall 0.133 s/token (flash reads overlapped with FFN compute)", "moe-overlap",
+     {"stall_s_tok": 0.133}),
+    ("moe-waits: drain 0.004 s/token (inside compute), adopt 0.001 s/token (inside mgmt)",
+     "moe-waits", {"drain_s/tok": 0.004, "adopt_s/tok": 0.001}),
+    ("moe-drop: 66582/469760 routed experts dropped (14.2%), threshold 0.75 x uniform", "moe-drop",
+     {"experts_dropped": 66582, "experts_routed": 469760, "experts_dropped_pct": 14.2,
+      "drop_threshold": 0.75}),
+    ("mode: expert streaming, cache 3000 MiB, dense anon, overlap", "mode",
+     {"mode": "expert streaming, cache 3000 MiB, dense anon, overlap"}),
+    ("peak_rss_kb=5949324", "sidecar", {"peak_rss_kb": 5949324}),
+    ("dense_weights=anon", "sidecar", {"dense_weights": "anon"}),
+    ("\ufeffgeneration: 1 tokens, 1.000 s/token (1.000 tok/s)\r", "generation",
+     {"tokens": 1, "s_per_tok": 1.0, "tok_s": 1.0}),
+])
+def test_every_form(line, kind, values):
+    r = parse_summary_line(line)
+    assert isinstance(r, SummaryLine) and r.kind == kind, r
+    if any(isinstance(v, str) for v in values.values()):
+        assert r.values == values
+    else:
+        assert r.values == pytest.approx(values)
+
+
+@pytest.mark.parametrize("line", [
+    "generation: a lot of tokens", "moe-stream: read everything", "moe-teleport: 3 experts",
+    "moe-cache: 5 caches  hits=1 misses=2", "prefill: done", "compute: busy",
+])
+def test_summary_like_but_unknown_is_unparsed_not_lost(line):
+    r = parse_summary_line(line)
+    assert r is not None and r.kind == "unparsed"
+    assert r.values["text"] == line and r.values["kind"] == line.split(":")[0]
+    assert looks_like_summary(line)
+
+
+@pytest.mark.parametrize("line", ["", "just text", "Generation: 5 tokens", "a = b",
+                                  "x=1 y=2", "the moe-cache: is warm"])
+def test_ordinary_text_is_none(line):
+    assert parse_summary_line(line) is None
+
+
+def test_canonical_summary_maps_csv_keys_and_keeps_others():
+    raw = {"tokens": "1469", "s/tok": "0.254", "tok/s": "3.938", "read_MiB": "166692.6",
+           "io_s": "278.39", "compute_s/tok": "0.195", "io_s/tok": "0.190", "cache_hit_pct": "77.2",
+           "n_prompt": "19", "load_s": "38.755", "prefill_s": "7.228", "prefill_tps": "2.63",
+           "stall_s/tok": "0.041", "mgmt_s/tok": "0.018", "cache_resident_MiB": "2998.5",
+           "cache_budget_MiB": "3000.0", "spec_read_MiB": "0.0", "spec_experts": "0",
+           "spec_useful": "0", "majflt/tok": "13.73", "junk": "n/a"}
+    s = canonical_summary(raw)
+    assert s["tokens"] == 1469 and s["tok_s"] == 3.938 and s["s_per_tok"] == 0.254
+    assert s["resident_mib"] == 2998.5 and s["budget_mib"] == 3000.0
+    assert s["prefetch_mib"] == 0.0 and s["prefetch_total"] == 0 and s["prefetch_useful"] == 0
+    assert s["majflt/tok"] == 13.73 and "junk" not in s
+    # derived exactly as the runtime prints them
+    assert s["ttft_s"] == pytest.approx(38.755 + 7.228)
+    assert s["read_mib_per_tok"] == pytest.approx(166692.6 / 1469)
+    assert s["read_mib_s"] == pytest.approx(166692.6 / 278.39)
+    assert set(CANONICAL_KEYS) - set(s) == {"spec_recall_pct"}  # not in this CSV: missing, not 0
+
+
+def test_no_cache_keeps_minus_one_and_missing_stays_missing():
+    s = canonical_summary({"cache_hit_pct": "-1.0", "tokens": "4"})
+    assert s == {"cache_hit_pct": -1.0, "tokens": 4.0}

@@ -1,0 +1,155 @@
+"""Whole captures (progress / session / no-progress / log / sidecar), session requests, sniffing."""
+
+from __future__ import annotations
+
+import codecs
+from pathlib import Path
+
+import orjson
+import pytest
+
+from bmoe_top.parsers.bmoe_lines import Begin, Done, Error, Load, Progress, Ready, Resident, Route, Unknown
+from bmoe_top.parsers.requests import parse_requests
+from bmoe_top.parsers.sniff import sniff
+from bmoe_top.parsers.transcript import is_loader_noise, parse_transcript, split_reasoning
+
+FIX = Path(__file__).parent / "fixtures" / "parsers"
+
+
+def test_progress_capture():
+    tr = parse_transcript((FIX / "progress_run.txt").read_bytes())
+    assert [type(r) for r in tr.records] == [Load, Progress, Load, Progress, Progress, Progress]
+    assert tr.record_lines == [2, 3, 4, 5, 6, 7]
+    assert tr.answer == "Experts are picked\nby the router é 😀"
+    assert tr.generations[0]["answer"] == tr.answer  # BMOE text and the banner block agree
+    s = tr.summary
+    assert (s["tokens"], s["tok_s"], s["n_prompt"], s["ttft_s"]) == (4, 6.612, 9, 4.75)
+    assert (s["mgmt_s_tok"], s["budget_mib"], s["prefetch_useful"], s["prefetch_total"]) == (0.006, 512, 5, 8)
+    assert s["spec_recall_pct"] == 71 and s["spec_auto_disabled_below_pct"] == 50
+    assert s["stall_s_tok"] == 0.004
+    assert tr.problems == []
+    assert tr.text_lines[0].startswith("bmoe: expert streaming ON")
+
+
+def test_session_capture():
+    tr = parse_transcript((FIX / "session_run.txt").read_bytes())
+    kinds = [type(r) for r in tr.records]
+    assert kinds == [Ready, Begin, Progress, Route, Progress, Progress, Resident, Unknown, Done, Error]
+    ready = tr.records[0]
+    assert ready.prefix == "loader noise without newline " and ready.extra == {"dense_resident_frac": 0.85}
+    assert "loader noise without newline " in tr.text_lines
+    assert tr.records[5].io_ms is None
+    # two problems: the wrong-typed step and the truncated DONE at EOF, with their line numbers
+    assert [(p.lineno, "step" in p.reason or "malformed" in p.reason) for p in tr.problems] == [
+        (11, True), (14, True)]
+    g = tr.generations[0]
+    assert g["id"] == 7 and g["answer"] == "Hi there 😀!" and g["reasoning"] == "thinking"
+    assert isinstance(g["done"], Done)
+    assert tr.answer == "Hi there 😀!" and tr.reasoning == "thinking"
+    assert tr.summary["tokens"] == 3 and tr.summary["cache_hit_pct"] == -1
+    assert tr.summary["resident_mib"] == 12.5 and tr.summary["n_prompt"] == 5
+
+
+def test_noprogress_output_prompt_reasoning_answer_summary_sidecar():
+    tr = parse_transcript((FIX / "noprogress.out").read_bytes())
+    assert tr.prompt == "Why is the sky blue?"
+    assert tr.reasoning == "Rayleigh scattering, shorter wavelengths."
+    assert tr.answer == "Because air scatters blue light more.\nx=5 is not a sidecar here"
+    assert tr.summary["tokens"] == 12 and tr.summary["stall_s_tok"] == 0.01
+    assert tr.summary["cache_rereads"] == 6
+    assert tr.sidecar == {"peak_rss_kb": "123456", "cpu_temp_max_mC": "70200"}
+    assert [p.lineno for p in tr.problems] == [12]  # moe-mystery: reported, not lost
+    assert "moe-mystery: 12 widgets" in tr.text_lines
+
+
+def test_loader_log_with_prompt_echo_and_noise_glued_to_answer():
+    log = ("Tell me a fact.llama_model_loader: loaded meta data with 3 key-value pairs\n"
+           "print_info: file type   = Q4_K - Medium\n"
+           "...................................\n"
+           "bmoe: expert streaming ON  n_expert=8\n"
+           "The fact: honey never spoils.\n"
+           "It lasts.llama_context: CPU compute buffer size is 12 MiB\n"
+           "\n"
+           "generation: 5 tokens, 0.100 s/token (10.000 tok/s)\n")
+    tr = parse_transcript(log.encode())
+    assert tr.prompt == "Tell me a fact."
+    assert tr.answer == "The fact: honey never spoils.\nIt lasts."
+    assert tr.summary == {"tokens": 5, "s_per_tok": 0.1, "tok_s": 10.0}
+
+
+def test_sidecar_only_file():
+    tr = parse_transcript((FIX / "device.metrics").read_bytes())
+    assert tr.sidecar == {"peak_rss_kb": "5949324", "mem_avail_floor_kb": "3961764",
+                          "batt_temp_max_dC": "409"}
+    assert tr.answer == "" and tr.summary == {}
+
+
+@pytest.mark.parametrize("bom,enc,nl", [(codecs.BOM_UTF8, "utf-8", "\r\n"),
+                                        (codecs.BOM_UTF16_LE, "utf-16-le", "\n")])
+def test_encodings(bom, enc, nl):
+    text = (FIX / "progress_run.txt").read_text(encoding="utf-8").replace("\n", nl).rstrip()
+    tr = parse_transcript(bom + text.encode(enc))
+    assert len(tr.records) == 6 and tr.answer.endswith("é 😀") and tr.summary["tokens"] == 4
+
+
+def test_answer_banner_without_perf_banner_ends_at_first_summary_line():
+    tr = parse_transcript("=== answer ===\nline 1\ngeneration: 2 tokens, 0.5 s/token (2.0 tok/s)\n")
+    assert tr.answer == "line 1" and tr.summary["tokens"] == 2
+
+
+def test_summary_looking_lines_inside_the_answer_block_are_answer():
+    tr = parse_transcript("=== answer ===\nmode: think step by step\n=== perf ===\n"
+                          "generation: 2 tokens, 0.5 s/token (2.0 tok/s)\n")
+    assert tr.answer == "mode: think step by step" and "mode" not in tr.info
+
+
+def test_split_reasoning_and_loader_noise():
+    assert split_reasoning("a<think>b</think>c") == ("ac", "b")
+    assert split_reasoning("<think>\nunfinished") == ("", "unfinished")
+    assert split_reasoning("plain") == ("plain", "")
+    assert is_loader_noise("llama_model_loader: - kv   0: general.architecture str = qwen3moe")
+    assert is_loader_noise("........")
+    assert not is_loader_noise("The answer: 42")
+
+
+# ------------------------------------------------------------------------------------- requests
+
+def test_requests():
+    reqs, problems = parse_requests((FIX / "requests.jsonl").read_bytes())
+    assert [r.cmd for r in reqs] == ["generate", "generate", "cancel", "close"]
+    r0 = reqs[0]
+    assert (r0.id, r0.n_predict, r0.think, r0.clear_kv) == (0, 64, False, True)
+    assert r0.prompt == 'Line one\nline two: "quoted"'
+    assert reqs[1].n_predict is None and reqs[1].think is None and reqs[1].extra == {"priority": 3}
+    assert [(p.lineno, p.reason.split(":")[0]) for p in problems] == [
+        (5, "field 'id'"), (6, "malformed JSON")]
+
+
+# ---------------------------------------------------------------------------------------- sniff
+
+@pytest.mark.parametrize("name,kind", [
+    ("progress_run.txt", "transcript"), ("session_run.txt", "transcript"),
+    ("noprogress.out", "transcript"), ("tokens_two_turns.csv", "token_csv"),
+    ("route_small.csv", "route_trace"), ("requests.jsonl", "requests"),
+    ("device.metrics", "sidecar"),
+])
+def test_sniff_fixtures_by_content_not_name(name, kind):
+    data = (FIX / name).read_bytes()
+    assert sniff(data, name) == kind
+    assert sniff(data, "misleading.bin") == kind
+
+
+def test_sniff_other_kinds():
+    rec = b"".join(orjson.dumps({"t": 1.7e9 + i, "src": "stdout", "line": f"BMOE_BEGIN {{\"id\":{i}}}"}) + b"\n"
+                   for i in range(3))
+    assert sniff(rec) == "recording"
+    audit = orjson.dumps({"event": "load", "time": "2026-01-01T00:00:00.000Z", "pid": 1}) + b"\n"
+    assert sniff(audit) == "audit"
+    assert sniff(b"STRP\x01\x00\x00\x00" + bytes(16)) == "strp"
+    assert sniff(b"\x00\x01\x02binary") == "unknown"
+    assert sniff(b"") == "unknown" and sniff(b"", "x.csv") == "token_csv"
+    assert sniff(b"just some prose\nmore prose\n") == "unknown"
+    assert sniff(b"just some prose\n", "run.log") == "transcript"
+    assert sniff(b"step,steps,wall_ms\n1,2,3\n") == "token_csv"
+    big = b"answer text line\n" * 10000 + b"generation: 1 tokens, 1.0 s/token (1.0 tok/s)\n"
+    assert sniff(big) == "transcript"  # the summary is at the end: the tail is looked at
