@@ -16,11 +16,12 @@ Requests queued before ``close``/EOF still run.
 
 from __future__ import annotations
 
+import os
 import queue
 import sys
 import threading
 from dataclasses import dataclass, field
-from typing import IO, Callable
+from typing import Callable
 
 import orjson
 
@@ -113,11 +114,21 @@ class Session:
         else:
             self.emit.line(error_line(rid, False, f"unknown command {cmd!r} (expected generate, cancel, close)"))
 
-    def read_stdin(self, stream: IO[bytes]) -> None:
-        """Reader thread body: every line to :meth:`submit_line`, then close at EOF."""
+    def read_stdin(self, fd: int) -> None:
+        """Reader thread body: every line of file descriptor ``fd`` to :meth:`submit_line`, then close
+        at EOF. Raw ``os.read`` (no BufferedReader, whose lock would block interpreter shutdown)."""
+        buf = b""
         try:
-            for raw in stream:
-                self.submit_line(raw)
+            while True:
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    break
+                buf += chunk
+                *lines, buf = buf.split(b"\n")
+                for raw in lines:
+                    self.submit_line(raw)
+            if buf:
+                self.submit_line(buf)
         except (OSError, ValueError):
             pass
         self.q.put(_CLOSE)
@@ -168,8 +179,8 @@ class Session:
         self.emit.line(done_line(eng, g.id, res))
 
 
-def start_reader(sess: Session, stream=None) -> threading.Thread:
-    stream = stream if stream is not None else sys.stdin.buffer
-    t = threading.Thread(target=sess.read_stdin, args=(stream,), name="bmoe-session-stdin", daemon=True)
+def start_reader(sess: Session, fd: int | None = None) -> threading.Thread:
+    fd = fd if fd is not None else sys.stdin.fileno()
+    t = threading.Thread(target=sess.read_stdin, args=(fd,), name="bmoe-session-stdin", daemon=True)
     t.start()
     return t

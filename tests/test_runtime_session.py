@@ -1,0 +1,141 @@
+"""``bmoe-run --session`` driven over real pipes: READY, BEGIN/per-token/DONE with every documented
+field, non-fatal errors for bad requests, cancel honoured mid-generation leaving the session
+usable, clear_kv:false reusing the KV prefix (greedy tokens equal to a resident engine), EOF/close.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import queue
+
+import pytest
+
+from bmoe_top.parsers.bmoe_lines import Begin, Done, Error, Load, Progress, Ready, parse_line
+from bmoe_top.runtime.engine import Engine
+from bmoe_top.runtime.models import make_model
+
+DONE_FIELDS = ("id", "cancelled", "tokens", "tok_s", "prefill_s", "load_s", "cache_hit_pct", "n_prompt", "n_past",
+               "cache_resident_mib", "cache_budget_mib", "spec_recall_pct", "stall_s_tok", "mgmt_s_tok", "text")
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    return make_model(tmp_path_factory.mktemp("rt-sess") / "tiny-q8_0.gguf", preset="tiny", qtype="q8_0", seed=7)
+
+
+class Proc:
+    def __init__(self, args):
+        self.p = subprocess.Popen([sys.executable, "-m", "bmoe_top.runtime.cli", *args], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1)
+        self.q: queue.Queue = queue.Queue()
+        self.raw: list[str] = []
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self):
+        for ln in self.p.stdout:
+            self.q.put(ln.rstrip("\n"))
+        self.q.put(None)
+
+    def send(self, obj):
+        self.p.stdin.write((obj if isinstance(obj, str) else json.dumps(obj)) + "\n")
+        self.p.stdin.flush()
+
+    def next(self, timeout=60):
+        ln = self.q.get(timeout=timeout)
+        if ln is not None:
+            self.raw.append(ln)
+        return None if ln is None else parse_line(ln)
+
+    def until(self, cls, timeout=60):
+        seen = []
+        while True:
+            r = self.next(timeout)
+            assert r is not None, f"EOF before {cls.__name__}: {self.raw[-5:]} {self.p.stderr.read()}"
+            seen.append(r)
+            if isinstance(r, cls):
+                return r, seen
+
+
+def test_session_protocol(model):
+    args = ["-m", str(model), "--session", "--quiet", "-c", "512", "--cache-mb", "0.45"]
+    s = Proc(args)
+    ready, _ = s.until(Ready)
+    assert ready.arch == "qwen3moe" and ready.n_ctx >= 512 and ready.load_s > 0
+
+    # a normal generation
+    s.send({"cmd": "generate", "id": 1, "prompt": "Hello session", "n_predict": 8})
+    b, _ = s.until(Begin)
+    assert b.id == 1
+    d1, seen = s.until(Done)
+    prog = [r for r in seen if isinstance(r, Progress)]
+    assert [r.step for r in prog] == list(range(1, d1.tokens + 1)) and d1.tokens == 8
+    assert all(isinstance(r, (Load, Progress, Done)) for r in seen)
+    raw_done = json.loads(s.raw[-1].split(" ", 1)[1])
+    assert all(k in raw_done for k in DONE_FIELDS)
+    assert d1.id == 1 and d1.cancelled is False and d1.text == prog[-1].text
+    assert d1.n_prompt > 1 and d1.n_past == d1.n_prompt + d1.tokens
+    assert d1.cache_hit_pct == pytest.approx(prog[-1].cache_hit_pct, abs=0.01)
+    assert d1.cache_budget_mib == pytest.approx(0.45)
+
+    # continue the conversation: only the new suffix is prefilled
+    s.send({"cmd": "generate", "id": 2, "prompt": " and more", "n_predict": 6, "clear_kv": False})
+    d2, _ = s.until(Done)
+    assert d2.n_past == d1.n_past + d2.n_prompt + d2.tokens
+    assert d2.n_prompt < d1.n_prompt + 6
+
+    # bad requests are non-fatal
+    s.send("{not json")
+    e, _ = s.until(Error)
+    assert e.fatal is False and "JSON" in e.msg
+    s.send({"cmd": "dance"})
+    e, _ = s.until(Error)
+    assert e.fatal is False and "unknown command" in e.msg
+    s.send({"cmd": "generate", "id": 3, "prompt": "x", "n_predict": 100000})
+    e, _ = s.until(Error)
+    assert e.fatal is False and e.id == 3 and "n_ctx" in e.msg
+
+    # cancel mid-generation: honoured quickly, session stays usable
+    s.send({"cmd": "generate", "id": 4, "prompt": "A long story", "n_predict": 400})
+    s.until(Begin)
+    s.until(Progress)
+    s.send({"cmd": "cancel"})
+    d4, seen = s.until(Done)
+    assert d4.id == 4 and d4.cancelled is True and d4.tokens < 400
+
+    # after cancel: a fresh turn gives exactly the resident greedy tokens
+    s.send({"cmd": "generate", "id": 5, "prompt": "Hello session", "n_predict": 8, "clear_kv": True})
+    d5, seen5 = s.until(Done)
+    assert d5.text == d1.text and d5.cancelled is False
+
+    s.send({"cmd": "close"})
+    assert s.next() is None
+    assert s.p.wait(timeout=30) == 0
+    assert "Traceback" not in s.p.stderr.read()
+
+
+def test_session_matches_resident_engine_across_turns(model):
+    turns = [("Once upon a time", 10, True), (" the end?", 7, False), (" no.", 5, False)]
+    with Engine(model, n_ctx=512, stream=False, n_threads=2) as e:
+        ref = [e.generate(p, n, clear_kv=c).text for p, n, c in turns]
+    s = Proc(["-m", str(model), "--session", "--quiet", "-c", "512", "-t", "2", "--cache-mb", "0"])
+    s.until(Ready)
+    for i, (p, n, c) in enumerate(turns):
+        s.send({"cmd": "generate", "id": i, "prompt": p, "n_predict": n, "clear_kv": c})
+    got = [s.until(Done)[0].text for _ in turns]
+    s.p.stdin.close()  # EOF = close
+    assert s.p.wait(timeout=30) == 0
+    assert got == ref
+
+
+def test_session_fatal_error_on_bad_model(tmp_path):
+    bad = tmp_path / "x.gguf"
+    bad.write_bytes(b"nope")
+    p = subprocess.run([sys.executable, "-m", "bmoe_top.runtime.cli", "-m", str(bad), "--session"],
+                       input="", capture_output=True, text=True, timeout=60)
+    assert p.returncode != 0
+    r = parse_line(p.stdout.strip())
+    assert isinstance(r, Error) and r.fatal is True and "GGUF" in r.msg
+    assert "Traceback" not in p.stderr
