@@ -91,6 +91,8 @@ class GridView(ScrollView):
         if key != self._key:
             self._key = key
             self._lines = self.build(width, height)
+            if self._lines:  # the title never forces a horizontal scroll
+                self._lines[0] = self._lines[0].crop(0, width)
             vw = max((ln.cell_length for ln in self._lines), default=0)
             self.virtual_size = Size(vw, len(self._lines))
         return self._lines
@@ -192,7 +194,7 @@ class ExpertMap(GridView):
         c = fold_rows(fold_rows(counts.T, fe, "sum").T, fl, "sum")
         r = fold_rows(fold_rows(res.T, fe, "sum").T, fl, "sum")
         per_layer = counts.sum(axis=1, keepdims=True).astype(float)
-        expected_row = fold_rows(per_layer, fl, "sum") / max(1, n_expert) * fe * fl
+        expected_row = fold_rows(per_layer, fl, "sum") / max(1, n_expert) * fe
         bins = heat_bin(c.astype(float), np.maximum(expected_row, 1e-9))
         hdr = f"experts 0–{n_expert - 1}" + (f", {fe} experts/cell" if fe > 1 else "") + (
             f", {fl} layers/row" if fl > 1 else "") + (f", top-{top_k}" if top_k else "")
