@@ -1,0 +1,341 @@
+"""``bmoe-run serve`` as a real process on loopback, driven over real HTTP: scrape, completion
+(JSON and SSE), counters moved by what the completion did, /metrics and /health during a decode,
+queued requests, restart => baseline reset, api key on/off, bind policy, audit exact sum,
+profile and adaptive cache."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import orjson
+import pytest
+
+from bmoe_top.parsers.audit import check_exact_sum, read_audit_file
+from bmoe_top.parsers.prom import compute_delta, parse_exposition
+from bmoe_top.parsers.strp import StrpProfile, read_strp, write_strp
+from bmoe_top.tui.sources.metrics_poll import MetricsPoller
+
+import numpy as np
+
+PY = sys.executable
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> Path:
+    from bmoe_top.runtime.models import make_model
+
+    d = tmp_path_factory.mktemp("models")
+    return make_model(d / "tiny-q8_0.gguf", preset="tiny", qtype="q8_0", seed=0)
+
+
+class Serve:
+    """A `bmoe-run serve` child process; ``url`` once it listens."""
+
+    def __init__(self, model: Path, *args: str, port: int = 0, wait: bool = True):
+        self.cmd = [PY, "-m", "bmoe_top.runtime.cli", "serve", "-m", str(model), "--port", str(port),
+                    "-t", "1", "-c", "512", *args]
+        self.proc = subprocess.Popen(self.cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.err_lines: list[str] = []
+        self.url = None
+        self._listening = threading.Event()
+        self._t = threading.Thread(target=self._drain, daemon=True)
+        self._t.start()
+        if wait:
+            t0 = time.monotonic()
+            while not self._listening.wait(0.05):
+                if self.proc.poll() is not None or time.monotonic() - t0 > 60:
+                    self.stop()
+                    raise AssertionError("server did not start: " + "".join(self.err_lines))
+
+    def _drain(self):
+        for line in self.proc.stderr:
+            self.err_lines.append(line)
+            m = re.search(r"listening on (http://\S+)", line)
+            if m:
+                self.url = m.group(1)
+                self._listening.set()
+
+    @property
+    def port(self) -> int:
+        return int(self.url.rsplit(":", 1)[1])
+
+    def stop(self, sig=signal.SIGTERM) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._t.join(5)
+        return self.proc.returncode
+
+
+def scrape(url, **kw):
+    r = httpx.get(url + "/metrics", trust_env=False, **kw)
+    r.raise_for_status()
+    return parse_exposition(r.content, time.monotonic())
+
+
+def complete(url, prompt, n, stream=False, **kw):
+    return httpx.post(url + "/completion", json={"prompt": prompt, "n_predict": n, "stream": stream},
+                      timeout=60, trust_env=False, **kw)
+
+
+@pytest.fixture(scope="module")
+def server(tiny, tmp_path_factory):
+    audit = tmp_path_factory.mktemp("audit") / "a.jsonl"
+    s = Serve(tiny, "--cache-mb", "0.5", "--moe-cache-audit", str(audit))
+    s.audit = audit
+    yield s
+    s.stop()
+
+
+def test_completion_moves_counters_by_what_it_did(server):
+    s0 = scrape(server.url)
+    assert s0.get("tokens_predicted") == 0 or s0.get("tokens_predicted") is not None
+    r = complete(server.url, "Hello, experts!", 12)
+    assert r.status_code == 200
+    body = r.json()
+    assert body["stop"] is True and body["tokens_predicted"] == 12
+    t = body["timings"]
+    assert t["predicted_n"] == 12 and t["prompt_n"] == body["tokens_evaluated"] > 0
+    assert t["predicted_per_second"] > 0
+    s1 = scrape(server.url)
+    d = compute_delta(s0, s1)
+    assert not d.reset
+    assert d.d["tokens_predicted"] == 12
+    assert d.d["timed_tokens"] == 12
+    assert d.d["prompt_tokens"] == body["tokens_evaluated"]
+    assert d.d["hits"] + d.d["misses"] > 0
+    # per-layer counters add up to the totals
+    for key, tot in (("layer_hits", "hits"), ("layer_misses", "misses")):
+        assert sum(s1.layers[key].values()) == s1.get(tot)
+    # the time sums: wall = compute + io + mgmt (serial mode), in the same interval
+    w = d.d["wall_s"]
+    assert w > 0 and abs(d.d["compute_s"] + d.d["io_s"] + d.d["mgmt_s"] - w) < 1e-3 * 12 + 0.01 * w
+    assert d.token_ms["wall"] == pytest.approx(1000 * w / 12)
+    # the audit request record says the same as the metrics difference
+    runs = read_audit_file(server.audit)
+    req = runs.runs[-1].requests[-1]
+    assert req.data["n_gen"] == 12
+    assert req.data["req_hits"] == d.d["hits"] and req.data["req_misses"] == d.d["misses"]
+    assert req.data["req_bytes_upload"] == d.d["upload_bytes"]
+
+
+def test_stream_sse_same_text_as_json(server):
+    j = complete(server.url, "Stream me", 8).json()
+    with httpx.stream("POST", server.url + "/completion", json={"prompt": "Stream me", "n_predict": 8, "stream": True},
+                      timeout=60, trust_env=False) as r:
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+        events = [orjson.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: ")]
+    toks = [e for e in events if not e["stop"]]
+    final = events[-1]
+    assert len(toks) == 8 and final["stop"] is True and final["tokens_predicted"] == 8
+    assert "".join(e["content"] for e in toks) == j["content"]
+    assert final["timings"]["predicted_n"] == 8
+
+
+def test_metrics_and_health_answer_during_decode_and_requests_queue(server):
+    results = {}
+
+    def run(name, n):
+        results[name] = complete(server.url, f"long request {name}", n).json()
+
+    a = threading.Thread(target=run, args=("a", 300))
+    b = threading.Thread(target=run, args=("b", 20))
+    a.start()
+    time.sleep(0.2)
+    b.start()
+    seen_processing = seen_deferred = False
+    toks = []
+    lat = []
+    while a.is_alive():
+        t0 = time.monotonic()
+        s = scrape(server.url, timeout=5)
+        h = httpx.get(server.url + "/health", trust_env=False, timeout=5)
+        lat.append(time.monotonic() - t0)
+        assert h.status_code == 200
+        seen_processing |= s.get("requests_processing") == 1
+        seen_deferred |= (s.get("requests_deferred") or 0) >= 1
+        toks.append(s.get("tokens_predicted"))
+        time.sleep(0.05)
+    a.join()
+    b.join()
+    assert results["a"]["tokens_predicted"] == 300 and results["b"]["tokens_predicted"] == 20
+    assert seen_processing and seen_deferred
+    assert len(set(toks)) >= 3  # counters moved while the decode ran
+    assert max(lat) < 2.0
+
+
+def test_bad_requests_are_clear_and_server_survives(server):
+    r = httpx.post(server.url + "/completion", content=b"{not json", trust_env=False, timeout=10)
+    assert r.status_code == 400 and "not JSON" in r.json()["error"]["message"]
+    r = httpx.post(server.url + "/completion", json={"prompt": 5}, trust_env=False, timeout=10)
+    assert r.status_code == 400
+    r = complete(server.url, "x" * 600, 10)  # > n_ctx 512
+    assert r.status_code == 400 and "n_ctx" in r.json()["error"]["message"]
+    assert httpx.get(server.url + "/nope", trust_env=False).status_code == 404
+    assert complete(server.url, "still fine", 3).json()["tokens_predicted"] == 3
+
+
+def test_audit_exact_sum_after_exit(tiny, tmp_path):
+    audit = tmp_path / "a.jsonl"
+    s = Serve(tiny, "--cache-mb", "0.4", "--moe-cache-audit", str(audit))
+    try:
+        for i, n in enumerate((5, 9, 0, 14)):
+            assert complete(s.url, f"request number {i}", n).status_code == 200
+    finally:
+        assert s.stop() == 0
+    raw = audit.read_bytes()
+    assert b"NaN" not in raw and b"Infinity" not in raw
+    runs = read_audit_file(audit)
+    assert runs.bad == [] and len(runs.runs) == 1
+    run = runs.runs[0]
+    assert run.load and run.ready and run.exit and len(run.requests) == 4
+    assert check_exact_sum(run) == []
+    assert run.exit.data["perf"]["n_gen"] == 28
+    assert run.load.data["model"]["n_layer"] == 2 and run.load.data["profile"] is None
+    assert [len(x["resident"]) == x["slots"] for x in run.exit.layers()] == [True, True]
+
+
+def test_restart_resets_baseline_for_the_poller(tiny):
+    s = Serve(tiny, "--cache-mb", "0.5")
+    port = s.port
+    try:
+        complete(s.url, "before restart", 20)
+        poller = MetricsPoller(s.url + "/metrics", interval=0.05, timeout=5)
+        poller.scrape_once()
+        s.stop()
+        poller.scrape_once()
+        assert poller.state.status == "unreachable"
+        s = Serve(tiny, "--cache-mb", "0.5", port=port)
+        complete(s.url, "after", 2)
+        d = poller.scrape_once()
+        assert d is not None and d.reset and d.tok_s is None
+        complete(s.url, "after again", 4)
+        d = poller.scrape_once()
+        assert not d.reset and d.d["tokens_predicted"] == 4 and d.tok_s > 0
+        assert poller.state.n_resets == 1
+        poller.client.close()
+    finally:
+        s.stop()
+
+
+def test_api_key_on_and_off(tiny):
+    s = Serve(tiny, "--api-key", "k3y")
+    try:
+        assert httpx.get(s.url + "/health", trust_env=False).status_code == 200
+        assert httpx.get(s.url + "/metrics", trust_env=False).status_code == 401
+        assert httpx.get(s.url + "/metrics", headers={"Authorization": "Bearer nope"}, trust_env=False).status_code == 401
+        assert httpx.get(s.url + "/metrics", headers={"Authorization": "Bearer k3y"}, trust_env=False).status_code == 200
+        assert complete(s.url, "hi", 2).status_code == 401
+        assert complete(s.url, "hi", 2, headers={"Authorization": "Bearer k3y"}).json()["tokens_predicted"] == 2
+        p = MetricsPoller(s.url + "/metrics")
+        p.scrape_once()
+        assert p.state.status == "unauthorized"
+        p.client.close()
+        p = MetricsPoller(s.url + "/metrics", api_key="k3y")
+        p.scrape_once()
+        assert p.state.status == "ok"
+        p.client.close()
+    finally:
+        s.stop()
+
+
+def test_non_loopback_bind_refused_without_key(tiny):
+    r = subprocess.run([PY, "-m", "bmoe_top.runtime.cli", "serve", "-m", str(tiny), "--host", "0.0.0.0",
+                        "--port", "0"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2
+    assert "refusing to bind 0.0.0.0" in r.stderr and "Traceback" not in r.stderr
+    s = Serve(tiny, "--host", "0.0.0.0", "--insecure")
+    try:
+        assert httpx.get(f"http://127.0.0.1:{s.port}/health", trust_env=False).status_code == 200
+    finally:
+        s.stop()
+
+
+def test_missing_model_is_one_line(tmp_path):
+    r = subprocess.run([PY, "-m", "bmoe_top.runtime.cli", "serve", "-m", str(tmp_path / "none.gguf"), "--port", "0"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert len([ln for ln in r.stderr.splitlines() if ln.startswith("bmoe-run serve: ") and "listening" not in ln]) == 1
+
+
+def test_profile_fill_and_wrong_dims(tiny, tmp_path):
+    # a profile for this model: layer 0 experts 7..4 hottest, then layer 1
+    prof = StrpProfile(n_layers=2, n_expert=8, slots=4, pairs=np.array([[0, 7], [0, 6], [1, 5], [0, 5], [1, 1]]))
+    good = tmp_path / "good.strp"
+    write_strp(good, prof)
+    wrong = tmp_path / "wrong.strp"
+    write_strp(wrong, StrpProfile(n_layers=3, n_expert=8, slots=4, pairs=np.array([[0, 1]])))
+    audit = tmp_path / "a.jsonl"
+    s = Serve(tiny, "--cache-mb", "0.5", "--moe-cache-profile", str(good), "--moe-cache-audit", str(audit))
+    try:
+        m = scrape(s.url)
+        slots = int(m.get("slots"))
+        assert m.get("prefilled") == min(slots, 5) > 0
+        complete(s.url, "profile hits", 16)
+        m = scrape(s.url)
+        assert 0 <= m.get("hits_profile") <= m.get("hits")
+        for il, v in m.layers["layer_hits_profile"].items():
+            assert v <= m.layers["layer_hits"][il]
+    finally:
+        s.stop()
+    load = read_audit_file(audit).runs[0].load
+    assert load.data["cache"]["prefilled"] == min(slots, 5)
+    assert load.data["profile"]["sha256"] and load.data["profile"]["bytes"] == good.stat().st_size
+    res = {x["il"]: x["resident"] for x in load.layers()}
+    assert 7 in res[0]  # the hottest pair is in
+    s = Serve(tiny, "--cache-mb", "0.5", "--moe-cache-profile", str(wrong), "--moe-cache-audit", str(audit))
+    try:
+        m = scrape(s.url)
+        assert m.get("prefilled") == 0
+    finally:
+        s.stop()
+    assert any("profile refused" in ln and "warning" in ln for ln in s.err_lines)
+    load2 = read_audit_file(audit).runs[-1].load
+    assert "refused" in load2.data["profile"]["error"]
+    assert all(x["resident"] == [] for x in load2.layers())
+
+
+def test_adaptive_swaps_counted(tiny, tmp_path):
+    audit = tmp_path / "a.jsonl"
+    s = Serve(tiny, "--cache-mb", "0.5", "--moe-cache-adaptive", "--moe-cache-audit", str(audit))
+    try:
+        complete(s.url, "adaptive cache follows the conversation", 96)
+        m = scrape(s.url)
+        assert m.get("swaps") > 0
+    finally:
+        s.stop()
+    run = read_audit_file(audit).runs[0]
+    assert run.exit.counters["swaps"] == m.get("swaps")
+    assert run.load.data["params"]["moe_cache_adaptive"] is True
+    assert check_exact_sum(run) == []
+    assert any("adaptive:" in ln and "swapped in" in ln for ln in s.err_lines)
+
+
+def test_make_profile_cli(tiny, tmp_path):
+    text = tmp_path / "t.txt"
+    text.write_text("The quick brown fox jumps over the lazy dog. " * 20)
+    out = tmp_path / "p.strp"
+    r = subprocess.run([PY, "-m", "bmoe_top.runtime.cli", "make-profile", str(tiny), str(text), "-o", str(out),
+                        "-c", "256", "-t", "1"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    p = read_strp(out)
+    assert (p.n_layers, p.n_expert) == (2, 8) and p.n_ranked > 0
+    # counts: every traced token picked n_expert_used experts per layer; hottest first
+    assert "tokens traced" in r.stderr
+    r = subprocess.run([PY, "-m", "bmoe_top.runtime.cli", "make-profile", str(tiny), str(tmp_path / "none.txt"),
+                        "-o", str(out)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and "cannot read" in r.stderr and "Traceback" not in r.stderr
+
+
