@@ -339,3 +339,26 @@ def test_make_profile_cli(tiny, tmp_path):
     assert r.returncode == 1 and "cannot read" in r.stderr and "Traceback" not in r.stderr
 
 
+
+
+def test_headless_twins_against_the_server(server):
+    from bmoe_top.tui.headless_attach import audit_once, exit_code, metrics_once, to_json
+
+    t = threading.Thread(target=complete, args=(server.url, "headless twin", 200))
+    t.start()
+    d = metrics_once(server.url + "/metrics", interval=0.3)
+    t.join()
+    assert d["status"] == "ok" and exit_code(d) == 0
+    assert d["totals"]["tokens_predicted"] > 0 and d["n_layer"] == 2
+    assert d["rates"] is not None and d["rates"]["interval_s"] > 0.2
+    assert d["rates"]["tok_s"] is None or d["rates"]["tok_s"] >= 0
+    assert len(d["totals"]["layer_hit_pct"]) == 2
+    assert "llamacpp:moe_cache_hits_total" not in d["not_exported"]
+    orjson.loads(to_json(d))
+    a = audit_once(server.audit)
+    assert a["status"] == "ok" and a["bad_lines"] == 0 and exit_code(a) == 0
+    run = a["runs"][-1]
+    assert run["state"] == "ready" and run["exact_sum"] is None and run["n_layer"] == 2
+    assert run["requests"] and run["requests"][-1]["n_gen"] == 200
+    dead = metrics_once("http://127.0.0.1:9/metrics", timeout=0.5)
+    assert dead["status"] == "unreachable" and exit_code(dead) == 1
