@@ -86,7 +86,8 @@ class LiveBase:
         on_stderr: sink for each stderr line ``(line, t)`` (the log pane).
         on_event: optional ``(kind, info)`` callback for state changes: "state", "ready",
             "begin", "done", "error", "rejected", "stalled", "ready_timeout", "problem",
-            "connected", "disconnected", "exit".
+            "request" (a generate request about to be sent: ``info["request"]``),
+            "connected", "disconnected", "new_session", "exit".
         recorder: optional ``Recorder``; every received line is written with its source.
         ready_timeout_s: seconds to wait for ``BMOE_READY`` before flagging a timeout.
         stall_after_s: "no telemetry" threshold while loading or generating.
@@ -140,6 +141,20 @@ class LiveBase:
         self._watchdog: threading.Thread | None = None
 
     # ---- public API -----------------------------------------------------------------
+    def connect(self, on_record: RecordSink | None = None, *, on_stderr: LineSink | None = None,
+                on_event: EventSink | None = None) -> None:
+        """Set (replace) the sinks; call before ``start()`` (e.g. the live screen wires its run model)."""
+        if on_record is not None:
+            self._on_record = on_record
+        if on_stderr is not None:
+            self._on_stderr = on_stderr
+        if on_event is not None:
+            self._on_event = on_event
+
+    @property
+    def started(self) -> bool:
+        return self._watchdog is not None or self._state != "starting"
+
     def status(self) -> LiveStatus:
         """A consistent snapshot; cheap enough for a 10 Hz UI timer."""
         with self._lock:
@@ -186,6 +201,7 @@ class LiveBase:
             req["n_predict"] = int(n_predict)
         if think is not None:
             req["think"] = bool(think)
+        self._emit("request", {"request": req})  # before sending: the sink knows the prompt before BEGIN
         if not self.send(req):
             return None
         with self._lock:

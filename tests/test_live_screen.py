@@ -1,0 +1,148 @@
+"""Pilot tests of the live screen: LiveApp over a real child (the emitter, then the real
+bmoe-run --session on the tiny model): ready, prompt, streaming, turns table, cancel,
+continue vs new chat, rejected request, stderr in the log, aborted child, quit closes it."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from textual.widgets import DataTable, Input, Static
+
+from bmoe_top.tui.screens.live import LiveApp
+from bmoe_top.tui.sources.child_session import ChildSession
+
+EMITTER = str(Path(__file__).parent / "helpers" / "emitter.py")
+BMOE_RUN = Path(sys.executable).with_name("bmoe-run")
+
+
+async def wait_for(pilot, cond, timeout=30.0):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if cond():
+            return True
+        await pilot.pause(0.05)
+    return cond()
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ", 1)[1][0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def status_text(app) -> str:
+    return str(app.query_one("#live-status", Static).render())
+
+
+async def send(pilot, app, prompt: str, n: int | None = None):
+    if n is not None:
+        app.query_one("#n-predict", Input).value = str(n)
+    box = app.query_one("#prompt", Input)
+    box.focus()
+    box.value = prompt
+    await pilot.press("enter")
+
+
+async def test_live_app_over_emitter_full_loop():
+    src = ChildSession([sys.executable, EMITTER, "--rate", "100", "--stderr-bytes", "500"], stall_after_s=2.0)
+    app = LiveApp(src, title="emitter")
+    async with app.run_test(size=(160, 48)) as pilot:
+        assert await wait_for(pilot, lambda: src.state == "ready")
+        await pilot.pause(0.2)
+        assert "ready" in status_text(app) and "emitter" in status_text(app)
+        # turn 1: new chat
+        await send(pilot, app, "hello", 30)
+        assert await wait_for(pilot, lambda: app.run_model.n_tokens >= 5)
+        assert "generating" in status_text(app) or src.state == "ready"
+        assert await wait_for(pilot, lambda: src.state == "ready" and src.status().turns_done == 1)
+        await pilot.pause(0.3)
+        table = app.query_one("#turns-table", DataTable)
+        assert table.row_count == 1
+        assert app.run_model.turns[-1].prompt == "hello"
+        # the next prompt continues the chat (clear_kv false)
+        assert app.new_chat is False
+        await send(pilot, app, "more", 200)
+        assert await wait_for(pilot, lambda: src.state == "generating" and app.run_model.n_tokens >= 35)
+        await pilot.press("escape")  # cancel mid-turn
+        assert await wait_for(pilot, lambda: src.state == "ready" and src.status().turns_done == 2)
+        await pilot.pause(0.3)
+        assert table.row_count == 2
+        done = app.run_model.turns[-1].done
+        assert done["cancelled"] is True and done["n_past"] > app.run_model.turns[0].done["n_past"]
+        # rejected request: notice in the status line, session still usable
+        await send(pilot, app, "REJECT this", 5)
+        assert await wait_for(pilot, lambda: src.status().last_error == "prompt rejected")
+        assert await wait_for(pilot, lambda: src.state == "ready")
+        # stderr went to the log pane
+        assert any("llama_model_loader" in x for x in app.run_model.log)
+        pid = src.pid
+        await pilot.press("ctrl+q")
+    src.close()
+    assert src.status().state == "exited" and not alive(pid)
+
+
+async def test_live_app_shows_aborted_child_with_exit_code():
+    src = ChildSession([sys.executable, EMITTER, "--die-mid-line", "2", "--rate", "100"])
+    app = LiveApp(src, title="dies")
+    async with app.run_test(size=(140, 40)) as pilot:
+        assert await wait_for(pilot, lambda: src.state == "ready")
+        await send(pilot, app, "x", 20)
+        assert await wait_for(pilot, lambda: src.state == "aborted")
+        await pilot.pause(0.3)
+        text = status_text(app)
+        assert "aborted" in text and "SIGKILL" in text
+        assert app.run_model.status == "aborted"
+        assert app.run_model.problem_count >= 1  # the truncated last line
+        # what it had stays on screen
+        assert app.run_model.n_tokens == 2
+
+
+async def test_live_app_ready_timeout_message():
+    src = ChildSession([sys.executable, EMITTER, "--no-ready"], ready_timeout_s=0.3)
+    app = LiveApp(src, title="never ready", close_timeout=0.2)
+    async with app.run_test(size=(140, 40)) as pilot:
+        assert await wait_for(pilot, lambda: src.status().ready_timeout)
+        await pilot.pause(0.3)
+        assert "no BMOE_READY" in status_text(app)
+    src.close(timeout=0.2)
+    assert not alive(src.pid)
+
+
+@pytest.mark.skipif(not BMOE_RUN.exists(), reason="bmoe-run not installed")
+async def test_live_app_over_real_runtime(tmp_path):
+    from bmoe_top.runtime.models import make_model
+
+    model = make_model(tmp_path / "tiny.gguf", preset="tiny")
+    src = ChildSession([str(BMOE_RUN), "-m", str(model), "--session", "--route-telemetry", "-c", "512"],
+                       ready_timeout_s=60)
+    app = LiveApp(src, title="bmoe-run tiny")
+    async with app.run_test(size=(160, 48)) as pilot:
+        assert await wait_for(pilot, lambda: src.state == "ready", 60)
+        await send(pilot, app, "Hello", 8)
+        assert await wait_for(pilot, lambda: src.status().turns_done == 1, 60)
+        await pilot.pause(0.3)
+        run = app.run_model
+        assert run.n_tokens == 8 and run.turns[-1].text
+        assert run.resident is not None  # BMOE_RESIDENT filled the expert map
+        assert app.query_one("#turns-table", DataTable).row_count == 1
+        # continue the chat, then cancel a long turn
+        await send(pilot, app, " again", 4)
+        assert await wait_for(pilot, lambda: src.status().turns_done == 2, 60)
+        assert run.turns[-1].done["n_past"] > run.turns[0].done["n_past"]
+        await send(pilot, app, "long", 400)
+        assert await wait_for(pilot, lambda: run.n_tokens >= 14, 60)
+        await pilot.press("escape")
+        assert await wait_for(pilot, lambda: src.status().turns_done == 3, 30)
+        assert run.turns[-1].cancelled
+        # rejected (too long for n_ctx), still usable
+        await send(pilot, app, "x", 100000)
+        assert await wait_for(pilot, lambda: src.status().last_error is not None, 30)
+        assert src.state == "ready"
+        await pilot.press("ctrl+q")
+    assert src.close() == 0
+    assert not alive(src.pid)

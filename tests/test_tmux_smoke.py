@@ -1,0 +1,137 @@
+"""Smoke test of the real `bmoe-top` in a real terminal: tmux runs `bmoe-top launch` on the
+real runtime (tiny model); keys are sent with send-keys and the screen read with
+capture-pane. Checks: loading -> ready, a prompt streams tokens into the turns count, cancel,
+quit / SIGTERM / SIGHUP restore the terminal (alternate screen and mouse modes off) and leave
+no process behind. Skipped when tmux is missing."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+BMOE_TOP = Path(sys.executable).with_name("bmoe-top")
+BMOE_RUN = Path(sys.executable).with_name("bmoe-run")
+
+pytestmark = [
+    pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux not installed"),
+    pytest.mark.skipif(not (BMOE_TOP.exists() and BMOE_RUN.exists()), reason="bmoe-top/bmoe-run not installed"),
+]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> Path:
+    from bmoe_top.runtime.models import make_model
+
+    return Path(make_model(tmp_path_factory.mktemp("tm") / "tiny-tmux.gguf", preset="tiny"))
+
+
+class Tmux:
+    def __init__(self, name: str) -> None:
+        self.sock = name
+
+    def __call__(self, *args: str, check: bool = True) -> str:
+        r = subprocess.run(["tmux", "-L", self.sock, *args], capture_output=True, text=True, timeout=20)
+        if check and r.returncode != 0:
+            raise RuntimeError(f"tmux {' '.join(args)}: {r.stderr.strip()}")
+        return r.stdout
+
+    def screen(self) -> str:
+        return self("capture-pane", "-p", "-t", "main")
+
+    def fmt(self, f: str) -> str:
+        return self("display-message", "-p", "-t", "main", f).strip()
+
+    def wait_screen(self, needle: str, timeout: float = 60.0) -> str:
+        end = time.monotonic() + timeout
+        s = ""
+        while time.monotonic() < end:
+            s = self.screen()
+            if needle in s:
+                return s
+            time.sleep(0.2)
+        raise AssertionError(f"{needle!r} not on screen after {timeout} s:\n{s}")
+
+    def wait_dead(self, timeout: float = 20.0) -> None:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if self.fmt("#{pane_dead}") == "1":
+                return
+            time.sleep(0.1)
+        raise AssertionError("bmoe-top did not exit:\n" + self.screen())
+
+
+@pytest.fixture
+def tmux(tiny):
+    t = Tmux(f"bmoe-l-{os.getpid()}-{time.monotonic_ns() % 10**6}")
+    cmd = (f"exec {shlex.quote(str(BMOE_TOP))} launch -n 6 -- {shlex.quote(str(BMOE_RUN))} "
+           f"-m {shlex.quote(str(tiny))} --session --route-telemetry -c 512")
+    t("-f", "/dev/null", "new-session", "-d", "-s", "main", "-x", "160", "-y", "45",
+      "-e", "TERM=xterm-256color", cmd)
+    t("set-option", "-t", "main", "remain-on-exit", "on")
+    yield t
+    t("kill-server", check=False)
+
+
+def runtime_pids(model: Path) -> list[int]:
+    out = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            cmd = (d / "cmdline").read_bytes().split(b"\0")
+            stat = (d / "stat").read_text()
+        except OSError:
+            continue
+        if str(model).encode() in cmd and stat.split(") ", 1)[1][0] != "Z":
+            out.append(int(d.name))
+    return out
+
+
+def test_launch_prompt_stream_cancel_quit(tmux, tiny):
+    tmux.wait_screen(" ready ", 60)
+    assert tmux.fmt("#{alternate_on}") == "1"
+    assert runtime_pids(tiny), "the runtime child is not running"
+    tmux("send-keys", "-t", "main", "-l", "Hello there")
+    tmux("send-keys", "-t", "main", "Enter")
+    s = tmux.wait_screen("turns 1", 60)
+    assert "qwen3moe" in s
+    # a long turn, cancelled with escape
+    tmux("send-keys", "-t", "main", "C-u")
+    tmux("send-keys", "-t", "main", "-l", "Once upon a time")
+    tmux("send-keys", "-t", "main", "Enter")
+    time.sleep(0.3)
+    tmux("send-keys", "-t", "main", "Escape")
+    tmux.wait_screen("turns 2", 60)
+    tmux("send-keys", "-t", "main", "C-q")
+    tmux.wait_dead()
+    assert tmux.fmt("#{pane_dead_status}") == "0"
+    assert tmux.fmt("#{alternate_on}") == "0"
+    assert tmux.fmt("#{mouse_any_flag}") == "0" and tmux.fmt("#{mouse_sgr_flag}") == "0"
+    end = time.monotonic() + 10
+    while runtime_pids(tiny) and time.monotonic() < end:
+        time.sleep(0.1)
+    assert not runtime_pids(tiny), "runtime left behind after quit"
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_signal_restores_terminal_and_kills_child(tmux, tiny, sig):
+    tmux.wait_screen(" ready ", 60)
+    pid = int(tmux.fmt("#{pane_pid}"))
+    assert tmux.fmt("#{alternate_on}") == "1"
+    os.kill(pid, sig)
+    tmux.wait_dead()
+    assert tmux.fmt("#{pane_dead_status}") == str(128 + sig)
+    assert tmux.fmt("#{alternate_on}") == "0"
+    assert tmux.fmt("#{mouse_any_flag}") == "0"
+    end = time.monotonic() + 10
+    while runtime_pids(tiny) and time.monotonic() < end:
+        time.sleep(0.1)
+    assert not runtime_pids(tiny), "runtime left behind after a signal"

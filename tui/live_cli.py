@@ -1,0 +1,194 @@
+"""The live sub-commands of ``bmoe-top`` (hooked in by ``bmoe_top.tui.cli``):
+
+    bmoe-top                                   = launch: the bundled runtime on its demo model
+    bmoe-top launch [-m MODEL] [-n N] [--record FILE] [-- CMD...]
+    bmoe-top launch --once --json -p PROMPT [-n N] [-- CMD...]   headless: one generation, print numbers
+    bmoe-top attach --session PATH [-n N] [--record FILE]
+
+``CMD`` is any program that speaks the session protocol (telemetry-contract.md "Session
+mode"), e.g. ``bmoe-cli --session --progress``; without it, ``bmoe-run --session
+--route-telemetry`` (the bundled runtime; ``-m`` picks the model, default the demo model).
+Bad input (a command that cannot start, an unwritable --record path, a READY timeout) gets
+one clear line on stderr and a non-zero exit, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+EXIT_USAGE = 2
+EXIT_FAILED = 1
+
+
+def _die(msg: str, code: int = EXIT_USAGE) -> int:
+    print(f"bmoe-top: {msg}", file=sys.stderr)
+    return code
+
+
+def runtime_command(model: str | None = None, extra: list[str] | None = None) -> list[str]:
+    """The bundled runtime's session command line: ``bmoe-run --session --route-telemetry [-m MODEL]``."""
+    exe = Path(sys.executable).with_name("bmoe-run")
+    if exe.exists():
+        cmd = [str(exe)]
+    elif shutil.which("bmoe-run"):
+        cmd = [shutil.which("bmoe-run")]  # type: ignore[list-item]
+    else:
+        cmd = [sys.executable, "-m", "bmoe_top.runtime.cli"]
+    cmd += ["--session", "--route-telemetry"]
+    if model:
+        cmd += ["-m", model]
+    return cmd + list(extra or [])
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-n", "--n-predict", type=int, default=64, help="tokens per generation (default 64)")
+    p.add_argument("--record", metavar="FILE", help="write every received line to FILE (JSONL, flushed per line)")
+    p.add_argument("--fps", type=float, default=10.0, help=argparse.SUPPRESS)
+
+
+def add_commands(sub: Any) -> None:
+    """Add ``launch`` and ``attach`` to the ``bmoe-top`` sub-parsers."""
+    lp = sub.add_parser("launch", help="run a session-protocol program (default: bmoe-run) and watch it live",
+                        description="Run a session-protocol program as a child (own process group, "
+                                    "pipes) and show it live. Default: bmoe-run --session --route-telemetry.")
+    _add_launch_args(lp)
+    lp.set_defaults(func=cmd_launch)
+    ap = sub.add_parser("attach", help="watch and drive a running session (--session SOCKET)")
+    ap.add_argument("--session", metavar="PATH", required=True, help="Unix socket of bmoe-run --session-socket PATH")
+    _common(ap)
+    ap.set_defaults(func=cmd_attach)
+
+
+def _add_launch_args(lp: argparse.ArgumentParser) -> None:
+    lp.add_argument("-m", "--model", help="GGUF for the bundled runtime (default: the demo model)")
+    lp.add_argument("--ready-timeout", type=float, default=300.0, metavar="S",
+                    help="seconds to wait for BMOE_READY before saying so (default 300)")
+    lp.add_argument("--once", action="store_true", help="headless: one generation, print its numbers, exit")
+    lp.add_argument("--json", action="store_true", help="with --once: print JSON")
+    lp.add_argument("-p", "--prompt", default="Hello", help="with --once: the prompt (default 'Hello')")
+    lp.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD", help="the program to run")
+    _common(lp)
+
+
+def _child_argv(args: argparse.Namespace) -> list[str]:
+    cmd = list(getattr(args, "command", None) or [])
+    if cmd and cmd[0] == "--":
+        cmd = cmd[1:]
+    return cmd or runtime_command(getattr(args, "model", None))
+
+
+def _recorder(args: argparse.Namespace):
+    if not getattr(args, "record", None):
+        return None
+    from bmoe_top.tui.sources.recorder import Recorder
+
+    return Recorder(args.record)
+
+
+def cmd_launch(args: argparse.Namespace) -> int:
+    from bmoe_top.tui.sources.child_session import ChildSession
+
+    argv = _child_argv(args)
+    try:
+        rec = _recorder(args)
+    except OSError as e:
+        return _die(f"cannot record to {args.record}: {e.strerror or e}")
+    src = ChildSession(argv, recorder=rec, ready_timeout_s=getattr(args, "ready_timeout", 300.0))
+    try:
+        if getattr(args, "once", False):
+            return _once(src, args)
+        from bmoe_top.tui.screens.live import run_live
+
+        name = Path(argv[0]).name if argv else "?"
+        return run_live(src, title=f"launch {name}", n_predict=args.n_predict, fps=args.fps)
+    finally:
+        src.close()
+        if rec is not None:
+            rec.close()
+
+
+def cmd_attach(args: argparse.Namespace) -> int:
+    from bmoe_top.tui.sources.session_socket import SessionSocketClient
+
+    try:
+        rec = _recorder(args)
+    except OSError as e:
+        return _die(f"cannot record to {args.record}: {e.strerror or e}")
+    src = SessionSocketClient(args.session, recorder=rec)
+    try:
+        from bmoe_top.tui.screens.live import run_live
+
+        return run_live(src, title=f"attach {args.session}", n_predict=args.n_predict, fps=args.fps)
+    finally:
+        src.close()
+        if rec is not None:
+            rec.close()
+
+
+def default_main(args: argparse.Namespace) -> int:
+    """``bmoe-top`` with no sub-command: launch the bundled runtime on the demo model."""
+    ns = argparse.Namespace(model=None, ready_timeout=300.0, once=False, json=False, prompt="Hello",
+                            command=[], n_predict=64, record=None, fps=getattr(args, "fps", 10.0))
+    return cmd_launch(ns)
+
+
+def _once(src, args: argparse.Namespace) -> int:
+    """Headless twin of the live screen: one generation, then the numbers the screen shows."""
+    from bmoe_top.tui.run import RunModel, run_summary
+
+    run = RunModel()
+    src.connect(lambda r, t: run.ingest(r, t, source="child"),
+                on_stderr=lambda line, t: run.log.append(line),
+                on_event=lambda k, i: run.note_request(i["request"]) if k == "request" else None)
+    run.sources.append("child: " + " ".join(src.argv))
+    src.start()
+    st = src.status()
+    if st.state == "failed":
+        return _die(st.message, EXIT_FAILED)
+    if not src.wait_state({"ready", "exited", "aborted", "failed"}, args.ready_timeout):
+        return _die(f"no BMOE_READY from {src.argv[0]} after {args.ready_timeout:g} s", EXIT_FAILED)
+    if src.state != "ready":
+        return _die(src.status().message, EXIT_FAILED)
+    t0 = time.monotonic()
+    rid = src.generate(args.prompt, args.n_predict, clear_kv=True)
+    # wait for the turn's end (DONE or rejection), or the child's end
+    while True:
+        st = src.status()
+        if st.turns_done >= 1 or st.state in ("exited", "aborted", "failed"):
+            break
+        if st.last_error is not None and st.state == "ready":
+            break
+        time.sleep(0.02)
+    wall = time.monotonic() - t0
+    src.close()
+    st = src.status()
+    with run.lock:
+        run.status = "aborted" if st.state in ("aborted", "failed") else "done"
+        run.status_detail = st.message
+    summary = run_summary(run)
+    done = [dict(t.done) for t in run.turns if t.done]
+    out = {
+        **summary,
+        "live": {
+            "state": st.state, "message": st.message, "exit_code": st.exit_code, "request_id": rid,
+            "ready": None if st.ready is None else {"load_s": st.ready.load_s, "arch": st.ready.arch,
+                                                    "n_ctx": st.ready.n_ctx},
+            "turns": done, "error": st.last_error, "wall_s": round(wall, 3),
+            "text": run.turns[-1].text if run.turns else "",
+            "problems": [f"line {p.lineno}: {p.reason}" for p in st.problems],
+        },
+    }
+    from bmoe_top.tui.cli import format_summary_text, print_json
+
+    if args.json:
+        print_json(out)
+    else:
+        print(format_summary_text(summary))
+        print(f"live: {st.message}; turns {len(done)}; error: {st.last_error or 'none'}")
+    ok = bool(done) and st.state == "exited" and st.last_error is None
+    return 0 if ok else EXIT_FAILED
