@@ -146,3 +146,46 @@ async def test_live_app_over_real_runtime(tmp_path):
         await pilot.press("ctrl+q")
     assert src.close() == 0
     assert not alive(src.pid)
+
+
+async def test_live_app_attach_keeps_screen_when_runtime_goes_away_and_reconnects(tmp_path):
+    import os
+    import signal
+    import subprocess
+
+    from bmoe_top.tui.sources.session_socket import SessionSocketClient
+
+    sock = f"/tmp/bmoe-l-scr-{os.getpid()}.sock"
+
+    def start():
+        return subprocess.Popen([sys.executable, EMITTER, "--socket", sock, "--rate", "200"],
+                                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, start_new_session=True)
+
+    p = start()
+    src = SessionSocketClient(sock, max_backoff_s=0.2)
+    app = LiveApp(src, title="attach")
+    try:
+        async with app.run_test(size=(150, 44)) as pilot:
+            assert await wait_for(pilot, lambda: src.state == "ready", 20)
+            await send(pilot, app, "hi", 8)
+            assert await wait_for(pilot, lambda: src.status().turns_done == 1, 20)
+            n = app.run_model.n_tokens
+            p.send_signal(signal.SIGKILL)
+            p.wait()
+            assert await wait_for(pilot, lambda: src.state == "disconnected", 10)
+            await pilot.pause(0.3)
+            assert "disconnected" in status_text(app) and "runtime" in status_text(app)
+            assert app.run_model.n_tokens == n  # what it had stays on screen
+            os.unlink(sock)
+            p = start()
+            assert await wait_for(pilot, lambda: src.state == "ready" and src.status().connects == 2, 20)
+            await pilot.pause(0.3)
+            assert "connects 2" in status_text(app)
+            await pilot.press("ctrl+q")
+    finally:
+        src.close()
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        if os.path.exists(sock):
+            os.unlink(sock)

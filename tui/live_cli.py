@@ -4,6 +4,8 @@
     bmoe-top launch [-m MODEL] [-n N] [--record FILE] [-- CMD...]
     bmoe-top launch --once --json -p PROMPT [-n N] [-- CMD...]   headless: one generation, print numbers
     bmoe-top attach --session PATH [-n N] [--record FILE]
+    bmoe-top attach --session PATH --once --json [-p PROMPT]     headless: the session's state (+ one prompt)
+    bmoe-top attach --metrics URL | --audit FILE [--once --json]  helper S's sources and screens
 
 ``CMD`` is any program that speaks the session protocol (telemetry-contract.md "Session
 mode"), e.g. ``bmoe-cli --session --progress``; without it, ``bmoe-run --session
@@ -58,8 +60,17 @@ def add_commands(sub: Any) -> None:
                                     "pipes) and show it live. Default: bmoe-run --session --route-telemetry.")
     _add_launch_args(lp)
     lp.set_defaults(func=cmd_launch)
-    ap = sub.add_parser("attach", help="watch and drive a running session (--session SOCKET)")
-    ap.add_argument("--session", metavar="PATH", required=True, help="Unix socket of bmoe-run --session-socket PATH")
+    ap = sub.add_parser("attach", help="attach to a running session (--session SOCK), /metrics (--metrics URL) "
+                                       "or an audit log (--audit FILE)")
+    what = ap.add_mutually_exclusive_group(required=True)
+    what.add_argument("--session", metavar="PATH", help="Unix socket of bmoe-run --session --session-socket PATH")
+    what.add_argument("--metrics", metavar="URL", help="a /metrics endpoint (bmoe-run serve)")
+    what.add_argument("--audit", metavar="FILE", help="an audit log to follow like tail -F")
+    ap.add_argument("--api-key", help="with --metrics: bearer token")
+    ap.add_argument("--once", action="store_true", help="headless: print what the screen would show, exit")
+    ap.add_argument("--json", action="store_true", help="with --once: print JSON")
+    ap.add_argument("-p", "--prompt", default=None, help="with --session --once: send this prompt and wait for its end")
+    ap.add_argument("--timeout", type=float, default=30.0, help="with --once: seconds to wait (default 30)")
     _common(ap)
     ap.set_defaults(func=cmd_attach)
 
@@ -113,6 +124,8 @@ def cmd_launch(args: argparse.Namespace) -> int:
 
 
 def cmd_attach(args: argparse.Namespace) -> int:
+    if args.metrics or args.audit:
+        return _attach_network(args)
     from bmoe_top.tui.sources.session_socket import SessionSocketClient
 
     try:
@@ -121,6 +134,8 @@ def cmd_attach(args: argparse.Namespace) -> int:
         return _die(f"cannot record to {args.record}: {e.strerror or e}")
     src = SessionSocketClient(args.session, recorder=rec)
     try:
+        if args.once:
+            return _attach_once(src, args)
         from bmoe_top.tui.screens.live import run_live
 
         return run_live(src, title=f"attach {args.session}", n_predict=args.n_predict, fps=args.fps)
@@ -128,6 +143,77 @@ def cmd_attach(args: argparse.Namespace) -> int:
         src.close()
         if rec is not None:
             rec.close()
+
+
+def _attach_network(args: argparse.Namespace) -> int:
+    """--metrics / --audit: helper S's headless twins (``tui/headless_attach.py``) and screens
+    (``tui/screens/attach_metrics.py`` / ``attach_audit.py``, entry point ``run_attach(args)``)."""
+    if args.once:
+        try:
+            from bmoe_top.tui import headless_attach as ha
+        except ImportError:
+            return _die("attach --metrics/--audit is not available in this build")
+        d = ha.metrics_once(args.metrics, api_key=args.api_key) if args.metrics else ha.audit_once(args.audit)
+        if args.json:
+            print(ha.to_json(d))
+        else:
+            print(f"{args.metrics or args.audit}: {d.get('status')} {d.get('detail') or ''}".rstrip())
+        return ha.exit_code(d)
+    modname = "attach_metrics" if args.metrics else "attach_audit"
+    try:
+        import importlib
+
+        mod = importlib.import_module(f"bmoe_top.tui.screens.{modname}")
+        run_attach = mod.run_attach
+    except (ImportError, AttributeError):
+        return _die(f"the {modname.replace('_', ' ')} screen is not available in this build; try --once --json")
+    return int(run_attach(args) or 0)
+
+
+def _attach_once(src, args: argparse.Namespace) -> int:
+    """Headless attach: connect, take the replayed state (and run one prompt with -p), print."""
+    from bmoe_top.tui.run import RunModel, run_summary
+
+    run = RunModel()
+    src.connect(lambda r, t: run.ingest(r, t, source="socket"),
+                on_event=lambda k, i: run.note_request(i["request"]) if k == "request" else None)
+    run.sources.append(f"socket: {args.session}")
+    src.start()
+    if not src.wait_state({"ready", "generating"}, args.timeout):
+        return _die(f"no session on {args.session} after {args.timeout:g} s ({src.status().message})", EXIT_FAILED)
+    time.sleep(0.2)  # let the replay of the current state arrive
+    rid = None
+    if args.prompt is not None:
+        src.wait_state("ready", args.timeout)
+        before = src.status().turns_done
+        rid = src.generate(args.prompt, args.n_predict)
+        end = time.monotonic() + args.timeout
+        while time.monotonic() < end:
+            st = src.status()
+            if st.turns_done > before or (st.last_error and st.state == "ready") or st.state == "disconnected":
+                break
+            time.sleep(0.02)
+    st = src.status()
+    out = {**run_summary(run), "live": _live_block(st, run, rid)}
+    from bmoe_top.tui.cli import format_summary_text, print_json
+
+    if args.json:
+        print_json(out)
+    else:
+        print(format_summary_text(out))
+        print(f"live: {st.message}; turns {st.turns_done}")
+    return 0 if st.state in ("ready", "generating") and not (args.prompt and st.last_error) else EXIT_FAILED
+
+
+def _live_block(st, run, rid) -> dict:
+    return {
+        "state": st.state, "message": st.message, "exit_code": st.exit_code, "request_id": rid,
+        "ready": None if st.ready is None else {"load_s": st.ready.load_s, "arch": st.ready.arch,
+                                                "n_ctx": st.ready.n_ctx},
+        "turns": [dict(t.done) for t in run.turns if t.done], "error": st.last_error,
+        "text": run.turns[-1].text if run.turns else "",
+        "problems": [f"line {p.lineno}: {p.reason}" for p in st.problems],
+    }
 
 
 def default_main(args: argparse.Namespace) -> int:
@@ -172,17 +258,7 @@ def _once(src, args: argparse.Namespace) -> int:
         run.status_detail = st.message
     summary = run_summary(run)
     done = [dict(t.done) for t in run.turns if t.done]
-    out = {
-        **summary,
-        "live": {
-            "state": st.state, "message": st.message, "exit_code": st.exit_code, "request_id": rid,
-            "ready": None if st.ready is None else {"load_s": st.ready.load_s, "arch": st.ready.arch,
-                                                    "n_ctx": st.ready.n_ctx},
-            "turns": done, "error": st.last_error, "wall_s": round(wall, 3),
-            "text": run.turns[-1].text if run.turns else "",
-            "problems": [f"line {p.lineno}: {p.reason}" for p in st.problems],
-        },
-    }
+    out = {**summary, "live": {**_live_block(st, run, rid), "wall_s": round(wall, 3)}}
     from bmoe_top.tui.cli import format_summary_text, print_json
 
     if args.json:

@@ -10,8 +10,9 @@ through ``App.exit`` so Textual's driver turns mouse reporting and the alternate
 
 Keys (besides the replay keys): Enter in the prompt box sends ``generate`` (n_predict from the
 small box beside it; "new chat" or "continue" = ``clear_kv`` true/false, toggled with ctrl+n);
-escape or ctrl+x sends ``cancel``; ctrl+t shows the turns table; ctrl+q (or q outside
-the prompt box) quits. ``run_live(source, ...)`` runs the app and guarantees the source is
+escape, ctrl+c or ctrl+x sends ``cancel`` (escape when nothing is generating leaves the
+prompt box, so q, ?, space and the arrows work again; Enter or a click goes back into it);
+ctrl+t shows the turns table; ctrl+q quits from anywhere, q outside the prompt box. ``run_live(source, ...)`` runs the app and guarantees the source is
 closed afterwards, and returns the process exit status (128 + signal for a signal).
 """
 
@@ -73,11 +74,12 @@ class LiveApp(BmoeTopApp):
 
     CSS = BmoeTopApp.CSS + LIVE_CSS
     BINDINGS = BmoeTopApp.BINDINGS + [
-        Binding("escape,ctrl+x", "cancel_generation", "cancel", priority=True),
+        Binding("escape,ctrl+x,ctrl+c", "cancel_generation", "cancel", priority=True),
         Binding("ctrl+n", "toggle_chat", "new chat/continue", priority=True),
         Binding("ctrl+t", "tab('turns')", "turns", priority=True),
         Binding("ctrl+l", "tab('log')", "log", show=False, priority=True),
         Binding("ctrl+q", "quit", "quit", show=False, priority=True),
+        Binding("enter,i", "focus_prompt", "prompt", show=False),
     ]
 
     def __init__(self, source, *, title: str = "", n_predict: int = 64, fps: float = 10.0,
@@ -248,6 +250,9 @@ class LiveApp(BmoeTopApp):
                 self.notify("cancel sent")
         elif isinstance(self.focused, Input):
             self.set_focus(None)  # escape leaves the prompt box (playback keys work again)
+
+    def action_focus_prompt(self) -> None:
+        self.query_one("#prompt", Input).focus()
 
     def action_toggle_chat(self) -> None:
         self.new_chat = not self.new_chat
