@@ -313,34 +313,73 @@ def _decode_payload(payload: str) -> tuple[Any, str]:
     return value, payload[end:].strip()
 
 
-def parse_line(line: str) -> Any:
-    """Parse one line (terminator already stripped) into a record, :class:`TextLine` or
+def _fast_body(tag: str, marker: str, indent: str) -> list[str]:
+    """Source of the inline fast path for one per-token tag (see _make_parse_line)."""
+    _cls, fields = _SCHEMAS[tag]
+    exact = {"i": "int", "f": "float", "s": "str", "b": "bool"}
+    src = [f"{indent}try:",
+           f"{indent}    d = loads(line[{len(marker) - 1}:])",
+           f"{indent}except JSONDecodeError:",
+           f"{indent}    d = None",
+           f"{indent}if type(d) is dict:",
+           f"{indent}    p = d.pop"]
+    names = []
+    for i, (name, kind) in enumerate(fields):
+        v = f"v{i}"
+        names.append(v)
+        src.append(f"{indent}    {v} = p({name!r}, None)")
+        # exact type first: for a present field (the usual case) that is the only test
+        src.append(f"{indent}    if type({v}) is not {exact[kind]} and {v} is not None:")
+        src.append(f"{indent}        try:")
+        src.append(f"{indent}            {v} = conv({name!r}, {v}, {kind!r})")
+        src.append(f"{indent}        except WrongType as exc:")
+        src.append(f"{indent}            return BadLine(line, 'BMOE_{tag}: ' + str(exc))")
+    src.append(f"{indent}    return {_cls.__name__}({', '.join(names)}, d, '')")
+    return src
+
+
+def _make_parse_line():
+    """Compile ``parse_line``: inline fast paths for the per-token lines (``BMOE_PROGRESS`` and
+    ``BMOE_LOAD`` at the start of the line, JSON object, exact field types), the general path
+    for everything else. Ingest speed is a goal (benchmarks/bench_ingest.py): one Python call
+    per line, no dispatch tables on the fast path."""
+    src = ["def parse_line(line):",
+           "    if line.startswith('BMOE_PROGRESS {'):"]
+    src += _fast_body("PROGRESS", "BMOE_PROGRESS {", "        ")
+    src += ["    elif line.startswith('BMOE_LOAD {'):"]
+    src += _fast_body("LOAD", "BMOE_LOAD {", "        ")
+    src += ["    return general(line)"]
+    ns: dict[str, Any] = {"Progress": Progress, "Load": Load, "BadLine": BadLine, "loads": _loads,
+                          "JSONDecodeError": _JSONDecodeError, "conv": _num,
+                          "WrongType": _WrongType, "general": _parse_general}
+    exec("\n".join(src), ns)  # noqa: S102 - generated from the constant schemas above
+    fn = ns["parse_line"]
+    fn.__doc__ = _PARSE_LINE_DOC
+    fn.__module__ = __name__
+    return fn
+
+
+_PARSE_LINE_DOC = """Parse one line (terminator already stripped) into a record, :class:`TextLine` or
     :class:`BadLine`. Never raises.
 
     Record types: Load, Progress, Ready, Begin, Done, Error, Route, Resident, Unknown. Text after
     the JSON object on the same line (rare) is kept in ``extra["_suffix"]``.
     """
-    if line.startswith("BMOE_PROGRESS {"):  # fast paths: the per-token lines
-        tag, payload, prefix = "PROGRESS", line[14:], ""
-    elif line.startswith("BMOE_LOAD {"):
-        tag, payload, prefix = "LOAD", line[10:], ""
-    else:
-        found = _find_marker(line)
-        if found is None:
-            return TextLine(line)
-        start, tag, pstart = found
-        payload, prefix = line[pstart:], line[:start]
+
+
+def _parse_general(line: str) -> Any:
+    """The general path of :func:`parse_line` (any tag, prefix text, explained failures)."""
+    found = _find_marker(line)
+    if found is None:
+        return TextLine(line)
+    start, tag, pstart = found
+    payload, prefix = line[pstart:], line[:start]
     suffix = ""
     try:
-        d = _loads(payload)
-    except _JSONDecodeError:
-        d = _MISSING
-    if d is _MISSING:
-        try:
-            d, suffix = _decode_payload(payload)
-        except ValueError as exc:
-            return BadLine(line, f"BMOE_{tag}: {exc}" if payload.strip() else
-                           f"BMOE_{tag}: no JSON object after the tag")
+        d, suffix = _decode_payload(payload)
+    except ValueError as exc:
+        return BadLine(line, f"BMOE_{tag}: {exc}" if payload.strip() else
+                       f"BMOE_{tag}: no JSON object after the tag")
     if type(d) is not dict:
         return BadLine(line, f"BMOE_{tag}: payload is {type(d).__name__}, not a JSON object")
     b = _BUILDERS.get(tag)
@@ -351,6 +390,9 @@ def parse_line(line: str) -> Any:
     if suffix:
         (rec.fields if type(rec) is Unknown else rec.extra)["_suffix"] = suffix
     return rec
+
+
+parse_line = _make_parse_line()
 
 
 # ---------------------------------------------------------------------------------------------
