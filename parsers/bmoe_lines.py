@@ -423,6 +423,9 @@ class _Stream:
         self.rewrites = 0
 
     def delta(self, s: str) -> str:
+        if not self.pending and s.isascii():  # fast path: no surrogate can be involved
+            self.text += s
+            return s
         if self.pending:
             s = self.pending + s
             self.pending = ""
@@ -434,14 +437,19 @@ class _Stream:
         return s
 
     def snapshot(self, s: str) -> str:
+        cur = self.text
+        if s.isascii() and s.startswith(cur):  # fast path: ASCII cannot hold surrogates
+            self.pending = ""
+            self.text = s  # == cur + new, without copying the whole text again
+            return s[len(cur):]
         self.pending = ""  # the snapshot supersedes anything held back
         if s and _is_high(s[-1]):
             self.pending = s[-1]
             s = s[:-1]
-        cur = self.text
         if s.startswith(cur):
-            new = _fix_surrogates(s[len(cur):])
-            self.text = cur + new
+            raw = s[len(cur):]
+            new = _fix_surrogates(raw)
+            self.text = s if new is raw else cur + new
             return new
         # the source rewrote earlier text (e.g. a new generation without reset): follow it
         s = _fix_surrogates(s)
