@@ -28,6 +28,7 @@ __all__ = ["TokenTable", "load_token_csv", "NumericCsv", "read_numeric_csv", "pa
 
 _CHUNK = 1 << 20  # bytes of numeric body handed to numpy at once
 _KV = re.compile(r"([^\s=]+)=(\S*)")
+_SUMMARY = re.compile(r"summary(?:\s|$)")
 _FORMAT = re.compile(r"([A-Za-z_][\w.-]*)\s+v(\d+)")
 
 
@@ -267,7 +268,7 @@ def load_token_csv(data: bytes) -> TokenTable:
     summaries: list[dict] = []
     others: list[str] = []
     for lineno, row, text in nc.comments:
-        if text.startswith("summary"):
+        if _SUMMARY.match(text):
             raw = parse_kv_comment(text[len("summary"):])
             summ = canonical_summary(raw)
             bad = [k for k, v in raw.items() if k not in summ and _not_number(v)]

@@ -177,3 +177,22 @@ def test_requests_count_every_good_line(lines):
     reqs, problems = parse_requests("\n".join(s for _, s in lines).encode())
     assert len(reqs) == sum(1 for k, _ in lines if k == "good")
     assert [p.lineno for p in problems] == [i + 1 for i, (k, _) in enumerate(lines) if k == "bad"]
+
+
+@FAST
+@given(st.binary(max_size=3000), st.lists(st.integers(1, 64), min_size=1, max_size=20),
+       st.integers(1, 40))
+def test_max_line_cuts_exactly_the_long_lines(data, cuts, max_line):
+    sp = LineSplitter(max_line=max_line)
+    out, pos, i = [], 0, 0
+    while pos < len(data):
+        n = cuts[i % len(cuts)]
+        out.extend(sp.feed(data[pos:pos + n]))
+        pos += n
+        i += 1
+    last = sp.flush()
+    if last is not None:
+        out.append(last)
+    whole = [line for _, line in iter_lines(data)]
+    assert out == [line[:max_line] for line in whole]
+    assert [p.lineno for p in sp.problems] == [k + 1 for k, line in enumerate(whole) if len(line) > max_line]

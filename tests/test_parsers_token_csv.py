@@ -109,3 +109,8 @@ def test_bad_summary_value_is_reported():
 def test_duplicate_column_names_are_kept_apart():
     t = load_token_csv(b"step,x,x\n1,2,3\n")
     assert t.header == ["step", "x", "x.2"] and t.columns["x.2"].tolist() == [3]
+
+
+def test_only_a_summary_word_makes_a_summary_line():
+    t = load_token_csv(b"# summary_version=2\nstep\n1\n# summary tokens=1\n")
+    assert t.meta == {"summary_version": "2"} and len(t.summaries) == 1
