@@ -125,7 +125,9 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     r1 = measure("answer with accents and emoji", make_lines(a.tokens) * 4, a.rounds)
     r2 = measure("ASCII answer", make_lines(a.tokens, words=ASCII_WORDS) * 4, a.rounds)
-    return 0 if min(r1, r2) >= 0.5 else 1
+    for label, r in (("accents/emoji", r1), ("ASCII", r2)):
+        print(f"goal >= 0.5x bare orjson, {label} answer: {'MET' if r >= 0.5 else 'MISSED'} ({r:.2f}x)")
+    return 0  # a missed goal is reported above; a non-zero exit is kept for crashes (make bench)
 
 
 if __name__ == "__main__":

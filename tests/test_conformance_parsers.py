@@ -15,9 +15,7 @@ from bmoe_top.parsers.sniff import sniff
 from bmoe_top.parsers.token_csv import load_token_csv
 from bmoe_top.parsers.transcript import parse_transcript
 
-REAL = Path(__file__).resolve().parents[2] / "shared" / "data" / "real-runs"
-if not REAL.is_dir():  # the repo may also be checked out elsewhere next to ../shared
-    REAL = Path("/work/shared/data/real-runs")
+REAL = Path(__file__).resolve().parents[2] / "shared" / "data" / "real-runs"  # ../shared from the repo
 
 pytestmark = pytest.mark.skipif(not REAL.is_dir(), reason="../shared/data/real-runs is absent")
 
