@@ -131,3 +131,17 @@ def test_attach_over_session_socket(tiny, tmp_path):
     finally:
         assert s.close(timeout=10) == 0
     assert not os.path.exists(sock)
+
+
+def test_close_during_a_generation_cancels_then_closes_cleanly(tiny):
+    recs: list = []
+    s = ChildSession([str(BMOE_RUN), "-m", str(tiny), "--session", "--quiet", "-c", "1024"],
+                     on_record=lambda r, t: recs.append(r), ready_timeout_s=60).start()
+    assert s.wait_state("ready", 60)
+    s.generate("Once upon a time", 900)
+    assert until(lambda: sum(isinstance(r, bl.Progress) for r in recs) >= 2)
+    # closing mid-turn: cancel + close, so the runtime ends by itself (exit 0), no SIGTERM needed
+    assert s.close(timeout=15) == 0
+    d = [r for r in recs if isinstance(r, bl.Done)]
+    assert d and d[-1].cancelled
+    assert s.status().state == "exited" and not alive(s.pid)

@@ -267,10 +267,28 @@ def run_live(source, *, title: str = "", n_predict: int = 64, fps: float = 10.0,
     try:
         app.run()
     finally:
+        # the app (and its signal handlers) are gone; a signal while we wait for the child
+        # must not kill bmoe-top before the child: kill the child's group at once instead
+        def urgent(sig, frame):
+            app.exit_signal = app.exit_signal or sig
+            kill = getattr(source, "kill", None)
+            if kill is not None:
+                kill()
+
+        old = {}
+        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+            try:
+                old[sig] = signal.signal(sig, urgent)
+            except (ValueError, OSError):
+                pass
         try:
-            source.close(close_timeout)
-        except TypeError:
-            source.close()
+            try:
+                source.close(close_timeout)
+            except TypeError:
+                source.close()
+        finally:
+            for sig, h in old.items():
+                signal.signal(sig, h)
     if app.exit_signal is not None:
         return 128 + int(app.exit_signal)
     return app.return_code or 0

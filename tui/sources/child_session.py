@@ -147,18 +147,28 @@ class ChildSession(LiveBase):
         self._outq.put(data)
         return True
 
+    def _put(self, obj: dict) -> None:
+        data = orjson.dumps(obj) + b"\n"
+        if self.recorder is not None:
+            self.recorder.write("stdin", data[:-1].decode("utf-8", "replace"))
+        self._outq.put(data)
+
     def close(self, timeout: float = 3.0, term_timeout: float = 2.0) -> int | None:
-        """End the session: send ``close``, close stdin, wait up to ``timeout`` s for the child
+        """End the session: send ``cancel`` (if a turn is in flight) and ``close``, close stdin,
+        wait up to ``timeout`` s for the child
         to exit, then SIGTERM the whole group, wait ``term_timeout`` s, then SIGKILL it.
         Returns the exit code (negative = killed by that signal), or None if never started."""
         if self.proc is None:
             return None
         with self._lock:
             self._close_requested = True
+            busy = self._state == "generating"
             if self._state not in FINAL_STATES:
                 self._state, self._message = "closing", "closing"
         if not self._reaped.is_set():
-            self.send({"cmd": "close"})
+            if busy:
+                self._put({"cmd": "cancel"})  # stop the turn within a decode step, then close
+            self._put({"cmd": "close"})
             self._outq.put(None)  # writer closes stdin after the queue drains (EOF = close too)
             if not self._reaped.wait(timeout):
                 self._signal_group(signal.SIGTERM)
