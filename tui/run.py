@@ -810,6 +810,11 @@ def run_summary(run: RunModel) -> dict[str, Any]:
             derived["read_mib"] = _num(np.nansum(rm)) if run.tokens.has("read_mib") else None
             hit = run.tokens.last("cache_hit_pct")
             derived["cache_hit_pct"] = None if math.isnan(hit) else hit
+            derived["tokens"] = n
+            if derived["mean_wall_ms"]:
+                derived["s_per_tok"] = derived["mean_wall_ms"] / 1000.0
+            if derived["read_mib"] is not None:
+                derived["read_mib_per_tok"] = derived["read_mib"] / n
         mode, why = run.mode()
         out = {
             **s,

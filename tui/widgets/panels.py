@@ -75,13 +75,17 @@ class RunPanel(Static):
         n = self.run.tokens.n
         row("token", f"{self.playback.cursor:,} / {n:,}  {'▶ ' + self.playback.speed_label() if self.playback.playing else ''}")
         t.add_row("", "")
+        derived = s["derived"]
         for key, label, unit in SUMMARY_FIELDS:
             v = s.get(key)
+            so_far = v is None and derived.get(key) is not None
+            if so_far:  # no end-of-run number yet: what the token rows say so far
+                v = derived[key]
             if key == "cache_hit_pct" and v is not None and v < 0:
                 row(label, "no cache")
                 continue
             digits = 3 if unit == "s" or key in ("tok_s",) else 1
-            row(label, fmt(v, digits, unit))
+            row(label, fmt(v, digits, unit) + (" (so far)" if so_far else ""), "#d19a66" if so_far else "")
         if s["problems"]:
             t.add_row("problems", Text(f"{s['problems']} bad lines (p)", style="bold #e06c75"))
         return t
