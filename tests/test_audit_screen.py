@@ -1,0 +1,105 @@
+"""The audit attach screen (tui/screens/attach_audit.py) in a Textual pilot over a real file that
+is appended to, with a corrupt line and two pids, and over a real bmoe-run serve audit log."""
+
+from __future__ import annotations
+
+import orjson
+from rich.console import Console
+from textual.widgets import DataTable
+
+from bmoe_top.tui.screens.attach_audit import AuditAttachApp
+from bmoe_top.tui.sources.audit_tail import AuditTail
+
+BASE = {"hybrid": False, "hits_profile": 0, "bytes_cpu": 0, "copies": 0, "bytes_copy": 0, "swaps": 0}
+
+
+def plain(renderable, width=100) -> str:
+    c = Console(width=width, record=True, color_system=None)
+    c.print(renderable)
+    return c.export_text()
+
+
+def strips_text(lines) -> str:
+    return "\n".join("".join(seg.text for seg in s) for s in lines)
+
+
+def rec(event, pid, hits, misses, up, n=0, **extra) -> bytes:
+    r = dict(BASE, event=event, pid=pid, time=f"2026-11-29T12:00:{n:02d}.000Z", hits=hits, misses=misses,
+             bytes_upload=up)
+    r.update(extra)
+    return orjson.dumps(r) + b"\n"
+
+
+def layers(res0, res1, h=(4, 2), m=(1, 3)):
+    return [{"il": 0, "slots": len(res0), "hits": h[0], "hits_profile": 0, "misses": m[0], "resident": res0},
+            {"il": 1, "slots": len(res1), "hits": h[1], "hits_profile": 0, "misses": m[1], "resident": res1}]
+
+
+def req(pid, hits, misses, up, rh, rm, rup, task, n):
+    return rec("request", pid, hits, misses, up, n, slot=0, task=task, n_prompt=4, n_gen=10, t_prompt_ms=2.0,
+               t_gen_ms=50.0, req_hits=rh, req_hits_profile=0, req_misses=rm, req_bytes_upload=rup, req_bytes_cpu=0)
+
+
+async def test_audit_screen_follows_the_file(tmp_path):
+    p = tmp_path / "a.jsonl"
+    p.write_bytes(rec("load", 7, 0, 0, 0, 1, model={"name": "tiny", "n_layer": 2}, cache={"slots": 4, "prefilled": 0,
+                                                                                       "bytes": 1 << 20},
+                      layers=layers([], [])) + rec("ready", 7, 0, 0, 0, 2))
+    tail = AuditTail(p, poll_s=0.02)
+    app = AuditAttachApp(tail, fps=30)
+    async with app.run_test(size=(130, 36)) as pilot:
+        await pilot.pause(0.2)
+        table = app.query_one("#requests", DataTable)
+        assert table.row_count == 0
+        with open(p, "ab") as f:
+            f.write(req(7, 6, 4, 4 << 20, 6, 4, 4 << 20, 1, 3))
+        with open(p, "ab") as f:
+            f.write(b'{"event": "request", "pid": 7, NaN}\n')
+        with open(p, "ab") as f:
+            f.write(rec("load", 9, 0, 0, 0, 4, model={"name": "other", "n_layer": 2}, layers=layers([1], [2])))
+        with open(p, "ab") as f:
+            f.write(req(7, 9, 6, 5 << 20, 3, 2, 1 << 20, 2, 5))
+            f.write(rec("exit", 7, 9, 6, 5 << 20, 6, layers=layers([0, 3], [5]), perf={"n_gen": 20, "gen_tps": 200.0}))
+        await pilot.pause(0.4)
+        # newest run selected by default = pid 9 (opened by its load); go back to pid 7
+        panel = plain(app.query_one("#run-panel").content)
+        assert "9" in panel and "other" in panel
+        await pilot.press("N")
+        await pilot.pause(0.1)
+        panel = plain(app.query_one("#run-panel").content)
+        assert "tiny" in panel and "exited" in panel and "exact sum" in panel and "holds" in panel
+        assert "60.0 %" in panel  # 9 hits / 15 lookups
+        assert table.row_count == 2
+        row = table.get_row_at(0)
+        assert row[0] == "7" and row[5] == "200.0" and row[8] == "60.0"  # 10 tokens in 50 ms, 6/(6+4)
+        status = app.query_one("#status").content.plain
+        assert "1 corrupt line skipped" in status and "line 4" in status
+        rm = strips_text(app.query_one("#resident-map").build(100, 20))
+        assert "from the exit record" in rm and "L0" in rm and "L1" in rm
+        row0 = [ln for ln in rm.splitlines() if ln.strip().startswith("L0")][0]
+        assert row0.split("│", 1)[1][:4] == "█··█"
+        trends = strips_text(app.query_one("#audit-trends").build(100, 3))
+        assert "hit %" in trends and "60.0 %" in trends
+
+
+async def test_audit_screen_over_a_real_server_log(tmp_path):
+    from test_server import Serve, complete
+    from bmoe_top.runtime.models import make_model
+
+    model = make_model(tmp_path / "tiny.gguf", preset="tiny", qtype="q8_0", seed=0)
+    audit = tmp_path / "a.jsonl"
+    s = Serve(model, "--cache-mb", "0.5", "--moe-cache-audit", str(audit))
+    tail = AuditTail(audit, poll_s=0.05)
+    app = AuditAttachApp(tail, fps=30)
+    try:
+        async with app.run_test(size=(130, 36)) as pilot:
+            n = complete(s.url, "the audit screen shows this request", 16).json()["tokens_predicted"]
+            await pilot.pause(0.3)
+            table = app.query_one("#requests", DataTable)
+            assert table.row_count == 1 and table.get_row_at(0)[4] == str(n)
+            s.stop()
+            await pilot.pause(0.4)
+            panel = plain(app.query_one("#run-panel").content)
+            assert "exited" in panel and "holds" in panel
+    finally:
+        s.stop()
