@@ -115,6 +115,7 @@ def main(argv=None) -> int:
         out = subprocess.run([sys.executable, "-c", RSS_CHILD, path], capture_output=True,
                              text=True, check=True).stdout.split()
         base, after, n, col_mib = float(out[0]), float(out[1]), int(out[2]), float(out[3])
+        assert n == a.rows, n
     print(f"file: {a.rows:,} rows x 9 columns, {size / 2**20:.1f} MiB")
     print(f"pyarrow.csv.read_csv (+to_numpy): {t_arrow*1000:8.1f} ms (best round)")
     print(f"load_token_csv                  : {t_ours*1000:8.1f} ms (best round)")

@@ -222,7 +222,6 @@ _TAG = re.compile(r"BMOE_([A-Z][A-Z0-9_]*)[ \t]*")
 _loads = orjson.loads
 _JSONDecodeError = orjson.JSONDecodeError
 _std_decoder = json.JSONDecoder()
-_MISSING = object()
 
 
 class _WrongType(Exception):
@@ -246,7 +245,6 @@ def _num(name: str, v: Any, kind: str) -> Any:
 
 _KIND_NAMES = {"i": "integer", "f": "number", "s": "string", "b": "boolean",
                "L": "list of integer lists"}
-_EXACT = {"i": int, "f": float, "s": str, "b": bool, "L": None}
 
 
 def _make_builder(cls: type, fields: tuple[tuple[str, str], ...]):
@@ -271,20 +269,13 @@ def _make_builder(cls: type, fields: tuple[tuple[str, str], ...]):
 _BUILDERS = {tag: _make_builder(cls, fields) for tag, (cls, fields) in _SCHEMAS.items()}
 
 
-def _build(tag: str, d: dict, prefix: str) -> Any:
-    """Typed record from a decoded JSON object; ``d`` is consumed (its leftovers become extra)."""
-    b = _BUILDERS.get(tag)
-    if b is None:
-        return Unknown(tag, d, prefix)
-    return b(d, prefix)
-
-
 def _find_marker(line: str) -> tuple[int, str, int] | None:
     """Locate ``BMOE_<TAG>`` starting a protocol line.
 
     Any tag followed by ``{`` is a protocol line; a known tag also when it starts the line or
     nothing (or ``[``) follows it, so a broken payload becomes a BadLine, while prose that
-    mentions ``BMOE_PROGRESS`` mid-sentence stays text. Returns (marker start, tag, payload start) or None.
+    mentions ``BMOE_PROGRESS`` mid-sentence stays text.
+    Returns (marker start, tag, payload start) or None.
     """
     pos = line.find("BMOE_")
     while pos >= 0:

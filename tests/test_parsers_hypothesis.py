@@ -7,7 +7,7 @@ import orjson
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bmoe_top.parsers.bmoe_lines import BadLine, TextAccumulator, TextLine, parse_line
+from bmoe_top.parsers.bmoe_lines import BadLine, TextAccumulator, parse_line
 from bmoe_top.parsers.requests import parse_requests
 from bmoe_top.parsers.route_trace import hit_matrix, load_route_trace
 from bmoe_top.parsers.sniff import KINDS, sniff
