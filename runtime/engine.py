@@ -280,8 +280,8 @@ class Engine:
         L.llama_backend_init()
         mp = L.llama_model_default_params()
         mp.n_gpu_layers = 0
-        mp.use_mmap = True
-        mp.use_mlock = False
+        mp.load_mode = L.LLAMA_LOAD_MODE_MMAP  # expert tensors must live in a CPU_Mapped buffer
+        mp.lazy_mode = L.LLAMA_LAZY_MODE_OFF
         mp.use_extra_bufts = False  # no weight repacking: expert tensors keep the file layout
         self.model = L.llama_model_load_from_file(str(self.model_path).encode(), mp)
         if not self.model:
@@ -717,6 +717,15 @@ class Engine:
             res.n_past = len(self.kv_tokens)
             return res
         raise GenerationError(f"prefill failed: llama_decode returned {rc}")
+
+    def preload(self, pairs: list[tuple[int, int]] | None = None) -> int:
+        """Read experts into the cache before generating: ``pairs`` of (layer, expert) in order,
+        or every expert layer by layer; stops when the budget is full. Returns bytes read
+        (0 without streaming or with --cache-mb 0). Not counted as hits/misses."""
+        if self.cache is None:
+            return 0
+        with self._lock:
+            return self.cache.preload(pairs)
 
     def cache_stats(self) -> CacheStats:
         """Counters since load; with ``stream=False`` every expert is resident (no cache)."""

@@ -53,26 +53,32 @@ def _round_down(x: int, a: int) -> int:
 class TensorBuffer:
     """The private anonymous buffer that replaces one expert tensor's data.
 
-    ``addr`` is the buffer's address (page aligned), ``size`` its length in bytes.
+    ``addr`` is the tensor data address; it is placed ``file_offset % 4096`` bytes into a
+    page-aligned anonymous mapping, so memory and file are congruent modulo 4096 and O_DIRECT can
+    read the page-aligned middle of a slice straight into place. ``size`` bytes; ``view`` a
+    memoryview of exactly the tensor's bytes.
     """
 
     def __init__(self, info: ExpertTensorInfo):
         self.info = info
         self.size = info.n_bytes
-        self.mm = mmap.mmap(-1, _round_up(self.size, PAGE), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        self.shift = info.file_offset % DIRECT_ALIGN
+        self.mm = mmap.mmap(-1, _round_up(self.size + self.shift, PAGE),
+                            flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
         self._anchor = ctypes.c_char.from_buffer(self.mm)
-        self.addr = ctypes.addressof(self._anchor)
-        self.view = memoryview(self.mm)
+        self.addr = ctypes.addressof(self._anchor) + self.shift
+        self.view = memoryview(self.mm)[self.shift : self.shift + self.size]
 
     def slice_range(self, e: int) -> tuple[int, int]:
-        """Byte range [start, end) of expert ``e`` inside the buffer."""
+        """Byte range [start, end) of expert ``e`` inside the tensor."""
         s = self.info.expert_stride
         return e * s, (e + 1) * s
 
-    def inner_pages(self, e: int) -> tuple[int, int]:
-        """The page-aligned sub-range of expert ``e`` that no neighbour shares (may be empty)."""
-        a, b = self.slice_range(e)
-        return _round_up(a, PAGE), _round_down(b, PAGE)
+    def inner_pages(self, e0: int, e1: int | None = None) -> tuple[int, int]:
+        """Mapping offsets of the whole pages inside experts ``e0..e1`` that no neighbour shares."""
+        a = self.slice_range(e0)[0]
+        b = self.slice_range(e0 if e1 is None else e1)[1]
+        return _round_up(a + self.shift, PAGE), _round_down(b + self.shift, PAGE)
 
     def release(self, e: int) -> None:
         a, b = self.inner_pages(e)
@@ -135,28 +141,22 @@ class ExpertReader:
             self._local.bounce = b
         return b
 
-    def read_into(self, view: memoryview, file_off: int) -> float:
+    def read_into(self, view: memoryview, file_off: int, dest_addr: int | None = None) -> float:
         """Fill ``view`` with file bytes starting at ``file_off``. Returns seconds spent.
 
+        With O_DIRECT and ``dest_addr`` (the view's address) congruent to ``file_off`` modulo 4096,
+        one ``preadv`` reads the page-aligned middle straight into ``view`` and the two edge pages
+        into the bounce buffer; otherwise the whole range goes through the bounce buffer.
         Raises :class:`ExpertIOError` on an OS error or a short read.
         """
         t0 = time.perf_counter()
         n = len(view)
         try:
             if self.direct:
-                bounce = self._bounce()
-                pos = 0
-                while pos < n:
-                    off = file_off + pos
-                    a = _round_down(off, DIRECT_ALIGN)
-                    lead = off - a
-                    want = min(n - pos, BOUNCE_BYTES - lead)
-                    span = _round_up(lead + want, DIRECT_ALIGN)
-                    got = os.preadv(self.dfd, [memoryview(bounce)[:span]], a)
-                    if got < lead + want:
-                        raise ExpertIOError(f"short read at offset {off}: {got - lead} of {want} bytes")
-                    view[pos : pos + want] = bounce[lead : lead + want]
-                    pos += want
+                if dest_addr is not None and (dest_addr - file_off) % DIRECT_ALIGN == 0 and n >= 2 * DIRECT_ALIGN:
+                    if self._read_direct_scatter(view, file_off):
+                        return time.perf_counter() - t0
+                self._read_direct_bounce(view, file_off)
             else:
                 pos = 0
                 while pos < n:
@@ -169,6 +169,48 @@ class ExpertReader:
         except OSError as e:
             raise ExpertIOError(f"read of {n} bytes at offset {file_off} failed: {e.strerror or e}") from None
         return time.perf_counter() - t0
+
+    def _read_direct_scatter(self, view: memoryview, file_off: int) -> bool:
+        n = len(view)
+        end = file_off + n
+        a = _round_down(file_off, DIRECT_ALIGN)
+        head = file_off - a
+        mid0 = a + DIRECT_ALIGN if head else a
+        mid1 = _round_down(end, DIRECT_ALIGN)
+        if mid1 <= mid0:
+            return False
+        bounce = self._bounce()
+        bmv = memoryview(bounce)
+        iovs = []
+        if head:
+            iovs.append(bmv[:DIRECT_ALIGN])
+        iovs.append(view[mid0 - file_off : mid1 - file_off])
+        if end > mid1:
+            iovs.append(bmv[DIRECT_ALIGN : 2 * DIRECT_ALIGN])
+        got = os.preadv(self.dfd, iovs, a)
+        if got < end - a:
+            return False  # short (e.g. signal): redo through the bounce path
+        if head:
+            view[: DIRECT_ALIGN - head] = bounce[head:DIRECT_ALIGN]
+        if end > mid1:
+            view[mid1 - file_off :] = bounce[DIRECT_ALIGN : DIRECT_ALIGN + (end - mid1)]
+        return True
+
+    def _read_direct_bounce(self, view: memoryview, file_off: int) -> None:
+        n = len(view)
+        bounce = self._bounce()
+        pos = 0
+        while pos < n:
+            off = file_off + pos
+            a = _round_down(off, DIRECT_ALIGN)
+            lead = off - a
+            want = min(n - pos, BOUNCE_BYTES - lead)
+            span = _round_up(lead + want, DIRECT_ALIGN)
+            got = os.preadv(self.dfd, [memoryview(bounce)[:span]], a)
+            if got < lead + want:
+                raise ExpertIOError(f"short read at offset {off}: {max(0, got - lead)} of {want} bytes")
+            view[pos : pos + want] = bounce[lead : lead + want]
+            pos += want
 
     def close(self) -> None:
         if self.pool:
@@ -380,16 +422,24 @@ class ExpertCache:
 
     # -- helpers ------------------------------------------------------------------------------
     def _run_jobs(self, jobs: list[tuple[TensorBuffer, int]]) -> float:
-        """Read every (buffer, expert) slice; returns the summed per-lane busy seconds."""
+        """Read every (buffer, expert) slice; runs of adjacent experts of one tensor are read as
+        one range. Returns the summed per-lane busy seconds."""
+        runs: list[tuple[TensorBuffer, int, int]] = []
+        for tb, e in sorted(jobs, key=lambda j: (j[0].info.file_offset, j[1])):
+            if runs and runs[-1][0] is tb and runs[-1][2] == e - 1:
+                runs[-1] = (tb, runs[-1][1], e)
+            else:
+                runs.append((tb, e, e))
 
-        def one(job):
-            tb, e = job
-            a, b = tb.slice_range(e)
-            return self.reader.read_into(tb.view[a:b], tb.info.file_offset + a)
+        def one(run):
+            tb, e0, e1 = run
+            a = tb.slice_range(e0)[0]
+            b = tb.slice_range(e1)[1]
+            return self.reader.read_into(tb.view[a:b], tb.info.file_offset + a, tb.addr + a)
 
-        if self.reader.pool is None or len(jobs) == 1:
-            return sum(one(j) for j in jobs)
-        futs = [self.reader.pool.submit(one, j) for j in jobs]
+        if self.reader.pool is None or len(runs) == 1:
+            return sum(one(r) for r in runs)
+        futs = [self.reader.pool.submit(one, r) for r in runs]
         busy = 0.0
         err: BaseException | None = None
         for f in futs:
@@ -480,7 +530,7 @@ class ExpertCache:
         busy = 0.0
         for tb in self.layer_bufs[il]:
             a, b = tb.slice_range(e)
-            busy += self.reader.read_into(tb.view[a:b], tb.info.file_offset + a)
+            busy += self.reader.read_into(tb.view[a:b], tb.info.file_offset + a, tb.addr + a)
         # io_s under overlap is lane-busy time; credited to the token being decoded when it ends
         self._spec_busy_add(busy)
         return busy
@@ -496,6 +546,39 @@ class ExpertCache:
         with self._spec_lock:
             s, self._spec_busy = self._spec_busy, 0.0
         return s
+
+    def admit(self, il: int, e: int, evict: bool = False) -> int:
+        """Read expert ``e`` of layer ``il`` into the cache outside any routing (profile fill,
+        warm-up). Counts no hit/miss; returns the bytes read (0 if already resident, if the layer
+        has no experts, or if there is no room and ``evict`` is False). Decode thread only."""
+        key = (il, e)
+        if self.no_cache or not self.layer_bufs[il] or key in self.lru or key in self.inflight:
+            return 0
+        eb = self.layout.expert_bytes[il]
+        if self.budget is not None:
+            if evict:
+                self._evict_for(eb, protect_layer=-1, protect=set())
+            if self.resident_bytes + self.inflight_bytes + eb > self.budget:
+                return 0
+        for tb in self.layer_bufs[il]:
+            tb.commit(e)
+        self._run_jobs([(tb, e) for tb in self.layer_bufs[il]])
+        self.lru[key] = eb
+        self.resident_bytes += eb
+        self.read_bytes += eb
+        return eb
+
+    def preload(self, pairs=None) -> int:
+        """Admit (layer, expert) pairs in order until the budget is full (default: every expert,
+        layer by layer). Returns bytes read."""
+        if pairs is None:
+            pairs = [(il, e) for il in self.layout.moe_layers for e in range(self.layout.n_expert)]
+        total = 0
+        for il, e in pairs:
+            if self.budget is not None and self.resident_bytes + self.layout.expert_bytes[il] > self.budget:
+                break
+            total += self.admit(il, e)
+        return total
 
     def drain(self) -> None:
         """Wait for every speculative read and integrate it (between generations)."""

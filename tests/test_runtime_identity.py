@@ -87,8 +87,8 @@ def test_negative_control_corrupt_reads_differ(models, reference):
     with _engine(models["f32"], cache_mb=0) as e:
         orig = e.reader.read_into
 
-        def corrupt(view, off):
-            t = orig(view, off)
+        def corrupt(view, off, *rest):
+            t = orig(view, off, *rest)
             half = len(view) // 2
             view[:half] = bytes(half)
             return t
@@ -146,11 +146,11 @@ def test_read_error_aborts_cleanly_and_engine_survives(models, reference):
         orig = e.reader.read_into
         state = {"fail": True}
 
-        def flaky(view, off):
+        def flaky(view, off, *rest):
             if state["fail"]:
                 state["fail"] = False
                 raise ExpertIOError("simulated EIO")
-            return orig(view, off)
+            return orig(view, off, *rest)
 
         e.reader.read_into = flaky
         with pytest.raises(GenerationError, match="simulated EIO"):

@@ -1,0 +1,190 @@
+"""bmoe-run benchmarks (issue #3), each a ratio against a baseline measured in the same run.
+
+1. Steady state: decode tok/s streamed with the cache holding every expert / fully resident
+   (same demo model, threads, n_batch, flash-attention). Goal >= 0.85.
+2. Cold streaming: expert MiB/s read with --cache-mb 0, O_DIRECT, --io-threads 4 on the bench
+   model / ``dd if=MODEL of=/dev/null iflag=direct bs=1M`` of the same file. Goal >= 0.7.
+3. RAM: peak RSS with a 25% expert budget / with every expert resident (each in its own process,
+   bench model). Goal < 0.5. Reported twice: over the whole process (VmHWM, includes llama.cpp's
+   MAP_POPULATE of the whole file at load, file-backed clean pages) and from the first decode on
+   (VmHWM reset through /proc/self/clear_refs after load).
+
+Usage: ``python benchmarks/runtime_bench.py [--tokens N] [--reps R] [--dir DIR]``
+(models are generated with ``bmoe_top.runtime.models.make_model`` into DIR, default a temp dir).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+MIB = 1024 * 1024
+PROMPT = "Benchmarks measure what users feel: tokens per second and bytes per second."
+
+
+def _status() -> dict[str, int]:
+    out = {}
+    with open("/proc/self/status") as fh:
+        for ln in fh:
+            k, _, v = ln.partition(":")
+            if k in ("VmRSS", "VmHWM", "RssAnon", "RssFile"):
+                out[k] = int(v.split()[0]) // 1024  # MiB
+    return out
+
+
+def rss_child(model: str, mode: str, tokens: int) -> None:
+    """Child process: load, reset the peak, generate, print a JSON line of MiB figures."""
+    from bmoe_top.runtime.engine import Engine
+    from bmoe_top.runtime.gguf_layout import read_layout
+
+    bank = read_layout(model).expert_bank_bytes
+    if mode == "resident":
+        eng = Engine(model, n_ctx=512, n_batch=64, stream=False)
+    elif mode == "all":
+        eng = Engine(model, n_ctx=512, n_batch=64, cache_mb=bank / MIB + 1)
+        eng.preload()
+    else:
+        eng = Engine(model, n_ctx=512, n_batch=64, cache_mb=bank * float(mode) / 100 / MIB)
+    load = _status()
+    reset = False
+    try:
+        with open("/proc/self/clear_refs", "w") as fh:
+            fh.write("5")
+        reset = True
+    except OSError:
+        pass
+    res = eng.generate(PROMPT, tokens)
+    if mode == "resident":
+        # every expert resident: touch the whole expert bank of llama's mapping too
+        pass
+    st = _status()
+    print(json.dumps({"mode": mode, "load_hwm": load["VmHWM"], "hwm_total": max(load["VmHWM"], st["VmHWM"]),
+                      "hwm_decode": st["VmHWM"] if reset else None, "rss": st["VmRSS"], "anon": st["RssAnon"],
+                      "file": st["RssFile"], "tok_s": res.tok_s, "tokens": res.n_tokens}))
+    eng.close()
+
+
+def dd_direct(path: str) -> float:
+    """MiB/s of ``dd iflag=direct bs=1M`` over the whole file (bytes and seconds from dd's report)."""
+    p = subprocess.run(["dd", f"if={path}", "of=/dev/null", "iflag=direct", "bs=1M"], capture_output=True,
+                       text=True, check=True)
+    m = re.search(r"(\d+) bytes .*? copied, ([\d.]+) s", p.stderr)
+    if not m:
+        raise RuntimeError(f"cannot parse dd output: {p.stderr!r}")
+    return int(m.group(1)) / MIB / float(m.group(2))
+
+
+def bench_steady(model: str, tokens: int, reps: int) -> dict:
+    from bmoe_top.runtime.engine import Engine
+    from bmoe_top.runtime.gguf_layout import read_layout
+
+    bank = read_layout(model).expert_bank_bytes
+    kw = dict(n_ctx=512, n_batch=64, n_threads=os.cpu_count(), quiet=True)
+    res_eng = Engine(model, stream=False, **kw)
+    st_eng = Engine(model, cache_mb=bank / MIB + 1, **kw)
+    st_eng.preload()
+    assert st_eng.cache_stats().resident_mib >= bank / MIB - 1e-6
+    r_tps, s_tps = [], []
+    same = True
+    for _ in range(reps):
+        a = res_eng.generate(PROMPT, tokens)
+        b = st_eng.generate(PROMPT, tokens)
+        same &= a.tokens == b.tokens
+        r_tps.append(a.tok_s)
+        s_tps.append(b.tok_s)
+    reads = st_eng.cache_stats().misses
+    res_eng.close()
+    st_eng.close()
+    r, s = statistics.median(r_tps), statistics.median(s_tps)
+    return {"resident_tok_s": r, "streamed_tok_s": s, "ratio": s / r, "identical": same,
+            "misses_after_preload": reads, "resident_runs": r_tps, "streamed_runs": s_tps}
+
+
+def bench_cold(model: str, tokens: int) -> dict:
+    from bmoe_top.runtime.engine import Engine
+
+    out = {}
+    for lanes in (4, 1):
+        eng = Engine(model, n_ctx=512, n_batch=64, cache_mb=0, io_threads=lanes, o_direct=True, quiet=True)
+        direct = eng.o_direct
+        res = eng.generate(PROMPT, tokens)
+        eng.close()
+        out[f"lanes{lanes}_mib_s"] = res.read_mib / res.io_s if res.io_s > 0 else 0.0
+        out[f"lanes{lanes}_read_mib"] = res.read_mib
+        out["o_direct"] = direct
+    dd = [dd_direct(model) for _ in range(2)]
+    out["dd_mib_s"] = max(dd)
+    out["ratio"] = out["lanes4_mib_s"] / out["dd_mib_s"]
+    return out
+
+
+def bench_rss(model: str, tokens: int) -> dict:
+    res = {}
+    for mode in ("all", "resident", "25"):
+        p = subprocess.run([sys.executable, __file__, "--rss-child", mode, "--model", model, "--tokens", str(tokens)],
+                           capture_output=True, text=True, check=True)
+        res[mode] = json.loads(p.stdout.strip().splitlines()[-1])
+    all_, q = res["all"], res["25"]
+    res["ratio_total"] = q["hwm_total"] / all_["hwm_total"]
+    if q["hwm_decode"] and all_["hwm_decode"]:
+        res["ratio_decode"] = q["hwm_decode"] / all_["hwm_decode"]
+    return res
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tokens", type=int, default=64)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--dir", default=None)
+    ap.add_argument("--rss-child", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--model", default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.rss_child:
+        rss_child(args.model, args.rss_child, args.tokens)
+        return 0
+
+    from bmoe_top.runtime.models import make_model
+
+    d = Path(args.dir or tempfile.mkdtemp(prefix="bmoe-bench-"))
+    d.mkdir(parents=True, exist_ok=True)
+    demo = d / "demo-q8_0.gguf"
+    bench = d / "bench-q8_0.gguf"
+    t0 = time.perf_counter()
+    if not demo.exists():
+        make_model(demo, preset="demo", qtype="q8_0")
+    if not bench.exists():
+        make_model(bench, preset="bench", qtype="q8_0")
+    print(f"models ready in {time.perf_counter() - t0:.1f} s: {demo} {bench}", flush=True)
+
+    steady = bench_steady(str(demo), args.tokens, args.reps)
+    print(f"steady state (demo, every expert cached): streamed {steady['streamed_tok_s']:.1f} tok/s / resident "
+          f"{steady['resident_tok_s']:.1f} tok/s = {steady['ratio']:.3f} (goal >= 0.85) "
+          f"identical={steady['identical']} runs r={['%.1f' % x for x in steady['resident_runs']]} "
+          f"s={['%.1f' % x for x in steady['streamed_runs']]}", flush=True)
+    cold = bench_cold(str(bench), max(8, args.tokens // 2))
+    print(f"cold streaming (bench, --cache-mb 0, O_DIRECT={cold['o_direct']}): 4 lanes {cold['lanes4_mib_s']:.0f} MiB/s, "
+          f"1 lane {cold['lanes1_mib_s']:.0f} MiB/s; dd iflag=direct bs=1M {cold['dd_mib_s']:.0f} MiB/s; "
+          f"ratio {cold['ratio']:.3f} (goal >= 0.7)", flush=True)
+    rss = bench_rss(str(bench), args.tokens)
+    a, r, q = rss["all"], rss["resident"], rss["25"]
+    print(f"RAM (bench): peak RSS whole process: 25% budget {q['hwm_total']} MiB / every expert cached "
+          f"{a['hwm_total']} MiB = {rss['ratio_total']:.3f}; --no-moe-stream {r['hwm_total']} MiB "
+          f"(load peaks: {q['load_hwm']}/{a['load_hwm']}/{r['load_hwm']} MiB, llama.cpp MAP_POPULATE)", flush=True)
+    if "ratio_decode" in rss:
+        print(f"RAM (bench): peak RSS from first decode on: 25% budget {q['hwm_decode']} MiB / every expert cached "
+              f"{a['hwm_decode']} MiB = {rss['ratio_decode']:.3f} (goal < 0.5); --no-moe-stream {r['hwm_decode']} MiB",
+              flush=True)
+    print(json.dumps({"steady": steady, "cold": cold, "rss": rss}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
