@@ -17,6 +17,7 @@ Run: ``.venv/bin/python benchmarks/bench_metrics.py [--quick]``.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import statistics
 import subprocess
@@ -56,10 +57,12 @@ def bench_parse(reps: int) -> float:
     st = MetricsState(url="bench")
     st.apply(parse_exposition(bodies[0], 0.0))
     t_ours = []
+    c_ours = []
     for i, b in enumerate(bodies[1:], 1):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         st.apply(parse_exposition(b, float(i)))
         t_ours.append(time.perf_counter() - t0)
+        c_ours.append(time.thread_time() - c0)
     t_bare = []
     for b in bodies[1:]:
         t0 = time.perf_counter()
@@ -70,9 +73,12 @@ def bench_parse(reps: int) -> float:
     d = st.deltas[-1]
     assert len(d.layer_hit_pct) == N_LAYER and d.hit_pct is not None
     ours = statistics.median(t_ours) * 1000
+    cpu = statistics.median(c_ours) * 1000
     bare = statistics.median(t_bare) * 1000
+    load = os.getloadavg()[0]
     print(f"parse+apply one scrape, {N_LAYER} layers ({len(bodies[0])} bytes, {n_lines} lines): "
-          f"median {ours:.2f} ms (goal < 10 ms) {'OK' if ours < 10 else 'SLOW'}")
+          f"median {ours:.2f} ms wall, {cpu:.2f} ms CPU (goal < 10 ms) {'OK' if ours < 10 else 'SLOW'}"
+          f" [load average {load:.1f} on {os.cpu_count()} cores]")
     print(f"  baseline prometheus-client bare parse: {bare:.2f} ms; ratio ours/bare = {ours / bare:.2f}")
     return ours
 
