@@ -362,3 +362,33 @@ def test_headless_twins_against_the_server(server):
     assert run["requests"] and run["requests"][-1]["n_gen"] == 200
     dead = metrics_once("http://127.0.0.1:9/metrics", timeout=0.5)
     assert dead["status"] == "unreachable" and exit_code(dead) == 1
+
+
+def test_port_in_use_is_one_line(tiny):
+    s = Serve(tiny)
+    try:
+        r = subprocess.run([PY, "-m", "bmoe_top.runtime.cli", "serve", "-m", str(tiny), "--port", str(s.port)],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 1 and "cannot listen" in r.stderr and "Traceback" not in r.stderr
+    finally:
+        s.stop()
+
+
+def test_sigterm_mid_request_keeps_the_exact_sum(tiny, tmp_path):
+    audit = tmp_path / "a.jsonl"
+    s = Serve(tiny, "--cache-mb", "0.5", "--moe-cache-audit", str(audit))
+    out = {}
+    t = threading.Thread(target=lambda: out.update(r=complete(s.url, "long request a", 480)))
+    try:
+        t.start()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and (scrape(s.url).get("tokens_predicted") or 0) < 5:
+            time.sleep(0.01)
+        assert s.stop() == 0
+        t.join(30)
+    finally:
+        s.stop()
+    run = read_audit_file(audit).runs[0]
+    assert run.exit is not None and len(run.requests) == 1
+    assert 0 < run.requests[0].data["n_gen"] < 480  # cancelled by the shutdown, still recorded
+    assert check_exact_sum(run) == []
