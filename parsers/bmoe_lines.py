@@ -252,12 +252,12 @@ def _make_builder(cls: type, fields: tuple[tuple[str, str], ...]):
     """Compile a builder for one tag: positional construction, one exact-type check per field
     (the common case), the slow conversion only for a mismatch. Speed matters: this runs once
     per token per source."""
-    lines = ["def build(d, prefix):", "    p = d.pop"]
+    lines = ["def build(d, prefix):"]
     names = []
     for i, (name, kind) in enumerate(fields):
         v = f"v{i}"
         names.append(v)
-        lines.append(f"    {v} = p({name!r}, None)")
+        lines.append(f"    {v} = d.pop({name!r}, None)")
         exact = {"i": "int", "f": "float", "s": "str", "b": "bool"}.get(kind)
         cond = f"type({v}) is not {exact}" if exact else "True"
         lines.append(f"    if {v} is not None and {cond}: {v} = _num({name!r}, {v}, {kind!r})")
@@ -313,13 +313,12 @@ def _fast_body(tag: str, marker: str, indent: str) -> list[str]:
            f"{indent}    d = loads(line[{len(marker) - 1}:])",
            f"{indent}except JSONDecodeError:",
            f"{indent}    d = None",
-           f"{indent}if type(d) is dict:",
-           f"{indent}    p = d.pop"]
+           f"{indent}if type(d) is dict:"]
     names = []
     for i, (name, kind) in enumerate(fields):
         v = f"v{i}"
         names.append(v)
-        src.append(f"{indent}    {v} = p({name!r}, None)")
+        src.append(f"{indent}    {v} = d.pop({name!r}, None)")
         # exact type first: for a present field (the usual case) that is the only test
         src.append(f"{indent}    if type({v}) is not {exact[kind]} and {v} is not None:")
         src.append(f"{indent}        try:")
