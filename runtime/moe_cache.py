@@ -111,6 +111,7 @@ class MoeCacheExt:
         self.heat = np.zeros((self.n_layer, self.n_expert), dtype=np.float64)
         self._g = 1.0  # heat is stored scaled by _g = 2^(n_gen/half-life): lazy decay
         self._decay = 2.0 ** (1.0 / HALF_LIFE_TOKENS)
+        self._public_admit = self.cache is not None and hasattr(self.cache, "admit")
         if self.cache is not None and not self.cache.no_cache:
             self._wrap()
         if profile is not None and self.cache is not None and not self.cache.no_cache:
@@ -175,8 +176,13 @@ class MoeCacheExt:
     # -- bringing experts in -------------------------------------------------------------------
     def _admit(self, il: int, e: int) -> int:
         """Read expert (il, e) into its slots and mark it resident (most recently used).
-        Returns bytes read. The caller made room."""
+        Returns bytes read (0 if it could not come in). The caller made room.
+
+        Uses the cache's public ``admit`` (which also counts the bytes in ``read_bytes``; they
+        are taken out of ``upload_bytes`` again in :meth:`counters`)."""
         c = self.cache
+        if self._public_admit:
+            return int(c.admit(il, e))
         eb = self.expert_bytes[il]
         for tb in c.layer_bufs[il]:
             tb.commit(e)
@@ -210,10 +216,14 @@ class MoeCacheExt:
             chosen.append((il, e))
         # coldest first into the LRU so the hottest are evicted last
         n_bytes = 0
+        n = 0
         for il, e in reversed(chosen):
-            n_bytes += self._admit(il, e)
-            self.profile_keys.add((il, e))
-        self.prefilled = len(chosen)
+            got = self._admit(il, e)
+            if got:
+                n_bytes += got
+                n += 1
+                self.profile_keys.add((il, e))
+        self.prefilled = n
         self.prefill_bytes = n_bytes
         self.extra_read_bytes += n_bytes
         return self.prefilled
@@ -258,8 +268,9 @@ class MoeCacheExt:
         for _, il, e in self._missing_hot()[:MAX_FILL]:
             if self._room() < self.expert_bytes[il]:
                 break
-            self.extra_read_bytes += self._admit(il, e)
-            n += 1
+            got = self._admit(il, e)
+            self.extra_read_bytes += got
+            n += 1 if got else 0
         self.swaps += n
         self.swap_s += time.perf_counter() - t0
         return n
@@ -297,8 +308,9 @@ class MoeCacheExt:
                 ci += 1
                 if self._room() < eb:
                     continue
-            self.extra_read_bytes += self._admit(il, e)
-            n += 1
+            got = self._admit(il, e)
+            self.extra_read_bytes += got
+            n += 1 if got else 0
         self.swaps += n
         self.swap_s += time.perf_counter() - t0
         return n
@@ -314,8 +326,9 @@ class MoeCacheExt:
             return CacheCounters(misses=misses, upload_bytes=c.read_bytes if c is not None else 0,
                                  layer_hits=z, layer_hits_profile=z, layer_misses=z,
                                  extra_read_bytes=self.extra_read_bytes)
+        upload = c.read_bytes - (self.extra_read_bytes if self._public_admit else 0)
         return CacheCounters(
-            hits=c.hits, hits_profile=self.hits_profile, misses=c.misses, upload_bytes=c.read_bytes,
+            hits=c.hits, hits_profile=self.hits_profile, misses=c.misses, upload_bytes=upload,
             swaps=self.swaps, slots=self.slots, prefilled=self.prefilled, cache_bytes=self.cache_bytes,
             extra_read_bytes=self.extra_read_bytes, layer_hits=tuple(c.layer_hits),
             layer_hits_profile=tuple(self.layer_hits_profile), layer_misses=tuple(c.layer_misses),

@@ -49,6 +49,9 @@ def test_profile_fill_and_profile_hits(engine):
         assert all(a <= b for a, b in zip(c.layer_hits_profile, c.layer_hits))
         assert sum(c.layer_hits_profile) == c.hits_profile
         hp.append(c.hits_profile)
+        # upload bytes are exactly the misses' reads; the profile fill is counted apart
+        assert c.upload_bytes == sum(m * b for m, b in zip(c.layer_misses, engine.layout.expert_bytes))
+        assert c.extra_read_bytes == c0.extra_read_bytes
     # once every profile expert was evicted, profile hits stop growing
     if not ext.profile_keys:
         engine.generate("one more", 8)
