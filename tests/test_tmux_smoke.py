@@ -59,10 +59,11 @@ class Tmux:
             time.sleep(0.2)
         raise AssertionError(f"{needle!r} not on screen after {timeout} s:\n{s}")
 
-    def wait_dead(self, timeout: float = 20.0) -> None:
+    def wait_dead(self, timeout: float = 40.0) -> None:
         end = time.monotonic() + timeout
         while time.monotonic() < end:
-            if self.fmt("#{pane_dead}") == "1":
+            # the pty closes before tmux reaps the process: wait for the exit status too
+            if self.fmt("#{pane_dead}") == "1" and (self.fmt("#{pane_dead_status}") or self.fmt("#{pane_dead_signal}")):
                 return
             time.sleep(0.1)
         raise AssertionError("bmoe-top did not exit:\n" + self.screen())
@@ -128,7 +129,7 @@ def test_signal_restores_terminal_and_kills_child(tmux, tiny, sig):
     assert tmux.fmt("#{alternate_on}") == "1"
     os.kill(pid, sig)
     tmux.wait_dead()
-    assert tmux.fmt("#{pane_dead_status}") == str(128 + sig)
+    assert tmux.fmt("#{pane_dead_status}") == str(128 + sig), f"killed by signal {tmux.fmt('#{pane_dead_signal}')}"
     assert tmux.fmt("#{alternate_on}") == "0"
     assert tmux.fmt("#{mouse_any_flag}") == "0"
     end = time.monotonic() + 10

@@ -170,7 +170,7 @@ class LiveApp(BmoeTopApp):
     def update_live(self) -> None:
         st = self.source.status()
         key = (st.state, st.message, int(st.quiet_s or 0) if st.stalled else 0, st.turns_done,
-               st.stderr_lines, st.connects, self.new_chat)
+               st.stderr_lines, st.connects, self.new_chat, st.last_error)
         if key != self._status_key:
             self._status_key = key
             t = safe_text("")
@@ -182,6 +182,9 @@ class LiveApp(BmoeTopApp):
                 t.append(f"   load {_f(r.load_s)} s · {r.arch or 'missing'} · n_ctx {_f(r.n_ctx, '{}')}",
                          style="#7f848e")
             t.append(f"   turns {st.turns_done}", style="#7f848e")
+            if st.last_error:
+                t.append(" · last error: ", style="#7f848e")
+                t.append(st.last_error[:80], style="#e06c75")
             if st.stderr_lines:
                 t.append(f" · stderr {st.stderr_lines} lines", style="#7f848e")
             if st.kind == "socket":
