@@ -125,3 +125,39 @@ def test_read_to_end_ignores_partial_last_line(tmp_path):
     append(p, rec("load", 1, 1) + rec("ready", 1, 2) + rec("exit", 1, 3)[:10])
     st = read_to_end(p)
     assert st.runs.n_records == 2 and st.n_bad == 0
+
+
+def test_replay_audit_and_strp_through_file_replay(tmp_path):
+    import numpy as np
+
+    from bmoe_top.parsers.strp import StrpProfile, write_strp
+    from bmoe_top.tui.run import run_summary
+    from bmoe_top.tui.sources.file_replay import open_paths
+
+    p = tmp_path / "a.jsonl"
+    lay = [{"il": 0, "slots": 2, "hits": 3, "hits_profile": 0, "misses": 1, "resident": [1, 4]},
+           {"il": 1, "slots": 1, "hits": 2, "hits_profile": 0, "misses": 2, "resident": [7]}]
+    append(p, rec("load", 5, 1, model={"path": "/m/tiny.gguf", "n_layer": 2}, cache={"slots": 3, "bytes": 1 << 20},
+                  load_ms=250.0, layers=lay))
+    append(p, rec("ready", 5, 2))
+    append(p, rec("request", 5, 3, n_prompt=4, n_gen=10, t_prompt_ms=8.0, t_gen_ms=40.0, req_hits=6, req_misses=2,
+                  req_bytes_upload=1 << 20, task=1, slot=0))
+    append(p, b"garbage\n")
+    append(p, rec("exit", 5, 4, layers=lay, perf={"n_prompt": 4, "n_gen": 10, "t_prompt_ms": 8.0, "t_gen_ms": 40.0}))
+    run = open_paths([str(p)])
+    s = run_summary(run)
+    assert s["tokens"] == 10 and s["tok_s"] == 250.0 and s["n_prompt"] == 4 and s["load_s"] == 0.25
+    assert s["problems"] == 1 and run.problems[0].lineno == 4
+    assert run.n_layer == 2 and run.resident[0, 4] and run.resident[1, 7] and run.resident.sum() == 3
+    assert len(run.turns) == 1 and run.turns[0].done["tok_s"] == 250.0 and run.turns[0].done["cache_hit_pct"] == 75.0
+
+    sp = tmp_path / "p.strp"
+    write_strp(sp, StrpProfile(n_layers=2, n_expert=8, slots=2, pairs=np.array([[1, 3], [0, 5], [0, 6]])))
+    run = open_paths([str(sp)])
+    assert run.n_layer == 2 and run.n_expert == 8
+    assert run.resident.sum() == 2 and run.resident[1, 3] and run.resident[0, 5]
+    assert run.expert_rank[0, 6] == 2 and run.expert_rank[1, 3] == 0 and run.expert_rank[1, 0] == -1
+    bad = tmp_path / "bad.strp"
+    bad.write_bytes(b"STRP" + bytes(8))
+    run = open_paths([str(bad)])
+    assert run.problem_count == 1 and "too short" in run.problems[0].reason

@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from bmoe_top.parsers.audit import COUNTERS, AuditRecord, AuditRuns
 
@@ -284,5 +285,152 @@ def read_to_end(path: str | os.PathLike) -> AuditState:
     return tail.state
 
 
-def _now() -> float:
-    return time.time()
+# -- replay: an audit log or an STRP profile into the run model ---------------------------------
+# (``bmoe-top replay FILE``: tui/sources/file_replay.py calls these for sniffed "audit"/"strp")
+
+def load_audit_into_run(run, data: bytes, source: str = "") -> None:
+    """Load a whole audit log (bytes) into a :class:`bmoe_top.tui.run.RunModel`.
+
+    Each ``request`` record becomes a finished turn (``done``: tokens, tok_s, prefill_s,
+    n_prompt, cache_hit_pct, read_mib of that request); the run summary comes from the newest
+    run (its ``exit`` perf when it exited, else the sums of its requests); ``resident`` is the
+    newest ``load``/``exit`` record's resident experts; corrupt lines are problems with their
+    line numbers; every record is also one line in the log pane. There are no per-token rows in
+    an audit log (the breakdown and trends say so)."""
+    from bmoe_top.parsers.audit import AuditRuns, iter_records
+
+    runs = AuditRuns()
+    end = data.rfind(b"\n")
+    body = data[: end + 1] if end >= 0 else data
+    for i, line in enumerate(body.split(b"\n"), start=1):
+        if line.strip():
+            runs.feed_line(line, i)
+    tail = data[end + 1:] if end >= 0 else b""
+    with run.lock:
+        run.sources.append(source)
+        for ln, msg in runs.bad:
+            run.add_problem(source, ln, "", msg)
+        if tail.strip():
+            run.add_problem(source, body.count(b"\n") + 1, tail[:120].decode("utf-8", "replace"),
+                            "incomplete last line (no newline): left out")
+        for rec in iter_records(runs):
+            c = rec.counters
+            run.log.append(f"{rec.time} pid {rec.pid} {rec.event}: hits {c.get('hits')} misses {c.get('misses')} "
+                           f"read {c.get('bytes_upload')} B swaps {c.get('swaps')}")
+        from bmoe_top.tui.run import Turn
+
+        for r in runs.runs:
+            for q in r.requests:
+                d = q.data
+                n, tg, tp = d.get("n_gen"), d.get("t_gen_ms"), d.get("t_prompt_ms")
+                h, m, b = d.get("req_hits"), d.get("req_misses"), d.get("req_bytes_upload")
+                done = {
+                    "tokens": n, "n_prompt": d.get("n_prompt"),
+                    "tok_s": 1000.0 * n / tg if isinstance(n, int) and isinstance(tg, (int, float)) and tg > 0 else None,
+                    "prefill_s": tp / 1000.0 if isinstance(tp, (int, float)) else None,
+                    "cache_hit_pct": 100.0 * h / (h + m) if isinstance(h, int) and isinstance(m, int) and h + m else None,
+                    "read_mib": b / 1048576 if isinstance(b, int) else None,
+                    "pid": r.pid, "task": d.get("task"), "slot": d.get("slot"), "time": q.time,
+                }
+                run.turns.append(Turn(index=len(run.turns), id=d.get("task"), first_token=run.tokens.n, done=done))
+        last = runs.runs[-1] if runs.runs else None
+        if last is not None:
+            load = last.load.data if last.load else {}
+            model = load.get("model") if isinstance(load.get("model"), dict) else {}
+            params = load.get("params") if isinstance(load.get("params"), dict) else {}
+            if model.get("path") or model.get("name"):
+                run.meta["model"] = str(model.get("path") or model.get("name"))
+            if isinstance(model.get("n_layer"), int):
+                run.meta["n_layer"] = str(model["n_layer"])
+            for k in ("moe_cache_mib", "n_ctx", "n_threads", "moe_cache_adaptive"):
+                if k in params:
+                    run.meta[k] = str(params[k])
+            run.meta["audit_pids"] = ",".join(map(str, runs.pids()))
+            run._apply_dims()
+            if isinstance(load.get("load_ms"), (int, float)):
+                run.summary["load_s"] = load["load_ms"] / 1000.0
+            c = last.counters()
+            h, m, b = c.get("hits"), c.get("misses"), c.get("bytes_upload")
+            if h is not None and m is not None and h + m:
+                run.summary["cache_hit_pct"] = 100.0 * h / (h + m)
+            if b is not None:
+                run.summary["read_mib"] = b / 1048576
+            perf = last.exit.data.get("perf") if last.exit else None
+            reqs = [q.data for q in last.requests]
+            n_gen = perf.get("n_gen") if isinstance(perf, dict) else sum(int(q.get("n_gen") or 0) for q in reqs)
+            t_gen = perf.get("t_gen_ms") if isinstance(perf, dict) else sum(float(q.get("t_gen_ms") or 0) for q in reqs)
+            n_prompt = perf.get("n_prompt") if isinstance(perf, dict) else sum(int(q.get("n_prompt") or 0) for q in reqs)
+            t_prompt = perf.get("t_prompt_ms") if isinstance(perf, dict) else sum(float(q.get("t_prompt_ms") or 0) for q in reqs)
+            if n_gen:
+                run.summary["tokens"] = float(n_gen)
+                if t_gen:
+                    run.summary["tok_s"] = 1000.0 * n_gen / t_gen
+                    run.summary["s_per_tok"] = t_gen / 1000.0 / n_gen
+                if b is not None:
+                    run.summary["read_mib_per_tok"] = b / 1048576 / n_gen
+            if n_prompt:
+                run.summary["n_prompt"] = float(n_prompt)
+                run.summary["prefill_s"] = (t_prompt or 0) / 1000.0
+                if t_prompt:
+                    run.summary["prefill_tps"] = 1000.0 * n_prompt / t_prompt
+            res = last.resident()
+            if res:
+                n_layer = max(run.n_layer or 0, max(res) + 1)
+                n_expert = run.n_expert or (1 + max((max(v) for v in res.values() if v), default=0))
+                mat = np.zeros((n_layer, n_expert), dtype=bool)
+                for il, ids in res.items():
+                    ok = [e for e in ids if 0 <= e < n_expert]
+                    mat[il, ok] = True
+                run.n_layer, run.n_expert, run.resident = n_layer, n_expert, mat
+            cache = load.get("cache") if isinstance(load.get("cache"), dict) else {}
+            if isinstance(cache.get("bytes"), int):
+                run.budget_mib = cache["bytes"] / 1048576
+                run.summary["budget_mib"] = run.budget_mib
+            run.status_detail = (f"audit log: {len(runs.runs)} run(s), pids {run.meta['audit_pids']}, "
+                                 f"{sum(len(x.requests) for x in runs.runs)} requests")
+        if run.status == "empty":
+            run.status = "replay"
+        run.touch()
+
+
+def load_strp_into_run(run, data: bytes, source: str = "") -> None:
+    """Load an STRP profile (bytes) into a :class:`bmoe_top.tui.run.RunModel`: dimensions, the
+    experts the profile would put in the cache (``resident``: the first ``slots`` pairs, or all
+    ranked pairs when slots is 0), ``expert_rank`` (int32 [n_layer, n_expert], 0 = hottest,
+    -1 unranked: a layer x expert rank map for the views), and per layer the ranked experts,
+    hottest first, in the log pane. A bad profile is one problem with the reason."""
+    from bmoe_top.parsers.strp import StrpError, parse_strp
+
+    with run.lock:
+        run.sources.append(source)
+        try:
+            prof = parse_strp(data, source or "profile")
+        except StrpError as exc:
+            run.add_problem(source, 0, data[:24].hex(), str(exc))
+            if run.status == "empty":
+                run.status = "replay"
+            run.touch()
+            return
+        run.n_layer = prof.n_layers
+        run.n_expert = prof.n_expert
+        run.meta.setdefault("n_layer", str(prof.n_layers))
+        run.meta.setdefault("n_expert", str(prof.n_expert))
+        run.meta["profile"] = source
+        run.meta["profile_slots"] = str(prof.slots)
+        run.meta["profile_ranked"] = str(prof.n_ranked)
+        run.expert_rank = prof.rank_map()
+        take = prof.pairs if not prof.slots else prof.pairs[: prof.slots]
+        mat = np.zeros((prof.n_layers, prof.n_expert), dtype=bool)
+        if len(take):
+            mat[take[:, 0], take[:, 1]] = True
+        run.resident = mat
+        for w in prof.warnings:
+            run.log.append(f"{source}: {w}")
+        run.log.append(f"{source}: STRP v{prof.version}, {prof.n_layers} layers x {prof.n_expert} experts, "
+                       f"{prof.n_ranked} ranked, made for {prof.slots} slots")
+        for il, experts in sorted(prof.per_layer().items()):
+            run.log.append(f"L{il}: " + " ".join(map(str, experts[:64])) + (" ..." if len(experts) > 64 else ""))
+        run.status_detail = f"STRP profile: {prof.n_ranked} ranked experts, {prof.slots} slots"
+        if run.status == "empty":
+            run.status = "replay"
+        run.touch()
