@@ -189,3 +189,30 @@ async def test_live_app_attach_keeps_screen_when_runtime_goes_away_and_reconnect
             p.wait()
         if os.path.exists(sock):
             os.unlink(sock)
+
+
+async def test_live_app_plays_a_recording_turn_by_turn(tmp_path):
+    from bmoe_top.tui.sources.recorder import LiveReplaySource, Recorder, load_recording
+
+    path = tmp_path / "two-turns.jsonl"
+    src0 = ChildSession([sys.executable, EMITTER, "--rate", "500"], recorder=Recorder(path)).start()
+    assert src0.wait_state("ready", 10)
+    for i in range(2):
+        src0.generate(f"turn {i}", 5, clear_kv=(i == 0))
+        time.sleep(0.05)
+        assert src0.wait_state("ready", 10)
+    src0.close()
+    src0.recorder.close()
+    src = LiveReplaySource(load_recording(path), speed=4.0, turn_by_turn=True)
+    app = LiveApp(src, title="play")
+    async with app.run_test(size=(150, 44)) as pilot:
+        assert await wait_for(pilot, lambda: src.player.paused_at_turn.is_set(), 10)
+        await pilot.pause(0.3)
+        assert "paused at a turn" in status_text(app)
+        assert app.run_model.n_tokens == 5 and len(app.query("#prompt")) == 0
+        await pilot.press("n")
+        assert await wait_for(pilot, lambda: src.state == "exited", 10)
+        await pilot.pause(0.3)
+        assert app.run_model.n_tokens == 10
+        assert app.query_one("#turns-table", DataTable).row_count == 2
+        await pilot.press("ctrl+q")

@@ -6,6 +6,7 @@
     bmoe-top attach --session PATH [-n N] [--record FILE]
     bmoe-top attach --session PATH --once --json [-p PROMPT]     headless: the session's state (+ one prompt)
     bmoe-top attach --metrics URL | --audit FILE [--once --json]  helper S's sources and screens
+    bmoe-top play FILE [--speed X] [--turn-by-turn]               a recording on the live screen, paced
 
 ``CMD`` is any program that speaks the session protocol (telemetry-contract.md "Session
 mode"), e.g. ``bmoe-cli --session --progress``; without it, ``bmoe-run --session
@@ -73,6 +74,14 @@ def add_commands(sub: Any) -> None:
     ap.add_argument("--timeout", type=float, default=30.0, help="with --once: seconds to wait (default 30)")
     _common(ap)
     ap.set_defaults(func=cmd_attach)
+    pp = sub.add_parser("play", help="play a --record recording on the live screen at its original pace",
+                        description="Play a recording (bmoe-top --record FILE) through the live screen: "
+                                    "original pace (or --speed X faster), optionally pausing at each turn.")
+    pp.add_argument("path", metavar="FILE")
+    pp.add_argument("--speed", type=float, default=1.0, help="1 = original pace (default), 10 = ten times faster, 0 = no waiting")
+    pp.add_argument("--turn-by-turn", action="store_true", help="pause before each turn; Enter or n plays the next")
+    pp.add_argument("--fps", type=float, default=10.0, help=argparse.SUPPRESS)
+    pp.set_defaults(func=cmd_play)
 
 
 def _add_launch_args(lp: argparse.ArgumentParser) -> None:
@@ -214,6 +223,24 @@ def _live_block(st, run, rid) -> dict:
         "text": run.turns[-1].text if run.turns else "",
         "problems": [f"line {p.lineno}: {p.reason}" for p in st.problems],
     }
+
+
+def cmd_play(args: argparse.Namespace) -> int:
+    from bmoe_top.tui.sources.recorder import LiveReplaySource, load_recording
+
+    try:
+        rec = load_recording(args.path)
+    except OSError as e:
+        return _die(f"cannot read {args.path}: {e.strerror or e}")
+    if not rec.entries:
+        what = f" ({len(rec.problems)} bad lines; first: line {rec.problems[0].lineno}: {rec.problems[0].reason})" if rec.problems else ""
+        return _die(f"{args.path} holds no recorded lines{what}")
+    if args.speed < 0:
+        return _die("--speed must be >= 0")
+    src = LiveReplaySource(rec, speed=float("inf") if args.speed == 0 else args.speed, turn_by_turn=args.turn_by_turn)
+    from bmoe_top.tui.screens.live import run_live
+
+    return run_live(src, title=f"play {Path(args.path).name}", fps=args.fps)
 
 
 def default_main(args: argparse.Namespace) -> int:

@@ -2,7 +2,8 @@
 key, a turns table, the runtime's stderr in the log pane and a status line.
 
 ``LiveApp(source)`` takes any live source (``ChildSession``, ``SessionSocketClient``, or
-``LiveReplaySource``), wires it to a fresh ``RunModel`` (records -> ``run.ingest``, stderr ->
+``LiveReplaySource``: a recording at its original pace, without the prompt box; with
+``turn_by_turn`` Enter or n plays the next turn), wires it to a fresh ``RunModel`` (records -> ``run.ingest``, stderr ->
 ``run.log``, source problems -> ``run.add_problem``), starts it when the app mounts and closes
 it when the app exits (for a child: ``close`` request, wait, SIGTERM, SIGKILL of its group).
 The terminal is restored on every exit path: quit key, SIGTERM, SIGHUP and SIGINT all go
@@ -80,6 +81,7 @@ class LiveApp(BmoeTopApp):
         Binding("ctrl+l", "tab('log')", "log", show=False, priority=True),
         Binding("ctrl+q", "quit", "quit", show=False, priority=True),
         Binding("enter,i", "focus_prompt", "prompt", show=False),
+        Binding("n", "next_turn", "next turn", show=False),
     ]
 
     def __init__(self, source, *, title: str = "", n_predict: int = 64, fps: float = 10.0,
@@ -130,8 +132,23 @@ class LiveApp(BmoeTopApp):
                 run.touch()
 
     # ------------------------------------------------------------------ layout
+    @property
+    def is_replay(self) -> bool:
+        return getattr(self.source, "kind", "") == "recording"
+
     async def on_mount(self) -> None:
         footer = self.query_one(Footer)
+        if self.is_replay:
+            # a recording cannot be driven: no prompt box; Enter / n releases the next turn
+            await self.mount(Static(id="live-status"), after=self.query_one("#title"))
+            table = DataTable(id="turns-table", zebra_stripes=True, cursor_type="row")
+            await self.query_one("#tabs", TabbedContent).add_pane(TabPane("Turns", table, id="turns"))
+            table.add_columns(*TURN_COLUMNS)
+            self._install_signals()
+            if not self.source.started:
+                self.source.start()
+            self.update_live()
+            return
         bar = Horizontal(
             Label(self._chat_label(), id="chat-mode"),
             Input(placeholder="prompt — Enter sends (generate)", id="prompt"),
@@ -143,17 +160,20 @@ class LiveApp(BmoeTopApp):
         table = DataTable(id="turns-table", zebra_stripes=True, cursor_type="row")
         await self.query_one("#tabs", TabbedContent).add_pane(TabPane("Turns", table, id="turns"))
         table.add_columns(*TURN_COLUMNS)
+        self._install_signals()
+        if not self.source.started:
+            self.source.start()
+        self.query_one("#prompt", Input).focus()
+        self.update_live()
+        # BmoeTopApp.on_mount runs after this one (Textual dispatches on_mount along the MRO)
+
+    def _install_signals(self) -> None:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
             try:
                 loop.add_signal_handler(sig, self._on_signal, sig)
             except (NotImplementedError, RuntimeError, ValueError):
                 pass
-        if not self.source.started:
-            self.source.start()
-        self.query_one("#prompt", Input).focus()
-        self.update_live()
-        # BmoeTopApp.on_mount runs after this one (Textual dispatches on_mount along the MRO)
 
     def _on_signal(self, sig: int) -> None:
         self.exit_signal = sig
@@ -170,7 +190,9 @@ class LiveApp(BmoeTopApp):
     def update_live(self) -> None:
         st = self.source.status()
         key = (st.state, st.message, int(st.quiet_s or 0) if st.stalled else 0, st.turns_done,
-               st.stderr_lines, st.connects, self.new_chat, st.last_error)
+               st.stderr_lines, st.connects, self.new_chat, st.last_error,
+               self.source.player.position if self.is_replay else 0,
+               self.source.player.paused_at_turn.is_set() if self.is_replay else False)
         if key != self._status_key:
             self._status_key = key
             t = safe_text("")
@@ -189,8 +211,14 @@ class LiveApp(BmoeTopApp):
                 t.append(f" · stderr {st.stderr_lines} lines", style="#7f848e")
             if st.kind == "socket":
                 t.append(f" · connects {st.connects}", style="#7f848e")
+            if self.is_replay:
+                player = self.source.player
+                t.append(f"   replay {player.position}/{len(self.source.recording.entries)} lines", style="#7f848e")
+                if player.paused_at_turn.is_set():
+                    t.append("  paused at a turn: Enter or n plays the next", style="bold #e5c07b")
             self.query_one("#live-status", Static).update(t)
-            self.query_one("#chat-mode", Label).update(self._chat_label())
+            if not self.is_replay:
+                self.query_one("#chat-mode", Label).update(self._chat_label())
         self.update_turns()
 
     def update_turns(self) -> None:
@@ -248,6 +276,8 @@ class LiveApp(BmoeTopApp):
         self.query_one("#prompt", Input).focus()
 
     def action_cancel_generation(self) -> None:
+        if self.is_replay:
+            return
         if self.source.state == "generating":
             if self.source.cancel():
                 self.notify("cancel sent")
@@ -255,7 +285,14 @@ class LiveApp(BmoeTopApp):
             self.set_focus(None)  # escape leaves the prompt box (playback keys work again)
 
     def action_focus_prompt(self) -> None:
+        if self.is_replay:
+            self.source.next_turn()
+            return
         self.query_one("#prompt", Input).focus()
+
+    def action_next_turn(self) -> None:
+        if self.is_replay:
+            self.source.next_turn()
 
     def action_toggle_chat(self) -> None:
         self.new_chat = not self.new_chat
