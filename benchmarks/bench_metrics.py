@@ -102,9 +102,19 @@ class Serve:
         self.proc.wait(30)
 
 
-def decode_tps(url: str, n: int, prompt: str) -> float:
+def proc_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process (all its threads), from /proc/PID/stat."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def decode_tps(url: str, n: int, prompt: str, pid: int | None = None, cpu: list | None = None) -> float:
+    c0 = proc_cpu_s(pid) if pid else 0.0
     r = httpx.post(url + "/completion", json={"prompt": prompt, "n_predict": n}, timeout=300, trust_env=False)
     t = r.json()["timings"]
+    if pid and cpu is not None:
+        cpu.append((proc_cpu_s(pid) - c0) * 1000.0 / max(1, t["predicted_n"]))  # CPU ms per token
     return t["predicted_n"] / (t["predicted_ms"] / 1000.0)
 
 
@@ -118,9 +128,11 @@ def bench_decode(runs: int, n_tokens: int) -> float:
             prompt = "Benchmark the decode while a poller scrapes the metrics endpoint."
             decode_tps(srv.url, 16, prompt)  # warm
             base, scraped = [], []
+            cpu_base, cpu_scraped = [], []
+            pid = srv.proc.pid
             n_scrapes = 0
             for _ in range(runs):
-                base.append(decode_tps(srv.url, n_tokens, prompt))
+                base.append(decode_tps(srv.url, n_tokens, prompt, pid, cpu_base))
                 stop = threading.Event()
                 count = [0]
 
@@ -133,7 +145,7 @@ def bench_decode(runs: int, n_tokens: int) -> float:
 
                 t = threading.Thread(target=poll)
                 t.start()
-                scraped.append(decode_tps(srv.url, n_tokens, prompt))
+                scraped.append(decode_tps(srv.url, n_tokens, prompt, pid, cpu_scraped))
                 stop.set()
                 t.join()
                 n_scrapes += count[0]
@@ -146,6 +158,11 @@ def bench_decode(runs: int, n_tokens: int) -> float:
           f"scraped at 1 Hz median {s:.1f} ({n_scrapes} scrapes); median paired ratio scraped/unscraped = "
           f"{ratio:.3f}, slowdown {slow:+.1f} % (goal <= 2 %; noisy on a shared machine)")
     print(f"  runs unscraped: {', '.join(f'{x:.1f}' for x in base)}; scraped: {', '.join(f'{x:.1f}' for x in scraped)}")
+    cb, cs = statistics.median(cpu_base), statistics.median(cpu_scraped)
+    extra = 100.0 * (cs - cb) / cb
+    print(f"  server CPU per generated token (all threads, less sensitive to a busy machine): unscraped "
+          f"{cb:.3f} ms, scraped {cs:.3f} ms; ratio {cs / cb:.3f}, extra {extra:+.1f} % (goal <= 2 %) "
+          f"{'OK' if extra <= 2.0 else 'OVER'}")
     return slow
 
 
