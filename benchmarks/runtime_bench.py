@@ -82,46 +82,61 @@ def dd_direct(path: str) -> float:
     return int(m.group(1)) / MIB / float(m.group(2))
 
 
-def bench_steady(model: str, tokens: int, reps: int) -> dict:
+def bench_steady(model: str, tokens: int, reps: int, threads: int = 1) -> dict:
+    """Resident and streamed (every expert preloaded) engines side by side, runs interleaved;
+    the ratio is the median of back-to-back pairs (robust to other load on a shared machine)."""
     from bmoe_top.runtime.engine import Engine
     from bmoe_top.runtime.gguf_layout import read_layout
 
     bank = read_layout(model).expert_bank_bytes
-    kw = dict(n_ctx=512, n_batch=64, n_threads=os.cpu_count(), quiet=True)
+    kw = dict(n_ctx=512, n_batch=64, n_threads=threads, quiet=True)
     res_eng = Engine(model, stream=False, **kw)
     st_eng = Engine(model, cache_mb=bank / MIB + 1, **kw)
     st_eng.preload()
     assert st_eng.cache_stats().resident_mib >= bank / MIB - 1e-6
-    r_tps, s_tps = [], []
+    st_eng.generate(PROMPT, 4)  # warm both once
+    res_eng.generate(PROMPT, 4)
+    r_tps, s_tps, pairs = [], [], []
     same = True
-    for _ in range(reps):
-        a = res_eng.generate(PROMPT, tokens)
-        b = st_eng.generate(PROMPT, tokens)
+    for i in range(reps):
+        first, second = (res_eng, st_eng) if i % 2 == 0 else (st_eng, res_eng)
+        x = first.generate(PROMPT, tokens)
+        y = second.generate(PROMPT, tokens)
+        a, b = (x, y) if first is res_eng else (y, x)
         same &= a.tokens == b.tokens
         r_tps.append(a.tok_s)
         s_tps.append(b.tok_s)
-    reads = st_eng.cache_stats().misses
+        pairs.append(b.tok_s / a.tok_s)
+    misses = st_eng.cache_stats().misses
+    native = st_eng.hook.native
     res_eng.close()
     st_eng.close()
-    r, s = statistics.median(r_tps), statistics.median(s_tps)
-    return {"resident_tok_s": r, "streamed_tok_s": s, "ratio": s / r, "identical": same,
-            "misses_after_preload": reads, "resident_runs": r_tps, "streamed_runs": s_tps}
+    return {"resident_tok_s": statistics.median(r_tps), "streamed_tok_s": statistics.median(s_tps),
+            "ratio": statistics.median(pairs), "identical": same, "misses_after_preload": misses,
+            "native_hook": native, "threads": threads, "resident_runs": r_tps, "streamed_runs": s_tps}
 
 
-def bench_cold(model: str, tokens: int) -> dict:
+def bench_cold(model: str, tokens: int, reps: int = 3) -> dict:
+    """--cache-mb 0 (every routed expert read for every token) with O_DIRECT; our MiB/s is bytes
+    read / wall time blocked on reads. Runs alternate with dd; medians are compared."""
     from bmoe_top.runtime.engine import Engine
 
-    out = {}
-    for lanes in (4, 1):
-        eng = Engine(model, n_ctx=512, n_batch=64, cache_mb=0, io_threads=lanes, o_direct=True, quiet=True)
-        direct = eng.o_direct
-        res = eng.generate(PROMPT, tokens)
+    out: dict = {}
+    engines = {lanes: Engine(model, n_ctx=512, n_batch=64, cache_mb=0, io_threads=lanes, o_direct=True, quiet=True)
+               for lanes in (4, 1)}
+    out["o_direct"] = engines[4].o_direct
+    runs: dict[str, list[float]] = {"lanes4": [], "lanes1": [], "dd": []}
+    for _ in range(reps):
+        for lanes, eng in engines.items():
+            res = eng.generate(PROMPT, tokens)
+            runs[f"lanes{lanes}"].append(res.read_mib / res.io_s if res.io_s > 0 else 0.0)
+            out[f"lanes{lanes}_read_mib"] = res.read_mib
+        runs["dd"].append(dd_direct(model))
+    for eng in engines.values():
         eng.close()
-        out[f"lanes{lanes}_mib_s"] = res.read_mib / res.io_s if res.io_s > 0 else 0.0
-        out[f"lanes{lanes}_read_mib"] = res.read_mib
-        out["o_direct"] = direct
-    dd = [dd_direct(model) for _ in range(2)]
-    out["dd_mib_s"] = max(dd)
+    for k, v in runs.items():
+        out[f"{k}_mib_s"] = statistics.median(v)
+        out[f"{k}_runs"] = v
     out["ratio"] = out["lanes4_mib_s"] / out["dd_mib_s"]
     return out
 
@@ -142,7 +157,7 @@ def bench_rss(model: str, tokens: int) -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tokens", type=int, default=64)
-    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--dir", default=None)
     ap.add_argument("--rss-child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--model", default=None, help=argparse.SUPPRESS)
@@ -164,11 +179,13 @@ def main(argv=None) -> int:
         make_model(bench, preset="bench", qtype="q8_0")
     print(f"models ready in {time.perf_counter() - t0:.1f} s: {demo} {bench}", flush=True)
 
-    steady = bench_steady(str(demo), args.tokens, args.reps)
-    print(f"steady state (demo, every expert cached): streamed {steady['streamed_tok_s']:.1f} tok/s / resident "
-          f"{steady['resident_tok_s']:.1f} tok/s = {steady['ratio']:.3f} (goal >= 0.85) "
-          f"identical={steady['identical']} runs r={['%.1f' % x for x in steady['resident_runs']]} "
-          f"s={['%.1f' % x for x in steady['streamed_runs']]}", flush=True)
+    steady = {}
+    for name, path in (("bench", bench), ("demo", demo)):
+        st = steady[name] = bench_steady(str(path), args.tokens, args.reps)
+        print(f"steady state ({name}, every expert cached, {st['threads']} thread, native hook={st['native_hook']}): "
+              f"streamed {st['streamed_tok_s']:.1f} tok/s / resident {st['resident_tok_s']:.1f} tok/s, "
+              f"median paired ratio {st['ratio']:.3f} (goal >= 0.85) identical={st['identical']} "
+              f"misses={st['misses_after_preload']}", flush=True)
     cold = bench_cold(str(bench), max(8, args.tokens // 2))
     print(f"cold streaming (bench, --cache-mb 0, O_DIRECT={cold['o_direct']}): 4 lanes {cold['lanes4_mib_s']:.0f} MiB/s, "
           f"1 lane {cold['lanes1_mib_s']:.0f} MiB/s; dd iflag=direct bs=1M {cold['dd_mib_s']:.0f} MiB/s; "

@@ -200,7 +200,8 @@ class Engine:
     ``prefetch`` (layers ahead), ``force_cache`` (accept a budget below one token's working set),
     ``route_telemetry`` (fill :attr:`TokenStats.route`), ``route_weights`` (also read routing
     weights, for route traces), ``quiet`` (drop llama.cpp's log; otherwise it goes to stderr),
-    ``flash_attn`` (None = llama.cpp's auto; True/False force it).
+    ``flash_attn`` (None = llama.cpp's auto; True/False force it), ``native_hook`` (None = use
+    the compiled eval-callback shim when it builds, False = pure-Python callback; same results).
 
     Raises :class:`ModelError` (bad file / not MoE) or :class:`EngineError` (streaming refused,
     unusable budget, llama.cpp could not load the model). Attributes after load: ``load_s``,
@@ -225,6 +226,7 @@ class Engine:
         route_weights: bool = False,
         quiet: bool = True,
         flash_attn: bool | None = None,
+        native_hook: bool | None = None,
     ) -> None:
         t_start = time.perf_counter()
         import llama_cpp as L
@@ -305,11 +307,11 @@ class Engine:
 
         from .router_hook import RouterHook
 
-        self.hook = RouterHook()
+        self.hook = RouterHook(native=native_hook)
         self.observe = self.stream or self.route_telemetry or self.route_weights
         if self.observe:
-            cp.cb_eval = self.hook.cb
-            cp.cb_eval_user_data = None
+            cp.cb_eval = self.hook.cb_eval
+            cp.cb_eval_user_data = self.hook.cb_eval_user_data
         self.ctx = L.llama_init_from_model(self.model, cp)
         if not self.ctx:
             self.close()
@@ -432,7 +434,7 @@ class Engine:
         if self._cancel is not None and self._cancel.is_set():
             self._request_abort()
             return
-        routed = list(dict.fromkeys(int(x) for x in ids.reshape(-1)))
+        routed = list(dict.fromkeys(ids.ravel().tolist()))
         if routed and (min(routed) < 0 or max(routed) >= self.n_expert):
             raise ExpertIOError(f"layer {il}: router selected an expert id out of range {routed}")
         if self.cache is not None:

@@ -157,3 +157,16 @@ def test_read_error_aborts_cleanly_and_engine_survives(models, reference):
             e.generate(PROMPT, N)
         got = [e.generate(p, n, clear_kv=c).tokens for p, n, c in TURNS]
     assert got == reference["q4_0"]
+
+
+def test_python_eval_callback_path_identical(models, reference):
+    """The pure-Python eval callback (no compiled shim) gives the same tokens as the native one."""
+    from bmoe_top.runtime import router_hook
+
+    with _engine(models["q8_0"], cache_mb=0.45, native_hook=False) as e:
+        assert e.hook.native is False
+        got = [e.generate(p, n, clear_kv=c).tokens for p, n, c in TURNS]
+    assert got == reference["q8_0"]
+    if router_hook.native_hook_lib() is not None:
+        with _engine(models["q8_0"], cache_mb=0.45) as e:
+            assert e.hook.native is True
