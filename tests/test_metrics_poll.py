@@ -226,3 +226,18 @@ def test_helpers():
     c, note = make_client("http://127.0.0.1:1/metrics", 1.0)
     assert note == ""
     c.close()
+
+
+@pytest.mark.parametrize("url,needle", [("foo", "scheme"), ("http://[::1", "not a valid URL"),
+                                        ("ftp://x/metrics", "ftp"), ("http:///metrics", "no host"), ("", "empty")])
+def test_bad_url_is_a_clear_error_and_no_request(url, needle):
+    from bmoe_top.tui.headless_attach import exit_code, metrics_once
+
+    p = MetricsPoller(url)
+    assert p.scrape_once() is None and p.n_requests == 0
+    assert p.state.status == "error" and needle in p.state.detail
+    p.start()
+    p.join(2)
+    assert not p.is_alive()  # the thread ends at once for an unusable URL
+    d = metrics_once(url)
+    assert d["status"] == "error" and exit_code(d) == 1

@@ -49,7 +49,7 @@ STATUS_STYLE = {
 }
 STATUS_WORDS = {
     "ok": "● connected", "connecting": "… connecting", "unreachable": "✖ unreachable",
-    "unauthorized": "✖ unauthorized", "malformed": "⚠ malformed answer",
+    "unauthorized": "✖ unauthorized", "malformed": "⚠ malformed answer", "error": "✖ cannot poll",
 }
 
 CSS = """

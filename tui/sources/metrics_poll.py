@@ -9,7 +9,8 @@ twin read under ``state.lock``; ``state.version`` bumps on every change.
 
 States (``state.status``): ``connecting`` (nothing answered yet), ``ok``, ``unreachable``
 (connection refused/reset, timeout, DNS, HTTP 5xx), ``unauthorized`` (HTTP 401/403),
-``malformed`` (any other HTTP status, or a body that is not an exposition).
+``malformed`` (any other HTTP status, or a body that is not an exposition), ``error`` (the URL
+itself is unusable: nothing is requested).
 
 Proxies: a loopback URL (``localhost``, ``127.0.0.0/8``, ``::1``) never goes through a proxy
 (``trust_env=False``). Other hosts honour ``HTTP(S)_PROXY``/``ALL_PROXY``/``NO_PROXY``; a
@@ -42,7 +43,22 @@ from bmoe_top.parsers.prom import (
 
 __all__ = ["MetricsState", "MetricsPoller", "make_client", "is_loopback_host", "STATES"]
 
-STATES = ("connecting", "ok", "unreachable", "unauthorized", "malformed")
+STATES = ("connecting", "ok", "unreachable", "unauthorized", "malformed", "error")
+
+
+def check_url(url: str) -> str | None:
+    """``None`` when ``url`` is a usable http(s) URL, else why not (one line)."""
+    if not url or not url.strip():
+        return "empty URL"
+    try:
+        u = httpx.URL(url)
+    except Exception as exc:  # httpx.InvalidURL, ValueError from urllib
+        return f"not a valid URL ({exc})"
+    if u.scheme not in ("http", "https"):
+        return f"not an http(s) URL (scheme {u.scheme or 'missing'!r}); e.g. http://127.0.0.1:8080/metrics"
+    if not u.host:
+        return "URL has no host; e.g. http://127.0.0.1:8080/metrics"
+    return None
 
 
 def is_loopback_host(host: str) -> bool:
@@ -113,6 +129,8 @@ def make_client(url: str, timeout: float, api_key: str | None = None) -> tuple[h
 
     Loopback never uses a proxy. A malformed proxy environment never raises."""
     headers = {"Accept": "text/plain;version=0.0.4, */*;q=0.1", "User-Agent": "bmoe-top"}
+    if check_url(url):
+        return httpx.Client(trust_env=False, timeout=httpx.Timeout(timeout), headers=headers), ""
     if api_key:
         headers["Authorization"] = f"Bearer {api_key}"
     to = httpx.Timeout(timeout)
@@ -280,6 +298,9 @@ class MetricsPoller(threading.Thread):
         self._stop_ev = threading.Event()
         self.client, note = make_client(url, self.timeout, api_key)
         self.state.proxy_note = note
+        self.url_error = check_url(url)
+        if self.url_error:
+            self.state.fail("error", self.url_error)
         self.n_requests = 0
         self._failures = 0
 
@@ -289,6 +310,8 @@ class MetricsPoller(threading.Thread):
     def scrape_once(self) -> MetricsDelta | None:
         """One request, parsed and applied. Never raises for network/HTTP/format trouble:
         the state says what went wrong."""
+        if self.url_error:
+            return None
         self.n_requests += 1
         try:
             r = self.client.get(self.url)
@@ -335,7 +358,7 @@ class MetricsPoller(threading.Thread):
 
     def run(self) -> None:
         try:
-            while not self._stop_ev.is_set():
+            while not self._stop_ev.is_set() and not self.url_error:
                 t0 = time.monotonic()
                 self.scrape_once()
                 wait = self.next_wait()
