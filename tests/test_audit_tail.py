@@ -161,3 +161,16 @@ def test_replay_audit_and_strp_through_file_replay(tmp_path):
     bad.write_bytes(b"STRP" + bytes(8))
     run = open_paths([str(bad)])
     assert run.problem_count == 1 and "too short" in run.problems[0].reason
+
+
+def test_headless_bad_paths_are_clear(tmp_path):
+    from bmoe_top.tui.headless_attach import audit_once, exit_code
+
+    d = audit_once(tmp_path)
+    assert d["status"] == "error" and "directory" in d["detail"] and exit_code(d) == 1
+    d = audit_once(tmp_path / "none.jsonl")
+    assert d["status"] == "waiting" and exit_code(d) == 1
+    junk = tmp_path / "junk.bin"
+    junk.write_bytes(b"\x00\x01binary\nnot json\n{}\n")
+    d = audit_once(junk)
+    assert d["status"] == "malformed" and d["bad_lines"] == 3 and "not an audit log" in d["detail"]

@@ -285,8 +285,11 @@ class AuditAttachApp(App):
         self.query_one("#title", Static).update(
             Text(f"bmoe-top  attach --audit {s.path}  ", style="bold")
             + Text(f"records {n_rec}  pids {', '.join(map(str, pids)) or '—'}", style="#abb2bf"))
-        st = Text("● following" if status == "ok" else ("… waiting for the file" if status == "waiting" else "✖ error"),
-                  style=STATUS_STYLE.get(status, "bold"))
+        if status == "ok" and n_rec == 0 and n_bad:
+            st = Text("⚠ no audit record in this file yet (not an audit log?)", style=STATUS_STYLE["malformed"])
+        else:
+            st = Text("● following" if status == "ok" else ("… waiting for the file" if status == "waiting"
+                                                            else "✖ error"), style=STATUS_STYLE.get(status, "bold"))
         if detail:
             st.append(f"  {detail}", style="#abb2bf")
         if n_bad:

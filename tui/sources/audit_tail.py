@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import os
+import stat
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -84,8 +85,13 @@ class AuditState:
                     "resident": {str(k): v for k, v in sorted(run.resident().items())},
                     "perf": run.exit.data.get("perf") if run.exit else None,
                 })
+            status, detail = self.status, self.detail
+            if status == "ok" and self.runs.n_records == 0 and self.n_bad:
+                status = "malformed"
+                detail = (f"no audit record in {self.n_bad} line{'s' if self.n_bad > 1 else ''}: "
+                          "not an audit log (moe-cache-reference.md \"Audit log\")?")
             return {
-                "path": self.path, "status": self.status, "detail": self.detail,
+                "path": self.path, "status": status, "detail": detail,
                 "records": self.runs.n_records, "bad_lines": self.n_bad,
                 "bad": [{"generation": g, "line": n, "error": m} for g, n, m in self.bad[-20:]],
                 "rotations": self.n_rotations, "truncations": self.n_truncations,
@@ -150,6 +156,11 @@ class AuditTail(threading.Thread):
             self._set_status("error", f"cannot open {self.path}: {exc.strerror or exc}")
             return False
         st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) and not stat.S_ISFIFO(st.st_mode):
+            os.close(fd)
+            kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
+            self._set_status("error", f"{self.path} is {kind}")
+            return False
         self._fd, self._ident = fd, (st.st_dev, st.st_ino)
         self._offset, self._partial, self._lineno, self._head = 0, b"", 0, b""
         with self.state.lock:
@@ -276,10 +287,13 @@ class AuditTail(threading.Thread):
 
 
 def read_to_end(path: str | os.PathLike) -> AuditState:
-    """Read an audit file to its current end (complete lines only) and return the state."""
+    """Read an audit file to its current end (complete lines only) and return the state
+    (``status`` ``error`` with the reason when it cannot be read; never raises OSError)."""
     tail = AuditTail(path)
     try:
         tail.poll_once()
+    except OSError as exc:
+        tail._set_status("error", f"{tail.path}: {exc.strerror or exc}")
     finally:
         tail.close()
     return tail.state
