@@ -472,6 +472,8 @@ class Engine:
 
     def _decode(self, toks: list[int]) -> int:
         L = self._L
+        if self.cache is not None:
+            self.cache.ubatch_tokens = len(toks)
         arr = (L.llama_token * len(toks))(*toks)
         return int(L.llama_decode(self.ctx, L.llama_batch_get_one(arr, len(toks))))
 

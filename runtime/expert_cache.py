@@ -28,6 +28,7 @@ import time
 from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Callable
 
 from .gguf_layout import ExpertTensorInfo, ModelLayout
 
@@ -288,6 +289,23 @@ class ExpertCache:
         self._spec_pending: set[tuple[int, int]] = set()  # prefetched, not yet routed
         self.tok = TokenCounters()
         self.last_route: dict[int, set[int]] = {}
+        #: tokens in the ubatch being decoded (set by the engine before each llama_decode)
+        self.ubatch_tokens = 0
+        #: hooks (decode thread): on_lookup(il, routed, hit_flags) before the LRU changes;
+        #: on_evict(il, e) after an expert left the cache
+        self.on_lookup: Callable[[int, list[int], list[int]], None] | None = None
+        self.on_evict: Callable[[int, int], None] | None = None
+
+    def counters(self) -> tuple[int, int, int, tuple[int, ...], tuple[int, ...]]:
+        """(hits, misses, read_bytes, layer_hits, layer_misses) since load: a cheap copy."""
+        return (self.hits, self.misses, self.read_bytes, tuple(self.layer_hits), tuple(self.layer_misses))
+
+    def evict(self, il: int, e: int) -> bool:
+        """Release expert ``e`` of layer ``il`` if it is resident (not in flight). Decode thread only."""
+        if (il, e) not in self.lru:
+            return False
+        self._evict((il, e))
+        return True
 
     # -- accounting -------------------------------------------------------------------------
     def begin_token(self) -> None:
@@ -329,11 +347,15 @@ class ExpertCache:
         hits_flags: list[int] = []
         missing: list[int] = []
         waits: list[tuple[int, Future]] = []
+        lru = self.lru
+        if self.on_lookup is not None:
+            self.on_lookup(il, list(routed),
+                           [1 if ((il, e) in lru or (il, e) in self.inflight) else 0 for e in routed])
         for e in routed:
             key = (il, e)
-            if key in self.lru:
+            if key in lru:
                 hits_flags.append(1)
-                self.lru.move_to_end(key)
+                lru.move_to_end(key)
             elif key in self.inflight:
                 hits_flags.append(1)
                 waits.append((e, self.inflight[key][0]))
@@ -472,6 +494,8 @@ class ExpertCache:
         self._spec_pending.discard(key)
         for tb in self.layer_bufs[il]:
             tb.release(e)
+        if self.on_evict is not None:
+            self.on_evict(il, e)
 
     def _drop_inflight(self, key) -> None:
         fut, b = self.inflight.pop(key)
