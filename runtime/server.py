@@ -472,13 +472,23 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             job.cancel.set()  # the client went away: stop decoding for it
 
 
+def _port(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 <= v <= 65535:
+        raise argparse.ArgumentTypeError(f"port must be 0-65535 (got {v})")
+    return v
+
+
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="bmoe-run serve", description="Serve a MoE model over HTTP "
                                  "(/health, /metrics, POST /completion) with expert streaming.")
     ap.add_argument("model_pos", nargs="?", metavar="MODEL", help="GGUF model (same as -m)")
     ap.add_argument("-m", "--model", help="GGUF model (default: the demo model)")
     ap.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
-    ap.add_argument("--port", type=int, default=8080, help="port (default 8080; 0 = any free port)")
+    ap.add_argument("--port", type=_port, default=8080, help="port (default 8080; 0 = any free port)")
     ap.add_argument("--api-key", default=os.environ.get("LLAMA_API_KEY"),
                     help="require Authorization: Bearer KEY on every endpoint but /health")
     ap.add_argument("--insecure", action="store_true", help="allow a non-loopback --host without --api-key")
@@ -519,8 +529,9 @@ def serve_main(argv: list[str] | None = None) -> int:
     try:
         srv = Server(args.host, args.port, api_key=args.api_key, audit_path=args.moe_cache_audit,
                      profile_path=args.moe_cache_profile, adaptive=args.moe_cache_adaptive, engine_kw=engine_kw)
-    except OSError as exc:
-        print(f"bmoe-run serve: cannot listen on {args.host}:{args.port}: {exc.strerror or exc}", file=sys.stderr)
+    except (OSError, OverflowError, ValueError) as exc:
+        print(f"bmoe-run serve: cannot listen on {args.host}:{args.port}: {getattr(exc, 'strerror', None) or exc}",
+              file=sys.stderr)
         return 1
     stop = threading.Event()
 
