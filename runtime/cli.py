@@ -100,6 +100,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv and argv[0] in SUBCOMMANDS:
         return _dispatch(argv[0], argv[1:])
     args = build_parser().parse_args(argv)
+
+    def _term(_sig, _frm):
+        raise KeyboardInterrupt
+
+    try:
+        import signal
+
+        signal.signal(signal.SIGTERM, _term)
+    except (ValueError, OSError):  # not the main thread (embedded use)
+        pass
     try:
         return _run(args)
     except KeyboardInterrupt:
@@ -245,7 +255,7 @@ def _run(args) -> int:  # noqa: C901 - the CLI's one flow
                     emit.line(error_line(None, True, f"session socket {args.session_socket}: {e}"))
                     return _fail(f"session socket {args.session_socket}: {e}")
                 emit.also = sock.broadcast
-            start_reader(sess)
+            start_reader(sess, close_on_eof=not args.session_socket)
             return sess.run()
 
         # one-shot

@@ -11,7 +11,8 @@ n_predict over n_ctx, an expert read error), ``fatal:true`` when the process mus
 Threads: a reader thread parses requests (blocked in ``readline``, so it does not compete with
 decode for the GIL) and queues them; the main thread decodes. ``cancel`` sets the event of the
 generation in flight (or of the oldest queued one), honoured within one decode step.
-Requests queued before ``close``/EOF still run.
+Requests queued before ``close``/EOF still run. With ``--session-socket`` the session outlives
+stdin's EOF (clients drive it); it ends on ``close`` from any client, SIGTERM or SIGINT.
 """
 
 from __future__ import annotations
@@ -114,7 +115,7 @@ class Session:
         else:
             self.emit.line(error_line(rid, False, f"unknown command {cmd!r} (expected generate, cancel, close)"))
 
-    def read_stdin(self, fd: int) -> None:
+    def read_stdin(self, fd: int, close_on_eof: bool = True) -> None:
         """Reader thread body: every line of file descriptor ``fd`` to :meth:`submit_line`, then close
         at EOF. Raw ``os.read`` (no BufferedReader, whose lock would block interpreter shutdown)."""
         buf = b""
@@ -131,7 +132,8 @@ class Session:
                 self.submit_line(buf)
         except (OSError, ValueError):
             pass
-        self.q.put(_CLOSE)
+        if close_on_eof:
+            self.q.put(_CLOSE)
 
     # -- the decode loop (main thread) -------------------------------------------------------
     def run(self) -> int:
@@ -179,8 +181,8 @@ class Session:
         self.emit.line(done_line(eng, g.id, res))
 
 
-def start_reader(sess: Session, fd: int | None = None) -> threading.Thread:
+def start_reader(sess: Session, fd: int | None = None, close_on_eof: bool = True) -> threading.Thread:
     fd = fd if fd is not None else sys.stdin.fileno()
-    t = threading.Thread(target=sess.read_stdin, args=(fd,), name="bmoe-session-stdin", daemon=True)
+    t = threading.Thread(target=sess.read_stdin, args=(fd, close_on_eof), name="bmoe-session-stdin", daemon=True)
     t.start()
     return t

@@ -170,3 +170,16 @@ def test_python_eval_callback_path_identical(models, reference):
     if router_hook.native_hook_lib() is not None:
         with _engine(models["q8_0"], cache_mb=0.45) as e:
             assert e.hook.native is True
+
+
+def test_prefill_in_several_batches_identical(models):
+    """A prompt longer than n_batch is prefilled in several llama_decode calls (the union of routed
+    experts per batch is streamed each time); resident with the same n_batch gives the same tokens."""
+    long_prompt = " ".join(["streaming experts from flash"] * 6)
+    with _engine(models["q8_0"], stream=False, n_batch=16) as e:
+        ref = e.generate(long_prompt, 10)
+    assert ref.n_prompt > 3 * 16
+    with _engine(models["q8_0"], cache_mb=0.45, n_batch=16) as e:
+        got = e.generate(long_prompt, 10)
+        assert got.prefill_read_bytes > 0
+    assert got.tokens == ref.tokens

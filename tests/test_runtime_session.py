@@ -139,3 +139,40 @@ def test_session_fatal_error_on_bad_model(tmp_path):
     r = parse_line(p.stdout.strip())
     assert isinstance(r, Error) and r.fatal is True and "GGUF" in r.msg
     assert "Traceback" not in p.stderr
+
+
+def test_session_socket_broadcast_and_requests(model, tmp_path):
+    """--session-socket: every stdout line is broadcast on the Unix socket, requests from a socket
+    client run, stdin EOF does not end the session, a client's close does."""
+    import os
+    import socket
+    import time
+
+    sp = str(tmp_path / "s.sock")
+    s = Proc(["-m", str(model), "--session", "--quiet", "-c", "256", "--session-socket", sp])
+    s.until(Ready)
+    for _ in range(100):
+        if os.path.exists(sp):
+            break
+        time.sleep(0.05)
+    c = socket.socket(socket.AF_UNIX)
+    c.connect(sp)
+    f = c.makefile("rwb")
+    got = []
+    f.write(json.dumps({"cmd": "generate", "id": 9, "prompt": "hi", "n_predict": 3}).encode() + b"\n")
+    f.flush()
+    while True:
+        ln = f.readline().decode().rstrip("\n")
+        got.append(parse_line(ln))
+        if isinstance(got[-1], Done):
+            break
+    assert any(isinstance(r, Ready) for r in got) and got[-1].id == 9 and got[-1].tokens == 3
+    d, _ = s.until(Done)  # the same turn on stdout
+    assert d.text == got[-1].text
+    s.p.stdin.close()
+    time.sleep(0.3)
+    assert s.p.poll() is None  # EOF on stdin does not end a socket session
+    f.write(b'{"cmd":"close"}\n')
+    f.flush()
+    assert s.p.wait(timeout=30) == 0
+    c.close()
