@@ -392,3 +392,24 @@ def test_sigterm_mid_request_keeps_the_exact_sum(tiny, tmp_path):
     assert run.exit is not None and len(run.requests) == 1
     assert 0 < run.requests[0].data["n_gen"] < 480  # cancelled by the shutdown, still recorded
     assert check_exact_sum(run) == []
+
+
+def test_two_servers_share_one_audit_file(tiny, tmp_path):
+    audit = tmp_path / "shared.jsonl"
+    a = Serve(tiny, "--cache-mb", "0.5", "--moe-cache-audit", str(audit))
+    b = Serve(tiny, "--cache-mb", "0.5", "--moe-cache-audit", str(audit))
+    try:
+        ts = [threading.Thread(target=lambda s=s, i=i: complete(s.url, f"shared file {i}", 20))
+              for i in range(6) for s in (a, b)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+    finally:
+        a.stop()
+        b.stop()
+    runs = read_audit_file(audit)
+    assert runs.bad == []  # no interleaved half-lines
+    assert sorted(r.pid for r in runs.runs) == sorted([a.proc.pid, b.proc.pid])
+    for run in runs.runs:
+        assert len(run.requests) == 6 and check_exact_sum(run) == []
