@@ -201,7 +201,8 @@ class Engine:
     ``route_telemetry`` (fill :attr:`TokenStats.route`), ``route_weights`` (also read routing
     weights, for route traces), ``quiet`` (drop llama.cpp's log; otherwise it goes to stderr),
     ``flash_attn`` (None = llama.cpp's auto; True/False force it), ``native_hook`` (None = use
-    the compiled eval-callback shim when it builds, False = pure-Python callback; same results).
+    the compiled eval-callback shim when it builds, False = pure-Python callback; same results),
+    ``repack`` (let llama.cpp repack weights; streaming then refuses: for tests of the refusal).
 
     Raises :class:`ModelError` (bad file / not MoE) or :class:`EngineError` (streaming refused,
     unusable budget, llama.cpp could not load the model). Attributes after load: ``load_s``,
@@ -227,6 +228,7 @@ class Engine:
         quiet: bool = True,
         flash_attn: bool | None = None,
         native_hook: bool | None = None,
+        repack: bool = False,
     ) -> None:
         t_start = time.perf_counter()
         import llama_cpp as L
@@ -284,7 +286,9 @@ class Engine:
         mp.n_gpu_layers = 0
         mp.load_mode = L.LLAMA_LOAD_MODE_MMAP  # expert tensors must live in a CPU_Mapped buffer
         mp.lazy_mode = L.LLAMA_LAZY_MODE_OFF
-        mp.use_extra_bufts = False  # no weight repacking: expert tensors keep the file layout
+        # no weight repacking: expert tensors keep the file layout (``repack=True`` exists only to
+        # show the refusal: repacked experts are not in a CPU_Mapped buffer)
+        mp.use_extra_bufts = bool(repack)
         self.model = L.llama_model_load_from_file(str(self.model_path).encode(), mp)
         if not self.model:
             raise EngineError(f"llama.cpp could not load {self.model_path} (see its log with --verbose)")

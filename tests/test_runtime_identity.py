@@ -183,3 +183,26 @@ def test_prefill_in_several_batches_identical(models):
         got = e.generate(long_prompt, 10)
         assert got.prefill_read_bytes > 0
     assert got.tokens == ref.tokens
+
+
+def test_refuses_repacked_expert_tensors(models):
+    """With llama.cpp's weight repacking on (q4_0 on AVX2), expert tensors are not in a plain
+    CPU_Mapped buffer: streaming is refused with one line. (Own process: llama.cpp keeps repack
+    state across model loads.)"""
+    import subprocess
+    import sys
+
+    code = (
+        "from bmoe_top.runtime.engine import Engine, EngineError\n"
+        "try:\n"
+        f"    Engine({str(models['q4_0'])!r}, n_ctx=256, repack=True)\n"
+        "    print('STREAMING')\n"
+        "except EngineError as e:\n"
+        "    print('REFUSED', e)\n"
+    )
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-500:]
+    out = p.stdout.strip()
+    if out == "STREAMING":
+        pytest.skip("this CPU does not repack q4_0 (no AVX2): nothing to refuse")
+    assert out.startswith("REFUSED") and "CPU_Mapped" in out and "refusing to stream" in out
