@@ -205,4 +205,4 @@ def test_refuses_repacked_expert_tensors(models):
     out = p.stdout.strip()
     if out == "STREAMING":
         pytest.skip("this CPU does not repack q4_0 (no AVX2): nothing to refuse")
-    assert out.startswith("REFUSED") and "CPU_Mapped" in out and "refusing to stream" in out
+    assert out.startswith("REFUSED") and "CPU_REPACK" in out and "refusing to stream" in out
