@@ -134,6 +134,10 @@ class ExpertReader:
         self.io_threads = max(1, int(io_threads))
         self.pool = ThreadPoolExecutor(self.io_threads, thread_name_prefix="bmoe-io") if self.io_threads > 1 else None
         self._local = threading.local()
+        # fault injection for tests: BMOE_INJECT_READ_ERROR=N makes the N-th read (1-based) fail once
+        self._inject_at = int(os.environ.get("BMOE_INJECT_READ_ERROR", "0") or 0)
+        self._reads = 0
+        self._count_lock = threading.Lock()
 
     def _bounce(self) -> mmap.mmap:
         b = getattr(self._local, "bounce", None)
@@ -152,6 +156,12 @@ class ExpertReader:
         """
         t0 = time.perf_counter()
         n = len(view)
+        if self._inject_at:
+            with self._count_lock:
+                self._reads += 1
+                hit = self._reads == self._inject_at
+            if hit:
+                raise ExpertIOError(f"read of {n} bytes at offset {file_off} failed: injected I/O error")
         try:
             if self.direct:
                 if dest_addr is not None and (dest_addr - file_off) % DIRECT_ALIGN == 0 and n >= 2 * DIRECT_ALIGN:

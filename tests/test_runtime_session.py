@@ -176,3 +176,25 @@ def test_session_socket_broadcast_and_requests(model, tmp_path):
     f.flush()
     assert s.p.wait(timeout=30) == 0
     c.close()
+
+
+def test_session_survives_read_error(model):
+    """An expert read that fails (injected EIO on the 3rd read) aborts that generation with a
+    non-fatal BMOE_ERROR; the next request works and matches a clean run."""
+    import os
+
+    env = dict(os.environ, BMOE_INJECT_READ_ERROR="3")
+    p = subprocess.Popen([sys.executable, "-m", "bmoe_top.runtime.cli", "-m", str(model), "--session", "--quiet",
+                          "-c", "256", "--cache-mb", "0"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env=env)
+    req = [{"cmd": "generate", "id": 1, "prompt": "Hello", "n_predict": 6},
+           {"cmd": "generate", "id": 2, "prompt": "Hello", "n_predict": 6}]
+    out, err = p.communicate("\n".join(json.dumps(r) for r in req) + "\n", timeout=60)
+    assert p.returncode == 0 and "Traceback" not in err
+    recs = [parse_line(ln) for ln in out.splitlines()]
+    errs = [r for r in recs if isinstance(r, Error)]
+    dones = [r for r in recs if isinstance(r, Done)]
+    assert len(errs) == 1 and errs[0].id == 1 and errs[0].fatal is False and "injected" in errs[0].msg
+    assert len(dones) == 1 and dones[0].id == 2 and dones[0].tokens == 6
+    with Engine(model, n_ctx=256, stream=False) as e:
+        assert e.generate("Hello", 6).text == dones[0].text
