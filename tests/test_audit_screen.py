@@ -103,3 +103,20 @@ async def test_audit_screen_over_a_real_server_log(tmp_path):
             assert "exited" in panel and "holds" in panel
     finally:
         s.stop()
+
+
+async def test_audit_screen_under_the_command_palette_and_keys(tmp_path):
+    p = tmp_path / "a.jsonl"
+    p.write_bytes(rec("load", 3, 0, 0, 0, 1, layers=layers([1], [2])))
+    app = AuditAttachApp(AuditTail(p, poll_s=0.02), fps=30)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.press("ctrl+p")
+        with open(p, "ab") as f:
+            f.write(rec("ready", 3, 0, 0, 0, 2))
+        await pilot.pause(0.3)
+        await pilot.press("escape")
+        for k in ("n", "N", "f"):
+            await pilot.press(k)
+        await pilot.pause(0.1)
+        assert app.state.runs.n_records == 2
+        assert "ready" in plain(app.query_one("#run-panel").content)

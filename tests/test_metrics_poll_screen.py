@@ -107,3 +107,19 @@ async def test_screen_live_against_bmoe_run_serve(tmp_path):
     finally:
         s.stop()
     assert httpx  # the real HTTP client was used by the poller
+
+
+async def test_screen_keeps_updating_under_the_command_palette(srv):
+    srv.default = (200, with_layers(1).encode(), 0)
+    poller = MetricsPoller(srv.url, interval=0.05, timeout=2)
+    app = MetricsAttachApp(poller, fps=30)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.pause(0.2)
+        await pilot.press("ctrl+p")
+        await pilot.pause(0.4)  # refresh ticks while another screen is active: no NoMatches
+        await pilot.press("escape")
+        await pilot.pause(0.2)
+        assert app.state.n_ok >= 2
+        await pilot.press("f")
+        await pilot.press("r")
+    assert not poller.is_alive() or poller.join(2) is None

@@ -261,7 +261,12 @@ class AuditAttachApp(App):
         yield Footer()
 
     def on_mount(self) -> None:
-        table = self.query_one("#requests", DataTable)
+        # keep references: query_one searches the active screen (another one under a modal)
+        self._title = self.query_one("#title", Static)
+        self._status = self.query_one("#status", Static)
+        self._panel = self.query_one("#run-panel", Static)
+        self._table = table = self.query_one("#requests", DataTable)
+        self._charts = [*self.query(TrendRows), *self.query(ResidentMap)]
         table.add_columns(*REQUEST_COLUMNS)
         if self.start_tail and not self.tail.is_alive():
             self.tail.start()
@@ -272,6 +277,8 @@ class AuditAttachApp(App):
         self.tail.stop()
 
     def refresh_views(self, force: bool = False) -> None:
+        if not hasattr(self, "_title") or not self._title.is_attached:
+            return  # before mount / during teardown
         key = self.view.version
         if key == self._drawn and not force:
             return
@@ -282,7 +289,7 @@ class AuditAttachApp(App):
             n_rec, n_bad, rot, trunc = s.runs.n_records, s.n_bad, s.n_rotations, s.n_truncations
             pids = s.runs.pids()
             last_bad = s.bad[-1] if s.bad else None
-        self.query_one("#title", Static).update(
+        self._title.update(
             Text(f"bmoe-top  attach --audit {s.path}  ", style="bold")
             + Text(f"records {n_rec}  pids {', '.join(map(str, pids)) or '—'}", style="#abb2bf"))
         if status == "ok" and n_rec == 0 and n_bad:
@@ -298,14 +305,14 @@ class AuditAttachApp(App):
                 st.append(f" (last: line {last_bad[1]}: {last_bad[2][:60]})", style="#7f848e")
         if rot or trunc:
             st.append(f"  rotated {rot}×, truncated {trunc}×", style="#7f848e")
-        self.query_one("#status", Static).update(st)
-        self.query_one("#run-panel", Static).update(run_panel(self.view))
+        self._status.update(st)
+        self._panel.update(run_panel(self.view))
         self._fill_requests()
-        for w in (*self.query(TrendRows), *self.query(ResidentMap)):
+        for w in self._charts:
             w.refresh()
 
     def _fill_requests(self) -> None:
-        table = self.query_one("#requests", DataTable)
+        table = self._table
         with self.state.lock:
             run = self.view.run()
             reqs = list(run.requests) if run else []
@@ -336,8 +343,9 @@ class AuditAttachApp(App):
         self.refresh_views(force=True)
 
     def action_toggle_fold(self) -> None:
-        for w in self.query(ResidentMap):
-            w.fold = not w.fold
+        for w in self._charts:
+            if isinstance(w, ResidentMap):
+                w.fold = not w.fold
 
 
 def run_attach(args) -> int:

@@ -244,8 +244,8 @@ def side_table(s: dict) -> Table:
             return "idle (no lookups)"
         return fmt(r.get(key), digits, unit)
 
-    sec("this interval")
-    row("interval", fmt(r["interval_s"], 1, "s") if r else "missing")
+    sec("interval")
+    row("length", fmt(r["interval_s"], 1, "s") if r else "missing")
     row("gen tok/s", rate("tok_s", "tokens_predicted"))
     row("prompt tok/s", rate("prompt_tok_s", "prompt_tokens"))
     row("hit %", rate("hit_pct", "hits", 1, "%"))
@@ -262,7 +262,7 @@ def side_table(s: dict) -> Table:
         ("requests_processing", "processing", 0, "", 1), ("requests_deferred", "queued", 0, "", 1),
     ):
         row(label, _val(tot, key, ne, SERIES_BY_KEY[key].name, digits, unit, scale))
-    sec("per token (interval)")
+    sec("ms per token")
     tm = (r or {}).get("token_ms") or {}
     for k in TIME_KEYS:
         name = SERIES_BY_KEY[k + "_s"].name
@@ -309,6 +309,12 @@ class MetricsAttachApp(App):
         yield Footer()
 
     def on_mount(self) -> None:
+        # keep references: query_one searches the active screen, which is another one while the
+        # command palette or a modal is open
+        self._title = self.query_one("#title", Static)
+        self._status = self.query_one("#status", Static)
+        self._side = self.query_one("#side-panel", Static)
+        self._charts = [*self.query(TrendRows), *self.query(MatrixHeatmap)]
         if self.start_poller and not self.poller.is_alive():
             self.poller.start()
         self.set_interval(1.0 / max(1.0, self.fps), self.refresh_views)
@@ -335,6 +341,8 @@ class MetricsAttachApp(App):
         return t
 
     def refresh_views(self, force: bool = False) -> None:
+        if not hasattr(self, "_title") or not self._title.is_attached:
+            return  # before mount / during teardown
         key = (self.state.version, int(time.time()))
         if key == self._drawn and not force:
             return
@@ -344,15 +352,16 @@ class MetricsAttachApp(App):
         title.append(f"scrapes {s['scrapes_ok']} ok / {s['scrapes_failed']} failed", style="#abb2bf")
         if s.get("json_quoted"):
             title.append("  body JSON-quoted (decoded)", style="#d19a66")
-        self.query_one("#title", Static).update(title)
-        self.query_one("#status", Static).update(self.status_text(s))
-        self.query_one("#side-panel", Static).update(side_table(s))
-        for w in (*self.query(TrendRows), *self.query(MatrixHeatmap)):
+        self._title.update(title)
+        self._status.update(self.status_text(s))
+        self._side.update(side_table(s))
+        for w in self._charts:
             w.refresh()
 
     def action_toggle_fold(self) -> None:
-        for w in self.query(MatrixHeatmap):
-            w.fold = not w.fold
+        for w in self._charts:
+            if isinstance(w, MatrixHeatmap):
+                w.fold = not w.fold
 
     def action_scrape_now(self) -> None:
         if not self.poller.is_alive():
