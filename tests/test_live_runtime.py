@@ -145,3 +145,14 @@ def test_close_during_a_generation_cancels_then_closes_cleanly(tiny):
     d = [r for r in recs if isinstance(r, bl.Done)]
     assert d and d[-1].cancelled
     assert s.status().state == "exited" and not alive(s.pid)
+
+
+def test_one_shot_progress_run_ends_as_exited_not_aborted(tiny):
+    recs: list = []
+    s = ChildSession([str(BMOE_RUN), "-m", str(tiny), "-p", "Hi", "-n", "4", "--progress", "--quiet"],
+                     on_record=lambda r, t: recs.append(r)).start()
+    assert s.wait_state({"exited", "aborted"}, 60)
+    st = s.status()
+    assert st.state == "exited" and st.exit_code == 0, st
+    assert sum(isinstance(r, bl.Progress) for r in recs) == 4 and st.turns_done == 1
+    s.close()

@@ -296,7 +296,7 @@ class ChildSession(LiveBase):
         with self._lock:
             self._exit_code = code
             in_flight = self._in_flight_set
-            never_ready = self._ready is None
+            never_ready = self._ready is None and self._turns_done == 0  # a finished one-shot run needs no READY
             asked = self._close_requested
         how = f"exit code {code}" if code >= 0 else f"killed by {_signame(-code)}"
         if in_flight:

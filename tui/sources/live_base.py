@@ -343,6 +343,14 @@ class LiveBase:
                         self._state, self._message = "ready", "ready"
                         self._in_flight = None
                         self._in_flight_set = False
+            elif isinstance(rec, _bl.TextLine) and self._in_flight_set and self._in_flight is None:
+                # one-shot --progress output (no session): the end-of-run lines close the run
+                if rec.text.startswith(("=== perf ===", "generation:")):
+                    self._in_flight_set = False
+                    self._turns_done += 1
+                    if self._state == "generating":
+                        self._state, self._message = "ready", "run finished (end-of-run summary)"
+                    ev = ("done", {"record": None})
             if self._stalled:
                 self._stalled = False
         if ev is not None:
