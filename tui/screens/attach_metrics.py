@@ -186,9 +186,8 @@ class MetricsView:
             return self.version, None, "", "per-layer hit % appears after the second scrape"
         m = np.full((n_layer, len(deltas)), np.nan)
         for j, d in enumerate(deltas):
-            for il, v in enumerate(d.layer_hit_pct[:n_layer]):
-                if v is not None:
-                    m[il, j] = v / 100.0
+            row = np.array(d.layer_hit_pct[:n_layer], dtype=float)  # None -> NaN
+            m[: len(row), j] = row / 100.0
         span = deltas[-1].t1 - deltas[0].t0
         return self.version, m, f"{len(deltas)} intervals, {span:.0f} s, newest right", ""
 
