@@ -5,7 +5,6 @@ profile and adaptive cache."""
 
 from __future__ import annotations
 
-import os
 import re
 import signal
 import subprocess
