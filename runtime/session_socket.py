@@ -202,7 +202,8 @@ class SessionSocketServer:
         on_log: ``(message: str) -> None`` for the "say so" lines (default: stderr).
         max_queue_lines / max_queue_bytes: per-client queue bound (drop oldest beyond).
         stall_timeout_s: disconnect a client that accepts no byte for this long.
-        max_turn_lines: replay bound for the current turn (oldest per-token lines dropped).
+        max_turn_lines / max_turn_bytes: replay bound for the current turn (oldest per-token
+            lines dropped; the cumulative ``text`` of the newest line still has the whole answer).
         max_turns: finished turns kept for the replay (BEGIN/DONE pairs).
 
     ``start()`` binds (mode 0600) and accepts in a daemon thread; ``broadcast(line)`` from
@@ -219,6 +220,7 @@ class SessionSocketServer:
         max_queue_bytes: int = 32 * 1024 * 1024,
         stall_timeout_s: float = 30.0,
         max_turn_lines: int = 5000,
+        max_turn_bytes: int = 8 * 1024 * 1024,
         max_turns: int = 200,
     ) -> None:
         self.path = os.fspath(path)
@@ -235,7 +237,10 @@ class SessionSocketServer:
         self._ready: str | None = None
         self._resident: str | None = None  # last BMOE_RESIDENT outside the current turn
         self._turns: collections.deque[tuple[str, str]] = collections.deque(maxlen=max_turns)
-        self._turn: collections.deque[str] = collections.deque(maxlen=max_turn_lines)
+        self._turn: collections.deque[str] = collections.deque()
+        self._turn_bytes = 0
+        self.max_turn_lines = max_turn_lines
+        self.max_turn_bytes = max_turn_bytes
         self._turn_begin: str | None = None
         self._turn_open = False
         self._sock: socket.socket | None = None
@@ -336,16 +341,16 @@ class SessionSocketServer:
         if tag == "READY":
             self._ready = line
             self._turns.clear()
-            self._turn.clear()
+            self._turn_clear()
             self._turn_begin = None
             self._turn_open = False
             self._resident = None
         elif tag == "BEGIN":
-            self._turn.clear()
+            self._turn_clear()
             self._turn_begin = line
             self._turn_open = True
         elif tag == "DONE":
-            self._turn.append(line)
+            self._turn_add(line)
             self._turns.append((self._turn_begin or "", line))
             self._turn_open = False
         elif tag == "RESIDENT" and not self._turn_open:
@@ -353,9 +358,19 @@ class SessionSocketServer:
         elif self._turn_open or tag in ("PROGRESS", "LOAD", "ROUTE", "ERROR"):
             if not self._turn_open and tag in ("PROGRESS", "LOAD") and self._turn and self._turn[-1].find("BMOE_DONE") >= 0:
                 # a one-shot run (no BEGIN) starting after a finished turn
-                self._turn.clear()
+                self._turn_clear()
                 self._turn_begin = None
-            self._turn.append(line)
+            self._turn_add(line)
+
+    def _turn_clear(self) -> None:
+        self._turn.clear()
+        self._turn_bytes = 0
+
+    def _turn_add(self, line: str) -> None:
+        self._turn.append(line)
+        self._turn_bytes += len(line)
+        while len(self._turn) > 1 and (len(self._turn) > self.max_turn_lines or self._turn_bytes > self.max_turn_bytes):
+            self._turn_bytes -= len(self._turn.popleft())
 
     def _replay_lines(self) -> list[str]:
         out: list[str] = []

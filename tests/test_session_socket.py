@@ -290,3 +290,24 @@ def test_attach_to_emitter_drive_it_and_survive_restart(sock_path):
         if p.poll() is None:
             p.kill()
             p.wait()
+
+
+def test_replay_of_a_long_turn_is_bounded_and_keeps_the_newest(sock_path):
+    srv = SessionSocketServer(sock_path, lambda r, c: None, max_turn_lines=50, max_turn_bytes=20000).start()
+    try:
+        srv.broadcast(READY)
+        srv.broadcast('BMOE_BEGIN {"id":3}')
+        text = ""
+        for i in range(1, 301):
+            text += f"w{i} "
+            srv.broadcast(prog(i, text))
+        c = RawClient(sock_path)
+        hello = json.loads(c.lines(1)[0].split(" ", 1)[1])
+        replay = c.lines(hello["replay"])
+        assert replay[0] == READY and replay[1] == 'BMOE_BEGIN {"id":3}'
+        body = replay[2:]
+        assert 1 <= len(body) <= 50 and sum(len(x) for x in body) <= 20000 + len(body[-1])
+        assert json.loads(body[-1].split(" ", 1)[1])["step"] == 300  # newest kept: the whole answer so far
+        c.close()
+    finally:
+        srv.close()
