@@ -76,3 +76,12 @@ def test_attach_session_once(tmp_path):
         p.wait(10)
     r = top("attach", "--session", sock, "--once", "--timeout", "0.5")
     assert r.returncode == 1 and "no session" in r.stderr
+
+
+def test_launch_runtime_that_cannot_load_says_why():
+    bmoe_run = Path(sys.executable).with_name("bmoe-run")
+    if not bmoe_run.exists():
+        pytest.skip("bmoe-run not installed")
+    r = top("launch", "--once", "--", str(bmoe_run), "-m", "/nonexistent/model.gguf", "--session")
+    assert r.returncode == 1
+    assert "before BMOE_READY" in r.stderr and "/nonexistent/model.gguf" in r.stderr and "Traceback" not in r.stderr

@@ -302,7 +302,8 @@ class ChildSession(LiveBase):
         if in_flight:
             state, msg = "aborted", f"aborted: {how} during a turn (no BMOE_DONE)"
         elif never_ready and not asked:
-            state, msg = "aborted", f"aborted: {how} before BMOE_READY"
+            why = self._last_error or next((x for x in reversed(self.stderr_log) if x.strip()), "")
+            state, msg = "aborted", f"aborted: {how} before BMOE_READY" + (f": {why[:200]}" if why else "")
         elif code != 0 and not asked:
             state, msg = "aborted", f"aborted: {how}"
         else:
