@@ -86,6 +86,8 @@ class _Collector(Collector):
         for spec in SERIES:
             if spec.key == "process_start":
                 continue  # from ProcessCollector
+            if not self.reg.cache and spec.name.startswith("llamacpp:moe_cache_"):
+                continue  # like llama-server: the MoE cache series exist only with a cache
             base = spec.name[:-6] if spec.type == "counter" else spec.name
             fam_cls = CounterMetricFamily if spec.type == "counter" else GaugeMetricFamily
             if spec.per_layer:
@@ -99,12 +101,14 @@ class _Collector(Collector):
 
 
 class MetricsRegistry:
-    """The server's registry: ``update(fn)`` mutates the counters under the lock (decode thread);
+    """The server's registry (``cache=False``: no ``llamacpp:moe_cache_*`` series at all, as
+    llama-server without a MoE cache): ``update(**fields)`` / ``add(**fields)`` change the counters under the lock (decode thread);
     ``render()`` -> the exposition bytes (HTTP thread). ``registry`` is the prometheus-client
     ``CollectorRegistry`` (our collector + the process collector, which gives
     ``process_start_time_seconds`` so a poller sees restarts)."""
 
-    def __init__(self, moe_layers=()):
+    def __init__(self, moe_layers=(), cache: bool = True):
+        self.cache = bool(cache)
         self._lock = threading.Lock()
         self._c = ServerCounters(moe_layers=tuple(moe_layers))
         self.registry = CollectorRegistry(auto_describe=False)

@@ -111,6 +111,8 @@ class Server:
         self.httpd = _HTTPServer((host, port), _Handler)
         self.httpd.app = self
         self.port = self.httpd.server_address[1]
+        self._answering = 0  # POST handlers that still owe a response (shutdown lets them finish)
+        self._answering_cv = threading.Condition()
         self.http_thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.1},
                                             name="bmoe-http", daemon=True)
         self._stopped = False
@@ -163,7 +165,8 @@ class Server:
                      f"({self.ext.prefill_bytes / 1048576:.1f} MiB) from {os.path.basename(self.profile_path)}")
         elif self.adaptive and self.ext.adaptive:
             self.log("impl: adaptive MoE cache without a profile starts empty and fills itself while generating")
-        self.metrics = MetricsRegistry(moe_layers=self.ext.moe_layers)
+        has_cache = eng.cache is not None and not eng.cache.no_cache
+        self.metrics = MetricsRegistry(moe_layers=self.ext.moe_layers, cache=has_cache)
         self.metrics.update(cache=self.ext.counters())
         lay = eng.layout
         try:
@@ -212,6 +215,8 @@ class Server:
         if self.worker is not None:
             self.jobs.put(None)
             self.worker.join(30)
+        with self._answering_cv:  # let the cancelled request's client get its (partial) answer
+            self._answering_cv.wait_for(lambda: self._answering == 0, timeout=5.0)
         if self.engine is not None and self.ext is not None:
             p = self.perf
             perf = dict(p, prompt_tps=(1000.0 * p["n_prompt"] / p["t_prompt_ms"]) if p["t_prompt_ms"] > 0 else 0.0,
@@ -422,16 +427,23 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self._send(400, _err(400, '"n_predict" must be an integer', "invalid_request_error"))
             return
         stream = bool(req.get("stream", False))
-        job = app.submit(prompt, n_predict, stream)
-        if stream:
-            self._stream(job)
-        else:
-            kind, val = job.events.get()
-            if kind == "error":
-                code, msg = val
-                self._send(code, _err(code, msg, "invalid_request_error" if code == 400 else "server_error"))
+        with app._answering_cv:
+            app._answering += 1
+        try:
+            job = app.submit(prompt, n_predict, stream)
+            if stream:
+                self._stream(job)
             else:
-                self._send(200, orjson.dumps(_final(val, app, val.text)))
+                kind, val = job.events.get()
+                if kind == "error":
+                    code, msg = val
+                    self._send(code, _err(code, msg, "invalid_request_error" if code == 400 else "server_error"))
+                else:
+                    self._send(200, orjson.dumps(_final(val, app, val.text)))
+        finally:
+            with app._answering_cv:
+                app._answering -= 1
+                app._answering_cv.notify_all()
 
     def _stream(self, job: Job) -> None:
         app = self.server.app

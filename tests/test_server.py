@@ -387,9 +387,11 @@ def test_sigterm_mid_request_keeps_the_exact_sum(tiny, tmp_path):
         t.join(30)
     finally:
         s.stop()
+    r = out["r"]  # the client still got its answer, cut short
+    assert r.status_code == 200 and r.json()["stop"] is True and 0 < r.json()["tokens_predicted"] < 480
     run = read_audit_file(audit).runs[0]
     assert run.exit is not None and len(run.requests) == 1
-    assert 0 < run.requests[0].data["n_gen"] < 480  # cancelled by the shutdown, still recorded
+    assert run.requests[0].data["n_gen"] == r.json()["tokens_predicted"]  # cancelled by the shutdown, still recorded
     assert check_exact_sum(run) == []
 
 
@@ -412,3 +414,20 @@ def test_two_servers_share_one_audit_file(tiny, tmp_path):
     assert sorted(r.pid for r in runs.runs) == sorted([a.proc.pid, b.proc.pid])
     for run in runs.runs:
         assert len(run.requests) == 6 and check_exact_sum(run) == []
+
+
+def test_no_cache_exports_no_moe_cache_series(tiny):
+    s = Serve(tiny, "--no-moe-stream")
+    try:
+        n = complete(s.url, "long request a", 8).json()["tokens_predicted"]
+        m = scrape(s.url)
+        for key in ("hits", "misses", "slots", "hit_ratio", "upload_bytes"):
+            assert not m.exported(key)  # not exported, never 0
+        assert "layer_hits" not in m.layers
+        assert m.get("tokens_predicted") == n and m.get("timed_tokens") == n
+        p = MetricsPoller(s.url + "/metrics")
+        p.scrape_once()
+        p.client.close()
+        assert "llamacpp:moe_cache_hits_total" in p.state.summary()["not_exported"]
+    finally:
+        s.stop()
