@@ -227,6 +227,7 @@ def test_client_reconnects_to_same_session_without_duplicates(sock_path):
         srv.broadcast(READY)
         srv.broadcast('BMOE_BEGIN {"id":1}')
         for i in range(1, 4):
+            srv.broadcast('BMOE_LOAD {"mb":1.0,"ms":2.0}')
             srv.broadcast(prog(i))
         cl.start()
         assert until(lambda: sum(isinstance(r, bl.Progress) for r in recs) == 3)
@@ -234,6 +235,7 @@ def test_client_reconnects_to_same_session_without_duplicates(sock_path):
         # the connection breaks; the runtime keeps going
         srv.clients[0].close("test")
         assert until(lambda: cl.status().state in ("disconnected", "loading", "ready", "generating") and cl.status().connects >= 1)
+        srv.broadcast('BMOE_LOAD {"mb":1.0,"ms":2.0}')
         srv.broadcast(prog(4))
         assert until(lambda: cl.status().connects == 2)
         srv.broadcast(prog(5))
@@ -241,6 +243,8 @@ def test_client_reconnects_to_same_session_without_duplicates(sock_path):
         assert until(lambda: any(isinstance(r, bl.Done) for r in recs))
         steps = [r.step for r in recs if isinstance(r, bl.Progress)]
         assert steps == [1, 2, 3, 4, 5]
+        assert sum(isinstance(r, bl.Load) for r in recs) == 4  # one per LOAD sent, none replayed twice
+        assert cl.resyncs == 1  # it did reconnect with missed lines and filtered the replay
         assert sum(isinstance(r, bl.Ready) for r in recs) == 1
         assert sum(isinstance(r, bl.Begin) for r in recs) == 1
         assert cl.status().state == "ready"

@@ -11,7 +11,8 @@ backoff (0.1 s doubling to ``max_backoff_s``) when the socket comes back.
 Reconnecting to the SAME session (same ``BMOE_HELLO`` session id) after a broken
 connection: if no line was missed the server's replay is skipped; otherwise replayed lines
 already delivered (READY, BEGIN/DONE of known turn ids, per-token steps already seen) are
-skipped, so the sink never gets a turn twice. Connecting to a NEW session (the runtime was
+skipped (a ``BMOE_LOAD`` goes with the ``BMOE_PROGRESS`` after it), so the sink never gets a
+turn twice. Connecting to a NEW session (the runtime was
 restarted) emits ``on_event("new_session", {...})`` before its replay: the UI may start a
 new run. ``BMOE_HELLO`` and ``BMOE_NOTICE`` lines are consumed here (a notice becomes a
 problem: "slow reader: N lines dropped"). ``close()`` detaches; the runtime keeps running.
@@ -67,6 +68,8 @@ class SessionSocketClient(LiveBase):
         self._seen_ids: set = set()
         self._last_step: dict = {}
         self._cur_id = None
+        self._held_load = None
+        self.resyncs = 0  # reconnects to the same session that had missed lines (replay filtered)
         self.notices = 0
         self.dropped_lines = 0
         # ids for requests sent by this client: start high and random-ish so several attached
@@ -131,7 +134,7 @@ class SessionSocketClient(LiveBase):
                     break
                 backoff = min(backoff * 2, self.max_backoff_s)
                 continue
-            backoff = 0.1
+            t_conn = time.monotonic()
             was_connected = True
             self._sock = s
             with self._lock:
@@ -151,6 +154,10 @@ class SessionSocketClient(LiveBase):
             self._set_state("disconnected", f"runtime went away ({reason}); reconnecting")
             self._emit("disconnected", {"reason": reason})
             if not self.reconnect:
+                break
+            # a connection that lasted keeps the short backoff; one dropped at once backs off
+            backoff = 0.1 if time.monotonic() - t_conn > 2.0 else min(backoff * 2, self.max_backoff_s)
+            if self._stop.wait(backoff):
                 break
 
     def _read(self, s: socket.socket) -> str:
@@ -193,8 +200,17 @@ class SessionSocketClient(LiveBase):
                 self._seq_next += 1
         if replay and self._filter_replay:
             rec = _bl.parse_line(line)
+            held, self._held_load = self._held_load, None
+            if isinstance(rec, _bl.Load):
+                self._held_load = (line, t)  # a LOAD belongs to the PROGRESS after it: decide then
+                if self._replay_left == 0:
+                    self._protocol_line(line, t, "socket")
+                    self._held_load = None
+                return
             if self._already_seen(rec):
                 return
+            if held is not None and isinstance(rec, _bl.Progress):
+                self._protocol_line(held[0], held[1], "socket")
         rec = self._protocol_line(line, t, "socket")
         self._note(rec)
 
@@ -212,6 +228,7 @@ class SessionSocketClient(LiveBase):
             self._skip_replay, self._filter_replay = True, False  # nothing missed
         elif same:
             self._skip_replay, self._filter_replay = False, True
+            self.resyncs += 1
         else:
             self._skip_replay = self._filter_replay = False
             if self._session is not None:
