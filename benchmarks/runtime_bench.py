@@ -116,13 +116,14 @@ def bench_steady(model: str, tokens: int, reps: int, threads: int = 1) -> dict:
             "native_hook": native, "threads": threads, "resident_runs": r_tps, "streamed_runs": s_tps}
 
 
-def bench_cold(model: str, tokens: int, reps: int = 3) -> dict:
+def bench_cold(model: str, tokens: int, reps: int = 3, threads: int = 1) -> dict:
     """--cache-mb 0 (every routed expert read for every token) with O_DIRECT; our MiB/s is bytes
     read / wall time blocked on reads. Runs alternate with dd; medians are compared."""
     from bmoe_top.runtime.engine import Engine
 
     out: dict = {}
-    engines = {lanes: Engine(model, n_ctx=512, n_batch=64, cache_mb=0, io_threads=lanes, o_direct=True, quiet=True)
+    engines = {lanes: Engine(model, n_ctx=512, n_batch=64, n_threads=threads, cache_mb=0, io_threads=lanes,
+                             o_direct=True, quiet=True)
                for lanes in (4, 1)}
     out["o_direct"] = engines[4].o_direct
     runs: dict[str, list[float]] = {"lanes4": [], "lanes1": [], "dd": []}

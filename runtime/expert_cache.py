@@ -469,15 +469,31 @@ class ExpertCache:
             b = tb.slice_range(e1)[1]
             return self.reader.read_into(tb.view[a:b], tb.info.file_offset + a, tb.addr + a)
 
-        if self.reader.pool is None or len(runs) == 1:
+        lanes = self.reader.io_threads
+        if self.reader.pool is None or len(runs) == 1 or lanes == 1:
             return sum(one(r) for r in runs)
-        futs = [self.reader.pool.submit(one, r) for r in runs]
+        # balance the runs over the lanes by bytes (largest first); the calling thread is lane 0
+        groups: list[list] = [[] for _ in range(min(lanes, len(runs)))]
+        load = [0] * len(groups)
+        for r in sorted(runs, key=lambda r: r[0].info.expert_stride * (r[2] - r[1] + 1), reverse=True):
+            i = load.index(min(load))
+            groups[i].append(r)
+            load[i] += r[0].info.expert_stride * (r[2] - r[1] + 1)
+
+        def lane(group):
+            return sum(one(r) for r in group)
+
+        futs = [self.reader.pool.submit(lane, g) for g in groups[1:]]
         busy = 0.0
         err: BaseException | None = None
+        try:
+            busy += lane(groups[0])
+        except BaseException as e:  # noqa: BLE001 - re-raised below after all lanes finish
+            err = e
         for f in futs:
             try:
                 busy += f.result()
-            except BaseException as e:  # noqa: BLE001 - re-raised below after all lanes finish
+            except BaseException as e:  # noqa: BLE001
                 err = err or e
         if err:
             raise err
