@@ -90,3 +90,28 @@ def progress_transcript(n: int = 24, n_layer: int = 4, n_expert: int = 16, text:
             f"cache mgmt 0.001 + flash I/O 0.004 s/token, 375 MiB/s)",
             "moe-cache: 50.0% hit, resident 12.0 MiB"]
     return ("\n".join(out) + "\n").encode()
+
+
+def session_recording(turns: int = 2, n: int = 10, t0: float = 1_800_000_000.0) -> bytes:
+    """A --record file of a session: READY, then per turn a request, BEGIN, tokens 50 ms apart, DONE."""
+    rows = [{"t": t0, "src": "stdout", "line": 'BMOE_READY {"load_s":0.4,"arch":"qwen3moe","n_ctx":512}'}]
+    t = t0
+    for k in range(turns):
+        rows.append({"t": t, "src": "stdin", "line": orjson.dumps(
+            {"cmd": "generate", "id": k, "prompt": f"question {k}", "n_predict": n, "clear_kv": k == 0}).decode()})
+        rows.append({"t": t, "src": "stdout", "line": f'BMOE_BEGIN {{"id":{k}}}'})
+        text = ""
+        for i in range(n):
+            t += 0.05
+            text += f"w{i} "
+            rows.append({"t": t, "src": "stdout", "line": "BMOE_PROGRESS " + orjson.dumps({
+                "step": i + 1, "steps": n, "wall_ms": 50.0, "io_ms": 5.0, "compute_ms": 44.0, "mgmt_ms": 1.0,
+                "stall_ms": 0.0, "read_mb": 0.5, "cache_hit_pct": 60.0, "text": text}).decode()})
+        rows.append({"t": t, "src": "stdout", "line": "BMOE_DONE " + orjson.dumps({
+            "id": k, "cancelled": False, "tokens": n, "tok_s": 20.0, "prefill_s": 0.1, "load_s": 0.4,
+            "cache_hit_pct": 60.0, "n_prompt": 5, "n_past": 5 + n * (k + 1), "cache_resident_mib": 3.0,
+            "cache_budget_mib": 4.0, "spec_recall_pct": -1, "stall_s_tok": 0.0, "mgmt_s_tok": 0.001,
+            "text": text}).decode()})
+        rows.append({"t": t, "src": "stderr", "line": f"turn {k} done"})
+        t += 1.0
+    return b"\n".join(orjson.dumps(r) for r in rows) + b"\n"

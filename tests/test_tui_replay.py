@@ -197,3 +197,37 @@ def test_heatmap_folds_94_layers_by_512_experts():
     emap.fold = False
     lines = emap.build(120, 30)
     assert len(lines) == 2 + n_layer  # scrolls instead
+
+
+def test_recording_replays_turn_by_turn_at_original_pace(tmp_path):
+    p = tmp_path / "session.rec.jsonl"
+    p.write_bytes(synth.session_recording(turns=3, n=10))
+    run = open_paths([str(p)])
+    assert run.tokens.n == 30 and len(run.turns) == 3
+    assert [t.prompt for t in run.turns] == ["question 0", "question 1", "question 2"]
+    assert run.turns[1].done["n_past"] == 25
+    from bmoe_top.tui.playback import Playback
+
+    pb = Playback(run, turn_by_turn=True, speed_index=0)  # 1x: original pace
+    pb.toggle()  # play from the start
+    assert pb.tick(0.049) is False  # 1x: the first token takes 50 ms of recorded time
+    assert pb.tick(0.002) is True and pb.cursor == 1
+    pb.speed_index = len(pb_speeds()) - 1  # max speed
+    while pb.playing:
+        pb.tick(0.1)
+    assert pb.cursor == 10  # paused at the end of turn 1
+    pb.toggle()
+    while pb.playing:
+        pb.tick(0.1)
+    assert pb.cursor == 20
+    pb.turn_by_turn = False
+    pb.toggle()
+    while pb.playing:
+        pb.tick(0.1)
+    assert pb.cursor == 30
+
+
+def pb_speeds():
+    from bmoe_top.tui.playback import SPEEDS
+
+    return SPEEDS

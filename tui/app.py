@@ -118,6 +118,7 @@ class BmoeTopApp(App):
         Binding("minus", "slower", "slower"),
         Binding("g", "seek", "seek"),
         Binding("f", "toggle_fold", "fold"),
+        Binding("t", "toggle_turn_by_turn", "turn by turn", show=False),
         Binding("1", "tab('overview')", "overview", show=False),
         Binding("2", "tab('text')", "text", show=False),
         Binding("3", "tab('log')", "log", show=False),
@@ -175,6 +176,8 @@ class BmoeTopApp(App):
     def _title_text(self):
         pb = self.playback
         state = "▶ playing" if pb.playing else ("● live" if pb.follow else "❚❚ paused")
+        if pb.turn_by_turn:
+            state += " (turn by turn)"
         t = safe_text(f"bmoe-top  {self.source_title}  ")
         t.append(f"{state} {pb.speed_label()}  token {pb.cursor:,}/{pb.n:,}", style="bold")
         quiet = self.quiet_seconds()
@@ -258,6 +261,11 @@ class BmoeTopApp(App):
                 self.refresh_views()
 
         self.push_screen(SeekScreen(self.playback.n), done)
+
+    def action_toggle_turn_by_turn(self) -> None:
+        self.playback.turn_by_turn = not self.playback.turn_by_turn
+        self.notify("playback pauses at the end of each turn" if self.playback.turn_by_turn
+                    else "playback runs through turns")
 
     def action_toggle_fold(self) -> None:
         for w in (*self.query(LayerHeatmap), *self.query(ExpertMap)):

@@ -26,6 +26,7 @@ class Playback:
     playing: bool = False
     speed_index: int = 3
     follow: bool = False
+    turn_by_turn: bool = False  # pause when playback reaches the end of a turn
     _clock: float = field(default=0.0, repr=False)  # ms of run time elapsed past the cursor token
     _pace_cache: tuple[int, np.ndarray] | None = field(default=None, repr=False)
 
@@ -85,15 +86,15 @@ class Playback:
             return self._pace_cache[1]
         tok = self.run.tokens
         d = np.full(n, 100.0)
-        if tok.has("t"):
-            t = tok.view("t") * 1000.0
-            dt = np.diff(t, prepend=t[0] if n else 0.0)
-            ok = np.isfinite(dt) & (dt >= 0)
-            d[ok] = dt[ok]
-        elif tok.has("wall_ms"):
+        if tok.has("wall_ms"):
             w = tok.view("wall_ms")
             ok = np.isfinite(w) & (w >= 0)
             d[ok] = w[ok]
+        if tok.has("t"):  # recorded arrival times win: they include prefill and gaps between turns
+            t = tok.view("t") * 1000.0
+            dt = np.diff(t)
+            ok = np.isfinite(dt) & (dt >= 0)
+            d[1:][ok] = dt[ok]
         self._pace_cache = (n, d)
         return d
 
@@ -118,6 +119,16 @@ class Playback:
             while self.cursor < n and self._clock >= d[self.cursor]:
                 self._clock -= d[self.cursor]
                 self.cursor += 1
+        if self.turn_by_turn:
+            for b in self.turn_ends():
+                if before < b <= self.cursor:
+                    self.cursor, self.playing, self._clock = b, False, 0.0
+                    break
         if self.cursor >= n:
             self.playing = False
         return self.cursor != before
+
+    def turn_ends(self) -> list[int]:
+        """Cursor positions where a turn ends (the next turn's first token)."""
+        with self.run.lock:
+            return [t.first_token for t in self.run.turns[1:] if t.first_token > 0]
