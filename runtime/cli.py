@@ -239,6 +239,11 @@ def _run(args) -> int:  # noqa: C901 - the CLI's one flow
                 out.append(resident_line(eng, st.step))
             return out
 
+        def prefill_lines() -> list[str]:
+            if not args.route_telemetry or eng.last_prefill_route is None:
+                return []
+            return [route_line(0, eng.turn, "prefill", eng.last_prefill_route)]
+
         if args.session:
             from .session import Session, start_reader
 
@@ -246,7 +251,8 @@ def _run(args) -> int:  # noqa: C901 - the CLI's one flow
                 if csv is not None:
                     csv.summary(eng, res)
 
-            sess = Session(eng, emit, token_lines, default_n_predict=args.n_predict, on_result=on_result)
+            sess = Session(eng, emit, token_lines, default_n_predict=args.n_predict, on_result=on_result,
+                           prefill_lines=prefill_lines)
             if args.session_socket:
                 try:
                     sock = SessionSocketServer(args.session_socket, on_request=lambda req, _c: sess.submit(req))
@@ -273,7 +279,8 @@ def _run(args) -> int:  # noqa: C901 - the CLI's one flow
         if not progress:
             emit.raw(prompt)
         try:
-            res = eng.generate(prompt, args.n_predict, clear_kv=True, on_token=on_token)
+            res = eng.generate(prompt, args.n_predict, clear_kv=True, on_token=on_token,
+                               on_prefill=lambda _s, _n: [emit.line(ln) for ln in prefill_lines()])
         except RequestError as e:
             return _fail(str(e))
         except GenerationError as e:

@@ -116,6 +116,8 @@ class GenerationResult:
     spec_experts: int = 0
     spec_useful: int = 0
     stop_reason: str = "length"  # length | eog | cancelled | error
+    #: with route_telemetry: per layer (experts routed by the prompt, union; hit flags)
+    prefill_route: list[tuple[list[int], list[int]]] | None = None
 
     @property
     def read_mib(self) -> float:
@@ -336,6 +338,7 @@ class Engine:
         self.kv_tokens: list[int] = []  # tokens whose K/V are in the cache, in order
         self.turn = 0
         self._gen_route: list[tuple[list[int], list[int]]] | None = None
+        self.last_prefill_route: list[tuple[list[int], list[int]]] | None = None
         self._pending_ids: dict[int, np.ndarray] = {}
         self._pending_w: dict[int, np.ndarray] = {}
         self.route_sink: Callable[[str, int, int, dict], None] | None = None  # set by telemetry
@@ -517,7 +520,8 @@ class Engine:
         to the conversation held in the KV cache and prefills only the new suffix.
         ``on_token(TokenStats)`` is called on the decode thread after each token;
         ``cancel`` may be set from any thread (checked at every routed layer and between tokens).
-        ``on_prefill(prefill_s, n_prompt)`` is called once after the prompt is processed.
+        ``on_prefill(prefill_s, n_prompt)`` is called once after the prompt is processed
+        (``self.last_prefill_route`` then holds the prompt's routing with route_telemetry).
 
         Raises :class:`RequestError` (nothing was changed) when the prompt plus ``n_predict``
         exceeds ``n_ctx`` or ``n_predict`` < 0; :class:`GenerationError` when a decode failed
@@ -591,15 +595,24 @@ class Engine:
             cache.begin_token()
         pos = p
         ok = True
+        # per layer: experts routed over the whole prompt (union, first-seen order) and 1 when the
+        # expert was resident the first time the prompt routed it
+        pre_route: list[dict[int, int]] = [{} for _ in range(self.n_layer)]
         for i in range(p, len(target), self.n_batch):
             chunk = target[i : i + self.n_batch]
             self._pending_ids, self._pending_w = {}, {}
+            self._gen_route = [([], []) for _ in range(self.n_layer)] if (cache is None and self.route_telemetry) else None
             rc = self._decode(chunk)
             if cache:
                 cache.end_decode()
             if rc != 0:
                 ok = False
                 break
+            if self.route_telemetry:
+                src = cache.tok.route if cache else dict(enumerate(self._gen_route or []))
+                for il, (r, h) in src.items():
+                    for e, hit in zip(r, h):
+                        pre_route[il].setdefault(e, hit)
             self._flush_route("prefill", pos, len(chunk))
             self.kv_tokens.extend(chunk)
             pos += len(chunk)
@@ -607,8 +620,11 @@ class Engine:
                 res.prefill_read_bytes += cache.tok.read_bytes
                 cache.begin_token()
         res.prefill_s = time.perf_counter() - t0
+        if self.route_telemetry:
+            res.prefill_route = [(list(d.keys()), list(d.values())) for d in pre_route]
         if not ok:
             return self._finish_failed(res, rc, spec0)
+        self.last_prefill_route = res.prefill_route
         if on_prefill is not None:
             on_prefill(res.prefill_s, n_prompt)
 

@@ -55,6 +55,7 @@ class Session:
         default_n_predict: int = 128,
         on_result: Callable | None = None,
         on_begin: Callable | None = None,
+        prefill_lines: Callable | None = None,
     ):
         self.eng = eng
         self.emit = emit
@@ -62,6 +63,7 @@ class Session:
         self.default_n_predict = default_n_predict
         self.on_result = on_result
         self.on_begin = on_begin
+        self.prefill_lines = prefill_lines
         self.q: queue.Queue = queue.Queue()
         self.lock = threading.Lock()
         self.pending: list[_Gen] = []
@@ -168,8 +170,14 @@ class Session:
             for ln in self.token_lines(st):
                 self.emit.line(ln)
 
+        def on_prefill(_s, _n):
+            if self.prefill_lines is not None:
+                for ln in self.prefill_lines():
+                    self.emit.line(ln)
+
         try:
-            res = eng.generate(g.prompt, g.n_predict, clear_kv=g.clear_kv, on_token=on_token, cancel=g.cancel)
+            res = eng.generate(g.prompt, g.n_predict, clear_kv=g.clear_kv, on_token=on_token, cancel=g.cancel,
+                               on_prefill=on_prefill)
         except RequestError as e:
             self.emit.line(error_line(g.id, False, str(e)))
             return

@@ -76,7 +76,13 @@ def test_progress_csv_route_trace_conform(model, tmp_path):
     # text is cumulative and ends as the answer
     answer = p.stdout.split("=== answer ===\n", 1)[1].rsplit("\n=== perf ===", 1)[0]
     assert prog[-1].text == answer
-    # route telemetry: one BMOE_ROUTE per token; hits recomputed from routes give the hit %
+    # route telemetry: one prefill BMOE_ROUTE (union over the prompt), then one per token;
+    # hits recomputed from the decode routes give the hit %
+    assert routes[0].phase == "prefill" and routes[0].step == 0
+    assert all(len(ex) > 0 for ex in routes[0].experts)
+    assert all(h == 0 for hl in routes[0].hit for h in hl)  # first prompt: nothing resident yet
+    routes = routes[1:]
+    assert all(r.phase == "decode" for r in routes)
     assert [r.step for r in routes] == list(range(1, ntok + 1))
     hits = sum(sum(h) for r in routes for h in r.hit)
     total = sum(len(h) for r in routes for h in r.hit)
