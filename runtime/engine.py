@@ -112,6 +112,8 @@ class GenerationResult:
     decode_s: float = 0.0
     hit_pct: float = -1.0
     prefill_read_bytes: int = 0
+    evictions: int = 0  # expert evictions during this generation (prompt included)
+    rereads: int = 0  # misses on experts evicted earlier (prompt included)
     spec_bytes: int = 0
     spec_experts: int = 0
     spec_useful: int = 0
@@ -587,6 +589,7 @@ class Engine:
         res = GenerationResult(tokens=[], text="", n_tokens=0, tok_s=0.0, s_per_tok=0.0, prefill_s=0.0,
                                n_prompt=n_prompt, n_past=p, cancelled=False)
         spec0 = (cache.spec_bytes, cache.spec_experts, cache.spec_useful) if cache else (0, 0, 0)
+        ev0 = (cache.evictions, cache.rereads) if cache else (0, 0)
 
         # prefill
         t0 = time.perf_counter()
@@ -718,6 +721,8 @@ class Engine:
         if cache and not cache.no_cache:
             res.hit_pct = 100.0 * hits / (hits + misses) if (hits + misses) else 0.0
         if cache:
+            res.evictions = cache.evictions - ev0[0]
+            res.rereads = cache.rereads - ev0[1]
             res.spec_bytes = cache.spec_bytes - spec0[0]
             res.spec_experts = cache.spec_experts - spec0[1]
             res.spec_useful = cache.spec_useful - spec0[2]

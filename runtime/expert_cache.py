@@ -86,14 +86,18 @@ class TensorBuffer:
         if b > a:
             self.mm.madvise(mmap.MADV_DONTNEED, a, b - a)
 
+    _populate_ok = True  # class-wide: cleared once the kernel refuses MADV_POPULATE_WRITE
+
     def commit(self, e: int) -> None:
-        """Pre-fault the expert's inner pages for writing (Linux >= 5.14; silently skipped before)."""
+        """Pre-fault the expert's inner pages for writing (Linux >= 5.14; skipped before)."""
+        if not TensorBuffer._populate_ok:
+            return
         a, b = self.inner_pages(e)
         if b > a:
             try:
                 self.mm.madvise(MADV_POPULATE_WRITE, a, b - a)
             except OSError:
-                pass
+                TensorBuffer._populate_ok = False
 
     def close(self) -> None:
         try:
@@ -296,6 +300,8 @@ class ExpertCache:
         self.spec_bytes = 0
         self.spec_experts = 0
         self.spec_useful = 0
+        self.rereads = 0  # misses on experts that had been resident before (evicted, read again)
+        self._ever: set[tuple[int, int]] = set()
         self._spec_pending: set[tuple[int, int]] = set()  # prefetched, not yet routed
         self.tok = TokenCounters()
         self.last_route: dict[int, set[int]] = {}
@@ -372,6 +378,8 @@ class ExpertCache:
             else:
                 hits_flags.append(0)
                 missing.append(e)
+                if key in self._ever:
+                    self.rereads += 1
             if key in self._spec_pending:
                 self._spec_pending.discard(key)
                 self.spec_useful += 1
@@ -434,6 +442,7 @@ class ExpertCache:
                 key = (il, e)
                 self.lru[key] = ebytes
                 self.resident_bytes += ebytes
+                self._ever.add(key)
         tok.mgmt_s += time.perf_counter() - t_m1
         self.last_route.setdefault(il, set())
         # speculative reads for the next layers, from the previous token's routing
@@ -540,6 +549,7 @@ class ExpertCache:
             return
         self.lru[key] = b
         self.resident_bytes += b
+        self._ever.add(key)
 
     def _integrate_done(self) -> None:
         for key in [k for k, (f, _) in self.inflight.items() if f.done()]:
@@ -616,6 +626,7 @@ class ExpertCache:
         self.lru[key] = eb
         self.resident_bytes += eb
         self.read_bytes += eb
+        self._ever.add(key)
         return eb
 
     def preload(self, pairs=None) -> int:

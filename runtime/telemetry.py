@@ -183,6 +183,7 @@ def summary_text_lines(eng: Engine, res: GenerationResult) -> list[str]:
         out.append(line)
         if not eng.cache.no_cache:
             out.append(f"moe-cache: {res.hit_pct:.2f}% hit, resident {eng.cache.resident_mib:.3f} MiB")
+            out.append(f"moe-cache: {res.evictions} evictions, {res.rereads} re-reads ({res.rereads / nn:.2f}/token)")
         if eng.cache.prefetch:
             pct = 100.0 * res.spec_useful / res.spec_experts if res.spec_experts else 0.0
             out.append(
@@ -238,6 +239,8 @@ class CsvSink:
             "spec_read_MiB": f"{res.spec_bytes / MIB:.3f}",
             "spec_experts": res.spec_experts,
             "spec_useful": res.spec_useful,
+            "cache_evictions": res.evictions,
+            "cache_rereads": res.rereads,
             "cancelled": int(res.cancelled),
         }
         self.fh.write("# summary " + " ".join(f"{k}={v}" for k, v in kv.items()) + "\n")

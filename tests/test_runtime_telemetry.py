@@ -37,7 +37,7 @@ def _summary(lines):
     for ln in lines:
         s = parse_summary_line(ln)
         if s is not None and s.kind not in ("banner", "unparsed"):
-            out[s.kind] = s.values
+            out.setdefault(s.kind, {}).update(s.values)
     return out
 
 
@@ -69,6 +69,7 @@ def test_progress_csv_route_trace_conform(model, tmp_path):
     assert all(r.mb > 0 for r in loads)
     assert math.isclose(summ["moe-stream"]["read_mib"], load_mb, abs_tol=2e-3)
     assert math.isclose(summ["moe-cache"]["cache_hit_pct"], prog[-1].cache_hit_pct, abs_tol=0.01)
+    assert "cache_evictions" in summ["moe-cache"] and "cache_rereads" in summ["moe-cache"]
     # compute is the residual wall - io - mgmt (serial)
     for r in prog:
         assert math.isclose(r.compute_ms, r.wall_ms - r.io_ms - r.mgmt_ms, abs_tol=0.01)
