@@ -169,10 +169,10 @@ def write_strp(path: str | Path, profile: StrpProfile) -> int:
     return len(data)
 
 
-def profile_from_counts(counts: np.ndarray, slots: int = 0, min_count: int = 1) -> StrpProfile:
-    """Rank (layer, expert) pairs by ``counts`` (shape (n_layers, n_expert), how often the
-    router picked each), hottest first; ties broken by layer then expert. Pairs picked fewer
-    than ``min_count`` times are left unranked."""
+def profile_from_counts(counts: np.ndarray, slots: int = 0, min_count: float = 1) -> StrpProfile:
+    """Rank (layer, expert) pairs by ``counts`` (shape (n_layers, n_expert): how often the
+    router picked each, or a pick frequency), hottest first; ties broken by layer then expert.
+    Pairs below ``min_count`` are left unranked."""
     c = np.asarray(counts)
     n_layers, n_expert = c.shape
     flat = c.reshape(-1)

@@ -3,9 +3,12 @@ profile (moe-cache-reference.md "Profile format (STRP)"; the file format itself 
 :mod:`bmoe_top.parsers.strp`).
 
 The text is fed to the model in windows of at most ``n_ctx - 1`` tokens (prefill only, no
-generation; batches of ``--batch`` tokens). Every token's routed experts at every MoE layer are
-counted (through the Engine's route sink, i.e. the router's own top-k ids), and the pairs are
-ranked hottest first. ``slots`` in the header is the number of experts the default (or given)
+generation; batches of ``--batch`` tokens). Every routed token's experts at every MoE layer are
+counted (through the Engine's route sink, i.e. the router's own top-k ids). llama.cpp computes
+the last layer only for the tokens whose logits it outputs (one per batch), so layers are
+compared by pick frequency (picks / tokens routed at that layer), not raw counts, and the pairs
+are ranked hottest first by that frequency. ``--batch 1`` routes every token at every layer
+(slower, exact). ``slots`` in the header is the number of experts the default (or given)
 cache budget holds: informational, as in the reference.
 """
 
@@ -22,16 +25,23 @@ from bmoe_top.parsers.strp import StrpProfile, profile_from_counts, write_strp
 __all__ = ["trace_counts", "make_profile", "make_profile_main"]
 
 
-def trace_counts(engine, text: str, window: int | None = None) -> tuple[np.ndarray, int]:
+def trace_counts(engine, text: str, window: int | None = None,
+                 routed: np.ndarray | None = None) -> tuple[np.ndarray, int]:
     """Route ``text`` through ``engine`` (prefill only) and count, per (layer, expert), the tokens
-    that picked it. Returns (counts int64 (n_layer, n_expert), tokens traced)."""
+    that picked it. Returns (counts int64 (n_layer, n_expert), tokens traced). ``routed``: an
+    optional int64 (n_layer,) array that receives how many tokens each layer routed (the last
+    layer routes only the output token of each batch)."""
     counts = np.zeros((engine.n_layer, engine.n_expert), dtype=np.int64)
+    if routed is None:
+        routed = np.zeros(engine.n_layer, dtype=np.int64)
     n_tok = [0]
 
     def sink(phase, turn, pos, data):  # noqa: ARG001 - Engine.route_sink signature
         ids = data.get("ids") or {}
         for il, arr in ids.items():
-            a = np.asarray(arr).reshape(-1)
+            arr = np.asarray(arr)
+            routed[il] += arr.shape[0] if arr.ndim == 2 else 1
+            a = arr.reshape(-1)
             a = a[(a >= 0) & (a < engine.n_expert)]
             np.add.at(counts[il], a, 1)
         n_tok[0] += int(data.get("n_tokens") or 0)
@@ -54,9 +64,13 @@ def trace_counts(engine, text: str, window: int | None = None) -> tuple[np.ndarr
 
 
 def make_profile(engine, text: str, slots: int = 0) -> tuple[StrpProfile, int]:
-    """Trace ``text`` and rank the pairs; returns (profile, tokens traced)."""
-    counts, n = trace_counts(engine, text)
-    return profile_from_counts(counts, slots=slots), n
+    """Trace ``text`` and rank the pairs by pick frequency per layer (see module doc);
+    returns (profile, tokens traced)."""
+    routed = np.zeros(engine.n_layer, dtype=np.int64)
+    counts, n = trace_counts(engine, text, routed=routed)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        freq = np.where(routed[:, None] > 0, counts / np.maximum(routed, 1)[:, None], 0.0)
+    return profile_from_counts(freq, slots=slots, min_count=1e-12), n
 
 
 def make_profile_main(argv: list[str] | None = None) -> int:

@@ -99,3 +99,28 @@ def test_adaptive_rounds_during_generation(engine):
     assert engine.cache.resident_bytes <= engine.cache.budget
     # decayed heat: half-life 350 tokens -> the clock scale grew by 2^(n/350)
     assert ext._g == pytest.approx(2 ** (n / 350.0))
+
+
+def test_trace_counts_every_token_every_layer(tiny):
+    from bmoe_top.runtime.engine import Engine
+    from bmoe_top.runtime.strp import make_profile, trace_counts
+
+    eng = Engine(tiny, n_ctx=128, n_threads=1, cache_mb=64)
+    try:
+        text = "Experts are routed per token; " * 12  # longer than one window: several chunks
+        routed = np.zeros(eng.n_layer, dtype=np.int64)
+        counts, n = trace_counts(eng, text, routed=routed)
+        n_text = len(eng.tokenize(text, add_special=False))
+        assert n == n_text and routed[0] == n_text
+        # each routed token picked n_expert_used distinct experts at each MoE layer
+        assert (counts.sum(axis=1) == routed * eng.n_expert_used).all()
+        # llama.cpp computes the last layer only for each batch's output token
+        assert 0 < routed[-1] < routed[0]
+        prof, n2 = make_profile(eng, text, slots=4)
+        assert n2 == n and prof.slots == 4
+        freq = (counts / routed[:, None]).reshape(-1)
+        ranked = [il * eng.n_expert + e for il, e in prof.pairs.tolist()]
+        assert all(freq[a] >= freq[b] for a, b in zip(ranked, ranked[1:]))  # hottest first, by frequency
+        assert any(il == eng.n_layer - 1 for il, _ in prof.pairs.tolist()[:8])  # the last layer is not starved
+    finally:
+        eng.close()
