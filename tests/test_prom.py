@@ -233,3 +233,37 @@ def test_series_catalogue_names_are_exact():
     for s in SERIES:
         assert (s.type == "counter") == s.name.endswith("_total"), s.name
     assert SERIES_BY_KEY["layer_hits"].per_layer
+
+
+def test_roundtrip_through_prometheus_client_writer_any_label_text():
+    """Property: whatever label text a server puts beside ``layer`` (quotes, backslashes,
+    newlines, unicode), what prometheus-client writes parses back to the same per-layer sums."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client.core import CounterMetricFamily
+    from prometheus_client.registry import Collector
+
+    values = st.floats(min_value=0, max_value=1e12, allow_nan=False, allow_infinity=False)
+
+    @settings(max_examples=60, deadline=None)
+    @given(devs=st.lists(st.text(min_size=0, max_size=12), min_size=1, max_size=3, unique=True),
+           vals=st.lists(st.lists(values, min_size=3, max_size=3), min_size=3, max_size=3))
+    def check(devs, vals):
+        class C(Collector):
+            def collect(self):
+                f = CounterMetricFamily("llamacpp:moe_cache_layer_hits", "h", labels=["device", "layer"])
+                for d, dev in enumerate(devs):
+                    for il in range(3):
+                        f.add_metric([dev, str(il)], vals[d][il])
+                yield f
+
+        reg = CollectorRegistry()
+        reg.register(C())
+        snap = parse_exposition(generate_latest(reg), 0)
+        assert not snap.bad_lines
+        for il in range(3):
+            want = sum(vals[d][il] for d in range(len(devs)))
+            assert math.isclose(snap.layers["layer_hits"][il], want, rel_tol=1e-12, abs_tol=1e-6)
+
+    check()
