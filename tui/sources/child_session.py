@@ -101,7 +101,7 @@ class ChildSession(LiveBase):
         self._close_requested = False
         self._reaped = threading.Event()
         self._eof = {"stdout": threading.Event(), "stderr": threading.Event()}
-        self._reap_lock = threading.Lock()
+        self._reap_lock = threading.RLock()  # re-entrant: kill() may run in a signal handler during close()
         self._stdout_lineno = 0
 
     # ---- lifecycle ------------------------------------------------------------------
