@@ -94,6 +94,7 @@ class LiveApp(BmoeTopApp):
         self.close_timeout = close_timeout
         self.exit_signal: int | None = None
         self._turns_drawn = -1
+        self._turns_seen = 0
         self._status_key = None
         src_name = source.kind
         run_ = self.run_model
@@ -222,17 +223,23 @@ class LiveApp(BmoeTopApp):
         self.update_turns()
 
     def update_turns(self) -> None:
+        """Append a row per newly finished turn (rows never change once a turn is done)."""
         run = self.run_model
         with run.lock:
-            rows = [(t.index, dict(t.done) if t.done else None, t.cancelled) for t in run.turns]
+            n_turns = len(run.turns)
+            if n_turns == self._turns_seen and self._turns_drawn >= 0 and (not n_turns or run.turns[-1].done):
+                return
+            start = self._turns_seen if self._turns_drawn >= 0 else 0
+            # only the last turn can still be running: look at it again next time
+            stop = n_turns - 1 if (n_turns and not run.turns[-1].done) else n_turns
+            new = [(t.index, dict(t.done), t.cancelled) for t in run.turns[start:stop] if t.done]
             n_ctx = run.ready.get("n_ctx") if run.ready else None
-        done_rows = [r for r in rows if r[1] is not None]
-        if len(done_rows) == self._turns_drawn:
-            return
-        self._turns_drawn = len(done_rows)
+        self._turns_seen = max(stop, start)
         table = self.query_one("#turns-table", DataTable)
-        table.clear()
-        for index, d, cancelled in done_rows:
+        if self._turns_drawn < 0:
+            table.clear()
+            self._turns_drawn = 0
+        for index, d, cancelled in new:
             fill = (100.0 * d["n_past"] / n_ctx) if (d.get("n_past") is not None and n_ctx) else None
             table.add_row(
                 str(index + 1), _f(d.get("id"), "{}"), _f(d.get("tokens"), "{}"), _f(d.get("tok_s")),
@@ -242,6 +249,7 @@ class LiveApp(BmoeTopApp):
                 f"{_f(d.get('cache_resident_mib'), '{:.1f}')}/{_f(d.get('cache_budget_mib'), '{:.1f}')}",
                 "cancelled" if cancelled else "done",
             )
+            self._turns_drawn += 1
 
     # ------------------------------------------------------------------ actions
     @on(Input.Submitted, "#prompt")
