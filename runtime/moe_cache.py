@@ -5,11 +5,11 @@ experts the profile put there and that were never evicted since), and ``--moe-ca
 audit log report.
 
 :class:`MoeCacheExt` attaches to an :class:`bmoe_top.runtime.engine.Engine` that streams experts
-(``engine.cache`` is an ``ExpertCache``). It wraps the cache's lookup (``ensure``) and eviction
-(``_evict``) of that one instance to count profile hits and heat, and it must be driven from the
-decode thread: :meth:`after_token` after each generated token (swaps happen there, between two
-tokens, so they never touch what a token computes). See docs/runtime.md "Requests from S" for the
-public cache hooks that would replace the wrapping.
+(``engine.cache`` is an ``ExpertCache``) through the cache's public hooks: ``on_lookup`` (profile
+hits, heat), ``on_evict`` (an evicted profile expert no longer counts), ``ubatch_tokens``,
+``admit``/``evict`` (fill and swaps) and ``counters()``. It must be driven from the decode thread:
+:meth:`after_token` after each generated token (swaps happen there, between two tokens, so they
+never touch what a token computes).
 
 Adaptive (reference "The adaptive cache"): a heat per (layer, expert), +1 once per expert and
 ubatch of at most 32 tokens, fading with a half-life of 350 generated tokens. Every 8 generated
@@ -111,9 +111,8 @@ class MoeCacheExt:
         self.heat = np.zeros((self.n_layer, self.n_expert), dtype=np.float64)
         self._g = 1.0  # heat is stored scaled by _g = 2^(n_gen/half-life): lazy decay
         self._decay = 2.0 ** (1.0 / HALF_LIFE_TOKENS)
-        self._public_admit = self.cache is not None and hasattr(self.cache, "admit")
-        if self.cache is not None and not self.cache.no_cache:
-            self._wrap()
+        if self.cache is not None and not self.cache.no_cache and (profile is not None or self.adaptive):
+            self._wrap()  # no hook at all (no per-lookup cost) when neither feature is on
         if profile is not None and self.cache is not None and not self.cache.no_cache:
             self.prefill_from(profile)
 
@@ -135,62 +134,38 @@ class MoeCacheExt:
             return 0
         return int(c.budget) if c.budget is not None else int(self.engine.layout.expert_bank_bytes)
 
-    # -- wrapping the cache's lookup and eviction --------------------------------------------
+    # -- the cache's hooks: lookups (profile hits, heat) and evictions -----------------------
     def _wrap(self) -> None:
+        """Attach to the cache's public hooks (``on_lookup``, ``on_evict``; ``ubatch_tokens``)."""
         cache = self.cache
-        orig_ensure = cache.ensure
-        orig_evict = cache._evict
-        orig_decode = self.engine._decode
         keys = self.profile_keys
-        lru = cache.lru
         lhp = self.layer_hits_profile
         ext = self
 
-        def ensure(il, routed):
+        def on_lookup(il, routed, hit_flags):
             if keys:
                 n = 0
-                for e in routed:
-                    k = (il, e)
-                    if k in keys and k in lru:
+                for e, h in zip(routed, hit_flags):
+                    if h and (il, e) in keys:
                         n += 1
                 if n:
                     ext.hits_profile += n
                     lhp[il] += n
-            if ext.adaptive and ext._ubatch <= MAX_UBATCH and routed:
+            if ext.adaptive and routed and cache.ubatch_tokens <= MAX_UBATCH:
                 ext.heat[il, routed] += ext._g
-            return orig_ensure(il, routed)
 
-        def evict(key):
-            keys.discard(key)
-            return orig_evict(key)
+        def on_evict(il, e):
+            keys.discard((il, e))
 
-        def decode(toks):
-            ext._ubatch = len(toks)
-            return orig_decode(toks)
-
-        cache.ensure = ensure
-        cache._evict = evict
-        if self.adaptive:
-            self.engine._decode = decode
+        cache.on_lookup = on_lookup
+        cache.on_evict = on_evict  # only profile keys need it; cheap
 
     # -- bringing experts in -------------------------------------------------------------------
     def _admit(self, il: int, e: int) -> int:
-        """Read expert (il, e) into its slots and mark it resident (most recently used).
-        Returns bytes read (0 if it could not come in). The caller made room.
-
-        Uses the cache's public ``admit`` (which also counts the bytes in ``read_bytes``; they
-        are taken out of ``upload_bytes`` again in :meth:`counters`)."""
-        c = self.cache
-        if self._public_admit:
-            return int(c.admit(il, e))
-        eb = self.expert_bytes[il]
-        for tb in c.layer_bufs[il]:
-            tb.commit(e)
-            a, b = tb.slice_range(e)
-            c.reader.read_into(tb.view[a:b], tb.info.file_offset + a)
-        c.lru[(il, e)] = eb
-        c.resident_bytes += eb
-        return eb
+        """Read expert (il, e) into its slots and mark it resident (most recently used) with the
+        cache's public ``admit``; returns bytes read (0 if it could not come in). ``admit`` also
+        counts the bytes in ``read_bytes``: :meth:`counters` takes them out of ``upload_bytes``."""
+        return int(self.cache.admit(il, e))
 
     def _room(self) -> float:
         c = self.cache
@@ -304,7 +279,7 @@ class MoeCacheExt:
                 hout, ol, oe = cold[ci]
                 if not hin > HYSTERESIS * hout + HYSTERESIS_PICKS:
                     break  # the rest are colder still
-                c._evict((ol, oe))
+                c.evict(ol, oe)
                 ci += 1
                 if self._room() < eb:
                     continue
@@ -326,12 +301,13 @@ class MoeCacheExt:
             return CacheCounters(misses=misses, upload_bytes=c.read_bytes if c is not None else 0,
                                  layer_hits=z, layer_hits_profile=z, layer_misses=z,
                                  extra_read_bytes=self.extra_read_bytes)
-        upload = c.read_bytes - (self.extra_read_bytes if self._public_admit else 0)
+        hits, misses, read_bytes, layer_hits, layer_misses = c.counters()
         return CacheCounters(
-            hits=c.hits, hits_profile=self.hits_profile, misses=c.misses, upload_bytes=upload,
+            hits=hits, hits_profile=self.hits_profile, misses=misses,
+            upload_bytes=read_bytes - self.extra_read_bytes,
             swaps=self.swaps, slots=self.slots, prefilled=self.prefilled, cache_bytes=self.cache_bytes,
-            extra_read_bytes=self.extra_read_bytes, layer_hits=tuple(c.layer_hits),
-            layer_hits_profile=tuple(self.layer_hits_profile), layer_misses=tuple(c.layer_misses),
+            extra_read_bytes=self.extra_read_bytes, layer_hits=layer_hits,
+            layer_hits_profile=tuple(self.layer_hits_profile), layer_misses=layer_misses,
         )
 
     def layers(self) -> list[dict]:
