@@ -112,7 +112,7 @@ class MoeCacheExt:
         self._g = 1.0  # heat is stored scaled by _g = 2^(n_gen/half-life): lazy decay
         self._decay = 2.0 ** (1.0 / HALF_LIFE_TOKENS)
         if self.cache is not None and not self.cache.no_cache and (profile is not None or self.adaptive):
-            self._wrap()  # no hook at all (no per-lookup cost) when neither feature is on
+            self._attach_hooks()  # no hook at all (no per-lookup cost) when neither feature is on
         if profile is not None and self.cache is not None and not self.cache.no_cache:
             self.prefill_from(profile)
 
@@ -135,7 +135,7 @@ class MoeCacheExt:
         return int(c.budget) if c.budget is not None else int(self.engine.layout.expert_bank_bytes)
 
     # -- the cache's hooks: lookups (profile hits, heat) and evictions -----------------------
-    def _wrap(self) -> None:
+    def _attach_hooks(self) -> None:
         """Attach to the cache's public hooks (``on_lookup``, ``on_evict``; ``ubatch_tokens``)."""
         cache = self.cache
         keys = self.profile_keys
