@@ -439,11 +439,17 @@ class Engine:
             self._abort_installed = False
 
     # -- routing (eval callback, decode thread) ---------------------------------------------
-    def _on_route(self, il: int, ids: np.ndarray) -> None:
+    def _on_route(self, il: int, ids) -> None:
+        """``ids``: int32 array (n_tokens, k), or the k ids of a single token as a list."""
         if self._cancel is not None and self._cancel.is_set():
             self._request_abort()
             return
-        routed = list(dict.fromkeys(ids.ravel().tolist()))
+        if type(ids) is list:
+            routed = ids
+            if self.route_sink is not None:
+                ids = np.array([ids], dtype=np.int32)
+        else:
+            routed = list(dict.fromkeys(ids.ravel().tolist()))
         if routed and (min(routed) < 0 or max(routed) >= self.n_expert):
             raise ExpertIOError(f"layer {il}: router selected an expert id out of range {routed}")
         if self.cache is not None:

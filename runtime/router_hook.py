@@ -231,7 +231,11 @@ class RouterHook:
             if name.startswith(TOPK_PREFIX):
                 il = int(name[len(TOPK_PREFIX):])
                 if self.on_route is not None:
-                    self.on_route(il, read_ids(tt))
+                    if int(tt.ne[1]) == 1 and int(tt.nb[0]) == 4:
+                        # decode: one row, passed as a list (top-k ids of one token are unique)
+                        self.on_route(il, (ctypes.c_int32 * int(tt.ne[0])).from_address(int(tt.data))[:])
+                    else:
+                        self.on_route(il, read_ids(tt))
             elif self.on_weights is not None:
                 il = int(name.rsplit(b"-", 1)[1])
                 self.on_weights(il, read_weights(tt))
