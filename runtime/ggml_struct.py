@@ -111,23 +111,23 @@ class GGMLLib:
         )
 
 
-def check_layout(lib: GGMLLib, addrs: list[int]) -> None:
-    """Compare the ctypes layout with the library's getters on real tensors.
+def check_layout(lib: GGMLLib, addrs: list[int], cls: type = GGMLTensor) -> None:
+    """Compare the ctypes layout ``cls`` with the library's getters on real tensors.
 
     ``addrs``: addresses of live ``ggml_tensor`` objects (at least one).
     Raises :class:`LayoutError` naming the first field that disagrees.
     """
     overhead = int(lib.ggml_tensor_overhead())
-    if overhead != GGML_OBJECT_SIZE + ctypes.sizeof(GGMLTensor):
+    if overhead != GGML_OBJECT_SIZE + ctypes.sizeof(cls):
         raise LayoutError(
             f"ggml_tensor size mismatch: library overhead {overhead} B, "
-            f"ctypes {GGML_OBJECT_SIZE}+{ctypes.sizeof(GGMLTensor)} B"
+            f"ctypes {GGML_OBJECT_SIZE}+{ctypes.sizeof(cls)} B"
         )
     if not addrs:
         raise LayoutError("no tensor to check the ggml_tensor layout against")
     for a in addrs:
-        t = tensor_at(a)
-        if int(lib.ggml_get_name(a) or 0) != a + NAME_OFFSET:
+        t = cls.from_address(a)
+        if int(lib.ggml_get_name(a) or 0) != a + cls.name.offset:
             raise LayoutError("ggml_tensor.name offset does not match ggml_get_name")
         if int(lib.ggml_get_data(a) or 0) != int(t.data or 0):
             raise LayoutError("ggml_tensor.data does not match ggml_get_data")
