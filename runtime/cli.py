@@ -265,9 +265,15 @@ def _run(args) -> int:  # noqa: C901 - the CLI's one flow
             return sess.run()
 
         # one-shot
+        import threading
+
+        stop = threading.Event()
+
         def on_token(st):
             for ln in token_lines(st):
                 emit.line(ln)
+            if emit.broken:  # the reader went away: stop decoding
+                stop.set()
             if not progress:
                 emit.raw(st.text[len(state.get("shown", "")):])
                 state["shown"] = st.text
@@ -279,7 +285,7 @@ def _run(args) -> int:  # noqa: C901 - the CLI's one flow
         if not progress:
             emit.raw(prompt)
         try:
-            res = eng.generate(prompt, args.n_predict, clear_kv=True, on_token=on_token,
+            res = eng.generate(prompt, args.n_predict, clear_kv=True, on_token=on_token, cancel=stop,
                                on_prefill=lambda _s, _n: [emit.line(ln) for ln in prefill_lines()])
         except RequestError as e:
             return _fail(str(e))
@@ -287,6 +293,8 @@ def _run(args) -> int:  # noqa: C901 - the CLI's one flow
             return _fail(str(e), 1)
         if csv is not None:
             csv.summary(eng, res)
+        if emit.broken:
+            return 1
         if progress:
             if args.route_telemetry and res.n_tokens != args.n_predict:
                 emit.line(resident_line(eng, res.n_tokens))

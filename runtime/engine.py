@@ -669,6 +669,8 @@ class Engine:
                     err = self.hook.error
                     self._clear_abort()
                     self.hook.error = None
+                    if isinstance(err, KeyboardInterrupt):
+                        raise KeyboardInterrupt
                     raise GenerationError(f"decode aborted: {err}")
                 if rc == 2 or (cancel is not None and cancel.is_set()):
                     res.cancelled = True
@@ -744,6 +746,8 @@ class Engine:
         cancelled = self._cancel is not None and self._cancel.is_set()
         self._clear_abort()
         self._cancel = None
+        if isinstance(err, KeyboardInterrupt):
+            raise KeyboardInterrupt
         if err is not None:
             raise GenerationError(f"prefill aborted: {err}")
         if rc == 2 or cancelled:

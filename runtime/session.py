@@ -154,6 +154,8 @@ class Session:
             finally:
                 with self.lock:
                     self.current = None
+            if self.emit.broken and self.emit.also is None:
+                return 1
 
     def _one(self, g: _Gen) -> None:
         eng = self.eng
@@ -169,6 +171,8 @@ class Session:
         def on_token(st):
             for ln in self.token_lines(st):
                 self.emit.line(ln)
+            if self.emit.broken and self.emit.also is None:
+                g.cancel.set()  # nobody reads stdout any more
 
         def on_prefill(_s, _n):
             if self.prefill_lines is not None:
