@@ -19,7 +19,7 @@ from bmoe_top.tui.playback import Playback
 from bmoe_top.tui.run import RunModel
 from bmoe_top.tui.widgets.charts import BreakdownChart, TrendChart
 from bmoe_top.tui.widgets.grids import ExpertMap, LayerHeatmap
-from bmoe_top.tui.widgets.panels import AnswerPanel, ProblemsPanel, RunPanel, safe_text
+from bmoe_top.tui.widgets.panels import AnswerPanel, AnswerTail, ProblemsPanel, RunPanel, safe_text
 
 CSS = """
 Screen { layout: vertical; }
@@ -28,7 +28,7 @@ Screen { layout: vertical; }
 #side { width: 30%; min-width: 30; max-width: 48; border-right: solid $primary-darken-2; }
 #side VerticalScroll { height: 1fr; }
 #run-panel-scroll { height: 2fr; }
-#answer-scroll { height: 1fr; border-top: solid $primary-darken-2; }
+#answer-side { height: 1fr; border-top: solid $primary-darken-2; }
 #main { width: 1fr; }
 #grids { height: 1fr; }
 LayerHeatmap { width: 1fr; }
@@ -147,8 +147,7 @@ class BmoeTopApp(App):
             with Vertical(id="side"):
                 with VerticalScroll(id="run-panel-scroll"):
                     yield RunPanel(self.model, self.playback, id="run-panel")
-                with VerticalScroll(id="answer-scroll"):
-                    yield AnswerPanel(self.model, self.playback, id="answer-side")
+                yield AnswerTail(self.model, self.playback, id="answer-side")
             with TabbedContent(id="tabs", initial="overview"):
                 with TabPane("Overview", id="overview"):
                     with Vertical(id="main"):
@@ -208,7 +207,7 @@ class BmoeTopApp(App):
         self._drawn_key = key
         self.query_one("#title", Static).update(self._title_text())
         self.query_one("#run-panel", RunPanel).update_from_run()
-        for ap in self.query(AnswerPanel):
+        for ap in (*self.query(AnswerPanel), *self.query(AnswerTail)):
             ap.update_from_run()
         self.query_one("#problems-panel", ProblemsPanel).update_from_run()
         for w in (BreakdownChart, TrendChart, LayerHeatmap, ExpertMap):

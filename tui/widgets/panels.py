@@ -10,6 +10,7 @@ import re
 
 from rich.table import Table
 from rich.text import Text
+from textual.widget import Widget
 from textual.widgets import Static
 
 from bmoe_top.tui.playback import Playback
@@ -40,13 +41,20 @@ class RunPanel(Static):
         super().__init__(**kw)
         self.run, self.playback = run, playback
         self._key = None
+        self._height = -1
 
     def update_from_run(self) -> None:
         key = (self.run.version, self.playback.cursor)
         if key == self._key:
             return
         self._key = key
-        self.update(self.renderable_for())
+        table = self.renderable_for()
+        # Relayout the screen only when the panel's height changes (values change every token).
+        width = max(1, self.content_region.width)
+        console = self.app.console
+        height = len(console.render_lines(table, console.options.update_width(width), pad=False))
+        self.update(table, layout=height != self._height)
+        self._height = height
 
     def renderable_for(self) -> Table:
         s = run_summary(self.run)
@@ -91,8 +99,55 @@ class RunPanel(Static):
         return t
 
 
+def answer_text(run: RunModel, cursor: int, max_chars: int | None = None) -> Text:
+    """Every turn's prompt, reasoning and answer up to the playback cursor, as safe Text.
+
+    With ``max_chars`` only the newest turns are built, until about that many characters (the
+    tail a fixed-height panel shows): the cost of a repaint stays bounded however long the run.
+    """
+    parts: list[Text] = []
+    size = 0
+    with run.lock:
+        n = run.tokens.n
+        full = cursor >= n
+        text_end = run.tokens.view("text_end") if run.tokens.has("text_end") else None
+        turn_col = run.tokens.view("turn") if text_end is not None else None
+        visible = [t for t in run.turns if not (n and t.first_token > cursor)]
+        for turn in reversed(visible):
+            out = Text()
+            if len(run.turns) > 1 or turn.prompt:
+                head = f"── turn {turn.index + 1}" + (f" (id {turn.id})" if turn.id is not None else "")
+                out.append(head + "\n", style="#e5c07b")
+            if turn.prompt:
+                out.append_text(safe_text("> " + turn.prompt.strip() + "\n", "#61afef"))
+            text = turn.text
+            if not full and text_end is not None and cursor > 0:
+                last = min(cursor, n) - 1
+                if last >= turn.first_token and turn_col[last] == turn.index:
+                    end = text_end[last]
+                    if end == end:  # not NaN
+                        text = text[: int(end)]
+            if max_chars is not None and len(text) > max_chars:
+                text = "…" + text[-max_chars:]
+            if turn.reasoning:
+                out.append_text(safe_text(turn.reasoning.rstrip() + "\n", "italic #7f848e"))
+            out.append_text(safe_text(text))
+            if turn.cancelled:
+                out.append(" [cancelled]", style="#e06c75")
+            if turn.error:
+                out.append_text(safe_text(f"\n[error: {turn.error}]", "#e06c75"))
+            out.append("\n")
+            parts.append(out)
+            size += len(out)
+            if max_chars is not None and size >= max_chars:
+                break
+    if not any(p.plain.strip() for p in parts):
+        return Text("no answer text in this source", style="italic #7f848e")
+    return Text("").join(reversed(parts))
+
+
 class AnswerPanel(Static):
-    """The answer of every turn up to the cursor, reasoning apart (dim) when the source separates it."""
+    """The whole answer of every turn up to the cursor (the Text tab). Repaints only while shown."""
 
     DEFAULT_CSS = "AnswerPanel { height: auto; padding: 0 1; }"
 
@@ -102,6 +157,8 @@ class AnswerPanel(Static):
         self._key = None
 
     def update_from_run(self) -> None:
+        if not self.is_on_screen:
+            return
         key = (self.run.version, self.playback.cursor)
         if key == self._key:
             return
@@ -109,37 +166,42 @@ class AnswerPanel(Static):
         self.update(self.renderable_for())
 
     def renderable_for(self) -> Text:
-        run, cursor = self.run, self.playback.cursor
-        out = Text()
-        with run.lock:
-            full = cursor >= run.tokens.n
-            text_end = run.tokens.view("text_end") if run.tokens.has("text_end") else None
-            for turn in run.turns:
-                if turn.first_token > cursor and run.tokens.n:
-                    break
-                if len(run.turns) > 1 or turn.prompt:
-                    head = f"── turn {turn.index + 1}" + (f" (id {turn.id})" if turn.id is not None else "")
-                    out.append(head + "\n", style="#e5c07b")
-                if turn.prompt:
-                    out.append_text(safe_text("> " + turn.prompt.strip() + "\n", "#61afef"))
-                text = turn.text
-                if not full and text_end is not None and cursor > 0:
-                    last = min(cursor, run.tokens.n) - 1
-                    if last >= turn.first_token and run.tokens.view("turn")[last] == turn.index:
-                        end = text_end[last]
-                        if end == end:  # not NaN
-                            text = text[: int(end)]
-                if turn.reasoning:
-                    out.append_text(safe_text(turn.reasoning.rstrip() + "\n", "italic #7f848e"))
-                out.append_text(safe_text(text))
-                if turn.cancelled:
-                    out.append(" [cancelled]", style="#e06c75")
-                if turn.error:
-                    out.append_text(safe_text(f"\n[error: {turn.error}]", "#e06c75"))
-                out.append("\n")
-        if not out.plain.strip():
-            out = Text("no answer text in this source", style="italic #7f848e")
-        return out
+        return answer_text(self.run, self.playback.cursor)
+
+
+class AnswerTail(Widget):
+    """The newest lines of the answer, filling a fixed-height panel (the side of the main screen).
+
+    Its size never depends on the text, so streaming tokens repaint this widget only, never the
+    screen's layout, and only the tail is wrapped.
+    """
+
+    DEFAULT_CSS = "AnswerTail { height: 1fr; padding: 0 1; }"
+
+    def __init__(self, run: RunModel, playback: Playback, **kw) -> None:
+        super().__init__(**kw)
+        self.run, self.playback = run, playback
+        self._key = None
+
+    def update_from_run(self) -> None:
+        key = (self.run.version, self.playback.cursor)
+        if key != self._key:
+            self._key = key
+            self.refresh()
+
+    def renderable_for(self) -> Text:
+        width, height = self.content_region.size
+        return answer_text(self.run, self.playback.cursor, max_chars=max(400, width * height * 2))
+
+    def render(self) -> Text:
+        width, height = self.content_region.size
+        text = self.renderable_for()
+        if width <= 0 or height <= 0:
+            return text
+        lines = text.wrap(self.app.console, width)
+        if len(lines) > height:
+            lines = lines[len(lines) - height:]
+        return Text("\n").join(lines)
 
 
 class ProblemsPanel(Static):
