@@ -24,7 +24,6 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Callable
 
 import numpy as np
@@ -345,7 +344,6 @@ class Engine:
         self._pending_w: dict[int, np.ndarray] = {}
         self.route_sink: Callable[[str, int, int, dict], None] | None = None  # set by telemetry
         self._phase = "prefill"
-        self._batch_pos0 = 0
 
         try:
             if self.stream:

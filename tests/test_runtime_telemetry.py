@@ -51,7 +51,6 @@ def test_progress_csv_route_trace_conform(model, tmp_path):
     assert p.returncode == 0, p.stderr
     lines = p.stdout.split("\n")
     i_ans = lines.index("=== answer ===")
-    i_perf = lines.index("=== perf ===")
     recs = [parse_line(ln) for ln in lines[:i_ans]]  # BMOE lines escape control characters
     assert all(isinstance(r, (Load, Progress, Route, Resident)) for r in recs), [
         ln for ln, r in zip(lines, recs) if not isinstance(r, (Load, Progress, Route, Resident))]
