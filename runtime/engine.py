@@ -198,7 +198,8 @@ class Engine:
     Parameters: ``model_path`` (GGUF; None = :func:`bmoe_top.runtime.models.default_model_path`),
     ``n_ctx`` tokens, ``n_threads`` (default: all cores), ``n_batch`` (prefill batch = ubatch;
     default ``n_ctx``; numerics depend on it, compare runs with the same value), ``cache_mb``
-    (MiB; None = :func:`default_cache_mb`; 0 = no cache), ``stream`` (False = fully resident
+    (MiB; None = :func:`default_cache_mb`, or ``models.DEFAULT_DEMO_CACHE_MB`` for the default
+    demo model; 0 = no cache), ``stream`` (False = fully resident
     through llama's mmap, no expert cache), ``io_threads``, ``o_direct``, ``overlap``,
     ``prefetch`` (layers ahead), ``force_cache`` (accept a budget below one token's working set),
     ``route_telemetry`` (fill :attr:`TokenStats.route`), ``route_weights`` (also read routing
@@ -244,10 +245,12 @@ class Engine:
         self.cache: ExpertCache | None = None
         self.reader: ExpertReader | None = None
         self.buffers: dict[str, TensorBuffer] = {}
+        demo_budget = None
         if model_path is None:
-            from .models import default_model_path
+            from . import models
 
-            model_path = default_model_path()
+            model_path = models.default_model_path()
+            demo_budget = getattr(models, "DEFAULT_DEMO_CACHE_MB", None)
         self.layout = read_layout(model_path)
         self.model_path = self.layout.path
         lay = self.layout
@@ -268,7 +271,11 @@ class Engine:
         bank = lay.expert_bank_bytes
         ws = lay.token_working_set_bytes()
         if cache_mb is None:
-            cache_mb = default_cache_mb(lay)
+            # the demo model's recommended budget (models.DEFAULT_DEMO_CACHE_MB) when usable
+            if demo_budget and demo_budget * MIB >= ws:
+                cache_mb = float(demo_budget)
+            else:
+                cache_mb = default_cache_mb(lay)
         if cache_mb < 0:
             raise EngineError(f"--cache-mb must be >= 0 (got {cache_mb})")
         self.cache_mb = float(cache_mb)
