@@ -231,3 +231,23 @@ def pb_speeds():
     from bmoe_top.tui.playback import SPEEDS
 
     return SPEEDS
+
+
+def test_strp_profile_replays_as_a_rank_map(tmp_path):
+    from bmoe_top.parsers.strp import profile_from_counts, write_strp
+    from bmoe_top.tui.playback import Playback
+
+    counts = np.zeros((6, 32), dtype=np.int64)
+    counts[:, :8] = np.arange(8, 0, -1)  # experts 0..7 hot in every layer, 0 hottest
+    p = tmp_path / "p.strp"
+    write_strp(p, profile_from_counts(counts, slots=12))
+    run = open_paths([str(p)])
+    assert run.n_layer == 6 and run.n_expert == 32
+    assert run.expert_rank is not None and (run.expert_rank[:, 8:] == -1).all()
+    pb = Playback(run)
+    lines = ExpertMap(run, pb).build(60, 20)
+    text = ["".join(s.text for s in ln) for ln in lines]
+    assert "profile rank" in text[0]
+    assert "48 ranked pairs" in text[1]
+    row0 = text[2].split("│", 1)[1]
+    assert row0[:8].count("█") + row0[:8].count("░") == 8 and set(row0[8:32]) == {"·"}

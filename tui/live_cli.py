@@ -68,6 +68,8 @@ def add_commands(sub: Any) -> None:
     what.add_argument("--metrics", metavar="URL", help="a /metrics endpoint (bmoe-run serve)")
     what.add_argument("--audit", metavar="FILE", help="an audit log to follow like tail -F")
     ap.add_argument("--api-key", help="with --metrics: bearer token")
+    ap.add_argument("--interval", type=float, default=1.0, metavar="S",
+                    help="with --metrics: seconds between scrapes (default 1)")
     ap.add_argument("--once", action="store_true", help="headless: print what the screen would show, exit")
     ap.add_argument("--json", action="store_true", help="with --once: print JSON")
     ap.add_argument("-p", "--prompt", default=None, help="with --session --once: send this prompt and wait for its end")
@@ -133,7 +135,9 @@ def cmd_launch(args: argparse.Namespace) -> int:
 
 
 def cmd_attach(args: argparse.Namespace) -> int:
-    if args.metrics or args.audit:
+    if args.metrics is not None or args.audit is not None:
+        if not (args.metrics or args.audit):
+            return _die("attach: an empty URL or path")
         return _attach_network(args)
     from bmoe_top.tui.sources.session_socket import SessionSocketClient
 
@@ -162,13 +166,13 @@ def _attach_network(args: argparse.Namespace) -> int:
             from bmoe_top.tui import headless_attach as ha
         except ImportError:
             return _die("attach --metrics/--audit is not available in this build")
-        d = ha.metrics_once(args.metrics, api_key=args.api_key) if args.metrics else ha.audit_once(args.audit)
+        d = ha.metrics_once(args.metrics, api_key=args.api_key) if args.metrics is not None else ha.audit_once(args.audit)
         if args.json:
             print(ha.to_json(d))
         else:
             print(f"{args.metrics or args.audit}: {d.get('status')} {d.get('detail') or ''}".rstrip())
         return ha.exit_code(d)
-    modname = "attach_metrics" if args.metrics else "attach_audit"
+    modname = "attach_metrics" if args.metrics is not None else "attach_audit"
     try:
         import importlib
 

@@ -316,6 +316,7 @@ class RunModel:
     n_expert: int | None = None
     top_k: int | None = None
     resident: np.ndarray | None = None  # bool [n_layer, n_expert]
+    expert_rank: np.ndarray | None = None  # int32 [n_layer, n_expert] from an STRP profile: 0 hottest, -1 unranked
     resident_mib: float | None = None
     budget_mib: float | None = None
     last_line_t: float | None = None  # monotonic time of the last line a live source delivered

@@ -169,8 +169,11 @@ class ExpertMap(GridView):
             stop = self.playback.cursor
             counts, _hits = run.expert_counts(stop)
             resident = run.resident.copy() if run.resident is not None else None
+            rank = run.expert_rank.copy() if run.expert_rank is not None else None
             last_hit = run.last_routing_hit(stop) if resident is None else None
             top_k = run.top_k
+        if rank is not None and counts.sum() == 0:
+            return self.build_rank(rank, resident, width, height)
         res_src = "resident now" if resident is not None else "hit at last routing"
         title = [Segment("layer × expert routing heat ", TITLE),
                  *legend_segments(HEAT_STYLES, "cold", "hot"),
@@ -206,4 +209,32 @@ class ExpertMap(GridView):
                 # resident but never routed: still show it as resident (cold colour)
                 row_bins[(row_bins < 0) & (r[i] > 0)] = 0
             lines.append(Strip(_row_segments(self.layer_label(i, fl, n_layer), row_bins, glyphs, HEAT_STYLES)))
+        return lines
+
+    def build_rank(self, rank: np.ndarray, resident: np.ndarray | None, width: int, height: int) -> list[Strip]:
+        """An STRP profile: colour = rank among all ranked pairs (hottest red, coldest blue),
+        ``█`` the profile puts the expert in the cache, ``░`` ranked but not cached, ``·`` unranked."""
+        n_layer, n_expert = rank.shape
+        ranked = rank >= 0
+        n_ranked = max(1, int(ranked.sum()))
+        # fixed scale over the profile's own ranks: rank 0 -> bin 10 (hot) ... last -> bin 0 (cold)
+        heat = np.where(ranked, 10.0 - rank / max(1, n_ranked - 1) * 10.0, np.nan)
+        cols = max(1, width - GUTTER)
+        fe = math.ceil(n_expert / cols) if self.fold and n_expert > cols else 1
+        fl = self.layer_fold(n_layer, height - HEADER, self.fold)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            h = fold_rows(fold_rows(heat.T, fe).T, fl)  # nan-max would hide; mean of the group
+        res = resident.astype(np.int8) if resident is not None else ranked.astype(np.int8)
+        r = fold_rows(fold_rows(res.T, fe, "sum").T, fl, "sum")
+        bins = np.where(np.isnan(h), -1, np.clip(np.rint(h), 0, 10)).astype(np.int16)
+        lines = [Strip([Segment("layer × expert profile rank ", TITLE),
+                        *legend_segments(HEAT_STYLES, "coldest", "hottest"),
+                        Segment(f"  █ cached by the profile  ░ ranked  {NO_DATA_GLYPH} unranked", DIM)])]
+        hdr = f"experts 0–{n_expert - 1}, {n_ranked} ranked pairs" + (
+            f", {fe} experts/cell" if fe > 1 else "") + (f", {fl} layers/row" if fl > 1 else "")
+        lines.append(Strip([Segment(" " * (GUTTER - 1) + "│", DIM), Segment(hdr, DIM)]))
+        for i in range(bins.shape[0]):
+            glyphs = np.where(r[i] > 0, CELL_GLYPH, MISS_GLYPH)
+            lines.append(Strip(_row_segments(self.layer_label(i, fl, n_layer), bins[i], glyphs, HEAT_STYLES)))
         return lines
