@@ -496,17 +496,18 @@ class ExpertCache:
         lanes = self.reader.io_threads
         if self.reader.pool is None or len(runs) == 1 or lanes == 1:
             return sum(one(r) for r in runs)
-        # balance the runs over the lanes by bytes (largest first); the calling thread is lane 0
-        groups: list[list] = [[] for _ in range(min(lanes, len(runs)))]
-        load = [0] * len(groups)
-        for r in sorted(runs, key=lambda r: r[0].info.expert_stride * (r[2] - r[1] + 1), reverse=True):
-            i = load.index(min(load))
-            groups[i].append(r)
-            load[i] += r[0].info.expert_stride * (r[2] - r[1] + 1)
+        # the lanes (the calling thread is lane 0) pull runs, largest first, from one shared
+        # iterator: a slow read does not hold up the others' remaining work
+        queue_ = iter(sorted(runs, key=lambda r: r[0].info.expert_stride * (r[2] - r[1] + 1), reverse=True))
+        n_lanes = min(lanes, len(runs))
 
-        def lane(group):
-            return sum(one(r) for r in group)
+        def lane(_i):
+            busy = 0.0
+            for r in queue_:  # next() on a shared iterator is atomic under the GIL
+                busy += one(r)
+            return busy
 
+        groups = list(range(n_lanes))
         futs = [self.reader.pool.submit(lane, g) for g in groups[1:]]
         busy = 0.0
         err: BaseException | None = None
