@@ -389,14 +389,16 @@ def default_model_path() -> Path:
 
 
 def llama_greedy(path: str | os.PathLike[str], prompt: Sequence[int], n_predict: int, *,
-                 n_ctx: int = 512, n_threads: int = 2, stop_at_eos: bool = True) -> list[int]:
+                 n_ctx: int = 512, n_threads: int = 2, stop_at_eos: bool = True,
+                 kv_f32: bool = False) -> list[int]:
     """Greedy-decode ``n_predict`` tokens after ``prompt`` (token ids) with llama.cpp, fully resident.
 
     A reference decode for tests and for the trained-model conversion proof: low-level API,
     mmap, weight repacking off (``use_extra_bufts=False``; llama-cpp-python 0.3.36's AMX repack of
     q8_0/q4_0 crashes on AVX512-AMX CPUs), the whole prompt in one batch, then one token per
     decode; argmax over the logits. Returns the generated ids (stops early at EOS when
-    ``stop_at_eos``). Raises RuntimeError when the model cannot be loaded or a decode fails,
+    ``stop_at_eos``). ``kv_f32`` keeps the KV cache in f32 instead of llama.cpp's default f16
+    (for comparisons against an f32 reference). Raises RuntimeError when the model cannot be loaded or a decode fails,
     ValueError when prompt + n_predict exceeds ``n_ctx``.
     """
     import llama_cpp as L
@@ -416,6 +418,9 @@ def llama_greedy(path: str | os.PathLike[str], prompt: Sequence[int], n_predict:
         cp.n_ubatch = max(len(prompt), 1)
         cp.n_threads = n_threads
         cp.n_threads_batch = n_threads
+        if kv_f32:
+            cp.type_k = L.GGML_TYPE_F32
+            cp.type_v = L.GGML_TYPE_F32
         ctx = L.llama_init_from_model(model, cp)
         if not ctx:
             raise RuntimeError("llama.cpp could not create a context")
