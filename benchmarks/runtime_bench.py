@@ -180,7 +180,7 @@ def bench_rss(model: str, tokens: int) -> dict:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--tokens", type=int, default=64)
+    ap.add_argument("--tokens", type=int, default=48)
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--dir", default=None)
     ap.add_argument("--rss-child", default=None, help=argparse.SUPPRESS)
@@ -189,11 +189,17 @@ def main(argv=None) -> int:
     if args.rss_child:
         rss_child(args.model, args.rss_child, args.tokens)
         return 0
+    if args.dir is None:
+        with tempfile.TemporaryDirectory(prefix="bmoe-bench-") as td:  # models are ~360 MB: removed after
+            return _bench(Path(td), args)
+    d = Path(args.dir)
+    d.mkdir(parents=True, exist_ok=True)
+    return _bench(d, args)
 
+
+def _bench(d: Path, args) -> int:
     from bmoe_top.runtime.models import make_model
 
-    d = Path(args.dir or tempfile.mkdtemp(prefix="bmoe-bench-"))
-    d.mkdir(parents=True, exist_ok=True)
     demo = d / "demo-q8_0.gguf"
     bench = d / "bench-q8_0.gguf"
     t0 = time.perf_counter()
