@@ -79,6 +79,9 @@ def test_session_protocol(model):
     assert d1.n_prompt > 1 and d1.n_past == d1.n_prompt + d1.tokens
     assert d1.cache_hit_pct == pytest.approx(prog[-1].cache_hit_pct, abs=0.01)
     assert d1.cache_budget_mib == pytest.approx(0.45)
+    loads = [r for r in seen if isinstance(r, Load)]
+    assert sum(r.mb for r in loads) == pytest.approx(raw_done["read_mib"], abs=2e-3)
+    assert sum(r.read_mb for r in prog) == pytest.approx(raw_done["read_mib"], abs=2e-3)
 
     # continue the conversation: only the new suffix is prefilled
     s.send({"cmd": "generate", "id": 2, "prompt": " and more", "n_predict": 6, "clear_kv": False})
