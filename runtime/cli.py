@@ -73,6 +73,10 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--resident-every", type=int, default=8, metavar="N",
                     help="with --route-telemetry: BMOE_RESIDENT every N tokens (default 8)")
     ap.add_argument("--route-trace", default=None, metavar="PATH", help="write the route-trace CSV")
+    ap.add_argument("--moe-cache-profile", default=None, metavar="FILE",
+                    help="fill the expert cache at load from an STRP profile, hottest first (runtime/moe_cache.py)")
+    ap.add_argument("--moe-cache-adaptive", action="store_true",
+                    help="heat-based expert swaps while generating (runtime/moe_cache.py)")
     ap.add_argument("--flash-attn", choices=["auto", "on", "off"], default="auto")
     ap.add_argument("--quiet", action="store_true", help="silence llama.cpp's log (stderr)")
     return ap
@@ -205,6 +209,37 @@ def _run(args) -> int:  # noqa: C901 - the CLI's one flow
     flags["cache_mb"] = round(eng.budget_mib, 3) if eng.stream else 0
     flags["o_direct"] = eng.o_direct
 
+    ext = None
+    if args.moe_cache_profile or args.moe_cache_adaptive:
+        if eng.cache is None or eng.cache.no_cache:
+            eng.close()
+            msg = "--moe-cache-profile/--moe-cache-adaptive need an expert cache (streaming with --cache-mb > 0)"
+            if args.session:
+                emit.line(error_line(None, True, msg))
+            return _fail(msg)
+        import time as _time
+
+        from bmoe_top.parsers.strp import StrpError, check_dims, read_strp
+
+        from .moe_cache import MoeCacheExt
+
+        profile = None
+        t_fill = _time.perf_counter()
+        if args.moe_cache_profile:
+            try:
+                profile = read_strp(args.moe_cache_profile)
+            except (StrpError, OSError) as e:
+                eng.close()
+                return _fail(f"--moe-cache-profile {args.moe_cache_profile}: {e}")
+            why = check_dims(profile, eng.n_layer, eng.n_expert)
+            if why:
+                eng.close()
+                return _fail(f"--moe-cache-profile {args.moe_cache_profile}: {why}")
+        ext = MoeCacheExt(eng, profile=profile, adaptive=args.moe_cache_adaptive)
+        eng.load_s += _time.perf_counter() - t_fill  # the profile fill is part of loading
+        flags["moe_cache_profile"] = os.path.basename(args.moe_cache_profile) if profile is not None else "none"
+        flags["moe_cache_adaptive"] = bool(args.moe_cache_adaptive)
+
     csv = trace = None
     try:
         if args.csv:
@@ -224,6 +259,8 @@ def _run(args) -> int:  # noqa: C901 - the CLI's one flow
 
         def token_lines(st) -> list[str]:
             out = []
+            if ext is not None:
+                ext.after_token()  # adaptive swaps happen between tokens, on the decode thread
             if csv is not None:
                 csv.row(st)
             if not progress:

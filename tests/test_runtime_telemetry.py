@@ -188,3 +188,29 @@ def test_bad_input_one_line(model, tmp_path, args, needle):
     err = [ln for ln in p.stderr.splitlines() if ln.strip()]
     assert len(err) == 1 and needle in err[0], p.stderr
     assert p.stdout == ""
+
+
+def test_moe_cache_profile_prefills_the_cache(model, tmp_path):
+    """An STRP profile traced over the prompt (bmoe-run make-profile) fills the cache at load: the
+    prompt's routing then hits where a cold start misses everything."""
+    text = tmp_path / "t.txt"
+    prompt = "profile me, please"
+    text.write_text(prompt)
+    prof = tmp_path / "p.strp"
+    mk = run(["make-profile", str(model), str(text), "-o", str(prof), "--cache-mb", "1.2"])
+    assert mk.returncode == 0, mk.stderr
+    base = ["-m", str(model), "-p", prompt, "-n", "4", "-c", "256", "--quiet", "--cache-mb", "1.2",
+            "--route-telemetry"]
+    cold = run(base)
+    warm = run(base + ["--moe-cache-profile", str(prof)])
+    assert cold.returncode == 0 and warm.returncode == 0, warm.stderr
+
+    def prefill_hits(out):
+        r = next(r for r in map(parse_line, out.splitlines()) if isinstance(r, Route) and r.phase == "prefill")
+        return sum(map(sum, r.hit)), sum(map(len, r.hit))
+
+    hc, nc = prefill_hits(cold.stdout)
+    hw, nw = prefill_hits(warm.stdout)
+    assert hc == 0 and nc == nw and hw > nw // 2
+    bad = run(["-m", str(model), "--moe-cache-profile", str(text), "--quiet"])
+    assert bad.returncode == 2 and "STRP" in bad.stderr and "Traceback" not in bad.stderr
