@@ -186,8 +186,8 @@ class RouteRows:
         self.max_expert = max(self.max_expert, int(expert.max()))
         self._index(tok, layer, hit)
 
-    def _index(self, tok: np.ndarray, layer: np.ndarray, hit: np.ndarray) -> None:
-        n_layer, n_tok = self.max_layer + 1, self.max_tok + 1
+    def _ensure(self, n_layer: int, n_tok: int) -> None:
+        """Grow the (layer, token) count arrays to at least ``[n_layer, n_tok]``."""
         L, T = self._tl_cnt.shape
         if n_layer > L or n_tok > T:
             L2 = max(n_layer, L)
@@ -199,10 +199,33 @@ class RouteRows:
                 new = np.zeros((L2, T2), dtype=np.int32)
                 new[:L, :T] = old
                 setattr(self, name, new)
+
+    def _index(self, tok: np.ndarray, layer: np.ndarray, hit: np.ndarray) -> None:
+        self._ensure(self.max_layer + 1, self.max_tok + 1)
         m = (tok >= 0) & (layer >= 0) & (hit >= 0)
         if m.any():
             np.add.at(self._tl_cnt, (layer[m], tok[m]), 1)
             np.add.at(self._tl_hit, (layer[m], tok[m]), hit[m] > 0)
+
+    def add_counts(self, tok: int, hits: np.ndarray, misses: np.ndarray) -> None:
+        """Add per-layer lookup counts of one row ``tok`` (a token, or a coarser row such as a
+        scrape interval) to the same (layer, row) arrays :meth:`hit_share` reads.
+
+        ``hits``/``misses``: float or int ``[n_layer]``; a NaN or negative entry (not exported,
+        counter went down) adds nothing for that layer. No routing row is added, so the expert
+        aggregates are unchanged; ``max_tok``/``max_layer`` grow as for routing rows.
+        """
+        h = np.asarray(hits, dtype=np.float64)
+        m = np.asarray(misses, dtype=np.float64)
+        ok = np.isfinite(h) & np.isfinite(m) & (h >= 0) & (m >= 0)
+        if tok < 0 or not ok.any():
+            return
+        il = np.flatnonzero(ok)
+        self.max_tok = max(self.max_tok, int(tok))
+        self.max_layer = max(self.max_layer, int(il.max()))
+        self._ensure(self.max_layer + 1, self.max_tok + 1)
+        self._tl_cnt[il, tok] += (h[il] + m[il]).astype(np.int64).astype(np.int32)
+        self._tl_hit[il, tok] += h[il].astype(np.int64).astype(np.int32)
 
     @property
     def tok(self) -> np.ndarray:
@@ -309,7 +332,10 @@ class RunModel:
     summary_extra: dict[str, str] = field(default_factory=dict)  # non-canonical summary keys, verbatim
     sidecar: dict[str, str] = field(default_factory=dict)  # key=value device sidecar lines
     sources: list[str] = field(default_factory=list)
-    status: str = "empty"  # empty | loading | ready | generating | done | aborted | replay
+    # empty | loading | ready | generating | done | aborted | replay; network attach sources:
+    # connecting | ok | unreachable | unauthorized | malformed | error (metrics), waiting | ok |
+    # error | malformed (audit tail); status_detail holds the one-line reason
+    status: str = "empty"
     status_detail: str = ""
     ready: dict[str, Any] | None = None
     n_layer: int | None = None
@@ -320,6 +346,10 @@ class RunModel:
     resident_mib: float | None = None
     budget_mib: float | None = None
     last_line_t: float | None = None  # monotonic time of the last line a live source delivered
+    #: What one row of :attr:`tokens` is: ``token`` (per-token sources), ``interval`` (a
+    #: ``/metrics`` scrape interval: per-token means over it), ``request`` (an audit ``request``
+    #: record: per-token means over it). The views name their axis and titles after it.
+    row_unit: str = "token"
 
     def __post_init__(self) -> None:
         self.lock = threading.RLock()
@@ -513,9 +543,10 @@ class RunModel:
             self.n_expert = max(exps) + 1
         if toks:
             self.routes.extend(np.asarray(toks), np.asarray(layers), np.asarray(exps), np.asarray(hs))
-            k = max(len(r) for r in experts)
-            if self.top_k is None or k > self.top_k:
-                self.top_k = k
+            if rec.phase != "prefill" and not self.meta.get("n_expert_used"):
+                k = max(len(r) for r in experts)  # a prefill row is the union over the batch
+                if self.top_k is None or k > self.top_k:
+                    self.top_k = k
 
     def _route_before_progress(self, rec: Any) -> bool:
         """True when a decode BMOE_ROUTE belongs to the token whose BMOE_PROGRESS is still to come."""
@@ -744,8 +775,21 @@ class RunModel:
         return self.routes.hit_share(self.n_layer or 0, start, stop)
 
     def route_token_count(self) -> int:
-        """Tokens that have routing rows (decode tokens; prefill rows do not count)."""
-        return self.routes.max_tok + 1 if self.routes.n else 0
+        """Tokens (rows) that have routing rows or per-layer counts (decode tokens; prefill
+        rows do not count)."""
+        return max(0, self.routes.max_tok + 1)
+
+    def add_layer_counts(self, row_index: int, hits: np.ndarray, misses: np.ndarray) -> None:
+        """Per-layer cache lookups of token row ``row_index`` for the layer x row heatmap, from a
+        source that has counts rather than routing rows (``/metrics`` per-layer counters over
+        a scrape interval, audit ``layers`` deltas). ``hits``/``misses``: ``[n_layer]``, NaN =
+        not known for that layer. Grows ``n_layer`` to cover the layers given. Takes the lock.
+        """
+        with self.lock:
+            self.routes.add_counts(int(row_index), hits, misses)
+            if self.routes.max_layer >= 0:
+                self.n_layer = max(self.n_layer or 0, self.routes.max_layer + 1)
+            self.touch()
 
     def expert_counts(self, stop: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(routed counts, hit counts), int ``[n_layer, n_expert]``, over tokens ``[0, stop)``
@@ -832,6 +876,8 @@ def run_summary(run: RunModel) -> dict[str, Any]:
             "problems": run.problem_count,
             "sidecar": dict(run.sidecar),
             "status": run.status,
+            "status_detail": run.status_detail,
+            "row_unit": run.row_unit,
             "sources": list(run.sources),
         }
     return out
