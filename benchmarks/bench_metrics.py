@@ -2,7 +2,7 @@
 
 1. Parse and apply one ``/metrics`` scrape of a 94-layer model (every per-layer series), as
    ``bmoe-run serve`` renders it: ``parse_exposition`` + ``MetricsState.apply`` (rates against the
-   previous scrape). Goal: < 10 ms. Baseline in the same run: prometheus-client's bare
+   previous scrape, one run-model row and its per-layer counts). Goal: < 10 ms. Baseline in the same run: prometheus-client's bare
    ``text_string_to_metric_families`` over the same body (ratio = ours / bare parse).
 2. Decode speed of a real ``bmoe-run serve`` while ``/metrics`` is scraped at 1 Hz, against the
    same server unscraped (alternating runs; median of the paired ratios). Goal: slowdown <= 2 %.
@@ -70,7 +70,7 @@ def bench_parse(reps: int) -> float:
             for _ in fam.samples:
                 pass
         t_bare.append(time.perf_counter() - t0)
-    d = st.deltas[-1]
+    d = st.last_delta
     assert len(d.layer_hit_pct) == N_LAYER and d.hit_pct is not None
     ours = statistics.median(t_ours) * 1000
     cpu = statistics.median(c_ours) * 1000

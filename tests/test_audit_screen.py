@@ -1,5 +1,6 @@
-"""The audit attach screen (tui/screens/attach_audit.py) in a Textual pilot over a real file that
-is appended to, with a corrupt line and two pids, and over a real bmoe-run serve audit log."""
+"""The audit attach screen (tui/screens/attach_audit.py: the replay screen over the run model the
+audit tail feeds) in a Textual pilot over a real file that is appended to, with a corrupt line and
+two pids, and over a real bmoe-run serve audit log."""
 
 from __future__ import annotations
 
@@ -59,27 +60,46 @@ async def test_audit_screen_follows_the_file(tmp_path):
             f.write(rec("load", 9, 0, 0, 0, 4, model={"name": "other", "n_layer": 2}, layers=layers([1], [2])))
         with open(p, "ab") as f:
             f.write(req(7, 9, 6, 5 << 20, 3, 2, 1 << 20, 2, 5))
-            f.write(rec("exit", 7, 9, 6, 5 << 20, 6, layers=layers([0, 3], [5]), perf={"n_gen": 20, "gen_tps": 200.0}))
+            f.write(rec("exit", 7, 9, 6, 5 << 20, 6, layers=layers([0, 3], [5], h=(8, 2), m=(1, 7)),
+                        perf={"n_gen": 20, "gen_tps": 200.0}))
         await pilot.pause(0.4)
         # newest run selected by default = pid 9 (opened by its load); go back to pid 7
-        panel = plain(app.query_one("#run-panel").content)
+        panel = plain(app.query_one("#attach-panel").content)
         assert "9" in panel and "other" in panel
         await pilot.press("N")
         await pilot.pause(0.1)
-        panel = plain(app.query_one("#run-panel").content)
+        panel = plain(app.query_one("#attach-panel").content)
         assert "tiny" in panel and "exited" in panel and "exact sum" in panel and "holds" in panel
         assert "60.0 %" in panel  # 9 hits / 15 lookups
         assert table.row_count == 2
         row = table.get_row_at(0)
         assert row[0] == "7" and row[5] == "200.0" and row[8] == "60.0"  # 10 tokens in 50 ms, 6/(6+4)
-        status = app.query_one("#status").content.plain
-        assert "1 corrupt line skipped" in status and "line 4" in status
-        rm = strips_text(app.query_one("#resident-map").build(100, 20))
-        assert "from the exit record" in rm and "L0" in rm and "L1" in rm
+        status = app.query_one("#attach-status").content.plain
+        assert "1 corrupt line skipped" in status and "line 4" in status and "pids 7, 9" in status
+        # the run model: two request rows, the corrupt line a problem, the newest resident map
+        run = app.model
+        assert run.tokens.n == 2 and run.row_unit == "request" and run.problem_count == 1
+        assert run.problems[0].lineno == 4
+        assert [t.done["pid"] for t in run.turns] == [7, 7]
+        assert run.tokens.view("wall_ms").tolist() == [5.0, 5.0]  # 50 ms / 10 tokens
+        # the replay screen's expert map draws the resident experts of the newest (exit) record
+        rm = strips_text(app.query_one("#expert-map").build(100, 20))
+        assert "L0" in rm and "L1" in rm
         row0 = [ln for ln in rm.splitlines() if ln.strip().startswith("L0")][0]
         assert row0.split("│", 1)[1][:4] == "█··█"
-        trends = strips_text(app.query_one("#audit-trends").build(100, 3))
-        assert "hit %" in trends and "60.0 %" in trends
+        # the exit's per-layer counts since load (L0: 8-4 hits, 1-1 misses; L1: 2-2 hits, 7-3
+        # misses) land on pid 7's last request row: the layer x request heatmap
+        hm = strips_text(app.query_one("#heatmap").build(100, 20))
+        assert "layer × request hit share" in hm and "requests 1–2" in hm
+        share = run.hit_matrix()
+        assert share.shape == (2, 2) and share[0, 1] == 1.0 and share[1, 1] == 0.0
+        assert all(x != x for x in share[:, 0])  # no per-layer counts on the first request
+        bd = strips_text(app.query_one("#breakdown").build(100, 14))
+        assert "requests 1–2 of 2" in bd
+        trends = strips_text(app.query_one("#trends").build(100, 3))
+        assert "hit %" in trends and "60.0 %" in trends and "tok/s" in trends and "200.0" in trends
+        # the replay screen's title counts requests
+        assert "request 2/2" in app.query_one("#title").content.plain
 
 
 async def test_audit_screen_over_a_real_server_log(tmp_path):
@@ -99,8 +119,17 @@ async def test_audit_screen_over_a_real_server_log(tmp_path):
             assert table.row_count == 1 and table.get_row_at(0)[4] == str(n)
             s.stop()
             await pilot.pause(0.4)
-            panel = plain(app.query_one("#run-panel").content)
+            panel = plain(app.query_one("#attach-panel").content)
             assert "exited" in panel and "holds" in panel
+            # the replay screen's views over the same run model: a breakdown column and the
+            # exit record's per-layer counts on the request's row
+            run = app.model
+            assert run.tokens.n == 1 and run.tokens.view("wall_ms")[0] > 0
+            bd = strips_text(app.query_one("#breakdown").build(100, 14))
+            assert "requests 1–1 of 1" in bd
+            hm = strips_text(app.query_one("#heatmap").build(100, 20))
+            assert "L0" in hm and "L1" in hm and "requests 1–1" in hm
+            assert (run.hit_matrix()[:, 0] == run.hit_matrix()[:, 0]).all()  # both layers have lookups
     finally:
         s.stop()
 
@@ -119,4 +148,4 @@ async def test_audit_screen_under_the_command_palette_and_keys(tmp_path):
             await pilot.press(k)
         await pilot.pause(0.1)
         assert app.state.runs.n_records == 2
-        assert "ready" in plain(app.query_one("#run-panel").content)
+        assert "ready" in plain(app.query_one("#attach-panel").content)

@@ -196,7 +196,8 @@ def test_any_chunking_of_appends_gives_every_record_once(tmp_path):
             tail.poll_once()
             prev = c
         tail.close()
-        assert len(tail.state.timeline) == 30  # one timeline entry per record, none repeated
+        assert len(tail.state.run.log) == 30  # one log line per record, none repeated
+        assert len(tail.state.run.turns) == 20 and tail.state.run.tokens.n == 20  # one per request
         got = sorted(r.data["seq"] for run in tail.state.runs.runs
                      for r in ([run.load] + run.requests) if r is not None)
         assert got == list(range(1, 31)) and tail.state.n_bad == 0

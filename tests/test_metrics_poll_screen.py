@@ -1,15 +1,18 @@
-"""The metrics attach screen (tui/screens/attach_metrics.py) in a Textual pilot, fed by a real
-poller over real HTTP: rates and totals, not exported series, per-layer heatmap, the three
-failure states with the last picture kept, against scripted servers and a real bmoe-run serve."""
+"""The metrics attach screen (tui/screens/attach_metrics.py: the replay screen over the run model
+the poller feeds) in a Textual pilot, fed by a real poller over real HTTP: rates and totals, not
+exported series, the layer x interval heatmap and the breakdown, the three failure states with the
+last picture kept, against scripted servers and a real bmoe-run serve."""
 
 from __future__ import annotations
 
 import threading
 
 import httpx
+import numpy as np
 import pytest
 from rich.console import Console
 
+from bmoe_top.tui.run import run_summary
 from bmoe_top.tui.screens.attach_metrics import MetricsAttachApp
 from bmoe_top.tui.sources.metrics_poll import MetricsPoller
 from test_metrics_poll import Scripted, exposition
@@ -50,32 +53,44 @@ async def test_screen_states_and_numbers(srv):
         poller.scrape_once()
         app.refresh_views(force=True)
         await pilot.pause()
-        side = plain(app.query_one("#side-panel").content)
+        side = plain(app.query_one("#attach-panel").content)
         assert "hit %" in side and "83.3 %" in side  # (200 hits, 40 misses) in the interval
         assert "not exported" in side  # e.g. swaps, the time sums
         assert "0" not in [ln.split()[-1] for ln in side.splitlines() if ln.startswith("swaps")]
-        status = app.query_one("#status").content.plain
+        status = app.query_one("#attach-status").content.plain
         assert "connected" in status
-        hm = app.query_one("#layer-heatmap")
+        # the run model: one row for the one completed interval, per-layer counts on it
+        run = app.model
+        assert run.row_unit == "interval" and run.tokens.n == 1 and run.status == "ok"
+        assert run.tokens.last("tokens_in_interval") == 20
+        assert run.tokens.last("cache_hit_pct") == pytest.approx(100.0 * 300 / 360)  # since start
+        assert not run.tokens.has("wall_ms")  # no time sums exported: missing, never 0
+        hm = app.query_one("#heatmap")
         text = strips_text(hm.build(100, 20))
-        assert "L0" in text and "L2" in text and "1 intervals" in text
+        assert "L0" in text and "L2" in text and "layer × interval hit share" in text and "intervals 1–1" in text
+        share = run.hit_matrix()
+        assert share[:, 0].tolist() == pytest.approx([2 / 4, 1.0, 6 / 8])  # L1 never missed
         trends = strips_text(app.query_one("#trends").build(100, 4))
-        assert "tok/s" in trends and "not exported" in trends  # MiB/s without upload bytes
+        assert "tok/s" in trends and "hit %" in trends and "missing" in trends  # MiB/tok without upload bytes
+        assert "interval 1/1" in app.query_one("#title").content.plain
         poller.scrape_once()
         app.refresh_views(force=True)
+        app.update_attach(force=True)
         await pilot.pause()
-        status = app.query_one("#status").content.plain
+        status = app.query_one("#attach-status").content.plain
         assert "unauthorized" in status and "HTTP 401" in status and "last good scrape" in status
-        assert "83.3 %" in plain(app.query_one("#side-panel").content)  # the last picture stays
+        assert "83.3 %" in plain(app.query_one("#attach-panel").content)  # the last picture stays
+        assert run.tokens.n == 1 and run.status == "unauthorized" and "HTTP 401" in run.status_detail
+        assert "unauthorized" in plain(app.query_one("#run-panel").content)
         poller.scrape_once()
-        app.refresh_views(force=True)
+        app.update_attach(force=True)
         await pilot.pause()
-        assert "malformed" in app.query_one("#status").content.plain
+        assert "malformed" in app.query_one("#attach-status").content.plain
         srv.close()
         poller.scrape_once()
-        app.refresh_views(force=True)
+        app.update_attach(force=True)
         await pilot.pause()
-        assert "unreachable" in app.query_one("#status").content.plain
+        assert "unreachable" in app.query_one("#attach-status").content.plain
 
 
 async def test_screen_live_against_bmoe_run_serve(tmp_path):
@@ -97,12 +112,26 @@ async def test_screen_live_against_bmoe_run_serve(tmp_path):
             st = app.state.summary()
             n = done["tokens_predicted"]
             assert n > 50 and st["status"] == "ok" and st["totals"]["tokens_predicted"] == n
-            hm = strips_text(app.query_one("#layer-heatmap").build(100, 20))
-            assert "L0" in hm and "L1" in hm
-            side = plain(app.query_one("#side-panel").content)
+            hm = strips_text(app.query_one("#heatmap").build(100, 20))
+            assert "L0" in hm and "L1" in hm and "layer × interval hit share" in hm
+            side = plain(app.query_one("#attach-panel").content)
             assert f"{n} tok" in side
-            # the time breakdown is exported by bmoe-run serve
             assert "wall" in side
+            # the replay screen's views show rows: the intervals of the request, with the time
+            # breakdown bmoe-run serve exports (ms per token, mean over each interval)
+            run = app.model
+            tok = run.tokens
+            assert tok.n >= 2 and np.nansum(tok.view("tokens_in_interval")) == n
+            wall = tok.view("wall_ms")
+            busy = tok.view("tokens_in_interval") > 0
+            assert np.all(wall[busy] > 0) and np.all(np.isnan(wall[~busy]))  # idle: missing, not 0
+            assert np.all(np.nan_to_num(tok.view("io_ms")) >= 0)
+            bd = strips_text(app.query_one("#breakdown").build(120, 14))
+            assert f"intervals 1–{tok.n} of {tok.n}" in bd and "█" in bd
+            share = run.hit_matrix()
+            assert share.shape[0] == 2 and np.isfinite(share).any()
+            assert run_summary(run)["tokens"] == n  # the run panel's total since the server started
+            assert f"interval {tok.n}/{tok.n}" in app.query_one("#title").content.plain
         assert not poller.is_alive() or poller.join(3) is None
     finally:
         s.stop()

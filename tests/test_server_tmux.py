@@ -69,7 +69,9 @@ def test_done_when_two_terminals(tmp_path):
         s = m.wait(f"{n} tok", "hits", "misses", "L0", "L1")  # tokens, cache behaviour, per-layer map
         hits_line = [ln for ln in s.splitlines() if ln.lstrip().startswith("hits ")][0]
         assert "not exported" not in hits_line
-        s = a.wait("requests", f" {n} ")  # the request row with its n_gen
+        a.wait("requests 1")  # the audit-run panel counts the request
+        a.tmux("send-keys", "-t", a.name, "C-r")  # the Requests tab
+        s = a.wait("Requests", f" {n} ")  # the request row with its n_gen
         assert str(srv.proc.pid) in s
         for p in (m, a):
             p.tmux("send-keys", "-t", p.name, "q")

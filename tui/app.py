@@ -178,7 +178,7 @@ class BmoeTopApp(App):
         if pb.turn_by_turn:
             state += " (turn by turn)"
         t = safe_text(f"bmoe-top  {self.source_title}  ")
-        t.append(f"{state} {pb.speed_label()}  token {pb.cursor:,}/{pb.n:,}", style="bold")
+        t.append(f"{state} {pb.speed_label()}  {self.model.row_unit} {pb.cursor:,}/{pb.n:,}", style="bold")
         quiet = self.quiet_seconds()
         if quiet is not None:
             t.append(f"  no telemetry for {quiet:.0f} s", style="bold #e06c75")

@@ -3,7 +3,9 @@
 
 Both return a JSON-ready dict holding the numbers the screen shows (``None`` = not exported / no
 value, never 0), and never raise for network, HTTP or format trouble: ``status`` says what went
-wrong. No Textual import.
+wrong. They drive the same sources as the screens, which feed the same run model: ``run`` is
+:func:`bmoe_top.tui.run.run_summary` of it (what the run panel shows), the other keys are the
+attach-specific fields (the status line and the attach panel). No Textual import.
 """
 
 from __future__ import annotations
@@ -26,9 +28,11 @@ def metrics_once(url: str, api_key: str | None = None, timeout: float = 5.0, int
 
     Keys: ``url``, ``status`` (``ok``/``unreachable``/``unauthorized``/``malformed``), ``detail``,
     ``http_status``, ``totals`` (every exported series by key, ``hit_pct`` since start,
-    ``layer_hit_pct`` list), ``rates`` (``None`` after one scrape; else tok/s, hit %, MiB/s read,
-    per-layer hit %, per-token ms), ``not_exported`` (series names), ``json_quoted``,
-    ``bad_lines``, ``proxy_note``, ``n_layer``."""
+    ``layer_hit_pct`` list), ``rates`` (``None`` after one scrape; else the newest interval row
+    of the run model: tok/s, hit %, MiB/s read, per-layer hit %, per-token ms; ``{"reset":
+    true}`` when the newest scrape started a new baseline), ``intervals`` (rows), ``run``
+    (``run_summary``), ``not_exported`` (series names), ``json_quoted``, ``bad_lines``,
+    ``proxy_note``, ``n_layer``."""
     poller = MetricsPoller(url, interval=max(interval, 0.05), timeout=timeout, api_key=api_key)
     try:
         poller.scrape_once()
@@ -47,7 +51,8 @@ def audit_once(path: str | os.PathLike) -> dict[str, Any]:
     ``records``, ``bad_lines`` (count) and ``bad`` (line, error), ``pids``, ``runs`` (per run:
     pid, state, model, counters, hit %, requests table, per-layer hit %, resident experts, perf,
     and ``exact_sum``: the reference's property checked for an exited run — a list of problems,
-    empty when it holds, ``None`` while the run has not exited)."""
+    empty when it holds, ``None`` while the run has not exited), ``run`` (``run_summary`` of
+    the run model the tail fed: one row per request)."""
     state = read_to_end(path)
     out = state.summary()
     with state.lock:

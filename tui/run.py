@@ -802,6 +802,38 @@ class RunModel:
         return self.routes.expert_aggregates(self.n_layer or 0, self.n_expert or 0, stop)[2]
 
 
+class RunBackedState:
+    """Base of a source's own bookkeeping object that sits next to the run model it feeds
+    (``run``): ``lock``, ``version``, ``status`` and ``detail`` are the run model's
+    (``run.lock``, ``run.version``, ``run.status``, ``run.status_detail``), so a source's
+    state and the views never disagree."""
+
+    run: RunModel
+
+    @property
+    def lock(self) -> threading.RLock:
+        return self.run.lock
+
+    @property
+    def version(self) -> int:
+        return self.run.version
+
+    @property
+    def status(self) -> str:
+        return self.run.status
+
+    @property
+    def detail(self) -> str:
+        return self.run.status_detail
+
+    def set_status(self, status: str, detail: str) -> None:
+        """Set ``run.status`` / ``run.status_detail`` (bumps ``version`` only on a change)."""
+        with self.run.lock:
+            if (self.run.status, self.run.status_detail) != (status, detail):
+                self.run.status, self.run.status_detail = status, detail
+                self.run.touch()
+
+
 def _num(v: Any) -> float | None:
     if v is None:
         return None

@@ -1,168 +1,53 @@
-"""``bmoe-top attach --audit FILE``: follow an audit log (moe-cache-reference.md "Audit log") live.
+"""``bmoe-top attach --audit FILE``: follow an audit log (moe-cache-reference.md "Audit log") live,
+on the replay screen.
 
 An :class:`~bmoe_top.tui.sources.audit_tail.AuditTail` thread follows the file like ``tail -F``
-into an :class:`~bmoe_top.tui.sources.audit_tail.AuditState`; the app polls ``state.version``
-and shows, for the selected run (``n``/``N`` cycle through runs, newest first selected): a
-status line (file, records, corrupt lines, rotations/truncations, pids), the run panel (model,
-state, cache, counters since load, the exact-sum check once the run exited), the requests
-table, the counters over time (hit % and MiB read per request record, as trends), the per-layer
-hit % of the newest ``load``/``exit`` record and the resident-expert map of that record
-(layer x expert: ``█`` resident, ``·`` not; colour = the layer's hit %).
+and feeds the one :class:`~bmoe_top.tui.run.RunModel` the replay screen's views render from
+(through :class:`~bmoe_top.tui.sources.audit_tail.AuditIngest`, the same code path as
+``bmoe-top replay a.jsonl``): one row per ``request`` record (``run.row_unit == "request"``), so
+the breakdown (ms per generated token of each request), the trends (tok/s, hit % since load, MiB
+per token), the layer x request heatmap (per-layer hits/misses of each run, from its ``exit``
+record, on its last request), the expert map (resident experts of the newest ``load``/``exit``
+record) and the run panel (the newest run's numbers) are the replay screen's own widgets.
+
+What the attach adds (:class:`~bmoe_top.tui.screens.attach.AttachApp`): a status line (file,
+records, pids, corrupt lines, rotations/truncations), an audit-run panel for the selected run
+(``n``/``N`` cycle through runs; newest first selected: pid, state, cache, counters since load,
+the exact-sum check once the run exited, per-layer hit %) and a Requests tab (a table of every
+request, all pids, from the run model's turns; ``ctrl+r`` shows it).
 
 :func:`run_attach(args)` is the entry ``bmoe-top attach --audit`` calls.
 """
 
 from __future__ import annotations
 
-import numpy as np
-from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
-from textual.app import App, ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.geometry import Size
-from textual.strip import Strip
-from textual.widgets import DataTable, Footer, Static, TabbedContent, TabPane
+from textual.widgets import DataTable, TabbedContent, TabPane
 
 from bmoe_top.parsers.audit import check_exact_sum
-from bmoe_top.tui.screens.attach_metrics import STATUS_STYLE, TrendRows
-from bmoe_top.tui.sources.audit_tail import AuditState, AuditTail
-from bmoe_top.tui.widgets.grids import GUTTER, HEADER, GridView, _row_segments, fold_rows
-from bmoe_top.tui.widgets.palette import (
-    CELL_GLYPH, DIM, HIT_STYLES, NO_DATA_GLYPH, TITLE, fmt, hit_bin, legend_segments,
-)
+from bmoe_top.tui.screens.attach import STATUS_STYLE, AttachApp
+from bmoe_top.tui.sources.audit_tail import AuditState, AuditTail, audit_status
+from bmoe_top.tui.widgets.palette import fmt
 
-__all__ = ["AuditAttachApp", "ResidentMap", "run_attach", "REQUEST_COLUMNS"]
+__all__ = ["AuditAttachApp", "run_attach", "run_panel", "REQUEST_COLUMNS"]
 
 REQUEST_COLUMNS = ("pid", "task", "time", "n_prompt", "n_gen", "gen tok/s", "prompt ms", "gen ms",
                    "hit %", "hits", "misses", "from profile", "read MiB")
 
-CSS = """
-Screen { layout: vertical; }
-#title { height: 1; background: $boost; padding: 0 1; }
-#status { height: auto; max-height: 3; padding: 0 1; }
-#body { height: 1fr; }
-#side { width: 32%; min-width: 30; max-width: 50; border-right: solid $primary-darken-2; }
-#requests { height: 1fr; }
-TrendRows { height: 3; }
-ResidentMap { height: 1fr; }
-"""
 
-
-class AuditView:
-    """The selected run of an :class:`AuditState`, for the widgets."""
-
-    def __init__(self, state: AuditState):
-        self.state = state
-        self.selected = -1  # index into runs; -1 = newest
-
-    @property
-    def version(self) -> tuple:
-        return (self.state.version, self.selected)
-
-    def run(self):
-        runs = self.state.runs.runs
-        if not runs:
-            return None
-        i = self.selected if -len(runs) <= self.selected < len(runs) else -1
-        return runs[i]
-
-    def trends(self) -> tuple:
-        with self.state.lock:
-            run = self.run()
-            reqs = list(run.requests) if run else []
-        hit, mib, tps = [], [], []
-        for r in reqs:
-            d = r.data
-            h, m = d.get("req_hits"), d.get("req_misses")
-            hit.append(100.0 * h / (h + m) if isinstance(h, int) and isinstance(m, int) and h + m > 0 else None)
-            b = d.get("req_bytes_upload")
-            mib.append(b / 1048576 if isinstance(b, int) else None)
-            n, t = d.get("n_gen"), d.get("t_gen_ms")
-            tps.append(1000.0 * n / t if isinstance(n, int) and isinstance(t, (int, float)) and t > 0 else None)
-        return self.version, [("hit %", hit, "%", (0.0, 100.0)), ("MiB", mib, "MiB", None),
-                              ("tok/s", tps, "", None)]
-
-    def resident(self) -> tuple:
-        """(version, share matrix (layers x experts: layer hit % where resident, NaN elsewhere),
-        glyph matrix, header, empty message)."""
-        with self.state.lock:
-            run = self.run()
-            if run is None:
-                return self.version, None, None, "", "no records yet"
-            res = run.resident()
-            lh = run.layer_hits()
-            src = "exit" if run.exit else ("load" if run.load else None)
-            n_layer = (run.load.data.get("model") or {}).get("n_layer") if run.load else None
-        if not res:
-            return self.version, None, None, "", "no layers in the load/exit record (no MoE cache?)"
-        n_layer = max(int(n_layer or 0), max(res) + 1)
-        n_expert = max((max(v) + 1 for v in res.values() if v), default=1)
-        share = np.full((n_layer, n_expert), np.nan)
-        glyph = np.full((n_layer, n_expert), NO_DATA_GLYPH, dtype="<U1")
-        for il, experts in res.items():
-            h, _hp, m = lh.get(il, (0, 0, 0))
-            s = h / (h + m) if h + m > 0 else np.nan
-            for e in experts:
-                share[il, e] = s if s == s else 1.0
-                glyph[il, e] = CELL_GLYPH
-        hdr = f"from the {src} record; experts 0–{n_expert - 1} (highest resident id); colour = layer hit %"
-        return self.version, share, glyph, hdr, ""
-
-
-class ResidentMap(GridView):
-    """Layer x expert residency of the selected run (see module doc)."""
-
-    DEFAULT_CSS = "ResidentMap { height: 1fr; }"
-
-    def __init__(self, view: AuditView, **kw) -> None:
-        super().__init__(None, None, **kw)
-        self.view = view
-
-    def _frame(self) -> list[Strip]:
-        width, height = self.scrollable_content_region.size
-        key = (self.view.version, width, height, self.fold)
-        if key != self._key:
-            self._key = key
-            self._lines = self.build(width, height)
-            if self._lines:
-                self._lines[0] = self._lines[0].crop(0, width)
-            vw = max((ln.cell_length for ln in self._lines), default=0)
-            self.virtual_size = Size(vw, len(self._lines))
-        return self._lines
-
-    def build(self, width: int, height: int) -> list[Strip]:
-        _v, share, glyph, hdr, empty = self.view.resident()
-        title = [Segment("resident experts ", TITLE), *legend_segments(HIT_STYLES, "0%", "100%"),
-                 Segment(f"  {CELL_GLYPH} resident  {NO_DATA_GLYPH} not", DIM)]
-        lines = [Strip(title)]
-        if share is None:
-            lines.append(Strip([Segment("  " + empty, DIM)]))
-            return lines
-        n_layer, n_expert = share.shape
-        cols = max(1, width - GUTTER)
-        fe = -(-n_expert // cols) if self.fold and n_expert > cols else 1
-        fl = self.layer_fold(n_layer, height - HEADER, self.fold)
-        sh = fold_rows(fold_rows(share.T, fe).T, fl)
-        res = fold_rows(fold_rows((glyph == CELL_GLYPH).astype(np.int64).T, fe, "sum").T, fl, "sum")
-        lines.append(Strip([Segment(" " * (GUTTER - 1) + "│", DIM),
-                            Segment(hdr + (f", {fe} experts/cell" if fe > 1 else "") +
-                                    (f", {fl} layers/row" if fl > 1 else ""), DIM)]))
-        bins = hit_bin(sh)
-        for i in range(sh.shape[0]):
-            g = np.where(res[i] > 0, CELL_GLYPH, NO_DATA_GLYPH)
-            lines.append(Strip(_row_segments(self.layer_label(i, fl, n_layer), bins[i], g, HIT_STYLES)))
-        return lines
-
-
-def run_panel(view: AuditView) -> Table:
+def run_panel(state: AuditState, selected: int) -> Table:
+    """The selected audit run (``selected`` indexes the runs; -1 = newest): pid, state, model,
+    cache, counters since load, the exact-sum check once it exited, per-layer hit %."""
     t = Table.grid(padding=(0, 1))
     t.add_column(style="#abb2bf", no_wrap=True)
-    t.add_column()
-    with view.state.lock:
-        run = view.run()
-        n_runs = len(view.state.runs.runs)
+    t.add_column(no_wrap=True, overflow="ellipsis")
+    with state.lock:
+        runs = state.runs.runs
+        n_runs = len(runs)
+        idx = runs_index(n_runs, selected)
+        run = runs[idx] if runs else None
         if run is None:
             t.add_row("run", Text("no records yet", style="#7f848e"))
             return t
@@ -174,8 +59,7 @@ def run_panel(view: AuditView) -> Table:
         lh = run.layer_hits()
         exact = check_exact_sum(run) if run.exit is not None and run.ready is not None else None
         perf = run.exit.data.get("perf") if run.exit else None
-        idx = runs_index(view)
-    state = "exited" if run.exit else ("ready" if run.ready else "loading")
+    run_state = "exited" if run.exit else ("ready" if run.ready else "loading")
 
     def sec(name):
         t.add_row(Text(name, style="bold #e5c07b"), "")
@@ -185,7 +69,7 @@ def run_panel(view: AuditView) -> Table:
 
     sec(f"run {idx + 1}/{n_runs}")
     row("pid", run.pid)
-    row("state", state)
+    row("state", run_state)
     row("model", model.get("name") or model.get("path") or "missing")
     row("layers", model.get("n_layer", "missing"))
     row("cache slots", cache.get("slots", "missing"))
@@ -216,136 +100,106 @@ def run_panel(view: AuditView) -> Table:
     return t
 
 
-def runs_index(view: AuditView) -> int:
-    n = len(view.state.runs.runs)
-    i = view.selected if -n <= view.selected < n else -1
-    return i % n if n else 0
+def runs_index(n_runs: int, selected: int) -> int:
+    i = selected if -n_runs <= selected < n_runs else -1
+    return i % n_runs if n_runs else 0
 
 
-class AuditAttachApp(App):
-    """The audit attach app over a tail (injected; ``start_tail`` starts its thread on mount)."""
+def request_row(done: dict) -> tuple[str, ...]:
+    """One Requests-table row from a request turn's ``done`` (see ``AuditIngest``)."""
+    h, m, hp, b = done.get("req_hits"), done.get("req_misses"), done.get("req_hits_profile"), done.get("req_bytes_upload")
+    n = done.get("n_gen")
+    tm = str(done.get("time") or "")
+    return (
+        str(done.get("pid")), str(done.get("task", "")), tm[11:23] if len(tm) >= 23 else tm,
+        str(done.get("n_prompt", "missing")), str(n if n is not None else "missing"),
+        fmt(done.get("tok_s"), 1), fmt(done.get("t_prompt_ms"), 1), fmt(done.get("t_gen_ms"), 1),
+        fmt(done.get("cache_hit_pct"), 1), fmt(h, 0), fmt(m, 0), fmt(hp, 0),
+        fmt(b / 1048576, 2) if isinstance(b, int) else "missing",
+    )
 
-    CSS = CSS
-    TITLE = "bmoe-top attach"
-    BINDINGS = [
-        Binding("n", "run(1)", "next run"),
-        Binding("N,shift+n", "run(-1)", "previous run"),
-        Binding("f", "toggle_fold", "fold"),
-        Binding("q", "quit", "quit"),
+
+class AuditAttachApp(AttachApp):
+    """The replay screen over an audit tail's run model (the tail is injected;
+    ``start_tail`` starts its thread on mount)."""
+
+    BINDINGS = AttachApp.BINDINGS + [
+        Binding("n", "select_run(1)", "next run"),
+        Binding("N,shift+n", "select_run(-1)", "previous run"),
+        Binding("ctrl+r", "tab('requests-tab')", "requests"),
     ]
 
     def __init__(self, tail: AuditTail, fps: float = 10.0, start_tail: bool = True) -> None:
-        super().__init__()
         self.tail = tail
         self.state = tail.state
-        self.view = AuditView(self.state)
-        self.fps = fps
         self.start_tail = start_tail
-        self._drawn = None
+        self.selected = -1  # index into the audit runs; -1 = newest
         self._rows = 0
-        self._rows_key = None
+        self._table: DataTable | None = None
+        super().__init__(tail.state.run, title=f"attach --audit {tail.path}", fps=fps)
 
-    def compose(self) -> ComposeResult:
-        yield Static(id="title")
-        yield Static(id="status")
-        with Horizontal(id="body"):
-            with VerticalScroll(id="side"):
-                yield Static(id="run-panel")
-            with TabbedContent(id="tabs", initial="requests-tab"):
-                with TabPane("Requests", id="requests-tab"):
-                    with Vertical():
-                        yield TrendRows(self.view.trends, id="audit-trends")
-                        yield DataTable(id="requests", zebra_stripes=True, cursor_type="row")
-                with TabPane("Resident", id="resident-tab"):
-                    yield ResidentMap(self.view, id="resident-map")
-        yield Footer()
+    async def mount_extra(self) -> None:
+        self._table = DataTable(id="requests", zebra_stripes=True, cursor_type="row")
+        await self.query_one("#tabs", TabbedContent).add_pane(TabPane("Requests", self._table, id="requests-tab"))
+        self._table.add_columns(*REQUEST_COLUMNS)
 
-    def on_mount(self) -> None:
-        # keep references: query_one searches the active screen (another one under a modal)
-        self._title = self.query_one("#title", Static)
-        self._status = self.query_one("#status", Static)
-        self._panel = self.query_one("#run-panel", Static)
-        self._table = table = self.query_one("#requests", DataTable)
-        self._charts = [*self.query(TrendRows), *self.query(ResidentMap)]
-        table.add_columns(*REQUEST_COLUMNS)
+    def start_source(self) -> None:
         if self.start_tail and not self.tail.is_alive():
             self.tail.start()
-        self.set_interval(1.0 / max(1.0, self.fps), self.refresh_views)
-        self.refresh_views(force=True)
 
     def on_unmount(self) -> None:
         self.tail.stop()
 
-    def refresh_views(self, force: bool = False) -> None:
-        if not hasattr(self, "_title") or not self._title.is_attached:
-            return  # before mount / during teardown
-        key = self.view.version
-        if key == self._drawn and not force:
-            return
-        self._drawn = key
+    def attach_key(self):
+        return (self.state.version, self.selected)
+
+    def status_text(self) -> Text:
         s = self.state
+        status, detail = audit_status(s)
         with s.lock:
-            status, detail = s.status, s.detail
             n_rec, n_bad, rot, trunc = s.runs.n_records, s.n_bad, s.n_rotations, s.n_truncations
             pids = s.runs.pids()
             last_bad = s.bad[-1] if s.bad else None
-        self._title.update(
-            Text(f"bmoe-top  attach --audit {s.path}  ", style="bold")
-            + Text(f"records {n_rec}  pids {', '.join(map(str, pids)) or '—'}", style="#abb2bf"))
-        if status == "ok" and n_rec == 0 and n_bad:
+        if status == "malformed":
             st = Text("⚠ no audit record in this file yet (not an audit log?)", style=STATUS_STYLE["malformed"])
         else:
             st = Text("● following" if status == "ok" else ("… waiting for the file" if status == "waiting"
                                                             else "✖ error"), style=STATUS_STYLE.get(status, "bold"))
         if detail:
             st.append(f"  {detail}", style="#abb2bf")
+        st.append(f"  records {n_rec}  pids {', '.join(map(str, pids)) or '—'}", style="#abb2bf")
         if n_bad:
             st.append(f"  {n_bad} corrupt line{'s' if n_bad > 1 else ''} skipped", style="#d19a66")
             if last_bad:
                 st.append(f" (last: line {last_bad[1]}: {last_bad[2][:60]})", style="#7f848e")
         if rot or trunc:
             st.append(f"  rotated {rot}×, truncated {trunc}×", style="#7f848e")
-        self._status.update(st)
-        self._panel.update(run_panel(self.view))
+        return st
+
+    def panel_renderable(self) -> Table:
+        return run_panel(self.state, self.selected)
+
+    def update_attach(self, force: bool = False) -> None:
+        super().update_attach(force)
         self._fill_requests()
-        for w in self._charts:
-            w.refresh()
 
     def _fill_requests(self) -> None:
+        """Append a row per new request turn (a finished request never changes)."""
         table = self._table
-        with self.state.lock:
-            run = self.view.run()
-            reqs = list(run.requests) if run else []
-            pid = run.pid if run else None
-        key = (id(run), pid)
-        if key != self._rows_key:
-            table.clear()
-            self._rows_key, self._rows = key, 0
-        for r in reqs[self._rows:]:
-            d = r.data
-            h, m, hp, b = d.get("req_hits"), d.get("req_misses"), d.get("req_hits_profile"), d.get("req_bytes_upload")
-            n, tg = d.get("n_gen"), d.get("t_gen_ms")
-            table.add_row(
-                str(r.pid), str(d.get("task", "")), r.time[11:23] if len(r.time) >= 23 else r.time,
-                str(d.get("n_prompt", "missing")), str(n if n is not None else "missing"),
-                fmt(1000.0 * n / tg, 1) if isinstance(n, int) and isinstance(tg, (int, float)) and tg > 0 else "missing",
-                fmt(d.get("t_prompt_ms"), 1), fmt(tg, 1),
-                fmt(100.0 * h / (h + m), 1) if isinstance(h, int) and isinstance(m, int) and h + m else "missing",
-                fmt(h, 0), fmt(m, 0), fmt(hp, 0),
-                fmt(b / 1048576, 2) if isinstance(b, int) else "missing",
-            )
-        self._rows = len(reqs)
+        if table is None or not table.is_attached:
+            return
+        run = self.model
+        with run.lock:
+            new = [dict(t.done) for t in run.turns[self._rows:] if t.done is not None]
+            self._rows = len(run.turns)
+        for d in new:
+            table.add_row(*request_row(d))
 
-    def action_run(self, step: int) -> None:
+    def action_select_run(self, step: int) -> None:
         n = len(self.state.runs.runs)
         if n:
-            self.view.selected = (runs_index(self.view) + step) % n
-        self.refresh_views(force=True)
-
-    def action_toggle_fold(self) -> None:
-        for w in self._charts:
-            if isinstance(w, ResidentMap):
-                w.fold = not w.fold
+            self.selected = (runs_index(n, self.selected) + step) % n
+        self.update_attach(force=True)
 
 
 def run_attach(args) -> int:

@@ -9,10 +9,14 @@
 * truncation (the file got shorter than what was read, or its first line changed: truncated and
   refilled between two polls) restarts from the file's new start;
 * a missing file is waited for (state ``waiting``);
-* records go through :class:`bmoe_top.parsers.audit.AuditRuns`: several pids are told apart,
-  a corrupt line is counted with its line number and skipped.
+* records go through :class:`AuditIngest`, the one code path (shared with
+  :func:`load_audit_into_run`, ``bmoe-top replay a.jsonl``) that feeds the
+  :class:`~bmoe_top.tui.run.RunModel` every view renders from: several pids are told apart
+  (``pid`` in each turn and row), a corrupt line is a run-model problem with its line number
+  and its neighbours still count.
 
-:class:`AuditState` is the plain-Python state (no Textual) the screen renders under ``lock``.
+:class:`AuditState` holds the tail's own bookkeeping (rotations, truncations, corrupt lines,
+the records grouped by process run for the exact-sum check) next to the run model. No Textual.
 """
 
 from __future__ import annotations
@@ -20,46 +24,256 @@ from __future__ import annotations
 import os
 import stat
 import threading
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from bmoe_top.parsers.audit import COUNTERS, AuditRecord, AuditRuns
+from bmoe_top.parsers.audit import REQ_COUNTERS, AuditRecord, AuditRuns
+from bmoe_top.parsers.prom import MIB
+from bmoe_top.tui.run import RunBackedState, RunModel, Turn, run_summary
 
-__all__ = ["AuditState", "AuditTail"]
+__all__ = ["AuditIngest", "AuditState", "AuditTail", "audit_status", "load_audit_into_run", "read_to_end"]
 
 _CHUNK = 1 << 20
 
 
-@dataclass
-class AuditState:
-    """What the audit attach screen shows. Read under ``lock``; ``version`` bumps on change.
+class AuditIngest:
+    """Audit records -> a :class:`RunModel` (moe-cache-reference.md "Audit log").
 
-    ``runs``: the records grouped by process run. ``timeline``: one entry per record, oldest
-    first: ``(epoch seconds or None, pid, event, counters dict)`` for the counters-over-time
-    view. ``status``: ``waiting`` (no file yet), ``ok``, ``error``; ``detail`` one line.
-    ``n_rotations``/``n_truncations``: how often the file was replaced / cut.
+    * ``load``/``exit``: ``run.resident`` (bool ``[n_layer, n_expert]``: the record's resident
+      experts), ``n_layer``/``n_expert`` (model fields, else the highest layer / expert id
+      seen), ``meta`` (model, ``params`` of the newest ``load``);
+    * ``request``: a finished :class:`~bmoe_top.tui.run.Turn` (``done``: ``tokens``,
+      ``tok_s``, ``prefill_s``, ``cache_hit_pct`` and ``read_mib`` of the request, ``pid``,
+      ``task``, ``slot``, ``time``, and the record's own numbers ``n_prompt``, ``n_gen``,
+      ``t_prompt_ms``, ``t_gen_ms``, ``req_*``) and one row of ``run.tokens``
+      (``run.row_unit == "request"``): per generated token ``wall_ms`` (t_gen_ms / n_gen) and
+      ``read_mib``, ``cache_hit_pct`` (the context counters since load), ``t`` (record time,
+      unix s), and ``turn``, ``pid``, ``n_gen``, ``n_prompt``, ``prompt_ms``, ``tok_s``,
+      ``req_hit_pct``;
+    * ``exit``: the per-layer hits/misses since that pid's ``load`` (its ``layers`` minus the
+      load's) go to the heatmap on the run's last request row (an audit log has per-layer
+      counts only at load and exit);
+    * a bad line: ``run.add_problem`` with its line number; every record: one log line.
+
+    :meth:`flush` refreshes ``run.summary`` from the newest run (its ``exit`` perf, else the
+    sums of its requests); call it after a batch of lines.
+    """
+
+    def __init__(self, run: RunModel | None = None, source: str = "") -> None:
+        self.run = run if run is not None else RunModel()
+        self.source = source
+        self.runs = AuditRuns()
+        self._base: dict[int, dict[int, tuple[int, int]]] = {}  # pid -> layer -> (hits, misses) at load
+        self._last_row: dict[int, int] = {}  # pid -> its newest request row
+        with self.run.lock:
+            self.run.row_unit = "request"
+            if source:
+                self.run.sources.append(source)
+
+    def feed_line(self, line: bytes, lineno: int, generation: int = 0) -> AuditRecord | None:
+        """Parse one complete line (without its newline) and apply it; ``None`` for a blank or
+        bad line (a bad one becomes a problem)."""
+        rec = self.runs.feed_line(line, lineno)
+        if rec is None:
+            if line.strip():
+                ln, msg = self.runs.bad[-1]
+                src = self.source + (f" (file {generation})" if generation > 1 else "")
+                self.run.add_problem(src, ln, line[:200].decode("utf-8", "replace"), msg)
+            return None
+        with self.run.lock:
+            self._apply(rec)
+        return rec
+
+    def _apply(self, rec: AuditRecord) -> None:
+        run = self.run
+        c = rec.counters
+        run.log.append(f"{rec.time} pid {rec.pid} {rec.event}: hits {c.get('hits')} misses {c.get('misses')} "
+                       f"read {c.get('bytes_upload')} B swaps {c.get('swaps')}")
+        if rec.event == "load":
+            self._on_load(rec)
+        if rec.event in ("load", "exit"):
+            self._resident(rec)
+        if rec.event == "exit":
+            self._exit_layers(rec)
+        elif rec.event == "request":
+            self._request(rec)
+        run.touch()
+
+    def _on_load(self, rec: AuditRecord) -> None:
+        run, load = self.run, rec.data
+        model = load.get("model") if isinstance(load.get("model"), dict) else {}
+        params = load.get("params") if isinstance(load.get("params"), dict) else {}
+        if model.get("path") or model.get("name"):
+            run.meta["model"] = str(model.get("path") or model.get("name"))
+        for k in ("n_layer", "n_expert", "n_expert_used"):
+            if isinstance(model.get(k), int):
+                run.meta[k] = str(model[k])
+        for k in ("moe_cache_mib", "n_ctx", "n_threads", "moe_cache_adaptive"):
+            if k in params:
+                run.meta[k] = str(params[k])
+        run._apply_dims()
+        self._base[rec.pid] = _layer_counts(rec)
+        self._last_row.pop(rec.pid, None)
+
+    def _resident(self, rec: AuditRecord) -> None:
+        run = self.run
+        res: dict[int, list[int]] = {}
+        for lay in rec.layers():
+            if isinstance(lay, dict) and isinstance(lay.get("il"), int) and lay["il"] >= 0:
+                ids = lay.get("resident")
+                res[lay["il"]] = [int(e) for e in ids if isinstance(e, int) and e >= 0] if isinstance(ids, list) else []
+        if not res:
+            return
+        n_layer = max(run.n_layer or 0, max(res) + 1)
+        top = max((max(v) for v in res.values() if v), default=-1)
+        if top < 0 and run.n_expert is None:
+            run.n_layer = n_layer  # nothing resident and the expert count unknown: no map yet
+            return
+        n_expert = max(run.n_expert or 0, top + 1)
+        mat = np.zeros((n_layer, n_expert), dtype=bool)
+        for il, ids in res.items():
+            mat[il, ids] = True
+        run.n_layer, run.n_expert, run.resident = n_layer, n_expert, mat
+        run.meta["resident_from"] = f"{rec.event} record of pid {rec.pid} (line {rec.lineno})"
+
+    def _exit_layers(self, rec: AuditRecord) -> None:
+        row = self._last_row.get(rec.pid)
+        now = _layer_counts(rec)
+        base = self._base.get(rec.pid, {})
+        if row is None or not now:
+            return
+        n = max(now) + 1
+        hits, misses = np.full(n, np.nan), np.full(n, np.nan)
+        for il, (h, m) in now.items():
+            h0, m0 = base.get(il, (0, 0))
+            if h >= h0 and m >= m0:
+                hits[il], misses[il] = h - h0, m - m0
+        self.run.add_layer_counts(row, hits, misses)
+
+    def _request(self, rec: AuditRecord) -> None:
+        run, d = self.run, rec.data
+        n, tg, tp = d.get("n_gen"), d.get("t_gen_ms"), d.get("t_prompt_ms")
+        h, m, b = d.get("req_hits"), d.get("req_misses"), d.get("req_bytes_upload")
+        n_ok = isinstance(n, int) and n > 0
+        tg_ok = isinstance(tg, (int, float)) and tg > 0
+        req_hit = 100.0 * h / (h + m) if isinstance(h, int) and isinstance(m, int) and h + m else None
+        ch, cm = rec.counters.get("hits"), rec.counters.get("misses")
+        tok_s = 1000.0 * n / tg if n_ok and tg_ok else None
+        done = {
+            "tokens": n, "n_prompt": d.get("n_prompt"), "tok_s": tok_s,
+            "prefill_s": tp / 1000.0 if isinstance(tp, (int, float)) else None,
+            "cache_hit_pct": req_hit, "read_mib": b / MIB if isinstance(b, int) else None,
+            "pid": rec.pid, "task": d.get("task"), "slot": d.get("slot"), "time": rec.time, "line": rec.lineno,
+        }
+        for k in ("n_gen", "t_prompt_ms", "t_gen_ms", *REQ_COUNTERS):
+            done[k] = d.get(k)
+        turn = Turn(index=len(run.turns), id=d.get("task"), first_token=run.tokens.n, done=done)
+        run.turns.append(turn)
+        i = run.tokens.append({
+            "turn": turn.index, "t": rec.ts, "pid": rec.pid, "line": rec.lineno,
+            "wall_ms": tg / n if n_ok and isinstance(tg, (int, float)) else None,
+            "read_mib": b / MIB / n if n_ok and isinstance(b, int) else None,
+            "cache_hit_pct": 100.0 * ch / (ch + cm) if ch is not None and cm is not None and ch + cm else None,
+            "req_hit_pct": req_hit, "tok_s": tok_s, "n_gen": n if isinstance(n, int) else None,
+            "n_prompt": d.get("n_prompt") if isinstance(d.get("n_prompt"), int) else None,
+            "prompt_ms": tp if isinstance(tp, (int, float)) else None,
+        })
+        self._last_row[rec.pid] = i
+
+    def flush(self) -> None:
+        """Refresh ``run.summary`` (and ``budget_mib``, ``meta["audit_pids"]``) from the newest run."""
+        run = self.run
+        with run.lock:
+            last = self.runs.runs[-1] if self.runs.runs else None
+            if last is None:
+                return
+            run.meta["audit_pids"] = ",".join(map(str, self.runs.pids()))
+            load = last.load.data if last.load else {}
+            summ: dict[str, float] = {}
+            if isinstance(load.get("load_ms"), (int, float)):
+                summ["load_s"] = load["load_ms"] / 1000.0
+            c = last.counters()
+            h, m, b = c.get("hits"), c.get("misses"), c.get("bytes_upload")
+            if h is not None and m is not None and h + m:
+                summ["cache_hit_pct"] = 100.0 * h / (h + m)
+            if b is not None:
+                summ["read_mib"] = b / MIB
+            perf = last.exit.data.get("perf") if last.exit else None
+            perf = perf if isinstance(perf, dict) else None
+            reqs = [q.data for q in last.requests]
+
+            def total(key: str, cast) -> float:
+                if perf is not None and isinstance(perf.get(key), (int, float)):
+                    return perf[key]
+                return sum(cast(q.get(key) or 0) for q in reqs)
+
+            n_gen, t_gen = total("n_gen", int), total("t_gen_ms", float)
+            n_prompt, t_prompt = total("n_prompt", int), total("t_prompt_ms", float)
+            if n_gen:
+                summ["tokens"] = float(n_gen)
+                if t_gen:
+                    summ["tok_s"] = 1000.0 * n_gen / t_gen
+                    summ["s_per_tok"] = t_gen / 1000.0 / n_gen
+                if b is not None:
+                    summ["read_mib_per_tok"] = b / MIB / n_gen
+            if n_prompt:
+                summ["n_prompt"] = float(n_prompt)
+                summ["prefill_s"] = (t_prompt or 0) / 1000.0
+                if t_prompt:
+                    summ["prefill_tps"] = 1000.0 * n_prompt / t_prompt
+            cache = load.get("cache") if isinstance(load.get("cache"), dict) else {}
+            if isinstance(cache.get("bytes"), int):
+                run.budget_mib = cache["bytes"] / MIB
+                summ["budget_mib"] = run.budget_mib
+            run.summary.clear()
+            run.summary.update(summ)
+            run.touch()
+
+
+def _layer_counts(rec: AuditRecord) -> dict[int, tuple[int, int]]:
+    out: dict[int, tuple[int, int]] = {}
+    for lay in rec.layers():
+        if isinstance(lay, dict) and isinstance(lay.get("il"), int) and lay["il"] >= 0:
+            h, m = lay.get("hits"), lay.get("misses")
+            if isinstance(h, int) and isinstance(m, int):
+                out[lay["il"]] = (h, m)
+    return out
+
+
+class AuditState(RunBackedState):
+    """A followed audit file: the tail's bookkeeping next to the run model it feeds.
+
+    ``ingest``: the :class:`AuditIngest` (``run``: the run model; ``runs``: the records grouped
+    by process run). ``status`` / ``detail`` read and write ``run.status`` /
+    ``run.status_detail``: ``waiting`` (no file yet), ``ok``, ``error``, with a one-line
+    reason. ``n_rotations``/``n_truncations``: how often the file was replaced / cut.
     ``bad``: (file generation, line number, message) of corrupt lines (all counted in
-    ``n_bad``; the newest 200 kept)."""
+    ``n_bad``; the newest 200 kept). ``lock``/``version``: the run model's."""
 
-    path: str = ""
-    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-    version: int = 0
-    status: str = "waiting"
-    detail: str = ""
-    runs: AuditRuns = field(default_factory=AuditRuns)
-    timeline: list = field(default_factory=list)
-    n_rotations: int = 0
-    n_truncations: int = 0
-    n_bad: int = 0
-    bad: list = field(default_factory=list)
-    generation: int = 0
-    bytes_read: int = 0
+    def __init__(self, path: str = "", run: RunModel | None = None) -> None:
+        self.path = path
+        self.ingest = AuditIngest(run, source=f"audit: {path}" if path else "audit")
+        self.n_rotations = 0
+        self.n_truncations = 0
+        self.n_bad = 0
+        self.bad: list[tuple[int, int, str]] = []
+        self.generation = 0
+        self.bytes_read = 0
+        self.set_status("waiting", "")
+
+    @property
+    def run(self) -> RunModel:
+        return self.ingest.run
+
+    @property
+    def runs(self) -> AuditRuns:
+        return self.ingest.runs
 
     def summary(self) -> dict[str, Any]:
-        """The numbers the screen shows, JSON-ready: per run its pid, model, status, counters,
-        hit %, requests table, per-layer hit % and resident experts."""
+        """The numbers the screen shows, JSON-ready: ``run`` (:func:`run_summary` of the run
+        model) plus per audit run its pid, model, status, counters, hit %, requests table,
+        per-layer hit % and resident experts."""
         with self.lock:
             runs = []
             for run in self.runs.runs:
@@ -85,18 +299,26 @@ class AuditState:
                     "resident": {str(k): v for k, v in sorted(run.resident().items())},
                     "perf": run.exit.data.get("perf") if run.exit else None,
                 })
-            status, detail = self.status, self.detail
-            if status == "ok" and self.runs.n_records == 0 and self.n_bad:
-                status = "malformed"
-                detail = (f"no audit record in {self.n_bad} line{'s' if self.n_bad > 1 else ''}: "
-                          "not an audit log (moe-cache-reference.md \"Audit log\")?")
+            status, detail = audit_status(self)
             return {
                 "path": self.path, "status": status, "detail": detail,
                 "records": self.runs.n_records, "bad_lines": self.n_bad,
                 "bad": [{"generation": g, "line": n, "error": m} for g, n, m in self.bad[-20:]],
                 "rotations": self.n_rotations, "truncations": self.n_truncations,
-                "pids": self.runs.pids(), "runs": runs,
+                "pids": self.runs.pids(), "runs": runs, "run": run_summary(self.run),
             }
+
+
+def audit_status(state: AuditState) -> tuple[str, str]:
+    """(status, detail) the screen and the headless twin show: ``malformed`` when the file
+    has lines but not one audit record."""
+    with state.lock:
+        status, detail = state.status, state.detail
+        if status == "ok" and state.runs.n_records == 0 and state.n_bad:
+            status = "malformed"
+            detail = (f"no audit record in {state.n_bad} line{'s' if state.n_bad > 1 else ''}: "
+                      "not an audit log (moe-cache-reference.md \"Audit log\")?")
+        return status, detail
 
 
 def _req_row(r: AuditRecord) -> dict[str, Any]:
@@ -123,10 +345,11 @@ class AuditTail(threading.Thread):
     and truncation) and returns the number of records added; the headless twin and tests use
     it directly without starting the thread."""
 
-    def __init__(self, path: str | os.PathLike, state: AuditState | None = None, poll_s: float = 0.2):
+    def __init__(self, path: str | os.PathLike, state: AuditState | None = None, poll_s: float = 0.2,
+                 run: RunModel | None = None):
         super().__init__(name="bmoe-audit-tail", daemon=True)
         self.path = os.fspath(path)
-        self.state = state if state is not None else AuditState(path=self.path)
+        self.state = state if state is not None else AuditState(path=self.path, run=run)
         if not self.state.path:
             self.state.path = self.path
         self.poll_s = poll_s
@@ -197,17 +420,18 @@ class AuditTail(threading.Thread):
                 self._lineno += 1
                 if self._lineno == 1:
                     self._head = line
-                rec = st.runs.feed_line(line, self._lineno)
+                rec = st.ingest.feed_line(line, self._lineno, st.generation)
                 if rec is not None:
                     added += 1
-                    st.timeline.append((rec.ts, rec.pid, rec.event, {k: rec.counters.get(k) for k in COUNTERS}))
                 elif line.strip():
                     st.n_bad += 1
                     ln, msg = st.runs.bad[-1]
                     st.bad.append((st.generation, ln, msg))
                     del st.bad[:-200]
-            if added or lines:
-                st.version += 1
+            if added:
+                st.ingest.flush()
+            if lines:
+                st.run.touch()
         return added
 
     def _replaced_or_truncated(self) -> str | None:
@@ -235,7 +459,7 @@ class AuditTail(threading.Thread):
             if not self._open():
                 with self.state.lock:
                     if self.state.status != "error":
-                        self.state.status, self.state.detail = "waiting", f"waiting for {self.path}"
+                        self.state.set_status("waiting", f"waiting for {self.path}")
                 return 0
             self._set_status("ok", "")
         added = 0
@@ -260,18 +484,16 @@ class AuditTail(threading.Thread):
         return added
 
     def _count_partial_lost(self, why: str) -> None:
+        msg = f"incomplete last line dropped at {why} ({len(self._partial)} bytes)"
         with self.state.lock:
             self.state.n_bad += 1
-            self.state.bad.append((self.state.generation, self._lineno + 1,
-                                   f"incomplete last line dropped at {why} ({len(self._partial)} bytes)"))
-            self.state.version += 1
+            self.state.bad.append((self.state.generation, self._lineno + 1, msg))
+            self.state.run.add_problem(self.state.ingest.source, self._lineno + 1,
+                                       self._partial[:200].decode("utf-8", "replace"), msg)
         self._partial = b""
 
     def _set_status(self, status: str, detail: str) -> None:
-        with self.state.lock:
-            if (self.state.status, self.state.detail) != (status, detail):
-                self.state.status, self.state.detail = status, detail
-                self.state.version += 1
+        self.state.set_status(status, detail)
 
     def run(self) -> None:
         try:
@@ -303,103 +525,25 @@ def read_to_end(path: str | os.PathLike) -> AuditState:
 # (``bmoe-top replay FILE``: tui/sources/file_replay.py calls these for sniffed "audit"/"strp")
 
 def load_audit_into_run(run, data: bytes, source: str = "") -> None:
-    """Load a whole audit log (bytes) into a :class:`bmoe_top.tui.run.RunModel`.
-
-    Each ``request`` record becomes a finished turn (``done``: tokens, tok_s, prefill_s,
-    n_prompt, cache_hit_pct, read_mib of that request); the run summary comes from the newest
-    run (its ``exit`` perf when it exited, else the sums of its requests); ``resident`` is the
-    newest ``load``/``exit`` record's resident experts; corrupt lines are problems with their
-    line numbers; every record is also one line in the log pane. There are no per-token rows in
-    an audit log (the breakdown and trends say so)."""
-    from bmoe_top.parsers.audit import AuditRuns, iter_records
-
-    runs = AuditRuns()
+    """Load a whole audit log (bytes) into a :class:`bmoe_top.tui.run.RunModel` through
+    :class:`AuditIngest`, the same code path the live tail uses: each ``request`` is a finished
+    turn and a token row (``run.row_unit == "request"``), ``resident`` comes from the newest
+    ``load``/``exit`` record, the per-layer counts of each ``exit`` feed the heatmap, the summary
+    comes from the newest run, corrupt lines are problems with their line numbers, and every
+    record is one line in the log pane. An incomplete last line (no newline) is a problem too."""
+    ingest = AuditIngest(run, source)
     end = data.rfind(b"\n")
-    body = data[: end + 1] if end >= 0 else data
-    for i, line in enumerate(body.split(b"\n"), start=1):
-        if line.strip():
-            runs.feed_line(line, i)
+    body = data[: end + 1] if end >= 0 else data + b"\n"  # one line without newline: a whole file
     tail = data[end + 1:] if end >= 0 else b""
     with run.lock:
-        run.sources.append(source)
-        for ln, msg in runs.bad:
-            run.add_problem(source, ln, "", msg)
+        for i, line in enumerate(body.split(b"\n")[:-1], start=1):
+            ingest.feed_line(line, i)
         if tail.strip():
             run.add_problem(source, body.count(b"\n") + 1, tail[:120].decode("utf-8", "replace"),
                             "incomplete last line (no newline): left out")
-        for rec in iter_records(runs):
-            c = rec.counters
-            run.log.append(f"{rec.time} pid {rec.pid} {rec.event}: hits {c.get('hits')} misses {c.get('misses')} "
-                           f"read {c.get('bytes_upload')} B swaps {c.get('swaps')}")
-        from bmoe_top.tui.run import Turn
-
-        for r in runs.runs:
-            for q in r.requests:
-                d = q.data
-                n, tg, tp = d.get("n_gen"), d.get("t_gen_ms"), d.get("t_prompt_ms")
-                h, m, b = d.get("req_hits"), d.get("req_misses"), d.get("req_bytes_upload")
-                done = {
-                    "tokens": n, "n_prompt": d.get("n_prompt"),
-                    "tok_s": 1000.0 * n / tg if isinstance(n, int) and isinstance(tg, (int, float)) and tg > 0 else None,
-                    "prefill_s": tp / 1000.0 if isinstance(tp, (int, float)) else None,
-                    "cache_hit_pct": 100.0 * h / (h + m) if isinstance(h, int) and isinstance(m, int) and h + m else None,
-                    "read_mib": b / 1048576 if isinstance(b, int) else None,
-                    "pid": r.pid, "task": d.get("task"), "slot": d.get("slot"), "time": q.time,
-                }
-                run.turns.append(Turn(index=len(run.turns), id=d.get("task"), first_token=run.tokens.n, done=done))
-        last = runs.runs[-1] if runs.runs else None
-        if last is not None:
-            load = last.load.data if last.load else {}
-            model = load.get("model") if isinstance(load.get("model"), dict) else {}
-            params = load.get("params") if isinstance(load.get("params"), dict) else {}
-            if model.get("path") or model.get("name"):
-                run.meta["model"] = str(model.get("path") or model.get("name"))
-            if isinstance(model.get("n_layer"), int):
-                run.meta["n_layer"] = str(model["n_layer"])
-            for k in ("moe_cache_mib", "n_ctx", "n_threads", "moe_cache_adaptive"):
-                if k in params:
-                    run.meta[k] = str(params[k])
-            run.meta["audit_pids"] = ",".join(map(str, runs.pids()))
-            run._apply_dims()
-            if isinstance(load.get("load_ms"), (int, float)):
-                run.summary["load_s"] = load["load_ms"] / 1000.0
-            c = last.counters()
-            h, m, b = c.get("hits"), c.get("misses"), c.get("bytes_upload")
-            if h is not None and m is not None and h + m:
-                run.summary["cache_hit_pct"] = 100.0 * h / (h + m)
-            if b is not None:
-                run.summary["read_mib"] = b / 1048576
-            perf = last.exit.data.get("perf") if last.exit else None
-            reqs = [q.data for q in last.requests]
-            n_gen = perf.get("n_gen") if isinstance(perf, dict) else sum(int(q.get("n_gen") or 0) for q in reqs)
-            t_gen = perf.get("t_gen_ms") if isinstance(perf, dict) else sum(float(q.get("t_gen_ms") or 0) for q in reqs)
-            n_prompt = perf.get("n_prompt") if isinstance(perf, dict) else sum(int(q.get("n_prompt") or 0) for q in reqs)
-            t_prompt = perf.get("t_prompt_ms") if isinstance(perf, dict) else sum(float(q.get("t_prompt_ms") or 0) for q in reqs)
-            if n_gen:
-                run.summary["tokens"] = float(n_gen)
-                if t_gen:
-                    run.summary["tok_s"] = 1000.0 * n_gen / t_gen
-                    run.summary["s_per_tok"] = t_gen / 1000.0 / n_gen
-                if b is not None:
-                    run.summary["read_mib_per_tok"] = b / 1048576 / n_gen
-            if n_prompt:
-                run.summary["n_prompt"] = float(n_prompt)
-                run.summary["prefill_s"] = (t_prompt or 0) / 1000.0
-                if t_prompt:
-                    run.summary["prefill_tps"] = 1000.0 * n_prompt / t_prompt
-            res = last.resident()
-            if res:
-                n_layer = max(run.n_layer or 0, max(res) + 1)
-                n_expert = run.n_expert or (1 + max((max(v) for v in res.values() if v), default=0))
-                mat = np.zeros((n_layer, n_expert), dtype=bool)
-                for il, ids in res.items():
-                    ok = [e for e in ids if 0 <= e < n_expert]
-                    mat[il, ok] = True
-                run.n_layer, run.n_expert, run.resident = n_layer, n_expert, mat
-            cache = load.get("cache") if isinstance(load.get("cache"), dict) else {}
-            if isinstance(cache.get("bytes"), int):
-                run.budget_mib = cache["bytes"] / 1048576
-                run.summary["budget_mib"] = run.budget_mib
+        ingest.flush()
+        runs = ingest.runs
+        if runs.runs:
             run.status_detail = (f"audit log: {len(runs.runs)} run(s), pids {run.meta['audit_pids']}, "
                                  f"{sum(len(x.requests) for x in runs.runs)} requests")
         if run.status == "empty":

@@ -3,11 +3,13 @@
 :class:`MetricsPoller` (a daemon thread) scrapes ``url`` every ``interval`` seconds, one request
 in flight at most (requests are made one after the other on the thread), with a ``timeout``,
 an ``Authorization: Bearer`` header when ``api_key`` is given, and exponential backoff while the
-server is unreachable. Bodies are parsed with :mod:`bmoe_top.parsers.prom` and applied to a
-:class:`MetricsState`, a plain-Python object (no Textual) the attach screen and the headless
-twin read under ``state.lock``; ``state.version`` bumps on every change.
+server is unreachable. Bodies are parsed with :mod:`bmoe_top.parsers.prom` and fed to the one
+:class:`~bmoe_top.tui.run.RunModel` every view renders from (``state.run``; see
+:class:`MetricsState`): each completed scrape interval is one token row (per-token means over
+the interval, ``run.row_unit == "interval"``) plus its per-layer hit/miss counts for the layer
+x interval heatmap; the totals since the server started go to ``run.summary``. No Textual.
 
-States (``state.status``): ``connecting`` (nothing answered yet), ``ok``, ``unreachable``
+States (``run.status``, with the reason in ``run.status_detail``): ``connecting`` (nothing answered yet), ``ok``, ``unreachable``
 (connection refused/reset, timeout, DNS, HTTP 5xx), ``unauthorized`` (HTTP 401/403),
 ``malformed`` (any other HTTP status, or a body that is not an exposition), ``error`` (the URL
 itself is unusable: nothing is requested).
@@ -24,14 +26,15 @@ import ipaddress
 import os
 import threading
 import time
-from collections import deque
-from dataclasses import dataclass, field
+import math
 from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
+import numpy as np
 
 from bmoe_top.parsers.prom import (
+    MIB,
     TIME_KEYS,
     MetricsDelta,
     PromFormatError,
@@ -40,8 +43,10 @@ from bmoe_top.parsers.prom import (
     hit_pct_total,
     parse_exposition,
 )
+from bmoe_top.tui.run import RunBackedState, RunModel, run_summary
 
-__all__ = ["MetricsState", "MetricsPoller", "make_client", "is_loopback_host", "STATES"]
+__all__ = ["MetricsState", "MetricsPoller", "make_client", "is_loopback_host", "STATES", "interval_row",
+           "layer_counts", "totals_summary"]
 
 STATES = ("connecting", "ok", "unreachable", "unauthorized", "malformed", "error")
 
@@ -155,84 +160,110 @@ def make_client(url: str, timeout: float, api_key: str | None = None) -> tuple[h
     return httpx.Client(trust_env=False, timeout=to, headers=headers), note + "; connecting directly"
 
 
-@dataclass
-class MetricsState:
-    """What the metrics attach screen shows; every field is read under ``lock``.
+class MetricsState(RunBackedState):
+    """A metrics source's bookkeeping next to the :class:`RunModel` it feeds (``run``).
 
-    ``status``/``detail``: one of :data:`STATES` and a one-line reason. ``http_status``: last
-    HTTP status (``None`` before any answer). ``last``/``prev``: the newest two snapshots
-    (since the newest baseline). ``deltas``: the rates of each interval, oldest first
-    (bounded by ``history``). ``n_ok``/``n_fail``: scrapes that parsed / failed. ``n_resets``:
-    restarts seen (counter went down). ``json_quoted``: a body arrived JSON-quoted (decoded
-    once). ``bad_lines``: bad lines of the newest scrape. ``proxy_note``: see module doc.
-    ``last_ok_wall``: ``time.time()`` of the newest good scrape.
+    The run model gets what every view draws: one row of ``run.tokens`` per completed scrape
+    interval (:func:`interval_row`; ``run.row_unit`` is ``"interval"``), the interval's
+    per-layer hits/misses (``run.add_layer_counts``), the totals since the server started in
+    ``run.summary`` (:func:`totals_summary`), and the connection status in ``run.status`` /
+    ``run.status_detail`` (one of :data:`STATES` and a one-line reason). A counter reset
+    (server restart) starts a new baseline and adds no row, so no row is ever negative; a
+    failed scrape changes only the status (the last picture stays).
+
+    What only the attach screen's status line and the headless twin need stays here:
+    ``http_status`` (last HTTP status, ``None`` before any answer), ``last``/``prev`` (the
+    newest two snapshots), ``last_delta`` (the newest interval), ``n_ok``/``n_fail`` (scrapes
+    that parsed / failed), ``n_resets`` (restarts seen), ``json_quoted`` (a body arrived
+    JSON-quoted and was decoded once), ``bad_lines`` (of the newest scrape), ``proxy_note`` (see
+    the module doc), ``last_ok_wall`` (``time.time()`` of the newest good scrape),
+    ``next_retry_s``. ``lock``/``version`` are the run model's; ``status``/``detail`` read and
+    write ``run.status``/``run.status_detail``.
     """
 
-    url: str = ""
-    history: int = 600
-    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-    version: int = 0
-    status: str = "connecting"
-    detail: str = ""
-    http_status: int | None = None
-    last: PromSnapshot | None = None
-    prev: PromSnapshot | None = None
-    deltas: deque = field(default_factory=deque)
-    n_ok: int = 0
-    n_fail: int = 0
-    n_resets: int = 0
-    json_quoted: bool = False
-    bad_lines: list = field(default_factory=list)
-    proxy_note: str = ""
-    last_ok_wall: float | None = None
-    next_retry_s: float = 0.0
-
-    def __post_init__(self) -> None:
-        self.deltas = deque(self.deltas, maxlen=self.history)
+    def __init__(self, url: str = "", run: RunModel | None = None) -> None:
+        self.url = url
+        self.run = run if run is not None else RunModel()
+        self.http_status: int | None = None
+        self.last: PromSnapshot | None = None
+        self.prev: PromSnapshot | None = None
+        self.last_delta: MetricsDelta | None = None
+        self.n_ok = 0
+        self.n_fail = 0
+        self.n_resets = 0
+        self.json_quoted = False
+        self.bad_lines: list = []
+        self.proxy_note = ""
+        self.last_ok_wall: float | None = None
+        self.next_retry_s = 0.0
+        with self.run.lock:
+            self.run.row_unit = "interval"
+            self.run.status, self.run.status_detail = "connecting", ""
+            if url:
+                self.run.sources.append(f"metrics: {url}")
 
     # -- writers (poller thread) ------------------------------------------------------------
-    def apply(self, snap: PromSnapshot) -> MetricsDelta | None:
-        """Apply one parsed scrape: rates against the previous one (a reset starts a new
-        baseline). Returns the interval's delta (``None`` for the first scrape)."""
-        with self.lock:
+    def apply(self, snap: PromSnapshot, wall_t: float | None = None) -> MetricsDelta | None:
+        """Apply one parsed scrape (``wall_t``: unix seconds it arrived, default now): the
+        interval against the previous scrape becomes a token row (a reset starts a new
+        baseline and adds none). Returns the interval's delta (``None`` for the first scrape)."""
+        wall_t = time.time() if wall_t is None else wall_t
+        run = self.run
+        with run.lock:
             delta = None
             if self.last is not None and snap.t > self.last.t:
                 delta = compute_delta(self.last, snap)
                 if delta.reset:
                     self.n_resets += 1
-                self.deltas.append(delta)
+                    run.log.append(f"scrape {self.n_ok + 1}: a counter went down (server restart): new baseline")
+                else:
+                    i = run.tokens.append(interval_row(delta, snap, wall_t))
+                    hits, misses = layer_counts(self.last, snap)
+                    if hits is not None:
+                        run.add_layer_counts(i, hits, misses)
+                self.last_delta = delta
             self.prev, self.last = self.last, snap
-            self.status, self.detail = "ok", ("body was JSON-quoted; decoded once" if snap.json_quoted else "")
+            detail = "body was JSON-quoted; decoded once" if snap.json_quoted else ""
             if snap.bad_lines:
                 n = len(snap.bad_lines)
-                self.detail = (self.detail + "; " if self.detail else "") + \
+                detail = (detail + "; " if detail else "") + \
                     f"{n} bad line{'s' if n > 1 else ''} (first: line {snap.bad_lines[0][0]})"
+            run.status, run.status_detail = "ok", detail
             self.json_quoted = self.json_quoted or snap.json_quoted
             self.bad_lines = list(snap.bad_lines)
             self.n_ok += 1
-            self.last_ok_wall = time.time()
-            self.version += 1
+            self.last_ok_wall = wall_t
+            n_layer = snap.layer_count()
+            if n_layer:
+                run.n_layer = max(run.n_layer or 0, n_layer)
+            run.summary.update(totals_summary(snap))
+            if snap.exported("cache_bytes"):
+                run.budget_mib = snap.values["cache_bytes"] / MIB
+            run.touch()
             return delta
 
     def fail(self, status: str, detail: str, http_status: int | None = None) -> None:
-        with self.lock:
-            self.status, self.detail, self.http_status = status, detail, http_status
+        with self.run.lock:
+            self.run.status, self.run.status_detail, self.http_status = status, detail, http_status
             self.n_fail += 1
-            self.version += 1
+            self.run.touch()
 
     # -- readers ----------------------------------------------------------------------------
     def summary(self) -> dict[str, Any]:
-        """The numbers the screen shows, as a JSON-ready dict (``None`` = not exported / no
-        rate yet). Totals come from the newest scrape; rates from the newest interval."""
-        with self.lock:
-            s, d = self.last, (self.deltas[-1] if self.deltas else None)
+        """The numbers the attach screen shows, as a JSON-ready dict (``None`` = not exported /
+        no rate yet): ``run`` is :func:`bmoe_top.tui.run.run_summary` of the run model;
+        ``rates`` come from its newest interval row (``reset`` when the newest scrape started a
+        new baseline), ``totals`` from the newest scrape."""
+        with self.run.lock:
+            s, d, run = self.last, self.last_delta, self.run
             out: dict[str, Any] = {
-                "url": self.url, "status": self.status, "detail": self.detail,
+                "url": self.url, "status": run.status, "detail": run.status_detail,
                 "http_status": self.http_status, "scrapes_ok": self.n_ok, "scrapes_failed": self.n_fail,
                 "restarts": self.n_resets, "json_quoted": self.json_quoted,
                 "bad_lines": [{"line": n, "error": m} for n, m in self.bad_lines],
-                "proxy_note": self.proxy_note,
+                "proxy_note": self.proxy_note, "intervals": run.tokens.n,
             }
+            out["run"] = run_summary(run)
             if s is None:
                 out["totals"] = None
                 out["rates"] = None
@@ -254,15 +285,110 @@ class MetricsState:
             out["not_exported"] = _not_exported(s)
             if d is None:
                 out["rates"] = None
+            elif d.reset:
+                out["rates"] = {"interval_s": d.dt_s, "reset": True}
             else:
-                out["rates"] = {
-                    "interval_s": d.dt_s, "reset": d.reset, "tok_s": _num(d.tok_s),
-                    "prompt_tok_s": _num(d.prompt_tok_s), "hit_pct": _num(d.hit_pct),
-                    "read_mib_s": _num(d.read_mib_s), "cpu_mib_s": _num(d.cpu_mib_s),
-                    "swaps": _num(d.swaps), "layer_hit_pct": [_num(x) for x in d.layer_hit_pct],
-                    "token_ms": {k: _num(d.token_ms.get(k)) for k in TIME_KEYS},
-                }
+                out["rates"] = newest_rates(run, n_layer)
             return out
+
+
+#: Extra token columns an interval row carries besides the canonical per-token means.
+INTERVAL_COLUMNS = ("interval_s", "tokens_in_interval", "tok_s", "prompt_tok_s", "interval_hit_pct",
+                    "read_mib_s", "cpu_mib_s", "swaps")
+
+
+def interval_row(d: MetricsDelta, cur: PromSnapshot, wall_t: float) -> dict[str, float | None]:
+    """One ``run.tokens`` row for a completed scrape interval (not a reset): per generated
+    token in the interval, ``wall_ms``/``io_ms``/``stall_ms``/``mgmt_ms``/``compute_ms`` (the
+    ``bmoe:token_*_seconds_total`` sums / ``bmoe:timed_tokens_total``, else tokens predicted)
+    and ``read_mib`` (upload bytes / tokens predicted, MiB); ``cache_hit_pct`` since the start
+    (the ``hit_ratio`` gauge, else the counters), ``t`` (``wall_t``, unix s); and the
+    :data:`INTERVAL_COLUMNS`. ``None`` (the row stays NaN) where the server does not export
+    the series or the interval had no token to divide by."""
+    tokens = d.d.get("tokens_predicted")
+    up = d.d.get("upload_bytes")
+    row: dict[str, float | None] = {f"{k}_ms": d.token_ms.get(k) for k in TIME_KEYS}
+    row.update({
+        "t": wall_t,
+        "read_mib": up / MIB / tokens if up is not None and tokens else None,
+        "cache_hit_pct": d.hit_pct_total,
+        "interval_s": d.dt_s,
+        "tokens_in_interval": tokens,
+        "tok_s": d.tok_s,
+        "prompt_tok_s": d.prompt_tok_s,
+        "interval_hit_pct": d.hit_pct,
+        "read_mib_s": d.read_mib_s,
+        "cpu_mib_s": d.cpu_mib_s,
+        "swaps": d.swaps,
+    })
+    return {k: (v if v is not None and math.isfinite(v) else None) for k, v in row.items()}
+
+
+def layer_counts(prev: PromSnapshot, cur: PromSnapshot) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """Per-layer (hits, misses) in the interval, float ``[n_layer]`` (NaN where a layer's
+    series is missing on either side), or ``(None, None)`` when no per-layer series."""
+    n_layer = cur.layer_count()
+    lh0, lh1 = prev.layers.get("layer_hits"), cur.layers.get("layer_hits")
+    lm0, lm1 = prev.layers.get("layer_misses"), cur.layers.get("layer_misses")
+    if not n_layer or not (lh0 and lh1 and lm0 and lm1):
+        return None, None
+    hits = np.full(n_layer, np.nan)
+    misses = np.full(n_layer, np.nan)
+    for il in range(n_layer):
+        a, b, c, e = lh0.get(il), lh1.get(il), lm0.get(il), lm1.get(il)
+        if None in (a, b, c, e):
+            continue
+        hits[il], misses[il] = b - a, e - c
+    return hits, misses
+
+
+def totals_summary(s: PromSnapshot) -> dict[str, float]:
+    """Run-summary keys (``bmoe_top.tui.run.SUMMARY_FIELDS``) from the totals since the
+    server started; a key is left out when its series is not exported."""
+    v = s.values
+    out: dict[str, float | None] = {}
+    tok = v.get("tokens_predicted")
+    timed = v.get("timed_tokens", tok)
+    out["tokens"] = tok
+    out["n_prompt"] = v.get("prompt_tokens")
+    if "upload_bytes" in v:
+        out["read_mib"] = v["upload_bytes"] / MIB
+        if tok:
+            out["read_mib_per_tok"] = v["upload_bytes"] / MIB / tok
+    out["cache_hit_pct"] = hit_pct_total(s)
+    if "cache_bytes" in v:
+        out["budget_mib"] = v["cache_bytes"] / MIB
+    if "prompt_seconds" in v:
+        out["prefill_s"] = v["prompt_seconds"]
+        if v["prompt_seconds"] > 0 and v.get("prompt_tokens") is not None:
+            out["prefill_tps"] = v["prompt_tokens"] / v["prompt_seconds"]
+    wall = v.get("wall_s", v.get("tokens_predicted_seconds"))
+    if wall and timed:
+        out["s_per_tok"] = wall / timed
+        out["tok_s"] = timed / wall
+    if timed:
+        for key, series in (("compute_s_tok", "compute_s"), ("io_s_tok", "io_s"), ("stall_s_tok", "stall_s"),
+                            ("mgmt_s_tok", "mgmt_s")):
+            if series in v:
+                out[key] = v[series] / timed
+    return {k: x for k, x in out.items() if x is not None and math.isfinite(x)}
+
+
+def newest_rates(run: RunModel, n_layer: int) -> dict[str, Any] | None:
+    """The newest interval row of ``run`` as the headless ``rates`` dict (under ``run.lock``)."""
+    n = run.tokens.n
+    if not n:
+        return None
+    last = run.tokens.last
+    share = run.hit_matrix(n, start=n - 1) if n_layer else np.zeros((0, 1))
+    return {
+        "interval_s": _num(last("interval_s")), "reset": False, "tok_s": _num(last("tok_s")),
+        "prompt_tok_s": _num(last("prompt_tok_s")), "hit_pct": _num(last("interval_hit_pct")),
+        "read_mib_s": _num(last("read_mib_s")), "cpu_mib_s": _num(last("cpu_mib_s")),
+        "swaps": _num(last("swaps")),
+        "layer_hit_pct": [_num(100.0 * x) for x in share[:, 0]] if share.shape[0] else [],
+        "token_ms": {k: _num(last(f"{k}_ms")) for k in TIME_KEYS},
+    }
 
 
 def _num(v: float | None) -> float | None:
@@ -279,16 +405,19 @@ def _not_exported(s: PromSnapshot) -> list[str]:
 
 
 class MetricsPoller(threading.Thread):
-    """Daemon thread: scrape ``url`` every ``interval`` s into ``state``.
+    """Daemon thread: scrape ``url`` every ``interval`` s into ``state`` (and so into
+    ``state.run``, also ``run_model``; pass ``run`` to feed an existing run model).
 
     ``timeout``: seconds per request (connect+read). Backoff while unreachable: the wait doubles
     from ``interval`` up to ``max_backoff`` s. ``stop()`` ends the loop within one wait."""
 
     def __init__(self, url: str, state: MetricsState | None = None, interval: float = 1.0,
-                 timeout: float = 2.0, api_key: str | None = None, max_backoff: float = 30.0):
+                 timeout: float = 2.0, api_key: str | None = None, max_backoff: float = 30.0,
+                 run: RunModel | None = None):
         super().__init__(name="bmoe-metrics-poll", daemon=True)
         self.url = url
-        self.state = state if state is not None else MetricsState(url=url)
+        self.state = state if state is not None else MetricsState(url=url, run=run)
+        self.run_model = self.state.run
         if not self.state.url:
             self.state.url = url
         self.interval = max(0.05, float(interval))

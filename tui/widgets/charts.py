@@ -165,7 +165,10 @@ class BreakdownChart(TokenWindowMixin, Widget):
             side = info[r] if r < len(info) else ("", DIM)
             lines.append(Strip([Segment(label.rjust(GUTTER - 1) + "│", DIM), *_segments(cells),
                                 Segment(" " + side[0][: RIGHT - 1], side[1])]))
-        axis = f"tokens {lo + 1}–{hi} of {n}" if hi > lo else f"no tokens yet ({n} in run)"
+        unit = run.row_unit
+        axis = f"{unit}s {lo + 1}–{hi} of {n}" if hi > lo else f"no {unit}s yet ({n} in run)"
+        if unit != "token" and hi > lo:
+            axis += f"  (ms per token, mean over each {unit})"
         lines.append(Strip([Segment(" " * (GUTTER - 1) + "└", DIM), Segment(axis, DIM)]).crop(0, width))
         return lines
 
@@ -180,7 +183,7 @@ class BreakdownChart(TokenWindowMixin, Widget):
             x = float(arr[i]) if arr is not None else float(tok.view(name)[i])
             return "missing" if not math.isfinite(x) else f"{x:,.1f}"
 
-        out = [(f"token {i + 1:,}", TITLE),
+        out = [(f"{self.run.row_unit} {i + 1:,}", TITLE),
                (f"wall  {v('', parts['wall'])} ms", LABEL),
                (f"comp  {v('', parts['compute'])}", Style(color=COMPUTE)),
                (f"flash {v('', parts['flash'])}", Style(color=FLASH)),
@@ -227,6 +230,8 @@ class TrendChart(TokenWindowMixin, Widget):
 
     def series(self, name: str, lo: int, hi: int) -> np.ndarray | None:
         tok = self.run.tokens
+        if name == "tok_s" and self.run.row_unit != "token" and tok.has("tok_s"):
+            return tok.view("tok_s", hi)[lo:hi]  # a row's own rate (an interval may be partly idle)
         if name == "tok_s":
             if not tok.has("wall_ms"):
                 return None

@@ -137,17 +137,20 @@ class LayerHeatmap(GridView):
             cols = max(1, width - GUTTER)
             lo = max(0, stop - cols)
             share = run.hit_matrix(stop, start=lo) if n_layer and stop else None
-        title = [Segment("layer × token hit share ", TITLE),
+            unit = run.row_unit
+        title = [Segment(f"layer × {unit} hit share ", TITLE),
                  *legend_segments(HIT_STYLES, "0%", "100%"),
                  Segment(f"  {NO_DATA_GLYPH} no routing", DIM)]
         lines = [Strip(title)]
         if share is None or not n_layer:
-            lines.append(Strip([Segment("  no routing data in this source (route trace or BMOE_ROUTE)", DIM)]))
+            why = ("no routing data in this source (route trace or BMOE_ROUTE)" if unit == "token"
+                   else f"no per-layer hit/miss counts per {unit} yet")
+            lines.append(Strip([Segment("  " + why, DIM)]))
             return lines
         f = self.layer_fold(n_layer, height - HEADER, self.fold)
         folded = fold_rows(share, f)
         lines.append(Strip([Segment(" " * (GUTTER - 1) + "│", DIM),
-                            Segment(f"tokens {lo + 1}–{stop}" + (f", {f} layers/row" if f > 1 else ""), DIM)]))
+                            Segment(f"{unit}s {lo + 1}–{stop}" + (f", {f} layers/row" if f > 1 else ""), DIM)]))
         bins = hit_bin(folded)
         for i in range(folded.shape[0]):
             lines.append(Strip(_row_segments(self.layer_label(i, f, n_layer), bins[i], None, HIT_STYLES)))

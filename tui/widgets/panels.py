@@ -81,7 +81,7 @@ class RunPanel(Static):
         row("mode", f"{s['mode']} ({s['mode_reason']})")
         row("status", s["status"] + (f" — {self.run.status_detail}" if self.run.status_detail else ""))
         n = self.run.tokens.n
-        row("token", f"{self.playback.cursor:,} / {n:,}  {'▶ ' + self.playback.speed_label() if self.playback.playing else ''}")
+        row(self.run.row_unit, f"{self.playback.cursor:,} / {n:,}  {'▶ ' + self.playback.speed_label() if self.playback.playing else ''}")
         t.add_row("", "")
         derived = s["derived"]
         for key, label, unit in SUMMARY_FIELDS:
