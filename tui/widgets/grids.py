@@ -183,7 +183,9 @@ class ExpertMap(GridView):
                  Segment(f"  █ {res_src}  ░ not  {NO_DATA_GLYPH} never routed", DIM)]
         lines = [Strip(title)]
         if not n_layer or not n_expert or counts.sum() == 0:
-            lines.append(Strip([Segment("  no routing data in this source (route trace or BMOE_ROUTE)", DIM)]))
+            why = ("no routing data in this source (route trace or BMOE_ROUTE)" if run.row_unit == "token"
+                   else "no per-expert routing in this source")
+            lines.append(Strip([Segment("  " + why, DIM)]))
             if resident is not None:
                 counts = np.zeros((resident.shape[0], resident.shape[1]), dtype=np.int64)
             else:
