@@ -109,6 +109,9 @@ async def test_screen_live_against_bmoe_run_serve(tmp_path):
             while t.is_alive():
                 await pilot.pause(0.1)
             await pilot.pause(0.4)
+            poller.stop()  # freeze the picture: no row arrives between the reads below
+            poller.join(5)
+            await pilot.pause(0.3)
             st = app.state.summary()
             n = done["tokens_predicted"]
             assert n > 50 and st["status"] == "ok" and st["totals"]["tokens_predicted"] == n
