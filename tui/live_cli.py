@@ -68,8 +68,9 @@ def add_commands(sub: Any) -> None:
     what.add_argument("--metrics", metavar="URL", help="a /metrics endpoint (bmoe-run serve)")
     what.add_argument("--audit", metavar="FILE", help="an audit log to follow like tail -F")
     ap.add_argument("--api-key", help="with --metrics: bearer token")
-    ap.add_argument("--interval", type=float, default=1.0, metavar="S",
-                    help="with --metrics: seconds between scrapes (default 1)")
+    ap.add_argument("--interval", type=float, default=None, metavar="S",
+                    help="with --metrics: seconds between scrapes (default 1; with --once, a second "
+                         "scrape S later fills the rates)")
     ap.add_argument("--once", action="store_true", help="headless: print what the screen would show, exit")
     ap.add_argument("--json", action="store_true", help="with --once: print JSON")
     ap.add_argument("-p", "--prompt", default=None, help="with --session --once: send this prompt and wait for its end")
@@ -166,7 +167,10 @@ def _attach_network(args: argparse.Namespace) -> int:
             from bmoe_top.tui import headless_attach as ha
         except ImportError:
             return _die("attach --metrics/--audit is not available in this build")
-        d = ha.metrics_once(args.metrics, api_key=args.api_key) if args.metrics is not None else ha.audit_once(args.audit)
+        if args.metrics is not None:
+            d = ha.metrics_once(args.metrics, api_key=args.api_key, interval=args.interval or 0.0)
+        else:
+            d = ha.audit_once(args.audit)
         if args.json:
             print(ha.to_json(d))
         else:
