@@ -199,26 +199,34 @@ class BmoeTopApp(App):
         self.playback.tick(dt)
         self.refresh_views()
 
+    @property
+    def main_screen(self):
+        """The screen the views live on (queries must not go to a modal or the command palette)."""
+        return self.screen_stack[0] if self.screen_stack else None
+
     def refresh_views(self, force: bool = False) -> None:
         key = (self.model.version, self.playback.cursor, self.playback.playing, self.playback.speed_index,
-               int(self.quiet_seconds() or 0))
+               int(self.quiet_seconds() or 0), self.playback.turn_by_turn)
         if key == self._drawn_key and not force:
             return
+        root = self.main_screen
+        if root is None or not root.is_attached:
+            return  # before mount or during teardown
         self._drawn_key = key
-        self.query_one("#title", Static).update(self._title_text())
-        self.query_one("#run-panel", RunPanel).update_from_run()
-        for ap in (*self.query(AnswerPanel), *self.query(AnswerTail)):
+        root.query_one("#title", Static).update(self._title_text())
+        root.query_one("#run-panel", RunPanel).update_from_run()
+        for ap in (*root.query(AnswerPanel), *root.query(AnswerTail)):
             ap.update_from_run()
-        self.query_one("#problems-panel", ProblemsPanel).update_from_run()
+        root.query_one("#problems-panel", ProblemsPanel).update_from_run()
         for w in (BreakdownChart, TrendChart, LayerHeatmap, ExpertMap):
-            for widget in self.query(w):
+            for widget in root.query(w):
                 widget.refresh()
         with self.model.lock:
             n = len(self.model.log)
             if n != self._log_len:
                 self._log_len = n
                 lines = list(self.model.log)[-2000:]
-                self.query_one("#log-text", Static).update(safe_text("\n".join(lines)))
+                root.query_one("#log-text", Static).update(safe_text("\n".join(lines)))
 
     # ----------------------------------------------------------------- actions
     PLAYBACK_ACTIONS = frozenset({"toggle_play", "step", "jump_start", "jump_end"})
@@ -267,11 +275,15 @@ class BmoeTopApp(App):
                     else "playback runs through turns")
 
     def action_toggle_fold(self) -> None:
-        for w in (*self.query(LayerHeatmap), *self.query(ExpertMap)):
+        root = self.main_screen
+        if root is None:
+            return
+        for w in (*root.query(LayerHeatmap), *root.query(ExpertMap)):
             w.fold = not w.fold
 
     def action_tab(self, tab: str) -> None:
-        self.query_one("#tabs", TabbedContent).active = tab
+        if self.main_screen is not None:
+            self.main_screen.query_one("#tabs", TabbedContent).active = tab
 
     def action_help(self) -> None:
         rows = []

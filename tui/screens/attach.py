@@ -88,9 +88,9 @@ class AttachApp(BmoeTopApp):
     async def mount_extra(self) -> None:
         """Mount subclass widgets (e.g. a tab) before the source starts."""
 
-    def tick(self) -> None:
-        super().tick()
-        self.update_attach()
+    def refresh_views(self, force: bool = False) -> None:
+        super().refresh_views(force)
+        self.update_attach(force)
 
     def update_attach(self, force: bool = False) -> None:
         if self._attach_status is None or not self._attach_status.is_attached:
