@@ -143,6 +143,15 @@ def skew(trace: np.ndarray, n_expert: int) -> list[dict]:
     return rows
 
 
+def repeat_rate(trace: np.ndarray) -> float:
+    """Temporal locality: share of routings (token t, layer, expert) whose expert was also routed
+    at token t-1 in the same layer (windows are concatenated; the first token counts as a miss)."""
+    prev = np.sort(trace[:-1], -1)
+    cur = trace[1:]
+    same = (cur[..., :, None] == prev[..., None, :]).any(-1)
+    return float(same.sum() / trace.size)
+
+
 def routing_report(run: Path, random_model: Path) -> dict:
     meta = json.loads((run / "train_meta.json").read_text())
     n_layer, n_expert = meta["config"]["n_layer"], meta["config"]["n_expert"]
@@ -161,8 +170,9 @@ def routing_report(run: Path, random_model: Path) -> dict:
         n_slots = tr.shape[1] * n_expert  # llama.cpp traces cover n_layer - 1 layers
         rep[name] = {"layers": tr.shape[1],
                      "lru_hit_rate": {f"{b}%": lru_hit_rate(tr, round(n_slots * b / 100)) for b in budgets},
-                     "skew": skew(tr, n_expert)}
-        print(name, {k: round(v, 3) for k, v in rep[name]["lru_hit_rate"].items()}, flush=True)
+                     "skew": skew(tr, n_expert), "repeat_rate": repeat_rate(tr)}
+        print(name, {k: round(v, 3) for k, v in rep[name]["lru_hit_rate"].items()},
+              f"repeat {rep[name]['repeat_rate']:.3f}", flush=True)
     for name in ("trained", "random"):
         a, b = traces.get(f"{name}/llama.cpp"), traces.get(f"{name}/pytorch")
         if a is not None and b is not None:
