@@ -20,6 +20,8 @@ import os
 import sys
 from typing import Sequence
 
+from .sampling import add_sampling_args, sampling_from_args
+
 USAGE_ERR = 2
 
 #: sub-commands dispatched to other modules: name -> (module, function)
@@ -79,6 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="heat-based expert swaps while generating (runtime/moe_cache.py)")
     ap.add_argument("--flash-attn", choices=["auto", "on", "off"], default="auto")
     ap.add_argument("--quiet", action="store_true", help="silence llama.cpp's log (stderr)")
+    add_sampling_args(ap)
     return ap
 
 
@@ -181,6 +184,13 @@ def _run(args) -> int:  # noqa: C901 - the CLI's one flow
         "n_predict": args.n_predict,
     }
     try:
+        sampling = sampling_from_args(args)
+    except ValueError as e:
+        return _fail(str(e))
+    if not sampling.greedy:
+        flags.update(temp=args.temp, top_k=args.top_k, top_p=args.top_p, repeat_penalty=args.repeat_penalty,
+                     seed=args.seed)
+    try:
         eng = Engine(
             args.model,
             n_ctx=args.ctx_size,
@@ -197,6 +207,7 @@ def _run(args) -> int:  # noqa: C901 - the CLI's one flow
             route_weights=bool(args.route_trace),
             quiet=args.quiet,
             flash_attn=None if args.flash_attn == "auto" else args.flash_attn == "on",
+            sampling=sampling,
         )
     except (ModelError, EngineError) as e:
         if args.session:

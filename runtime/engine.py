@@ -30,6 +30,7 @@ import numpy as np
 
 from .expert_cache import MIB, ExpertCache, ExpertIOError, ExpertReader, TensorBuffer
 from .gguf_layout import ModelError, ModelLayout, read_layout
+from .sampling import GREEDY, Sampling
 
 __all__ = [
     "Engine",
@@ -233,11 +234,13 @@ class Engine:
         flash_attn: bool | None = None,
         native_hook: bool | None = None,
         repack: bool = False,
+        sampling: Sampling | None = None,
     ) -> None:
         t_start = time.perf_counter()
         import llama_cpp as L
 
         self._L = L
+        self.sampling = sampling or GREEDY  # token selection (runtime/sampling.py); greedy by default
         self._lock = threading.Lock()
         self._closed = False
         self.model = None
@@ -526,8 +529,10 @@ class Engine:
         on_token: Callable[[TokenStats], None] | None = None,
         cancel: threading.Event | None = None,
         on_prefill: Callable[[float, int], None] | None = None,
+        sampling: Sampling | None = None,
     ) -> GenerationResult:
-        """Greedy-generate up to ``n_predict`` tokens after ``prompt``.
+        """Generate up to ``n_predict`` tokens after ``prompt`` (``sampling`` overrides the
+        engine's :class:`Sampling` for this call; greedy unless one was given).
 
         ``clear_kv=True`` starts a new conversation (BOS + prompt); ``False`` appends ``prompt``
         to the conversation held in the KV cache and prefills only the new suffix.
@@ -543,7 +548,8 @@ class Engine:
         if self._closed:
             raise RequestError("engine is closed")
         with self._lock:
-            return self._generate(prompt, n_predict, clear_kv, on_token, cancel, on_prefill)
+            return self._generate(prompt, n_predict, clear_kv, on_token, cancel, on_prefill,
+                                  sampling or self.sampling)
 
     def check_request(self, prompt: str, n_predict: int, clear_kv: bool = True) -> None:
         """Raise :class:`RequestError` if ``generate`` would reject these arguments (nothing is changed)."""
@@ -566,8 +572,9 @@ class Engine:
             )
         return target
 
-    def _generate(self, prompt, n_predict, clear_kv, on_token, cancel, on_prefill) -> GenerationResult:
+    def _generate(self, prompt, n_predict, clear_kv, on_token, cancel, on_prefill, sampling) -> GenerationResult:
         L = self._L
+        rng = sampling.rng()
         n_predict = int(n_predict)
         target = self._target(prompt, n_predict, clear_kv)
         self._cancel = cancel
@@ -657,7 +664,7 @@ class Engine:
             tw0 = time.perf_counter()
             logits = L.llama_get_logits_ith(self.ctx, -1)
             row = np.ctypeslib.as_array(logits, shape=(self.n_vocab,))
-            tok = int(np.argmax(row))
+            tok = sampling.pick(row, self.kv_tokens, rng)
             if L.llama_vocab_is_eog(self.vocab, tok):
                 res.stop_reason = "eog"
                 break

@@ -46,6 +46,7 @@ import orjson
 
 from .audit import AuditWriter, profile_info
 from .metrics import CONTENT_TYPE, MetricsRegistry
+from .sampling import add_sampling_args, sampling_from_args
 
 __all__ = ["serve_main", "Server", "is_loopback_bind"]
 
@@ -523,6 +524,7 @@ def _parser() -> argparse.ArgumentParser:
                     help="heat-based swaps of experts into the cache while generating")
     ap.add_argument("--metrics", action="store_true", help="accepted for llama-server compatibility (always on)")
     ap.add_argument("-v", "--verbose", action="store_true", help="llama.cpp's log to stderr")
+    add_sampling_args(ap)
     return ap
 
 
@@ -538,6 +540,11 @@ def serve_main(argv: list[str] | None = None) -> int:
                      cache_mb=args.cache_mb, stream=not args.no_moe_stream, io_threads=args.io_threads,
                      o_direct=not args.no_odirect, overlap=args.overlap, prefetch=args.prefetch,
                      force_cache=args.force_cache, quiet=not args.verbose)
+    try:
+        engine_kw["sampling"] = sampling_from_args(args)
+    except ValueError as exc:
+        print(f"bmoe-run serve: {exc}", file=sys.stderr)
+        return 2
     try:
         srv = Server(args.host, args.port, api_key=args.api_key, audit_path=args.moe_cache_audit,
                      profile_path=args.moe_cache_profile, adaptive=args.moe_cache_adaptive, engine_kw=engine_kw)

@@ -33,8 +33,14 @@ def _die(msg: str, code: int = EXIT_USAGE) -> int:
     return code
 
 
+#: How the bundled runtime samples when bmoe-top launches it: the small demo model loops under
+#: greedy decoding (a line of spaces), while light sampling streams recognisable Python.
+DEMO_SAMPLING = ["--temp", "0.7", "--top-p", "0.95", "--repeat-penalty", "1.1"]
+
+
 def runtime_command(model: str | None = None, extra: list[str] | None = None) -> list[str]:
-    """The bundled runtime's session command line: ``bmoe-run --session --route-telemetry [-m MODEL]``."""
+    """The bundled runtime's session command line:
+    ``bmoe-run --session --route-telemetry --temp 0.7 --top-p 0.95 --repeat-penalty 1.1 [-m MODEL]``."""
     exe = Path(sys.executable).with_name("bmoe-run")
     if exe.exists():
         cmd = [str(exe)]
@@ -42,14 +48,14 @@ def runtime_command(model: str | None = None, extra: list[str] | None = None) ->
         cmd = [shutil.which("bmoe-run")]  # type: ignore[list-item]
     else:
         cmd = [sys.executable, "-m", "bmoe_top.runtime.cli"]
-    cmd += ["--session", "--route-telemetry"]
+    cmd += ["--session", "--route-telemetry", *DEMO_SAMPLING]
     if model:
         cmd += ["-m", model]
     return cmd + list(extra or [])
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-n", "--n-predict", type=int, default=64, help="tokens per generation (default 64)")
+    p.add_argument("-n", "--n-predict", type=int, default=256, help="tokens per generation (default 256)")
     p.add_argument("--record", metavar="FILE", help="write every received line to FILE (JSONL, flushed per line)")
     p.add_argument("--fps", type=float, default=10.0, help=argparse.SUPPRESS)
 
@@ -254,7 +260,7 @@ def cmd_play(args: argparse.Namespace) -> int:
 def default_main(args: argparse.Namespace) -> int:
     """``bmoe-top`` with no sub-command: launch the bundled runtime on the demo model."""
     ns = argparse.Namespace(model=None, ready_timeout=300.0, once=False, json=False, prompt="Hello",
-                            command=[], n_predict=64, record=None, fps=getattr(args, "fps", 10.0))
+                            command=[], n_predict=256, record=None, fps=getattr(args, "fps", 10.0))
     return cmd_launch(ns)
 
 
