@@ -494,13 +494,15 @@ class RunModel:
                    "cache_hit_pct": "cache_hit_pct", "n_prompt": "n_prompt",
                    "cache_resident_mib": "resident_mib", "cache_budget_mib": "budget_mib",
                    "stall_s_tok": "stall_s_tok", "mgmt_s_tok": "mgmt_s_tok",
-                   "spec_recall_pct": "spec_recall_pct"}
+                   "spec_recall_pct": "spec_recall_pct", "read_mib": "read_mib"}
         for src, dst in mapping.items():
             v = fields.get(src)
             if v is not None and not isinstance(v, bool):
                 self.summary[dst] = float(v)
         if rec.tok_s:
             self.summary["s_per_tok"] = 1.0 / float(rec.tok_s)
+        if fields.get("read_mib") is not None and rec.tokens:
+            self.summary["read_mib_per_tok"] = float(fields["read_mib"]) / float(rec.tokens)
         if rec.cache_resident_mib is not None:
             self.resident_mib = float(rec.cache_resident_mib)
         if rec.cache_budget_mib is not None:

@@ -10,6 +10,7 @@ import re
 
 from rich.table import Table
 from rich.text import Text
+from textual.strip import Strip
 from textual.widget import Widget
 from textual.widgets import Static
 
@@ -173,7 +174,8 @@ class AnswerTail(Widget):
     """The newest lines of the answer, filling a fixed-height panel (the side of the main screen).
 
     Its size never depends on the text, so streaming tokens repaint this widget only, never the
-    screen's layout, and only the tail is wrapped.
+    screen's layout; only the tail is wrapped (by Rich, keeping code indentation), and the
+    wrapped lines are drawn with the line API.
     """
 
     DEFAULT_CSS = "AnswerTail { height: 1fr; padding: 0 1; }"
@@ -182,6 +184,8 @@ class AnswerTail(Widget):
         super().__init__(**kw)
         self.run, self.playback = run, playback
         self._key = None
+        self._frame_key = None
+        self._lines: list[Strip] = []
 
     def update_from_run(self) -> None:
         key = (self.run.version, self.playback.cursor)
@@ -193,15 +197,18 @@ class AnswerTail(Widget):
         width, height = self.content_region.size
         return answer_text(self.run, self.playback.cursor, max_chars=max(400, width * height * 2))
 
-    def render(self) -> Text:
+    def render_line(self, y: int) -> Strip:
         width, height = self.content_region.size
-        text = self.renderable_for()
-        if width <= 0 or height <= 0:
-            return text
-        lines = text.wrap(self.app.console, width)
-        if len(lines) > height:
-            lines = lines[len(lines) - height:]
-        return Text("\n").join(lines)
+        key = (self._key, width, height)
+        if key != self._frame_key:
+            self._frame_key = key
+            console = self.app.console
+            rendered = console.render_lines(self.renderable_for(), console.options.update_width(max(1, width)),
+                                            pad=False)
+            self._lines = [Strip(line) for line in rendered[-height:]] if height > 0 else []
+        if y < len(self._lines):
+            return self._lines[y].extend_cell_length(width)
+        return Strip.blank(width)
 
 
 class ProblemsPanel(Static):

@@ -1,0 +1,72 @@
+"""Regenerate the documentation screenshots (SVG, saved by Textual) from real runs of bmoe-run.
+
+    .venv/bin/python tools/screenshots.py          # writes docs/images/live.svg and replay.svg
+
+live.svg: bmoe-top live on the bundled runtime and the trained demo model, after one turn.
+replay.svg: a replay of the CSV sink + route trace bmoe-run wrote for a longer generation.
+Nothing here is used by the tests; the screens it shows are the ones the pilot tests drive.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "docs" / "images"
+SIZE = (170, 48)
+
+
+async def live_shot(path: Path) -> None:
+    from bmoe_top.tui.live_cli import runtime_command
+    from bmoe_top.tui.screens.live import LiveApp
+    from bmoe_top.tui.sources.child_session import ChildSession
+
+    src = ChildSession(runtime_command())
+    app = LiveApp(src, title="launch bmoe-run", n_predict=200)
+    try:
+        async with app.run_test(size=SIZE) as pilot:
+            for _ in range(600):
+                await pilot.pause(0.1)
+                if app.run_model.status == "ready":
+                    break
+            src.generate("class Cache:\n    def __init__(self", n_predict=200)
+            for _ in range(900):
+                await pilot.pause(0.1)
+                if app.run_model.turns and app.run_model.turns[-1].done:
+                    break
+            await pilot.pause(0.5)
+            app.save_screenshot(str(path))
+    finally:
+        src.close()
+
+
+async def replay_shot(path: Path, files: list[str]) -> None:
+    from bmoe_top.tui.app import BmoeTopApp
+    from bmoe_top.tui.sources.file_replay import open_paths
+
+    app = BmoeTopApp(open_paths(files), title="replay demo.csv + demo.route.csv")
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause(0.5)
+        app.save_screenshot(str(path))
+
+
+def main() -> int:
+    OUT.mkdir(parents=True, exist_ok=True)
+    asyncio.run(live_shot(OUT / "live.svg"))
+    with tempfile.TemporaryDirectory() as d:
+        csv, trace = f"{d}/demo.csv", f"{d}/demo.route.csv"
+        run = Path(sys.executable).with_name("bmoe-run")
+        subprocess.run([str(run), "-p", "def parse(self, text):", "-n", "400", "--temp", "0.7", "--top-p", "0.95",
+                        "--repeat-penalty", "1.1", "--csv", csv, "--route-trace", trace, "--quiet"],
+                       check=True, stdout=subprocess.DEVNULL)
+        asyncio.run(replay_shot(OUT / "replay.svg", [csv, trace]))
+    print(f"wrote {OUT / 'live.svg'} and {OUT / 'replay.svg'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
