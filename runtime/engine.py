@@ -241,6 +241,9 @@ class Engine:
 
         self._L = L
         self.sampling = sampling or GREEDY  # token selection (runtime/sampling.py); greedy by default
+        # for tests that must act mid-generation on a tiny, very fast model: BMOE_TOKEN_DELAY_MS=N
+        # sleeps N ms after every decoded token (0 = off)
+        self._token_delay_s = float(os.environ.get("BMOE_TOKEN_DELAY_MS", "0") or 0) / 1000.0
         self._lock = threading.Lock()
         self._closed = False
         self.model = None
@@ -665,6 +668,8 @@ class Engine:
             logits = L.llama_get_logits_ith(self.ctx, -1)
             row = np.ctypeslib.as_array(logits, shape=(self.n_vocab,))
             tok = sampling.pick(row, self.kv_tokens, rng)
+            if self._token_delay_s:
+                time.sleep(self._token_delay_s)
             if L.llama_vocab_is_eog(self.vocab, tok):
                 res.stop_reason = "eog"
                 break

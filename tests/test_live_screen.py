@@ -118,8 +118,8 @@ async def test_live_app_over_real_runtime(tmp_path):
     from bmoe_top.runtime.models import make_model
 
     model = make_model(tmp_path / "tiny.gguf", preset="tiny")
-    src = ChildSession([str(BMOE_RUN), "-m", str(model), "--session", "--route-telemetry", "-c", "1024"],
-                       ready_timeout_s=60)
+    src = ChildSession([str(BMOE_RUN), "-m", str(model), "--session", "--route-telemetry", "-c", "512"],
+                       ready_timeout_s=60, env={"BMOE_TOKEN_DELAY_MS": "5"})  # room to cancel mid-turn
     app = LiveApp(src, title="bmoe-run tiny")
     async with app.run_test(size=(160, 48)) as pilot:
         assert await wait_for(pilot, lambda: src.state == "ready", 60)
@@ -134,7 +134,7 @@ async def test_live_app_over_real_runtime(tmp_path):
         await send(pilot, app, " again", 4)
         assert await wait_for(pilot, lambda: src.status().turns_done == 2, 60)
         assert run.turns[-1].done["n_past"] > run.turns[0].done["n_past"]
-        await send(pilot, app, "long", 900)  # the tiny model is fast: leave room to cancel (n_ctx 1024)
+        await send(pilot, app, "long", 400)
         assert await wait_for(pilot, lambda: run.n_tokens >= 14, 60)
         await pilot.press("escape")
         assert await wait_for(pilot, lambda: src.status().turns_done == 3, 30)

@@ -81,7 +81,7 @@ async def test_screen_states_and_numbers(srv):
         assert "unauthorized" in status and "HTTP 401" in status and "last good scrape" in status
         assert "83.3 %" in plain(app.query_one("#attach-panel").content)  # the last picture stays
         assert run.tokens.n == 1 and run.status == "unauthorized" and "HTTP 401" in run.status_detail
-        assert "unauthorized" in plain(app.query_one("#run-panel").content)
+        assert "unauthorized" in app.query_one("#run-panel").text()
         poller.scrape_once()
         app.update_attach(force=True)
         await pilot.pause()

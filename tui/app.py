@@ -25,7 +25,7 @@ CSS = """
 Screen { layout: vertical; }
 #title { height: 1; background: $boost; color: $text; padding: 0 1; }
 #body { height: 1fr; }
-#side { width: 30%; min-width: 30; max-width: 48; border-right: solid $primary-darken-2; }
+#side { width: 30%; min-width: 34; max-width: 48; border-right: solid $primary-darken-2; }
 #side VerticalScroll { height: 1fr; }
 #run-panel-scroll { height: 2fr; }
 #answer-side { height: 1fr; border-top: solid $primary-darken-2; }

@@ -862,7 +862,7 @@ SUMMARY_FIELDS = (
     ("load_s", "load", "s"),
     ("ttft_s", "TTFT", "s"),
     ("compute_s_tok", "compute/token", "s"),
-    ("io_s_tok", "flash I/O/token", "s"),
+    ("io_s_tok", "flash io/token", "s"),
     ("stall_s_tok", "stall/token", "s"),
     ("mgmt_s_tok", "mgmt/token", "s"),
 )

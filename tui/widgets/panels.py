@@ -7,8 +7,10 @@ sequences are made visible (``␛[31m``) rather than sent to the terminal.
 from __future__ import annotations
 
 import re
+import textwrap
 
-from rich.table import Table
+from rich.segment import Segment
+from rich.style import Style
 from rich.text import Text
 from textual.strip import Strip
 from textual.widget import Widget
@@ -33,8 +35,12 @@ def safe_text(s: str, style: str = "") -> Text:
     return Text(visible_text(s), style=style)
 
 
-class RunPanel(Static):
-    """Model, arch, layers, experts, flags, mode and the run summary; 'missing' where absent."""
+class RunPanel(Widget):
+    """Model, arch, layers, experts, flags, mode and the run summary; 'missing' where absent.
+
+    Drawn with the line API: values wrap under their own column, and the screen is laid out
+    again only when the number of lines changes (the values change every token).
+    """
 
     DEFAULT_CSS = "RunPanel { height: auto; padding: 0 1; }"
 
@@ -42,30 +48,43 @@ class RunPanel(Static):
         super().__init__(**kw)
         self.run, self.playback = run, playback
         self._key = None
-        self._height = -1
+        self._lines: list[Strip] = []
+        self._lines_width = -1
 
     def update_from_run(self) -> None:
         key = (self.run.version, self.playback.cursor)
         if key == self._key:
             return
         self._key = key
-        table = self.renderable_for()
-        # Relayout the screen only when the panel's height changes (values change every token).
-        width = max(1, self.content_region.width)
-        console = self.app.console
-        height = len(console.render_lines(table, console.options.update_width(width), pad=False))
-        self.update(table, layout=height != self._height)
-        self._height = height
+        before = len(self._lines)
+        self._lines = self.build(self.content_region.width)
+        self.refresh(layout=len(self._lines) != before)
 
-    def renderable_for(self) -> Table:
+    def get_content_height(self, container, viewport, width: int) -> int:
+        if width != self._lines_width:
+            self._lines = self.build(width)
+        return len(self._lines)
+
+    def render_line(self, y: int) -> Strip:
+        width = self.content_region.width
+        if width != self._lines_width:
+            self._lines = self.build(width)
+        if y < len(self._lines):
+            return self._lines[y].crop(0, width).extend_cell_length(width)
+        return Strip.blank(width)
+
+    def text(self) -> str:
+        """The panel as plain text (for tests and the headless twin)."""
+        return "\n".join(ln.text for ln in self.build(max(20, self.content_region.width or 44)))
+
+    def rows(self) -> list[tuple[str, str, str]]:
+        """(label, value, style) rows; 'missing' where the source did not send the value."""
         s = run_summary(self.run)
         meta = s["meta"]
-        t = Table.grid(padding=(0, 1))
-        t.add_column(style="#7f848e", no_wrap=True)
-        t.add_column(no_wrap=False)
+        out: list[tuple[str, str, str]] = []
 
         def row(label: str, value: str, style: str = "") -> None:
-            t.add_row(label, Text(value, style=("#7f848e italic" if value == "missing" else style)))
+            out.append((label, value, "#7f848e italic" if value == "missing" else style))
 
         model = meta.get("model") or meta.get("recording_source") or "missing"
         row("model", model.rsplit("/", 1)[-1], "bold")
@@ -82,8 +101,9 @@ class RunPanel(Static):
         row("mode", f"{s['mode']} ({s['mode_reason']})")
         row("status", s["status"] + (f" — {self.run.status_detail}" if self.run.status_detail else ""))
         n = self.run.tokens.n
-        row(self.run.row_unit, f"{self.playback.cursor:,} / {n:,}  {'▶ ' + self.playback.speed_label() if self.playback.playing else ''}")
-        t.add_row("", "")
+        playing = "  ▶ " + self.playback.speed_label() if self.playback.playing else ""
+        row(self.run.row_unit, f"{self.playback.cursor:,} / {n:,}{playing}")
+        out.append(("", "", ""))
         derived = s["derived"]
         for key, label, unit in SUMMARY_FIELDS:
             v = s.get(key)
@@ -96,8 +116,23 @@ class RunPanel(Static):
             digits = 3 if unit == "s" or key in ("tok_s",) else 1
             row(label, fmt(v, digits, unit) + (" (so far)" if so_far else ""), "#d19a66" if so_far else "")
         if s["problems"]:
-            t.add_row("problems", Text(f"{s['problems']} bad lines (p)", style="bold #e06c75"))
-        return t
+            row("problems", f"{s['problems']} bad lines (p)", "bold #e06c75")
+        return out
+
+    def build(self, width: int) -> list[Strip]:
+        """The rows as strips of ``width`` cells, values wrapped under their own column."""
+        self._lines_width = width
+        rows = self.rows()
+        width = max(20, width)
+        lw = min(14 if width >= 36 else 11, max(len(r[0]) for r in rows)) + 1
+        vw = max(8, width - lw)
+        label_style, out = Style(color="#7f848e"), []
+        for label, value, style in rows:
+            st = Style.parse(style) if style else Style()
+            parts = textwrap.wrap(value, vw, break_long_words=True, break_on_hyphens=False) or [""]
+            out.append(Strip([Segment(label[: lw - 1].ljust(lw), label_style), Segment(parts[0], st)]))
+            out += [Strip([Segment(" " * lw), Segment(cont, st)]) for cont in parts[1:]]
+        return out
 
 
 def answer_text(run: RunModel, cursor: int, max_chars: int | None = None) -> Text:
