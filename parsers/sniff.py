@@ -82,8 +82,9 @@ def sniff(data: bytes, name: str = "") -> str:
         return "strp"
     head = decode_bytes(data[:_SAMPLE])
     tail = decode_bytes(data[-_SAMPLE:]) if len(data) > _SAMPLE else ""
-    if "\x00" in head[:4096]:
-        return "unknown"  # binary we do not know
+    window = head[:4096]
+    if window.count("\x00") > max(4, len(window) // 100):
+        return "unknown"  # binary we do not know (a stray NUL in text does not make it binary)
     lines = split_text(head)
     if len(data) > _SAMPLE and lines:
         lines.pop()  # possibly cut mid-line

@@ -99,7 +99,7 @@ async def test_audit_screen_follows_the_file(tmp_path):
         trends = strips_text(app.query_one("#trends").build(100, 3))
         assert "hit %" in trends and "60.0 %" in trends and "tok/s" in trends and "200.0" in trends
         # the replay screen's title counts requests
-        assert "request 2/2" in app.query_one("#title").content.plain
+        assert "live  request 2" in app.query_one("#title").content.plain
 
 
 async def test_audit_screen_over_a_real_server_log(tmp_path):

@@ -216,3 +216,24 @@ async def test_live_app_plays_a_recording_turn_by_turn(tmp_path):
         assert app.run_model.n_tokens == 10
         assert app.query_one("#turns-table", DataTable).row_count == 2
         await pilot.press("ctrl+q")
+
+
+async def test_escape_closes_the_seek_box_and_help_lists_live_keys():
+    from bmoe_top.tui.app import HelpScreen, SeekScreen
+
+    src = ChildSession([sys.executable, EMITTER, "--rate", "100"])
+    app = LiveApp(src, title="emitter")
+    async with app.run_test(size=(160, 48)) as pilot:
+        assert await wait_for(pilot, lambda: src.state == "ready")
+        await pilot.press("escape")  # leave the prompt box
+        await pilot.press("g")
+        assert isinstance(app.screen, SeekScreen)
+        await pilot.press("escape")  # the modal gets escape, not the app's cancel key
+        await pilot.pause()
+        assert not isinstance(app.screen, SeekScreen)
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        text = str(app.screen.query_one("#help-box Static").render())
+        assert "cancel" in text and "play/pause" in text  # the live keys and the replay keys
+        await pilot.press("escape")
+    src.close(timeout=1)

@@ -72,7 +72,7 @@ async def test_screen_states_and_numbers(srv):
         assert share[:, 0].tolist() == pytest.approx([2 / 4, 1.0, 6 / 8])  # L1 never missed
         trends = strips_text(app.query_one("#trends").build(100, 4))
         assert "tok/s" in trends and "hit %" in trends and "missing" in trends  # MiB/tok without upload bytes
-        assert "interval 1/1" in app.query_one("#title").content.plain
+        assert "live  interval 1" in app.query_one("#title").content.plain
         poller.scrape_once()
         app.refresh_views(force=True)
         app.update_attach(force=True)
@@ -134,7 +134,7 @@ async def test_screen_live_against_bmoe_run_serve(tmp_path):
             share = run.hit_matrix()
             assert share.shape[0] == 2 and np.isfinite(share).any()
             assert run_summary(run)["tokens"] == n  # the run panel's total since the server started
-            assert f"interval {tok.n}/{tok.n}" in app.query_one("#title").content.plain
+            assert f"live  interval {tok.n}" in app.query_one("#title").content.plain
         assert not poller.is_alive() or poller.join(3) is None
     finally:
         s.stop()

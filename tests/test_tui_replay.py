@@ -251,3 +251,35 @@ def test_strp_profile_replays_as_a_rank_map(tmp_path):
     assert "48 ranked pairs" in text[1]
     row0 = text[2].split("│", 1)[1]
     assert row0[:8].count("█") + row0[:8].count("░") == 8 and set(row0[8:32]) == {"·"}
+
+
+async def test_text_tab_shows_the_answer_when_opened(tmp_path):
+    p = tmp_path / "stdout.txt"
+    p.write_bytes(synth.progress_transcript(12))
+    run = open_paths([str(p)])
+    app = BmoeTopApp(run, title="t")
+    async with app.run_test(size=(140, 40)) as pilot:
+        await pilot.press("2")
+        await pilot.pause(0.3)
+        full = app.query_one("#answer-full")
+        assert "The router picks" in str(full.render())
+
+
+def test_stray_nul_byte_keeps_a_transcript_readable(tmp_path):
+    p = tmp_path / "nul.txt"
+    body = synth.progress_transcript(6).replace(b"=== perf ===", b"note\x00here\n=== perf ===")
+    p.write_bytes(body)
+    run = open_paths([str(p)])
+    assert run.tokens.n == 6
+
+
+def test_mode_from_summary_without_rows_and_unknown_without_either(tmp_path):
+    p = tmp_path / "log.txt"
+    p.write_bytes(b"generation: 10 tokens, 0.1 s/token (10.0 tok/s)\n"
+                  b"moe-stream: read 5.0 MiB (0.50 MiB/token), decode 0.1 s/token (compute 0.05 + cache mgmt "
+                  b"0.01 + flash I/O 0.08 s/token, 60 MiB/s) stall_s/tok=0.020\n")
+    run = open_paths([str(p)])
+    assert run.mode()[0] == "overlap"
+    q = tmp_path / "reqs.jsonl"
+    q.write_bytes(b'{"cmd":"generate","id":1,"prompt":"x"}\n{"cmd":"close"}\n')
+    assert open_paths([str(q)]).mode()[0] == "unknown"

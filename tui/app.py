@@ -54,7 +54,7 @@ class SeekScreen(ModalScreen[int | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="seek-box"):
-            yield Label(f"Seek to token (1–{self.n}):")
+            yield Label(f"Seek to token (1–{self.n}):" if self.n else "Seek to token (none yet):")
             yield Input(placeholder="token number", id="seek-input", type="integer")
 
     @on(Input.Submitted)
@@ -178,7 +178,13 @@ class BmoeTopApp(App):
         if pb.turn_by_turn:
             state += " (turn by turn)"
         t = safe_text(f"bmoe-top  {self.source_title}  ")
-        t.append(f"{state} {pb.speed_label()}  {self.model.row_unit} {pb.cursor:,}/{pb.n:,}", style="bold")
+        unit = self.model.row_unit
+        if pb.follow:  # live: no playback speed; the turn's progress instead
+            step, steps = self.model.tokens.last("step"), self.model.tokens.last("steps")
+            turn = f"  (this turn {int(step)}/{int(steps)})" if step == step and steps == steps else ""
+            t.append(f"{state}  {unit} {pb.n:,}{turn}", style="bold")
+        else:
+            t.append(f"{state} {pb.speed_label()}  {unit} {pb.cursor:,}/{pb.n:,}", style="bold")
         quiet = self.quiet_seconds()
         if quiet is not None:
             t.append(f"  no telemetry for {quiet:.0f} s", style="bold #e06c75")
@@ -231,9 +237,15 @@ class BmoeTopApp(App):
     # ----------------------------------------------------------------- actions
     PLAYBACK_ACTIONS = frozenset({"toggle_play", "step", "jump_start", "jump_end"})
 
+    #: Priority actions that a modal screen (seek box, help) must receive instead of the app.
+    MODAL_YIELDS = frozenset({"cancel_generation"})
+
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """Playback keys go to a focused text input (prompt box, seek box) instead."""
+        """Playback keys go to a focused text input (prompt box, seek box) instead; keys a
+        modal screen uses (escape) go to the modal."""
         if action in self.PLAYBACK_ACTIONS and isinstance(self.focused, Input):
+            return False
+        if isinstance(self.screen, ModalScreen) and (action in self.PLAYBACK_ACTIONS or action in self.MODAL_YIELDS):
             return False
         return True
 
@@ -281,13 +293,22 @@ class BmoeTopApp(App):
         for w in (*root.query(LayerHeatmap), *root.query(ExpertMap)):
             w.fold = not w.fold
 
+    @on(TabbedContent.TabActivated)
+    def _tab_shown(self) -> None:
+        self.call_after_refresh(self.refresh_views, True)
+
     def action_tab(self, tab: str) -> None:
         if self.main_screen is not None:
             self.main_screen.query_one("#tabs", TabbedContent).active = tab
 
     def action_help(self) -> None:
-        rows = []
-        for b in self.BINDINGS:
-            keys = b.key.replace("question_mark", "?").replace("equals_sign", "=").replace(",", " / ")
-            rows.append((keys, b.description))
+        rows, seen = [], set()
+        for cls in type(self).__mro__:  # subclasses (live, attach) add their own keys first
+            for b in getattr(cls, "BINDINGS", None) or []:
+                if not isinstance(b, Binding) or b.key in seen:
+                    continue
+                seen.add(b.key)
+                keys = (b.key.replace("question_mark", "?").replace("equals_sign", "=").replace("plus", "+")
+                        .replace("minus", "-").replace(",", " / "))
+                rows.append((keys, b.description))
         self.push_screen(HelpScreen(rows))

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 from typing import Any
 
@@ -42,21 +43,20 @@ def print_json(obj: Any) -> None:
 
 
 def format_summary_text(s: dict[str, Any]) -> str:
-    from bmoe_top.tui.run import SUMMARY_FIELDS
-    from bmoe_top.tui.widgets.palette import fmt
+    """The run panel's numbers as text (same rows, same 'missing' / 'from token rows' marks)."""
+    from bmoe_top.tui.run import summary_rows
 
     lines = [f"sources: {', '.join(s['sources'])}"]
     meta = s["meta"]
     lines.append(f"model: {meta.get('model', 'missing')}  arch: {meta.get('arch', 'missing')}  "
                  f"layers: {s['n_layer'] or 'missing'}  experts: {s['n_expert'] or 'missing'}")
     lines.append(f"mode: {s['mode']} ({s['mode_reason']})")
-    for key, label, unit in SUMMARY_FIELDS:
-        v = s.get(key)
-        digits = 3 if unit == "s" or key == "tok_s" else 1
-        text = "no cache" if key == "cache_hit_pct" and v is not None and v < 0 else fmt(v, digits, unit)
+    for label, text, _kind in summary_rows(s):
         lines.append(f"  {label:<16} {text}")
     lines.append(f"token rows: {s['derived']['token_rows']}  turns: {s['turns']}  "
                  f"routing rows: {s['routing_rows']}  problems: {s['problems']}")
+    if s["sidecar"]:
+        lines.append("device: " + " ".join(f"{k}={v}" for k, v in s["sidecar"].items()))
     return "\n".join(lines)
 
 
@@ -121,6 +121,12 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # `bmoe-top replay --summary x | head`: not an error
+        try:
+            sys.stdout = open(os.devnull, "w")
+        except OSError:
+            pass
+        return 0
 
 
 if __name__ == "__main__":

@@ -692,8 +692,14 @@ class RunModel:
             for k, v in tr.summary.items():
                 self.summary.setdefault(k, v) if had_tokens else self.summary.__setitem__(k, v)
             self.sidecar.update(tr.sidecar)
-            if tr.answer and not any(t.text for t in self.turns):
-                self.current_turn().text = tr.answer
+            if not any(t.text or t.reasoning for t in self.turns):
+                turn = self.current_turn()
+                if tr.answer:
+                    turn.text = tr.answer
+                if getattr(tr, "reasoning", None):
+                    turn.reasoning = tr.reasoning
+                if getattr(tr, "prompt", None) and not turn.prompt:
+                    turn.prompt = tr.prompt
             for line in tr.text_lines:
                 self.log.append(line)
             for p in tr.problems:
@@ -728,7 +734,8 @@ class RunModel:
 
     # -------------------------------------------------------------- derived
     def mode(self) -> tuple[str, str]:
-        """("serial" | "overlap", why): decides which term is the wall-additive flash wait.
+        """("serial" | "overlap" | "unknown", why): decides which term is the wall-additive flash
+        wait ("unknown" draws like serial: there are no rows to draw).
 
         Overlap when the run's flags say ``overlap=1``, or when any token has ``io_ms > wall_ms``
         (lane-busy time can only exceed wall under overlap), or any ``stall_ms > 0``.
@@ -751,7 +758,12 @@ class RunModel:
             if self.tokens.has("stall_ms"):
                 return "serial", "stall_ms is 0 on every token and io_ms <= wall_ms"
             return "serial", "no stall_ms column and io_ms <= wall_ms on every token"
-        return "serial", "no token rows yet"
+        stall = self.summary.get("stall_s_tok")
+        if stall is not None and stall == stall:
+            if stall > 0:
+                return "overlap", f"summary stall {stall:g} s/token > 0 (no token rows)"
+            return "serial", "summary stall 0 s/token (no token rows)"
+        return "unknown", "no token rows and no stall figure in this source"
 
     def breakdown(self, stop: int | None = None) -> dict[str, np.ndarray]:
         """Per-token wall = compute + flash + mgmt (ms), for tokens ``[0, stop)``.
@@ -846,6 +858,21 @@ def _num(v: Any) -> float | None:
     return None if math.isnan(f) else f
 
 
+def fmt(v: float | None, digits: int = 1, unit: str = "") -> str:
+    """Format a number for display, or 'missing' when the source did not send it.
+
+    Small non-zero values keep two significant digits (0.039 MiB is not shown as 0.0)."""
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "missing"
+    if isinstance(v, int) or (isinstance(v, float) and v.is_integer() and abs(v) >= 1000):
+        s = f"{int(v):,}"
+    else:
+        if v and abs(v) < 10 ** -digits * 10:
+            digits = max(digits, 1 - int(math.floor(math.log10(abs(v)))))
+        s = f"{v:,.{digits}f}"
+    return f"{s} {unit}".rstrip()
+
+
 #: The run panel's summary rows: (key, label, unit). The headless ``--summary`` prints the same keys.
 SUMMARY_FIELDS = (
     ("tokens", "tokens", ""),
@@ -894,6 +921,8 @@ def run_summary(run: RunModel) -> dict[str, Any]:
                 derived["s_per_tok"] = derived["mean_wall_ms"] / 1000.0
             if derived["read_mib"] is not None:
                 derived["read_mib_per_tok"] = derived["read_mib"] / n
+        if s.get("prefill_tps") is None and s.get("n_prompt") and s.get("prefill_s"):
+            derived["prefill_tps"] = s["n_prompt"] / s["prefill_s"]
         mode, why = run.mode()
         out = {
             **s,
@@ -915,3 +944,30 @@ def run_summary(run: RunModel) -> dict[str, Any]:
             "sources": list(run.sources),
         }
     return out
+
+
+def summary_rows(s: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """The run panel's summary rows from :func:`run_summary`: (label, text, kind), kind "" for the
+    source's own number, "derived" for what the token rows give when the source has no end-of-run
+    number (still streaming, or a source without a summary), "missing" when neither exists.
+    The headless ``replay --summary`` prints exactly these rows."""
+    rows = []
+    derived = s["derived"]
+    live = s.get("status") in ("generating", "loading")
+    for key, label, unit in SUMMARY_FIELDS:
+        v = s.get(key)
+        kind = ""
+        if v is None and derived.get(key) is not None:
+            v, kind = derived[key], "derived"
+        if v is None:
+            rows.append((label, "missing", "missing"))
+            continue
+        if key == "cache_hit_pct" and v < 0:
+            rows.append((label, "no cache", kind))
+            continue
+        digits = 3 if unit == "s" or key == "tok_s" else 1
+        text = fmt(v, digits, unit)
+        if kind:
+            text += " (so far)" if live else " (from token rows)"
+        rows.append((label, text, kind))
+    return rows

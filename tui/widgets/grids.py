@@ -133,6 +133,8 @@ class LayerHeatmap(GridView):
         with run.lock:
             n_layer = run.n_layer or 0
             n_tok = run.route_token_count()
+            if run.row_unit != "token":  # attach rows: later rows may have no per-layer counts yet
+                n_tok = max(n_tok, run.tokens.n)
             stop = min(self.playback.cursor, n_tok)
             cols = max(1, width - GUTTER)
             lo = max(0, stop - cols)

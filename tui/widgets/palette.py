@@ -6,11 +6,11 @@ layers, tokens, runs and sessions.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 from rich.segment import Segment
 from rich.style import Style
+
+from bmoe_top.tui.run import fmt  # noqa: F401  (re-exported: number formatting lives with the run model)
 
 #: Glyph for a cell with no data (nothing routed, value not sent). Never a colour of the scale.
 NO_DATA_GLYPH = "·"
@@ -69,13 +69,3 @@ def legend_segments(styles: list[Style], lo: str, hi: str) -> list[Segment]:
     segs.append(Segment(" " + hi, DIM))
     return segs
 
-
-def fmt(v: float | None, digits: int = 1, unit: str = "") -> str:
-    """Format a number, or 'missing' when the source did not send it."""
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return "missing"
-    if isinstance(v, int) or (isinstance(v, float) and v.is_integer() and abs(v) >= 1000):
-        s = f"{int(v):,}"
-    else:
-        s = f"{v:,.{digits}f}"
-    return f"{s} {unit}".rstrip()

@@ -17,7 +17,7 @@ from textual.widget import Widget
 from textual.widgets import Static
 
 from bmoe_top.tui.playback import Playback
-from bmoe_top.tui.run import SUMMARY_FIELDS, RunModel, run_summary
+from bmoe_top.tui.run import RunModel, run_summary, summary_rows
 from bmoe_top.tui.widgets.palette import fmt
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
@@ -99,22 +99,15 @@ class RunPanel(Widget):
             "cache_auto", "force_cache", "dense_weights", "drop_cold_frac"))
         row("flags", flags or "missing")
         row("mode", f"{s['mode']} ({s['mode_reason']})")
-        row("status", s["status"] + (f" — {self.run.status_detail}" if self.run.status_detail else ""))
+        detail = self.run.status_detail
+        status = detail if detail and detail.startswith(s["status"]) else s["status"] + (f" — {detail}" if detail else "")
+        row("status", status)
         n = self.run.tokens.n
         playing = "  ▶ " + self.playback.speed_label() if self.playback.playing else ""
         row(self.run.row_unit, f"{self.playback.cursor:,} / {n:,}{playing}")
         out.append(("", "", ""))
-        derived = s["derived"]
-        for key, label, unit in SUMMARY_FIELDS:
-            v = s.get(key)
-            so_far = v is None and derived.get(key) is not None
-            if so_far:  # no end-of-run number yet: what the token rows say so far
-                v = derived[key]
-            if key == "cache_hit_pct" and v is not None and v < 0:
-                row(label, "no cache")
-                continue
-            digits = 3 if unit == "s" or key in ("tok_s",) else 1
-            row(label, fmt(v, digits, unit) + (" (so far)" if so_far else ""), "#d19a66" if so_far else "")
+        for label, text, kind in summary_rows(s):
+            row(label, text, "#d19a66" if kind == "derived" else "")
         if s["problems"]:
             row("problems", f"{s['problems']} bad lines (p)", "bold #e06c75")
         return out
