@@ -336,7 +336,10 @@ class Engine:
         if not self.ctx:
             self.close()
             raise EngineError(f"llama.cpp could not create a context (n_ctx={self.n_ctx})")
+        asked = self.n_ctx
         self.n_ctx = int(L.llama_n_ctx(self.ctx))
+        if self.n_ctx != asked:  # llama.cpp pads the context (e.g. to a multiple of 256): say so
+            print(f"bmoe-run: n_ctx {asked} was set to {self.n_ctx} by llama.cpp", file=sys.stderr, flush=True)
         self.mem = L.llama_get_memory(self.ctx)
 
         # abort callback (installed only while an abort is wanted: no per-node Python call otherwise)
