@@ -211,6 +211,8 @@ class BmoeTopApp(App):
         return self.screen_stack[0] if self.screen_stack else None
 
     def refresh_views(self, force: bool = False) -> None:
+        if self.playback.follow:
+            self.playback.tick(0.0)  # live: the cursor is the newest row, even between timer ticks
         key = (self.model.version, self.playback.cursor, self.playback.playing, self.playback.speed_index,
                int(self.quiet_seconds() or 0), self.playback.turn_by_turn)
         if key == self._drawn_key and not force:
