@@ -85,3 +85,21 @@ def test_launch_runtime_that_cannot_load_says_why():
     r = top("launch", "--once", "--", str(bmoe_run), "-m", "/nonexistent/model.gguf", "--session")
     assert r.returncode == 1
     assert "before BMOE_READY" in r.stderr and "/nonexistent/model.gguf" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_launch_once_json_failure_still_prints_json(tmp_path):
+    import json as _json
+    import subprocess as _sp
+    import sys as _sys
+    from pathlib import Path as _P
+
+    bad = tmp_path / "not.gguf"
+    bad.write_bytes(b"definitely not a model")
+    run = _P(_sys.executable).with_name("bmoe-run")
+    top = _P(_sys.executable).with_name("bmoe-top")
+    r = _sp.run([str(top), "launch", "--once", "--json", "-p", "hi", "--", str(run), "--session", "-m", str(bad)],
+                capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1
+    out = _json.loads(r.stdout)
+    assert out["status"] == "failed" and "not a GGUF" in out["error"] and out["live"]["exit_code"] == 2
+    assert "Traceback" not in r.stderr

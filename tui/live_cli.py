@@ -273,14 +273,24 @@ def _once(src, args: argparse.Namespace) -> int:
                 on_stderr=lambda line, t: run.log.append(line),
                 on_event=lambda k, i: run.note_request(i["request"]) if k == "request" else None)
     run.sources.append("child: " + " ".join(src.argv))
+
+    def fail(msg: str) -> int:
+        """One stderr line; with --json also the JSON a script expects (status and error)."""
+        if args.json:
+            from bmoe_top.tui.cli import print_json
+
+            print_json({"status": "failed", "error": msg, "sources": run.sources,
+                        "live": {"state": src.state, "exit_code": src.status().exit_code}})
+        return _die(msg, EXIT_FAILED)
+
     src.start()
     st = src.status()
     if st.state == "failed":
-        return _die(st.message, EXIT_FAILED)
+        return fail(st.message)
     if not src.wait_state({"ready", "exited", "aborted", "failed"}, args.ready_timeout):
-        return _die(f"no BMOE_READY from {src.argv[0]} after {args.ready_timeout:g} s", EXIT_FAILED)
+        return fail(f"no BMOE_READY from {src.argv[0]} after {args.ready_timeout:g} s")
     if src.state != "ready":
-        return _die(src.status().message, EXIT_FAILED)
+        return fail(src.status().message)
     t0 = time.monotonic()
     rid = src.generate(args.prompt, args.n_predict, clear_kv=True)
     # wait for the turn's end (DONE or rejection), or the child's end
