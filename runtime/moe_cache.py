@@ -243,9 +243,16 @@ class MoeCacheExt:
         for _, il, e in self._missing_hot()[:MAX_FILL]:
             if self._room() < self.expert_bytes[il]:
                 break
-            got = self._admit(il, e)
-            self.extra_read_bytes += got
-            n += 1 if got else 0
+            n += self._swap_in(il, e)
+        return self._done_round(n, t0)
+
+    def _swap_in(self, il: int, e: int) -> int:
+        """Read expert ``e`` of layer ``il`` into the cache; 1 if it came in, else 0."""
+        got = self._admit(il, e)
+        self.extra_read_bytes += got
+        return 1 if got else 0
+
+    def _done_round(self, n: int, t0: float) -> int:
         self.swaps += n
         self.swap_s += time.perf_counter() - t0
         return n
@@ -283,12 +290,8 @@ class MoeCacheExt:
                 ci += 1
                 if self._room() < eb:
                     continue
-            got = self._admit(il, e)
-            self.extra_read_bytes += got
-            n += 1 if got else 0
-        self.swaps += n
-        self.swap_s += time.perf_counter() - t0
-        return n
+            n += self._swap_in(il, e)
+        return self._done_round(n, t0)
 
     # -- counters ------------------------------------------------------------------------------
     def counters(self) -> CacheCounters:

@@ -218,10 +218,11 @@ class BmoeTopApp(App):
         if key == self._drawn_key and not force:
             return
         root = self.main_screen
-        if root is None or not root.is_attached:
-            return  # before mount or during teardown
+        title = root.query("#title") if root is not None and root.is_attached else None
+        if not title:
+            return  # before compose finished, or during teardown (timers and deferred calls)
         self._drawn_key = key
-        root.query_one("#title", Static).update(self._title_text())
+        title.first(Static).update(self._title_text())
         root.query_one("#run-panel", RunPanel).update_from_run()
         for ap in (*root.query(AnswerPanel), *root.query(AnswerTail)):
             ap.update_from_run()

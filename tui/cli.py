@@ -92,17 +92,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--json", action="store_true", help="with --summary: as JSON")
     r.add_argument("--fps", type=float, default=10.0, help=argparse.SUPPRESS)
     r.set_defaults(func=cmd_replay)
-    _add_live_commands(sub)
-    return p
+    from bmoe_top.tui import live_cli
 
-
-def _add_live_commands(sub: Any) -> None:
-    """Live and attach sub-commands come from their own modules when present."""
-    try:
-        from bmoe_top.tui import live_cli
-    except ImportError:
-        return
     live_cli.add_commands(sub)
+    return p
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -110,13 +103,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.cmd is None:
-        try:
-            from bmoe_top.tui import live_cli
-        except ImportError:
-            live_cli = None
-        if live_cli is not None:
-            return live_cli.default_main(args)
-        return _die("no live runtime in this build; use `bmoe-top replay PATH`")
+        from bmoe_top.tui import live_cli
+
+        return live_cli.default_main(args)
     try:
         return args.func(args)
     except KeyboardInterrupt:

@@ -38,6 +38,7 @@ BASE_COLUMNS = (
 )
 
 _MIB = float(1 << 20)
+_HANDLERS: dict[type, str] = {}  # record class -> RunModel handler name (ingest is per line)
 
 
 class Columns:
@@ -362,7 +363,6 @@ class RunModel:
         self.log: deque[str] = deque(maxlen=5000)  # stderr / loader noise
         self.requests: list[dict[str, Any]] = []
         self._acc = None  # TextAccumulator of the current turn
-        self._extra_numeric_seen: set[str] = set()
 
     # ------------------------------------------------------------------ basics
     def touch(self) -> None:
@@ -398,7 +398,11 @@ class RunModel:
         Dispatches on the record's class name, so every source can hand over whatever
         :func:`parse_line` returned. ``t`` is the unix time the line arrived (live, recordings).
         """
-        handler = getattr(self, "_on_" + type(rec).__name__, None)
+        cls = type(rec)
+        name = _HANDLERS.get(cls)
+        if name is None:
+            name = _HANDLERS[cls] = "_on_" + cls.__name__
+        handler = getattr(self, name, None)
         with self.lock:
             self.last_line_t = time.monotonic()
             if handler is None:
@@ -670,7 +674,6 @@ class RunModel:
             tok[~decode] = -1 - turn[~decode]
             self.routes.extend(tok, np.asarray(trace.layer), np.asarray(trace.expert),
                                np.asarray(trace.residency))
-            self._route_tokens = len(uniq)
             for p in trace.problems:
                 self.problem_count += 1
                 self.problems.append(ProblemEntry(source, p.lineno, p.text, p.reason))
@@ -690,7 +693,10 @@ class RunModel:
             self.ingest(rec, lineno=ln, source=source)
         with self.lock:
             for k, v in tr.summary.items():
-                self.summary.setdefault(k, v) if had_tokens else self.summary.__setitem__(k, v)
+                if had_tokens:  # the CSV of the same run has the summary already: only fill gaps
+                    self.summary.setdefault(k, v)
+                else:
+                    self.summary[k] = v
             self.sidecar.update(tr.sidecar)
             if not any(t.text or t.reasoning for t in self.turns):
                 turn = self.current_turn()

@@ -29,7 +29,7 @@ from textual.widgets import DataTable, TabbedContent, TabPane
 from bmoe_top.parsers.audit import check_exact_sum
 from bmoe_top.tui.screens.attach import STATUS_STYLE, AttachApp
 from bmoe_top.tui.sources.audit_tail import AuditState, AuditTail, audit_status
-from bmoe_top.tui.widgets.palette import fmt
+from bmoe_top.tui.run import fmt
 
 __all__ = ["AuditAttachApp", "run_attach", "run_panel", "REQUEST_COLUMNS"]
 

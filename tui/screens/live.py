@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import time
 
 from textual import on
 from textual.binding import Binding

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 
 import orjson
 
@@ -123,12 +122,14 @@ def load_data(run: RunModel, data: bytes, source: str) -> str:
 
         reqs, problems = parse_requests(data)
         run.load_requests(reqs, problems, source)
-    elif kind in ("audit", "strp"):
-        loader = _optional_loader(kind)
-        if loader is None:
-            run.add_problem(source, 0, "", f"{kind} files are not supported by this build")
-        else:
-            loader(run, data, source)
+    elif kind == "audit":
+        from bmoe_top.tui.sources.audit_tail import load_audit_into_run
+
+        load_audit_into_run(run, data, source)
+    elif kind == "strp":
+        from bmoe_top.tui.sources.audit_tail import load_strp_into_run
+
+        load_strp_into_run(run, data, source)
     else:
         run.add_problem(source, 0, data[:120].decode("utf-8", "replace"),
                         "unrecognised format (not a BMOE transcript, token CSV, route trace, "
@@ -138,18 +139,6 @@ def load_data(run: RunModel, data: bytes, source: str) -> str:
             run.sources.append(source)
         run.touch()
     return kind
-
-
-def _optional_loader(kind: str) -> Any:
-    """Audit and STRP replays live with the network-attach sources."""
-    try:
-        if kind == "audit":
-            from bmoe_top.tui.sources.audit_tail import load_audit_into_run as f
-        else:
-            from bmoe_top.tui.sources.audit_tail import load_strp_into_run as f
-    except ImportError:
-        return None
-    return f
 
 
 def open_paths(paths: list[str], run: RunModel | None = None) -> RunModel:

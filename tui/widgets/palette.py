@@ -10,8 +10,6 @@ import numpy as np
 from rich.segment import Segment
 from rich.style import Style
 
-from bmoe_top.tui.run import fmt  # noqa: F401  (re-exported: number formatting lives with the run model)
-
 #: Glyph for a cell with no data (nothing routed, value not sent). Never a colour of the scale.
 NO_DATA_GLYPH = "·"
 NO_DATA_STYLE = Style(color="#5c6370")

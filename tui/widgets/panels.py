@@ -18,7 +18,7 @@ from textual.widgets import Static
 
 from bmoe_top.tui.playback import Playback
 from bmoe_top.tui.run import RunModel, run_summary, summary_rows
-from bmoe_top.tui.widgets.palette import fmt
+from bmoe_top.tui.run import fmt
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 _PICTURES = {i: chr(0x2400 + i) for i in range(32)}
