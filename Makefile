@@ -1,11 +1,15 @@
-# Two entry points for a newcomer: `make run` and `make test`.
+# Two entry points for a newcomer: `make run` and `make test`. CI runs `make check`.
 # Both create .venv on first use and install bmoe-top (editable) with its test extras.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
+BIN := $(abspath $(VENV)/bin)
 STAMP := $(VENV)/.bmoe-installed
+# The installed layout (bmoe_top.parsers = parsers/, ...) as a tree of links, for the type and layer checks,
+# which read packages from disk rather than through the editable install's import hook.
+VIEW := build/pkgview
 
-.PHONY: run test bench docs-shots clean
+.PHONY: run test check lint types layers view bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,6 +22,23 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+check: lint types layers test
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+view:
+	mkdir -p $(VIEW)/bmoe_top
+	ln -sfn $(CURDIR)/bmoe_top/__init__.py $(VIEW)/bmoe_top/__init__.py
+	ln -sfn $(CURDIR)/bmoe_top/data $(VIEW)/bmoe_top/data
+	for d in parsers runtime tui; do ln -sfn $(CURDIR)/$$d $(VIEW)/bmoe_top/$$d; done
+
+types: $(STAMP) view
+	cd $(VIEW) && $(BIN)/mypy --config-file $(CURDIR)/pyproject.toml -p bmoe_top
+
+layers: $(STAMP) view
+	cd $(VIEW) && PYTHONPATH=. $(BIN)/lint-imports --config $(CURDIR)/pyproject.toml --no-cache
 
 bench: $(STAMP)
 	$(PY) -m pip install -q pyarrow

@@ -26,7 +26,6 @@ import argparse
 import resource
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 

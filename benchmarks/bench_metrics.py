@@ -2,7 +2,8 @@
 
 1. Parse and apply one ``/metrics`` scrape of a 94-layer model (every per-layer series), as
    ``bmoe-run serve`` renders it: ``parse_exposition`` + ``MetricsState.apply`` (rates against the
-   previous scrape, one run-model row and its per-layer counts). Goal: < 10 ms. Baseline in the same run: prometheus-client's bare
+   previous scrape, one run-model row and its per-layer counts). Goal: < 10 ms.
+   Baseline in the same run: prometheus-client's bare
    ``text_string_to_metric_families`` over the same body (ratio = ours / bare parse).
 2. Decode speed of a real ``bmoe-run serve`` while ``/metrics`` is scraped at 1 Hz, against the
    same server unscraped (alternating runs; median of the paired ratios). Goal: slowdown <= 2 %.
@@ -136,7 +137,7 @@ def bench_decode(runs: int, n_tokens: int) -> float:
                 stop = threading.Event()
                 count = [0]
 
-                def poll():
+                def poll(stop: threading.Event = stop, count: list[int] = count) -> None:
                     with httpx.Client(trust_env=False) as c:
                         while not stop.is_set():
                             c.get(srv.url + "/metrics").raise_for_status()

@@ -217,7 +217,8 @@ def _bench(d: Path, args) -> int:
               f"median paired ratio {st['ratio']:.3f} (goal >= 0.85) identical={st['identical']} "
               f"misses={st['misses_after_preload']}", flush=True)
     cold = bench_cold(str(bench), max(8, args.tokens // 2))
-    print(f"cold streaming (bench, --cache-mb 0, O_DIRECT={cold['o_direct']}): 4 lanes {cold['lanes4_mib_s']:.0f} MiB/s, "
+    print(f"cold streaming (bench, --cache-mb 0, O_DIRECT={cold['o_direct']}): "
+          f"4 lanes {cold['lanes4_mib_s']:.0f} MiB/s, "
           f"1 lane {cold['lanes1_mib_s']:.0f} MiB/s; dd iflag=direct bs=1M {cold['dd_mib_s']:.0f} MiB/s; "
           f"ratio {cold['ratio']:.3f} (goal >= 0.7)", flush=True)
     ov = bench_overlap(str(bench), args.tokens)

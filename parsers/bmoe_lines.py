@@ -28,7 +28,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from dataclasses import fields as dc_fields
-from typing import Any, Union
+from typing import Any
 
 import orjson
 
@@ -191,7 +191,7 @@ class BadLine:
     reason: str
 
 
-Record = Union[Load, Progress, Ready, Begin, Done, Error, Route, Resident, Unknown]
+Record = Load | Progress | Ready | Begin | Done | Error | Route | Resident | Unknown
 
 
 # ---------------------------------------------------------------------------------------------

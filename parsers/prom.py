@@ -24,8 +24,8 @@ Two pure steps, no network, no threads:
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable
 
 import orjson
 from prometheus_client.parser import text_string_to_metric_families

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import codecs
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 __all__ = [
     "Problem",

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +31,7 @@ REQ_KEYS = {"req_hits": "hits", "req_hits_profile": "hits_profile", "req_misses"
 
 def utc_now_ms() -> str:
     """UTC ISO 8601 to the millisecond, ``2026-11-29T12:00:00.123Z``."""
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def profile_info(path: str | None, error: str | None = None) -> dict[str, Any] | None:

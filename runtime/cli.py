@@ -18,7 +18,7 @@ import argparse
 import importlib
 import os
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from .sampling import add_sampling_args, sampling_from_args
 

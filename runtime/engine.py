@@ -23,8 +23,8 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 
@@ -628,7 +628,9 @@ class Engine:
         for i in range(p, len(target), self.n_batch):
             chunk = target[i : i + self.n_batch]
             self._pending_ids, self._pending_w = {}, {}
-            self._gen_route = [([], []) for _ in range(self.n_layer)] if (cache is None and self.route_telemetry) else None
+            self._gen_route = (
+                [([], []) for _ in range(self.n_layer)] if (cache is None and self.route_telemetry) else None
+            )
             rc = self._decode(chunk)
             if cache:
                 cache.end_decode()
@@ -678,7 +680,9 @@ class Engine:
                 break
             if cache:
                 cache.begin_token()
-            self._gen_route = [([], []) for _ in range(self.n_layer)] if (cache is None and self.route_telemetry) else None
+            self._gen_route = (
+                [([], []) for _ in range(self.n_layer)] if (cache is None and self.route_telemetry) else None
+            )
             self._pending_ids, self._pending_w = {}, {}
             rc = self._decode([tok])
             if cache:
@@ -842,7 +846,7 @@ class Engine:
             tb.close()
         self.buffers = {}
 
-    def __enter__(self) -> "Engine":
+    def __enter__(self) -> Engine:
         return self
 
     def __exit__(self, *exc) -> None:

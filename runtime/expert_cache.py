@@ -26,9 +26,9 @@ import os
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Callable
 
 from .gguf_layout import ExpertTensorInfo, ModelLayout
 

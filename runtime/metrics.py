@@ -51,12 +51,12 @@ class ServerCounters:
     mgmt_s: float = 0.0
     compute_s: float = 0.0
 
-    def copy(self) -> "ServerCounters":
+    def copy(self) -> ServerCounters:
         return replace(self)
 
 
 class _Collector(Collector):
-    def __init__(self, reg: "MetricsRegistry"):
+    def __init__(self, reg: MetricsRegistry):
         self.reg = reg
 
     def collect(self):
@@ -102,7 +102,8 @@ class _Collector(Collector):
 
 class MetricsRegistry:
     """The server's registry (``cache=False``: no ``llamacpp:moe_cache_*`` series at all, as
-    llama-server without a MoE cache): ``update(**fields)`` / ``add(**fields)`` change the counters under the lock (decode thread);
+    llama-server without a MoE cache): ``update(**fields)`` / ``add(**fields)`` change the counters under the lock
+    (decode thread);
     ``render()`` -> the exposition bytes (HTTP thread). ``registry`` is the prometheus-client
     ``CollectorRegistry`` (our collector + the process collector, which gives
     ``process_start_time_seconds`` so a poller sees restarts)."""

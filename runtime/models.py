@@ -38,10 +38,10 @@ import contextlib
 import os
 import sys
 import tempfile
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
 
 import numpy as np
 

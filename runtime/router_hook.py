@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import ctypes
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import llama_cpp as L
 import numpy as np

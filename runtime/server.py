@@ -75,7 +75,7 @@ class Job:
     stream: bool
     task: int
     cancel: threading.Event = field(default_factory=threading.Event)
-    events: "queue.Queue[tuple[str, Any]]" = field(default_factory=queue.Queue)
+    events: queue.Queue[tuple[str, Any]] = field(default_factory=queue.Queue)
 
 
 def _err(code: int, message: str, typ: str) -> bytes:
@@ -103,7 +103,7 @@ class Server:
         self.ext = None
         self.metrics = MetricsRegistry()
         self.loading = True
-        self.jobs: "queue.Queue[Job | None]" = queue.Queue()
+        self.jobs: queue.Queue[Job | None] = queue.Queue()
         self._task = 0
         self._task_lock = threading.Lock()
         self._current: Job | None = None
@@ -176,7 +176,8 @@ class Server:
             mbytes = None
         self._audit(
             self.audit.load if self.audit else None, self.ext.counters(),
-            model={"path": str(eng.model_path), "bytes": mbytes, "name": getattr(lay, "name", None) or eng.model_path.stem,
+            model={"path": str(eng.model_path), "bytes": mbytes,
+                   "name": getattr(lay, "name", None) or eng.model_path.stem,
                    "n_layer": eng.n_layer},
             params={"build": _build(), "moe_cache_mib": eng.budget_mib if eng.stream else 0,
                     "moe_cache_hybrid": False, "moe_cache_adaptive": bool(self.ext.adaptive), "n_gpu_layers": 0,
@@ -259,7 +260,7 @@ class Server:
                       n_decode=max(1, math.ceil(n_prompt / max(1, eng.n_batch))))
                 m.update(cache=ext.counters())
 
-            def on_token(st) -> None:
+            def on_token(st, job: Job = job) -> None:
                 ext.after_token()
                 m.add(tokens_predicted=1, tokens_predicted_seconds=st.wall_ms / 1000.0, n_decode=1, timed_tokens=1,
                       wall_s=st.wall_ms / 1000.0, io_s=st.io_ms / 1000.0, stall_s=st.stall_ms / 1000.0,

@@ -21,8 +21,8 @@ import os
 import queue
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import orjson
 

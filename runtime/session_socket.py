@@ -39,7 +39,7 @@ import sys
 import threading
 import time
 import uuid
-from typing import Callable
+from collections.abc import Callable
 
 NOTICE_TAG = "BMOE_NOTICE"
 HELLO_TAG = "BMOE_HELLO"
@@ -53,7 +53,7 @@ class SessionSocketError(RuntimeError):
 class Client:
     """One connected client. ``send(line)`` queues a line for this client only."""
 
-    def __init__(self, server: "SessionSocketServer", conn: socket.socket, cid: int) -> None:
+    def __init__(self, server: SessionSocketServer, conn: socket.socket, cid: int) -> None:
         self.server = server
         self.conn = conn
         self.id = cid
@@ -140,7 +140,7 @@ class Client:
                         return
                     try:
                         n = conn.send(view)
-                    except socket.timeout:
+                    except TimeoutError:
                         if time.monotonic() - self._last_progress > srv.stall_timeout_s:
                             srv._log(f"session socket: client {self.id} read nothing for "
                                      f"{srv.stall_timeout_s:g} s; disconnected")
@@ -164,7 +164,7 @@ class Client:
             while not self._closed:
                 try:
                     chunk = conn.recv(65536)
-                except socket.timeout:
+                except TimeoutError:
                     continue
                 if not chunk:
                     break
@@ -248,10 +248,11 @@ class SessionSocketServer:
         self._closed = threading.Event()
 
     # ---- lifecycle ------------------------------------------------------------------
-    def start(self) -> "SessionSocketServer":
+    def start(self) -> SessionSocketServer:
         path = self.path
         if len(os.fsencode(path)) > 107:
-            raise SessionSocketError(f"session socket path is too long ({len(os.fsencode(path))} bytes, max 107): {path}")
+            n = len(os.fsencode(path))
+            raise SessionSocketError(f"session socket path is too long ({n} bytes, max 107): {path}")
         try:
             st = os.stat(path)
         except FileNotFoundError:
@@ -305,7 +306,7 @@ class SessionSocketServer:
         except OSError:
             pass
 
-    def __enter__(self) -> "SessionSocketServer":
+    def __enter__(self) -> SessionSocketServer:
         return self.start()
 
     def __exit__(self, *exc) -> None:
@@ -356,7 +357,8 @@ class SessionSocketServer:
         elif tag == "RESIDENT" and not self._turn_open:
             self._resident = line
         elif self._turn_open or tag in ("PROGRESS", "LOAD", "ROUTE", "ERROR"):
-            if not self._turn_open and tag in ("PROGRESS", "LOAD") and self._turn and self._turn[-1].find("BMOE_DONE") >= 0:
+            after_done = bool(self._turn) and self._turn[-1].find("BMOE_DONE") >= 0
+            if not self._turn_open and tag in ("PROGRESS", "LOAD") and after_done:
                 # a one-shot run (no BEGIN) starting after a finished turn
                 self._turn_clear()
                 self._turn_begin = None
@@ -396,7 +398,7 @@ class SessionSocketServer:
         while not self._closed.is_set():
             try:
                 conn, _ = self._sock.accept()
-            except socket.timeout:
+            except TimeoutError:
                 continue
             except OSError:
                 if self._closed.is_set():

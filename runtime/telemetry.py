@@ -18,7 +18,8 @@ import io
 import math
 import sys
 import threading
-from typing import IO, Callable
+from collections.abc import Callable
+from typing import IO
 
 import orjson
 

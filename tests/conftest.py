@@ -1,4 +1,4 @@
-"""Shared test fixtures. ``tests/`` is put on sys.path so tests can import ``synth`` and ``helpers``."""
+"""Shared test fixtures. ``tests/`` is put on sys.path so tests can import ``helpers`` (and ``helpers.synth``)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ if str(TESTS) not in sys.path:
     sys.path.insert(0, str(TESTS))
 
 #: Real recorded runs from a real runtime (../shared beside the repo). Absent on a fresh clone.
-REAL_RUNS = TESTS.parent.parent / "shared" / "data" / "real-runs"
+from helpers import REAL_RUNS  # noqa: E402
+from helpers.scripted_http import srv  # noqa: E402,F401  (fixture: a scripted HTTP server)
 
 
 @pytest.fixture

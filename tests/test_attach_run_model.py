@@ -16,7 +16,6 @@ from bmoe_top.tui.playback import Playback
 from bmoe_top.tui.run import RunModel, run_summary
 from bmoe_top.tui.sources.audit_tail import AuditTail, load_audit_into_run
 from bmoe_top.tui.sources.metrics_poll import MetricsPoller
-from test_metrics_poll import srv  # noqa: F401  (the scripted HTTP server fixture)
 
 
 def test_add_layer_counts_feeds_the_heatmap_and_playback():

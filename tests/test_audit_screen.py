@@ -103,7 +103,8 @@ async def test_audit_screen_follows_the_file(tmp_path):
 
 
 async def test_audit_screen_over_a_real_server_log(tmp_path):
-    from test_server import Serve, complete
+    from helpers.serve import Serve, complete
+
     from bmoe_top.runtime.models import make_model
 
     model = make_model(tmp_path / "tiny.gguf", preset="tiny", qtype="q8_0", seed=0)

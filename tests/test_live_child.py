@@ -10,14 +10,12 @@ import subprocess
 import sys
 import textwrap
 import time
-from pathlib import Path
 
 import pytest
+from helpers import EMITTER
 
 from bmoe_top.parsers import bmoe_lines as bl
 from bmoe_top.tui.sources.child_session import ChildSession
-
-EMITTER = str(Path(__file__).parent / "helpers" / "emitter.py")
 
 
 def emitter(*args: str) -> list[str]:

@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import EMITTER
 
-EMITTER = str(Path(__file__).parent / "helpers" / "emitter.py")
 BMOE_TOP = Path(sys.executable).with_name("bmoe-top")
 pytestmark = pytest.mark.skipif(not BMOE_TOP.exists(), reason="bmoe-top not installed")
 

@@ -3,7 +3,6 @@ original pace or faster, turn by turn."""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -13,6 +12,7 @@ from pathlib import Path
 
 import orjson
 import pytest
+from helpers import EMITTER
 
 from bmoe_top.parsers import bmoe_lines as bl
 from bmoe_top.tui.sources.child_session import ChildSession
@@ -23,8 +23,6 @@ from bmoe_top.tui.sources.recorder import (
     load_recording,
     parse_recording,
 )
-
-EMITTER = str(Path(__file__).parent / "helpers" / "emitter.py")
 
 
 def record_session(path: Path, turns: int = 2, n: int = 6) -> list:

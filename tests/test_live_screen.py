@@ -9,12 +9,12 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import EMITTER
 from textual.widgets import DataTable, Input, Static
 
 from bmoe_top.tui.screens.live import LiveApp
 from bmoe_top.tui.sources.child_session import ChildSession
 
-EMITTER = str(Path(__file__).parent / "helpers" / "emitter.py")
 BMOE_RUN = Path(sys.executable).with_name("bmoe-run")
 
 

@@ -10,12 +10,12 @@ import threading
 import httpx
 import numpy as np
 import pytest
+from helpers.scripted_http import Scripted, exposition
 from rich.console import Console
 
 from bmoe_top.tui.run import run_summary
 from bmoe_top.tui.screens.attach_metrics import MetricsAttachApp
 from bmoe_top.tui.sources.metrics_poll import MetricsPoller
-from test_metrics_poll import Scripted, exposition
 
 
 def plain(renderable, width=100) -> str:
@@ -94,7 +94,8 @@ async def test_screen_states_and_numbers(srv):
 
 
 async def test_screen_live_against_bmoe_run_serve(tmp_path):
-    from test_server import Serve, complete
+    from helpers.serve import Serve, complete
+
     from bmoe_top.runtime.models import make_model
 
     model = make_model(tmp_path / "tiny.gguf", preset="tiny", qtype="q8_0", seed=0)

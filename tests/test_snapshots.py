@@ -5,7 +5,8 @@ Update after an intended visual change with: .venv/bin/python -m pytest tests/te
 
 from __future__ import annotations
 
-import synth
+from helpers import synth
+
 from bmoe_top.tui.app import BmoeTopApp
 from bmoe_top.tui.run import RunModel
 from bmoe_top.tui.sources.file_replay import load_data

@@ -7,8 +7,8 @@ import sys
 
 import orjson
 import pytest
-
 from conftest import real_run_files
+
 from bmoe_top.tui.app import BmoeTopApp
 from bmoe_top.tui.run import run_summary
 from bmoe_top.tui.sources.file_replay import open_paths

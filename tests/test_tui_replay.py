@@ -8,8 +8,8 @@ import sys
 import numpy as np
 import orjson
 import pytest
+from helpers import synth
 
-import synth
 from bmoe_top.tui.app import BmoeTopApp, HelpScreen, SeekScreen
 from bmoe_top.tui.run import RunModel, run_summary
 from bmoe_top.tui.sources.file_replay import ReplayError, open_paths
@@ -169,7 +169,7 @@ async def test_breakdown_renders_cursor_token_values(csv_run):
         chart = app.query_one(BreakdownChart)
         text = "".join(s.text for line in chart.build(chart.size.width, chart.size.height) for s in line)
         wall = run.tokens.view("wall_ms")[1]
-        assert f"token 2" in text
+        assert "token 2" in text
         assert f"wall  {wall:,.1f} ms" in text
 
 

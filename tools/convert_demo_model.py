@@ -154,7 +154,7 @@ def repeat_rate(trace: np.ndarray) -> float:
 
 def routing_report(run: Path, random_model: Path) -> dict:
     meta = json.loads((run / "train_meta.json").read_text())
-    n_layer, n_expert = meta["config"]["n_layer"], meta["config"]["n_expert"]
+    n_expert = meta["config"]["n_expert"]
     windows = json.loads((run / "windows.json").read_text())["windows"]
     trained = DATA / models.TRAINED_DEMO_FILE
     budgets = (10, 25, 50, 75)

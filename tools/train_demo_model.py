@@ -41,7 +41,6 @@ import argparse
 import hashlib
 import json
 import math
-import os
 import sys
 import sysconfig
 import time
@@ -516,7 +515,7 @@ def cmd_bench(args) -> None:
         opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
         x = torch.randint(0, 256, (c.batch_size, c.seq_len))
         ts = []
-        for i in range(4):
+        for _ in range(4):
             t = time.time()
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
                 logits, _, aux, _ = model(x)

@@ -39,7 +39,8 @@ def _jsonable(obj: Any) -> Any:
 
 
 def print_json(obj: Any) -> None:
-    sys.stdout.write(orjson.dumps(_jsonable(obj), option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY).decode() + "\n")
+    opts = orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY
+    sys.stdout.write(orjson.dumps(_jsonable(obj), option=opts).decode() + "\n")
 
 
 def format_summary_text(s: dict[str, Any]) -> str:

@@ -87,7 +87,8 @@ def add_commands(sub: Any) -> None:
                         description="Play a recording (bmoe-top --record FILE) through the live screen: "
                                     "original pace (or --speed X faster), optionally pausing at each turn.")
     pp.add_argument("path", metavar="FILE")
-    pp.add_argument("--speed", type=float, default=1.0, help="1 = original pace (default), 10 = ten times faster, 0 = no waiting")
+    pp.add_argument("--speed", type=float, default=1.0,
+                    help="1 = original pace (default), 10 = ten times faster, 0 = no waiting")
     pp.add_argument("--turn-by-turn", action="store_true", help="pause before each turn; Enter or n plays the next")
     pp.add_argument("--fps", type=float, default=10.0, help=argparse.SUPPRESS)
     pp.set_defaults(func=cmd_play)
@@ -247,7 +248,8 @@ def cmd_play(args: argparse.Namespace) -> int:
     except OSError as e:
         return _die(f"cannot read {args.path}: {e.strerror or e}")
     if not rec.entries:
-        what = f" ({len(rec.problems)} bad lines; first: line {rec.problems[0].lineno}: {rec.problems[0].reason})" if rec.problems else ""
+        first = rec.problems[0] if rec.problems else None
+        what = f" ({len(rec.problems)} bad lines; first: line {first.lineno}: {first.reason})" if first else ""
         return _die(f"{args.path} holds no recorded lines{what}")
     if args.speed < 0:
         return _die("--speed must be >= 0")

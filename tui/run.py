@@ -26,8 +26,9 @@ import math
 import threading
 import time
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 
@@ -263,7 +264,9 @@ class RouteRows:
             out[:l2, : h2 - lo] = np.where(cnt > 0, hits / cnt, np.nan)
         return out
 
-    def expert_aggregates(self, n_layer: int, n_expert: int, stop: int | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def expert_aggregates(
+        self, n_layer: int, n_expert: int, stop: int | None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(routed counts, hit counts, last-routing hit) ``[n_layer, n_expert]`` over rows before ``stop``.
 
         last-routing hit is int8: 1 hit, 0 miss, -1 never routed. Moving the cursor forward

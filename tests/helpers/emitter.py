@@ -78,7 +78,7 @@ def main(argv=None) -> int:
                 server.broadcast(line)
 
     cancel = threading.Event()
-    requests: "list[dict]" = []
+    requests: list[dict] = []
     req_cv = threading.Condition()
 
     def on_request(obj: dict, client=None) -> None:

@@ -27,9 +27,9 @@ from textual.binding import Binding
 from textual.widgets import DataTable, TabbedContent, TabPane
 
 from bmoe_top.parsers.audit import check_exact_sum
+from bmoe_top.tui.run import fmt
 from bmoe_top.tui.screens.attach import STATUS_STYLE, AttachApp
 from bmoe_top.tui.sources.audit_tail import AuditState, AuditTail, audit_status
-from bmoe_top.tui.run import fmt
 
 __all__ = ["AuditAttachApp", "run_attach", "run_panel", "REQUEST_COLUMNS"]
 
@@ -107,7 +107,8 @@ def runs_index(n_runs: int, selected: int) -> int:
 
 def request_row(done: dict) -> tuple[str, ...]:
     """One Requests-table row from a request turn's ``done`` (see ``AuditIngest``)."""
-    h, m, hp, b = done.get("req_hits"), done.get("req_misses"), done.get("req_hits_profile"), done.get("req_bytes_upload")
+    h, m = done.get("req_hits"), done.get("req_misses")
+    hp, b = done.get("req_hits_profile"), done.get("req_bytes_upload")
     n = done.get("n_gen")
     tm = str(done.get("time") or "")
     return (

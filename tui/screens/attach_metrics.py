@@ -24,9 +24,9 @@ from rich.text import Text
 from textual.binding import Binding
 
 from bmoe_top.parsers.prom import TIME_KEYS
+from bmoe_top.tui.run import fmt
 from bmoe_top.tui.screens.attach import STATUS_STYLE, STATUS_WORDS, AttachApp
 from bmoe_top.tui.sources.metrics_poll import MetricsPoller
-from bmoe_top.tui.run import fmt
 
 __all__ = ["MetricsAttachApp", "run_attach", "side_table"]
 

@@ -13,7 +13,8 @@ Keys (besides the replay keys): Enter in the prompt box sends ``generate`` (n_pr
 small box beside it; "new chat" or "continue" = ``clear_kv`` true/false, toggled with ctrl+n);
 escape, ctrl+c or ctrl+x sends ``cancel`` (escape when nothing is generating leaves the
 prompt box, so q, ?, space and the arrows work again; Enter or a click goes back into it);
-ctrl+t shows the turns table; ctrl+q quits from anywhere, q outside the prompt box. ``run_live(source, ...)`` runs the app and guarantees the source is
+ctrl+t shows the turns table; ctrl+q quits from anywhere, q outside the prompt box.
+``run_live(source, ...)`` runs the app and guarantees the source is
 closed afterwards, and returns the process exit status (128 + signal for a signal).
 """
 

@@ -283,7 +283,7 @@ class AuditState(RunBackedState):
                 model = load.get("model") if isinstance(load.get("model"), dict) else {}
                 cache = load.get("cache") if isinstance(load.get("cache"), dict) else {}
                 per_layer = {}
-                for il, (lh, lhp, lm) in sorted(run.layer_hits().items()):
+                for il, (lh, _lhp, lm) in sorted(run.layer_hits().items()):
                     per_layer[str(il)] = None if lh + lm == 0 else 100.0 * lh / (lh + lm)
                 runs.append({
                     "pid": run.pid,

@@ -35,7 +35,7 @@ import subprocess
 import threading
 import time
 import weakref
-from typing import Sequence
+from collections.abc import Sequence
 
 import orjson
 
@@ -43,7 +43,7 @@ from bmoe_top.tui.sources.lines import new_splitter
 from bmoe_top.tui.sources.live_base import FINAL_STATES, LiveBase
 
 _CHUNK = 65536
-_LIVE: "weakref.WeakSet[ChildSession]" = weakref.WeakSet()
+_LIVE: weakref.WeakSet[ChildSession] = weakref.WeakSet()
 
 
 def _kill_all_at_exit() -> None:
@@ -97,7 +97,7 @@ class ChildSession(LiveBase):
         self.pid: int | None = None
         self._readers: list[threading.Thread] = []
         self._writer: threading.Thread | None = None
-        self._outq: "queue.Queue[bytes | None]" = queue.Queue()
+        self._outq: queue.Queue[bytes | None] = queue.Queue()
         self._close_requested = False
         self._reaped = threading.Event()
         self._eof = {"stdout": threading.Event(), "stderr": threading.Event()}
@@ -105,7 +105,7 @@ class ChildSession(LiveBase):
         self._stdout_lineno = 0
 
     # ---- lifecycle ------------------------------------------------------------------
-    def start(self) -> "ChildSession":
+    def start(self) -> ChildSession:
         """Spawn the child and its reader/writer/waiter threads. Returns self."""
         try:
             self.proc = subprocess.Popen(

@@ -91,7 +91,7 @@ def new_splitter(max_line: int = MAX_LINE_BYTES):
     Returns an object with ``feed(chunk: bytes) -> list[str]`` and ``flush() -> str | None``.
     """
     try:
-        from bmoe_top.parsers.textio import LineSplitter  # type: ignore[attr-defined]
+        from bmoe_top.parsers.textio import LineSplitter
     except Exception:  # noqa: BLE001 - parsers not installed yet: use the fallback
         return ChunkSplitter(max_line)
     try:

@@ -23,8 +23,9 @@ import collections
 import itertools
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from bmoe_top.parsers import bmoe_lines as _bl
 

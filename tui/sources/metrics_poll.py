@@ -9,7 +9,8 @@ server is unreachable. Bodies are parsed with :mod:`bmoe_top.parsers.prom` and f
 the interval, ``run.row_unit == "interval"``) plus its per-layer hit/miss counts for the layer
 x interval heatmap; the totals since the server started go to ``run.summary``. No Textual.
 
-States (``run.status``, with the reason in ``run.status_detail``): ``connecting`` (nothing answered yet), ``ok``, ``unreachable``
+States (``run.status``, with the reason in ``run.status_detail``): ``connecting`` (nothing answered yet),
+``ok``, ``unreachable``
 (connection refused/reset, timeout, DNS, HTTP 5xx), ``unauthorized`` (HTTP 401/403),
 ``malformed`` (any other HTTP status, or a body that is not an exposition), ``error`` (the URL
 itself is unusable: nothing is requested).
@@ -23,10 +24,10 @@ entries that parse are applied by hand and ``state.proxy_note`` says what was ig
 from __future__ import annotations
 
 import ipaddress
+import math
 import os
 import threading
 import time
-import math
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -154,7 +155,8 @@ def make_client(url: str, timeout: float, api_key: str | None = None) -> tuple[h
         note += f"; NO_PROXY entries ignored: {', '.join(bad)}"
     if proxy and not bypass:
         try:
-            return httpx.Client(trust_env=False, timeout=to, headers=headers, proxy=proxy), note + f"; using proxy {proxy}"
+            client = httpx.Client(trust_env=False, timeout=to, headers=headers, proxy=proxy)
+            return client, note + f"; using proxy {proxy}"
         except Exception as exc:
             note += f"; proxy {proxy!r} unusable ({exc}), connecting directly"
     return httpx.Client(trust_env=False, timeout=to, headers=headers), note + "; connecting directly"

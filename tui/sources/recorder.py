@@ -22,9 +22,9 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import orjson
 
@@ -58,7 +58,8 @@ class Recorder:
         try:
             data = orjson.dumps({"t": round(t, 6), "src": src, "line": line}) + b"\n"
         except TypeError:  # lone surrogates: orjson refuses them; keep the line, escaped
-            data = orjson.dumps({"t": round(t, 6), "src": src, "line": line.encode("utf-8", "surrogatepass").decode("utf-8", "replace")}) + b"\n"
+            text = line.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+            data = orjson.dumps({"t": round(t, 6), "src": src, "line": text}) + b"\n"
         with self._lock:
             if self._fd is None:
                 return
@@ -83,7 +84,7 @@ class Recorder:
             finally:
                 self._fd = None
 
-    def __enter__(self) -> "Recorder":
+    def __enter__(self) -> Recorder:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -153,8 +154,10 @@ def parse_recording(data: bytes) -> Recording:
             problems.append(_problem(lineno, raw.decode("utf-8", "replace"), "not a JSON object"))
             continue
         t, src, line = obj.get("t"), obj.get("src"), obj.get("line")
-        if not isinstance(t, (int, float)) or isinstance(t, bool) or not isinstance(src, str) or not isinstance(line, str):
-            problems.append(_problem(lineno, raw.decode("utf-8", "replace"), 'needs "t" (number), "src" and "line" (strings)'))
+        t_ok = isinstance(t, (int, float)) and not isinstance(t, bool)
+        if not (t_ok and isinstance(src, str) and isinstance(line, str)):
+            why = 'needs "t" (number), "src" and "line" (strings)'
+            problems.append(_problem(lineno, raw.decode("utf-8", "replace"), why))
             continue
         if src in PROTOCOL_SOURCES and "BMOE_BEGIN" in line:
             turns.append(len(entries))
@@ -208,7 +211,7 @@ class RecordingPlayer:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def start(self) -> "RecordingPlayer":
+    def start(self) -> RecordingPlayer:
         self._thread = threading.Thread(target=self.play, name="recording-player", daemon=True)
         self._thread.start()
         return self
@@ -290,7 +293,7 @@ class LiveReplaySource(LiveBase):
         else:
             self._emit("request", {"line": line, "t": t})
 
-    def start(self) -> "LiveReplaySource":
+    def start(self) -> LiveReplaySource:
         self._set_state("loading", "replaying")
         self.player.start()
         threading.Thread(target=self._finish_when_done, name="replay-finish", daemon=True).start()

@@ -78,7 +78,7 @@ class SessionSocketClient(LiveBase):
         self._ids = itertools.count((os.getpid() % 1000) * 1000 + 1)
 
     # ---- lifecycle ------------------------------------------------------------------
-    def start(self) -> "SessionSocketClient":
+    def start(self) -> SessionSocketClient:
         self._set_state("connecting", f"connecting to {self.path}")
         self._thread = threading.Thread(target=self._loop, name="session-socket-client", daemon=True)
         self._thread.start()

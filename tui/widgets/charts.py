@@ -19,7 +19,16 @@ from textual.widget import Widget
 from bmoe_top.tui.playback import Playback
 from bmoe_top.tui.run import RunModel, fmt
 from bmoe_top.tui.widgets.palette import (
-    COMPUTE, DIM, EIGHTHS, FLASH, LABEL, MGMT, NO_DATA_GLYPH, NO_DATA_STYLE, TITLE, TREND_STYLE,
+    COMPUTE,
+    DIM,
+    EIGHTHS,
+    FLASH,
+    LABEL,
+    MGMT,
+    NO_DATA_GLYPH,
+    NO_DATA_STYLE,
+    TITLE,
+    TREND_STYLE,
 )
 
 _SERIES = ("compute", "flash", "mgmt")

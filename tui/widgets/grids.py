@@ -21,8 +21,17 @@ from textual.strip import Strip
 from bmoe_top.tui.playback import Playback
 from bmoe_top.tui.run import RunModel
 from bmoe_top.tui.widgets.palette import (
-    CELL_GLYPH, DIM, HEAT_STYLES, HIT_STYLES, MISS_GLYPH, NO_DATA_GLYPH, NO_DATA_STYLE, TITLE,
-    heat_bin, hit_bin, legend_segments,
+    CELL_GLYPH,
+    DIM,
+    HEAT_STYLES,
+    HIT_STYLES,
+    MISS_GLYPH,
+    NO_DATA_GLYPH,
+    NO_DATA_STYLE,
+    TITLE,
+    heat_bin,
+    hit_bin,
+    legend_segments,
 )
 
 GUTTER = 8

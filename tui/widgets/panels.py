@@ -17,8 +17,7 @@ from textual.widget import Widget
 from textual.widgets import Static
 
 from bmoe_top.tui.playback import Playback
-from bmoe_top.tui.run import RunModel, run_summary, summary_rows
-from bmoe_top.tui.run import fmt
+from bmoe_top.tui.run import RunModel, fmt, run_summary, summary_rows
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 _PICTURES = {i: chr(0x2400 + i) for i in range(32)}
@@ -100,7 +99,10 @@ class RunPanel(Widget):
         row("flags", flags or "missing")
         row("mode", f"{s['mode']} ({s['mode_reason']})")
         detail = self.run.status_detail
-        status = detail if detail and detail.startswith(s["status"]) else s["status"] + (f" — {detail}" if detail else "")
+        if detail and detail.startswith(s["status"]):
+            status = detail
+        else:
+            status = s["status"] + (f" — {detail}" if detail else "")
         row("status", status)
         n = self.run.tokens.n
         playing = "  ▶ " + self.playback.speed_label() if self.playback.playing else ""

@@ -15,8 +15,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-
-from test_server import Serve
+from helpers.serve import Serve
 
 BMOE_TOP = Path(sys.executable).with_name("bmoe-top")
 

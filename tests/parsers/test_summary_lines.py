@@ -5,7 +5,11 @@ from __future__ import annotations
 import pytest
 
 from bmoe_top.parsers.summary_lines import (
-    CANONICAL_KEYS, SummaryLine, canonical_summary, looks_like_summary, parse_summary_line,
+    CANONICAL_KEYS,
+    SummaryLine,
+    canonical_summary,
+    looks_like_summary,
+    parse_summary_line,
 )
 
 

@@ -8,14 +8,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import REAL_RUNS as REAL
 
 from bmoe_top.parsers.requests import parse_requests
 from bmoe_top.parsers.route_trace import expert_counts, expert_hits, hit_matrix, load_route_trace
 from bmoe_top.parsers.sniff import sniff
 from bmoe_top.parsers.token_csv import load_token_csv
 from bmoe_top.parsers.transcript import parse_transcript
-
-REAL = Path(__file__).resolve().parents[2] / "shared" / "data" / "real-runs"  # ../shared from the repo
 
 pytestmark = pytest.mark.skipif(not REAL.is_dir(), reason="../shared/data/real-runs is absent")
 

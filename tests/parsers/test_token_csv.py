@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import codecs
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import FIXTURES
 
 from bmoe_top.parsers import token_csv as tc
 from bmoe_top.parsers.token_csv import load_token_csv
 
-FIX = Path(__file__).parent / "fixtures" / "parsers"
+FIX = FIXTURES / "parsers"
 
 
 def test_two_turns_meta_and_summaries():

@@ -14,8 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bmoe_top.runtime import models
-from bmoe_top.runtime.models import (DEFAULT_DEMO_CACHE_MB, EOS_ID, PRESETS, expert_bank_bytes,
-                                     llama_greedy, make_model)
+from bmoe_top.runtime.models import DEFAULT_DEMO_CACHE_MB, EOS_ID, PRESETS, expert_bank_bytes, llama_greedy, make_model
 
 PROMPT = list(b"def main(argv):\n    ")
 

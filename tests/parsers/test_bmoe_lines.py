@@ -9,8 +9,19 @@ import orjson
 import pytest
 
 from bmoe_top.parsers.bmoe_lines import (
-    BadLine, Begin, Done, Error, Load, Progress, Ready, Resident, Route, TextAccumulator, TextLine,
-    Unknown, parse_line,
+    BadLine,
+    Begin,
+    Done,
+    Error,
+    Load,
+    Progress,
+    Ready,
+    Resident,
+    Route,
+    TextAccumulator,
+    TextLine,
+    Unknown,
+    parse_line,
 )
 
 

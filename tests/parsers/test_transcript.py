@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import codecs
-from pathlib import Path
 
 import orjson
 import pytest
+from helpers import FIXTURES
 
 from bmoe_top.parsers.bmoe_lines import Begin, Done, Error, Load, Progress, Ready, Resident, Route, Unknown
 from bmoe_top.parsers.requests import parse_requests
 from bmoe_top.parsers.sniff import sniff
 from bmoe_top.parsers.transcript import is_loader_noise, parse_transcript, split_reasoning
 
-FIX = Path(__file__).parent / "fixtures" / "parsers"
+FIX = FIXTURES / "parsers"
 
 
 def test_progress_capture():

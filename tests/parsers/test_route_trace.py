@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
+from helpers import FIXTURES
 
 from bmoe_top.parsers.route_trace import (
-    PHASE_DECODE, PHASE_PREFILL, expert_counts, expert_hits, hit_matrix, load_route_trace,
+    PHASE_DECODE,
+    PHASE_PREFILL,
+    expert_counts,
+    expert_hits,
+    hit_matrix,
+    load_route_trace,
 )
 
-FIX = Path(__file__).parent / "fixtures" / "parsers"
+FIX = FIXTURES / "parsers"
 
 
 def load():

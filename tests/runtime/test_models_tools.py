@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import importlib.util
-from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import REPO
 
-TOOL = Path(__file__).resolve().parents[1] / "tools" / "convert_demo_model.py"
+TOOL = REPO / "tools" / "convert_demo_model.py"
 
 
 @pytest.fixture(scope="module")

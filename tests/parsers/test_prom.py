@@ -194,7 +194,8 @@ def test_rates_and_time_breakdown():
         return (
             body(hits=100 * k, misses=25 * k, tokens=10 * k,
                  layer_hits=[3 * k, 0, 5 * k, 1 * k], layer_misses=[1 * k, 0, 5 * k, 0])
-            + f"# TYPE llamacpp:moe_cache_upload_bytes_total counter\nllamacpp:moe_cache_upload_bytes_total {k * 8 * 1048576}\n"
+            + "# TYPE llamacpp:moe_cache_upload_bytes_total counter\n"
+            + f"llamacpp:moe_cache_upload_bytes_total {k * 8 * 1048576}\n"
             + f"# TYPE bmoe:timed_tokens_total counter\nbmoe:timed_tokens_total {10 * k}\n"
             + f"# TYPE bmoe:token_wall_seconds_total counter\nbmoe:token_wall_seconds_total {0.5 * k}\n"
             + f"# TYPE bmoe:token_io_seconds_total counter\nbmoe:token_io_seconds_total {0.2 * k}\n"

@@ -5,26 +5,21 @@ profile and adaptive cache."""
 
 from __future__ import annotations
 
-import re
-import signal
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
 import httpx
+import numpy as np
 import orjson
 import pytest
+from helpers.serve import PY, Serve, complete, scrape
 
 from bmoe_top.parsers.audit import check_exact_sum, read_audit_file
-from bmoe_top.parsers.prom import compute_delta, parse_exposition
+from bmoe_top.parsers.prom import compute_delta
 from bmoe_top.parsers.strp import StrpProfile, read_strp, write_strp
 from bmoe_top.tui.sources.metrics_poll import MetricsPoller
-
-import numpy as np
-
-PY = sys.executable
 
 
 @pytest.fixture(scope="module")
@@ -33,60 +28,6 @@ def tiny(tmp_path_factory) -> Path:
 
     d = tmp_path_factory.mktemp("models")
     return make_model(d / "tiny-q8_0.gguf", preset="tiny", qtype="q8_0", seed=0)
-
-
-class Serve:
-    """A `bmoe-run serve` child process; ``url`` once it listens."""
-
-    def __init__(self, model: Path, *args: str, port: int = 0, wait: bool = True):
-        self.cmd = [PY, "-m", "bmoe_top.runtime.cli", "serve", "-m", str(model), "--port", str(port),
-                    "-t", "1", "-c", "512", *args]
-        self.proc = subprocess.Popen(self.cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        self.err_lines: list[str] = []
-        self.url = None
-        self._listening = threading.Event()
-        self._t = threading.Thread(target=self._drain, daemon=True)
-        self._t.start()
-        if wait:
-            t0 = time.monotonic()
-            while not self._listening.wait(0.05):
-                if self.proc.poll() is not None or time.monotonic() - t0 > 60:
-                    self.stop()
-                    raise AssertionError("server did not start: " + "".join(self.err_lines))
-
-    def _drain(self):
-        for line in self.proc.stderr:
-            self.err_lines.append(line)
-            m = re.search(r"listening on (http://\S+)", line)
-            if m:
-                self.url = m.group(1)
-                self._listening.set()
-
-    @property
-    def port(self) -> int:
-        return int(self.url.rsplit(":", 1)[1])
-
-    def stop(self, sig=signal.SIGTERM) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self._t.join(5)
-        return self.proc.returncode
-
-
-def scrape(url, **kw):
-    r = httpx.get(url + "/metrics", trust_env=False, **kw)
-    r.raise_for_status()
-    return parse_exposition(r.content, time.monotonic())
-
-
-def complete(url, prompt, n, stream=False, **kw):
-    return httpx.post(url + "/completion", json={"prompt": prompt, "n_predict": n, "stream": stream},
-                      timeout=60, trust_env=False, **kw)
 
 
 @pytest.fixture(scope="module")
@@ -234,8 +175,12 @@ def test_api_key_on_and_off(tiny):
     try:
         assert httpx.get(s.url + "/health", trust_env=False).status_code == 200
         assert httpx.get(s.url + "/metrics", trust_env=False).status_code == 401
-        assert httpx.get(s.url + "/metrics", headers={"Authorization": "Bearer nope"}, trust_env=False).status_code == 401
-        assert httpx.get(s.url + "/metrics", headers={"Authorization": "Bearer k3y"}, trust_env=False).status_code == 200
+        def metrics_status(key: str) -> int:
+            auth = {"Authorization": f"Bearer {key}"}
+            return httpx.get(s.url + "/metrics", headers=auth, trust_env=False).status_code
+
+        assert metrics_status("nope") == 401
+        assert metrics_status("k3y") == 200
         assert complete(s.url, "hi", 2).status_code == 401
         assert complete(s.url, "hi", 2, headers={"Authorization": "Bearer k3y"}).json()["tokens_predicted"] == 2
         p = MetricsPoller(s.url + "/metrics")

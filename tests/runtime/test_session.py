@@ -6,10 +6,10 @@ usable, clear_kv:false reusing the KV prefix (greedy tokens equal to a resident 
 from __future__ import annotations
 
 import json
+import queue
 import subprocess
 import sys
 import threading
-import queue
 
 import pytest
 

@@ -1,0 +1,14 @@
+"""Shared test helpers: paths every test folder uses (``tests/`` is on ``sys.path``, see conftest)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+TESTS = Path(__file__).resolve().parent.parent
+REPO = TESTS.parent
+#: Project-written input files for parser tests.
+FIXTURES = TESTS / "fixtures"
+#: A scripted BMOE session emitter (a child process that speaks the session protocol).
+EMITTER = str(TESTS / "helpers" / "emitter.py")
+#: Real recorded runs from a real runtime (../shared beside the repo). Absent on a fresh clone.
+REAL_RUNS = REPO.parent / "shared" / "data" / "real-runs"
