@@ -12,3 +12,10 @@ FIXTURES = TESTS / "fixtures"
 EMITTER = str(TESTS / "helpers" / "emitter.py")
 #: Real recorded runs from a real runtime (../shared beside the repo). Absent on a fresh clone.
 REAL_RUNS = REPO.parent / "shared" / "data" / "real-runs"
+
+
+def real_run_files() -> list[Path]:
+    """Every file of the real recorded runs (empty when ../shared is not beside the repo)."""
+    if not REAL_RUNS.is_dir():
+        return []
+    return sorted(p for p in REAL_RUNS.rglob("*") if p.is_file() and p.name != "README.md")

@@ -9,8 +9,8 @@ import math
 import numpy as np
 import pytest
 
+from bmoe_top.parsers.bmoe_lines import TextBuffer
 from bmoe_top.tui.model import KEEP_ALL, LIVE, MAX_PROBLEMS, Retention, RowUnit, RunModel, Status
-from bmoe_top.tui.model.text import TextBuffer
 
 
 def test_every_write_bumps_the_version():

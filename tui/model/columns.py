@@ -286,11 +286,12 @@ class TokenColumns:
         if i is None or hi <= lo:
             return ColumnStats(0, 0.0, math.nan, math.nan)
         self._flush()
-        edges = np.array([max(0, lo), hi], dtype=np.int64)
-        if lo < self._start:
-            edges, _w = self.history.plan(lo, hi, 1, self._n)
-            edges = np.array([edges[0], edges[-1]], dtype=np.int64)
-        q = self.history.query(edges)
+        lo = max(0, lo)
+        if lo >= self._start:  # every row is held: straight from them
+            q = column_stats(self._a[:, lo - self._start: hi - self._start])
+            return ColumnStats(int(q["count"][i]), float(q["sum"][i]), float(q["min"][i]), float(q["max"][i]))
+        edges, _w = self.history.plan(lo, hi, 1, self._n)
+        q = self.history.query(np.array([edges[0], edges[-1]], dtype=np.int64))
         return ColumnStats(int(q["count"][i, 0]), float(q["sum"][i, 0]), float(q["min"][i, 0]),
                            float(q["max"][i, 0]))
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from bmoe_top.tui.model.text import TextBuffer
+from bmoe_top.parsers.bmoe_lines import TextBuffer
 
 __all__ = ["ProblemEntry", "Turn"]
 

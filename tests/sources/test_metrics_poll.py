@@ -10,13 +10,10 @@ import orjson
 import pytest
 from helpers.scripted_http import Scripted, exposition
 
-from bmoe_top.tui.sources.metrics_poll import (
-    MetricsPoller,
-    MetricsState,
-    _no_proxy_match,
-    is_loopback_host,
-    make_client,
-)
+from bmoe_top.tui.feed.bind import bind
+from bmoe_top.tui.model import RunModel
+from bmoe_top.tui.present.metrics import metrics_document
+from bmoe_top.tui.sources.metrics_poll import MetricsPoller, _no_proxy_match, is_loopback_host, make_client
 
 
 def free_port():
@@ -31,8 +28,9 @@ def test_ok_rates_then_restart_baseline(srv):
     srv.answers = [(200, exposition(100, 100, 10).encode(), 0), (200, exposition(190, 110, 30).encode(), 0),
                    (200, exposition(5, 5, 1).encode(), 0), (200, exposition(35, 15, 11).encode(), 0)]
     p = MetricsPoller(srv.url, interval=0.05, timeout=2)
+    run = bind(p, RunModel()).run
     p.scrape_once()
-    assert p.state.status == "ok" and p.state.summary()["rates"] is None
+    assert p.state.status == "ok" and metrics_document(p.state, run)["rates"] is None
     time.sleep(0.05)
     d = p.scrape_once()
     assert d.hit_pct == pytest.approx(90.0) and d.tok_s > 0 and not d.reset
@@ -40,7 +38,7 @@ def test_ok_rates_then_restart_baseline(srv):
     assert d.reset and d.tok_s is None  # restart: new baseline, no negative rate
     d = p.scrape_once()
     assert not d.reset and d.hit_pct == pytest.approx(75.0)
-    s = p.state.summary()
+    s = metrics_document(p.state, run)
     assert s["restarts"] == 1 and s["totals"]["hits"] == 35
     assert "llamacpp:moe_cache_swaps_total" in s["not_exported"]
     assert s["totals"].get("swaps") is None
@@ -89,18 +87,19 @@ def test_api_key_sent_as_bearer(srv):
 def test_json_quoted_body_flagged(srv):
     srv.answers = [(200, orjson.dumps(exposition(7, 3, 2)), 0)]
     p = MetricsPoller(srv.url)
+    run = bind(p, RunModel()).run
     p.scrape_once()
     assert p.state.status == "ok" and p.state.json_quoted
     assert "JSON-quoted" in p.state.detail
-    assert p.state.summary()["totals"]["hits"] == 7
+    assert metrics_document(p.state, run)["totals"]["hits"] == 7
     p.client.close()
 
 
 def test_thread_one_request_in_flight_and_stops(srv):
     # slow answers and a short interval: the poller never overlaps requests
     srv.default = (200, exposition(1, 1, 1).encode(), 0.15)
-    st = MetricsState(url=srv.url)
-    p = MetricsPoller(srv.url, st, interval=0.01, timeout=2)
+    p = MetricsPoller(srv.url, interval=0.01, timeout=2)
+    st = p.state
     p.start()
     time.sleep(0.8)
     p.stop()
@@ -166,7 +165,7 @@ def test_helpers():
 @pytest.mark.parametrize("url,needle", [("foo", "scheme"), ("http://[::1", "not a valid URL"),
                                         ("ftp://x/metrics", "ftp"), ("http:///metrics", "no host"), ("", "empty")])
 def test_bad_url_is_a_clear_error_and_no_request(url, needle):
-    from bmoe_top.tui.headless_attach import exit_code, metrics_once
+    from bmoe_top.tui.headless import exit_code, metrics_once
 
     p = MetricsPoller(url)
     assert p.scrape_once() is None and p.n_requests == 0

@@ -16,6 +16,7 @@ from helpers import EMITTER
 
 from bmoe_top.parsers import bmoe_lines as bl
 from bmoe_top.tui.sources.child_session import ChildSession
+from bmoe_top.tui.sources.events import ReadyTimeout, Rejected
 
 
 def emitter(*args: str) -> list[str]:
@@ -26,7 +27,7 @@ class Sink:
     def __init__(self) -> None:
         self.records: list = []
         self.stderr: list[str] = []
-        self.events: list[tuple[str, dict]] = []
+        self.events: list = []
 
     def rec(self, r, t) -> None:
         assert isinstance(t, float)
@@ -35,8 +36,8 @@ class Sink:
     def err(self, line, t) -> None:
         self.stderr.append(line)
 
-    def ev(self, kind, info) -> None:
-        self.events.append((kind, info))
+    def ev(self, event) -> None:
+        self.events.append(event)
 
     def of(self, cls):
         return [r for r in self.records if isinstance(r, cls)]
@@ -89,7 +90,7 @@ def test_session_flow_ready_generate_reject_close():
             time.sleep(0.01)
         assert s.status().last_error == "prompt rejected"
         assert s.wait_state("ready", 5)
-        assert any(k == "rejected" for k, _ in sink.events)
+        assert any(isinstance(e, Rejected) for e in sink.events)
         assert rid2 != rid
     finally:
         code = s.close()
@@ -158,7 +159,7 @@ def test_never_ready_times_out_then_close_terminates():
         st = s.status()
         assert st.ready_timeout and st.state == "loading"
         assert "no BMOE_READY" in st.message
-        assert any(k == "ready_timeout" for k, _ in sink.events)
+        assert any(isinstance(e, ReadyTimeout) for e in sink.events)
     finally:
         code = s.close(timeout=0.3)
     # it ignores stdin, so close escalated to SIGTERM

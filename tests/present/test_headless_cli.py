@@ -1,5 +1,5 @@
-"""`bmoe-top launch --once` / `attach --session --once` as real processes, and their clear
-errors (command not found, unwritable --record, no session)."""
+"""The headless commands as real processes: `replay --summary`, `launch --once`, `attach --session
+--once`, and their clear errors (missing file, command not found, unwritable --record, no session)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ import sys
 import time
 from pathlib import Path
 
+import orjson
 import pytest
-from helpers import EMITTER
+from helpers import EMITTER, synth
 
 BMOE_TOP = Path(sys.executable).with_name("bmoe-top")
 pytestmark = pytest.mark.skipif(not BMOE_TOP.exists(), reason="bmoe-top not installed")
@@ -103,3 +104,23 @@ def test_launch_once_json_failure_still_prints_json(tmp_path):
     out = _json.loads(r.stdout)
     assert out["status"] == "failed" and "not a GGUF" in out["error"] and out["live"]["exit_code"] == 2
     assert "Traceback" not in r.stderr
+
+
+def test_cli_missing_file_exits_2_without_traceback(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "bmoe_top.tui.cli", "replay", "--summary", str(tmp_path / "x.csv")],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2
+    assert "no such file" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_cli_summary_json_matches_file(tmp_path):
+    p = tmp_path / "run.csv"
+    p.write_bytes(synth.token_csv(40))
+    r = subprocess.run([sys.executable, "-m", "bmoe_top.tui.cli", "replay", "--summary", "--json", str(p)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    s = orjson.loads(r.stdout)
+    assert s["tokens"] == 40
+    assert s["load_s"] == 1.5 and s["prefill_s"] == 0.4
+    assert s["ttft_s"] is None or s["ttft_s"] > 0  # absent is None, never 0
+    assert s["mode"] == "serial"

@@ -7,11 +7,12 @@ import sys
 
 import orjson
 import pytest
-from conftest import real_run_files
+from helpers import real_run_files
 
 from bmoe_top.tui.app import BmoeTopApp
-from bmoe_top.tui.run import run_summary
-from bmoe_top.tui.sources.file_replay import open_paths
+from bmoe_top.tui.feed.files import open_paths
+from bmoe_top.tui.present.summary import run_summary
+from bmoe_top.tui.screens.replay import ReplayScreen
 from bmoe_top.tui.widgets.charts import BreakdownChart
 from bmoe_top.tui.widgets.grids import ExpertMap, LayerHeatmap
 
@@ -36,7 +37,7 @@ async def test_every_real_file_opens_and_renders(path):
     s = run_summary(run)
     held = s["derived"]["token_rows"] or s["routing_rows"] or s["tokens"] or s["sidecar"] or len(run.requests)
     assert held, f"{path.name}: nothing shown"
-    app = BmoeTopApp(run, title=path.name)
+    app = BmoeTopApp(ReplayScreen(run, title=path.name))
     async with app.run_test(size=(160, 48)) as pilot:
         await pilot.pause()
         for w in (BreakdownChart, LayerHeatmap, ExpertMap):

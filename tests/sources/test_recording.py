@@ -1,5 +1,6 @@
-"""--record: every line a live source receives, as JSONL, flushed per line; and playback at the
-original pace or faster, turn by turn."""
+"""--record: every line a live source receives, as JSONL, flushed per line (tui/sources/recorder.py);
+the one recording reader (parsers/recording.py); playback at the original pace or faster, turn by
+turn (tui/sources/replay.py)."""
 
 from __future__ import annotations
 
@@ -15,14 +16,10 @@ import pytest
 from helpers import EMITTER
 
 from bmoe_top.parsers import bmoe_lines as bl
+from bmoe_top.parsers.recording import load_recording, parse_recording
 from bmoe_top.tui.sources.child_session import ChildSession
-from bmoe_top.tui.sources.recorder import (
-    LiveReplaySource,
-    Recorder,
-    RecordingPlayer,
-    load_recording,
-    parse_recording,
-)
+from bmoe_top.tui.sources.recorder import Recorder
+from bmoe_top.tui.sources.replay import RecordingPlayer, RecordingSource
 
 
 def record_session(path: Path, turns: int = 2, n: int = 6) -> list:
@@ -120,12 +117,12 @@ def test_player_keeps_pace_or_goes_faster(tmp_path):
     assert rec.duration_s == pytest.approx(0.05 * 11)
     got: list = []
     t0 = time.monotonic()
-    RecordingPlayer(rec, lambda s, l, t: got.append((s, l, t))).play()
+    RecordingPlayer(rec, got.append).play()
     assert time.monotonic() - t0 >= 0.9 * rec.duration_s  # original pace: never early
-    assert [g[1] for g in got] == [e.line for e in rec.entries]
+    assert [g.line for g in got] == [e.line for e in rec.entries]
     got.clear()
     t0 = time.monotonic()
-    RecordingPlayer(rec, lambda s, l, t: got.append(l), speed=float("inf")).play()
+    RecordingPlayer(rec, got.append, speed=float("inf")).play()
     assert len(got) == 12
     with pytest.raises(ValueError):
         RecordingPlayer(rec, print, speed=0)
@@ -136,7 +133,7 @@ def test_turn_by_turn_replay_through_the_live_state_machine(tmp_path):
     _synthetic(path, 0.001)
     recs: list = []
     logs: list = []
-    src = LiveReplaySource(load_recording(path), on_record=lambda r, t: recs.append(r),
+    src = RecordingSource(load_recording(path), on_record=lambda r, t: recs.append(r),
                            on_stderr=lambda l, t: logs.append(l), speed=float("inf"), turn_by_turn=True)
     src.start()
     assert src.player.paused_at_turn.wait(5)
@@ -153,7 +150,7 @@ def test_replay_of_a_recording_cut_mid_turn_is_aborted(tmp_path):
     _synthetic(path, 0.001)
     data = path.read_bytes().splitlines()[:-2]
     rec = parse_recording(b"\n".join(data))
-    src = LiveReplaySource(rec, speed=float("inf")).start()
+    src = RecordingSource(rec, speed=float("inf")).start()
     assert src.wait_state({"aborted", "exited"}, 5)
     assert src.status().state == "aborted"
 

@@ -1,4 +1,4 @@
-"""Pilot tests of the live screen: LiveApp over a real child (the emitter, then the real
+"""Pilot tests of the live screen (tui/screens/live.py) over a real child (the emitter, then the real
 bmoe-run --session on the tiny model): ready, prompt, streaming, turns table, cancel,
 continue vs new chat, rejected request, stderr in the log, aborted child, quit closes it."""
 
@@ -12,7 +12,7 @@ import pytest
 from helpers import EMITTER
 from textual.widgets import DataTable, Input, Static
 
-from bmoe_top.tui.screens.live import LiveApp
+from bmoe_top.tui.screens.live import live_app
 from bmoe_top.tui.sources.child_session import ChildSession
 
 BMOE_RUN = Path(sys.executable).with_name("bmoe-run")
@@ -50,36 +50,36 @@ async def send(pilot, app, prompt: str, n: int | None = None):
 
 async def test_live_app_over_emitter_full_loop():
     src = ChildSession([sys.executable, EMITTER, "--rate", "100", "--stderr-bytes", "500"], stall_after_s=2.0)
-    app = LiveApp(src, title="emitter")
+    app = live_app(src, title="emitter")
     async with app.run_test(size=(160, 48)) as pilot:
         assert await wait_for(pilot, lambda: src.state == "ready")
         await pilot.pause(0.2)
         assert "ready" in status_text(app) and "emitter" in status_text(app)
         # turn 1: new chat
         await send(pilot, app, "hello", 30)
-        assert await wait_for(pilot, lambda: app.run_model.n_tokens >= 5)
+        assert await wait_for(pilot, lambda: app.main.run_model.n_tokens >= 5)
         assert "generating" in status_text(app) or src.state == "ready"
         assert await wait_for(pilot, lambda: src.state == "ready" and src.status().turns_done == 1)
         await pilot.pause(0.3)
         table = app.query_one("#turns-table", DataTable)
         assert table.row_count == 1
-        assert app.run_model.turns[-1].prompt == "hello"
+        assert app.main.run_model.turns[-1].prompt == "hello"
         # the next prompt continues the chat (clear_kv false)
-        assert app.new_chat is False
+        assert app.main.new_chat is False
         await send(pilot, app, "more", 200)
-        assert await wait_for(pilot, lambda: src.state == "generating" and app.run_model.n_tokens >= 35)
+        assert await wait_for(pilot, lambda: src.state == "generating" and app.main.run_model.n_tokens >= 35)
         await pilot.press("escape")  # cancel mid-turn
         assert await wait_for(pilot, lambda: src.state == "ready" and src.status().turns_done == 2)
         await pilot.pause(0.3)
         assert table.row_count == 2
-        done = app.run_model.turns[-1].done
-        assert done["cancelled"] is True and done["n_past"] > app.run_model.turns[0].done["n_past"]
+        done = app.main.run_model.turns[-1].done
+        assert done["cancelled"] is True and done["n_past"] > app.main.run_model.turns[0].done["n_past"]
         # rejected request: notice in the status line, session still usable
         await send(pilot, app, "REJECT this", 5)
         assert await wait_for(pilot, lambda: src.status().last_error == "prompt rejected")
         assert await wait_for(pilot, lambda: src.state == "ready")
         # stderr went to the log pane
-        assert any("llama_model_loader" in x for x in app.run_model.log)
+        assert any("llama_model_loader" in x for x in app.main.run_model.log)
         pid = src.pid
         await pilot.press("ctrl+q")
     src.close()
@@ -88,7 +88,7 @@ async def test_live_app_over_emitter_full_loop():
 
 async def test_live_app_shows_aborted_child_with_exit_code():
     src = ChildSession([sys.executable, EMITTER, "--die-mid-line", "2", "--rate", "100"])
-    app = LiveApp(src, title="dies")
+    app = live_app(src, title="dies")
     async with app.run_test(size=(140, 40)) as pilot:
         assert await wait_for(pilot, lambda: src.state == "ready")
         await send(pilot, app, "x", 20)
@@ -96,15 +96,15 @@ async def test_live_app_shows_aborted_child_with_exit_code():
         await pilot.pause(0.3)
         text = status_text(app)
         assert "aborted" in text and "SIGKILL" in text
-        assert app.run_model.status == "aborted"
-        assert app.run_model.problem_count >= 1  # the truncated last line
+        assert app.main.run_model.status == "aborted"
+        assert app.main.run_model.problem_count >= 1  # the truncated last line
         # what it had stays on screen
-        assert app.run_model.n_tokens == 2
+        assert app.main.run_model.n_tokens == 2
 
 
 async def test_live_app_ready_timeout_message():
     src = ChildSession([sys.executable, EMITTER, "--no-ready"], ready_timeout_s=0.3)
-    app = LiveApp(src, title="never ready", close_timeout=0.2)
+    app = live_app(src, title="never ready")
     async with app.run_test(size=(140, 40)) as pilot:
         assert await wait_for(pilot, lambda: src.status().ready_timeout)
         await pilot.pause(0.3)
@@ -120,13 +120,13 @@ async def test_live_app_over_real_runtime(tmp_path):
     model = make_model(tmp_path / "tiny.gguf", preset="tiny")
     src = ChildSession([str(BMOE_RUN), "-m", str(model), "--session", "--route-telemetry", "-c", "512"],
                        ready_timeout_s=60, env={"BMOE_TOKEN_DELAY_MS": "5"})  # room to cancel mid-turn
-    app = LiveApp(src, title="bmoe-run tiny")
+    app = live_app(src, title="bmoe-run tiny")
     async with app.run_test(size=(160, 48)) as pilot:
         assert await wait_for(pilot, lambda: src.state == "ready", 60)
         await send(pilot, app, "Hello", 8)
         assert await wait_for(pilot, lambda: src.status().turns_done == 1, 60)
         await pilot.pause(0.3)
-        run = app.run_model
+        run = app.main.run_model
         assert run.n_tokens == 8 and run.turns[-1].text
         assert run.resident is not None  # BMOE_RESIDENT filled the expert map
         assert app.query_one("#turns-table", DataTable).row_count == 1
@@ -163,19 +163,19 @@ async def test_live_app_attach_keeps_screen_when_runtime_goes_away_and_reconnect
 
     p = start()
     src = SessionSocketClient(sock, max_backoff_s=0.2)
-    app = LiveApp(src, title="attach")
+    app = live_app(src, title="attach")
     try:
         async with app.run_test(size=(150, 44)) as pilot:
             assert await wait_for(pilot, lambda: src.state == "ready", 20)
             await send(pilot, app, "hi", 8)
             assert await wait_for(pilot, lambda: src.status().turns_done == 1, 20)
-            n = app.run_model.n_tokens
+            n = app.main.run_model.n_tokens
             p.send_signal(signal.SIGKILL)
             p.wait()
             assert await wait_for(pilot, lambda: src.state == "disconnected", 10)
             await pilot.pause(0.3)
             assert "disconnected" in status_text(app) and "runtime" in status_text(app)
-            assert app.run_model.n_tokens == n  # what it had stays on screen
+            assert app.main.run_model.n_tokens == n  # what it had stays on screen
             os.unlink(sock)
             p = start()
             assert await wait_for(pilot, lambda: src.state == "ready" and src.status().connects == 2, 20)
@@ -192,7 +192,9 @@ async def test_live_app_attach_keeps_screen_when_runtime_goes_away_and_reconnect
 
 
 async def test_live_app_plays_a_recording_turn_by_turn(tmp_path):
-    from bmoe_top.tui.sources.recorder import LiveReplaySource, Recorder, load_recording
+    from bmoe_top.parsers.recording import load_recording
+    from bmoe_top.tui.sources.recorder import Recorder
+    from bmoe_top.tui.sources.replay import RecordingSource
 
     path = tmp_path / "two-turns.jsonl"
     src0 = ChildSession([sys.executable, EMITTER, "--rate", "500"], recorder=Recorder(path)).start()
@@ -203,26 +205,26 @@ async def test_live_app_plays_a_recording_turn_by_turn(tmp_path):
         assert src0.wait_state("ready", 10)
     src0.close()
     src0.recorder.close()
-    src = LiveReplaySource(load_recording(path), speed=4.0, turn_by_turn=True)
-    app = LiveApp(src, title="play")
+    src = RecordingSource(load_recording(path), speed=4.0, turn_by_turn=True)
+    app = live_app(src, title="play")
     async with app.run_test(size=(150, 44)) as pilot:
         assert await wait_for(pilot, lambda: src.player.paused_at_turn.is_set(), 10)
         await pilot.pause(0.3)
         assert "paused at a turn" in status_text(app)
-        assert app.run_model.n_tokens == 5 and len(app.query("#prompt")) == 0
+        assert app.main.run_model.n_tokens == 5 and len(app.query("#prompt")) == 0
         await pilot.press("n")
         assert await wait_for(pilot, lambda: src.state == "exited", 10)
         await pilot.pause(0.3)
-        assert app.run_model.n_tokens == 10
+        assert app.main.run_model.n_tokens == 10
         assert app.query_one("#turns-table", DataTable).row_count == 2
         await pilot.press("ctrl+q")
 
 
 async def test_escape_closes_the_seek_box_and_help_lists_live_keys():
-    from bmoe_top.tui.app import HelpScreen, SeekScreen
+    from bmoe_top.tui.screens.modals import HelpScreen, SeekScreen
 
     src = ChildSession([sys.executable, EMITTER, "--rate", "100"])
-    app = LiveApp(src, title="emitter")
+    app = live_app(src, title="emitter")
     async with app.run_test(size=(160, 48)) as pilot:
         assert await wait_for(pilot, lambda: src.state == "ready")
         await pilot.press("escape")  # leave the prompt box

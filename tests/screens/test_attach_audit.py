@@ -1,5 +1,5 @@
-"""The audit attach screen (tui/screens/attach_audit.py: the replay screen over the run model the
-audit tail feeds) in a Textual pilot over a real file that is appended to, with a corrupt line and
+"""The audit attach screen (tui/screens/attach_audit.py: the shared views over the run model the
+followed audit file feeds) in a Textual pilot over a real file that is appended to, with a corrupt line and
 two pids, and over a real bmoe-run serve audit log."""
 
 from __future__ import annotations
@@ -8,8 +8,13 @@ import orjson
 from rich.console import Console
 from textual.widgets import DataTable
 
-from bmoe_top.tui.screens.attach_audit import AuditAttachApp
-from bmoe_top.tui.sources.audit_tail import AuditTail
+from bmoe_top.tui.app import BmoeTopApp
+from bmoe_top.tui.screens.attach_audit import AuditAttachScreen
+from bmoe_top.tui.sources.tail import FileTail
+
+
+def audit_app(tail, **kw) -> BmoeTopApp:
+    return BmoeTopApp(AuditAttachScreen(tail, **kw))
 
 BASE = {"hybrid": False, "hits_profile": 0, "bytes_cpu": 0, "copies": 0, "bytes_copy": 0, "swaps": 0}
 
@@ -46,8 +51,8 @@ async def test_audit_screen_follows_the_file(tmp_path):
     p.write_bytes(rec("load", 7, 0, 0, 0, 1, model={"name": "tiny", "n_layer": 2}, cache={"slots": 4, "prefilled": 0,
                                                                                        "bytes": 1 << 20},
                       layers=layers([], [])) + rec("ready", 7, 0, 0, 0, 2))
-    tail = AuditTail(p, poll_s=0.02)
-    app = AuditAttachApp(tail, fps=30)
+    tail = FileTail(p, poll_s=0.02)
+    app = audit_app(tail, fps=30)
     async with app.run_test(size=(130, 36)) as pilot:
         await pilot.pause(0.2)
         table = app.query_one("#requests", DataTable)
@@ -77,7 +82,7 @@ async def test_audit_screen_follows_the_file(tmp_path):
         status = app.query_one("#attach-status").content.plain
         assert "1 corrupt line skipped" in status and "line 4" in status and "pids 7, 9" in status
         # the run model: two request rows, the corrupt line a problem, the newest resident map
-        run = app.model
+        run = app.main.model
         assert run.tokens.n == 2 and run.row_unit == "request" and run.problem_count == 1
         assert run.problems[0].lineno == 4
         assert [t.done["pid"] for t in run.turns] == [7, 7]
@@ -110,8 +115,8 @@ async def test_audit_screen_over_a_real_server_log(tmp_path):
     model = make_model(tmp_path / "tiny.gguf", preset="tiny", qtype="q8_0", seed=0)
     audit = tmp_path / "a.jsonl"
     s = Serve(model, "--cache-mb", "0.5", "--moe-cache-audit", str(audit))
-    tail = AuditTail(audit, poll_s=0.05)
-    app = AuditAttachApp(tail, fps=30)
+    tail = FileTail(audit, poll_s=0.05)
+    app = audit_app(tail, fps=30)
     try:
         async with app.run_test(size=(130, 36)) as pilot:
             n = complete(s.url, "the audit screen shows this request", 16).json()["tokens_predicted"]
@@ -124,7 +129,7 @@ async def test_audit_screen_over_a_real_server_log(tmp_path):
             assert "exited" in panel and "holds" in panel
             # the replay screen's views over the same run model: a breakdown column and the
             # exit record's per-layer counts on the request's row
-            run = app.model
+            run = app.main.model
             assert run.tokens.n == 1 and run.tokens.view("wall_ms")[0] > 0
             bd = strips_text(app.query_one("#breakdown").build(100, 14))
             assert "requests 1–1 of 1" in bd
@@ -138,7 +143,7 @@ async def test_audit_screen_over_a_real_server_log(tmp_path):
 async def test_audit_screen_under_the_command_palette_and_keys(tmp_path):
     p = tmp_path / "a.jsonl"
     p.write_bytes(rec("load", 3, 0, 0, 0, 1, layers=layers([1], [2])))
-    app = AuditAttachApp(AuditTail(p, poll_s=0.02), fps=30)
+    app = audit_app(FileTail(p, poll_s=0.02), fps=30)
     async with app.run_test(size=(100, 30)) as pilot:
         await pilot.press("ctrl+p")
         with open(p, "ab") as f:
@@ -148,5 +153,5 @@ async def test_audit_screen_under_the_command_palette_and_keys(tmp_path):
         for k in ("n", "N", "f"):
             await pilot.press(k)
         await pilot.pause(0.1)
-        assert app.state.runs.n_records == 2
+        assert app.main.feed.runs.n_records == 2
         assert "ready" in plain(app.query_one("#attach-panel").content)

@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 
 from bmoe_top.parsers import bmoe_lines as bl
+from bmoe_top.tui.feed.records import RecordFeed
+from bmoe_top.tui.model import RunModel
 from bmoe_top.tui.sources.child_session import ChildSession
 from bmoe_top.tui.sources.session_socket import SessionSocketClient
 
@@ -43,22 +45,14 @@ def alive(pid: int) -> bool:
         return False
 
 
-def run_model():
-    try:
-        from bmoe_top.tui.run import RunModel
-    except Exception:  # noqa: BLE001
-        return None
-    return RunModel()
-
-
 def test_session_over_pipes(tiny):
     recs: list = []
-    model = run_model()
+    model = RunModel()
+    feed = RecordFeed(model)
 
     def sink(r, t):
         recs.append(r)
-        if model is not None:
-            model.ingest(r, t)
+        feed.apply(r, t)
 
     s = ChildSession([str(BMOE_RUN), "-m", str(tiny), "--session", "--route-telemetry", "--quiet", "-c", "512"],
                      on_record=sink, ready_timeout_s=60)
@@ -97,8 +91,7 @@ def test_session_over_pipes(tiny):
         assert "n_ctx" in s.status().last_error and s.status().state == "ready"
         r5 = s.generate("again", 2)
         assert s.wait_state("ready", 60) and [r for r in recs if isinstance(r, bl.Done)][-1].id == r5
-        if model is not None:
-            assert model.n_tokens >= 12 and len(model.turns) >= 4
+        assert model.n_tokens >= 12 and len(model.turns) >= 4
     finally:
         code = s.close(timeout=10)
     assert code == 0 and s.status().state == "exited"

@@ -1,4 +1,4 @@
-"""The metrics attach screen (tui/screens/attach_metrics.py: the replay screen over the run model
+"""The metrics attach screen (tui/screens/attach_metrics.py: the shared views over the run model
 the poller feeds) in a Textual pilot, fed by a real poller over real HTTP: rates and totals, not
 exported series, the layer x interval heatmap and the breakdown, the three failure states with the
 last picture kept, against scripted servers and a real bmoe-run serve."""
@@ -13,9 +13,15 @@ import pytest
 from helpers.scripted_http import Scripted, exposition
 from rich.console import Console
 
-from bmoe_top.tui.run import run_summary
-from bmoe_top.tui.screens.attach_metrics import MetricsAttachApp
+from bmoe_top.tui.app import BmoeTopApp
+from bmoe_top.tui.present.metrics import metrics_document
+from bmoe_top.tui.present.summary import run_summary
+from bmoe_top.tui.screens.attach_metrics import MetricsAttachScreen
 from bmoe_top.tui.sources.metrics_poll import MetricsPoller
+
+
+def metrics_app(poller, **kw) -> BmoeTopApp:
+    return BmoeTopApp(MetricsAttachScreen(poller, **kw))
 
 
 def plain(renderable, width=100) -> str:
@@ -47,11 +53,11 @@ async def test_screen_states_and_numbers(srv):
     srv.answers = [(200, with_layers(1).encode(), 0), (200, with_layers(3).encode(), 0),
                    (401, b"no", 0), (200, b"garbage that is not an exposition", 0)]
     poller = MetricsPoller(srv.url, interval=0.05, timeout=2)
-    app = MetricsAttachApp(poller, start_poller=False)
+    app = metrics_app(poller, start_poller=False)
     async with app.run_test(size=(130, 36)) as pilot:
         poller.scrape_once()
         poller.scrape_once()
-        app.refresh_views(force=True)
+        app.main.refresh_views(force=True)
         await pilot.pause()
         side = plain(app.query_one("#attach-panel").content)
         assert "hit %" in side and "83.3 %" in side  # (200 hits, 40 misses) in the interval
@@ -60,7 +66,7 @@ async def test_screen_states_and_numbers(srv):
         status = app.query_one("#attach-status").content.plain
         assert "connected" in status
         # the run model: one row for the one completed interval, per-layer counts on it
-        run = app.model
+        run = app.main.model
         assert run.row_unit == "interval" and run.tokens.n == 1 and run.status == "ok"
         assert run.tokens.last("tokens_in_interval") == 20
         assert run.tokens.last("cache_hit_pct") == pytest.approx(100.0 * 300 / 360)  # since start
@@ -74,8 +80,8 @@ async def test_screen_states_and_numbers(srv):
         assert "tok/s" in trends and "hit %" in trends and "missing" in trends  # MiB/tok without upload bytes
         assert "live  interval 1" in app.query_one("#title").content.plain
         poller.scrape_once()
-        app.refresh_views(force=True)
-        app.update_attach(force=True)
+        app.main.refresh_views(force=True)
+        app.main.update_attach(force=True)
         await pilot.pause()
         status = app.query_one("#attach-status").content.plain
         assert "unauthorized" in status and "HTTP 401" in status and "last good scrape" in status
@@ -83,12 +89,12 @@ async def test_screen_states_and_numbers(srv):
         assert run.tokens.n == 1 and run.status == "unauthorized" and "HTTP 401" in run.status_detail
         assert "unauthorized" in app.query_one("#run-panel").text()
         poller.scrape_once()
-        app.update_attach(force=True)
+        app.main.update_attach(force=True)
         await pilot.pause()
         assert "malformed" in app.query_one("#attach-status").content.plain
         srv.close()
         poller.scrape_once()
-        app.update_attach(force=True)
+        app.main.update_attach(force=True)
         await pilot.pause()
         assert "unreachable" in app.query_one("#attach-status").content.plain
 
@@ -102,7 +108,7 @@ async def test_screen_live_against_bmoe_run_serve(tmp_path):
     s = Serve(model, "--cache-mb", "0.5")
     try:
         poller = MetricsPoller(s.url + "/metrics", interval=0.1, timeout=5)
-        app = MetricsAttachApp(poller, fps=20)
+        app = metrics_app(poller, fps=20)
         async with app.run_test(size=(130, 36)) as pilot:
             done = {}
             t = threading.Thread(target=lambda: done.update(complete(s.url, "long request a", 300).json()))
@@ -113,7 +119,7 @@ async def test_screen_live_against_bmoe_run_serve(tmp_path):
             poller.stop()  # freeze the picture: no row arrives between the reads below
             poller.join(5)
             await pilot.pause(0.3)
-            st = app.state.summary()
+            st = metrics_document(app.main.state, app.main.model)
             n = done["tokens_predicted"]
             assert n > 50 and st["status"] == "ok" and st["totals"]["tokens_predicted"] == n
             hm = strips_text(app.query_one("#heatmap").build(100, 20))
@@ -123,7 +129,7 @@ async def test_screen_live_against_bmoe_run_serve(tmp_path):
             assert "wall" in side
             # the replay screen's views show rows: the intervals of the request, with the time
             # breakdown bmoe-run serve exports (ms per token, mean over each interval)
-            run = app.model
+            run = app.main.model
             tok = run.tokens
             assert tok.n >= 2 and np.nansum(tok.view("tokens_in_interval")) == n
             wall = tok.view("wall_ms")
@@ -145,14 +151,14 @@ async def test_screen_live_against_bmoe_run_serve(tmp_path):
 async def test_screen_keeps_updating_under_the_command_palette(srv):
     srv.default = (200, with_layers(1).encode(), 0)
     poller = MetricsPoller(srv.url, interval=0.05, timeout=2)
-    app = MetricsAttachApp(poller, fps=30)
+    app = metrics_app(poller, fps=30)
     async with app.run_test(size=(100, 30)) as pilot:
         await pilot.pause(0.2)
         await pilot.press("ctrl+p")
         await pilot.pause(0.4)  # refresh ticks while another screen is active: no NoMatches
         await pilot.press("escape")
         await pilot.pause(0.2)
-        assert app.state.n_ok >= 2
+        assert app.main.state.n_ok >= 2
         await pilot.press("f")
         await pilot.press("r")
     assert not poller.is_alive() or poller.join(2) is None

@@ -1,7 +1,8 @@
-"""The network attach sources feed the one run model (tui/run.py): a metrics scrape interval is a
-token row, per-layer counts go to the same (layer, row) arrays the heatmap reads, a counter reset
-adds no row, a series not exported stays NaN; the audit tail and ``bmoe-top replay a.jsonl`` share
-one code path; the headless twins print the run model's summary. Real HTTP on loopback, real files."""
+"""The network attach sources feed the one run model (tui/feed/metrics.py, tui/feed/audit.py): a
+metrics scrape interval is a token row, per-layer counts go to the same (layer, row) counts the
+heatmap reads, a counter reset adds no row, a series not exported stays NaN; the followed audit file
+and ``bmoe-top replay a.jsonl`` share one code path; the headless documents print the run model's
+summary. Real HTTP on loopback, real files."""
 
 from __future__ import annotations
 
@@ -12,16 +13,20 @@ import numpy as np
 import orjson
 import pytest
 
+from bmoe_top.tui.feed.audit import load_audit
+from bmoe_top.tui.feed.bind import bind
+from bmoe_top.tui.model import RunModel
 from bmoe_top.tui.playback import Playback
-from bmoe_top.tui.run import RunModel, run_summary
-from bmoe_top.tui.sources.audit_tail import AuditTail, load_audit_into_run
+from bmoe_top.tui.present.metrics import metrics_document
+from bmoe_top.tui.present.summary import run_summary
 from bmoe_top.tui.sources.metrics_poll import MetricsPoller
+from bmoe_top.tui.sources.tail import FileTail
 
 
 def test_add_layer_counts_feeds_the_heatmap_and_playback():
     run = RunModel()
-    run.tokens.append({"wall_ms": 10.0})
-    run.tokens.append({"wall_ms": 12.0})
+    run.add_token_row({"wall_ms": 10.0})
+    run.add_token_row({"wall_ms": 12.0})
     run.add_layer_counts(1, np.array([3, np.nan, 0]), np.array([1, 2, 4]))
     assert run.n_layer == 3 and run.route_token_count() == 2 and Playback(run).n == 2
     m = run.hit_matrix()
@@ -60,7 +65,7 @@ def test_metrics_intervals_are_token_rows(srv):
     srv.answers.append((200, bmoe_exposition(4, start=2.0).encode(), 0))  # restarted
     srv.answers.append((200, bmoe_exposition(9, start=2.0).encode(), 0))
     p = MetricsPoller(srv.url, interval=0.05, timeout=2)
-    run = p.state.run
+    run = bind(p, RunModel()).run
     p.scrape_once()
     assert run.tokens.n == 0 and run.status == "ok" and run.row_unit == "interval"
     time.sleep(0.02)
@@ -79,7 +84,7 @@ def test_metrics_intervals_are_token_rows(srv):
     assert np.isnan(run.hit_matrix()[:, 1]).all()  # no lookups in the interval
     time.sleep(0.02)
     p.scrape_once()  # restart: a new baseline, no row (never a negative one)
-    assert tok.n == 2 and p.state.n_resets == 1 and p.state.summary()["rates"]["reset"] is True
+    assert tok.n == 2 and p.state.n_resets == 1 and metrics_document(p.state, run)["rates"]["reset"] is True
     time.sleep(0.02)
     p.scrape_once()
     assert tok.n == 3 and tok.last("tokens_in_interval") == 5 and tok.last("wall_ms") == pytest.approx(8.0)
@@ -89,7 +94,7 @@ def test_metrics_intervals_are_token_rows(srv):
     assert s["tokens"] == 9 and s["cache_hit_pct"] == pytest.approx(75.0) and s["s_per_tok"] == pytest.approx(0.008)
     assert s["io_s_tok"] == pytest.approx(0.002) and s["stall_s_tok"] is None
     # the headless twin's rates are the newest row of the run model
-    h = p.state.summary()
+    h = metrics_document(p.state, run)
     assert h["rates"]["token_ms"]["wall"] == pytest.approx(8.0) and h["rates"]["token_ms"]["stall"] is None
     assert h["rates"]["layer_hit_pct"] == pytest.approx([50.0, 100 * 10 / 15])
     assert h["run"]["tokens"] == 9 and h["intervals"] == 3
@@ -130,11 +135,11 @@ def test_audit_tail_and_replay_share_one_code_path(tmp_path):
     p = tmp_path / "a.jsonl"
     p.write_bytes(AUDIT)
     replay = RunModel()
-    load_audit_into_run(replay, AUDIT, "a.jsonl")
-    tail = AuditTail(p)
+    load_audit(replay, AUDIT, "a.jsonl")
+    tail = FileTail(p)
+    live = bind(tail, RunModel()).run
     tail.poll_once()
     tail.close()
-    live = tail.state.run
     for run in (replay, live):
         assert run.row_unit == "request" and run.tokens.n == 3 and len(run.turns) == 3
         assert [t.done["pid"] for t in run.turns] == [1, 2, 1]  # pids told apart
@@ -157,7 +162,8 @@ def test_audit_tail_and_replay_share_one_code_path(tmp_path):
 
 
 def test_headless_audit_twin_prints_the_run_model(tmp_path):
-    from bmoe_top.tui.headless_attach import audit_once, to_json
+    from bmoe_top.tui.headless import audit_once
+    from bmoe_top.tui.present.numbers import to_json
 
     p = tmp_path / "a.jsonl"
     p.write_bytes(AUDIT)

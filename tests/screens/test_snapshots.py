@@ -1,6 +1,7 @@
 """Snapshot of the main replay screen (pytest-textual-snapshot), on a deterministic synthetic run.
 
-Update after an intended visual change with: .venv/bin/python -m pytest tests/test_snapshots.py --snapshot-update
+Update after an intended visual change with:
+    .venv/bin/python -m pytest tests/screens/test_snapshots.py --snapshot-update
 """
 
 from __future__ import annotations
@@ -8,8 +9,9 @@ from __future__ import annotations
 from helpers import synth
 
 from bmoe_top.tui.app import BmoeTopApp
-from bmoe_top.tui.run import RunModel
-from bmoe_top.tui.sources.file_replay import load_data
+from bmoe_top.tui.feed.files import load_data
+from bmoe_top.tui.model import RunModel
+from bmoe_top.tui.screens.replay import ReplayScreen
 
 
 def _run() -> RunModel:
@@ -19,8 +21,12 @@ def _run() -> RunModel:
     return run
 
 
+def replay_app() -> BmoeTopApp:
+    return BmoeTopApp(ReplayScreen(_run(), title="replay synthetic.csv"))
+
+
 def test_main_screen(snap_compare):
-    assert snap_compare(BmoeTopApp(_run(), title="replay synthetic.csv"), terminal_size=(160, 48))
+    assert snap_compare(replay_app(), terminal_size=(160, 48))
 
 
 def test_main_screen_narrow_mid_run(snap_compare):
@@ -28,4 +34,4 @@ def test_main_screen_narrow_mid_run(snap_compare):
         await pilot.press("home")
         await pilot.press(*["right"] * 30)
 
-    assert snap_compare(BmoeTopApp(_run(), title="replay synthetic.csv"), terminal_size=(100, 36), run_before=seek)
+    assert snap_compare(replay_app(), terminal_size=(100, 36), run_before=seek)
