@@ -212,27 +212,30 @@ _BIG = np.int64(1) << np.int64(62)
 
 
 @jit
-def _heap_push(hk: I64, hv: I64, n: int, k: int, v: int) -> int:
-    """Push (k, v) on a min-heap of keys; returns the new size."""
+def _heap_push(hk: I64, hv: I64, hw: I64, n: int, k: int, v: int, w: int) -> int:
+    """Push (key k, item v, version w) on a min-heap of keys; returns the new size."""
     i = n
     hk[i] = k
     hv[i] = v
+    hw[i] = w
     while i > 0:
         p = (i - 1) >> 1
         if hk[p] <= hk[i]:
             break
         hk[p], hk[i] = hk[i], hk[p]
         hv[p], hv[i] = hv[i], hv[p]
+        hw[p], hw[i] = hw[i], hw[p]
         i = p
     return n + 1
 
 
 @jit
-def _heap_pop(hk: I64, hv: I64, n: int) -> int:
-    """Remove the top; returns the new size (the popped pair was at index 0 before the call)."""
+def _heap_pop(hk: I64, hv: I64, hw: I64, n: int) -> int:
+    """Remove the top; returns the new size (the popped entry was at index 0 before the call)."""
     n -= 1
     hk[0] = hk[n]
     hv[0] = hv[n]
+    hw[0] = hw[n]
     i = 0
     while True:
         lft = 2 * i + 1
@@ -245,6 +248,7 @@ def _heap_pop(hk: I64, hv: I64, n: int) -> int:
             break
         hk[c], hk[i] = hk[i], hk[c]
         hv[c], hv[i] = hv[i], hv[c]
+        hw[c], hw[i] = hw[i], hw[c]
         i = c
     return n
 
@@ -276,11 +280,14 @@ def policy_run(policy: int, item: I64, bfirst: I64, decode: B1, layer: I64, size
     cap = 2 * n_items + 2 * max_batch + 2
     hk = np.zeros(cap, dtype=np.int64)
     hv = np.zeros(cap, dtype=np.int64)
+    hw = np.zeros(cap, dtype=np.int64)
+    ver = np.zeros(n_items, dtype=np.int64)  # an item's live heap entry has hw == ver[item]
     stash = np.zeros(n_items, dtype=np.int64)
     miss = np.zeros(n_items, dtype=np.int64)
     for j in range(budgets.shape[0]):
         bud = budgets[j]
         cached[:] = 0
+        ver[:] = 0
         prot[:] = -1
         count[:] = 0
         visited[:] = 0
@@ -298,13 +305,14 @@ def policy_run(policy: int, item: I64, bfirst: I64, decode: B1, layer: I64, size
                 m = 0
                 for q in range(hn):
                     x = hv[q]
-                    if cached[x] == 1 and curkey[x] == hk[q]:
+                    if cached[x] == 1 and ver[x] == hw[q]:
                         hk[m] = hk[q]
                         hv[m] = x
+                        hw[m] = hw[q]
                         m += 1
                 hn = 0
                 for q in range(m):
-                    hn = _heap_push(hk, hv, hn, hk[q], hv[q])
+                    hn = _heap_push(hk, hv, hw, hn, hk[q], hv[q], hw[q])
             nmiss = 0
             need = 0
             for i in range(s, e):
@@ -318,10 +326,12 @@ def policy_run(policy: int, item: I64, bfirst: I64, decode: B1, layer: I64, size
                         hit_layer[layer[i], j] += 1
                     if policy == POLICY_LFU:
                         curkey[x] = count[x] * (np.int64(1) << np.int64(40)) + i
-                        hn = _heap_push(hk, hv, hn, curkey[x], x)
+                        ver[x] += 1
+                        hn = _heap_push(hk, hv, hw, hn, curkey[x], x, ver[x])
                     elif policy == POLICY_BELADY:
                         curkey[x] = -(next_use[i] * n_items + x)
-                        hn = _heap_push(hk, hv, hn, curkey[x], x)
+                        ver[x] += 1
+                        hn = _heap_push(hk, hv, hw, hn, curkey[x], x, ver[x])
                     elif policy == POLICY_SIEVE:
                         visited[x] = 1
                 else:
@@ -334,10 +344,10 @@ def policy_run(policy: int, item: I64, bfirst: I64, decode: B1, layer: I64, size
             if policy == POLICY_LFU or policy == POLICY_BELADY:
                 ns = 0
                 while resident + need > bud and hn > 0:
-                    k = hk[0]
                     x = hv[0]
-                    hn = _heap_pop(hk, hv, hn)
-                    if cached[x] == 0 or curkey[x] != k:
+                    w = hw[0]
+                    hn = _heap_pop(hk, hv, hw, hn)
+                    if cached[x] == 0 or ver[x] != w:
                         continue  # stale entry
                     if prot[x] == b:
                         stash[ns] = x
@@ -348,7 +358,7 @@ def policy_run(policy: int, item: I64, bfirst: I64, decode: B1, layer: I64, size
                     resident -= size[x]
                 for q in range(ns):
                     x = stash[q]
-                    hn = _heap_push(hk, hv, hn, curkey[x], x)
+                    hn = _heap_push(hk, hv, hw, hn, curkey[x], x, ver[x])
             else:
                 # queue policies: walk from the oldest entry
                 live = n_cached - (e - s - nmiss)
@@ -387,10 +397,12 @@ def policy_run(policy: int, item: I64, bfirst: I64, decode: B1, layer: I64, size
                 resident += size[x]
                 if policy == POLICY_LFU:
                     curkey[x] = count[x] * (np.int64(1) << np.int64(40)) + i
-                    hn = _heap_push(hk, hv, hn, curkey[x], x)
+                    ver[x] += 1
+                    hn = _heap_push(hk, hv, hw, hn, curkey[x], x, ver[x])
                 elif policy == POLICY_BELADY:
                     curkey[x] = -(next_use[i] * n_items + x)
-                    hn = _heap_push(hk, hv, hn, curkey[x], x)
+                    ver[x] += 1
+                    hn = _heap_push(hk, hv, hw, hn, curkey[x], x, ver[x])
                 else:
                     visited[x] = 0
                     prv[x] = head

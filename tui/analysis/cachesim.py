@@ -269,26 +269,31 @@ def replay_lru(lk: Lookups, budget: int) -> U8:
 
 
 def _next_use(lk: Lookups) -> I64:
-    """int64 [n]: the batch of the next lookup of the same item (``n_batches`` if none)."""
+    """int64 [n]: the batch of the next **decode** lookup of the same item (``n_batches`` if
+    none). Only decode hits are scored, so a prefill lookup is no reason to keep an expert."""
     n = lk.n
     out = np.full(n, lk.n_batches, dtype=np.int64)
     if n == 0:
         return out
-    order = np.lexsort((np.arange(n), lk.item))
+    order = np.lexsort((np.arange(n), lk.item))  # by item, then lookup order
     it = lk.item[order]
-    same = it[1:] == it[:-1]
-    nxt_batch = lk.batch[order][1:]
-    tmp = np.where(same, nxt_batch, lk.n_batches)
-    out[order[:-1]] = tmp
+    bt = lk.batch[order]
+    dpos = np.flatnonzero(lk.decode[order])
+    k = np.searchsorted(dpos, np.arange(n), side="right")
+    has = k < dpos.shape[0]
+    cand = dpos[np.minimum(k, max(0, dpos.shape[0] - 1))] if dpos.size else np.zeros(n, dtype=np.int64)
+    ok = has & (it[cand] == it)
+    out[order] = np.where(ok, bt[cand], lk.n_batches)
     return out
 
 
 def policy_curve(lk: Lookups, policy: str, budgets: npt.ArrayLike) -> Curve:
     """Replay ``policy`` (``lfu``, ``fifo``, ``sieve``, ``belady``) at each budget (bytes).
 
-    Belady with experts of one size is the optimum any policy can reach under the runtime's
-    rules (it must keep what a batch routes); with several expert sizes it is the classic
-    farthest-next-use ceiling estimate. Raises ValueError for an unknown policy or bad budgets.
+    Belady evicts the expert whose next decode lookup is farthest ahead (prefill lookups are not
+    scored, so they are no reason to keep an expert). With experts of one size this is the
+    optimum under the runtime's rules (a batch's experts must all be cached); with several sizes
+    it is the classic farthest-next-use ceiling estimate. Raises ValueError for an unknown policy or bad budgets.
     """
     codes = {"lfu": K.POLICY_LFU, "sieve": K.POLICY_SIEVE, "belady": K.POLICY_BELADY, "fifo": K.POLICY_FIFO}
     if policy == "lru":

@@ -74,11 +74,7 @@ def _hull(hits: I64) -> list[int]:
     return pts
 
 
-def allocate(lc: LayerCurves, budget: int) -> Allocation:
-    """Greedy allocation of ``budget`` bytes over the MoE layers' own LRU caches: take hull
-    segments of the layers' curves in order of hits per byte while they fit, then fill what is
-    left expert by expert with the best single-slot gain. Not guaranteed optimal when a curve
-    is far from concave; the hits it reports are exact for the slots it chose."""
+def _greedy(lc: LayerCurves, budget: int) -> I64:
     n_layer = lc.hits.shape[0]
     slots = np.zeros(n_layer, dtype=np.int64)
     segs: list[tuple[float, int, int, int]] = []  # (-gain per byte, layer, from, to)
@@ -92,27 +88,62 @@ def allocate(lc: LayerCurves, budget: int) -> Allocation:
     segs.sort()
     left = int(budget)
     for _g, il, a, b in segs:
-        size = int(lc.layer_bytes[il])
         if slots[il] != a:
             continue  # an earlier segment of this layer was not taken
-        cost = (b - a) * size
+        cost = (b - a) * int(lc.layer_bytes[il])
         if cost <= left:
             slots[il] = b
             left -= cost
-    # fill the rest one expert at a time
-    while True:
-        best, best_il = 0, -1
-        for il in lc.moe_layers.tolist():
-            c = int(slots[il])
-            size = int(lc.layer_bytes[il])
-            if c + 1 < lc.hits.shape[1] and size <= left:
-                g = int(lc.hits[il, c + 1]) - int(lc.hits[il, c])
-                if g > best:
-                    best, best_il = g, il
-        if best_il < 0:
+    return slots
+
+
+def _improve(lc: LayerCurves, budget: int, slots: I64) -> I64:
+    """Fill what is left with the best single-expert gains, then move single experts between
+    layers while that buys hits."""
+    moe = lc.moe_layers
+    if moe.size == 0:
+        return slots
+    h = lc.hits[moe]
+    size = lc.layer_bytes[moe]
+    n_slots = h.shape[1] - 1
+    s = slots[moe].copy()
+    rows = np.arange(moe.size)
+    big = np.int64(1) << np.int64(62)
+    for _round in range(4 * n_slots * moe.size):
+        left = int(budget) - int((s * size).sum())
+        up = np.minimum(s + 1, n_slots)
+        ga = np.where(s < n_slots, h[rows, up] - h[rows, s], -1)
+        lr = np.where(s > 0, h[rows, s] - h[rows, np.maximum(s - 1, 0)], big)
+        add = np.where(size <= left, ga, -1)
+        mv = ga[None, :] - lr[:, None]
+        ok = (size[None, :] <= left + size[:, None]) & ~np.eye(moe.size, dtype=bool)
+        mv = np.where(ok, mv, -1)
+        if add.max() > 0 and add.max() >= mv.max():
+            s[int(add.argmax())] += 1
+            continue
+        if mv.max() <= 0:
             break
-        slots[best_il] += 1
-        left -= int(lc.layer_bytes[best_il])
+        a, b = np.unravel_index(int(mv.argmax()), mv.shape)
+        s[a] -= 1
+        s[b] += 1
+    out = slots.copy()
+    out[moe] = s
+    return out
+
+
+def allocate(lc: LayerCurves, budget: int) -> Allocation:
+    """Allocate ``budget`` bytes over the MoE layers' own LRU caches: the better of an even split
+    and a greedy pass over the layers' curves (hull segments in order of hits per byte, then
+    single-expert additions and moves between layers while they buy hits). Not guaranteed
+    optimal when curves are far from concave; never worse than the even split; the hits it
+    reports are exact for the slots it chose (each layer's own replay)."""
+    n_layer = lc.hits.shape[0]
     idx = np.arange(n_layer)
+    moe = lc.moe_layers
+    even = np.zeros(n_layer, dtype=np.int64)
+    if moe.size:
+        even[moe] = np.minimum(lc.hits.shape[1] - 1, (int(budget) // moe.size) // lc.layer_bytes[moe])
+    cands = [even, _improve(lc, budget, _greedy(lc, budget))]
+    slots = max(cands, key=lambda c: int(lc.hits[idx, c].sum()))
     used = int((slots * lc.layer_bytes).sum())
     return Allocation(int(budget), slots, used, int(lc.hits[idx, slots].sum()))
