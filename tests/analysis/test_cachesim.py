@@ -282,3 +282,20 @@ def test_allocation_fits_and_is_optimal_on_concave_curves() -> None:
     alloc = C.layer_partitioned_curve(lk, [10, 20], allocate=True)
     equal = C.layer_partitioned_curve(lk, [10, 20])
     assert (alloc.decode_hits >= equal.decode_hits).all()
+
+
+def test_binary_routing_trace_replays_like_the_same_routing() -> None:
+    from bmoe_top.parsers.routing_bin import parse_routing_bin, routing_bin_bytes
+    from bmoe_top.tui.analysis.lookups import from_routing_bin
+
+    rng = np.random.default_rng(12)
+    from helpers.routing import random_routing
+
+    dec = random_routing(rng, 30, 3, 8, 2)
+    layer = np.tile(np.arange(3), 30)
+    data = routing_bin_bytes(layer, dec.reshape(-1, 2))
+    lk = from_routing_bin(parse_routing_bin(data), 8, [2, 3, 2])
+    ref = from_routing(dec, [2, 3, 2], 8)
+    assert np.array_equal(lk.item, ref.item) and np.array_equal(lk.batch, ref.batch)
+    slots = from_routing_bin(parse_routing_bin(data), 8)
+    assert not slots.sizes_known and slots.bank_bytes == 3 * 8

@@ -21,8 +21,9 @@ import numpy as np
 import numpy.typing as npt
 
 from bmoe_top.parsers.route_trace import PHASE_PREFILL, RouteTrace
+from bmoe_top.parsers.routing_bin import RoutingBin
 
-__all__ = ["Lookups", "from_route_trace", "from_routing", "layer_lookups", "split_decode"]
+__all__ = ["Lookups", "from_route_trace", "from_routing", "from_routing_bin", "layer_lookups", "split_decode"]
 
 I64 = npt.NDArray[np.int64]
 I8 = npt.NDArray[np.int8]
@@ -192,7 +193,8 @@ def from_route_trace(trace: RouteTrace, prefill_batch: int | None = None) -> Loo
 
 
 def from_routing(decode_routing: npt.ArrayLike, layer_bytes: npt.ArrayLike, n_expert: int,
-                 prefill_routing: npt.ArrayLike | None = None, prefill_batch: int | None = None) -> Lookups:
+                 prefill_routing: npt.ArrayLike | None = None, prefill_batch: int | None = None,
+                 sizes_known: bool = True) -> Lookups:
     """Lookups from routing arrays (synthetic traces, live feeds, the binary routing trace).
 
     ``decode_routing``: int array [n_tokens, n_layer, k] of expert ids (-1 = no expert: a layer
@@ -230,7 +232,26 @@ def from_routing(decode_routing: npt.ArrayLike, layer_bytes: npt.ArrayLike, n_ex
     rec = np.full(phase.shape[0], -1, dtype=np.int8)
     item_bytes = np.repeat(lb, n_expert).astype(np.int64)
     return _from_arrays(turn, phase, step, layer, expert, rec, item_bytes, n_layer, n_expert, k,
-                        prefill_batch, True)
+                        prefill_batch, sizes_known)
+
+
+def from_routing_bin(rb: RoutingBin, n_expert: int, layer_bytes: npt.ArrayLike | None = None,
+                     n_layer: int | None = None) -> Lookups:
+    """Lookups of a binary routing trace (parsers/routing_bin.py): every token is replayed as a
+    decode token, one batch per layer (``routing_trace`` routes a text token by token, as
+    extended-strata-moe's sim_cache.py replays it). The file carries no sizes: give the model's
+    ``layer_bytes`` (int [n_layer]), else every expert counts 1 and budgets are expert slots.
+    Raises ValueError for a trace without records or an id >= ``n_expert``."""
+    if rb.n_records == 0:
+        raise ValueError("the routing trace has no records")
+    nl = max(rb.n_layer, n_layer or 0)
+    routing = rb.routing()
+    if routing.shape[1] < nl:
+        pad = np.full((routing.shape[0], nl - routing.shape[1], routing.shape[2]), -1, dtype=np.int64)
+        routing = np.concatenate([routing, pad], axis=1)
+    known = layer_bytes is not None
+    lb = np.asarray(layer_bytes, dtype=np.int64) if known else np.ones(nl, dtype=np.int64)
+    return from_routing(routing, lb, n_expert, sizes_known=known)
 
 
 def _take(lk: Lookups, sel: B1) -> Lookups:
