@@ -90,3 +90,31 @@ def test_session_turns_share_the_cache(demo_model: Path, tmp_path: Path) -> None
     assert sorted(set(tr.turn.tolist())) == [0, 1]
     replay, recorded = _check(trace, int(cache_mb * MIB), None)
     assert replay == recorded
+
+
+def test_strp_from_a_trace_feeds_the_runtime(demo_model: Path, tmp_path: Path) -> None:
+    """Write a profile from one run's trace, start a second run from it: the second run's
+    residency equals the LRU replay warm-started from that profile, lookup for lookup."""
+    from bmoe_top.parsers.strp import read_strp, write_strp
+    from bmoe_top.tui.analysis.lookups import with_profile
+
+    cache_mb = 2.5
+    first = tmp_path / "first.csv"
+    _bmoe_run("-m", str(demo_model), "-p", PROMPT, "-n", "32", "-c", "512", "-t", "1", "--quiet", "--cache-mb",
+              str(cache_mb), "--route-trace", str(first))
+    lk1 = from_route_trace(load_route_trace(first.read_bytes()))
+    prof = C.strp_from_lookups(lk1, slots=int(cache_mb * MIB) // int(lk1.layer_bytes().max()))
+    path = tmp_path / "hot.strp"
+    write_strp(path, prof)
+    assert np.array_equal(read_strp(path).pairs, prof.pairs)
+    second = tmp_path / "second.csv"
+    _bmoe_run("-m", str(demo_model), "-p", "def", "-n", "32", "-c", "512", "-t", "1",
+              "--quiet", "--cache-mb", str(cache_mb), "--route-trace", str(second), "--moe-cache-profile", str(path))
+    lk2 = from_route_trace(load_route_trace(second.read_bytes()))
+    warm = with_profile(lk2, prof.pairs)
+    flags = C.lru_hit_flags(warm, [int(cache_mb * MIB)])[:, 0]
+    real = warm.recorded_hit >= 0
+    assert np.array_equal(flags[real], warm.recorded_hit[real])
+    # and the fill mattered: replayed cold, the short prompt's lookups could not have hit
+    cold = C.lru_hit_flags(lk2, [int(cache_mb * MIB)])[:, 0]
+    assert int(flags[real].sum()) > int(cold.sum())

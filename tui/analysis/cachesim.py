@@ -25,11 +25,11 @@ import numpy.typing as npt
 from bmoe_top.parsers.strp import StrpProfile, profile_from_counts
 
 from . import _kernels as K
-from .lookups import Lookups, layer_lookups
+from .lookups import Lookups, layer_lookups, with_profile
 
 __all__ = ["Curve", "LruState", "POLICIES", "dense_budgets", "sweep_budgets", "lru_curve", "lru_hit_flags",
            "replay_lru", "policy_curve", "static_curve", "static_ranking", "layer_curves",
-           "layer_partitioned_curve", "compulsory_decode_misses", "strp_from_lookups", "MIB"]
+           "layer_partitioned_curve", "lru_profile_curve", "compulsory_decode_misses", "strp_from_lookups", "MIB"]
 
 MIB = 1024 * 1024
 I64 = npt.NDArray[np.int64]
@@ -44,6 +44,7 @@ POLICIES: dict[str, str] = {
     "sieve": "SIEVE: FIFO with a visited bit and a moving hand",
     "belady": "Belady: evict the expert needed farthest ahead (offline ceiling)",
     "static": "static profile of the hottest experts (train part), nothing else kept",
+    "lru_profile": "LRU filled at load from the train part's profile (bmoe-run --moe-cache-profile)",
     "lru_layer_equal": "one LRU per layer, budget split evenly",
     "lru_layer_alloc": "one LRU per layer, budget allocated greedily by each layer's curve",
 }
@@ -342,6 +343,17 @@ def static_curve(train: Lookups, test: Lookups, budgets: npt.ArrayLike) -> Curve
     K.static_hits(test.item, test.decode, test.layer, test.item_bytes, b, rank_bytes, hd, hb, hl)
     dl, db, ll = _totals(test)
     return Curve("static", b, hd, hb, hl, dl, db, ll, test.n_decode_tokens,
+                 f"profile from {train.n_decode_tokens} train tokens, scored on {test.n_decode_tokens} test tokens")
+
+
+def lru_profile_curve(train: Lookups, test: Lookups, budgets: npt.ArrayLike) -> Curve:
+    """LRU on ``test`` after a fill from the profile of ``train`` (:func:`static_ranking`), as
+    ``bmoe-run --moe-cache-profile`` runs: the profile decides the start, LRU the rest."""
+    if (train.n_layer, train.n_expert) != (test.n_layer, test.n_expert):
+        raise ValueError("train and test traces have different n_layer x n_expert")
+    c = lru_curve(with_profile(test, static_ranking(train)), budgets)
+    return Curve("lru_profile", c.budgets, c.decode_hits, c.hit_bytes, c.layer_hits, c.decode_lookups,
+                 c.decode_bytes, c.layer_lookups, c.decode_tokens,
                  f"profile from {train.n_decode_tokens} train tokens, scored on {test.n_decode_tokens} test tokens")
 
 

@@ -23,7 +23,8 @@ import numpy.typing as npt
 from bmoe_top.parsers.route_trace import PHASE_PREFILL, RouteTrace
 from bmoe_top.parsers.routing_bin import RoutingBin
 
-__all__ = ["Lookups", "from_route_trace", "from_routing", "from_routing_bin", "layer_lookups", "split_decode"]
+__all__ = ["Lookups", "from_route_trace", "from_routing", "from_routing_bin", "layer_lookups", "split_decode",
+           "with_profile"]
 
 I64 = npt.NDArray[np.int64]
 I8 = npt.NDArray[np.int8]
@@ -287,3 +288,22 @@ def split_decode(lk: Lookups, train_fraction: float) -> tuple[Lookups, Lookups]:
     tr = Lookups(tr.item, tr.batch, tr.decode, tr.token, tr.recorded_hit, tr.item_bytes, tr.n_layer,
                  tr.n_expert, tr.top_k, cut, tr.sizes_known)
     return tr, te
+
+
+def with_profile(lk: Lookups, pairs: npt.ArrayLike) -> Lookups:
+    """``lk`` preceded by a cache fill from a profile (``pairs`` int [n, 2] (layer, expert),
+    hottest first), as ``bmoe-run --moe-cache-profile`` fills it (runtime/moe_cache.py
+    ``prefill_from``): one uncounted lookup per pair, coldest first, so that under LRU at any
+    budget the cache starts with the hottest pairs that fit, the hottest most recent. Pairs of
+    layers without experts are skipped, as the runtime skips them."""
+    p = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
+    ok = (p[:, 0] >= 0) & (p[:, 0] < lk.n_layer) & (p[:, 1] >= 0) & (p[:, 1] < lk.n_expert)
+    p = p[ok]
+    ids = p[:, 0] * lk.n_expert + p[:, 1]
+    ids = ids[lk.item_bytes[ids] > 0][::-1]
+    m = int(ids.shape[0])
+    return Lookups(np.concatenate([ids, lk.item]), np.concatenate([np.arange(m, dtype=np.int64), lk.batch + m]),
+                   np.concatenate([np.zeros(m, dtype=bool), lk.decode]),
+                   np.concatenate([np.full(m, -1, dtype=np.int64), lk.token]),
+                   np.concatenate([np.full(m, -1, dtype=np.int8), lk.recorded_hit]),
+                   lk.item_bytes, lk.n_layer, lk.n_expert, lk.top_k, lk.n_decode_tokens, lk.sizes_known)

@@ -21,7 +21,8 @@ from .skew import Skew, routing_skew
 __all__ = ["PolicyPoints", "RecordedCheck", "AllocationSummary", "WhatIf", "whatif", "recommend_budget"]
 
 MIB = C.MIB
-DEFAULT_POLICIES = ("lru", "lfu", "fifo", "sieve", "static", "lru_layer_equal", "lru_layer_alloc", "belady")
+DEFAULT_POLICIES = ("lru", "lfu", "fifo", "sieve", "static", "lru_profile", "lru_layer_equal", "lru_layer_alloc",
+                    "belady")
 
 
 def _floats(a: npt.ArrayLike) -> list[float]:
@@ -149,13 +150,14 @@ def whatif(lk: Lookups, budgets: npt.ArrayLike | None = None, run_budget: int | 
     for p in policies:
         if p in ("lru", "lfu", "fifo", "sieve", "belady"):
             curves.append(C.policy_curve(lk, p, b))
-        elif p == "static":
+        elif p in ("static", "lru_profile"):
             try:
                 train, test = split_decode(lk, train_fraction)
             except ValueError:
-                continue  # too few tokens to split: no static curve
+                continue  # too few tokens to split: no profile curves
             train_tokens = train.n_decode_tokens
-            curves.append(C.static_curve(train, test, b))
+            fn = C.static_curve if p == "static" else C.lru_profile_curve
+            curves.append(fn(train, test, b))
         else:
             curves.append(C.layer_partitioned_curve(lk, b, lc, allocate=p == "lru_layer_alloc"))
     dense = C.dense_budgets(lk, dense_points)
