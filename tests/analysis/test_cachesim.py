@@ -75,18 +75,21 @@ def test_within_batch_order_matters_and_is_reproduced() -> None:
 # -- references for the other policies -----------------------------------------------------------
 
 def _ref_policy(lk: Lookups, policy: str, budget: int) -> np.ndarray:
+    """The policies from their definitions. Ties: LFU takes the least recently touched (a
+    batch's hits in routing order, then its misses), Belady the entry whose key was set last."""
     hits = np.zeros(lk.n, dtype=np.uint8)
     bf = lk.batch_first().tolist()
     sizes = lk.item_bytes.tolist()
     items = lk.item.tolist()
     nxt = C._next_use(lk).tolist()
-    cached: dict[int, int] = {}  # item -> insertion order
+    cached: set[int] = set()
     count: dict[int, int] = {}
-    last: dict[int, int] = {}
+    touched: dict[int, int] = {}
     visited: dict[int, bool] = {}
     next_of: dict[int, int] = {}
     queue: list[int] = []  # oldest first
     hand = 0
+    tick = 0
     resident = 0
     for b in range(len(bf) - 1):
         batch = items[bf[b]:bf[b + 1]]
@@ -95,23 +98,24 @@ def _ref_policy(lk: Lookups, policy: str, budget: int) -> np.ndarray:
             count[x] = count.get(x, 0) + 1
             if x in cached:
                 hits[bf[b] + r] = 1
-                last[x] = bf[b] + r
+                tick += 1
+                touched[x] = tick
                 visited[x] = True
                 next_of[x] = nxt[bf[b] + r]
             else:
-                missing.append((x, bf[b] + r))
+                missing.append(bf[b] + r)
         if not missing or budget == 0:
             continue
-        need = sum(sizes[x] for x, _i in missing)
+        need = sum(sizes[items[i]] for i in missing)
         prot = set(batch)
         while resident + need > budget:
             cands = [y for y in cached if y not in prot]
             if not cands:
                 break
             if policy == "lfu":
-                v = min(cands, key=lambda y: (count[y], last[y]))
+                v = min(cands, key=lambda y: (count[y], touched[y]))
             elif policy == "belady":
-                v = max(cands, key=lambda y: (next_of[y], y))
+                v = max(cands, key=lambda y: (next_of[y], touched[y]))
             elif policy == "fifo":
                 v = next(y for y in queue if y not in prot)
             else:  # sieve: the hand walks from the oldest entry
@@ -134,12 +138,14 @@ def _ref_policy(lk: Lookups, policy: str, budget: int) -> np.ndarray:
                     hand = 0  # evicted the newest entry: the hand wraps to the oldest
             elif v in queue:
                 queue.remove(v)
-            del cached[v]
+            cached.discard(v)
             resident -= sizes[v]
-        for x, i in missing:
-            cached[x] = i
+        for i in missing:
+            x = items[i]
+            cached.add(x)
             resident += sizes[x]
-            last[x] = i
+            tick += 1
+            touched[x] = tick
             visited[x] = False
             next_of[x] = nxt[i]
             queue.append(x)  # the newest end: the hand keeps its place

@@ -10,6 +10,10 @@ then the misses are inserted. A budget of 0 is the runtime's no-cache mode (noth
 Arrays: ``item`` int64 [n] lookups in order, ``bfirst`` int64 [n_batches + 1] the first lookup of
 each batch, ``size`` int64 [n_items] bytes per item, ``budgets`` int64 [n_budgets] ascending bytes.
 docs/analysis.md "How the replay works" has the reasoning and the proof sketch of the one-pass LRU.
+
+Small helpers (Fenwick steps, binary searches, bucket links) are written out in place: a call
+between compiled functions pays reference counting on every array argument, which made these
+loops ten times slower.
 """
 
 from __future__ import annotations
@@ -38,36 +42,6 @@ def jit(fn: F) -> F:
     return cast(F, numba.njit(cache=True, nogil=True)(fn))
 
 
-@jit
-def _fen_add(fen: I64, i: int, v: int) -> None:
-    n = fen.shape[0] - 1
-    i += 1
-    while i <= n:
-        fen[i] += v
-        i += i & (-i)
-
-
-@jit
-def _fen_prefix(fen: I64, i: int) -> int:
-    """Sum of positions [0, i)."""
-    s = 0
-    while i > 0:
-        s += fen[i]
-        i -= i & (-i)
-    return s
-
-
-@jit
-def _first_ge(a: I64, v: int, lo: int) -> int:
-    """First index j >= lo with a[j] >= v (a ascending), else len(a)."""
-    hi = a.shape[0]
-    while lo < hi:
-        mid = (lo + hi) >> 1
-        if a[mid] < v:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo
 
 
 @jit
@@ -94,6 +68,7 @@ def lru_feed(item: I64, bfirst: I64, b0: int, b1: int, decode: B1, layer: I64, s
     looked up in that batch or since.
     """
     nb = budgets.shape[0]
+    cap = fen.shape[0] - 1
     per_lookup = hit_out.shape[0] == item.shape[0]
     for b in range(b0, b1):
         s = bfirst[b]
@@ -114,7 +89,12 @@ def lru_feed(item: I64, bfirst: I64, b0: int, b1: int, decode: B1, layer: I64, s
                 for j in range(nb):
                     stage[r, j] = 1
                 continue
-            a = size[x] + total - _fen_prefix(fen, pb + 1)
+            fi = pb + 1  # Fenwick prefix sum over batches 0..pb
+            fs = 0
+            while fi > 0:
+                fs += fen[fi]
+                fi -= fi & (-fi)
+            a = size[x] + total - fs
             ms = bfirst[pb]
             me = bfirst[pb + 1]
             sm = 0
@@ -125,8 +105,22 @@ def lru_feed(item: I64, bfirst: I64, b0: int, b1: int, decode: B1, layer: I64, s
             dlo = a
             dhi = a + sm
             xr = last_rpos[x]
-            jlo = _first_ge(budgets, dlo, jl)
-            jhi = _first_ge(budgets, dhi, jlo)
+            jlo = jl  # first budget >= dlo (binary search from jl)
+            fh = nb
+            while jlo < fh:
+                fm = (jlo + fh) >> 1
+                if budgets[fm] < dlo:
+                    jlo = fm + 1
+                else:
+                    fh = fm
+            jhi = jlo  # first budget >= dhi (binary search from jlo)
+            fh = nb
+            while jhi < fh:
+                fm = (jhi + fh) >> 1
+                if budgets[fm] < dhi:
+                    jhi = fm + 1
+                else:
+                    fh = fm
             for j in range(nb):
                 bj = budgets[j]
                 if j >= jl and j < jlo:
@@ -191,128 +185,83 @@ def lru_feed(item: I64, bfirst: I64, b0: int, b1: int, decode: B1, layer: I64, s
             for j in range(nb):
                 status[x, j] = stage[r, j]
             if last_batch[x] >= 0:
-                _fen_add(fen, last_batch[x], -size[x])
+                fi = last_batch[x] + 1  # Fenwick add
+                while fi <= cap:
+                    fen[fi] += -size[x]
+                    fi += fi & (-fi)
             else:
                 scal[S_TOTAL] += size[x]
-            _fen_add(fen, b, size[x])
+            fi = b + 1  # Fenwick add
+            while fi <= cap:
+                fen[fi] += size[x]
+                fi += fi & (-fi)
             last_batch[x] = b
             last_rpos[x] = r
 
 
 # -- per-budget policies -------------------------------------------------------------------------
-# Each keeps ``cached`` uint8 [n_items] and ``resident`` bytes and shares the batch skeleton of
-# ``_policy_run``; the policy is a small integer (the kernels are compiled once for all of them).
+# Each keeps ``cached`` uint8 [n_items] and ``resident`` bytes around the batch skeleton of
+# ``policy_run``; the policy is a small integer (the kernel is compiled once for all of them).
+# LFU and Belady keep their cached items in buckets (doubly linked lists per lookup count, or per
+# next-use batch), so every step is O(1) but for skipping empty buckets.
 
 POLICY_LFU = 0
 POLICY_SIEVE = 1
 POLICY_BELADY = 2
 POLICY_FIFO = 3
 
-_BIG = np.int64(1) << np.int64(62)
-
-
-@jit
-def _heap_push(hk: I64, hv: I64, hw: I64, n: int, k: int, v: int, w: int) -> int:
-    """Push (key k, item v, version w) on a min-heap of keys; returns the new size."""
-    i = n
-    hk[i] = k
-    hv[i] = v
-    hw[i] = w
-    while i > 0:
-        p = (i - 1) >> 1
-        if hk[p] <= hk[i]:
-            break
-        hk[p], hk[i] = hk[i], hk[p]
-        hv[p], hv[i] = hv[i], hv[p]
-        hw[p], hw[i] = hw[i], hw[p]
-        i = p
-    return n + 1
-
-
-@jit
-def _heap_pop(hk: I64, hv: I64, hw: I64, n: int) -> int:
-    """Remove the top; returns the new size (the popped entry was at index 0 before the call)."""
-    n -= 1
-    hk[0] = hk[n]
-    hv[0] = hv[n]
-    hw[0] = hw[n]
-    i = 0
-    while True:
-        lft = 2 * i + 1
-        if lft >= n:
-            break
-        c = lft
-        if lft + 1 < n and hk[lft + 1] < hk[lft]:
-            c = lft + 1
-        if hk[i] <= hk[c]:
-            break
-        hk[c], hk[i] = hk[i], hk[c]
-        hv[c], hv[i] = hv[i], hv[c]
-        hw[c], hw[i] = hw[i], hw[c]
-        i = c
-    return n
-
 
 @jit
 def policy_run(policy: int, item: I64, bfirst: I64, decode: B1, layer: I64, size: I64, budgets: I64,
                next_use: I64, hit_dec: I64, hitb_dec: I64, hit_layer: I64) -> None:
     """Replay every budget through one policy. ``next_use`` int64 [n]: the batch of the next
-    lookup of the same item (``n_batches`` if none; Belady only). Outputs per budget (int64
-    [n_budgets], [n_layer, n_budgets]): decode hits, decode hit bytes, per-layer decode hits.
+    decode lookup of the same item (``n_batches`` if none; Belady only). Outputs per budget
+    (int64 [n_budgets], [n_layer, n_budgets]): decode hits, decode hit bytes, per-layer decode hits.
 
-    LFU: evict the fewest lookups since the trace began (ties: least recent lookup). SIEVE: a FIFO queue
-    with a visited bit; the hand walks from the oldest entry, clears visited bits and evicts the
-    first unvisited one (Zhang et al., NSDI'24). FIFO: evict the oldest insertion. Belady: evict
-    the entry whose next lookup is farthest in the future (ties: the higher item id).
+    LFU: evict the fewest lookups since the trace began; ties: the least recently touched, in the
+    runtime's order (a batch's hits, then its misses). SIEVE: a FIFO queue with a visited bit;
+    the hand walks from the oldest entry, clears visited bits and evicts the first unvisited one
+    (Zhang et al., NSDI'24). FIFO: evict the oldest insertion. Belady: evict the entry whose next
+    decode lookup is farthest ahead; ties: the one whose key was set last.
     """
     n_items = size.shape[0]
     n_batches = bfirst.shape[0] - 1
+    nbuck = n_batches + 2
     cached = np.zeros(n_items, dtype=np.uint8)
     prot = np.zeros(n_items, dtype=np.int64)
     count = np.zeros(n_items, dtype=np.int64)
-    curkey = np.zeros(n_items, dtype=np.int64)
     visited = np.zeros(n_items, dtype=np.uint8)
     nxt = np.zeros(n_items, dtype=np.int64)  # queue toward newer
     prv = np.zeros(n_items, dtype=np.int64)  # queue toward older
-    max_batch = 0
-    for b in range(n_batches):
-        max_batch = max(max_batch, bfirst[b + 1] - bfirst[b])
-    cap = 2 * n_items + 2 * max_batch + 2
-    hk = np.zeros(cap, dtype=np.int64)
-    hv = np.zeros(cap, dtype=np.int64)
-    hw = np.zeros(cap, dtype=np.int64)
-    ver = np.zeros(n_items, dtype=np.int64)  # an item's live heap entry has hw == ver[item]
-    stash = np.zeros(n_items, dtype=np.int64)
+    bk = np.zeros(n_items, dtype=np.int64)  # the item's bucket (-1 = none)
+    bn = np.zeros(n_items, dtype=np.int64)
+    bp = np.zeros(n_items, dtype=np.int64)
+    bh = np.zeros(nbuck, dtype=np.int64)
+    bt = np.zeros(nbuck, dtype=np.int64)
     miss = np.zeros(n_items, dtype=np.int64)
+    words = np.zeros(nbuck // 64 + 1, dtype=np.uint64)  # Belady: bit k set = bucket k not empty
+    one = np.uint64(1)
+    bel = policy == POLICY_BELADY
+    lfu = policy == POLICY_LFU
     for j in range(budgets.shape[0]):
         bud = budgets[j]
         cached[:] = 0
-        ver[:] = 0
         prot[:] = -1
         count[:] = 0
         visited[:] = 0
+        bk[:] = -1
+        bh[:] = -1
+        bt[:] = -1
         resident = 0
         n_cached = 0
-        hn = 0
         head = -1  # newest
         tail = -1  # oldest
         hand = -1
+        lo = 0  # LFU: no cached item has a count below lo
+        words[:] = 0
         for b in range(n_batches):
             s = bfirst[b]
             e = bfirst[b + 1]
-            if hn > 2 * n_items:
-                # drop the stale heap entries (at most two pushes per lookup follow)
-                m = 0
-                for q in range(hn):
-                    x = hv[q]
-                    if cached[x] == 1 and ver[x] == hw[q]:
-                        hk[m] = hk[q]
-                        hv[m] = x
-                        hw[m] = hw[q]
-                        m += 1
-                hn = 0
-                for q in range(m):
-                    hn = _heap_push(hk, hv, hw, hn, hk[q], hv[q], hw[q])
             nmiss = 0
             need = 0
             for i in range(s, e):
@@ -324,14 +273,50 @@ def policy_run(policy: int, item: I64, bfirst: I64, decode: B1, layer: I64, size
                         hit_dec[j] += 1
                         hitb_dec[j] += size[x]
                         hit_layer[layer[i], j] += 1
-                    if policy == POLICY_LFU:
-                        curkey[x] = count[x] * (np.int64(1) << np.int64(40)) + i
-                        ver[x] += 1
-                        hn = _heap_push(hk, hv, hw, hn, curkey[x], x, ver[x])
-                    elif policy == POLICY_BELADY:
-                        curkey[x] = -(next_use[i] * n_items + x)
-                        ver[x] += 1
-                        hn = _heap_push(hk, hv, hw, hn, curkey[x], x, ver[x])
+                    if lfu:
+                        kk = bk[x]  # unlink x from its bucket
+                        if bp[x] != -1:
+                            bn[bp[x]] = bn[x]
+                        else:
+                            bh[kk] = bn[x]
+                        if bn[x] != -1:
+                            bp[bn[x]] = bp[x]
+                        else:
+                            bt[kk] = bp[x]
+                        bk[x] = -1
+                        kk = count[x]  # x at the tail of bucket kk (taken last)
+                        bk[x] = kk
+                        bn[x] = -1
+                        bp[x] = bt[kk]
+                        if bt[kk] != -1:
+                            bn[bt[kk]] = x
+                        else:
+                            bh[kk] = x
+                        bt[kk] = x
+                    elif bel:
+                        kk = bk[x]  # unlink x from its bucket
+                        if bp[x] != -1:
+                            bn[bp[x]] = bn[x]
+                        else:
+                            bh[kk] = bn[x]
+                        if bn[x] != -1:
+                            bp[bn[x]] = bp[x]
+                        else:
+                            bt[kk] = bp[x]
+                        bk[x] = -1
+                        if bh[kk] == -1:
+                            words[kk >> 6] &= ~(one << np.uint64(kk & 63))
+                        k = next_use[i]
+                        kk = k  # x at the head of bucket kk (taken first)
+                        bk[x] = kk
+                        bp[x] = -1
+                        bn[x] = bh[kk]
+                        if bh[kk] != -1:
+                            bp[bh[kk]] = x
+                        else:
+                            bt[kk] = x
+                        bh[kk] = x
+                        words[kk >> 6] |= one << np.uint64(kk & 63)
                     elif policy == POLICY_SIEVE:
                         visited[x] = 1
                 else:
@@ -340,28 +325,70 @@ def policy_run(policy: int, item: I64, bfirst: I64, decode: B1, layer: I64, size
                     need += size[x]
             if nmiss == 0 or bud == 0:
                 continue
+            live = n_cached - (e - s - nmiss)
             # evict until the misses fit (never this batch's entries)
-            if policy == POLICY_LFU or policy == POLICY_BELADY:
-                ns = 0
-                while resident + need > bud and hn > 0:
-                    x = hv[0]
-                    w = hw[0]
-                    hn = _heap_pop(hk, hv, hw, hn)
-                    if cached[x] == 0 or ver[x] != w:
-                        continue  # stale entry
-                    if prot[x] == b:
-                        stash[ns] = x
-                        ns += 1
+            if lfu:
+                k = lo
+                while resident + need > bud and live > 0:
+                    x = bh[k]
+                    while x != -1 and prot[x] == b:
+                        x = bn[x]
+                    if x == -1:
+                        k += 1  # empty, or only this batch's entries
                         continue
+                    kk = bk[x]  # unlink x from its bucket
+                    if bp[x] != -1:
+                        bn[bp[x]] = bn[x]
+                    else:
+                        bh[kk] = bn[x]
+                    if bn[x] != -1:
+                        bp[bn[x]] = bp[x]
+                    else:
+                        bt[kk] = bp[x]
+                    bk[x] = -1
                     cached[x] = 0
                     n_cached -= 1
                     resident -= size[x]
-                for q in range(ns):
-                    x = stash[q]
-                    hn = _heap_push(hk, hv, hw, hn, curkey[x], x, ver[x])
+                    live -= 1
+                while lo < nbuck - 1 and bh[lo] == -1 and lo < k:
+                    lo += 1
+            elif bel:
+                k = n_batches  # the farthest next use first (n_batches: never looked up again)
+                while resident + need > bud and live > 0:
+                    # the highest non-empty bucket <= k, through the bitmap of non-empty buckets
+                    w = k >> 6
+                    m = words[w] & ((one << np.uint64(k & 63)) | ((one << np.uint64(k & 63)) - one))
+                    while m == 0:
+                        w -= 1
+                        m = words[w]
+                    k = w << 6
+                    while m > 1:
+                        m >>= one
+                        k += 1
+                    x = bh[k]
+                    while x != -1 and prot[x] == b:
+                        x = bn[x]
+                    if x == -1:
+                        k -= 1  # only this batch's entries here
+                        continue
+                    kk = bk[x]  # unlink x from its bucket
+                    if bp[x] != -1:
+                        bn[bp[x]] = bn[x]
+                    else:
+                        bh[kk] = bn[x]
+                    if bn[x] != -1:
+                        bp[bn[x]] = bp[x]
+                    else:
+                        bt[kk] = bp[x]
+                    bk[x] = -1
+                    if bh[kk] == -1:
+                        words[kk >> 6] &= ~(one << np.uint64(kk & 63))
+                    cached[x] = 0
+                    n_cached -= 1
+                    resident -= size[x]
+                    live -= 1
             else:
                 # queue policies: walk from the oldest entry
-                live = n_cached - (e - s - nmiss)
                 while resident + need > bud and live > 0:
                     if hand == -1:
                         hand = tail
@@ -395,14 +422,30 @@ def policy_run(policy: int, item: I64, bfirst: I64, decode: B1, layer: I64, size
                 cached[x] = 1
                 n_cached += 1
                 resident += size[x]
-                if policy == POLICY_LFU:
-                    curkey[x] = count[x] * (np.int64(1) << np.int64(40)) + i
-                    ver[x] += 1
-                    hn = _heap_push(hk, hv, hw, hn, curkey[x], x, ver[x])
-                elif policy == POLICY_BELADY:
-                    curkey[x] = -(next_use[i] * n_items + x)
-                    ver[x] += 1
-                    hn = _heap_push(hk, hv, hw, hn, curkey[x], x, ver[x])
+                if lfu:
+                    k = count[x]
+                    kk = k  # x at the tail of bucket kk (taken last)
+                    bk[x] = kk
+                    bn[x] = -1
+                    bp[x] = bt[kk]
+                    if bt[kk] != -1:
+                        bn[bt[kk]] = x
+                    else:
+                        bh[kk] = x
+                    bt[kk] = x
+                    if k < lo:
+                        lo = k
+                elif bel:
+                    kk = next_use[i]  # x at the head of bucket kk (taken first)
+                    bk[x] = kk
+                    bp[x] = -1
+                    bn[x] = bh[kk]
+                    if bh[kk] != -1:
+                        bp[bh[kk]] = x
+                    else:
+                        bt[kk] = x
+                    bh[kk] = x
+                    words[kk >> 6] |= one << np.uint64(kk & 63)
                 else:
                     visited[x] = 0
                     prv[x] = head
@@ -426,7 +469,14 @@ def static_hits(item: I64, decode: B1, layer: I64, size: I64, budgets: I64, rank
             continue
         x = item[i]
         rb = rank_bytes[x]
-        j = _first_ge(budgets, rb, 0)
+        j = 0  # first budget >= rb (binary search from 0)
+        fh = nb
+        while j < fh:
+            fm = (j + fh) >> 1
+            if budgets[fm] < rb:
+                j = fm + 1
+            else:
+                fh = fm
         for jj in range(j, nb):
             hit_dec[jj] += 1
             hitb_dec[jj] += size[x]
