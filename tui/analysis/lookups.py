@@ -125,15 +125,18 @@ def _from_arrays(turn: I64, phase: I64, step: I64, layer: I64, expert: I64, reco
     # step) or a decode step
     sub = step.copy()
     if is_pre.any():
-        first = {}
-        for t in np.unique(turn[is_pre]).tolist():
-            first[t] = int(step[is_pre & (turn == t)].min())
-        base = np.array([first.get(int(t), 0) for t in turn.tolist()], dtype=np.int64)
+        ut, inv_t = np.unique(turn, return_inverse=True)
+        big = np.iinfo(np.int64).max
+        mins = np.full(ut.shape[0], big, dtype=np.int64)
+        np.minimum.at(mins, inv_t.reshape(-1)[is_pre], step[is_pre])
+        base = np.where(mins == big, 0, mins)[inv_t.reshape(-1)]
         chunk = (step - base) // prefill_batch if prefill_batch else np.zeros(n, dtype=np.int64)
         sub = np.where(is_pre, chunk, step)
     # blocks (turn, phase, sub) in order of first appearance in the trace
-    bkey = np.stack([turn, phase, sub], axis=1)
-    _, first_idx, inv = np.unique(bkey, axis=0, return_index=True, return_inverse=True)
+    _, tcode = np.unique(turn, return_inverse=True)
+    bkey = (tcode.reshape(-1).astype(np.int64) << 41) | ((phase != PHASE_PREFILL).astype(np.int64) << 40) | (
+        sub - sub.min())
+    _, first_idx, inv = np.unique(bkey, return_index=True, return_inverse=True)
     inv = inv.reshape(-1)
     block_rank = np.empty(first_idx.shape[0], dtype=np.int64)
     block_rank[np.argsort(first_idx, kind="stable")] = np.arange(first_idx.shape[0])
