@@ -58,6 +58,7 @@ def test_whatif_report_on_the_real_trace(qwen) -> None:
     d = orjson.loads(orjson.dumps(w))
     assert d["token_cycle_mib"] == pytest.approx(48 * 6 * np.mean(lk.layer_bytes()) / MIB)
     assert d["recorded"]["agreement_pct"] > 99.9
+    assert d["recorded"]["replay_hit_pct_with_prompt"] == pytest.approx(summary["cache_hit_pct"], abs=0.1)
     by = {c["policy"]: c for c in d["curves"]}
     j = by["lru"]["budgets_mib"].index(4000.0)
     assert by["belady"]["decode_hit_pct"][j] >= max(c["decode_hit_pct"][j] for c in d["curves"])

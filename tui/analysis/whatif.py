@@ -54,13 +54,16 @@ def _points(curve: C.Curve, read_mib_s: float | None) -> PolicyPoints:
 class RecordedCheck:
     """The replay against what the run recorded (the trace's ``residency`` column), at the run's
     budget: ``recorded_hit_pct`` and ``replay_hit_pct`` over decode lookups, ``agreement_pct``
-    lookups where both say the same, ``differ`` how many do not."""
+    decode lookups where both say the same, ``differ`` how many do not;
+    ``replay_hit_pct_with_prompt`` decode hits over decode lookups plus the prompt's lookups
+    (BigMoeOnEdge's cumulative ``cache_hit_pct`` counts the prompt as one batch of misses)."""
 
     budget_mib: float
     recorded_hit_pct: float
     replay_hit_pct: float
     agreement_pct: float
     differ: int
+    replay_hit_pct_with_prompt: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,7 +187,8 @@ def whatif(lk: Lookups, budgets: npt.ArrayLike | None = None, run_budget: int | 
         r = lk.recorded_hit[d]
         f = flags[d]
         recorded = RecordedCheck(run_budget / MIB, 100.0 * float((r > 0).mean()), 100.0 * float(f.mean()),
-                                 100.0 * float((r == f).mean()), int((r != f).sum()))
+                                 100.0 * float((r == f).mean()), int((r != f).sum()),
+                                 100.0 * float(f.sum()) / lk.n)
     lb = lk.layer_bytes()
     moe = lk.moe_layers()
     comp = C.compulsory_decode_misses(lk)
