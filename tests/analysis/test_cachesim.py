@@ -305,3 +305,19 @@ def test_binary_routing_trace_replays_like_the_same_routing() -> None:
     assert np.array_equal(lk.item, ref.item) and np.array_equal(lk.batch, ref.batch)
     slots = from_routing_bin(parse_routing_bin(data), 8)
     assert not slots.sizes_known and slots.bank_bytes == 3 * 8
+
+
+def test_lookups_from_bytes() -> None:
+    from helpers import FIXTURES
+
+    from bmoe_top.parsers.routing_bin import routing_bin_bytes
+    from bmoe_top.tui.analysis.lookups import from_bytes
+
+    lk, notes = from_bytes((FIXTURES / "parsers" / "route_small.csv").read_bytes(), "route_small.csv")
+    assert lk.n_layer == 3 and lk.sizes_known and lk.n > 0
+    data = routing_bin_bytes([0, 1, 0, 1], [[1, 2], [3, 0], [2, 1], [0, 3]])
+    lk2, notes2 = from_bytes(data, "t.bin")
+    assert lk2.n_decode_tokens == 2 and not lk2.sizes_known
+    assert any("n_expert taken as 4" in n for n in notes2) and any("expert slots" in n for n in notes2)
+    with pytest.raises(ValueError, match="not a route trace"):
+        from_bytes(b"step,wall_ms,io_ms,compute_ms\n1,2,3,4\n", "x.csv")

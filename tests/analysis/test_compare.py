@@ -128,3 +128,24 @@ def test_two_real_csvs(real_runs: Path) -> None:
     assert "stall_ms" in {m.metric for m in c.metrics}
     assert [r.key for r in c.contamination.rows] == ["mem_available_mib"]
     orjson.dumps(c)
+
+
+def test_run_from_a_csv_and_its_sidecar(real_runs: Path) -> None:
+    from bmoe_top.parsers.summary_lines import parse_summary_line
+    from bmoe_top.tui.analysis.compare import run_from_token_table
+
+    d = real_runs / "bigmoeonedge-2026-07-12"
+    table = load_token_csv((d / "qwen_c4000_l4_ov.csv").read_bytes())
+    side: dict[str, float | str] = {}
+    for line in (d / "qwen_c4000_l4_ov.metrics").read_text().splitlines():
+        sl = parse_summary_line(line)
+        if sl is not None and sl.kind == "sidecar":
+            side.update(sl.values)
+    run = run_from_token_table(table, "qwen", side)
+    assert run.entry["temperature_c"] == pytest.approx(46.7)
+    assert run.entry["mem_available_mib"] == pytest.approx(5944328 / 1024)
+    assert np.allclose(run.tokens["read_mib"], table.columns["read_bytes"] / MIB)
+    assert run.summary["hit_pct"] == table.summary["cache_hit_pct"]
+    c = compare([ArmInput("a", [run]), ArmInput("b", [_real_run(real_runs / "bigmoeonedge-2026-07-21" /
+                                                                 "bmoe-20260721-090406.csv")])])
+    assert {r.key for r in c.contamination.rows} >= {"temperature_c", "mem_available_mib"}

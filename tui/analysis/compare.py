@@ -22,10 +22,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from bmoe_top.parsers.token_csv import TokenTable
+
 from . import stats as S
 
-__all__ = ["RunInput", "ArmInput", "ArmValue", "Delta", "MetricRow", "WarmupRow", "EntryRow", "Contamination",
-           "Comparison", "compare", "TIMING_COLUMNS", "ENTRY_KEYS", "WITHIN_RUN_LABEL"]
+__all__ = ["run_from_token_table", "RunInput", "ArmInput", "ArmValue", "Delta", "MetricRow", "WarmupRow", "EntryRow",
+           "Contamination", "Comparison", "compare", "TIMING_COLUMNS", "ENTRY_KEYS", "WITHIN_RUN_LABEL"]
 
 F64 = npt.NDArray[np.float64]
 
@@ -61,6 +63,52 @@ class RunInput:
     summary: Mapping[str, float] = field(default_factory=dict)
     entry: Mapping[str, float] = field(default_factory=dict)
     routed: npt.ArrayLike | None = None
+
+
+_MIB = 1024 * 1024
+#: sidecar keys (BigMoeOnEdge's ``*.metrics`` key=value files) -> (entry key, scale)
+_SIDECAR_ENTRY = (
+    ("cpu_temp_before_mC", "temperature_c", 1e-3),
+    ("batt_temp_before_dC", "temperature_c", 0.1),
+    ("mem_avail_before_kb", "mem_available_mib", 1.0 / 1024),
+    ("cpu_freq_before_khz", "cpu_freq_mhz", 1e-3),
+    ("cpu_freq_khz", "cpu_freq_mhz", 1e-3),
+    ("cpu_freq_mhz", "cpu_freq_mhz", 1.0),
+)
+
+
+def run_from_token_table(table: TokenTable, name: str, sidecar: Mapping[str, float | str] | None = None,
+                         routed: npt.ArrayLike | None = None) -> RunInput:
+    """A run from a ``--csv`` sink (parsers/token_csv.py ``TokenTable``) and, when there is one,
+    its device sidecar (``key=value`` numbers, e.g. parsed ``*.metrics`` lines): timing columns
+    by name, ``read_bytes`` as ``read_mib``, ``cache_hit_pct`` as ``hit_pct``; the summary's
+    canonical keys; entry state from the sidecar's ``*_before`` values (else the first row's
+    ``mem_available_mib``)."""
+    cols = table.columns
+    tokens: dict[str, npt.ArrayLike] = {k: cols[k] for k in TIMING_COLUMNS if k in cols}
+    if "read_bytes" in cols:
+        tokens["read_mib"] = np.asarray(cols["read_bytes"], dtype=np.float64) / _MIB
+    if "cache_hit_pct" in cols:
+        h = np.asarray(cols["cache_hit_pct"], dtype=np.float64)
+        tokens["hit_pct"] = np.where(h < 0, np.nan, h)  # -1 = no cache
+    sm = table.summary
+    summary: dict[str, float] = {}
+    for src, dst in (("tok_s", "tok_s"), ("prefill_s", "prefill_s"), ("load_s", "load_s"), ("ttft_s", "ttft_s"),
+                     ("cache_hit_pct", "hit_pct"), ("read_mib_per_tok", "read_mib_per_token")):
+        v = sm.get(src)
+        if v is not None and math.isfinite(v) and not (src == "cache_hit_pct" and v < 0):
+            summary[dst] = float(v)
+    entry: dict[str, float] = {}
+    for key, dst, scale in _SIDECAR_ENTRY:
+        sv = (sidecar or {}).get(key)
+        if dst not in entry and isinstance(sv, (int, float)) and math.isfinite(sv):
+            entry[dst] = float(sv) * scale
+    if "mem_available_mib" not in entry and "mem_available_mib" in cols:
+        m = np.asarray(cols["mem_available_mib"], dtype=np.float64)
+        m = m[np.isfinite(m)]
+        if m.size:
+            entry["mem_available_mib"] = float(m[0])
+    return RunInput(name, tokens, summary, entry, routed)
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,11 +20,12 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from bmoe_top.parsers.route_trace import PHASE_PREFILL, RouteTrace
-from bmoe_top.parsers.routing_bin import RoutingBin
+from bmoe_top.parsers.route_trace import PHASE_PREFILL, RouteTrace, load_route_trace
+from bmoe_top.parsers.routing_bin import RoutingBin, looks_like_routing_bin, parse_routing_bin
+from bmoe_top.parsers.sniff import sniff
 
 __all__ = ["Lookups", "from_route_trace", "from_routing", "from_routing_bin", "layer_lookups", "split_decode",
-           "with_profile"]
+           "with_profile", "from_bytes"]
 
 I64 = npt.NDArray[np.int64]
 I8 = npt.NDArray[np.int8]
@@ -310,3 +311,29 @@ def with_profile(lk: Lookups, pairs: npt.ArrayLike) -> Lookups:
                    np.concatenate([np.full(m, -1, dtype=np.int64), lk.token]),
                    np.concatenate([np.full(m, -1, dtype=np.int8), lk.recorded_hit]),
                    lk.item_bytes, lk.n_layer, lk.n_expert, lk.top_k, lk.n_decode_tokens, lk.sizes_known)
+
+
+def from_bytes(data: bytes, name: str = "", n_expert: int | None = None, layer_bytes: npt.ArrayLike | None = None,
+               prefill_batch: int | None = None) -> tuple[Lookups, list[str]]:
+    """Lookups from a file's bytes: a route-trace CSV (parsers/route_trace.py) or a binary
+    routing trace (parsers/routing_bin.py; its ``n_expert`` is the largest id + 1 unless given).
+    Returns (lookups, notes: the parsers' problems and what was assumed, one sentence each).
+    Raises ValueError (one sentence) for anything else or a trace without lookups."""
+    notes: list[str] = []
+    kind = sniff(data, name)
+    if kind == "route_trace":
+        tr = load_route_trace(data)
+        notes += [f"line {p.lineno}: {p.reason}" if p.lineno else p.reason for p in tr.problems]
+        lk = from_route_trace(tr, prefill_batch)
+    elif kind in ("unknown", "transcript") and looks_like_routing_bin(data):
+        rb = parse_routing_bin(data, n_expert=n_expert)
+        notes += [f"{p.text}: {p.reason}" for p in rb.problems]
+        ne = n_expert or int(rb.experts.max()) + 1
+        if n_expert is None:
+            notes.append(f"binary routing trace: n_expert taken as {ne} (the largest id + 1)")
+        lk = from_routing_bin(rb, ne, layer_bytes)
+    else:
+        raise ValueError(f"{name or 'input'}: not a route trace (it looks like {kind})")
+    if not lk.sizes_known:
+        notes.append("no expert sizes in the trace: budgets are expert slots")
+    return lk, notes
