@@ -75,6 +75,8 @@ def _open_append(path: str) -> int:
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise AuditError(exc.errno, f"{path} is a symbolic link: refusing to follow it") from None
+        if exc.errno == errno.ENXIO:  # a FIFO nobody reads (O_NONBLOCK keeps the open from hanging)
+            raise AuditError(exc.errno, f"{path} is not a regular file: refusing to write to it") from None
         raise AuditError(exc.errno, f"{path}: {exc.strerror or exc}") from None
     try:
         st = os.fstat(fd)
@@ -85,6 +87,18 @@ def _open_append(path: str) -> int:
         os.close(fd)
         raise
     return fd
+
+
+def _drop_torn_tail(fd: int, n: int) -> None:
+    """After a failed write that left ``n`` bytes of a record at the end of the file: cut them off
+    when nothing was appended after them (another writer's records are never touched), so the
+    log holds whole lines only."""
+    try:
+        end = os.lseek(fd, 0, os.SEEK_CUR)
+        if os.fstat(fd).st_size == end:
+            os.ftruncate(fd, end - n)
+    except OSError:
+        pass
 
 
 class AuditWriter:
@@ -109,16 +123,16 @@ class AuditWriter:
     def write(self, rec: dict[str, Any]) -> None:
         line = orjson.dumps(rec, option=orjson.OPT_SERIALIZE_NUMPY) + b"\n"
         fd = _open_append(self.path)
+        done = 0
         try:
-            view = memoryview(line)
-            while view:  # a short write on a regular file (rare, e.g. disk nearly full): finish it
-                n = os.write(fd, view)
+            while done < len(line):  # a short write on a regular file (rare, e.g. disk nearly full): finish it
+                n = os.write(fd, line[done:])
                 if n <= 0:
-                    raise AuditError(errno.ENOSPC, f"{self.path}: short write")
-                view = view[n:]
-        except AuditError:
-            raise
+                    raise OSError(errno.ENOSPC, "short write")
+                done += n
         except OSError as exc:
+            if done:
+                _drop_torn_tail(fd, done)
             raise AuditError(exc.errno, f"{self.path}: {exc.strerror or exc}") from None
         finally:
             os.close(fd)

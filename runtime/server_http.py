@@ -168,11 +168,12 @@ class _Protocol(HttpToolsProtocol):
         super().on_headers_complete()
 
     def data_received(self, data: bytes) -> None:
-        if self._in_head:
-            self._head_bytes += len(data)
+        was_in_head = self._in_head
         super().data_received(data)
-        if self._in_head and self._head_bytes > self.front.limits.max_header_bytes:
-            self._refuse(431, f"request head larger than {self.front.limits.max_header_bytes} bytes", "header")
+        if self._in_head:  # the head is still incomplete: count what came (a head begun here counts whole)
+            self._head_bytes = self._head_bytes + len(data) if was_in_head else len(data)
+            if self._head_bytes > self.front.limits.max_header_bytes:
+                self._refuse(431, f"request head larger than {self.front.limits.max_header_bytes} bytes", "header")
 
 
 def _bearer(scope: Scope) -> str | None:
