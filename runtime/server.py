@@ -163,11 +163,6 @@ class Server:
         self.port = self.front.port
         self._stopped = False
 
-    @property
-    def api_key(self) -> str | None:
-        """The first accepted key (None without auth)."""
-        return self.api_keys[0] if self.api_keys else None
-
     # -- life cycle ---------------------------------------------------------------------------
     def start_http(self) -> None:
         self.front.start()

@@ -200,7 +200,7 @@ class HttpFront:
         self.sock = socket.create_server((host.strip("[]"), port), family=fam, backlog=2048)
         self.sock.set_inheritable(False)
         self.port = int(self.sock.getsockname()[1])
-        self.loop: asyncio.AbstractEventLoop | None = None
+        self._created = time.time()
         AppStatus.disable_automatic_graceful_drain()  # streams end when their job ends (shutdown cancels it)
         self.app = Starlette(routes=self._routes(), exception_handlers={HTTPException: self._http_exc})
         proto = type("BmoeHttpProtocol", (_Protocol,), {"front": self})
@@ -216,7 +216,6 @@ class HttpFront:
     # -- life cycle --------------------------------------------------------------------------
     def _serve_thread(self) -> None:
         async def main() -> None:
-            self.loop = asyncio.get_running_loop()
             self._started.set()
             await self.uv.serve(sockets=[self.sock])
 
@@ -312,8 +311,6 @@ class HttpFront:
     @property
     def model_id(self) -> str:
         return str(self.srv.engine.model_path.name)
-
-    _created = time.time()
 
     # -- request bodies ------------------------------------------------------------------------
     async def _read_json(self, request: Request) -> dict[str, Any]:
