@@ -208,6 +208,10 @@ class LiveBase:
         """Send ``{"cmd":"cancel"}``: interrupt the in-flight generation; the session stays loaded."""
         return self.send({"cmd": "cancel"})
 
+    def start(self) -> LiveBase:
+        """Start the source's threads; returns self. Subclasses implement."""
+        raise NotImplementedError
+
     def send(self, obj: dict[str, Any]) -> bool:
         """Send one request; False when it cannot be sent. Subclasses implement."""
         raise NotImplementedError

@@ -196,6 +196,7 @@ class ExpertMap(GridView):
         if resident is not None:
             res = resident.astype(np.int8)
         else:
+            assert last_hit is not None  # read above whenever there is no resident map
             res = (last_hit > 0).astype(np.int8)
         c = fold_rows(fold_rows(counts.T, fe, "sum").T, fl, "sum")
         r = fold_rows(fold_rows(res.T, fe, "sum").T, fl, "sum")

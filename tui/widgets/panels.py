@@ -49,7 +49,7 @@ class RunPanel(Widget):
     def __init__(self, run: RunModel, playback: Playback, **kw) -> None:
         super().__init__(**kw)
         self.run, self.playback = run, playback
-        self._key = None
+        self._key: tuple[int, int] | None = None
         self._lines: list[Strip] = []
         self._lines_width = -1
 
@@ -159,7 +159,7 @@ class AnswerPanel(Static):
     def __init__(self, run: RunModel, playback: Playback, **kw) -> None:
         super().__init__(**kw)
         self.run, self.playback = run, playback
-        self._key = None
+        self._key: tuple[int, int] | None = None
 
     def update_from_run(self) -> None:
         if not self.is_on_screen:
@@ -223,7 +223,7 @@ class ProblemsPanel(Static):
     def __init__(self, run: RunModel, **kw) -> None:
         super().__init__(**kw)
         self.run = run
-        self._key = None
+        self._key: int | None = None
 
     def update_from_run(self) -> None:
         if self._key == self.run.version:
