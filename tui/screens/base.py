@@ -66,6 +66,8 @@ class RunScreen(Screen[None]):
     PLAYBACK_ACTIONS = frozenset({"toggle_play", "step", "jump_start", "jump_end"})
     #: Whether the side shows the answer's tail (sources without answer text leave it out).
     SHOW_ANSWER = True
+    #: A live source quiet for longer than this (seconds) gets "no telemetry for N s" in the title.
+    quiet_after_s = 3.0
 
     def __init__(self, run: RunModel, *, title: str = "", fps: float = 10.0, follow: bool = False,
                  start_at_end: bool = True) -> None:
@@ -152,14 +154,15 @@ class RunScreen(Screen[None]):
         return t
 
     def quiet_seconds(self) -> float | None:
-        """Seconds since a live source's last line, when it has been quiet for more than 3 s."""
+        """Seconds since a live source's last line, when it has been quiet for more than
+        :attr:`quiet_after_s`."""
         last = self.model.last_line_t
         if not self.playback.follow or last is None:
             return None
         if self.model.status not in (Status.GENERATING, Status.LOADING):
             return None
         q = time.monotonic() - last
-        return q if q > 3.0 else None
+        return q if q > self.quiet_after_s else None
 
     def tick(self) -> None:
         now = time.monotonic()
