@@ -483,15 +483,18 @@ def _fix_surrogates(s: str) -> str:
 
 
 class TextBuffer:
-    """A growing text whose append is O(1) amortised: the pieces are joined only when the whole
-    text is read (:attr:`value`, cached until the next append); ``len()`` is O(1) and
-    :meth:`tail` reads the end without joining."""
+    """A growing text whose append is O(1) amortised: pieces are kept in a list and joined when
+    the whole text is read (:attr:`value`, then cached as one piece), or when the pieces added
+    since the last join outgrow the text joined then (so joins copy O(length) per doubling, and
+    the pieces never take more than about the text itself). ``len()`` is O(1); :meth:`tail` reads
+    the end without joining."""
 
-    __slots__ = ("_pieces", "_len")
+    __slots__ = ("_pieces", "_len", "_joined")
 
     def __init__(self, text: str = "") -> None:
         self._pieces: list[str] = [text] if text else []
         self._len = len(text)
+        self._joined = len(text)  # characters in the first piece after the last join
 
     def __len__(self) -> int:
         return self._len
@@ -503,19 +506,24 @@ class TextBuffer:
         if piece:
             self._pieces.append(piece)
             self._len += len(piece)
+            if len(self._pieces) > 64 and self._len > 2 * self._joined:
+                self.compact()
 
     def set(self, text: str) -> None:
         """Replace the whole text."""
         self._pieces = [text] if text else []
-        self._len = len(text)
+        self._len = self._joined = len(text)
+
+    def compact(self) -> None:
+        """Join the pieces into one (O(length))."""
+        if len(self._pieces) > 1:
+            self._pieces = ["".join(self._pieces)]
+        self._joined = self._len
 
     @property
     def value(self) -> str:
+        self.compact()
         p = self._pieces
-        if len(p) > 1:
-            joined = "".join(p)
-            self._pieces = [joined]
-            return joined
         return p[0] if p else ""
 
     def tail(self, n: int) -> str:

@@ -75,13 +75,14 @@ def test_error_marks_its_turn_and_one_shot_tokens_open_a_turn():
 
 
 def test_a_pair_cut_between_records_reaches_the_turn_whole():
-    run = feed_lines([
-        'BMOE_PROGRESS {"step":1,"text":"a\\ud800b \\ud83d"}',
-        'BMOE_PROGRESS {"step":2,"text":"a\\ud800b \\ud83d\\ude00"}',
-        'BMOE_DONE {"id":1,"text":"a\\ud800b \\ud83d\\ude00!"}',
-    ])
+    run = RunModel()
+    feed = RecordFeed(run, "test")
+    for line in ('BMOE_PROGRESS {"step":1,"text":"a\\ud800b \\ud83d"}',
+                 'BMOE_PROGRESS {"step":2,"text":"a\\ud800b \\ud83d\\ude00"}'):
+        feed.apply(parse_line(line))
     t = run.turns[0]
-    assert t._text._pieces == ["a\ufffdb ", "😀", "!"]  # appended piece by piece, never rebuilt
-    assert t.text == "a\ufffdb 😀!"
+    assert t._text._pieces == ["a\ufffdb ", "😀"]  # appended piece by piece, never rebuilt
+    feed.apply(parse_line('BMOE_DONE {"id":1,"text":"a\\ud800b \\ud83d\\ude00!"}'))
+    assert t.text == "a\ufffdb 😀!" and t.done is not None
     assert run.tokens.view("text_end").tolist() == [4.0, 5.0]
     assert np.isnan(run.tokens.view("wall_ms")).all()  # absent, not 0

@@ -9,7 +9,6 @@ import math
 import numpy as np
 import pytest
 
-from bmoe_top.parsers.bmoe_lines import TextBuffer
 from bmoe_top.tui.model import KEEP_ALL, LIVE, MAX_PROBLEMS, Retention, RowUnit, RunModel, Status
 
 
@@ -104,15 +103,14 @@ def test_turns_text_in_pieces_and_the_request_prompt():
     assert run.ensure_turn() is t
 
 
-def test_text_buffer_joins_once_per_change():
-    b = TextBuffer()
+def test_a_finished_turn_keeps_its_text_as_one_string():
+    run = RunModel()
+    t = run.begin_turn()
     for i in range(1000):
-        b.append(f"{i} ")
-    assert len(b) == sum(len(f"{i} ") for i in range(1000)) and len(b._pieces) == 1000
-    assert b.value.startswith("0 1 2 ") and len(b._pieces) == 1
-    assert b.tail(4) == "999 " and len(b._pieces) == 1
-    b.set("new")
-    assert b.value == "new" and b.prefix(10) == "new"
+        run.append_answer(f"{i} ")
+    assert t.text_len == sum(len(f"{i} ") for i in range(1000)) and t.text_tail(4) == "999 "
+    run.finish_turn({"tokens": 1000})
+    assert len(t._text._pieces) == 1 and t.text.startswith("0 1 2 ")
 
 
 def test_mode_breakdown_and_the_overlap_evidence():

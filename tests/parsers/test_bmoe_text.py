@@ -42,13 +42,19 @@ def test_done_text_cut_in_a_pair_ends_with_a_replacement_character():
     assert acc.text == "x\ufffd"
 
 
-def test_text_buffer_appends_pieces_and_joins_once():
+def test_text_buffer_appends_pieces_and_joins_once_per_doubling():
     b = TextBuffer()
-    for i in range(300):
+    joins = 0
+    for i in range(20_000):
+        before = b._joined
         b.append(f"w{i} ")
-    assert len(b._pieces) == 300 and len(b) == sum(len(f"w{i} ") for i in range(300))
-    assert b.tail(5) == "w299 " and len(b._pieces) == 300  # the end without a join
-    assert b.value.startswith("w0 w1 ") and len(b._pieces) == 1
+        joins += b._joined != before
+    assert len(b) == sum(len(f"w{i} ") for i in range(20_000))
+    assert joins <= 12  # the text doubles between joins: O(length) copied in all, O(1) per append
+    assert len(b._pieces) <= 20_000 // 2 + 64  # never more pieces than about half the text's pieces
+    assert b.tail(7) == "w19999 " and b.value.startswith("w0 w1 ") and len(b._pieces) == 1
+    b.append("x")
+    assert b.tail(1) == "x" and len(b._pieces) == 2  # the end is read without a join
     assert b.prefix(3) == "w0 " and b.prefix(10**6) == b.value
     b.set("")
     assert not b and b.value == ""

@@ -531,6 +531,8 @@ class RunModel:
             t = turn if turn is not None else self.ensure_turn()
             t._done = MappingProxyType(dict(done))
             t._cancelled = bool(cancelled)
+            t._text.compact()  # a finished turn's text is one string: no per-token pieces kept
+            t._reasoning.compact()
             self._touch()
 
     def set_turn_error(self, request_id: int | None, message: str) -> None:
