@@ -5,6 +5,7 @@
     bmoe-top replay --summary [--json] PATH   print the run summary without the UI
     bmoe-top launch [--once --json -p P] [-- CMD...]   run a session-protocol program live
     bmoe-top attach --session SOCK | --metrics URL | --audit FILE [--once --json]
+    bmoe-top fleet --prometheus URL [--selector S] [--window 5m] --once --json [--instance X]
 
 Bad input (a missing file, an unknown format, an unreachable source) gets one clear line on
 stderr and exit status 2, never a traceback.
@@ -83,6 +84,41 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_fleet(args: argparse.Namespace) -> int:
+    """``bmoe-top fleet``: the instances a Prometheus scrapes (docs/fleet.md)."""
+    from bmoe_top.tui.fleet.headless import exit_code, fleet_once
+    from bmoe_top.tui.sources.prometheus import parse_duration
+
+    if not (args.once and args.json):
+        return _die("fleet: only the headless form is available so far: add --once --json")
+    try:
+        window = float(args.window) if args.window.replace(".", "", 1).isdigit() else parse_duration(args.window)
+        doc = fleet_once(args.prometheus, selector=args.selector, window_s=window, instance=args.instance,
+                         job=args.job, api_key=args.api_key, timeout=args.timeout, points=args.points, at=args.at)
+    except ValueError as e:
+        return _die(f"fleet: {e}")
+    print_json(doc)
+    return exit_code(doc)
+
+
+def add_fleet_parser(sub: Any) -> None:
+    f = sub.add_parser("fleet", help="many runtimes through a Prometheus server (--prometheus URL)",
+                       description="Read a fleet of runtimes from the Prometheus that scrapes them "
+                                   "(PromQL query/query_range). docs/fleet.md.")
+    f.add_argument("--prometheus", required=True, metavar="URL", help="the Prometheus server, e.g. http://127.0.0.1:9090")
+    f.add_argument("--selector", default="", metavar="S", help='PromQL label matchers, e.g. \'{job="bmoe"}\'')
+    f.add_argument("--window", default="5m", metavar="D", help="span of the sparklines and the drill-down (default 5m)")
+    f.add_argument("--instance", metavar="X", help="also the drill-down of this instance (its instance label)")
+    f.add_argument("--job", metavar="J", help="with --instance: its job, when one address serves several")
+    f.add_argument("--points", type=int, default=120, metavar="N", help="sparkline points (default 120)")
+    f.add_argument("--at", type=float, metavar="T", help="the table's time, Unix seconds (default now)")
+    f.add_argument("--api-key", help="bearer token, for a Prometheus behind an authenticating proxy")
+    f.add_argument("--timeout", type=float, default=10.0, metavar="S", help="seconds per request (default 10)")
+    f.add_argument("--once", action="store_true", help="headless: one refresh, print, exit")
+    f.add_argument("--json", action="store_true", help="with --once: as JSON")
+    f.set_defaults(func=cmd_fleet)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="bmoe-top", description="Terminal observatory for MoE expert streaming.")
     p.add_argument("--fps", type=float, default=10.0, help="maximum repaints per second (default 10)")
@@ -96,6 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
     from bmoe_top.tui import live_cli
 
     live_cli.add_commands(sub)
+    add_fleet_parser(sub)
     return p
 
 
