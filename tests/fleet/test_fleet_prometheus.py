@@ -29,6 +29,7 @@ from helpers.serve import Serve, complete, scrape
 
 from bmoe_top.parsers.prom import MIB
 from bmoe_top.tui.fleet.headless import exit_code, fleet_once
+from bmoe_top.tui.fleet.queries import COLUMNS
 from bmoe_top.tui.fleet.session import FleetSession
 from bmoe_top.tui.fleet.table import CellState, FleetTable, InstanceState
 from bmoe_top.tui.sources.prometheus import PrometheusClient
@@ -248,6 +249,36 @@ def test_runtimes_that_are_not_ours(fleet, client):
     assert "flash_ms" in drill.not_exported
     d2 = session.drill(stock.target)
     assert d2.layers == [] and d2.layer_hit_pct.shape == (0, d2.t.size)
+
+
+def test_grafana_table_queries_give_the_fleet_table_numbers(fleet, client):
+    """The dashboard's instances table, its variables filled in, evaluated by the same
+    Prometheus at the same time: the same value in every cell the fleet table has."""
+    from bmoe_top.tui.fleet.grafana import dashboard
+    from bmoe_top.tui.sources.prometheus import format_duration
+
+    complete(fleet.serves["a"].url, "For the dashboard", 12)
+    at = fleet.prom.wait_sample_after(f'up{{instance="{fleet.target("a")}"}}', time.time() + 2 * S)
+    table = FleetSession(client, selector=BMOE, window_s=60).refresh(at=at)
+    panel = next(p for p in dashboard()["panels"] if p["type"] == "table")
+    keys = ["up", *(c.key for c in COLUMNS), "stall_share"]
+    assert len(panel["targets"]) == len(keys)
+    n_checked = 0
+    for key, target in zip(keys, panel["targets"]):
+        expr = (target["expr"].replace("$job", "bmoe").replace("$instance", ".+")
+                .replace("$__rate_interval", format_duration(table.rate_interval_s)))
+        got = {(m["job"], m["instance"]): v for m, v, _t in fleet.prom.query(expr, at=at)}
+        for row in table.rows:
+            if key == "up":
+                assert got[row.key] == 1.0
+                continue
+            cell = row.cells[key]
+            if cell.state is CellState.OK:
+                assert got[row.key] == pytest.approx(cell.value, rel=1e-9), (key, row.instance)
+                n_checked += 1
+            elif cell.state is CellState.NOT_EXPORTED:
+                assert row.key not in got, (key, row.instance)
+    assert n_checked >= 2 * len(COLUMNS)
 
 
 def test_error_classes_are_shown_as_such(fleet):

@@ -39,6 +39,7 @@ __all__ = [
     "choose_step",
     "column_query",
     "column_queries",
+    "column_text",
     "up_query",
     "restarts_query",
     "layer_queries",
@@ -164,11 +165,17 @@ def choose_step(window_s: float, scrape_s: float, max_points: int = MAX_POINTS) 
     return math.ceil(round(step * 1000.0, 6)) / 1000.0
 
 
-def _fill(template: str, sel: str, range_s: float | None = None, by: str = _BY) -> str:
+def _fill(template: str, sel: str, range_s: float | str | None = None, by: str = _BY) -> str:
     subs = {"sel": sel, "by": by}
     if range_s is not None:
-        subs["r"] = format_duration(range_s)
+        subs["r"] = range_s if isinstance(range_s, str) else format_duration(range_s)
     return Template(template).substitute(subs)
+
+
+def column_text(col: Column, sel: str, range_text: str, by: str = _BY) -> str:
+    """``col``'s PromQL with the matchers ``sel`` (braces included, or ``""``) and the range
+    ``range_text`` written as given (``$__rate_interval`` for Grafana, ``6s``), grouped ``by``."""
+    return _fill(col.template, sel, range_text, by)
 
 
 def column_query(col: Column, selector: str, range_s: float, *extra: str) -> str:
