@@ -13,9 +13,12 @@ The queries here go through plain httpx, not through the code under test.
 
 from __future__ import annotations
 
+import ctypes
 import shutil
+import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -36,6 +39,13 @@ def need_prometheus() -> str:
     if PROMETHEUS is None:
         pytest.skip("prometheus is not installed (apt-get install prometheus; .ci/run does)")
     return PROMETHEUS
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGTERM it when the test process dies, so a killed test run
+    never leaves a Prometheus behind (Linux ``PR_SET_PDEATHSIG``)."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM), 0, 0, 0)
 
 
 def free_port() -> int:
@@ -102,7 +112,7 @@ class Prometheus:
                "--log.level=warn", *args]
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=log, stdin=subprocess.DEVNULL,
-                                         start_new_session=True)
+                                         preexec_fn=_die_with_parent)
 
     def _wait_ready(self) -> bool:
         t0 = time.monotonic()
