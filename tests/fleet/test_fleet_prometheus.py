@@ -127,6 +127,31 @@ def test_every_instance_has_a_row_and_says_what_it_exports(fleet, client):
     assert c.cells["tok_s"].value == 0.0
 
 
+def test_refresher_never_refreshes_faster_than_the_scrape_interval(fleet, client):
+    import threading
+
+    session = FleetSession(client, selector=BMOE, window_s=30)
+    tables: list[FleetTable] = []
+    errors: list = []
+    got = threading.Event()
+
+    def on_result(t: FleetTable) -> None:
+        tables.append(t)
+        if len(tables) >= 3:
+            got.set()
+
+    th = session.refresher(on_result, errors.append, every=0.0)
+    th.start()
+    try:
+        assert got.wait(WAIT_S)
+    finally:
+        th.stop()
+        th.join(WAIT_S)
+    assert not errors and all(len(t.rows) == 3 for t in tables)
+    assert np.diff(th.starts).min() >= S - 1e-3
+    assert all(b.at - a.at >= S - 1e-3 for a, b in zip(tables, tables[1:]))
+
+
 def test_rates_and_ratios_agree_with_the_instances_own_counters(fleet, client):
     a = fleet.serves["a"]
     for i in range(3):  # warm-up: each counter starts the window above what the burst adds

@@ -33,6 +33,7 @@ from bmoe_top.tui.sources.prometheus import (
     PrometheusClient,
     QueryResult,
     RangeResult,
+    RefreshThread,
     require_series,
 )
 
@@ -124,6 +125,13 @@ class FleetSession:
         return build_table(selector=self.selector, at=at, window_s=self.window_s, grid=grid, rate_interval_s=rng,
                            scrape_interval_s=scrape, up=up, columns=cols, restarts=restarts,
                            exported_now=exported_now, queries=exprs, n_queries=self.client.n_requests - n0)
+
+    def refresher(self, on_result: Callable[[FleetTable], None], on_error: Callable[[PromError], None],
+                  every: float = 0.0) -> RefreshThread[FleetTable]:
+        """A (not yet started) :class:`RefreshThread` refreshing this session's table every
+        ``every`` s, never faster than the scrape interval the last refresh learned."""
+        return RefreshThread(self.refresh, on_result, on_error, every=every,
+                             min_interval=lambda: self.scrape_interval_s)
 
     def drill(self, instance: str, job: str | None = None, at: float | None = None) -> DrillDown:
         """``instance``'s drill-down at ``at`` (``job`` narrows it when one address serves
