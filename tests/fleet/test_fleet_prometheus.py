@@ -23,7 +23,8 @@ from pathlib import Path
 import numpy as np
 import orjson
 import pytest
-from helpers.exporters import SimExporter
+from helpers.exporters import StrataMoeExporter
+from helpers.llama_server import DEMO_MODEL, LlamaServer, llama_server_binary
 from helpers.prometheus import WAIT_S, Prometheus, free_port, need_prometheus
 from helpers.serve import Serve, complete, scrape
 
@@ -42,8 +43,9 @@ BMOE = '{job="bmoe"}'
 class Fleet:
     prom: Prometheus
     serves: dict[str, Serve]  # "a", "b" (cache), "c" (no cache)
-    stock: SimExporter
-    strata: SimExporter
+    stock: LlamaServer | None  # a real stock llama-server --metrics (None: it cannot be built here)
+    stock_skip: str
+    strata: StrataMoeExporter
     model: Path
 
     def target(self, name: str) -> str:
@@ -65,15 +67,20 @@ def fleet(tiny, tmp_path_factory):
         stack.callback(lambda: [s.stop() for s in serves.values()])  # a restarted one included
         for name, args in (("a", ("--cache-mb", "0.5")), ("b", ("--cache-mb", "0.5")), ("c", ("--no-moe-stream",))):
             serves[name] = Serve(tiny, *args)
-        stock = SimExporter("llama-server")
-        stack.callback(stock.close)
-        strata = SimExporter("strata-moe", n_layer=4)
+        stock: LlamaServer | None = None
+        why = ""
+        try:
+            stock = LlamaServer(llama_server_binary(), DEMO_MODEL, "--metrics")
+            stack.callback(stock.stop)
+        except pytest.skip.Exception as e:  # no compiler to build it: only its test skips
+            why = str(e)
+        strata = StrataMoeExporter(n_layer=4)
         stack.callback(strata.close)
+        foreign = [strata.target] + ([f"127.0.0.1:{stock.port}"] if stock is not None else [])
         prom = Prometheus(tmp_path_factory.mktemp("prom"),
-                          {"bmoe": [f"127.0.0.1:{s.port}" for s in serves.values()],
-                           "foreign": [stock.target, strata.target]})
+                          {"bmoe": [f"127.0.0.1:{s.port}" for s in serves.values()], "foreign": foreign})
         stack.callback(prom.stop)
-        yield Fleet(prom, serves, stock, strata, tiny)
+        yield Fleet(prom, serves, stock, why, strata, tiny)
 
 
 @pytest.fixture
@@ -244,36 +251,63 @@ def test_drill_down_reaches_back_before_the_fleet_code_started(fleet):
     assert not drill["errors"]
 
 
-def test_runtimes_that_are_not_ours(fleet, client):
-    stock, strata = fleet.stock, fleet.strata
-    stock.generate(50, seconds=1.0)
+def stored_jump(fleet: Fleet, target: str, value: float) -> float:
+    """Wait until Prometheus stored ``value`` of ``target``'s tokens counter and one scrape more;
+    the time of the first sample with it plus one interval (a rate window ending there holds the
+    sample before the jump and the jump)."""
+    sel = f'llamacpp:tokens_predicted_total{{instance="{target}"}}'
+    fleet.prom.wait_value(sel, value)
+    [(_, pts)] = fleet.prom.raw(f"{sel}[1m]", time.time())
+    t_jump = min(t for t, v in pts if v == value)
+    fleet.prom.wait_sample_after(f'up{{instance="{target}"}}', t_jump + S)
+    return t_jump + S
+
+
+def test_extended_strata_moe(fleet, client):
+    strata = fleet.strata
     strata.generate(50, hits=60, misses=20, seconds=0.5)
-    sel = '{job="foreign"}'
-    fleet.prom.wait_value(f'llamacpp:tokens_predicted_total{{instance="{strata.target}"}}',
-                          strata.values["llamacpp:tokens_predicted_total"])
-    fleet.prom.wait_value(f'llamacpp:tokens_predicted_total{{instance="{stock.target}"}}',
-                          stock.values["llamacpp:tokens_predicted_total"])
-    session = FleetSession(client, selector=sel, window_s=60)
-    table = session.refresh()
-    st, sm = table.row(stock.target), table.row(strata.target)
-    assert st.state is sm.state is InstanceState.UP
-    assert st.cells["tok_s"].value > 0 and sm.cells["tok_s"].value > 0
-    assert st.cells["wall_ms"].value == pytest.approx(1000 * 1.0 / 50)  # llama-server's own generation time
-    assert sm.cells["wall_ms"].value == pytest.approx(1000 * 0.5 / 50)
-    for k in ("hit_pct", "read_mib_s", "budget_experts", "flash_ms", "compute_ms", "stall_share"):
-        assert st.cells[k].state is CellState.NOT_EXPORTED, k
+    at = stored_jump(fleet, strata.target, strata.values["llamacpp:tokens_predicted_total"])
+    session = FleetSession(client, selector='{job="foreign"}', window_s=60)
+    sm = session.refresh(at=at).row(strata.target)
+    assert sm.state is InstanceState.UP and sm.cells["tok_s"].value > 0
+    assert sm.cells["wall_ms"].value == pytest.approx(1000 * 0.5 / 50)  # llama-server's own generation time
     assert sm.cells["hit_pct"].value == pytest.approx(75.0)
     assert sm.cells["budget_experts"].state is CellState.OK
-    for k in ("flash_ms", "compute_ms", "mgmt_ms", "stall_share"):
+    for k in ("flash_ms", "compute_ms", "mgmt_ms", "stall_share"):  # no bmoe:* time sums
         assert sm.cells[k].state is CellState.NOT_EXPORTED, k
-    drill = session.drill(strata.target)
+    drill = session.drill(strata.target, at=at)
     assert drill.layers == [0, 1, 2, 3]
-    last = drill.layer_hit_pct[:, -1]
-    assert np.allclose(last, 75.0)
+    assert np.allclose(drill.layer_hit_pct[:, -1], 75.0)
     assert drill.totals["hits"] == 60 and drill.totals["timed_tokens"] is None
     assert "flash_ms" in drill.not_exported
-    d2 = session.drill(stock.target)
-    assert d2.layers == [] and d2.layer_hit_pct.shape == (0, d2.t.size)
+
+
+def test_stock_llama_server(fleet, client):
+    if fleet.stock is None:
+        pytest.skip(fleet.stock_skip)
+    ls = fleet.stock
+    target = f"127.0.0.1:{ls.port}"
+    s0 = scrape(ls.url)
+    assert s0.get("tokens_predicted") == 0  # its first request: every counter starts the window at 0
+    assert complete(ls.url, "def fibonacci(n):", 16).status_code == 200
+    t0 = time.monotonic()
+    while (s1 := scrape(ls.url)).get("tokens_predicted") == 0 and time.monotonic() - t0 < WAIT_S:
+        time.sleep(0.05)
+    n = s1.get("tokens_predicted")
+    assert n > 0
+    at = stored_jump(fleet, target, n)
+    session = FleetSession(client, selector='{job="foreign"}', window_s=60)
+    st = session.refresh(at=at).row(target)
+    assert st.state is InstanceState.UP and st.cells["tok_s"].value > 0
+    # its own generation time per token (both counters jumped together, from 0: exact)
+    assert st.cells["wall_ms"].value == pytest.approx(1000 * s1.get("tokens_predicted_seconds") / n, rel=1e-6)
+    for k in ("hit_pct", "read_mib_s", "budget_experts", "budget_mib", "flash_ms", "compute_ms", "stall_share"):
+        assert st.cells[k].state is CellState.NOT_EXPORTED and st.cells[k].value is None, k
+    assert st.cells["requests_processing"].value == 0
+    d = session.drill(target, at=at)
+    assert d.layers == [] and d.layer_hit_pct.shape == (0, d.t.size)
+    assert d.totals["tokens_predicted"] == n and d.totals["hits"] is None
+    assert "hit_pct" in d.not_exported
 
 
 def test_grafana_table_queries_give_the_fleet_table_numbers(fleet, client):

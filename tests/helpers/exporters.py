@@ -1,12 +1,13 @@
-"""Runtimes that are not ours, as real ``/metrics`` exporters on loopback (prometheus-client).
+"""extended-strata-moe's llama-server, as a real ``/metrics`` exporter on loopback (prometheus-client).
 
-A stock llama-server started with ``--metrics`` exports its request/token series and no MoE-cache
-series; extended-strata-moe's llama-server adds the ``llamacpp:moe_cache_*`` series of
-moe-cache-reference.md "Server metrics" (per-layer ones with ``layer="N"``) but none of
-bmoe-run's ``bmoe:*`` time sums. :class:`SimExporter` serves one of those series sets with
-values the test sets (``add``/``set``), rendered by prometheus-client in the text format 0.0.4
-that llama-server sends (prometheus-client's own server would negotiate OpenMetrics with
-Prometheus, which spells ``llamacpp:`` names with underscores), for a real Prometheus to scrape.
+That runtime (its patched llama.cpp is not built here; the stock llama-server is:
+``helpers.llama_server``) exports llama-server's request/token series plus the
+``llamacpp:moe_cache_*`` series of moe-cache-reference.md "Server metrics" (per-layer ones with
+``layer="N"``), and none of bmoe-run's ``bmoe:*`` time sums. :class:`StrataMoeExporter` serves
+that series set with values the test sets (``add``/``set``/``generate``), rendered by
+prometheus-client in the text format 0.0.4 that llama-server sends (prometheus-client's own
+server would negotiate OpenMetrics with Prometheus, which spells ``llamacpp:`` names with
+underscores), for a real Prometheus to scrape.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-#: llama-server's own series (tools/server, --metrics): counters, then gauges.
+#: llama-server's own series (--metrics): counters, then gauges.
 LLAMA_SERVER_COUNTERS = ("llamacpp:prompt_tokens_total", "llamacpp:prompt_seconds_total",
                          "llamacpp:tokens_predicted_total", "llamacpp:tokens_predicted_seconds_total",
                          "llamacpp:n_decode_total")
@@ -36,11 +37,8 @@ STRATA_GAUGES = ("llamacpp:moe_cache_hit_ratio", "llamacpp:moe_cache_slots", "ll
 STRATA_LAYER_COUNTERS = ("llamacpp:moe_cache_layer_hits_total", "llamacpp:moe_cache_layer_hits_profile_total",
                          "llamacpp:moe_cache_layer_misses_total")
 
-KINDS = ("llama-server", "strata-moe")
-
-
 class _Collector(Collector):
-    def __init__(self, exp: SimExporter):
+    def __init__(self, exp: StrataMoeExporter):
         self.exp = exp
 
     def collect(self) -> Iterator[Metric]:
@@ -59,22 +57,16 @@ class _Collector(Collector):
             yield fam
 
 
-class SimExporter:
-    """A ``kind`` runtime's ``/metrics`` (``llama-server`` or ``strata-moe``, ``n_layer`` MoE
-    layers) on a free loopback port: ``target`` (``host:port``), ``url``. Every series starts
-    at 0; ``add(name, v)`` / ``set(name, v)`` / ``add_layer(name, il, v)`` change them."""
+class StrataMoeExporter:
+    """extended-strata-moe's ``/metrics`` (``n_layer`` MoE layers) on a free loopback port:
+    ``target`` (``host:port``), ``url``. Every series starts at 0; ``add(name, v)`` /
+    ``set(name, v)`` / ``add_layer(name, il, v)`` / ``generate(...)`` change them."""
 
-    def __init__(self, kind: str, n_layer: int = 4):
-        if kind not in KINDS:
-            raise ValueError(kind)
-        self.kind = kind
+    def __init__(self, n_layer: int = 4):
         self.lock = threading.Lock()
-        names = LLAMA_SERVER_COUNTERS + LLAMA_SERVER_GAUGES
-        if kind == "strata-moe":
-            names += STRATA_COUNTERS + STRATA_GAUGES
+        names = LLAMA_SERVER_COUNTERS + LLAMA_SERVER_GAUGES + STRATA_COUNTERS + STRATA_GAUGES
         self.values: dict[str, float] = dict.fromkeys(names, 0.0)
-        self.layer_values: dict[str, list[float]] = (
-            {n: [0.0] * n_layer for n in STRATA_LAYER_COUNTERS} if kind == "strata-moe" else {})
+        self.layer_values: dict[str, list[float]] = {n: [0.0] * n_layer for n in STRATA_LAYER_COUNTERS}
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(_Collector(self))
         registry = self.registry
@@ -115,18 +107,17 @@ class SimExporter:
 
     def generate(self, tokens: int, hits: int = 0, misses: int = 0, seconds: float = 0.5) -> None:
         """As if ``tokens`` were generated in ``seconds`` with ``hits``/``misses`` lookups
-        (spread over the layers; strata-moe only)."""
+        (spread evenly over the layers)."""
         with self.lock:
             self.values["llamacpp:tokens_predicted_total"] += tokens
             self.values["llamacpp:tokens_predicted_seconds_total"] += seconds
             self.values["llamacpp:n_decode_total"] += tokens
-            if self.kind == "strata-moe":
-                self.values["llamacpp:moe_cache_hits_total"] += hits
-                self.values["llamacpp:moe_cache_misses_total"] += misses
-                n = len(self.layer_values["llamacpp:moe_cache_layer_hits_total"])
-                for il in range(n):
-                    self.layer_values["llamacpp:moe_cache_layer_hits_total"][il] += hits / n
-                    self.layer_values["llamacpp:moe_cache_layer_misses_total"][il] += misses / n
+            self.values["llamacpp:moe_cache_hits_total"] += hits
+            self.values["llamacpp:moe_cache_misses_total"] += misses
+            n = len(self.layer_values["llamacpp:moe_cache_layer_hits_total"])
+            for il in range(n):
+                self.layer_values["llamacpp:moe_cache_layer_hits_total"][il] += hits / n
+                self.layer_values["llamacpp:moe_cache_layer_misses_total"][il] += misses / n
 
     def close(self) -> None:
         self.server.shutdown()

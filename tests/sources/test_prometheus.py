@@ -11,7 +11,7 @@ import time
 
 import numpy as np
 import pytest
-from helpers.exporters import SimExporter
+from helpers.exporters import StrataMoeExporter
 from helpers.prometheus import Prometheus, free_port
 
 from bmoe_top.tui.sources.prometheus import (
@@ -25,7 +25,7 @@ from bmoe_top.tui.sources.prometheus import (
 
 @pytest.fixture(scope="module")
 def exporter():
-    e = SimExporter("strata-moe", n_layer=3)
+    e = StrataMoeExporter(n_layer=3)
     yield e
     e.close()
 
