@@ -126,27 +126,40 @@ def test_text_and_delta_rebuild_any_text(text, sizes, cumulative):
     assert acc.text == text and "".join(got) == text
 
 
-cell = st.floats(allow_nan=False, allow_infinity=False, width=32).map(lambda f: f"{f:.6g}")
-garbage = st.text(st.characters(blacklist_characters="\r\n", blacklist_categories=("Cs",)),
-                  max_size=30).map(lambda s: "q" + s).filter(lambda s: not s.strip().startswith("#"))
+cell = st.floats(allow_nan=False, allow_infinity=False, width=32).map(lambda f: f"{f:.3f}")
+# a line that is no row: one field that is not a number (and not a comment)
+garbage = st.text(st.characters(blacklist_characters="\r\n,;\t\x00", blacklist_categories=("Cs",)),
+                  max_size=30).map(lambda s: "q" + s)
 
 
 @FAST
 @given(st.integers(2, 9).flatmap(lambda n: st.tuples(
     st.just(n),
-    st.lists(st.one_of(st.lists(cell, min_size=n, max_size=n).map(",".join).map(lambda s: ("good", s)),
+    st.lists(st.one_of(st.lists(cell, min_size=n, max_size=n).map(lambda c: ("good", c)),
+                       st.lists(cell, min_size=1, max_size=n - 1).map(lambda c: ("short", c)),
+                       st.lists(cell, min_size=n + 1, max_size=n + 3).map(lambda c: ("long", c)),
                        garbage.map(lambda s: ("bad", s))), max_size=60))))
 def test_token_csv_counts_every_good_row(arg):
+    """Every numeric row counts with its values where they are (short rows: the rest NaN; long
+    rows: the extras as unnamed columns); every line that is not a row is reported, by line."""
     ncol, rows = arg
-    header = ",".join(["step"] + [f"c{j}" for j in range(1, ncol)])
-    data = "\n".join([header] + [r for _, r in rows]).encode()
-    t = load_token_csv(data)
-    expect_rows = [r for k, r in rows if k == "good" or len(r.split(",")) == ncol]
-    assert t.n_rows == len(expect_rows)
-    bad_lines = {i + 2 for i, (k, r) in enumerate(rows) if k == "bad"}
-    assert {p.lineno for p in t.problems} == bad_lines
-    goods = [r for k, r in rows if k == "good"]
-    assert sum(1 for v in t.columns["step"] if v == v) >= len(goods) - sum(1 for k, r in rows if k == "bad")
+    names = ["step"] + [f"c{j}" for j in range(1, ncol)]
+    text = [r if k == "bad" else ",".join(r) for k, r in rows]
+    t = load_token_csv("\n".join([",".join(names)] + text).encode())
+    numeric = [r for k, r in rows if k != "bad"]
+    assert t.n_rows == len(numeric)
+    assert t.header[:ncol] == names
+    widest = max([ncol] + [len(r) for r in numeric])
+    assert t.header[ncol:] == [f"unnamed_{j + 1}" for j in range(ncol, widest)]
+    for i, r in enumerate(numeric):
+        for j in range(widest):
+            v = t.columns[t.header[j]][i]
+            assert (v == float(r[j])) if j < len(r) else (v != v)
+    bad_lines = {i + 2 for i, (k, _) in enumerate(rows) if k == "bad"}
+    assert bad_lines <= {p.lineno for p in t.problems}
+    ragged = sum(1 for k, _ in rows if k in ("short", "long"))
+    noted = sum(int(p.reason.split(" ", 1)[0]) for p in t.problems if " fields, the header has" in p.reason)
+    assert noted == ragged
 
 
 @FAST
