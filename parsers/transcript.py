@@ -61,7 +61,8 @@ class Transcript:
     line that is not a protocol or summary line, with ``text_line_numbers`` (parallel) (a
     protocol line's ``prefix`` text is included); ``summary_lines`` (lineno, SummaryLine);
     ``generations`` one dict per generation: {"id", "answer", "reasoning", "done": Done | None,
-    "lineno"}; ``problems`` bad lines.
+    "lineno"}; ``unparsed`` (lineno, text) of the lines that look like end-of-run lines of an
+    unknown shape (shown as they are; each is also a problem); ``problems`` bad lines.
     """
 
     records: list = field(default_factory=list)
@@ -76,6 +77,7 @@ class Transcript:
     text_line_numbers: list[int] = field(default_factory=list)
     summary_lines: list[tuple[int, SummaryLine]] = field(default_factory=list)
     generations: list[dict] = field(default_factory=list)
+    unparsed: list[tuple[int, str]] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
 
 
@@ -167,6 +169,7 @@ def parse_transcript(data: bytes | str) -> Transcript:
                     tr.summary[k] = v
             continue
         if s is not None and s.kind == "unparsed":
+            tr.unparsed.append((lineno, line))
             tr.problems.append(Problem(lineno, line, f"looks like a '{s.values['kind']}:' "
                                                      "end-of-run line but its format is unknown"))
         tr.text_lines.append(line)
