@@ -9,6 +9,11 @@ header ``turn,phase,step,layer,slot,expert,weight,residency,expert_bytes`` and o
 ``phase`` 0 = prefill, 1 = decode (the strings "prefill"/"decode" are accepted too);
 ``residency`` 1 = the expert was resident when routed (cache hit), 0 = miss; ``weight`` the
 router's gate weight; ``expert_bytes`` bytes read for this expert this token (0 on a hit).
+
+Sizes are checked against parsers/limits.py: a header ``n_layer``/``n_expert``/``n_expert_used``
+over its cap is ignored (a Problem), and a row whose layer, expert or slot is over the cap (or
+whose integer cells do not fit 32 bits) is dropped and counted, so the [n_layer, n_expert] tables
+below stay bounded.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .limits import MAX_EXPERTS, MAX_LAYERS, MAX_TOP_K, dims_problem
 from .textio import Problem
 from .token_csv import parse_kv_comment, read_numeric_csv
 
@@ -29,6 +35,10 @@ ROUTE_COLUMNS = ("turn", "phase", "step", "layer", "slot", "expert", "weight", "
                  "expert_bytes")
 _INT_COLS = ("turn", "phase", "step", "layer", "slot", "expert", "residency")
 _PHASES = {"prefill": 0.0, "decode": 1.0, "p": 0.0, "d": 1.0}
+_CAPPED = {"n_layer": "n_layer", "n_expert": "n_expert", "n_expert_used": "top_k"}
+# the largest value each integer column may hold (its int32 cast, or the cap of limits.py)
+_INT_MAX = {"turn": 2**31 - 1, "phase": 1, "step": 2**31 - 1, "layer": MAX_LAYERS - 1, "slot": MAX_TOP_K - 1,
+            "expert": MAX_EXPERTS - 1, "residency": 1}
 
 
 @dataclass(slots=True)
@@ -60,6 +70,11 @@ class RouteTrace:
     def n_rows(self) -> int:
         return int(self.layer.shape[0])
 
+    @property
+    def identity(self) -> dict[str, str]:
+        """The run this trace is from: ``model`` and ``arch`` when the header comments name them."""
+        return {k: self.meta[k] for k in ("model", "arch") if k in self.meta}
+
 
 def _int_meta(meta: dict[str, str], key: str) -> int | None:
     try:
@@ -75,7 +90,8 @@ def load_route_trace(data: bytes) -> RouteTrace:
     ``expert_bytes``, ``turn``, ``slot``) is filled with its "not recorded" value; a file missing
     ``step``, ``layer`` or ``expert`` yields no rows and a Problem.
     """
-    nc = read_numeric_csv(data, converters={"phase": lambda s: _PHASES[s.lower()]})
+    nc = read_numeric_csv(data, converters={"phase": lambda s: _PHASES[s.lower()]}, known=frozenset(ROUTE_COLUMNS),
+                          default_header=lambda w: ROUTE_COLUMNS if w == len(ROUTE_COLUMNS) else None)
     problems = nc.problems
     meta: dict[str, str] = {}
     layer_info: dict[int, dict[str, int]] = {}
@@ -90,6 +106,12 @@ def load_route_trace(data: bytes) -> RouteTrace:
             continue
         if kv:
             for k, v in kv.items():
+                if k in _CAPPED and k not in meta:
+                    why = dims_problem(**{_CAPPED[k]: v})
+                    if why is not None:
+                        problems.append(Problem(lineno, "# " + text, f"{why.replace(_CAPPED[k] + '=', k + '=', 1)}"
+                                                                     ": ignored"))
+                        continue
                 meta.setdefault(k, v)
         elif text:
             meta.setdefault("format", text)
@@ -119,6 +141,23 @@ def load_route_trace(data: bytes) -> RouteTrace:
         if dropped:
             problems.append(Problem(0, "", f"{dropped} route row(s) dropped: step/layer/expert/turn/"
                                            "phase/slot not an integer"))
+        # values no table may be sized from, and integers a 32-bit column cannot hold
+        big = np.zeros(n, dtype=bool)
+        for c, top in _INT_MAX.items():
+            v = col(c)
+            if v is not None:
+                with np.errstate(invalid="ignore"):
+                    big |= keep & np.isfinite(v) & ((v > top) | (v < (-1 if c in ("slot", "residency") else 0)))
+        eb = col("expert_bytes")
+        if eb is not None:
+            with np.errstate(invalid="ignore"):
+                big |= keep & np.isfinite(eb) & (np.abs(eb) > 2**62)
+        nbig = int(big.sum())
+        if nbig:
+            keep &= ~big
+            problems.append(Problem(0, "", f"{nbig} route row(s) dropped: a layer, expert or slot over the caps "
+                                           f"({MAX_LAYERS} layers, {MAX_EXPERTS} experts, top-k {MAX_TOP_K}; "
+                                           "parsers/limits.py) or an integer out of range"))
 
     def ints(name: str, missing: int, dtype=np.int32) -> np.ndarray:
         v = col(name) if n else None
