@@ -27,6 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
+from bmoe_top.outfile import write_atomic
+
 from .limits import dims_problem
 
 __all__ = ["StrpError", "StrpProfile", "read_strp", "parse_strp", "write_strp", "strp_bytes",
@@ -165,14 +167,12 @@ def strp_bytes(profile: StrpProfile) -> bytes:
     return head + raw.tobytes() + prof.rank_map().astype("<i4").tobytes()
 
 
-def write_strp(path: str | Path, profile: StrpProfile) -> int:
-    """Write ``profile`` to ``path`` (atomically: temp file then rename). Returns bytes written."""
-    data = strp_bytes(profile)
-    p = Path(path)
-    tmp = p.with_name(p.name + ".tmp")
-    tmp.write_bytes(data)
-    tmp.replace(p)
-    return len(data)
+def write_strp(path: str | Path, profile: StrpProfile, force: bool = True) -> int:
+    """Write ``profile`` to ``path`` atomically (bmoe_top.outfile.write_atomic: a new temporary file
+    beside it, then a rename; a symbolic link at ``path`` is refused). An existing profile is
+    replaced unless ``force`` is False. Returns bytes written. Raises ``OutputFileError`` (an
+    ``OSError``) when the file cannot be written."""
+    return write_atomic(path, strp_bytes(profile), force=force)
 
 
 def profile_from_counts(counts: np.ndarray, slots: int = 0, min_count: float = 1) -> StrpProfile:
