@@ -490,6 +490,33 @@ class Engine:
             n = L.llama_tokenize(self.vocab, b, len(b), buf, cap, add_special, False)
         return list(buf[: max(0, n)])
 
+    def chat_prompt(self, messages: list[tuple[str, str]], add_assistant: bool = True) -> str:
+        """The prompt text for ``messages`` ((role, content) pairs, in order) built by llama.cpp's
+        ``llama_chat_apply_template`` with the model's chat template (GGUF
+        ``tokenizer.chat_template``; llama.cpp uses chatml when the model has none), ending with
+        the assistant's turn opener when ``add_assistant``. Raises :class:`RequestError` when a
+        text holds a NUL byte or llama.cpp does not support the model's template."""
+        L = self._L
+        if not messages:
+            raise RequestError("messages must not be empty")
+        enc = []
+        for role, content in messages:
+            if "\x00" in role or "\x00" in content:
+                raise RequestError("a message holds a NUL character")
+            enc.append((role.encode("utf-8", "replace"), content.encode("utf-8", "replace")))
+        arr = (L.llama_chat_message * len(enc))(*[L.llama_chat_message(r, c) for r, c in enc])
+        tmpl = L.llama_model_chat_template(self.model, None)
+        cap = 2 * sum(len(r) + len(c) for r, c in enc) + 256
+        for _ in range(2):
+            buf = ctypes.create_string_buffer(cap)
+            n = L.llama_chat_apply_template(tmpl, arr, len(enc), add_assistant, buf, cap)
+            if n < 0:
+                raise RequestError("llama.cpp does not support this model's chat template (llama_chat_apply_template)")
+            if n <= cap:
+                return buf.raw[:n].decode("utf-8", "replace")
+            cap = n
+        raise RequestError("the chat template's output kept growing")  # pragma: no cover - llama.cpp sized it
+
     def token_bytes(self, tok: int) -> bytes:
         L = self._L
         buf = (ctypes.c_char * 64)()
