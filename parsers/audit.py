@@ -427,7 +427,8 @@ def check_exact_sum(run: AuditRun) -> list[str]:
         problems.append(f"pid {run.pid}: no ready record")
     if run.exit is None:
         problems.append(f"pid {run.pid}: no exit record")
-    if problems:
+    ready, exit_ = run.ready, run.exit
+    if problems or ready is None or exit_ is None:
         return problems
     for rk, ck in REQ_COUNTERS.items():
         total = 0
@@ -437,13 +438,13 @@ def check_exact_sum(run: AuditRun) -> list[str]:
                 problems.append(f"pid {run.pid} line {r.lineno}: {rk} missing")
                 v = 0
             total += v
-        a, b = run.ready.counters.get(ck), run.exit.counters.get(ck)
+        a, b = ready.counters.get(ck), exit_.counters.get(ck)
         if a is None or b is None:
             problems.append(f"pid {run.pid}: {ck} missing in ready/exit")
             continue
         if total != b - a:
             problems.append(f"pid {run.pid}: sum of {rk} = {total} but exit - ready {ck} = {b - a}")
-    prev = run.ready
+    prev = ready
     for r in run.requests:
         for rk, ck in REQ_COUNTERS.items():
             a, b, v = prev.counters.get(ck), r.counters.get(ck), r.data.get(rk)

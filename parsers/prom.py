@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 import orjson
 from prometheus_client.parser import text_string_to_metric_families
@@ -249,7 +249,7 @@ def _decode_body(body: str | bytes) -> tuple[str, bool]:
     return text, False
 
 
-def _is_finite(v: float | None) -> bool:
+def _is_finite(v: float | None) -> TypeGuard[float]:
     return v is not None and math.isfinite(v)
 
 
@@ -473,7 +473,7 @@ def parse_exposition(body: str | bytes, t: float = 0.0) -> PromSnapshot:
     return snap
 
 
-def _locate(text: str, bad: list) -> list[tuple[int, str]]:
+def _locate(text: str, bad: list[tuple[Any, ...]]) -> list[tuple[int, str]]:
     """Give a line number to the sample-level problems found on the fast path (rare)."""
     lines = text.split("\n")
     out: list[tuple[int, str]] = []
@@ -586,7 +586,7 @@ def compute_delta(prev: PromSnapshot, cur: PromSnapshot) -> MetricsDelta:
     per_layer: list[float | None] = [None] * n_layer
     for il in range(n_layer):
         a, b, c, e = lh0.get(il), lh1.get(il), lm0.get(il), lm1.get(il)
-        if None in (a, b, c, e) or not all(map(math.isfinite, (a, b, c, e))):
+        if not (_is_finite(a) and _is_finite(b) and _is_finite(c) and _is_finite(e)):
             continue
         per_layer[il] = _ratio_pct(b - a, e - c)
     out.layer_hit_pct = per_layer

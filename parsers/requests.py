@@ -36,7 +36,7 @@ class Request:
     n_predict: int | None = None
     think: bool | None = None
     clear_kv: bool | None = None
-    extra: dict = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def parse_request_line(line: str) -> Request | str:

@@ -19,6 +19,7 @@ below stay bounded.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -131,12 +132,10 @@ def load_route_trace(data: bytes) -> RouteTrace:
     # a row with a bad integer cell in a key column cannot be placed: drop it
     keep = np.ones(n, dtype=bool)
     if n:
-        for c in ("step", "layer", "expert"):
-            keep &= np.isfinite(col(c))
-        for c in ("turn", "phase", "slot"):
-            v = col(c)
-            if v is not None:
-                keep &= np.isfinite(v)
+        for c in ("step", "layer", "expert", "turn", "phase", "slot"):
+            cv = col(c)
+            if cv is not None:
+                keep &= np.isfinite(cv)
         dropped = int(n - keep.sum())
         if dropped:
             problems.append(Problem(0, "", f"{dropped} route row(s) dropped: step/layer/expert/turn/"
@@ -144,10 +143,10 @@ def load_route_trace(data: bytes) -> RouteTrace:
         # values no table may be sized from, and integers a 32-bit column cannot hold
         big = np.zeros(n, dtype=bool)
         for c, top in _INT_MAX.items():
-            v = col(c)
-            if v is not None:
+            cv = col(c)
+            if cv is not None:
                 with np.errstate(invalid="ignore"):
-                    big |= keep & np.isfinite(v) & ((v > top) | (v < (-1 if c in ("slot", "residency") else 0)))
+                    big |= keep & np.isfinite(cv) & ((cv > top) | (cv < (-1 if c in ("slot", "residency") else 0)))
         eb = col("expert_bytes")
         if eb is not None:
             with np.errstate(invalid="ignore"):
@@ -159,12 +158,12 @@ def load_route_trace(data: bytes) -> RouteTrace:
                                            f"({MAX_LAYERS} layers, {MAX_EXPERTS} experts, top-k {MAX_TOP_K}; "
                                            "parsers/limits.py) or an integer out of range"))
 
-    def ints(name: str, missing: int, dtype=np.int32) -> np.ndarray:
-        v = col(name) if n else None
-        if v is None:
+    def ints(name: str, missing: int, dtype: type[np.integer[Any]] = np.int32) -> np.ndarray:
+        cv = col(name) if n else None
+        if cv is None:
             return np.full(int(keep.sum()), missing, dtype=dtype)
-        v = v[keep]
-        out = np.where(np.isfinite(v), v, missing)
+        cv = cv[keep]
+        out = np.where(np.isfinite(cv), cv, missing)
         return out.astype(dtype)
 
     turn = ints("turn", 0)
@@ -199,7 +198,8 @@ def load_route_trace(data: bytes) -> RouteTrace:
 def _select(trace: RouteTrace, phase: int | None) -> np.ndarray:
     if phase is None:
         return np.ones(trace.n_rows, dtype=bool)
-    return trace.phase == phase
+    sel: np.ndarray = trace.phase == phase
+    return sel
 
 
 def hit_matrix(trace: RouteTrace, phase: int | None = PHASE_DECODE) -> tuple[np.ndarray, np.ndarray]:

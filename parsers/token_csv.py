@@ -876,10 +876,10 @@ def load_token_csv(data: bytes) -> TokenTable:
     names: list[str] = []
     for j, name in enumerate(nc.header):
         key = name
-        k = 2
+        dup = 2
         while key in columns:
-            key = f"{name}.{k}"
-            k += 1
+            key = f"{name}.{dup}"
+            dup += 1
         columns[key] = mat[j]
         names.append(key)
     return TokenTable(meta, names, columns, int(nc.matrix.shape[0]), summaries, problems, others)

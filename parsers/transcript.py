@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
-from .bmoe_lines import BadLine, Begin, Done, Progress, TextAccumulator, TextLine, parse_line
+from .bmoe_lines import BadLine, Begin, Done, Progress, Record, TextAccumulator, TextLine, parse_line
 from .summary_lines import SummaryLine, derive_summary, parse_summary_line
 from .textio import Problem, decode_bytes, split_text
 
@@ -65,7 +66,7 @@ class Transcript:
     unknown shape (shown as they are; each is also a problem); ``problems`` bad lines.
     """
 
-    records: list = field(default_factory=list)
+    records: list[Record] = field(default_factory=list)
     record_lines: list[int] = field(default_factory=list)
     summary: dict[str, float] = field(default_factory=dict)
     info: dict[str, str] = field(default_factory=dict)
@@ -76,7 +77,7 @@ class Transcript:
     text_lines: list[str] = field(default_factory=list)
     text_line_numbers: list[int] = field(default_factory=list)
     summary_lines: list[tuple[int, SummaryLine]] = field(default_factory=list)
-    generations: list[dict] = field(default_factory=list)
+    generations: list[dict[str, Any]] = field(default_factory=list)
     unparsed: list[tuple[int, str]] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
 
@@ -138,7 +139,7 @@ def parse_transcript(data: bytes | str) -> Transcript:
                 answer_end = i
     if answer_start is not None and answer_end is None:
         answer_end = next((i for i in range(answer_start + 1, len(items))
-                           if kinds[i] is not None and kinds[i].kind not in ("banner", "sidecar", "unparsed")),
+                           if (kd := kinds[i]) is not None and kd.kind not in ("banner", "sidecar", "unparsed")),
                           len(items))
     in_block = (lambda i: answer_start < i < answer_end) if answer_start is not None else (lambda i: False)
     first_summary = next((i for i, s in enumerate(kinds)
@@ -198,19 +199,18 @@ def parse_transcript(data: bytes | str) -> Transcript:
 
 def _generations(tr: Transcript) -> None:
     acc = TextAccumulator()
-    cur: dict | None = None
+    cur: dict[str, Any] | None = None
     for rec, lineno in zip(tr.records, tr.record_lines):
-        t = type(rec)
-        if t is Begin:
+        if isinstance(rec, Begin):
             acc.reset()
             cur = {"id": rec.id, "answer": "", "reasoning": "", "done": None, "lineno": lineno}
             tr.generations.append(cur)
-        elif t is Progress or t is Done:
+        elif isinstance(rec, (Progress, Done)):
             if cur is None or cur["done"] is not None:  # one-shot --progress: no BMOE_BEGIN
                 acc.reset()
                 cur = {"id": None, "answer": "", "reasoning": "", "done": None, "lineno": lineno}
                 tr.generations.append(cur)
-            if t is Progress:
+            if isinstance(rec, Progress):
                 acc.feed(rec)
             else:
                 if rec.text is not None:
