@@ -224,7 +224,7 @@ def parse_audit_records(line: str | bytes, lineno: int = 0) -> tuple[list[AuditR
         return [parse_audit_line(line, lineno)], []
     except AuditLineError as exc:
         first = exc
-    if b"}" not in line or line.count(b"{") < 2:
+    if b"}" not in line:
         return [], [first]
     records: list[AuditRecord] = []
     errors: list[AuditLineError] = []
@@ -251,6 +251,8 @@ def parse_audit_records(line: str | bytes, lineno: int = 0) -> tuple[list[AuditR
         except AuditLineError as exc:
             errors.append(exc)
         pos = end
+    if not records:
+        return [], [first]  # no record anywhere: the line's own error says it best
     return records, errors
 
 
