@@ -30,10 +30,12 @@ from .textio import decode_bytes, guess_encoding, split_text
 from .token_csv import KNOWN_TOKEN_COLUMNS, find_header
 from .transcript import is_loader_noise
 
-__all__ = ["sniff", "KINDS"]
+__all__ = ["sniff", "sniff_reason", "KINDS", "RUN_KINDS"]
 
 KINDS = ("token_csv", "route_trace", "transcript", "sidecar", "recording", "requests", "audit",
          "strp", "unknown")
+#: The kinds that hold a recorded run (or a part of one) that bmoe-top can replay.
+RUN_KINDS = frozenset(KINDS) - {"unknown"}
 
 _SAMPLE = 64 * 1024
 _AUDIT_EVENTS = frozenset({"load", "ready", "request", "exit"})
@@ -169,3 +171,25 @@ def sniff(data: bytes, name: str = "") -> str:
     if lname.endswith((".log", ".out", ".txt")):
         return "transcript"
     return "unknown"
+
+
+def sniff_reason(data: bytes, name: str = "") -> tuple[str, str]:
+    """``(kind, reason)``: :func:`sniff`'s kind, and for "unknown" one sentence saying why the data is
+    not a recorded run (for an exit message or a banner); "" for the other kinds. Never raises."""
+    kind = sniff(data, name)
+    if kind != "unknown":
+        return kind, ""
+    if not data.strip():
+        return kind, "the file is empty: not a recorded run"
+    raw = data[:4096]
+    if guess_encoding(raw)[0] == "utf-8" and b"\x00" in raw:
+        rest = _NULS.sub(b"", raw)
+        if len(_CONTROL.findall(rest)) > max(4, len(rest) // 100) or not rest.strip():
+            return kind, "binary data that is none of the formats bmoe-top reads (not STRP): not a recorded run"
+    first = next((ln.strip() for ln in split_text(decode_bytes(data[:_SAMPLE])) if ln.strip()), "")
+    if first.startswith("{"):
+        return kind, ("JSON lines, but not a recording (t/src/line), session requests (cmd) or an audit log "
+                      "(event load/ready/request/exit): not a recorded run")
+    return kind, ("text with none of the formats bmoe-top reads (a CSV header with step and a timing column, "
+                  "a route-trace header, BMOE_ lines, end-of-run summary lines, key=value lines): not a "
+                  "recorded run")

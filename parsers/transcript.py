@@ -25,7 +25,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from .bmoe_lines import BadLine, Begin, Done, Progress, Record, TextAccumulator, TextLine, parse_line
+from .bmoe_lines import BadLine, Begin, Done, Progress, Ready, Record, TextAccumulator, TextLine, parse_line
 from .summary_lines import SummaryLine, derive_summary, parse_summary_line
 from .textio import Problem, decode_bytes, split_text
 
@@ -80,6 +80,19 @@ class Transcript:
     generations: list[dict[str, Any]] = field(default_factory=list)
     unparsed: list[tuple[int, str]] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def identity(self) -> dict[str, str]:
+        """The run this capture is from: ``arch`` and ``model`` of its first ``BMOE_READY``, when
+        it has one and they are strings."""
+        for rec in self.records:
+            if isinstance(rec, Ready):
+                out = {"arch": rec.arch} if isinstance(rec.arch, str) else {}
+                model = rec.extra.get("model")
+                if isinstance(model, str):
+                    out["model"] = model
+                return out
+        return {}
 
 
 def is_loader_noise(line: str) -> bool:

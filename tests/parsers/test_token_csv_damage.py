@@ -271,3 +271,14 @@ def test_values_are_exactly_what_float_reads():
     for name, cell in zip(NAMES, row):
         v = t.columns[name][123]
         assert v == float(cell) and not math.isnan(v)
+
+
+def test_not_a_recorded_run_says_why():
+    from bmoe_top.parsers.sniff import RUN_KINDS, sniff_reason
+    assert sniff_reason(CLEAN) == ("token_csv", "")
+    assert "token_csv" in RUN_KINDS and "unknown" not in RUN_KINDS
+    for data, word in [(b"", "empty"), (bytes(range(256)) * 8, "binary"), (b'{"a": 1}\n{"b": 2}\n', "JSON lines"),
+                       (b"Dear diary,\ntoday was fine.\n", "text")]:
+        kind, why = sniff_reason(data)
+        assert kind == "unknown" and word in why and "not a recorded run" in why
+    assert GOOD.identity == {"model": "synthetic-moe.gguf", "arch": "qwen3moe"}
