@@ -21,6 +21,7 @@ written so that a failed write is an exception at once, never a lost line and an
 
 :class:`OutputFileError` is an ``OSError`` (``errno``, ``filename``) whose message is one sentence:
 ``cannot write run.csv: the disk is full (ENOSPC)``. This module imports nothing of the project.
+docs/architecture.md "Output files".
 """
 
 from __future__ import annotations
@@ -120,9 +121,11 @@ class OutputFile:
 
     @property
     def closed(self) -> bool:
+        """:meth:`close` was called."""
         return self._fd is None
 
     def fileno(self) -> int:
+        """The file descriptor. Raises ``ValueError`` once closed."""
         if self._fd is None:
             raise ValueError(f"{self.path}: file is closed")
         return self._fd

@@ -21,7 +21,8 @@ creation: ``hits``, ``hits_profile``, ``misses``, ``bytes_upload``, ``bytes_cpu`
 * :func:`check_exact_sum`: with one slot the ``request`` records add up exactly to ``exit``
   minus ``ready`` (the reference's property).
 
-Pure: no threads, no files except :func:`read_audit_file`.
+Pure: no threads, no files except :func:`read_audit_file`. As implemented: docs/metrics.md
+"The audit log".
 """
 
 from __future__ import annotations
@@ -103,6 +104,7 @@ class AuditRecord:
     notes: list[str] = field(default_factory=list)
 
     def get(self, key: str, default: Any = None) -> Any:
+        """The record's field ``key`` (``default`` when absent)."""
         return self.data.get(key, default)
 
     def layers(self) -> list[dict[str, Any]]:
@@ -295,6 +297,7 @@ class AuditRun:
 
     @property
     def exited(self) -> bool:
+        """An ``exit`` record closed the run."""
         return self.exit is not None
 
     @property
@@ -307,6 +310,7 @@ class AuditRun:
 
     @property
     def last(self) -> AuditRecord | None:
+        """The run's newest record (exit, else the last request, else ready, else load)."""
         if self.exit is not None:
             return self.exit
         if self.requests:
@@ -362,9 +366,11 @@ class AuditRuns:
         self.notes: list[tuple[int, str]] = []
 
     def add_bad(self, lineno: int, msg: str) -> None:
+        """Record a line (or part of one) that is not a valid record."""
         self.bad.append((lineno, msg))
 
     def add(self, rec: AuditRecord) -> AuditRun:
+        """Add one parsed record to its pid's run (a ``load`` opens a new run); returns the run."""
         self.n_records += 1
         run = self._open.get(rec.pid)
         if rec.event == "load" or run is None or run.exited:
@@ -402,6 +408,7 @@ class AuditRuns:
         return recs[-1] if recs else None
 
     def pids(self) -> list[int]:
+        """Every pid seen, ascending."""
         return sorted({r.pid for r in self.runs})
 
 

@@ -184,6 +184,7 @@ class PromSnapshot:
         return self.values.get(key)
 
     def exported(self, key: str) -> bool:
+        """The server exports series ``key`` (scalar or per layer)."""
         return key in self.values or key in self.layers
 
     def layer_count(self) -> int:

@@ -3,7 +3,8 @@
 Contract: ../shared/seeds/telemetry-contract.md "Session mode", Requests:
 ``{"cmd":"generate","id":<int>,"prompt":"<string>","n_predict":<int>,"think":<bool>,
 "clear_kv":<bool>}``, ``{"cmd":"cancel"}``, ``{"cmd":"close"}``. ``n_predict``/``think``/
-``clear_kv`` are optional (None = not sent: the process's flags / true apply).
+``clear_kv`` are optional (None = not sent: the process's flags / true apply). docs/telemetry.md
+"Parsers".
 """
 
 from __future__ import annotations

@@ -1,10 +1,11 @@
 """Route trace CSV: per token, per MoE layer, the routed experts and whether each was resident.
 
 Format (../shared/data/real-runs/README.md, "qwen.route.csv"; written by bmoe-cli's route
-tracer): comment header lines ``# route_trace v1``, ``# model=... arch=... n_layer=N
-n_expert=E n_expert_used=K``, one ``# layer=N expert_bytes=B dense_bytes=D`` per layer, then the
-header ``turn,phase,step,layer,slot,expert,weight,residency,expert_bytes`` and one row per
-(token, layer, top-k slot).
+tracer; as implemented: docs/telemetry.md "Route trace CSV" and "Route trace"): comment header
+lines ``# route_trace v1``, ``# model=... arch=... n_layer=N n_expert=E n_expert_used=K``, one
+``# layer=N expert_bytes=B dense_bytes=D`` per layer, then the header
+``turn,phase,step,layer,slot,expert,weight,residency,expert_bytes`` and one row per (token, layer,
+top-k slot). The CSV is read by token_csv.read_numeric_csv, with its repairs of damaged files.
 
 ``phase`` 0 = prefill, 1 = decode (the strings "prefill"/"decode" are accepted too);
 ``residency`` 1 = the expert was resident when routed (cache hit), 0 = miss; ``weight`` the
@@ -69,6 +70,7 @@ class RouteTrace:
 
     @property
     def n_rows(self) -> int:
+        """Routed slots (rows) kept."""
         return int(self.layer.shape[0])
 
     @property

@@ -15,7 +15,9 @@ Kinds:
 * "audit": ``--moe-cache-audit`` JSONL (objects with "event" in load/ready/request/exit;
   moe-cache-reference.md "Audit log");
 * "strp": an expert profile (magic ``STRP``; moe-cache-reference.md "Profile format");
-* "unknown": none of these (not a recorded run).
+* "unknown": none of these (not a recorded run; :func:`sniff_reason` says why).
+
+docs/telemetry.md "Sniffing".
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ n_layers x n_expert, every pair's range) plus the file's length and parsers/limi
 n_layers and n_expert (so a 24-byte file cannot ask for a 16 GiB rank table), and raises
 :class:`StrpError` with one clear sentence. :func:`check_dims` compares a profile with a model's
 n_layer x n_expert. :func:`write_strp` writes one; :func:`profile_from_counts` ranks experts
-by a (layer, expert) count table, hottest first.
+by a (layer, expert) count table, hottest first. As implemented: docs/metrics.md "Profiles".
 """
 
 from __future__ import annotations
@@ -61,6 +61,7 @@ class StrpProfile:
 
     @property
     def n_ranked(self) -> int:
+        """Ranked (layer, expert) pairs."""
         return int(self.pairs.shape[0])
 
     def rank_map(self) -> np.ndarray:

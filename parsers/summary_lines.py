@@ -17,7 +17,7 @@ with its text, for the UI to show as it is.
 Values use the CANONICAL summary keys below (units in the name: ``_s`` seconds, ``_mib`` MiB,
 ``_pct`` percent, ``_tok`` per generated token). Keys without a canonical name keep the
 ``# summary`` spelling (``majflt/tok``, ``cpu_s/tok``), so a text log and a CSV of the same run
-give the same dict.
+give the same dict. docs/telemetry.md "Summary keys".
 """
 
 from __future__ import annotations

@@ -12,6 +12,8 @@ same everywhere:
   Only these three split lines: U+2028, form feed etc. are ordinary characters (orjson writes
   U+2028 unescaped inside JSON strings, so splitting on it would break BMOE lines).
 * A missing final newline is fine: the last partial line comes out of ``flush()``.
+
+docs/telemetry.md "Parsers". Making outside text safe for a terminal is sanitize.py's job.
 """
 
 from __future__ import annotations

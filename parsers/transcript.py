@@ -17,6 +17,7 @@ Where the answer comes from, in order:
 
 A ``<think>...</think>`` block (or an unterminated ``<think>``) moves from the answer to
 ``reasoning``; reasoning sent separately (``delta_reasoning``) lands there too.
+docs/telemetry.md "Transcripts".
 """
 
 from __future__ import annotations
