@@ -66,6 +66,7 @@ _DIM_KEYS = ("n_layer", "n_expert", "n_expert_used")
 
 _CHUNK = 1 << 20  # bytes of numeric body handed to the fast parser at once
 _SAMPLE_ROWS = 200  # data rows looked at to learn the file's width and number format
+_HEAD_LINES = 10_000  # lines searched for the first data row (the rest is body, read line by line)
 _KV = re.compile(r"([^\s=]+)=(\S*)")
 _SUMMARY = re.compile(r"summary(?:\s|$)")
 _FORMAT = re.compile(r"([A-Za-z_][\w.-]*)\s+v(\d+)")
@@ -266,7 +267,7 @@ def find_header(data: bytes, known: frozenset[str] = frozenset(),
     candidates: list[tuple[int, str]] = []  # (lineno, text): lines above the data that are neither
     comment_lines: list[tuple[int, str]] = []
     first_data: tuple[int, int] | None = None  # (lineno, offset)
-    while pos < n and first_data is None:
+    while pos < n and first_data is None and lineno <= _HEAD_LINES:
         nl = data.find(b"\n", pos)
         end = n if nl < 0 else nl + 1
         text = data[pos:end].decode("utf-8", "replace").rstrip("\n")
@@ -286,7 +287,7 @@ def find_header(data: bytes, known: frozenset[str] = frozenset(),
             else:
                 candidates.append((lineno, s))
         pos, lineno = end, lineno + 1
-    body_line, body_pos = first_data if first_data is not None else (lineno, n)
+    body_line, body_pos = first_data if first_data is not None else (lineno, pos)
     # the data's delimiter and width, from the first rows
     sample: list[str] = []
     p = body_pos

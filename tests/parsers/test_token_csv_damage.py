@@ -282,3 +282,11 @@ def test_not_a_recorded_run_says_why():
         kind, why = sniff_reason(data)
         assert kind == "unknown" and word in why and "not a recorded run" in why
     assert GOOD.identity == {"model": "synthetic-moe.gguf", "arch": "qwen3moe"}
+
+
+def test_a_long_text_without_rows_is_searched_for_a_header_only_at_its_top():
+    from bmoe_top.parsers import token_csv as tc
+    data = ("step,wall_ms\n" + "not a row\n" * (tc._HEAD_LINES + 10) + "1,2\n").encode()
+    t = load_token_csv(data)
+    assert t.n_rows == 1 and t.columns["wall_ms"].tolist() == [2.0]
+    assert sum(1 for p in t.problems if "not" in p.reason) == tc._HEAD_LINES + 10
