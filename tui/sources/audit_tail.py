@@ -72,18 +72,19 @@ class AuditIngest:
                 self.run.sources.append(source)
 
     def feed_line(self, line: bytes, lineno: int, generation: int = 0) -> AuditRecord | None:
-        """Parse one complete line (without its newline) and apply it; ``None`` for a blank or
-        bad line (a bad one becomes a problem)."""
-        rec = self.runs.feed_line(line, lineno)
-        if rec is None:
-            if line.strip():
-                ln, msg = self.runs.bad[-1]
-                src = self.source + (f" (file {generation})" if generation > 1 else "")
-                self.run.add_problem(src, ln, line[:200].decode("utf-8", "replace"), msg)
+        """Parse one complete line (without its newline) and apply every record on it; the last
+        record, or ``None`` for a blank or bad line (a bad part or a capped size becomes a problem)."""
+        n_bad, n_notes = len(self.runs.bad), len(self.runs.notes)
+        recs = self.runs.feed(line, lineno)  # records of concurrent writers may share a line
+        src = self.source + (f" (file {generation})" if generation > 1 else "")
+        for ln, msg in self.runs.bad[n_bad:] + self.runs.notes[n_notes:]:
+            self.run.add_problem(src, ln, line[:200].decode("utf-8", "replace"), msg)
+        if not recs:
             return None
         with self.run.lock:
-            self._apply(rec)
-        return rec
+            for rec in recs:
+                self._apply(rec)
+        return recs[-1]
 
     def _apply(self, rec: AuditRecord) -> None:
         run = self.run
