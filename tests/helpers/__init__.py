@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 TESTS = Path(__file__).resolve().parent.parent
@@ -11,7 +12,8 @@ FIXTURES = TESTS / "fixtures"
 #: A scripted BMOE session emitter (a child process that speaks the session protocol).
 EMITTER = str(TESTS / "helpers" / "emitter.py")
 #: Real recorded runs from a real runtime (../shared beside the repo). Absent on a fresh clone.
-REAL_RUNS = REPO.parent / "shared" / "data" / "real-runs"
+#: ``BMOE_REAL_RUNS`` names another folder (a worktree whose ../shared is elsewhere).
+REAL_RUNS = Path(os.environ.get("BMOE_REAL_RUNS") or REPO.parent / "shared" / "data" / "real-runs")
 
 
 def real_run_files() -> list[Path]:

@@ -53,21 +53,26 @@ class AuditFeed:
 
     # -- lines ----------------------------------------------------------------------------------
     def feed_line(self, line: bytes, lineno: int, generation: int = 0) -> AuditRecord | None:
-        """Parse one complete line (without its newline) and apply it; None for a blank or a bad
-        line (a bad one is counted and becomes a problem)."""
-        rec = self.runs.feed_line(line, lineno)
-        if rec is None:
-            if line.strip():
-                ln, msg = self.runs.bad[-1]
+        """Parse one complete line (without its newline) and apply every record on it (records of
+        concurrent writers may share a line); the last record, or None for a blank or a bad line.
+        Each bad part and each capped size becomes a problem; a line without a record is counted."""
+        n_bad, n_notes = len(self.runs.bad), len(self.runs.notes)
+        recs = self.runs.feed(line, lineno)
+        new_bad = self.runs.bad[n_bad:]
+        src = self.source + (f" (file {generation})" if generation > 1 else "")
+        for ln, msg in new_bad + self.runs.notes[n_notes:]:
+            self.run.add_problem(src, ln, line[:200].decode("utf-8", "replace"), msg)
+        if not recs:
+            if new_bad:
+                ln, msg = new_bad[-1]
                 self.n_bad += 1
                 self.bad.append((generation, ln, msg))
                 del self.bad[:-BAD_KEPT]
-                src = self.source + (f" (file {generation})" if generation > 1 else "")
-                self.run.add_problem(src, ln, line[:200].decode("utf-8", "replace"), msg)
             return None
         with self.run.lock:
-            self._apply(rec)
-        return rec
+            for rec in recs:
+                self._apply(rec)
+        return recs[-1]
 
     def feed_lines(self, lines: list[bytes], first_lineno: int, generation: int = 0) -> int:
         """Apply consecutive lines (line numbers from ``first_lineno``); returns records added.
