@@ -172,3 +172,26 @@ def test_headless_audit_twin_prints_the_run_model(tmp_path):
     assert d["run"]["derived"]["token_rows"] == 3 and d["run"]["problems"] == 1
     assert d["run"]["tokens"] == 8  # the newest run (pid 2, opened last): its one request's n_gen
     orjson.loads(to_json(d))
+
+
+def test_audit_records_sharing_a_line_are_all_applied_and_notes_are_problems(tmp_path):
+    # two writers' records glued on one line, one cut record, one resident id over the cap
+    glued = (request(1, 3, 6, 2, 6, 2, 1).rstrip(b"\n") + request(2, 5, 1, 3, 1, 3, 1).rstrip(b"\n")
+             + b'{"event": "requ' + b"\n")
+    data = (rec("load", 1, 1, 0, 0, model={"name": "m", "n_layer": 2}, layers=lay(0, 0, 0, 0))
+            + rec("load", 2, 2, 0, 0, model={"name": "m", "n_layer": 2}, layers=lay(0, 0, 0, 0))
+            + glued + request(1, 6, 9, 7, 3, 5, 2)
+            + rec("exit", 1, 7, 9, 7, layers=lay(5, 3, 4, 4, (0, 1), (3, 4_000_000_000))))
+    p = tmp_path / "a.jsonl"
+    p.write_bytes(data)
+    replay = RunModel()
+    load_audit(replay, data, "a.jsonl")
+    tail = FileTail(p)
+    live = bind(tail, RunModel()).run
+    tail.poll_once()
+    tail.close()
+    for run in (replay, live):
+        assert run.tokens.n == 3 and [t.done["pid"] for t in run.turns] == [1, 2, 1]
+        assert sorted(pr.lineno for pr in run.problems) == [3, 5]  # the cut record, the capped id
+        assert any("resident expert id" in pr.reason for pr in run.problems)
+        assert run.resident[1, 3] and run.resident.shape[1] < 4_000_000_000
