@@ -43,7 +43,11 @@ DEMO_SAMPLING = ["--temp", "0.7", "--top-p", "0.95", "--repeat-penalty", "1.1"]
 
 
 def _die(msg: str, code: int = EXIT_USAGE) -> int:
-    print(f"bmoe-top: {msg}", file=sys.stderr)
+    """One line on stderr (made safe for the terminal: it may name a file or quote a server) and
+    the exit status."""
+    from bmoe_top.parsers.sanitize import sanitize
+
+    print(f"bmoe-top: {sanitize(msg)}", file=sys.stderr)
     return code
 
 
@@ -67,7 +71,7 @@ def runtime_command(model: str | None = None, extra: list[str] | None = None) ->
 # ------------------------------------------------------------------------------------- replay
 def cmd_replay(args: argparse.Namespace) -> int:
     from bmoe_top.tui.headless import replay
-    from bmoe_top.tui.present.numbers import print_json
+    from bmoe_top.tui.present.numbers import print_json, print_lines
     from bmoe_top.tui.present.summary import run_summary, summary_text
     from bmoe_top.tui.sources.files import ReplayError
 
@@ -80,7 +84,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         if args.json:
             print_json(s)
         else:
-            print(summary_text(s))
+            print_lines(summary_text(s))
         return 0
     from bmoe_top.tui.screens.replay import run_replay
 
@@ -104,16 +108,15 @@ def _child_argv(args: argparse.Namespace) -> list[str]:
 
 
 def _print_outcome(outcome: Outcome, as_json: bool) -> int:
-    from bmoe_top.tui.present.numbers import print_json
+    from bmoe_top.tui.present.numbers import print_json, print_lines
     from bmoe_top.tui.present.summary import summary_text
 
     doc = outcome.document
     if as_json:
         print_json(doc)
     elif outcome.error is None:
-        print(summary_text(doc))
-        for line in outcome.text:
-            print(line)
+        print_lines(summary_text(doc))
+        print_lines(outcome.text)
     if outcome.error is not None:
         return _die(outcome.error, outcome.status)
     return int(outcome.status)
@@ -158,7 +161,8 @@ def cmd_attach(args: argparse.Namespace) -> int:
         if args.once:
             from bmoe_top.tui.headless import session_once
 
-            return _print_outcome(session_once(src, args.prompt, args.n_predict, args.timeout), args.json)
+            return _print_outcome(session_once(src, args.prompt, args.n_predict,
+                                               args.timeout if args.timeout else 30.0), args.json)
         from bmoe_top.tui.screens.live import run_live
 
         return run_live(src, title=f"attach {args.session}", n_predict=args.n_predict, fps=args.fps)
@@ -172,16 +176,17 @@ def _attach_network(args: argparse.Namespace) -> int:
     """--metrics / --audit: the headless documents, or the attach screens."""
     if args.once:
         from bmoe_top.tui.headless import audit_once, exit_code, metrics_once
-        from bmoe_top.tui.present.numbers import to_json
+        from bmoe_top.tui.present.numbers import print_lines, to_json
 
         if args.metrics is not None:
-            d = metrics_once(args.metrics, api_key=args.api_key, interval=args.interval or 0.0)
+            d = metrics_once(args.metrics, api_key=args.api_key, interval=args.interval or 0.0,
+                             timeout=args.timeout if args.timeout else 5.0, slots=args.slots)
         else:
             d = audit_once(args.audit)
         if args.json:
             print(to_json(d))
         else:
-            print(f"{args.metrics or args.audit}: {d.get('status')} {d.get('detail') or ''}".rstrip())
+            print_lines([f"{args.metrics or args.audit}: {d.get('status')} {d.get('detail') or ''}".rstrip()])
         return exit_code(d)
     if args.metrics is not None:
         from bmoe_top.tui.screens.attach_metrics import run_metrics_attach
@@ -299,7 +304,12 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--once", action="store_true", help="headless: print what the screen would show, exit")
     ap.add_argument("--json", action="store_true", help="with --once: print JSON")
     ap.add_argument("-p", "--prompt", default=None, help="with --session --once: send this prompt and wait for its end")
-    ap.add_argument("--timeout", type=float, default=30.0, help="with --once: seconds to wait (default 30)")
+    ap.add_argument("--timeout", type=float, default=None, metavar="S",
+                    help="--session --once: seconds to wait for the session (default 30); --metrics: seconds "
+                         "each request may take (default 5 with --once, 2x the interval live)")
+    ap.add_argument("--slots", action="store_true",
+                    help="with --metrics: also read llama-server's /slots (started with --slots): live "
+                         "progress of requests its counters count only when they end")
     _live_common(ap)
     ap.set_defaults(func=cmd_attach)
 

@@ -110,11 +110,13 @@ def session_once(source: SessionSocketClient, prompt: str | None, n_predict: int
     return Outcome(doc, [f"live: {st.message}; turns {st.turns_done}"], 0 if ok else 1)
 
 
-def metrics_once(url: str, api_key: str | None = None, timeout: float = 5.0, interval: float = 0.0) -> dict[str, Any]:
-    """One scrape of ``url`` (``interval`` > 0: two scrapes that far apart, so rates are filled):
+def metrics_once(url: str, api_key: str | None = None, timeout: float = 5.0, interval: float = 0.0,
+                 slots: bool = False) -> dict[str, Any]:
+    """One scrape of ``url`` (``interval`` > 0: two scrapes that far apart, so rates are filled;
+    ``timeout``: seconds each request may take; ``slots``: also read ``/slots``):
     :func:`~bmoe_top.tui.present.metrics.metrics_document`. Never raises for network, HTTP or
     format trouble: ``status`` says what went wrong."""
-    poller = MetricsPoller(url, interval=max(interval, 0.05), timeout=timeout, api_key=api_key)
+    poller = MetricsPoller(url, interval=max(interval, 0.05), timeout=timeout, api_key=api_key, slots=slots)
     binding = bind(poller)
     try:
         poller.scrape_once()

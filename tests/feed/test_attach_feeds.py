@@ -101,7 +101,7 @@ def test_metrics_intervals_are_token_rows(srv):
     # the server goes away: status and reason in the run model, the rows stay
     srv.close()
     p.scrape_once()
-    assert run.status == "unreachable" and run.status_detail and tok.n == 3
+    assert run.status == "refused" and run.status_detail and tok.n == 3
     p.client.close()
 
 

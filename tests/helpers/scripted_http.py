@@ -21,11 +21,17 @@ def exposition(hits, misses, tokens):
 
 
 class Scripted:
-    """A real HTTP server whose next answers are scripted: (status, body, delay_s)."""
+    """A real HTTP server whose next answers are scripted: (status, body, delay_s). ``/health``
+    answers ``health`` (status, body; None: scripted like any path) without taking an answer;
+    ``/slots`` answers ``slots`` the same way when set; ``headers`` are added to every other
+    answer (e.g. llama-server's ``Process-Start-Time-Unix``)."""
 
     def __init__(self):
         self.answers: list[tuple[int, bytes, float]] = []
         self.default = (200, exposition(0, 0, 0).encode(), 0.0)
+        self.health: tuple[int, bytes] | None = (200, b'{"status":"ok"}')
+        self.slots: tuple[int, bytes] | None = None
+        self.headers: dict[str, str] = {}
         self.seen: list[dict] = []
         self.inflight = 0
         self.max_inflight = 0
@@ -34,6 +40,12 @@ class Scripted:
 
         class H(http.server.BaseHTTPRequestHandler):
             def do_GET(self):  # noqa: N802
+                fixed = {"/health": outer.health, "/slots": outer.slots}.get(self.path.split("?")[0])
+                if fixed is not None:
+                    with lock:
+                        outer.seen.append({"path": self.path, "auth": self.headers.get("Authorization")})
+                    self._answer(fixed[0], fixed[1], {})
+                    return
                 with lock:
                     outer.inflight += 1
                     outer.max_inflight = max(outer.max_inflight, outer.inflight)
@@ -44,10 +56,16 @@ class Scripted:
                 # on receipt must not look like an overlap because this thread had not run yet
                 with lock:
                     outer.inflight -= 1
+                    headers = dict(outer.headers)
+                self._answer(st, body, headers)
+
+            def _answer(self, st, body, headers):
                 try:
                     self.send_response(st)
                     self.send_header("Content-Type", "text/plain; version=0.0.4")
                     self.send_header("Content-Length", str(len(body)))
+                    for k, v in headers.items():
+                        self.send_header(k, v)
                     self.end_headers()
                     self.wfile.write(body)
                 except OSError:

@@ -124,18 +124,20 @@ def test_attach_metrics_once(tmp_path, capsys, scripted):
     scripted.answers = [(200, exposition(100, 20, 10).encode(), 0)]
     code, doc = run_cli(capsys, "attach", "--metrics", scripted.url, "--once", "--json")
     assert code == 0 and doc["rates"] is None
-    check_golden(GOLDEN / "attach_metrics_once.json", masked(doc, places(tmp_path, **{scripted.url: "<url>"})))
+    aged = ["stale_s", "retry_in_s"]
+    check_golden(GOLDEN / "attach_metrics_once.json",
+                 masked(doc, places(tmp_path, **{scripted.url: "<url>"}), aged))
     scripted.answers = [(200, exposition(100, 20, 10).encode(), 0), (200, exposition(190, 30, 30).encode(), 0)]
     code, doc = run_cli(capsys, "attach", "--metrics", scripted.url, "--once", "--json", "--interval", "0.2")
     assert code == 0 and doc["rates"]["hit_pct"] == 90.0
-    by_time = ["rates.interval_s", "rates.tok_s", "rates.prompt_tok_s", "rates.read_mib_s", "rates.cpu_mib_s"]
+    by_time = ["rates.interval_s", "rates.tok_s", "rates.prompt_tok_s", "rates.read_mib_s", "rates.cpu_mib_s", *aged]
     check_golden(GOLDEN / "attach_metrics_two_scrapes.json",
                  masked(doc, places(tmp_path, **{scripted.url: "<url>"}), by_time))
     scripted.close()
     code, doc = run_cli(capsys, "attach", "--metrics", scripted.url, "--once", "--json")
-    assert code == 1 and doc["status"] == "unreachable"
+    assert code == 1 and doc["status"] == "refused"  # nothing listens on the port any more
     check_golden(GOLDEN / "attach_metrics_unreachable.json",
-                 masked(doc, places(tmp_path, **{scripted.url: "<url>"}), ["detail", "run.status_detail"]))
+                 masked(doc, places(tmp_path, **{scripted.url: "<url>"}), ["detail", "run.status_detail", *aged]))
 
 
 def test_attach_audit_once(tmp_path, capsys):

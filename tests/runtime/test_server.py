@@ -160,7 +160,7 @@ def test_restart_resets_baseline_for_the_poller(tiny):
         poller.scrape_once()
         s.stop()
         poller.scrape_once()
-        assert poller.state.status == "unreachable"
+        assert poller.state.status == "refused"  # nothing listens any more
         s = Serve(tiny, "--cache-mb", "0.5", port=port)
         complete(s.url, "after", 2)
         d = poller.scrape_once()
@@ -308,7 +308,7 @@ def test_headless_twins_against_the_server(server):
     assert run["state"] == "ready" and run["exact_sum"] is None and run["n_layer"] == 2
     assert run["requests"] and run["requests"][-1]["n_gen"] == 200
     dead = metrics_once("http://127.0.0.1:9/metrics", timeout=0.5)
-    assert dead["status"] == "unreachable" and exit_code(dead) == 1
+    assert dead["status"] == "refused" and exit_code(dead) == 1
 
 
 def test_port_in_use_is_one_line(tiny):

@@ -96,7 +96,7 @@ async def test_screen_states_and_numbers(srv):
         poller.scrape_once()
         app.main.update_attach(force=True)
         await pilot.pause()
-        assert "unreachable" in app.query_one("#attach-status").content.plain
+        assert "refused" in app.query_one("#attach-status").content.plain
 
 
 async def test_screen_live_against_bmoe_run_serve(tmp_path):

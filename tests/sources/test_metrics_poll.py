@@ -1,5 +1,7 @@
 """tui/sources/metrics_poll.py against real HTTP servers on loopback (stdlib http.server):
-states, backoff, api key, JSON-quoted bodies, proxies and a malformed NO_PROXY."""
+states (refused, unreachable, busy with /health answering, server error, 501 disabled with the
+hint whole), backoff and the retry countdown, scrape now, api key, JSON-quoted bodies, proxies
+and a malformed NO_PROXY."""
 
 from __future__ import annotations
 
@@ -45,7 +47,7 @@ def test_ok_rates_then_restart_baseline(srv):
     p.client.close()
 
 
-def test_three_failure_states_are_distinct(srv):
+def test_failure_states_are_distinct(srv):
     srv.answers = [(401, b"unauthorized", 0), (403, b"forbidden", 0), (404, b"not found", 0),
                    (200, b"<html>oops</html>", 0), (503, b"loading model", 0)]
     p = MetricsPoller(srv.url, interval=0.05, timeout=2)
@@ -58,23 +60,101 @@ def test_three_failure_states_are_distinct(srv):
     p.scrape_once()
     assert p.state.status == "malformed" and "no sample line" in p.state.detail
     p.scrape_once()
-    assert p.state.status == "unreachable" and "503" in p.state.detail
+    assert p.state.status == "server_error" and "503" in p.state.detail and "loading model" in p.state.detail
+    assert p.next_wait() == pytest.approx(0.05)  # the first failure: the interval
     p.client.close()
     dead = MetricsPoller(f"http://127.0.0.1:{free_port()}/metrics", interval=0.05, timeout=1)
     dead.scrape_once()
-    assert dead.state.status == "unreachable"
+    assert dead.state.status == "refused" and "refused" in dead.state.detail
     dead.scrape_once()
     dead.scrape_once()
-    assert dead.next_wait() == pytest.approx(0.2)  # backoff doubles while unreachable
+    assert dead.next_wait() == pytest.approx(0.2)  # backoff doubles while down
     dead.client.close()
 
 
-def test_timeout_is_unreachable(srv):
-    srv.answers = [(200, exposition(1, 1, 1).encode(), 1.5)]
+def test_unresolvable_host_is_unreachable():
+    p = MetricsPoller("http://bmoe-top-no-such-host.invalid:9/metrics", interval=0.05, timeout=2)
+    p.scrape_once()
+    assert p.state.status == "unreachable" and "cannot connect" in p.state.detail
+    p.client.close()
+
+
+def test_read_timeout_while_health_answers_is_busy_and_keeps_the_values(srv):
+    # the server sleeps 1.5 s on the second /metrics, longer than the 0.3 s timeout; /health answers
+    srv.answers = [(200, exposition(10, 10, 5).encode(), 0), (200, exposition(1, 1, 1).encode(), 1.5)]
+    p = MetricsPoller(srv.url, interval=0.05, timeout=0.3)
+    run = bind(p, RunModel()).run
+    p.scrape_once()
+    assert p.state.status == "ok"
+    p.scrape_once()
+    assert p.state.status == "busy" and "/health answers" in p.state.detail
+    assert run.status == "busy" and run.status.live
+    assert p.state.last is not None and p.state.last.values["hits"] == 10  # the last values stay
+    assert p.state.stale_s() is not None and p.state.stale_s() >= 0.3  # aged from the last good scrape
+    assert p.next_wait() == pytest.approx(0.05)  # a busy server is asked again every interval, no backoff
+    doc = metrics_document(p.state, run)
+    assert doc["status"] == "busy" and doc["totals"]["hits"] == 10 and doc["stale_s"] >= 0.3
+    p.client.close()
+
+
+def test_read_timeout_without_health_is_unreachable(srv):
+    srv.health = None  # /health is scripted like /metrics: it too stalls past the timeout
+    srv.answers = [(200, exposition(1, 1, 1).encode(), 1.5), (200, b"ok", 1.5)]
     p = MetricsPoller(srv.url, interval=0.05, timeout=0.3)
     p.scrape_once()
-    assert p.state.status == "unreachable" and "timeout" in p.state.detail
+    assert p.state.status == "unreachable" and "/health does not answer" in p.state.detail
     p.client.close()
+
+
+def test_501_without_metrics_is_its_own_state_with_the_hint_whole(srv):
+    hint = ("This server does not support metrics endpoint. Start it with `--metrics`. "
+            "And here is a much longer explanation that goes past eighty characters of text.")
+    body = orjson.dumps({"error": {"code": 501, "message": hint, "type": "not_supported_error"}})
+    srv.answers = [(501, body, 0)] * 3
+    p = MetricsPoller(srv.url, interval=0.05, timeout=2)
+    run = bind(p, RunModel()).run
+    for _ in range(3):
+        p.scrape_once()
+    assert p.state.status == "disabled" and p.state.http_status == 501
+    assert p.state.detail == f"HTTP 501: {hint}"  # whole, not cut at 80 characters
+    assert run.status == "disabled" and hint in run.status_detail
+    assert p.next_wait() == pytest.approx(0.05)  # no 30 s backoff
+    p.client.close()
+
+
+def test_retry_countdown_counts_down():
+    p = MetricsPoller(f"http://127.0.0.1:{free_port()}/metrics", interval=2.0, timeout=1)
+    p.scrape_once()
+    first = p.state.retry_in()
+    assert first is not None and 0 < first <= 2.0
+    later = p.state.retry_in(now=time.monotonic() + 1.5)
+    assert later is not None and later < first and later <= 0.5
+    assert p.state.retry_in(now=time.monotonic() + 10) == 0.0
+    p.client.close()
+
+
+def test_scrape_now_wakes_the_thread(srv):
+    # a long interval: only scrape_now() can bring a second scrape
+    p = MetricsPoller(srv.url, interval=600, timeout=2)
+    p.start()
+    try:
+        assert wait_for(lambda: p.state.n_ok >= 1)
+        p.scrape_now()
+        assert wait_for(lambda: p.state.n_ok >= 2)
+    finally:
+        p.stop()
+        p.join(5)
+    assert not p.is_alive()
+
+
+def wait_for(cond, limit: float = 60.0) -> bool:
+    """True once ``cond()`` holds (polled; ``limit`` only guards against a hang)."""
+    end = time.monotonic() + limit
+    while time.monotonic() < end:
+        if cond():
+            return True
+        time.sleep(0.01)
+    return bool(cond())
 
 
 def test_api_key_sent_as_bearer(srv):
@@ -98,10 +178,10 @@ def test_json_quoted_body_flagged(srv):
 def test_thread_one_request_in_flight_and_stops(srv):
     # slow answers and a short interval: the poller never overlaps requests
     srv.default = (200, exposition(1, 1, 1).encode(), 0.15)
-    p = MetricsPoller(srv.url, interval=0.01, timeout=2)
+    p = MetricsPoller(srv.url, interval=0.01, timeout=10)
     st = p.state
     p.start()
-    time.sleep(0.8)
+    assert wait_for(lambda: st.n_ok >= 3)
     p.stop()
     p.join(2)
     assert not p.is_alive()

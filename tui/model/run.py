@@ -22,6 +22,13 @@ Shapes and units
 
 Retention: :data:`KEEP_ALL` (files: every row kept) or :data:`LIVE` (long live runs: the newest
 rows at full resolution, the rest in the history; memory stays bounded however long the run).
+
+Terminal safety: every string a source writes through this API (run header, status reason, source
+names, problems, log lines, summary extras, sidecar, READY fields, turn errors, alerts) is passed
+through :func:`bmoe_top.parsers.sanitize.sanitize` (one line) here, where outside text enters the
+model, so no view can draw an escape sequence, a C1 control or a bidi override from it
+(docs/telemetry.md "Terminal safety"). Answer text, reasoning and prompts are kept as sent (they
+are multi-line; the answer view sanitizes them with ``multiline=True``).
 """
 
 from __future__ import annotations
@@ -38,13 +45,14 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from bmoe_top.parsers.sanitize import sanitize
 from bmoe_top.tui.model.columns import ColumnsReader, ColumnStats, Series, TokenColumns
 from bmoe_top.tui.model.history import CAPACITY, F64, I64
 from bmoe_top.tui.model.routes import ExpertCounts, LayerShares, RoutesReader, RouteStore
 from bmoe_top.tui.model.status import RowUnit, Status
 from bmoe_top.tui.model.turns import ProblemEntry, Turn
 
-__all__ = ["BASE_COLUMNS", "KEEP_ALL", "LIVE", "MAX_PROBLEMS", "Retention", "RunModel"]
+__all__ = ["BASE_COLUMNS", "KEEP_ALL", "LIVE", "MAX_ALERTS", "MAX_PROBLEMS", "Retention", "RunModel", "safe"]
 
 #: Token columns every run has (NaN when the source did not send them).
 BASE_COLUMNS = (
@@ -57,6 +65,19 @@ MAX_PROBLEMS = 10_000
 PROBLEM_TEXT = 200
 #: Log-pane lines kept (stderr, loader output, records without a view).
 LOG_LINES = 5000
+#: Alerts kept (the banner shows the newest; all are counted).
+MAX_ALERTS = 100
+
+
+def safe(value: object) -> str:
+    """``value`` as one line of text a terminal shows literally (``str()`` then
+    :func:`~bmoe_top.parsers.sanitize.sanitize`); the same object when it is a clean ``str``."""
+    return sanitize(value if type(value) is str else str(value))
+
+
+def _safe_mapping(values: Mapping[str, Any]) -> dict[str, Any]:
+    """Keys and string values made safe; numbers and other values kept as they are."""
+    return {safe(k): (safe(v) if isinstance(v, str) else v) for k, v in values.items()}
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +143,12 @@ class RunModel:
         self._problem_count = 0
         self._log: deque[str] = deque(maxlen=LOG_LINES)
         self._requests: list[Mapping[str, Any]] = []
+        self._alerts: list[str] = []
+        self._alert_count = 0
+        self._absent: dict[str, str] = {}
+        self._summary_notes: dict[str, str] = {}
+        self._epoch_start = 0
+        self._epochs = 1
         self._io_over_wall = 0  # tokens whose io_ms exceeds wall_ms (lane-busy time: overlap)
         self._stall_positive = 0  # tokens with stall_ms > 0
 
@@ -249,6 +276,41 @@ class RunModel:
         return self._requests
 
     @property
+    def alerts(self) -> Sequence[str]:
+        """One-line alerts a person must see at once (a file that is not a recorded run, a
+        recording that stopped on a write error), oldest first; the banner shows them. The first
+        :data:`MAX_ALERTS` distinct ones are kept (all are counted in :attr:`alert_count`)."""
+        return tuple(self._alerts)
+
+    @property
+    def alert_count(self) -> int:
+        return self._alert_count
+
+    @property
+    def absent(self) -> Mapping[str, str]:
+        """Summary keys the source says it cannot give, with the words to show instead (a
+        ``/metrics`` server that does not export a series: ``"not exported"``)."""
+        return MappingProxyType(self._absent)
+
+    @property
+    def summary_notes(self) -> Mapping[str, str]:
+        """How the source counts a summary figure, by key (``tok_s``: "per stream: ..."), for the
+        views to say what a number is."""
+        return MappingProxyType(self._summary_notes)
+
+    @property
+    def epoch_start(self) -> int:
+        """The first token row of the source's current process: rows before it belong to a
+        process that restarted (:meth:`new_epoch`); figures derived from the token rows use the
+        rows from here on only."""
+        return self._epoch_start
+
+    @property
+    def epochs(self) -> int:
+        """Processes the source has seen (1 + restarts)."""
+        return self._epochs
+
+    @property
     def n_tokens(self) -> int:
         return self.tokens.n
 
@@ -260,6 +322,7 @@ class RunModel:
         """Set the status and its one-line reason (bumps the version only on a change)."""
         with self.lock:
             status = Status(status)
+            detail = safe(detail)
             if (self._status, self._status_detail) != (status, detail):
                 self._status, self._status_detail = status, detail
                 self._touch()
@@ -272,6 +335,7 @@ class RunModel:
     def add_source(self, name: str) -> None:
         """Name a source that fed this run (a path, ``child: CMD``, ``metrics: URL``); once each."""
         with self.lock:
+            name = safe(name)
             if name not in self._sources:
                 self._sources.append(name)
                 self._touch()
@@ -285,9 +349,10 @@ class RunModel:
         ``n_layer`` / ``n_expert`` / ``n_expert_used`` also set the dimensions."""
         with self.lock:
             for k, v in values.items():
+                k = safe(k)
                 if v is None or (not overwrite and k in self._meta):
                     continue
-                self._meta[k] = str(v)
+                self._meta[k] = safe(v)
             self._dims_from_meta()
             self._touch()
 
@@ -322,7 +387,7 @@ class RunModel:
     def set_ready(self, info: Mapping[str, Any]) -> None:
         """The session is loaded: the ``BMOE_READY`` fields."""
         with self.lock:
-            self._ready = MappingProxyType(dict(info))
+            self._ready = MappingProxyType(_safe_mapping(info))
             self._touch()
 
     def update_summary(self, values: Mapping[str, float | int | None], *, fill_only: bool = False,
@@ -339,13 +404,50 @@ class RunModel:
             self._touch()
 
     def update_summary_extra(self, values: Mapping[str, str]) -> None:
+        """Non-canonical summary keys, verbatim (made safe to draw)."""
         with self.lock:
-            self._summary_extra.update(values)
+            self._summary_extra.update({safe(k): safe(v) for k, v in values.items()})
             self._touch()
 
     def update_sidecar(self, values: Mapping[str, str]) -> None:
+        """``key=value`` device sidecar entries (made safe to draw)."""
         with self.lock:
-            self._sidecar.update(values)
+            self._sidecar.update({safe(k): safe(v) for k, v in values.items()})
+            self._touch()
+
+    def set_absent(self, absent: Mapping[str, str]) -> None:
+        """Replace the summary keys the source cannot give (key -> the words shown instead)."""
+        with self.lock:
+            new = {safe(k): safe(v) for k, v in absent.items()}
+            if new != self._absent:
+                self._absent = new
+                self._touch()
+
+    def set_summary_notes(self, notes: Mapping[str, str]) -> None:
+        """Replace the notes saying how the source counts summary figures (key -> words)."""
+        with self.lock:
+            new = {safe(k): safe(v) for k, v in notes.items()}
+            if new != self._summary_notes:
+                self._summary_notes = new
+                self._touch()
+
+    def new_epoch(self) -> None:
+        """The source restarted (a new process): the next token row starts a new epoch, so no
+        figure derived from the dead process's rows is shown beside the new process's totals."""
+        with self.lock:
+            self._epoch_start = self.tokens.n
+            self._epochs += 1
+            self._touch()
+
+    def add_alert(self, text: str) -> None:
+        """One line a person must see at once (the banner); a repeat of a kept alert is not added."""
+        with self.lock:
+            line = safe(text)
+            if line in self._alerts:
+                return
+            self._alert_count += 1
+            if len(self._alerts) < MAX_ALERTS:
+                self._alerts.append(line)
             self._touch()
 
     def add_problem(self, source: str, lineno: int, text: str, reason: str) -> None:
@@ -354,18 +456,20 @@ class RunModel:
         with self.lock:
             self._problem_count += 1
             if len(self._problems) < MAX_PROBLEMS:
-                self._problems.append(ProblemEntry(source, int(lineno), text[:PROBLEM_TEXT], reason))
+                self._problems.append(ProblemEntry(safe(source), int(lineno), safe(text[:PROBLEM_TEXT]),
+                                                   safe(reason)))
             self._touch()
 
     def add_log(self, line: str) -> None:
         """One log-pane line (stderr, loader output, a record no view shows)."""
         with self.lock:
-            self._log.append(line)
+            self._log.append(safe(line))
             self._touch()
 
     def add_log_lines(self, lines: Iterable[str]) -> None:
+        """Several log-pane lines (each made safe to draw, like :meth:`add_log`)."""
         with self.lock:
-            self._log.extend(lines)
+            self._log.extend(safe(x) for x in lines)
             self._touch()
 
     def note_request(self, request: Mapping[str, Any]) -> None:
@@ -529,7 +633,7 @@ class RunModel:
         """Record a turn's end: its end-record fields (``done``) and whether it was cancelled."""
         with self.lock:
             t = turn if turn is not None else self.ensure_turn()
-            t._done = MappingProxyType(dict(done))
+            t._done = MappingProxyType(_safe_mapping(done))
             t._cancelled = bool(cancelled)
             t._text.compact()  # a finished turn's text is one string: no per-token pieces kept
             t._reasoning.compact()
@@ -539,16 +643,18 @@ class RunModel:
         """A rejected or failed request: attach the message to its turn when it is the newest."""
         with self.lock:
             if self._turns and request_id is not None and self._turns[-1].id == request_id:
-                self._turns[-1]._error = message
+                self._turns[-1]._error = safe(message)
                 self._touch()
 
     # ------------------------------------------------------------------------------ derived reads
     def mode(self) -> tuple[str, str]:
-        """("serial" | "overlap" | "unknown", why): which term is the wall-additive flash wait.
+        """("serial" | "overlap" | "none" | "unknown", why): which term is the wall-additive flash wait.
 
         Overlap when the run header says ``overlap=1``, or when any token has ``io_ms > wall_ms``
-        (lane-busy time can only exceed wall under overlap), or any ``stall_ms > 0``; "unknown"
-        when there are no token rows and no summary stall figure (it draws like serial)."""
+        (lane-busy time can only exceed wall under overlap), or any ``stall_ms > 0``; "none" when
+        the rows carry no per-token time at all (a ``/metrics`` server without per-token time
+        sums: there is no mode to tell); "unknown" when there are no token rows and no summary
+        stall figure (it draws like serial)."""
         with self.lock:
             flag = self._meta.get("overlap")
             if flag is not None:
@@ -556,6 +662,8 @@ class RunModel:
                     return "overlap", "flag overlap=1 in the run header"
                 return "serial", "flag overlap=0 in the run header"
             n = self.tokens.n
+            if n and not any(self.tokens.has(c) for c in ("wall_ms", "io_ms", "stall_ms", "compute_ms")):
+                return "none", "no per-token times in this source"
             if n:
                 if self._io_over_wall:
                     return "overlap", f"io_ms > wall_ms on {self._io_over_wall}/{n} tokens (io is lane-busy time)"

@@ -16,9 +16,12 @@ class Status(StrEnum):
     process, a session socket, a recording played on the live screen): ``LOADING`` (waiting for
     ``BMOE_READY``), ``READY``, ``GENERATING``, ``DISCONNECTED`` (the runtime went away; it may come
     back), ``DONE`` (the source ended normally), ``ABORTED`` (it ended in the middle of something,
-    or never started). Network attach sources: ``CONNECTING``, ``OK``, ``UNREACHABLE``,
-    ``UNAUTHORIZED``, ``MALFORMED`` (an answer that is not what was asked for), ``WAITING`` (a file
-    to follow does not exist yet), ``ERROR`` (the source cannot be used as given).
+    or never started). Network attach sources: ``CONNECTING``, ``OK``, ``BUSY`` (the server is up
+    but did not answer in time: the last values are kept and aged), ``REFUSED`` (nothing listens),
+    ``UNREACHABLE``, ``SERVER_ERROR`` (HTTP 5xx), ``DISABLED`` (the server does not offer the
+    endpoint: llama-server without ``--metrics``), ``UNAUTHORIZED``, ``MALFORMED`` (an answer that
+    is not what was asked for), ``WAITING`` (a file to follow does not exist yet), ``ERROR`` (the
+    source cannot be used as given).
     """
 
     EMPTY = "empty"
@@ -31,7 +34,11 @@ class Status(StrEnum):
     ABORTED = "aborted"
     CONNECTING = "connecting"
     OK = "ok"
+    BUSY = "busy"
+    REFUSED = "refused"
     UNREACHABLE = "unreachable"
+    SERVER_ERROR = "server_error"
+    DISABLED = "disabled"
     UNAUTHORIZED = "unauthorized"
     MALFORMED = "malformed"
     WAITING = "waiting"
@@ -44,7 +51,7 @@ class Status(StrEnum):
 
 
 _LIVE = frozenset({Status.LOADING, Status.READY, Status.GENERATING, Status.CONNECTING, Status.OK,
-                   Status.WAITING, Status.DISCONNECTED})
+                   Status.BUSY, Status.WAITING, Status.DISCONNECTED})
 
 
 class RowUnit(StrEnum):

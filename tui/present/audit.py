@@ -9,7 +9,7 @@ from typing import Any
 from bmoe_top.parsers.audit import AuditRecord, AuditRun, check_exact_sum
 from bmoe_top.tui.feed.audit import obj
 from bmoe_top.tui.feed.bind import TailBinding
-from bmoe_top.tui.present.numbers import MISSING, fmt
+from bmoe_top.tui.present.numbers import MISSING, fmt, safe_rows, text_line
 from bmoe_top.tui.present.summary import run_summary
 
 __all__ = ["REQUEST_COLUMNS", "audit_document", "audit_run_rows", "request_row", "runs_index"]
@@ -138,7 +138,7 @@ def audit_run_rows(binding: TailBinding, selected: int) -> list[tuple[str, str, 
         sec("layer hit % (" + ("exit" if run.exit else "load") + ")")
         for il, (a, _p, b) in sorted(lh.items()):
             row(f"L{il}", fmt(100.0 * a / (a + b), 1, "%") if a + b else "no lookups")
-    return out
+    return safe_rows(out)
 
 
 def request_row(done: Mapping[str, Any]) -> tuple[str, ...]:
@@ -147,10 +147,10 @@ def request_row(done: Mapping[str, Any]) -> tuple[str, ...]:
     hp, b = done.get("req_hits_profile"), done.get("req_bytes_upload")
     n = done.get("n_gen")
     tm = str(done.get("time") or "")
-    return (
+    return tuple(text_line(x) for x in (
         str(done.get("pid")), str(done.get("task", "")), tm[11:23] if len(tm) >= 23 else tm,
         str(done.get("n_prompt", MISSING)), str(n if n is not None else MISSING),
         fmt(done.get("tok_s"), 1), fmt(done.get("t_prompt_ms"), 1), fmt(done.get("t_gen_ms"), 1),
         fmt(done.get("cache_hit_pct"), 1), fmt(h, 0), fmt(m, 0), fmt(hp, 0),
         fmt(b / 1048576, 2) if isinstance(b, int) else MISSING,
-    )
+    ))

@@ -1,22 +1,53 @@
-"""What the metrics attach screen shows, as data: the ``attach --metrics --once --json`` document
-and the attach panel's rows (docs/metrics.md). None = not exported / no value, never 0."""
+"""What the metrics attach screen shows, as data: the ``attach --metrics --once --json`` document,
+the attach panel's rows and the status line's parts (docs/metrics.md). A value the server does
+not export reads "not exported" (one wording, screen and JSON lists); None = no value, never 0.
+
+Throughput gauges: ``llamacpp:prompt_tokens_seconds`` / ``llamacpp:predicted_tokens_seconds`` mean
+"since the last scrape by anyone" on llama-server (it resets them at every ``/metrics`` request)
+and "since start" on bmoe-run serve; the document never puts them under one key: ``totals`` has
+``prompt_tok_s_since_last_scrape`` / ``predicted_tok_s_since_last_scrape`` or
+``..._since_start`` (and ``gauge_window`` says which).
+"""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
 
 from bmoe_top.parsers.prom import SERIES, SERIES_BY_KEY, TIME_KEYS, PromSnapshot, hit_pct_total
+from bmoe_top.tui.feed.metrics import NOT_EXPORTED, PROMPT_CACHED
 from bmoe_top.tui.model import RunModel
-from bmoe_top.tui.present.numbers import MISSING, fmt, num
+from bmoe_top.tui.present.numbers import MISSING, count, fmt, num, safe_rows, text_line
 from bmoe_top.tui.present.summary import run_summary
+from bmoe_top.tui.sources.events import ScrapeState
 from bmoe_top.tui.sources.metrics_poll import PollState
 
-__all__ = ["NOT_EXPORTED", "metrics_document", "metrics_panel_rows", "newest_rates", "not_exported"]
+__all__ = ["COUNT_KEYS", "NOT_EXPORTED", "OTHER_ROWS", "STATUS_WORDS", "gauge_window", "metrics_document",
+           "metrics_panel_rows", "newest_rates", "not_exported", "status_parts"]
 
-#: What a series the server does not export reads as.
-NOT_EXPORTED = "not exported"
+#: How each poller state reads on the status line.
+STATUS_WORDS = {
+    "ok": "● connected", "connecting": "… connecting", "busy": "◔ busy", "refused": "✖ refused",
+    "unreachable": "✖ unreachable", "server_error": "✖ server error", "disabled": "✖ no /metrics",
+    "unauthorized": "✖ unauthorized", "malformed": "⚠ malformed answer", "error": "✖ cannot poll",
+}
+
+#: Series whose values are counts (printed and sent as integers).
+COUNT_KEYS = frozenset({s.key for s in SERIES if s.type == "counter" and not s.key.endswith(("_s", "_seconds"))}
+                       | {"slots", "prefilled", "requests_processing", "requests_deferred", "hybrid"})
+
+#: The throughput gauges whose meaning depends on the server (see the module docstring).
+_GAUGES = {"prompt_tokens_seconds": "prompt_tok_s", "predicted_tokens_seconds": "predicted_tok_s"}
+
+#: Rows of series bmoe-top does not know shown on the attach panel (the JSON keeps all of them).
+OTHER_ROWS = 12
+
+#: What the rates block says about how the interval's gen tok/s is counted.
+RATE_BASIS = "all slots: the tokens the counter gained over the interval's wall time"
+SLOT_BASIS = "all slots: counter gain + change of the tokens the processing slots hold (/slots), over the interval"
+AT_END = "this server counts tokens when a request ends: requests are processing, the counter did not move"
 
 
 def not_exported(s: PromSnapshot) -> list[str]:
@@ -24,46 +55,97 @@ def not_exported(s: PromSnapshot) -> list[str]:
     return [sp.name for sp in SERIES if not s.exported(sp.key)]
 
 
+def gauge_window(s: PromSnapshot) -> str:
+    """``"since_start"`` for bmoe-run serve (it exports ``bmoe:`` series), else
+    ``"since_last_scrape"`` (llama-server resets its throughput gauges at every scrape)."""
+    bmoe = any(SERIES_BY_KEY[k].name.startswith("bmoe:") for k in s.values)
+    return "since_start" if bmoe else "since_last_scrape"
+
+
+def _value(key: str, v: float) -> float | int | None:
+    x = num(v)
+    if x is not None and key in COUNT_KEYS and x.is_integer():
+        return int(x)
+    return x
+
+
 def newest_rates(run: RunModel, n_layer: int) -> dict[str, Any] | None:
-    """The newest interval row of ``run`` as the ``rates`` block."""
+    """The newest interval row of ``run`` as the ``rates`` block: ``tok_s`` (all slots; see
+    ``tok_s_basis``), ``counted_at_end`` (requests processing and the counter did not move:
+    ``note`` says so), ``slot_tok_s``/``slot_tokens`` (live from ``/slots``), the request gauges,
+    hit %, MiB/s, swaps, per-layer hit % and the per-token ms."""
     with run.lock:
         n = run.tokens.n
         if not n:
             return None
         last = run.tokens.last
         share = run.hit_matrix(n, start=n - 1) if n_layer else np.zeros((0, 1))
+        at_end = last("counted_at_end") == 1.0
+        slot_tok_s = num(last("slot_tok_s"))
+
+        def c(name: str) -> int | None:
+            v = num(last(name))
+            return None if v is None else int(v)
+
         return {
             "interval_s": num(last("interval_s")), "reset": False, "tok_s": num(last("tok_s")),
-            "prompt_tok_s": num(last("prompt_tok_s")), "hit_pct": num(last("interval_hit_pct")),
+            "tok_s_basis": RATE_BASIS, "tokens": c("tokens_in_interval"),
+            "counted_at_end": at_end, "note": AT_END if at_end else None,
+            "slot_tok_s": slot_tok_s, "slot_tokens": c("slot_tokens"),
+            "slot_tok_s_basis": SLOT_BASIS if slot_tok_s is not None else None,
+            "processing": c("processing"), "deferred": c("deferred"),
+            "prompt_tok_s": num(last("prompt_tok_s")), "prompt_cached": c("prompt_cached"),
+            "hit_pct": num(last("interval_hit_pct")),
             "read_mib_s": num(last("read_mib_s")), "cpu_mib_s": num(last("cpu_mib_s")),
-            "swaps": num(last("swaps")),
+            "swaps": c("swaps"),
             "layer_hit_pct": [num(100.0 * x) for x in share[:, 0]] if share.shape[0] else [],
             "token_ms": {k: num(last(f"{k}_ms")) for k in TIME_KEYS},
         }
 
 
-def metrics_document(state: PollState, run: RunModel) -> dict[str, Any]:
+def metrics_document(state: PollState, run: RunModel, now: float | None = None) -> dict[str, Any]:
     """The numbers the metrics attach screen shows: ``url``, ``status`` and ``detail``,
-    ``http_status``, ``scrapes_ok``/``scrapes_failed``, ``restarts``, ``json_quoted``,
-    ``bad_lines``, ``proxy_note``, ``intervals`` (rows); ``run`` (the run summary: totals since the
-    server started); ``totals`` (every exported series by key, ``hit_pct`` since start,
-    ``layer_hit_pct``), ``n_layer``, ``not_exported`` (series names); ``rates`` (None after one
-    scrape; ``{"reset": true}`` when the newest scrape started a new baseline; else the newest
-    interval row)."""
+    ``http_status``, ``scrapes_ok``/``scrapes_failed``, ``restarts``, ``start_time`` (the server's
+    process start as it says it), ``stale_s`` (age of the last good scrape; None before one),
+    ``retry_in_s`` (the countdown to the next attempt after a failure), ``json_quoted``,
+    ``bad_lines``, ``notes`` (the parser's, e.g. a duplicate series), ``proxy_note``, ``intervals``
+    (rows); ``run`` (the run summary: totals since the server started); ``totals`` (every exported
+    series by key, counts as integers, the throughput gauges under a key that says their window,
+    ``hit_pct`` since start, ``layer_hit_pct``, ``prompt_tokens_cached``), ``gauge_window``,
+    ``n_layer``, ``not_exported`` (series names); ``other_series`` / ``other_types`` (every series
+    bmoe-top does not know, ``name{labels}`` -> value); ``slots`` (the ``/slots`` reading, or None;
+    ``slots_note`` why not); ``rates`` (None after one scrape; ``{"reset": true}`` when the newest
+    scrape started a new baseline; else :func:`newest_rates`)."""
     with state.lock:
         s, d = state.last, state.last_delta
+        slots = state.slots
         out: dict[str, Any] = {
             "url": state.url, "status": state.status, "detail": state.detail, "http_status": state.http_status,
             "scrapes_ok": state.n_ok, "scrapes_failed": state.n_fail, "restarts": state.n_resets,
+            "start_time": state.start_time, "stale_s": _round(state.stale_s(now)),
+            "retry_in_s": _round(state.retry_in(now)),
             "json_quoted": state.json_quoted, "bad_lines": [{"line": n, "error": m} for n, m in state.bad_lines],
+            "notes": list(s.notes) if s is not None else [],
             "proxy_note": state.proxy_note, "intervals": run.tokens.n, "run": run_summary(run),
+            "slots": None if slots is None else [
+                {"id": x.id, "processing": x.processing, "task": x.task, "n_decoded": x.n_decoded,
+                 "n_prompt": x.n_prompt} for x in slots.slots],
+            "slots_note": state.slots_note,
         }
         if s is None:
             out["totals"] = None
             out["rates"] = None
+            out["other_series"] = {}
+            out["other_types"] = {}
             return out
-        tot: dict[str, Any] = {k: num(v) for k, v in sorted(s.values.items())}
+        window = gauge_window(s)
+        tot: dict[str, Any] = {}
+        for k, v in sorted(s.values.items()):
+            key = f"{_GAUGES[k]}_{window}" if k in _GAUGES else k
+            tot[key] = _value(k, v)
         tot["hit_pct"] = num(hit_pct_total(s))
+        cached = s.others.get(PROMPT_CACHED)
+        tot["prompt_tokens_cached"] = None if cached is None else _value("prompt_tokens", cached)
         lh, lm = s.layers.get("layer_hits"), s.layers.get("layer_misses")
         n_layer = s.layer_count()
         if lh is not None and lm is not None:
@@ -76,7 +158,10 @@ def metrics_document(state: PollState, run: RunModel) -> dict[str, Any]:
             tot["layer_hit_pct"] = None
         out["n_layer"] = n_layer
         out["totals"] = tot
+        out["gauge_window"] = window
         out["not_exported"] = not_exported(s)
+        out["other_series"] = {k: num(v) for k, v in sorted(s.others.items())}
+        out["other_types"] = dict(sorted(s.other_types.items()))
         if d is None:
             out["rates"] = None
         elif d.reset:
@@ -86,9 +171,43 @@ def metrics_document(state: PollState, run: RunModel) -> dict[str, Any]:
         return out
 
 
+def _round(v: float | None) -> float | None:
+    return None if v is None else round(v, 1)
+
+
+def status_parts(doc: dict[str, Any]) -> list[tuple[str, str]]:
+    """The status line from :func:`metrics_document`: (text, kind) parts; kind ``status`` (the
+    state word; its style is the state's), ``detail``, ``alert`` (the last picture is old),
+    ``dim`` or ``warn``. A busy server reads "busy: metrics stale for N s"; after a failure the
+    retry countdown counts down to the next attempt."""
+    status = str(doc.get("status") or "")
+    out: list[tuple[str, str]] = [(STATUS_WORDS.get(status, status), "status")]
+    stale = doc.get("stale_s")
+    if status == ScrapeState.BUSY and stale is not None:
+        out.append((f"  metrics stale for {stale:.0f} s (the last values are kept)", "alert"))
+    if doc.get("detail"):
+        out.append((f"  {doc['detail']}", "detail"))
+    if status not in (ScrapeState.OK, ScrapeState.BUSY, ScrapeState.CONNECTING) and stale is not None:
+        out.append((f"  (showing the last good scrape, {stale:.0f} s old)", "alert"))
+    retry = doc.get("retry_in_s")
+    if retry is not None and status != ScrapeState.OK:
+        out.append((f"  retry in {math.ceil(retry):.0f} s", "dim"))
+    out.append((f"  scrapes {doc.get('scrapes_ok', 0)} ok / {doc.get('scrapes_failed', 0)} failed", "dim"))
+    if doc.get("json_quoted"):
+        out.append(("  body JSON-quoted (decoded)", "warn"))
+    if doc.get("restarts"):
+        out.append((f"  restarts seen: {doc['restarts']}", "warn"))
+    if doc.get("proxy_note"):
+        out.append((f"  proxy: {doc['proxy_note']}", "dim"))
+    return [(text_line(t), k) for t, k in out]
+
+
 def metrics_panel_rows(doc: dict[str, Any]) -> list[tuple[str, str, str]]:
     """The attach panel from :func:`metrics_document`: (label, value, kind) rows; kind ``section``
-    for a heading, ``missing`` for a value the server does not send or export, else ``""``."""
+    for a heading, ``missing`` for a value the server does not send or export, else ``""``. The
+    interval's gen tok/s is for all slots, and says when the server counts tokens at a request's
+    end; with ``/slots`` the live progress is beside it; prompt tokens reused from the cache sit
+    beside the prompt numbers; the series bmoe-top does not know are listed last."""
     ne = set(doc.get("not_exported") or [])
     tot = doc.get("totals")
     r = doc.get("rates")
@@ -100,8 +219,11 @@ def metrics_panel_rows(doc: dict[str, Any]) -> list[tuple[str, str, str]]:
     def row(label: str, value: str) -> None:
         out.append((label, value, MISSING if value in (MISSING, NOT_EXPORTED) else ""))
 
+    def exported(series_key: str) -> bool:
+        return tot is None or SERIES_BY_KEY[series_key].name not in ne
+
     def rate(key: str, series_key: str, digits: int = 1, unit: str = "") -> str:
-        if tot is not None and SERIES_BY_KEY[series_key].name in ne:
+        if not exported(series_key):
             return NOT_EXPORTED
         if r is None:
             return MISSING
@@ -109,41 +231,72 @@ def metrics_panel_rows(doc: dict[str, Any]) -> list[tuple[str, str, str]]:
             return "restart: new baseline"
         if r.get(key) is None and key == "hit_pct" and tot is not None:
             return "idle (no lookups)"
+        if digits == 0:
+            return count(r.get(key), unit)
         return fmt(r.get(key), digits, unit)
 
-    def total(key: str, digits: int, unit: str, scale: float) -> str:
+    def total(key: str, unit: str = "", scale: float = 1.0, digits: int = 1) -> str:
         if tot is None:
             return MISSING
-        if SERIES_BY_KEY[key].name in ne:
+        if not exported(key):
             return NOT_EXPORTED
         v = tot.get(key)
-        return fmt(None if v is None else v * scale, digits, unit)
+        if v is None:
+            return MISSING
+        if key in COUNT_KEYS:
+            return count(v, unit)
+        return fmt(v * scale, digits, unit)
 
     sec("interval")
     row("length", fmt(r["interval_s"], 1, "s") if r else MISSING)
-    row("gen tok/s", rate("tok_s", "tokens_predicted"))
+    row("gen tok/s", rate("tok_s", "tokens_predicted") + (" (all slots)" if r and r.get("tok_s") is not None else ""))
+    if r and r.get("counted_at_end"):
+        row("", "server counts at request end")
+    if r and r.get("slot_tok_s") is not None:
+        row("live tok/s", fmt(r["slot_tok_s"], 1) + " (/slots)")
     row("prompt tok/s", rate("prompt_tok_s", "prompt_tokens"))
+    if r and r.get("prompt_cached") is not None:
+        row("prompt cached", count(r["prompt_cached"], "tok"))
     row("hit %", rate("hit_pct", "hits", 1, "%"))
     row("read", rate("read_mib_s", "upload_bytes", 2, "MiB/s"))
     row("swaps", rate("swaps", "swaps", 0))
     sec("since start")
     row("hit %", fmt(tot.get("hit_pct"), 1, "%") if tot else MISSING)
-    for key, label, digits, unit, scale in (
-        ("tokens_predicted", "generated", 0, "tok", 1.0), ("prompt_tokens", "prompt", 0, "tok", 1.0),
-        ("hits", "hits", 0, "", 1.0), ("hits_profile", "from profile", 0, "", 1.0), ("misses", "misses", 0, "", 1.0),
-        ("upload_bytes", "read", 1, "MiB", 1 / 1048576), ("swaps", "swaps", 0, "", 1.0),
-        ("slots", "slots", 0, "", 1.0), ("prefilled", "prefilled", 0, "", 1.0),
-        ("cache_bytes", "cache", 1, "MiB", 1 / 1048576),
-        ("requests_processing", "processing", 0, "", 1.0), ("requests_deferred", "queued", 0, "", 1.0),
+    row("generated", total("tokens_predicted", "tok"))
+    row("prompt", total("prompt_tokens", "tok"))
+    if tot is not None:
+        cached = tot.get("prompt_tokens_cached")
+        row("prompt cached", NOT_EXPORTED if cached is None else count(cached, "tok"))
+    for key, label, unit, scale in (
+        ("hits", "hits", "", 1.0), ("hits_profile", "from profile", "", 1.0), ("misses", "misses", "", 1.0),
+        ("upload_bytes", "read", "MiB", 1 / 1048576), ("swaps", "swaps", "", 1.0),
+        ("slots", "slots", "", 1.0), ("prefilled", "prefilled", "", 1.0),
+        ("cache_bytes", "cache", "MiB", 1 / 1048576),
+        ("requests_processing", "processing", "", 1.0), ("requests_deferred", "queued", "", 1.0),
     ):
-        row(label, total(key, digits, unit, scale))
+        row(label, total(key, unit, scale))
+    slots = doc.get("slots")
+    if slots:
+        busy = [x for x in slots if x.get("processing")]
+        row("slots busy", f"{len(busy)} of {len(slots)}")
+        for x in busy[:4]:
+            row(f"slot {x['id']}", f"task {x.get('task')}: {count(x.get('n_decoded'), 'tok')} so far")
+    elif doc.get("slots_note"):
+        row("slots", doc["slots_note"])
     sec("ms per token")
     tm = (r or {}).get("token_ms") or {}
     for k in TIME_KEYS:
-        if tot is not None and SERIES_BY_KEY[k + "_s"].name in ne:
+        if not exported(k + "_s"):
             row(k, NOT_EXPORTED)
         elif r is None or r.get("reset"):
             row(k, MISSING)
         else:
             row(k, fmt(tm.get(k), 2, "ms"))
-    return out
+    others = doc.get("other_series") or {}
+    if others:
+        sec(f"other series ({len(others)})")
+        for name, v in list(others.items())[:OTHER_ROWS]:
+            row(name, fmt(v, 2) if v is None or not float(v).is_integer() else count(v))
+        if len(others) > OTHER_ROWS:
+            row("", f"… {len(others) - OTHER_ROWS} more (all in --once --json)")
+    return safe_rows(out)

@@ -1,14 +1,26 @@
-"""The one number formatter, and the one JSON emitter, for every view (screen and headless)."""
+"""The one number formatter, the one JSON emitter and the one text writer, for every view
+(screen and headless).
+
+Terminal safety (docs/telemetry.md "Terminal safety"): :func:`to_json` writes every character a
+terminal could act on or that reorders text (C1 controls, bidi overrides and isolates, invisible
+format characters, line/paragraph separators) as a JSON ``\\uXXXX`` escape, so a JSON document on a
+terminal is inert and reads back to the same strings; :func:`text_line` / :func:`print_lines` pass
+each text line through :func:`bmoe_top.parsers.sanitize.sanitize`.
+"""
 
 from __future__ import annotations
 
 import math
+import re
 import sys
+from collections.abc import Iterable
 from typing import IO, Any
 
 import orjson
 
-__all__ = ["MISSING", "fmt", "num", "print_json", "to_json"]
+from bmoe_top.parsers.sanitize import SHOWN, sanitize
+
+__all__ = ["MISSING", "count", "fmt", "num", "print_json", "print_lines", "safe_rows", "text_line", "to_json"]
 
 #: What a value the source did not send reads as.
 MISSING = "missing"
@@ -23,13 +35,22 @@ def fmt(v: float | int | None, digits: int = 1, unit: str = "") -> str:
     keep two significant digits (0.039 MiB is not shown as 0.0); ``unit`` follows after a space."""
     if v is None or isinstance(v, bool) or (isinstance(v, float) and math.isnan(v)):
         return MISSING
-    if isinstance(v, int) or (isinstance(v, float) and v.is_integer() and abs(v) >= 1000):
+    if isinstance(v, float) and math.isinf(v):
+        return "∞" if v > 0 else "-∞"
+    if isinstance(v, int) or (isinstance(v, float) and v.is_integer() and (abs(v) >= 1000 or digits == 0)):
         s = f"{int(v):,}"
     else:
         if v and abs(v) < 10 ** -digits * 10:
             digits = max(digits, 1 - int(math.floor(math.log10(abs(v)))))
         s = f"{v:,.{digits}f}"
     return f"{s} {unit}".rstrip()
+
+
+def count(v: float | int | None, unit: str = "") -> str:
+    """A count (tokens, hits, requests) as an integer with thousands separators, or ``missing``."""
+    if v is None or isinstance(v, bool) or (isinstance(v, float) and not math.isfinite(v)):
+        return MISSING
+    return f"{round(v):,} {unit}".rstrip()
 
 
 def num(v: Any) -> float | None:
@@ -43,12 +64,46 @@ def num(v: Any) -> float | None:
     return f if math.isfinite(f) else None
 
 
+# What JSON text must not carry raw to a terminal: every code point the sanitizer shows as <U+XXXX>
+# (orjson already escapes C0 controls; lone surrogates never reach its output).
+_JSON_UNSAFE = re.compile("[" + "".join(f"\\U{cp:08x}" for cp in sorted(SHOWN) if not 0xD800 <= cp < 0xE000) + "]")
+
+
+def _json_escape(m: re.Match[str]) -> str:
+    cp = ord(m.group())
+    if cp < 0x10000:
+        return f"\\u{cp:04x}"
+    cp -= 0x10000
+    return f"\\u{0xD800 + (cp >> 10):04x}\\u{0xDC00 + (cp & 0x3FF):04x}"
+
+
 def to_json(obj: Any) -> str:
     """Indented JSON of a document (NaN and infinities become null, numpy arrays lists, every
-    key a string): what every ``--json`` output prints."""
-    return orjson.dumps(obj, option=_JSON_OPTIONS).decode()
+    key a string, C1/bidi/format characters as ``\\uXXXX`` escapes): what every ``--json`` output
+    prints."""
+    raw = orjson.dumps(obj, option=_JSON_OPTIONS)
+    text = raw.decode()
+    return text if raw.isascii() else _JSON_UNSAFE.sub(_json_escape, text)
 
 
 def print_json(obj: Any, file: IO[str] | None = None) -> None:
     """Write :func:`to_json` of ``obj`` and a newline to ``file`` (default stdout)."""
     (file or sys.stdout).write(to_json(obj) + "\n")
+
+
+def text_line(value: object) -> str:
+    """One line of text output made safe for a terminal (``str()`` then ``sanitize``)."""
+    return sanitize(value if type(value) is str else str(value))
+
+
+def print_lines(lines: str | Iterable[str], file: IO[str] | None = None) -> None:
+    """Write text output line by line, each through :func:`text_line` (a ``str`` is split at its
+    line breaks first)."""
+    out = file or sys.stdout
+    for line in (lines.split("\n") if isinstance(lines, str) else lines):
+        out.write(text_line(line) + "\n")
+
+
+def safe_rows(rows: Iterable[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
+    """Panel rows (label, value, kind) with label and value made safe to draw (:func:`text_line`)."""
+    return [(text_line(a), text_line(b), c) for a, b, c in rows]

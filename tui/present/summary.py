@@ -12,9 +12,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from bmoe_top.tui.model import RunModel, Status
-from bmoe_top.tui.present.numbers import MISSING, fmt, num
+from bmoe_top.tui.present.numbers import MISSING, count, fmt, num, safe_rows, text_line
 
-__all__ = ["FLAG_KEYS", "SUMMARY_FIELDS", "run_panel_rows", "run_summary", "summary_rows", "summary_text"]
+__all__ = ["EXTRA_FIELDS", "FLAG_KEYS", "SUMMARY_FIELDS", "run_panel_rows", "run_summary", "summary_rows",
+           "summary_text"]
 
 #: The run panel's summary rows: (key, label, unit). ``--summary`` prints the same keys.
 SUMMARY_FIELDS = (
@@ -37,41 +38,86 @@ SUMMARY_FIELDS = (
     ("mgmt_s_tok", "mgmt/token", "s"),
 )
 
+#: Rows shown only when the source gives the value: (keys the sources spell it with, label, unit,
+#: digits). The two definitions of hit % and of MiB per token are named (docs/telemetry.md
+#: "Additive fields"): bmoe-cli's figures are since load / page-aligned, bmoe-run's contract fields
+#: decode only / payload; a source that sends only one of them keeps the contract label above.
+EXTRA_FIELDS: tuple[tuple[tuple[str, ...], str, str, int], ...] = (
+    (("n_prompt_cached",), "prompt cached", "tok", 0),
+    (("hit_pct_decode",), "hit decode", "%", 1),
+    (("hit_pct_since_load",), "hit since load", "%", 1),
+    (("xfer_mib_tok", "xfer_MiB/tok"), "aligned/tok", "MiB", 2),
+    (("xfer_mib", "xfer_MiB"), "read aligned", "MiB", 1),
+    (("decode_tok_s", "decode_tok/s"), "decode tok/s", "", 1),
+    (("cache_evictions",), "evictions", "", 0),
+    (("cache_rereads",), "re-reads", "", 0),
+    (("cache_rereads/tok",), "re-reads/token", "", 2),
+    (("majflt/tok",), "majflt/token", "", 1),
+    (("cpu_s/tok", "cpu_s_tok"), "cpu/token", "s", 3),
+    (("rss_mib", "rss_MiB"), "RSS", "MiB", 1),
+    (("peak_rss_mib", "peak_rss_MiB"), "peak RSS", "MiB", 1),
+)
+
+#: When a source names both definitions, the contract rows say which one they are.
+_DEFINED_LABELS = {"read_mib_per_tok": ("xfer_mib_tok", "xfer_MiB/tok", "payload/tok"),
+                   "read_mib": ("xfer_mib", "xfer_MiB", "read payload")}
+
 #: Run-header flags the run panel lists.
 FLAG_KEYS = ("moe_stream", "cache_mb", "io_threads", "o_direct", "overlap", "prefetch", "threads", "n_ctx",
              "cache_auto", "force_cache", "dense_weights", "drop_cold_frac")
 
 
 def run_summary(run: RunModel) -> dict[str, Any]:
-    """The numbers the run panel shows, as JSON-ready data (None = missing from the source)."""
+    """The numbers the run panel shows, as JSON-ready data (None = missing from the source).
+    ``derived`` covers the token rows of the source's current process only
+    (``run.epoch_start``: after a server restart the dead process's rows no longer count);
+    ``extra`` the :data:`EXTRA_FIELDS` the source gave; ``absent`` the keys the source cannot give
+    with the words shown instead; ``summary_notes`` how a figure is counted; ``alerts`` the lines
+    the banner shows; ``mode`` is None when the rows carry no per-token time."""
     with run.lock:
         s: dict[str, Any] = {key: num(run.summary.get(key)) for key, _, _ in SUMMARY_FIELDS}
         for key in ("tokens", "n_prompt"):
             if s[key] is not None:
                 s[key] = int(s[key])
+        extra: dict[str, Any] = {}
+        for keys, _label, _unit, digits in EXTRA_FIELDS:
+            for k in keys:
+                v = num(run.summary.get(k))
+                if v is None:
+                    v = num(run.summary_extra.get(k))
+                if v is not None:
+                    extra[keys[0]] = int(v) if digits == 0 and float(v).is_integer() else v
+                    break
         n = run.tokens.n
+        lo = min(run.epoch_start, n)
+        rows = n - lo
         derived: dict[str, Any] = {"token_rows": n}
-        if n:
-            wall = run.column_stats("wall_ms")
+        if run.epoch_start:
+            derived["epoch_rows"] = rows
+        if rows:
+            wall = run.column_stats("wall_ms", lo)
             mean_wall = num(wall.mean) if wall.count else None
             derived["mean_wall_ms"] = mean_wall
             derived["tok_s"] = (1000.0 / mean_wall) if mean_wall else None
-            read = run.column_stats("read_mib")
-            derived["read_mib"] = num(read.sum) if run.tokens.has("read_mib") else None
+            read = run.column_stats("read_mib", lo)
+            derived["read_mib"] = num(read.sum) if run.tokens.has("read_mib") and read.count else None
             derived["cache_hit_pct"] = num(run.tokens.last("cache_hit_pct"))
-            derived["tokens"] = n
+            derived["tokens"] = rows
             if mean_wall:
                 derived["s_per_tok"] = mean_wall / 1000.0
             if derived["read_mib"] is not None:
-                derived["read_mib_per_tok"] = derived["read_mib"] / n
+                derived["read_mib_per_tok"] = derived["read_mib"] / rows
         if s.get("prefill_tps") is None and s.get("n_prompt") and s.get("prefill_s"):
             derived["prefill_tps"] = s["n_prompt"] / s["prefill_s"]
         mode, why = run.mode()
         return {
             **s,
+            "extra": extra,
             "summary_extra": dict(run.summary_extra),
+            "summary_notes": dict(run.summary_notes),
+            "absent": dict(run.absent),
             "meta": dict(run.meta),
-            "mode": mode,
+            "mode": None if mode == "none" else mode,
             "mode_reason": why,
             "derived": derived,
             "turns": run.turn_count,
@@ -80,6 +126,7 @@ def run_summary(run: RunModel) -> dict[str, Any]:
             "top_k": run.top_k,
             "routing_rows": run.routes.total,
             "problems": run.problem_count,
+            "alerts": list(run.alerts),
             "sidecar": dict(run.sidecar),
             "status": run.status,
             "status_detail": run.status_detail,
@@ -92,13 +139,27 @@ def summary_rows(s: Mapping[str, Any]) -> list[tuple[str, str, str]]:
     """The run panel's summary rows from :func:`run_summary`: (label, text, kind); kind ``""`` for
     the source's own number, ``derived`` for what the token rows give when the source has no
     end-of-run number (still streaming, or a source without a summary), ``missing`` when neither
-    exists. ``replay --summary`` prints exactly these rows."""
+    exists (the text is the source's own word for it when it has one: ``not exported``). A label
+    says how a figure is counted when the source says (``tok/s per stream``, ``read/tok
+    payload``); then the :data:`EXTRA_FIELDS` the source gave. ``replay --summary`` prints exactly
+    these rows."""
     rows = []
     derived = s["derived"]
+    extra = s.get("extra") or {}
+    absent = s.get("absent") or {}
+    notes = s.get("summary_notes") or {}
     live = s.get("status") in (Status.GENERATING, Status.LOADING)
     for key, label, unit in SUMMARY_FIELDS:
         v = s.get(key)
         kind = ""
+        if notes.get(key, "").startswith("per stream"):
+            label = "tok/s/stream" if key == "tok_s" else "s/tok/stream"
+        named = _DEFINED_LABELS.get(key)
+        if named is not None and (named[0] in extra or named[1] in extra):
+            label = named[2]
+        if v is None and key in absent:
+            rows.append((label, absent[key], MISSING))
+            continue
         if v is None and derived.get(key) is not None:
             v, kind = derived[key], "derived"
         if v is None:
@@ -107,11 +168,22 @@ def summary_rows(s: Mapping[str, Any]) -> list[tuple[str, str, str]]:
         if key == "cache_hit_pct" and v < 0:
             rows.append((label, "no cache", kind))
             continue
-        digits = 3 if unit == "s" or key == "tok_s" else 1
-        text = fmt(v, digits, unit)
+        if key in ("tokens", "n_prompt"):
+            text = count(v)
+        else:
+            digits = 3 if unit == "s" or key == "tok_s" else 1
+            text = fmt(v, digits, unit)
         if kind:
             text += " (so far)" if live else " (from token rows)"
         rows.append((label, text, kind))
+    for keys, label, unit, digits in EXTRA_FIELDS:
+        v = extra.get(keys[0])
+        if v is None:
+            continue
+        if keys[0].startswith("hit_pct") and v < 0:  # -1: no cache
+            rows.append((label, "no cache", ""))
+        else:
+            rows.append((label, count(v, unit) if digits == 0 else fmt(v, digits, unit), ""))
     return rows
 
 
@@ -121,14 +193,17 @@ def summary_text(s: Mapping[str, Any]) -> str:
     meta = s["meta"]
     lines.append(f"model: {meta.get('model', MISSING)}  arch: {meta.get('arch', MISSING)}  "
                  f"layers: {s['n_layer'] or MISSING}  experts: {s['n_expert'] or MISSING}")
-    lines.append(f"mode: {s['mode']} ({s['mode_reason']})")
+    if s["mode"] is not None:
+        lines.append(f"mode: {s['mode']} ({s['mode_reason']})")
+    for alert in s.get("alerts") or ():
+        lines.append(f"alert: {alert}")
     for label, text, _kind in summary_rows(s):
         lines.append(f"  {label:<16} {text}")
     lines.append(f"token rows: {s['derived']['token_rows']}  turns: {s['turns']}  "
                  f"routing rows: {s['routing_rows']}  problems: {s['problems']}")
     if s["sidecar"]:
         lines.append("device: " + " ".join(f"{k}={v}" for k, v in s["sidecar"].items()))
-    return "\n".join(lines)
+    return "\n".join(text_line(x) for x in lines)
 
 
 def run_panel_rows(run: RunModel, cursor: int, playing: str = "") -> list[tuple[str, str, str]]:
@@ -152,7 +227,8 @@ def run_panel_rows(run: RunModel, cursor: int, playing: str = "") -> list[tuple[
     row("experts", experts)
     flags = " ".join(f"{k}={v}" for k, v in meta.items() if k in FLAG_KEYS)
     row("flags", flags or MISSING)
-    row("mode", f"{s['mode']} ({s['mode_reason']})")
+    if s["mode"] is not None:
+        row("mode", f"{s['mode']} ({s['mode_reason']})")
     detail = s["status_detail"]
     status = detail if detail and detail.startswith(s["status"]) else s["status"] + (f" — {detail}" if detail else "")
     row("status", status)
@@ -162,4 +238,4 @@ def run_panel_rows(run: RunModel, cursor: int, playing: str = "") -> list[tuple[
         row(label, text, kind)
     if s["problems"]:
         row("problems", f"{s['problems']} bad lines (p)", "problem")
-    return out
+    return safe_rows(out)

@@ -24,20 +24,15 @@ from textual.binding import Binding, BindingType
 from bmoe_top.tui.app import BmoeTopApp
 from bmoe_top.tui.feed.bind import bind
 from bmoe_top.tui.model import LIVE, RunModel
-from bmoe_top.tui.present.metrics import metrics_document, metrics_panel_rows
+from bmoe_top.tui.present.metrics import STATUS_WORDS, metrics_document, metrics_panel_rows, status_parts
 from bmoe_top.tui.screens.attach import AttachScreen
-from bmoe_top.tui.sources.events import ScrapeState
 from bmoe_top.tui.sources.metrics_poll import MetricsPoller
 from bmoe_top.tui.widgets.palette import STATUS_STYLE
-from bmoe_top.tui.widgets.panels import safe_text
 
 __all__ = ["MetricsAttachScreen", "STATUS_WORDS", "run_metrics_attach"]
 
-#: How each poller state reads on the status line.
-STATUS_WORDS = {
-    "ok": "● connected", "connecting": "… connecting", "unreachable": "✖ unreachable",
-    "unauthorized": "✖ unauthorized", "malformed": "⚠ malformed answer", "error": "✖ cannot poll",
-}
+#: Styles of the status line's parts (``bmoe_top.tui.present.metrics.status_parts``).
+PART_STYLE = {"detail": "#abb2bf", "alert": "#e06c75", "dim": "#7f848e", "warn": "#d19a66"}
 
 
 class MetricsAttachScreen(AttachScreen):
@@ -65,42 +60,26 @@ class MetricsAttachScreen(AttachScreen):
         return (self.model.version, int(time.time()))
 
     def status_text(self) -> Text:
-        st = self.state
-        with st.lock:
-            status, detail, last = st.status, st.detail, st.last_ok_wall
-            n_ok, n_fail, quoted, resets, proxy = st.n_ok, st.n_fail, st.json_quoted, st.n_resets, st.proxy_note
-            retry = st.next_retry_s
         t = Text()
-        t.append(STATUS_WORDS.get(status, status), style=STATUS_STYLE.get(status, "bold"))
-        if detail:
-            t.append_text(safe_text(f"  {detail}", "#abb2bf"))
-        if status != ScrapeState.OK and last is not None:
-            t.append(f"  (showing the last good scrape, {time.time() - last:.0f} s old)", style="#e06c75")
-        if status == ScrapeState.UNREACHABLE and retry:
-            t.append(f"  retry in {retry:.0f} s", style="#7f848e")
-        t.append(f"  scrapes {n_ok} ok / {n_fail} failed", style="#7f848e")
-        if quoted:
-            t.append("  body JSON-quoted (decoded)", style="#d19a66")
-        if resets:
-            t.append(f"  restarts seen: {resets}", style="#d19a66")
-        if proxy:
-            t.append_text(safe_text(f"  proxy: {proxy}", "#7f848e"))
+        for text, kind in status_parts(metrics_document(self.state, self.model)):
+            t.append(text, style=STATUS_STYLE.get(self.state.status, "bold") if kind == "status" else PART_STYLE[kind])
         return t
 
     def panel_rows(self) -> Sequence[tuple[str, str, str]]:
         return metrics_panel_rows(metrics_document(self.state, self.model))
 
     def action_scrape_now(self) -> None:
-        if not self.poller.is_alive():
-            self.poller.scrape_once()
+        self.poller.scrape_now()
         self.refresh_views(force=True)
 
 
 def run_metrics_attach(args: argparse.Namespace) -> int:
-    """``bmoe-top attach --metrics URL [--interval S] [--api-key KEY]``. Returns the exit status."""
+    """``bmoe-top attach --metrics URL [--interval S] [--timeout S] [--slots] [--api-key KEY]``. Returns
+    the exit status."""
     interval = float(args.interval or 1.0)
-    timeout = min(float(args.timeout or 0) or max(2.0, min(10.0, 2 * interval)), 10.0)
-    poller = MetricsPoller(args.metrics, interval=interval, timeout=timeout, api_key=args.api_key)
+    timeout = float(args.timeout) if args.timeout else max(2.0, min(10.0, 2 * interval))
+    poller = MetricsPoller(args.metrics, interval=interval, timeout=timeout, api_key=args.api_key,
+                           slots=bool(getattr(args, "slots", False)))
     app = BmoeTopApp(MetricsAttachScreen(poller, fps=float(args.fps or 10.0)))
     try:
         app.run()

@@ -18,6 +18,7 @@ from typing import Any
 
 from bmoe_top.parsers.prom import MetricsDelta, PromSnapshot
 from bmoe_top.parsers.textio import Problem
+from bmoe_top.tui.sources.slots import SlotsReading
 
 __all__ = [
     "Connected", "Disconnected", "Exited", "FINAL_STATES", "LiveEvent", "LiveState", "NewSession", "PartialLost",
@@ -52,14 +53,23 @@ FINAL_STATES = frozenset({LiveState.EXITED, LiveState.ABORTED, LiveState.FAILED,
 
 
 class ScrapeState(StrEnum):
-    """A ``/metrics`` poller's state: nothing answered yet, the last scrape parsed, or how it failed
-    (``unreachable``: connection refused/reset, timeout, DNS, HTTP 5xx; ``unauthorized``: HTTP
-    401/403; ``malformed``: another HTTP status or a body that is not an exposition; ``error``:
-    the URL itself is unusable, nothing is requested)."""
+    """A ``/metrics`` poller's state: nothing answered yet, the last scrape parsed, or how it failed.
+
+    Down (decided from the connection and ``/health``): ``refused`` (nothing listens on the port),
+    ``unreachable`` (connect timeout, DNS, a reset, or a ``/metrics`` timeout while ``/health`` does
+    not answer either). Up but not answering ``/metrics`` as asked: ``busy`` (``/metrics`` timed out
+    while ``/health`` answers: the last values are kept and aged), ``server_error`` (HTTP 5xx),
+    ``disabled`` (HTTP 501: llama-server started without ``--metrics``; the server's hint is the
+    reason), ``unauthorized`` (HTTP 401/403), ``malformed`` (another HTTP status, or a body that is
+    not an exposition). ``error``: the URL itself is unusable, nothing is requested."""
 
     CONNECTING = "connecting"
     OK = "ok"
+    BUSY = "busy"
+    REFUSED = "refused"
     UNREACHABLE = "unreachable"
+    SERVER_ERROR = "server_error"
+    DISABLED = "disabled"
     UNAUTHORIZED = "unauthorized"
     MALFORMED = "malformed"
     ERROR = "error"
@@ -160,12 +170,18 @@ LiveEvent = (StateChanged | RequestSent | ProblemFound | Rejected | ReadyTimeout
 @dataclass(frozen=True, slots=True)
 class Scraped:
     """A scrape parsed: the snapshot, the previous one (None for the first), the delta between
-    them (None for the first; ``reset`` when a counter went down), the unix time it arrived."""
+    them (None for the first; ``reset`` on a restart: a counter went down or the process start
+    time changed), the unix time it arrived; ``restarted``: this scrape is from a new process;
+    ``slots`` / ``previous_slots``: the ``/slots`` readings with this and the previous scrape
+    (None when not read)."""
 
     snapshot: PromSnapshot
     previous: PromSnapshot | None
     delta: MetricsDelta | None
     wall_t: float
+    slots: SlotsReading | None = None
+    previous_slots: SlotsReading | None = None
+    restarted: bool = False
 
 
 @dataclass(frozen=True, slots=True)
