@@ -24,6 +24,7 @@ import argparse
 import math
 import os
 import shutil
+import signal
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -36,6 +37,35 @@ if TYPE_CHECKING:
 
 EXIT_USAGE = 2
 EXIT_FAILED = 1
+
+
+class Terminated(BaseException):
+    """SIGTERM or SIGHUP arrived during a headless command: unwinds it (its ``finally`` blocks close
+    the child or detach) so the command ends with ``128 + signum``, never leaving a child behind."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _end_on_signals() -> dict[int, Any]:
+    """SIGTERM / SIGHUP raise :class:`Terminated` once (a second signal while the command closes
+    its child is ignored, so the close finishes). Returns the handlers it replaced (none off the
+    main thread, where Python cannot set them)."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    fired: list[int] = []
+
+    def handler(signum: int, frame: object) -> None:
+        if fired:
+            return
+        fired.append(signum)
+        raise Terminated(signum)
+
+    return {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGHUP)}
+
 
 #: How the bundled runtime samples when bmoe-top launches it: the small demo model loops under
 #: greedy decoding (a line of spaces), while light sampling streams recognisable Python.
@@ -69,35 +99,60 @@ def runtime_command(model: str | None = None, extra: list[str] | None = None) ->
 
 
 # ------------------------------------------------------------------------------------- replay
+def replay_title(paths: list[str]) -> str:
+    """The replay screen's title: the files' names, made safe to draw (a file name may hold escapes)."""
+    from bmoe_top.parsers.sanitize import sanitize
+
+    return sanitize("replay " + " + ".join(p.rsplit("/", 1)[-1] for p in paths))
+
+
 def cmd_replay(args: argparse.Namespace) -> int:
+    """``replay``: the summary (text or JSON) or the replay screen. Exit 1 with the reason when a
+    file is not a recorded run (the summary of the others is still printed; the screen shows a
+    banner), 2 for a file that cannot be read or files of different runs."""
     from bmoe_top.tui.headless import replay
     from bmoe_top.tui.present.numbers import print_json, print_lines
     from bmoe_top.tui.present.summary import run_summary, summary_text
     from bmoe_top.tui.sources.files import ReplayError
 
     try:
-        run = replay(args.paths)
+        run, not_runs = replay(args.paths, allow_mixed=args.allow_mixed)
     except ReplayError as e:
         return _die(str(e))
+    status = 0
     if args.summary or args.json:
-        s = run_summary(run)
-        if args.json:
-            print_json(s)
-        else:
-            print_lines(summary_text(s))
-        return 0
+        if len(not_runs) < len(args.paths):
+            s = run_summary(run)
+            if args.json:
+                print_json(s)
+            else:
+                print_lines(summary_text(s))
+        for path, why in not_runs:
+            status = _die(f"{path}: {why}", EXIT_FAILED)
+        return status
     from bmoe_top.tui.screens.replay import run_replay
 
-    return run_replay(run, "replay " + " + ".join(p.rsplit("/", 1)[-1] for p in args.paths), args.fps)
+    return run_replay(run, replay_title(args.paths), args.fps)
 
 
 # --------------------------------------------------------------------------------------- live
 def _recorder(args: argparse.Namespace) -> Recorder | None:
+    """The ``--record`` file (``OutputFileError``, an ``OSError``, says why it cannot be written)."""
     if not args.record:
         return None
     from bmoe_top.tui.sources.recorder import Recorder
 
-    return Recorder(args.record)
+    return Recorder(args.record, force=bool(getattr(args, "force", False)))
+
+
+def _finish_recording(rec: Recorder | None, status: int) -> int:
+    """Close the recording; a write error that stopped it is one line on stderr and exit 1."""
+    if rec is None:
+        return status
+    rec.close()
+    if rec.error is not None:
+        return _die(f"{rec.path}: {rec.error}", EXIT_FAILED)
+    return status
 
 
 def _child_argv(args: argparse.Namespace) -> list[str]:
@@ -123,26 +178,29 @@ def _print_outcome(outcome: Outcome, as_json: bool) -> int:
 
 
 def cmd_launch(args: argparse.Namespace) -> int:
+    from bmoe_top.parsers.sanitize import sanitize
     from bmoe_top.tui.sources.child_session import ChildSession
 
     argv = _child_argv(args)
     try:
         rec = _recorder(args)
     except OSError as e:
-        return _die(f"cannot record to {args.record}: {e.strerror or e}")
+        return _die(str(e))
     src = ChildSession(argv, recorder=rec, ready_timeout_s=args.ready_timeout)
+    status = EXIT_FAILED
     try:
         if args.once:
             from bmoe_top.tui.headless import launch_once
 
-            return _print_outcome(launch_once(src, args.prompt, args.n_predict, args.ready_timeout), args.json)
-        from bmoe_top.tui.screens.live import run_live
+            status = _print_outcome(launch_once(src, args.prompt, args.n_predict, args.ready_timeout), args.json)
+        else:
+            from bmoe_top.tui.screens.live import run_live
 
-        return run_live(src, title=f"launch {Path(argv[0]).name}", n_predict=args.n_predict, fps=args.fps)
+            status = run_live(src, title=sanitize(f"launch {Path(argv[0]).name}"), n_predict=args.n_predict,
+                              fps=args.fps)
     finally:
         src.close()
-        if rec is not None:
-            rec.close()
+    return _finish_recording(rec, status)
 
 
 def cmd_attach(args: argparse.Namespace) -> int:
@@ -150,26 +208,29 @@ def cmd_attach(args: argparse.Namespace) -> int:
         if not (args.metrics or args.audit):
             return _die("attach: an empty URL or path")
         return _attach_network(args)
+    from bmoe_top.parsers.sanitize import sanitize
     from bmoe_top.tui.sources.session_socket import SessionSocketClient
 
     try:
         rec = _recorder(args)
     except OSError as e:
-        return _die(f"cannot record to {args.record}: {e.strerror or e}")
+        return _die(str(e))
     src = SessionSocketClient(args.session, recorder=rec)
+    status = EXIT_FAILED
     try:
         if args.once:
             from bmoe_top.tui.headless import session_once
 
-            return _print_outcome(session_once(src, args.prompt, args.n_predict,
-                                               args.timeout if args.timeout else 30.0), args.json)
-        from bmoe_top.tui.screens.live import run_live
+            status = _print_outcome(session_once(src, args.prompt, args.n_predict,
+                                                 args.timeout if args.timeout else 30.0), args.json)
+        else:
+            from bmoe_top.tui.screens.live import run_live
 
-        return run_live(src, title=f"attach {args.session}", n_predict=args.n_predict, fps=args.fps)
+            status = run_live(src, title=sanitize(f"attach {args.session}"), n_predict=args.n_predict,
+                              fps=args.fps)
     finally:
         src.close()
-        if rec is not None:
-            rec.close()
+    return _finish_recording(rec, status)
 
 
 def _attach_network(args: argparse.Namespace) -> int:
@@ -226,7 +287,9 @@ def default_main(args: argparse.Namespace) -> int:
 # ------------------------------------------------------------------------------------- parser
 def _live_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("-n", "--n-predict", type=int, default=256, help="tokens per generation (default 256)")
-    p.add_argument("--record", metavar="FILE", help="write every received line to FILE (JSONL, flushed per line)")
+    p.add_argument("--record", metavar="FILE", help="write every received line to FILE (JSONL, flushed per line); "
+                                                    "an existing FILE or a symbolic link is refused")
+    p.add_argument("--force", action="store_true", help="with --record: replace an existing FILE")
     p.add_argument("--fps", type=float, default=10.0, help=argparse.SUPPRESS)
 
 
@@ -275,6 +338,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("paths", nargs="+", metavar="PATH")
     r.add_argument("--summary", action="store_true", help="print the run summary, no UI")
     r.add_argument("--json", action="store_true", help="with --summary: as JSON")
+    r.add_argument("--allow-mixed", action="store_true",
+                   help="load files of different runs (another model or arch) together instead of refusing")
     r.add_argument("--fps", type=float, default=10.0, help=argparse.SUPPRESS)
     r.set_defaults(func=cmd_replay)
 
@@ -329,10 +394,13 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser().parse_args(argv)
+    before = _end_on_signals() if getattr(args, "once", False) or getattr(args, "summary", False) else {}
     try:
         if args.cmd is None:
             return default_main(args)
         return int(args.func(args))
+    except Terminated as t:
+        return 128 + t.signum
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:  # `bmoe-top replay --summary x | head`: not an error
@@ -341,6 +409,9 @@ def main(argv: list[str] | None = None) -> int:
         except OSError:
             pass
         return 0
+    finally:
+        for sig, h in before.items():
+            signal.signal(sig, h)
 
 
 if __name__ == "__main__":

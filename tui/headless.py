@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bmoe_top.tui.feed.bind import bind
-from bmoe_top.tui.feed.files import open_paths
+from bmoe_top.tui.feed.files import open_replay
 from bmoe_top.tui.model import RunModel, Status
 from bmoe_top.tui.present.audit import audit_document
 from bmoe_top.tui.present.live import failure_document, live_document
@@ -36,9 +36,11 @@ class Outcome:
     error: str | None = None
 
 
-def replay(paths: Sequence[str]) -> RunModel:
-    """Every path into one run model (``ReplayError`` for a path that cannot be read)."""
-    return open_paths(paths)
+def replay(paths: Sequence[str], allow_mixed: bool = False) -> tuple[RunModel, list[tuple[str, str]]]:
+    """Every path into one run model, and ``(path, why)`` for each file that is not a recorded run
+    (``ReplayError`` for a path that cannot be read, ``MixedRunsError`` for files of different
+    runs unless ``allow_mixed``)."""
+    return open_replay(paths, allow_mixed=allow_mixed)
 
 
 def launch_once(source: ChildSession, prompt: str, n_predict: int | None, ready_timeout: float) -> Outcome:
@@ -88,8 +90,9 @@ def session_once(source: SessionSocketClient, prompt: str | None, n_predict: int
     rid = None
     try:
         if not source.wait_state({LiveState.READY, LiveState.GENERATING}, timeout):
-            msg = f"no session on {source.path} after {timeout:g} s ({source.status().message})"
-            return Outcome({"status": "failed", "error": msg, "sources": list(run.sources)}, [], 1, msg)
+            st = source.status()
+            msg = f"no session on {source.path} after {timeout:g} s ({st.message})"
+            return Outcome(failure_document(msg, run, st), [], 1, msg)
         time.sleep(0.2)  # let the replay of the current state arrive
         if prompt is not None:
             source.wait_state(LiveState.READY, timeout)

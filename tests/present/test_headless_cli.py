@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -52,7 +53,7 @@ def test_launch_errors_are_one_line():
     r = top("launch", "--once", "--", "/nonexistent/runtime")
     assert r.returncode == 1 and "cannot start /nonexistent/runtime" in r.stderr and "Traceback" not in r.stderr
     r = top("launch", "--once", "--record", "/nonexistent/dir/x.jsonl", "--", sys.executable, EMITTER)
-    assert r.returncode == 2 and "cannot record" in r.stderr and "Traceback" not in r.stderr
+    assert r.returncode == 2 and "cannot write /nonexistent/dir/x.jsonl" in r.stderr and "Traceback" not in r.stderr
     r = top("launch", "--once", "--ready-timeout", "0.5", "--", sys.executable, EMITTER, "--no-ready")
     assert r.returncode == 1 and "no BMOE_READY" in r.stderr
 
@@ -124,3 +125,84 @@ def test_cli_summary_json_matches_file(tmp_path):
     assert s["load_s"] == 1.5 and s["prefill_s"] == 0.4
     assert s["ttft_s"] is None or s["ttft_s"] > 0  # absent is None, never 0
     assert s["mode"] == "serial"
+
+
+def test_attach_session_once_json_without_a_socket_prints_json(tmp_path):
+    r = top("attach", "--session", str(tmp_path / "absent.sock"), "--once", "--json", "--timeout", "0.5")
+    assert r.returncode == 1 and "no session" in r.stderr
+    out = json.loads(r.stdout)
+    assert out["status"] == "failed" and "no session" in out["error"] and out["live"]["state"] == "connecting"
+
+
+def test_record_to_a_full_disk_fails_loudly(tmp_path):
+    # /dev/full: every write is ENOSPC. Before, the recording failed silently and the command exited 0.
+    r = top("launch", "--once", "--json", "-p", "x", "-n", "3", "--record", "/dev/full", "--force",
+            "--", sys.executable, EMITTER, "--rate", "500")
+    assert r.returncode == 1
+    assert "/dev/full" in r.stderr and "disk is full" in r.stderr and "Traceback" not in r.stderr
+    out = json.loads(r.stdout)
+    assert out["live"]["turns"][0]["tokens"] == 3  # the run itself went on
+    assert any("disk is full" in a for a in out["alerts"]) and out["problems"] >= 1
+
+
+def test_record_never_overwrites_or_follows_a_link(tmp_path):
+    old = tmp_path / "old.jsonl"
+    old.write_text("earlier\n")
+    r = top("launch", "--once", "-p", "x", "-n", "2", "--record", str(old), "--", sys.executable, EMITTER)
+    assert r.returncode == 2 and "already exists" in r.stderr and "--force" in r.stderr
+    assert old.read_text() == "earlier\n"
+    target = tmp_path / "target.txt"
+    target.write_text("precious\n")
+    link = tmp_path / "link.jsonl"
+    link.symlink_to(target)
+    r = top("launch", "--once", "-p", "x", "-n", "2", "--record", str(link), "--force", "--", sys.executable, EMITTER)
+    assert r.returncode == 2 and "symbolic link" in r.stderr
+    assert target.read_text() == "precious\n"
+    r = top("launch", "--once", "--json", "-p", "x", "-n", "2", "--record", str(old), "--force",
+            "--", sys.executable, EMITTER)
+    assert r.returncode == 0, r.stderr
+    assert "BMOE_PROGRESS" in old.read_text() and "earlier" not in old.read_text()
+
+
+def _children(pid: int) -> list[int]:
+    out: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            out += [int(x) for x in (task / "children").read_text().split()]
+        except OSError:
+            pass
+    return out
+
+
+def _gone(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return True
+    return state == "Z"
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_a_signal_to_a_once_command_closes_its_child(sig):
+    # a turn that cannot end by itself (100,000 tokens at 20 lines/s): only the signal ends it
+    p = subprocess.Popen([str(BMOE_TOP), "launch", "--once", "--json", "-p", "x", "-n", "100000",
+                          "--", sys.executable, EMITTER, "--rate", "20"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        end = time.monotonic() + 60
+        kids: list[int] = []
+        while time.monotonic() < end and not kids:
+            kids = _children(p.pid)
+            time.sleep(0.05)
+        assert kids, "the child never started"
+        p.send_signal(sig)
+        out, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 128 + sig, err
+    end = time.monotonic() + 30
+    while time.monotonic() < end and not all(_gone(k) for k in kids):
+        time.sleep(0.05)
+    assert all(_gone(k) for k in kids), f"child {kids} left running"
+    assert "Traceback" not in err

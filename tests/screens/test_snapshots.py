@@ -183,6 +183,7 @@ def test_attach_metrics_unreachable(snap_compare, size):
 
     async def unreachable(pilot):
         poller.scrape_once()
+        poller.state.next_attempt_mono = None  # the retry countdown counts down with the clock: not drawn here
         await settle(pilot, screen)
 
     try:

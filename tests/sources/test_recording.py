@@ -158,3 +158,53 @@ def test_replay_of_a_recording_cut_mid_turn_is_aborted(tmp_path):
 def test_recorder_bad_path_raises_oserror(tmp_path):
     with pytest.raises(OSError):
         Recorder(tmp_path / "no" / "such" / "dir.jsonl")
+
+
+# --- the --record file: never through a link, never over a file, a write error is loud ----------
+
+def test_recorder_refuses_a_symbolic_link_and_leaves_its_target(tmp_path):
+    target = tmp_path / "precious.txt"
+    target.write_text("keep me")
+    link = tmp_path / "rec.jsonl"
+    link.symlink_to(target)
+    with pytest.raises(OSError, match="symbolic link"):
+        Recorder(link)
+    with pytest.raises(OSError, match="symbolic link"):
+        Recorder(link, force=True)  # not even with force
+    assert target.read_text() == "keep me"
+    dangling = tmp_path / "dangling.jsonl"
+    dangling.symlink_to(tmp_path / "nowhere.jsonl")
+    with pytest.raises(OSError, match="symbolic link"):
+        Recorder(dangling)
+    assert not (tmp_path / "nowhere.jsonl").exists()  # nothing created where it points
+
+
+def test_recorder_refuses_an_existing_file_unless_forced(tmp_path):
+    path = tmp_path / "old.jsonl"
+    path.write_text("an earlier recording\n")
+    with pytest.raises(OSError, match="already exists"):
+        Recorder(path)
+    assert path.read_text() == "an earlier recording\n"
+    with Recorder(path, force=True) as r:
+        assert r.write("stdout", "BMOE_READY {}", 1.0)
+    assert orjson.loads(path.read_bytes()) == {"t": 1.0, "src": "stdout", "line": "BMOE_READY {}"}
+
+
+def test_a_write_error_stops_recording_and_is_reported_at_once():
+    from bmoe_top.tui.sources.events import RecordingFailed
+
+    events: list = []
+    rec = Recorder("/dev/full", force=True)  # a device: written as it is; every write is ENOSPC
+    s = ChildSession([sys.executable, EMITTER, "--rate", "300"], recorder=rec, on_event=events.append).start()
+    try:
+        assert s.wait_state("ready", 30)
+        failed = [e for e in events if isinstance(e, RecordingFailed)]
+        assert len(failed) == 1 and "disk is full" in failed[0].message and failed[0].path == "/dev/full"
+        assert rec.error is not None and "ENOSPC" in rec.error
+        s.generate("x", 3)
+        assert s.wait_state("ready", 30)
+        assert len([e for e in events if isinstance(e, RecordingFailed)]) == 1  # reported once, the session goes on
+    finally:
+        s.close()
+        rec.close()
+    assert s.status().turns_done == 1

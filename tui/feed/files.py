@@ -2,31 +2,39 @@
 file's content (:func:`bmoe_top.parsers.sniff.sniff`) through :data:`FILE_FEEDS`.
 
 Several files may describe one run (the CSV sink, the route trace and the console log of the
-same run): each adds what it holds to the same model. A file that reads but holds nothing usable
-is a problem on the run, not an exception.
+same run): each adds what it holds to the same model. Files of different runs are not merged
+silently: :func:`open_paths` parses every file first, reads the run each says it is from (model
+and arch: :func:`identity_conflict`) and refuses a mix with :class:`MixedRunsError` naming both,
+unless ``allow_mixed``. A file that is not a recorded run at all is a problem and an alert on the
+run (the banner, and ``replay --summary`` exits non-zero with the reason), never an exception.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from bmoe_top.parsers.bmoe_lines import Load, Progress, parse_line
-from bmoe_top.parsers.recording import PROTOCOL_SOURCES, parse_recording, request_of
+from bmoe_top.parsers.audit import parse_audit_records
+from bmoe_top.parsers.bmoe_lines import Load, Progress, Ready, parse_line
+from bmoe_top.parsers.recording import PROTOCOL_SOURCES, Recording, parse_recording, request_of
 from bmoe_top.parsers.requests import parse_requests
 from bmoe_top.parsers.route_trace import RouteTrace, load_route_trace
-from bmoe_top.parsers.sniff import sniff
+from bmoe_top.parsers.sniff import sniff, sniff_reason
 from bmoe_top.parsers.strp import StrpError, parse_strp
 from bmoe_top.parsers.token_csv import TokenTable, load_token_csv
 from bmoe_top.parsers.transcript import Transcript, parse_transcript
 from bmoe_top.tui.feed.audit import load_audit
+from bmoe_top.tui.feed.loader_log import loader_facts
 from bmoe_top.tui.feed.records import RecordFeed
 from bmoe_top.tui.model import RunModel, Status
-from bmoe_top.tui.sources.files import read_path
+from bmoe_top.tui.sources.files import ReplayError, read_path
 
-__all__ = ["FILE_FEEDS", "LOAD_ORDER", "load_data", "open_paths"]
+__all__ = ["FILE_FEEDS", "LOAD_ORDER", "FileFeed", "MixedRunsError", "identity_conflict", "load_data",
+           "log_facts", "open_paths", "open_replay"]
 
 _MIB = float(1 << 20)
 
@@ -115,6 +123,7 @@ def load_transcript_into(run: RunModel, tr: Transcript, source: str) -> None:
                 continue  # the CSV of the same run already gave the token rows
             feed.apply(rec, lineno=ln)
         run.update_summary(tr.summary, fill_only=had_tokens)
+        run.update_meta(log_facts(tr.text_lines), overwrite=False)
         run.update_sidecar(tr.sidecar)
         if not any(t.text_len or t.reasoning for t in run.turns):
             turn = run.ensure_turn()
@@ -128,21 +137,18 @@ def load_transcript_into(run: RunModel, tr: Transcript, source: str) -> None:
             run.set_status(Status.REPLAY, run.status_detail)
 
 
-def _token_csv(run: RunModel, data: bytes, source: str) -> None:
-    load_token_table(run, load_token_csv(data), source)
+def log_facts(lines: Sequence[str]) -> dict[str, str]:
+    """Run-header facts of a log's lines (:func:`~bmoe_top.tui.feed.loader_log.loader_facts`), the
+    first value of each key."""
+    out: dict[str, str] = {}
+    for line in lines:
+        for k, v in loader_facts(line).items():
+            out.setdefault(k, v)
+    return out
 
 
-def _route_trace(run: RunModel, data: bytes, source: str) -> None:
-    load_trace(run, load_route_trace(data), source)
-
-
-def _transcript(run: RunModel, data: bytes, source: str) -> None:
-    load_transcript_into(run, parse_transcript(data), source)
-
-
-def _sidecar(run: RunModel, data: bytes, source: str) -> None:
+def _sidecar(run: RunModel, tr: Transcript, source: str) -> None:
     """A ``key=value`` device sidecar (peak RSS, available memory, temperatures)."""
-    tr = parse_transcript(data)
     with run.lock:
         run.add_source(source)
         run.update_sidecar(tr.sidecar)
@@ -150,32 +156,71 @@ def _sidecar(run: RunModel, data: bytes, source: str) -> None:
             run.add_problem(source, p.lineno, p.text, p.reason)
 
 
-def _recording(run: RunModel, data: bytes, source: str) -> None:
+def _recording(run: RunModel, rec: Recording, source: str) -> None:
     """A ``--record`` file (:mod:`bmoe_top.parsers.recording`): protocol lines go through the
-    BMOE records with their time, stderr lines to the log, a request (``stdin``) is noted so its
-    turn knows its prompt. ``bmoe-top play`` reads the same entries through the live source."""
-    rec = parse_recording(data)
+    BMOE records with their time, stderr lines to the log (and the run header facts they give),
+    a request (``stdin``) is noted so its turn knows its prompt. ``bmoe-top play`` reads the same
+    entries through the live source."""
     with run.lock:
         run.add_source(source)
         run.update_meta({f"recording_{k}": v for k, v in rec.meta.items() if k in ("source", "command")})
         feed = RecordFeed(run, source)
+        facts: dict[str, str] = {}
         for e in rec.entries:
             if e.src in PROTOCOL_SOURCES:
                 feed.apply(parse_line(e.line), e.t, e.lineno)
             elif e.src == "stderr":
                 run.add_log(e.line)
+                for k, v in loader_facts(e.line).items():
+                    facts.setdefault(k, v)
             else:
                 req = request_of(e)
                 if req is not None:
                     run.note_request(req)
+        run.update_meta(facts, overwrite=False)
         for p in rec.problems:
             run.add_problem(source, p.lineno, p.text, p.reason)
         _replay(run)
 
 
-def _requests(run: RunModel, data: bytes, source: str) -> None:
+def _recording_identity(rec: Recording) -> dict[str, str]:
+    """The recorded session's ``BMOE_READY`` (arch, model), else its stderr's loader facts."""
+    facts: dict[str, str] = {}
+    for e in rec.entries:
+        if e.src in PROTOCOL_SOURCES and "BMOE_READY" in e.line:
+            r = parse_line(e.line)
+            if isinstance(r, Ready):
+                out = {"arch": r.arch} if isinstance(r.arch, str) else {}
+                if isinstance(r.extra.get("model"), str):
+                    out["model"] = r.extra["model"]
+                return {**{k: facts[k] for k in ("model", "arch") if k in facts}, **out}
+        elif e.src == "stderr":
+            for k, v in loader_facts(e.line).items():
+                facts.setdefault(k, v)
+    return {k: facts[k] for k in ("model", "arch") if k in facts}
+
+
+def _transcript_identity(tr: Transcript) -> dict[str, str]:
+    facts = log_facts(tr.text_lines)
+    return {**{k: facts[k] for k in ("model", "arch") if k in facts}, **tr.identity}
+
+
+def _audit_identity(data: bytes) -> dict[str, str]:
+    """The model of the audit log's first ``load`` record (path, else name)."""
+    for lineno, line in enumerate(data.split(b"\n"), 1):
+        if b'"load"' not in line:
+            continue
+        records, _ = parse_audit_records(line, lineno)
+        for r in records:
+            m = r.data.get("model") if r.event == "load" else None
+            if isinstance(m, dict) and isinstance(m.get("path") or m.get("name"), str):
+                return {"model": str(m.get("path") or m.get("name"))}
+    return {}
+
+
+def _requests(run: RunModel, parsed: tuple[list[Any], list[Any]], source: str) -> None:
     """Session requests JSONL: each ``generate`` becomes a (not yet answered) turn with its prompt."""
-    reqs, problems = parse_requests(data)
+    reqs, problems = parsed
     with run.lock:
         run.add_source(source)
         for r in reqs:
@@ -222,45 +267,119 @@ def _strp(run: RunModel, data: bytes, source: str) -> None:
                        f"STRP profile: {prof.n_ranked} ranked experts, {prof.slots} slots")
 
 
-#: Sniffed kind -> loader ``(run, data, source)``.
-FILE_FEEDS: dict[str, Callable[[RunModel, bytes, str], None]] = {
-    "token_csv": _token_csv,
-    "route_trace": _route_trace,
-    "transcript": _transcript,
-    "sidecar": _sidecar,
-    "recording": _recording,
-    "requests": _requests,
-    "audit": _audit,
-    "strp": _strp,
+@dataclass(frozen=True, slots=True)
+class FileFeed:
+    """How one format is loaded: ``parse(data)`` -> a parsed object, ``apply(run, parsed, source)``
+    adds it to the run, ``identity(parsed)`` the run it says it is from (``model``, ``arch``)."""
+
+    parse: Callable[[bytes], Any]
+    apply: Callable[[RunModel, Any, str], None]
+    identity: Callable[[Any], Mapping[str, str]] = lambda _parsed: {}
+
+
+def _raw(data: bytes) -> bytes:
+    return data
+
+
+#: Sniffed kind -> its :class:`FileFeed`.
+FILE_FEEDS: dict[str, FileFeed] = {
+    "token_csv": FileFeed(load_token_csv, load_token_table, lambda t: t.identity),
+    "route_trace": FileFeed(load_route_trace, load_trace, lambda t: t.identity),
+    "transcript": FileFeed(parse_transcript, load_transcript_into, _transcript_identity),
+    "sidecar": FileFeed(parse_transcript, _sidecar),
+    "recording": FileFeed(parse_recording, _recording, _recording_identity),
+    "requests": FileFeed(parse_requests, _requests),
+    "audit": FileFeed(_raw, _audit, _audit_identity),
+    "strp": FileFeed(_raw, _strp),
 }
 
 #: Token rows first (CSV, recording), then the route trace, then logs: logs then only add what is
 #: missing. Kinds not listed come last.
 LOAD_ORDER = {"token_csv": 0, "recording": 0, "route_trace": 1, "transcript": 2}
 
-UNRECOGNISED = ("unrecognised format (not a BMOE transcript, token CSV, route trace, recording, request log, "
-                "audit log or STRP profile)")
+
+class MixedRunsError(ReplayError):
+    """Files of different runs (a different model or arch) given together without ``allow_mixed``."""
 
 
-def load_data(run: RunModel, data: bytes, source: str) -> str:
-    """Add one file's content to ``run``; returns the sniffed kind."""
-    kind = sniff(data, source)
-    loader = FILE_FEEDS.get(kind)
-    if loader is None:
-        run.add_problem(source, 0, data[:120].decode("utf-8", "replace"), UNRECOGNISED)
+def _model_name(model: str) -> str:
+    name = model.replace("\\", "/").rsplit("/", 1)[-1].strip().lower()
+    return name[:-5] if name.endswith(".gguf") else name
+
+
+def identity_conflict(a: Mapping[str, str], b: Mapping[str, str]) -> str | None:
+    """Why two files' identities are different runs (``"model X vs Y"``), None when they may be one
+    run: a key both name must agree (the model by its file name, case aside)."""
+    for key in ("model", "arch"):
+        x, y = a.get(key), b.get(key)
+        if x and y and (_model_name(x) != _model_name(y) if key == "model" else x.strip() != y.strip()):
+            return f"{key} {x} vs {y}"
+    return None
+
+
+def _describe(identity: Mapping[str, str]) -> str:
+    parts = [f"{k} {identity[k]}" for k in ("model", "arch") if identity.get(k)]
+    return ", ".join(parts) or "no model or arch"
+
+
+def load_data(run: RunModel, data: bytes, source: str, kind: str | None = None, parsed: Any = None) -> str:
+    """Add one file's content to ``run`` (``kind``/``parsed`` when the caller sniffed and parsed it
+    already); returns the sniffed kind. A file that is not a recorded run becomes a problem and an
+    alert (``<file> is not a recorded run: <why>``)."""
+    if kind is None:
+        kind = sniff(data, source)
+    feed = FILE_FEEDS.get(kind)
+    if feed is None:
+        _kind, why = sniff_reason(data, source)
+        why = why or "the file is empty: not a recorded run"
+        run.add_problem(source, 0, data[:120].decode("utf-8", "replace"), why)
+        run.add_alert(f"{os.path.basename(source) or source}: {why}")
     else:
-        loader(run, data, source)
+        feed.apply(run, feed.parse(data) if parsed is None else parsed, source)
     run.add_source(source)
     return kind
 
 
-def open_paths(paths: Sequence[str], run: RunModel | None = None) -> RunModel:
-    """Load every path into one run model (raises
-    :class:`~bmoe_top.tui.sources.files.ReplayError` for a path that cannot be read)."""
+def open_paths(paths: Sequence[str], run: RunModel | None = None, *, allow_mixed: bool = False) -> RunModel:
+    """Load every path into one run model (:func:`open_replay` without the list of files that are
+    not recorded runs: those are problems and alerts on the run)."""
+    return open_replay(paths, run, allow_mixed=allow_mixed)[0]
+
+
+def open_replay(paths: Sequence[str], run: RunModel | None = None, *,
+                allow_mixed: bool = False) -> tuple[RunModel, list[tuple[str, str]]]:
+    """Load every path into one run model; returns it and ``(path, why)`` for each file that is
+    not a recorded run. Raises :class:`~bmoe_top.tui.sources.files.ReplayError` for a path that
+    cannot be read, and :class:`MixedRunsError` (naming both files and what differs) for files
+    that say they are from different runs, unless ``allow_mixed`` (then each file is loaded and the
+    run gets an alert that it mixes runs)."""
     run = run if run is not None else RunModel()
-    loaded = [(str(p), read_path(p)) for p in paths]
-    loaded.sort(key=lambda pd: LOAD_ORDER.get(sniff(pd[1], pd[0]), 3))
-    for p, data in loaded:
-        load_data(run, data, p)
+    loaded: list[tuple[str, bytes, str, Any, Mapping[str, str]]] = []
+    not_runs: list[tuple[str, str]] = []
+    for p in paths:
+        data = read_path(p)
+        kind, why = sniff_reason(data, str(p))
+        if not data.strip(b" \t\r\n\x00"):  # an empty .csv sniffs as a CSV by its name; it holds no run
+            kind, why = "unknown", "the file is empty: not a recorded run"
+        feed = FILE_FEEDS.get(kind)
+        if feed is None:
+            not_runs.append((str(p), why))
+        parsed = feed.parse(data) if feed is not None else None
+        ident = feed.identity(parsed) if feed is not None else {}
+        loaded.append((str(p), data, kind, parsed, ident))
+    for i, (pa, _d, _k, _p, ia) in enumerate(loaded):
+        for pb, _d2, _k2, _p2, ib in loaded[i + 1:]:
+            differs = identity_conflict(ia, ib)
+            if differs is None:
+                continue
+            msg = (f"{pa} ({_describe(ia)}) and {pb} ({_describe(ib)}) are from different runs ({differs}): not "
+                   "merged (--allow-mixed loads them together anyway)")
+            if not allow_mixed:
+                raise MixedRunsError(msg)
+            run.add_alert(f"files of different runs loaded together: {os.path.basename(pa)} ({_describe(ia)}), "
+                          f"{os.path.basename(pb)} ({_describe(ib)})")
+    loaded.sort(key=lambda x: LOAD_ORDER.get(x[2], 3))
+    for p, data, kind, parsed, _ident in loaded:
+        load_data(run, data, p, kind, parsed)
     _replay(run)
-    return run
+    return run, not_runs

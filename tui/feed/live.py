@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from bmoe_top.tui.feed.loader_log import loader_facts
 from bmoe_top.tui.feed.records import RecordFeed
 from bmoe_top.tui.model import RunModel, Status
 from bmoe_top.tui.sources.events import (
@@ -22,6 +23,7 @@ from bmoe_top.tui.sources.events import (
     NewSession,
     ProblemFound,
     ReadyTimeout,
+    RecordingFailed,
     Rejected,
     RequestSent,
     Stalled,
@@ -63,6 +65,7 @@ class LiveFeed:
             RequestSent: self._request,
             ProblemFound: self._problem,
             ReadyTimeout: self._ready_timeout,
+            RecordingFailed: self._recording_failed,
             NewSession: self._new_session,
             Rejected: self._seen,  # the state change that follows carries the reason
             Stalled: self._seen,  # the live status line says "no telemetry for N s" itself
@@ -77,7 +80,14 @@ class LiveFeed:
         self.records.apply(rec, t)
 
     def stderr(self, line: str, t: float) -> None:
-        self.run.add_log(line)
+        """A stderr line: the log pane, and the run header facts a loader line gives (model, arch,
+        layers, experts: ``bmoe_top.tui.feed.loader_log``) where the run header lacks them."""
+        run = self.run
+        with run.lock:
+            run.add_log(line)
+            facts = loader_facts(line)
+            if facts:
+                run.update_meta(facts, overwrite=False)
 
     def event(self, ev: Any) -> None:
         self.events[type(ev)](ev)
@@ -96,6 +106,13 @@ class LiveFeed:
         self.run.add_problem(self.source.kind, p.lineno, p.text, p.reason)
         if ev.where in SINK_WHERE:
             self.run.add_log(f"bmoe-top: {p.reason}")
+
+    def _recording_failed(self, ev: RecordingFailed) -> None:
+        """A failed ``--record`` write is shown at once: the banner, a problem and a log line."""
+        with self.run.lock:
+            self.run.add_alert(f"{ev.path}: {ev.message}")
+            self.run.add_problem("record", 0, "", ev.message)
+            self.run.add_log(f"bmoe-top: {ev.path}: {ev.message}")
 
     def _ready_timeout(self, ev: ReadyTimeout) -> None:
         self.run.set_status(Status.LOADING, f"no BMOE_READY after {ev.after_s:g} s")

@@ -22,6 +22,7 @@ from textual.widgets import Footer, Input, Static, TabbedContent, TabPane
 from bmoe_top.tui.model import RunModel, Status
 from bmoe_top.tui.playback import Playback
 from bmoe_top.tui.screens.modals import HelpScreen, SeekScreen
+from bmoe_top.tui.widgets.banner import Banner
 from bmoe_top.tui.widgets.charts import BreakdownChart, TrendChart
 from bmoe_top.tui.widgets.grids import ExpertMap, LayerHeatmap
 from bmoe_top.tui.widgets.panels import AnswerPanel, AnswerTail, ProblemsPanel, RunPanel, safe_text
@@ -85,6 +86,7 @@ class RunScreen(Screen[None]):
     # ---------------------------------------------------------------------------------- layout
     def compose(self) -> ComposeResult:
         yield Static(self._title_text(), id="title")
+        yield Banner(self.model, id="banner")
         yield from self.compose_status()
         with Horizontal(id="body"):
             with Vertical(id="side"):
@@ -185,7 +187,7 @@ class RunScreen(Screen[None]):
         self._drawn_key = key
         titles.first(Static).update(self._title_text())
         # panes of tabs not shown yet may still be composing: each view is looked for, not assumed
-        for panel in (*self.query(RunPanel), *self.query(AnswerPanel), *self.query(AnswerTail),
+        for panel in (*self.query(Banner), *self.query(RunPanel), *self.query(AnswerPanel), *self.query(AnswerTail),
                       *self.query(ProblemsPanel)):
             panel.update_from_run()
         for w in (BreakdownChart, TrendChart, LayerHeatmap, ExpertMap):

@@ -144,8 +144,7 @@ class ChildSession(LiveBase):
 
     def _put(self, obj: dict[str, Any]) -> None:
         data = orjson.dumps(obj) + b"\n"
-        if self.recorder is not None:
-            self.recorder.write("stdin", data[:-1].decode("utf-8", "replace"))
+        self._record("stdin", data[:-1].decode("utf-8", "replace"))
         self._outq.put(data)
 
     def close(self, timeout: float = 3.0, term_timeout: float = 2.0) -> int | None:

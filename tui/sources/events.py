@@ -22,9 +22,9 @@ from bmoe_top.tui.sources.slots import SlotsReading
 
 __all__ = [
     "Connected", "Disconnected", "Exited", "FINAL_STATES", "LiveEvent", "LiveState", "NewSession", "PartialLost",
-    "PollEvent", "Problem", "ProblemFound", "ReadyTimeout", "Rejected", "RequestSent", "Rotated", "ScrapeFailed",
-    "ScrapeState", "Scraped", "Sinks", "Stalled", "StateChanged", "TailEvent", "TailState", "TailStateChanged",
-    "Truncated",
+    "PollEvent", "Problem", "ProblemFound", "ReadyTimeout", "RecordingFailed", "Rejected", "RequestSent", "Rotated",
+    "ScrapeFailed", "ScrapeState", "Scraped", "Sinks", "Stalled", "StateChanged", "TailEvent", "TailState",
+    "TailStateChanged", "Truncated",
 ]
 
 log = logging.getLogger("bmoe_top.sources")
@@ -154,6 +154,15 @@ class NewSession:
 
 
 @dataclass(frozen=True, slots=True)
+class RecordingFailed:
+    """Writing the ``--record`` file ``path`` failed (``message``: why, and after how many lines);
+    recording stopped, the source goes on."""
+
+    path: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
 class Exited:
     """A child process ended: its ``exit_code`` (negative: killed by that signal) and final state."""
 
@@ -163,7 +172,7 @@ class Exited:
 
 
 LiveEvent = (StateChanged | RequestSent | ProblemFound | Rejected | ReadyTimeout | Stalled | Connected | Disconnected
-             | NewSession | Exited)
+             | NewSession | Exited | RecordingFailed)
 
 
 # -- /metrics poller --------------------------------------------------------------------------------

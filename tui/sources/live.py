@@ -22,11 +22,15 @@ Every change goes through :meth:`LiveBase._transition` and is announced with a
 in flight and no line came for ``stall_after_s``: "no telemetry for N s", so a stalled or
 block-buffering child never looks finished).
 
-Threads call into this class; every public method is thread-safe. No Textual import.
+Strings from the source that :meth:`LiveBase.status` hands to a view (the state message, the last
+error, the READY arch, problem texts) are made safe to draw when they are stored
+(``parsers.sanitize``). Threads call into this class; every public method is thread-safe. No
+Textual import.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import threading
 import time
@@ -36,12 +40,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bmoe_top.parsers import bmoe_lines as bl
+from bmoe_top.parsers.sanitize import sanitize
 from bmoe_top.tui.sources.events import (
     FINAL_STATES,
     LiveState,
     Problem,
     ProblemFound,
     ReadyTimeout,
+    RecordingFailed,
     Rejected,
     RequestSent,
     Sinks,
@@ -234,7 +240,7 @@ class LiveBase:
     def _transition(self, state: LiveState, message: str | None = None) -> StateChanged | None:
         """Move to ``state`` (under the lock); returns the event to emit after releasing it (None
         when neither the state nor its message changed)."""
-        message = message or state.value
+        message = sanitize(message or state.value)  # it may quote the child's stderr or an error message
         changed = (state, message) != (self._state, self._message)
         self._state, self._message = state, message
         if state not in (LiveState.LOADING, LiveState.GENERATING):
@@ -272,15 +278,21 @@ class LiveBase:
                     events.append(Stalled(stalled, now - ref))
             self._emit(*events)
 
+    def _record(self, src: str, line: str, t: float | None = None) -> None:
+        """Write one line to the recorder (when there is one); a write that fails is reported at
+        once as :class:`~bmoe_top.tui.sources.events.RecordingFailed`."""
+        rec = self.recorder
+        if rec is not None and not rec.write(src, line, t):
+            self._emit(RecordingFailed(rec.path, sanitize(rec.error or "recording stopped")))
+
     def _problem(self, lineno: int, text: str, reason: str, where: str = "stdout") -> None:
-        p = Problem(lineno, text, reason)
+        p = Problem(lineno, sanitize(text[:200]), sanitize(reason))
         with self._lock:
             self._problems.append(p)
         self._emit(ProblemFound(p, where))
 
     def _stderr_line(self, line: str, t: float) -> None:
-        if self.recorder is not None:
-            self.recorder.write("stderr", line, t)
+        self._record("stderr", line, t)
         with self._lock:
             self._stderr_n += 1
         keep = line if len(line) <= STDERR_KEEP_CHARS else line[:STDERR_KEEP_CHARS] + f"... [{len(line)} chars]"
@@ -289,8 +301,8 @@ class LiveBase:
 
     def _protocol_line(self, line: str, t: float, src: str = "stdout", *, record: bool = True) -> Any:
         """Parse one stdout/socket line, move the state machine, hand the record to the sink."""
-        if record and self.recorder is not None:
-            self.recorder.write(src, line, t)
+        if record:
+            self._record(src, line, t)
         rec = bl.parse_line(line)
         self._track(rec, line)
         self.sinks.call("record", self._on_record, rec, t)
@@ -307,9 +319,9 @@ class LiveBase:
                 events.append(Stalled(False, 0.0))
             if t is bl.BadLine:
                 self._bad += 1
-                self._problems.append(Problem(self._lines, line, rec.reason))
+                self._problems.append(Problem(self._lines, sanitize(line[:200]), sanitize(rec.reason)))
             elif t is bl.Ready:
-                self._ready = rec
+                self._ready = rec if rec.arch is None else dataclasses.replace(rec, arch=sanitize(rec.arch))
                 self._ready_timeout = False
                 if self._state in (LiveState.STARTING, LiveState.LOADING, LiveState.CONNECTING):
                     events.append(self._transition(LiveState.READY, "ready"))
@@ -328,7 +340,7 @@ class LiveBase:
                 if self._state == LiveState.GENERATING:
                     events.append(self._transition(LiveState.READY, "ready"))
             elif t is bl.Error:
-                self._last_error = rec.msg
+                self._last_error = None if rec.msg is None else sanitize(rec.msg)
                 if not rec.fatal:
                     msg = f"request rejected: {rec.msg or '(no message)'}"
                     events.append(Rejected(rec.id, rec.msg or ""))

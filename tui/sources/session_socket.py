@@ -115,8 +115,7 @@ class SessionSocketClient(LiveBase):
                 s.sendall(data)
         except OSError:
             return False
-        if self.recorder is not None:
-            self.recorder.write("stdin", data[:-1].decode("utf-8", "replace"))
+        self._record("stdin", data[:-1].decode("utf-8", "replace"))
         return True
 
     # ---- connection loop ------------------------------------------------------------
@@ -194,8 +193,7 @@ class SessionSocketClient(LiveBase):
             self.notices += 1
             self.dropped_lines += n
             self._problem(0, line, f"slow reader: the runtime dropped {n} lines for this client", "socket")
-            if self.recorder is not None:
-                self.recorder.write("socket", line, t)
+            self._record("socket", line, t)
             return
         replay = self._replay_left > 0
         if replay:

@@ -1,0 +1,178 @@
+"""``bmoe-top replay`` end to end for damaged and foreign files: every good row of a damaged CSV
+reaches the run summary (the damage cases of tests/parsers/test_token_csv_damage.py, through
+``replay --summary --json``); a file that is not a recorded run exits non-zero with the reason
+(the summary of the other files is still printed) and is an alert on the run (the banner); files
+of different runs (another model or arch) are refused with a message naming both, unless
+``--allow-mixed``; the real recorded runs of one run still merge."""
+
+from __future__ import annotations
+
+import re
+
+import orjson
+import pytest
+from helpers import REAL_RUNS, synth
+
+from bmoe_top.tui.cli import main
+from bmoe_top.tui.feed.files import MixedRunsError, identity_conflict, open_paths, open_replay
+
+N = 1000
+CLEAN = synth.token_csv(N, seed=5)
+LINES = CLEAN.decode().split("\n")
+HEADER_AT = next(i for i, ln in enumerate(LINES) if ln.startswith("step,"))
+HEADER = LINES[HEADER_AT]
+
+
+def _lines(fn) -> bytes:
+    ls = list(LINES)
+    fn(ls)
+    return "\n".join(ls).encode("utf-8", "surrogateescape")
+
+
+def _row(i: int) -> int:
+    return HEADER_AT + 1 + i
+
+
+def _header(new: str) -> bytes:
+    return _lines(lambda ls: ls.__setitem__(HEADER_AT, new))
+
+
+def _decimal_commas(sep: str, quote: bool) -> bytes:
+    def conv(ls):
+        for i in range(HEADER_AT, HEADER_AT + 1 + N):
+            cells = ls[i].split(",")
+            if i > HEADER_AT:
+                cells = [re.sub(r"(\d)\.(\d)", r"\1,\2", c) for c in cells]
+                if quote:
+                    cells = [f'"{c}"' if "," in c else c for c in cells]
+            ls[i] = sep.join(cells)
+    return _lines(conv)
+
+
+def _zero_block() -> bytes:
+    start = CLEAN.index(LINES[_row(400)].encode()) + 10
+    end = CLEAN.index(LINES[_row(410)].encode()) + 5
+    return CLEAN[:start] + b"\x00" * (end - start) + CLEAN[end:]
+
+
+def _nul_cells() -> bytes:
+    def put(ls):
+        for i in (7, 100, 555, 999):
+            cells = ls[_row(i)].split(",")
+            cells[3] = cells[3][:2] + "\x00" + cells[3][2:]
+            ls[_row(i)] = ",".join(cells)
+    return _lines(put)
+
+
+def _short_rows() -> bytes:
+    def cut(ls):
+        for i in (0, 50, 51, 998):
+            ls[_row(i)] = ",".join(ls[_row(i)].split(",")[:6])
+    return _lines(cut)
+
+
+#: case -> (damaged file, token rows every good row gives)
+CASES = {
+    "clean": (CLEAN, N),
+    "header_letter": (_header(HEADER.replace("wall_ms", "wXll_ms")), N),
+    "header_comma_to_dot": (_header(HEADER.replace("io_ms,compute_ms", "io_ms.compute_ms")), N),
+    "header_cut_by_comma": (_header(HEADER.replace("wall_ms", "wa,l_ms")), N),
+    "header_nul": (_header(HEADER.replace("stall_ms", "st\x00ll_ms")), N),
+    "header_invalid_utf8": (_header(HEADER.replace("mgmt_ms", "mgm\udcff_ms")), N),
+    "header_split_by_newline": (_header(HEADER.replace("wall_ms", "wall\nms")), N),
+    "stray_line_before_header": (_lines(lambda ls: ls.insert(HEADER_AT, "Saving results to run.csv ... done")), N),
+    "lost_hash_on_comment": (_lines(lambda ls: ls.__setitem__(1, ls[1].lstrip("# "))), N),
+    "nul_in_cells": (_nul_cells(), N),
+    "zero_filled_block": (_zero_block(), N - 11),
+    "nul_padding_after_crash": (CLEAN + b"\x00" * 8192, N),
+    "utf16_without_bom": (CLEAN.decode().encode("utf-16-le"), N),
+    "decimal_comma_semicolon": (_decimal_commas(";", False), N),
+    "decimal_comma_tab": (_decimal_commas("\t", False), N),
+    "decimal_comma_quoted": (_decimal_commas(",", True), N),
+    "decimal_comma_unquoted": (_decimal_commas(",", False), N),
+    "short_rows": (_short_rows(), N),
+    "long_row": (_lines(lambda ls: ls.__setitem__(_row(3), ls[_row(3)] + ",7")), N),
+    "older_shorter_header": (_header(",".join(HEADER.split(",")[:8])), N),
+}
+
+
+def summary_json(capsys, *argv: str) -> tuple[int, dict | None, str]:
+    code = main(["replay", "--summary", "--json", *argv])
+    cap = capsys.readouterr()
+    return code, (orjson.loads(cap.out) if cap.out.strip() else None), cap.err
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_every_good_row_of_a_damaged_csv_reaches_the_summary(case, tmp_path, capsys):
+    data, rows = CASES[case]
+    path = tmp_path / f"{case}.csv"
+    path.write_bytes(data)
+    code, doc, err = summary_json(capsys, str(path))
+    assert code == 0, err
+    assert doc["derived"]["token_rows"] == rows
+    assert doc["tokens"] == N  # the run's own summary line survives too
+    assert doc["meta"]["model"] == "synthetic-moe.gguf" and doc["n_layer"] == 8
+
+
+def test_a_file_that_is_not_a_recorded_run_exits_non_zero_with_the_reason(tmp_path, capsys):
+    binary = tmp_path / "photo.bin"
+    binary.write_bytes(bytes(range(256)) * 64)
+    code, doc, err = summary_json(capsys, str(binary))
+    assert code == 1 and doc is None
+    assert "photo.bin" in err and "binary data" in err and "not a recorded run" in err
+    prose = tmp_path / "notes.md"  # (prose in a .txt or .log is read as a captured stdout)
+    prose.write_text("Shopping list: apples, pears.\nCall the bank.\n")
+    code, doc, err = summary_json(capsys, str(prose))
+    assert code == 1 and "notes.md" in err and "not a recorded run" in err
+    main(["replay", "--summary", str(prose)])  # the text form too
+    assert "not a recorded run" in capsys.readouterr().err
+
+
+def test_a_run_beside_a_foreign_file_still_prints_its_summary_but_exits_1(tmp_path, capsys):
+    csv = tmp_path / "run.csv"
+    csv.write_bytes(synth.token_csv(40))
+    empty = tmp_path / "empty.csv"
+    empty.write_bytes(b"")
+    code, doc, err = summary_json(capsys, str(csv), str(empty))
+    assert code == 1 and "empty.csv" in err and "empty" in err
+    assert doc["derived"]["token_rows"] == 40
+    assert any("empty.csv" in a and "not a recorded run" in a for a in doc["alerts"])  # the banner's line
+    run, not_runs = open_replay([str(csv), str(empty)])
+    assert [p for p, _ in not_runs] == [str(empty)] and run.alerts
+
+
+def other_model_csv() -> bytes:
+    return synth.token_csv(30).replace(b"model=synthetic-moe.gguf arch=qwen3moe", b"model=other.gguf arch=mixtral")
+
+
+def test_files_of_different_runs_are_not_merged_silently(tmp_path, capsys):
+    a = tmp_path / "a.csv"
+    a.write_bytes(synth.token_csv(40))
+    b = tmp_path / "b.csv"
+    b.write_bytes(other_model_csv())
+    code, doc, err = summary_json(capsys, str(a), str(b))
+    assert code == 2 and doc is None
+    assert "a.csv" in err and "b.csv" in err and "synthetic-moe.gguf" in err and "other.gguf" in err
+    assert "--allow-mixed" in err
+    with pytest.raises(MixedRunsError):
+        open_paths([str(a), str(b)])
+    code, doc, err = summary_json(capsys, "--allow-mixed", str(a), str(b))
+    assert code == 0 and doc["derived"]["token_rows"] == 70
+    assert any("different runs" in x for x in doc["alerts"])
+
+
+def test_files_of_one_run_merge():
+    # the same model named by a path in one file and by its file name in another
+    path, name = {"model": "/data/m/Qwen3-30B.gguf", "arch": "qwen3moe"}, {"model": "qwen3-30b.gguf"}
+    assert identity_conflict(path, name) is None
+    assert identity_conflict({"arch": "qwen3moe"}, {"model": "x.gguf"}) is None  # nothing to compare
+    assert identity_conflict({"arch": "qwen3moe"}, {"arch": "gemma4"}) == "arch qwen3moe vs gemma4"
+
+
+@pytest.mark.skipif(not REAL_RUNS.is_dir(), reason="../shared/data/real-runs not present")
+def test_the_real_files_of_one_traced_run_merge(capsys):
+    d = REAL_RUNS / "bigmoeonedge-2026-07-15"
+    code, doc, err = summary_json(capsys, str(d / "qwen.metrics"), str(d / "qwen.route.csv"), str(d / "qwen.log"))
+    assert code == 0, err
+    assert doc["derived"]["token_rows"] == 128 and doc["n_layer"] == 48 and not doc["alerts"]
+    assert doc["meta"]["arch"] == "qwen3moe"
