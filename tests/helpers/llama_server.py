@@ -63,18 +63,19 @@ def _free_port() -> int:
 
 class LlamaServer:
     """``llama-server -m MODEL --host 127.0.0.1 --port P`` plus ``args`` as a child process; ``url``
-    once ``/health`` answers 200. ``log``: its stderr/stdout lines. ``stop()`` (or the context
-    manager) ends it and returns its exit code."""
+    once ``/health`` answers 200 (``port``: this port, e.g. to restart a server where it was;
+    ``slots``: ``-np``). ``log``: its stderr/stdout lines. ``stop()`` (or the context manager) ends
+    it and returns its exit code."""
 
     def __init__(self, exe: Path, model: Path, *args: str, ctx: int = 512, threads: int = 1,
-                 ready_timeout: float = 180.0):
+                 ready_timeout: float = 180.0, port: int | None = None, slots: int = 1):
         self.log: list[str] = []
         last = ""
-        for _ in range(3):  # a free port can be taken by another process before the child binds it
-            self.port = _free_port()
+        for _ in range(1 if port else 3):  # a free port can be taken by another process before the child binds it
+            self.port = port or _free_port()
             self.url = f"http://127.0.0.1:{self.port}"
             self.cmd = [str(exe), "-m", str(model), "--host", "127.0.0.1", "--port", str(self.port),
-                        "-c", str(ctx), "-t", str(threads), "-np", "1", *args]
+                        "-c", str(ctx), "-t", str(threads), "-np", str(slots), *args]
             self.proc = subprocess.Popen(self.cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                          errors="replace")
             self._t = threading.Thread(target=self._drain, daemon=True)
