@@ -82,7 +82,7 @@ def test_counts_at_request_end_and_live_progress_from_slots(slots_server):
             if first is None:
                 continue
             # the slot decodes on: wait for its count to grow (an event, not a duration)
-            wait_for(lambda: (busy_slot(url) or {"task": None, "n": 0})["n"] >= first["n"] + 20
+            wait_for(lambda first=first: (busy_slot(url) or {"task": None, "n": 0})["n"] >= first["n"] + 20
                      or (busy_slot(url) or {"task": None})["task"] != first["task"])
             poller.scrape_once()
             doc = metrics_document(poller.state, run)
