@@ -6,10 +6,14 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from helpers import synth
 
 from bmoe_top.parsers.bmoe_lines import parse_line
+from bmoe_top.parsers.recording import parse_recording
+from bmoe_top.tui.feed.files import open_paths
 from bmoe_top.tui.feed.records import RecordFeed
 from bmoe_top.tui.model import RunModel
+from bmoe_top.tui.present.summary import run_summary, summary_rows
 
 
 def feed_lines(lines: list[str], run: RunModel | None = None) -> RunModel:
@@ -86,3 +90,60 @@ def test_a_pair_cut_between_records_reaches_the_turn_whole():
     assert t.text == "a\ufffdb 😀!" and t.done is not None
     assert run.tokens.view("text_end").tolist() == [4.0, 5.0]
     assert np.isnan(run.tokens.view("wall_ms")).all()  # absent, not 0
+
+
+def test_the_additive_fields_bmoe_run_sends_reach_the_summary(tmp_path):
+    """A recorded session of bmoe-run (docs/telemetry.md "Additive fields"): READY's threads, I/O
+    lanes, O_DIRECT and expert bank go to the run header; the cache is known from the first token;
+    the end record's TTFT, both hit % and both MiB definitions, evictions, re-reads, RSS and the
+    per-token faults and CPU reach the summary and its rows."""
+    rec = parse_recording(synth.session_recording(turns=2, n=10, additive=True))
+    run = RunModel()
+    feed = RecordFeed(run, "test")
+    first_token = next(i for i, e in enumerate(rec.entries) if e.line.startswith("BMOE_PROGRESS"))
+    for e in rec.entries[:first_token + 1]:
+        if e.src == "stdout":
+            feed.apply(parse_line(e.line), t=e.t)
+    # before any BMOE_DONE: the cache, the run so far
+    assert (run.resident_mib, run.budget_mib) == (2.0, 4.0)
+    s = run_summary(run)
+    assert s["derived"]["resident_mib"] == 2.0 and s["derived"]["budget_mib"] == 4.0
+    assert s["extra"]["hit_pct_since_load"] == 55.0 and s["extra"]["rss_mib"] == 220.0
+    assert run.meta["threads"] == "2" and run.meta["io_threads"] == "1" and run.meta["o_direct"] == "True"
+    assert run.meta["expert_bank_MiB"] == "12.0"
+
+    path = tmp_path / "run.rec.jsonl"
+    path.write_bytes(synth.session_recording(turns=2, n=10, additive=True))
+    s = run_summary(open_paths([str(path)]))
+    assert s["ttft_s"] == 0.15 and s["prefill_tps"] == 50.0  # the runtime's own figures win
+    assert s["compute_s_tok"] == 0.044 and s["io_s_tok"] == 0.005 and s["read_mib_per_tok"] == 0.5
+    extra = s["extra"]
+    assert extra["hit_pct_decode"] == 60.0 and extra["hit_pct_since_load"] == 56.0  # the newest turn's
+    assert extra["xfer_mib"] == 5.625 and extra["xfer_mib_tok"] == 0.5625 and extra["decode_tok_s"] == 22.2
+    assert extra["cache_evictions"] == 7 and extra["cache_rereads"] == 3
+    assert extra["majflt/tok"] == 2.0 and math.isclose(extra["cpu_s/tok"], 0.09)
+    assert extra["rss_mib"] == 230.0 and extra["peak_rss_mib"] == 240.0
+    rows = {label: text for label, text, _kind in summary_rows(s)}
+    assert rows["TTFT"] == "0.150 s" and rows["hit decode"] == "60.0 %" and rows["hit since load"] == "56.0 %"
+    assert rows["payload/tok"] == "0.50 MiB" and rows["aligned/tok"] == "0.56 MiB"
+    assert rows["evictions"] == "7" and rows["re-reads"] == "3" and rows["peak RSS"] == "240.0 MiB"
+    assert rows["majflt/token"] == "2.0" and rows["cpu/token"] == "0.090 s"
+
+
+def test_ttft_is_measured_from_the_request_when_the_runtime_does_not_send_it():
+    """bmoe-cli's BMOE_DONE has no TTFT: it is the time from the request being sent (its
+    ``sent_t``) to the turn's first token; with neither time known it stays absent."""
+    run = RunModel()
+    run.note_request({"cmd": "generate", "id": 1, "prompt": "p", "sent_t": 1000.5})
+    feed_lines([
+        'BMOE_BEGIN {"id":1}',  # t = 1001
+        'BMOE_PROGRESS {"step":1,"steps":2,"wall_ms":10.0,"text":"a"}',  # t = 1002: the first token
+        'BMOE_PROGRESS {"step":2,"steps":2,"wall_ms":10.0,"text":"ab"}',
+        'BMOE_DONE {"id":1,"tokens":2,"tok_s":100.0,"text":"ab"}',
+    ], run)
+    assert run.summary["ttft_s"] == 1.5
+    untimed = RunModel()
+    untimed.note_request({"cmd": "generate", "id": 1, "prompt": "p"})
+    feed_lines(['BMOE_BEGIN {"id":1}', 'BMOE_PROGRESS {"step":1,"text":"a"}', 'BMOE_DONE {"id":1,"tokens":1}'],
+               untimed)
+    assert "ttft_s" not in untimed.summary  # absent, not 0

@@ -92,9 +92,17 @@ def progress_transcript(n: int = 24, n_layer: int = 4, n_expert: int = 16, text:
     return ("\n".join(out) + "\n").encode()
 
 
-def session_recording(turns: int = 2, n: int = 10, t0: float = 1_800_000_000.0) -> bytes:
-    """A --record file of a session: READY, then per turn a request, BEGIN, tokens 50 ms apart, DONE."""
-    rows = [{"t": t0, "src": "stdout", "line": 'BMOE_READY {"load_s":0.4,"arch":"qwen3moe","n_ctx":512}'}]
+def session_recording(turns: int = 2, n: int = 10, t0: float = 1_800_000_000.0, additive: bool = False) -> bytes:
+    """A --record file of a session: READY, then per turn a request, BEGIN, tokens 50 ms apart, DONE.
+    ``additive``: the lines carry the additive fields bmoe-run sends (docs/telemetry.md "Additive
+    fields of the contract's lines"), with the values of a turn of ``n`` tokens that read 0.5 MiB
+    each; without it the contract's fields only (as bmoe-cli sends them)."""
+    ready: dict = {"load_s": 0.4, "arch": "qwen3moe", "n_ctx": 512}
+    if additive:
+        ready.update(n_layer=4, n_expert=16, n_expert_used=2, stream=True, cache_budget_mib=4.0,
+                     model="/m/tiny.gguf", expert_bank_mib=12.0, n_threads=2, io_threads=1, o_direct=True,
+                     rss_mib=210.5, peak_rss_mib=230.0)
+    rows = [{"t": t0, "src": "stdout", "line": "BMOE_READY " + orjson.dumps(ready).decode()}]
     t = t0
     for k in range(turns):
         rows.append({"t": t, "src": "stdin", "line": orjson.dumps(
@@ -104,14 +112,22 @@ def session_recording(turns: int = 2, n: int = 10, t0: float = 1_800_000_000.0) 
         for i in range(n):
             t += 0.05
             text += f"w{i} "
-            rows.append({"t": t, "src": "stdout", "line": "BMOE_PROGRESS " + orjson.dumps({
-                "step": i + 1, "steps": n, "wall_ms": 50.0, "io_ms": 5.0, "compute_ms": 44.0, "mgmt_ms": 1.0,
-                "stall_ms": 0.0, "read_mb": 0.5, "cache_hit_pct": 60.0, "text": text}).decode()})
-        rows.append({"t": t, "src": "stdout", "line": "BMOE_DONE " + orjson.dumps({
-            "id": k, "cancelled": False, "tokens": n, "tok_s": 20.0, "prefill_s": 0.1, "load_s": 0.4,
-            "cache_hit_pct": 60.0, "n_prompt": 5, "n_past": 5 + n * (k + 1), "cache_resident_mib": 3.0,
-            "cache_budget_mib": 4.0, "spec_recall_pct": -1, "stall_s_tok": 0.0, "mgmt_s_tok": 0.001,
-            "text": text}).decode()})
+            tok: dict = {"step": i + 1, "steps": n, "wall_ms": 50.0, "io_ms": 5.0, "compute_ms": 44.0, "mgmt_ms": 1.0,
+                         "stall_ms": 0.0, "read_mb": 0.5, "cache_hit_pct": 60.0, "text": text}
+            if additive:
+                tok.update(decode_ms=45.0, xfer_mb=0.5625, hit_pct_decode=60.0, hit_pct_since_load=55.0 + k,
+                           resident_mib=2.0 + 0.1 * i, budget_mib=4.0, rss_mib=220.0 + i, majflt=2, cpu_ms=90.0)
+            rows.append({"t": t, "src": "stdout", "line": "BMOE_PROGRESS " + orjson.dumps(tok).decode()})
+        done: dict = {"id": k, "cancelled": False, "tokens": n, "tok_s": 20.0, "prefill_s": 0.1, "load_s": 0.4,
+                      "cache_hit_pct": 60.0, "n_prompt": 5, "n_past": 5 + n * (k + 1), "cache_resident_mib": 3.0,
+                      "cache_budget_mib": 4.0, "spec_recall_pct": -1, "stall_s_tok": 0.0, "mgmt_s_tok": 0.001,
+                      "text": text}
+        if additive:
+            done.update(read_mib=0.5 * n, xfer_mib=0.5625 * n, tok_s_def="token_wall", decode_tok_s=22.2,
+                        ttft_s=0.15, prefill_tps=50.0, compute_s_tok=0.044, io_s_tok=0.005, read_mib_tok=0.5,
+                        xfer_mib_tok=0.5625, hit_pct_decode=60.0, hit_pct_since_load=55.0 + k, cache_evictions=7,
+                        cache_rereads=3, majflt=2 * n, cpu_s=0.09 * n, rss_mib=230.0, peak_rss_mib=240.0)
+        rows.append({"t": t, "src": "stdout", "line": "BMOE_DONE " + orjson.dumps(done).decode()})
         rows.append({"t": t, "src": "stderr", "line": f"turn {k} done"})
         t += 1.0
     return b"\n".join(orjson.dumps(r) for r in rows) + b"\n"

@@ -67,6 +67,7 @@ def test_replay_summary_of_every_format(tmp_path, capsys):
         "overlap_csv": [("ov.csv", synth.token_csv(24, overlap=True))],
         "transcript": [("stdout.txt", synth.progress_transcript(16))],
         "recording": [("s.rec.jsonl", synth.session_recording(turns=3, n=8))],
+        "recording_additive": [("r.rec.jsonl", synth.session_recording(turns=2, n=8, additive=True))],
         "requests": [("reqs.jsonl", b'{"cmd":"generate","id":1,"prompt":"x"}\n{"cmd":"close"}\n')],
         "audit": [("a.jsonl", audit_log())],
     }
@@ -89,7 +90,8 @@ def test_launch_once(tmp_path, capsys):
     code, doc = run_cli(capsys, "launch", "--once", "--json", "-p", "hello", "-n", "5", "--",
                         sys.executable, EMITTER, "--rate", "500")
     assert code == 0 and doc["live"]["state"] == "exited"
-    check_golden(GOLDEN / "launch_once.json", masked(doc, places(tmp_path), ["live.wall_s"]))
+    assert doc["ttft_s"] > 0  # measured from the request to the first token: how long depends on the machine
+    check_golden(GOLDEN / "launch_once.json", masked(doc, places(tmp_path), ["live.wall_s", "ttft_s"]))
     code, doc = run_cli(capsys, "launch", "--once", "--json", "--ready-timeout", "0.3", "--",
                         sys.executable, EMITTER, "--no-ready")
     assert code == 1 and doc["status"] == "failed"
@@ -106,8 +108,9 @@ def test_attach_session_once(tmp_path, capsys):
             time.sleep(0.05)
         code, doc = run_cli(capsys, "attach", "--session", sock, "--once", "--json", "-p", "hi", "-n", "4")
         assert code == 0 and doc["live"]["turns"][-1]["tokens"] == 4
+        assert doc["ttft_s"] > 0
         ids = ["live.request_id", "live.turns.*.id"]  # a socket client numbers its requests from its pid
-        check_golden(GOLDEN / "attach_session_once.json", masked(doc, places(tmp_path), ids))
+        check_golden(GOLDEN / "attach_session_once.json", masked(doc, places(tmp_path), [*ids, "ttft_s"]))
     finally:
         p.stdin.close()
         p.wait(10)

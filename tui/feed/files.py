@@ -176,7 +176,7 @@ def _recording(run: RunModel, rec: Recording, source: str) -> None:
             else:
                 req = request_of(e)
                 if req is not None:
-                    run.note_request(req)
+                    run.note_request({**req, "sent_t": e.t} if e.t is not None else req)
         run.update_meta(facts, overwrite=False)
         for p in rec.problems:
             run.add_problem(source, p.lineno, p.text, p.reason)

@@ -99,7 +99,8 @@ class LiveFeed:
         self.run.set_status(LIVE_STATUS[ev.state], ev.message)
 
     def _request(self, ev: RequestSent) -> None:
-        self.run.note_request(ev.request)
+        """A request is being sent: noted with its time (``sent_t``, unix s) for the turn's TTFT."""
+        self.run.note_request({**ev.request, "sent_t": ev.t})
 
     def _problem(self, ev: ProblemFound) -> None:
         p = ev.problem

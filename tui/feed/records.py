@@ -25,17 +25,36 @@ __all__ = ["DONE_FIELDS", "DONE_SUMMARY", "RecordFeed"]
 #: ``BMOE_DONE`` fields kept in the turn's ``done``.
 DONE_FIELDS = ("id", "cancelled", "tokens", "tok_s", "prefill_s", "load_s", "cache_hit_pct", "n_prompt", "n_past",
                "cache_resident_mib", "cache_budget_mib", "spec_recall_pct", "stall_s_tok", "mgmt_s_tok")
-#: ``BMOE_DONE`` field -> run summary key (the newest turn's end record is the run's summary).
+#: ``BMOE_DONE`` field -> run summary key (the newest turn's end record is the run's summary):
+#: the contract's fields, and the additive ones real runtimes send (bmoe-cli in session mode:
+#: prefill tok/s, compute and I/O per token; bmoe-run: TTFT, both hit % definitions, payload and
+#: page-aligned MiB, evictions and re-reads, RSS; docs/telemetry.md "Additive fields").
 DONE_SUMMARY = {
     "tokens": "tokens", "tok_s": "tok_s", "prefill_s": "prefill_s", "load_s": "load_s",
     "cache_hit_pct": "cache_hit_pct", "n_prompt": "n_prompt", "cache_resident_mib": "resident_mib",
     "cache_budget_mib": "budget_mib", "stall_s_tok": "stall_s_tok", "mgmt_s_tok": "mgmt_s_tok",
     "spec_recall_pct": "spec_recall_pct", "read_mib": "read_mib",
+    "prefill_tps": "prefill_tps", "compute_s_tok": "compute_s_tok", "io_s_tok": "io_s_tok", "ttft_s": "ttft_s",
+    "read_mib_tok": "read_mib_per_tok", "xfer_mib": "xfer_mib", "xfer_mib_tok": "xfer_mib_tok",
+    "hit_pct_decode": "hit_pct_decode", "hit_pct_since_load": "hit_pct_since_load",
+    "cache_evictions": "cache_evictions", "cache_rereads": "cache_rereads", "decode_tok_s": "decode_tok_s",
+    "rss_mib": "rss_mib", "peak_rss_mib": "peak_rss_mib",
 }
-#: ``BMOE_READY`` extras that are run-header entries.
-READY_META = ("n_layer", "n_expert", "n_expert_used", "model")
+#: ``BMOE_DONE`` totals of the turn -> per-token summary keys (divided by the turn's tokens).
+DONE_PER_TOKEN = {"majflt": "majflt/tok", "cpu_s": "cpu_s/tok"}
+#: ``BMOE_READY`` extras that are run-header entries (-> the header's name).
+READY_META = {"n_layer": "n_layer", "n_expert": "n_expert", "n_expert_used": "n_expert_used", "model": "model",
+              "n_threads": "threads", "io_threads": "io_threads", "o_direct": "o_direct",
+              "expert_bank_mib": "expert_bank_MiB"}
 
 Handler = Callable[[Any, "float | None", int], None]
+
+
+def _number(v: Any) -> float | None:
+    """``v`` when it is a JSON number (not a bool, not NaN), else None."""
+    if type(v) is int or type(v) is float:
+        return None if v != v else float(v)
+    return None
 
 
 class RecordFeed:
@@ -48,6 +67,7 @@ class RecordFeed:
         self._acc = bl.TextAccumulator()
         self._load: tuple[float | None, float | None] | None = None  # a BMOE_LOAD for the next token
         self._turn_tokens = 0  # tokens of the current turn so far
+        self._first_t: float | None = None  # arrival time of the current turn's first token
         self._last_step = math.nan  # step of the newest token
         self._handlers: dict[type, Handler] = {
             bl.TextLine: self._text_line,
@@ -95,7 +115,7 @@ class RecordFeed:
         run.set_ready({"load_s": rec.load_s, "arch": rec.arch, "n_ctx": rec.n_ctx, **rec.extra})
         if rec.arch:
             run.update_meta({"arch": rec.arch}, overwrite=False)
-        run.update_meta({"n_ctx": rec.n_ctx, **{k: rec.extra.get(k) for k in READY_META}})
+        run.update_meta({"n_ctx": rec.n_ctx, **{dst: rec.extra.get(src) for src, dst in READY_META.items()}})
         if rec.load_s is not None:
             run.update_summary({"load_s": rec.load_s})
 
@@ -109,6 +129,7 @@ class RecordFeed:
     def _new_turn(self) -> None:
         self._acc.reset()
         self._turn_tokens = 0
+        self._first_t = None
 
     def _load_line(self, rec: bl.Load, t: float | None, lineno: int) -> None:
         self._prefix(rec)
@@ -144,6 +165,11 @@ class RecordFeed:
             if (type(v) is float or type(v) is int) and k not in names:
                 row[k] = v
         run.add_token_row(row)
+        if not self._turn_tokens:
+            self._first_t = t
+        resident, budget = _number(rec.raw.get("resident_mib")), _number(rec.raw.get("budget_mib"))
+        if resident is not None or budget is not None:  # the cache from the first token on
+            run.set_cache_mib(resident_mib=resident, budget_mib=budget)
         self._turn_tokens += 1
         self._last_step = math.nan if rec.step is None else float(rec.step)
 
@@ -164,11 +190,28 @@ class RecordFeed:
         if rec.tok_s:
             summary["s_per_tok"] = 1.0 / float(rec.tok_s)
         read = fields.get("read_mib")
-        if isinstance(read, (int, float)) and rec.tokens:
+        if isinstance(read, (int, float)) and rec.tokens and "read_mib_per_tok" not in summary:
             summary["read_mib_per_tok"] = float(read) / float(rec.tokens)
+        for src, dst in DONE_PER_TOKEN.items():
+            v = fields.get(src)
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and rec.tokens:
+                summary[dst] = float(v) / float(rec.tokens)
+        if "ttft_s" not in summary:  # measured: from the request to this turn's first token
+            ttft = self._measured_ttft(rec.id)
+            if ttft is not None:
+                summary["ttft_s"] = ttft
         run.update_summary(summary)
         run.set_cache_mib(resident_mib=rec.cache_resident_mib, budget_mib=rec.cache_budget_mib)
         self._new_turn()
+
+    def _measured_ttft(self, request_id: int | None) -> float | None:
+        """Seconds from sending request ``request_id`` (its ``sent_t``) to this turn's first token,
+        when both times are known (a live session, a recording)."""
+        req = self.run.find_request(request_id)
+        sent = req.get("sent_t") if req is not None else None
+        if self._first_t is None or not isinstance(sent, (int, float)) or self._first_t < sent:
+            return None
+        return float(self._first_t - sent)
 
     def _error(self, rec: bl.Error, t: float | None, lineno: int) -> None:
         self._prefix(rec)

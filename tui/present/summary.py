@@ -58,6 +58,9 @@ EXTRA_FIELDS: tuple[tuple[tuple[str, ...], str, str, int], ...] = (
     (("peak_rss_mib", "peak_rss_MiB"), "peak RSS", "MiB", 1),
 )
 
+#: Extra figures a token row carries that hold for the run so far (shown before the turn's end).
+_LIVE_EXTRA = frozenset({"hit_pct_decode", "hit_pct_since_load", "rss_mib"})
+
 #: When a source names both definitions, the contract rows say which one they are.
 _DEFINED_LABELS = {"read_mib_per_tok": ("xfer_mib_tok", "xfer_MiB/tok", "payload/tok"),
                    "read_mib": ("xfer_mib", "xfer_MiB", "read payload")}
@@ -71,7 +74,10 @@ def run_summary(run: RunModel) -> dict[str, Any]:
     """The numbers the run panel shows, as JSON-ready data (None = missing from the source).
     ``derived`` covers the token rows of the source's current process only
     (``run.epoch_start``: after a server restart the dead process's rows no longer count);
-    ``extra`` the :data:`EXTRA_FIELDS` the source gave; ``absent`` the keys the source cannot give
+    ``derived`` also holds the cache's ``resident_mib`` / ``budget_mib`` as the source said them
+    last (a token, a load record), for the rows before the first end record;
+    ``extra`` the :data:`EXTRA_FIELDS` the source gave (while a turn runs, the figures its newest
+    token carries for the run so far); ``absent`` the keys the source cannot give
     with the words shown instead; ``summary_notes`` how a figure is counted; ``alerts`` the lines
     the banner shows; ``mode`` is None when the rows carry no per-token time."""
     with run.lock:
@@ -85,6 +91,8 @@ def run_summary(run: RunModel) -> dict[str, Any]:
                 v = num(run.summary.get(k))
                 if v is None:
                     v = num(run.summary_extra.get(k))
+                if v is None and k in _LIVE_EXTRA and run.tokens.has(k):
+                    v = num(run.tokens.last(k))  # while the turn runs: its newest token's figure
                 if v is not None:
                     extra[keys[0]] = int(v) if digits == 0 and float(v).is_integer() else v
                     break
@@ -109,6 +117,10 @@ def run_summary(run: RunModel) -> dict[str, Any]:
                 derived["read_mib_per_tok"] = derived["read_mib"] / rows
         if s.get("prefill_tps") is None and s.get("n_prompt") and s.get("prefill_s"):
             derived["prefill_tps"] = s["n_prompt"] / s["prefill_s"]
+        if run.resident_mib is not None:  # the cache as the source said it last (a token, a load record)
+            derived["resident_mib"] = run.resident_mib
+        if run.budget_mib is not None:
+            derived["budget_mib"] = run.budget_mib
         mode, why = run.mode()
         return {
             **s,

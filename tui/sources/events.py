@@ -94,9 +94,11 @@ class StateChanged:
 
 @dataclass(frozen=True, slots=True)
 class RequestSent:
-    """A request is about to be sent to the session (or was, in a recording): its JSON object."""
+    """A request is about to be sent to the session (or was, in a recording): its JSON object and
+    when it was sent (unix s; a recording's own time for it, on the clock of its records)."""
 
     request: Mapping[str, Any]
+    t: float
 
 
 @dataclass(frozen=True, slots=True)

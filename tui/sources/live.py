@@ -196,7 +196,7 @@ class LiveBase:
             req["n_predict"] = int(n_predict)
         if think is not None:
             req["think"] = bool(think)
-        self.sinks.event(RequestSent(req))  # before sending: the sink knows the prompt before BEGIN
+        self.sinks.event(RequestSent(req, time.time()))  # before sending: the sink knows the prompt before BEGIN
         if not self.send(req):
             return None
         with self._lock:

@@ -136,7 +136,7 @@ class RecordingSource(LiveBase):
         else:
             req = request_of(e)
             if req is not None:
-                self._emit(RequestSent(req))
+                self._emit(RequestSent(req, t))
 
     def start(self) -> RecordingSource:
         self._set_state(LiveState.LOADING, "replaying")
