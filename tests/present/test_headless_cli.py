@@ -206,3 +206,18 @@ def test_a_signal_to_a_once_command_closes_its_child(sig):
         time.sleep(0.05)
     assert all(_gone(k) for k in kids), f"child {kids} left running"
     assert "Traceback" not in err
+
+
+def test_attach_metrics_once_honours_its_timeout(srv):
+    from helpers.scripted_http import exposition
+
+    # an answer slower than the 5 s default arrives within a longer --timeout
+    srv.answers = [(200, exposition(10, 5, 3).encode(), 6.0)]
+    r = top("attach", "--metrics", srv.url, "--once", "--json", "--timeout", "60", timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["status"] == "ok"
+    # a shorter one gives up long before the answer comes: busy (/health answers), N named
+    srv.answers = [(200, exposition(10, 5, 3).encode(), 600.0)]
+    r = top("attach", "--metrics", srv.url, "--once", "--json", "--timeout", "0.5", timeout=120)
+    doc = json.loads(r.stdout)
+    assert r.returncode == 1 and doc["status"] == "busy" and "within 0.5 s" in doc["detail"], doc
