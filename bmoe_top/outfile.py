@@ -18,6 +18,9 @@ written so that a failed write is an exception at once, never a lost line and an
   ignored it still learns it at ``close()``).
 * :func:`write_atomic` writes a whole file through a temporary file in the same folder and renames
   it into place (a reader never sees half a file); it refuses an existing file unless ``force``.
+* For a file another writer makes by its name (a GGUF writer, llama.cpp's quantizer):
+  :func:`temp_beside` checks ``path`` and creates a temporary file in its folder, and
+  :func:`place_file` moves the finished file to ``path`` by the same rules.
 
 :class:`OutputFileError` is an ``OSError`` (``errno``, ``filename``) whose message is one sentence:
 ``cannot write run.csv: the disk is full (ENOSPC)``. This module imports nothing of the project.
@@ -33,7 +36,7 @@ import tempfile
 import warnings
 from types import TracebackType
 
-__all__ = ["OutputFileError", "OutputFile", "open_output", "write_atomic"]
+__all__ = ["OutputFileError", "OutputFile", "open_output", "place_file", "temp_beside", "write_atomic"]
 
 _REASONS = {
     _errno.ENOSPC: "the disk is full",
@@ -253,18 +256,7 @@ def write_atomic(path: str | os.PathLike[str], data: bytes, *, force: bool = Fal
     gets ``mode``); a symbolic link at ``path`` is always refused. Returns the bytes written.
     Raises :class:`OutputFileError`."""
     p = os.fspath(path)
-    refusal = _refuse_existing(p, force)
-    if refusal is not None:
-        raise refusal
-    try:
-        mode = stat.S_IMODE(os.lstat(p).st_mode)
-    except OSError:
-        pass
-    folder = os.path.dirname(os.path.abspath(p))
-    try:
-        fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(p) + ".", suffix=".tmp", dir=folder)
-    except OSError as exc:
-        raise _fail(p, exc) from None
+    fd, tmp = temp_beside(p, force=force)
     try:
         out = OutputFile(fd, tmp, buffer_size=0)
         try:
@@ -272,17 +264,69 @@ def write_atomic(path: str | os.PathLike[str], data: bytes, *, force: bool = Fal
             out.fsync()
         finally:
             out.close()
-        os.chmod(tmp, mode)
-        if not force and os.path.lexists(p):
-            raise _refuse_existing(p, False) or OutputFileError(p, "the file already exists", _errno.EEXIST)
-        os.replace(tmp, p)
     except OutputFileError as exc:
         _unlink(tmp)
         raise OutputFileError(p, exc.reason, exc.errno) from None
-    except OSError as exc:
-        _unlink(tmp)
-        raise _fail(p, exc) from None
+    place_file(tmp, p, force=force, mode=mode)
     return len(data)
+
+
+def temp_beside(path: str | os.PathLike[str], *, force: bool = False, suffix: str = ".tmp") -> tuple[int, str]:
+    """Check ``path`` as :func:`open_output` does (a symbolic link always refused, an existing file
+    unless ``force``), then create an empty temporary file in its folder for the output to be made
+    in: ``(fd, temporary path)``, the descriptor open for writing. The caller writes it (or has it
+    written by name), then :func:`place_file` it, or removes it. Raises :class:`OutputFileError`
+    naming ``path`` (a read-only or missing folder says so)."""
+    p = os.fspath(path)
+    refusal = _refuse_existing(p, force)
+    if refusal is not None:
+        raise refusal
+    folder = os.path.dirname(os.path.abspath(p))
+    try:
+        return tempfile.mkstemp(prefix="." + os.path.basename(p) + ".", suffix=suffix, dir=folder)
+    except OSError as exc:
+        raise _fail(p, exc) from None
+
+
+def place_file(tmp: str | os.PathLike[str], path: str | os.PathLike[str], *, force: bool = False,
+               mode: int = 0o644) -> None:
+    """Move the finished file ``tmp`` (from :func:`temp_beside`: the same folder) to ``path`` in one
+    rename: a reader sees no file or the whole one. A symbolic link at ``path`` is refused, an
+    existing file too unless ``force`` (then it is replaced and keeps its permissions; a new file
+    gets ``mode``). ``tmp`` is removed when the move fails. Raises :class:`OutputFileError`."""
+    t, p = os.fspath(tmp), os.fspath(path)
+    try:
+        refusal = _refuse_existing(p, force)
+        if refusal is not None:
+            raise refusal
+        try:
+            mode = stat.S_IMODE(os.lstat(p).st_mode)
+        except OSError:
+            pass
+        os.chmod(t, mode)
+        if force:
+            os.replace(t, p)
+            return
+        try:  # a new name only: a file that appeared since the check is not replaced
+            os.link(t, p)
+        except FileExistsError:
+            raise _refuse_existing(p, False) or OutputFileError(p, "the file already exists",
+                                                                _errno.EEXIST) from None
+        except OSError as exc:
+            if exc.errno not in (_errno.EPERM, _errno.EOPNOTSUPP, _errno.EXDEV):  # no hard links here
+                raise
+            if os.path.lexists(p):
+                raise _refuse_existing(p, False) or OutputFileError(p, "the file already exists",
+                                                                    _errno.EEXIST) from None
+            os.rename(t, p)
+            return
+        _unlink(t)
+    except OutputFileError:
+        _unlink(t)
+        raise
+    except OSError as exc:
+        _unlink(t)
+        raise _fail(p, exc) from None
 
 
 def _unlink(path: str) -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from bmoe_top.outfile import OutputFileError, open_output, write_atomic
+from bmoe_top.outfile import OutputFileError, open_output, place_file, temp_beside, write_atomic
 
 
 def test_a_new_file_is_written(tmp_path):
@@ -161,11 +161,51 @@ def test_write_atomic_refuses_then_replaces_and_never_follows_a_link(tmp_path):
     assert sorted(x.name for x in tmp_path.iterdir()) == ["l.strp", "p.strp", "victim"]  # no temp file left
 
 
+def test_a_file_made_by_name_is_placed_by_the_same_rules(tmp_path):
+    """temp_beside + place_file: what another writer makes by its name (a GGUF writer, a quantizer)."""
+    out = tmp_path / "m.gguf"
+    fd, tmp = temp_beside(out)
+    os.close(fd)
+    assert Path(tmp).parent == tmp_path and Path(tmp).name.startswith(".m.gguf.")
+    Path(tmp).write_bytes(b"GGUF one")
+    place_file(tmp, out)
+    assert out.read_bytes() == b"GGUF one" and (out.stat().st_mode & 0o777) == 0o644 and not Path(tmp).exists()
+    with pytest.raises(OutputFileError, match="already exists"):
+        temp_beside(out)
+    # the file appeared while the temporary one was being made: still not replaced
+    fd, tmp = temp_beside(tmp_path / "late.gguf")
+    os.close(fd)
+    (tmp_path / "late.gguf").write_bytes(b"someone else's")
+    with pytest.raises(OutputFileError, match="already exists"):
+        place_file(tmp, tmp_path / "late.gguf")
+    assert (tmp_path / "late.gguf").read_bytes() == b"someone else's" and not Path(tmp).exists()
+    fd, tmp = temp_beside(out, force=True)
+    os.close(fd)
+    Path(tmp).write_bytes(b"GGUF two")
+    place_file(tmp, out, force=True)
+    assert out.read_bytes() == b"GGUF two"
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"keep")
+    link = tmp_path / "l.gguf"
+    link.symlink_to(victim)
+    with pytest.raises(OutputFileError, match="symbolic link"):
+        temp_beside(link, force=True)
+    fd, tmp = temp_beside(tmp_path / "n.gguf")
+    os.close(fd)
+    (tmp_path / "n.gguf").symlink_to(victim)  # a link swapped in before the move
+    with pytest.raises(OutputFileError, match="symbolic link"):
+        place_file(tmp, tmp_path / "n.gguf", force=True)
+    assert victim.read_bytes() == b"keep" and not Path(tmp).exists()
+    with pytest.raises(OutputFileError, match="folder does not exist"):
+        temp_beside(tmp_path / "no" / "m.gguf")
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["l.gguf", "late.gguf", "m.gguf", "n.gguf", "victim"]
+
+
 # --- real file systems: a full tmpfs and a read-only one, in a private mount namespace ----------
 
 CHILD = textwrap.dedent(r"""
     import errno, os, sys
-    from bmoe_top.outfile import OutputFileError, open_output, write_atomic
+    from bmoe_top.outfile import OutputFileError, open_output, temp_beside, write_atomic
     full, ro = sys.argv[1], sys.argv[2]
     f = open_output(os.path.join(full, "run.csv"), buffer_size=4096)
     try:
@@ -186,6 +226,10 @@ CHILD = textwrap.dedent(r"""
         write_atomic(os.path.join(ro, "p.strp"), b"x")
     except OutputFileError as e:
         print("ro atomic", e.errno == errno.EROFS)
+    try:
+        temp_beside(os.path.join(ro, "m.gguf"))
+    except OutputFileError as e:
+        print("ro temp", e.errno == errno.EROFS, str(e))
 """)
 
 
@@ -211,6 +255,7 @@ def test_a_full_and_a_read_only_file_system(tmp_path):
     assert out[1] == "close raises"
     assert out[2].startswith("ro True cannot write") and "read-only (EROFS)" in out[2], out
     assert out[3] == "ro atomic True"
+    assert out[4] == f"ro temp True cannot write {ro}/m.gguf: the file system is read-only (EROFS)", out
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes into a read-only folder anyway")
