@@ -1,16 +1,9 @@
-"""The expert cache: private buffers for the expert tensors, an LRU over (layer, expert) under a
-byte budget, and the reads that fill it from the GGUF file.
+"""The expert cache: an LRU over (layer, expert) under a byte budget, filled on demand from the
+GGUF file when a layer's router has chosen its experts.
 
-Memory: each expert tensor gets an anonymous ``MAP_PRIVATE`` mapping of its full size (its ggml
-``data`` pointer is redirected there by :mod:`bmoe_top.runtime.router_hook`). Untouched pages cost
-no RAM; a resident expert's slice is committed page by page; eviction releases with
-``MADV_DONTNEED`` the whole pages that lie strictly inside the slice (slice sizes are not page
-multiples, so the edge pages shared with a neighbour stay).
-
-I/O: expert ``e`` of a tensor is file bytes ``[file_offset + e*stride, +stride)``. Reads use
-``os.preadv`` (which releases the GIL) split across ``io_threads`` worker threads, with
-``O_DIRECT`` through a 4096-aligned bounce buffer when the file system accepts it, otherwise through
-the page cache straight into the destination.
+Memory is :mod:`bmoe_top.runtime.expert_store` (the buffers the expert tensors point at), reads
+are :mod:`bmoe_top.runtime.expert_io`. The cache decides what is resident; the policies on top
+(profile fill, adaptive swaps) are :mod:`bmoe_top.runtime.cache_policy`.
 
 Time accounting follows telemetry-contract.md "Per-token lines": ``io_s`` is the wall time the
 caller blocked on reads in serial mode and the summed per-lane busy time under overlap;
@@ -20,231 +13,30 @@ caller blocked on reads in serial mode and the summed per-lane busy time under o
 
 from __future__ import annotations
 
-import ctypes
-import mmap
-import os
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 
-from .gguf_layout import ExpertTensorInfo, ModelLayout
+from .expert_io import DIRECT_ALIGN, ExpertIOError, ExpertReader, round_down, round_up
+from .expert_store import ExpertStore, TensorBuffer
+from .gguf_layout import ModelLayout
 
-PAGE = mmap.PAGESIZE
-DIRECT_ALIGN = 4096
-BOUNCE_BYTES = 4 << 20
-MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)
 MIB = 1024 * 1024
 
-
-class ExpertIOError(OSError):
-    """A read of expert bytes failed or came back short."""
-
-
-def _round_up(x: int, a: int) -> int:
-    return (x + a - 1) // a * a
-
-
-def _round_down(x: int, a: int) -> int:
-    return x // a * a
-
-
-class TensorBuffer:
-    """The private anonymous buffer that replaces one expert tensor's data.
-
-    ``addr`` is the tensor data address; it is placed ``file_offset % 4096`` bytes into a
-    page-aligned anonymous mapping, so memory and file are congruent modulo 4096 and O_DIRECT can
-    read the page-aligned middle of a slice straight into place. ``size`` bytes; ``view`` a
-    memoryview of exactly the tensor's bytes.
-    """
-
-    def __init__(self, info: ExpertTensorInfo):
-        self.info = info
-        self.size = info.n_bytes
-        self.shift = info.file_offset % DIRECT_ALIGN
-        self.mm = mmap.mmap(-1, _round_up(self.size + self.shift, PAGE),
-                            flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-        self._anchor = ctypes.c_char.from_buffer(self.mm)
-        self.addr = ctypes.addressof(self._anchor) + self.shift
-        self.view = memoryview(self.mm)[self.shift : self.shift + self.size]
-
-    def slice_range(self, e: int) -> tuple[int, int]:
-        """Byte range [start, end) of expert ``e`` inside the tensor."""
-        s = self.info.expert_stride
-        return e * s, (e + 1) * s
-
-    def inner_pages(self, e0: int, e1: int | None = None) -> tuple[int, int]:
-        """Mapping offsets of the whole pages inside experts ``e0..e1`` that no neighbour shares."""
-        a = self.slice_range(e0)[0]
-        b = self.slice_range(e0 if e1 is None else e1)[1]
-        return _round_up(a + self.shift, PAGE), _round_down(b + self.shift, PAGE)
-
-    def release(self, e: int) -> None:
-        a, b = self.inner_pages(e)
-        if b > a:
-            self.mm.madvise(mmap.MADV_DONTNEED, a, b - a)
-
-    _populate_ok = True  # class-wide: cleared once the kernel refuses MADV_POPULATE_WRITE
-
-    def commit(self, e: int) -> None:
-        """Pre-fault the expert's inner pages for writing (Linux >= 5.14; skipped before)."""
-        if not TensorBuffer._populate_ok:
-            return
-        a, b = self.inner_pages(e)
-        if b > a:
-            try:
-                self.mm.madvise(MADV_POPULATE_WRITE, a, b - a)
-            except OSError:
-                TensorBuffer._populate_ok = False
-
-    def close(self) -> None:
-        try:
-            self.view.release()
-            del self._anchor
-            self.mm.close()
-        except (BufferError, ValueError):
-            pass  # still exported to ctypes/ggml; the mapping dies with the process
-
-
-class ExpertReader:
-    """Reads byte ranges of the model file into memory addresses.
-
-    ``o_direct``: try ``O_DIRECT`` (falls back to the page cache when the file system refuses it;
-    ``self.direct`` tells which one is in use). ``io_threads``: worker threads for parallel reads
-    (1 = the caller reads).
-    """
-
-    def __init__(self, path: str, io_threads: int = 1, o_direct: bool = True):
-        self.path = path
-        self.fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-        self.direct = False
-        self.dfd = -1
-        if o_direct and hasattr(os, "O_DIRECT"):
-            try:
-                dfd = os.open(path, os.O_RDONLY | os.O_DIRECT)
-                probe = mmap.mmap(-1, DIRECT_ALIGN)
-                try:
-                    os.preadv(dfd, [probe], 0)
-                    self.dfd = dfd
-                    self.direct = True
-                except OSError:
-                    os.close(dfd)
-                finally:
-                    probe.close()
-            except OSError:
-                pass
-        self.io_threads = max(1, int(io_threads))
-        self.pool = ThreadPoolExecutor(self.io_threads, thread_name_prefix="bmoe-io") if self.io_threads > 1 else None
-        self._local = threading.local()
-        # fault injection for tests: BMOE_INJECT_READ_ERROR=N makes the N-th read (1-based) fail once
-        self._inject_at = int(os.environ.get("BMOE_INJECT_READ_ERROR", "0") or 0)
-        self._reads = 0
-        self._count_lock = threading.Lock()
-
-    def _bounce(self) -> mmap.mmap:
-        b = getattr(self._local, "bounce", None)
-        if b is None:
-            b = mmap.mmap(-1, BOUNCE_BYTES)
-            self._local.bounce = b
-        return b
-
-    def read_into(self, view: memoryview, file_off: int, dest_addr: int | None = None) -> float:
-        """Fill ``view`` with file bytes starting at ``file_off``. Returns seconds spent.
-
-        With O_DIRECT and ``dest_addr`` (the view's address) congruent to ``file_off`` modulo 4096,
-        one ``preadv`` reads the page-aligned middle straight into ``view`` and the two edge pages
-        into the bounce buffer; otherwise the whole range goes through the bounce buffer.
-        Raises :class:`ExpertIOError` on an OS error or a short read.
-        """
-        t0 = time.perf_counter()
-        n = len(view)
-        if self._inject_at:
-            with self._count_lock:
-                self._reads += 1
-                hit = self._reads == self._inject_at
-            if hit:
-                raise ExpertIOError(f"read of {n} bytes at offset {file_off} failed: injected I/O error")
-        try:
-            if self.direct:
-                if dest_addr is not None and (dest_addr - file_off) % DIRECT_ALIGN == 0 and n >= 2 * DIRECT_ALIGN:
-                    if self._read_direct_scatter(view, file_off):
-                        return time.perf_counter() - t0
-                self._read_direct_bounce(view, file_off)
-            else:
-                pos = 0
-                while pos < n:
-                    got = os.preadv(self.fd, [view[pos:]], file_off + pos)
-                    if got <= 0:
-                        raise ExpertIOError(f"short read at offset {file_off + pos}: end of file")
-                    pos += got
-        except ExpertIOError:
-            raise
-        except OSError as e:
-            raise ExpertIOError(f"read of {n} bytes at offset {file_off} failed: {e.strerror or e}") from None
-        return time.perf_counter() - t0
-
-    def _read_direct_scatter(self, view: memoryview, file_off: int) -> bool:
-        n = len(view)
-        end = file_off + n
-        a = _round_down(file_off, DIRECT_ALIGN)
-        head = file_off - a
-        mid0 = a + DIRECT_ALIGN if head else a
-        mid1 = _round_down(end, DIRECT_ALIGN)
-        if mid1 <= mid0:
-            return False
-        bounce = self._bounce()
-        bmv = memoryview(bounce)
-        iovs = []
-        if head:
-            iovs.append(bmv[:DIRECT_ALIGN])
-        iovs.append(view[mid0 - file_off : mid1 - file_off])
-        if end > mid1:
-            iovs.append(bmv[DIRECT_ALIGN : 2 * DIRECT_ALIGN])
-        got = os.preadv(self.dfd, iovs, a)
-        if got < end - a:
-            return False  # short (e.g. signal): redo through the bounce path
-        if head:
-            view[: DIRECT_ALIGN - head] = bounce[head:DIRECT_ALIGN]
-        if end > mid1:
-            view[mid1 - file_off :] = bounce[DIRECT_ALIGN : DIRECT_ALIGN + (end - mid1)]
-        return True
-
-    def _read_direct_bounce(self, view: memoryview, file_off: int) -> None:
-        n = len(view)
-        bounce = self._bounce()
-        pos = 0
-        while pos < n:
-            off = file_off + pos
-            a = _round_down(off, DIRECT_ALIGN)
-            lead = off - a
-            want = min(n - pos, BOUNCE_BYTES - lead)
-            span = _round_up(lead + want, DIRECT_ALIGN)
-            got = os.preadv(self.dfd, [memoryview(bounce)[:span]], a)
-            if got < lead + want:
-                raise ExpertIOError(f"short read at offset {off}: {max(0, got - lead)} of {want} bytes")
-            view[pos : pos + want] = bounce[lead : lead + want]
-            pos += want
-
-    def close(self) -> None:
-        if self.pool:
-            self.pool.shutdown(wait=True)
-        for fd in (self.fd, self.dfd):
-            if fd >= 0:
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
+__all__ = ["ExpertCache", "TokenCounters", "MIB"]
 
 
 @dataclass
 class TokenCounters:
-    """Expert-cache work done during one decode (one token, or one prefill)."""
+    """Expert-cache work done during one decode (one token, or one prefill batch)."""
 
     hits: int = 0
     misses: int = 0
     read_bytes: int = 0
+    xfer_bytes: int = 0  # page-aligned bytes the reads transferred
     io_s: float = 0.0
     stall_s: float = 0.0
     mgmt_s: float = 0.0
@@ -253,43 +45,51 @@ class TokenCounters:
     route: dict[int, tuple[list[int], list[int]]] = field(default_factory=dict)
 
 
+@dataclass
+class _Lookup:
+    """What one layer's routing found: hit flags aligned with the routed ids, the experts to read,
+    and the speculative reads in flight that this layer now waits for."""
+
+    hit_flags: list[int]
+    missing: list[int]
+    waits: list[tuple[int, Future]]
+
+
 class ExpertCache:
-    """LRU over (layer, expert) under ``budget_bytes``; fills the private buffers on demand.
+    """LRU over (layer, expert) under ``budget_bytes``; fills the store's buffers on demand.
 
     ``budget_bytes``: ``None`` = no limit (every expert may stay), ``0`` = no cache (the routed
-    experts are read for each token and released after their layer), otherwise a byte budget
-    over the sum of resident expert slices. ``overlap``/``prefetch``: speculative reads of the
-    experts the previous token routed at the next ``prefetch`` layers, on the I/O threads.
-    All methods except the I/O workers' bodies run on the decode thread (the eval callback).
+    experts are read for each token), otherwise a byte budget over the sum of resident expert
+    slices. ``overlap``/``prefetch``: speculative reads of the experts the previous token routed
+    at the next ``prefetch`` layers, on the I/O lanes. All methods except the I/O workers' bodies
+    run on the decode thread (the eval callback).
     """
 
     def __init__(
         self,
         layout: ModelLayout,
-        buffers: dict[str, TensorBuffer],
+        store: ExpertStore,
         reader: ExpertReader,
         budget_bytes: int | None,
         overlap: bool = False,
         prefetch: int = 0,
     ):
         self.layout = layout
-        self.buffers = buffers
+        self.store = store
         self.reader = reader
         self.budget = budget_bytes
         self.no_cache = budget_bytes == 0
         self.overlap = bool(overlap or prefetch > 0)
         self.prefetch = int(prefetch) if prefetch else (1 if overlap else 0)
-        if self.overlap and reader.pool is None:
-            # speculative reads need at least one idle lane
-            reader.pool = ThreadPoolExecutor(1, thread_name_prefix="bmoe-io")
-        self.layer_bufs: list[list[TensorBuffer]] = [
-            [buffers[i.name] for i in ts] for ts in layout.layers
-        ]
+        if self.overlap:
+            reader.ensure_pool()  # speculative reads need at least one idle lane
+        self.layer_bufs: list[list[TensorBuffer]] = store.layer_bufs
         self.lru: OrderedDict[tuple[int, int], int] = OrderedDict()  # (il, e) -> bytes
         self.resident_bytes = 0
         self.inflight: dict[tuple[int, int], tuple[Future, int]] = {}
         self.inflight_bytes = 0
-        self.prev_layer_set: tuple[int, set[int]] | None = None  # no-cache mode: release after use
+        #: no cache, in place: the layer whose experts are released when the next layer routes
+        self.prev_layer_set: tuple[int, set[int]] | None = None
         # cumulative counters (since load)
         self.hits = 0
         self.misses = 0
@@ -303,6 +103,8 @@ class ExpertCache:
         self.rereads = 0  # misses on experts that had been resident before (evicted, read again)
         self._ever: set[tuple[int, int]] = set()
         self._spec_pending: set[tuple[int, int]] = set()  # prefetched, not yet routed
+        self._spec_lock = threading.Lock()
+        self._spec_busy = 0.0
         self.tok = TokenCounters()
         self.last_route: dict[int, set[int]] = {}
         #: tokens in the ubatch being decoded (set by the engine before each llama_decode)
@@ -328,7 +130,7 @@ class ExpertCache:
         self.tok = TokenCounters()
 
     @property
-    def budget_mib(self) -> float | None:
+    def budget_mib(self) -> float:
         if self.budget is None:
             return self.layout.expert_bank_bytes / MIB
         return self.budget / MIB
@@ -351,168 +153,198 @@ class ExpertCache:
 
         Raises :class:`ExpertIOError` when a read fails (nothing is marked resident then).
         """
-        lru = self.lru
-        if (not self.no_cache and not self.inflight and not self._spec_pending and self.on_lookup is None
-                and all((il, e) in lru for e in routed)):
-            # all hits (the steady state): LRU touch and counters only
-            t0 = time.perf_counter()
-            for e in routed:
-                lru.move_to_end((il, e))
-            n = len(routed)
-            tok = self.tok
-            tok.route[il] = (routed, [1] * n)
-            tok.hits += n
-            self.hits += n
-            self.layer_hits[il] += n
-            if self.prefetch:
-                self._prefetch_after(il, set(routed))
-            tok.mgmt_s += time.perf_counter() - t0
+        if self._all_resident(il, routed):
+            self._touch_hits(il, routed)
             return
         tok = self.tok
-        t_m0 = time.perf_counter()
-        need = set(routed)
-        if self.no_cache and self.prev_layer_set is not None:
+        t0 = time.perf_counter()
+        self._release_previous_layer()
+        look = self._lookup(il, routed)
+        self._count(il, routed, look.hit_flags)
+        self._make_room(il, look.missing, set(routed))
+        tok.mgmt_s += time.perf_counter() - t0
+        self._read_missing(il, look.missing)
+        self._await_inflight(il, look.waits)
+        t1 = time.perf_counter()
+        self._mark_resident(il, look)
+        tok.mgmt_s += time.perf_counter() - t1
+        if self.prefetch and not self.no_cache:
+            self._prefetch_after(il, set(routed))
+
+    def _all_resident(self, il: int, routed: list[int]) -> bool:
+        """The steady state: a cache, nothing in flight or pending, no lookup hook, all hits."""
+        if self.no_cache or self.inflight or self._spec_pending or self.on_lookup is not None:
+            return False
+        lru = self.lru
+        return all((il, e) in lru for e in routed)
+
+    def _touch_hits(self, il: int, routed: list[int]) -> None:
+        t0 = time.perf_counter()
+        lru = self.lru
+        for e in routed:
+            lru.move_to_end((il, e))
+        n = len(routed)
+        tok = self.tok
+        tok.route[il] = (routed, [1] * n)
+        tok.hits += n
+        self.hits += n
+        self.layer_hits[il] += n
+        if self.prefetch:
+            self._prefetch_after(il, set(routed))
+        tok.mgmt_s += time.perf_counter() - t0
+
+    def _release_previous_layer(self) -> None:
+        """No cache, in place: the previous layer's experts go now that this layer routes."""
+        if self.prev_layer_set is not None:
             pil, pset = self.prev_layer_set
-            for e in pset:
-                for tb in self.layer_bufs[pil]:
-                    tb.release(e)
+            self.store.release_experts(pil, pset)
             self.prev_layer_set = None
-        hits_flags: list[int] = []
-        missing: list[int] = []
-        waits: list[tuple[int, Future]] = []
+
+    def _lookup(self, il: int, routed: list[int]) -> _Lookup:
+        lru, inflight = self.lru, self.inflight
         if self.on_lookup is not None:
-            self.on_lookup(il, list(routed),
-                           [1 if ((il, e) in lru or (il, e) in self.inflight) else 0 for e in routed])
+            self.on_lookup(il, list(routed), [1 if ((il, e) in lru or (il, e) in inflight) else 0 for e in routed])
+        look = _Lookup([], [], [])
         for e in routed:
             key = (il, e)
             if key in lru:
-                hits_flags.append(1)
+                look.hit_flags.append(1)
                 lru.move_to_end(key)
-            elif key in self.inflight:
-                hits_flags.append(1)
-                waits.append((e, self.inflight[key][0]))
+            elif key in inflight:
+                look.hit_flags.append(1)
+                look.waits.append((e, inflight[key][0]))
             else:
-                hits_flags.append(0)
-                missing.append(e)
+                look.hit_flags.append(0)
+                look.missing.append(e)
                 if key in self._ever:
                     self.rereads += 1
             if key in self._spec_pending:
                 self._spec_pending.discard(key)
                 self.spec_useful += 1
-        nh = sum(hits_flags)
-        tok.route[il] = (list(routed), hits_flags)
-        if not self.no_cache:
-            tok.hits += nh
-            tok.misses += len(routed) - nh
-            self.hits += nh
-            self.misses += len(routed) - nh
-            self.layer_hits[il] += nh
-            self.layer_misses[il] += len(routed) - nh
-        else:
+        return look
+
+    def _count(self, il: int, routed: list[int], hit_flags: list[int]) -> None:
+        tok = self.tok
+        tok.route[il] = (list(routed), hit_flags)
+        if self.no_cache:
             tok.misses += len(routed)
-        ebytes = self.layout.expert_bytes[il]
-        # make room (never evict what this layer needs or what is in flight)
-        if not self.no_cache and self.budget is not None and missing:
-            self._evict_for(len(missing) * ebytes, protect_layer=il, protect=need)
+            return
+        nh = sum(hit_flags)
+        nm = len(routed) - nh
+        tok.hits += nh
+        tok.misses += nm
+        self.hits += nh
+        self.misses += nm
+        self.layer_hits[il] += nh
+        self.layer_misses[il] += nm
+
+    def _make_room(self, il: int, missing: list[int], need: set[int]) -> None:
+        """Evict for the missing experts (never what this layer needs or what is in flight) and
+        commit their pages."""
+        if not missing:
+            return
+        if not self.no_cache and self.budget is not None:
+            self._evict_for(len(missing) * self.layout.expert_bytes[il], protect_layer=il, protect=need)
         for e in missing:
             for tb in self.layer_bufs[il]:
                 tb.commit(e)
-        tok.mgmt_s += time.perf_counter() - t_m0
 
-        # demand reads
-        if missing:
-            jobs = [(tb, e) for e in missing for tb in self.layer_bufs[il]]
-            t0 = time.perf_counter()
-            busy = self._run_jobs(jobs)
-            blocked = time.perf_counter() - t0
-            nbytes = len(missing) * ebytes
-            tok.read_bytes += nbytes
-            self.read_bytes += nbytes
-            if self.overlap:
-                tok.io_s += busy
-                tok.stall_s += blocked
-            else:
-                tok.io_s += blocked
-        # in-flight speculative reads this layer needs now
+    def _read_missing(self, il: int, missing: list[int]) -> None:
+        if not missing:
+            return
+        tok = self.tok
+        t0 = time.perf_counter()
+        busy = self._run_jobs([(tb, e) for e in missing for tb in self.layer_bufs[il]])
+        blocked = time.perf_counter() - t0
+        nbytes = len(missing) * self.layout.expert_bytes[il]
+        tok.read_bytes += nbytes
+        self.read_bytes += nbytes
+        if self.overlap:
+            tok.io_s += busy
+            tok.stall_s += blocked
+        else:
+            tok.io_s += blocked
+
+    def _await_inflight(self, il: int, waits: list[tuple[int, Future]]) -> None:
+        """Wait for the speculative reads this layer needs now; a failed one is read again here."""
+        tok = self.tok
+        ebytes = self.layout.expert_bytes[il]
         for e, fut in waits:
             t0 = time.perf_counter()
             try:
                 fut.result()
             except ExpertIOError:
-                # retry on the demand path
                 self._drop_inflight((il, e))
-                jobs = [(tb, e) for tb in self.layer_bufs[il]]
-                busy = self._run_jobs(jobs)
-                tok.io_s += busy
+                tok.io_s += self._run_jobs([(tb, e) for tb in self.layer_bufs[il]])
                 tok.read_bytes += ebytes
                 self.read_bytes += ebytes
             tok.stall_s += time.perf_counter() - t0
-        t_m1 = time.perf_counter()
+
+    def _mark_resident(self, il: int, look: _Lookup) -> None:
         self._integrate_done()
-        for e, _ in waits:
+        for e, _ in look.waits:
             self._integrate((il, e))
         if self.no_cache:
-            self.prev_layer_set = (il, set(missing))
-        else:
-            for e in missing:
-                key = (il, e)
-                self.lru[key] = ebytes
-                self.resident_bytes += ebytes
-                self._ever.add(key)
-        tok.mgmt_s += time.perf_counter() - t_m1
-        # speculative reads for the next layers, from the previous token's routing
-        if self.prefetch and not self.no_cache:
-            self._prefetch_after(il, need)
+            if not self.store.windows:
+                self.prev_layer_set = (il, set(look.missing))
+            return
+        ebytes = self.layout.expert_bytes[il]
+        for e in look.missing:
+            key = (il, e)
+            self.lru[key] = ebytes
+            self.resident_bytes += ebytes
+            self._ever.add(key)
 
     def end_decode(self) -> None:
-        """After a decode: in no-cache mode release the last layer's experts; remember the routing."""
+        """After a decode: with no cache release the last layer's experts; remember the routing."""
         t0 = time.perf_counter()
-        if self.no_cache and self.prev_layer_set is not None:
-            pil, pset = self.prev_layer_set
-            for e in pset:
-                for tb in self.layer_bufs[pil]:
-                    tb.release(e)
-            self.prev_layer_set = None
+        self._release_previous_layer()
         self.last_route = {il: set(r[0]) for il, r in self.tok.route.items()}
         self.tok.mgmt_s += time.perf_counter() - t0
 
-    # -- helpers ------------------------------------------------------------------------------
+    # -- reads ----------------------------------------------------------------------------------
     def _run_jobs(self, jobs: list[tuple[TensorBuffer, int]]) -> float:
         """Read every (buffer, expert) slice; runs of adjacent experts of one tensor are read as
         one range. Returns the summed per-lane busy seconds."""
         runs: list[tuple[TensorBuffer, int, int]] = []
-        for tb, e in sorted(jobs, key=lambda j: (j[0].info.file_offset, j[1])):
+        for tb, e in sorted(jobs, key=lambda j: (j[0].info.shard, j[0].info.file_offset, j[1])):
             if runs and runs[-1][0] is tb and runs[-1][2] == e - 1:
                 runs[-1] = (tb, runs[-1][1], e)
             else:
                 runs.append((tb, e, e))
+        reader = self.reader
+        xfer = 0
+        for tb, e0, e1 in runs:
+            a = tb.info.file_offset + tb.slice_range(e0)[0]
+            b = tb.info.file_offset + tb.slice_range(e1)[1]
+            xfer += round_up(b, DIRECT_ALIGN) - round_down(a, DIRECT_ALIGN)
+        self.tok.xfer_bytes += xfer
 
-        def one(run):
+        def one(run: tuple[TensorBuffer, int, int]) -> float:
             tb, e0, e1 = run
             a = tb.slice_range(e0)[0]
             b = tb.slice_range(e1)[1]
-            return self.reader.read_into(tb.view[a:b], tb.info.file_offset + a, tb.addr + a)
+            return reader.read_into(tb.view[a:b], tb.info.file_offset + a, tb.addr + a, tb.info.shard)
 
-        lanes = self.reader.io_threads
-        if self.reader.pool is None or len(runs) == 1 or lanes == 1:
+        lanes = reader.io_threads
+        if reader.pool is None or len(runs) == 1 or lanes == 1:
             return sum(one(r) for r in runs)
         # the lanes (the calling thread is lane 0) pull runs, largest first, from one shared
         # iterator: a slow read does not hold up the others' remaining work
         queue_ = iter(sorted(runs, key=lambda r: r[0].info.expert_stride * (r[2] - r[1] + 1), reverse=True))
         n_lanes = min(lanes, len(runs))
 
-        def lane(_i):
+        def lane() -> float:
             busy = 0.0
             for r in queue_:  # next() on a shared iterator is atomic under the GIL
                 busy += one(r)
             return busy
 
-        groups = list(range(n_lanes))
-        futs = [self.reader.pool.submit(lane, g) for g in groups[1:]]
+        futs = [reader.pool.submit(lane) for _ in range(n_lanes - 1)]
         busy = 0.0
         err: BaseException | None = None
         try:
-            busy += lane(groups[0])
+            busy += lane()
         except BaseException as e:  # noqa: BLE001 - re-raised below after all lanes finish
             err = e
         for f in futs:
@@ -524,6 +356,7 @@ class ExpertCache:
             raise err
         return busy
 
+    # -- eviction -------------------------------------------------------------------------------
     def _evict_for(self, nbytes: int, protect_layer: int, protect: set[int]) -> None:
         assert self.budget is not None
         limit = self.budget
@@ -543,24 +376,23 @@ class ExpertCache:
         self.resident_bytes -= b
         self.evictions += 1
         self._spec_pending.discard(key)
-        for tb in self.layer_bufs[il]:
-            tb.release(e)
+        self.store.release_experts(il, (e,))
         if self.on_evict is not None:
             self.on_evict(il, e)
 
-    def _drop_inflight(self, key) -> None:
-        fut, b = self.inflight.pop(key)
+    # -- speculative reads ----------------------------------------------------------------------
+    def _drop_inflight(self, key: tuple[int, int]) -> None:
+        _fut, b = self.inflight.pop(key)
         self.inflight_bytes -= b
 
-    def _integrate(self, key) -> None:
+    def _integrate(self, key: tuple[int, int]) -> None:
         if key not in self.inflight:
             return
         fut, b = self.inflight.pop(key)
         self.inflight_bytes -= b
         if fut.exception() is not None:
             il, e = key
-            for tb in self.layer_bufs[il]:
-                tb.release(e)
+            self.store.release_experts(il, (e,))
             self._spec_pending.discard(key)
             return
         self.lru[key] = b
@@ -573,10 +405,9 @@ class ExpertCache:
 
     def _prefetch_after(self, il: int, need: set[int]) -> None:
         t0 = time.perf_counter()
-        pool = self.reader.pool
-        n_layer = self.layout.n_layer
+        pool = self.reader.ensure_pool()
         tok = self.tok
-        for l2 in range(il + 1, min(n_layer, il + 1 + self.prefetch)):
+        for l2 in range(il + 1, min(self.layout.n_layer, il + 1 + self.prefetch)):
             cand = self.last_route.get(l2)
             if not cand or not self.layer_bufs[l2]:
                 continue
@@ -606,23 +437,18 @@ class ExpertCache:
         busy = 0.0
         for tb in self.layer_bufs[il]:
             a, b = tb.slice_range(e)
-            busy += self.reader.read_into(tb.view[a:b], tb.info.file_offset + a, tb.addr + a)
+            busy += self.reader.read_into(tb.view[a:b], tb.info.file_offset + a, tb.addr + a, tb.info.shard)
         # io_s under overlap is lane-busy time; credited to the token being decoded when it ends
-        self._spec_busy_add(busy)
-        return busy
-
-    _spec_lock = threading.Lock()
-    _spec_busy = 0.0
-
-    def _spec_busy_add(self, s: float) -> None:
         with self._spec_lock:
-            self._spec_busy += s
+            self._spec_busy += busy
+        return busy
 
     def take_spec_busy(self) -> float:
         with self._spec_lock:
             s, self._spec_busy = self._spec_busy, 0.0
         return s
 
+    # -- outside routing ------------------------------------------------------------------------
     def admit(self, il: int, e: int, evict: bool = False) -> int:
         """Read expert ``e`` of layer ``il`` into the cache outside any routing (profile fill,
         warm-up). Counts no hit/miss; returns the bytes read (0 if already resident, if the layer
@@ -645,7 +471,7 @@ class ExpertCache:
         self._ever.add(key)
         return eb
 
-    def preload(self, pairs=None) -> int:
+    def preload(self, pairs: list[tuple[int, int]] | None = None) -> int:
         """Admit (layer, expert) pairs in order until the budget is full (default: every expert,
         layer by layer). Returns bytes read."""
         if pairs is None:
@@ -665,8 +491,3 @@ class ExpertCache:
             except BaseException:  # noqa: BLE001 - a failed speculative read is just dropped
                 pass
             self._integrate(key)
-
-    def release_all(self) -> None:
-        self.drain()
-        for key in list(self.lru.keys()):
-            self._evict(key)

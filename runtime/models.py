@@ -1,4 +1,4 @@
-"""Models for bmoe-run: synthetic MoE GGUF files (``make-model``) and the trained demo model.
+"""The GGUF maker of bmoe-run: synthetic MoE GGUF files (``bmoe-run make-model``).
 
 A synthetic model is a deterministic qwen3moe GGUF with random weights, written in f32 with the
 ``gguf`` package and then quantized by llama.cpp's own quantizer (``llama_model_quantize``).
@@ -40,30 +40,24 @@ import sys
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 
 import numpy as np
 
 __all__ = [
     "ARCH",
-    "DEFAULT_DEMO_CACHE_MB",
     "DEFAULT_QTYPE",
     "EOS_ID",
     "N_VOCAB",
     "PRESETS",
     "QTYPES",
-    "TRAINED_DEMO_FILE",
     "ModelShape",
     "byte_vocab",
-    "default_model_path",
     "expert_bank_bytes",
     "make_model",
     "models_main",
     "quantize_gguf",
-    "synthetic_demo_path",
     "tensor_layout",
-    "trained_demo_path",
     "write_f32_gguf",
 ]
 
@@ -73,12 +67,6 @@ EOS_ID = 256  # <|endoftext|>
 N_VOCAB = 257
 #: Bumped whenever the synthetic generator changes, so cached demo files are regenerated.
 GENERATOR_VERSION = 1
-#: File name of the trained demo model committed in ``bmoe_top/data`` (issue #6).
-TRAINED_DEMO_FILE = "demo-moe-pystdlib.q8_0.gguf"
-#: Recommended ``--cache-mb`` for the demo model (MiB): 26% of its 19.1 MiB expert bank; a 256-token
-#: run hits 77%, reads 0.27 MiB and re-reads 2.5 evicted experts per token while the cache keeps
-#: warming (docs/demo-model.md "Default demo budget").
-DEFAULT_DEMO_CACHE_MB = 5.0
 DEFAULT_QTYPE = "q8_0"
 
 # name -> llama_ftype value (llama.h enum llama_ftype). None means "no quantization".
@@ -355,38 +343,6 @@ def expert_bank_bytes(path: str | os.PathLike[str]) -> int:
     reader = gguf.GGUFReader(str(path))
     return sum(int(t.n_bytes) for t in reader.tensors
                if t.name.endswith(("ffn_gate_exps.weight", "ffn_up_exps.weight", "ffn_down_exps.weight")))
-
-
-def trained_demo_path() -> Path | None:
-    """Path of the trained demo GGUF shipped in ``bmoe_top/data`` (issue #6), or None if absent."""
-    try:
-        p = Path(str(resources.files("bmoe_top") / "data" / TRAINED_DEMO_FILE))
-    except (ModuleNotFoundError, TypeError):
-        return None
-    return p if p.is_file() else None
-
-
-def synthetic_demo_path(qtype: str = DEFAULT_QTYPE, *, create: bool = True) -> Path:
-    """The random-weight ``demo`` preset in the user cache dir (platformdirs), made on first use."""
-    import platformdirs
-
-    cache = platformdirs.user_cache_path("bmoe-top") / "models"
-    path = cache / f"demo-v{GENERATOR_VERSION}-seed0-{qtype}.gguf"
-    if create and not path.is_file():
-        make_model(path, preset="demo", qtype=qtype, seed=0)
-    return path
-
-
-def default_model_path() -> Path:
-    """The model ``bmoe-run`` uses when no ``-m`` is given.
-
-    The trained demo model committed in the package (``bmoe_top/data``) when present, otherwise
-    the synthetic ``demo`` preset in the user cache dir, created on first use (atomic write).
-    """
-    trained = trained_demo_path()
-    if trained is not None:
-        return trained
-    return synthetic_demo_path()
 
 
 def llama_greedy(path: str | os.PathLike[str], prompt: Sequence[int], n_predict: int, *,

@@ -9,7 +9,7 @@ Modes:
   (the node is a view of an argsort: rows are ``nb[1]`` apart) and call ``on_route(il, ids)``
   with ``ids`` an int32 array of shape (n_tokens, n_expert_used).
 
-Traps handled (issue #3 step 6): an exception in a ctypes callback would be swallowed and the
+Traps: an exception in a ctypes callback would be swallowed and the
 callback would return 0, so the whole body is wrapped; on error the hook records it and asks the
 engine to abort the decode (through llama's abort callback); the materialized call always returns
 true (false would skip the rest of the split).
@@ -18,12 +18,19 @@ true (false would skip the rest of the split).
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import os
+import platform
+import shutil
+import subprocess
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import llama_cpp as L
 import numpy as np
+import platformdirs
 
 from .ggml_struct import NAME_OFFSET, GGMLTensor, tensor_at, tensor_name
 
@@ -41,7 +48,7 @@ def read_ids(t: GGMLTensor) -> np.ndarray:
         return np.array((ctypes.c_int32 * k).from_address(int(t.data))[:], dtype=np.int32).reshape(1, k)
     span = (n - 1) * nb1 + k * nb0
     buf = (ctypes.c_char * span).from_address(int(t.data))
-    base = np.frombuffer(buf, dtype=np.int32)
+    base = np.frombuffer(memoryview(buf), dtype=np.int32)
     arr = np.lib.stride_tricks.as_strided(base, shape=(n, k), strides=(nb1, nb0))
     return np.array(arr, dtype=np.int32, copy=True)
 
@@ -54,7 +61,7 @@ def read_weights(t: GGMLTensor) -> np.ndarray:
         k, n, sk, sn = int(t.ne[0]), int(t.ne[1]), int(t.nb[0]), int(t.nb[1])
     span = (n - 1) * sn + (k - 1) * sk + 4
     buf = (ctypes.c_char * span).from_address(int(t.data))
-    base = np.frombuffer(buf, dtype=np.float32)
+    base = np.frombuffer(memoryview(buf), dtype=np.float32)
     arr = np.lib.stride_tricks.as_strided(base, shape=(n, k), strides=(sn, sk))
     return np.array(arr, dtype=np.float32, copy=True)
 
@@ -115,14 +122,6 @@ def native_hook_lib():
         native_error = "disabled by BMOE_NATIVE_HOOK=0"
         return None
     try:
-        import hashlib
-        import platform
-        import shutil
-        import subprocess
-        import tempfile
-
-        import platformdirs
-
         tag = hashlib.sha256((_NATIVE_SRC + platform.machine()).encode()).hexdigest()[:16]
         d = Path(platformdirs.user_cache_dir("bmoe-top")) / "native"
         so = d / f"bmoe_evalhook-{tag}.so"
@@ -168,11 +167,13 @@ class RouterHook:
         self.on_error: Callable[[BaseException], None] | None = None
         self.error: BaseException | None = None
         self.cb = L.ggml_backend_sched_eval_callback(self._cb)
-        lib = native_hook_lib() if native is not False else None
+        lib: Any = native_hook_lib() if native is not False else None
         self.native = lib is not None
+        self.cb_eval_user_data: int | None
         if self.native:
             self._struct = _HookStruct(ctypes.cast(self.cb, ctypes.c_void_p).value, None, NAME_OFFSET, MODE_IDLE, 0)
-            self.cb_eval = L.ggml_backend_sched_eval_callback(ctypes.cast(lib.bmoe_eval_cb, ctypes.c_void_p).value)
+            shim = int(ctypes.cast(lib.bmoe_eval_cb, ctypes.c_void_p).value or 0)
+            self.cb_eval = L.ggml_backend_sched_eval_callback(shim)
             self.cb_eval_user_data = ctypes.addressof(self._struct)
         else:
             self.cb_eval = self.cb

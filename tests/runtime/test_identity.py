@@ -12,7 +12,7 @@ import threading
 import pytest
 
 from bmoe_top.runtime.engine import Engine, GenerationError
-from bmoe_top.runtime.expert_cache import ExpertIOError
+from bmoe_top.runtime.expert_io import ExpertIOError
 from bmoe_top.runtime.models import make_model
 
 PROMPT = "The quick brown fox jumps over the lazy dog."
