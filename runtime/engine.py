@@ -36,6 +36,7 @@ import numpy as np
 from . import demo_model
 from .expert_cache import ExpertCache
 from .expert_io import ExpertIOError, ExpertReader
+from .expert_sink import ExpertSink, SinkError
 from .gguf_layout import ModelError, ModelLayout, read_layout
 from .llama_handles import GreedySampler, LlamaContext, LlamaModel, TokenBatch, route_llama_log
 from .results import MIB, CacheStats, GenerationResult, TextSoFar, TokenStats
@@ -197,6 +198,7 @@ class Engine:
         self.ctx: LlamaContext | None = None
         self.cache: ExpertCache | None = None
         self.streaming: Streaming | None = None
+        self.expert_sink: ExpertSink | None = None  # the load's expert buffer type (streaming only)
         self.sampling = sampling or GREEDY
         self.quiet = bool(quiet)
         # for tests that must act mid-generation on a tiny, very fast model: BMOE_TOKEN_DELAY_MS=N
@@ -245,16 +247,26 @@ class Engine:
 
     # -- start-up steps ------------------------------------------------------------------------
     def _load_model(self, repack: bool) -> None:
-        """llama.cpp loads the model with mmap; expert tensors keep the file's layout (no weight
-        repacking unless ``repack``, which exists only to show the refusal)."""
+        """Load the model. Streaming: through :class:`ExpertSink` (expert bytes are never kept
+        resident); fully resident: llama.cpp's mmap. Expert tensors keep the file's layout (no
+        weight repacking unless ``repack``, which exists only to show the refusal; it loads
+        with mmap)."""
         route_llama_log(self.quiet)
         mp = L.llama_model_default_params()
         mp.n_gpu_layers = 0
         mp.load_mode = L.LLAMA_LOAD_MODE_MMAP
         mp.lazy_mode = L.LLAMA_LAZY_MODE_OFF
         mp.use_extra_bufts = bool(repack)
+        if self.stream and not repack:
+            try:
+                self.expert_sink = ExpertSink()
+            except SinkError as e:
+                print(f"bmoe-run: loading with mmap (the whole file is resident while loading): {e}",
+                      file=sys.stderr, flush=True)
+            else:
+                self.expert_sink.apply(mp)
         try:
-            self.model = LlamaModel(self.model_path, mp)
+            self.model = LlamaModel(self.model_path, mp, keep=(self.expert_sink,))
         except RuntimeError as e:
             raise EngineError(str(e)) from None
         self.n_vocab = self.model.n_vocab
@@ -298,7 +310,7 @@ class Engine:
         bos = max(0, self.model.bos())
         capture_graph(self.hook, lambda: self.ctx.decode(self._one.set([bos])), self.layout)  # type: ignore[union-attr]
         self.ctx.clear_kv()
-        self.cache = self.streaming.attach(self.hook.captured)
+        self.cache = self.streaming.attach(self.hook.captured, self.expert_sink)
 
     def _start_routing(self) -> None:
         if self.observe:
@@ -756,6 +768,8 @@ class Engine:
                 pass
         if self.model is not None:
             self.model.close()  # frees the context (and its sampler) first
+        if self.expert_sink is not None:
+            self.expert_sink.close()
         if self.streaming is not None:
             self.streaming.close()
         if self._clock is not None:

@@ -21,6 +21,7 @@ from collections.abc import Callable
 
 from .expert_cache import ExpertCache
 from .expert_io import ExpertReader
+from .expert_sink import ExpertSink
 from .expert_store import ExpertStore
 from .ggml_struct import GGMLLib, LayoutError, check_layout, tensor_at
 from .gguf_layout import ModelLayout
@@ -106,6 +107,15 @@ def check_file_bytes(layout: ModelLayout, captured: dict[str, int]) -> None:
             fh.close()
 
 
+def check_in_sink(layout: ModelLayout, captured: dict[str, int], sink: ExpertSink) -> None:
+    """Every expert tensor was loaded into the sink (the override named the file's tensors)."""
+    spans = sink.spans()
+    for name, info in layout.tensors.items():
+        data = int(tensor_at(captured[name]).data or 0)
+        if not any(a <= data and data + info.n_bytes <= b for a, b in spans):
+            raise EngineError(f"{name} was not loaded into the expert sink: refusing to stream")
+
+
 class Streaming:
     """The streaming state of one engine: ``store`` (buffers), ``reader`` (I/O lanes) and
     ``cache`` (the LRU), set up by :meth:`attach` after the graph was captured.
@@ -129,11 +139,16 @@ class Streaming:
     def o_direct(self) -> bool:
         return self.reader is not None and self.reader.direct
 
-    def attach(self, captured: dict[str, int]) -> ExpertCache:
-        """Check the captured tensors, point them at a new store and build the cache."""
+    def attach(self, captured: dict[str, int], sink: ExpertSink | None) -> ExpertCache:
+        """Check the captured tensors, point them at a new store and build the cache. ``sink``:
+        the buffer type the experts were loaded into (their bytes are gone), or None for an mmap
+        load (llama.cpp's copy is released here)."""
         lay = self.layout
         check_expert_tensors(GGMLLib(), lay, captured)
-        check_file_bytes(lay, captured)
+        if sink is not None:
+            check_in_sink(lay, captured, sink)
+        else:
+            check_file_bytes(lay, captured)
         try:
             self.reader = ExpertReader(lay.paths, io_threads=self.io_threads, o_direct=self.want_direct)
         except OSError as e:
@@ -143,7 +158,10 @@ class Streaming:
             t = tensor_at(captured[name])
             old = int(t.data)
             t.data = self.store.buffers[name].addr
-            release_range(old, info.n_bytes)
+            if sink is None:
+                release_range(old, info.n_bytes)
+        if sink is not None:
+            sink.release()  # the warm-up read (zero) pages of it
         self.cache = ExpertCache(lay, self.store, self.reader, self.budget, overlap=self.overlap,
                                  prefetch=self.prefetch)
         return self.cache
