@@ -221,7 +221,7 @@ class Engine:
         self.route_weights = bool(route_weights)
         self.n_threads = int(n_threads or os.cpu_count() or 1)
         self.cache_mb, self.budget = resolve_budget(lay, cache_mb, demo_budget, force_cache)
-        self.hook = RouterHook(native=native_hook)
+        self.hook = RouterHook(native_shim=native_hook)
         self.observe = self.stream or self.route_telemetry or self.route_weights
         self.kv_tokens: list[int] = []  # tokens whose K/V are in the cache, in order
         self.turn = 0
@@ -310,7 +310,9 @@ class Engine:
         bos = max(0, self.model.bos())
         capture_graph(self.hook, lambda: self.ctx.decode(self._one.set([bos])), self.layout)  # type: ignore[union-attr]
         self.ctx.clear_kv()
-        self.cache = self.streaming.attach(self.hook.captured, self.expert_sink)
+        self.cache = self.streaming.attach(self.hook.captured, self.expert_sink, self.hook.layers_in_sequence())
+        if self.hook.native:
+            self.cache.attach_native(self.hook.state)
 
     def _start_routing(self) -> None:
         if self.observe:
@@ -378,6 +380,7 @@ class Engine:
         assert self.ctx is not None
         if self.cache is not None:
             self.cache.ubatch_tokens = len(toks)
+            self.cache.arm_native(self.route_sink is not None, self.route_telemetry)
         return self.ctx.decode((self._one if len(toks) == 1 else self.batch).set(toks))
 
     def _sync_kv_after_failure(self) -> None:

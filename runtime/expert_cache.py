@@ -13,6 +13,7 @@ caller blocked on reads in serial mode and the summed per-lane busy time under o
 
 from __future__ import annotations
 
+import ctypes
 import threading
 import time
 from collections import OrderedDict
@@ -20,9 +21,10 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
-from .expert_io import DIRECT_ALIGN, ExpertIOError, ExpertReader, round_down, round_up
+from .expert_io import ExpertIOError, ExpertReader, Run
 from .expert_store import ExpertStore, TensorBuffer
 from .gguf_layout import ModelLayout
+from .native import HookState
 
 MIB = 1024 * 1024
 
@@ -81,8 +83,6 @@ class ExpertCache:
         self.no_cache = budget_bytes == 0
         self.overlap = bool(overlap or prefetch > 0)
         self.prefetch = int(prefetch) if prefetch else (1 if overlap else 0)
-        if self.overlap:
-            reader.ensure_pool()  # speculative reads need at least one idle lane
         self.layer_bufs: list[list[TensorBuffer]] = store.layer_bufs
         self.lru: OrderedDict[tuple[int, int], int] = OrderedDict()  # (il, e) -> bytes
         self.resident_bytes = 0
@@ -113,6 +113,75 @@ class ExpertCache:
         #: on_evict(il, e) after an expert left the cache
         self.on_lookup: Callable[[int, list[int], list[int]], None] | None = None
         self.on_evict: Callable[[int, int], None] | None = None
+        # shared with the native eval callback (runtime/bmoe_native.c): resident flags per
+        # (layer, expert), the hits it counted per layer, the (layer, expert) pairs it touched
+        self._n_expert = layout.n_expert
+        self._flags = (ctypes.c_uint8 * (layout.n_layer * layout.n_expert))()
+        self._native_hits = (ctypes.c_uint64 * layout.n_layer)()
+        self._native_seen = [0] * layout.n_layer
+        self._touch = (ctypes.c_int32 * max(2, 4 * layout.n_layer * max(1, layout.n_expert_used)))()
+        self.native: HookState | None = None
+        #: the whole bank resident and no observer: the native callback need not materialize routing
+        self.observed = True
+
+    # -- the native fast paths -----------------------------------------------------------------
+    def attach_native(self, state: HookState) -> None:
+        """Share the resident flags, hit counters and touch log with the native callback."""
+        state.n_layer = self.layout.n_layer
+        state.n_expert = self.layout.n_expert
+        state.resident = ctypes.addressof(self._flags)
+        state.layer_hits = ctypes.addressof(self._native_hits)
+        state.touch = ctypes.addressof(self._touch)
+        state.touch_cap = len(self._touch)
+        state.n_touch = 0
+        self.native = state
+
+    def arm_native(self, ids_wanted: bool, route_wanted: bool) -> None:
+        """Before a decode: let the native callback take the all-hit layers itself (a cache,
+        nothing speculative, no lookup hook, nobody who wants the raw ids: ``ids_wanted``), and
+        skip the routing nodes altogether once every expert is resident (unless the per-layer
+        routing is wanted: ``route_wanted``)."""
+        st = self.native
+        if st is None:
+            return
+        fast = not (self.no_cache or self.prefetch or ids_wanted or self.on_lookup is not None)
+        st.fast_hits = int(fast)
+        whole = (fast and not route_wanted and self.budget is None
+                 and self.resident_bytes >= self.layout.expert_bank_bytes)
+        st.skip_resident = int(whole)
+        self.observed = not whole
+
+    def _replay_native(self) -> None:
+        """Apply what the native callback did since the last call: LRU touches in order, then its
+        hit counts (into this token's and the cumulative counters)."""
+        st = self.native
+        if st is None:
+            return
+        n = st.n_touch
+        if n:
+            t = self._touch
+            lru = self.lru
+            route = self.tok.route
+            for i in range(0, n, 2):
+                il, e = t[i], t[i + 1]
+                lru.move_to_end((il, e))
+                r = route.get(il)
+                if r is None:
+                    route[il] = ([e], [1])
+                else:
+                    r[0].append(e)
+                    r[1].append(1)
+            st.n_touch = 0
+        hits = self._native_hits
+        seen = self._native_seen
+        tok = self.tok
+        for il in self.layout.moe_layers:
+            d = hits[il] - seen[il]
+            if d:
+                seen[il] = hits[il]
+                self.layer_hits[il] += d
+                self.hits += d
+                tok.hits += d
 
     def counters(self) -> tuple[int, int, int, tuple[int, ...], tuple[int, ...]]:
         """(hits, misses, read_bytes, layer_hits, layer_misses) since load: a cheap copy."""
@@ -153,6 +222,8 @@ class ExpertCache:
 
         Raises :class:`ExpertIOError` when a read fails (nothing is marked resident then).
         """
+        if self.native is not None:
+            self._replay_native()  # the LRU order of the layers the native callback took
         if self._all_resident(il, routed):
             self._touch_hits(il, routed)
             return
@@ -294,67 +365,38 @@ class ExpertCache:
             self.lru[key] = ebytes
             self.resident_bytes += ebytes
             self._ever.add(key)
+            self._flags[il * self._n_expert + e] = 1
 
     def end_decode(self) -> None:
         """After a decode: with no cache release the last layer's experts; remember the routing."""
         t0 = time.perf_counter()
+        self._replay_native()
         self._release_previous_layer()
         self.last_route = {il: set(r[0]) for il, r in self.tok.route.items()}
         self.tok.mgmt_s += time.perf_counter() - t0
 
     # -- reads ----------------------------------------------------------------------------------
-    def _run_jobs(self, jobs: list[tuple[TensorBuffer, int]]) -> float:
-        """Read every (buffer, expert) slice; runs of adjacent experts of one tensor are read as
-        one range. Returns the summed per-lane busy seconds."""
-        runs: list[tuple[TensorBuffer, int, int]] = []
+    def _runs(self, jobs: list[tuple[TensorBuffer, int]]) -> list[Run]:
+        """The reads for (buffer, expert) slices: adjacent experts of one tensor are one range."""
+        spans: list[tuple[TensorBuffer, int, int]] = []
         for tb, e in sorted(jobs, key=lambda j: (j[0].info.shard, j[0].info.file_offset, j[1])):
-            if runs and runs[-1][0] is tb and runs[-1][2] == e - 1:
-                runs[-1] = (tb, runs[-1][1], e)
+            if spans and spans[-1][0] is tb and spans[-1][2] == e - 1:
+                spans[-1] = (tb, spans[-1][1], e)
             else:
-                runs.append((tb, e, e))
-        reader = self.reader
-        xfer = 0
-        for tb, e0, e1 in runs:
-            a = tb.info.file_offset + tb.slice_range(e0)[0]
-            b = tb.info.file_offset + tb.slice_range(e1)[1]
-            xfer += round_up(b, DIRECT_ALIGN) - round_down(a, DIRECT_ALIGN)
-        self.tok.xfer_bytes += xfer
+                spans.append((tb, e, e))
+        out = []
+        for tb, e0, e1 in spans:
+            a, b = tb.slice_range(e0)[0], tb.slice_range(e1)[1]
+            out.append(Run(tb.info.shard, tb.info.file_offset + a, b - a, tb.addr + a, tb.view[a:b]))
+        return out
 
-        def one(run: tuple[TensorBuffer, int, int]) -> float:
-            tb, e0, e1 = run
-            a = tb.slice_range(e0)[0]
-            b = tb.slice_range(e1)[1]
-            return reader.read_into(tb.view[a:b], tb.info.file_offset + a, tb.addr + a, tb.info.shard)
-
-        lanes = reader.io_threads
-        if reader.pool is None or len(runs) == 1 or lanes == 1:
-            return sum(one(r) for r in runs)
-        # the lanes (the calling thread is lane 0) pull runs, largest first, from one shared
-        # iterator: a slow read does not hold up the others' remaining work
-        queue_ = iter(sorted(runs, key=lambda r: r[0].info.expert_stride * (r[2] - r[1] + 1), reverse=True))
-        n_lanes = min(lanes, len(runs))
-
-        def lane() -> float:
-            busy = 0.0
-            for r in queue_:  # next() on a shared iterator is atomic under the GIL
-                busy += one(r)
-            return busy
-
-        futs = [reader.pool.submit(lane) for _ in range(n_lanes - 1)]
-        busy = 0.0
-        err: BaseException | None = None
-        try:
-            busy += lane()
-        except BaseException as e:  # noqa: BLE001 - re-raised below after all lanes finish
-            err = e
-        for f in futs:
-            try:
-                busy += f.result()
-            except BaseException as e:  # noqa: BLE001
-                err = err or e
-        if err:
-            raise err
-        return busy
+    def _run_jobs(self, jobs: list[tuple[TensorBuffer, int]]) -> float:
+        """Read every (buffer, expert) slice on the reader's lanes, largest first. Returns the
+        summed per-lane busy seconds; counts the page-aligned bytes in ``tok.xfer_bytes``."""
+        runs = self._runs(jobs)
+        runs.sort(key=lambda r: r.length, reverse=True)
+        self.tok.xfer_bytes += sum(r.xfer for r in runs)
+        return self.reader.read_runs(runs)
 
     # -- eviction -------------------------------------------------------------------------------
     def _evict_for(self, nbytes: int, protect_layer: int, protect: set[int]) -> None:
@@ -373,6 +415,7 @@ class ExpertCache:
     def _evict(self, key: tuple[int, int]) -> None:
         il, e = key
         b = self.lru.pop(key)
+        self._flags[il * self._n_expert + e] = 0
         self.resident_bytes -= b
         self.evictions += 1
         self._spec_pending.discard(key)
@@ -398,6 +441,7 @@ class ExpertCache:
         self.lru[key] = b
         self.resident_bytes += b
         self._ever.add(key)
+        self._flags[key[0] * self._n_expert + key[1]] = 1
 
     def _integrate_done(self) -> None:
         for key in [k for k, (f, _) in self.inflight.items() if f.done()]:
@@ -405,7 +449,7 @@ class ExpertCache:
 
     def _prefetch_after(self, il: int, need: set[int]) -> None:
         t0 = time.perf_counter()
-        pool = self.reader.ensure_pool()
+        pool = self.reader.spec_pool()
         tok = self.tok
         for l2 in range(il + 1, min(self.layout.n_layer, il + 1 + self.prefetch)):
             cand = self.last_route.get(l2)
@@ -429,15 +473,13 @@ class ExpertCache:
                 self.spec_experts += 1
                 self.spec_bytes += eb
                 tok.spec_bytes += eb
+                tok.xfer_bytes += sum(r.xfer for r in self._runs([(tb, e) for tb in self.layer_bufs[l2]]))
                 tok.read_bytes += eb
                 self.read_bytes += eb
         tok.mgmt_s += time.perf_counter() - t0
 
     def _spec_read(self, il: int, e: int) -> float:
-        busy = 0.0
-        for tb in self.layer_bufs[il]:
-            a, b = tb.slice_range(e)
-            busy += self.reader.read_into(tb.view[a:b], tb.info.file_offset + a, tb.addr + a, tb.info.shard)
+        busy = self.reader.read_runs(self._runs([(tb, e) for tb in self.layer_bufs[il]]))
         # io_s under overlap is lane-busy time; credited to the token being decoded when it ends
         with self._spec_lock:
             self._spec_busy += busy
@@ -469,6 +511,7 @@ class ExpertCache:
         self.resident_bytes += eb
         self.read_bytes += eb
         self._ever.add(key)
+        self._flags[il * self._n_expert + e] = 1
         return eb
 
     def preload(self, pairs: list[tuple[int, int]] | None = None) -> int:

@@ -139,10 +139,13 @@ class Streaming:
     def o_direct(self) -> bool:
         return self.reader is not None and self.reader.direct
 
-    def attach(self, captured: dict[str, int], sink: ExpertSink | None) -> ExpertCache:
+    def attach(self, captured: dict[str, int], sink: ExpertSink | None,
+               layers_in_sequence: bool = False) -> ExpertCache:
         """Check the captured tensors, point them at a new store and build the cache. ``sink``:
         the buffer type the experts were loaded into (their bytes are gone), or None for an mmap
-        load (llama.cpp's copy is released here)."""
+        load (llama.cpp's copy is released here). ``layers_in_sequence``: the graph finishes a
+        layer's experts before the next layer routes; with no cache (and no prefetch) the layers
+        then share windows (:class:`ExpertStore`)."""
         lay = self.layout
         check_expert_tensors(GGMLLib(), lay, captured)
         if sink is not None:
@@ -153,7 +156,8 @@ class Streaming:
             self.reader = ExpertReader(lay.paths, io_threads=self.io_threads, o_direct=self.want_direct)
         except OSError as e:
             raise EngineError(f"cannot open {lay.path} for expert reads: {e.strerror or e}") from None
-        self.store = ExpertStore(lay, windows=False)
+        windows = self.budget == 0 and not (self.overlap or self.prefetch) and layers_in_sequence
+        self.store = ExpertStore(lay, windows=windows)
         for name, info in lay.tensors.items():
             t = tensor_at(captured[name])
             old = int(t.data)
