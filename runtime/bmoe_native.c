@@ -7,9 +7,12 @@
  *      materialized (no graph split); its k lookups are counted as hits;
  *    - fast_hits: a materialized one-token routing node whose experts are all resident is
  *      logged (layer, expert) for the Python LRU to replay, and counted as hits.
- * 2. bmoe_read: a batch of file reads spread over a pool of lanes (the caller is lane 0), each
- *    with O_DIRECT scatter reads straight into place when memory and file are congruent modulo
- *    4096, a bounce buffer otherwise, or plain pread without O_DIRECT.
+ * 2. bmoe_read: a batch of file reads spread over a pool of lanes (the caller is lane 0). With
+ *    O_DIRECT and memory congruent to the file modulo 4096, a lane keeps up to DEPTH reads in
+ *    flight through Linux native AIO (io_submit of scatter preadv: the page-aligned middle straight
+ *    into place, the edge pages into per-read bounce pages), so even one lane reads at a queue
+ *    depth > 1. Anything else (no AIO, not congruent, a short read) is read synchronously: the
+ *    same scatter preadv, a bounce buffer, or plain pread without O_DIRECT.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -19,6 +22,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/aio_abi.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
@@ -109,6 +114,7 @@ bool bmoe_eval_cb(void *t, bool ask, void *ud) {
 
 #define ALIGN 4096u
 #define BOUNCE (1u << 20)
+#define DEPTH 16
 
 struct bmoe_job {
     int fd;
@@ -118,10 +124,28 @@ struct bmoe_job {
     char *dst;
 };
 
+struct slot { /* one read in flight */
+    struct iocb cb;
+    struct iovec iov[3];
+    int job;
+    size_t head;   /* bytes of the first page before the range (0: the range starts on a page) */
+    uint64_t mid1; /* file offset of the tail page */
+    uint64_t need; /* bytes the read must return */
+    char *edges;   /* 2 pages: the head page, the tail page */
+};
+
 struct lane {
     struct bmoe_pool *pool;
     pthread_t thread;
     char *bounce; /* BOUNCE bytes, 4096-aligned */
+    char *edges;  /* DEPTH * 2 pages for the slots */
+    aio_context_t aio;
+    int has_aio;
+    struct slot slots[DEPTH];
+    int free_slots[DEPTH];
+    int n_free;
+    struct iocb *ptrs[DEPTH];
+    struct io_event events[DEPTH];
     int64_t busy_ns;
 };
 
@@ -209,24 +233,125 @@ static int read_job(struct lane *ln, const struct bmoe_job *j) {
     return read_bounce(ln, j);
 }
 
-static void run_lane(struct lane *ln) {
+static int next_job(struct bmoe_pool *p) {
+    pthread_mutex_lock(&p->mu);
+    int i = p->err ? p->n_jobs : p->next++;
+    pthread_mutex_unlock(&p->mu);
+    return i;
+}
+
+static void fail(struct bmoe_pool *p, int rc, int i) {
+    pthread_mutex_lock(&p->mu);
+    if (!p->err) {
+        p->err = rc;
+        p->err_job = i;
+    }
+    pthread_mutex_unlock(&p->mu);
+}
+
+/* set up an AIO scatter read of job i in slot s; 0 when the job does not qualify */
+static int prepare_aio(struct slot *s, const struct bmoe_job *j, int i) {
+    if (!j->direct || (((uintptr_t) j->dst - j->off) & (ALIGN - 1)) != 0 || j->len < 2 * ALIGN) return 0;
+    uint64_t end = j->off + j->len;
+    uint64_t a = j->off & ~(uint64_t) (ALIGN - 1);
+    s->head = (size_t) (j->off - a);
+    uint64_t mid0 = s->head ? a + ALIGN : a;
+    s->mid1 = end & ~(uint64_t) (ALIGN - 1);
+    if (s->mid1 <= mid0) return 0;
+    int n = 0;
+    if (s->head) s->iov[n++] = (struct iovec){s->edges, ALIGN};
+    s->iov[n++] = (struct iovec){j->dst + (mid0 - j->off), (size_t) (s->mid1 - mid0)};
+    if (end > s->mid1) s->iov[n++] = (struct iovec){s->edges + ALIGN, ALIGN};
+    memset(&s->cb, 0, sizeof s->cb);
+    s->cb.aio_data = (uint64_t) (uintptr_t) s;
+    s->cb.aio_lio_opcode = IOCB_CMD_PREADV;
+    s->cb.aio_fildes = (uint32_t) j->fd;
+    s->cb.aio_buf = (uint64_t) (uintptr_t) s->iov;
+    s->cb.aio_nbytes = (uint64_t) n;
+    s->cb.aio_offset = (int64_t) a;
+    s->job = i;
+    s->need = end - a;
+    return 1;
+}
+
+static void complete_aio(struct lane *ln, struct slot *s, int64_t res) {
     struct bmoe_pool *p = ln->pool;
-    int64_t t0 = now_ns();
-    for (;;) {
-        pthread_mutex_lock(&p->mu);
-        int i = p->err ? p->n_jobs : p->next++;
-        pthread_mutex_unlock(&p->mu);
-        if (i >= p->n_jobs) break;
+    const struct bmoe_job *j = &p->jobs[s->job];
+    int rc = 0;
+    if (res < 0) {
+        rc = (int) res;
+    } else if ((uint64_t) res < s->need) {
+        rc = read_bounce(ln, j); /* short: read it again through the bounce buffer */
+    } else {
+        uint64_t end = j->off + j->len;
+        if (s->head) memcpy(j->dst, s->edges + s->head, ALIGN - s->head);
+        if (end > s->mid1) memcpy(j->dst + (s->mid1 - j->off), s->edges + ALIGN, (size_t) (end - s->mid1));
+    }
+    if (rc) fail(p, rc, s->job);
+    ln->free_slots[ln->n_free++] = (int) (s - ln->slots);
+}
+
+static void run_lane_sync(struct lane *ln) {
+    struct bmoe_pool *p = ln->pool;
+    for (int i; (i = next_job(p)) < p->n_jobs;) {
         int rc = read_job(ln, &p->jobs[i]);
-        if (rc) {
-            pthread_mutex_lock(&p->mu);
-            if (!p->err) {
-                p->err = rc;
-                p->err_job = i;
+        if (rc) fail(p, rc, i);
+    }
+}
+
+static void run_lane_aio(struct lane *ln) {
+    struct bmoe_pool *p = ln->pool;
+    int inflight = 0, exhausted = 0;
+    for (;;) {
+        int nsub = 0;
+        while (!exhausted && ln->n_free > 0) {
+            int i = next_job(p);
+            if (i >= p->n_jobs) {
+                exhausted = 1;
+                break;
             }
-            pthread_mutex_unlock(&p->mu);
+            struct slot *s = &ln->slots[ln->free_slots[ln->n_free - 1]];
+            if (!prepare_aio(s, &p->jobs[i], i)) {
+                int rc = read_job(ln, &p->jobs[i]);
+                if (rc) fail(p, rc, i);
+                continue;
+            }
+            ln->n_free--;
+            ln->ptrs[nsub++] = &s->cb;
+        }
+        if (nsub) {
+            long done = syscall(SYS_io_submit, ln->aio, (long) nsub, ln->ptrs);
+            if (done < 0) done = 0;
+            for (long k = done; k < nsub; ++k) { /* not taken by the kernel: read them here */
+                struct slot *s = (struct slot *) (uintptr_t) ln->ptrs[k]->aio_data;
+                int rc = read_job(ln, &p->jobs[s->job]);
+                if (rc) fail(p, rc, s->job);
+                ln->free_slots[ln->n_free++] = (int) (s - ln->slots);
+            }
+            inflight += (int) done;
+        }
+        if (!inflight) {
+            if (exhausted) break;
+            continue;
+        }
+        long got = syscall(SYS_io_getevents, ln->aio, 1L, (long) inflight, ln->events, NULL);
+        if (got < 0) {
+            if (errno == EINTR) continue;
+            got = 0;
+        }
+        for (long k = 0; k < got; ++k) {
+            complete_aio(ln, (struct slot *) (uintptr_t) ln->events[k].data, ln->events[k].res);
+            inflight--;
         }
     }
+}
+
+static void run_lane(struct lane *ln) {
+    int64_t t0 = now_ns();
+    if (ln->has_aio)
+        run_lane_aio(ln);
+    else
+        run_lane_sync(ln);
     ln->busy_ns = now_ns() - t0;
 }
 
@@ -250,6 +375,25 @@ static void *worker(void *arg) {
     }
 }
 
+static void free_lane(struct lane *ln) {
+    if (ln->has_aio) syscall(SYS_io_destroy, ln->aio);
+    ln->has_aio = 0;
+    free(ln->bounce);
+    free(ln->edges);
+    ln->bounce = ln->edges = NULL;
+}
+
+/* free every lane's buffers (lanes >= first_thread have threads to join) and the pool */
+static void bmoe_pool_free_lanes(struct bmoe_pool *p, int first_thread) {
+    for (int i = first_thread; i < p->n_lanes; ++i) pthread_join(p->lanes[i].thread, NULL);
+    for (int i = 0; i < p->n_lanes; ++i) free_lane(&p->lanes[i]);
+    pthread_mutex_destroy(&p->mu);
+    pthread_cond_destroy(&p->start);
+    pthread_cond_destroy(&p->finish);
+    free(p->lanes);
+    free(p);
+}
+
 struct bmoe_pool *bmoe_pool_new(int n_lanes) {
     if (n_lanes < 1) n_lanes = 1;
     struct bmoe_pool *p = calloc(1, sizeof *p);
@@ -264,18 +408,27 @@ struct bmoe_pool *bmoe_pool_new(int n_lanes) {
         return NULL;
     }
     for (int i = 0; i < n_lanes; ++i) {
-        p->lanes[i].pool = p;
-        if (posix_memalign((void **) &p->lanes[i].bounce, ALIGN, BOUNCE)) p->lanes[i].bounce = NULL;
+        struct lane *ln = &p->lanes[i];
+        ln->pool = p;
+        if (posix_memalign((void **) &ln->bounce, ALIGN, BOUNCE)) ln->bounce = NULL;
+        if (!posix_memalign((void **) &ln->edges, ALIGN, (size_t) DEPTH * 2 * ALIGN) &&
+            syscall(SYS_io_setup, (long) DEPTH, &ln->aio) == 0) {
+            ln->has_aio = 1;
+            for (int k = 0; k < DEPTH; ++k) {
+                ln->slots[k].edges = ln->edges + (size_t) k * 2 * ALIGN;
+                ln->free_slots[k] = k;
+            }
+            ln->n_free = DEPTH;
+        }
     }
     if (!p->lanes[0].bounce) {
-        for (int i = 0; i < n_lanes; ++i) free(p->lanes[i].bounce);
-        free(p->lanes);
-        free(p);
+        p->n_lanes = n_lanes;
+        bmoe_pool_free_lanes(p, n_lanes); /* no thread started yet */
         return NULL;
     }
     for (int i = 1; i < n_lanes; ++i) {
         if (!p->lanes[i].bounce || pthread_create(&p->lanes[i].thread, NULL, worker, &p->lanes[i])) {
-            for (int j = i; j < n_lanes; ++j) free(p->lanes[j].bounce);
+            for (int j = i; j < n_lanes; ++j) free_lane(&p->lanes[j]);
             p->n_lanes = i; /* fewer lanes than asked */
             break;
         }
@@ -322,11 +475,5 @@ void bmoe_pool_free(struct bmoe_pool *p) {
     p->quit = 1;
     pthread_cond_broadcast(&p->start);
     pthread_mutex_unlock(&p->mu);
-    for (int i = 1; i < p->n_lanes; ++i) pthread_join(p->lanes[i].thread, NULL);
-    for (int i = 0; i < p->n_lanes; ++i) free(p->lanes[i].bounce);
-    pthread_mutex_destroy(&p->mu);
-    pthread_cond_destroy(&p->start);
-    pthread_cond_destroy(&p->finish);
-    free(p->lanes);
-    free(p);
+    bmoe_pool_free_lanes(p, 1);
 }

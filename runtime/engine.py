@@ -673,6 +673,7 @@ class Engine:
         res.stall_s += tk.stall_s
         res.read_bytes += tk.read_bytes
         res.xfer_bytes += tk.xfer_bytes
+        res.n_reads += tk.reads
 
     def _finish(self, turn: _Turn, marks: tuple[int, ...]) -> None:
         res = turn.res

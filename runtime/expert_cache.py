@@ -8,7 +8,7 @@ are :mod:`bmoe_top.runtime.expert_io`. The cache decides what is resident; the p
 Time accounting follows telemetry-contract.md "Per-token lines": ``io_s`` is the wall time the
 caller blocked on reads in serial mode and the summed per-lane busy time under overlap;
 ``stall_s`` the wall time the caller waited for reads under overlap (0 in serial);
-``mgmt_s`` page commits, releases and LRU bookkeeping.
+``mgmt_s`` page releases and LRU bookkeeping.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ class TokenCounters:
     misses: int = 0
     read_bytes: int = 0
     xfer_bytes: int = 0  # page-aligned bytes the reads transferred
+    reads: int = 0  # read requests (one per run of adjacent experts of one tensor)
     io_s: float = 0.0
     stall_s: float = 0.0
     mgmt_s: float = 0.0
@@ -310,15 +311,9 @@ class ExpertCache:
         self.layer_misses[il] += nm
 
     def _make_room(self, il: int, missing: list[int], need: set[int]) -> None:
-        """Evict for the missing experts (never what this layer needs or what is in flight) and
-        commit their pages."""
-        if not missing:
-            return
-        if not self.no_cache and self.budget is not None:
+        """Evict for the missing experts (never what this layer needs or what is in flight)."""
+        if missing and not self.no_cache and self.budget is not None:
             self._evict_for(len(missing) * self.layout.expert_bytes[il], protect_layer=il, protect=need)
-        for e in missing:
-            for tb in self.layer_bufs[il]:
-                tb.commit(e)
 
     def _read_missing(self, il: int, missing: list[int]) -> None:
         if not missing:
@@ -396,6 +391,7 @@ class ExpertCache:
         runs = self._runs(jobs)
         runs.sort(key=lambda r: r.length, reverse=True)
         self.tok.xfer_bytes += sum(r.xfer for r in runs)
+        self.tok.reads += len(runs)
         return self.reader.read_runs(runs)
 
     # -- eviction -------------------------------------------------------------------------------
@@ -464,8 +460,6 @@ class ExpertCache:
                     self._evict_for(eb, protect_layer=il, protect=need)
                     if self.resident_bytes + self.inflight_bytes + eb > self.budget:
                         break
-                for tb in self.layer_bufs[l2]:
-                    tb.commit(e)
                 fut = pool.submit(self._spec_read, l2, e)
                 self.inflight[key] = (fut, eb)
                 self.inflight_bytes += eb
@@ -504,8 +498,6 @@ class ExpertCache:
                 self._evict_for(eb, protect_layer=-1, protect=set())
             if self.resident_bytes + self.inflight_bytes + eb > self.budget:
                 return 0
-        for tb in self.layer_bufs[il]:
-            tb.commit(e)
         self._run_jobs([(tb, e) for tb in self.layer_bufs[il]])
         self.lru[key] = eb
         self.resident_bytes += eb
@@ -525,6 +517,13 @@ class ExpertCache:
                 break
             total += self.admit(il, e)
         return total
+
+    def clear(self) -> None:
+        """Evict every expert (a cold cache, as after load; the counters since load stay)."""
+        self.drain()
+        for key in list(self.lru):
+            self._evict(key)
+        self.prev_layer_set = None
 
     def drain(self) -> None:
         """Wait for every speculative read and integrate it (between generations)."""

@@ -6,10 +6,10 @@ mapping. Untouched pages cost no RAM.
 
 Two layouts (:class:`ExpertStore`):
 
-* **in place** (a cache): one mapping per tensor. A resident expert's slice is committed page by
-  page (``MADV_POPULATE_WRITE``); eviction releases with ``MADV_DONTNEED`` the whole pages that
-  lie strictly inside the slice (slice sizes are not page multiples, so the edge pages shared
-  with a neighbour stay).
+* **in place** (a cache): one mapping per tensor. A missing expert's pages are faulted in by the
+  read itself (a separate ``MADV_POPULATE_WRITE`` pass cost more than it saved); eviction
+  releases with ``MADV_DONTNEED`` the whole pages that lie strictly inside the slice (slice sizes
+  are not page multiples, so the edge pages shared with a neighbour stay).
 * **windows** (no cache): the tensors of one kind and size share one mapping across layers, each
   at its own 4096-congruent shift. A layer's experts are read into the window just before the
   layer multiplies them; the next layer's routing (which needs this layer's output) always
@@ -27,8 +27,6 @@ from .expert_io import DIRECT_ALIGN, round_down, round_up
 from .gguf_layout import ExpertTensorInfo, ModelLayout
 
 PAGE = mmap.PAGESIZE
-#: ``MADV_POPULATE_WRITE`` (Linux 5.14); Python's mmap module names it only from 3.12 on
-MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)
 
 __all__ = ["TensorBuffer", "ExpertStore", "PAGE"]
 
@@ -54,8 +52,6 @@ class TensorBuffer:
     """Where one expert tensor's data lives: ``addr`` (``size`` bytes, ``shift`` bytes into its
     mapping, ``shift`` = file offset mod 4096) and ``view`` (a memoryview of exactly the tensor).
     ``shared``: the mapping is a window other tensors use too (nothing is committed or released)."""
-
-    _populate_ok = True  # class-wide: cleared once the kernel refuses MADV_POPULATE_WRITE
 
     def __init__(self, info: ExpertTensorInfo, mapping: _Mapping, shared: bool) -> None:
         self.info = info
@@ -84,17 +80,6 @@ class TensorBuffer:
         a, b = self.inner_pages(e)
         if b > a:
             self._map.mm.madvise(mmap.MADV_DONTNEED, a, b - a)
-
-    def commit(self, e: int) -> None:
-        """Pre-fault expert ``e``'s inner pages for writing (in place only; skipped before Linux 5.14)."""
-        if self.shared or not TensorBuffer._populate_ok:
-            return
-        a, b = self.inner_pages(e)
-        if b > a:
-            try:
-                self._map.mm.madvise(MADV_POPULATE_WRITE, a, b - a)
-            except OSError:
-                TensorBuffer._populate_ok = False
 
     def close(self) -> None:
         self.view.release()

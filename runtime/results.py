@@ -114,6 +114,7 @@ class GenerationResult:
     stats: list[TokenStats] = field(default_factory=list)
     read_bytes: int = 0
     xfer_bytes: int = 0
+    n_reads: int = 0
     io_s: float = 0.0
     mgmt_s: float = 0.0
     stall_s: float = 0.0
