@@ -122,6 +122,15 @@ def _field(reader: gguf.GGUFReader, key: str) -> Any:
     return None if f is None else f.contents()
 
 
+def _int_field(reader: gguf.GGUFReader, key: str, p: Path) -> int:
+    v = _field(reader, key)
+    if v is None:
+        return 0
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+        raise ModelError(f"GGUF file is damaged: {key} is not an integer: {p}")
+    return int(v)
+
+
 def _check_file(p: Path) -> None:
     if not p.exists():
         raise ModelError(f"model file not found: {p}")
@@ -141,10 +150,12 @@ def shard_paths(path: Path, reader: gguf.GGUFReader) -> list[Path]:
 
     Raises :class:`ModelError` for a later shard given instead of the first, or a missing shard.
     """
-    count = int(_field(reader, "split.count") or 0)
+    count = _int_field(reader, "split.count", path)
     if count <= 1:
         return [path]
-    no = int(_field(reader, "split.no") or 0)
+    if count > 10000:
+        raise ModelError(f"GGUF file is damaged: split.count={count}: {path}")
+    no = _int_field(reader, "split.no", path)
     m = SPLIT_RE.match(path.name)
     if no != 0:
         raise ModelError(f"{path} is shard {no + 1} of {count} of a split model: give the first shard "
@@ -173,13 +184,13 @@ def read_layout(path: str | os.PathLike[str]) -> ModelLayout:
     p = Path(path)
     _check_file(p)
     reader = _open_reader(p)
+    paths = shard_paths(p, reader)
     arch = _field(reader, "general.architecture")
     if not isinstance(arch, str):
         raise ModelError(f"GGUF has no general.architecture: {p}")
-    paths = shard_paths(p, reader)
-    n_layer = int(_field(reader, f"{arch}.block_count") or 0)
-    n_expert = int(_field(reader, f"{arch}.expert_count") or 0)
-    n_used = int(_field(reader, f"{arch}.expert_used_count") or 0)
+    n_layer = _int_field(reader, f"{arch}.block_count", p)
+    n_expert = _int_field(reader, f"{arch}.expert_count", p)
+    n_used = _int_field(reader, f"{arch}.expert_used_count", p)
     if n_layer <= 0 or n_layer > 4096 or n_expert < 0 or n_expert > 65536:
         raise ModelError(f"GGUF metadata out of range ({arch}.block_count={n_layer}, "
                          f"{arch}.expert_count={n_expert}): {p}")
@@ -189,7 +200,7 @@ def read_layout(path: str | os.PathLike[str]) -> ModelLayout:
         n_layer=n_layer,
         n_expert=n_expert,
         n_expert_used=n_used,
-        n_ctx_train=int(_field(reader, f"{arch}.context_length") or 0),
+        n_ctx_train=_int_field(reader, f"{arch}.context_length", p),
         file_size=0,
         paths=[q.resolve() for q in paths],
         layers=[[] for _ in range(n_layer)],

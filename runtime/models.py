@@ -57,6 +57,7 @@ __all__ = [
     "make_model",
     "models_main",
     "quantize_gguf",
+    "split_gguf",
     "tensor_layout",
     "write_f32_gguf",
 ]
@@ -403,6 +404,36 @@ def llama_greedy(path: str | os.PathLike[str], prompt: Sequence[int], n_predict:
         L.llama_model_free(model)
 
 
+def split_gguf(src: str | os.PathLike[str], out: str | os.PathLike[str], max_tensors: int,
+               small_first_shard: bool = False) -> list[Path]:
+    """Write GGUF ``src`` again as a split model, llama.cpp's layout: ``<out stem>-0000i-of-0000N.gguf``
+    shards of at most ``max_tensors`` tensors, with the metadata (and ``split.*`` keys) in the first;
+    ``small_first_shard``: the first shard holds metadata only. Tensor bytes are copied unchanged.
+    Returns the shard paths, first first. Raises ValueError for ``max_tensors`` < 1."""
+    import gguf
+
+    if max_tensors < 1:
+        raise ValueError("max_tensors must be >= 1")
+    reader = gguf.GGUFReader(str(src))
+    arch = reader.fields["general.architecture"].contents()
+    out = Path(out)
+    w = gguf.GGUFWriter(out, arch, split_max_tensors=max_tensors, small_first_shard=small_first_shard)
+    for name, f in reader.fields.items():
+        if name.startswith(("GGUF.", "split.")) or name == "general.architecture":
+            continue
+        vtype = f.types[0]
+        sub = f.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
+        w.add_key_value(name, f.contents(), vtype, sub)
+    for t in reader.tensors:
+        w.add_tensor(t.name, np.asarray(t.data), raw_shape=np.asarray(t.data).shape, raw_dtype=t.tensor_type)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    n = len(w.tensors)
+    return [out.with_name(f"{out.stem}-{i:05d}-of-{n:05d}.gguf") for i in range(1, n + 1)] if n > 1 else [out]
+
+
 def models_main(argv: Sequence[str] | None = None) -> int:
     """``bmoe-run make-model [--preset demo|bench|tiny] [--qtype Q] [--seed N] OUT.gguf``.
 
@@ -415,10 +446,17 @@ def models_main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--preset", choices=sorted(PRESETS), default="demo")
     ap.add_argument("--qtype", choices=list(QTYPES), default=DEFAULT_QTYPE)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--split", type=int, default=0, metavar="N",
+                    help="also write OUT as a split model of at most N tensors per shard (OUT-0000i-of-0000M.gguf)")
+    ap.add_argument("--small-first-shard", action="store_true",
+                    help="with --split: the first shard holds metadata only")
     ap.add_argument("--verbose", action="store_true", help="show llama.cpp's quantizer log on stderr")
     args = ap.parse_args(list(argv) if argv is not None else None)
     try:
         out = make_model(args.out, preset=args.preset, qtype=args.qtype, seed=args.seed, quiet=not args.verbose)
+        if args.split:
+            shards = split_gguf(out, out, args.split, small_first_shard=args.small_first_shard)
+            print(f"wrote {len(shards)} shards: {shards[0]} ...", flush=True)
     except (OSError, ValueError, RuntimeError) as exc:
         print(f"bmoe-run make-model: error: {exc}", file=sys.stderr)
         return 1
