@@ -229,7 +229,7 @@ def _open_engine(args: argparse.Namespace, sampling: Sampling) -> Any:
             quiet=args.quiet,
             flash_attn=None if args.flash_attn == "auto" else args.flash_attn == "on",
             sampling=sampling,
-            process_stats=_wants_progress(args) or bool(args.csv),
+            process_stats=True,
         )
     except (ModelError, EngineError) as e:
         raise _Fail(str(e), fatal_line=True) from None
