@@ -9,7 +9,7 @@ STAMP := $(VENV)/.bmoe-installed
 # which read packages from disk rather than through the editable install's import hook.
 VIEW := build/pkgview
 
-.PHONY: run test check lint types layers view bench clean
+.PHONY: run test check lint types layers view bench llama-server clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,11 @@ layers: $(STAMP) view
 bench: $(STAMP)
 	$(PY) -m pip install -q pyarrow
 	for b in benchmarks/*.py; do $(PY) $$b || exit 1; done
+
+# A stock llama-server built once from the llama.cpp that llama-cpp-python vendors (CPU only), into the
+# user cache (~/.cache/bmoe-top/llama-server-VERSION/); a few minutes the first time, nothing after.
+llama-server: $(STAMP)
+	$(PY) tools/llama_server.py build
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis

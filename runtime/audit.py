@@ -4,6 +4,13 @@
 several processes can share one file. Records are serialized with orjson, which writes a
 non-finite float as ``null``: a record never holds a bare NaN.
 
+The file is only ever appended to, never truncated, and never reached through a symbolic link:
+every open uses ``O_NOFOLLOW`` and the descriptor must be a regular file (a FIFO, a device or a
+directory is refused), so a link planted at the path cannot redirect the records into another
+file. :meth:`AuditWriter.check` opens the file once at start-up so a bad path is refused before
+the model loads; a later write error raises :class:`AuditError` (the server reports it and exits
+non-zero).
+
 Events: ``load`` (right after the context is created), ``ready`` (the server accepts requests),
 ``request`` (one per finished request, with its own ``req_*`` counters = the context counters'
 difference across the request) and ``exit`` (the engine is freed). With one slot the request
@@ -12,8 +19,10 @@ records add up exactly to exit minus ready (:func:`bmoe_top.parsers.audit.check_
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
+import stat
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -22,7 +31,7 @@ import orjson
 
 from .cache_policy import CacheCounters
 
-__all__ = ["AuditWriter", "utc_now_ms", "profile_info", "REQ_KEYS"]
+__all__ = ["AuditWriter", "AuditError", "utc_now_ms", "profile_info", "REQ_KEYS"]
 
 # request record key -> CacheCounters.audit_counters() key
 REQ_KEYS = {"req_hits": "hits", "req_hits_profile": "hits_profile", "req_misses": "misses",
@@ -47,9 +56,54 @@ def profile_info(path: str | None, error: str | None = None) -> dict[str, Any] |
     return {"path": str(path), "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
 
 
+class AuditError(OSError):
+    """The audit log cannot be opened or written: a symbolic link, not a regular file, or an OS
+    error (permission, disk full, read-only file system). ``str()`` is one line with the path."""
+
+    def __str__(self) -> str:
+        return str(self.strerror or super().__str__())
+
+
+_OPEN_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+
+
+def _open_append(path: str) -> int:
+    """An ``O_APPEND`` descriptor on the regular file ``path`` (created 0644 if absent), never
+    through a symbolic link. Raises :class:`AuditError`."""
+    try:
+        fd = os.open(path, _OPEN_FLAGS, 0o644)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise AuditError(exc.errno, f"{path} is a symbolic link: refusing to follow it") from None
+        if exc.errno == errno.ENXIO:  # a FIFO nobody reads (O_NONBLOCK keeps the open from hanging)
+            raise AuditError(exc.errno, f"{path} is not a regular file: refusing to write to it") from None
+        raise AuditError(exc.errno, f"{path}: {exc.strerror or exc}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise AuditError(errno.EINVAL, f"{path} is not a regular file: refusing to write to it")
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _drop_torn_tail(fd: int, n: int) -> None:
+    """After a failed write that left ``n`` bytes of a record at the end of the file: cut them off
+    when nothing was appended after them (another writer's records are never touched), so the
+    log holds whole lines only."""
+    try:
+        end = os.lseek(fd, 0, os.SEEK_CUR)
+        if os.fstat(fd).st_size == end:
+            os.ftruncate(fd, end - n)
+    except OSError:
+        pass
+
+
 class AuditWriter:
-    """Appends audit records to ``path``. ``hybrid`` goes into every record. ``write`` raises
-    ``OSError`` if the file cannot be opened or written (the server reports it once and goes on)."""
+    """Appends audit records to ``path``. ``hybrid`` goes into every record. ``write`` (and every
+    event method) raises :class:`AuditError` when the file cannot be opened or written."""
 
     def __init__(self, path: str | os.PathLike, hybrid: bool = False):
         self.path = os.fspath(path)
@@ -62,13 +116,24 @@ class AuditWriter:
         rec.update(counters.audit_counters())
         return rec
 
+    def check(self) -> None:
+        """Open the file as :meth:`write` does, writing nothing (start-up check). Raises :class:`AuditError`."""
+        os.close(_open_append(self.path))
+
     def write(self, rec: dict[str, Any]) -> None:
         line = orjson.dumps(rec, option=orjson.OPT_SERIALIZE_NUMPY) + b"\n"
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+        fd = _open_append(self.path)
+        done = 0
         try:
-            n = os.write(fd, line)
-            if n != len(line):  # a short write on a regular file: finish it (rare, e.g. disk full)
-                os.write(fd, line[n:])
+            while done < len(line):  # a short write on a regular file (rare, e.g. disk nearly full): finish it
+                n = os.write(fd, line[done:])
+                if n <= 0:
+                    raise OSError(errno.ENOSPC, "short write")
+                done += n
+        except OSError as exc:
+            if done:
+                _drop_torn_tail(fd, done)
+            raise AuditError(exc.errno, f"{self.path}: {exc.strerror or exc}") from None
         finally:
             os.close(fd)
         self.n_written += 1

@@ -372,6 +372,22 @@ class Engine:
         assert self.model is not None
         return self.model.tokenize(text, add_special)
 
+    def chat_prompt(self, messages: list[tuple[str, str]], add_assistant: bool = True) -> str:
+        """The prompt text for ``messages`` ((role, content) pairs, in order) built by llama.cpp's
+        ``llama_chat_apply_template`` with the model's chat template (GGUF
+        ``tokenizer.chat_template``; llama.cpp uses chatml when the model has none), ending with
+        the assistant's turn opener when ``add_assistant``. Raises :class:`RequestError` when a
+        text holds a NUL byte or llama.cpp does not support the model's template."""
+        assert self.model is not None
+        if not messages:
+            raise RequestError("messages must not be empty")
+        if any("\x00" in role or "\x00" in content for role, content in messages):
+            raise RequestError("a message holds a NUL character")
+        try:
+            return self.model.apply_chat_template(messages, add_assistant)
+        except ValueError as e:
+            raise RequestError(str(e)) from None
+
     def token_bytes(self, tok: int) -> bytes:
         assert self.model is not None
         return self.model.token_bytes(tok)

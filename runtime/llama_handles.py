@@ -98,6 +98,23 @@ class LlamaModel:
             return bytes(big[:n])
         return self._piece.raw[:n]
 
+    def apply_chat_template(self, messages: Sequence[tuple[str, str]], add_assistant: bool) -> str:
+        """``llama_chat_apply_template`` with the model's chat template (chatml when it has none)
+        over (role, content) pairs. Raises ValueError when llama.cpp does not support the template."""
+        enc = [(r.encode("utf-8", "replace"), c.encode("utf-8", "replace")) for r, c in messages]
+        arr = (L.llama_chat_message * len(enc))(*[L.llama_chat_message(r, c) for r, c in enc])
+        tmpl = L.llama_model_chat_template(self.ptr, None)
+        cap = 2 * sum(len(r) + len(c) for r, c in enc) + 256
+        for _ in range(2):
+            buf = ctypes.create_string_buffer(cap)
+            n = L.llama_chat_apply_template(tmpl, arr, len(enc), add_assistant, buf, cap)
+            if n < 0:
+                raise ValueError("llama.cpp does not support this model's chat template (llama_chat_apply_template)")
+            if n <= cap:
+                return buf.raw[:n].decode("utf-8", "replace")
+            cap = n
+        raise ValueError("the chat template's output kept growing")  # pragma: no cover - llama.cpp sized it
+
     def is_eog(self, tok: int) -> bool:
         return bool(L.llama_vocab_is_eog(self.vocab, tok))
 

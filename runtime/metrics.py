@@ -10,6 +10,10 @@ token, after each prefill) under a lock; the collector copies them under that lo
 time, so a scrape never touches the engine while it decodes and costs the decode nothing but
 the lock. prometheus-client appends ``_total`` to counter names: families are created with the
 base name so the exposed name is exactly the reference's, and no ``_created`` series is emitted.
+
+The HTTP front end's own series (:data:`HTTP_SERIES`: open connections, requests refused by each
+limit, requests cancelled because their client went away) are bmoe-run's; llama-server has no
+equivalent, so they live here rather than in the shared catalogue.
 """
 
 from __future__ import annotations
@@ -25,9 +29,20 @@ from bmoe_top.parsers.prom import SERIES
 
 from .cache_policy import CacheCounters
 
-__all__ = ["ServerCounters", "MetricsRegistry", "CONTENT_TYPE"]
+__all__ = ["ServerCounters", "MetricsRegistry", "CONTENT_TYPE", "HTTP_SERIES", "REJECT_REASONS"]
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+#: why the HTTP front end refused a request (the ``reason`` label of ``bmoe:http_rejected_total``)
+REJECT_REASONS = ("auth", "body", "header", "timeout", "connections", "queue")
+
+#: (name, type, help) of the HTTP front end's series (docs/metrics.md "Limits")
+HTTP_SERIES = (
+    ("bmoe:http_connections", "gauge", "Open HTTP connections (idle ones included)."),
+    ("bmoe:http_rejected_total", "counter", "Requests refused by a limit, by reason: auth (401), body (413), "
+     "header (431), timeout (408 or closed), connections (503), queue (503)."),
+    ("bmoe:requests_cancelled_total", "counter", "Generations cancelled because their client disconnected."),
+)
 
 
 @dataclass
@@ -50,9 +65,12 @@ class ServerCounters:
     stall_s: float = 0.0
     mgmt_s: float = 0.0
     compute_s: float = 0.0
+    http_connections: int = 0
+    requests_cancelled: int = 0
+    rejected: dict[str, int] = field(default_factory=lambda: dict.fromkeys(REJECT_REASONS, 0))
 
     def copy(self) -> ServerCounters:
-        return replace(self)
+        return replace(self, rejected=dict(self.rejected))
 
 
 class _Collector(Collector):
@@ -98,6 +116,13 @@ class _Collector(Collector):
                 yield fam
             else:
                 yield fam_cls(base, spec.help, value=float(scalar[spec.key]))
+        (n_conn, h_conn), (n_rej, h_rej), (n_can, h_can) = ((n, h) for n, _t, h in HTTP_SERIES)
+        yield GaugeMetricFamily(n_conn, h_conn, value=float(s.http_connections))
+        rej = CounterMetricFamily(n_rej[:-6], h_rej, labels=["reason"])
+        for reason in REJECT_REASONS:
+            rej.add_metric([reason], float(s.rejected.get(reason, 0)))
+        yield rej
+        yield CounterMetricFamily(n_can[:-6], h_can, value=float(s.requests_cancelled))
 
 
 class MetricsRegistry:
@@ -120,6 +145,13 @@ class MetricsRegistry:
             pass
         self.n_scrapes = 0
 
+    def configure(self, moe_layers=(), cache: bool = True) -> None:
+        """Set the model's MoE layers and whether the cache series exist (once the model is loaded;
+        the counters keep their values)."""
+        with self._lock:
+            self.cache = bool(cache)
+            self._c.moe_layers = tuple(moe_layers)
+
     def update(self, **kw) -> None:
         """Set fields (absolute values) under the lock."""
         with self._lock:
@@ -131,6 +163,11 @@ class MetricsRegistry:
         with self._lock:
             for k, v in kw.items():
                 setattr(self._c, k, getattr(self._c, k) + v)
+
+    def reject(self, reason: str) -> None:
+        """Count one request refused for ``reason`` (one of :data:`REJECT_REASONS`)."""
+        with self._lock:
+            self._c.rejected[reason] = self._c.rejected.get(reason, 0) + 1
 
     def snapshot(self) -> ServerCounters:
         with self._lock:

@@ -13,6 +13,7 @@ if str(TESTS) not in sys.path:
 
 #: Real recorded runs from a real runtime (../shared beside the repo). Absent on a fresh clone.
 from helpers import REAL_RUNS  # noqa: E402
+from helpers.llama_server import llama_server  # noqa: E402,F401  (fixture: a stock llama-server)
 from helpers.scripted_http import srv  # noqa: E402,F401  (fixture: a scripted HTTP server)
 
 

@@ -99,7 +99,8 @@ async def test_screen_live_against_bmoe_run_serve(tmp_path):
     from bmoe_top.runtime.models import make_model
 
     model = make_model(tmp_path / "tiny.gguf", preset="tiny", qtype="q8_0", seed=0)
-    s = Serve(model, "--cache-mb", "0.5")
+    # 20 ms per token: the 300-token decode lasts >= 6 s, many poll intervals on any machine
+    s = Serve(model, "--cache-mb", "0.5", env={"BMOE_TOKEN_DELAY_MS": "20"})
     try:
         poller = MetricsPoller(s.url + "/metrics", interval=0.1, timeout=5)
         app = MetricsAttachApp(poller, fps=20)

@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import subprocess
 import threading
-import time
 from pathlib import Path
 
 import httpx
 import numpy as np
 import orjson
 import pytest
-from helpers.serve import PY, Serve, complete, scrape
+from helpers.serve import PY, Raw, Serve, complete, scrape, scrape_value, wait_until
 
 from bmoe_top.parsers.audit import check_exact_sum, read_audit_file
 from bmoe_top.parsers.prom import compute_delta
@@ -84,36 +83,40 @@ def test_stream_sse_same_text_as_json(server):
     assert final["timings"]["predicted_n"] == 8
 
 
-def test_metrics_and_health_answer_during_decode_and_requests_queue(server):
-    results = {}
+def test_metrics_and_health_answer_during_decode_and_requests_queue(tiny, tmp_path):
+    # Event-driven: the child sleeps 100 ms per token, so request a (400 tokens) cannot end before
+    # its client hangs up below; every wait is for a count on /metrics, never for a duration.
+    audit = tmp_path / "a.jsonl"
+    s = Serve(tiny, "--cache-mb", "0.5", "--moe-cache-audit", str(audit), env={"BMOE_TOKEN_DELAY_MS": "100"})
+    try:
+        a = Raw(s.url).post_json("/completion", {"prompt": "long request a", "n_predict": 400})
+        wait_until(lambda: (scrape(s.url).get("tokens_predicted") or 0) > 0, what="a decodes")
+        out = {}
+        b = threading.Thread(target=lambda: out.update(r=complete(s.url, "request b", 5)))
+        b.start()
+        wait_until(lambda: scrape(s.url).get("requests_deferred") == 1, what="b waits in the queue")
+        seen = set()
 
-    def run(name, n):
-        results[name] = complete(server.url, f"long request {name}", n).json()
+        def counters_move() -> bool:
+            m = scrape(s.url, timeout=30)
+            assert m.get("requests_processing") == 1 and m.get("requests_deferred") == 1
+            assert httpx.get(s.url + "/health", trust_env=False, timeout=30).status_code == 200
+            seen.add(m.get("tokens_predicted"))
+            return len(seen) >= 3
 
-    a = threading.Thread(target=run, args=("a", 300))
-    b = threading.Thread(target=run, args=("b", 20))
-    a.start()
-    time.sleep(0.2)
-    b.start()
-    seen_processing = seen_deferred = False
-    toks = []
-    lat = []
-    while a.is_alive():
-        t0 = time.monotonic()
-        s = scrape(server.url, timeout=5)
-        h = httpx.get(server.url + "/health", trust_env=False, timeout=5)
-        lat.append(time.monotonic() - t0)
-        assert h.status_code == 200
-        seen_processing |= s.get("requests_processing") == 1
-        seen_deferred |= (s.get("requests_deferred") or 0) >= 1
-        toks.append(s.get("tokens_predicted"))
-        time.sleep(0.05)
-    a.join()
-    b.join()
-    assert results["a"]["tokens_predicted"] == 300 and results["b"]["tokens_predicted"] == 20
-    assert seen_processing and seen_deferred
-    assert len(set(toks)) >= 3  # counters moved while the decode ran
-    assert max(lat) < 2.0
+        wait_until(counters_move, what="tokens_predicted took 3 values during a's decode")
+        a.close()  # a's client hangs up: its generation is cancelled and b runs
+        b.join(120)
+        assert out["r"].status_code == 200 and out["r"].json()["tokens_predicted"] == 5
+        m = scrape(s.url)
+        assert m.get("requests_processing") == 0 and m.get("requests_deferred") == 0
+        assert scrape_value(s.url, "bmoe:requests_cancelled_total") == 1
+    finally:
+        assert s.stop() == 0
+    run = read_audit_file(audit).runs[0]
+    n_a, n_b = (r.data["n_gen"] for r in run.requests)
+    assert 0 < n_a < 400 and n_b == 5  # a was cut short by its client, still recorded
+    assert check_exact_sum(run) == []
 
 
 def test_bad_requests_are_clear_and_server_survives(server):
@@ -288,12 +291,10 @@ def test_make_profile_cli(tiny, tmp_path):
 def test_headless_twins_against_the_server(server):
     from bmoe_top.tui.headless_attach import audit_once, exit_code, metrics_once, to_json
 
-    t = threading.Thread(target=complete, args=(server.url, "headless twin", 200))
-    t.start()
+    assert complete(server.url, "headless twin", 200).json()["tokens_predicted"] == 200
     d = metrics_once(server.url + "/metrics", interval=0.3)
-    t.join()
     assert d["status"] == "ok" and exit_code(d) == 0
-    assert d["totals"]["tokens_predicted"] > 0 and d["n_layer"] == 2
+    assert d["totals"]["tokens_predicted"] >= 200 and d["n_layer"] == 2
     assert d["rates"] is not None and d["rates"]["interval_s"] > 0.2
     assert d["rates"]["tok_s"] is None or d["rates"]["tok_s"] >= 0
     assert len(d["totals"]["layer_hit_pct"]) == 2
@@ -320,14 +321,13 @@ def test_port_in_use_is_one_line(tiny):
 
 def test_sigterm_mid_request_keeps_the_exact_sum(tiny, tmp_path):
     audit = tmp_path / "a.jsonl"
-    s = Serve(tiny, "--cache-mb", "0.5", "--moe-cache-audit", str(audit))
+    # 50 ms per token: 480 tokens take >= 24 s, so the SIGTERM below always lands mid-request
+    s = Serve(tiny, "--cache-mb", "0.5", "--moe-cache-audit", str(audit), env={"BMOE_TOKEN_DELAY_MS": "50"})
     out = {}
     t = threading.Thread(target=lambda: out.update(r=complete(s.url, "long request a", 480)))
     try:
         t.start()
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and (scrape(s.url).get("tokens_predicted") or 0) < 5:
-            time.sleep(0.01)
+        wait_until(lambda: (scrape(s.url).get("tokens_predicted") or 0) >= 5, what="5 tokens decoded")
         assert s.stop() == 0
         t.join(30)
     finally:

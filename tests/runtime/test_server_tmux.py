@@ -15,7 +15,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from helpers.serve import Serve
+from helpers.serve import Serve, wait_until
 
 BMOE_TOP = Path(sys.executable).with_name("bmoe-top")
 
@@ -74,10 +74,13 @@ def test_done_when_two_terminals(tmp_path):
         assert str(srv.proc.pid) in s
         for p in (m, a):
             p.tmux("send-keys", "-t", p.name, "q")
-        time.sleep(1.0)
+
         # the apps exited: no session left (tmux closes a session whose command ended)
-        left = subprocess.run(["tmux", "-L", sock, "ls"], capture_output=True, text=True).stdout
-        assert "metrics" not in left and "audit" not in left
+        def sessions_gone() -> bool:
+            left = subprocess.run(["tmux", "-L", sock, "ls"], capture_output=True, text=True).stdout
+            return "metrics" not in left and "audit" not in left
+
+        wait_until(sessions_gone, timeout=30, what="both apps quit on q", every=0.1)
     finally:
         subprocess.run(["tmux", "-L", sock, "kill-server"], capture_output=True)
         srv.stop()

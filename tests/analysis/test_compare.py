@@ -1,0 +1,151 @@
+"""The compare core: noise-aware deltas, warm-up splits, exact deterministic metrics, the
+different-workload banner, contamination hints; and two real CSVs from ../shared."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import orjson
+import pytest
+
+from bmoe_top.parsers.token_csv import load_token_csv
+from bmoe_top.tui.analysis.compare import WITHIN_RUN_LABEL, ArmInput, RunInput, compare
+
+MIB = 1024 * 1024
+
+
+def _run(rng: np.random.Generator, name: str, mean: float, n: int = 120, hit: float = 70.0, routed=None,
+         entry=None) -> RunInput:
+    warm = np.linspace(3 * mean, mean, 15)
+    noise = rng.normal(0, 0.03 * mean, n)
+    wall = np.concatenate([warm, mean + noise])[:n]
+    io = 0.4 * wall
+    return RunInput(name, {"wall_ms": wall, "io_ms": io, "compute_ms": wall - io, "mgmt_ms": 0.05 * wall,
+                           "read_mib": np.full(n, 150.0), "hit_pct": np.linspace(10, hit, n)},
+                    {"prefill_s": 6.0 + rng.normal(0, 0.05), "load_s": 30.0}, entry or {}, routed)
+
+
+def _row(c, metric):
+    return next(m for m in c.metrics if m.metric == metric)
+
+
+def test_several_runs_per_arm_detect_a_real_change() -> None:
+    rng = np.random.default_rng(1)
+    a = ArmInput("base", [_run(rng, f"a{i}", 200.0) for i in range(6)])
+    b = ArmInput("fast", [_run(rng, f"b{i}", 180.0) for i in range(6)])
+    c = compare([a, b])
+    wall = _row(c, "wall_ms")
+    d = wall.deltas[0]
+    assert d.verdict == "better" and d.p < 0.05
+    assert d.low < -20 * 0.5 and d.high < 0 and d.low <= d.change <= d.high
+    assert d.change_pct == pytest.approx(-10, abs=2)
+    assert "Mann-Whitney" in d.method and d.label == ""
+    assert _row(c, "tok_s").deltas[0].verdict == "better"
+    # deterministic metrics compared exactly
+    assert _row(c, "hit_pct").deltas[0].verdict == "same"
+    assert _row(c, "read_mib_per_token").deltas[0].verdict == "same"
+    assert len(c.warmup) == 12 and all(5 <= w.split <= 30 for w in c.warmup)
+    assert c.workload_same is None and c.banner == ""
+    assert any("run is the unit" in s for s in c.advice)
+
+
+def test_same_distribution_is_noise() -> None:
+    rng = np.random.default_rng(2)
+    a = ArmInput("a", [_run(rng, f"a{i}", 200.0) for i in range(5)])
+    b = ArmInput("b", [_run(rng, f"b{i}", 201.0) for i in range(5)])
+    d = _row(compare([a, b]), "wall_ms").deltas[0]
+    assert d.verdict == "~"  # 0.5% is under the 2% floor whatever p says
+
+
+def test_too_few_runs_say_so() -> None:
+    rng = np.random.default_rng(3)
+    a = ArmInput("a", [_run(rng, f"a{i}", 200.0) for i in range(3)])
+    b = ArmInput("b", [_run(rng, f"b{i}", 100.0) for i in range(3)])
+    c = compare([a, b])
+    d = _row(c, "wall_ms").deltas[0]
+    assert d.verdict == "~" and d.p == pytest.approx(0.1)  # 3 vs 3 cannot reach 0.05
+    assert any("cannot reach p < 0.05 below 4 runs" in s for s in c.advice)
+
+
+def test_one_run_per_arm_is_within_run_only() -> None:
+    rng = np.random.default_rng(4)
+    c = compare([ArmInput("a", [_run(rng, "a", 200.0)]), ArmInput("b", [_run(rng, "b", 150.0, hit=72.0)])])
+    d = _row(c, "wall_ms").deltas[0]
+    assert d.label == WITHIN_RUN_LABEL and "bootstrap" in d.method
+    assert d.verdict == "better" and d.low < d.change < d.high < 0
+    v = _row(c, "wall_ms").values[0]
+    assert v.low < v.center < v.high
+    assert _row(c, "hit_pct").deltas[0].verdict == "differs"
+    assert _row(c, "prefill_s").deltas[0].verdict == "?"
+    assert any(WITHIN_RUN_LABEL in s for s in c.advice)
+
+
+def test_routed_experts_and_entry_state() -> None:
+    rng = np.random.default_rng(5)
+    r1 = np.arange(100) % 7
+    r2 = r1.copy()
+    r2[40] = 6 - r2[40]
+    a = ArmInput("a", [_run(rng, "a", 200.0, routed=r1, entry={"temperature_c": 31.0, "mem_available_mib": 1500})])
+    b = ArmInput("b", [_run(rng, "b", 200.0, routed=r2, entry={"temperature_c": 38.5, "mem_available_mib": 1510})])
+    c = compare([a, b])
+    assert c.workload_same is False and c.banner.startswith("different workload") and "lookup 40" in c.banner
+    rows = {r.key: r for r in c.contamination.rows}
+    assert rows["temperature_c"].diff == [pytest.approx(7.5)]
+    assert any("temperature" in h and "reverse order" in h for h in c.contamination.hints)
+    assert not any("MemAvailable" in h for h in c.contamination.hints)
+    same = compare([ArmInput("a", [_run(rng, "a", 200.0, routed=r1)]), ArmInput("b", [_run(rng, "b", 200.0,
+                                                                                            routed=r1)])])
+    assert same.workload_same is True and same.banner == ""
+    d = orjson.loads(orjson.dumps(c))
+    assert d["banner"] == c.banner and d["metrics"][0]["metric"] == "wall_ms"
+    with pytest.raises(ValueError):
+        compare([a])
+
+
+def _real_run(path: Path) -> RunInput:
+    t = load_token_csv(path.read_bytes())
+    cols = {k: t.columns[k] for k in ("wall_ms", "io_ms", "compute_ms", "stall_ms", "mgmt_ms") if k in t.columns}
+    cols["read_mib"] = t.columns["read_bytes"] / MIB
+    cols["hit_pct"] = t.columns["cache_hit_pct"]
+    entry = {}
+    if "mem_available_mib" in t.columns:
+        entry["mem_available_mib"] = float(t.columns["mem_available_mib"][0])
+    return RunInput(path.stem, cols, dict(t.summary), entry)
+
+
+def test_two_real_csvs(real_runs: Path) -> None:
+    a = _real_run(real_runs / "bigmoeonedge-2026-07-21" / "bmoe-20260721-090406.csv")
+    b = _real_run(real_runs / "bigmoeonedge-2026-07-22" / "bmoe-20260722-142300.csv")
+    c = compare([ArmInput("07-21", [a]), ArmInput("07-22", [b])])
+    wall = _row(c, "wall_ms")
+    assert wall.deltas[0].label == WITHIN_RUN_LABEL
+    assert wall.deltas[0].verdict in ("better", "worse", "~")
+    assert np.isfinite(wall.deltas[0].low) and np.isfinite(wall.deltas[0].high)
+    assert {w.run for w in c.warmup} == {a.name, b.name}
+    assert all(0 <= w.split < w.tokens for w in c.warmup)
+    assert _row(c, "hit_pct").values[0].center == pytest.approx(66.6)
+    assert "stall_ms" in {m.metric for m in c.metrics}
+    assert [r.key for r in c.contamination.rows] == ["mem_available_mib"]
+    orjson.dumps(c)
+
+
+def test_run_from_a_csv_and_its_sidecar(real_runs: Path) -> None:
+    from bmoe_top.parsers.summary_lines import parse_summary_line
+    from bmoe_top.tui.analysis.compare import run_from_token_table
+
+    d = real_runs / "bigmoeonedge-2026-07-12"
+    table = load_token_csv((d / "qwen_c4000_l4_ov.csv").read_bytes())
+    side: dict[str, float | str] = {}
+    for line in (d / "qwen_c4000_l4_ov.metrics").read_text().splitlines():
+        sl = parse_summary_line(line)
+        if sl is not None and sl.kind == "sidecar":
+            side.update(sl.values)
+    run = run_from_token_table(table, "qwen", side)
+    assert run.entry["temperature_c"] == pytest.approx(46.7)
+    assert run.entry["mem_available_mib"] == pytest.approx(5944328 / 1024)
+    assert np.allclose(run.tokens["read_mib"], table.columns["read_bytes"] / MIB)
+    assert run.summary["hit_pct"] == table.summary["cache_hit_pct"]
+    c = compare([ArmInput("a", [run]), ArmInput("b", [_real_run(real_runs / "bigmoeonedge-2026-07-21" /
+                                                                 "bmoe-20260721-090406.csv")])])
+    assert {r.key for r in c.contamination.rows} >= {"temperature_c", "mem_available_mib"}

@@ -1,0 +1,55 @@
+"""The live LRU curve: fed token by token it ends where the offline one-pass replay ends, and at
+every step it equals the offline replay of the tokens so far."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from helpers.routing import random_routing
+
+from bmoe_top.tui.analysis import cachesim as C
+from bmoe_top.tui.analysis.live import LiveLru
+from bmoe_top.tui.analysis.lookups import from_routing
+
+
+def test_live_curve_equals_the_offline_replay_at_every_token() -> None:
+    rng = np.random.default_rng(21)
+    n_layer, n_expert, k = 4, 12, 3
+    lb = [3, 2, 3, 0]  # the last layer has no MoE
+    dec = random_routing(rng, 80, n_layer, n_expert, k)
+    dec[:, 3, :] = -1
+    pre = random_routing(rng, 9, n_layer, n_expert, k)
+    pre[:, 3, :] = -1
+    live = LiveLru(n_layer, n_expert, lb, budgets=np.arange(0, 3 * 12 * 8 + 1))
+    live.feed_prefill(pre)
+    for t in range(dec.shape[0]):
+        live.feed_token(dec[t])
+        if t % 13 == 0 or t == dec.shape[0] - 1:
+            off = C.lru_curve(from_routing(dec[: t + 1], lb, n_expert, pre), live.budgets)
+            cur = live.curve()
+            assert np.array_equal(cur.decode_hits, off.decode_hits)
+            assert np.array_equal(cur.hit_bytes, off.hit_bytes)
+            assert np.array_equal(cur.layer_hits, off.layer_hits)
+            assert cur.decode_lookups == off.decode_lookups and cur.decode_tokens == t + 1
+    assert live.hit_pct_at(1e9) == pytest.approx(float(off.decode_hit_pct[-1]))
+
+
+def test_live_grows_past_its_first_capacity() -> None:
+    rng = np.random.default_rng(2)
+    dec = random_routing(rng, 1500, 2, 8, 2)  # more batches than the initial 1024
+    live = LiveLru(2, 8, [1, 1], points=16)
+    for t in range(dec.shape[0]):
+        live.feed_token(dec[t])
+    off = C.lru_curve(from_routing(dec, [1, 1], 8), live.budgets)
+    assert np.array_equal(live.curve().decode_hits, off.decode_hits)
+
+
+def test_live_rejects_bad_input() -> None:
+    live = LiveLru(2, 4, [1, 1])
+    with pytest.raises(ValueError):
+        live.feed_token([[1, 2]])
+    with pytest.raises(ValueError):
+        live.feed_token([[1, 9], [0, 1]])
+    with pytest.raises(ValueError):
+        LiveLru(2, 4, [1])
+    assert live.curve().decode_lookups == 0

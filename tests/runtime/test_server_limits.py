@@ -1,0 +1,297 @@
+"""The limits of ``bmoe-run serve`` (docs/metrics.md "Limits"), each against a real child process on
+loopback over raw sockets: the key before the body, the body limit, the header / idle / keep-alive
+timeouts, the head size cap, the connection cap, the queue cap, a disconnect cancelling its
+generation (streaming and not), ``--api-key-file``, and ``/health`` under the floods.
+
+Nothing here depends on the machine's speed: every wait is for an event (a count on ``/metrics``,
+an answer, the server closing a socket) with a deadline that only bounds a failure; the child's
+decode is slowed with BMOE_TOKEN_DELAY_MS where a test must act mid-generation. The one latency
+check (``/health`` during the floods) allows 1 s per answer, ten times the 100 ms goal that
+bench_server.py measures, because a loaded 2-core machine can stall any process for a few hundred
+ms; what it proves is that the floods never make /health wait for them.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import signal
+import subprocess
+from pathlib import Path
+
+import httpx
+import orjson
+import pytest
+from helpers.serve import PY, Raw, Serve, scrape, scrape_value, wait_until
+
+from bmoe_top.parsers.audit import check_exact_sum, read_audit_file
+
+KEY = "s3cret-key-from-a-file"
+AUTH = {"Authorization": f"Bearer {KEY}"}
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> Path:
+    from bmoe_top.runtime.models import make_model
+
+    return make_model(tmp_path_factory.mktemp("models") / "tiny-q8_0.gguf", preset="tiny", qtype="q8_0", seed=0)
+
+
+@pytest.fixture(scope="module")
+def keyfile(tmp_path_factory) -> Path:
+    p = tmp_path_factory.mktemp("key") / "api.key"
+    p.write_text(f"# bmoe-run serve keys\n{KEY}\n")
+    p.chmod(0o600)
+    return p
+
+
+@pytest.fixture(scope="module")
+def strict(tiny, keyfile, tmp_path_factory):
+    """Small limits and short timeouts; 50 ms per token so a request can be caught mid-decode."""
+    audit = tmp_path_factory.mktemp("audit") / "a.jsonl"
+    s = Serve(tiny, "--api-key-file", str(keyfile), "--max-body-bytes", "65536", "--max-queue", "1",
+              "--timeout-header", "1", "--timeout-idle", "1", "--timeout-keep-alive", "1",
+              "--moe-cache-audit", str(audit), env={"BMOE_TOKEN_DELAY_MS": "50"})
+    s.audit = audit
+    yield s
+    s.stop()
+
+
+def rejected(s, reason: str) -> float:
+    return scrape_value(s.url, "bmoe:http_rejected_total", {"reason": reason}, headers=AUTH) or 0.0
+
+
+def metrics(s):
+    return scrape(s.url, headers=AUTH, timeout=30)
+
+
+def idle(s) -> bool:
+    m = metrics(s)
+    return m.get("requests_processing") == 0 and m.get("requests_deferred") == 0
+
+
+def test_api_key_file_keeps_the_key_out_of_ps(strict):
+    cmdline = Path(f"/proc/{strict.proc.pid}/cmdline").read_bytes()
+    assert KEY.encode() not in cmdline and b"--api-key-file" in cmdline
+    assert httpx.get(strict.url + "/metrics", trust_env=False).status_code == 401
+    assert httpx.get(strict.url + "/metrics", headers={"X-Api-Key": KEY}, trust_env=False).status_code == 200
+    assert httpx.get(strict.url + "/health", trust_env=False).status_code == 200  # never needs the key
+
+
+def test_bad_key_files_are_one_line(tiny, tmp_path):
+    empty = tmp_path / "empty.key"
+    empty.write_text("\n# nothing\n")
+    for path, why in ((tmp_path / "absent.key", "cannot read --api-key-file"), (empty, "holds no key")):
+        r = subprocess.run([PY, "-m", "bmoe_top.runtime.cli", "serve", "-m", str(tiny), "--port", "0",
+                            "--api-key-file", str(path)], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 2 and why in r.stderr and "Traceback" not in r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_key_is_checked_before_the_body_is_read(strict):
+    before = rejected(strict, "auth")
+    # a 100 MB upload without a key: only the head is sent, and the answer comes without the body
+    raw = Raw(strict.url).send_head("POST", "/completion", {"Content-Length": str(100 << 20),
+                                                            "Content-Type": "application/json"})
+    status, headers, body = raw.response()
+    assert status == 401 and headers["connection"] == "close" and headers["www-authenticate"] == "Bearer"
+    assert orjson.loads(body)["error"]["type"] == "authentication_error"
+    assert raw.closed_by_server()
+    raw.close()
+    assert rejected(strict, "auth") == before + 1
+
+
+def test_body_limit_413_by_length_and_while_chunked(strict):
+    before = rejected(strict, "body")
+    raw = Raw(strict.url).send_head("POST", "/completion", {**AUTH, "Content-Length": "65537"})
+    status, headers, body = raw.response()  # refused on the head: nothing of the body was sent
+    assert status == 413 and headers["connection"] == "close" and "65536" in orjson.loads(body)["error"]["message"]
+    raw.close()
+    raw = Raw(strict.url).send_head("POST", "/v1/completions", {**AUTH, "Transfer-Encoding": "chunked"})
+    piece = b"x" * 20000
+    for _ in range(4):  # 80,000 bytes, no end chunk: refused once the count passes 65,536
+        raw.send(b"%x\r\n" % len(piece) + piece + b"\r\n")
+    status, headers, _ = raw.response()
+    assert status == 413 and headers["connection"] == "close"
+    raw.close()
+    assert rejected(strict, "body") == before + 2
+
+
+def test_header_idle_and_keep_alive_timeouts(strict):
+    t0 = rejected(strict, "timeout")
+    # a head that never ends (slowloris): 408 and closed
+    raw = Raw(strict.url).send(b"GET /health HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+    status, headers, _ = raw.response()
+    assert status == 408 and headers["connection"] == "close" and raw.closed_by_server()
+    raw.close()
+    # a body that stops arriving: 408
+    raw = Raw(strict.url).send_head("POST", "/completion", {**AUTH, "Content-Length": "1000"}).send(b'{"prompt"')
+    status, _, body = raw.response()
+    assert status == 408 and "nothing received" in orjson.loads(body)["error"]["message"]
+    raw.close()
+    # a connection that never sends a byte, and one idle after its answer: closed
+    raw = Raw(strict.url)
+    assert raw.closed_by_server()
+    raw.close()
+    raw = Raw(strict.url).send_head("GET", "/health")
+    assert raw.response()[0] == 200
+    assert raw.closed_by_server()
+    raw.close()
+    assert rejected(strict, "timeout") == t0 + 2
+
+
+def test_head_size_cap_431(strict):
+    raw = Raw(strict.url).send(b"GET /health HTTP/1.1\r\nHost: x\r\nX-Pad: " + b"p" * (70 << 10))
+    status, headers, _ = raw.response()
+    assert status == 431 and headers["connection"] == "close"
+    raw.close()
+
+
+def test_queue_cap_503_and_disconnects_cancel(strict):
+    n0 = scrape_value(strict.url, "bmoe:requests_cancelled_total", headers=AUTH)
+    runs0 = read_audit_file(strict.audit).runs[-1]
+    n_req0 = len(runs0.requests)
+    # a: generating (>= 20 s at 50 ms per token), b: queued (--max-queue 1), c: refused
+    a = Raw(strict.url).post_json("/completion", {"prompt": "request a", "n_predict": 400}, AUTH)
+    wait_until(lambda: metrics(strict).get("requests_processing") == 1, what="a runs")
+    b = Raw(strict.url).post_json("/v1/completions", {"prompt": "request b", "max_tokens": 400}, AUTH)
+    wait_until(lambda: metrics(strict).get("requests_deferred") == 1, what="b is queued")
+    q0 = rejected(strict, "queue")
+    r = httpx.post(strict.url + "/v1/chat/completions", headers=AUTH, trust_env=False, timeout=30,
+                   json={"messages": [{"role": "user", "content": "c"}], "max_tokens": 4})
+    assert r.status_code == 503 and r.headers["retry-after"] == "1"
+    assert r.json()["error"]["type"] == "unavailable_error" and rejected(strict, "queue") == q0 + 1
+    b.close()  # b's client hangs up while queued: dropped, never generated
+    wait_until(lambda: metrics(strict).get("requests_deferred") == 0, what="b left the queue")
+    assert metrics(strict).get("requests_processing") == 1
+    a.close()  # a's client hangs up mid-decode (non-streaming): its generation stops
+    wait_until(lambda: idle(strict), what="a cancelled")
+    assert scrape_value(strict.url, "bmoe:requests_cancelled_total", headers=AUTH) == n0 + 2
+    run = read_audit_file(strict.audit).runs[-1]
+    assert len(run.requests) == n_req0 + 1  # a's record (cut short); b never started: none
+    assert 0 < run.requests[-1].data["n_gen"] < 400
+
+
+@pytest.mark.parametrize("path,body", [
+    ("/completion", {"prompt": "stream a", "n_predict": 400, "stream": True}),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "stream b"}], "max_tokens": 400,
+                              "stream": True}),
+])
+def test_streaming_client_that_disconnects_cancels(strict, path, body):
+    tok0 = metrics(strict).get("tokens_predicted")
+    raw = Raw(strict.url).post_json(path, body, AUTH)
+    while raw.buf.count(b"\ndata: ") + raw.buf.startswith(b"data: ") < 3:
+        assert raw._fill(), "stream closed early"
+    assert b"text/event-stream" in raw.buf.split(b"\r\n\r\n", 1)[0]
+    raw.close()
+    wait_until(lambda: idle(strict), what="the stream's generation cancelled")
+    assert 0 < metrics(strict).get("tokens_predicted") - tok0 < 400
+
+
+def test_connection_cap_503_but_health_answers(tiny):
+    s = Serve(tiny, "--max-connections", "8", "--timeout-keep-alive", "120", "--timeout-header", "120")
+    held: list[Raw] = []
+    try:
+        held += [Raw(s.url) for _ in range(7)]
+        # 7 idle + the scrape's own connection = 8: at the cap, still served
+        wait_until(lambda: scrape_value(s.url, "bmoe:http_connections") == 8, what="7 idle connections counted")
+        held += [Raw(s.url) for _ in range(2)]
+
+        def refused() -> httpx.Response | None:
+            r = httpx.get(s.url + "/metrics", trust_env=False, timeout=30)
+            return r if r.status_code == 503 else None
+
+        r = wait_until(refused, what="over the cap: 503")
+        assert r.headers["retry-after"] == "1" and r.headers["connection"] == "close"
+        assert "connection limit" in r.json()["error"]["message"]
+        assert httpx.post(s.url + "/completion", json={"prompt": "x", "n_predict": 1}, trust_env=False,
+                          timeout=30).status_code == 503
+        assert httpx.get(s.url + "/health", trust_env=False, timeout=30).status_code == 200
+        for h in held:
+            h.close()
+        held.clear()
+        wait_until(lambda: httpx.get(s.url + "/metrics", trust_env=False, timeout=30).status_code == 200,
+                   what="below the cap again")
+        assert scrape_value(s.url, "bmoe:http_rejected_total", {"reason": "connections"}) >= 2
+    finally:
+        for h in held:
+            h.close()
+        assert s.stop() == 0
+
+
+def test_health_answers_under_idle_and_upload_floods_and_decode(tiny, keyfile):
+    n_idle = 1000
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < n_idle + 200:
+        pytest.skip(f"the open-file limit ({hard}) is below {n_idle + 200}")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, n_idle + 200) if hard == resource.RLIM_INFINITY
+                                                else max(soft, min(hard, n_idle + 200)), hard))
+    s = Serve(tiny, "--api-key-file", str(keyfile), "--max-connections", "2000", "--timeout-keep-alive", "300",
+              "--timeout-header", "300", "--timeout-idle", "300", env={"BMOE_TOKEN_DELAY_MS": "20"})
+    held: list[Raw] = []
+    try:
+        held += [Raw(s.url) for _ in range(n_idle)]
+        # five 100 MB uploads without a key (refused on their head) and five with it, stalled mid-body
+        for _ in range(5):
+            held.append(Raw(s.url).send_head("POST", "/completion", {"Content-Length": str(100 << 20)}))
+            held.append(Raw(s.url).send_head("POST", "/completion", {**AUTH, "Content-Length": "60000"})
+                        .send(b'{"prompt": "' + b"u" * 30000))
+        gen = Raw(s.url).post_json("/completion", {"prompt": "decoding meanwhile", "n_predict": 400}, AUTH)
+        held.append(gen)
+        wait_until(lambda: (scrape_value(s.url, "bmoe:http_connections", headers=AUTH) or 0) >= n_idle + 5,
+                   what="the idle flood is accepted")
+        wait_until(lambda: (scrape(s.url, headers=AUTH).get("tokens_predicted") or 0) > 0, what="a decode runs")
+        with httpx.Client(trust_env=False, timeout=1.0) as c:  # a new connection each time: accept() is tested too
+            for _ in range(20):
+                assert c.get(s.url + "/health", headers={"Connection": "close"}).status_code == 200
+    finally:
+        for h in held:
+            h.close()
+        assert s.stop() == 0
+
+
+def test_audit_symlink_and_bad_path_refused_at_start(tiny, tmp_path):
+    target = tmp_path / "precious.txt"
+    target.write_text("keep me\n")
+    link = tmp_path / "audit.jsonl"
+    link.symlink_to(target)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for path, why in ((link, "symbolic link"), (fifo, "not a regular file"), (tmp_path, "Is a directory"),
+                      (tmp_path / "no" / "dir" / "a.jsonl", "No such file")):
+        r = subprocess.run([PY, "-m", "bmoe_top.runtime.cli", "serve", "-m", str(tiny), "--port", "0",
+                            "--moe-cache-audit", str(path)], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 1 and why in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert target.read_text() == "keep me\n"
+
+
+def test_audit_write_error_is_loud_and_exits_1(tiny, tmp_path):
+    audit = tmp_path / "a.jsonl"
+    audit.write_bytes(b"")
+
+    def small_files():  # the child may write 3 KiB: the load and ready records fit, requests soon do not
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (3072, 3072))
+
+    s = Serve(tiny, "--cache-mb", "0.5", "--moe-cache-audit", str(audit), preexec_fn=small_files)
+    try:
+        for i in range(12):
+            r = httpx.post(s.url + "/completion", json={"prompt": f"request {i}", "n_predict": 4},
+                           trust_env=False, timeout=60)
+            assert r.status_code == 200  # the server keeps answering
+        wait_until(lambda: any("cannot write the audit log" in ln for ln in s.err_lines), what="the error shown")
+    finally:
+        rc = s.stop()
+    assert rc == 1
+    err = [ln for ln in s.err_lines if "cannot write the audit log" in ln]
+    assert "exits with status 1" in err[0] and "Traceback" not in "".join(s.err_lines)
+    recs = read_audit_file(audit)
+    assert recs.bad == [] and os.path.getsize(audit) <= 3072  # whole records only, never a torn line
+    assert recs.runs[0].load is not None
+
+
+def test_cancelled_requests_keep_the_exact_sum(strict):
+    # runs last in this module: after the cancellations above the records still add up at exit
+    assert strict.stop() == 0
+    run = read_audit_file(strict.audit).runs[-1]
+    assert run.exit is not None and len(run.requests) >= 3 and check_exact_sum(run) == []

@@ -1,0 +1,148 @@
+"""The live LRU curve: feed the routing one token at a time, read the hit curve over every budget
+at any moment. Same one-pass replay as :func:`bmoe_top.tui.analysis.cachesim.lru_curve` (the
+state is kept between calls), so the curve after the last token equals the offline one.
+docs/analysis.md "Live curve".
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+from .cachesim import MIB, Curve, LruState
+
+__all__ = ["LiveLru"]
+
+I64 = npt.NDArray[np.int64]
+
+
+class LiveLru:
+    """Incremental LRU replay at fixed ``budgets`` (bytes; default: 0 to the whole bank in
+    ``points`` steps of whole smallest experts).
+
+    ``layer_bytes`` int [n_layer] one expert's bytes per layer (0 = a layer without MoE).
+    Cost per decode token: one compiled call over its n_layer x k lookups (benchmarks/
+    bench_cachesim.py measures it). Not thread-safe: feed from one thread.
+    """
+
+    def __init__(self, n_layer: int, n_expert: int, layer_bytes: npt.ArrayLike,
+                 budgets: npt.ArrayLike | None = None, points: int = 256):
+        lb = np.asarray(layer_bytes, dtype=np.int64).reshape(-1)
+        if lb.shape[0] != n_layer or n_expert < 1 or (lb < 0).any():
+            raise ValueError(f"need {n_layer} non-negative layer sizes and n_expert >= 1")
+        self.n_layer = n_layer
+        self.n_expert = n_expert
+        self.layer_bytes = lb
+        self.item_bytes = np.repeat(lb, n_expert).astype(np.int64)
+        bank = int(lb.sum()) * n_expert
+        if budgets is None:
+            moe = lb[lb > 0]
+            unit = int(moe.min()) if moe.size else 1
+            steps = max(1, -(-bank // unit // max(1, points)))
+            b = np.unique(np.append(np.arange(0, bank + 1, unit * steps, dtype=np.int64), bank))
+        else:
+            b = np.unique(np.asarray(budgets, dtype=np.int64).reshape(-1))
+            if b.size == 0 or (b < 0).any():
+                raise ValueError("budgets must be byte counts >= 0")
+        self.budgets = b
+        self._cap = 1024
+        self._item = np.zeros(self._cap * 8, dtype=np.int64)
+        self._dec = np.zeros(self._cap * 8, dtype=np.bool_)
+        self._lay = np.zeros(self._cap * 8, dtype=np.int64)
+        self._bfirst = np.zeros(self._cap + 1, dtype=np.int64)
+        self._n = 0
+        self._nb = 0
+        self.decode_tokens = 0
+        self.decode_lookups = 0
+        self.decode_bytes = 0
+        self.layer_lookups = np.zeros(n_layer, dtype=np.int64)
+        self._state = LruState(n_layer * n_expert, n_layer, self.item_bytes, b, self._cap, n_expert)
+
+    def _room(self, lookups: int, batches: int) -> None:
+        need_l = self._n + lookups
+        if need_l > self._item.shape[0]:
+            cap = max(need_l, 2 * self._item.shape[0])
+            for name in ("_item", "_dec", "_lay"):
+                old = getattr(self, name)
+                new = np.zeros(cap, dtype=old.dtype)
+                new[: self._n] = old[: self._n]
+                setattr(self, name, new)
+        need_b = self._nb + batches
+        if need_b + 1 > self._bfirst.shape[0]:
+            cap = max(need_b + 1, 2 * self._bfirst.shape[0])
+            new = np.zeros(cap, dtype=np.int64)
+            new[: self._nb + 1] = self._bfirst[: self._nb + 1]
+            self._bfirst = new
+            self._state.grow(cap, self.n_expert)
+
+    def _feed(self, routing: I64, decode: bool) -> None:
+        """``routing`` int64 [tokens, n_layer, k]: one batch per layer over all its tokens."""
+        t, n_layer, k = routing.shape
+        per_layer = routing.transpose(1, 0, 2).reshape(n_layer, t * k)
+        # unique per layer in order of first appearance; -1 = no expert
+        w = per_layer.shape[1]
+        if w <= 16:
+            eq = per_layer[:, :, None] == per_layer[:, None, :]
+            dup = np.triu(np.ones((w, w), dtype=bool), 1)[None, :, :] & eq
+            first = ~dup.any(axis=1)
+        else:
+            first = np.zeros_like(per_layer, dtype=bool)
+            for il in range(n_layer):
+                _, idx = np.unique(per_layer[il], return_index=True)
+                first[il, idx] = True
+        keep = first & (per_layer >= 0) & (self.layer_bytes[:, None] > 0)
+        if (per_layer[keep] >= self.n_expert).any():
+            raise ValueError(f"an expert id is >= n_expert {self.n_expert}")
+        counts = keep.sum(axis=1)
+        layers = np.flatnonzero(counts)
+        nl = int(counts.sum())
+        if nl == 0:
+            return
+        self._room(nl, layers.shape[0])
+        items = (np.arange(n_layer, dtype=np.int64)[:, None] * self.n_expert + per_layer)[keep]
+        lay = np.repeat(np.arange(n_layer, dtype=np.int64), counts)
+        s = self._n
+        self._item[s:s + nl] = items
+        self._dec[s:s + nl] = decode
+        self._lay[s:s + nl] = lay
+        b0 = self._nb
+        self._bfirst[b0 + 1:b0 + 1 + layers.shape[0]] = s + np.cumsum(counts[layers])
+        self._n += nl
+        self._nb += layers.shape[0]
+        if int(counts.max()) > self._state.stage.shape[0]:
+            self._state.grow(self._bfirst.shape[0] - 1, int(counts.max()))
+        self._state.feed(self._item, self._bfirst, b0, self._nb, self._dec, self._lay)
+        if decode:
+            self.decode_tokens += t
+            self.decode_lookups += nl
+            self.decode_bytes += int(self.item_bytes[items].sum())
+            self.layer_lookups += counts
+
+    def feed_token(self, experts: npt.ArrayLike) -> None:
+        """One decode token: ``experts`` int [n_layer, k] routed ids (-1 = none at that layer).
+        Raises ValueError on a wrong shape or an id >= n_expert."""
+        a = np.asarray(experts, dtype=np.int64)
+        if a.ndim != 2 or a.shape[0] != self.n_layer:
+            raise ValueError(f"a token's routing must be [{self.n_layer}, k], got shape {a.shape}")
+        self._feed(a[None, :, :], True)
+
+    def feed_prefill(self, routing: npt.ArrayLike) -> None:
+        """A prompt chunk: ``routing`` int [tokens, n_layer, k], one batch per layer (its prefill
+        lookups change the cache; they are not counted as decode lookups)."""
+        a = np.asarray(routing, dtype=np.int64)
+        if a.ndim != 3 or a.shape[1] != self.n_layer:
+            raise ValueError(f"prefill routing must be [tokens, {self.n_layer}, k], got shape {a.shape}")
+        if a.shape[0]:
+            self._feed(a, False)
+
+    def curve(self) -> Curve:
+        """The LRU curve so far (decode lookups of every token fed)."""
+        hd, _hp, hb, hl = self._state.counts()
+        return Curve("lru", self.budgets, hd, hb, hl, self.decode_lookups, self.decode_bytes,
+                     self.layer_lookups.copy(), self.decode_tokens, "live")
+
+    def hit_pct_at(self, budget_mib: float) -> float:
+        """Decode hit % at the largest replayed budget <= ``budget_mib`` MiB (NaN before any token)."""
+        c = self.curve()
+        j = int(np.searchsorted(self.budgets, budget_mib * MIB, side="right")) - 1
+        return float(c.decode_hit_pct[max(0, j)])

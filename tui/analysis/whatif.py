@@ -1,0 +1,216 @@
+"""The what-if report of a routing trace: every policy at every budget, the token cycle T, the
+compulsory-miss ceiling, the gap to Belady, the per-layer table and allocation, the routing
+skew, a recommended budget and (when the trace recorded residency) the check against the run.
+
+The result is a tree of plain dataclasses with lists and floats (``orjson.dumps`` serialises it;
+NaN becomes null): what ``bmoe-top whatif --json`` prints. docs/analysis.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from . import cachesim as C
+from .layers import LayerRow, allocate, layer_table
+from .lookups import Lookups, split_decode
+from .skew import Skew, routing_skew
+
+__all__ = ["PolicyPoints", "RecordedCheck", "AllocationSummary", "WhatIf", "whatif", "recommend_budget"]
+
+MIB = C.MIB
+DEFAULT_POLICIES = ("lru", "lfu", "fifo", "sieve", "static", "lru_profile", "lru_layer_equal", "lru_layer_alloc",
+                    "belady")
+
+
+def _floats(a: npt.ArrayLike) -> list[float]:
+    return [float(x) for x in np.asarray(a, dtype=np.float64).reshape(-1)]
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyPoints:
+    """One policy over budgets: ``budgets_mib``, ``decode_hit_pct`` (hits per 100 decode
+    lookups: the runtime's hit %), ``read_mib_per_token``, ``io_s_per_token`` (at the given read
+    bandwidth, else empty), ``label`` what it models, ``note`` caveats."""
+
+    policy: str
+    label: str
+    budgets_mib: list[float]
+    decode_hit_pct: list[float]
+    read_mib_per_token: list[float]
+    io_s_per_token: list[float]
+    note: str
+
+
+def _points(curve: C.Curve, read_mib_s: float | None) -> PolicyPoints:
+    io = _floats(curve.io_s_per_token(read_mib_s)) if read_mib_s else []
+    return PolicyPoints(curve.policy, C.POLICIES.get(curve.policy, curve.policy), _floats(curve.budgets_mib),
+                        _floats(curve.decode_hit_pct), _floats(curve.read_mib_per_token), io, curve.note)
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedCheck:
+    """The replay against what the run recorded (the trace's ``residency`` column), at the run's
+    budget: ``recorded_hit_pct`` and ``replay_hit_pct`` over decode lookups, ``agreement_pct``
+    decode lookups where both say the same, ``differ`` how many do not;
+    ``replay_hit_pct_with_prompt`` decode hits over decode lookups plus the prompt's lookups
+    (BigMoeOnEdge's cumulative ``cache_hit_pct`` counts the prompt as one batch of misses)."""
+
+    budget_mib: float
+    recorded_hit_pct: float
+    replay_hit_pct: float
+    agreement_pct: float
+    differ: int
+    replay_hit_pct_with_prompt: float
+
+
+@dataclass(frozen=True, slots=True)
+class AllocationSummary:
+    """At ``budget_mib``: one LRU per layer with the budget split evenly versus allocated by each
+    layer's curve (``slots`` per layer), as decode hit %."""
+
+    budget_mib: float
+    equal_hit_pct: float
+    allocated_hit_pct: float
+    global_lru_hit_pct: float
+    slots: list[int]
+
+
+@dataclass(frozen=True, slots=True)
+class WhatIf:
+    """The report. Budgets in MiB (2^20 bytes); hit figures are decode hit %.
+
+    ``token_cycle_mib`` T (all MoE layers x top-k experts); ``zero_hit_below_mib`` the budget
+    below which LRU cannot hit at all (T minus k-1 of the largest experts); ``bank_mib`` every
+    expert; ``compulsory_ceiling_pct`` the hit % of an infinite cache (first lookups always miss);
+    ``curves`` every policy at the sweep budgets; ``lru_all`` LRU over the dense budget axis;
+    ``belady_gap_pct`` Belady minus LRU at the sweep budgets ("the most a policy could buy");
+    ``focus_budget_mib`` the budget the per-layer parts describe (the run's, else the
+    recommended one); ``recommended_budget_mib`` the smallest budget reaching ``recommend_rule``.
+    """
+
+    n_layer: int
+    n_expert: int
+    top_k: int
+    decode_tokens: int
+    decode_lookups: int
+    prefill_lookups: int
+    sizes_known: bool
+    layer_mib: list[float]
+    token_cycle_mib: float
+    zero_hit_below_mib: float
+    bank_mib: float
+    compulsory_ceiling_pct: float
+    run_budget_mib: float | None
+    read_mib_s: float | None
+    curves: list[PolicyPoints]
+    lru_all: PolicyPoints
+    belady_gap_pct: list[float]
+    recommended_budget_mib: float
+    recommend_rule: str
+    focus_budget_mib: float
+    layers: list[LayerRow]
+    allocation: AllocationSummary
+    skew: Skew
+    recorded: RecordedCheck | None
+    static_train_tokens: int
+
+
+def recommend_budget(curve: C.Curve, fraction: float = 0.95) -> int:
+    """Smallest budget (bytes) of ``curve`` whose decode hits reach ``fraction`` of the hits at
+    its largest budget (with hits rising slowly past the knee, this is where more RAM stops
+    paying)."""
+    top = int(curve.decode_hits[-1])
+    j = int(np.flatnonzero(curve.decode_hits >= fraction * top)[0]) if top > 0 else curve.budgets.shape[0] - 1
+    return int(curve.budgets[j])
+
+
+def whatif(lk: Lookups, budgets: npt.ArrayLike | None = None, run_budget: int | None = None,
+           read_mib_s: float | None = None, policies: tuple[str, ...] = DEFAULT_POLICIES,
+           train_fraction: float = 0.5, dense_points: int = 512) -> WhatIf:
+    """Replay ``lk`` through ``policies`` at ``budgets`` (bytes; default
+    :func:`~bmoe_top.tui.analysis.cachesim.sweep_budgets`, plus ``run_budget``) and summarise.
+
+    ``run_budget``: the run's cache budget in bytes (marks the curves, focuses the per-layer
+    table, enables the recorded-residency check); ``read_mib_s``: measured read bandwidth for
+    the I/O estimate; ``train_fraction``: the static profile's train part (the rest is scored).
+    Raises ValueError for an unknown policy, bad budgets, or a trace without decode lookups.
+    """
+    if lk.n_decode_lookups == 0:
+        raise ValueError("the trace has no decode lookups: nothing to score")
+    unknown = [p for p in policies if p not in C.POLICIES]
+    if unknown:
+        raise ValueError(f"unknown policy {unknown[0]!r}; choose from {', '.join(C.POLICIES)}")
+    extra = [run_budget] if run_budget is not None else []
+    b = C.sweep_budgets(lk) if budgets is None else np.asarray(budgets, dtype=np.float64)
+    b = C._check_budgets(np.concatenate([np.asarray(b, dtype=np.float64).reshape(-1),
+                                         np.asarray(extra, dtype=np.float64)]))
+    lc = C.layer_curves(lk)  # the per-layer curves: partitioned policies and the allocation
+    curves: list[C.Curve] = []
+    train_tokens = 0
+    for p in policies:
+        if p in ("lru", "lfu", "fifo", "sieve", "belady"):
+            curves.append(C.policy_curve(lk, p, b))
+        elif p in ("static", "lru_profile"):
+            try:
+                train, test = split_decode(lk, train_fraction)
+            except ValueError:
+                continue  # too few tokens to split: no profile curves
+            train_tokens = train.n_decode_tokens
+            fn = C.static_curve if p == "static" else C.lru_profile_curve
+            curves.append(fn(train, test, b))
+        else:
+            curves.append(C.layer_partitioned_curve(lk, b, lc, allocate=p == "lru_layer_alloc"))
+    dense = C.dense_budgets(lk, dense_points)
+    if run_budget is not None:
+        dense = np.unique(np.append(dense, run_budget))
+    lru_all = C.lru_curve(lk, dense)
+    by = {c.policy: c for c in curves}
+    lru = by.get("lru") or C.lru_curve(lk, b)
+    bel = by.get("belady")
+    gap = _floats(bel.decode_hit_pct - lru.decode_hit_pct) if bel is not None else []
+    rec = recommend_budget(lru_all)
+    focus = run_budget if run_budget is not None else rec
+    jf = lru_all.at(focus)
+    rows = layer_table(lru_all, focus)
+    alloc = allocate(lc, focus)
+    eq = C.layer_partitioned_curve(lk, [focus], lc)
+    dl = lk.n_decode_lookups
+    alloc_sum = AllocationSummary(focus / MIB, 100.0 * int(eq.decode_hits[0]) / dl, 100.0 * alloc.decode_hits / dl,
+                                  float(lru_all.decode_hit_pct[jf]), [int(x) for x in alloc.slots])
+    recorded = None
+    if run_budget is not None and (lk.recorded_hit[lk.decode] >= 0).all():
+        flags = C.lru_hit_flags(lk, [run_budget])[:, 0]
+        d = lk.decode
+        r = lk.recorded_hit[d]
+        f = flags[d]
+        recorded = RecordedCheck(run_budget / MIB, 100.0 * float((r > 0).mean()), 100.0 * float(f.mean()),
+                                 100.0 * float((r == f).mean()), int((r != f).sum()),
+                                 100.0 * float(f.sum()) / lk.n)
+    lb = lk.layer_bytes()
+    moe = lk.moe_layers()
+    comp = C.compulsory_decode_misses(lk)
+    return WhatIf(
+        n_layer=lk.n_layer, n_expert=lk.n_expert, top_k=lk.top_k, decode_tokens=lk.n_decode_tokens,
+        decode_lookups=dl, prefill_lookups=lk.n - dl, sizes_known=lk.sizes_known,
+        layer_mib=_floats(lb / MIB),
+        token_cycle_mib=lk.token_cycle_bytes / MIB,
+        zero_hit_below_mib=(lk.token_cycle_bytes - (lk.top_k - 1) * int(lb[moe].max())) / MIB if moe.size else 0.0,
+        bank_mib=lk.bank_bytes / MIB,
+        compulsory_ceiling_pct=100.0 * (dl - comp) / dl,
+        run_budget_mib=run_budget / MIB if run_budget is not None else None,
+        read_mib_s=read_mib_s,
+        curves=[_points(c, read_mib_s) for c in curves],
+        lru_all=_points(lru_all, read_mib_s),
+        belady_gap_pct=gap,
+        recommended_budget_mib=rec / MIB,
+        recommend_rule="the smallest budget whose LRU decode hits reach 95% of the whole bank's",
+        focus_budget_mib=focus / MIB,
+        layers=rows,
+        allocation=alloc_sum,
+        skew=routing_skew(lk),
+        recorded=recorded,
+        static_train_tokens=train_tokens,
+    )
