@@ -310,6 +310,8 @@ class Engine:
         bos = max(0, self.model.bos())
         capture_graph(self.hook, lambda: self.ctx.decode(self._one.set([bos])), self.layout)  # type: ignore[union-attr]
         self.ctx.clear_kv()
+        if self.budget and self.budget >= self.layout.expert_bank_bytes:  # capture may drop unused layers
+            self.budget = self.streaming.budget = None
         self.cache = self.streaming.attach(self.hook.captured, self.expert_sink, self.hook.layers_in_sequence())
         if self.hook.native:
             self.cache.attach_native(self.hook.state)

@@ -83,6 +83,13 @@ class ModelLayout:
     def moe_layers(self) -> list[int]:
         return [il for il, ts in enumerate(self.layers) if ts]
 
+    def drop_layer(self, il: int) -> None:
+        """Forget layer ``il``'s expert tensors (the graph does not use them)."""
+        for info in self.layers[il]:
+            del self.tensors[info.name]
+        self.layers[il] = []
+        self.expert_bytes[il] = 0
+
     def token_working_set_bytes(self) -> int:
         """Bytes one decoded token needs resident at once in the worst case (n_expert_used per MoE layer)."""
         return sum(b * self.n_expert_used for b in self.expert_bytes)

@@ -338,12 +338,13 @@ def make_model(out_path: str | os.PathLike[str], preset: str = "demo", qtype: st
 
 
 def expert_bank_bytes(path: str | os.PathLike[str]) -> int:
-    """Bytes of all routed-expert tensors (``ffn_{gate,up,down}_exps``) in the GGUF at ``path``."""
+    """Bytes of all routed-expert tensors (``ffn_{gate,up,down,gate_up}_exps``) in the GGUF at ``path``."""
     import gguf
 
     reader = gguf.GGUFReader(str(path))
     return sum(int(t.n_bytes) for t in reader.tensors
-               if t.name.endswith(("ffn_gate_exps.weight", "ffn_up_exps.weight", "ffn_down_exps.weight")))
+               if t.name.endswith(("ffn_gate_exps.weight", "ffn_up_exps.weight", "ffn_down_exps.weight",
+                                   "ffn_gate_up_exps.weight")))
 
 
 def llama_greedy(path: str | os.PathLike[str], prompt: Sequence[int], n_predict: int, *,
@@ -435,7 +436,7 @@ def split_gguf(src: str | os.PathLike[str], out: str | os.PathLike[str], max_ten
 
 
 def models_main(argv: Sequence[str] | None = None) -> int:
-    """``bmoe-run make-model [--preset demo|bench|tiny] [--qtype Q] [--seed N] OUT.gguf``.
+    """``bmoe-run make-model [--preset demo|bench|tiny | --arch NAME [--fused]] [--qtype Q] [--seed N] OUT.gguf``.
 
     Writes the model, prints one summary line on stdout and returns 0; on bad input prints one
     ``bmoe-run make-model: error: ...`` line on stderr and returns 2 (argparse usage errors) or 1.
@@ -444,6 +445,10 @@ def models_main(argv: Sequence[str] | None = None) -> int:
                                  description="Write a deterministic random-weight MoE GGUF (qwen3moe, byte tokenizer).")
     ap.add_argument("out", metavar="OUT.gguf", help="output file (replaced atomically)")
     ap.add_argument("--preset", choices=sorted(PRESETS), default="demo")
+    ap.add_argument("--arch", default=None, metavar="NAME",
+                    help="a synthetic model of this llama.cpp MoE architecture instead of a preset "
+                    "(runtime/arch_specs.json; docs/runtime.md 'Architectures')")
+    ap.add_argument("--fused", action="store_true", help="with --arch: fused ffn_gate_up_exps where the arch has it")
     ap.add_argument("--qtype", choices=list(QTYPES), default=DEFAULT_QTYPE)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--split", type=int, default=0, metavar="N",
@@ -452,6 +457,17 @@ def models_main(argv: Sequence[str] | None = None) -> int:
                     help="with --split: the first shard holds metadata only")
     ap.add_argument("--verbose", action="store_true", help="show llama.cpp's quantizer log on stderr")
     args = ap.parse_args(list(argv) if argv is not None else None)
+    if args.arch:
+        from .arch_models import make_arch_model
+
+        try:
+            out = make_arch_model(args.out, args.arch, seed=args.seed, fused=args.fused)
+        except (OSError, ValueError) as exc:
+            print(f"bmoe-run make-model: error: {exc}", file=sys.stderr)
+            return 1
+        print(f"wrote {out} arch={args.arch} seed={args.seed} size_mib={out.stat().st_size / 2**20:.2f} "
+              f"expert_bank_mib={expert_bank_bytes(out) / 2**20:.2f}", flush=True)
+        return 0
     try:
         out = make_model(args.out, preset=args.preset, qtype=args.qtype, seed=args.seed, quiet=not args.verbose)
         if args.split:

@@ -49,7 +49,9 @@ def release_range(addr: int, n: int) -> None:
 
 def capture_graph(hook: RouterHook, warm_up: Callable[[], int], layout: ModelLayout) -> None:
     """Run ``warm_up`` (one decode) with ``hook`` capturing, then check the graph has a routing
-    node per MoE layer and uses every expert tensor of the file. Raises :class:`EngineError`."""
+    node per MoE layer and uses every expert tensor of the file. A layer whose expert tensors the
+    graph never reads (the architecture makes it dense) leaves ``layout``: it is not streamed.
+    Raises :class:`EngineError`."""
     hook.mode = "capture"
     try:
         rc = warm_up()
@@ -57,6 +59,13 @@ def capture_graph(hook: RouterHook, warm_up: Callable[[], int], layout: ModelLay
         hook.mode = "idle"
     if rc != 0:
         raise EngineError(f"warm-up decode failed (llama_decode returned {rc})")
+    unused = [il for il in layout.moe_layers
+              if not any(i.name in hook.captured for i in layout.layers[il]) and il not in hook.topk_seen]
+    for il in unused:  # expert tensors the graph never multiplies (a dense layer by the arch's rules)
+        layout.drop_layer(il)
+    if not layout.moe_layers:
+        raise EngineError(f"the {layout.arch} graph never multiplies its expert tensors (llama.cpp runs it as a "
+                          "dense model): nothing to stream (run with --no-moe-stream)")
     missing_topk = [il for il in layout.moe_layers if il not in hook.topk_seen]
     if missing_topk:
         raise EngineError(
