@@ -601,7 +601,7 @@ class Engine:
         if turn.sampling.greedy:
             return self.sampler.sample()
         assert self.ctx is not None
-        row = np.ctypeslib.as_array(self.ctx.logits_row(self.n_vocab), shape=(self.n_vocab,))
+        row = np.ctypeslib.as_array(self.ctx.logits_row(), shape=(self.n_vocab,))
         return turn.sampling.pick(row, self.kv_tokens, turn.rng)
 
     def _decode_step(self, tok: int) -> int:

@@ -109,10 +109,6 @@ class ExpertStore:
                 self.buffers[info.name] = TensorBuffer(info, m, shared=False)
         self.layer_bufs: list[list[TensorBuffer]] = [[self.buffers[i.name] for i in ts] for ts in layout.layers]
 
-    def mapped_bytes(self) -> int:
-        """Virtual bytes of every mapping (RAM is only what was touched)."""
-        return sum(m.size for m in self._maps)
-
     def release_experts(self, il: int, experts: Iterable[int]) -> None:
         for e in experts:
             for tb in self.layer_bufs[il]:

@@ -155,7 +155,7 @@ class LlamaContext:
         """``llama_decode`` of the tokens in ``batch``; llama.cpp's return code (0 = ok, 2 = aborted)."""
         return int(L.llama_decode(self.ptr, batch.batch))
 
-    def logits_row(self, n_vocab: int) -> Any:
+    def logits_row(self) -> Any:
         """Pointer to the logits of the last decoded token (``n_vocab`` floats)."""
         return L.llama_get_logits_ith(self.ptr, -1)
 
