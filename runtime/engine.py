@@ -30,7 +30,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import llama_cpp as L
 import numpy as np
 
 from . import demo_model
@@ -39,6 +38,7 @@ from .expert_io import ExpertIOError, ExpertReader
 from .expert_sink import ExpertSink, SinkError
 from .gguf_layout import ModelError, ModelLayout, read_layout
 from .llama_handles import GreedySampler, LlamaContext, LlamaModel, TokenBatch, route_llama_log
+from .llama_lib import L
 from .results import MIB, CacheStats, GenerationResult, TextSoFar, TokenStats
 from .router_hook import RouterHook
 from .sampling import GREEDY, Sampling

@@ -184,6 +184,10 @@ class ExpertCache:
                 self.hits += d
                 tok.hits += d
 
+    def _holds(self, il: int, e: int) -> bool:
+        """Expert ``e`` of layer ``il`` has bytes in its pages: resident or being read."""
+        return 0 <= e < self._n_expert and (self._flags[il * self._n_expert + e] == 1 or (il, e) in self.inflight)
+
     def counters(self) -> tuple[int, int, int, tuple[int, ...], tuple[int, ...]]:
         """(hits, misses, read_bytes, layer_hits, layer_misses) since load: a cheap copy."""
         return (self.hits, self.misses, self.read_bytes, tuple(self.layer_hits), tuple(self.layer_misses))
@@ -269,7 +273,7 @@ class ExpertCache:
         """No cache, in place: the previous layer's experts go now that this layer routes."""
         if self.prev_layer_set is not None:
             pil, pset = self.prev_layer_set
-            self.store.release_experts(pil, pset)
+            self.store.release_experts(pil, pset, self._holds)
             self.prev_layer_set = None
 
     def _lookup(self, il: int, routed: list[int]) -> _Lookup:
@@ -415,7 +419,7 @@ class ExpertCache:
         self.resident_bytes -= b
         self.evictions += 1
         self._spec_pending.discard(key)
-        self.store.release_experts(il, (e,))
+        self.store.release_experts(il, (e,), self._holds)
         if self.on_evict is not None:
             self.on_evict(il, e)
 
@@ -431,7 +435,7 @@ class ExpertCache:
         self.inflight_bytes -= b
         if fut.exception() is not None:
             il, e = key
-            self.store.release_experts(il, (e,))
+            self.store.release_experts(il, (e,), self._holds)
             self._spec_pending.discard(key)
             return
         self.lru[key] = b

@@ -30,10 +30,10 @@ import os
 import pathlib
 from typing import Any
 
-import llama_cpp as L
 import numpy as np
 
 from .gguf_layout import EXPERT_PATTERN
+from .llama_lib import L
 
 __all__ = ["ExpertSink", "SinkError"]
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import ctypes
 import mmap
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from .expert_io import DIRECT_ALIGN, round_down, round_up
 from .gguf_layout import ExpertTensorInfo, ModelLayout
@@ -73,13 +73,22 @@ class TensorBuffer:
         b = self.slice_range(e0 if e1 is None else e1)[1]
         return round_up(a + self.shift, PAGE), round_down(b + self.shift, PAGE)
 
-    def release(self, e: int) -> None:
-        """Give back the inner pages of expert ``e`` (in place only)."""
+    def release(self, e: int, prev_free: bool = False, next_free: bool = False) -> None:
+        """Give back expert ``e``'s pages (in place only): the whole pages inside its slice, and
+        the page it shares with the previous (next) expert too when that one is not resident
+        either (``prev_free``/``next_free``; the first and last expert share theirs with no one)."""
         if self.shared:
             return
-        a, b = self.inner_pages(e)
+        lo, hi = self.slice_range(e)
+        lo += self.shift
+        hi += self.shift
+        a, b = round_up(lo, PAGE), round_down(hi, PAGE)
+        if a != lo and (prev_free or e == 0):
+            a -= PAGE
+        if b != hi and (next_free or e == self.info.n_expert - 1):
+            b += PAGE
         if b > a:
-            self._map.mm.madvise(mmap.MADV_DONTNEED, a, b - a)
+            self._map.mm.madvise(mmap.MADV_DONTNEED, a, min(b, len(self._map.mm)) - a)
 
     def close(self) -> None:
         self.view.release()
@@ -109,10 +118,14 @@ class ExpertStore:
                 self.buffers[info.name] = TensorBuffer(info, m, shared=False)
         self.layer_bufs: list[list[TensorBuffer]] = [[self.buffers[i.name] for i in ts] for ts in layout.layers]
 
-    def release_experts(self, il: int, experts: Iterable[int]) -> None:
+    def release_experts(self, il: int, experts: Iterable[int], resident: Callable[[int, int], bool]) -> None:
+        """Give back the pages of ``experts`` of layer ``il``; ``resident(il, e)`` says which
+        neighbours still hold their shared edge pages."""
         for e in experts:
+            prev_free = e > 0 and not resident(il, e - 1)
+            next_free = not resident(il, e + 1)
             for tb in self.layer_bufs[il]:
-                tb.release(e)
+                tb.release(e, prev_free, next_free)
 
     def close(self) -> None:
         for tb in self.buffers.values():

@@ -70,9 +70,9 @@ class GGMLLib:
     """The ggml-base shared library that llama-cpp-python loaded, with typed getters."""
 
     def __init__(self) -> None:
-        import llama_cpp  # noqa: F401  (loads libllama and its ggml dependencies)
+        from .llama_lib import L  # loads libllama and its ggml dependencies
 
-        libdir = pathlib.Path(llama_cpp.__file__).parent / "lib"
+        libdir = pathlib.Path(L.__file__).parent / "lib"
         cands = sorted(libdir.glob("libggml-base.so*")) or sorted(libdir.glob("libggml-base*"))
         if not cands:
             raise LayoutError(f"libggml-base not found next to llama_cpp in {libdir}")

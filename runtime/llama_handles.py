@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from contextlib import ExitStack
 from typing import Any
 
-import llama_cpp as L
+from .llama_lib import L
 
 __all__ = ["LlamaModel", "LlamaContext", "TokenBatch", "GreedySampler", "route_llama_log"]
 

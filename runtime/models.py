@@ -288,7 +288,7 @@ def quantize_gguf(src: str | os.PathLike[str], dst: str | os.PathLike[str], qtyp
     if ftype is None:
         raise ValueError(f"cannot quantize to {qtype!r}; choose one of "
                          f"{', '.join(k for k, v in QTYPES.items() if v is not None)}")
-    import llama_cpp
+    from .llama_lib import L as llama_cpp
 
     params = llama_cpp.llama_model_quantize_default_params()
     params.ftype = ftype
@@ -360,7 +360,7 @@ def llama_greedy(path: str | os.PathLike[str], prompt: Sequence[int], n_predict:
     (for comparisons against an f32 reference). Raises RuntimeError when the model cannot be loaded or a decode fails,
     ValueError when prompt + n_predict exceeds ``n_ctx``.
     """
-    import llama_cpp as L
+    from .llama_lib import L
 
     if len(prompt) + n_predict > n_ctx:
         raise ValueError(f"prompt ({len(prompt)}) + n_predict ({n_predict}) > n_ctx ({n_ctx})")

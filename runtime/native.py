@@ -10,12 +10,12 @@ callback and reader (same tokens, slower).
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import os
 import platform
 import shutil
 import subprocess
 import tempfile
+import zlib
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -73,7 +73,8 @@ def _source() -> str:
 
 def _build(src: str) -> Path:
     global native_error
-    tag = hashlib.sha256((src + platform.machine()).encode()).hexdigest()[:16]
+    key = (src + platform.machine()).encode()
+    tag = f"{zlib.crc32(key):08x}{zlib.adler32(key):08x}"  # not hashlib: it would load OpenSSL for this
     d = Path(platformdirs.user_cache_dir("bmoe-top")) / "native"
     so = d / f"bmoe_native-{tag}.so"
     if so.exists():

@@ -21,11 +21,11 @@ import ctypes
 from collections.abc import Callable
 from typing import Any
 
-import llama_cpp as L
 import numpy as np
 
 from . import native
 from .ggml_struct import GGMLTensor, tensor_at, tensor_name
+from .llama_lib import L
 
 TOPK_PREFIX = b"ffn_moe_topk-"
 WEIGHTS_PREFIXES = (b"ffn_moe_weights-", b"ffn_moe_weights_norm-", b"ffn_moe_weights_scaled-")

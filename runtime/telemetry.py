@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import io
 import math
-import os
-import resource
 import sys
 import threading
 from collections.abc import Callable
@@ -81,13 +79,19 @@ def bmoe(tag: str, obj: dict) -> str:
 
 
 def process_memory() -> tuple[float, float]:
-    """(RSS now, peak RSS of the whole process so far), MiB (``/proc/self/statm``, ``getrusage``)."""
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    """(RSS now, peak RSS of this process so far), MiB, from ``/proc/self/status`` (``VmRSS``,
+    ``VmHWM``: the peak of this program's own memory; ``getrusage`` would also count the parent's
+    memory copied by the fork before ``exec``). (-1, -1) where /proc is absent."""
+    rss = peak = -1.0
     try:
-        with open("/proc/self/statm", "rb") as fh:
-            rss = int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / MIB
+        with open("/proc/self/status", "rb") as fh:
+            for line in fh:
+                if line.startswith(b"VmRSS:"):
+                    rss = int(line.split()[1]) / 1024.0
+                elif line.startswith(b"VmHWM:"):
+                    peak = int(line.split()[1]) / 1024.0
     except (OSError, ValueError, IndexError):
-        rss = -1.0
+        pass
     return rss, peak
 
 

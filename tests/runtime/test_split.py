@@ -11,7 +11,7 @@ from bmoe_top.runtime.gguf_layout import read_layout
 from bmoe_top.runtime.models import make_model, split_gguf
 
 PROMPT = "Split models keep their experts in several files."
-KW = dict(n_ctx=256, n_batch=64, n_threads=2, flash_attn=False)
+KW = dict(n_ctx=256, n_batch=64, n_threads=1, flash_attn=False)
 BUDGETS = {"nocache": dict(cache_mb=0), "small": dict(cache_mb=0.01, force_cache=True), "full": dict(cache_mb=1e6)}
 
 
