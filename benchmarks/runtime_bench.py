@@ -84,7 +84,7 @@ class BareLoop:
     """llama.cpp alone: mmap load, one context, the greedy sampler chain; nothing else per token."""
 
     def __init__(self, model: str, n_ctx: int, threads: int) -> None:
-        import llama_cpp as L
+        from bmoe_top.runtime.llama_lib import L
 
         self.L = L
         L.llama_backend_init()

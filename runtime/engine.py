@@ -138,6 +138,7 @@ class _Turn:
     t_request: float
     answer: TextSoFar
     utf8: Any
+    budget_mib: float = 0.0
     hits: int = 0
     misses: int = 0
     cpu0: float = 0.0
@@ -489,7 +490,7 @@ class Engine:
             on_prefill(res.prefill_s, res.n_prompt)
         turn = _Turn(res=res, n_predict=n_predict, sampling=sampling, rng=sampling.rng(), cancel=cancel,
                      on_token=on_token, t_request=t_request, answer=TextSoFar(),
-                     utf8=codecs.getincrementaldecoder("utf-8")(errors="replace"))
+                     utf8=codecs.getincrementaldecoder("utf-8")(errors="replace"), budget_mib=self.budget_mib)
         if self._clock is not None:
             turn.cpu0, turn.flt0 = self._clock.sample()
         t_dec0 = time.perf_counter()
@@ -644,11 +645,11 @@ class Engine:
         st = TokenStats(step=step, steps=turn.n_predict, token=tok, piece=piece, wall_ms=wall * 1e3, io_ms=0.0,
                         compute_ms=wall * 1e3, mgmt_ms=0.0, stall_ms=0.0, read_bytes=0, cache_hit_pct=-1.0,
                         answer=turn.answer, n_pieces=len(turn.answer.parts), pos=len(self.kv_tokens) - 1,
-                        decode_ms=decode_s * 1e3, budget_mib=self.budget_mib)
+                        decode_ms=decode_s * 1e3, budget_mib=turn.budget_mib)
         if cache is not None:
             self._cache_token_stats(turn, st, cache, wall)
         else:
-            st.resident_mib = self.budget_mib
+            st.resident_mib = turn.budget_mib
             st.route = self._gen_route if self.route_telemetry else None
         if self._clock is not None:
             cpu, flt = self._clock.sample()

@@ -400,16 +400,17 @@ class ExpertCache:
 
     # -- eviction -------------------------------------------------------------------------------
     def _evict_for(self, nbytes: int, protect_layer: int, protect: set[int]) -> None:
+        """Evict least recently used experts until ``nbytes`` more fit the budget (never one of
+        ``protect`` in ``protect_layer``)."""
         assert self.budget is not None
         limit = self.budget
-        if self.resident_bytes + self.inflight_bytes + nbytes <= limit:
-            return
-        for key in list(self.lru.keys()):
-            if self.resident_bytes + self.inflight_bytes + nbytes <= limit:
-                break
-            il, e = key
-            if il == protect_layer and e in protect:
-                continue
+        lru = self.lru
+        while self.resident_bytes + self.inflight_bytes + nbytes > limit and lru:
+            for key in lru:  # the least recently used unprotected expert (the protected ones are recent)
+                if not (key[0] == protect_layer and key[1] in protect):
+                    break
+            else:
+                return
             self._evict(key)
 
     def _evict(self, key: tuple[int, int]) -> None:

@@ -1,4 +1,4 @@
-"""The trained demo MoE shipped in bmoe_top/data (issue #6, tools/train_demo_model.py).
+"""The trained demo MoE shipped in bmoe_top/data (tools/train_demo_model.py, docs/demo-model.md).
 
 llama.cpp must reproduce the PyTorch model's greedy continuations committed next to the GGUF
 (``*.reference.json``, written by tools/convert_demo_model.py from the PyTorch fp32 model): that
