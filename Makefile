@@ -30,7 +30,7 @@ lint: $(STAMP)
 
 view:
 	mkdir -p $(VIEW)/bmoe_top
-	ln -sfn $(CURDIR)/bmoe_top/__init__.py $(VIEW)/bmoe_top/__init__.py
+	for f in $(CURDIR)/bmoe_top/*.py; do ln -sfn $$f $(VIEW)/bmoe_top/; done
 	ln -sfn $(CURDIR)/bmoe_top/data $(VIEW)/bmoe_top/data
 	for d in parsers runtime tui; do ln -sfn $(CURDIR)/$$d $(VIEW)/bmoe_top/$$d; done
 

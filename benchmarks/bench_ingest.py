@@ -2,7 +2,7 @@
 
 Payloads are realistic: a 512-token answer whose cumulative ``text`` grows every token (as the
 contract's ``text`` field does), with the real runtime's extra fields, and a ``BMOE_LOAD`` line
-on most tokens. Goal (issue #2): parser throughput >= 0.5x bare orjson. Prints the ratio.
+on most tokens. Goal: parser throughput >= 0.5x bare orjson. Prints the ratio.
 
 Two answers are measured: one with accents and an emoji (CPython stores it as UCS-4, and orjson
 must transcode it to UTF-8) and a plain-ASCII one.

@@ -3,7 +3,7 @@
 A synthetic emitter process (tests/helpers/emitter.py --auto) writes BMOE_PROGRESS lines
 (turns of 512 tokens, cumulative ``text``, ``t_emit`` = unix time of writing) at a fixed
 rate into a pipe; bmoe-top's ``ChildSession`` reads, splits, parses and hands every record
-to the run model (``RunModel.ingest``). Measured:
+to the run model (through :class:`~bmoe_top.tui.feed.records.RecordFeed`). Measured:
 
 1. at 20 and at 2,000 lines/s (10 s each): lag = time the record is in the model minus
    ``t_emit`` (p50 / p99 / max; goal: max <= 0.5 s), and bmoe-top's own CPU (this process,
@@ -32,6 +32,8 @@ from pathlib import Path
 import orjson
 
 from bmoe_top.parsers import bmoe_lines as bl
+from bmoe_top.tui.feed.records import RecordFeed
+from bmoe_top.tui.model import LIVE, RunModel
 from bmoe_top.tui.sources.child_session import ChildSession
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -51,12 +53,8 @@ def cpu_s() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def new_model():
-    try:
-        from bmoe_top.tui.run import RunModel
-    except Exception:  # noqa: BLE001
-        return None
-    return RunModel()
+def new_model() -> RecordFeed:
+    return RecordFeed(RunModel(LIVE))
 
 
 def pct(xs, q):
@@ -75,7 +73,7 @@ def run_ours(n: int, rate: float, use_model: bool, sample_rss_every: int = 0):
 
     def sink(rec, t):
         if model is not None:
-            model.ingest(rec, t)
+            model.apply(rec, t)
         if type(rec) is bl.Progress:
             c = count[0] = count[0] + 1
             te = rec.extra.get("t_emit")
@@ -98,7 +96,7 @@ def run_ours(n: int, rate: float, use_model: bool, sample_rss_every: int = 0):
     cpu = cpu_s() - c0
     return {"lines": count[0], "wall_s": wall, "cpu_s": cpu, "cpu_pct": 100 * cpu / wall,
             "lag_p50": pct(lags, 0.5), "lag_p99": pct(lags, 0.99), "lag_max": max(lags) if lags else lag_max[0],
-            "rss": rss, "model_tokens": (model.n_tokens if model is not None else None)}
+            "rss": rss, "model_tokens": (model.run.n_tokens if model is not None else None)}
 
 
 def run_baseline(n: int, rate: float):
@@ -120,21 +118,22 @@ def run_baseline(n: int, rate: float):
 def run_app(n: int, rate: float) -> dict:
     import asyncio
 
-    from bmoe_top.tui.screens.live import LiveApp
+    from bmoe_top.tui.screens.live import live_app
 
     args = [sys.executable, EMITTER, "--auto", str(n), "--rate", str(rate), "--ready-delay", "0"]
     src = ChildSession(args)
-    app = LiveApp(src, title="bench")
+    app = live_app(src, title="bench")
+    screen = app.main
     paints: list[tuple[float, int, int]] = []
-    orig = app.refresh_views
+    orig = screen.refresh_views
 
     def refresh_views(force: bool = False):
-        before = app._drawn_key
+        before = screen._drawn_key
         orig(force)
-        if app._drawn_key != before:
-            paints.append((time.monotonic(), app.playback.cursor, app.model.n_tokens))
+        if screen._drawn_key != before:
+            paints.append((time.monotonic(), screen.playback.cursor, screen.model.n_tokens))
 
-    app.refresh_views = refresh_views  # type: ignore[method-assign]
+    screen.refresh_views = refresh_views  # type: ignore[method-assign]
 
     async def go():
         async with app.run_test(size=(160, 48)) as pilot:
@@ -150,7 +149,7 @@ def run_app(n: int, rate: float) -> dict:
     behind = max((p[2] - p[1] for p in live), default=0)
     return {"cpu_s": cpu, "wall_s": wall, "cpu_pct": 100 * cpu / wall, "repaints_s": len(live) / wall,
             "max_gap_s": max(gaps, default=float("nan")), "behind_tokens": behind,
-            "lag_s": max(gaps, default=0.0) + behind / rate, "tokens": app.model.n_tokens}
+            "lag_s": max(gaps, default=0.0) + behind / rate, "tokens": screen.model.n_tokens}
 
 
 def main() -> int:
@@ -159,8 +158,8 @@ def main() -> int:
     a = ap.parse_args()
     secs = 3 if a.quick else 10
     big = 200_000 if a.quick else 1_000_000
-    use_model = new_model() is not None
-    print(f"bench_live_ingest: sink = {'RunModel.ingest' if use_model else 'counting sink (tui/run.py absent)'}")
+    use_model = True
+    print("bench_live_ingest: sink = RecordFeed into a bounded RunModel")
     ok = True
     for rate in (20, 2000):
         n = int(rate * secs)

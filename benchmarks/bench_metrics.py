@@ -1,8 +1,8 @@
-"""Benchmark of the network attach path (issue #5).
+"""Benchmark of the network attach path.
 
 1. Parse and apply one ``/metrics`` scrape of a 94-layer model (every per-layer series), as
-   ``bmoe-run serve`` renders it: ``parse_exposition`` + ``MetricsState.apply`` (rates against the
-   previous scrape, one run-model row and its per-layer counts). Goal: < 10 ms.
+   ``bmoe-run serve`` renders it: ``parse_exposition`` + ``MetricsPoller.apply`` (rates against the
+   previous scrape, one run-model row and its per-layer counts, through the bound feed). Goal: < 10 ms.
    Baseline in the same run: prometheus-client's bare
    ``text_string_to_metric_families`` over the same body (ratio = ours / bare parse).
 2. Decode speed of a real ``bmoe-run serve`` while ``/metrics`` is scraped at 1 Hz, against the
@@ -34,7 +34,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from bmoe_top.parsers.prom import parse_exposition
 from bmoe_top.runtime.cache_policy import CacheCounters
 from bmoe_top.runtime.metrics import MetricsRegistry
-from bmoe_top.tui.sources.metrics_poll import MetricsState
+from bmoe_top.tui.feed.bind import bind
+from bmoe_top.tui.model import RunModel
+from bmoe_top.tui.sources.metrics_poll import MetricsPoller
 
 N_LAYER = 94
 
@@ -55,13 +57,14 @@ def body_94(k: int) -> bytes:
 def bench_parse(reps: int) -> float:
     bodies = [body_94(k) for k in range(1, reps + 2)]
     n_lines = bodies[0].count(b"\n")
-    st = MetricsState(url="bench")
-    st.apply(parse_exposition(bodies[0], 0.0))
+    poller = MetricsPoller("http://127.0.0.1:9/metrics")
+    bind(poller, RunModel())
+    poller.apply(parse_exposition(bodies[0], 0.0))
     t_ours = []
     c_ours = []
     for i, b in enumerate(bodies[1:], 1):
         t0, c0 = time.perf_counter(), time.thread_time()
-        st.apply(parse_exposition(b, float(i)))
+        poller.apply(parse_exposition(b, float(i)))
         t_ours.append(time.perf_counter() - t0)
         c_ours.append(time.thread_time() - c0)
     t_bare = []
@@ -71,7 +74,8 @@ def bench_parse(reps: int) -> float:
             for _ in fam.samples:
                 pass
         t_bare.append(time.perf_counter() - t0)
-    d = st.last_delta
+    poller.client.close()
+    d = poller.state.last_delta
     assert len(d.layer_hit_pct) == N_LAYER and d.hit_pct is not None
     ours = statistics.median(t_ours) * 1000
     cpu = statistics.median(c_ours) * 1000

@@ -17,7 +17,8 @@ import time
 import numpy as np
 
 from bmoe_top.tui.app import BmoeTopApp
-from bmoe_top.tui.run import RunModel
+from bmoe_top.tui.model import RunModel
+from bmoe_top.tui.screens.replay import ReplayScreen
 
 N_TOK, N_LAYER, N_EXPERT, K = 4096, 48, 128, 8
 
@@ -25,33 +26,32 @@ N_TOK, N_LAYER, N_EXPERT, K = 4096, 48, 128, 8
 def big_run() -> RunModel:
     rng = np.random.default_rng(0)
     run = RunModel()
-    run.meta.update({"model": "bench.gguf", "arch": "qwen3moe", "n_layer": str(N_LAYER), "n_expert": str(N_EXPERT)})
-    run._apply_dims()
+    run.update_meta({"model": "bench.gguf", "arch": "qwen3moe", "n_layer": N_LAYER, "n_expert": N_EXPERT})
     wall = rng.uniform(100, 300, N_TOK)
     io = wall * rng.uniform(0.2, 0.6, N_TOK)
     mgmt = wall * 0.05
-    run.tokens.extend({"step": np.arange(1, N_TOK + 1, dtype=float), "wall_ms": wall, "io_ms": io,
+    run.add_token_rows({"step": np.arange(1, N_TOK + 1, dtype=float), "wall_ms": wall, "io_ms": io,
                        "mgmt_ms": mgmt, "compute_ms": wall - io - mgmt, "stall_ms": np.zeros(N_TOK),
                        "read_mib": io / 2, "cache_hit_pct": np.linspace(5, 80, N_TOK)}, N_TOK)
     tok = np.repeat(np.arange(N_TOK), N_LAYER * K)
     layer = np.tile(np.repeat(np.arange(N_LAYER), K), N_TOK)
     expert = (rng.zipf(1.5, tok.size) % N_EXPERT).astype(np.int32)
     hit = (rng.random(tok.size) < 0.7).astype(np.int32)
-    run.routes.extend(tok, layer, expert, hit)
-    run.top_k = K
+    run.add_routes(tok, layer, expert, hit)
+    run.set_dims(top_k=K)
     return run
 
 
 async def measure(run: RunModel, reps: int = 30) -> list[float]:
-    app = BmoeTopApp(run, title="bench", fps=1)
+    screen = ReplayScreen(run, title="bench", fps=1)
+    app = BmoeTopApp(screen)
     times = []
     async with app.run_test(size=(200, 60)) as pilot:
         await pilot.pause()
-        screen = app.screen
         for _ in range(reps):
-            run.touch()  # new data: every frame cache is stale
+            run.add_log("frame")  # new data: every frame cache is stale
             t0 = time.perf_counter()
-            app.refresh_views(force=True)
+            screen.refresh_views(force=True)
             screen._compositor.render_update(full=True)
             times.append((time.perf_counter() - t0) * 1000.0)
     return times

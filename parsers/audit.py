@@ -8,12 +8,21 @@ creation: ``hits``, ``hits_profile``, ``misses``, ``bytes_upload``, ``bytes_cpu`
 ``n_prompt``, ``n_gen``, ``t_prompt_ms``, ``t_gen_ms`` and the request's own ``req_*`` counters.
 
 * :func:`parse_audit_line` -> :class:`AuditRecord`, or :class:`AuditLineError` naming the line.
+* :func:`parse_audit_records`: every record of one line. Records of concurrent writers can land
+  on one line (a writer whose record and newline are two writes); they are split at the end of
+  each JSON object and each is kept; a fragment that is no record (a record cut by another
+  writer's bytes) is an error of its own and costs only itself.
+* Sizes are checked against parsers/limits.py before anyone allocates from them: a ``layers``
+  entry whose ``il`` is over :data:`~.limits.MAX_LAYERS`, a ``resident`` expert id over
+  :data:`~.limits.MAX_EXPERTS`, a ``model`` ``n_layer``/``n_expert`` over its cap are removed from
+  the record, each named in :attr:`AuditRecord.notes`.
 * :class:`AuditRuns` groups records into runs (a run = one process from its ``load``; several
   pids share a file) incrementally, for a tail or a whole file.
 * :func:`check_exact_sum`: with one slot the ``request`` records add up exactly to ``exit``
   minus ``ready`` (the reference's property).
 
-Pure: no threads, no files except :func:`read_audit_file`.
+Pure: no threads, no files except :func:`read_audit_file`. As implemented: docs/metrics.md
+"The audit log".
 """
 
 from __future__ import annotations
@@ -27,6 +36,8 @@ from typing import Any
 
 import orjson
 
+from .limits import MAX_EXPERTS, MAX_LAYERS, dims_problem, int_within
+
 __all__ = [
     "EVENTS",
     "COUNTERS",
@@ -36,6 +47,7 @@ __all__ = [
     "AuditRun",
     "AuditRuns",
     "parse_audit_line",
+    "parse_audit_records",
     "read_audit_file",
     "check_exact_sum",
 ]
@@ -79,7 +91,7 @@ class AuditRecord:
     """One audit record. ``counters`` holds the context counters (``None`` when a record lacks
     one: absent is not zero). ``ts``: ``time`` as epoch seconds (``None`` if unparsable).
     ``data``: the whole decoded object (event-specific fields: ``layers``, ``model``, ``perf``,
-    ``req_*`` ...)."""
+    ``req_*`` ...), less the sizes over parsers/limits.py's caps, each named in ``notes``."""
 
     lineno: int
     event: str
@@ -89,8 +101,10 @@ class AuditRecord:
     hybrid: bool | None
     counters: dict[str, int | None]
     data: dict[str, Any]
+    notes: list[str] = field(default_factory=list)
 
     def get(self, key: str, default: Any = None) -> Any:
+        """The record's field ``key`` (``default`` when absent)."""
         return self.data.get(key, default)
 
     def layers(self) -> list[dict[str, Any]]:
@@ -151,7 +165,122 @@ def parse_audit_line(line: str | bytes, lineno: int = 0) -> AuditRecord:
             raise AuditLineError(lineno, f"{k} is not a non-negative integer ({v!r})")
     hy = obj.get("hybrid")
     return AuditRecord(lineno=lineno, event=ev, time=t, ts=parse_time(t), pid=pid,
-                       hybrid=hy if isinstance(hy, bool) else None, counters=counters, data=obj)
+                       hybrid=hy if isinstance(hy, bool) else None, counters=counters, data=obj,
+                       notes=_bound_sizes(obj))
+
+
+def _bound_sizes(obj: dict[str, Any]) -> list[str]:
+    """Remove (in place) the sizes of ``obj`` over parsers/limits.py's caps; say what went."""
+    notes: list[str] = []
+    model = obj.get("model")
+    if isinstance(model, dict):
+        for key, cap in (("n_layer", "n_layer"), ("n_expert", "n_expert"), ("n_expert_used", "top_k")):
+            if key in model and model[key] is not None:
+                why = dims_problem(**{cap: model[key]})
+                if why is not None:
+                    notes.append(f"model.{why.replace(cap + '=', key + '=', 1)}: ignored")
+                    del model[key]
+    layers = obj.get("layers")
+    if isinstance(layers, list):
+        kept: list[Any] = []
+        dropped_layers = dropped_ids = 0
+        for lay in layers:
+            if not isinstance(lay, dict):
+                kept.append(lay)
+                continue
+            il = lay.get("il")
+            if isinstance(il, int) and not isinstance(il, bool) and int_within(il, MAX_LAYERS - 1) is None:
+                dropped_layers += 1
+                continue
+            res = lay.get("resident")
+            if isinstance(res, list):
+                ok = [e for e in res if int_within(e, MAX_EXPERTS - 1) is not None and isinstance(e, int)]
+                if len(ok) != len(res):
+                    dropped_ids += len(res) - len(ok)
+                    lay["resident"] = ok
+            kept.append(lay)
+        if dropped_layers:
+            notes.append(f"{dropped_layers} layer entr{'y' if dropped_layers == 1 else 'ies'} with il outside "
+                         f"0..{MAX_LAYERS - 1} (the layer cap, parsers/limits.py) ignored")
+            obj["layers"] = kept
+        if dropped_ids:
+            notes.append(f"{dropped_ids} resident expert id(s) outside 0..{MAX_EXPERTS - 1} (the expert cap, "
+                         "parsers/limits.py) ignored")
+    return notes
+
+
+_AFTER_DOCUMENT = "unexpected content after document"
+
+
+def parse_audit_records(line: str | bytes, lineno: int = 0) -> tuple[list[AuditRecord], list[AuditLineError]]:
+    """Every record on one line, in order, and an :class:`AuditLineError` for each part that is not
+    a valid record. Records glued together by concurrent writers (``{...}{...}``, with or without
+    space between) are split at the end of each JSON object; after a broken fragment the next
+    record is the next JSON object with an ``event`` (a nested object is not one). Never raises."""
+    if isinstance(line, str):
+        line = line.encode("utf-8", errors="replace")
+    line = line.strip()
+    if line.startswith(b"\xef\xbb\xbf"):
+        line = line[3:]
+    try:
+        return [parse_audit_line(line, lineno)], []
+    except AuditLineError as exc:
+        first = exc
+    if b"}" not in line:
+        return [], [first]
+    records: list[AuditRecord] = []
+    errors: list[AuditLineError] = []
+    pos, n = 0, len(line)
+    while pos < n:
+        while pos < n and line[pos] in b" \t,":
+            pos += 1
+        if pos >= n:
+            break
+        end = n
+        try:
+            orjson.loads(line[pos:])
+        except orjson.JSONDecodeError as exc:
+            if exc.msg.startswith(_AFTER_DOCUMENT) and exc.pos > 0:
+                end = pos + exc.pos
+            else:
+                nxt = _next_record(line, pos + 1)
+                end = n if nxt < 0 else nxt
+                errors.append(AuditLineError(lineno, f"not JSON ({exc.msg}): {_fragment(line[pos:end])}"))
+                pos = end
+                continue
+        try:
+            records.append(parse_audit_line(line[pos:end], lineno))
+        except AuditLineError as exc:
+            errors.append(exc)
+        pos = end
+    if not records:
+        return [], [first]  # no record anywhere: the line's own error says it best
+    return records, errors
+
+
+def _next_record(line: bytes, start: int) -> int:
+    """Offset of the next JSON object in ``line`` from ``start`` that is an audit record (has a
+    known ``event``), or -1."""
+    p = line.find(b'{"', start)
+    while p >= 0:
+        obj: Any = None
+        try:
+            obj = orjson.loads(line[p:])
+        except orjson.JSONDecodeError as exc:
+            if exc.msg.startswith(_AFTER_DOCUMENT) and exc.pos > 0:
+                try:
+                    obj = orjson.loads(line[p:p + exc.pos])
+                except orjson.JSONDecodeError:
+                    obj = None
+        if isinstance(obj, dict) and obj.get("event") in EVENTS:
+            return p
+        p = line.find(b'{"', p + 1)
+    return -1
+
+
+def _fragment(b: bytes) -> str:
+    text = b.decode("utf-8", "replace")
+    return repr(text if len(text) <= 60 else text[:60] + "...")
 
 
 @dataclass(slots=True)
@@ -168,10 +297,20 @@ class AuditRun:
 
     @property
     def exited(self) -> bool:
+        """An ``exit`` record closed the run."""
         return self.exit is not None
 
     @property
+    def identity(self) -> dict[str, str]:
+        """The run's model (``model``: the load record's model path, else name) when it says."""
+        m = self.load.data.get("model") if self.load is not None else None
+        if isinstance(m, dict) and isinstance(m.get("path") or m.get("name"), str):
+            return {"model": str(m.get("path") or m.get("name"))}
+        return {}
+
+    @property
     def last(self) -> AuditRecord | None:
+        """The run's newest record (exit, else the last request, else ready, else load)."""
         if self.exit is not None:
             return self.exit
         if self.requests:
@@ -214,19 +353,24 @@ class AuditRuns:
     ``add(record)`` appends to the pid's open run; a ``load`` always opens a new run (a pid
     may be reused by a later process); a record after that pid's ``exit`` opens a new run too.
     ``runs``: every run in order of first record. ``n_records``, ``bad``: list of
-    (line number, message) added with :meth:`add_bad`.
+    (line number, message) added with :meth:`add_bad`; ``notes``: (line number, message) for the
+    sizes records lost to parsers/limits.py's caps; ``n_split``: lines that held several records.
     """
 
     def __init__(self) -> None:
         self.runs: list[AuditRun] = []
         self._open: dict[int, AuditRun] = {}
         self.n_records = 0
+        self.n_split = 0
         self.bad: list[tuple[int, str]] = []
+        self.notes: list[tuple[int, str]] = []
 
     def add_bad(self, lineno: int, msg: str) -> None:
+        """Record a line (or part of one) that is not a valid record."""
         self.bad.append((lineno, msg))
 
     def add(self, rec: AuditRecord) -> AuditRun:
+        """Add one parsed record to its pid's run (a ``load`` opens a new run); returns the run."""
         self.n_records += 1
         run = self._open.get(rec.pid)
         if rec.event == "load" or run is None or run.exited:
@@ -243,19 +387,28 @@ class AuditRuns:
             run.exit = rec
         return run
 
-    def feed_line(self, line: str | bytes, lineno: int) -> AuditRecord | None:
-        """Parse and add one line; a blank line is ignored, a bad line is recorded in ``bad``."""
+    def feed(self, line: str | bytes, lineno: int) -> list[AuditRecord]:
+        """Parse and add every record of one line (:func:`parse_audit_records`); a blank line
+        gives none; each bad part is recorded in ``bad``, each capped size in ``notes``."""
         if not line.strip():
-            return None
-        try:
-            rec = parse_audit_line(line, lineno)
-        except AuditLineError as exc:
+            return []
+        recs, errors = parse_audit_records(line, lineno)
+        for exc in errors:
             self.add_bad(exc.lineno, exc.msg)
-            return None
-        self.add(rec)
-        return rec
+        if len(recs) > 1:
+            self.n_split += 1
+        for rec in recs:
+            self.notes.extend((lineno, note) for note in rec.notes)
+            self.add(rec)
+        return recs
+
+    def feed_line(self, line: str | bytes, lineno: int) -> AuditRecord | None:
+        """:meth:`feed`, returning the line's last record (None when it has none)."""
+        recs = self.feed(line, lineno)
+        return recs[-1] if recs else None
 
     def pids(self) -> list[int]:
+        """Every pid seen, ascending."""
         return sorted({r.pid for r in self.runs})
 
 
@@ -268,7 +421,7 @@ def read_audit_file(path: str | Path) -> AuditRuns:
     if end < 0:
         return runs
     for i, line in enumerate(data[: end + 1].split(b"\n")[:-1], start=1):
-        runs.feed_line(line, i)
+        runs.feed(line, i)
     return runs
 
 
@@ -283,7 +436,8 @@ def check_exact_sum(run: AuditRun) -> list[str]:
         problems.append(f"pid {run.pid}: no ready record")
     if run.exit is None:
         problems.append(f"pid {run.pid}: no exit record")
-    if problems:
+    ready, exit_ = run.ready, run.exit
+    if problems or ready is None or exit_ is None:
         return problems
     for rk, ck in REQ_COUNTERS.items():
         total = 0
@@ -293,13 +447,13 @@ def check_exact_sum(run: AuditRun) -> list[str]:
                 problems.append(f"pid {run.pid} line {r.lineno}: {rk} missing")
                 v = 0
             total += v
-        a, b = run.ready.counters.get(ck), run.exit.counters.get(ck)
+        a, b = ready.counters.get(ck), exit_.counters.get(ck)
         if a is None or b is None:
             problems.append(f"pid {run.pid}: {ck} missing in ready/exit")
             continue
         if total != b - a:
             problems.append(f"pid {run.pid}: sum of {rk} = {total} but exit - ready {ck} = {b - a}")
-    prev = run.ready
+    prev = ready
     for r in run.requests:
         for rk, ck in REQ_COUNTERS.items():
             a, b, v = prev.counters.get(ck), r.counters.get(ck), r.data.get(rk)

@@ -1,9 +1,8 @@
 """The BMOE line protocol: ``BMOE_<TAG> {json}`` lines on a runtime's stdout.
 
-Contract: ../shared/seeds/telemetry-contract.md, sections "Per-token lines" (``BMOE_LOAD``,
-``BMOE_PROGRESS``) and "Session mode" (``BMOE_READY``, ``BMOE_BEGIN``, ``BMOE_DONE``,
-``BMOE_ERROR``); our additive extensions ``BMOE_ROUTE`` and ``BMOE_RESIDENT`` are specified in
-docs/architecture.md ("Telemetry extensions").
+Contract: docs/telemetry.md, sections "Per-token lines" (``BMOE_LOAD``, ``BMOE_PROGRESS``) and
+"Session mode" (``BMOE_READY``, ``BMOE_BEGIN``, ``BMOE_DONE``, ``BMOE_ERROR``), and the additive
+extensions ``BMOE_ROUTE`` and ``BMOE_RESIDENT``.
 
 Rules every record follows:
 
@@ -20,6 +19,10 @@ Rules every record follows:
 
 Units: ``*_ms`` milliseconds, ``read_mb``/``mb`` megabytes as the runtime reports them,
 ``*_mib`` MiB, ``*_s`` seconds, ``*_pct`` percent (``cache_hit_pct`` is -1 when no cache).
+
+Speed: the per-token lines (``BMOE_PROGRESS``, ``BMOE_LOAD``) have a hand-written fast path
+(benchmarks/bench_ingest.py measures it against bare ``orjson.loads``); :class:`Progress` and
+:class:`Load` keep the decoded JSON object whole (``raw``) and work out ``extra`` only when asked.
 """
 
 from __future__ import annotations
@@ -27,33 +30,104 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from dataclasses import fields as dc_fields
+from operator import itemgetter
 from typing import Any
 
 import orjson
 
 __all__ = [
     "Load", "Progress", "Ready", "Begin", "Done", "Error", "Route", "Resident", "Unknown",
-    "TextLine", "BadLine", "Record", "parse_line", "TextAccumulator", "KNOWN_TAGS",
+    "TextLine", "BadLine", "Record", "parse_line", "TextAccumulator", "TextBuffer",
+    "KNOWN_TAGS",
 ]
+
+# ---------------------------------------------------------------------------------------------
+# field kinds: i = int, f = float, s = str, b = bool, L = list[list[int]]
+
+_EXACT: dict[str, type] = {"i": int, "f": float, "s": str, "b": bool}
+_KIND_NAMES = {"i": "integer", "f": "number", "s": "string", "b": "boolean", "L": "list of integer lists"}
+
+
+class _WrongType(Exception):
+    pass
+
+
+def _convert(name: str, v: Any, kind: str) -> Any:
+    """Field ``name`` whose value ``v`` is not of the exact type ``kind`` asks for: the converted
+    value (an int for a number field, an integral float for an integer field), else _WrongType."""
+    t = type(v)
+    if kind == "f" and t is int:
+        return float(v)
+    if kind == "i" and t is float and v.is_integer():
+        return int(v)
+    if kind == "L" and t is list and all(type(row) is list and all(type(x) is int for x in row) for row in v):
+        return v
+    raise _WrongType(f"field {name!r}: expected {_KIND_NAMES[kind]}, got {t.__name__} {v!r:.40}")
 
 
 # ---------------------------------------------------------------------------------------------
-# records
+# per-token records: the JSON object is kept whole (``raw``)
 
-@dataclass(slots=True)
-class Load:
+class _RawRecord:
+    """Base of :class:`Progress` and :class:`Load`: named fields (``FIELDS``, with kinds) read from
+    ``raw``, the decoded JSON object itself; ``extra`` is ``raw`` without the named fields."""
+
+    __slots__ = ("raw", "prefix")
+    FIELDS: tuple[tuple[str, str], ...] = ()
+    NAMES: frozenset[str] = frozenset()
+
+    raw: dict[str, Any]
+    prefix: str
+
+    def __init__(self, **fields: Any) -> None:
+        extra = fields.pop("extra", None) or {}
+        self.prefix = fields.pop("prefix", "")
+        unknown = set(fields) - self.NAMES
+        if unknown:
+            raise TypeError(f"unknown field(s) {sorted(unknown)}")
+        raw = dict(extra)
+        for name, _kind in self.FIELDS:
+            v = fields.get(name)
+            setattr(self, name, v)
+            if v is not None:
+                raw[name] = v
+        self.raw = raw
+
+    @property
+    def extra(self) -> dict[str, Any]:
+        """The fields the contract does not name (``raw`` minus the named fields; a new dict)."""
+        names = self.NAMES
+        return {k: v for k, v in self.raw.items() if k not in names}
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, _RawRecord) or type(other) is not type(self):
+            return NotImplemented
+        return all(getattr(self, n) == getattr(other, n) for n, _ in self.FIELDS) and (
+            self.extra == other.extra and self.prefix == other.prefix)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        parts = [f"{n}={getattr(self, n)!r}" for n, _ in self.FIELDS if getattr(self, n) is not None]
+        if self.extra:
+            parts.append(f"extra={self.extra!r}")
+        if self.prefix:
+            parts.append(f"prefix={self.prefix!r}")
+        return f"{type(self).__name__}({', '.join(parts)})"
+
+
+class Load(_RawRecord):
     """``BMOE_LOAD``: experts were read from flash this token. ``mb`` megabytes read, ``ms`` read
     time in milliseconds."""
 
-    mb: float | None = None
-    ms: float | None = None
-    extra: dict = field(default_factory=dict)
-    prefix: str = ""
+    __slots__ = ("mb", "ms")
+    FIELDS = (("mb", "f"), ("ms", "f"))
+    NAMES = frozenset(n for n, _ in FIELDS)
+    mb: float | None
+    ms: float | None
 
 
-@dataclass(slots=True)
-class Progress:
+class Progress(_RawRecord):
     """``BMOE_PROGRESS``: one generated token.
 
     ``step``/``steps`` 1-based index / target token count; ``wall_ms`` total token time;
@@ -65,21 +139,29 @@ class Progress:
     sent by newer runtimes).
     """
 
-    step: int | None = None
-    steps: int | None = None
-    wall_ms: float | None = None
-    io_ms: float | None = None
-    compute_ms: float | None = None
-    mgmt_ms: float | None = None
-    stall_ms: float | None = None
-    read_mb: float | None = None
-    cache_hit_pct: float | None = None
-    text: str | None = None
-    delta_text: str | None = None
-    delta_reasoning: str | None = None
-    extra: dict = field(default_factory=dict)
-    prefix: str = ""
+    __slots__ = ("step", "steps", "wall_ms", "io_ms", "compute_ms", "mgmt_ms", "stall_ms", "read_mb",
+                 "cache_hit_pct", "text", "delta_text", "delta_reasoning")
+    FIELDS = (
+        ("step", "i"), ("steps", "i"), ("wall_ms", "f"), ("io_ms", "f"), ("compute_ms", "f"),
+        ("mgmt_ms", "f"), ("stall_ms", "f"), ("read_mb", "f"), ("cache_hit_pct", "f"),
+        ("text", "s"), ("delta_text", "s"), ("delta_reasoning", "s"))
+    NAMES = frozenset(n for n, _ in FIELDS)
+    step: int | None
+    steps: int | None
+    wall_ms: float | None
+    io_ms: float | None
+    compute_ms: float | None
+    mgmt_ms: float | None
+    stall_ms: float | None
+    read_mb: float | None
+    cache_hit_pct: float | None
+    text: str | None
+    delta_text: str | None
+    delta_reasoning: str | None
 
+
+# ---------------------------------------------------------------------------------------------
+# session records
 
 @dataclass(slots=True)
 class Ready:
@@ -89,7 +171,7 @@ class Ready:
     load_s: float | None = None
     arch: str | None = None
     n_ctx: int | None = None
-    extra: dict = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
     prefix: str = ""
 
 
@@ -98,7 +180,7 @@ class Begin:
     """``BMOE_BEGIN``: generation ``id`` started."""
 
     id: int | None = None
-    extra: dict = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
     prefix: str = ""
 
 
@@ -123,7 +205,7 @@ class Done:
     stall_s_tok: float | None = None
     mgmt_s_tok: float | None = None
     text: str | None = None
-    extra: dict = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
     prefix: str = ""
 
 
@@ -134,7 +216,7 @@ class Error:
     id: int | None = None
     fatal: bool | None = None
     msg: str | None = None
-    extra: dict = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
     prefix: str = ""
 
 
@@ -149,7 +231,7 @@ class Route:
     phase: str | None = None
     experts: list[list[int]] | None = None
     hit: list[list[int]] | None = None
-    extra: dict = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
     prefix: str = ""
 
 
@@ -163,7 +245,7 @@ class Resident:
     resident: list[list[int]] | None = None
     resident_mib: float | None = None
     budget_mib: float | None = None
-    extra: dict = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
     prefix: str = ""
 
 
@@ -172,7 +254,7 @@ class Unknown:
     """A well-formed ``BMOE_<TAG> {json}`` line with a tag this version does not know: kept."""
 
     tag: str
-    fields: dict
+    fields: dict[str, Any]
     prefix: str = ""
 
 
@@ -193,16 +275,10 @@ class BadLine:
 
 Record = Load | Progress | Ready | Begin | Done | Error | Route | Resident | Unknown
 
-
-# ---------------------------------------------------------------------------------------------
-# field schemas: kind codes  i = int, f = float, s = str, b = bool, L = list[list[int]]
-
-_SCHEMAS: dict[str, tuple[type, tuple[tuple[str, str], ...]]] = {
-    "LOAD": (Load, (("mb", "f"), ("ms", "f"))),
-    "PROGRESS": (Progress, (
-        ("step", "i"), ("steps", "i"), ("wall_ms", "f"), ("io_ms", "f"), ("compute_ms", "f"),
-        ("mgmt_ms", "f"), ("stall_ms", "f"), ("read_mb", "f"), ("cache_hit_pct", "f"),
-        ("text", "s"), ("delta_text", "s"), ("delta_reasoning", "s"))),
+#: Session records: dataclass, fields in constructor order (the general path builds them).
+_SCHEMAS: dict[str, tuple[Any, tuple[tuple[str, str], ...]]] = {
+    "LOAD": (Load, Load.FIELDS),
+    "PROGRESS": (Progress, Progress.FIELDS),
     "READY": (Ready, (("load_s", "f"), ("arch", "s"), ("n_ctx", "i"))),
     "BEGIN": (Begin, (("id", "i"),)),
     "DONE": (Done, (
@@ -211,8 +287,7 @@ _SCHEMAS: dict[str, tuple[type, tuple[tuple[str, str], ...]]] = {
         ("cache_resident_mib", "f"), ("cache_budget_mib", "f"), ("spec_recall_pct", "f"),
         ("stall_s_tok", "f"), ("mgmt_s_tok", "f"), ("text", "s"))),
     "ERROR": (Error, (("id", "i"), ("fatal", "b"), ("msg", "s"))),
-    "ROUTE": (Route, (("step", "i"), ("turn", "i"), ("phase", "s"), ("experts", "L"),
-                      ("hit", "L"))),
+    "ROUTE": (Route, (("step", "i"), ("turn", "i"), ("phase", "s"), ("experts", "L"), ("hit", "L"))),
     "RESIDENT": (Resident, (("step", "i"), ("n_expert", "i"), ("resident", "L"),
                             ("resident_mib", "f"), ("budget_mib", "f"))),
 }
@@ -225,49 +300,28 @@ _JSONDecodeError = orjson.JSONDecodeError
 _std_decoder = json.JSONDecoder()
 
 
-class _WrongType(Exception):
-    pass
+# ---------------------------------------------------------------------------------------------
+# parsing
 
-
-def _num(name: str, v: Any, kind: str) -> Any:
-    """Slow path of field conversion: ``v`` is not already of the exact expected type."""
-    t = type(v)
-    if kind == "f":
-        if t is int:
-            return float(v)
-    elif kind == "i":
-        if t is float and v.is_integer():
-            return int(v)
-    elif kind == "L":
-        if t is list and all(type(row) is list and all(type(x) is int for x in row) for row in v):
-            return v
-    raise _WrongType(f"field {name!r}: expected {_KIND_NAMES[kind]}, got {t.__name__} {v!r:.40}")
-
-
-_KIND_NAMES = {"i": "integer", "f": "number", "s": "string", "b": "boolean",
-               "L": "list of integer lists"}
-
-
-def _make_builder(cls: type, fields: tuple[tuple[str, str], ...]):
-    """Compile a builder for one tag: positional construction, one exact-type check per field
-    (the common case), the slow conversion only for a mismatch. Speed matters: this runs once
-    per token per source."""
-    lines = ["def build(d, prefix):"]
-    names = []
-    for i, (name, kind) in enumerate(fields):
-        v = f"v{i}"
-        names.append(v)
-        lines.append(f"    {v} = d.pop({name!r}, None)")
-        exact = {"i": "int", "f": "float", "s": "str", "b": "bool"}.get(kind)
-        cond = f"type({v}) is not {exact}" if exact else "True"
-        lines.append(f"    if {v} is not None and {cond}: {v} = _num({name!r}, {v}, {kind!r})")
-    lines.append(f"    return cls({', '.join(names)}, d, prefix)")
-    ns: dict[str, Any] = {"cls": cls, "_num": _num}
-    exec("\n".join(lines), ns)  # noqa: S102 - generated from the constant schemas above
-    return ns["build"]
-
-
-_BUILDERS = {tag: _make_builder(cls, fields) for tag, (cls, fields) in _SCHEMAS.items()}
+def _build(tag: str, d: dict[str, Any], prefix: str) -> Any:
+    """A record of a known tag from its JSON object (raises _WrongType for a wrong field type)."""
+    cls, fields = _SCHEMAS[tag]
+    if issubclass(cls, _RawRecord):  # Progress, Load: the object stays whole, values converted in it
+        rec = object.__new__(cls)
+        for name, kind in fields:
+            v = d.get(name)
+            if v is not None and type(v) is not _EXACT[kind]:
+                v = d[name] = _convert(name, v, kind)
+            setattr(rec, name, v)
+        rec.raw, rec.prefix = d, prefix
+        return rec
+    vals = []
+    for name, kind in fields:
+        v = d.pop(name, None)
+        if v is not None and (kind == "L" or type(v) is not _EXACT[kind]):
+            v = _convert(name, v, kind)
+        vals.append(v)
+    return cls(*vals, d, prefix)
 
 
 def _find_marker(line: str) -> tuple[int, str, int] | None:
@@ -305,73 +359,8 @@ def _decode_payload(payload: str) -> tuple[Any, str]:
     return value, payload[end:].strip()
 
 
-def _fast_body(tag: str, marker: str, indent: str) -> list[str]:
-    """Source of the inline fast path for one per-token tag (see _make_parse_line)."""
-    _cls, fields = _SCHEMAS[tag]
-    exact = {"i": "int", "f": "float", "s": "str", "b": "bool"}
-    src = [f"{indent}try:",
-           f"{indent}    d = loads(line[{len(marker) - 1}:])",
-           f"{indent}except JSONDecodeError:",
-           f"{indent}    d = None",
-           f"{indent}if type(d) is dict:"]
-    names = []
-    for i, (name, kind) in enumerate(fields):
-        v = f"v{i}"
-        names.append(v)
-        src.append(f"{indent}    {v} = d.pop({name!r}, None)")
-        # exact type first: for a present field (the usual case) that is the only test
-        src.append(f"{indent}    if type({v}) is not {exact[kind]} and {v} is not None:")
-        src.append(f"{indent}        try:")
-        src.append(f"{indent}            {v} = conv({name!r}, {v}, {kind!r})")
-        src.append(f"{indent}        except WrongType as exc:")
-        src.append(f"{indent}            return BadLine(line, 'BMOE_{tag}: ' + str(exc))")
-    # build the instance without the __init__ call (measurably cheaper per line; the object
-    # is the same: every slot is assigned, and these dataclasses have no __post_init__)
-    src.append(f"{indent}    o = new({_cls.__name__})")
-    for (name, _kind), v in zip(fields, names):
-        src.append(f"{indent}    o.{name} = {v}")
-    src.append(f"{indent}    o.extra = d")
-    src.append(f"{indent}    o.prefix = ''")
-    src.append(f"{indent}    return o")
-    return src
-
-
-def _make_parse_line():
-    """Compile ``parse_line``: inline fast paths for the per-token lines (``BMOE_PROGRESS`` and
-    ``BMOE_LOAD`` at the start of the line, JSON object, exact field types), the general path
-    for everything else. Ingest speed is a goal (benchmarks/bench_ingest.py): one Python call
-    per line, no dispatch tables on the fast path."""
-    src = ["def parse_line(line):",
-           "    if line.startswith('BMOE_PROGRESS {'):"]
-    src += _fast_body("PROGRESS", "BMOE_PROGRESS {", "        ")
-    src += ["    elif line.startswith('BMOE_LOAD {'):"]
-    src += _fast_body("LOAD", "BMOE_LOAD {", "        ")
-    src += ["    return general(line)"]
-    for cls in (Progress, Load):  # the fast path assigns every slot itself
-        assert not hasattr(cls, "__post_init__")
-        assert [f.name for f in dc_fields(cls)] == [n for n, _ in _SCHEMAS[cls.__name__.upper()][1]] + [
-            "extra", "prefix"]
-    ns: dict[str, Any] = {"Progress": Progress, "Load": Load, "BadLine": BadLine, "loads": _loads,
-                          "new": object.__new__,
-                          "JSONDecodeError": _JSONDecodeError, "conv": _num,
-                          "WrongType": _WrongType, "general": _parse_general}
-    exec("\n".join(src), ns)  # noqa: S102 - generated from the constant schemas above
-    fn = ns["parse_line"]
-    fn.__doc__ = _PARSE_LINE_DOC
-    fn.__module__ = __name__
-    return fn
-
-
-_PARSE_LINE_DOC = """Parse one line (terminator already stripped) into a record, :class:`TextLine` or
-    :class:`BadLine`. Never raises.
-
-    Record types: Load, Progress, Ready, Begin, Done, Error, Route, Resident, Unknown. Text after
-    the JSON object on the same line (rare) is kept in ``extra["_suffix"]``.
-    """
-
-
 def _parse_general(line: str) -> Any:
-    """The general path of :func:`parse_line` (any tag, prefix text, explained failures)."""
+    """Any tag, prefix text before the marker, text after the object, explained failures."""
     found = _find_marker(line)
     if found is None:
         return TextLine(line)
@@ -385,17 +374,95 @@ def _parse_general(line: str) -> Any:
                        f"BMOE_{tag}: no JSON object after the tag")
     if type(d) is not dict:
         return BadLine(line, f"BMOE_{tag}: payload is {type(d).__name__}, not a JSON object")
-    b = _BUILDERS.get(tag)
+    if suffix:
+        d["_suffix"] = suffix  # kept with the unknown fields
+    if tag not in _SCHEMAS:
+        return Unknown(tag, d, prefix)
     try:
-        rec = b(d, prefix) if b is not None else Unknown(tag, d, prefix)
+        return _build(tag, d, prefix)
     except _WrongType as exc:
         return BadLine(line, f"BMOE_{tag}: {exc}")
-    if suffix:
-        (rec.fields if type(rec) is Unknown else rec.extra)["_suffix"] = suffix
-    return rec
 
 
-parse_line = _make_parse_line()
+_new = object.__new__
+_progress_numbers = itemgetter("step", "steps", "wall_ms", "io_ms", "compute_ms", "mgmt_ms", "stall_ms",
+                               "read_mb", "cache_hit_pct")
+_load_numbers = itemgetter("mb", "ms")
+
+
+def parse_line(line: str) -> Any:
+    """Parse one line (terminator already stripped) into a record, :class:`TextLine` or
+    :class:`BadLine`. Never raises.
+
+    Record types: Load, Progress, Ready, Begin, Done, Error, Route, Resident, Unknown. Text after
+    the JSON object on the same line (rare) is kept in ``extra["_suffix"]``.
+
+    The fast path takes a per-token line that starts with its marker and carries every number the
+    contract names with its exact JSON type; anything else (a field missing or null, an integer
+    where a float is due, a prefix, broken JSON) takes the general path, which gives the same
+    record or says why not.
+    """
+    if line[:15] == "BMOE_PROGRESS {":
+        try:
+            d = _loads(line[14:])
+        except _JSONDecodeError:
+            return _parse_general(line)
+        try:
+            step, steps, wall, io, comp, mgmt, stall, read, hit = _progress_numbers(d)
+        except (KeyError, TypeError):
+            return _slow(line, "PROGRESS", d)
+        text = d.get("text")
+        dtext = d.get("delta_text")
+        dreason = d.get("delta_reasoning")
+        if (type(step) is int and type(steps) is int and type(wall) is float and type(io) is float
+                and type(comp) is float and type(mgmt) is float and type(stall) is float
+                and type(read) is float and type(hit) is float and (text is None or type(text) is str)
+                and (dtext is None or type(dtext) is str) and (dreason is None or type(dreason) is str)):
+            p = _new(Progress)
+            p.step = step
+            p.steps = steps
+            p.wall_ms = wall
+            p.io_ms = io
+            p.compute_ms = comp
+            p.mgmt_ms = mgmt
+            p.stall_ms = stall
+            p.read_mb = read
+            p.cache_hit_pct = hit
+            p.text = text
+            p.delta_text = dtext
+            p.delta_reasoning = dreason
+            p.raw = d
+            p.prefix = ""
+            return p
+        return _slow(line, "PROGRESS", d)
+    if line[:11] == "BMOE_LOAD {":
+        try:
+            d = _loads(line[10:])
+        except _JSONDecodeError:
+            return _parse_general(line)
+        try:
+            mb, ms = _load_numbers(d)
+        except (KeyError, TypeError):
+            return _slow(line, "LOAD", d)
+        if type(mb) is float and type(ms) is float:
+            r = _new(Load)
+            r.mb = mb
+            r.ms = ms
+            r.raw = d
+            r.prefix = ""
+            return r
+        return _slow(line, "LOAD", d)
+    return _parse_general(line)
+
+
+def _slow(line: str, tag: str, d: Any) -> Any:
+    """A per-token line decoded by the fast path whose fields need conversion or are missing."""
+    if type(d) is not dict:
+        return BadLine(line, f"BMOE_{tag}: payload is {type(d).__name__}, not a JSON object")
+    try:
+        return _build(tag, d, "")
+    except _WrongType as exc:
+        return BadLine(line, f"BMOE_{tag}: {exc}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -415,19 +482,91 @@ def _fix_surrogates(s: str) -> str:
     return s.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
 
 
-class _Stream:
-    """One growing text (answer or reasoning) fed by cumulative snapshots or deltas."""
+class TextBuffer:
+    """A growing text whose append is O(1) amortised: pieces are kept in a list and joined when
+    the whole text is read (:attr:`value`, then cached as one piece), or when the pieces added
+    since the last join outgrow the text joined then (so joins copy O(length) per doubling, and
+    the pieces never take more than about the text itself). ``len()`` is O(1); :meth:`tail` reads
+    the end without joining."""
 
-    __slots__ = ("text", "pending", "rewrites")
+    __slots__ = ("_pieces", "_len", "_joined")
+
+    def __init__(self, text: str = "") -> None:
+        self._pieces: list[str] = [text] if text else []
+        self._len = len(text)
+        self._joined = len(text)  # characters in the first piece after the last join
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __bool__(self) -> bool:
+        return self._len > 0
+
+    def append(self, piece: str) -> None:
+        if piece:
+            self._pieces.append(piece)
+            self._len += len(piece)
+            if len(self._pieces) > 64 and self._len > 2 * self._joined:
+                self.compact()
+
+    def set(self, text: str) -> None:
+        """Replace the whole text."""
+        self._pieces = [text] if text else []
+        self._len = self._joined = len(text)
+
+    def compact(self) -> None:
+        """Join the pieces into one (O(length))."""
+        if len(self._pieces) > 1:
+            self._pieces = ["".join(self._pieces)]
+        self._joined = self._len
+
+    @property
+    def value(self) -> str:
+        self.compact()
+        p = self._pieces
+        return p[0] if p else ""
+
+    def tail(self, n: int) -> str:
+        """The last ``n`` characters (at most)."""
+        if n <= 0:
+            return ""
+        out: list[str] = []
+        size = 0
+        for piece in reversed(self._pieces):
+            out.append(piece)
+            size += len(piece)
+            if size >= n:
+                break
+        return "".join(reversed(out))[-n:]
+
+    def prefix(self, n: int) -> str:
+        """The first ``n`` characters."""
+        return self.value if n >= self._len else self.value[: max(0, n)]
+
+
+class _Stream:
+    """One growing text (answer or reasoning) fed by cumulative snapshots or by deltas.
+
+    A delta's code units are joined into characters with a high surrogate at its end held back
+    until its low half arrives. A snapshot that extends the previous snapshot as sent adds only
+    its new part the same way (a decoder may join a pair the previous snapshot had cut, which
+    supersedes the half held back); any other snapshot (after deltas, or a lone surrogate
+    decoded differently) is made whole and compared with the text rebuilt so far, so a pair split
+    across two snapshots, or a lone surrogate earlier in the text, is never taken for a rewrite.
+    """
+
+    __slots__ = ("text", "pending", "rewrites", "_raw")
 
     def __init__(self) -> None:
-        self.text = ""
+        self.text = TextBuffer()
         self.pending = ""  # a high surrogate waiting for its low half
         self.rewrites = 0
+        self._raw: str | None = ""  # the previous snapshot as sent (without a held half); None after a delta
 
     def delta(self, s: str) -> str:
-        if not self.pending and s.isascii():  # fast path: no surrogate can be involved
-            self.text += s
+        self._raw = None
+        if not self.pending and s.isascii():  # no surrogate can be involved
+            self.text.append(s)
             return s
         if self.pending:
             s = self.pending + s
@@ -436,34 +575,50 @@ class _Stream:
             self.pending = s[-1]
             s = s[:-1]
         s = _fix_surrogates(s)
-        self.text += s
+        self.text.append(s)
         return s
 
     def snapshot(self, s: str) -> str:
-        cur = self.text
-        if s.isascii() and s.startswith(cur):  # fast path: ASCII cannot hold surrogates
-            self.pending = ""
-            self.text = s  # == cur + new, without copying the whole text again
-            return s[len(cur):]
-        self.pending = ""  # the snapshot supersedes anything held back
+        hold = ""
         if s and _is_high(s[-1]):
-            self.pending = s[-1]
-            s = s[:-1]
-        if s.startswith(cur):
-            raw = s[len(cur):]
-            new = _fix_surrogates(raw)
-            self.text = s if new is raw else cur + new
-            return new
+            hold, s = s[-1], s[:-1]
+        prev = self._raw
+        self._raw = s
+        if prev is not None and s.startswith(prev):
+            added = s[len(prev):]
+            if self.pending and added and "\udc00" <= added[0] <= "\udfff":
+                added = self.pending + added
+            self.pending = hold
+            if not added.isascii():
+                added = _fix_surrogates(added)
+            self.text.append(added)
+            return added
+        self.pending = hold
+        new = s if s.isascii() else _fix_surrogates(s)
+        cur = self.text.value
+        if new.startswith(cur):
+            added = new[len(cur):]
+            self.text.append(added)
+            return added
         # the source rewrote earlier text (e.g. a new generation without reset): follow it
-        s = _fix_surrogates(s)
         n = 0
-        for a, b in zip(cur, s):
-            if a != b:
+        for x, y in zip(cur, new):
+            if x != y:
                 break
             n += 1
         self.rewrites += 1
-        self.text = s
-        return s[n:]
+        self.text.set(new)
+        return new[n:]
+
+    def close(self, s: str) -> str:
+        """The final full text (``BMOE_DONE.text``): a snapshot, then a held half is U+FFFD."""
+        out = self.snapshot(s)
+        if self.pending:
+            self.pending = ""
+            self.text.append("\ufffd")
+            self._raw = None
+            out += "\ufffd"
+        return out
 
 
 class TextAccumulator:
@@ -473,10 +628,12 @@ class TextAccumulator:
     field (contract) and the incremental ``delta_text`` (extension) rebuild the same answer; when
     a record has both, ``text`` wins. ``delta_reasoning`` (or a cumulative ``reasoning`` field in
     ``extra``) goes to ``.reasoning``. A UTF-16 surrogate pair split across two records
-    (``"\\ud83d"`` then ``"\\ude00"``) is joined into one character; a lone surrogate becomes
-    U+FFFD. If a cumulative ``text`` stops extending the previous one, ``.text`` follows the new
-    text, ``feed`` returns the part after the common prefix, and ``rewrites`` is incremented.
-    ``reset()`` starts a new generation.
+    (``"\\ud83d"`` then ``"\\ude00"``, as deltas or as snapshots) is joined into one character; a
+    lone surrogate becomes U+FFFD. If a cumulative ``text`` stops extending the previous one,
+    ``.text`` follows the new text, ``feed`` returns the part after the common prefix, and
+    ``rewrites`` is incremented (the caller replaces its copy with ``.text``). A ``Done`` record's
+    ``text`` is the final text. ``reset()`` starts a new generation. Appending is O(1) amortised
+    however long the answer (the text is held in pieces: :class:`TextBuffer`).
     """
 
     __slots__ = ("_answer", "_reasoning")
@@ -487,11 +644,11 @@ class TextAccumulator:
 
     @property
     def text(self) -> str:
-        return self._answer.text
+        return self._answer.text.value
 
     @property
     def reasoning(self) -> str:
-        return self._reasoning.text
+        return self._reasoning.text.value
 
     @property
     def rewrites(self) -> int:
@@ -501,20 +658,30 @@ class TextAccumulator:
         self._answer = _Stream()
         self._reasoning = _Stream()
 
-    def feed(self, progress: Any) -> str:
-        """Take one Progress (or Done) record; return the newly added answer text."""
-        extra = getattr(progress, "extra", None) or {}
-        r = extra.get("reasoning")
+    def feed_reasoning(self, rec: Progress | Done) -> str:
+        """Take the reasoning of one record (``delta_reasoning``, or a cumulative ``reasoning``
+        field among the extras); return the reasoning text it added."""
+        raw = rec.raw if isinstance(rec, Progress) else rec.extra
+        r = raw.get("reasoning")
         if type(r) is str:
-            self._reasoning.snapshot(r)
-        else:
-            dr = getattr(progress, "delta_reasoning", None)
-            if dr:
-                self._reasoning.delta(dr)
-        t = progress.text
+            return self._reasoning.snapshot(r)
+        if isinstance(rec, Progress) and rec.delta_reasoning:
+            return self._reasoning.delta(rec.delta_reasoning)
+        return ""
+
+    def feed_answer(self, rec: Progress | Done) -> str:
+        """Take the answer text of one record; return the answer text it added."""
+        t = rec.text
+        if isinstance(rec, Done):
+            return "" if t is None else self._answer.close(t)
         if t is not None:
             return self._answer.snapshot(t)
-        dt = getattr(progress, "delta_text", None)
+        dt = rec.delta_text
         if dt:
             return self._answer.delta(dt)
         return ""
+
+    def feed(self, rec: Progress | Done) -> str:
+        """Take one Progress (or Done) record (reasoning and answer); return the answer text added."""
+        self.feed_reasoning(rec)
+        return self.feed_answer(rec)

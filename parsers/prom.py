@@ -26,9 +26,12 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any, TypeGuard
 
 import orjson
 from prometheus_client.parser import text_string_to_metric_families
+
+from .limits import MAX_LAYERS, MAX_OTHER_SAMPLES
 
 __all__ = [
     "SeriesSpec",
@@ -156,8 +159,12 @@ class PromSnapshot:
     ``types``: key -> the type the exposition declared (``counter``, ``gauge``, ``unknown``).
     ``json_quoted``: the body came as one JSON string and was decoded once.
     ``bad_lines``: (1-based line number, message) of the lines that did not parse.
-    ``n_samples``: samples read; ``unknown``: names of series not in :data:`SERIES` (first 64).
-    A key absent from ``values``/``layers`` is "not exported", never 0.
+    ``n_samples``: samples read; ``unknown``: names of series not in :data:`SERIES` (first 64);
+    ``others``: every sample of those series, ``name{labels}`` -> value (labels sorted; up to
+    :data:`~.limits.MAX_OTHER_SAMPLES`), and ``other_types`` their declared types: kept so the UI can
+    list them and the JSON keep them. ``notes``: what the parser decided (a duplicate series: the
+    same name and labels twice, the last value is used, never the sum). A key absent from
+    ``values``/``layers`` is "not exported", never 0.
     """
 
     t: float
@@ -168,12 +175,16 @@ class PromSnapshot:
     bad_lines: list[tuple[int, str]] = field(default_factory=list)
     n_samples: int = 0
     unknown: list[str] = field(default_factory=list)
+    others: dict[str, float] = field(default_factory=dict)
+    other_types: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
 
     def get(self, key: str) -> float | None:
         """Value of scalar series ``key`` or ``None`` when not exported."""
         return self.values.get(key)
 
     def exported(self, key: str) -> bool:
+        """The server exports series ``key`` (scalar or per layer)."""
         return key in self.values or key in self.layers
 
     def layer_count(self) -> int:
@@ -239,33 +250,66 @@ def _decode_body(body: str | bytes) -> tuple[str, bool]:
     return text, False
 
 
-def _is_finite(v: float | None) -> bool:
+def _is_finite(v: float | None) -> TypeGuard[float]:
     return v is not None and math.isfinite(v)
 
 
+def _series_text(name: str, labels: dict[str, str]) -> str:
+    """``name{a="x",b="y"}`` (labels sorted, values escaped as the exposition format does)."""
+    if not labels:
+        return name
+    inner = ",".join(f'{k}="{_escape(v)}"' for k, v in sorted(labels.items()))
+    return f"{name}{{{inner}}}"
+
+
+def _escape(v: str) -> str:
+    return v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+_Labels = tuple[tuple[str, str], ...]
+
+
 class _Acc:
-    __slots__ = ("sums", "counts", "layer", "types", "unknown", "n")
+    """Samples of one body by series: ``scalar`` key -> {label set: value}, ``layer`` key -> layer ->
+    {other labels: value}; a repeated (name, labels) replaces the earlier value and is a note."""
+
+    __slots__ = ("scalar", "layer", "types", "unknown", "others", "other_types", "dups", "n", "others_dropped")
 
     def __init__(self) -> None:
-        self.sums: dict[str, float] = {}
-        self.counts: dict[str, int] = {}
-        self.layer: dict[str, dict[int, float]] = {}
+        self.scalar: dict[str, dict[_Labels, float]] = {}
+        self.layer: dict[str, dict[int, dict[_Labels, float]]] = {}
         self.types: dict[str, str] = {}
         self.unknown: list[str] = []
+        self.others: dict[str, float] = {}
+        self.other_types: dict[str, str] = {}
+        self.dups: dict[str, int] = {}
         self.n = 0
+        self.others_dropped = 0
 
-    def add_families(self, families: Iterable, bad: list[tuple[int, str]], line0: int) -> None:
+    def add_families(self, families: Iterable[Any], bad: list[tuple[Any, ...]], line0: int) -> None:
         for fam in families:
             for s in fam.samples:
                 self.add(s.name, s.labels, s.value, fam.type, bad, line0)
 
+    def _dup(self, name: str, labels: dict[str, str]) -> None:
+        key = _series_text(name, labels)
+        self.dups[key] = self.dups.get(key, 0) + 1
+
     def add(self, name: str, labels: dict[str, str], value: float, typ: str,
-            bad: list[tuple[int, str]], lineno: int) -> None:
+            bad: list[tuple[Any, ...]], lineno: int) -> None:
         self.n += 1
         spec = _BY_BASE.get(_base(name))
         if spec is None:
             if len(self.unknown) < 64 and name not in self.unknown:
                 self.unknown.append(name)
+            key = _series_text(name, labels)
+            if key in self.others:
+                self._dup(name, labels)
+            elif len(self.others) >= MAX_OTHER_SAMPLES:
+                self.others_dropped += 1
+                return
+            self.others[key] = float(value)
+            self.other_types.setdefault(name, typ)
             return
         value = float(value)
         self.types.setdefault(spec.key, typ)
@@ -279,24 +323,84 @@ class _Acc:
                 bad.append((lineno, f"{spec.name}: layer label missing or not an integer ({lab!r})",
                             name, lab))
                 return
-            d = self.layer.setdefault(spec.key, {})
-            # extra labels (device="...") on one layer: summed
-            d[il] = d.get(il, 0.0) + value
+            if il >= MAX_LAYERS:
+                bad.append((lineno, f"{spec.name}: layer label {lab} is over the cap of {MAX_LAYERS} layers "
+                                    "(parsers/limits.py)", name, lab))
+                return
+            other: _Labels = () if len(labels) == 1 else tuple(sorted(
+                (k, v) for k, v in labels.items() if k != "layer"))
+            cell = self.layer.setdefault(spec.key, {}).setdefault(il, {})
+            if other in cell:
+                self._dup(name, labels)
+            cell[other] = value  # the last of a duplicated series wins; other label sets are summed
             return
-        if spec.combine == "max":
-            prev = self.sums.get(spec.key)
-            self.sums[spec.key] = value if prev is None or value > prev or math.isnan(prev) else prev
-            self.counts[spec.key] = 1
-        else:
-            self.sums[spec.key] = self.sums.get(spec.key, 0.0) + value
-            self.counts[spec.key] = self.counts.get(spec.key, 0) + 1
+        lk: _Labels = tuple(sorted(labels.items())) if labels else ()
+        d = self.scalar.setdefault(spec.key, {})
+        if lk in d:
+            self._dup(name, labels)
+        d[lk] = value
+
+    def merge(self, src: _Acc) -> None:
+        for k, d in src.scalar.items():
+            mine = self.scalar.setdefault(k, {})
+            for lk, v in d.items():
+                if lk in mine:
+                    self._dup(SERIES_BY_KEY[k].name, dict(lk))
+                mine[lk] = v
+        for k, layers in src.layer.items():
+            ml = self.layer.setdefault(k, {})
+            for il, cell in layers.items():
+                mc = ml.setdefault(il, {})
+                for lk, v in cell.items():
+                    if lk in mc:
+                        self._dup(SERIES_BY_KEY[k].name, {"layer": str(il), **dict(lk)})
+                    mc[lk] = v
+        for k, t in src.types.items():
+            self.types.setdefault(k, t)
+        for name in src.unknown:
+            if len(self.unknown) < 64 and name not in self.unknown:
+                self.unknown.append(name)
+        for key, v in src.others.items():
+            if key in self.others:
+                self.dups[key] = self.dups.get(key, 0) + 1
+            elif len(self.others) >= MAX_OTHER_SAMPLES:
+                self.others_dropped += 1
+                continue
+            self.others[key] = v
+        for name, t in src.other_types.items():
+            self.other_types.setdefault(name, t)
+        for key, c in src.dups.items():
+            self.dups[key] = self.dups.get(key, 0) + c
+        self.n += src.n
+        self.others_dropped += src.others_dropped
 
     def values(self) -> dict[str, float]:
-        out = {}
-        for k, v in self.sums.items():
-            if SERIES_BY_KEY[k].combine == "mean":
-                v = v / self.counts[k]
+        out: dict[str, float] = {}
+        for k, d in self.scalar.items():
+            vals = list(d.values())
+            combine = SERIES_BY_KEY[k].combine
+            if combine == "max":
+                v = vals[0]
+                for x in vals[1:]:
+                    if x > v or math.isnan(v):
+                        v = x
+            else:
+                v = math.fsum(vals) if len(vals) > 1 else vals[0]
+                if combine == "mean":
+                    v = v / len(vals)
             out[k] = v
+        return out
+
+    def layers(self) -> dict[str, dict[int, float]]:
+        return {k: {il: (next(iter(cell.values())) if len(cell) == 1 else math.fsum(cell.values()))
+                    for il, cell in layers.items()} for k, layers in self.layer.items()}
+
+    def notes(self) -> list[str]:
+        out = [f"duplicate series {key}" + (f" ({c + 1} times)" if c > 1 else "") + ": the last value is "
+               "used, not the sum" for key, c in self.dups.items()]
+        if self.others_dropped:
+            out.append(f"{self.others_dropped} samples of series bmoe-top does not know left out (over "
+                       f"{MAX_OTHER_SAMPLES}, parsers/limits.py)")
         return out
 
 
@@ -349,7 +453,7 @@ def parse_exposition(body: str | bytes, t: float = 0.0) -> PromSnapshot:
             sub_bad: list[tuple[int, str]] = []
             try:
                 sub.add_families(text_string_to_metric_families("\n".join(chunk) + "\n"), sub_bad, a + 1)
-                _merge(acc, sub)
+                acc.merge(sub)
                 bad.extend(sub_bad)  # located below
             except Exception:
                 header = [ln.strip() for ln in chunk if ln.lstrip().startswith("# TYPE")][:1]
@@ -363,13 +467,14 @@ def parse_exposition(body: str | bytes, t: float = 0.0) -> PromSnapshot:
             first = text.split("\n")[non_comment[0]].strip()[:80]
             raise PromFormatError(
                 f"not a Prometheus exposition: no sample line parses (line {non_comment[0] + 1}: {first!r})")
-    snap = PromSnapshot(t=t, values=acc.values(), layers=acc.layer, types=acc.types,
+    snap = PromSnapshot(t=t, values=acc.values(), layers=acc.layers(), types=acc.types,
                         json_quoted=quoted, bad_lines=sorted(bad), n_samples=acc.n,
-                        unknown=acc.unknown)
+                        unknown=acc.unknown, others=acc.others, other_types=acc.other_types,
+                        notes=acc.notes())
     return snap
 
 
-def _locate(text: str, bad: list) -> list[tuple[int, str]]:
+def _locate(text: str, bad: list[tuple[Any, ...]]) -> list[tuple[int, str]]:
     """Give a line number to the sample-level problems found on the fast path (rare)."""
     lines = text.split("\n")
     out: list[tuple[int, str]] = []
@@ -396,28 +501,6 @@ def _locate(text: str, bad: list) -> list[tuple[int, str]]:
         used.add(lineno - 1)
         out.append((lineno, msg))
     return out
-
-
-def _merge(dst: _Acc, src: _Acc) -> None:
-    for k, v in src.sums.items():
-        spec = SERIES_BY_KEY[k]
-        if spec.combine == "max":
-            prev = dst.sums.get(k)
-            dst.sums[k] = v if prev is None or v > prev else prev
-            dst.counts[k] = 1
-        else:
-            dst.sums[k] = dst.sums.get(k, 0.0) + v
-            dst.counts[k] = dst.counts.get(k, 0) + src.counts[k]
-    for k, d in src.layer.items():
-        t = dst.layer.setdefault(k, {})
-        for il, v in d.items():
-            t[il] = t.get(il, 0.0) + v
-    for k, v in src.types.items():
-        dst.types.setdefault(k, v)
-    for name in src.unknown:
-        if len(dst.unknown) < 64 and name not in dst.unknown:
-            dst.unknown.append(name)
-    dst.n += src.n
 
 
 _COUNTER_KEYS = tuple(s.key for s in SERIES if s.type == "counter" and not s.per_layer)
@@ -504,7 +587,7 @@ def compute_delta(prev: PromSnapshot, cur: PromSnapshot) -> MetricsDelta:
     per_layer: list[float | None] = [None] * n_layer
     for il in range(n_layer):
         a, b, c, e = lh0.get(il), lh1.get(il), lm0.get(il), lm1.get(il)
-        if None in (a, b, c, e) or not all(map(math.isfinite, (a, b, c, e))):
+        if not (_is_finite(a) and _is_finite(b) and _is_finite(c) and _is_finite(e)):
             continue
         per_layer[il] = _ratio_pct(b - a, e - c)
     out.layer_hit_pct = per_layer

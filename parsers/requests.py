@@ -3,7 +3,8 @@
 Contract: ../shared/seeds/telemetry-contract.md "Session mode", Requests:
 ``{"cmd":"generate","id":<int>,"prompt":"<string>","n_predict":<int>,"think":<bool>,
 "clear_kv":<bool>}``, ``{"cmd":"cancel"}``, ``{"cmd":"close"}``. ``n_predict``/``think``/
-``clear_kv`` are optional (None = not sent: the process's flags / true apply).
+``clear_kv`` are optional (None = not sent: the process's flags / true apply). docs/telemetry.md
+"Parsers".
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ class Request:
     n_predict: int | None = None
     think: bool | None = None
     clear_kv: bool | None = None
-    extra: dict = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def parse_request_line(line: str) -> Request | str:

@@ -1,22 +1,30 @@
 """Route trace CSV: per token, per MoE layer, the routed experts and whether each was resident.
 
 Format (../shared/data/real-runs/README.md, "qwen.route.csv"; written by bmoe-cli's route
-tracer): comment header lines ``# route_trace v1``, ``# model=... arch=... n_layer=N
-n_expert=E n_expert_used=K``, one ``# layer=N expert_bytes=B dense_bytes=D`` per layer, then the
-header ``turn,phase,step,layer,slot,expert,weight,residency,expert_bytes`` and one row per
-(token, layer, top-k slot).
+tracer; as implemented: docs/telemetry.md "Route trace CSV" and "Route trace"): comment header
+lines ``# route_trace v1``, ``# model=... arch=... n_layer=N n_expert=E n_expert_used=K``, one
+``# layer=N expert_bytes=B dense_bytes=D`` per layer, then the header
+``turn,phase,step,layer,slot,expert,weight,residency,expert_bytes`` and one row per (token, layer,
+top-k slot). The CSV is read by token_csv.read_numeric_csv, with its repairs of damaged files.
 
 ``phase`` 0 = prefill, 1 = decode (the strings "prefill"/"decode" are accepted too);
 ``residency`` 1 = the expert was resident when routed (cache hit), 0 = miss; ``weight`` the
 router's gate weight; ``expert_bytes`` bytes read for this expert this token (0 on a hit).
+
+Sizes are checked against parsers/limits.py: a header ``n_layer``/``n_expert``/``n_expert_used``
+over its cap is ignored (a Problem), and a row whose layer, expert or slot is over the cap (or
+whose integer cells do not fit 32 bits) is dropped and counted, so the [n_layer, n_expert] tables
+below stay bounded.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
+from .limits import MAX_EXPERTS, MAX_LAYERS, MAX_TOP_K, dims_problem
 from .textio import Problem
 from .token_csv import parse_kv_comment, read_numeric_csv
 
@@ -29,6 +37,10 @@ ROUTE_COLUMNS = ("turn", "phase", "step", "layer", "slot", "expert", "weight", "
                  "expert_bytes")
 _INT_COLS = ("turn", "phase", "step", "layer", "slot", "expert", "residency")
 _PHASES = {"prefill": 0.0, "decode": 1.0, "p": 0.0, "d": 1.0}
+_CAPPED = {"n_layer": "n_layer", "n_expert": "n_expert", "n_expert_used": "top_k"}
+# the largest value each integer column may hold (its int32 cast, or the cap of limits.py)
+_INT_MAX = {"turn": 2**31 - 1, "phase": 1, "step": 2**31 - 1, "layer": MAX_LAYERS - 1, "slot": MAX_TOP_K - 1,
+            "expert": MAX_EXPERTS - 1, "residency": 1}
 
 
 @dataclass(slots=True)
@@ -58,7 +70,13 @@ class RouteTrace:
 
     @property
     def n_rows(self) -> int:
+        """Routed slots (rows) kept."""
         return int(self.layer.shape[0])
+
+    @property
+    def identity(self) -> dict[str, str]:
+        """The run this trace is from: ``model`` and ``arch`` when the header comments name them."""
+        return {k: self.meta[k] for k in ("model", "arch") if k in self.meta}
 
 
 def _int_meta(meta: dict[str, str], key: str) -> int | None:
@@ -75,7 +93,8 @@ def load_route_trace(data: bytes) -> RouteTrace:
     ``expert_bytes``, ``turn``, ``slot``) is filled with its "not recorded" value; a file missing
     ``step``, ``layer`` or ``expert`` yields no rows and a Problem.
     """
-    nc = read_numeric_csv(data, converters={"phase": lambda s: _PHASES[s.lower()]})
+    nc = read_numeric_csv(data, converters={"phase": lambda s: _PHASES[s.lower()]}, known=frozenset(ROUTE_COLUMNS),
+                          default_header=lambda w: ROUTE_COLUMNS if w == len(ROUTE_COLUMNS) else None)
     problems = nc.problems
     meta: dict[str, str] = {}
     layer_info: dict[int, dict[str, int]] = {}
@@ -90,6 +109,12 @@ def load_route_trace(data: bytes) -> RouteTrace:
             continue
         if kv:
             for k, v in kv.items():
+                if k in _CAPPED and k not in meta:
+                    why = dims_problem(**{_CAPPED[k]: v})
+                    if why is not None:
+                        problems.append(Problem(lineno, "# " + text, f"{why.replace(_CAPPED[k] + '=', k + '=', 1)}"
+                                                                     ": ignored"))
+                        continue
                 meta.setdefault(k, v)
         elif text:
             meta.setdefault("format", text)
@@ -109,23 +134,38 @@ def load_route_trace(data: bytes) -> RouteTrace:
     # a row with a bad integer cell in a key column cannot be placed: drop it
     keep = np.ones(n, dtype=bool)
     if n:
-        for c in ("step", "layer", "expert"):
-            keep &= np.isfinite(col(c))
-        for c in ("turn", "phase", "slot"):
-            v = col(c)
-            if v is not None:
-                keep &= np.isfinite(v)
+        for c in ("step", "layer", "expert", "turn", "phase", "slot"):
+            cv = col(c)
+            if cv is not None:
+                keep &= np.isfinite(cv)
         dropped = int(n - keep.sum())
         if dropped:
             problems.append(Problem(0, "", f"{dropped} route row(s) dropped: step/layer/expert/turn/"
                                            "phase/slot not an integer"))
+        # values no table may be sized from, and integers a 32-bit column cannot hold
+        big = np.zeros(n, dtype=bool)
+        for c, top in _INT_MAX.items():
+            cv = col(c)
+            if cv is not None:
+                with np.errstate(invalid="ignore"):
+                    big |= keep & np.isfinite(cv) & ((cv > top) | (cv < (-1 if c in ("slot", "residency") else 0)))
+        eb = col("expert_bytes")
+        if eb is not None:
+            with np.errstate(invalid="ignore"):
+                big |= keep & np.isfinite(eb) & (np.abs(eb) > 2**62)
+        nbig = int(big.sum())
+        if nbig:
+            keep &= ~big
+            problems.append(Problem(0, "", f"{nbig} route row(s) dropped: a layer, expert or slot over the caps "
+                                           f"({MAX_LAYERS} layers, {MAX_EXPERTS} experts, top-k {MAX_TOP_K}; "
+                                           "parsers/limits.py) or an integer out of range"))
 
-    def ints(name: str, missing: int, dtype=np.int32) -> np.ndarray:
-        v = col(name) if n else None
-        if v is None:
+    def ints(name: str, missing: int, dtype: type[np.integer[Any]] = np.int32) -> np.ndarray:
+        cv = col(name) if n else None
+        if cv is None:
             return np.full(int(keep.sum()), missing, dtype=dtype)
-        v = v[keep]
-        out = np.where(np.isfinite(v), v, missing)
+        cv = cv[keep]
+        out = np.where(np.isfinite(cv), cv, missing)
         return out.astype(dtype)
 
     turn = ints("turn", 0)
@@ -160,7 +200,8 @@ def load_route_trace(data: bytes) -> RouteTrace:
 def _select(trace: RouteTrace, phase: int | None) -> np.ndarray:
     if phase is None:
         return np.ones(trace.n_rows, dtype=bool)
-    return trace.phase == phase
+    sel: np.ndarray = trace.phase == phase
+    return sel
 
 
 def hit_matrix(trace: RouteTrace, phase: int | None = PHASE_DECODE) -> tuple[np.ndarray, np.ndarray]:

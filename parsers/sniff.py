@@ -1,42 +1,78 @@
 """Which telemetry format a file holds, decided from its CONTENT (the name only breaks ties).
 
-Kinds: "token_csv" (``--csv`` sink: header with ``step`` and ``wall_ms``, or a
-``# bmoe_metrics`` header; ../shared's ``qwen.metrics`` is one), "route_trace" (header with
-``layer``, ``expert`` and ``residency``, or ``# route_trace``), "transcript" (BMOE protocol lines,
-end-of-run summary lines, llama.cpp logs, stdout captures), "sidecar" (only ``key=value`` lines),
-"recording" (JSONL from ``bmoe-top --record``: objects with "t", "src", "line"), "requests"
-(session requests JSONL: objects with "cmd"), "audit" (``--moe-cache-audit`` JSONL: objects with
-"event" in load/ready/request/exit; moe-cache-reference.md "Audit log"), "strp" (expert profile,
-magic ``STRP``; moe-cache-reference.md "Profile format"), "unknown".
+Kinds:
+
+* "token_csv": the ``--csv`` sink: a header with ``step`` and one timing column (``wall_ms``,
+  ``io_ms``, ``compute_ms``, ``stall_ms``, ``mgmt_ms``), or a ``# bmoe_metrics`` header
+  (../shared's ``qwen.metrics`` is one);
+* "route_trace": a header with ``layer``, ``expert`` and ``residency`` or ``slot``, or
+  ``# route_trace``. Both CSV kinds are found as the CSV reader finds them (token_csv.find_header:
+  a damaged header byte, stray lines or a lost ``#`` above the header, NUL bytes, BOM-less UTF-16);
+* "transcript": BMOE protocol lines, end-of-run summary lines, llama.cpp logs, stdout captures;
+* "sidecar": only ``key=value`` lines;
+* "recording": JSONL from ``bmoe-top --record`` (objects with "t", "src", "line");
+* "requests": session requests JSONL (objects with "cmd");
+* "audit": ``--moe-cache-audit`` JSONL (objects with "event" in load/ready/request/exit;
+  moe-cache-reference.md "Audit log");
+* "strp": an expert profile (magic ``STRP``; moe-cache-reference.md "Profile format");
+* "unknown": none of these (not a recorded run; :func:`sniff_reason` says why).
+
+docs/telemetry.md "Sniffing".
 """
 
 from __future__ import annotations
+
+import re
 
 import orjson
 
 from .bmoe_lines import BadLine, TextLine, parse_line
 from .summary_lines import parse_summary_line
-from .textio import decode_bytes, split_text
+from .textio import decode_bytes, guess_encoding, split_text
+from .token_csv import KNOWN_TOKEN_COLUMNS, find_header
 from .transcript import is_loader_noise
 
-__all__ = ["sniff", "KINDS"]
+__all__ = ["sniff", "sniff_reason", "KINDS", "RUN_KINDS"]
 
 KINDS = ("token_csv", "route_trace", "transcript", "sidecar", "recording", "requests", "audit",
          "strp", "unknown")
+#: The kinds that hold a recorded run (or a part of one) that bmoe-top can replay.
+RUN_KINDS = frozenset(KINDS) - {"unknown"}
 
 _SAMPLE = 64 * 1024
 _AUDIT_EVENTS = frozenset({"load", "ready", "request", "exit"})
 
 
-def _csv_kind(header: str) -> str | None:
-    cols = {c.strip() for c in header.split(",")}
-    if len(cols) < 3:
-        return None
+_TIMING = frozenset({"wall_ms", "io_ms", "compute_ms", "stall_ms", "mgmt_ms"})
+_ROUTE = frozenset({"turn", "phase", "step", "layer", "slot", "expert", "weight", "residency", "expert_bytes"})
+_NULS = re.compile(rb"\x00+")
+_CONTROL = re.compile(rb"[\x00-\x08\x0e-\x1a\x1c-\x1f]")
+
+
+def _csv_kind(names: list[str] | set[str]) -> str | None:
+    cols = set(names)
     if {"layer", "expert"} <= cols and ("residency" in cols or "slot" in cols):
         return "route_trace"
-    if "step" in cols and ({"wall_ms", "io_ms", "compute_ms"} & cols):
+    if "step" in cols and _TIMING & cols:
         return "token_csv"
     return None
+
+
+def _csv_sniff(text: str) -> str | None:
+    """token_csv / route_trace when the CSV reader finds such a header (or format comment) near the
+    top of ``text``, else None."""
+    data = "\n".join(split_text(text)[:400]).encode("utf-8", "surrogatepass") + b"\n"
+    head = find_header(data, KNOWN_TOKEN_COLUMNS | _ROUTE)
+    for _, c in head.comments:
+        low = c.lower()
+        if low.startswith("route_trace"):
+            return "route_trace"
+        if low.startswith("bmoe_metrics"):
+            return "token_csv"
+    if not head.header_lineno or head.header_lineno > 64:
+        return None
+    stray = sum(1 for p in head.problems if "stray line" in p.reason)
+    return _csv_kind(head.header) if stray <= 8 else None
 
 
 def _jsonl_kind(lines: list[str]) -> str | None:
@@ -80,11 +116,18 @@ def sniff(data: bytes, name: str = "") -> str:
     """
     if data[:4] == b"STRP":
         return "strp"
-    head = decode_bytes(data[:_SAMPLE])
+    raw = data[:_SAMPLE]
+    if guess_encoding(raw)[0] == "utf-8" and b"\x00" in raw[:4096]:
+        # NUL bytes: a zero-filled block or stray NULs in text leave text around them; binary we do
+        # not know has other control bytes too
+        rest = _NULS.sub(b"", raw[:4096])
+        if len(_CONTROL.findall(rest)) > max(4, len(rest) // 100) or (not rest.strip() and len(data) <= 4096):
+            return "unknown"
+        raw = _NULS.sub(b"\n", raw)
+    head = decode_bytes(raw)
     tail = decode_bytes(data[-_SAMPLE:]) if len(data) > _SAMPLE else ""
-    window = head[:4096]
-    if window.count("\x00") > max(4, len(window) // 100):
-        return "unknown"  # binary we do not know (a stray NUL in text does not make it binary)
+    if "\x00" in tail:
+        tail = tail.replace("\x00", "")
     lines = split_text(head)
     if len(data) > _SAMPLE and lines:
         lines.pop()  # possibly cut mid-line
@@ -92,21 +135,10 @@ def sniff(data: bytes, name: str = "") -> str:
     lname = name.lower()
 
     # comment-headed CSVs
-    for ln in lines:
-        s = ln.strip()
-        if not s:
-            continue
-        if s.startswith("#"):
-            low = s[1:].strip().lower()
-            if low.startswith("route_trace"):
-                return "route_trace"
-            if low.startswith("bmoe_metrics"):
-                return "token_csv"
-            continue
-        k = _csv_kind(s)
+    if not first.startswith("{"):
+        k = _csv_sniff(head if len(data) <= _SAMPLE else "\n".join(lines))
         if k:
             return k
-        break
 
     if first.startswith("{"):
         k = _jsonl_kind(lines[:50])
@@ -141,3 +173,25 @@ def sniff(data: bytes, name: str = "") -> str:
     if lname.endswith((".log", ".out", ".txt")):
         return "transcript"
     return "unknown"
+
+
+def sniff_reason(data: bytes, name: str = "") -> tuple[str, str]:
+    """``(kind, reason)``: :func:`sniff`'s kind, and for "unknown" one sentence saying why the data is
+    not a recorded run (for an exit message or a banner); "" for the other kinds. Never raises."""
+    kind = sniff(data, name)
+    if kind != "unknown":
+        return kind, ""
+    if not data.strip():
+        return kind, "the file is empty: not a recorded run"
+    raw = data[:4096]
+    if guess_encoding(raw)[0] == "utf-8" and b"\x00" in raw:
+        rest = _NULS.sub(b"", raw)
+        if len(_CONTROL.findall(rest)) > max(4, len(rest) // 100) or not rest.strip():
+            return kind, "binary data that is none of the formats bmoe-top reads (not STRP): not a recorded run"
+    first = next((ln.strip() for ln in split_text(decode_bytes(data[:_SAMPLE])) if ln.strip()), "")
+    if first.startswith("{"):
+        return kind, ("JSON lines, but not a recording (t/src/line), session requests (cmd) or an audit log "
+                      "(event load/ready/request/exit): not a recorded run")
+    return kind, ("text with none of the formats bmoe-top reads (a CSV header with step and a timing column, "
+                  "a route-trace header, BMOE_ lines, end-of-run summary lines, key=value lines): not a "
+                  "recorded run")

@@ -12,10 +12,11 @@ Little-endian::
     ... n_layers x n_expert x i32            each pair's rank, -1 if unranked
 
 :func:`read_strp` validates what llama.cpp validates (magic, version, n_ranked <=
-n_layers x n_expert, every pair's range) plus the file's length, and raises :class:`StrpError`
-with one clear sentence. :func:`check_dims` compares a profile with a model's
+n_layers x n_expert, every pair's range) plus the file's length and parsers/limits.py's caps on
+n_layers and n_expert (so a 24-byte file cannot ask for a 16 GiB rank table), and raises
+:class:`StrpError` with one clear sentence. :func:`check_dims` compares a profile with a model's
 n_layer x n_expert. :func:`write_strp` writes one; :func:`profile_from_counts` ranks experts
-by a (layer, expert) count table, hottest first.
+by a (layer, expert) count table, hottest first. As implemented: docs/metrics.md "Profiles".
 """
 
 from __future__ import annotations
@@ -25,6 +26,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+
+from bmoe_top.outfile import write_atomic
+
+from .limits import dims_problem
 
 __all__ = ["StrpError", "StrpProfile", "read_strp", "parse_strp", "write_strp", "strp_bytes",
            "check_dims", "profile_from_counts", "MAGIC", "VERSION"]
@@ -56,6 +61,7 @@ class StrpProfile:
 
     @property
     def n_ranked(self) -> int:
+        """Ranked (layer, expert) pairs."""
         return int(self.pairs.shape[0])
 
     def rank_map(self) -> np.ndarray:
@@ -86,6 +92,9 @@ def parse_strp(data: bytes, name: str = "profile") -> StrpProfile:
         raise StrpError(f"{name}: STRP version {version} is not supported (only {VERSION})")
     if n_layers == 0 or n_expert == 0 or n_layers > 0xFFFF or n_expert > 0xFFFF:
         raise StrpError(f"{name}: bad dimensions n_layers={n_layers} n_expert={n_expert}")
+    too_big = dims_problem(n_layer=n_layers, n_expert=n_expert)
+    if too_big is not None:  # the tables below are n_layers x n_expert: never sized from a bad header
+        raise StrpError(f"{name}: profile refused: {too_big}")
     if n_ranked > n_layers * n_expert:
         raise StrpError(f"{name}: n_ranked={n_ranked} exceeds n_layers x n_expert = {n_layers * n_expert}")
     end_pairs = _HEADER.size + 4 * n_ranked
@@ -159,14 +168,12 @@ def strp_bytes(profile: StrpProfile) -> bytes:
     return head + raw.tobytes() + prof.rank_map().astype("<i4").tobytes()
 
 
-def write_strp(path: str | Path, profile: StrpProfile) -> int:
-    """Write ``profile`` to ``path`` (atomically: temp file then rename). Returns bytes written."""
-    data = strp_bytes(profile)
-    p = Path(path)
-    tmp = p.with_name(p.name + ".tmp")
-    tmp.write_bytes(data)
-    tmp.replace(p)
-    return len(data)
+def write_strp(path: str | Path, profile: StrpProfile, force: bool = True) -> int:
+    """Write ``profile`` to ``path`` atomically (bmoe_top.outfile.write_atomic: a new temporary file
+    beside it, then a rename; a symbolic link at ``path`` is refused). An existing profile is
+    replaced unless ``force`` is False. Returns bytes written. Raises ``OutputFileError`` (an
+    ``OSError``) when the file cannot be written."""
+    return write_atomic(path, strp_bytes(profile), force=force)
 
 
 def profile_from_counts(counts: np.ndarray, slots: int = 0, min_count: float = 1) -> StrpProfile:

@@ -7,10 +7,17 @@ plus lines real runs print that the contract does not list (``prefill:``, ``comp
 ``moe-overlap:``, ``mode:``, ``moe-waits:``, ``moe-drop:``, the ``moe-cache:`` churn line and
 the auto-budget form).
 
+A line of a known kind whose shape drifted from these forms (``generation: 64 tokens in 20.29 s,
+3.15 tok/s``; ``moe-stream: read 1843.2 MiB in 4.1 s (449.6 MiB/s)``) still gives every number it
+carries: each quantity is recognised by its unit and the word before it (``N tokens``, ``in S s``,
+``T tok/s``, ``read M MiB``, ``B MiB/s``, ``P% hit`` ...), and ``SummaryLine.exact`` is False. A
+line that starts like a summary line but carries no number of its kind is "unparsed": returned
+with its text, for the UI to show as it is.
+
 Values use the CANONICAL summary keys below (units in the name: ``_s`` seconds, ``_mib`` MiB,
 ``_pct`` percent, ``_tok`` per generated token). Keys without a canonical name keep the
 ``# summary`` spelling (``majflt/tok``, ``cpu_s/tok``), so a text log and a CSV of the same run
-give the same dict.
+give the same dict. docs/telemetry.md "Summary keys".
 """
 
 from __future__ import annotations
@@ -68,11 +75,14 @@ class SummaryLine:
     "mode", "moe-stream", "moe-cache", "moe-prefetch", "moe-spec-gate", "moe-overlap",
     "moe-waits", "moe-drop", "sidecar" (values {key: number or string}), or "unparsed" (the line
     starts like a summary line but its shape is unknown: values {"kind": <prefix>, "text": line};
-    report it).
+    report it, show ``text`` as it is). ``exact``: False when the numbers were read from a drifted
+    form by their units (see the module doc). ``raw``: the line as given, stripped.
     """
 
     kind: str
     values: dict[str, float | str] = field(default_factory=dict)
+    exact: bool = True
+    raw: str = ""
 
 
 _F = r"([-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?nan|[-+]?inf)"
@@ -137,6 +147,81 @@ _PATTERNS: dict[str, list[tuple[re.Pattern[str], tuple[str, ...]]]] = {
 }
 _STRING_VALUES = frozenset({"prefetch_mode", "mode"})
 
+# Drifted forms: each quantity found by its unit and context anywhere in the line (first match wins).
+_NUMS = r"(?<![\w.])"  # a number starts a token
+_DRIFT: dict[str, list[tuple[re.Pattern[str], str]]] = {
+    kind: [(re.compile(rx), key) for rx, key in pairs] for kind, pairs in {
+        "generation": [
+            (rf"{_NUMS}{_I}\s*tokens?\b", "tokens"),
+            (rf"{_NUMS}{_F}\s*s/tok(?:en)?\b", "s_per_tok"),
+            (rf"{_NUMS}{_F}\s*tok(?:ens)?/s\b", "tok_s"),
+            (rf"{_NUMS}{_F}\s*(?:s|sec|seconds)(?![\w/])", "generation_s"),
+        ],
+        "prefill": [
+            (rf"{_NUMS}{_I}\s*tokens?\b", "n_prompt"),
+            (rf"model load\s*{_F}\s*s\b", "load_s"),
+            (rf"TTFT\s*{_F}\s*s\b", "ttft_s"),
+            (rf"{_NUMS}{_F}\s*tok(?:ens)?/s\b", "prefill_tps"),
+            (rf"(?<!load )(?<!TTFT ){_NUMS}{_F}\s*(?:s|sec|seconds)(?![\w/])", "prefill_s"),
+        ],
+        "moe-stream": [
+            (rf"read\s*{_F}\s*MiB(?![\w/])", "read_mib"),
+            (rf"{_NUMS}{_F}\s*MiB/tok(?:en)?\b", "read_mib_per_tok"),
+            (rf"{_NUMS}{_F}\s*MiB/s\b", "read_mib_s"),
+            (rf"decode\s*{_F}\s*s/tok(?:en)?\b", "s_per_tok"),
+            (rf"compute\s*{_F}", "compute_s_tok"),
+            (rf"cache mgmt\s*{_F}", "mgmt_s_tok"),
+            (rf"(?:flash )?I/O\s*{_F}", "io_s_tok"),
+            (rf"\bin\s*{_F}\s*(?:s|sec|seconds)(?![\w/])", "io_s"),
+            (rf"stall_s/tok\s*=\s*{_F}", "stall_s_tok"),
+        ],
+        "moe-cache": [
+            (rf"{_NUMS}{_F}\s*%\s*hit", "cache_hit_pct"),
+            (rf"hit(?: rate)?\s*{_F}\s*%", "cache_hit_pct"),
+            (rf"resident\s*{_F}\s*MiB", "resident_mib"),
+            (rf"budget\s*{_F}\s*MiB", "budget_mib"),
+            (rf"{_NUMS}{_I}\s*evictions?\b", "cache_evictions"),
+            (rf"{_NUMS}{_I}\s*re-?reads?\b", "cache_rereads"),
+        ],
+        "moe-prefetch": [
+            (rf"{_NUMS}{_F}\s*MiB", "prefetch_mib"),
+            (rf"{_NUMS}{_I}\s*/\s*\d+\s*experts", "prefetch_useful"),
+            (rf"{_NUMS}\d+\s*/\s*{_I}\s*experts", "prefetch_total"),
+            (rf"{_NUMS}{_F}\s*%", "prefetch_useful_pct"),
+        ],
+        "moe-spec-gate": [
+            (rf"{_NUMS}{_F}\s*%\s*(?:router )?(?:prediction )?recall", "spec_recall_pct"),
+            (rf"recall\s*{_F}\s*%", "spec_recall_pct"),
+        ],
+        "moe-overlap": [
+            (rf"stall\s*{_F}\s*s/tok(?:en)?\b", "stall_s_tok"),
+        ],
+        "compute": [
+            (rf"{_NUMS}{_F}\s*%\s*CPU", "cpu_occupancy_pct"),
+            (rf"{_NUMS}{_F}\s*cpu-s/tok(?:en)?\b", "cpu_s/tok"),
+            (rf"{_NUMS}{_I}\s*threads?\b", "threads"),
+            (rf"{_NUMS}{_F}\s*major faults/tok(?:en)?\b", "majflt/tok"),
+        ],
+    }.items()
+}
+
+
+def _drifted(kind: str, s: str) -> dict[str, float | str]:
+    """The numbers of a line of ``kind`` whose shape is not one of the exact forms, by their units."""
+    values: dict[str, float | str] = {}
+    body = s[s.index(":") + 1:]
+    for rx, key in _DRIFT.get(kind, ()):
+        if key in values:
+            continue
+        m = rx.search(body)
+        if m is not None:
+            values[key] = _num(m.group(1))
+    if kind == "generation" and "s_per_tok" not in values:
+        gs, n = values.get("generation_s"), values.get("tokens")
+        if isinstance(gs, float) and isinstance(n, float) and n > 0:
+            values["s_per_tok"] = gs / n
+    return values
+
 _STALL = re.compile(rf"stall_s/tok\s*=\s*{_F}")
 _BANNER = re.compile(r"===\s*(answer|perf)\s*===")
 _KIND = re.compile(r"(generation|prefill|compute|mode|moe-[a-z][a-z0-9-]*):(?:\s|$)")
@@ -158,14 +243,15 @@ def parse_summary_line(line: str) -> SummaryLine | None:
 
     Leading BOM and surrounding whitespace are ignored. Numbers become floats (token counts
     too); ``mode`` and ``prefetch_mode`` stay strings. A ``moe-stream:`` line may carry
-    ``stall_s/tok=<s>`` (``--overlap``). Never raises.
+    ``stall_s/tok=<s>`` (``--overlap``). A drifted form gives the numbers it carries
+    (``exact=False``); a summary-like line without them is ``"unparsed"``. Never raises.
     """
     s = line.lstrip("\ufeff").strip()
     if not s:
         return None
     m = _BANNER.fullmatch(s)
     if m:
-        return SummaryLine("banner", {"name": m.group(1)})
+        return SummaryLine("banner", {"name": m.group(1)}, raw=s)
     km = _KIND.match(s)
     if km is None:
         sm = _SIDECAR.fullmatch(s)
@@ -173,9 +259,9 @@ def parse_summary_line(line: str) -> SummaryLine | None:
             return None
         key, raw = sm.group(1), sm.group(2)
         try:
-            return SummaryLine("sidecar", {key: float(raw)})
+            return SummaryLine("sidecar", {key: float(raw)}, raw=s)
         except ValueError:
-            return SummaryLine("sidecar", {key: raw})
+            return SummaryLine("sidecar", {key: raw}, raw=s)
     kind = km.group(1)
     for rx, names in _PATTERNS.get(kind, ()):
         m = rx.match(s)
@@ -192,8 +278,13 @@ def parse_summary_line(line: str) -> SummaryLine | None:
             st = _STALL.search(s, m.end())
             if st:
                 values["stall_s_tok"] = _num(st.group(1))
-        return SummaryLine(kind, values)
-    return SummaryLine("unparsed", {"kind": kind, "text": s})
+        return SummaryLine(kind, values, raw=s)
+    drifted = _drifted(kind, s)
+    # prose that happens to start with "generation:" carries one number at most: a drifted summary
+    # line carries two (moe-overlap and moe-spec-gate lines have one)
+    if len(drifted) >= (1 if kind in ("moe-overlap", "moe-spec-gate") else 2):
+        return SummaryLine(kind, drifted, exact=False, raw=s)
+    return SummaryLine("unparsed", {"kind": kind, "text": s}, raw=s)
 
 
 def _to_float(v: str) -> float | None:

@@ -3,13 +3,17 @@
 Every telemetry source (pipes, sockets, recorded files) is read through here, so the rules are the
 same everywhere:
 
-* Encoding is sniffed from a byte-order mark: UTF-8 BOM (stripped), UTF-16 LE/BE with BOM.
-  Without a BOM the bytes are UTF-8; invalid bytes become U+FFFD. Decoding never raises.
+* Encoding is sniffed from a byte-order mark: UTF-8 BOM (stripped), UTF-16 LE/BE with BOM. A whole
+  file (:func:`decode_bytes`) is also recognised as UTF-16 without a BOM (Windows tools write it: every
+  other byte NUL, the text printable). Otherwise the bytes are UTF-8; invalid bytes become U+FFFD.
+  Decoding never raises.
 * Line terminators are LF, CRLF, or a bare CR (like Python's universal newlines). A CRLF split
   across two chunks is one terminator. Terminators are stripped from the returned lines.
   Only these three split lines: U+2028, form feed etc. are ordinary characters (orjson writes
   U+2028 unescaped inside JSON strings, so splitting on it would break BMOE lines).
 * A missing final newline is fine: the last partial line comes out of ``flush()``.
+
+docs/telemetry.md "Parsers". Making outside text safe for a terminal is sanitize.py's job.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ __all__ = [
     "Problem",
     "decode_bytes",
     "sniff_encoding",
+    "guess_encoding",
     "split_text",
     "iter_lines",
     "LineSplitter",
@@ -67,6 +72,29 @@ def sniff_encoding(head: bytes) -> tuple[str, int]:
     return "utf-8", 0
 
 
+def guess_encoding(data: bytes) -> tuple[str, int]:
+    """:func:`sniff_encoding`, and for data without a BOM, UTF-16 LE/BE when its first 4 KiB look
+    like it: at least 40 % of the high bytes NUL, at most 5 % of the low bytes, and the decoded text
+    printable (so a zero-filled block, a binary file or UTF-8 with a few NULs is not taken for it).
+    Returns ``(codec name, BOM length)``."""
+    name, n = sniff_encoding(data[:4])
+    if n or b"\x00" not in data[:4096]:
+        return name, n
+    sample = data[:4096]
+    sample = sample[: len(sample) & ~1]
+    half = len(sample) // 2
+    if half < 8:
+        return name, n
+    even, odd = sample[0::2].count(0), sample[1::2].count(0)
+    for codec, high, low in (("utf-16-le", odd, even), ("utf-16-be", even, odd)):
+        if high >= 0.4 * half and low <= 0.05 * half:
+            text = sample.decode(codec, errors="replace")
+            ok = sum(1 for c in text if c.isprintable() or c in "\t\n\r")
+            if ok >= 0.95 * len(text):
+                return codec, 0
+    return name, n
+
+
 def _could_be_bom_prefix(head: bytes) -> bool:
     return any(bom.startswith(head) and len(head) < len(bom) for bom, _ in _BOMS)
 
@@ -74,14 +102,14 @@ def _could_be_bom_prefix(head: bytes) -> bool:
 def decode_bytes(data: bytes | bytearray | memoryview | str) -> str:
     """Decode a whole file's bytes to ``str``; never raises.
 
-    BOM sniffing as in :func:`sniff_encoding`; a BOM is stripped. Invalid bytes (or a UTF-16
-    file with an odd byte count) become U+FFFD. A ``str`` argument is returned without its
+    Encoding as in :func:`guess_encoding` (BOM, or BOM-less UTF-16); a BOM is stripped. Invalid
+    bytes (or a UTF-16 file with an odd byte count) become U+FFFD. A ``str`` argument is returned without its
     leading U+FEFF, if any.
     """
     if isinstance(data, str):
         return data[1:] if data.startswith("\ufeff") else data
     data = bytes(data)
-    name, n = sniff_encoding(data[:4])
+    name, n = guess_encoding(data)
     return data[n:].decode(name, errors="replace")
 
 

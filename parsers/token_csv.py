@@ -1,4 +1,4 @@
-"""Per-token CSV (the runtime's ``--csv`` sink) into numpy columns.
+"""Per-token CSV (the runtime's ``--csv`` sink) into numpy columns (docs/telemetry.md "Per-token CSV").
 
 Contract: ../shared/seeds/telemetry-contract.md "CSV sink": a header row, one row per token,
 ``# summary k=v ...`` comment line(s). Real files (../shared/data/real-runs) add
@@ -6,74 +6,80 @@ Contract: ../shared/seeds/telemetry-contract.md "CSV sink": a header row, one ro
 flags) and grow from 7 to 8, 9, 11 and 22 columns: columns are read by NAME from the header, and
 any column set works. Several turns: a ``turn`` column and one ``# summary`` line per turn.
 
-Speed: the numeric body is parsed in ~1 MiB chunks by numpy's C CSV reader (``np.loadtxt``,
-which also rejects a changed cell count or an empty/non-numeric cell); only a chunk that fails
-is parsed line by line, so one bad row costs one chunk, never the file.
+Damaged files lose only what is damaged (each repair is a :class:`~.textio.Problem`, never silent):
+
+* the header is the line just before the first numeric row; lines above it that are not comments
+  are stray (reported) or comments whose ``#`` was lost (``key=value``, ``bmoe_metrics v1``,
+  ``summary ...``: read as the comment they were, reported); a header split in two by a damaged
+  byte is joined; a header name one character off a known column (``stap``), two names glued by
+  a damaged comma (``io_ms.compute_ms``) or one name cut by a stray comma (``wa,l_ms``) is read
+  as the known name; a header commented out by a damaged first byte (``#tep,...``) is used; no
+  header at all: a body as wide as the contract's 7, 8 or 9 columns gets the contract's names;
+* the delimiter is the header's (``,``, ``;`` or tab); with ``;`` or tab a decimal comma (``12,5``)
+  is a decimal mark; with ``,`` a quoted ``"12,5"`` is one, and unquoted decimal commas (``12,5``
+  split into two fields) are rejoined when the header's integer columns (``step``, ``read_bytes``
+  ...) and the file's fraction widths explain every extra field;
+* a row with fewer fields than the header keeps them (the missing ones are NaN: absent); a row
+  with more keeps the extras as columns ``unnamed_<n>`` (up to :data:`~.limits.MAX_CSV_COLUMNS`);
+* NUL bytes: a cell holding a NUL is NaN (reported); a run of NULs (a zero-filled block after a
+  crash) drops the row fragments it touches, keeps every other row and any comment after it;
+* UTF-8 with or without BOM, UTF-16 with or without BOM, LF/CRLF/CR line ends.
+
+Speed: the numeric body is parsed in ~1 MiB chunks: a chunk made only of well-formed rows is
+checked with one ``bytes.translate`` (every row has the header's field count, only number bytes)
+and parsed by orjson into a float64 block; any other chunk is parsed line by line, so one bad row
+costs one chunk, never the file. benchmarks/bench_csv_load.py compares with pyarrow.
 """
 
 from __future__ import annotations
 
-import io
+import csv
 import re
-import warnings
-from collections.abc import Callable
+import struct
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
+import orjson
 
+from .limits import MAX_CSV_CELLS, MAX_CSV_COLUMNS, dims_problem
 from .summary_lines import canonical_summary
-from .textio import Problem, decode_bytes, sniff_encoding
+from .textio import Problem, decode_bytes, guess_encoding
 
-__all__ = ["TokenTable", "load_token_csv", "NumericCsv", "read_numeric_csv", "parse_kv_comment"]
+__all__ = ["TokenTable", "load_token_csv", "NumericCsv", "read_numeric_csv", "parse_kv_comment",
+           "find_header", "CsvHead", "TOKEN_COLUMNS", "KNOWN_TOKEN_COLUMNS", "INTEGER_COLUMNS"]
 
-_CHUNK = 1 << 20  # bytes of numeric body handed to numpy at once
+#: The contract's columns, in the order the runtime writes them (7 original + stall_ms, mgmt_ms).
+TOKEN_COLUMNS: tuple[str, ...] = ("step", "steps", "wall_ms", "io_ms", "compute_ms", "read_bytes",
+                                  "cache_hit_pct", "stall_ms", "mgmt_ms")
+#: Every per-token column real files carry (../shared/data/real-runs), for header repair.
+KNOWN_TOKEN_COLUMNS: frozenset[str] = frozenset(TOKEN_COLUMNS) | {
+    "majflt", "cpu_ms", "dense_resident_frac", "turn", "majflt_mib", "cache_budget_mib", "rss_mib",
+    "rss_anon_mib", "rss_file_mib", "swap_mib", "mem_available_mib", "mem_free_mib", "swap_free_mib"}
+#: Columns written as integers (never with a decimal mark): what tells a decimal comma from a field
+#: separator in an unquoted comma-separated file.
+INTEGER_COLUMNS: frozenset[str] = frozenset({
+    "step", "steps", "read_bytes", "turn", "majflt", "layer", "expert", "slot", "phase", "residency",
+    "expert_bytes"})
+_DIM_KEYS = ("n_layer", "n_expert", "n_expert_used")
+
+_CHUNK = 1 << 20  # bytes of numeric body handed to the fast parser at once
+_SAMPLE_ROWS = 200  # data rows looked at to learn the file's width and number format
+_HEAD_LINES = 10_000  # lines searched for the first data row (the rest is body, read line by line)
 _KV = re.compile(r"([^\s=]+)=(\S*)")
 _SUMMARY = re.compile(r"summary(?:\s|$)")
 _FORMAT = re.compile(r"([A-Za-z_][\w.-]*)\s+v(\d+)")
-
-
-@dataclass(slots=True)
-class NumericCsv:
-    """What :func:`read_numeric_csv` found: ``comments`` as (lineno, text after '#'), in file
-    order, each with ``row`` = the number of data rows before it; the ``header`` names; the data
-    as a float64 matrix (n_rows x n_cols, NaN = bad cell); ``problems``."""
-
-    header: list[str]
-    comments: list[tuple[int, int, str]]  # (lineno, row index of the next row, text)
-    matrix: np.ndarray
-    problems: list[Problem]
-    header_lineno: int = 0
-
-
-@dataclass(slots=True)
-class TokenTable:
-    """A per-token CSV.
-
-    ``meta`` run metadata from ``# key=value`` comments (``meta["format"]`` = "bmoe_metrics v1");
-    ``header`` column names in file order; ``columns`` name -> float64 array of ``n_rows``
-    (NaN = missing or bad cell; units as in the file: ``*_ms`` ms, ``read_bytes`` bytes,
-    ``*_mib`` MiB, ``cache_hit_pct`` percent with -1 = no cache); ``summaries`` one dict per
-    ``# summary`` line: {"row": index of the next token row, "lineno": line, "raw": {k: v},
-    "summary": canonical dict (see summary_lines.canonical_summary)}; ``problems`` bad lines;
-    ``comments`` other comment lines kept verbatim.
-    """
-
-    meta: dict[str, str]
-    header: list[str]
-    columns: dict[str, np.ndarray]
-    n_rows: int
-    summaries: list[dict] = field(default_factory=list)
-    problems: list[Problem] = field(default_factory=list)
-    comments: list[str] = field(default_factory=list)
-
-    @property
-    def summary(self) -> dict[str, float]:
-        """The last ``# summary`` line's canonical dict ({} when the file has none)."""
-        return self.summaries[-1]["summary"] if self.summaries else {}
-
-    def column(self, name: str) -> np.ndarray | None:
-        """The column called ``name``, or None when the file does not have it."""
-        return self.columns.get(name)
+_DELIMS = (",", ";", "\t")
+_INT = re.compile(r"[-+]?\d+")
+_DIGITS = re.compile(r"\d+")
+_COMMA_NUMBER = re.compile(r"[-+]?\d+,\d+")
+_DOT_DECIMAL = re.compile(rb"\d\.\d")
+_NUL_RUN = re.compile(r"\x00{2,}")
+_NUMBER_BYTES = b"0123456789.-+eE"
+# every byte of a well-formed numeric chunk after deleting _NUMBER_BYTES is ',' or '\n'
+_SHAPE = bytes(c if c in b",\n" else ord("x") for c in range(256))
+_NAN = float("nan")
 
 
 def parse_kv_comment(text: str) -> dict[str, str]:
@@ -81,191 +87,760 @@ def parse_kv_comment(text: str) -> dict[str, str]:
     return dict(_KV.findall(text))
 
 
-def _to_utf8(data: bytes) -> bytes:
-    name, n = sniff_encoding(data[:4])
-    if name == "utf-8":
-        return data[n:] if n else data
-    return decode_bytes(data).encode("utf-8", "surrogatepass")
+def _comment_like(text: str) -> bool:
+    """A line that reads as one of the comments real files carry once its ``#`` is put back:
+    ``summary k=v ...``, ``name vN`` (format line), or ``key=value`` tokens only."""
+    s = text.strip()
+    if not s:
+        return False
+    if _SUMMARY.match(s) or (_FORMAT.fullmatch(s) and "," not in s):
+        return True
+    toks = s.split()
+    return all("=" in t and not t.startswith("=") for t in toks) and "," not in s
 
 
-def _fallback_lines(
-    body: bytes, first_lineno: int, ncol: int, header_line: bytes, problems: list[Problem],
-    converters: dict[int, Callable[[str], float]] | None,
-) -> tuple[list[list[float]], int]:
-    """Line-by-line parse of a chunk the vectorised path rejected. Returns (rows, lines seen)."""
-    rows: list[list[float]] = []
-    lines = body.split(b"\n")
-    if lines and lines[-1] == b"":
-        lines.pop()
-    nan = float("nan")
-    for i, raw in enumerate(lines):
-        lineno = first_lineno + i
-        b = raw.strip()
-        if not b or b == header_line:
-            continue
-        text = b.decode("utf-8", "replace")
-        cells = text.split(",")
-        if len(cells) != ncol:
-            problems.append(Problem(lineno, text, f"{len(cells)} cells, header has {ncol}"))
-            continue
-        row: list[float] = []
-        bad: list[str] = []
-        for j, c in enumerate(cells):
-            c = c.strip()
-            try:
-                row.append(float(c))
-            except ValueError:
-                conv = converters.get(j) if converters else None
-                v = None
-                if conv is not None:
-                    try:
-                        v = conv(c)
-                    except (ValueError, KeyError):
-                        v = None
-                if v is None:
-                    row.append(nan)
-                    bad.append(f"#{j + 1} {c!r:.20}")
-                else:
-                    row.append(v)
-        if bad:
-            problems.append(Problem(lineno, text, "bad cell(s) " + ", ".join(bad) + " (read as missing)"))
-        rows.append(row)
-    return rows, len(lines)
+# ---------------------------------------------------------------------------------------------
+# cells and lines
 
-
-def _fast_chunk(chunk: bytes, ncol: int) -> np.ndarray | None:
-    """Vectorised parse of a run of numeric lines (numpy's C ``loadtxt`` reader), or None when
-    anything is off: wrong cell count on any line, an empty or non-numeric cell. Blank lines
-    are skipped."""
-    if b"\r" in chunk:
-        chunk = chunk.replace(b"\r", b"")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # "input contained no data" for blank-only chunks
+def _cells(line: str, delim: str) -> list[str]:
+    """Split one line into stripped cells; double quotes are honoured (a quoted cell may hold the
+    delimiter) when the line has any."""
+    if '"' in line:
         try:
-            arr = np.loadtxt(io.BytesIO(chunk), delimiter=",", dtype=np.float64, comments=None,
-                             ndmin=2, quotechar=None)
-        except ValueError:
-            return None
-    if arr.shape[0] and arr.shape[1] != ncol:
-        return None
-    return arr
+            return [c.strip() for c in next(csv.reader([line], delimiter=delim))]
+        except (csv.Error, StopIteration):
+            pass
+    return [c.strip() for c in line.split(delim)]
 
+
+def _number(cell: str, decimal_comma: bool) -> float | None:
+    """The value of one cell, or None when it is not a number (empty cells too)."""
+    if not cell:
+        return None
+    if "," in cell and (decimal_comma or '"' not in cell) and _COMMA_NUMBER.fullmatch(cell):
+        cell = cell.replace(",", ".")
+    try:
+        return float(cell)
+    except ValueError:
+        return None
+
+
+def _best_delim(line: str) -> str:
+    return max(_DELIMS, key=lambda d: (line.count(d), d == ","))
+
+
+def _is_data(line: str, delim: str | None = None) -> bool:
+    """The first data row of a file: more of its cells are numbers than are not (empty cells count
+    for neither). Later rows need only as many numbers as other cells (:meth:`_Body.row`)."""
+    d = delim or _best_delim(line)
+    good = bad = 0
+    for c in _cells(line, d):
+        if not c:
+            continue
+        if _number(c, d != ",") is None:
+            bad += 1
+        else:
+            good += 1
+    return good > bad
+
+
+# ---------------------------------------------------------------------------------------------
+# header repair
+
+def _edit1(a: str, b: str) -> bool:
+    """True when ``a`` and ``b`` differ by at most one substitution, insertion or deletion."""
+    if a == b:
+        return True
+    la, lb = len(a), len(b)
+    if abs(la - lb) > 1:
+        return False
+    if la == lb:
+        return sum(x != y for x, y in zip(a, b)) == 1
+    if la > lb:
+        a, b, la, lb = b, a, lb, la
+    i = 0
+    while i < la and a[i] == b[i]:
+        i += 1
+    return a[i:] == b[i + 1:]
+
+
+def _fuzzy(name: str, known: frozenset[str], taken: set[str]) -> str | None:
+    """The one known name ``name`` is a damaged byte away from (not already in the header)."""
+    clean = name.replace("\x00", "").strip()
+    if clean in known:
+        return clean
+    if len(clean) < 3:
+        return None
+    hits = [k for k in known if k not in taken and len(k) >= 4 and _edit1(clean, k)]
+    return hits[0] if len(hits) == 1 else None
+
+
+def _repair_header(names: list[str], width: int, known: frozenset[str], lineno: int, text: str,
+                   problems: list[Problem]) -> list[str]:
+    """Known names for the damaged ones (see the module doc), each change reported."""
+    if not known:
+        return names
+    out = list(names)
+    # a damaged comma glued two names ("io_ms.compute_ms"), while rows have more fields than names
+    j = 0
+    while len(out) < width and j < len(out):
+        c = out[j]
+        if c not in known:
+            for p in range(1, len(c) - 1):
+                a, b = c[:p], c[p + 1:]
+                if a in known and b in known and a not in out and b not in out:
+                    problems.append(Problem(lineno, text, f"header: {c!r} read as {a!r} and {b!r} "
+                                                          "(a damaged separator)"))
+                    out[j:j + 1] = [a, b]
+                    break
+        j += 1
+    # a stray separator cut one name in two ("wa,l_ms"), while rows have fewer fields than names
+    j = 0
+    while len(out) > width > 0 and j + 1 < len(out):
+        a, b = out[j], out[j + 1]
+        if a not in known or b not in known:
+            taken = set(out) - {a, b}
+            hit = next((k for k in known if k not in taken and (a + b == k or _edit1(a + "?" + b, k))), None)
+            if hit is not None:
+                problems.append(Problem(lineno, text, f"header: {a!r},{b!r} read as {hit!r} "
+                                                      "(a damaged byte became a separator)"))
+                out[j:j + 2] = [hit]
+                continue
+        j += 1
+    # one character off a known name
+    for j, c in enumerate(out):
+        if c in known:
+            continue
+        hit = _fuzzy(c, known, set(out))
+        if hit is not None and hit != c:
+            problems.append(Problem(lineno, text, f"header: column {j + 1} {c!r} read as {hit!r} "
+                                                  "(one damaged character)"))
+            out[j] = hit
+    return out
+
+
+def _known_count(names: Iterable[str], known: frozenset[str]) -> int:
+    return sum(1 for n in names if n in known)
+
+
+# ---------------------------------------------------------------------------------------------
+# where the body starts, what the header is, how numbers are written
+
+@dataclass(slots=True)
+class CsvHead:
+    """What :func:`find_header` learned from the top of a CSV. ``header``: the column names
+    (repaired; [] when there is none); ``header_lineno`` (0 = none) and ``header_line`` (the raw
+    line, to skip repeats); ``delim``; ``width``: the most common field count of the first data
+    rows (0 without rows); ``decimal``: "" (a dot), "comma" (the delimiter is not a comma, so a
+    comma is the decimal mark) or "split" (unquoted decimal commas split into two fields, rejoined
+    by the column formats); ``body``: byte offset of the first line after the header (or of the
+    first data row); ``comments``: (lineno, text after '#') before the body; ``problems``."""
+
+    header: list[str] = field(default_factory=list)
+    header_lineno: int = 0
+    header_line: str = ""
+    delim: str = ","
+    width: int = 0
+    decimal: str = ""
+    body: int = 0
+    body_lineno: int = 1
+    comments: list[tuple[int, str]] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+    int_cols: frozenset[int] = frozenset()
+    frac_width: dict[int, int] = field(default_factory=dict)
+    sample: list[str] = field(default_factory=list)
+
+
+def _fragments(line: str) -> list[str]:
+    """The parts of a line between runs of NUL bytes (a zero-filled block)."""
+    return [p for p in _NUL_RUN.split(line) if p.strip("\x00").strip()]
+
+
+def find_header(data: bytes, known: frozenset[str] = frozenset(),
+                default_header: Callable[[int], Sequence[str] | None] | None = None) -> CsvHead:
+    """Find the header, the delimiter and the number format of a CSV from its first lines (UTF-8
+    bytes, LF line ends: see :func:`read_numeric_csv`). ``known``: the column names of the format,
+    for repairs; ``default_header(width)``: names for a file without a header. Never raises."""
+    head = CsvHead()
+    problems = head.problems
+    pos, n, lineno = 0, len(data), 1
+    candidates: list[tuple[int, str]] = []  # (lineno, text): lines above the data that are neither
+    comment_lines: list[tuple[int, str]] = []
+    first_data: tuple[int, int] | None = None  # (lineno, offset)
+    while pos < n and first_data is None and lineno <= _HEAD_LINES:
+        nl = data.find(b"\n", pos)
+        end = n if nl < 0 else nl + 1
+        text = data[pos:end].decode("utf-8", "replace").rstrip("\n")
+        damaged = "\x00\x00" in text
+        if damaged:
+            problems.append(Problem(lineno, text.replace("\x00", ""), "a run of NUL bytes (a zero-filled block): "
+                                                                      "the parts it touches are not data"))
+        for part in (_fragments(text) if damaged else [text.replace("\x00", "")]):
+            s = part.strip()
+            if not s:
+                continue
+            if s.startswith("#"):
+                comment_lines.append((lineno, s[1:].strip()))
+            elif _is_data(s):
+                if not damaged:
+                    first_data = (lineno, pos)
+            else:
+                candidates.append((lineno, s))
+        pos, lineno = end, lineno + 1
+    body_line, body_pos = first_data if first_data is not None else (lineno, pos)
+    # the data's delimiter and width, from the first rows
+    sample: list[str] = []
+    p = body_pos
+    while p < n and len(sample) < _SAMPLE_ROWS:
+        nl = data.find(b"\n", p)
+        e = n if nl < 0 else nl + 1
+        row = data[p:e].decode("utf-8", "replace").strip()
+        if row and not row.startswith("#") and "\x00" not in row and _is_data(row):
+            sample.append(row)
+        p = e
+    headers = [i for i, (_, t) in enumerate(candidates) if not _comment_like(t)]
+    if sample:
+        delim = _best_delim(sample[0])
+    elif headers:
+        hl = candidates[headers[-1]][1]
+        delim = max(_DELIMS, key=lambda d: (hl.count(d), d == ","))
+    else:
+        delim = ","
+    head.delim, head.sample = delim, sample
+    widths = [len(_cells(r, delim)) for r in sample]
+    head.width = max(set(widths), key=widths.count) if widths else 0
+    if delim != "," and any(_COMMA_NUMBER.fullmatch(c) for r in sample[:20] for c in _cells(r, delim)):
+        head.decimal = "comma"
+
+    def score(i: int) -> tuple[int, bool, int, int]:
+        cells = _cells(candidates[i][1], delim)
+        fixed = _repair_header(cells, head.width or len(cells), known, 0, "", [])
+        return _known_count(fixed, known), len(cells) == head.width, min(len(cells), 2), i
+
+    header: list[str] = []
+    header_idx = max(headers, key=score) if headers else None
+    if header_idx is not None:
+        h_lineno, h_text = candidates[header_idx]
+        header = _cells(h_text, delim)
+        # a header split in two by a damaged byte (it became a line break)
+        if header_idx > 0 and candidates[header_idx - 1][0] == h_lineno - 1 and head.width \
+                and len(header) != head.width:
+            prev = candidates[header_idx - 1][1]
+            for glue in (delim, "?"):
+                joined = _cells(prev + glue + h_text, delim)
+                if len(joined) == head.width:
+                    fixed = _repair_header(joined, head.width, known, h_lineno, h_text, [])
+                    if not known or _known_count(fixed, known) > _known_count(header, known):
+                        problems.append(Problem(h_lineno - 1, prev, "header: line split in two by a damaged "
+                                                                   "byte; the two lines are read as one"))
+                        candidates.pop(header_idx - 1)
+                        header_idx -= 1
+                        header = joined
+                        break
+        head.header_lineno, head.header_line = h_lineno, h_text
+        header = _repair_header(header, head.width or len(header), known, h_lineno, h_text, problems)
+    else:
+        # a header commented out by a damaged first byte ("#tep,steps,...")
+        if comment_lines and head.width >= 2:
+            c_lineno, c_text = comment_lines[-1]
+            cells = _cells(c_text, delim)
+            if len(cells) == head.width and not _comment_like(c_text) and not _is_data(c_text, delim):
+                fixed = _repair_header(cells, head.width, known, c_lineno, "#" + c_text, [])
+                if not known or _known_count(fixed, known) >= max(1, len(fixed) // 2):
+                    problems.append(Problem(c_lineno, "#" + c_text, "header line starts with '#' "
+                                                                    "(a damaged byte?): read as the header"))
+                    comment_lines.pop()
+                    header = _repair_header(cells, head.width, known, c_lineno, "#" + c_text, problems)
+                    head.header_lineno, head.header_line = c_lineno, "#" + c_text
+        if not header and head.width:
+            names = default_header(head.width) if default_header else None
+            if names:
+                header = list(names)
+                problems.append(Problem(body_line, sample[0] if sample else "",
+                                        f"no header row: the {head.width} columns are named in the "
+                                        "contract's order (" + ",".join(header) + ")"))
+            else:
+                problems.append(Problem(body_line, sample[0] if sample else "",
+                                        "no header row (expected column names such as step,wall_ms,...): "
+                                        "columns are unnamed"))
+                header = [f"unnamed_{j + 1}" for j in range(min(head.width, MAX_CSV_COLUMNS))]
+    # every other candidate above the header: a comment that lost its '#', or a stray line
+    for i, (c_lineno, c_text) in enumerate(candidates):
+        if i == header_idx:
+            continue
+        if _comment_like(c_text):
+            comment_lines.append((c_lineno, c_text))
+            problems.append(Problem(c_lineno, c_text, "a comment line without its '#': read as a comment"))
+        else:
+            where = "before" if header_idx is None or i < header_idx else "after"
+            problems.append(Problem(c_lineno, c_text, f"stray line {where} the header: not data, skipped"))
+    comment_lines.sort()
+    head.comments = comment_lines
+    head.header = header
+    head.body, head.body_lineno = body_pos, body_line
+
+    # decimal commas in a comma-separated file: rejoin split fields by the column formats. Taken only
+    # when every non-integer column shows one fraction width in the rows that split all of them.
+    if delim == "," and header and head.width > len(header) and len(sample) >= 3 \
+            and not any(_DOT_DECIMAL.search(r.encode()) for r in sample):
+        int_cols = frozenset(j for j, name in enumerate(header) if name in INTEGER_COLUMNS)
+        all_split = len(header) + len(header) - len(int_cols)
+        fw: dict[int, list[int]] = {}
+        full = 0
+        for r in sample:
+            cells = _cells(r, ",")
+            if len(cells) != all_split:
+                continue
+            full += 1
+            j = 0
+            for col in range(len(header)):
+                if col in int_cols:
+                    j += 1
+                else:
+                    fw.setdefault(col, []).append(len(cells[j + 1]))
+                    j += 2
+        widths_ok = full >= max(3, len(sample) // 2) and all(
+            v.count(max(set(v), key=v.count)) >= 0.9 * len(v) for v in fw.values())
+        if widths_ok:
+            frac = {c: max(set(v), key=v.count) for c, v in fw.items()}
+            solved = sum(1 for r in sample if _merge_decimal(_cells(r, ","), len(header), int_cols, frac) is not None)
+            if solved >= 0.9 * len(sample):
+                head.decimal, head.int_cols, head.frac_width = "split", int_cols, frac
+                problems.append(Problem(head.body_lineno, sample[0], "decimal commas in a comma-separated "
+                                                                    "file: split fields are rejoined by the "
+                                                                    "column formats"))
+    return head
+
+
+def _merge_decimal(cells: list[str], ncol: int, int_cols: frozenset[int],
+                   frac_width: dict[int, int]) -> list[float] | None:
+    """Read ``cells`` as ``ncol`` values where some non-integer columns were written with a decimal
+    comma that split them into two fields. Returns the values, or None when no reading (or more than
+    one equally good reading) explains the fields."""
+    m = len(cells)
+    extra = m - ncol
+    if extra < 0 or extra > ncol:
+        return None
+    if not all(_INT.fullmatch(c) or (_number(c, False) is not None and "," not in c) for c in cells):
+        return None
+    memo: dict[tuple[int, int], tuple[int, int, list[float] | None]] = {}
+
+    def go(i: int, j: int) -> tuple[int, int, list[float] | None]:
+        """(score, number of best readings, values) for cells[i:] into columns j.."""
+        if j == ncol:
+            return (0, 1, []) if i == m else (-1, 0, None)
+        key = (i, j)
+        if key in memo:
+            return memo[key]
+        best: tuple[int, int, list[float] | None] = (-1, 0, None)
+        options: list[tuple[int, float, int]] = []
+        if i < m:
+            v = _number(cells[i], False)
+            if v is not None and (j not in int_cols or _INT.fullmatch(cells[i])):
+                options.append((i + 1, v, 0))
+        if j not in int_cols and i + 1 < m and _INT.fullmatch(cells[i]) and _DIGITS.fullmatch(cells[i + 1]):
+            bonus = 1 if frac_width.get(j) == len(cells[i + 1]) else 0
+            options.append((i + 2, float(cells[i] + "." + cells[i + 1]), bonus))
+        for ni, v, bonus in options:
+            sc, cnt, rest = go(ni, j + 1)
+            if rest is None:
+                continue
+            sc += bonus
+            if sc > best[0]:
+                best = (sc, cnt, [v, *rest])
+            elif sc == best[0]:
+                best = (sc, best[1] + cnt, best[2])
+        memo[key] = best
+        return best
+
+    score, count, values = go(0, 0)
+    return values if values is not None and count == 1 else None
+
+
+# ---------------------------------------------------------------------------------------------
+# the body
 
 class _Columns:
-    """Column-major float64 storage filled chunk by chunk (no final concatenate/transpose)."""
+    """Column-major float64 storage filled block by block; grows in rows and columns."""
 
     __slots__ = ("data", "n")
 
     def __init__(self, ncol: int, cap: int) -> None:
-        self.data = np.empty((ncol, max(cap, 1)), dtype=np.float64)
+        self.data = np.empty((max(ncol, 0), max(cap, 16)), dtype=np.float64)
         self.n = 0
 
+    @property
+    def ncol(self) -> int:
+        return int(self.data.shape[0])
+
+    def widen(self, ncol: int) -> None:
+        if ncol <= self.ncol:
+            return
+        grown = np.empty((ncol, self.data.shape[1]), dtype=np.float64)
+        grown[: self.ncol, : self.n] = self.data[:, : self.n]
+        grown[self.ncol:, : self.n] = np.nan
+        self.data = grown
+
     def add(self, block: np.ndarray) -> None:
-        k = block.shape[0]
+        k, w = block.shape
         if not k:
             return
-        if self.n + k > self.data.shape[1]:  # cannot happen with a newline-count bound; be safe
-            grown = np.empty((self.data.shape[0], max(2 * self.data.shape[1], self.n + k)))
+        if w > self.ncol:
+            self.widen(w)
+        if self.n + k > self.data.shape[1]:
+            grown = np.empty((self.ncol, max(2 * self.data.shape[1], self.n + k)), dtype=np.float64)
             grown[:, : self.n] = self.data[:, : self.n]
             self.data = grown
-        self.data[:, self.n : self.n + k] = block.T
+        self.data[:w, self.n: self.n + k] = block.T
+        if w < self.ncol:
+            self.data[w:, self.n: self.n + k] = np.nan
         self.n += k
 
     def finish(self) -> np.ndarray:
-        """(ncol, n) C-contiguous array: each row is one contiguous column."""
-        if self.n < 0.9 * self.data.shape[1]:
+        """(ncol, n) array whose rows are each one contiguous column."""
+        if self.n < 0.8 * self.data.shape[1]:
             return np.ascontiguousarray(self.data[:, : self.n])
         return self.data[:, : self.n]
 
 
-def _parse_run(
-    data: bytes, start: int, stop: int, lineno: int, ncol: int, header_line: bytes,
-    problems: list[Problem], converters: dict[int, Callable[[str], float]] | None,
-    cols: _Columns,
-) -> None:
-    """Parse data[start:stop] (data lines only) in ~1 MiB chunks into ``cols``."""
-    pos = start
-    while pos < stop:
-        end = min(pos + _CHUNK, stop)
-        if end < stop:
-            nl = data.find(b"\n", end, stop)
-            end = stop if nl < 0 else nl + 1
-        chunk = data[pos:end]
-        arr = _fast_chunk(chunk, ncol)
-        if arr is None:
-            rows, _ = _fallback_lines(chunk.replace(b"\r", b""), lineno, ncol, header_line,
-                                      problems, converters)
-            arr = np.array(rows, dtype=np.float64).reshape(-1, ncol)
-        cols.add(arr)
-        lineno += chunk.count(b"\n")
-        pos = end
+def _fast_block(chunk: bytes, ncol: int) -> np.ndarray | None:
+    """Parse complete lines of well-formed rows (every line ``ncol`` numbers, nothing else) into a
+    (rows, ncol) block, or None when the chunk is anything else."""
+    shape = chunk.translate(_SHAPE, _NUMBER_BYTES)
+    if not shape or len(shape) % ncol:
+        return None
+    k = len(shape) // ncol
+    if shape != (b"," * (ncol - 1) + b"\n") * k:
+        return None
+    try:
+        vals = orjson.loads(b"".join((b"[", memoryview(chunk.replace(b"\n", b","))[:-1], b"]")))
+        if len(vals) != k * ncol:
+            return None
+        # struct packs a list of numbers into doubles faster than numpy converts one
+        return np.frombuffer(struct.Struct(f"<{k * ncol}d").pack(*vals), dtype="<f8").reshape(k, ncol)
+    except (orjson.JSONDecodeError, struct.error, OverflowError, ValueError, TypeError):
+        return None
+
+
+class _Body:
+    """The line-by-line reader for chunks the fast path refused, and the notes it aggregates."""
+
+    def __init__(self, head: CsvHead, converters: dict[int, Callable[[str], float]] | None,
+                 problems: list[Problem], comments: list[tuple[int, int, str]]) -> None:
+        self.head = head
+        self.ncol = len(head.header)
+        self.width = self.ncol  # the field count of most rows (more than ncol: an older header)
+        self.delim = head.delim
+        self.converters = converters
+        self.problems = problems
+        self.comments = comments
+        self.header_line = head.header_line.strip()
+        self.ragged: dict[tuple[str, int], list[Any]] = {}  # (short|long, fields) -> [count, lineno, text]
+        self.capped = False
+        self.nul_only = 0
+
+    def _note_ragged(self, kind: str, nfield: int, lineno: int, text: str) -> None:
+        r = self.ragged.setdefault((kind, nfield), [0, lineno, text])
+        r[0] += 1
+
+    def finish(self, names: list[str]) -> None:
+        for (kind, nfield), (count, lineno, text) in sorted(self.ragged.items(), key=lambda kv: kv[1][1]):
+            rows = f"{count} row{'s' if count != 1 else ''}"
+            if kind == "short":
+                why = (f"{rows} with {nfield} fields, the header has {self.ncol}: the missing fields are "
+                       f"absent (first: line {lineno})")
+            else:
+                kept = ", ".join(names[self.ncol: min(nfield, len(names))])
+                why = (f"{rows} with {nfield} fields, the header has {self.ncol}: the extra fields are kept "
+                       f"as {kept} (first: line {lineno})")
+            self.problems.append(Problem(lineno, text, why))
+        if self.capped:
+            self.problems.append(Problem(0, "", f"fields beyond column {MAX_CSV_COLUMNS} dropped "
+                                                "(the column cap, parsers/limits.py)"))
+        if self.nul_only:
+            self.problems.append(Problem(0, "", f"{self.nul_only} line(s) of NUL bytes only (zero-filled) skipped"))
+
+    def lines(self, body: bytes, first_lineno: int, row0: int) -> list[list[float]]:
+        """Rows of ``body`` (complete lines); comments found on the way go to ``self.comments``."""
+        rows: list[list[float]] = []
+        lines = body.split(b"\n")
+        if lines and lines[-1] == b"":
+            lines.pop()
+        for i, raw in enumerate(lines):
+            lineno = first_lineno + i
+            text = raw.decode("utf-8", "replace").strip()
+            if not text:
+                continue
+            if "\x00" in text:
+                self._nul_line(text, lineno, rows, row0)
+                continue
+            row = self.row(text, lineno, row0 + len(rows))
+            if row is not None:
+                rows.append(row)
+        return rows
+
+    def _nul_line(self, text: str, lineno: int, rows: list[list[float]], row0: int) -> None:
+        if "\x00\x00" in text:
+            parts = _fragments(text)
+            if not parts:
+                self.nul_only += 1
+                return
+            for part in parts:
+                s = part.strip()
+                if s.startswith("#"):
+                    self.comments.append((lineno, row0 + len(rows), s[1:].strip()))
+                    self.problems.append(Problem(lineno, s, "comment after a run of NUL bytes (a zero-filled "
+                                                            "block): kept"))
+                else:
+                    self.problems.append(Problem(lineno, s, "row fragment next to a run of NUL bytes (a "
+                                                            "zero-filled block): not data, skipped"))
+            return
+        cells = _cells(text, self.delim)
+        if self.ncol and len(cells) not in (self.ncol, self.width):
+            self.problems.append(Problem(lineno, text.replace("\x00", "\\0"),
+                                         f"NUL byte(s) in a row of {len(cells)} fields, the header has "
+                                         f"{self.ncol}: row skipped"))
+            return
+        row = self.row(text.replace("\x00", "\ufffd"), lineno, row0 + len(rows))
+        if row is not None:
+            rows.append(row)
+
+    def row(self, text: str, lineno: int, row_index: int) -> list[float] | None:
+        """One line -> its values, or None (a repeated header, a comment without '#', not a row)."""
+        if text == self.header_line:
+            return None
+        if text.startswith("#"):
+            self.comments.append((lineno, row_index, text[1:].strip()))
+            return None
+        cells = _cells(text, self.delim)
+        head = self.head
+        if head.decimal == "split" and len(cells) > self.ncol:
+            vals = _merge_decimal(cells, self.ncol, head.int_cols, head.frac_width)
+            if vals is not None:
+                return vals
+        decimal_comma = head.decimal == "comma"
+        row: list[float] = []
+        bad: list[str] = []
+        good = nbad = 0
+        for j, c in enumerate(cells):
+            v = _number(c, decimal_comma)
+            if v is None and c:
+                conv = self.converters.get(j) if self.converters else None
+                if conv is not None:
+                    try:
+                        v = float(conv(c))
+                    except (ValueError, KeyError, TypeError):
+                        v = None
+                if v is None:
+                    nbad += 1
+            if v is None:
+                bad.append(f"#{j + 1} {c!r:.20}")
+            else:
+                good += 1
+            row.append(_NAN if v is None else v)
+        if not good or good < nbad:
+            if _comment_like(text):
+                self.comments.append((lineno, row_index, text.strip()))
+                self.problems.append(Problem(lineno, text, "a comment line without its '#': read as a comment"))
+            else:
+                self.problems.append(Problem(lineno, text, "not a data row (its fields are not numbers): skipped"))
+            return None
+        if bad:
+            self.problems.append(Problem(lineno, text, "bad cell(s) " + ", ".join(bad) + " (read as missing)"))
+        if self.ncol and len(row) < self.ncol:
+            self._note_ragged("short", len(row), lineno, text)
+        elif len(row) > self.ncol:
+            self._note_ragged("long", len(row), lineno, text)
+            if len(row) > MAX_CSV_COLUMNS:
+                del row[MAX_CSV_COLUMNS:]
+                self.capped = True
+        return row
+
+
+def _prepare(data: bytes) -> bytes:
+    """UTF-8 bytes with LF line ends and a final LF."""
+    name, n = guess_encoding(data[:4096] if len(data) > 4096 else data)
+    if name == "utf-8":
+        data = data[n:] if n else data
+    else:
+        data = decode_bytes(data).encode("utf-8", "surrogatepass")
+    if b"\r" in data:
+        data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+    if data and not data.endswith(b"\n"):
+        data += b"\n"
+    return data
+
+
+@dataclass(slots=True)
+class NumericCsv:
+    """What :func:`read_numeric_csv` found: the ``header`` names (extras as ``unnamed_<n>``);
+    ``comments`` as (lineno, row index of the next data row, text after '#'), in file order;
+    the data as a float64 ``matrix`` (n_rows x n_cols, NaN = absent or bad cell; ``matrix.T`` is
+    C-contiguous, one column per row); ``problems``; ``header_lineno`` (0 = no header line)."""
+
+    header: list[str]
+    comments: list[tuple[int, int, str]]
+    matrix: np.ndarray
+    problems: list[Problem]
+    header_lineno: int = 0
 
 
 def read_numeric_csv(
     data: bytes,
     converters: dict[str, Callable[[str], float]] | None = None,
+    known: frozenset[str] = frozenset(),
+    default_header: Callable[[int], Sequence[str] | None] | None = None,
 ) -> NumericCsv:
     """Read a comment-headed numeric CSV (token CSV, route trace) into a float64 matrix.
 
-    Lines starting with ``#`` are comments wherever they are (never data rows); the first other
-    non-blank line is the header. A data line with the wrong number of cells is a Problem and is
-    skipped; a cell that is not a number is NaN and a Problem (the row still counts); a repeat
-    of the header line and blank lines are skipped. ``converters`` maps a column name to a
-    function for non-numeric cells (e.g. "decode" -> 1.0). The matrix is returned column-major:
-    ``matrix.T`` is (n_cols, n_rows) C-contiguous. Never raises on bad content.
+    Lines starting with ``#`` are comments wherever they are (never data rows). The header, the
+    delimiter and the decimal mark are found by :func:`find_header` (``known``: the format's column
+    names, used to repair a damaged header; ``default_header(width)``: names for a headerless
+    body). A cell that is not a number is NaN and a Problem (the row still counts); ``converters``
+    maps a column name to a function for non-numeric cells (e.g. "decode" -> 1.0). A row with
+    fewer fields than the header keeps them (NaN for the rest); extra fields become columns. A
+    repeat of the header, blank lines and lines of NUL bytes are skipped. The matrix holds at most
+    :data:`~.limits.MAX_CSV_CELLS` cells (rows after that are dropped with a Problem). Never raises
+    on bad content. Module doc: every repair.
     """
-    problems: list[Problem] = []
     if not isinstance(data, bytes):
         data = bytes(data)
-    data = _to_utf8(data)
-    if b"\n" not in data and b"\r" in data:  # old-Mac line ends: bare CR only
-        data = data.replace(b"\r", b"\n")
-    comments: list[tuple[int, int, str]] = []
-    header: list[str] | None = None
-    header_line = b""
-    header_lineno = 0
-    cols: _Columns | None = None
-    pos, n, lineno = 0, len(data), 1
-    conv_idx: dict[int, Callable[[str], float]] | None = None
-    while pos < n:
-        # comment or header lines are handled one at a time; runs of data lines go to numpy
-        if header is None or data.startswith(b"#", pos):
+    data = _prepare(data)
+    head = find_header(data, known, default_header)
+    problems = list(head.problems)
+    comments: list[tuple[int, int, str]] = [(ln, 0, t) for ln, t in head.comments]
+    header = list(head.header)
+    if not header:
+        return NumericCsv([], comments, np.empty((0, 0), dtype=np.float64), problems, head.header_lineno)
+    if len(header) > MAX_CSV_COLUMNS:
+        problems.append(Problem(head.header_lineno, "", f"header has {len(header)} columns: columns beyond "
+                                                         f"{MAX_CSV_COLUMNS} dropped (the column cap)"))
+        del header[MAX_CSV_COLUMNS:]
+        head.header = header
+    conv_idx = {header.index(k): f for k, f in converters.items() if k in header} if converters else None
+    body = _Body(head, conv_idx, problems, comments)
+    fast_ncol = len(header)
+    if head.decimal != "split" and head.width > len(header):
+        fast_ncol = min(head.width, MAX_CSV_COLUMNS)  # every row has more fields: the fast path takes them
+    body.width = fast_ncol
+    n = len(data)
+    pos, lineno = head.body, head.body_lineno
+    # rows expected: the body's bytes over the first rows' mean length (+10 %), so the columns are
+    # filled in place and returned without a copy
+    line_len = (sum(len(r) + 1 for r in head.sample) / len(head.sample)) if head.sample else 8.0
+    est = int((n - pos) / max(line_len, 2.0) * 1.1) + 64
+    cols = _Columns(max(fast_ncol, len(header)), min(est, MAX_CSV_CELLS // max(1, fast_ncol)))
+    fast = head.decimal == ""
+    translate = head.decimal == "comma"
+    over = False
+    while pos < n and not over:
+        if data[pos] == 0x23:  # '#': a comment line, wherever it is
             nl = data.find(b"\n", pos)
             end = n if nl < 0 else nl + 1
-            raw = data[pos:end].rstrip(b"\r\n")
-            text = raw.decode("utf-8", "replace")
-            if text.startswith("#"):
-                comments.append((lineno, cols.n if cols else 0, text[1:].strip()))
-            elif text.strip():
-                header = [h.strip() for h in text.strip().split(",")]
-                header_line = raw.strip()
-                header_lineno = lineno
-                cols = _Columns(len(header), data.count(b"\n", end) + 1)
-                if converters:
-                    conv_idx = {header.index(k): f for k, f in converters.items() if k in header}
+            comments.append((lineno, cols.n, data[pos:end].decode("utf-8", "replace")[1:].strip()))
             pos, lineno = end, lineno + 1
             continue
-        nxt = data.find(b"\n#", pos)
-        end = n if nxt < 0 else nxt + 1
-        _parse_run(data, pos, end, lineno, len(header), header_line, problems, conv_idx, cols)
-        lineno += data.count(b"\n", pos, end)
+        end = min(pos + _CHUNK, n)
+        if end < n:
+            nl = data.find(b"\n", end)
+            end = n if nl < 0 else nl + 1
+        hashmark = data.find(b"#", pos, end)  # memchr: numeric rows never hold one
+        while hashmark >= 0 and data[hashmark - 1] != 0x0A:
+            hashmark = data.find(b"#", hashmark + 1, end)
+        if hashmark >= 0:
+            end = hashmark  # the run of rows stops at the comment line
+        chunk = data[pos:end]
+        block = None
+        if fast or translate:
+            fchunk = chunk.replace(b",", b".").replace(head.delim.encode(), b",") if translate else chunk
+            block = _fast_block(fchunk, fast_ncol)
+        if block is None:
+            rows = body.lines(chunk, lineno, cols.n)
+            width = max((len(r) for r in rows), default=0)
+            block = np.full((len(rows), max(width, 1)), np.nan)
+            for i, r in enumerate(rows):
+                block[i, : len(r)] = r
+            nlines = chunk.count(b"\n")
+        else:
+            nlines = block.shape[0]  # a well-formed chunk: one row a line
+            if fast_ncol > len(header):
+                body.ragged.setdefault(("long", fast_ncol), [0, lineno, chunk[:200].decode("utf-8", "replace")
+                                                             .split("\n", 1)[0]])[0] += nlines
+        room = MAX_CSV_CELLS // max(cols.ncol, block.shape[1], 1) - cols.n
+        if block.shape[0] > room:
+            problems.append(Problem(lineno, "", f"rows from line {lineno} on dropped: the table is over "
+                                                f"the cap of {MAX_CSV_CELLS} cells (parsers/limits.py)"))
+            block = block[: max(room, 0)]
+            over = True
+        cols.add(block)
+        lineno += nlines
         pos = end
-    ncol = len(header) if header else 0
-    matrix = cols.finish().T if cols is not None else np.empty((0, ncol), dtype=np.float64)
-    return NumericCsv(header or [], comments, matrix, problems, header_lineno)
+    names = header + [f"unnamed_{j + 1}" for j in range(len(header), cols.ncol)]
+    body.finish(names)
+    comments.sort(key=lambda c: c[0])
+    matrix = cols.finish().T
+    return NumericCsv(names, comments, matrix, problems, head.header_lineno)
+
+
+# ---------------------------------------------------------------------------------------------
+# the per-token CSV
+
+@dataclass(slots=True)
+class TokenTable:
+    """A per-token CSV.
+
+    ``meta`` run metadata from ``# key=value`` comments (``meta["format"]`` = "bmoe_metrics v1";
+    ``n_layer``/``n_expert``/``n_expert_used`` only when within parsers/limits.py's caps);
+    ``header`` column names in file order; ``columns`` name -> float64 array of ``n_rows``
+    (NaN = missing or bad cell; units as in the file: ``*_ms`` ms, ``read_bytes`` bytes,
+    ``*_mib`` MiB, ``cache_hit_pct`` percent with -1 = no cache); ``summaries`` one dict per
+    ``# summary`` line: {"row": index of the next token row, "lineno": line, "raw": {k: v},
+    "summary": canonical dict (see summary_lines.canonical_summary)}; ``problems`` bad lines and
+    every repair; ``comments`` other comment lines kept verbatim.
+    """
+
+    meta: dict[str, str]
+    header: list[str]
+    columns: dict[str, np.ndarray]
+    n_rows: int
+    summaries: list[dict[str, Any]] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+    comments: list[str] = field(default_factory=list)
+
+    @property
+    def summary(self) -> dict[str, float]:
+        """The last ``# summary`` line's canonical dict ({} when the file has none)."""
+        if not self.summaries:
+            return {}
+        s: dict[str, float] = self.summaries[-1]["summary"]
+        return s
+
+    @property
+    def identity(self) -> dict[str, str]:
+        """The run this file is from: ``model`` and ``arch`` when the header comments name them."""
+        return {k: self.meta[k] for k in ("model", "arch") if k in self.meta}
+
+    def column(self, name: str) -> np.ndarray | None:
+        """The column called ``name``, or None when the file does not have it."""
+        return self.columns.get(name)
+
+
+def _contract_header(width: int) -> Sequence[str] | None:
+    return TOKEN_COLUMNS[:width] if 7 <= width <= len(TOKEN_COLUMNS) else None
 
 
 def load_token_csv(data: bytes) -> TokenTable:
     """Parse a per-token CSV (``--csv`` sink) from its bytes. Never raises on bad content.
 
-    Returns a :class:`TokenTable`; columns are contiguous float64 arrays keyed by header name
-    (a duplicated name keeps its first column; the others get ``name.2`` etc.). A file without a
-    header row yields no columns and a Problem.
+    Returns a :class:`TokenTable`; columns are contiguous float64 arrays of shape (n_rows,) keyed by
+    header name (a duplicated name keeps its first column; the others get ``name.2`` etc.). Damaged
+    files: the module doc. A file without a header row whose body is as wide as the contract's
+    7-9 columns gets the contract's names; otherwise its columns are ``unnamed_<n>`` and a Problem.
     """
-    nc = read_numeric_csv(data)
+    nc = read_numeric_csv(data, known=KNOWN_TOKEN_COLUMNS, default_header=_contract_header)
     problems = nc.problems
     meta: dict[str, str] = {}
-    summaries: list[dict] = []
+    summaries: list[dict[str, Any]] = []
     others: list[str] = []
     for lineno, row, text in nc.comments:
         if _SUMMARY.match(text):
@@ -283,24 +858,29 @@ def load_token_csv(data: bytes) -> TokenTable:
         kv = parse_kv_comment(text)
         if kv:
             for k, v in kv.items():
+                if k in _DIM_KEYS and k not in meta:
+                    why = dims_problem(**{("top_k" if k == "n_expert_used" else k): v})
+                    if why is not None:
+                        problems.append(Problem(lineno, "# " + text, f"{why}: ignored"))
+                        meta[k] = ""  # the first value is the one that counts: a later one does not sneak in
+                        continue
                 meta.setdefault(k, v)
         else:
             others.append(text)
+    meta = {k: v for k, v in meta.items() if not (k in _DIM_KEYS and v == "")}
     if not nc.header:
-        if data.strip():
+        if data.strip() and not problems:
             problems.append(Problem(0, "", "no header row (expected column names such as step,wall_ms,...)"))
         return TokenTable(meta, [], {}, 0, summaries, problems, others)
-    mat = nc.matrix.T  # (n_cols, n_rows), each row contiguous
-    if not mat.flags.c_contiguous:
-        mat = np.ascontiguousarray(mat)
+    mat = nc.matrix.T  # (n_cols, n_rows): each row one contiguous column
     columns: dict[str, np.ndarray] = {}
     names: list[str] = []
     for j, name in enumerate(nc.header):
         key = name
-        k = 2
+        dup = 2
         while key in columns:
-            key = f"{name}.{k}"
-            k += 1
+            key = f"{name}.{dup}"
+            dup += 1
         columns[key] = mat[j]
         names.append(key)
     return TokenTable(meta, names, columns, int(nc.matrix.shape[0]), summaries, problems, others)

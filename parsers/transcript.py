@@ -17,14 +17,16 @@ Where the answer comes from, in order:
 
 A ``<think>...</think>`` block (or an unterminated ``<think>``) moves from the answer to
 ``reasoning``; reasoning sent separately (``delta_reasoning``) lands there too.
+docs/telemetry.md "Transcripts".
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
-from .bmoe_lines import BadLine, Begin, Done, Progress, TextAccumulator, TextLine, parse_line
+from .bmoe_lines import BadLine, Begin, Done, Progress, Ready, Record, TextAccumulator, TextLine, parse_line
 from .summary_lines import SummaryLine, derive_summary, parse_summary_line
 from .textio import Problem, decode_bytes, split_text
 
@@ -61,10 +63,11 @@ class Transcript:
     line that is not a protocol or summary line, with ``text_line_numbers`` (parallel) (a
     protocol line's ``prefix`` text is included); ``summary_lines`` (lineno, SummaryLine);
     ``generations`` one dict per generation: {"id", "answer", "reasoning", "done": Done | None,
-    "lineno"}; ``problems`` bad lines.
+    "lineno"}; ``unparsed`` (lineno, text) of the lines that look like end-of-run lines of an
+    unknown shape (shown as they are; each is also a problem); ``problems`` bad lines.
     """
 
-    records: list = field(default_factory=list)
+    records: list[Record] = field(default_factory=list)
     record_lines: list[int] = field(default_factory=list)
     summary: dict[str, float] = field(default_factory=dict)
     info: dict[str, str] = field(default_factory=dict)
@@ -75,8 +78,22 @@ class Transcript:
     text_lines: list[str] = field(default_factory=list)
     text_line_numbers: list[int] = field(default_factory=list)
     summary_lines: list[tuple[int, SummaryLine]] = field(default_factory=list)
-    generations: list[dict] = field(default_factory=list)
+    generations: list[dict[str, Any]] = field(default_factory=list)
+    unparsed: list[tuple[int, str]] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def identity(self) -> dict[str, str]:
+        """The run this capture is from: ``arch`` and ``model`` of its first ``BMOE_READY``, when
+        it has one and they are strings."""
+        for rec in self.records:
+            if isinstance(rec, Ready):
+                out = {"arch": rec.arch} if isinstance(rec.arch, str) else {}
+                model = rec.extra.get("model")
+                if isinstance(model, str):
+                    out["model"] = model
+                return out
+        return {}
 
 
 def is_loader_noise(line: str) -> bool:
@@ -136,7 +153,7 @@ def parse_transcript(data: bytes | str) -> Transcript:
                 answer_end = i
     if answer_start is not None and answer_end is None:
         answer_end = next((i for i in range(answer_start + 1, len(items))
-                           if kinds[i] is not None and kinds[i].kind not in ("banner", "sidecar", "unparsed")),
+                           if (kd := kinds[i]) is not None and kd.kind not in ("banner", "sidecar", "unparsed")),
                           len(items))
     in_block = (lambda i: answer_start < i < answer_end) if answer_start is not None else (lambda i: False)
     first_summary = next((i for i, s in enumerate(kinds)
@@ -167,6 +184,7 @@ def parse_transcript(data: bytes | str) -> Transcript:
                     tr.summary[k] = v
             continue
         if s is not None and s.kind == "unparsed":
+            tr.unparsed.append((lineno, line))
             tr.problems.append(Problem(lineno, line, f"looks like a '{s.values['kind']}:' "
                                                      "end-of-run line but its format is unknown"))
         tr.text_lines.append(line)
@@ -195,19 +213,18 @@ def parse_transcript(data: bytes | str) -> Transcript:
 
 def _generations(tr: Transcript) -> None:
     acc = TextAccumulator()
-    cur: dict | None = None
+    cur: dict[str, Any] | None = None
     for rec, lineno in zip(tr.records, tr.record_lines):
-        t = type(rec)
-        if t is Begin:
+        if isinstance(rec, Begin):
             acc.reset()
             cur = {"id": rec.id, "answer": "", "reasoning": "", "done": None, "lineno": lineno}
             tr.generations.append(cur)
-        elif t is Progress or t is Done:
+        elif isinstance(rec, (Progress, Done)):
             if cur is None or cur["done"] is not None:  # one-shot --progress: no BMOE_BEGIN
                 acc.reset()
                 cur = {"id": None, "answer": "", "reasoning": "", "done": None, "lineno": lineno}
                 tr.generations.append(cur)
-            if t is Progress:
+            if isinstance(rec, Progress):
                 acc.feed(rec)
             else:
                 if rec.text is not None:

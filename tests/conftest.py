@@ -23,9 +23,3 @@ def real_runs() -> Path:
     if not REAL_RUNS.is_dir():
         pytest.skip("../shared/data/real-runs is absent")
     return REAL_RUNS
-
-
-def real_run_files() -> list[Path]:
-    if not REAL_RUNS.is_dir():
-        return []
-    return sorted(p for p in REAL_RUNS.rglob("*") if p.is_file() and p.name != "README.md")

@@ -21,22 +21,23 @@ SIZE = (170, 48)
 
 
 async def live_shot(path: Path) -> None:
-    from bmoe_top.tui.live_cli import runtime_command
-    from bmoe_top.tui.screens.live import LiveApp
+    from bmoe_top.tui.cli import runtime_command
+    from bmoe_top.tui.screens.live import live_app
     from bmoe_top.tui.sources.child_session import ChildSession
 
     src = ChildSession(runtime_command())
-    app = LiveApp(src, title="launch bmoe-run", n_predict=200)
+    app = live_app(src, title="launch bmoe-run", n_predict=200)
+    run = app.main.model
     try:
         async with app.run_test(size=SIZE) as pilot:
             for _ in range(600):
                 await pilot.pause(0.1)
-                if app.run_model.status == "ready":
+                if run.status == "ready":
                     break
             src.generate("class Cache:\n    def __init__(self", n_predict=200)
             for _ in range(900):
                 await pilot.pause(0.1)
-                if app.run_model.turns and app.run_model.turns[-1].done:
+                if run.turns and run.turns[-1].done:
                     break
             await pilot.pause(0.5)
             app.save_screenshot(str(path))
@@ -46,9 +47,10 @@ async def live_shot(path: Path) -> None:
 
 async def replay_shot(path: Path, files: list[str]) -> None:
     from bmoe_top.tui.app import BmoeTopApp
-    from bmoe_top.tui.sources.file_replay import open_paths
+    from bmoe_top.tui.feed.files import open_paths
+    from bmoe_top.tui.screens.replay import ReplayScreen
 
-    app = BmoeTopApp(open_paths(files), title="replay demo.csv + demo.route.csv")
+    app = BmoeTopApp(ReplayScreen(open_paths(files), title="replay demo.csv + demo.route.csv"))
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause(0.5)
         app.save_screenshot(str(path))

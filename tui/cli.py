@@ -1,13 +1,21 @@
-"""``bmoe-top`` command line.
+"""``bmoe-top`` command line: every sub-command.
 
-    bmoe-top                                  launch the bundled runtime on its demo model, live
-    bmoe-top replay PATH...                   replay recorded runs (any format, sniffed from content)
-    bmoe-top replay --summary [--json] PATH   print the run summary without the UI
-    bmoe-top launch [--once --json -p P] [-- CMD...]   run a session-protocol program live
-    bmoe-top attach --session SOCK | --metrics URL | --audit FILE [--once --json]
+    bmoe-top                                   launch the bundled runtime on its demo model, live
+    bmoe-top replay PATH...                    replay recorded runs (any format, sniffed from content)
+    bmoe-top replay --summary [--json] PATH    print the run summary without the UI
+    bmoe-top launch [-m MODEL] [-n N] [--record FILE] [-- CMD...]    run a session-protocol program live
+    bmoe-top launch --once --json -p PROMPT [-n N] [-- CMD...]      headless: one generation, its numbers
+    bmoe-top attach --session PATH [-n N] [--record FILE]           a running session, live
+    bmoe-top attach --session PATH --once --json [-p PROMPT]        headless: the session's state (+ one prompt)
+    bmoe-top attach --metrics URL | --audit FILE [--once --json]     /metrics or an audit log, live or headless
+    bmoe-top play FILE [--speed X] [--turn-by-turn]                 a recording on the live screen, paced
+    bmoe-top fleet --prometheus URL [--selector S] [--window 5m] --once --json [--instance X]
 
-Bad input (a missing file, an unknown format, an unreachable source) gets one clear line on
-stderr and exit status 2, never a traceback.
+``CMD`` is any program that speaks the session protocol (docs/telemetry.md "Session mode"), e.g.
+``bmoe-cli --session --progress``; without it, the bundled runtime (:func:`runtime_command`).
+Bad input (a missing file, an unknown format, a command that cannot start, an unwritable
+``--record`` path, an unreachable source) gets one clear line on stderr and a non-zero exit
+status (2 for usage, 1 for a failed run), never a traceback.
 """
 
 from __future__ import annotations
@@ -15,58 +23,56 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import shutil
 import sys
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-import orjson
+from bmoe_top.parsers.recording import load_recording
+
+if TYPE_CHECKING:
+    from bmoe_top.tui.headless import Outcome
+    from bmoe_top.tui.sources.recorder import Recorder
 
 EXIT_USAGE = 2
+EXIT_FAILED = 1
+
+#: How the bundled runtime samples when bmoe-top launches it: the small demo model loops under
+#: greedy decoding (a line of spaces), while light sampling streams recognisable Python.
+DEMO_SAMPLING = ["--temp", "0.7", "--top-p", "0.95", "--repeat-penalty", "1.1"]
 
 
-def _die(msg: str) -> int:
+def _die(msg: str, code: int = EXIT_USAGE) -> int:
     print(f"bmoe-top: {msg}", file=sys.stderr)
-    return EXIT_USAGE
+    return code
 
 
-def _jsonable(obj: Any) -> Any:
-    if isinstance(obj, float) and (math.isnan(obj) or math.isinf(obj)):
-        return None
-    if isinstance(obj, dict):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_jsonable(v) for v in obj]
-    return obj
+def runtime_command(model: str | None = None, extra: list[str] | None = None) -> list[str]:
+    """The bundled runtime's session command line:
+    ``bmoe-run --session --route-telemetry --temp 0.7 --top-p 0.95 --repeat-penalty 1.1 [-m MODEL]``."""
+    exe = Path(sys.executable).with_name("bmoe-run")
+    found = shutil.which("bmoe-run")
+    if exe.exists():
+        cmd = [str(exe)]
+    elif found:
+        cmd = [found]
+    else:
+        cmd = [sys.executable, "-m", "bmoe_top.runtime.cli"]
+    cmd += ["--session", "--route-telemetry", *DEMO_SAMPLING]
+    if model:
+        cmd += ["-m", model]
+    return cmd + list(extra or [])
 
 
-def print_json(obj: Any) -> None:
-    opts = orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY
-    sys.stdout.write(orjson.dumps(_jsonable(obj), option=opts).decode() + "\n")
-
-
-def format_summary_text(s: dict[str, Any]) -> str:
-    """The run panel's numbers as text (same rows, same 'missing' / 'from token rows' marks)."""
-    from bmoe_top.tui.run import summary_rows
-
-    lines = [f"sources: {', '.join(s['sources'])}"]
-    meta = s["meta"]
-    lines.append(f"model: {meta.get('model', 'missing')}  arch: {meta.get('arch', 'missing')}  "
-                 f"layers: {s['n_layer'] or 'missing'}  experts: {s['n_expert'] or 'missing'}")
-    lines.append(f"mode: {s['mode']} ({s['mode_reason']})")
-    for label, text, _kind in summary_rows(s):
-        lines.append(f"  {label:<16} {text}")
-    lines.append(f"token rows: {s['derived']['token_rows']}  turns: {s['turns']}  "
-                 f"routing rows: {s['routing_rows']}  problems: {s['problems']}")
-    if s["sidecar"]:
-        lines.append("device: " + " ".join(f"{k}={v}" for k, v in s["sidecar"].items()))
-    return "\n".join(lines)
-
-
+# ------------------------------------------------------------------------------------- replay
 def cmd_replay(args: argparse.Namespace) -> int:
-    from bmoe_top.tui.run import run_summary
-    from bmoe_top.tui.sources.file_replay import ReplayError, open_paths
+    from bmoe_top.tui.headless import replay
+    from bmoe_top.tui.present.numbers import print_json
+    from bmoe_top.tui.present.summary import run_summary, summary_text
+    from bmoe_top.tui.sources.files import ReplayError
 
     try:
-        run = open_paths(args.paths)
+        run = replay(args.paths)
     except ReplayError as e:
         return _die(str(e))
     if args.summary or args.json:
@@ -74,41 +80,249 @@ def cmd_replay(args: argparse.Namespace) -> int:
         if args.json:
             print_json(s)
         else:
-            print(format_summary_text(s))
+            print(summary_text(s))
         return 0
-    from bmoe_top.tui.app import BmoeTopApp
+    from bmoe_top.tui.screens.replay import run_replay
 
-    title = " + ".join(p.rsplit("/", 1)[-1] for p in args.paths)
-    BmoeTopApp(run, title=f"replay {title}", fps=args.fps).run()
-    return 0
+    return run_replay(run, "replay " + " + ".join(p.rsplit("/", 1)[-1] for p in args.paths), args.fps)
+
+
+# --------------------------------------------------------------------------------------- live
+def _recorder(args: argparse.Namespace) -> Recorder | None:
+    if not args.record:
+        return None
+    from bmoe_top.tui.sources.recorder import Recorder
+
+    return Recorder(args.record)
+
+
+def _child_argv(args: argparse.Namespace) -> list[str]:
+    cmd = list(args.command or [])
+    if cmd and cmd[0] == "--":
+        cmd = cmd[1:]
+    return cmd or runtime_command(args.model)
+
+
+def _print_outcome(outcome: Outcome, as_json: bool) -> int:
+    from bmoe_top.tui.present.numbers import print_json
+    from bmoe_top.tui.present.summary import summary_text
+
+    doc = outcome.document
+    if as_json:
+        print_json(doc)
+    elif outcome.error is None:
+        print(summary_text(doc))
+        for line in outcome.text:
+            print(line)
+    if outcome.error is not None:
+        return _die(outcome.error, outcome.status)
+    return int(outcome.status)
+
+
+def cmd_launch(args: argparse.Namespace) -> int:
+    from bmoe_top.tui.sources.child_session import ChildSession
+
+    argv = _child_argv(args)
+    try:
+        rec = _recorder(args)
+    except OSError as e:
+        return _die(f"cannot record to {args.record}: {e.strerror or e}")
+    src = ChildSession(argv, recorder=rec, ready_timeout_s=args.ready_timeout)
+    try:
+        if args.once:
+            from bmoe_top.tui.headless import launch_once
+
+            return _print_outcome(launch_once(src, args.prompt, args.n_predict, args.ready_timeout), args.json)
+        from bmoe_top.tui.screens.live import run_live
+
+        return run_live(src, title=f"launch {Path(argv[0]).name}", n_predict=args.n_predict, fps=args.fps)
+    finally:
+        src.close()
+        if rec is not None:
+            rec.close()
+
+
+def cmd_attach(args: argparse.Namespace) -> int:
+    if args.metrics is not None or args.audit is not None:
+        if not (args.metrics or args.audit):
+            return _die("attach: an empty URL or path")
+        return _attach_network(args)
+    from bmoe_top.tui.sources.session_socket import SessionSocketClient
+
+    try:
+        rec = _recorder(args)
+    except OSError as e:
+        return _die(f"cannot record to {args.record}: {e.strerror or e}")
+    src = SessionSocketClient(args.session, recorder=rec)
+    try:
+        if args.once:
+            from bmoe_top.tui.headless import session_once
+
+            return _print_outcome(session_once(src, args.prompt, args.n_predict, args.timeout), args.json)
+        from bmoe_top.tui.screens.live import run_live
+
+        return run_live(src, title=f"attach {args.session}", n_predict=args.n_predict, fps=args.fps)
+    finally:
+        src.close()
+        if rec is not None:
+            rec.close()
+
+
+def _attach_network(args: argparse.Namespace) -> int:
+    """--metrics / --audit: the headless documents, or the attach screens."""
+    if args.once:
+        from bmoe_top.tui.headless import audit_once, exit_code, metrics_once
+        from bmoe_top.tui.present.numbers import to_json
+
+        if args.metrics is not None:
+            d = metrics_once(args.metrics, api_key=args.api_key, interval=args.interval or 0.0)
+        else:
+            d = audit_once(args.audit)
+        if args.json:
+            print(to_json(d))
+        else:
+            print(f"{args.metrics or args.audit}: {d.get('status')} {d.get('detail') or ''}".rstrip())
+        return exit_code(d)
+    if args.metrics is not None:
+        from bmoe_top.tui.screens.attach_metrics import run_metrics_attach
+
+        return run_metrics_attach(args)
+    from bmoe_top.tui.screens.attach_audit import run_audit_attach
+
+    return run_audit_attach(args)
+
+
+def cmd_play(args: argparse.Namespace) -> int:
+    from bmoe_top.tui.screens.live import run_live
+    from bmoe_top.tui.sources.replay import RecordingSource
+
+    try:
+        rec = load_recording(args.path)
+    except OSError as e:
+        return _die(f"cannot read {args.path}: {e.strerror or e}")
+    if not rec.entries:
+        first = rec.problems[0] if rec.problems else None
+        what = f" ({len(rec.problems)} bad lines; first: line {first.lineno}: {first.reason})" if first else ""
+        return _die(f"{args.path} holds no recorded lines{what}")
+    if args.speed < 0:
+        return _die("--speed must be >= 0")
+    src = RecordingSource(rec, speed=math.inf if args.speed == 0 else args.speed, turn_by_turn=args.turn_by_turn,
+                          name=str(args.path))
+    return run_live(src, title=f"play {Path(args.path).name}", fps=args.fps)
+
+
+def default_main(args: argparse.Namespace) -> int:
+    """``bmoe-top`` with no sub-command: launch the bundled runtime on the demo model."""
+    ns = argparse.Namespace(model=None, ready_timeout=300.0, once=False, json=False, prompt="Hello",
+                            command=[], n_predict=256, record=None, fps=args.fps)
+    return cmd_launch(ns)
+
+
+# ------------------------------------------------------------------------------------- parser
+def _live_common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-n", "--n-predict", type=int, default=256, help="tokens per generation (default 256)")
+    p.add_argument("--record", metavar="FILE", help="write every received line to FILE (JSONL, flushed per line)")
+    p.add_argument("--fps", type=float, default=10.0, help=argparse.SUPPRESS)
+
+
+def cmd_fleet(args: argparse.Namespace) -> int:
+    """``bmoe-top fleet``: the instances a Prometheus scrapes (docs/fleet.md)."""
+    from bmoe_top.tui.fleet.headless import exit_code, fleet_once
+    from bmoe_top.tui.present.numbers import print_json
+    from bmoe_top.tui.sources.prometheus import parse_duration
+
+    if not (args.once and args.json):
+        return _die("fleet: only the headless form is available so far: add --once --json")
+    try:
+        window = float(args.window) if args.window.replace(".", "", 1).isdigit() else parse_duration(args.window)
+        doc = fleet_once(args.prometheus, selector=args.selector, window_s=window, instance=args.instance,
+                         job=args.job, api_key=args.api_key, timeout=args.timeout, points=args.points, at=args.at)
+    except ValueError as e:
+        return _die(f"fleet: {e}")
+    print_json(doc)
+    return exit_code(doc)
+
+
+def add_fleet_parser(sub: Any) -> None:
+    f = sub.add_parser("fleet", help="many runtimes through a Prometheus server (--prometheus URL)",
+                       description="Read a fleet of runtimes from the Prometheus that scrapes them "
+                                   "(PromQL query/query_range). docs/fleet.md.")
+    f.add_argument("--prometheus", required=True, metavar="URL", help="the Prometheus server, e.g. http://127.0.0.1:9090")
+    f.add_argument("--selector", default="", metavar="S", help='PromQL label matchers, e.g. \'{job="bmoe"}\'')
+    f.add_argument("--window", default="5m", metavar="D", help="span of the sparklines and the drill-down (default 5m)")
+    f.add_argument("--instance", metavar="X", help="also the drill-down of this instance (its instance label)")
+    f.add_argument("--job", metavar="J", help="with --instance: its job, when one address serves several")
+    f.add_argument("--points", type=int, default=120, metavar="N", help="sparkline points (default 120)")
+    f.add_argument("--at", type=float, metavar="T", help="the table's time, Unix seconds (default now)")
+    f.add_argument("--api-key", help="bearer token, for a Prometheus behind an authenticating proxy")
+    f.add_argument("--timeout", type=float, default=10.0, metavar="S", help="seconds per request (default 10)")
+    f.add_argument("--once", action="store_true", help="headless: one refresh, print, exit")
+    f.add_argument("--json", action="store_true", help="with --once: as JSON")
+    f.set_defaults(func=cmd_fleet)
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="bmoe-top", description="Terminal observatory for MoE expert streaming.")
     p.add_argument("--fps", type=float, default=10.0, help="maximum repaints per second (default 10)")
     sub = p.add_subparsers(dest="cmd")
+
     r = sub.add_parser("replay", help="replay recorded runs (CSV, transcripts, route traces, recordings)")
     r.add_argument("paths", nargs="+", metavar="PATH")
     r.add_argument("--summary", action="store_true", help="print the run summary, no UI")
     r.add_argument("--json", action="store_true", help="with --summary: as JSON")
     r.add_argument("--fps", type=float, default=10.0, help=argparse.SUPPRESS)
     r.set_defaults(func=cmd_replay)
-    from bmoe_top.tui import live_cli
 
-    live_cli.add_commands(sub)
+    lp = sub.add_parser("launch", help="run a session-protocol program (default: bmoe-run) and watch it live",
+                        description="Run a session-protocol program as a child (own process group, "
+                                    "pipes) and show it live. Default: bmoe-run --session --route-telemetry.")
+    lp.add_argument("-m", "--model", help="GGUF for the bundled runtime (default: the demo model)")
+    lp.add_argument("--ready-timeout", type=float, default=300.0, metavar="S",
+                    help="seconds to wait for BMOE_READY before saying so (default 300)")
+    lp.add_argument("--once", action="store_true", help="headless: one generation, print its numbers, exit")
+    lp.add_argument("--json", action="store_true", help="with --once: print JSON")
+    lp.add_argument("-p", "--prompt", default="Hello", help="with --once: the prompt (default 'Hello')")
+    lp.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD", help="the program to run")
+    _live_common(lp)
+    lp.set_defaults(func=cmd_launch)
+
+    ap = sub.add_parser("attach", help="attach to a running session (--session SOCK), /metrics (--metrics URL) "
+                                       "or an audit log (--audit FILE)")
+    what = ap.add_mutually_exclusive_group(required=True)
+    what.add_argument("--session", metavar="PATH", help="Unix socket of bmoe-run --session --session-socket PATH")
+    what.add_argument("--metrics", metavar="URL", help="a /metrics endpoint (bmoe-run serve)")
+    what.add_argument("--audit", metavar="FILE", help="an audit log to follow like tail -F")
+    ap.add_argument("--api-key", help="with --metrics: bearer token")
+    ap.add_argument("--interval", type=float, default=None, metavar="S",
+                    help="with --metrics: seconds between scrapes (default 1; with --once, a second "
+                         "scrape S later fills the rates)")
+    ap.add_argument("--once", action="store_true", help="headless: print what the screen would show, exit")
+    ap.add_argument("--json", action="store_true", help="with --once: print JSON")
+    ap.add_argument("-p", "--prompt", default=None, help="with --session --once: send this prompt and wait for its end")
+    ap.add_argument("--timeout", type=float, default=30.0, help="with --once: seconds to wait (default 30)")
+    _live_common(ap)
+    ap.set_defaults(func=cmd_attach)
+
+    pp = sub.add_parser("play", help="play a --record recording on the live screen at its original pace",
+                        description="Play a recording (bmoe-top --record FILE) through the live screen: "
+                                    "original pace (or --speed X faster), optionally pausing at each turn.")
+    pp.add_argument("path", metavar="FILE")
+    pp.add_argument("--speed", type=float, default=1.0,
+                    help="1 = original pace (default), 10 = ten times faster, 0 = no waiting")
+    pp.add_argument("--turn-by-turn", action="store_true", help="pause before each turn; Enter or n plays the next")
+    pp.add_argument("--fps", type=float, default=10.0, help=argparse.SUPPRESS)
+    pp.set_defaults(func=cmd_play)
+    add_fleet_parser(sub)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if args.cmd is None:
-        from bmoe_top.tui import live_cli
-
-        return live_cli.default_main(args)
+    args = build_parser().parse_args(argv)
     try:
-        return args.func(args)
+        if args.cmd is None:
+            return default_main(args)
+        return int(args.func(args))
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:  # `bmoe-top replay --summary x | head`: not an error

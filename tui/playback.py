@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from bmoe_top.tui.run import RunModel
+from bmoe_top.tui.model import RunModel
 
 SPEEDS: tuple[float, ...] = (1.0, 2.0, 4.0, 8.0, 16.0, 64.0, 256.0, math.inf)
 

@@ -40,6 +40,10 @@ class Scripted:
                     outer.seen.append({"path": self.path, "auth": self.headers.get("Authorization")})
                     st, body, delay = outer.answers.pop(0) if outer.answers else outer.default
                 time.sleep(delay)
+                # out of flight before the client can have the whole answer: a next request sent
+                # on receipt must not look like an overlap because this thread had not run yet
+                with lock:
+                    outer.inflight -= 1
                 try:
                     self.send_response(st)
                     self.send_header("Content-Type", "text/plain; version=0.0.4")
@@ -48,9 +52,6 @@ class Scripted:
                     self.wfile.write(body)
                 except OSError:
                     pass
-                finally:
-                    with lock:
-                        outer.inflight -= 1
 
             def log_message(self, *a):
                 pass

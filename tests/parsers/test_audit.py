@@ -10,6 +10,7 @@ from bmoe_top.parsers.audit import (
     AuditRuns,
     check_exact_sum,
     parse_audit_line,
+    parse_audit_records,
     read_audit_file,
 )
 
@@ -94,3 +95,68 @@ def test_new_load_same_pid_is_new_run():
         runs.feed_line(line, i)
     assert len(runs.runs) == 2 and runs.runs[0].exited and not runs.runs[1].exited
     assert check_exact_sum(runs.runs[1]) == ["pid 9: no exit record"]
+
+
+def test_records_glued_on_one_line_are_split_and_all_kept(tmp_path):
+    glued = rec("load", 1) + rec("ready", 2) + " " + req(3, 5, 0, 1, 10, 5, 0, 1, 10)
+    lines = [rec("load", 9), glued, rec("exit", 9)]
+    p = tmp_path / "a.jsonl"
+    p.write_text("\n".join(lines) + "\n")
+    runs = read_audit_file(p)
+    assert runs.n_records == 5 and runs.bad == [] and runs.n_split == 1
+    assert sorted((r.pid, r.event) for r in _all(runs)) == [
+        (1, "load"), (2, "ready"), (3, "request"), (9, "exit"), (9, "load")]
+    assert {r.lineno for r in _all(runs) if r.pid in (1, 2, 3)} == {2}
+
+
+def test_a_cut_record_costs_only_itself():
+    whole = rec("ready", 2)
+    line = rec("load", 1)[:25] + whole + rec("exit", 3)
+    recs, errors = parse_audit_records(line, 7)
+    assert [(r.pid, r.event) for r in recs] == [(2, "ready"), (3, "exit")]
+    assert len(errors) == 1 and errors[0].lineno == 7 and "not JSON" in errors[0].msg
+    assert parse_audit_records("not json at all", 3)[0] == []
+
+
+def _all(runs):
+    from bmoe_top.parsers.audit import iter_records
+    return list(iter_records(runs))
+
+
+WRITER = r"""
+import os, sys, orjson
+path, n, go = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+open(f"{go}.{os.getpid()}", "wb").close()  # ready
+while not os.path.exists(go):  # all three start writing at once
+    pass
+fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+pid = os.getpid()
+for i in range(n):
+    rec = {"event": "request", "time": "2026-11-29T12:00:00.123Z", "pid": pid, "hybrid": False,
+           "hits": i, "hits_profile": 0, "misses": i, "bytes_upload": 0, "bytes_cpu": 0, "copies": 0,
+           "bytes_copy": 0, "swaps": 0, "task": i, "slot": 0}
+    os.write(fd, orjson.dumps(rec))  # the record and its newline in two writes: another writer's
+    os.sched_yield()                 # record can land between them, on the same line
+    os.write(fd, b"\n")
+os.close(fd)
+"""
+
+
+def test_three_concurrent_writer_processes_lose_no_record(tmp_path):
+    import subprocess
+    import sys
+    import time
+
+    path, go = tmp_path / "audit.jsonl", tmp_path / "go"
+    path.write_bytes(b"")
+    procs = [subprocess.Popen([sys.executable, "-c", WRITER, str(path), "1000", str(go)]) for _ in range(3)]
+    while not all((tmp_path / f"go.{p.pid}").exists() or p.poll() is not None for p in procs):
+        time.sleep(0.01)
+    go.write_bytes(b"")
+    for p in procs:
+        assert p.wait(timeout=300) == 0
+    runs = read_audit_file(path)
+    assert runs.bad == []
+    got = sorted((r.pid, r.data["task"]) for r in _all(runs))
+    assert got == sorted((p.pid, i) for p in procs for i in range(1000))
+    assert runs.n_records == 3000

@@ -158,3 +158,18 @@ def test_real_session_requests():
     assert problems == [] and len(reqs) == 16
     assert all(r.cmd == "generate" for r in reqs[:-1]) and reqs[-1].cmd == "close"
     assert "\n" in reqs[0].prompt and reqs[0].n_predict == 400 and reqs[0].think is False
+
+
+GOLDEN = Path(__file__).resolve().parent.parent / "fixtures" / "parsers" / "real_runs_digest.json"
+
+
+@pytest.mark.parametrize("rel", sorted(KINDS))
+def test_every_real_file_parses_to_the_recorded_numbers(rel):
+    """Row counts, column sums and hashes, summaries, metadata and answers of every real file are the
+    ones recorded in the golden digest (a parser change that moves a number fails here)."""
+    import orjson
+    from helpers.digest import digest
+
+    want = orjson.loads(GOLDEN.read_bytes())[rel]
+    got = orjson.loads(orjson.dumps(digest((REAL / rel).read_bytes(), Path(rel).name)))
+    assert got == want

@@ -268,3 +268,52 @@ def test_roundtrip_through_prometheus_client_writer_any_label_text():
             assert math.isclose(snap.layers["layer_hits"][il], want, rel_tol=1e-12, abs_tol=1e-6)
 
     check()
+
+
+def test_duplicate_series_last_wins_with_a_note_never_the_sum():
+    text = ("# TYPE llamacpp:moe_cache_hits_total counter\n"
+            "llamacpp:moe_cache_hits_total 100\nllamacpp:moe_cache_hits_total 250\n"
+            "# TYPE llamacpp:moe_cache_layer_hits_total counter\n"
+            'llamacpp:moe_cache_layer_hits_total{layer="0"} 5\nllamacpp:moe_cache_layer_hits_total{layer="0"} 7\n'
+            'llamacpp:moe_cache_layer_hits_total{layer="1",device="a"} 1\n'
+            'llamacpp:moe_cache_layer_hits_total{layer="1",device="b"} 2\n'
+            "# TYPE llamacpp:tokens_predicted_total counter\n"
+            'llamacpp:tokens_predicted_total{slot="0"} 3\nllamacpp:tokens_predicted_total{slot="1"} 4\n')
+    s = parse_exposition(text, 0)
+    assert s.get("hits") == 250  # not 350
+    assert s.layers["layer_hits"] == {0: 7, 1: 3}  # the duplicate replaced; two devices summed
+    assert s.get("tokens_predicted") == 7  # two label sets: summed, not a duplicate
+    assert len(s.notes) == 2 and all("duplicate series" in n and "last value" in n for n in s.notes)
+    assert any("llamacpp:moe_cache_hits_total" in n for n in s.notes)
+    assert not s.bad_lines
+
+
+def test_duplicates_across_blocks_of_a_body_that_needs_the_slow_path():
+    text = ("# TYPE llamacpp:moe_cache_misses_total counter\nllamacpp:moe_cache_misses_total 10\n"
+            "this line is broken {\n"
+            "# TYPE llamacpp:moe_cache_misses_total counter\nllamacpp:moe_cache_misses_total 12\n")
+    s = parse_exposition(text, 0)
+    assert s.get("misses") == 12 and s.bad_lines and s.notes
+
+
+def test_series_the_parser_does_not_know_are_kept():
+    text = ("# TYPE llamacpp:prompt_tokens_cached_total counter\nllamacpp:prompt_tokens_cached_total 64\n"
+            "# TYPE vendor_temp gauge\n"
+            'vendor_temp{sensor="gpu",zone="a\\"b"} 71.5\nvendor_temp{sensor="cpu"} 55\n'
+            "llamacpp:moe_cache_hits_total 1\n")
+    s = parse_exposition(text, 0)
+    assert s.others == {"llamacpp:prompt_tokens_cached_total": 64.0,
+                        'vendor_temp{sensor="gpu",zone="a\\"b"}': 71.5, 'vendor_temp{sensor="cpu"}': 55.0}
+    assert s.other_types["vendor_temp"] == "gauge"
+    assert "vendor_temp" in s.unknown and s.get("hits") == 1
+
+
+def test_absurd_layer_label_is_refused_and_allocates_nothing():
+    text = ("# TYPE llamacpp:moe_cache_layer_hits_total counter\n"
+            'llamacpp:moe_cache_layer_hits_total{layer="4000000000"} 5\n'
+            'llamacpp:moe_cache_layer_hits_total{layer="1"} 5\n')
+    s = parse_exposition(text, 0)
+    assert s.layer_count() == 2
+    assert s.bad_lines and "cap" in s.bad_lines[0][1] and s.bad_lines[0][0] == 2
+    d = compute_delta(s, parse_exposition(text, 1))
+    assert len(d.layer_hit_pct) == 2

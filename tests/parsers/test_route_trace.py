@@ -67,7 +67,7 @@ def test_string_phases_bad_rows_and_out_of_range():
     assert t.phase.tolist() == [1, 0]
     assert t.expert.tolist() == [1, 2]
     reasons = " | ".join(p.reason for p in t.problems)
-    assert "bad cell" in reasons and "outside 2 layers x 4 experts" in reasons and "4 cells" in reasons
+    assert "bad cell" in reasons and "outside 2 layers x 4 experts" in reasons and "4 fields" in reasons
 
 
 def test_missing_required_column_is_a_problem_not_a_crash():

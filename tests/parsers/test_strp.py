@@ -87,3 +87,20 @@ def test_profile_from_counts_hottest_first():
     p = profile_from_counts(c, slots=3)
     assert p.pairs.tolist() == [[1, 0], [0, 1], [1, 2], [1, 3], [0, 2]]
     assert parse_strp(strp_bytes(p)).pairs.tolist() == p.pairs.tolist()
+
+
+def test_write_never_follows_a_symlink_and_can_refuse_to_replace(tmp_path):
+    from bmoe_top.outfile import OutputFileError
+
+    prof = StrpProfile(n_layers=1, n_expert=2, slots=1, pairs=np.array([[0, 1]]))
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"keep")
+    (tmp_path / "p.strp").symlink_to(victim)
+    with pytest.raises(OutputFileError, match="symbolic link"):
+        write_strp(tmp_path / "p.strp", prof)
+    assert victim.read_bytes() == b"keep"
+    (tmp_path / "p.strp.tmp").symlink_to(victim)  # the old fixed temp name: not used any more
+    write_strp(tmp_path / "q.strp", prof)
+    with pytest.raises(OutputFileError, match="already exists"):
+        write_strp(tmp_path / "q.strp", prof, force=False)
+    assert victim.read_bytes() == b"keep" and read_strp(tmp_path / "q.strp").pairs.tolist() == [[0, 1]]

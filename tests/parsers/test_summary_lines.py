@@ -121,3 +121,35 @@ def test_canonical_summary_maps_csv_keys_and_keeps_others():
 def test_no_cache_keeps_minus_one_and_missing_stays_missing():
     s = canonical_summary({"cache_hit_pct": "-1.0", "tokens": "4"})
     assert s == {"cache_hit_pct": -1.0, "tokens": 4.0}
+
+
+@pytest.mark.parametrize("line,kind,values", [
+    ("generation: 64 tokens in 20.29 s, 3.15 tok/s", "generation",
+     {"tokens": 64, "generation_s": 20.29, "tok_s": 3.15, "s_per_tok": 20.29 / 64}),
+    ("moe-stream: read 1843.2 MiB in 4.1 s (449.6 MiB/s)", "moe-stream",
+     {"read_mib": 1843.2, "io_s": 4.1, "read_mib_s": 449.6}),
+    ("prefill: 12 tokens in 1.5 s (8.0 tok/s)", "prefill", {"n_prompt": 12, "prefill_s": 1.5, "prefill_tps": 8}),
+    ("moe-cache: hit rate 55.5%, resident 100 MiB", "moe-cache", {"cache_hit_pct": 55.5, "resident_mib": 100}),
+    ("moe-overlap: stall 0.2 s/tok", "moe-overlap", {"stall_s_tok": 0.2}),
+])
+def test_drifted_forms_give_the_numbers_they_carry(line, kind, values):
+    sl = parse_summary_line(line)
+    assert sl.kind == kind and not sl.exact and sl.raw == line
+    assert sl.values == pytest.approx(values)
+
+
+@pytest.mark.parametrize("line", ["moe-stream: something new entirely", "generation: done",
+                                  "moe-frobnicate: 12 widgets", "generation: 5 tokens were fine"])
+def test_unrecognised_summary_lines_are_returned_raw_and_marked_unparsed(line):
+    sl = parse_summary_line(line)
+    assert sl.kind == "unparsed" and sl.values["text"] == line and sl.raw == line
+
+
+def test_transcript_keeps_drifted_numbers_and_lists_unparsed_lines():
+    from bmoe_top.parsers.transcript import parse_transcript
+    tr = parse_transcript(b"answer text\ngeneration: 64 tokens in 20.29 s, 3.15 tok/s\n"
+                          b"moe-stream: read 1843.2 MiB in 4.1 s (449.6 MiB/s)\nmoe-newthing: to be decided\n")
+    assert tr.summary["tokens"] == 64 and tr.summary["tok_s"] == 3.15 and tr.summary["read_mib_s"] == 449.6
+    assert tr.summary["read_mib_per_tok"] == pytest.approx(1843.2 / 64)
+    assert tr.unparsed == [(4, "moe-newthing: to be decided")]
+    assert tr.answer == "answer text"

@@ -52,16 +52,20 @@ def test_columns_in_any_order():
     assert t.columns["step"].tolist() == [1, 2] and t.columns["wall_ms"].tolist() == [5.5, 6.5]
 
 
-def test_bad_cells_and_wrong_cell_counts_are_problems_neighbours_count():
+def test_bad_cells_and_ragged_rows_are_problems_every_row_counts():
     data = (b"step,wall_ms,io_ms\n1,10,1\n2,oops,2\n3,30\n4,40,4,99\n5,,5\n\n6,60,6\n"
-            b"step,wall_ms,io_ms\n7,70,7\n")
+            b"step,wall_ms,io_ms\n7,70,7\nnot a row\n")
     t = load_token_csv(data)
-    assert t.columns["step"].tolist() == [1, 2, 5, 6, 7]
-    wall = t.columns["wall_ms"]
-    assert math.isnan(wall[1]) and math.isnan(wall[2]) and wall[3] == 60
+    assert t.columns["step"].tolist() == [1, 2, 3, 4, 5, 6, 7]
+    wall, io = t.columns["wall_ms"], t.columns["io_ms"]
+    assert math.isnan(wall[1]) and math.isnan(wall[4]) and wall[5] == 60
+    assert math.isnan(io[2]) and io[3] == 4  # the short row's missing field is absent
+    assert t.header == ["step", "wall_ms", "io_ms", "unnamed_4"]
+    assert t.columns["unnamed_4"][3] == 99 and np.isnan(np.delete(t.columns["unnamed_4"], 3)).all()
     lines = {p.lineno: p.reason for p in t.problems}
-    assert set(lines) == {3, 4, 5, 6}
-    assert "bad cell" in lines[3] and "2 cells" in lines[4] and "4 cells" in lines[5]
+    assert set(lines) == {3, 4, 5, 6, 11}
+    assert "bad cell" in lines[3] and "2 fields" in lines[4] and "4 fields" in lines[5] and "bad cell" in lines[6]
+    assert "unnamed_4" in lines[5] and "not a data row" in lines[11]
 
 
 def test_bad_row_in_a_large_file_costs_only_its_chunk(monkeypatch):

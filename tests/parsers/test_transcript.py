@@ -153,3 +153,9 @@ def test_sniff_other_kinds():
     assert sniff(b"step,steps,wall_ms\n1,2,3\n") == "token_csv"
     big = b"answer text line\n" * 10000 + b"generation: 1 tokens, 1.0 s/token (1.0 tok/s)\n"
     assert sniff(big) == "transcript"  # the summary is at the end: the tail is looked at
+
+
+def test_identity_from_the_ready_line():
+    tr = parse_transcript(b'BMOE_READY {"load_s":1.0,"arch":"qwen3moe","n_ctx":512,"model":"m.gguf"}\n')
+    assert tr.identity == {"arch": "qwen3moe", "model": "m.gguf"}
+    assert parse_transcript(b"just text\n").identity == {}

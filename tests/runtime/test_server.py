@@ -18,6 +18,7 @@ from helpers.serve import PY, Raw, Serve, complete, scrape, scrape_value, wait_u
 from bmoe_top.parsers.audit import check_exact_sum, read_audit_file
 from bmoe_top.parsers.prom import compute_delta
 from bmoe_top.parsers.strp import StrpProfile, read_strp, write_strp
+from bmoe_top.tui.present.metrics import not_exported
 from bmoe_top.tui.sources.metrics_poll import MetricsPoller
 
 
@@ -289,7 +290,8 @@ def test_make_profile_cli(tiny, tmp_path):
 
 
 def test_headless_twins_against_the_server(server):
-    from bmoe_top.tui.headless_attach import audit_once, exit_code, metrics_once, to_json
+    from bmoe_top.tui.headless import audit_once, exit_code, metrics_once
+    from bmoe_top.tui.present.numbers import to_json
 
     assert complete(server.url, "headless twin", 200).json()["tokens_predicted"] == 200
     d = metrics_once(server.url + "/metrics", interval=0.3)
@@ -373,6 +375,6 @@ def test_no_cache_exports_no_moe_cache_series(tiny):
         p = MetricsPoller(s.url + "/metrics")
         p.scrape_once()
         p.client.close()
-        assert "llamacpp:moe_cache_hits_total" in p.state.summary()["not_exported"]
+        assert "llamacpp:moe_cache_hits_total" in not_exported(p.state.last)
     finally:
         s.stop()

@@ -270,7 +270,7 @@ def test_attach_to_emitter_drive_it_and_survive_restart(sock_path):
     recs: list = []
     p = start_emitter()
     cl = SessionSocketClient(sock_path, on_record=lambda r, t: recs.append(r),
-                             on_event=lambda k, i: events.append(k), max_backoff_s=0.2)
+                             on_event=lambda e: events.append(type(e).__name__), max_backoff_s=0.2)
     try:
         cl.start()
         assert cl.wait_state("ready", 15), cl.status()
@@ -295,7 +295,7 @@ def test_attach_to_emitter_drive_it_and_survive_restart(sock_path):
         os.unlink(sock_path)  # a SIGKILLed server leaves its socket file
         p = start_emitter()
         assert until(lambda: cl.status().state == "ready" and cl.status().connects == 2, 15), cl.status()
-        assert "new_session" in events and "disconnected" in events
+        assert "NewSession" in events and "Disconnected" in events
         assert sum(isinstance(r, bl.Ready) for r in recs) == 2
     finally:
         cl.close()

@@ -1,6 +1,6 @@
 """Launch a runtime child that speaks the session protocol and drive it over pipes.
 
-``ChildSession(argv, on_record=run.ingest, on_stderr=...)`` starts ``argv`` (e.g.
+``ChildSession(argv)`` (sinks from :func:`bmoe_top.tui.feed.bind`, or given directly) starts ``argv`` (e.g.
 ``bmoe-run --session --progress`` or the C++ ``bmoe-cli --session --progress``):
 
 - in its own process group (``start_new_session``), so closing kills the whole group and a
@@ -15,14 +15,15 @@
 
 stdout lines are parsed with ``bmoe_top.parsers.bmoe_lines.parse_line`` (a protocol record
 after other text on the same line still yields the record) and each record goes to
-``on_record(record, t)``; stderr lines go to ``on_stderr(line, t)`` and ``stderr_log``.
+``on_record(record, t)``; stderr lines go to ``on_stderr(line, t)`` and ``stderr_log``; state
+changes and problems go to ``on_event(event)`` (:mod:`bmoe_top.tui.sources.events`).
 At EOF a last line without newline is reported as truncated (a problem with its line
 number); a child that exits while a turn is in flight (no ``BMOE_DONE``), before
 ``BMOE_READY`` without being asked to close, or with a non-zero status is "aborted" with its
 exit code. ``close(timeout)`` sends ``close``, closes stdin, waits, then SIGTERM and SIGKILL
 to the whole group; the child is always reaped (no zombie) and its group killed (no orphan).
 
-No Textual import. Protocol: telemetry-contract.md "Session mode".
+No Textual import. Protocol: docs/telemetry.md "Session mode".
 """
 
 from __future__ import annotations
@@ -36,11 +37,13 @@ import threading
 import time
 import weakref
 from collections.abc import Sequence
+from typing import Any
 
 import orjson
 
-from bmoe_top.tui.sources.lines import new_splitter
-from bmoe_top.tui.sources.live_base import FINAL_STATES, LiveBase
+from bmoe_top.parsers.textio import LineSplitter
+from bmoe_top.tui.sources.events import FINAL_STATES, Exited, LiveState
+from bmoe_top.tui.sources.live import MAX_LINE_CHARS, LiveBase
 
 _CHUNK = 65536
 _LIVE: weakref.WeakSet[ChildSession] = weakref.WeakSet()
@@ -48,10 +51,7 @@ _LIVE: weakref.WeakSet[ChildSession] = weakref.WeakSet()
 
 def _kill_all_at_exit() -> None:
     for s in list(_LIVE):
-        try:
-            s.kill()
-        except Exception:  # noqa: BLE001
-            pass
+        s.kill()
 
 
 atexit.register(_kill_all_at_exit)
@@ -64,28 +64,22 @@ class ChildSession(LiveBase):
         argv: the command line (list of str). ``FileNotFoundError``/``PermissionError`` at
             ``start()`` become state "failed" with a one-line message (never a traceback).
         on_record, on_stderr, on_event, recorder, ready_timeout_s, stall_after_s: see
-            ``LiveBase``.
+            :class:`~bmoe_top.tui.sources.live.LiveBase`.
         env: extra environment variables (added to ``os.environ``; ``PYTHONUNBUFFERED=1``
             is always set).
         cwd: working directory of the child.
 
     Usage::
 
-        s = ChildSession(["bmoe-run", "--session", "--progress"], on_record=run.ingest)
+        s = ChildSession(["bmoe-run", "--session", "--progress"])
+        feed = bind(s, run)  # bmoe_top.tui.feed.bind
         s.start(); s.wait_state("ready", 60); s.generate("Hello", 32); ...; s.close()
     """
 
     kind = "child"
 
-    def __init__(
-        self,
-        argv: Sequence[str],
-        on_record=None,
-        *,
-        env: dict[str, str] | None = None,
-        cwd: str | None = None,
-        **kw,
-    ) -> None:
+    def __init__(self, argv: Sequence[str], on_record: Any = None, *, env: dict[str, str] | None = None,
+                 cwd: str | None = None, **kw: Any) -> None:
         super().__init__(on_record, **kw)
         self.argv = [str(a) for a in argv]
         self._env = dict(os.environ)
@@ -93,7 +87,7 @@ class ChildSession(LiveBase):
             self._env.update(env)
         self._env["PYTHONUNBUFFERED"] = "1"
         self._cwd = cwd
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
         self.pid: int | None = None
         self._readers: list[threading.Thread] = []
         self._writer: threading.Thread | None = None
@@ -103,6 +97,9 @@ class ChildSession(LiveBase):
         self._eof = {"stdout": threading.Event(), "stderr": threading.Event()}
         self._reap_lock = threading.RLock()  # re-entrant: kill() may run in a signal handler during close()
         self._stdout_lineno = 0
+
+    def describe(self) -> str:
+        return "child: " + " ".join(self.argv)
 
     # ---- lifecycle ------------------------------------------------------------------
     def start(self) -> ChildSession:
@@ -120,12 +117,13 @@ class ChildSession(LiveBase):
                 cwd=self._cwd,
             )
         except OSError as e:
-            self._set_state("failed", f"cannot start {self.argv[0]}: {e.strerror or e}")
+            self._set_state(LiveState.FAILED, f"cannot start {self.argv[0]}: {e.strerror or e}")
             self._reaped.set()
             return self
         self.pid = self.proc.pid
         _LIVE.add(self)
-        self._set_state("loading", f"loading (pid {self.pid})")
+        self._set_state(LiveState.LOADING, f"loading (pid {self.pid})")
+        assert self.proc.stdout is not None and self.proc.stderr is not None
         for name, stream in (("stdout", self.proc.stdout), ("stderr", self.proc.stderr)):
             th = threading.Thread(target=self._read, args=(name, stream.fileno()), name=f"child-{name}", daemon=True)
             th.start()
@@ -136,18 +134,15 @@ class ChildSession(LiveBase):
         self._start_watchdog()
         return self
 
-    def send(self, obj: dict) -> bool:
+    def send(self, obj: dict[str, Any]) -> bool:
         """Queue one JSON request line for the child's stdin. False when the child is gone
         or stdin was closed (the request is not sent)."""
-        if self.proc is None or self._state in FINAL_STATES or self._outq is None:
+        if self.proc is None or self._state in FINAL_STATES:
             return False
-        data = orjson.dumps(obj) + b"\n"
-        if self.recorder is not None:
-            self.recorder.write("stdin", data[:-1].decode("utf-8", "replace"))
-        self._outq.put(data)
+        self._put(obj)
         return True
 
-    def _put(self, obj: dict) -> None:
+    def _put(self, obj: dict[str, Any]) -> None:
         data = orjson.dumps(obj) + b"\n"
         if self.recorder is not None:
             self.recorder.write("stdin", data[:-1].decode("utf-8", "replace"))
@@ -162,9 +157,9 @@ class ChildSession(LiveBase):
             return None
         with self._lock:
             self._close_requested = True
-            busy = self._state == "generating"
-            if self._state not in FINAL_STATES:
-                self._state, self._message = "closing", "closing"
+            busy = self._state == LiveState.GENERATING
+            ev = None if self._state in FINAL_STATES else self._transition(LiveState.CLOSING, "closing")
+        self._emit(ev)
         if not self._reaped.is_set():
             if busy:
                 self._put({"cmd": "cancel"})  # stop the turn within a decode step, then close
@@ -188,10 +183,9 @@ class ChildSession(LiveBase):
 
     # ---- threads --------------------------------------------------------------------
     def _read(self, name: str, fd: int) -> None:
-        split = new_splitter()
+        split = LineSplitter(max_line=MAX_LINE_CHARS)
         is_out = name == "stdout"
         t = time.time()
-        probs = getattr(split, "problems", None)  # textio.LineSplitter reports cut lines here
         n_probs = 0
         try:
             while True:
@@ -204,20 +198,17 @@ class ChildSession(LiveBase):
                 t = time.time()
                 for line in split.feed(chunk):
                     self._line(is_out, line, t)
-                if probs and len(probs) > n_probs:
-                    for p in probs[n_probs:]:
-                        self._problem(p.lineno, p.text, f"{name}: {p.reason}")
-                    n_probs = len(probs)
+                if len(split.problems) > n_probs:
+                    for p in split.problems[n_probs:]:
+                        self._problem(p.lineno, p.text, f"{name}: {p.reason}", name)
+                    n_probs = len(split.problems)
             tail = split.flush()
             if tail:
                 self._line(is_out, tail, t)
                 lineno = self._stdout_lineno if is_out else self._stderr_n
-                self._problem(lineno, tail, f"{name} ended mid-line ({len(tail)} chars without a newline)")
-            cut = getattr(split, "cut_lines", 0)
-            if cut:
-                self._problem(0, "", f"{name}: {cut} over-long line(s) cut")
-        except Exception as e:  # noqa: BLE001 - a reader must keep the pipe drained; report and stop
-            self._problem(0, "", f"{name} reader failed: {e!r}")
+                self._problem(lineno, tail, f"{name} ended mid-line ({len(tail)} chars without a newline)", name)
+        except Exception as e:  # noqa: BLE001 - a reader must keep the pipe drained: report and drain
+            self._problem(0, "", f"{name} reader failed: {e!r}", name)
             self._drain(fd)
         finally:
             self._eof[name].set()
@@ -300,16 +291,16 @@ class ChildSession(LiveBase):
             asked = self._close_requested
         how = f"exit code {code}" if code >= 0 else f"killed by {_signame(-code)}"
         if in_flight:
-            state, msg = "aborted", f"aborted: {how} during a turn (no BMOE_DONE)"
+            state, msg = LiveState.ABORTED, f"aborted: {how} during a turn (no BMOE_DONE)"
         elif never_ready and not asked:
             why = self._last_error or next((x for x in reversed(self.stderr_log) if x.strip()), "")
-            state, msg = "aborted", f"aborted: {how} before BMOE_READY" + (f": {why[:200]}" if why else "")
+            state, msg = LiveState.ABORTED, f"aborted: {how} before BMOE_READY" + (f": {why[:200]}" if why else "")
         elif code != 0 and not asked:
-            state, msg = "aborted", f"aborted: {how}"
+            state, msg = LiveState.ABORTED, f"aborted: {how}"
         else:
-            state, msg = "exited", f"exited ({how})"
+            state, msg = LiveState.EXITED, f"exited ({how})"
         self._set_state(state, msg)
-        self._emit("exit", {"exit_code": code, "state": state, "message": msg})
+        self._emit(Exited(code, state, msg))
         self._stop.set()
         _LIVE.discard(self)
 

@@ -1,20 +1,20 @@
 """Attach to a running session over its Unix socket (``bmoe-top attach --session PATH``).
 
-``SessionSocketClient(path, on_record=run.ingest)`` connects to the socket served by
-``bmoe-run --session --session-socket PATH`` (``bmoe_top.runtime.session_socket``; protocol
-in docs/runtime.md "Session socket"), parses every line it receives into records for the
-sink (same sinks and state machine as ``ChildSession``, see ``live_base``), and sends
-requests (generate / cancel). When the runtime goes away the state becomes
-"disconnected" (what the sink already has stays on screen) and the client reconnects with
-backoff (0.1 s doubling to ``max_backoff_s``) when the socket comes back.
+``SessionSocketClient(path)`` (sinks from :func:`bmoe_top.tui.feed.bind.bind`, or given)
+connects to the socket served by ``bmoe-run --session --session-socket PATH``
+(``bmoe_top.runtime.session_socket``; protocol in docs/runtime.md "Session socket"), parses every
+line it receives into records for the sink (the sinks and state machine of
+:class:`~bmoe_top.tui.sources.live.LiveBase`), and sends requests (generate / cancel). When the
+runtime goes away the state becomes "disconnected" (what the sink already has stays on screen)
+and the client reconnects with backoff (0.1 s doubling to ``max_backoff_s``) when the socket
+comes back.
 
-Reconnecting to the SAME session (same ``BMOE_HELLO`` session id) after a broken
-connection: if no line was missed the server's replay is skipped; otherwise replayed lines
-already delivered (READY, BEGIN/DONE of known turn ids, per-token steps already seen) are
-skipped (a ``BMOE_LOAD`` goes with the ``BMOE_PROGRESS`` after it), so the sink never gets a
-turn twice. Connecting to a NEW session (the runtime was
-restarted) emits ``on_event("new_session", {...})`` before its replay: the UI may start a
-new run. ``BMOE_HELLO`` and ``BMOE_NOTICE`` lines are consumed here (a notice becomes a
+Reconnecting to the SAME session (same ``BMOE_HELLO`` session id) after a broken connection: if
+no line was missed the server's replay is skipped; otherwise replayed lines already delivered
+(READY, BEGIN/DONE of known turn ids, per-token steps already seen) are skipped (a ``BMOE_LOAD``
+goes with the ``BMOE_PROGRESS`` after it), so the sink never gets a turn twice. Connecting to a
+NEW session (the runtime was restarted) emits :class:`~bmoe_top.tui.sources.events.NewSession`
+before its replay. ``BMOE_HELLO`` and ``BMOE_NOTICE`` lines are consumed here (a notice becomes a
 problem: "slow reader: N lines dropped"). ``close()`` detaches; the runtime keeps running.
 
 No Textual import.
@@ -23,16 +23,19 @@ No Textual import.
 from __future__ import annotations
 
 import errno
+import itertools
 import os
 import socket
 import threading
 import time
+from typing import Any
 
 import orjson
 
 from bmoe_top.parsers import bmoe_lines as _bl
-from bmoe_top.tui.sources.lines import new_splitter
-from bmoe_top.tui.sources.live_base import LiveBase
+from bmoe_top.parsers.textio import LineSplitter
+from bmoe_top.tui.sources.events import Connected, Disconnected, LiveState, NewSession
+from bmoe_top.tui.sources.live import MAX_LINE_CHARS, LiveBase
 
 
 class SessionSocketClient(LiveBase):
@@ -40,8 +43,8 @@ class SessionSocketClient(LiveBase):
 
     Args:
         path: the Unix socket path.
-        on_record, on_stderr, on_event, recorder, stall_after_s: see ``LiveBase``
-            (recorded lines get ``src="socket"``).
+        on_record, on_stderr, on_event, recorder, stall_after_s: see
+            :class:`~bmoe_top.tui.sources.live.LiveBase` (recorded lines get ``src="socket"``).
         reconnect: keep reconnecting after the runtime goes away (default True).
         max_backoff_s: longest pause between connection attempts.
         connect_timeout_s: ``start()`` waits this long for the first connection only to
@@ -50,8 +53,8 @@ class SessionSocketClient(LiveBase):
 
     kind = "socket"
 
-    def __init__(self, path: str | os.PathLike, on_record=None, *, reconnect: bool = True,
-                 max_backoff_s: float = 2.0, **kw) -> None:
+    def __init__(self, path: str | os.PathLike[str], on_record: Any = None, *, reconnect: bool = True,
+                 max_backoff_s: float = 2.0, **kw: Any) -> None:
         kw.setdefault("ready_timeout_s", 1e9)
         super().__init__(on_record, **kw)
         self.path = os.fspath(path)
@@ -65,28 +68,30 @@ class SessionSocketClient(LiveBase):
         self._replay_left = 0
         self._skip_replay = False
         self._filter_replay = False
-        self._seen_ids: set = set()
-        self._last_step: dict = {}
-        self._cur_id = None
-        self._held_load = None
+        self._seen_ids: set[tuple[str, int | None]] = set()
+        self._last_step: dict[int | None, int] = {}
+        self._cur_id: int | None = None
+        self._held_load: tuple[str, float] | None = None
         self.resyncs = 0  # reconnects to the same session that had missed lines (replay filtered)
         self.notices = 0
         self.dropped_lines = 0
         # ids for requests sent by this client: start high and random-ish so several attached
         # clients rarely reuse an id
-        import itertools
         self._ids = itertools.count((os.getpid() % 1000) * 1000 + 1)
+
+    def describe(self) -> str:
+        return f"socket: {self.path}"
 
     # ---- lifecycle ------------------------------------------------------------------
     def start(self) -> SessionSocketClient:
-        self._set_state("connecting", f"connecting to {self.path}")
+        self._set_state(LiveState.CONNECTING, f"connecting to {self.path}")
         self._thread = threading.Thread(target=self._loop, name="session-socket-client", daemon=True)
         self._thread.start()
         self._start_watchdog()
         return self
 
-    def close(self, timeout: float = 2.0) -> None:
-        """Detach (the runtime keeps running). Idempotent."""
+    def close(self, timeout: float = 2.0) -> int | None:
+        """Detach (the runtime keeps running). Idempotent. Returns None (no exit code)."""
         self._stop.set()
         s = self._sock
         if s is not None:
@@ -96,12 +101,13 @@ class SessionSocketClient(LiveBase):
                 pass
         if self._thread is not None:
             self._thread.join(timeout)
-        self._set_state("closed", "detached")
+        self._set_state(LiveState.CLOSED, "detached")
+        return None
 
-    def send(self, obj: dict) -> bool:
+    def send(self, obj: dict[str, Any]) -> bool:
         """Send one JSON request line; False when not connected (the request is dropped)."""
         s = self._sock
-        if s is None or self._state in ("disconnected", "connecting", "closed"):
+        if s is None or self._state in (LiveState.DISCONNECTED, LiveState.CONNECTING, LiveState.CLOSED):
             return False
         data = orjson.dumps(obj) + b"\n"
         try:
@@ -125,9 +131,9 @@ class SessionSocketClient(LiveBase):
                 s.close()
                 why = "no socket" if e.errno in (errno.ENOENT,) else (e.strerror or str(e))
                 if was_connected:
-                    self._set_state("disconnected", f"runtime gone ({why}); reconnecting every {backoff:.1f} s")
+                    self._set_state(LiveState.DISCONNECTED, f"runtime gone ({why}); reconnecting every {backoff:.1f} s")
                 else:
-                    self._set_state("connecting", f"waiting for {self.path} ({why})")
+                    self._set_state(LiveState.CONNECTING, f"waiting for {self.path} ({why})")
                 if not self.reconnect and was_connected:
                     break
                 if self._stop.wait(backoff):
@@ -139,8 +145,8 @@ class SessionSocketClient(LiveBase):
             self._sock = s
             with self._lock:
                 self._connects += 1
-                self._state, self._message = "loading", "connected; waiting for BMOE_READY"
-            self._emit("connected", {"path": self.path, "connects": self._connects})
+                ev = self._transition(LiveState.LOADING, "connected; waiting for BMOE_READY")
+            self._emit(ev, Connected(self.path, self._connects))
             reason = self._read(s)
             self._sock = None
             try:
@@ -151,8 +157,8 @@ class SessionSocketClient(LiveBase):
                 break
             with self._lock:
                 self._in_flight_set = False
-            self._set_state("disconnected", f"runtime went away ({reason}); reconnecting")
-            self._emit("disconnected", {"reason": reason})
+            self._set_state(LiveState.DISCONNECTED, f"runtime went away ({reason}); reconnecting")
+            self._emit(Disconnected(reason))
             if not self.reconnect:
                 break
             # a connection that lasted keeps the short backoff; one dropped at once backs off
@@ -161,7 +167,7 @@ class SessionSocketClient(LiveBase):
                 break
 
     def _read(self, s: socket.socket) -> str:
-        split = new_splitter()
+        split = LineSplitter(max_line=MAX_LINE_CHARS)
         while not self._stop.is_set():
             try:
                 chunk = s.recv(65536)
@@ -170,7 +176,7 @@ class SessionSocketClient(LiveBase):
             if not chunk:
                 tail = split.flush()
                 if tail:
-                    self._problem(0, tail, f"socket closed mid-line ({len(tail)} chars without a newline)")
+                    self._problem(0, tail, f"socket closed mid-line ({len(tail)} chars without a newline)", "socket")
                 return "socket closed"
             t = time.time()
             for line in split.feed(chunk):
@@ -183,10 +189,11 @@ class SessionSocketClient(LiveBase):
             return
         if line.startswith("BMOE_NOTICE"):
             rec = _bl.parse_line(line)
-            n = getattr(rec, "fields", {}).get("dropped", 0) if isinstance(rec, _bl.Unknown) else 0
+            n = rec.fields.get("dropped", 0) if isinstance(rec, _bl.Unknown) else 0
+            n = n if isinstance(n, int) else 0
             self.notices += 1
-            self.dropped_lines += int(n or 0)
-            self._problem(0, line, f"slow reader: the runtime dropped {n} lines for this client")
+            self.dropped_lines += n
+            self._problem(0, line, f"slow reader: the runtime dropped {n} lines for this client", "socket")
             if self.recorder is not None:
                 self.recorder.write("socket", line, t)
             return
@@ -232,7 +239,7 @@ class SessionSocketClient(LiveBase):
         else:
             self._skip_replay = self._filter_replay = False
             if self._session is not None:
-                self._emit("new_session", {"session": session, "previous": self._session})
+                self._emit(NewSession(session, self._session))
             self._seen_ids.clear()
             self._last_step.clear()
             self._cur_id = None
@@ -241,9 +248,9 @@ class SessionSocketClient(LiveBase):
         self._session = session
         self._seq_next = seq if isinstance(seq, int) else None
         if same and self._ready is not None:
-            self._set_state("ready", "ready (reconnected)")
+            self._set_state(LiveState.READY, "ready (reconnected)")
 
-    def _note(self, rec) -> None:
+    def _note(self, rec: Any) -> None:
         if isinstance(rec, _bl.Begin):
             self._cur_id = rec.id
             self._seen_ids.add(("B", rec.id))
@@ -252,7 +259,7 @@ class SessionSocketClient(LiveBase):
         elif isinstance(rec, _bl.Progress) and rec.step is not None:
             self._last_step[self._cur_id] = rec.step
 
-    def _already_seen(self, rec) -> bool:
+    def _already_seen(self, rec: Any) -> bool:
         if isinstance(rec, _bl.Ready):
             return self._ready is not None
         if isinstance(rec, _bl.Begin):

@@ -2,7 +2,8 @@
 
 Both show the same token window: the last ``width`` tokens up to the playback cursor, one
 column per token, so a column in the breakdown and the trend rows under it are the same token.
-Frames are computed once per (run version, cursor, size) and ``render_line`` only slices them.
+Frames are computed once per (run version, cursor, size) (:class:`~bmoe_top.tui.widgets.lines.FrameCache`)
+and ``render_line`` only slices them.
 """
 
 from __future__ import annotations
@@ -16,8 +17,10 @@ from rich.style import Style
 from textual.strip import Strip
 from textual.widget import Widget
 
+from bmoe_top.tui.model import RunModel
 from bmoe_top.tui.playback import Playback
-from bmoe_top.tui.run import RunModel, fmt
+from bmoe_top.tui.present.numbers import fmt
+from bmoe_top.tui.widgets.lines import FrameCache, segments
 from bmoe_top.tui.widgets.palette import (
     COMPUTE,
     DIM,
@@ -38,22 +41,6 @@ _COLORS = {"compute": COMPUTE, "flash": FLASH, "mgmt": MGMT}
 @lru_cache(maxsize=64)
 def _style(color: str, bgcolor: str | None = None) -> Style:
     return Style(color=color, bgcolor=bgcolor)
-
-
-def _segments(cells: list[tuple[str, Style]]) -> list[Segment]:
-    """Run-length merge (glyph, style) cells into segments."""
-    out: list[Segment] = []
-    if not cells:
-        return out
-    buf, style = [cells[0][0]], cells[0][1]
-    for ch, st in cells[1:]:
-        if st is style or st == style:
-            buf.append(ch)
-        else:
-            out.append(Segment("".join(buf), style))
-            buf, style = [ch], st
-    out.append(Segment("".join(buf), style))
-    return out
 
 
 #: Columns left of the bars (y labels) and right of them (values at the cursor); both widgets
@@ -88,25 +75,20 @@ class BreakdownChart(TokenWindowMixin, Widget):
     def __init__(self, run: RunModel, playback: Playback, **kw) -> None:
         super().__init__(**kw)
         self.run, self.playback = run, playback
-        self._key: tuple | None = None
-        self._lines: list[Strip] = []
-
-    def _frame(self) -> list[Strip]:
-        width, height = self.size.width, self.size.height
-        key = (self.run.version, self.playback.cursor, width, height)
-        if key == self._key:
-            return self._lines
-        self._key = key
-        self._lines = self.build(width, height)
-        return self._lines
+        self.frame = FrameCache(self.build)
 
     def build(self, width: int, height: int) -> list[Strip]:
         run = self.run
+        rows = max(1, height - 2)
+        cols = max(1, width - GUTTER - RIGHT)
+        lo, hi = self.window(cols)
         with run.lock:
             mode, why = run.mode()
-            parts = run.breakdown()
+            parts = run.breakdown(lo, hi)
             n = run.tokens.n
             has_mgmt = run.tokens.has("mgmt_ms")
+            top = run.wall_scale()
+            info = self.cursor_info(parts, mode, lo, hi)
         flash_name = "stall_ms" if mode == "overlap" else "io_ms"
         title = [
             Segment("wall = ", TITLE), Segment("█ compute", Style(color=COMPUTE)), Segment("  +  ", DIM),
@@ -115,22 +97,16 @@ class BreakdownChart(TokenWindowMixin, Widget):
             Segment(f"    {mode}: {why}", DIM),
         ]
         lines = [Strip(title).crop(0, width)]
-        rows = max(1, height - 2)
-        cols = max(1, width - GUTTER - RIGHT)
-        lo, hi = self.window(cols)
         wall = parts["wall"]
-        finite = wall[np.isfinite(wall)]
-        top = float(np.percentile(finite, 98)) if finite.size else 1.0
-        top = top if top > 0 else 1.0
         # stacked boundaries in units of eighth-rows
-        comp = np.nan_to_num(np.clip(parts["compute"][lo:hi], 0, None))
-        flash = np.nan_to_num(np.clip(parts["flash"][lo:hi], 0, None))
-        mgmt = np.nan_to_num(np.clip(parts["mgmt"][lo:hi], 0, None))
+        comp = np.nan_to_num(np.clip(parts["compute"], 0, None))
+        flash = np.nan_to_num(np.clip(parts["flash"], 0, None))
+        mgmt = np.nan_to_num(np.clip(parts["mgmt"], 0, None))
         scale = rows * 8 / top
         b1 = np.rint(comp * scale).astype(int)
         b2 = np.rint((comp + flash) * scale).astype(int)
         b3 = np.rint((comp + flash + mgmt) * scale).astype(int)
-        missing = ~np.isfinite(wall[lo:hi])
+        missing = ~np.isfinite(wall)
         clipped = b3 > rows * 8
         k = hi - lo
         grid: list[list[tuple[str, Style]]] = [[(" ", Style())] * k for _ in range(rows)]
@@ -162,7 +138,6 @@ class BreakdownChart(TokenWindowMixin, Widget):
                     grid[r][j] = (EIGHTHS[fill], _style(c, upper))
             if clipped[j]:
                 grid[0][j] = ("▲", _style("#ffffff", MGMT if b2[j] <= rows * 8 else FLASH))
-        info = self.cursor_info(parts, mode, hi)
         for r in range(rows):
             if r == 0:
                 label = f"{top:6.0f}ms"[: GUTTER]
@@ -172,7 +147,7 @@ class BreakdownChart(TokenWindowMixin, Widget):
                 label = ""
             cells = grid[r] + [(" ", Style())] * (cols - k)
             side = info[r] if r < len(info) else ("", DIM)
-            lines.append(Strip([Segment(label.rjust(GUTTER - 1) + "│", DIM), *_segments(cells),
+            lines.append(Strip([Segment(label.rjust(GUTTER - 1) + "│", DIM), *segments(cells),
                                 Segment(" " + side[0][: RIGHT - 1], side[1])]))
         unit = run.row_unit
         axis = f"{unit}s {lo + 1}–{hi} of {n}" if hi > lo else f"no {unit}s yet ({n} in run)"
@@ -181,15 +156,15 @@ class BreakdownChart(TokenWindowMixin, Widget):
         lines.append(Strip([Segment(" " * (GUTTER - 1) + "└", DIM), Segment(axis, DIM)]).crop(0, width))
         return lines
 
-    def cursor_info(self, parts: dict[str, np.ndarray], mode: str, hi: int) -> list[tuple[str, Style]]:
-        """The numbers of the token at the cursor, for the right margin."""
-        if hi <= 0:
+    def cursor_info(self, parts: dict[str, np.ndarray], mode: str, lo: int, hi: int) -> list[tuple[str, Style]]:
+        """The numbers of the token at the cursor (row ``hi - 1``), for the right margin."""
+        if hi <= lo:
             return []
         i = hi - 1
         tok = self.run.tokens
 
         def v(name: str, arr: np.ndarray | None = None) -> str:
-            x = float(arr[i]) if arr is not None else float(tok.view(name)[i])
+            x = float(arr[i - lo]) if arr is not None else float(tok.view(name, i, i + 1)[0])
             return "missing" if not math.isfinite(x) else f"{x:,.1f}"
 
         out = [(f"{self.run.row_unit} {i + 1:,}", TITLE),
@@ -200,15 +175,16 @@ class BreakdownChart(TokenWindowMixin, Widget):
         if mode == "overlap":
             out.append((f"io(lanes) {v('io_ms')}", DIM))
         out.append((f"read  {v('read_mib')} MiB", LABEL))
-        hit = float(tok.view("cache_hit_pct")[i])
+        hit = float(tok.view("cache_hit_pct", i, i + 1)[0])
         out.append((f"hit   {'no cache' if hit < 0 else v('cache_hit_pct') + ' %'}", LABEL))
         return out
 
     def render_line(self, y: int) -> Strip:
-        lines = self._frame()
+        width, height = self.size.width, self.size.height
+        lines = self.frame.get((self.run.version, self.playback.cursor, width, height), width, height)
         if y < len(lines):
-            return lines[y].extend_cell_length(self.size.width)
-        return Strip.blank(self.size.width)
+            return lines[y].extend_cell_length(width)
+        return Strip.blank(width)
 
 
 class TrendChart(TokenWindowMixin, Widget):
@@ -234,28 +210,27 @@ class TrendChart(TokenWindowMixin, Widget):
     def __init__(self, run: RunModel, playback: Playback, **kw) -> None:
         super().__init__(**kw)
         self.run, self.playback = run, playback
-        self._key: tuple | None = None
-        self._lines: list[Strip] = []
+        self.frame = FrameCache(self.build)
 
     def series(self, name: str, lo: int, hi: int) -> np.ndarray | None:
         tok = self.run.tokens
         if name == "tok_s" and self.run.row_unit != "token" and tok.has("tok_s"):
-            return tok.view("tok_s", hi)[lo:hi]  # a row's own rate (an interval may be partly idle)
+            return tok.view("tok_s", lo, hi)  # a row's own rate (an interval may be partly idle)
         if name == "tok_s":
             if not tok.has("wall_ms"):
                 return None
-            w = tok.view("wall_ms", hi)[lo:hi]
+            w = tok.view("wall_ms", lo, hi)
             with np.errstate(divide="ignore", invalid="ignore"):
                 return np.where(w > 0, 1000.0 / w, np.nan)
         if name == "cache_hit_pct":
             if not tok.has(name):
                 return None
-            v = tok.view(name, hi)[lo:hi].copy()
+            v = tok.view(name, lo, hi).copy()
             v[v < 0] = np.nan  # -1 = no cache
             return v
         if not tok.has(name):
             return None
-        return tok.view(name, hi)[lo:hi]
+        return tok.view(name, lo, hi)
 
     def build(self, width: int, height: int) -> list[Strip]:
         cols = max(1, width - GUTTER - RIGHT)
@@ -284,17 +259,14 @@ class TrendChart(TokenWindowMixin, Widget):
                         cells.append((EIGHTHS[1 + int(round((x - vmin) / span * 7))], TREND_STYLE))
                 last = finite[-1] if np.isfinite(v[-1]) else math.nan
                 tail = f" {fmt(float(last), 1, unit)}"[:RIGHT]
-                lines.append(Strip([head, *_segments(cells), Segment(" " * (cols - len(cells))),
+                lines.append(Strip([head, *segments(cells), Segment(" " * (cols - len(cells))),
                                     Segment(tail, LABEL)]))
         return lines
 
     def render_line(self, y: int) -> Strip:
         width, height = self.size.width, self.size.height
-        key = (self.run.version, self.playback.cursor, width, height)
-        if key != self._key:
-            self._key = key
-            self._lines = self.build(width, height)
-        if y < len(self._lines):
-            return self._lines[y].crop(0, width).extend_cell_length(width)
+        lines = self.frame.get((self.run.version, self.playback.cursor, width, height), width, height)
+        if y < len(lines):
+            return lines[y].crop(0, width).extend_cell_length(width)
         return Strip.blank(width)
 

@@ -18,8 +18,9 @@ from textual.reactive import reactive
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
+from bmoe_top.tui.model import RunModel
 from bmoe_top.tui.playback import Playback
-from bmoe_top.tui.run import RunModel
+from bmoe_top.tui.widgets.lines import FrameCache, segments
 from bmoe_top.tui.widgets.palette import (
     CELL_GLYPH,
     DIM,
@@ -56,24 +57,10 @@ def fold_rows(m: np.ndarray, f: int, how: str = "mean") -> np.ndarray:
 
 
 def _row_segments(label: str, bins: np.ndarray, glyphs: np.ndarray | None, styles: list[Style]) -> list[Segment]:
-    segs = [Segment(label[: GUTTER - 1].rjust(GUTTER - 1) + "│", DIM)]
-    run_txt: list[str] = []
-    run_style: Style | None = None
-    for j, b in enumerate(bins.tolist()):
-        if b < 0:
-            ch, st = NO_DATA_GLYPH, NO_DATA_STYLE
-        else:
-            ch = CELL_GLYPH if glyphs is None else glyphs[j]
-            st = styles[b]
-        if st is run_style:
-            run_txt.append(ch)
-        else:
-            if run_txt:
-                segs.append(Segment("".join(run_txt), run_style))
-            run_txt, run_style = [ch], st
-    if run_txt:
-        segs.append(Segment("".join(run_txt), run_style))
-    return segs
+    """One grid row: the label gutter, then a cell per bin (no-data glyph where the bin is -1)."""
+    cells = [(NO_DATA_GLYPH, NO_DATA_STYLE) if b < 0 else (CELL_GLYPH if glyphs is None else glyphs[j], styles[b])
+             for j, b in enumerate(bins.tolist())]
+    return [Segment(label[: GUTTER - 1].rjust(GUTTER - 1) + "│", DIM), *segments(cells)]
 
 
 class GridView(ScrollView):
@@ -84,30 +71,29 @@ class GridView(ScrollView):
     def __init__(self, run: RunModel, playback: Playback, **kw) -> None:
         super().__init__(**kw)
         self.run, self.playback = run, playback
-        self._key: tuple | None = None
-        self._lines: list[Strip] = []
+        self.frame = FrameCache(self._build_framed)
 
     def watch_fold(self, _old: bool, _new: bool) -> None:
-        self._key = None
+        self.frame.invalidate()
         self.refresh()
 
     def build(self, width: int, height: int) -> list[Strip]:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def _build_framed(self, width: int, height: int) -> list[Strip]:
+        lines = self.build(width, height)
+        if lines:  # the title never forces a horizontal scroll
+            lines[0] = lines[0].crop(0, width)
+        vw = max((ln.cell_length for ln in lines), default=0)
+        self.virtual_size = Size(vw, len(lines))
+        return lines
+
     def _frame(self) -> list[Strip]:
         width, height = self.scrollable_content_region.size
-        key = (self.run.version, self.playback.cursor, width, height, self.fold)
-        if key != self._key:
-            self._key = key
-            self._lines = self.build(width, height)
-            if self._lines:  # the title never forces a horizontal scroll
-                self._lines[0] = self._lines[0].crop(0, width)
-            vw = max((ln.cell_length for ln in self._lines), default=0)
-            self.virtual_size = Size(vw, len(self._lines))
-        return self._lines
+        return self.frame.get((self.run.version, self.playback.cursor, width, height, self.fold), width, height)
 
     def on_resize(self) -> None:
-        self._key = None
+        self.frame.invalidate()
 
     def render_line(self, y: int) -> Strip:
         lines = self._frame()
@@ -181,10 +167,11 @@ class ExpertMap(GridView):
         with run.lock:
             n_layer, n_expert = run.n_layer or 0, run.n_expert or 0
             stop = self.playback.cursor
-            counts, _hits = run.expert_counts(stop)
+            agg = run.expert_aggregates(stop)
+            counts = agg.routed
             resident = run.resident.copy() if run.resident is not None else None
             rank = run.expert_rank.copy() if run.expert_rank is not None else None
-            last_hit = run.last_routing_hit(stop) if resident is None else None
+            last_hit = agg.last if resident is None else None
             top_k = run.top_k
         if rank is not None and counts.sum() == 0:
             return self.build_rank(rank, resident, width, height)
@@ -209,6 +196,7 @@ class ExpertMap(GridView):
         if resident is not None:
             res = resident.astype(np.int8)
         else:
+            assert last_hit is not None  # read above whenever there is no resident map
             res = (last_hit > 0).astype(np.int8)
         c = fold_rows(fold_rows(counts.T, fe, "sum").T, fl, "sum")
         r = fold_rows(fold_rows(res.T, fe, "sum").T, fl, "sum")
@@ -216,7 +204,8 @@ class ExpertMap(GridView):
         expected_row = fold_rows(per_layer, fl, "sum") / max(1, n_expert) * fe
         bins = heat_bin(c.astype(float), np.maximum(expected_row, 1e-9))
         hdr = f"experts 0–{n_expert - 1}" + (f", {fe} experts/cell" if fe > 1 else "") + (
-            f", {fl} layers/row" if fl > 1 else "") + (f", top-{top_k}" if top_k else "")
+            f", {fl} layers/row" if fl > 1 else "") + (f", top-{top_k}" if top_k else "") + (
+            f", as of {run.row_unit} {agg.as_of + 1}" if agg.as_of is not None else "")
         lines.append(Strip([Segment(" " * (GUTTER - 1) + "│", DIM), Segment(hdr, DIM)]))
         for i in range(c.shape[0]):
             glyphs = np.where(r[i] > 0, CELL_GLYPH, MISS_GLYPH)

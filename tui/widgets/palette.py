@@ -42,6 +42,23 @@ TREND_STYLE = Style(color="#56b6c2")
 
 EIGHTHS = " ▁▂▃▄▅▆▇█"
 
+#: Every state word a status line shows (run model :class:`~bmoe_top.tui.model.Status`, a live
+#: source's, a poller's, a followed file's: all string enums) -> its style.
+STATUS_STYLE: dict[str, str] = {
+    "ok": "bold #98c379", "ready": "bold #98c379", "generating": "bold #61afef",
+    "loading": "bold #e5c07b", "connecting": "bold #e5c07b", "waiting": "bold #e5c07b", "starting": "bold #e5c07b",
+    "unreachable": "bold #e06c75", "unauthorized": "bold #e06c75", "error": "bold #e06c75",
+    "disconnected": "bold #e06c75", "aborted": "bold #e06c75", "failed": "bold #e06c75",
+    "malformed": "bold #d19a66",
+    "closing": "#7f848e", "exited": "#7f848e", "closed": "#7f848e", "done": "#7f848e", "replay": "#7f848e",
+}
+
+#: Row kinds of ``bmoe_top.tui.present`` rows -> style ("" = plain).
+KIND_STYLE: dict[str, str] = {
+    "": "", "missing": "#7f848e italic", "derived": "#d19a66", "name": "bold", "problem": "bold #e06c75",
+    "section": "bold #e5c07b", "good": "#98c379", "bad": "#e06c75",
+}
+
 
 def hit_bin(share: np.ndarray) -> np.ndarray:
     """Hit share (0..1, NaN = no data) -> bin index 0..10, -1 for no data."""

@@ -16,8 +16,11 @@ from textual.strip import Strip
 from textual.widget import Widget
 from textual.widgets import Static
 
+from bmoe_top.tui.model import RunModel
 from bmoe_top.tui.playback import Playback
-from bmoe_top.tui.run import RunModel, fmt, run_summary, summary_rows
+from bmoe_top.tui.present.summary import run_panel_rows
+from bmoe_top.tui.widgets.lines import FrameCache
+from bmoe_top.tui.widgets.palette import KIND_STYLE
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 _PICTURES = {i: chr(0x2400 + i) for i in range(32)}
@@ -46,7 +49,7 @@ class RunPanel(Widget):
     def __init__(self, run: RunModel, playback: Playback, **kw) -> None:
         super().__init__(**kw)
         self.run, self.playback = run, playback
-        self._key = None
+        self._key: tuple[int, int] | None = None
         self._lines: list[Strip] = []
         self._lines_width = -1
 
@@ -78,41 +81,9 @@ class RunPanel(Widget):
 
     def rows(self) -> list[tuple[str, str, str]]:
         """(label, value, style) rows; 'missing' where the source did not send the value."""
-        s = run_summary(self.run)
-        meta = s["meta"]
-        out: list[tuple[str, str, str]] = []
-
-        def row(label: str, value: str, style: str = "") -> None:
-            out.append((label, value, "#7f848e italic" if value == "missing" else style))
-
-        model = meta.get("model") or meta.get("recording_source") or "missing"
-        row("model", model.rsplit("/", 1)[-1], "bold")
-        row("arch", meta.get("arch", "missing"))
-        row("layers", fmt(s["n_layer"]) if s["n_layer"] else "missing")
-        experts = fmt(s["n_expert"]) if s["n_expert"] else "missing"
-        if s["top_k"]:
-            experts += f", top-{s['top_k']}"
-        row("experts", experts)
-        flags = " ".join(f"{k}={v}" for k, v in meta.items() if k in (
-            "moe_stream", "cache_mb", "io_threads", "o_direct", "overlap", "prefetch", "threads", "n_ctx",
-            "cache_auto", "force_cache", "dense_weights", "drop_cold_frac"))
-        row("flags", flags or "missing")
-        row("mode", f"{s['mode']} ({s['mode_reason']})")
-        detail = self.run.status_detail
-        if detail and detail.startswith(s["status"]):
-            status = detail
-        else:
-            status = s["status"] + (f" — {detail}" if detail else "")
-        row("status", status)
-        n = self.run.tokens.n
-        playing = "  ▶ " + self.playback.speed_label() if self.playback.playing else ""
-        row(self.run.row_unit, f"{self.playback.cursor:,} / {n:,}{playing}")
-        out.append(("", "", ""))
-        for label, text, kind in summary_rows(s):
-            row(label, text, "#d19a66" if kind == "derived" else "")
-        if s["problems"]:
-            row("problems", f"{s['problems']} bad lines (p)", "bold #e06c75")
-        return out
+        pb = self.playback
+        playing = "▶ " + pb.speed_label() if pb.playing else ""
+        return [(label, value, KIND_STYLE[kind]) for label, value, kind in run_panel_rows(self.run, pb.cursor, playing)]
 
     def build(self, width: int) -> list[Strip]:
         """The rows as strips of ``width`` cells, values wrapped under their own column."""
@@ -134,32 +105,35 @@ def answer_text(run: RunModel, cursor: int, max_chars: int | None = None) -> Tex
     """Every turn's prompt, reasoning and answer up to the playback cursor, as safe Text.
 
     With ``max_chars`` only the newest turns are built, until about that many characters (the
-    tail a fixed-height panel shows): the cost of a repaint stays bounded however long the run.
+    tail a fixed-height panel shows), reading only the end of each text: the cost of a repaint
+    stays bounded however long the run.
     """
     parts: list[Text] = []
     size = 0
     with run.lock:
         n = run.tokens.n
         full = cursor >= n
-        text_end = run.tokens.view("text_end") if run.tokens.has("text_end") else None
-        turn_col = run.tokens.view("turn") if text_end is not None else None
+        has_end = run.tokens.has("text_end")
+        last = min(cursor, n) - 1
+        end_at_cursor = run.tokens.view("text_end", last, last + 1)[0] if has_end and last >= 0 else float("nan")
+        turn_at_cursor = run.tokens.view("turn", last, last + 1)[0] if has_end and last >= 0 else float("nan")
+        many = len(run.turns) > 1
         visible = [t for t in run.turns if not (n and t.first_token > cursor)]
         for turn in reversed(visible):
             out = Text()
-            if len(run.turns) > 1 or turn.prompt:
+            if many or turn.prompt:
                 head = f"── turn {turn.index + 1}" + (f" (id {turn.id})" if turn.id is not None else "")
                 out.append(head + "\n", style="#e5c07b")
             if turn.prompt:
                 out.append_text(safe_text("> " + turn.prompt.strip() + "\n", "#61afef"))
-            text = turn.text
-            if not full and text_end is not None and cursor > 0:
-                last = min(cursor, n) - 1
-                if last >= turn.first_token and turn_col[last] == turn.index:
-                    end = text_end[last]
-                    if end == end:  # not NaN
-                        text = text[: int(end)]
-            if max_chars is not None and len(text) > max_chars:
-                text = "…" + text[-max_chars:]
+            end = turn.text_len
+            if not full and has_end and cursor > 0 and last >= turn.first_token and turn_at_cursor == turn.index:
+                if end_at_cursor == end_at_cursor:  # not NaN
+                    end = min(end, int(end_at_cursor))
+            if max_chars is not None and end > max_chars:
+                text = "…" + (turn.text_tail(max_chars) if end == turn.text_len else turn.text_prefix(end)[-max_chars:])
+            else:
+                text = turn.text if end == turn.text_len else turn.text_prefix(end)
             if turn.reasoning:
                 out.append_text(safe_text(turn.reasoning.rstrip() + "\n", "italic #7f848e"))
             out.append_text(safe_text(text))
@@ -185,7 +159,7 @@ class AnswerPanel(Static):
     def __init__(self, run: RunModel, playback: Playback, **kw) -> None:
         super().__init__(**kw)
         self.run, self.playback = run, playback
-        self._key = None
+        self._key: tuple[int, int] | None = None
 
     def update_from_run(self) -> None:
         if not self.is_on_screen:
@@ -213,9 +187,8 @@ class AnswerTail(Widget):
     def __init__(self, run: RunModel, playback: Playback, **kw) -> None:
         super().__init__(**kw)
         self.run, self.playback = run, playback
-        self._key = None
-        self._frame_key = None
-        self._lines: list[Strip] = []
+        self._key: tuple[int, int] | None = None
+        self.frame = FrameCache(self._build)
 
     def update_from_run(self) -> None:
         key = (self.run.version, self.playback.cursor)
@@ -227,17 +200,18 @@ class AnswerTail(Widget):
         width, height = self.content_region.size
         return answer_text(self.run, self.playback.cursor, max_chars=max(400, width * height * 2))
 
+    def _build(self, width: int, height: int) -> list[Strip]:
+        if height <= 0:
+            return []
+        console = self.app.console
+        rendered = console.render_lines(self.renderable_for(), console.options.update_width(max(1, width)), pad=False)
+        return [Strip(line) for line in rendered[-height:]]
+
     def render_line(self, y: int) -> Strip:
         width, height = self.content_region.size
-        key = (self._key, width, height)
-        if key != self._frame_key:
-            self._frame_key = key
-            console = self.app.console
-            rendered = console.render_lines(self.renderable_for(), console.options.update_width(max(1, width)),
-                                            pad=False)
-            self._lines = [Strip(line) for line in rendered[-height:]] if height > 0 else []
-        if y < len(self._lines):
-            return self._lines[y].extend_cell_length(width)
+        lines = self.frame.get((self._key, width, height), width, height)
+        if y < len(lines):
+            return lines[y].extend_cell_length(width)
         return Strip.blank(width)
 
 
@@ -249,7 +223,7 @@ class ProblemsPanel(Static):
     def __init__(self, run: RunModel, **kw) -> None:
         super().__init__(**kw)
         self.run = run
-        self._key = None
+        self._key: int | None = None
 
     def update_from_run(self) -> None:
         if self._key == self.run.version:

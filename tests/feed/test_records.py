@@ -1,0 +1,88 @@
+"""BMOE records into the run model (tui/feed/records.py): one table entry per record type, each
+tried with the lines a runtime writes."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from bmoe_top.parsers.bmoe_lines import parse_line
+from bmoe_top.tui.feed.records import RecordFeed
+from bmoe_top.tui.model import RunModel
+
+
+def feed_lines(lines: list[str], run: RunModel | None = None) -> RunModel:
+    run = run if run is not None else RunModel()
+    feed = RecordFeed(run, "test")
+    for i, line in enumerate(lines, 1):
+        feed.apply(parse_line(line), t=1000.0 + i, lineno=i)
+    return run
+
+
+def test_a_session_turn():
+    run = RunModel()
+    run.note_request({"cmd": "generate", "id": 3, "prompt": "why experts?"})
+    feed_lines([
+        'loader noise BMOE_READY {"load_s":1.5,"arch":"qwen3moe","n_ctx":512,"n_layer":2,"n_expert":8,"model":"m"}',
+        'BMOE_BEGIN {"id":3}',
+        'BMOE_ROUTE {"step":1,"turn":0,"phase":"prefill","experts":[[1,2,3],[4]],"hit":[[0,0,0],[0]]}',
+        'BMOE_ROUTE {"step":1,"turn":0,"phase":"decode","experts":[[1,2],[4,5]],"hit":[[1,0],[1,0]]}',
+        'BMOE_LOAD {"mb":2.5,"ms":3.0}',
+        'BMOE_PROGRESS {"step":1,"steps":2,"wall_ms":10.0,"io_ms":2.0,"compute_ms":7.0,"mgmt_ms":1.0,'
+        '"stall_ms":0.0,"read_mb":2.5,"cache_hit_pct":50.0,"text":"Ex","majflt":3,"note":"x"}',
+        'BMOE_PROGRESS {"step":2,"steps":2,"wall_ms":12.0,"io_ms":2.0,"compute_ms":9.0,"mgmt_ms":1.0,'
+        '"stall_ms":0.0,"read_mb":0.0,"cache_hit_pct":60.0,"text":"Experts"}',
+        'BMOE_ROUTE {"step":2,"turn":0,"phase":"decode","experts":[[2,3],[5,6]],"hit":[[1,1],[1]]}',
+        'BMOE_RESIDENT {"step":2,"n_expert":8,"resident":[[1,2,3],[4,5,6]],"resident_mib":3.0,"budget_mib":4.0}',
+        'BMOE_DONE {"id":3,"cancelled":false,"tokens":2,"tok_s":90.9,"prefill_s":0.2,"cache_hit_pct":60.0,'
+        '"n_prompt":4,"n_past":6,"cache_resident_mib":3.0,"cache_budget_mib":4.0,"text":"Experts!","read_mib":2.5}',
+        'BMOE_FUTURE {"x":1}',
+        'BMOE_PROGRESS {"step":"three"}',
+    ], run)
+    assert run.ready["arch"] == "qwen3moe" and run.meta["n_ctx"] == "512" and run.meta["model"] == "m"
+    assert (run.n_layer, run.n_expert) == (2, 8) and run.summary["load_s"] == 1.5
+    turn = run.turns[0]
+    assert turn.id == 3 and turn.prompt == "why experts?" and turn.text == "Experts!" and not turn.cancelled
+    assert turn.done["n_past"] == 6
+    tok = run.tokens
+    assert tok.n == 2 and tok.view("wall_ms").tolist() == [10.0, 12.0] and tok.view("read_mib").tolist() == [2.5, 0.0]
+    assert tok.view("load_mib").tolist()[0] == 2.5 and math.isnan(tok.view("load_mib")[1])
+    assert tok.view("majflt")[0] == 3 and not tok.has("note")  # numeric extras only
+    assert tok.view("text_end").tolist() == [2.0, 7.0] and tok.view("t").tolist() == [1006.0, 1007.0]
+    # the route before token 1's progress and the one after token 2's both land on their token
+    assert run.routes.tok.tolist() == [-1] * 4 + [0] * 4 + [1] * 4
+    share = run.hit_matrix()
+    assert share[:, 0].tolist() == [0.5, 0.5] and share[:, 1].tolist() == [1.0, 1.0]
+    assert run.top_k == 2  # decode rows only (a prefill row is the union over the batch)
+    assert run.resident.sum() == 6 and run.resident_mib == 3.0 and run.budget_mib == 4.0
+    assert run.summary["tokens"] == 2 and run.summary["read_mib_per_tok"] == 1.25
+    assert run.summary["s_per_tok"] == 1 / 90.9
+    assert "loader noise " in run.log and "BMOE_FUTURE {'x': 1}" in run.log
+    assert run.problem_count == 1 and run.problems[0].lineno == 12 and run.problems[0].source == "test"
+
+
+def test_error_marks_its_turn_and_one_shot_tokens_open_a_turn():
+    run = feed_lines([
+        'BMOE_PROGRESS {"step":1,"steps":1,"wall_ms":1.0,"io_ms":0.5,"compute_ms":0.5,"mgmt_ms":0.0,'
+        '"stall_ms":0.0,"read_mb":0.0,"cache_hit_pct":-1.0,"delta_text":"a"}',
+        'BMOE_BEGIN {"id":9}',
+        'BMOE_ERROR {"id":9,"fatal":false,"msg":"prompt plus n_predict exceeds n_ctx"}',
+    ])
+    assert [t.id for t in run.turns] == [None, 9] and run.turns[0].text == "a"
+    assert run.turns[1].error == "prompt plus n_predict exceeds n_ctx"
+    assert any("BMOE_ERROR id=9" in line for line in run.log)
+
+
+def test_a_pair_cut_between_records_reaches_the_turn_whole():
+    run = RunModel()
+    feed = RecordFeed(run, "test")
+    for line in ('BMOE_PROGRESS {"step":1,"text":"a\\ud800b \\ud83d"}',
+                 'BMOE_PROGRESS {"step":2,"text":"a\\ud800b \\ud83d\\ude00"}'):
+        feed.apply(parse_line(line))
+    t = run.turns[0]
+    assert t._text._pieces == ["a\ufffdb ", "😀"]  # appended piece by piece, never rebuilt
+    feed.apply(parse_line('BMOE_DONE {"id":1,"text":"a\\ud800b \\ud83d\\ude00!"}'))
+    assert t.text == "a\ufffdb 😀!" and t.done is not None
+    assert run.tokens.view("text_end").tolist() == [4.0, 5.0]
+    assert np.isnan(run.tokens.view("wall_ms")).all()  # absent, not 0

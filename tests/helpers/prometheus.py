@@ -1,0 +1,205 @@
+"""A real Prometheus server on loopback for the fleet tests (Debian's ``prometheus`` package).
+
+:class:`Prometheus` writes a config that scrapes the given targets every ``interval`` (scrape
+timeout = interval, no rule files, no remote write), starts ``prometheus`` on a free loopback
+port with a temporary TSDB directory and a short retention, waits until its HTTP API answers and
+every target has its first ``up`` sample (about 5-6 s after start even at 1 s: it is waited
+for on the API, never slept), and stops it (``stop()``, or as a context manager). The
+``wait_*`` helpers poll ``/api/v1/query`` until a condition holds, with a generous overall
+timeout: the fleet tests wait on what Prometheus has stored, never on a duration.
+
+The queries here go through plain httpx, not through the code under test.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+PROMETHEUS = shutil.which("prometheus")
+PROMTOOL = shutil.which("promtool")
+
+#: Overall limit of one wait (s): a loaded machine may be slow, a hang must still end.
+WAIT_S = 120.0
+
+
+def need_prometheus() -> str:
+    """The prometheus binary, or skip the test."""
+    if PROMETHEUS is None:
+        pytest.skip("prometheus is not installed (apt-get install prometheus; .ci/run does)")
+    return PROMETHEUS
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGTERM it when the test process dies, so a killed test run
+    never leaves a Prometheus behind (Linux ``PR_SET_PDEATHSIG``)."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM), 0, 0, 0)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def write_config(path: Path, jobs: Mapping[str, Sequence[str]], interval: str = "1s",
+                 job_intervals: Mapping[str, str] | None = None) -> None:
+    """A scrape config: one job per ``jobs`` key with static ``host:port`` targets, every
+    ``interval`` unless ``job_intervals`` gives the job its own."""
+    lines = ["global:", f"  scrape_interval: {interval}", f"  scrape_timeout: {interval}",
+             f"  evaluation_interval: {interval}", "scrape_configs:"]
+    for job, targets in jobs.items():
+        lines += [f"  - job_name: {job!r}"]
+        if job_intervals and job in job_intervals:
+            lines += [f"    scrape_interval: {job_intervals[job]}", f"    scrape_timeout: {job_intervals[job]}"]
+        lines += ["    static_configs:",
+                  "      - targets: [" + ", ".join(repr(t) for t in targets) + "]"]
+    if not jobs:
+        lines[-1] = "scrape_configs: []"
+    path.write_text("\n".join(lines) + "\n")
+
+
+class Prometheus:
+    """``prometheus`` scraping ``jobs`` (job name -> ``host:port`` targets) every ``interval``.
+
+    ``tmp``: a directory of its own (config, TSDB, log). ``job_intervals``: per-job scrape
+    intervals. ``args``: extra flags
+    (``--query.max-samples=...``). ``data``: an existing TSDB directory to serve instead
+    (``promtool tsdb create-blocks-from``). ``url`` once started."""
+
+    def __init__(self, tmp: Path, jobs: Mapping[str, Sequence[str]], interval: str = "1s",
+                 args: Sequence[str] = (), data: Path | None = None, wait_up: bool = True,
+                 job_intervals: Mapping[str, str] | None = None):
+        self.binary = need_prometheus()
+        self.tmp = Path(tmp)
+        self.tmp.mkdir(parents=True, exist_ok=True)
+        self.jobs = {k: list(v) for k, v in jobs.items()}
+        self.config = self.tmp / "prometheus.yml"
+        write_config(self.config, self.jobs, interval, job_intervals)
+        self.data = data if data is not None else self.tmp / "tsdb"
+        self.log = self.tmp / "prometheus.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.http = httpx.Client(trust_env=False, timeout=30.0)
+        for attempt in range(3):
+            self.port = free_port()
+            self.url = f"http://127.0.0.1:{self.port}"
+            self._start(args)
+            if self._wait_ready():
+                break
+            self._kill()
+            if "address already in use" not in self.log.read_text(errors="replace") or attempt == 2:
+                raise AssertionError("prometheus did not start:\n" + self.log.read_text(errors="replace")[-3000:])
+        if wait_up:
+            n = sum(len(t) for t in self.jobs.values())
+            if n:
+                self.wait_for("count(up)", lambda r: bool(r) and r[0][1] >= n, what=f"first up of {n} targets")
+
+    def _start(self, args: Sequence[str]) -> None:
+        cmd = [self.binary, f"--config.file={self.config}", f"--storage.tsdb.path={self.data}",
+               "--storage.tsdb.retention.time=2h", f"--web.listen-address=127.0.0.1:{self.port}",
+               "--log.level=warn", *args]
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(cmd, stdout=log, stderr=log, stdin=subprocess.DEVNULL,
+                                         preexec_fn=_die_with_parent)
+
+    def _wait_ready(self) -> bool:
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < WAIT_S:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                return False
+            try:
+                if self.http.get(self.url + "/-/ready").status_code == 200:
+                    return True
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        return False
+
+    # -- the API, independent of the code under test ---------------------------------------------
+
+    def query(self, expr: str, at: float | None = None) -> list[tuple[dict[str, str], float, float]]:
+        """(labels, value, sample time) of an instant query's vector; raises on an error answer."""
+        form = {"query": expr}
+        if at is not None:
+            form["time"] = f"{at:.3f}"
+        r = self.http.post(self.url + "/api/v1/query", data=form)
+        doc = r.json()
+        if doc.get("status") != "success":
+            raise AssertionError(f"{expr}: {doc}")
+        res = doc["data"]["result"]
+        if doc["data"]["resultType"] == "scalar":
+            return [({}, float(res[1]), float(res[0]))]
+        return [(e["metric"], float(e["value"][1]), float(e["value"][0])) for e in res]
+
+    def raw(self, expr: str, at: float) -> list[tuple[dict[str, str], list[tuple[float, float]]]]:
+        """The stored samples of a range-vector selector (``metric{...}[30s]``) at ``at``."""
+        r = self.http.post(self.url + "/api/v1/query", data={"query": expr, "time": f"{at:.3f}"})
+        doc = r.json()
+        assert doc.get("status") == "success", doc
+        return [(e["metric"], [(float(t), float(v)) for t, v in e["values"]]) for e in doc["data"]["result"]]
+
+    def value(self, expr: str) -> float | None:
+        res = self.query(expr)
+        return res[0][1] if res else None
+
+    def wait_for(self, expr: str, cond: Callable[[list[tuple[dict[str, str], float]]], bool],
+                 what: str = "", timeout: float = WAIT_S) -> list[tuple[dict[str, str], float]]:
+        """Poll ``expr`` until ``cond([(labels, value), ...])`` holds; the last answer."""
+        t0 = time.monotonic()
+        last: Any = None
+        while time.monotonic() - t0 < timeout:
+            assert self.proc is not None and self.proc.poll() is None, "prometheus exited:\n" + \
+                self.log.read_text(errors="replace")[-2000:]
+            try:
+                last = [(m, v) for m, v, _t in self.query(expr)]
+                if cond(last):
+                    return last
+            except (httpx.HTTPError, ValueError):
+                pass
+            time.sleep(0.2)
+        raise AssertionError(f"timed out waiting for {what or expr}; last answer {last}")
+
+    def wait_value(self, expr: str, value: float, what: str = "") -> None:
+        """Until ``expr`` (one series) equals ``value``."""
+        self.wait_for(expr, lambda r: len(r) == 1 and r[0][1] == value, what or f"{expr} == {value}")
+
+    def wait_sample_after(self, selector: str, t: float, what: str = "") -> float:
+        """Until the newest stored sample of ``selector`` (one series) is later than ``t``
+        (Unix s); its time."""
+        r = self.wait_for(f"timestamp({selector})", lambda r: len(r) == 1 and r[0][1] > t,
+                          what or f"a sample of {selector} after {t:.3f}")
+        return r[0][1]
+
+    # -- lifetime --------------------------------------------------------------------------------
+
+    def _kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def stop(self) -> None:
+        self._kill()
+        self.http.close()
+
+    def __enter__(self) -> Prometheus:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

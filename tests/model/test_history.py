@@ -1,0 +1,108 @@
+"""Token columns with a window and the tiered history: every series and whole-run statistic agrees
+with an exact computation over every row, whatever was dropped at full resolution."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bmoe_top.tui.model.columns import TokenColumns
+
+
+def feed(tc: TokenColumns, rng: np.random.Generator, n: int, exact: dict[str, list[float]]) -> None:
+    for i in range(n):
+        if rng.random() < 0.01:  # a bulk block now and then (a file's rows)
+            k = int(rng.integers(1, 40))
+            cols = {"a": rng.normal(size=k), "c": rng.normal(size=k)}
+            tc.extend(cols, k)
+            for name in exact:
+                exact[name].extend(cols.get(name, np.full(k, np.nan)).tolist())
+            continue
+        row = {}
+        for name in exact:
+            if name == "c" and i < 50:  # a column that appears late
+                exact[name].append(math.nan)
+                continue
+            v = float(rng.normal()) if rng.random() > 0.2 else None
+            row[name] = v
+            exact[name].append(math.nan if v is None else v)
+        tc.append(row)
+
+
+def check_bins(tc: TokenColumns, exact: dict[str, np.ndarray], lo: int, hi: int, bins: int) -> None:
+    s = tc.series(["a", "b", "c", "never"], lo, hi, bins)
+    e = s.edges
+    assert e[0] <= lo and e[-1] >= min(hi, tc.n) and np.all(np.diff(e) > 0)
+    for j in range(s.bins):
+        for name, col in exact.items():
+            seg = col[e[j]:e[j + 1]]
+            cnt = int(np.count_nonzero(~np.isnan(seg)))
+            assert s.count[name][j] == cnt, (name, j, e[j], e[j + 1], s.width)
+            if cnt:
+                assert math.isclose(s.sum[name][j], float(np.nansum(seg)), rel_tol=1e-9, abs_tol=1e-9)
+                assert s.min[name][j] == np.nanmin(seg) and s.max[name][j] == np.nanmax(seg)
+                assert math.isclose(s.mean(name)[j], float(np.nanmean(seg)), rel_tol=1e-9, abs_tol=1e-9)
+            else:
+                assert math.isnan(s.min[name][j]) and math.isnan(s.mean(name)[j])
+        assert s.count["never"][j] == 0
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(1, 4000), window=st.sampled_from([None, 64, 100, 300]),
+       queries=st.lists(st.tuples(st.floats(0, 1), st.floats(0, 1), st.integers(1, 70)), min_size=1, max_size=8))
+def test_series_and_stats_are_exact_with_any_window(seed, n, window, queries):
+    # small levels so that dropping, ring shifts and the whole-run level's halving all happen;
+    # each level spans more rows than the next coarser level's width (as with the defaults)
+    tc = TokenColumns(["a", "b"], window=window, history_capacity=16, base_rows=8)
+    exact: dict[str, list[float]] = {"a": [], "b": [], "c": []}
+    feed(tc, np.random.default_rng(seed), n, exact)
+    cols = {k: np.array(v) for k, v in exact.items()}
+    assert tc.n == len(cols["a"])
+    check_bins(tc, cols, 0, tc.n, 50)
+    for fa, fb, bins in queries:
+        lo = int(fa * tc.n)
+        hi = lo + int(fb * (tc.n - lo)) + 1
+        check_bins(tc, cols, lo, hi, bins)
+    for name, col in cols.items():
+        s = tc.stats(name)
+        assert s.count == int(np.count_nonzero(~np.isnan(col)))
+        if s.count:
+            assert math.isclose(s.sum, float(np.nansum(col)), rel_tol=1e-9, abs_tol=1e-9)
+            assert (s.min, s.max) == (np.nanmin(col), np.nanmax(col))
+    # rows still held read back exactly; older rows are NaN in a view, never invented
+    start = tc.start
+    assert np.array_equal(tc.view("a", start), cols["a"][start:], equal_nan=True)
+    if start:
+        assert np.isnan(tc.view("a", 0, start)).all()
+    if window is not None:
+        assert tc.n - start <= 2 * window + 64
+
+
+def test_window_bounds_the_rows_held():
+    tc = TokenColumns(["x"], window=1024)
+    for i in range(100_000):
+        tc.append({"x": float(i)})
+    assert tc.n == 100_000 and 1024 <= tc.n - tc.start <= 2 * 1024 + 64
+    s = tc.series(["x"], bins=10)
+    assert s.count["x"].sum() == 100_000 and s.min["x"][0] == 0.0 and s.max["x"][-1] == 99_999.0
+    assert tc.stats("x").sum == sum(range(100_000))
+    assert tc.last("x") == 99_999.0
+
+
+def test_window_must_hold_two_buckets():
+    with pytest.raises(ValueError):
+        TokenColumns(window=10)
+
+
+def test_late_column_and_absent_values():
+    tc = TokenColumns(["a"])
+    tc.append({"a": 1.0})
+    tc.append({"b": 2.0, "a": None})
+    assert tc.has("a") and tc.has("b") and not tc.has("zzz")
+    assert np.isnan(tc.view("a")[1]) and np.isnan(tc.view("b")[0]) and tc.view("b")[1] == 2.0
+    assert np.isnan(tc.view("zzz")).all() and len(tc.view("zzz")) == 2
+    assert tc.last("b") == 2.0 and math.isnan(tc.last("a"))

@@ -1,0 +1,92 @@
+"""Routing rows, per-layer counts and expert aggregates: exact against a brute-force count over
+every row, with and without a routing window (old cursors answered from a checkpoint, said so)."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bmoe_top.tui.model.routes import RouteStore
+
+L, E, K = 4, 12, 2
+
+
+def routing(rng: np.random.Generator, n_tok: int):
+    """Per token: one prefill block now and then (tok -1 - turn), then the token's decode rows."""
+    out = []
+    turn = 0
+    for t in range(n_tok):
+        if t % 50 == 0:
+            for _ in range(3):
+                out.append((np.full(L * K, -1 - turn), np.repeat(np.arange(L), K),
+                            rng.integers(0, E, L * K), rng.integers(0, 2, L * K)))
+            turn += 1
+        out.append((np.full(L * K, t), np.repeat(np.arange(L), K), rng.integers(0, E, L * K),
+                    rng.integers(0, 2, L * K)))
+    return out
+
+
+def brute(rows, stop):
+    cnt = np.zeros((L, E), np.int64)
+    hit = np.zeros((L, E), np.int64)
+    last = np.full((L, E), -1, np.int8)
+    seen_max = -1
+    for tok, layer, expert, h in rows:
+        for t, lay, e, x in zip(tok, layer, expert, h):
+            seen_max = max(seen_max, t)
+            if stop is not None and seen_max >= stop:
+                return cnt, hit, last
+            cnt[lay, e] += 1
+            hit[lay, e] += x > 0
+            last[lay, e] = int(x > 0)
+    return cnt, hit, last
+
+
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 1000), n_tok=st.integers(1, 300), window=st.sampled_from([None, 20, 64]),
+       stops=st.lists(st.integers(0, 320), min_size=1, max_size=6))
+def test_expert_aggregates_match_brute_force(seed, n_tok, window, stops):
+    rows = routing(np.random.default_rng(seed), n_tok)
+    rs = RouteStore(window_tokens=window)
+    rs._cap = 64  # small storage, so a window evicts often
+    for name in ("_tok", "_layer", "_expert", "_hit", "_cummax"):
+        setattr(rs, name, getattr(rs, name)[:64].copy())
+    for r in rows:
+        rs.extend(*r)
+    for stop in [*stops, None, n_tok]:
+        got = rs.expert_counts(L, E, stop)
+        if got.as_of is None:
+            want = brute(rows, stop)
+        else:  # older than the routing window: exact as of the checkpoint it names
+            assert window is not None and got.as_of <= stop
+            want = brute(rows, got.as_of)
+        assert np.array_equal(got.routed, want[0]) and np.array_equal(got.hits, want[1])
+        assert np.array_equal(got.last, want[2])
+    # per-layer counts of decode rows: every row, whatever was evicted
+    share = rs.layer_series(L, 0, n_tok, bins=n_tok)
+    look = np.zeros((L, n_tok))
+    hits = np.zeros((L, n_tok))
+    for tok, layer, _e, h in rows:
+        if tok[0] >= 0:
+            np.add.at(look, (layer, tok), 1)
+            np.add.at(hits, (layer, tok), h > 0)
+    assert share.width == 1 and np.array_equal(share.lookups, look)
+    assert np.allclose(share.share, hits / look, equal_nan=True)
+
+
+def test_counts_for_rows_without_routing_and_late_counts():
+    rs = RouteStore(count_rows=128)
+    rs.add_counts(1, np.array([3.0, np.nan, 0.0]), np.array([1.0, 2.0, 4.0]))
+    assert rs.count_rows == 2 and rs.max_layer == 2
+    m = rs.hit_share(3, 0, 2)
+    assert np.isnan(m[:, 0]).all() and m[0, 1] == 0.75 and np.isnan(m[1, 1]) and m[2, 1] == 0.0
+    for row in range(2, 5000):
+        rs.add_counts(row, np.array([1.0, 1.0, 1.0]), np.array([1.0, 0.0, 0.0]))
+    rs.add_counts(1, np.array([1.0, 0.0, 0.0]), np.array([0.0, 0.0, 0.0]))  # late, for an old row
+    assert np.isnan(rs.hit_share(3, 1, 2)).all()  # row 1 is no longer held at full resolution
+    s = rs.layer_series(3, 0, 5000, bins=1)
+    assert s.lookups[:, 0].tolist() == [5 + 2 * 4998, 4998, 4 + 4998]
+    assert s.share[0, 0] == (4 + 4998) / (5 + 2 * 4998)
+    rs.add_counts(7, np.array([-1.0]), np.array([5.0]))  # a counter that went down: nothing
+    assert rs.n == 0  # no routing rows invented

@@ -1,0 +1,175 @@
+"""The run model's write API and derived reads: every write bumps the version, the status is an
+enum that reads as its word, problems are capped and cut in one place, turns keep their text in
+O(1) pieces, a bounded model keeps the whole run's statistics while holding the newest rows."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from bmoe_top.tui.model import KEEP_ALL, LIVE, MAX_PROBLEMS, Retention, RowUnit, RunModel, Status
+
+
+def test_every_write_bumps_the_version():
+    run = RunModel()
+    writes = [
+        lambda: run.set_status(Status.READY, "loaded"),
+        lambda: run.set_row_unit(RowUnit.INTERVAL),
+        lambda: run.add_source("a.csv"),
+        lambda: run.update_meta({"arch": "qwen3moe"}),
+        lambda: run.set_dims(n_layer=4, n_expert=8, top_k=2),
+        lambda: run.set_ready({"load_s": 1.0}),
+        lambda: run.update_summary({"tokens": 3}),
+        lambda: run.update_summary_extra({"x": "1"}),
+        lambda: run.update_sidecar({"temp": "40"}),
+        lambda: run.add_problem("s", 1, "t", "why"),
+        lambda: run.add_log("line"),
+        lambda: run.note_request({"cmd": "generate", "id": 1}),
+        lambda: run.add_token_row({"wall_ms": 1.0}),
+        lambda: run.add_token_rows({"wall_ms": [1.0, 2.0]}, 2),
+        lambda: run.add_routes(np.array([0]), np.array([1]), np.array([2]), np.array([1])),
+        lambda: run.add_layer_counts(0, np.array([1.0]), np.array([1.0])),
+        lambda: run.set_resident(np.ones((4, 8), bool), resident_mib=1.0),
+        lambda: run.set_cache_mib(budget_mib=2.0),
+        lambda: run.set_expert_rank(np.zeros((4, 8), np.int32)),
+        lambda: run.begin_turn(id=1, prompt="p"),
+        lambda: run.append_answer("a"),
+        lambda: run.set_answer("b"),
+        lambda: run.set_prompt("q"),
+        lambda: run.finish_turn({"tokens": 1}),
+    ]
+    for w in writes:
+        v = run.version
+        w()
+        assert run.version > v, w
+
+
+def test_status_is_an_enum_that_reads_as_its_word():
+    run = RunModel()
+    assert run.status is Status.EMPTY and run.status == "empty"
+    run.set_status(Status.ABORTED, "exit code -9")
+    assert run.status == "aborted" and f"{run.status}" == "aborted" and run.status_detail == "exit code -9"
+    v = run.version
+    run.set_status(Status.ABORTED, "exit code -9")  # no change, no repaint
+    assert run.version == v
+    with pytest.raises(ValueError):
+        run.set_status("nonsense")  # type: ignore[arg-type]
+    assert Status.GENERATING.live and not Status.DONE.live
+
+
+def test_problems_are_counted_capped_and_cut_in_one_place():
+    run = RunModel()
+    for i in range(MAX_PROBLEMS + 5):
+        run.add_problem("f.csv", i + 1, "x" * 500, "bad row")
+    assert run.problem_count == MAX_PROBLEMS + 5 and len(run.problems) == MAX_PROBLEMS
+    assert len(run.problems[0].text) == 200 and run.problems[0].lineno == 1
+
+
+def test_reads_are_read_only():
+    run = RunModel()
+    run.update_meta({"model": "m.gguf", "n_layer": "6", "n_expert": "16", "n_expert_used": "2"})
+    assert (run.n_layer, run.n_expert, run.top_k) == (6, 16, 2)
+    with pytest.raises(TypeError):
+        run.meta["model"] = "other"  # type: ignore[index]
+    run.set_resident(np.zeros((6, 16), bool))
+    with pytest.raises(ValueError):
+        run.resident[0, 0] = True  # type: ignore[index]
+    run.add_token_row({"wall_ms": 3.0})
+    with pytest.raises(ValueError):
+        run.tokens.view("wall_ms")[0] = 1.0
+    run.begin_turn(done={"tokens": 1})
+    with pytest.raises(TypeError):
+        run.turns[0].done["tokens"] = 2  # type: ignore[index]
+    with pytest.raises(AttributeError):
+        run.turns[0].text = "x"  # type: ignore[misc]
+
+
+def test_turns_text_in_pieces_and_the_request_prompt():
+    run = RunModel()
+    run.note_request({"cmd": "generate", "id": 7, "prompt": "hello"})
+    assert run.find_request(7)["prompt"] == "hello" and run.find_request(8) is None
+    t = run.begin_turn(id=7, prompt=run.find_request(7)["prompt"])
+    for piece in ("The ", "router ", "picks"):
+        run.append_answer(piece)
+    assert t._text._pieces == ["The ", "router ", "picks"]  # appended, never re-copied
+    assert t.text == "The router picks" and t.text_len == 16 and t.text_tail(5) == "picks"
+    assert t.text_prefix(3) == "The"
+    run.finish_turn({"tokens": 3, "id": 7}, cancelled=True)
+    assert t.cancelled and t.done["tokens"] == 3
+    run.set_turn_error(7, "rejected")
+    assert t.error == "rejected"
+    assert run.ensure_turn() is t
+
+
+def test_a_finished_turn_keeps_its_text_as_one_string():
+    run = RunModel()
+    t = run.begin_turn()
+    for i in range(1000):
+        run.append_answer(f"{i} ")
+    assert t.text_len == sum(len(f"{i} ") for i in range(1000)) and t.text_tail(4) == "999 "
+    run.finish_turn({"tokens": 1000})
+    assert len(t._text._pieces) == 1 and t.text.startswith("0 1 2 ")
+
+
+def test_mode_breakdown_and_the_overlap_evidence():
+    run = RunModel()
+    run.add_token_rows({"wall_ms": np.array([10.0, 10.0]), "io_ms": np.array([4.0, 4.0]),
+                        "mgmt_ms": np.array([1.0, 1.0]), "stall_ms": np.zeros(2)}, 2)
+    assert run.mode()[0] == "serial"
+    b = run.breakdown()
+    assert b["compute"].tolist() == [5.0, 5.0] and b["flash"].tolist() == [4.0, 4.0]
+    run.add_token_row({"wall_ms": 10.0, "io_ms": 16.0, "stall_ms": 2.0})
+    mode, why = run.mode()
+    assert mode == "overlap" and "1/3" in why
+    assert run.breakdown(2, 3)["flash"].tolist() == [2.0]
+    empty = RunModel()
+    assert empty.mode()[0] == "unknown"
+    empty.update_summary({"stall_s_tok": 0.02})
+    assert empty.mode()[0] == "overlap"
+
+
+def test_add_layer_counts_feeds_the_heatmap():
+    run = RunModel()
+    run.add_token_row({"wall_ms": 10.0})
+    run.add_token_row({"wall_ms": 12.0})
+    run.add_layer_counts(1, np.array([3, np.nan, 0]), np.array([1, 2, 4]))
+    assert run.n_layer == 3 and run.route_token_count() == 2
+    m = run.hit_matrix()
+    assert m.shape == (3, 2) and np.isnan(m[:, 0]).all()
+    assert m[0, 1] == 0.75 and math.isnan(m[1, 1]) and m[2, 1] == 0.0
+    assert run.layer_series().share[0, -1] == 0.75
+
+
+def test_routes_grow_the_dimensions_and_aggregate():
+    run = RunModel()
+    run.add_routes(np.array([0, 0, 1, 1]), np.array([0, 1, 0, 1]), np.array([3, 5, 3, 9]), np.array([0, 0, 1, 1]))
+    assert (run.n_layer, run.n_expert) == (2, 10) and run.route_token_count() == 2
+    routed, hits = run.expert_counts()
+    assert routed[0, 3] == 2 and hits[0, 3] == 1 and routed.sum() == 4
+    assert run.last_routing_hit(1)[0, 3] == 0 and run.last_routing_hit()[0, 3] == 1
+    assert run.expert_aggregates().as_of is None
+
+
+def test_bounded_model_keeps_the_whole_run_statistics():
+    run = RunModel(LIVE)
+    assert LIVE.bounded and not KEEP_ALL.bounded
+    n = 60_000
+    for i in range(n):
+        run.add_token_row({"step": i + 1, "wall_ms": float(i % 100), "turn": i // 512})
+    assert run.tokens.n == n and run.tokens.start > 0
+    s = run.column_stats("wall_ms")
+    assert s.count == n and s.min == 0.0 and s.max == 99.0 and s.mean == pytest.approx(49.5)
+    series = run.series(["wall_ms"], bins=50)
+    assert series.count["wall_ms"].sum() == n and series.edges[0] == 0 and series.edges[-1] == n
+    assert np.isnan(run.tokens.view("wall_ms", 0, 10)).all()  # dropped at full resolution: absent, not 0
+
+
+def test_bounded_turns_and_requests():
+    run = RunModel(Retention(token_rows=1024, turns=10, requests=10))
+    for i in range(100):
+        run.note_request({"cmd": "generate", "id": i})
+        run.begin_turn(id=i)
+    assert run.turn_count == 100 and 10 <= len(run.turns) <= 20 and run.turns[-1].index == 99
+    assert 10 <= len(run.requests) <= 20 and run.find_request(99) is not None

@@ -1,0 +1,241 @@
+"""Pilot tests of the live screen (tui/screens/live.py) over a real child (the emitter, then the real
+bmoe-run --session on the tiny model): ready, prompt, streaming, turns table, cancel,
+continue vs new chat, rejected request, stderr in the log, aborted child, quit closes it."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from helpers import EMITTER
+from textual.widgets import DataTable, Input, Static
+
+from bmoe_top.tui.screens.live import live_app
+from bmoe_top.tui.sources.child_session import ChildSession
+
+BMOE_RUN = Path(sys.executable).with_name("bmoe-run")
+
+
+async def wait_for(pilot, cond, timeout=30.0):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if cond():
+            return True
+        await pilot.pause(0.05)
+    return cond()
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ", 1)[1][0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def status_text(app) -> str:
+    return str(app.query_one("#live-status", Static).render())
+
+
+async def send(pilot, app, prompt: str, n: int | None = None):
+    if n is not None:
+        app.query_one("#n-predict", Input).value = str(n)
+    box = app.query_one("#prompt", Input)
+    box.focus()
+    box.value = prompt
+    await pilot.press("enter")
+
+
+async def test_live_app_over_emitter_full_loop():
+    src = ChildSession([sys.executable, EMITTER, "--rate", "100", "--stderr-bytes", "500"], stall_after_s=2.0)
+    app = live_app(src, title="emitter")
+    async with app.run_test(size=(160, 48)) as pilot:
+        assert await wait_for(pilot, lambda: src.state == "ready")
+        await pilot.pause(0.2)
+        assert "ready" in status_text(app) and "emitter" in status_text(app)
+        # turn 1: new chat
+        await send(pilot, app, "hello", 30)
+        assert await wait_for(pilot, lambda: app.main.run_model.n_tokens >= 5)
+        assert "generating" in status_text(app) or src.state == "ready"
+        assert await wait_for(pilot, lambda: src.state == "ready" and src.status().turns_done == 1)
+        await pilot.pause(0.3)
+        table = app.query_one("#turns-table", DataTable)
+        assert table.row_count == 1
+        assert app.main.run_model.turns[-1].prompt == "hello"
+        # the next prompt continues the chat (clear_kv false)
+        assert app.main.new_chat is False
+        await send(pilot, app, "more", 200)
+        assert await wait_for(pilot, lambda: src.state == "generating" and app.main.run_model.n_tokens >= 35)
+        await pilot.press("escape")  # cancel mid-turn
+        assert await wait_for(pilot, lambda: src.state == "ready" and src.status().turns_done == 2)
+        await pilot.pause(0.3)
+        assert table.row_count == 2
+        done = app.main.run_model.turns[-1].done
+        assert done["cancelled"] is True and done["n_past"] > app.main.run_model.turns[0].done["n_past"]
+        # rejected request: notice in the status line, session still usable
+        await send(pilot, app, "REJECT this", 5)
+        assert await wait_for(pilot, lambda: src.status().last_error == "prompt rejected")
+        assert await wait_for(pilot, lambda: src.state == "ready")
+        # stderr went to the log pane
+        assert any("llama_model_loader" in x for x in app.main.run_model.log)
+        pid = src.pid
+        await pilot.press("ctrl+q")
+    src.close()
+    assert src.status().state == "exited" and not alive(pid)
+
+
+async def test_live_app_shows_aborted_child_with_exit_code():
+    src = ChildSession([sys.executable, EMITTER, "--die-mid-line", "2", "--rate", "100"])
+    app = live_app(src, title="dies")
+    async with app.run_test(size=(140, 40)) as pilot:
+        assert await wait_for(pilot, lambda: src.state == "ready")
+        await send(pilot, app, "x", 20)
+        assert await wait_for(pilot, lambda: src.state == "aborted")
+        await pilot.pause(0.3)
+        text = status_text(app)
+        assert "aborted" in text and "SIGKILL" in text
+        assert app.main.run_model.status == "aborted"
+        assert app.main.run_model.problem_count >= 1  # the truncated last line
+        # what it had stays on screen
+        assert app.main.run_model.n_tokens == 2
+
+
+async def test_live_app_ready_timeout_message():
+    src = ChildSession([sys.executable, EMITTER, "--no-ready"], ready_timeout_s=0.3)
+    app = live_app(src, title="never ready")
+    async with app.run_test(size=(140, 40)) as pilot:
+        assert await wait_for(pilot, lambda: src.status().ready_timeout)
+        await pilot.pause(0.3)
+        assert "no BMOE_READY" in status_text(app)
+    src.close(timeout=0.2)
+    assert not alive(src.pid)
+
+
+@pytest.mark.skipif(not BMOE_RUN.exists(), reason="bmoe-run not installed")
+async def test_live_app_over_real_runtime(tmp_path):
+    from bmoe_top.runtime.models import make_model
+
+    model = make_model(tmp_path / "tiny.gguf", preset="tiny")
+    src = ChildSession([str(BMOE_RUN), "-m", str(model), "--session", "--route-telemetry", "-c", "512"],
+                       ready_timeout_s=60, env={"BMOE_TOKEN_DELAY_MS": "5"})  # room to cancel mid-turn
+    app = live_app(src, title="bmoe-run tiny")
+    async with app.run_test(size=(160, 48)) as pilot:
+        assert await wait_for(pilot, lambda: src.state == "ready", 60)
+        await send(pilot, app, "Hello", 8)
+        assert await wait_for(pilot, lambda: src.status().turns_done == 1, 60)
+        await pilot.pause(0.3)
+        run = app.main.run_model
+        assert run.n_tokens == 8 and run.turns[-1].text
+        assert run.resident is not None  # BMOE_RESIDENT filled the expert map
+        assert app.query_one("#turns-table", DataTable).row_count == 1
+        # continue the chat, then cancel a long turn
+        await send(pilot, app, " again", 4)
+        assert await wait_for(pilot, lambda: src.status().turns_done == 2, 60)
+        assert run.turns[-1].done["n_past"] > run.turns[0].done["n_past"]
+        await send(pilot, app, "long", 400)
+        assert await wait_for(pilot, lambda: run.n_tokens >= 14, 60)
+        await pilot.press("escape")
+        assert await wait_for(pilot, lambda: src.status().turns_done == 3, 30)
+        assert run.turns[-1].cancelled
+        # rejected (too long for n_ctx), still usable
+        await send(pilot, app, "x", 100000)
+        assert await wait_for(pilot, lambda: src.status().last_error is not None, 30)
+        assert src.state == "ready"
+        await pilot.press("ctrl+q")
+    assert src.close() == 0
+    assert not alive(src.pid)
+
+
+async def test_live_app_attach_keeps_screen_when_runtime_goes_away_and_reconnects(tmp_path):
+    import os
+    import signal
+    import subprocess
+
+    from bmoe_top.tui.sources.session_socket import SessionSocketClient
+
+    sock = f"/tmp/bmoe-l-scr-{os.getpid()}.sock"
+
+    def start():
+        return subprocess.Popen([sys.executable, EMITTER, "--socket", sock, "--rate", "200"],
+                                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, start_new_session=True)
+
+    p = start()
+    src = SessionSocketClient(sock, max_backoff_s=0.2)
+    app = live_app(src, title="attach")
+    try:
+        async with app.run_test(size=(150, 44)) as pilot:
+            assert await wait_for(pilot, lambda: src.state == "ready", 20)
+            await send(pilot, app, "hi", 8)
+            assert await wait_for(pilot, lambda: src.status().turns_done == 1, 20)
+            n = app.main.run_model.n_tokens
+            p.send_signal(signal.SIGKILL)
+            p.wait()
+            assert await wait_for(pilot, lambda: src.state == "disconnected", 10)
+            await pilot.pause(0.3)
+            assert "disconnected" in status_text(app) and "runtime" in status_text(app)
+            assert app.main.run_model.n_tokens == n  # what it had stays on screen
+            os.unlink(sock)
+            p = start()
+            assert await wait_for(pilot, lambda: src.state == "ready" and src.status().connects == 2, 20)
+            await pilot.pause(0.3)
+            assert "connects 2" in status_text(app)
+            await pilot.press("ctrl+q")
+    finally:
+        src.close()
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        if os.path.exists(sock):
+            os.unlink(sock)
+
+
+async def test_live_app_plays_a_recording_turn_by_turn(tmp_path):
+    from bmoe_top.parsers.recording import load_recording
+    from bmoe_top.tui.sources.recorder import Recorder
+    from bmoe_top.tui.sources.replay import RecordingSource
+
+    path = tmp_path / "two-turns.jsonl"
+    src0 = ChildSession([sys.executable, EMITTER, "--rate", "500"], recorder=Recorder(path)).start()
+    assert src0.wait_state("ready", 10)
+    for i in range(2):
+        src0.generate(f"turn {i}", 5, clear_kv=(i == 0))
+        time.sleep(0.05)
+        assert src0.wait_state("ready", 10)
+    src0.close()
+    src0.recorder.close()
+    src = RecordingSource(load_recording(path), speed=4.0, turn_by_turn=True)
+    app = live_app(src, title="play")
+    async with app.run_test(size=(150, 44)) as pilot:
+        assert await wait_for(pilot, lambda: src.player.paused_at_turn.is_set(), 10)
+        await pilot.pause(0.3)
+        assert "paused at a turn" in status_text(app)
+        assert app.main.run_model.n_tokens == 5 and len(app.query("#prompt")) == 0
+        await pilot.press("n")
+        assert await wait_for(pilot, lambda: src.state == "exited", 10)
+        await pilot.pause(0.3)
+        assert app.main.run_model.n_tokens == 10
+        assert app.query_one("#turns-table", DataTable).row_count == 2
+        await pilot.press("ctrl+q")
+
+
+async def test_escape_closes_the_seek_box_and_help_lists_live_keys():
+    from bmoe_top.tui.screens.modals import HelpScreen, SeekScreen
+
+    src = ChildSession([sys.executable, EMITTER, "--rate", "100"])
+    app = live_app(src, title="emitter")
+    async with app.run_test(size=(160, 48)) as pilot:
+        assert await wait_for(pilot, lambda: src.state == "ready")
+        await pilot.press("escape")  # leave the prompt box
+        await pilot.press("g")
+        assert isinstance(app.screen, SeekScreen)
+        await pilot.press("escape")  # the modal gets escape, not the app's cancel key
+        await pilot.pause()
+        assert not isinstance(app.screen, SeekScreen)
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        text = str(app.screen.query_one("#help-box Static").render())
+        assert "cancel" in text and "play/pause" in text  # the live keys and the replay keys
+        await pilot.press("escape")
+    src.close(timeout=1)

@@ -1,0 +1,195 @@
+"""The replay screen over the run model: playback keys, panels, text safety, grid folding, the
+playback clock over a recording, an STRP profile as a rank map."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from helpers import synth
+
+from bmoe_top.tui.app import BmoeTopApp
+from bmoe_top.tui.feed.files import open_paths
+from bmoe_top.tui.model import RunModel
+from bmoe_top.tui.playback import SPEEDS, Playback
+from bmoe_top.tui.screens.modals import HelpScreen, SeekScreen
+from bmoe_top.tui.screens.replay import ReplayScreen
+from bmoe_top.tui.widgets.charts import BreakdownChart
+from bmoe_top.tui.widgets.grids import ExpertMap, LayerHeatmap
+from bmoe_top.tui.widgets.panels import visible_text
+
+
+def replay_app(run: RunModel, title: str, fps: float = 10.0) -> BmoeTopApp:
+    return BmoeTopApp(ReplayScreen(run, title=title, fps=fps))
+
+
+@pytest.fixture
+def csv_run(tmp_path):
+    p = tmp_path / "run.csv"
+    p.write_bytes(synth.token_csv(64))
+    r = tmp_path / "run.route.csv"
+    r.write_bytes(synth.route_trace(64))
+    return [str(p), str(r)]
+
+
+def test_visible_text_neutralises_control_sequences():
+    assert visible_text("a\x1b[31mred\x07") == "a␛[31mred␇"
+    assert visible_text("line\nnext\ttab") == "line\nnext\ttab"
+
+
+async def test_model_text_is_shown_literally(tmp_path):
+    text = "[bold red]not markup[/] \x1b[2J cleared? "
+    p = tmp_path / "t.txt"
+    p.write_bytes(synth.progress_transcript(8, text=text))
+    run = open_paths([str(p)])
+    app = replay_app(run, "t")
+    async with app.run_test(size=(140, 40)) as pilot:
+        await pilot.pause()
+        panel = app.query_one("#answer-side")
+        plain = panel.renderable_for().plain
+        assert "[bold red]not markup[/]" in plain
+        assert "\x1b" not in plain and "␛[2J" in plain
+
+
+async def test_playback_keys(csv_run):
+    run = open_paths(csv_run)
+    app = replay_app(run, "keys", fps=20)
+    async with app.run_test(size=(140, 44)) as pilot:
+        pb = app.main.playback
+        assert pb.cursor == 64  # opens on the whole run
+        await pilot.press("home")
+        assert pb.cursor == 0
+        await pilot.press("right", "right", "right")
+        assert pb.cursor == 3
+        await pilot.press("left")
+        assert pb.cursor == 2
+        await pilot.press("pagedown")
+        assert pb.cursor == 52
+        await pilot.press("end")
+        assert pb.cursor == 64
+        before = pb.speed_index
+        await pilot.press("plus")
+        assert pb.speed_index == before + 1
+        await pilot.press("minus", "minus")
+        assert pb.speed_index == before - 1
+        # seek to token 10 through the dialog
+        await pilot.press("g")
+        assert isinstance(app.screen, SeekScreen)
+        await pilot.press("1", "0", "enter")
+        await pilot.pause()
+        assert pb.cursor == 10
+        # play from start at max speed: the cursor moves forward on its own
+        await pilot.press("home")
+        for _ in range(20):
+            await pilot.press("plus")
+        await pilot.press("space")
+        assert pb.playing
+        await pilot.pause(0.5)
+        assert pb.cursor > 0
+        await pilot.press("space")
+        assert not pb.playing
+        # help lists every key
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        await pilot.press("escape")
+        assert not isinstance(app.screen, HelpScreen)
+        # fold toggles both grids
+        heat = app.query_one(LayerHeatmap)
+        await pilot.press("f")
+        assert heat.fold is False and app.query_one(ExpertMap).fold is False
+
+
+async def test_breakdown_renders_cursor_token_values(csv_run):
+    run = open_paths(csv_run)
+    app = replay_app(run, "b")
+    async with app.run_test(size=(150, 44)) as pilot:
+        await pilot.press("home", "right", "right")
+        chart = app.query_one(BreakdownChart)
+        text = "".join(s.text for line in chart.build(chart.size.width, chart.size.height) for s in line)
+        wall = run.tokens.view("wall_ms")[1]
+        assert "token 2" in text
+        assert f"wall  {wall:,.1f} ms" in text
+
+
+def test_heatmap_folds_94_layers_by_512_experts():
+    run = RunModel()
+    rng = np.random.default_rng(0)
+    n_layer, n_expert, n_tok, k = 94, 512, 50, 8
+    tok = np.repeat(np.arange(n_tok), n_layer * k)
+    layer = np.tile(np.repeat(np.arange(n_layer), k), n_tok)
+    expert = rng.integers(0, n_expert, size=tok.size)
+    hit = rng.integers(0, 2, size=tok.size)
+    run.set_dims(n_layer=n_layer, n_expert=n_expert, top_k=k)
+    run.add_routes(tok, layer, expert, hit)
+    pb = Playback(run)
+    pb.end()
+    assert pb.cursor == n_tok
+    heat = LayerHeatmap(run, pb)
+    lines = heat.build(120, 30)
+    assert len(lines) <= 30  # folded to fit
+    emap = ExpertMap(run, pb)
+    lines = emap.build(120, 30)
+    assert len(lines) <= 30 and max(ln.cell_length for ln in lines[2:]) <= 120
+    emap.fold = False
+    lines = emap.build(120, 30)
+    assert len(lines) == 2 + n_layer  # scrolls instead
+
+
+def test_recording_replays_turn_by_turn_at_original_pace(tmp_path):
+    p = tmp_path / "session.rec.jsonl"
+    p.write_bytes(synth.session_recording(turns=3, n=10))
+    run = open_paths([str(p)])
+    assert run.tokens.n == 30 and len(run.turns) == 3
+    assert [t.prompt for t in run.turns] == ["question 0", "question 1", "question 2"]
+    assert run.turns[1].done["n_past"] == 25
+    pb = Playback(run, turn_by_turn=True, speed_index=0)  # 1x: original pace
+    pb.toggle()  # play from the start
+    assert pb.tick(0.049) is False  # 1x: the first token takes 50 ms of recorded time
+    assert pb.tick(0.002) is True and pb.cursor == 1
+    pb.speed_index = len(pb_speeds()) - 1  # max speed
+    while pb.playing:
+        pb.tick(0.1)
+    assert pb.cursor == 10  # paused at the end of turn 1
+    pb.toggle()
+    while pb.playing:
+        pb.tick(0.1)
+    assert pb.cursor == 20
+    pb.turn_by_turn = False
+    pb.toggle()
+    while pb.playing:
+        pb.tick(0.1)
+    assert pb.cursor == 30
+
+
+def pb_speeds():
+    return SPEEDS
+
+
+def test_strp_profile_replays_as_a_rank_map(tmp_path):
+    from bmoe_top.parsers.strp import profile_from_counts, write_strp
+
+    counts = np.zeros((6, 32), dtype=np.int64)
+    counts[:, :8] = np.arange(8, 0, -1)  # experts 0..7 hot in every layer, 0 hottest
+    p = tmp_path / "p.strp"
+    write_strp(p, profile_from_counts(counts, slots=12))
+    run = open_paths([str(p)])
+    assert run.n_layer == 6 and run.n_expert == 32
+    assert run.expert_rank is not None and (run.expert_rank[:, 8:] == -1).all()
+    pb = Playback(run)
+    lines = ExpertMap(run, pb).build(60, 20)
+    text = ["".join(s.text for s in ln) for ln in lines]
+    assert "profile rank" in text[0]
+    assert "48 ranked pairs" in text[1]
+    row0 = text[2].split("│", 1)[1]
+    assert row0[:8].count("█") + row0[:8].count("░") == 8 and set(row0[8:32]) == {"·"}
+
+
+async def test_text_tab_shows_the_answer_when_opened(tmp_path):
+    p = tmp_path / "stdout.txt"
+    p.write_bytes(synth.progress_transcript(12))
+    run = open_paths([str(p)])
+    app = replay_app(run, "t")
+    async with app.run_test(size=(140, 40)) as pilot:
+        await pilot.press("2")
+        await pilot.pause(0.3)
+        full = app.query_one("#answer-full")
+        assert "The router picks" in str(full.render())

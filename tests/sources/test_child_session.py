@@ -1,0 +1,244 @@
+"""ChildSession against a real emitter process (tests/helpers/emitter.py): the normal session
+flow and the fault cases (killed mid-line, 1 MB stderr before READY, no READY, block-buffered
+stdout, SIGTERM ignored, grandchild, missing executable, parent killed)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+from helpers import EMITTER
+
+from bmoe_top.parsers import bmoe_lines as bl
+from bmoe_top.tui.sources.child_session import ChildSession
+from bmoe_top.tui.sources.events import ReadyTimeout, Rejected
+
+
+def emitter(*args: str) -> list[str]:
+    return [sys.executable, EMITTER, *args]
+
+
+class Sink:
+    def __init__(self) -> None:
+        self.records: list = []
+        self.stderr: list[str] = []
+        self.events: list = []
+
+    def rec(self, r, t) -> None:
+        assert isinstance(t, float)
+        self.records.append(r)
+
+    def err(self, line, t) -> None:
+        self.stderr.append(line)
+
+    def ev(self, event) -> None:
+        self.events.append(event)
+
+    def of(self, cls):
+        return [r for r in self.records if isinstance(r, cls)]
+
+
+def launch(*args: str, **kw) -> tuple[ChildSession, Sink]:
+    sink = Sink()
+    s = ChildSession(emitter(*args), on_record=sink.rec, on_stderr=sink.err, on_event=sink.ev, **kw)
+    s.start()
+    return s, sink
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie still answers kill(0); it is not alive for our purpose
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ", 1)[1][0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_session_flow_ready_generate_reject_close():
+    s, sink = launch("--noise-prefix", "--rate", "400")
+    try:
+        assert s.wait_state("ready", 10), s.status()
+        st = s.status()
+        assert st.ready.arch == "emitter" and st.ready.n_ctx == 4096
+        assert st.ready.prefix.startswith("llama_model_load")  # record found after loader noise
+        rid = s.generate("hello", 12)
+        assert rid is not None
+        assert s.status().state == "generating"
+        assert s.wait_state("ready", 10)
+        done = sink.of(bl.Done)
+        assert len(done) == 1 and done[0].id == rid and done[0].tokens == 12
+        prog = sink.of(bl.Progress)
+        assert [p.step for p in prog] == list(range(1, 13))
+        assert prog[-1].text == done[0].text
+        # second turn continues the chat
+        rid2 = s.generate("more", 5, clear_kv=False)
+        assert s.wait_state("ready", 10) and s.status().turns_done == 2
+        assert sink.of(bl.Done)[-1].n_past > done[0].n_past
+        # rejected request: non-fatal error, session usable
+        s.generate("REJECT me", 5)
+        t0 = time.monotonic()
+        while s.status().last_error is None and time.monotonic() - t0 < 5:
+            time.sleep(0.01)
+        assert s.status().last_error == "prompt rejected"
+        assert s.wait_state("ready", 5)
+        assert any(isinstance(e, Rejected) for e in sink.events)
+        assert rid2 != rid
+    finally:
+        code = s.close()
+    assert code == 0
+    st = s.status()
+    assert st.state == "exited" and st.exit_code == 0 and st.bad_lines == 0
+    assert not alive(s.pid)
+
+
+def test_cancel_mid_turn():
+    s, sink = launch("--rate", "50")
+    try:
+        assert s.wait_state("ready", 10)
+        s.generate("long", 500)
+        t0 = time.monotonic()
+        while len(sink.of(bl.Progress)) < 3 and time.monotonic() - t0 < 10:
+            time.sleep(0.01)
+        assert s.cancel()
+        assert s.wait_state("ready", 5)
+        d = sink.of(bl.Done)[-1]
+        assert d.cancelled is True and 3 <= d.tokens < 500
+    finally:
+        s.close()
+
+
+def test_killed_mid_line_is_aborted_with_exit_code_and_truncated_line_reported():
+    s, sink = launch("--die-mid-line", "3", "--rate", "200")
+    assert s.wait_state("ready", 10)
+    s.generate("x", 50)
+    assert s.wait_state({"aborted", "exited"}, 10)
+    st = s.status()
+    assert st.state == "aborted", st
+    assert st.exit_code == -signal.SIGKILL
+    assert "SIGKILL" in st.message and "no BMOE_DONE" in st.message
+    assert [p.step for p in sink.of(bl.Progress)] == [1, 2, 3]  # the good lines still count
+    assert any("ended mid-line" in p.reason for p in st.problems)
+    assert st.bad_lines == 1  # the half line is a bad protocol line, reported, not silently lost
+    assert s.close() == -signal.SIGKILL
+
+
+@pytest.mark.parametrize("one_line", [False, True])
+def test_one_megabyte_of_stderr_before_ready(one_line):
+    args = ["--stderr-bytes", str(1 << 20)] + (["--stderr-one-line"] if one_line else [])
+    s, sink = launch(*args)
+    try:
+        assert s.wait_state("ready", 20), s.status()
+        st = s.status()
+        if one_line:
+            assert st.stderr_lines == 1 and len(sink.stderr[0]) == 1 << 20
+            assert len(s.stderr_log[0]) < 5000  # the log pane keeps a bounded copy
+        else:
+            assert sum(len(x) + 1 for x in sink.stderr) >= 1 << 20
+            assert len(s.stderr_log) == s.stderr_log.maxlen
+        s.generate("x", 3)
+        assert s.wait_state("ready", 10) and st.ready is not None
+    finally:
+        assert s.close() == 0
+
+
+def test_never_ready_times_out_then_close_terminates():
+    s, sink = launch("--no-ready", ready_timeout_s=0.4)
+    try:
+        t0 = time.monotonic()
+        while not s.status().ready_timeout and time.monotonic() - t0 < 5:
+            time.sleep(0.02)
+        st = s.status()
+        assert st.ready_timeout and st.state == "loading"
+        assert "no BMOE_READY" in st.message
+        assert any(isinstance(e, ReadyTimeout) for e in sink.events)
+    finally:
+        code = s.close(timeout=0.3)
+    # it ignores stdin, so close escalated to SIGTERM
+    assert code == -signal.SIGTERM
+    assert s.status().state == "exited"  # we asked it to close: not an abort
+    assert not alive(s.pid)
+
+
+def test_block_buffered_stdout_shows_no_telemetry_then_everything_at_exit():
+    s, sink = launch("--block-buffered", stall_after_s=0.3)
+    try:
+        time.sleep(0.2)
+        s.send({"cmd": "generate", "id": 7, "prompt": "p", "n_predict": 4})
+        t0 = time.monotonic()
+        while not s.status().stalled and time.monotonic() - t0 < 5:
+            time.sleep(0.02)
+        st = s.status()
+        assert st.stalled and "no telemetry" in st.message and st.lines == 0
+    finally:
+        code = s.close()
+    assert code == 0
+    st = s.status()
+    # the buffer was flushed at exit: nothing lost
+    assert [type(r).__name__ for r in sink.records if not isinstance(r, bl.Load)][:2] == ["Ready", "Begin"]
+    assert len(sink.of(bl.Progress)) == 4 and len(sink.of(bl.Done)) == 1
+    assert st.state == "exited" and not st.stalled
+
+
+def test_sigterm_ignored_escalates_to_sigkill_and_grandchild_dies():
+    s, sink = launch("--ignore-term", "--grandchild")
+    assert s.wait_state("ready", 10)
+    gc = None
+    t0 = time.monotonic()
+    while gc is None and time.monotonic() - t0 < 5:
+        for line in sink.stderr:
+            if line.startswith("grandchild pid "):
+                gc = int(line.split()[-1])
+        time.sleep(0.01)
+    assert gc is not None and alive(gc)
+    # the emitter's stdin reader ends the loop on close, so make it hang: cancel is harmless
+    code = s.close(timeout=0.0, term_timeout=0.3)
+    assert code in (0, -signal.SIGKILL)
+    t0 = time.monotonic()
+    while alive(gc) and time.monotonic() - t0 < 5:
+        time.sleep(0.02)
+    assert not alive(gc), "grandchild left behind"
+    assert not alive(s.pid)
+
+
+def test_missing_executable_fails_cleanly():
+    sink = Sink()
+    s = ChildSession(["/nonexistent/bmoe-run", "--session"], on_record=sink.rec)
+    s.start()
+    st = s.status()
+    assert st.state == "failed" and "cannot start /nonexistent/bmoe-run" in st.message
+    assert s.generate("x") is None
+    assert s.close() is None
+
+
+def test_parent_killed_child_exits_on_stdin_eof(tmp_path):
+    script = tmp_path / "parent.py"
+    script.write_text(textwrap.dedent(f"""
+        import sys, time
+        from bmoe_top.tui.sources.child_session import ChildSession
+        s = ChildSession([sys.executable, {EMITTER!r}]).start()
+        s.wait_state("ready", 10)
+        print(s.pid, flush=True)
+        time.sleep(60)
+    """))
+    p = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    try:
+        child = int(p.stdout.readline())
+        assert alive(child)
+        p.kill()
+        p.wait()
+        t0 = time.monotonic()
+        while alive(child) and time.monotonic() - t0 < 10:
+            time.sleep(0.05)
+        assert not alive(child), "the child outlived bmoe-top"
+    finally:
+        if p.poll() is None:
+            p.kill()

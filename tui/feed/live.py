@@ -1,0 +1,107 @@
+"""A live session's events -> the run model: the one place its status comes from.
+
+:class:`LiveFeed` is what :func:`bmoe_top.tui.feed.bind.bind` wires to a live session source (a
+child process, a session socket, a recording played at its pace): records go through a
+:class:`~bmoe_top.tui.feed.records.RecordFeed`, stderr lines to the log, and every event through
+:attr:`LiveFeed.EVENTS`. The run's status is :data:`LIVE_STATUS` of the source's state, with the
+source's message as the reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from bmoe_top.tui.feed.records import RecordFeed
+from bmoe_top.tui.model import RunModel, Status
+from bmoe_top.tui.sources.events import (
+    Connected,
+    Disconnected,
+    Exited,
+    LiveState,
+    NewSession,
+    ProblemFound,
+    ReadyTimeout,
+    Rejected,
+    RequestSent,
+    Stalled,
+    StateChanged,
+)
+from bmoe_top.tui.sources.live import LiveBase
+
+__all__ = ["LIVE_STATUS", "LiveFeed"]
+
+#: A live source's state -> the run's status.
+LIVE_STATUS: dict[LiveState, Status] = {
+    LiveState.STARTING: Status.LOADING,
+    LiveState.CONNECTING: Status.CONNECTING,
+    LiveState.LOADING: Status.LOADING,
+    LiveState.READY: Status.READY,
+    LiveState.GENERATING: Status.GENERATING,
+    LiveState.CLOSING: Status.DONE,
+    LiveState.DISCONNECTED: Status.DISCONNECTED,
+    LiveState.EXITED: Status.DONE,
+    LiveState.ABORTED: Status.ABORTED,
+    LiveState.FAILED: Status.ABORTED,
+    LiveState.CLOSED: Status.DONE,
+}
+
+#: Where a problem comes from when a sink failed (it also gets a log line).
+SINK_WHERE = frozenset({"record", "stderr", "event", "lines"})
+
+
+class LiveFeed:
+    """``source`` -> ``run`` (see the module docstring); built by ``bind``."""
+
+    def __init__(self, source: LiveBase, run: RunModel) -> None:
+        self.source = source
+        self.run = run
+        self.records = RecordFeed(run, source.kind)
+        self.events: dict[type, Callable[[Any], None]] = {
+            StateChanged: self._state,
+            Exited: self._exited,
+            RequestSent: self._request,
+            ProblemFound: self._problem,
+            ReadyTimeout: self._ready_timeout,
+            NewSession: self._new_session,
+            Rejected: self._seen,  # the state change that follows carries the reason
+            Stalled: self._seen,  # the live status line says "no telemetry for N s" itself
+            Connected: self._seen,
+            Disconnected: self._seen,
+        }
+        run.add_source(source.describe())
+        run.set_status(LIVE_STATUS[source.state], "")
+        source.connect(self.record, on_stderr=self.stderr, on_event=self.event)
+
+    def record(self, rec: Any, t: float) -> None:
+        self.records.apply(rec, t)
+
+    def stderr(self, line: str, t: float) -> None:
+        self.run.add_log(line)
+
+    def event(self, ev: Any) -> None:
+        self.events[type(ev)](ev)
+
+    def _state(self, ev: StateChanged) -> None:
+        self.run.set_status(LIVE_STATUS[ev.state], ev.message)
+
+    def _exited(self, ev: Exited) -> None:
+        self.run.set_status(LIVE_STATUS[ev.state], ev.message)
+
+    def _request(self, ev: RequestSent) -> None:
+        self.run.note_request(ev.request)
+
+    def _problem(self, ev: ProblemFound) -> None:
+        p = ev.problem
+        self.run.add_problem(self.source.kind, p.lineno, p.text, p.reason)
+        if ev.where in SINK_WHERE:
+            self.run.add_log(f"bmoe-top: {p.reason}")
+
+    def _ready_timeout(self, ev: ReadyTimeout) -> None:
+        self.run.set_status(Status.LOADING, f"no BMOE_READY after {ev.after_s:g} s")
+
+    def _new_session(self, ev: NewSession) -> None:
+        self.run.add_log(f"bmoe-top: the runtime restarted (session {ev.previous} -> {ev.session})")
+
+    def _seen(self, ev: Any) -> None:
+        """An event the run model has nothing to add for (see the table above)."""

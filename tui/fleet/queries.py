@@ -1,0 +1,228 @@
+"""The PromQL behind every fleet column, and how the step and the rate window are chosen.
+
+Every column is one PromQL expression over all selected instances at once, grouped
+``by (job, instance)``, so a refresh costs a fixed number of queries whatever the fleet's size
+(docs/fleet.md lists them). The series are those of moe-cache-reference.md "Server metrics"
+(``llamacpp:moe_cache_*``), llama-server's own request/token series, and bmoe-run's per-token
+time sums (``bmoe:token_*_seconds_total``, docs/metrics.md). A runtime that lacks a series
+simply yields no sample for that column: the table says "not exported", never 0.
+
+Rules (Grafana's ``$__rate_interval``): a counter is read through ``rate()`` over a range of at
+least four scrape intervals and at least one step plus one scrape interval (:func:`rate_interval`;
+with a 1 s scrape, ``[1s]`` holds one sample and gives nothing), and the step is never shorter
+than the scrape interval nor so short that a series exceeds ``max_points`` points
+(:func:`choose_step`; Prometheus itself refuses more than 11,000). Per-layer series are summed
+per layer, never read per expert.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from string import Template
+
+from bmoe_top.tui.sources.prometheus import format_duration
+
+__all__ = [
+    "Column",
+    "COLUMNS",
+    "COLUMN_BY_KEY",
+    "COLUMN_SERIES",
+    "exported_query",
+    "exported",
+    "DERIVED",
+    "UP_QUERY",
+    "MAX_POINTS",
+    "matchers",
+    "label_matcher",
+    "rate_interval",
+    "choose_step",
+    "column_query",
+    "column_queries",
+    "column_text",
+    "up_query",
+    "restarts_query",
+    "layer_queries",
+    "totals_query",
+]
+
+#: A series never has more points than this (Prometheus refuses above 11,000 per series).
+MAX_POINTS = 2000
+
+_BY = "job, instance"
+
+
+@dataclass(frozen=True, slots=True)
+class Column:
+    """One column of the instances table: ``key`` (JSON key), ``label`` (header), ``unit``,
+    ``needs`` (alternatives, each a tuple of the exposed series it reads; an instance exports the
+    column when it exports every series of one alternative, else the cell says "not exported"),
+    ``template`` (PromQL with ``$sel`` = the label matchers in braces, ``$r`` = the rate range,
+    e.g. ``6s``, and ``$by`` = the grouping labels)."""
+
+    key: str
+    label: str
+    unit: str
+    needs: tuple[tuple[str, ...], ...]
+    template: str
+
+    @property
+    def series(self) -> tuple[str, ...]:
+        """Every series any alternative reads, in order."""
+        return tuple(dict.fromkeys(n for alt in self.needs for n in alt))
+
+
+def _rate(name: str) -> str:
+    return f"sum by ($by) (rate({name}$sel[$r]))"
+
+
+def _per_token(name: str) -> str:
+    return f"1000 * {_rate(name)} / {_rate('bmoe:timed_tokens_total')}"
+
+
+_TIMED = "bmoe:timed_tokens_total"
+_WALL = "bmoe:token_wall_seconds_total"
+_COMPUTE = "bmoe:token_compute_seconds_total"
+_MGMT = "bmoe:token_mgmt_seconds_total"
+
+COLUMNS: tuple[Column, ...] = (
+    Column("tok_s", "tok/s", "tok/s", (("llamacpp:tokens_predicted_total",),),
+           _rate("llamacpp:tokens_predicted_total")),
+    Column("prompt_tok_s", "prompt tok/s", "tok/s", (("llamacpp:prompt_tokens_total",),),
+           _rate("llamacpp:prompt_tokens_total")),
+    Column("hit_pct", "hit %", "%", (("llamacpp:moe_cache_hits_total", "llamacpp:moe_cache_misses_total"),),
+           f"100 * {_rate('llamacpp:moe_cache_hits_total')} / ({_rate('llamacpp:moe_cache_hits_total')} + "
+           f"{_rate('llamacpp:moe_cache_misses_total')})"),
+    Column("read_mib_s", "read MiB/s", "MiB/s", (("llamacpp:moe_cache_upload_bytes_total",),),
+           f"{_rate('llamacpp:moe_cache_upload_bytes_total')} / 1048576"),
+    # wall = compute + flash wait + mgmt, each in ms per generated token. bmoe-run's time sums
+    # when exported; else llama-server's own generation time (wall only, no split).
+    Column("wall_ms", "wall ms/tok", "ms/token",
+           ((_WALL, _TIMED), ("llamacpp:tokens_predicted_seconds_total", "llamacpp:tokens_predicted_total")),
+           f"{_per_token(_WALL)} or "
+           f"1000 * {_rate('llamacpp:tokens_predicted_seconds_total')} / {_rate('llamacpp:tokens_predicted_total')}"),
+    Column("compute_ms", "compute ms/tok", "ms/token", ((_COMPUTE, _TIMED),), _per_token(_COMPUTE)),
+    # flash wait = what the wall spent waiting for expert reads: io_ms in serial mode, stall_ms
+    # under overlap; both are wall - compute - mgmt, compute being the telemetry contract's
+    # residual. clamp_min only removes float rounding below 0.
+    Column("flash_ms", "flash wait ms/tok", "ms/token", ((_WALL, _COMPUTE, _MGMT, _TIMED),),
+           f"clamp_min(1000 * ({_rate(_WALL)} - {_rate(_COMPUTE)} - {_rate(_MGMT)}) / {_rate(_TIMED)}, 0)"),
+    Column("mgmt_ms", "mgmt ms/tok", "ms/token", ((_MGMT, _TIMED),), _per_token(_MGMT)),
+    Column("budget_experts", "budget experts", "experts", (("llamacpp:moe_cache_slots",),),
+           "sum by ($by) (llamacpp:moe_cache_slots$sel)"),
+    Column("budget_mib", "budget MiB", "MiB", (("llamacpp:moe_cache_bytes",),),
+           "sum by ($by) (llamacpp:moe_cache_bytes$sel) / 1048576"),
+    Column("requests_processing", "processing", "requests", (("llamacpp:requests_processing",),),
+           "sum by ($by) (llamacpp:requests_processing$sel)"),
+    Column("requests_deferred", "deferred", "requests", (("llamacpp:requests_deferred",),),
+           "sum by ($by) (llamacpp:requests_deferred$sel)"),
+)
+
+#: Every series a column reads.
+COLUMN_SERIES: tuple[str, ...] = tuple(dict.fromkeys(n for c in COLUMNS for n in c.series))
+
+COLUMN_BY_KEY: dict[str, Column] = {c.key: c for c in COLUMNS}
+
+#: Columns computed from others, per point, without a query: key -> (label, unit, doc).
+DERIVED: dict[str, tuple[str, str, str]] = {
+    "stall_share": ("stall %", "% of wall", "flash_ms / wall_ms * 100: the share of the token's wall spent waiting "
+                                            "for expert reads"),
+}
+
+#: ``up`` per instance: 1 when its last scrape succeeded, 0 when it failed.
+UP_QUERY = "max by ($by) (up$sel)"
+
+
+def label_matcher(name: str, value: str) -> str:
+    """``name="value"`` with the value escaped as a PromQL string (``\\``, ``"``, newline)."""
+    v = value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    return f'{name}="{v}"'
+
+
+def matchers(selector: str, *extra: str) -> str:
+    """The label matchers of ``selector`` (``{job="bmoe"}``, or ``job="bmoe"`` without braces,
+    or empty) joined with ``extra`` matchers, in braces; ``""`` when there are none. The
+    selector is passed through as written: a malformed one is Prometheus' ``bad_data``."""
+    inner = selector.strip()
+    if inner.startswith("{") and inner.endswith("}"):
+        inner = inner[1:-1].strip()
+    parts = [p for p in (inner.rstrip(", "), *extra) if p]
+    return "{" + ", ".join(parts) + "}" if parts else ""
+
+
+def rate_interval(scrape_s: float, step_s: float) -> float:
+    """The ``rate()`` range for a step: ``max(4 * scrape, step + scrape)`` seconds."""
+    return max(4.0 * scrape_s, step_s + scrape_s)
+
+
+def choose_step(window_s: float, scrape_s: float, max_points: int = MAX_POINTS) -> float:
+    """The step (s) for ``window_s`` at most ``max_points`` points per series and never shorter
+    than the scrape interval, rounded up to the millisecond. Raises ``ValueError`` for a
+    window or interval that is not > 0, or fewer than 2 points."""
+    if not (window_s > 0 and scrape_s > 0) or max_points < 2:
+        raise ValueError(f"window {window_s!r} s, scrape interval {scrape_s!r} s, {max_points} points")
+    step = max(scrape_s, window_s / (max_points - 1))
+    return math.ceil(round(step * 1000.0, 6)) / 1000.0
+
+
+def _fill(template: str, sel: str, range_s: float | str | None = None, by: str = _BY) -> str:
+    subs = {"sel": sel, "by": by}
+    if range_s is not None:
+        subs["r"] = range_s if isinstance(range_s, str) else format_duration(range_s)
+    return Template(template).substitute(subs)
+
+
+def column_text(col: Column, sel: str, range_text: str, by: str = _BY) -> str:
+    """``col``'s PromQL with the matchers ``sel`` (braces included, or ``""``) and the range
+    ``range_text`` written as given (``$__rate_interval`` for Grafana, ``6s``), grouped ``by``."""
+    return _fill(col.template, sel, range_text, by)
+
+
+def column_query(col: Column, selector: str, range_s: float, *extra: str) -> str:
+    """``col``'s PromQL for ``selector`` (+ ``extra`` matchers) with a rate range of ``range_s``."""
+    return _fill(col.template, matchers(selector, *extra), range_s)
+
+
+def column_queries(selector: str, range_s: float, *extra: str) -> dict[str, str]:
+    """Every column's PromQL: key -> query."""
+    return {c.key: column_query(c, selector, range_s, *extra) for c in COLUMNS}
+
+
+def up_query(selector: str, *extra: str) -> str:
+    return _fill(UP_QUERY, matchers(selector, *extra))
+
+
+def restarts_query(selector: str, window_s: float, *extra: str) -> str:
+    """Restarts per instance over the window: changes of ``process_start_time_seconds`` (bmoe-run,
+    and any exporter with a process collector), else counter resets of ``llamacpp:n_decode_total``."""
+    sel = matchers(selector, *extra)
+    return _fill("sum by ($by) (changes(process_start_time_seconds$sel[$r])) or "
+                 "sum by ($by) (resets(llamacpp:n_decode_total$sel[$r]))", sel, window_s)
+
+
+def layer_queries(selector: str, range_s: float, *extra: str) -> dict[str, str]:
+    """Per-layer hit and miss rates (/s), summed per ``layer`` label: ``hits``, ``misses``."""
+    sel = matchers(selector, *extra)
+    return {"hits": _fill("sum by ($by) (rate(llamacpp:moe_cache_layer_hits_total$sel[$r]))", sel, range_s, "layer"),
+            "misses": _fill("sum by ($by) (rate(llamacpp:moe_cache_layer_misses_total$sel[$r]))", sel, range_s,
+                            "layer")}
+
+
+def exported_query(selector: str, *extra: str) -> str:
+    """Which of the columns' series each instance exports now: one sample per (job, instance,
+    series name). Tells "not exported" from "no value yet" (a rate needs two samples)."""
+    name_re = '__name__=~"' + "|".join(COLUMN_SERIES) + '"'
+    return f"count by (job, instance, __name__) ({matchers(selector, name_re, *extra)})"
+
+
+def exported(col: Column, names: set[str]) -> bool:
+    """Whether an instance exporting ``names`` exports ``col``."""
+    return any(all(n in names for n in alt) for alt in col.needs)
+
+
+def totals_query(selector: str, *extra: str) -> str:
+    """Every counter's value since the runtime started (``*_total`` of ``llamacpp:`` and ``bmoe:``,
+    per-layer ones excluded), summed per series name."""
+    sel = matchers(selector, '__name__=~"(llamacpp|bmoe):.+_total"', '__name__!~"llamacpp:moe_cache_layer_.+"',
+                   *extra)
+    return f"sum by (__name__) ({sel})"

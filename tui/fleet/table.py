@@ -1,0 +1,413 @@
+"""The instances table: one row per (job, instance) from the columns' range-query answers.
+
+Pure: :func:`build_table` takes the answers (:class:`~bmoe_top.tui.sources.prometheus.RangeResult`
+per column, or the :class:`~bmoe_top.tui.sources.prometheus.PromError` its query raised) and the
+time grid they were asked on, and returns a :class:`FleetTable`. :class:`FleetState` keeps the
+last good table and the newest error between refreshes, for a screen.
+
+A row's cells are typed (:class:`Cell`: value, :class:`CellState`, age). The value of a row is
+read at its reference point: the newest grid point when the instance is up, else the last one
+at which ``up`` was 1 (the last good values, with their age). Absent is never 0:
+
+* ``ok``: a number at the reference point (0 is a real zero, e.g. tok/s of an idle instance);
+* ``undefined``: Prometheus computed NaN/Inf there (a ratio with nothing to divide by: no
+  lookups, no generated token in the rate window);
+* ``stale``: the series has no point at the reference point but had one earlier in the window:
+  the newest earlier value, with its age;
+* ``not_exported``: the instance was up in the window and exports series now, but not the ones
+  this column reads (a stock llama-server has no ``llamacpp:moe_cache_*``; a runtime without
+  bmoe's time sums has no split);
+* ``no_data``: no value in the window although the column may be exported (never up in the
+  window; just started: a rate needs two samples in its range; or which series it exports is
+  not known);
+* ``error``: that column's query failed (the table's ``errors`` says how).
+
+Sparklines: ``row.spark[key]`` is a float64 array on ``table.t`` with NaN where the series had
+no value (absent or undefined). The worst-instance ranking orders rows: down (or gone) first,
+then the highest stall share (flash wait / wall), then the lowest hit %; ``row.flags`` marks the
+down rows and the instances with the highest stall share and the lowest hit %.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from bmoe_top.tui.fleet.queries import COLUMNS, DERIVED, exported
+from bmoe_top.tui.sources.prometheus import PromError, QueryResult, RangeResult, RangeSeries
+
+__all__ = [
+    "CellState",
+    "Cell",
+    "InstanceState",
+    "InstanceRow",
+    "FleetTable",
+    "FleetState",
+    "Grid",
+    "align",
+    "build_table",
+    "rank_rows",
+    "sort_rows",
+    "filter_rows",
+    "column_keys",
+    "names_by_key",
+]
+
+
+class CellState(enum.StrEnum):
+    OK = "ok"
+    UNDEFINED = "undefined"
+    STALE = "stale"
+    NOT_EXPORTED = "not_exported"
+    NO_DATA = "no_data"
+    ERROR = "error"
+
+
+@dataclass(frozen=True, slots=True)
+class Cell:
+    """``value`` (``None`` unless ``ok`` or ``stale``), ``state``, ``age_s`` (seconds from the
+    value's point to the table's time; ``None`` when there is no point)."""
+
+    value: float | None
+    state: CellState
+    age_s: float | None = None
+
+
+class InstanceState(enum.StrEnum):
+    UP = "up"          # its newest scrape succeeded (up == 1)
+    DOWN = "down"      # its newest scrape failed (up == 0)
+    GONE = "gone"      # it was a target in the window but is not now (its up series went stale)
+    UNKNOWN = "unknown"  # series without an up series (not scraped by this Prometheus: federated, pushed)
+
+
+Key = tuple[str, str]
+
+
+@dataclass(slots=True)
+class InstanceRow:
+    """One instance: ``job``, ``instance``, ``state``, ``last_up_age_s`` (seconds since the last
+    grid point at which it was up: 0 when up, ``None`` when never up in the window),
+    ``restarts`` in the window (``None`` when nothing says), ``cells`` (every column key and
+    every derived key -> :class:`Cell`), ``spark`` (the same keys plus ``up`` -> array on the
+    table's ``t``), ``rank`` (1 = worst), ``flags`` (``down``, ``gone``, ``highest_stall``,
+    ``lowest_hit``)."""
+
+    job: str
+    instance: str
+    state: InstanceState
+    last_up_age_s: float | None
+    restarts: int | None
+    cells: dict[str, Cell]
+    spark: dict[str, np.ndarray]
+    rank: int = 0
+    flags: tuple[str, ...] = ()
+
+    @property
+    def key(self) -> Key:
+        return (self.job, self.instance)
+
+    def value(self, key: str) -> float | None:
+        return self.cells[key].value
+
+
+@dataclass(frozen=True, slots=True)
+class Grid:
+    """The evaluation times of a range query: ``start + k * step`` for ``k < n``; ``end`` is the
+    newest (the table's time)."""
+
+    start: float
+    step: float
+    n: int
+
+    @property
+    def end(self) -> float:
+        return self.start + (self.n - 1) * self.step
+
+    @property
+    def t(self) -> np.ndarray:
+        return self.start + self.step * np.arange(self.n, dtype=np.float64)
+
+    @classmethod
+    def ending_at(cls, end: float, window_s: float, step: float) -> Grid:
+        """The grid of ``window_s`` seconds (at least two points) ending at ``end``."""
+        n = max(2, int(math.floor(window_s / step + 1e-9)) + 1)
+        return cls(start=end - (n - 1) * step, step=step, n=n)
+
+
+@dataclass(slots=True)
+class FleetTable:
+    """The instances table at time ``at`` (Unix s). ``rows`` in rank order (worst first);
+    ``t`` the sparklines' time grid; ``window_s``, ``step_s``, ``rate_interval_s`` (the
+    ``rate()`` range), ``scrape_interval_s``; ``queries`` (key -> PromQL, ``up`` and
+    ``restarts`` included); ``errors`` (column key -> the :class:`PromError` of its query);
+    ``warnings`` (Prometheus' own); ``n_queries`` (requests this refresh made)."""
+
+    selector: str
+    at: float
+    window_s: float
+    step_s: float
+    rate_interval_s: float
+    scrape_interval_s: float
+    t: np.ndarray
+    rows: list[InstanceRow]
+    queries: dict[str, str]
+    errors: dict[str, PromError] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    n_queries: int = 0
+
+    def row(self, instance: str, job: str | None = None) -> InstanceRow | None:
+        for r in self.rows:
+            if r.instance == instance and (job is None or r.job == job):
+                return r
+        return None
+
+    @property
+    def worst(self) -> InstanceRow | None:
+        """The first-ranked row when something is wrong with it (a flag), else ``None``."""
+        return self.rows[0] if self.rows and self.rows[0].flags else None
+
+
+def column_keys() -> list[str]:
+    """Every cell key in display order: the queried columns, then the derived ones."""
+    return [c.key for c in COLUMNS] + list(DERIVED)
+
+
+def _key(labels: Mapping[str, str]) -> Key:
+    return (labels.get("job", ""), labels.get("instance", ""))
+
+
+def align(series: RangeSeries, grid: Grid) -> tuple[np.ndarray, np.ndarray]:
+    """``series`` on ``grid``: (values with NaN where it has no point, mask of the points it has).
+    Points off the grid (another step) are dropped."""
+    vals = np.full(grid.n, np.nan)
+    have = np.zeros(grid.n, dtype=bool)
+    if series.t.size:
+        idx = np.rint((series.t - grid.start) / grid.step).astype(np.int64)
+        ok = (idx >= 0) & (idx < grid.n) & (np.abs(series.t - (grid.start + idx * grid.step)) < grid.step * 0.01)
+        vals[idx[ok]] = series.v[ok]
+        have[idx[ok]] = True
+    return vals, have
+
+
+def _by_key(result: RangeResult, grid: Grid) -> dict[Key, tuple[np.ndarray, np.ndarray]]:
+    out: dict[Key, tuple[np.ndarray, np.ndarray]] = {}
+    for s in result.series:
+        vals, have = align(s, grid)
+        k = _key(s.labels)
+        if k in out:  # two label sets folded onto one key: keep the first point at each step
+            pv, ph = out[k]
+            take = have & ~ph
+            pv[take] = vals[take]
+            ph |= have
+        else:
+            out[k] = (vals, have)
+    return out
+
+
+def _cell(vals: np.ndarray, have: np.ndarray, ref: int, t: np.ndarray, at: float) -> Cell:
+    if have[ref]:
+        v = float(vals[ref])
+        if math.isfinite(v):
+            return Cell(v, CellState.OK, at - float(t[ref]))
+        return Cell(None, CellState.UNDEFINED, at - float(t[ref]))
+    earlier = np.flatnonzero(have[:ref])
+    if earlier.size:
+        j = int(earlier[-1])
+        v = float(vals[j])
+        return Cell(v if math.isfinite(v) else None, CellState.STALE, at - float(t[j]))
+    return Cell(None, CellState.NOT_EXPORTED)
+
+
+def _ratio_cell(num: Cell, den: Cell) -> Cell:
+    if num.state is CellState.ERROR or den.state is CellState.ERROR:
+        return Cell(None, CellState.ERROR)
+    if num.state in (CellState.NOT_EXPORTED, CellState.NO_DATA):
+        return Cell(None, num.state)
+    if den.state in (CellState.NOT_EXPORTED, CellState.NO_DATA):
+        return Cell(None, den.state)
+    if num.value is None or den.value is None or den.value <= 0:
+        state = CellState.STALE if CellState.STALE in (num.state, den.state) else CellState.UNDEFINED
+        return Cell(None, state, num.age_s)
+    state = CellState.STALE if CellState.STALE in (num.state, den.state) else CellState.OK
+    return Cell(100.0 * num.value / den.value, state, max(num.age_s or 0.0, den.age_s or 0.0))
+
+
+def names_by_key(res: QueryResult | PromError | None) -> dict[Key, set[str]]:
+    """The series names each instance exports, from the ``exported_query`` answer."""
+    out: dict[Key, set[str]] = {}
+    if isinstance(res, QueryResult):
+        for s in res.samples:
+            out.setdefault(_key(s.labels), set()).add(s.labels.get("__name__", ""))
+    return out
+
+
+def _restarts(res: QueryResult | PromError | None) -> dict[Key, int]:
+    if not isinstance(res, QueryResult):
+        return {}
+    return {_key(s.labels): int(s.v) for s in res.samples if math.isfinite(s.v)}
+
+
+def build_table(*, selector: str, at: float, window_s: float, grid: Grid, rate_interval_s: float,
+                scrape_interval_s: float, up: RangeResult, columns: Mapping[str, RangeResult | PromError],
+                restarts: QueryResult | PromError | None = None, exported_now: QueryResult | PromError | None = None,
+                queries: Mapping[str, str] | None = None, n_queries: int = 0) -> FleetTable:
+    """The table from the answers asked on ``grid`` (its ``end`` is ``at``): ``up`` (the
+    ``up`` query), ``columns`` (key -> answer or error; a key of ``COLUMNS`` missing here is an
+    error too), ``restarts`` (an instant query: per-instance counts), ``exported_now`` (the
+    ``exported_query`` answer: without it no cell says ``not_exported``)."""
+    t = grid.t
+    up_by = _by_key(up, grid)
+    col_by: dict[str, dict[Key, tuple[np.ndarray, np.ndarray]]] = {}
+    errors: dict[str, PromError] = {}
+    warnings = list(up.warnings)
+    for c in COLUMNS:
+        res = columns.get(c.key)
+        if isinstance(res, RangeResult):
+            col_by[c.key] = _by_key(res, grid)
+            warnings += [w for w in res.warnings if w not in warnings]
+        elif isinstance(res, PromError):
+            errors[c.key] = res
+    if isinstance(restarts, PromError):
+        errors["restarts"] = restarts
+    if isinstance(exported_now, PromError):
+        errors["exported"] = exported_now
+    names = names_by_key(exported_now)
+    keys: set[Key] = set(up_by)
+    for by in col_by.values():
+        keys |= set(by)
+    n_restarts = _restarts(restarts)
+    rows = []
+    last = grid.n - 1
+    for key in keys:
+        spark: dict[str, np.ndarray] = {}
+        ref: int | None
+        if key in up_by:
+            uv, uh = up_by[key]
+            spark["up"] = uv
+            ups = np.flatnonzero(uh & (uv == 1))
+            ref = int(ups[-1]) if ups.size else None
+            if uh[last] and uv[last] == 1:
+                state = InstanceState.UP
+            elif uh[last]:
+                state = InstanceState.DOWN
+            else:
+                state = InstanceState.GONE
+        else:
+            spark["up"] = np.full(grid.n, np.nan)
+            state = InstanceState.UNKNOWN
+            ref = last
+        cells: dict[str, Cell] = {}
+        for c in COLUMNS:
+            if c.key in errors or c.key not in col_by:
+                cells[c.key] = Cell(None, CellState.ERROR)
+                spark[c.key] = np.full(grid.n, np.nan)
+                continue
+            got = col_by[c.key].get(key)
+            if got is None:
+                known = names.get(key)
+                missing = ref is not None and known is not None and not exported(c, known)
+                cells[c.key] = Cell(None, CellState.NOT_EXPORTED if missing else CellState.NO_DATA)
+                spark[c.key] = np.full(grid.n, np.nan)
+                continue
+            vals, have = got
+            spark[c.key] = np.where(np.isfinite(vals), vals, np.nan)
+            cells[c.key] = Cell(None, CellState.NO_DATA) if ref is None else _cell(vals, have, ref, t, at)
+        cells["stall_share"] = _ratio_cell(cells["flash_ms"], cells["wall_ms"])
+        with np.errstate(divide="ignore", invalid="ignore"):
+            share = 100.0 * spark["flash_ms"] / spark["wall_ms"]
+        spark["stall_share"] = np.where(np.isfinite(share) & (spark["wall_ms"] > 0), share, np.nan)
+        rows.append(InstanceRow(job=key[0], instance=key[1], state=state,
+                                last_up_age_s=None if ref is None else at - float(t[ref]),
+                                restarts=n_restarts.get(key), cells=cells, spark=spark))
+    rank_rows(rows)
+    return FleetTable(selector=selector, at=at, window_s=window_s, step_s=grid.step, rate_interval_s=rate_interval_s,
+                      scrape_interval_s=scrape_interval_s, t=t, rows=rows, queries=dict(queries or {}),
+                      errors=errors, warnings=warnings, n_queries=n_queries)
+
+
+def _num(row: InstanceRow, key: str) -> float | None:
+    c = row.cells.get(key)
+    return c.value if c is not None and c.state in (CellState.OK, CellState.STALE) else None
+
+
+def rank_rows(rows: list[InstanceRow]) -> None:
+    """Order ``rows`` in place worst first and set ``rank`` and ``flags``: down/gone first, then
+    the highest stall share, then the lowest hit %; ties by job and instance."""
+    shares = [s for r in rows if (s := _num(r, "stall_share")) is not None]
+    hits = [h for r in rows if (h := _num(r, "hit_pct")) is not None]
+    top_share = max(shares) if len(shares) > 1 else None
+    low_hit = min(hits) if len(hits) > 1 else None
+
+    def sort_key(r: InstanceRow) -> tuple[int, float, float, str, str]:
+        bad = r.state in (InstanceState.DOWN, InstanceState.GONE)
+        s = _num(r, "stall_share")
+        h = _num(r, "hit_pct")
+        return (0 if bad else 1, -(s if s is not None else -1.0), h if h is not None else 101.0, r.job, r.instance)
+
+    rows.sort(key=sort_key)
+    for i, r in enumerate(rows, 1):
+        r.rank = i
+        flags = []
+        if r.state is InstanceState.DOWN:
+            flags.append("down")
+        elif r.state is InstanceState.GONE:
+            flags.append("gone")
+        if top_share is not None and _num(r, "stall_share") == top_share:
+            flags.append("highest_stall")
+        if low_hit is not None and _num(r, "hit_pct") == low_hit:
+            flags.append("lowest_hit")
+        r.flags = tuple(flags)
+
+
+def sort_rows(rows: Iterable[InstanceRow], key: str, descending: bool = False) -> list[InstanceRow]:
+    """Rows sorted by a cell key (or ``instance``, ``job``, ``state``, ``rank``, ``restarts``);
+    rows without a number always last, whatever the direction."""
+    rows = list(rows)
+    if key in ("instance", "job", "state"):
+        return sorted(rows, key=lambda r: str(getattr(r, key)), reverse=descending)
+    if key in ("rank", "restarts", "last_up_age_s"):
+        have = [r for r in rows if getattr(r, key) is not None]
+        return sorted(have, key=lambda r: getattr(r, key), reverse=descending) + \
+            [r for r in rows if getattr(r, key) is None]
+    have = [r for r in rows if _num(r, key) is not None]
+    rest = [r for r in rows if _num(r, key) is None]
+    return sorted(have, key=lambda r: _num(r, key) or 0.0, reverse=descending) + rest
+
+
+def filter_rows(rows: Iterable[InstanceRow], text: str) -> list[InstanceRow]:
+    """Rows whose instance or job contains ``text`` (case-insensitive; empty keeps all)."""
+    needle = text.strip().lower()
+    return [r for r in rows if not needle or needle in r.instance.lower() or needle in r.job.lower()]
+
+
+class FleetState:
+    """The last good table and the newest failure, between refreshes (for a screen).
+
+    ``apply(table)`` on a successful refresh; ``fail(error, now)`` on a failed one: the last
+    table stays, with ``error`` set until the next success. ``age_s(now)`` = seconds since the
+    last good table's time (``None`` before the first); ``n_ok``, ``n_failed`` count refreshes."""
+
+    def __init__(self) -> None:
+        self.table: FleetTable | None = None
+        self.error: PromError | None = None
+        self.error_at: float | None = None
+        self.n_ok = 0
+        self.n_failed = 0
+
+    def apply(self, table: FleetTable) -> None:
+        self.table = table
+        self.error = None
+        self.error_at = None
+        self.n_ok += 1
+
+    def fail(self, error: PromError, now: float) -> None:
+        self.error = error
+        self.error_at = now
+        self.n_failed += 1
+
+    def age_s(self, now: float) -> float | None:
+        return None if self.table is None else now - self.table.at

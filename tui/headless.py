@@ -1,0 +1,140 @@
+"""The headless twins of the screens (``--once``, ``--summary``): a source bound to a run model with
+``bind`` exactly as the screens bind it, run to a stop condition, then the documents of
+``bmoe_top.tui.present``. For scripts and CI; docs/user-guide.md "Headless"."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from bmoe_top.tui.feed.bind import bind
+from bmoe_top.tui.feed.files import open_paths
+from bmoe_top.tui.model import RunModel, Status
+from bmoe_top.tui.present.audit import audit_document
+from bmoe_top.tui.present.live import failure_document, live_document
+from bmoe_top.tui.present.metrics import metrics_document
+from bmoe_top.tui.sources.child_session import ChildSession
+from bmoe_top.tui.sources.events import FINAL_STATES, LiveState
+from bmoe_top.tui.sources.metrics_poll import MetricsPoller
+from bmoe_top.tui.sources.session_socket import SessionSocketClient
+from bmoe_top.tui.sources.tail import FileTail
+
+__all__ = ["Outcome", "audit_once", "exit_code", "launch_once", "metrics_once", "replay", "session_once"]
+
+
+@dataclass(slots=True)
+class Outcome:
+    """What a headless live command ends with: the JSON ``document``, the ``text`` lines for a
+    person, the process ``status`` (0 ok, 1 failed) and ``error``, one line for stderr (or None)."""
+
+    document: dict[str, Any]
+    text: list[str]
+    status: int
+    error: str | None = None
+
+
+def replay(paths: Sequence[str]) -> RunModel:
+    """Every path into one run model (``ReplayError`` for a path that cannot be read)."""
+    return open_paths(paths)
+
+
+def launch_once(source: ChildSession, prompt: str, n_predict: int | None, ready_timeout: float) -> Outcome:
+    """One generation on a child session, then the numbers the live screen shows. The source is
+    closed before returning."""
+    binding = bind(source)
+    run = binding.run
+    source.start()
+
+    def fail(msg: str) -> Outcome:
+        return Outcome(failure_document(msg, run, source.status()), [], 1, msg)
+
+    try:
+        if source.state == LiveState.FAILED:
+            return fail(source.status().message)
+        if not source.wait_state({LiveState.READY, *FINAL_STATES}, ready_timeout):
+            return fail(f"no BMOE_READY from {source.argv[0]} after {ready_timeout:g} s")
+        if source.state != LiveState.READY:
+            return fail(source.status().message)
+        t0 = time.monotonic()
+        rid = source.generate(prompt, n_predict, clear_kv=True)
+        while True:  # the turn's end (DONE or a rejection), or the child's end
+            st = source.status()
+            if st.turns_done >= 1 or st.state in FINAL_STATES:
+                break
+            if st.last_error is not None and st.state == LiveState.READY:
+                break
+            time.sleep(0.02)
+        wall = time.monotonic() - t0
+    finally:
+        source.close()
+    st = source.status()
+    doc = live_document(st, run, rid, wall_s=round(wall, 3))
+    done = doc["live"]["turns"]
+    ok = bool(done) and st.state == LiveState.EXITED and st.last_error is None
+    text = [f"live: {st.message}; turns {len(done)}; error: {st.last_error or 'none'}"]
+    return Outcome(doc, text, 0 if ok else 1)
+
+
+def session_once(source: SessionSocketClient, prompt: str | None, n_predict: int | None,
+                 timeout: float) -> Outcome:
+    """Connect, take the replayed state (and run one prompt), then the numbers the live screen
+    shows. The source is closed (detached) before returning."""
+    binding = bind(source)
+    run = binding.run
+    source.start()
+    rid = None
+    try:
+        if not source.wait_state({LiveState.READY, LiveState.GENERATING}, timeout):
+            msg = f"no session on {source.path} after {timeout:g} s ({source.status().message})"
+            return Outcome({"status": "failed", "error": msg, "sources": list(run.sources)}, [], 1, msg)
+        time.sleep(0.2)  # let the replay of the current state arrive
+        if prompt is not None:
+            source.wait_state(LiveState.READY, timeout)
+            before = source.status().turns_done
+            rid = source.generate(prompt, n_predict)
+            end = time.monotonic() + timeout
+            while time.monotonic() < end:
+                st = source.status()
+                if (st.turns_done > before or (st.last_error and st.state == LiveState.READY)
+                        or st.state == LiveState.DISCONNECTED):
+                    break
+                time.sleep(0.02)
+        st = source.status()
+        doc = live_document(st, run, rid)
+    finally:
+        source.close()
+    ok = st.state in (LiveState.READY, LiveState.GENERATING) and not (prompt and st.last_error)
+    return Outcome(doc, [f"live: {st.message}; turns {st.turns_done}"], 0 if ok else 1)
+
+
+def metrics_once(url: str, api_key: str | None = None, timeout: float = 5.0, interval: float = 0.0) -> dict[str, Any]:
+    """One scrape of ``url`` (``interval`` > 0: two scrapes that far apart, so rates are filled):
+    :func:`~bmoe_top.tui.present.metrics.metrics_document`. Never raises for network, HTTP or
+    format trouble: ``status`` says what went wrong."""
+    poller = MetricsPoller(url, interval=max(interval, 0.05), timeout=timeout, api_key=api_key)
+    binding = bind(poller)
+    try:
+        poller.scrape_once()
+        if interval > 0 and binding.run.status == Status.OK:
+            time.sleep(interval)
+            poller.scrape_once()
+    finally:
+        poller.client.close()
+    return metrics_document(poller.state, binding.run)
+
+
+def audit_once(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The audit log at ``path`` read to its current end (complete lines only):
+    :func:`~bmoe_top.tui.present.audit.audit_document`."""
+    tail = FileTail(path)
+    binding = bind(tail)
+    tail.read_to_end()
+    return audit_document(binding)
+
+
+def exit_code(doc: dict[str, Any]) -> int:
+    """0 when the source answered (``ok``), 1 otherwise: for ``--once`` in scripts."""
+    return 0 if doc.get("status") == Status.OK else 1

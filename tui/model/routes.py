@@ -1,0 +1,431 @@
+"""Routing: which experts the router picked per (token, layer), and whether each was a cache hit.
+
+:class:`RouteStore` keeps
+
+* routing rows ``(tok, layer, expert, hit)`` of the newest tokens (every token without a
+  window): ``tok`` is the token row, or ``-1 - turn`` for a turn's prefill rows; ``hit`` 1 resident
+  when routed, 0 miss, -1 not known;
+* per (layer, row) cache hits and lookups: from routing rows, or given directly (a ``/metrics``
+  interval's per-layer counters, an audit ``exit`` record), for the newest rows at full resolution
+  and for every row in a :class:`~bmoe_top.tui.model.history.CountHistory`;
+* per (layer, expert) routed counts, hit counts and last-routing hit for any cursor: kept exactly
+  for cursors inside the routing window (the older rows are folded into a base), and as of the
+  nearest of a few checkpoints for an older cursor.
+
+No Textual import; the run model's lock guards every call.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, TypeVar
+
+import numpy as np
+from numpy.typing import NDArray
+
+from bmoe_top.tui.model.history import BASE_ROWS, CAPACITY, F64, I64, CountHistory, Stats
+
+__all__ = ["ExpertCounts", "LayerShares", "RouteStore", "RoutesReader"]
+
+I32 = NDArray[np.int32]
+I8 = NDArray[np.int8]
+
+#: Checkpoints of the expert aggregates kept for cursors older than the routing window.
+MAX_CHECKPOINTS = 16
+
+
+@dataclass(frozen=True, slots=True)
+class ExpertCounts:
+    """Per (layer, expert) over tokens before a cursor: ``routed`` and ``hits`` (int64), ``last``
+    (int8: 1 hit / 0 miss at the expert's last routing, -1 never routed). ``as_of`` is None when the
+    counts stop at the cursor asked for; when the cursor is older than the routing rows kept, they
+    stop at an earlier checkpoint: the rows of tokens before ``as_of`` (-1: no row at all)."""
+
+    routed: I64
+    hits: I64
+    last: I8
+    as_of: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LayerShares:
+    """Hit share per layer in row bins: ``share`` float ``[n_layer, bins]`` (NaN where nothing was
+    looked up), ``lookups`` the counts behind it; bin ``j`` is rows ``[edges[j], edges[j + 1])``;
+    ``width`` rows per bucket of the resolution that answered."""
+
+    edges: I64
+    width: int
+    share: F64
+    lookups: F64
+
+
+@dataclass(slots=True)
+class _Aggregate:
+    """Expert aggregates over the first ``rows`` routing rows (global row numbers)."""
+
+    rows: int
+    routed: I64
+    hits: I64
+    last: I8
+
+
+class RoutesReader(Protocol):
+    """What the views may do with routing (see :class:`RouteStore`)."""
+
+    @property
+    def n(self) -> int: ...
+    @property
+    def total(self) -> int: ...
+    @property
+    def tok(self) -> I64: ...
+    @property
+    def layer(self) -> I32: ...
+    @property
+    def expert(self) -> I32: ...
+    @property
+    def hit(self) -> I8: ...
+    @property
+    def count_rows(self) -> int: ...
+    @property
+    def max_tok(self) -> int: ...
+    @property
+    def max_layer(self) -> int: ...
+    @property
+    def max_expert(self) -> int: ...
+
+
+class RouteStore:
+    """See the module docstring. ``window_tokens``: keep routing rows of at least the newest that
+    many tokens (None: all); ``count_rows``: keep per-layer counts of at least the newest that many
+    rows at full resolution (None: all)."""
+
+    def __init__(self, *, window_tokens: int | None = None, count_rows: int | None = None,
+                 history_capacity: int = CAPACITY, base_rows: int = BASE_ROWS) -> None:
+        self._window = window_tokens
+        self._cap = 8192
+        self._tok = np.zeros(self._cap, np.int64)
+        self._layer = np.zeros(self._cap, np.int32)
+        self._expert = np.zeros(self._cap, np.int32)
+        self._hit = np.zeros(self._cap, np.int8)
+        self._cummax = np.zeros(self._cap, np.int64)
+        self._n = 0  # rows held
+        self._row0 = 0  # global number of held row 0 (rows before it are folded into the base)
+        self._evicted_max_tok = -1  # the newest token among folded rows
+        self.max_tok = -1
+        self.max_layer = -1
+        self.max_expert = -1
+        self._base = _Aggregate(0, np.zeros((0, 0), np.int64), np.zeros((0, 0), np.int64),
+                                np.zeros((0, 0), np.int8))
+        self._acc: _Aggregate | None = None
+        self._checkpoints: list[tuple[int, _Aggregate]] = []  # (token the counts stop at, counts)
+        # per (layer, row) counts at full resolution: rows [_lc0, _lc0 + _lc_cols)
+        self._count_window = count_rows
+        self._base_rows = base_rows
+        self._lc_hits = np.zeros((0, 1024), np.float64)
+        self._lc_look = np.zeros((0, 1024), np.float64)
+        self._lc0 = 0
+        self._lc_rows = 0  # one past the highest row with counts
+        self.counts = CountHistory(self._count_fine, lambda: self._lc0, 0, history_capacity, base_rows)
+
+    # -- routing rows ----------------------------------------------------------------------------
+    @property
+    def n(self) -> int:
+        """Routing rows held."""
+        return self._n
+
+    @property
+    def total(self) -> int:
+        """Routing rows ever added."""
+        return self._row0 + self._n
+
+    @property
+    def tok(self) -> I64:
+        return self._tok[: self._n]
+
+    @property
+    def layer(self) -> I32:
+        return self._layer[: self._n]
+
+    @property
+    def expert(self) -> I32:
+        return self._expert[: self._n]
+
+    @property
+    def hit(self) -> I8:
+        return self._hit[: self._n]
+
+    def extend(self, tok: NDArray[np.integer], layer: NDArray[np.integer], expert: NDArray[np.integer],
+               hit: NDArray[np.integer]) -> None:
+        """Add routing rows (arrays of one length, in arrival order)."""
+        tok = np.asarray(tok, dtype=np.int64)
+        k = len(tok)
+        if not k:
+            return
+        layer = np.asarray(layer, dtype=np.int64)
+        expert = np.asarray(expert, dtype=np.int64)
+        hit = np.asarray(hit, dtype=np.int64)
+        self._reserve(k)
+        s = slice(self._n, self._n + k)
+        self._tok[s] = tok
+        self._layer[s] = layer
+        self._expert[s] = expert
+        self._hit[s] = hit
+        self._cummax[s] = np.maximum.accumulate(np.maximum(tok, self.max_tok))
+        self._n += k
+        self.max_tok = int(self._cummax[self._n - 1])
+        self.max_layer = max(self.max_layer, int(layer.max()))
+        self.max_expert = max(self.max_expert, int(expert.max()))
+        m = (tok >= 0) & (layer >= 0) & (hit >= 0)
+        if m.any():
+            self._count_routes(tok[m].astype(np.int64), layer[m].astype(np.int64), hit[m] > 0)
+
+    def _count_routes(self, tok: I64, layer: I64, hit: NDArray[np.bool_]) -> None:
+        """Per (layer, row) lookups and hits of routing rows, added in row blocks."""
+        n_layer = self.max_layer + 1
+        t0, t1 = int(tok.min()), int(tok.max())
+        span = t1 - t0 + 1
+        if span * n_layer > 1 << 24:  # very sparse rows: one block per distinct row
+            for t in np.unique(tok):
+                sel = tok == t
+                self._count_routes(tok[sel], layer[sel], hit[sel])
+            return
+        idx = (tok - t0) * n_layer + layer
+        look = np.bincount(idx, minlength=span * n_layer).reshape(span, n_layer).T.astype(np.float64)
+        hits = np.bincount(idx, weights=hit, minlength=span * n_layer).reshape(span, n_layer).T.astype(np.float64)
+        self.add_counts_block(t0, hits, look)
+
+    def _reserve(self, k: int) -> None:
+        need = self._n + k
+        if need <= self._cap:
+            return
+        if self._window is not None and self.max_tok >= 0:
+            self._evict(self.max_tok + 1 - self._window)
+            need = self._n + k
+        if need > self._cap:
+            cap = self._cap
+            while cap < need:
+                cap *= 2
+            for name in ("_tok", "_layer", "_expert", "_hit", "_cummax"):
+                old = getattr(self, name)
+                new = np.zeros(cap, old.dtype)
+                new[: self._n] = old[: self._n]
+                setattr(self, name, new)
+            self._cap = cap
+
+    def _evict(self, keep_tok: int) -> None:
+        """Fold the routing rows of tokens before ``keep_tok`` into the base aggregates."""
+        r = int(np.searchsorted(self._cummax[: self._n], keep_tok, side="left"))
+        if r <= 0:
+            return
+        shape = (self.max_layer + 1, self.max_expert + 1)
+        base = self._grown(self._base, shape)
+        self._add_rows(base, 0, r)
+        base.rows = self._row0 + r
+        self._base = base
+        self._evicted_max_tok = int(self._cummax[r - 1])
+        self._checkpoints.append((self._evicted_max_tok + 1, _Aggregate(
+            base.rows, base.routed.astype(np.int32), base.hits.astype(np.int32), base.last.copy())))
+        if len(self._checkpoints) > MAX_CHECKPOINTS:
+            self._checkpoints = self._checkpoints[1::2]
+        keep = self._n - r
+        for name in ("_tok", "_layer", "_expert", "_hit", "_cummax"):
+            a = getattr(self, name)
+            a[:keep] = a[r:self._n]
+        self._n = keep
+        self._row0 += r
+        if self._acc is not None and self._acc.rows < self._row0:
+            self._acc = None
+
+    # -- per-layer counts ------------------------------------------------------------------------
+    def add_counts(self, row: int, hits: F64, misses: F64) -> None:
+        """Add per-layer lookup counts of one row (a token, or a coarser row such as a scrape
+        interval). ``hits``/``misses``: ``[n_layer]``; a NaN or negative entry (not exported,
+        counter went down) adds nothing for that layer. No routing row is added."""
+        h = np.asarray(hits, dtype=np.float64)
+        m = np.asarray(misses, dtype=np.float64)
+        ok = np.isfinite(h) & np.isfinite(m) & (h >= 0) & (m >= 0)
+        if row < 0 or not ok.any():
+            return
+        il = np.flatnonzero(ok)
+        self.max_tok = max(self.max_tok, int(row))
+        self.max_layer = max(self.max_layer, int(il.max()))
+        n_layer = self.max_layer + 1
+        hv = np.zeros((n_layer, 1))
+        lv = np.zeros((n_layer, 1))
+        hv[il, 0] = np.floor(h[il])
+        lv[il, 0] = np.floor(h[il]) + np.floor(m[il])
+        self.add_counts_block(int(row), hv, lv)
+
+    def add_counts_block(self, row0: int, hits: F64, lookups: F64) -> None:
+        """Add per-layer hits and lookups of rows ``row0 ..`` (``[layers, k]`` each)."""
+        n_layer, k = hits.shape
+        self.max_layer = max(self.max_layer, n_layer - 1)
+        self.max_tok = max(self.max_tok, row0 + k - 1)
+        self._lc_reserve(n_layer, row0 + k)
+        a = row0 - self._lc0
+        if a + k > 0:  # rows older than the window at full resolution only go to the history
+            c0 = max(0, -a)
+            self._lc_hits[:n_layer, a + c0:a + k] += hits[:, c0:]
+            self._lc_look[:n_layer, a + c0:a + k] += lookups[:, c0:]
+        self._lc_rows = max(self._lc_rows, row0 + k)
+        if n_layer > self.counts.channels:
+            self.counts.grow_channels(n_layer)
+        if n_layer < self.counts.channels:
+            pad = self.counts.channels - n_layer
+            hits = np.vstack([hits, np.zeros((pad, k))])
+            lookups = np.vstack([lookups, np.zeros((pad, k))])
+        self.counts.add_block(row0, hits, lookups)
+
+    def _lc_reserve(self, n_layer: int, rows: int) -> None:
+        """Room for per-layer counts of ``n_layer`` layers up to row ``rows``."""
+        L, cap = self._lc_hits.shape
+        need = rows - self._lc0
+        if n_layer <= L and need <= cap:
+            return
+        if need > cap and self._count_window is not None:
+            keep_from = max(0, rows - self._count_window)
+            keep_from -= keep_from % self._base_rows
+            drop = keep_from - self._lc0
+            if drop > 0:
+                for a in (self._lc_hits, self._lc_look):
+                    if drop < cap:
+                        a[:, : cap - drop] = a[:, drop:]
+                        a[:, cap - drop:] = 0
+                    else:
+                        a[:] = 0
+                self._lc0 = keep_from
+                need = rows - self._lc0
+        L2 = max(L, n_layer)
+        cap2 = cap
+        while cap2 < need:
+            cap2 *= 2
+        if (L2, cap2) != (L, cap):
+            for name in ("_lc_hits", "_lc_look"):
+                old = getattr(self, name)
+                new = np.zeros((L2, cap2))
+                new[:L, :cap] = old
+                setattr(self, name, new)
+
+    def _count_fine(self, a: int, b: int) -> Stats:
+        a = max(a, self._lc0)
+        b = max(a, min(b, self._lc0 + self._lc_hits.shape[1]))
+        L = self.counts.channels
+        hits = np.zeros(L)
+        look = np.zeros(L)
+        n = min(L, self._lc_hits.shape[0])
+        hits[:n] = self._lc_hits[:n, a - self._lc0:b - self._lc0].sum(axis=1)
+        look[:n] = self._lc_look[:n, a - self._lc0:b - self._lc0].sum(axis=1)
+        return {"hits": hits, "lookups": look}
+
+    @property
+    def count_rows(self) -> int:
+        """One past the highest row with per-layer counts or routing."""
+        return max(self._lc_rows, self.max_tok + 1)
+
+    def hit_share(self, n_layer: int, lo: int, hi: int) -> F64:
+        """Hit share float ``[n_layer, hi - lo]`` of rows ``[lo, hi)``; NaN where nothing was looked
+        up, or the row is no longer held at full resolution (see :meth:`layer_series`)."""
+        out = np.full((n_layer, max(0, hi - lo)), np.nan)
+        L, cap = self._lc_hits.shape
+        a, b = max(lo, self._lc0), min(hi, self._lc0 + cap)
+        l2 = min(n_layer, L)
+        if l2 <= 0 or b <= a:
+            return out
+        look = self._lc_look[:l2, a - self._lc0:b - self._lc0]
+        hits = self._lc_hits[:l2, a - self._lc0:b - self._lc0]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out[:l2, a - lo:b - lo] = np.where(look > 0, hits / np.where(look > 0, look, 1), np.nan)
+        return out
+
+    def layer_series(self, n_layer: int, lo: int, hi: int, bins: int) -> LayerShares:
+        """Hit share per layer in about ``bins`` bins over rows ``[lo, hi)``, exact per bin."""
+        total = self.count_rows
+        self.counts.advance(total)
+        edges, width = self.counts.plan(lo, hi, bins, total)
+        q = self.counts.query(edges)
+        nb = max(0, len(edges) - 1)
+        share = np.full((n_layer, nb), np.nan)
+        look = np.zeros((n_layer, nb))
+        l2 = min(n_layer, self.counts.channels)
+        look[:l2] = q["lookups"][:l2]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            share[:l2] = np.where(look[:l2] > 0, q["hits"][:l2] / np.where(look[:l2] > 0, look[:l2], 1), np.nan)
+        return LayerShares(edges, width, share, look)
+
+    # -- expert aggregates -------------------------------------------------------------------------
+    def rows_before(self, stop: int | None) -> int:
+        """Global number of routing rows that belong to tokens before ``stop`` (all when None),
+        counting only held rows past the base."""
+        if stop is None or stop > self.max_tok:
+            return self.total
+        return self._row0 + int(np.searchsorted(self._cummax[: self._n], stop, side="left"))
+
+    @staticmethod
+    def _grown(agg: _Aggregate, shape: tuple[int, int]) -> _Aggregate:
+        """A copy of ``agg`` with room for ``shape`` (never smaller than it was)."""
+        L = max(shape[0], agg.routed.shape[0])
+        E = max(shape[1], agg.routed.shape[1])
+        r = np.zeros((L, E), np.int64)
+        h = np.zeros((L, E), np.int64)
+        last = np.full((L, E), -1, np.int8)
+        l0, e0 = agg.routed.shape
+        r[:l0, :e0] = agg.routed
+        h[:l0, :e0] = agg.hits
+        last[:l0, :e0] = agg.last
+        return _Aggregate(agg.rows, r, h, last)
+
+    def _add_rows(self, agg: _Aggregate, a: int, b: int, sign: int = 1) -> None:
+        """Add held rows ``[a, b)`` (local indexes) to ``agg`` (subtract with ``sign=-1``; the
+        last-routing state only moves forward)."""
+        if b <= a:
+            return
+        L, E = agg.routed.shape
+        layer, expert, hit = self._layer[a:b], self._expert[a:b], self._hit[a:b]
+        m = (layer >= 0) & (layer < L) & (expert >= 0) & (expert < E)
+        idx = layer[m].astype(np.int64) * E + expert[m]
+        agg.routed += sign * np.bincount(idx, minlength=L * E).reshape(L, E)
+        agg.hits += sign * np.bincount(idx, weights=hit[m] > 0, minlength=L * E).reshape(L, E).astype(np.int64)
+        if sign > 0:
+            agg.last[layer[m], expert[m]] = (hit[m] > 0).astype(np.int8)  # later rows win
+
+    def expert_counts(self, n_layer: int, n_expert: int, stop: int | None) -> ExpertCounts:
+        """Expert aggregates ``[n_layer, n_expert]`` over tokens before ``stop`` (prefill rows of
+        turns started before it included). Moving the cursor forward costs the rows in between."""
+        shape = (n_layer, n_expert)
+        if stop is not None and stop <= self._evicted_max_tok:
+            return self._from_checkpoint(shape, stop)
+        R = self.rows_before(stop)
+        acc = self._acc
+        need = (max(n_layer, self.max_layer + 1), max(n_expert, self.max_expert + 1))
+        if acc is None or acc.routed.shape != need or R < acc.rows:
+            acc = self._grown(self._base, need)
+            acc.rows = self._row0
+        self._add_rows(acc, acc.rows - self._row0, R - self._row0)
+        acc.rows = R
+        self._acc = acc
+        return ExpertCounts(_crop(acc.routed, shape), _crop(acc.hits, shape), _crop(acc.last, shape, -1))
+
+    def _from_checkpoint(self, shape: tuple[int, int], stop: int) -> ExpertCounts:
+        best: tuple[int, _Aggregate] | None = None
+        for tok_stop, agg in self._checkpoints:
+            if tok_stop <= stop:
+                best = (tok_stop, agg)
+        if best is None:
+            z = np.zeros(shape, np.int64)
+            return ExpertCounts(z, z.copy(), np.full(shape, -1, np.int8), as_of=-1)
+        tok_stop, agg = best
+        return ExpertCounts(_crop(agg.routed.astype(np.int64), shape), _crop(agg.hits.astype(np.int64), shape),
+                            _crop(agg.last, shape, -1), as_of=tok_stop)
+
+
+_A = TypeVar("_A", bound=np.generic)
+
+
+def _crop(a: NDArray[_A], shape: tuple[int, int], fill: int = 0) -> NDArray[_A]:
+    """``a`` cut or padded (with ``fill``) to ``shape``."""
+    if a.shape == shape:
+        return a
+    out = np.full(shape, fill, dtype=a.dtype)
+    L, E = min(shape[0], a.shape[0]), min(shape[1], a.shape[1])
+    out[:L, :E] = a[:L, :E]
+    return out

@@ -1,0 +1,650 @@
+"""The run model: the one store every source feeds (through ``bmoe_top.tui.feed``) and every view
+reads. docs/architecture.md "The run model" lists its API.
+
+Writes go through the typed methods below only (each takes :attr:`RunModel.lock` and bumps
+:attr:`RunModel.version`); reads return read-only data. No Textual import.
+
+Shapes and units
+----------------
+* Token columns (:attr:`RunModel.tokens`, :class:`~bmoe_top.tui.model.columns.TokenColumns`): one
+  row per generated (decode) token (or per scrape interval / audit request: :attr:`row_unit`),
+  float64, NaN where the source did not send the value. Canonical names: ``step``, ``steps``,
+  ``turn``, ``t`` (unix s, when the source timestamps lines), ``wall_ms``, ``io_ms``,
+  ``compute_ms``, ``mgmt_ms``, ``stall_ms``, ``read_mib`` (MiB read from flash this token),
+  ``cache_hit_pct`` (cumulative, -1 = no cache), ``load_mib``/``load_ms`` (``BMOE_LOAD``),
+  ``text_end`` (length of the turn's answer after this token), plus every extra numeric field the
+  source had (``majflt``, ``cpu_ms``, ``rss_mib``, ...).
+* Routing (:attr:`RunModel.routes`, :class:`~bmoe_top.tui.model.routes.RouteStore`): rows
+  ``(tok, layer, expert, hit)``; ``tok`` is the token row, ``-1 - turn`` for prefill rows; per
+  (layer, row) hit/lookup counts.
+* Resident map (:attr:`RunModel.resident`): bool ``[n_layer, n_expert]``, or None when the source
+  never said.
+
+Retention: :data:`KEEP_ALL` (files: every row kept) or :data:`LIVE` (long live runs: the newest
+rows at full resolution, the rest in the history; memory stays bounded however long the run).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from bmoe_top.tui.model.columns import ColumnsReader, ColumnStats, Series, TokenColumns
+from bmoe_top.tui.model.history import CAPACITY, F64, I64
+from bmoe_top.tui.model.routes import ExpertCounts, LayerShares, RoutesReader, RouteStore
+from bmoe_top.tui.model.status import RowUnit, Status
+from bmoe_top.tui.model.turns import ProblemEntry, Turn
+
+__all__ = ["BASE_COLUMNS", "KEEP_ALL", "LIVE", "MAX_PROBLEMS", "Retention", "RunModel"]
+
+#: Token columns every run has (NaN when the source did not send them).
+BASE_COLUMNS = (
+    "step", "steps", "turn", "t", "wall_ms", "io_ms", "compute_ms", "mgmt_ms", "stall_ms",
+    "read_mib", "cache_hit_pct", "load_mib", "load_ms", "text_end",
+)
+
+#: Problem entries kept (all are counted in ``problem_count``); their text is cut to 200 characters.
+MAX_PROBLEMS = 10_000
+PROBLEM_TEXT = 200
+#: Log-pane lines kept (stderr, loader output, records without a view).
+LOG_LINES = 5000
+
+
+@dataclass(frozen=True, slots=True)
+class Retention:
+    """How much of a run a model keeps at full resolution (None = everything).
+
+    ``token_rows``: rows of the token columns; ``routing_tokens``: tokens whose routing rows are
+    kept (the expert map is exact for a cursor inside them); ``layer_rows``: rows of per-layer
+    hit/lookup counts; ``turns``/``requests``: the newest turns (with their text) and requests.
+    Every row stays in the tiered history (``history_capacity`` buckets per level) either way.
+    """
+
+    token_rows: int | None = None
+    routing_tokens: int | None = None
+    layer_rows: int | None = None
+    turns: int | None = None
+    requests: int | None = None
+    history_capacity: int = CAPACITY
+
+    @property
+    def bounded(self) -> bool:
+        return self.token_rows is not None
+
+
+#: Files: a finite run, kept whole.
+KEEP_ALL = Retention()
+#: Live sources: memory bounded however long the run (docs/architecture.md "Bounded memory").
+LIVE = Retention(token_rows=16_384, routing_tokens=2_048, layer_rows=16_384, turns=2_000, requests=2_000)
+
+
+class RunModel:
+    """The in-memory model of one run (see the module docstring for shapes and units)."""
+
+    def __init__(self, retention: Retention = KEEP_ALL) -> None:
+        self.lock = threading.RLock()
+        self._version = 0
+        self.retention = retention
+        self._meta: dict[str, str] = {}
+        self._summary: dict[str, float] = {}
+        self._summary_extra: dict[str, str] = {}
+        self._sidecar: dict[str, str] = {}
+        self._sources: list[str] = []
+        self._status = Status.EMPTY
+        self._status_detail = ""
+        self._ready: Mapping[str, Any] | None = None
+        self._n_layer: int | None = None
+        self._n_expert: int | None = None
+        self._top_k: int | None = None
+        self._resident: NDArray[np.bool_] | None = None
+        self._expert_rank: NDArray[np.int32] | None = None
+        self._resident_mib: float | None = None
+        self._budget_mib: float | None = None
+        self._last_line_t: float | None = None
+        self._row_unit = RowUnit.TOKEN
+        self._tokens = TokenColumns(BASE_COLUMNS, window=retention.token_rows,
+                                    history_capacity=retention.history_capacity)
+        self._routes = RouteStore(window_tokens=retention.routing_tokens, count_rows=retention.layer_rows,
+                                  history_capacity=retention.history_capacity)
+        self._wall_scale: tuple[int, float] = (-1, 1.0)
+        self._turns: list[Turn] = []
+        self._turn_count = 0
+        self._problems: list[ProblemEntry] = []
+        self._problem_count = 0
+        self._log: deque[str] = deque(maxlen=LOG_LINES)
+        self._requests: list[Mapping[str, Any]] = []
+        self._io_over_wall = 0  # tokens whose io_ms exceeds wall_ms (lane-busy time: overlap)
+        self._stall_positive = 0  # tokens with stall_ms > 0
+
+    # ---------------------------------------------------------------------------- read access
+    @property
+    def version(self) -> int:
+        """Bumped by every write: a view repaints when it changed."""
+        return self._version
+
+    @property
+    def tokens(self) -> ColumnsReader:
+        """The token columns (read access; rows are added with :meth:`add_token_row`)."""
+        return self._tokens
+
+    @property
+    def routes(self) -> RoutesReader:
+        """Routing rows and per-layer counts (read access; :meth:`add_routes`, :meth:`add_layer_counts`)."""
+        return self._routes
+
+    @property
+    def meta(self) -> Mapping[str, str]:
+        """Run header: model, arch, flags, dimensions as the source wrote them (strings)."""
+        return MappingProxyType(self._meta)
+
+    @property
+    def summary(self) -> Mapping[str, float]:
+        """The source's own end-of-run numbers, canonical keys (``bmoe_top.parsers.summary_lines``)."""
+        return MappingProxyType(self._summary)
+
+    @property
+    def summary_extra(self) -> Mapping[str, str]:
+        """Non-canonical summary keys, verbatim."""
+        return MappingProxyType(self._summary_extra)
+
+    @property
+    def sidecar(self) -> Mapping[str, str]:
+        """``key=value`` device sidecar lines."""
+        return MappingProxyType(self._sidecar)
+
+    @property
+    def sources(self) -> Sequence[str]:
+        return tuple(self._sources)
+
+    @property
+    def status(self) -> Status:
+        return self._status
+
+    @property
+    def status_detail(self) -> str:
+        """One line that says why the status is what it is ("" when nothing to add)."""
+        return self._status_detail
+
+    @property
+    def ready(self) -> Mapping[str, Any] | None:
+        """The ``BMOE_READY`` fields (load_s, arch, n_ctx and extras), None before it."""
+        return self._ready
+
+    @property
+    def n_layer(self) -> int | None:
+        return self._n_layer
+
+    @property
+    def n_expert(self) -> int | None:
+        return self._n_expert
+
+    @property
+    def top_k(self) -> int | None:
+        return self._top_k
+
+    @property
+    def resident(self) -> NDArray[np.bool_] | None:
+        """bool ``[n_layer, n_expert]``: experts resident in the cache now (read-only)."""
+        return self._resident
+
+    @property
+    def expert_rank(self) -> NDArray[np.int32] | None:
+        """int32 ``[n_layer, n_expert]`` from an STRP profile: 0 hottest, -1 unranked (read-only)."""
+        return self._expert_rank
+
+    @property
+    def resident_mib(self) -> float | None:
+        return self._resident_mib
+
+    @property
+    def budget_mib(self) -> float | None:
+        return self._budget_mib
+
+    @property
+    def last_line_t(self) -> float | None:
+        """``time.monotonic()`` of the last line a live source delivered."""
+        return self._last_line_t
+
+    @property
+    def row_unit(self) -> RowUnit:
+        """What one token-column row is (a token, a scrape interval, an audit request)."""
+        return self._row_unit
+
+    @property
+    def turns(self) -> Sequence[Turn]:
+        """The turns kept (all of them unless the retention bounds them: see :attr:`turn_count`)."""
+        return self._turns
+
+    @property
+    def turn_count(self) -> int:
+        """Turns of the whole run (the kept ones are the newest)."""
+        return self._turn_count
+
+    @property
+    def problems(self) -> Sequence[ProblemEntry]:
+        """The first :data:`MAX_PROBLEMS` problems (all are counted in :attr:`problem_count`)."""
+        return self._problems
+
+    @property
+    def problem_count(self) -> int:
+        return self._problem_count
+
+    @property
+    def log(self) -> Sequence[str]:
+        """The newest :data:`LOG_LINES` log-pane lines."""
+        return self._log
+
+    @property
+    def requests(self) -> Sequence[Mapping[str, Any]]:
+        """Requests sent to (or read for) a session, oldest first."""
+        return self._requests
+
+    @property
+    def n_tokens(self) -> int:
+        return self.tokens.n
+
+    # --------------------------------------------------------------------------------- writes
+    def _touch(self) -> None:
+        self._version += 1
+
+    def set_status(self, status: Status, detail: str = "") -> None:
+        """Set the status and its one-line reason (bumps the version only on a change)."""
+        with self.lock:
+            status = Status(status)
+            if (self._status, self._status_detail) != (status, detail):
+                self._status, self._status_detail = status, detail
+                self._touch()
+
+    def set_row_unit(self, unit: RowUnit) -> None:
+        with self.lock:
+            self._row_unit = RowUnit(unit)
+            self._touch()
+
+    def add_source(self, name: str) -> None:
+        """Name a source that fed this run (a path, ``child: CMD``, ``metrics: URL``); once each."""
+        with self.lock:
+            if name not in self._sources:
+                self._sources.append(name)
+                self._touch()
+
+    def mark_line(self) -> None:
+        """A live source delivered a line now (for "no telemetry for N s")."""
+        self._last_line_t = time.monotonic()
+
+    def update_meta(self, values: Mapping[str, Any], *, overwrite: bool = True) -> None:
+        """Add run-header entries (values become strings); ``overwrite=False`` keeps existing keys.
+        ``n_layer`` / ``n_expert`` / ``n_expert_used`` also set the dimensions."""
+        with self.lock:
+            for k, v in values.items():
+                if v is None or (not overwrite and k in self._meta):
+                    continue
+                self._meta[k] = str(v)
+            self._dims_from_meta()
+            self._touch()
+
+    def _dims_from_meta(self) -> None:
+        for key in ("n_layer", "n_expert", "n_expert_used"):
+            v = self._meta.get(key)
+            if v is None:
+                continue
+            try:
+                n = int(float(v))
+            except ValueError:
+                continue
+            if key == "n_layer":
+                self._n_layer = n
+            elif key == "n_expert":
+                self._n_expert = n
+            else:
+                self._top_k = n
+
+    def set_dims(self, *, n_layer: int | None = None, n_expert: int | None = None, top_k: int | None = None,
+                 grow: bool = False) -> None:
+        """Set the model's dimensions (None leaves one as it is); ``grow=True`` only ever raises them."""
+        with self.lock:
+            if n_layer is not None:
+                self._n_layer = max(self._n_layer or 0, n_layer) if grow else n_layer
+            if n_expert is not None:
+                self._n_expert = max(self._n_expert or 0, n_expert) if grow else n_expert
+            if top_k is not None:
+                self._top_k = max(self._top_k or 0, top_k) if grow else top_k
+            self._touch()
+
+    def set_ready(self, info: Mapping[str, Any]) -> None:
+        """The session is loaded: the ``BMOE_READY`` fields."""
+        with self.lock:
+            self._ready = MappingProxyType(dict(info))
+            self._touch()
+
+    def update_summary(self, values: Mapping[str, float | int | None], *, fill_only: bool = False,
+                       replace: bool = False) -> None:
+        """Set end-of-run numbers (canonical keys); None values are skipped. ``fill_only`` keeps
+        numbers already there; ``replace`` drops the old summary first."""
+        with self.lock:
+            if replace:
+                self._summary.clear()
+            for k, v in values.items():
+                if v is None or isinstance(v, bool) or (fill_only and k in self._summary):
+                    continue
+                self._summary[k] = float(v)
+            self._touch()
+
+    def update_summary_extra(self, values: Mapping[str, str]) -> None:
+        with self.lock:
+            self._summary_extra.update(values)
+            self._touch()
+
+    def update_sidecar(self, values: Mapping[str, str]) -> None:
+        with self.lock:
+            self._sidecar.update(values)
+            self._touch()
+
+    def add_problem(self, source: str, lineno: int, text: str, reason: str) -> None:
+        """Record a line a source could not use. Every one is counted; the first
+        :data:`MAX_PROBLEMS` are kept, their text cut to 200 characters."""
+        with self.lock:
+            self._problem_count += 1
+            if len(self._problems) < MAX_PROBLEMS:
+                self._problems.append(ProblemEntry(source, int(lineno), text[:PROBLEM_TEXT], reason))
+            self._touch()
+
+    def add_log(self, line: str) -> None:
+        """One log-pane line (stderr, loader output, a record no view shows)."""
+        with self.lock:
+            self._log.append(line)
+            self._touch()
+
+    def add_log_lines(self, lines: Iterable[str]) -> None:
+        with self.lock:
+            self._log.extend(lines)
+            self._touch()
+
+    def note_request(self, request: Mapping[str, Any]) -> None:
+        """Remember a request sent to (or read for) a session, so its turn knows its prompt."""
+        with self.lock:
+            self._requests.append(MappingProxyType(dict(request)))
+            cap = self.retention.requests
+            if cap is not None and len(self._requests) > 2 * cap:
+                del self._requests[:-cap]
+            self._touch()
+
+    def find_request(self, request_id: int | None, cmd: str = "generate") -> Mapping[str, Any] | None:
+        """The newest request with this id and command (None when not known)."""
+        with self.lock:
+            for r in reversed(self._requests):
+                if r.get("id") == request_id and r.get("cmd") == cmd:
+                    found: Mapping[str, Any] = r
+                    return found
+            return None
+
+    # -- tokens ----------------------------------------------------------------------------------
+    def add_token_row(self, row: Mapping[str, float | int | None]) -> int:
+        """Append one token row (see the column names in the module docstring); returns its index."""
+        with self.lock:
+            io, wall, stall = row.get("io_ms"), row.get("wall_ms"), row.get("stall_ms")
+            if io is not None and wall is not None and io > wall * 1.0001:
+                self._io_over_wall += 1
+            if stall is not None and stall > 0:
+                self._stall_positive += 1
+            i = self._tokens.append(row)
+            self._touch()
+            return i
+
+    def add_token_rows(self, columns: Mapping[str, Sequence[float] | F64], n: int) -> int:
+        """Append ``n`` token rows given as columns (length ``n`` each); returns the first row's index."""
+        with self.lock:
+            first = self.tokens.n
+            io, wall, stall = columns.get("io_ms"), columns.get("wall_ms"), columns.get("stall_ms")
+            with np.errstate(invalid="ignore"):
+                if io is not None and wall is not None:
+                    self._io_over_wall += int(np.count_nonzero(
+                        np.asarray(io, dtype=np.float64)[:n] > np.asarray(wall, dtype=np.float64)[:n] * 1.0001))
+                if stall is not None:
+                    self._stall_positive += int(np.count_nonzero(np.asarray(stall, dtype=np.float64)[:n] > 0))
+            self._tokens.extend(columns, n)
+            self._touch()
+            return first
+
+    # -- routing and per-layer counts --------------------------------------------------------------
+    def add_routes(self, tok: NDArray[np.integer], layer: NDArray[np.integer], expert: NDArray[np.integer],
+                   hit: NDArray[np.integer]) -> None:
+        """Routing rows (arrays of one length): ``tok`` token row (``-1 - turn`` for prefill),
+        ``layer``, ``expert``, ``hit`` (1 hit, 0 miss, -1 not known). Grows the dimensions to cover
+        the layers and experts seen."""
+        with self.lock:
+            if len(tok) == 0:
+                return
+            self._routes.extend(tok, layer, expert, hit)
+            self._n_layer = max(self._n_layer or 0, self.routes.max_layer + 1)
+            self._n_expert = max(self._n_expert or 0, self.routes.max_expert + 1)
+            self._touch()
+
+    def add_layer_counts(self, row: int, hits: F64, misses: F64) -> None:
+        """Per-layer cache lookups of token row ``row``, from a source that has counts rather than
+        routing rows (``/metrics`` per-layer counters over a scrape interval, audit ``layers``
+        deltas). ``hits``/``misses``: ``[n_layer]``, NaN = not known for that layer. Grows
+        ``n_layer`` to cover the layers given."""
+        with self.lock:
+            self._routes.add_counts(int(row), hits, misses)
+            if self.routes.max_layer >= 0:
+                self._n_layer = max(self._n_layer or 0, self.routes.max_layer + 1)
+            self._touch()
+
+    def set_resident(self, resident: NDArray[np.bool_] | None, *, resident_mib: float | None = None,
+                     budget_mib: float | None = None) -> None:
+        """The experts resident in the cache now (bool ``[n_layer, n_expert]``; grows the
+        dimensions to its shape), and the cache's size in MiB when known."""
+        with self.lock:
+            if resident is not None:
+                m = np.array(resident, dtype=bool)
+                m.flags.writeable = False
+                self._resident = m
+                self._n_layer = max(self._n_layer or 0, m.shape[0])
+                self._n_expert = max(self._n_expert or 0, m.shape[1])
+            self._set_cache_mib(resident_mib, budget_mib)
+            self._touch()
+
+    def set_cache_mib(self, *, resident_mib: float | None = None, budget_mib: float | None = None) -> None:
+        """Cache size in MiB: what is resident and the budget (None leaves a value as it is)."""
+        with self.lock:
+            self._set_cache_mib(resident_mib, budget_mib)
+            self._touch()
+
+    def _set_cache_mib(self, resident_mib: float | None, budget_mib: float | None) -> None:
+        if resident_mib is not None:
+            self._resident_mib = float(resident_mib)
+        if budget_mib is not None:
+            self._budget_mib = float(budget_mib)
+
+    def set_expert_rank(self, rank: NDArray[np.int32]) -> None:
+        """An STRP profile's rank map (int32 ``[n_layer, n_expert]``, 0 hottest, -1 unranked)."""
+        with self.lock:
+            r = np.array(rank, dtype=np.int32)
+            r.flags.writeable = False
+            self._expert_rank = r
+            self._touch()
+
+    # -- turns --------------------------------------------------------------------------------------
+    def begin_turn(self, *, id: int | None = None, prompt: str | None = None,  # noqa: A002
+                   first_token: int | None = None, done: Mapping[str, Any] | None = None) -> Turn:
+        """Start a turn (its first token is the next token row unless ``first_token`` says)."""
+        with self.lock:
+            t = Turn(self._turn_count, id=id, prompt=prompt,
+                     first_token=self.tokens.n if first_token is None else first_token, done=done)
+            self._turns.append(t)
+            self._turn_count += 1
+            cap = self.retention.turns
+            if cap is not None and len(self._turns) > 2 * cap:
+                del self._turns[:-cap]
+            self._touch()
+            return t
+
+    def current_turn(self) -> Turn | None:
+        """The newest turn, None before the first."""
+        with self.lock:
+            return self._turns[-1] if self._turns else None
+
+    def ensure_turn(self) -> Turn:
+        """The newest turn, starting one at the first token when there is none yet (tokens of a
+        one-shot run have no ``BMOE_BEGIN``)."""
+        with self.lock:
+            if not self._turns:
+                return self.begin_turn(first_token=0)
+            return self._turns[-1]
+
+    def append_answer(self, text: str = "", reasoning: str = "") -> None:
+        """Extend the newest turn's answer and reasoning (O(1) amortised)."""
+        with self.lock:
+            t = self.ensure_turn()
+            t._text.append(text)
+            t._reasoning.append(reasoning)
+            self._touch()
+
+    def set_answer(self, text: str | None = None, reasoning: str | None = None, *,
+                   turn: Turn | None = None) -> None:
+        """Replace a turn's (default the newest) answer and/or reasoning."""
+        with self.lock:
+            t = turn if turn is not None else self.ensure_turn()
+            if text is not None:
+                t._text.set(text)
+            if reasoning is not None:
+                t._reasoning.set(reasoning)
+            self._touch()
+
+    def set_prompt(self, prompt: str, *, turn: Turn | None = None) -> None:
+        with self.lock:
+            (turn if turn is not None else self.ensure_turn())._prompt = prompt
+            self._touch()
+
+    def finish_turn(self, done: Mapping[str, Any], *, cancelled: bool = False, turn: Turn | None = None) -> None:
+        """Record a turn's end: its end-record fields (``done``) and whether it was cancelled."""
+        with self.lock:
+            t = turn if turn is not None else self.ensure_turn()
+            t._done = MappingProxyType(dict(done))
+            t._cancelled = bool(cancelled)
+            t._text.compact()  # a finished turn's text is one string: no per-token pieces kept
+            t._reasoning.compact()
+            self._touch()
+
+    def set_turn_error(self, request_id: int | None, message: str) -> None:
+        """A rejected or failed request: attach the message to its turn when it is the newest."""
+        with self.lock:
+            if self._turns and request_id is not None and self._turns[-1].id == request_id:
+                self._turns[-1]._error = message
+                self._touch()
+
+    # ------------------------------------------------------------------------------ derived reads
+    def mode(self) -> tuple[str, str]:
+        """("serial" | "overlap" | "unknown", why): which term is the wall-additive flash wait.
+
+        Overlap when the run header says ``overlap=1``, or when any token has ``io_ms > wall_ms``
+        (lane-busy time can only exceed wall under overlap), or any ``stall_ms > 0``; "unknown"
+        when there are no token rows and no summary stall figure (it draws like serial)."""
+        with self.lock:
+            flag = self._meta.get("overlap")
+            if flag is not None:
+                if flag not in ("0", "false"):
+                    return "overlap", "flag overlap=1 in the run header"
+                return "serial", "flag overlap=0 in the run header"
+            n = self.tokens.n
+            if n:
+                if self._io_over_wall:
+                    return "overlap", f"io_ms > wall_ms on {self._io_over_wall}/{n} tokens (io is lane-busy time)"
+                if self._stall_positive:
+                    return "overlap", f"stall_ms > 0 on {self._stall_positive}/{n} tokens"
+                if self.tokens.has("stall_ms"):
+                    return "serial", "stall_ms is 0 on every token and io_ms <= wall_ms"
+                return "serial", "no stall_ms column and io_ms <= wall_ms on every token"
+            stall = self._summary.get("stall_s_tok")
+            if stall is not None and stall == stall:
+                if stall > 0:
+                    return "overlap", f"summary stall {stall:g} s/token > 0 (no token rows)"
+                return "serial", "summary stall 0 s/token (no token rows)"
+            return "unknown", "no token rows and no stall figure in this source"
+
+    def breakdown(self, lo: int = 0, hi: int | None = None) -> dict[str, F64]:
+        """Per-token wall = compute + flash + mgmt (ms) for rows ``[lo, hi)`` (default all).
+
+        flash is ``io_ms`` in serial runs and ``stall_ms`` under overlap (never io on wall under
+        overlap); compute is ``compute_ms`` when sent, else the residual wall - flash - mgmt.
+        Returns ``wall``, ``compute``, ``flash``, ``mgmt`` arrays (NaN = missing)."""
+        with self.lock:
+            mode, _ = self.mode()
+            tok = self.tokens
+            wall = tok.view("wall_ms", lo, hi)
+            flash = tok.view("stall_ms" if mode == "overlap" else "io_ms", lo, hi)
+            mgmt = tok.view("mgmt_ms", lo, hi)
+            if tok.has("compute_ms"):
+                compute = tok.view("compute_ms", lo, hi)
+            else:
+                compute = wall - np.nan_to_num(flash) - np.nan_to_num(mgmt)
+            return {"wall": wall, "compute": compute, "flash": flash, "mgmt": mgmt}
+
+    def column_stats(self, name: str, lo: int = 0, hi: int | None = None) -> ColumnStats:
+        """Exact count/sum/min/max of a token column over rows ``[lo, hi)`` (default the whole run)."""
+        with self.lock:
+            return self._tokens.stats(name, lo, hi)
+
+    def series(self, names: Iterable[str], lo: int = 0, hi: int | None = None, bins: int = 100) -> Series:
+        """Token columns in about ``bins`` bins over rows ``[lo, hi)`` (default the whole run):
+        count/sum/min/max per bin, exact, from the finest resolution still held (an overview strip,
+        a zoomed window)."""
+        with self.lock:
+            return self._tokens.series(names, lo, hi, bins)
+
+    def route_token_count(self) -> int:
+        """Rows that have routing rows or per-layer counts (decode tokens; prefill rows do not count)."""
+        with self.lock:
+            return max(0, self.routes.count_rows)
+
+    def hit_matrix(self, stop: int | None = None, start: int = 0) -> F64:
+        """Layer x row hit share, float ``[n_layer, stop - start]``; NaN where nothing was looked
+        up (or the row is older than the per-layer rows kept: see :meth:`layer_series`)."""
+        with self.lock:
+            stop = self.route_token_count() if stop is None else stop
+            return self._routes.hit_share(self._n_layer or 0, start, stop)
+
+    def layer_series(self, lo: int = 0, hi: int | None = None, bins: int = 100) -> LayerShares:
+        """Hit share per layer in about ``bins`` bins over rows ``[lo, hi)`` (default every row with
+        counts): exact per bin, for the whole-run heatmap and zoomed windows."""
+        with self.lock:
+            hi = self.route_token_count() if hi is None else hi
+            return self._routes.layer_series(self._n_layer or 0, lo, hi, bins)
+
+    def expert_aggregates(self, stop: int | None = None) -> ExpertCounts:
+        """Per (layer, expert) routed/hit counts and last-routing hit over tokens ``[0, stop)``
+        (prefill rows of turns started before ``stop`` included). ``as_of`` is set when ``stop`` is
+        older than the routing rows kept and the counts stop at an earlier checkpoint."""
+        with self.lock:
+            return self._routes.expert_counts(self._n_layer or 0, self._n_expert or 0, stop)
+
+    def expert_counts(self, stop: int | None = None) -> tuple[I64, I64]:
+        """(routed counts, hit counts), int ``[n_layer, n_expert]``, over tokens ``[0, stop)``."""
+        a = self.expert_aggregates(stop)
+        return a.routed, a.hits
+
+    def last_routing_hit(self, stop: int | None = None) -> NDArray[np.int8]:
+        """int8 ``[n_layer, n_expert]``: 1 hit / 0 miss at the expert's last routing, -1 never routed."""
+        return self.expert_aggregates(stop).last
+
+    def wall_scale(self) -> float:
+        """A y scale for per-token wall time (ms): the 98th percentile of ``wall_ms`` over the rows
+        held at full resolution (1.0 when there is none)."""
+        with self.lock:
+            if self._wall_scale[0] == self._version:
+                return self._wall_scale[1]
+            wall = self._tokens.view("wall_ms", self._tokens.start)
+            finite = wall[np.isfinite(wall)]
+            top = float(np.percentile(finite, 98)) if finite.size else 1.0
+            top = top if top > 0 and math.isfinite(top) else 1.0
+            self._wall_scale = (self._version, top)
+            return top

@@ -1,0 +1,103 @@
+"""A turn (one generation) and a problem entry (a line a source could not use), as the run model
+keeps them. Both are read-only outside the model: the model's write API changes them."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from bmoe_top.parsers.bmoe_lines import TextBuffer
+
+__all__ = ["ProblemEntry", "Turn"]
+
+_EMPTY: Mapping[str, Any] = MappingProxyType({})
+
+
+class Turn:
+    """One generation (a session turn, a CSV ``turn``, an audit ``request``).
+
+    ``index`` counts turns of the run from 0; ``id`` is the source's request id (None when it has
+    none); ``first_token`` the token row of its first token; ``done`` its end record (``BMOE_DONE``
+    fields, a CSV ``# summary`` as canonical keys, an audit request's numbers), None while it runs;
+    ``text`` / ``reasoning`` the answer so far (O(1) to extend; :meth:`text_tail` reads the end
+    without joining the whole text).
+    """
+
+    __slots__ = ("_index", "_id", "_prompt", "_first_token", "_done", "_cancelled", "_error", "_text",
+                 "_reasoning")
+
+    def __init__(self, index: int, *, id: int | None = None, prompt: str | None = None,  # noqa: A002
+                 first_token: int = 0, done: Mapping[str, Any] | None = None) -> None:
+        self._index = index
+        self._id = id
+        self._prompt = prompt
+        self._first_token = first_token
+        self._done: Mapping[str, Any] | None = None if done is None else MappingProxyType(dict(done))
+        self._cancelled = False
+        self._error: str | None = None
+        self._text = TextBuffer()
+        self._reasoning = TextBuffer()
+
+    @property
+    def index(self) -> int:
+        return self._index
+
+    @property
+    def id(self) -> int | None:
+        return self._id
+
+    @property
+    def prompt(self) -> str | None:
+        return self._prompt
+
+    @property
+    def first_token(self) -> int:
+        return self._first_token
+
+    @property
+    def done(self) -> Mapping[str, Any] | None:
+        return self._done
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled
+
+    @property
+    def error(self) -> str | None:
+        return self._error
+
+    @property
+    def text(self) -> str:
+        return self._text.value
+
+    @property
+    def text_len(self) -> int:
+        return len(self._text)
+
+    def text_tail(self, n: int) -> str:
+        return self._text.tail(n)
+
+    def text_prefix(self, n: int) -> str:
+        return self._text.prefix(n)
+
+    @property
+    def reasoning(self) -> str:
+        return self._reasoning.value
+
+    def __repr__(self) -> str:
+        return (f"Turn(index={self._index}, id={self._id}, first_token={self._first_token}, "
+                f"text_len={len(self._text)}, done={'yes' if self._done is not None else 'no'})")
+
+
+@dataclass(frozen=True, slots=True)
+class ProblemEntry:
+    """A line a source could not use: where (``source``, 1-based ``lineno``, 0 when not tied to a
+    line), what (``text``, cut to 200 characters) and why (``reason``). Counted and shown, never
+    fatal."""
+
+    source: str
+    lineno: int
+    text: str
+    reason: str
