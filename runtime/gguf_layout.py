@@ -125,8 +125,15 @@ def _open_reader(p: Path) -> _CheckedReader:
 
 
 def _field(reader: gguf.GGUFReader, key: str) -> Any:
+    """The value of header field ``key`` (None when absent); :class:`ModelError` when a damaged
+    byte makes its text not UTF-8."""
     f = reader.fields.get(key)
-    return None if f is None else f.contents()
+    if f is None:
+        return None
+    try:
+        return f.contents()
+    except UnicodeDecodeError:
+        raise ModelError(f"GGUF file is damaged: header field {key} is not UTF-8: {reader.data.filename}") from None
 
 
 def _int_field(reader: gguf.GGUFReader, key: str, p: Path) -> int:
