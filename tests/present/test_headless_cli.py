@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -221,3 +222,40 @@ def test_attach_metrics_once_honours_its_timeout(srv):
     r = top("attach", "--metrics", srv.url, "--once", "--json", "--timeout", "0.5", timeout=120)
     doc = json.loads(r.stdout)
     assert r.returncode == 1 and doc["status"] == "busy" and "within 0.5 s" in doc["detail"], doc
+
+
+BMOE_RUN = BMOE_TOP.with_name("bmoe-run")
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> Path:
+    from bmoe_top.runtime.models import make_model
+
+    return Path(make_model(tmp_path_factory.mktemp("m") / "tiny.gguf", preset="tiny"))
+
+
+@pytest.mark.skipif(not BMOE_RUN.exists(), reason="bmoe-run not installed")
+def test_launch_once_of_bmoe_run_shows_every_figure_it_sends(tiny):
+    """A real bmoe-run child: its additive BMOE_READY / BMOE_PROGRESS / BMOE_DONE fields
+    (docs/telemetry.md "Additive fields") reach ``launch --once --json`` and the text rows."""
+    child = ["--", str(BMOE_RUN), "-m", str(tiny), "--session", "--quiet", "-c", "256"]
+    r = top("launch", "--once", "--json", "-p", "hi", "-n", "4", *child, timeout=120)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    for key in ("ttft_s", "prefill_tps", "compute_s_tok", "io_s_tok", "resident_mib", "budget_mib"):
+        assert isinstance(doc[key], float) and doc[key] >= 0, (key, doc[key])
+    extra = doc["extra"]
+    assert 0 <= extra["hit_pct_decode"] <= 100 and 0 <= extra["hit_pct_since_load"] <= 100
+    assert extra["xfer_mib"] >= doc["read_mib"] > 0  # page-aligned transfers hold the payload
+    assert extra["xfer_mib_tok"] >= doc["read_mib_per_tok"] > 0
+    assert extra["decode_tok_s"] > 0 and extra["cpu_s/tok"] >= 0 and extra["majflt/tok"] >= 0
+    assert isinstance(extra["cache_evictions"], int) and isinstance(extra["cache_rereads"], int)
+    assert extra["peak_rss_mib"] >= extra["rss_mib"] > 0
+    meta = doc["meta"]
+    assert meta["io_threads"] == "1" and int(meta["threads"]) >= 1 and meta["o_direct"] in ("True", "False")
+    assert float(meta["expert_bank_MiB"]) > 0
+    r = top("launch", "--once", "-p", "hi", "-n", "4", *child, timeout=120)
+    assert r.returncode == 0, r.stderr
+    labels = {re.split(r"\s{2,}", ln.strip())[0] for ln in r.stdout.splitlines() if ln.startswith("  ")}
+    assert {"TTFT", "hit decode", "hit since load", "aligned/tok", "evictions", "re-reads", "peak RSS",
+            "cpu/token", "majflt/token", "decode tok/s"} <= labels, r.stdout
