@@ -21,6 +21,7 @@ written so that a failed write is an exception at once, never a lost line and an
 * For a file another writer makes by its name (a GGUF writer, llama.cpp's quantizer):
   :func:`temp_beside` checks ``path`` and creates a temporary file in its folder, and
   :func:`place_file` moves the finished file to ``path`` by the same rules.
+  :func:`check_output` is the check alone (before a long job whose result goes to ``path``).
 
 :class:`OutputFileError` is an ``OSError`` (``errno``, ``filename``) whose message is one sentence:
 ``cannot write run.csv: the disk is full (ENOSPC)``. This module imports nothing of the project.
@@ -36,7 +37,8 @@ import tempfile
 import warnings
 from types import TracebackType
 
-__all__ = ["OutputFileError", "OutputFile", "open_output", "place_file", "temp_beside", "write_atomic"]
+__all__ = ["OutputFileError", "OutputFile", "check_output", "open_output", "output_error", "place_file", "temp_beside",
+           "write_atomic"]
 
 _REASONS = {
     _errno.ENOSPC: "the disk is full",
@@ -81,6 +83,12 @@ def _fail(path: str, exc: OSError) -> OutputFileError:
     return OutputFileError(path, _reason(exc), exc.errno)
 
 
+def output_error(path: str | os.PathLike[str], exc: OSError) -> OutputFileError:
+    """The :class:`OutputFileError` for ``exc``, met while making the output ``path`` (for a step of
+    it this module does not do itself, e.g. a temporary folder beside it)."""
+    return exc if isinstance(exc, OutputFileError) else _fail(os.fspath(path), exc)
+
+
 def _refuse_existing(path: str, force: bool) -> OutputFileError | None:
     """The refusal for what is at ``path`` now (None when there is nothing, or force allows it)."""
     try:
@@ -94,8 +102,8 @@ def _refuse_existing(path: str, force: bool) -> OutputFileError | None:
             target = os.readlink(path)
         except OSError:
             target = "?"
-        return OutputFileError(path, f"it is a symbolic link (to {target}): refused, bmoe-top never writes "
-                                     "through a link")
+        return OutputFileError(path, f"it is a symbolic link (to {target}): refused, an output file is never "
+                                     "written through a link")
     if stat.S_ISDIR(st.st_mode):
         return OutputFileError(path, "it is a directory", _errno.EISDIR)
     if not force:
@@ -269,6 +277,14 @@ def write_atomic(path: str | os.PathLike[str], data: bytes, *, force: bool = Fal
         raise OutputFileError(p, exc.reason, exc.errno) from None
     place_file(tmp, p, force=force, mode=mode)
     return len(data)
+
+
+def check_output(path: str | os.PathLike[str], *, force: bool = False) -> None:
+    """Raise :class:`OutputFileError` when ``path`` could not be written by these rules now (a
+    symbolic link; a directory; an existing file unless ``force``); nothing is created."""
+    refusal = _refuse_existing(os.fspath(path), force)
+    if refusal is not None:
+        raise refusal
 
 
 def temp_beside(path: str | os.PathLike[str], *, force: bool = False, suffix: str = ".tmp") -> tuple[int, str]:

@@ -18,13 +18,14 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import tempfile
 from functools import cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from bmoe_top.outfile import place_file, temp_beside
 
 from .models import EOS_ID, byte_vocab
 
@@ -65,8 +66,10 @@ def _tensor(name: str, ne: list[int], rng: np.random.Generator) -> np.ndarray:
     return arr.astype(np.float16) if expert else arr
 
 
-def make_arch_model(out_path: str | os.PathLike[str], arch: str, *, seed: int = 0, fused: bool = False) -> Path:
-    """Write a synthetic GGUF of ``arch`` to ``out_path`` (atomically) and return its path.
+def make_arch_model(out_path: str | os.PathLike[str], arch: str, *, seed: int = 0, fused: bool = False,
+                    force: bool = True) -> Path:
+    """Write a synthetic GGUF of ``arch`` to ``out_path`` (atomically: ``bmoe_top.outfile``; a
+    symbolic link there is refused, an existing file replaced only with ``force``) and return its path.
 
     ``fused``: the variant with ``ffn_gate_up_exps`` (only where the table has one). Raises
     ValueError for an architecture the table has no model for (unknown, dense, or refused: the
@@ -84,7 +87,7 @@ def make_arch_model(out_path: str | os.PathLike[str], arch: str, *, seed: int = 
         raise ValueError(f"{arch} has no fused gate/up variant in llama.cpp")
     out = Path(out_path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
+    fd, tmp = temp_beside(out, force=force)
     os.close(fd)
     try:
         w = gguf.GGUFWriter(tmp, arch)
@@ -110,8 +113,7 @@ def make_arch_model(out_path: str | os.PathLike[str], arch: str, *, seed: int = 
         w.write_kv_data_to_file()
         w.write_tensors_to_file()
         w.close()
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, out)
+        place_file(tmp, out, force=force)
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)

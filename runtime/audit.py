@@ -5,11 +5,11 @@ several processes can share one file. Records are serialized with orjson, which 
 non-finite float as ``null``: a record never holds a bare NaN.
 
 The file is only ever appended to, never truncated, and never reached through a symbolic link:
-every open uses ``O_NOFOLLOW`` and the descriptor must be a regular file (a FIFO, a device or a
-directory is refused), so a link planted at the path cannot redirect the records into another
-file. :meth:`AuditWriter.check` opens the file once at start-up so a bad path is refused before
-the model loads; a later write error raises :class:`AuditError` (the server reports it and exits
-non-zero).
+every open goes through ``bmoe_top.outfile.open_output`` (``O_NOFOLLOW``, append) and the
+descriptor must be a regular file (a FIFO, a device or a directory is refused), so a link
+planted at the path cannot redirect the records into another file. :meth:`AuditWriter.check`
+opens the file once at start-up so a bad path is refused before the model loads; a later write
+error raises :class:`AuditError` (the server reports it and exits non-zero).
 
 Events: ``load`` (right after the context is created), ``ready`` (the server accepts requests),
 ``request`` (one per finished request, with its own ``req_*`` counters = the context counters'
@@ -28,6 +28,8 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+
+from bmoe_top.outfile import OutputFile, OutputFileError, open_output
 
 from .cache_policy import CacheCounters
 
@@ -64,29 +66,27 @@ class AuditError(OSError):
         return str(self.strerror or super().__str__())
 
 
-_OPEN_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
-
-
-def _open_append(path: str) -> int:
-    """An ``O_APPEND`` descriptor on the regular file ``path`` (created 0644 if absent), never
-    through a symbolic link. Raises :class:`AuditError`."""
+def _open_append(path: str) -> OutputFile:
+    """The regular file ``path`` open for appending (created 0644 if absent; every write at once),
+    never through a symbolic link (``bmoe_top.outfile.open_output``). Raises :class:`AuditError`."""
     try:
-        fd = os.open(path, _OPEN_FLAGS, 0o644)
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise AuditError(exc.errno, f"{path} is a symbolic link: refusing to follow it") from None
-        if exc.errno == errno.ENXIO:  # a FIFO nobody reads (O_NONBLOCK keeps the open from hanging)
-            raise AuditError(exc.errno, f"{path} is not a regular file: refusing to write to it") from None
-        raise AuditError(exc.errno, f"{path}: {exc.strerror or exc}") from None
+        out = open_output(path, append=True, buffer_size=0, mode=0o644)
+    except OutputFileError as exc:
+        raise AuditError(exc.errno or errno.EINVAL, str(exc)) from None
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise AuditError(errno.EINVAL, f"{path} is not a regular file: refusing to write to it")
-        os.set_blocking(fd, True)
+        if not stat.S_ISREG(os.fstat(out.fileno()).st_mode):
+            raise AuditError(errno.EINVAL, f"cannot write {path}: it is not a regular file: refused")
     except BaseException:
-        os.close(fd)
+        _close(out)
         raise
-    return fd
+    return out
+
+
+def _close(out: OutputFile) -> None:
+    try:
+        out.close()
+    except OutputFileError:
+        pass
 
 
 def _drop_torn_tail(fd: int, n: int) -> None:
@@ -118,24 +118,19 @@ class AuditWriter:
 
     def check(self) -> None:
         """Open the file as :meth:`write` does, writing nothing (start-up check). Raises :class:`AuditError`."""
-        os.close(_open_append(self.path))
+        _open_append(self.path).close()
 
     def write(self, rec: dict[str, Any]) -> None:
         line = orjson.dumps(rec, option=orjson.OPT_SERIALIZE_NUMPY) + b"\n"
-        fd = _open_append(self.path)
-        done = 0
+        out = _open_append(self.path)
         try:
-            while done < len(line):  # a short write on a regular file (rare, e.g. disk nearly full): finish it
-                n = os.write(fd, line[done:])
-                if n <= 0:
-                    raise OSError(errno.ENOSPC, "short write")
-                done += n
-        except OSError as exc:
-            if done:
-                _drop_torn_tail(fd, done)
-            raise AuditError(exc.errno, f"{self.path}: {exc.strerror or exc}") from None
+            out.write(line)  # the whole line, or OutputFileError with what went out in bytes_written
+        except OutputFileError as exc:
+            if out.bytes_written:
+                _drop_torn_tail(out.fileno(), out.bytes_written)
+            raise AuditError(exc.errno or errno.EIO, str(exc)) from None
         finally:
-            os.close(fd)
+            _close(out)
         self.n_written += 1
 
     # -- the four events ------------------------------------------------------------------

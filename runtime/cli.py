@@ -2,14 +2,16 @@
 
     bmoe-run [-m MODEL] [-p PROMPT] [-n N] [-c N_CTX] [-t THREADS] [--cache-mb N] [--io-threads N]
              [--no-odirect] [--overlap] [--prefetch K] [--progress] [--csv PATH] [--session]
-             [--route-telemetry] [--route-trace PATH] [--no-moe-stream] [--quiet]
+             [--route-telemetry] [--route-trace PATH] [--force] [--no-moe-stream] [--quiet]
     bmoe-run make-model [--preset demo|bench|tiny | --arch NAME] [--qtype Q] OUT.gguf  (runtime/models.py)
     bmoe-run serve ...                                                       (runtime/server.py)
     bmoe-run make-profile ...                                                (runtime/strp.py)
 
 stdout carries only the protocol (and, without --progress, the answer inline); llama.cpp's log
 goes to stderr (dropped with --quiet). Bad input gets one line on stderr and a non-zero exit
-(exit 2: bad arguments/model/budget; 1: a failed generation; 130: interrupted).
+(exit 2: bad arguments/model/budget, or a --csv / --route-trace file that is refused; 1: a failed
+generation, or a write to one of those files that failed; 130: interrupted). Those files are never
+written through a symbolic link, and an existing one only with --force (bmoe_top/outfile.py).
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ import time
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from typing import Any, NoReturn
+
+from bmoe_top.outfile import OutputFileError, check_output
 
 from .sampling import Sampling, add_sampling_args, sampling_from_args
 
@@ -98,6 +102,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--resident-every", type=int, default=8, metavar="N",
                     help="with --route-telemetry: BMOE_RESIDENT every N tokens (default 8)")
     ap.add_argument("--route-trace", default=None, metavar="PATH", help="write the route-trace CSV")
+    ap.add_argument("--force", action="store_true",
+                    help="replace an existing --csv / --route-trace file (never written through a symbolic link)")
     ap.add_argument("--moe-cache-profile", default=None, metavar="FILE",
                     help="fill the expert cache at load from an STRP profile, hottest first (runtime/cache_policy.py)")
     ap.add_argument("--moe-cache-adaptive", action="store_true",
@@ -106,6 +112,11 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--quiet", action="store_true", help="silence llama.cpp's log (stderr)")
     add_sampling_args(ap)
     return ap
+
+
+def _reason(e: OSError) -> str:
+    """Why an output file could not be written, in words."""
+    return e.reason if isinstance(e, OutputFileError) else str(e.strerror or e)
 
 
 class _Fail(Exception):
@@ -171,6 +182,10 @@ def _run(args: argparse.Namespace) -> int:
         if f.fatal_line and args.session:
             emit.line(error_line(None, True, str(f)))
         return _fail(str(f), f.code)
+    except OutputFileError as e:  # a --csv / --route-trace write failed during the run: loud, exit 1
+        if args.session:
+            emit.line(error_line(None, True, str(e)))
+        return _fail(str(e), 1)
 
 
 # -- the steps of a run --------------------------------------------------------------------------
@@ -185,6 +200,12 @@ def _check_args(args: argparse.Namespace) -> None:
     ):
         if bad:
             raise _Fail(msg)
+    for opt, path in (("--csv", args.csv), ("--route-trace", args.route_trace)):
+        if path:  # refused before the model loads, not after
+            try:
+                check_output(path, force=args.force)
+            except OutputFileError as e:
+                raise _Fail(f"cannot write {opt} {path}: {e.reason}") from None
 
 
 def _read_prompt(args: argparse.Namespace) -> str:
@@ -287,15 +308,15 @@ class _Sinks:
         self.csv = self.trace = None
         if args.csv:
             try:
-                self.csv = CsvSink(args.csv, eng, flags)
+                self.csv = CsvSink(args.csv, eng, flags, force=args.force)
             except OSError as e:
-                raise _Fail(f"cannot write --csv {args.csv}: {e.strerror or e}") from None
+                raise _Fail(f"cannot write --csv {args.csv}: {_reason(e)}") from None
             stack.callback(self.csv.close)
         if args.route_trace:
             try:
-                self.trace = RouteTraceSink(args.route_trace, eng)
+                self.trace = RouteTraceSink(args.route_trace, eng, force=args.force)
             except OSError as e:
-                raise _Fail(f"cannot write --route-trace {args.route_trace}: {e.strerror or e}") from None
+                raise _Fail(f"cannot write --route-trace {args.route_trace}: {_reason(e)}") from None
             stack.callback(self.trace.close)
 
     def summary(self, eng: Any, res: Any) -> None:

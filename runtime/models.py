@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import shutil
 import sys
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
@@ -43,6 +44,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from bmoe_top.outfile import check_output, output_error, place_file, temp_beside
 
 __all__ = [
     "ARCH",
@@ -301,14 +304,16 @@ def quantize_gguf(src: str | os.PathLike[str], dst: str | os.PathLike[str], qtyp
 
 
 def make_model(out_path: str | os.PathLike[str], preset: str = "demo", qtype: str = DEFAULT_QTYPE,
-               seed: int = 0, *, quiet: bool = True) -> Path:
+               seed: int = 0, *, quiet: bool = True, force: bool = True) -> Path:
     """Write a deterministic random-weight qwen3moe GGUF to ``out_path`` and return its path.
 
     ``preset``: ``tiny`` | ``demo`` | ``bench`` (:data:`PRESETS`); ``qtype``: a key of
     :data:`QTYPES`. The f32 file is written next to ``out_path`` and quantized by llama.cpp; the
-    result replaces ``out_path`` atomically (temp file + rename), so a reader never sees a
-    partial file. Same arguments => same bytes. Raises ValueError for an unknown preset/qtype,
-    OSError when the directory is not writable.
+    result is moved to ``out_path`` in one rename (``bmoe_top.outfile.place_file``), so a reader
+    never sees a partial file. ``force`` (the default for a caller that chose the path) replaces
+    an existing file, False refuses it (``make-model`` without ``--force``); a symbolic link at
+    ``out_path`` is always refused. Same arguments => same bytes. Raises ValueError for an unknown
+    preset/qtype, ``OutputFileError`` (an OSError) when the file cannot be written.
     """
     if preset not in PRESETS:
         raise ValueError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
@@ -317,7 +322,7 @@ def make_model(out_path: str | os.PathLike[str], preset: str = "demo", qtype: st
     out = Path(out_path)
     shape = PRESETS[preset]
     out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_f32 = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".f32.tmp", dir=out.parent)
+    fd, tmp_f32 = temp_beside(out, force=force, suffix=".f32.tmp")
     os.close(fd)
     tmp_final = tmp_f32
     try:
@@ -325,11 +330,10 @@ def make_model(out_path: str | os.PathLike[str], preset: str = "demo", qtype: st
                        name=f"bmoe synthetic moe {preset} seed {seed}",
                        extra_kv={"bmoe.preset": preset, "bmoe.generator": f"make-model v{GENERATOR_VERSION}"})
         if QTYPES[qtype] is not None:
-            fd, tmp_final = tempfile.mkstemp(prefix=f".{out.name}.", suffix=f".{qtype}.tmp", dir=out.parent)
+            fd, tmp_final = temp_beside(out, force=force, suffix=f".{qtype}.tmp")
             os.close(fd)
             quantize_gguf(tmp_f32, tmp_final, qtype, quiet=quiet)
-        os.chmod(tmp_final, 0o644)
-        os.replace(tmp_final, out)
+        place_file(tmp_final, out, force=force)
     finally:
         for p in {tmp_f32, tmp_final}:
             with contextlib.suppress(FileNotFoundError):
@@ -406,11 +410,14 @@ def llama_greedy(path: str | os.PathLike[str], prompt: Sequence[int], n_predict:
 
 
 def split_gguf(src: str | os.PathLike[str], out: str | os.PathLike[str], max_tensors: int,
-               small_first_shard: bool = False) -> list[Path]:
+               small_first_shard: bool = False, *, force: bool = True) -> list[Path]:
     """Write GGUF ``src`` again as a split model, llama.cpp's layout: ``<out stem>-0000i-of-0000N.gguf``
     shards of at most ``max_tensors`` tensors, with the metadata (and ``split.*`` keys) in the first;
     ``small_first_shard``: the first shard holds metadata only. Tensor bytes are copied unchanged.
-    Returns the shard paths, first first. Raises ValueError for ``max_tensors`` < 1."""
+    The shards are written in a temporary folder beside ``out``, all checked, then each moved into
+    place (``bmoe_top.outfile``: never onto a symbolic link; an existing shard replaced only with
+    ``force``). Returns the shard paths, first first. Raises ValueError for ``max_tensors`` < 1,
+    ``OutputFileError`` when a shard cannot be written."""
     import gguf
 
     if max_tensors < 1:
@@ -418,21 +425,36 @@ def split_gguf(src: str | os.PathLike[str], out: str | os.PathLike[str], max_ten
     reader = gguf.GGUFReader(str(src))
     arch = reader.fields["general.architecture"].contents()
     out = Path(out)
-    w = gguf.GGUFWriter(out, arch, split_max_tensors=max_tensors, small_first_shard=small_first_shard)
-    for name, f in reader.fields.items():
-        if name.startswith(("GGUF.", "split.")) or name == "general.architecture":
-            continue
-        vtype = f.types[0]
-        sub = f.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
-        w.add_key_value(name, f.contents(), vtype, sub)
-    for t in reader.tensors:
-        w.add_tensor(t.name, np.asarray(t.data), raw_shape=np.asarray(t.data).shape, raw_dtype=t.tensor_type)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    n = len(w.tensors)
-    return [out.with_name(f"{out.stem}-{i:05d}-of-{n:05d}.gguf") for i in range(1, n + 1)] if n > 1 else [out]
+    try:
+        work = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".split", dir=out.parent))
+    except OSError as exc:
+        raise output_error(out, exc) from None
+    try:
+        w = gguf.GGUFWriter(work / out.name, arch, split_max_tensors=max_tensors, small_first_shard=small_first_shard)
+        for name, f in reader.fields.items():
+            if name.startswith(("GGUF.", "split.")) or name == "general.architecture":
+                continue
+            vtype = f.types[0]
+            sub = f.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
+            w.add_key_value(name, f.contents(), vtype, sub)
+        for t in reader.tensors:
+            w.add_tensor(t.name, np.asarray(t.data), raw_shape=np.asarray(t.data).shape, raw_dtype=t.tensor_type)
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
+        n = len(w.tensors)
+        names = [f"{out.stem}-{i:05d}-of-{n:05d}.gguf" for i in range(1, n + 1)] if n > 1 else [out.name]
+        shards = [out.with_name(x) for x in names]
+        for p in shards:  # every shard checked before the first is placed
+            check_output(p, force=force)
+        for x, p in zip(names, shards):
+            place_file(work / x, p, force=force)
+    except OSError as exc:
+        raise output_error(out, exc) from None
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return shards
 
 
 def models_main(argv: Sequence[str] | None = None) -> int:
@@ -443,7 +465,9 @@ def models_main(argv: Sequence[str] | None = None) -> int:
     """
     ap = argparse.ArgumentParser(prog="bmoe-run make-model",
                                  description="Write a deterministic random-weight MoE GGUF (qwen3moe, byte tokenizer).")
-    ap.add_argument("out", metavar="OUT.gguf", help="output file (replaced atomically)")
+    ap.add_argument("out", metavar="OUT.gguf", help="output file (a new file; see --force)")
+    ap.add_argument("--force", action="store_true",
+                    help="replace an existing OUT (and its shards); never written through a symbolic link")
     ap.add_argument("--preset", choices=sorted(PRESETS), default="demo")
     ap.add_argument("--arch", default=None, metavar="NAME",
                     help="a synthetic model of this llama.cpp MoE architecture instead of a preset "
@@ -461,7 +485,7 @@ def models_main(argv: Sequence[str] | None = None) -> int:
         from .arch_models import make_arch_model
 
         try:
-            out = make_arch_model(args.out, args.arch, seed=args.seed, fused=args.fused)
+            out = make_arch_model(args.out, args.arch, seed=args.seed, fused=args.fused, force=args.force)
         except (OSError, ValueError) as exc:
             print(f"bmoe-run make-model: error: {exc}", file=sys.stderr)
             return 1
@@ -469,9 +493,10 @@ def models_main(argv: Sequence[str] | None = None) -> int:
               f"expert_bank_mib={expert_bank_bytes(out) / 2**20:.2f}", flush=True)
         return 0
     try:
-        out = make_model(args.out, preset=args.preset, qtype=args.qtype, seed=args.seed, quiet=not args.verbose)
+        out = make_model(args.out, preset=args.preset, qtype=args.qtype, seed=args.seed, quiet=not args.verbose,
+                         force=args.force)
         if args.split:
-            shards = split_gguf(out, out, args.split, small_first_shard=args.small_first_shard)
+            shards = split_gguf(out, out, args.split, small_first_shard=args.small_first_shard, force=args.force)
             print(f"wrote {len(shards)} shards: {shards[0]} ...", flush=True)
     except (OSError, ValueError, RuntimeError) as exc:
         print(f"bmoe-run make-model: error: {exc}", file=sys.stderr)

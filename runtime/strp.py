@@ -9,7 +9,9 @@ the last layer only for the tokens whose logits it outputs (one per batch), so l
 compared by pick frequency (picks / tokens routed at that layer), not raw counts, and the pairs
 are ranked hottest first by that frequency. ``--batch 1`` routes every token at every layer
 (slower, exact). ``slots`` in the header is the number of experts the default (or given)
-cache budget holds: informational, as in the reference.
+cache budget holds: informational, as in the reference. The profile is written whole
+(``bmoe_top.outfile.write_atomic``): never through a symbolic link, an existing file only with
+``--force``, checked before the trace starts.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bmoe_top.outfile import OutputFileError, check_output
 from bmoe_top.parsers.strp import StrpProfile, profile_from_counts, write_strp
 
 __all__ = ["trace_counts", "make_profile", "make_profile_main"]
@@ -80,6 +83,8 @@ def make_profile_main(argv: list[str] | None = None) -> int:
     ap.add_argument("model", help="GGUF model")
     ap.add_argument("text", help="text file to trace (UTF-8)")
     ap.add_argument("-o", "--out", required=True, help="profile to write (.strp)")
+    ap.add_argument("--force", action="store_true",
+                    help="replace an existing profile (never written through a symbolic link)")
     ap.add_argument("-c", "--ctx", type=int, default=2048, help="context window per trace chunk (default 2048)")
     ap.add_argument("-t", "--threads", type=int, default=None)
     ap.add_argument("-b", "--batch", type=int, default=None, help="prefill batch (default: the context)")
@@ -93,6 +98,11 @@ def make_profile_main(argv: list[str] | None = None) -> int:
         return 1
     if not text.strip():
         print(f"bmoe-run make-profile: {args.text} is empty", file=sys.stderr)
+        return 1
+    try:  # refused before the trace, not after it
+        check_output(args.out, force=args.force)
+    except OutputFileError as exc:
+        print(f"bmoe-run make-profile: {exc}", file=sys.stderr)
         return 1
     from .engine import Engine, default_cache_mb
 
@@ -112,9 +122,9 @@ def make_profile_main(argv: list[str] | None = None) -> int:
         eb = max(lay.expert_bytes) if lay.expert_bytes else 1
         slots = int(cache_mb * 1048576 // eb)
         prof, n = make_profile(eng, text, slots=slots)
-        nbytes = write_strp(args.out, prof)
-    except OSError as exc:
-        print(f"bmoe-run make-profile: cannot write {args.out}: {exc.strerror or exc}", file=sys.stderr)
+        nbytes = write_strp(args.out, prof, force=args.force)
+    except OutputFileError as exc:
+        print(f"bmoe-run make-profile: {exc}", file=sys.stderr)
         return 1
     except Exception as exc:  # noqa: BLE001
         print(f"bmoe-run make-profile: {type(exc).__name__}: {exc}", file=sys.stderr)

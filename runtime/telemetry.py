@@ -8,12 +8,14 @@ phase 0 = prefill, 1 = decode; ``step`` = the token's position in the context;
 ``residency`` 1 = the expert was resident when routed; ``expert_bytes`` = bytes read for that
 slot, 0 when it was a hit or already read for an earlier token of the same batch).
 
-Every line goes out whole and flushed (``Emitter``), even when stdout is a pipe.
+Every line goes out whole and flushed (``Emitter``), even when stdout is a pipe. The two files
+are opened with ``bmoe_top.outfile.open_output`` (never through a symbolic link, an existing file
+only with ``force``); a write error raises ``OutputFileError`` from the call that hit it, and
+again at ``close()``.
 """
 
 from __future__ import annotations
 
-import io
 import math
 import sys
 import threading
@@ -21,6 +23,8 @@ from collections.abc import Callable
 from typing import IO
 
 import orjson
+
+from bmoe_top.outfile import OutputFile, open_output
 
 from .engine import MIB, Engine, GenerationResult, TokenStats
 
@@ -272,13 +276,32 @@ def _pct(x: float) -> str:
     return "-1.0" if x < 0 else f"{x:.2f}"
 
 
+#: Bytes the --csv and --route-trace files buffer before a write (what a text file did).
+_SINK_BUFFER = 8192
+
+
+def _close_quietly(fh: OutputFile) -> None:
+    """Close ``fh`` while another error is on its way (that error says enough)."""
+    try:
+        fh.close()
+    except OSError:
+        pass
+
+
 class CsvSink:
     """``--csv PATH``: ``# key=value`` header, the 9 documented columns and the additive ones
     (:data:`CSV_EXTRA`), a ``# summary`` per generation."""
 
-    def __init__(self, path: str, eng: Engine, flags: dict[str, object]):
-        self.fh = open(path, "w", encoding="utf-8", newline="\n")
+    def __init__(self, path: str, eng: Engine, flags: dict[str, object], force: bool = False):
         self.eng = eng
+        self.fh: OutputFile = open_output(path, force=force, buffer_size=_SINK_BUFFER)
+        try:
+            self._header(eng, flags)
+        except BaseException:
+            _close_quietly(self.fh)
+            raise
+
+    def _header(self, eng: Engine, flags: dict[str, object]) -> None:
         lay = eng.layout
         self.fh.write("# bmoe_metrics v1\n")
         self.fh.write(
@@ -343,10 +366,9 @@ class CsvSink:
         self.fh.flush()
 
     def close(self) -> None:
-        try:
-            self.fh.close()
-        except OSError:
-            pass
+        """Write the rest out and close; a write error (now or earlier) raises
+        :class:`~bmoe_top.outfile.OutputFileError`."""
+        self.fh.close()
 
 
 def _fmt_flag(v: object) -> str:
@@ -360,9 +382,17 @@ def _fmt_flag(v: object) -> str:
 class RouteTraceSink:
     """``--route-trace PATH``: one row per (token, layer, slot). Installed as ``engine.route_sink``."""
 
-    def __init__(self, path: str, eng: Engine):
+    def __init__(self, path: str, eng: Engine, force: bool = False):
         self.eng = eng
-        self.fh: io.TextIOBase = open(path, "w", encoding="utf-8", newline="\n")
+        self.fh: OutputFile = open_output(path, force=force, buffer_size=_SINK_BUFFER)
+        try:
+            self._header(eng)
+        except BaseException:
+            _close_quietly(self.fh)
+            raise
+        eng.route_sink = self.on_batch
+
+    def _header(self, eng: Engine) -> None:
         lay = eng.layout
         self.fh.write("# route_trace v1\n")
         self.fh.write(
@@ -373,7 +403,6 @@ class RouteTraceSink:
             self.fh.write(f"# layer={il} expert_bytes={lay.expert_bytes[il]} dense_bytes={lay.dense_bytes[il]}\n")
         self.fh.write(ROUTE_COLUMNS + "\n")
         self.fh.flush()
-        eng.route_sink = self.on_batch
 
     def on_batch(self, phase: str, turn: int, pos0: int, d: dict) -> None:
         ids: dict = d["ids"]
@@ -404,8 +433,6 @@ class RouteTraceSink:
         self.fh.write("".join(out))
 
     def close(self) -> None:
-        try:
-            self.fh.flush()
-            self.fh.close()
-        except OSError:
-            pass
+        """Write the rest out and close; a write error (now or earlier) raises
+        :class:`~bmoe_top.outfile.OutputFileError`."""
+        self.fh.close()

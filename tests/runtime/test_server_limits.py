@@ -257,8 +257,8 @@ def test_audit_symlink_and_bad_path_refused_at_start(tiny, tmp_path):
     link.symlink_to(target)
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
-    for path, why in ((link, "symbolic link"), (fifo, "not a regular file"), (tmp_path, "Is a directory"),
-                      (tmp_path / "no" / "dir" / "a.jsonl", "No such file")):
+    for path, why in ((link, "symbolic link"), (fifo, "named pipe"), (tmp_path, "it is a directory"),
+                      (tmp_path / "no" / "dir" / "a.jsonl", "the folder does not exist")):
         r = subprocess.run([PY, "-m", "bmoe_top.runtime.cli", "serve", "-m", str(tiny), "--port", "0",
                             "--moe-cache-audit", str(path)], capture_output=True, text=True, timeout=60)
         assert r.returncode == 1 and why in r.stderr and "Traceback" not in r.stderr, r.stderr
