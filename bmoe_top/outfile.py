@@ -281,10 +281,21 @@ def write_atomic(path: str | os.PathLike[str], data: bytes, *, force: bool = Fal
 
 def check_output(path: str | os.PathLike[str], *, force: bool = False) -> None:
     """Raise :class:`OutputFileError` when ``path`` could not be written by these rules now (a
-    symbolic link; a directory; an existing file unless ``force``); nothing is created."""
-    refusal = _refuse_existing(os.fspath(path), force)
+    symbolic link; a directory; an existing file unless ``force``; a folder that is missing,
+    read-only or not writable for this user); nothing is created."""
+    p = os.fspath(path)
+    refusal = _refuse_existing(p, force)
     if refusal is not None:
         raise refusal
+    folder = os.path.dirname(os.path.abspath(p))
+    try:
+        read_only = bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
+    except OSError as exc:
+        raise _fail(p, exc) from None
+    if read_only:
+        raise _fail(p, OSError(_errno.EROFS, os.strerror(_errno.EROFS)))
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise _fail(p, OSError(_errno.EACCES, os.strerror(_errno.EACCES)))
 
 
 def temp_beside(path: str | os.PathLike[str], *, force: bool = False, suffix: str = ".tmp") -> tuple[int, str]:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from bmoe_top.outfile import OutputFileError, open_output, place_file, temp_beside, write_atomic
+from bmoe_top.outfile import OutputFileError, check_output, open_output, place_file, temp_beside, write_atomic
 
 
 def test_a_new_file_is_written(tmp_path):
@@ -198,6 +198,12 @@ def test_a_file_made_by_name_is_placed_by_the_same_rules(tmp_path):
     assert victim.read_bytes() == b"keep" and not Path(tmp).exists()
     with pytest.raises(OutputFileError, match="folder does not exist"):
         temp_beside(tmp_path / "no" / "m.gguf")
+    with pytest.raises(OutputFileError, match="folder does not exist"):
+        check_output(tmp_path / "no" / "m.gguf")
+    with pytest.raises(OutputFileError, match="already exists"):
+        check_output(out)
+    check_output(out, force=True)
+    check_output(tmp_path / "new.gguf")  # nothing is created
     assert sorted(x.name for x in tmp_path.iterdir()) == ["l.gguf", "late.gguf", "m.gguf", "n.gguf", "victim"]
 
 
@@ -205,7 +211,7 @@ def test_a_file_made_by_name_is_placed_by_the_same_rules(tmp_path):
 
 CHILD = textwrap.dedent(r"""
     import errno, os, sys
-    from bmoe_top.outfile import OutputFileError, open_output, temp_beside, write_atomic
+    from bmoe_top.outfile import OutputFileError, check_output, open_output, temp_beside, write_atomic
     full, ro = sys.argv[1], sys.argv[2]
     f = open_output(os.path.join(full, "run.csv"), buffer_size=4096)
     try:
@@ -230,6 +236,10 @@ CHILD = textwrap.dedent(r"""
         temp_beside(os.path.join(ro, "m.gguf"))
     except OutputFileError as e:
         print("ro temp", e.errno == errno.EROFS, str(e))
+    try:
+        check_output(os.path.join(ro, "m.gguf"))
+    except OutputFileError as e:
+        print("ro check", e.errno == errno.EROFS, str(e))
 """)
 
 
@@ -256,6 +266,7 @@ def test_a_full_and_a_read_only_file_system(tmp_path):
     assert out[2].startswith("ro True cannot write") and "read-only (EROFS)" in out[2], out
     assert out[3] == "ro atomic True"
     assert out[4] == f"ro temp True cannot write {ro}/m.gguf: the file system is read-only (EROFS)", out
+    assert out[5] == f"ro check True cannot write {ro}/m.gguf: the file system is read-only (EROFS)", out
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes into a read-only folder anyway")
