@@ -124,7 +124,7 @@ def test_the_additive_fields_bmoe_run_sends_reach_the_summary(tmp_path):
     assert extra["majflt/tok"] == 2.0 and math.isclose(extra["cpu_s/tok"], 0.09)
     assert extra["rss_mib"] == 230.0 and extra["peak_rss_mib"] == 240.0
     rows = {label: text for label, text, _kind in summary_rows(s)}
-    assert rows["TTFT"] == "0.150 s" and rows["hit decode"] == "60.0 %" and rows["hit since load"] == "56.0 %"
+    assert rows["TTFT/turn"] == "0.150 s" and rows["hit decode"] == "60.0 %" and rows["hit since load"] == "56.0 %"
     assert rows["payload/tok"] == "0.50 MiB" and rows["aligned/tok"] == "0.56 MiB"
     assert rows["evictions"] == "7" and rows["re-reads"] == "3" and rows["peak RSS"] == "240.0 MiB"
     assert rows["majflt/token"] == "2.0" and rows["cpu/token"] == "0.090 s"
@@ -142,8 +142,9 @@ def test_ttft_is_measured_from_the_request_when_the_runtime_does_not_send_it():
         'BMOE_DONE {"id":1,"tokens":2,"tok_s":100.0,"text":"ab"}',
     ], run)
     assert run.summary["ttft_s"] == 1.5
+    assert run.summary_notes["ttft_s"].startswith("per turn") and "load not included" in run.summary_notes["ttft_s"]
     untimed = RunModel()
     untimed.note_request({"cmd": "generate", "id": 1, "prompt": "p"})
     feed_lines(['BMOE_BEGIN {"id":1}', 'BMOE_PROGRESS {"step":1,"text":"a"}', 'BMOE_DONE {"id":1,"tokens":1}'],
                untimed)
-    assert "ttft_s" not in untimed.summary  # absent, not 0
+    assert "ttft_s" not in untimed.summary and "ttft_s" not in untimed.summary_notes  # absent, not 0

@@ -257,5 +257,5 @@ def test_launch_once_of_bmoe_run_shows_every_figure_it_sends(tiny):
     r = top("launch", "--once", "-p", "hi", "-n", "4", *child, timeout=120)
     assert r.returncode == 0, r.stderr
     labels = {re.split(r"\s{2,}", ln.strip())[0] for ln in r.stdout.splitlines() if ln.startswith("  ")}
-    assert {"TTFT", "hit decode", "hit since load", "aligned/tok", "evictions", "re-reads", "peak RSS",
+    assert {"TTFT/turn", "hit decode", "hit since load", "aligned/tok", "evictions", "re-reads", "peak RSS",
             "cpu/token", "majflt/token", "decode tok/s"} <= labels, r.stdout

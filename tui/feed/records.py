@@ -20,7 +20,7 @@ import numpy as np
 from bmoe_top.parsers import bmoe_lines as bl
 from bmoe_top.tui.model import RunModel
 
-__all__ = ["DONE_FIELDS", "DONE_SUMMARY", "RecordFeed"]
+__all__ = ["DONE_FIELDS", "DONE_SUMMARY", "TTFT_TURN", "RecordFeed"]
 
 #: ``BMOE_DONE`` fields kept in the turn's ``done``.
 DONE_FIELDS = ("id", "cancelled", "tokens", "tok_s", "prefill_s", "load_s", "cache_hit_pct", "n_prompt", "n_past",
@@ -46,6 +46,10 @@ DONE_PER_TOKEN = {"majflt": "majflt/tok", "cpu_s": "cpu_s/tok"}
 READY_META = {"n_layer": "n_layer", "n_expert": "n_expert", "n_expert_used": "n_expert_used", "model": "model",
               "n_threads": "threads", "io_threads": "io_threads", "o_direct": "o_direct",
               "expert_bank_mib": "expert_bank_MiB"}
+
+#: How a session's TTFT is counted (``RunModel.summary_notes``): per turn, without the model load
+#: that bmoe-cli's end-of-run ``TTFT`` (and a CSV ``# summary``) adds to it.
+TTFT_TURN = "per turn: from the request to the turn's first token; model load not included"
 
 Handler = Callable[[Any, "float | None", int], None]
 
@@ -201,6 +205,8 @@ class RecordFeed:
             if ttft is not None:
                 summary["ttft_s"] = ttft
         run.update_summary(summary)
+        if "ttft_s" in summary:
+            run.set_summary_notes({**run.summary_notes, "ttft_s": TTFT_TURN})
         run.set_cache_mib(resident_mib=rec.cache_resident_mib, budget_mib=rec.cache_budget_mib)
         self._new_turn()
 

@@ -152,7 +152,7 @@ def summary_rows(s: Mapping[str, Any]) -> list[tuple[str, str, str]]:
     the source's own number, ``derived`` for what the token rows give when the source has no
     end-of-run number (still streaming, or a source without a summary), ``missing`` when neither
     exists (the text is the source's own word for it when it has one: ``not exported``). A label
-    says how a figure is counted when the source says (``tok/s per stream``, ``read/tok
+    says how a figure is counted when the source says (``tok/s per stream``, ``TTFT/turn``, ``read/tok
     payload``); then the :data:`EXTRA_FIELDS` the source gave. ``replay --summary`` prints exactly
     these rows."""
     rows = []
@@ -166,6 +166,8 @@ def summary_rows(s: Mapping[str, Any]) -> list[tuple[str, str, str]]:
         kind = ""
         if notes.get(key, "").startswith("per stream"):
             label = "tok/s/stream" if key == "tok_s" else "s/tok/stream"
+        elif key == "ttft_s" and notes.get(key, "").startswith("per turn"):
+            label = "TTFT/turn"  # without the model load bmoe-cli's TTFT adds
         named = _DEFINED_LABELS.get(key)
         if named is not None and (named[0] in extra or named[1] in extra):
             label = named[2]
