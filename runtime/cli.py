@@ -3,9 +3,9 @@
     bmoe-run [-m MODEL] [-p PROMPT] [-n N] [-c N_CTX] [-t THREADS] [--cache-mb N] [--io-threads N]
              [--no-odirect] [--overlap] [--prefetch K] [--progress] [--csv PATH] [--session]
              [--route-telemetry] [--route-trace PATH] [--force] [--no-moe-stream] [--quiet]
-    bmoe-run make-model [--preset demo|bench|tiny | --arch NAME] [--qtype Q] OUT.gguf  (runtime/models.py)
+    bmoe-run make-model [--preset demo|bench|tiny | --arch NAME] [--qtype Q] [--force] OUT.gguf  (models.py)
     bmoe-run serve ...                                                       (runtime/server.py)
-    bmoe-run make-profile ...                                                (runtime/strp.py)
+    bmoe-run make-profile MODEL TEXT -o OUT.strp [--force] ...               (runtime/strp.py)
 
 stdout carries only the protocol (and, without --progress, the answer inline); llama.cpp's log
 goes to stderr (dropped with --quiet). Bad input gets one line on stderr and a non-zero exit
