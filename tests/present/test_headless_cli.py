@@ -15,6 +15,7 @@ from pathlib import Path
 import orjson
 import pytest
 from helpers import EMITTER, synth
+from helpers.readonly import read_only_prefix
 
 BMOE_TOP = Path(sys.executable).with_name("bmoe-top")
 pytestmark = pytest.mark.skipif(not BMOE_TOP.exists(), reason="bmoe-top not installed")
@@ -163,6 +164,19 @@ def test_record_never_overwrites_or_follows_a_link(tmp_path):
             "--", sys.executable, EMITTER)
     assert r.returncode == 0, r.stderr
     assert "BMOE_PROGRESS" in old.read_text() and "earlier" not in old.read_text()
+
+
+def test_record_into_a_read_only_folder_fails_before_the_run(tmp_path):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    prefix = read_only_prefix(ro)
+    if prefix is None:
+        pytest.skip("cannot mount a read-only tmpfs in a private mount namespace here")
+    r = subprocess.run([*prefix, str(BMOE_TOP), "launch", "--once", "-p", "x", "-n", "2", "--record",
+                        str(ro / "s.jsonl"), "--", sys.executable, EMITTER], capture_output=True, text=True, timeout=60)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode != 0 and len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
+    assert str(ro / "s.jsonl") in lines[0] and "read-only (EROFS)" in lines[0]
 
 
 def _children(pid: int) -> list[int]:

@@ -9,13 +9,13 @@ the middle of a run end with a non-zero exit and one line that says why, never a
 from __future__ import annotations
 
 import resource
-import shutil
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from helpers.readonly import read_only_prefix
 from helpers.serve import Serve
 
 from bmoe_top.runtime.models import make_model
@@ -112,24 +112,12 @@ def test_split_shards_are_refused_then_replaced_with_force(tmp_path):
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
 
 
-def _read_only_prefix(folder: Path) -> list[str] | None:
-    """A command prefix that runs the rest with ``folder`` a read-only tmpfs (a private mount
-    namespace), or None where that cannot be done here."""
-    if not sys.platform.startswith("linux") or not shutil.which("unshare"):
-        return None
-    probe = subprocess.run(["unshare", "-m", "sh", "-c", f"mount -t tmpfs -o ro tmpfs {folder}"],
-                           capture_output=True)
-    if probe.returncode != 0:
-        return None
-    return ["unshare", "-m", "sh", "-c", f'mount -t tmpfs -o ro tmpfs {folder} && exec "$@"', "sh"]
-
-
 @pytest.mark.parametrize("writer", WRITERS)
 def test_a_read_only_folder_is_a_non_zero_exit_and_one_line(tiny, tmp_path, writer):
     argv, name = _writers(tiny, tmp_path)[writer]
     ro = tmp_path / "ro"
     ro.mkdir()
-    prefix = _read_only_prefix(ro)
+    prefix = read_only_prefix(ro)
     if prefix is None:
         pytest.skip("cannot mount a read-only tmpfs in a private mount namespace here")
     r = bmoe_run(argv, ro / name, prefix=prefix)
@@ -174,7 +162,7 @@ def test_the_audit_log_is_appended_never_truncated_and_a_read_only_folder_fails(
     assert lines[0] == '{"event":"exit","earlier":true}' and len(lines) >= 3
     ro = tmp_path / "ro"
     ro.mkdir()
-    prefix = _read_only_prefix(ro)
+    prefix = read_only_prefix(ro)
     if prefix is None:
         pytest.skip("cannot mount a read-only tmpfs in a private mount namespace here")
     r = subprocess.run([*prefix, *RUN, "serve", "-m", str(tiny), "--port", "0", "--moe-cache-audit",
