@@ -223,6 +223,13 @@ def _drifted(kind: str, s: str) -> dict[str, float | str]:
     return values
 
 _STALL = re.compile(rf"stall_s/tok\s*=\s*{_F}")
+#: Extensions bmoe-run appends after a contract line's own shape (docs/telemetry.md "Additive
+#: fields"): searched after the exact match, each (pattern, the keys of its groups).
+_EXTENSIONS: dict[str, list[tuple[re.Pattern[str], tuple[str, ...]]]] = {
+    "generation": [(re.compile(rf";\s*{_F} tok/s in llama_decode alone"), ("decode_tok_s",))],
+    "moe-stream": [(re.compile(rf"page-aligned {_F} MiB \({_F} MiB/token\)"), ("xfer_mib", "xfer_mib_tok"))],
+    "moe-cache": [(re.compile(rf"decode only; {_F}% hit since load"), ("hit_pct_since_load",))],
+}
 _BANNER = re.compile(r"===\s*(answer|perf)\s*===")
 _KIND = re.compile(r"(generation|prefill|compute|mode|moe-[a-z][a-z0-9-]*):(?:\s|$)")
 _SIDECAR = re.compile(r"([A-Za-z_][\w.\-/]*)=(\S*)")
@@ -243,7 +250,9 @@ def parse_summary_line(line: str) -> SummaryLine | None:
 
     Leading BOM and surrounding whitespace are ignored. Numbers become floats (token counts
     too); ``mode`` and ``prefetch_mode`` stay strings. A ``moe-stream:`` line may carry
-    ``stall_s/tok=<s>`` (``--overlap``). A drifted form gives the numbers it carries
+    ``stall_s/tok=<s>`` (``--overlap``); bmoe-run's extensions after a line's shape give
+    ``decode_tok_s``, ``xfer_mib`` / ``xfer_mib_tok`` and ``hit_pct_since_load`` /
+    ``hit_pct_decode`` (docs/telemetry.md "Additive fields"). A drifted form gives the numbers it carries
     (``exact=False``); a summary-like line without them is ``"unparsed"``. Never raises.
     """
     s = line.lstrip("\ufeff").strip()
@@ -278,6 +287,12 @@ def parse_summary_line(line: str) -> SummaryLine | None:
             st = _STALL.search(s, m.end())
             if st:
                 values["stall_s_tok"] = _num(st.group(1))
+        for ext, keys in _EXTENSIONS.get(kind, ()):
+            em = ext.search(s, m.end())
+            if em is not None:
+                values.update({k: _num(g) for k, g in zip(keys, em.groups())})
+                if kind == "moe-cache" and "cache_hit_pct" in values:
+                    values["hit_pct_decode"] = values["cache_hit_pct"]  # the line says it is decode only
         return SummaryLine(kind, values, raw=s)
     drifted = _drifted(kind, s)
     # prose that happens to start with "generation:" carries one number at most: a drifted summary

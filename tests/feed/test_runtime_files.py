@@ -1,0 +1,64 @@
+"""The files a real bmoe-run writes (``--csv`` with its additive columns and ``# summary`` keys,
+the ``--progress`` transcript with its extended end-of-run lines), read back by the file feeds:
+every figure the runtime wrote reaches the summary with the name that says which definition it
+is (docs/telemetry.md "Additive fields")."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bmoe_top.parsers.summary_lines import parse_summary_line
+from bmoe_top.tui.feed.files import open_paths
+from bmoe_top.tui.present.summary import run_summary, summary_rows
+
+BMOE_RUN = Path(sys.executable).with_name("bmoe-run")
+pytestmark = pytest.mark.skipif(not BMOE_RUN.exists(), reason="bmoe-run not installed")
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory) -> tuple[Path, Path]:
+    from bmoe_top.runtime.models import make_model
+
+    d = tmp_path_factory.mktemp("rt-files")
+    model = make_model(d / "tiny.gguf", preset="tiny", qtype="q8_0", seed=6)
+    csv, transcript = d / "run.csv", d / "stdout.txt"
+    r = subprocess.run([str(BMOE_RUN), "-m", str(model), "-p", "Hello", "-n", "8", "-c", "256", "--quiet",
+                        "--progress", "--csv", str(csv)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    transcript.write_text(r.stdout)
+    return csv, transcript
+
+
+@pytest.mark.parametrize("which", ["csv", "transcript"])
+def test_the_additive_figures_of_a_real_run_reach_the_summary(written, which):
+    path = written[0] if which == "csv" else written[1]
+    s = run_summary(open_paths([str(path)]))
+    assert s["tokens"] == 8 and s["problems"] == 0, s
+    extra = s["extra"]
+    assert 0 <= extra["hit_pct_decode"] <= 100 and 0 <= extra["hit_pct_since_load"] <= 100
+    assert extra["hit_pct_decode"] == s["cache_hit_pct"]  # bmoe-run's contract field is the decode-only one
+    assert extra["xfer_mib"] >= s["read_mib"] > 0
+    assert isinstance(extra["cache_evictions"], int) and isinstance(extra["cache_rereads"], int)
+    assert extra["cpu_s/tok"] >= 0 and extra["majflt/tok"] >= 0
+    assert extra["decode_tok_s"] > 0
+    # an end-of-run TTFT is bmoe-cli's: the model load included, under the plain label
+    assert s["ttft_s"] >= s["load_s"] > 0 and "ttft_s" not in s["summary_notes"]
+    labels = [label for label, _text, _kind in summary_rows(s)]
+    assert "TTFT" in labels and "TTFT/turn" not in labels
+    assert {"hit decode", "hit since load", "payload/tok", "aligned/tok", "evictions", "re-reads"} <= set(labels)
+
+
+def test_the_extensions_are_read_only_where_a_line_carries_them():
+    """bmoe-cli's lines (no extension) give the contract's numbers only; bmoe-run's give both."""
+    cli = parse_summary_line("moe-cache: 46.88% hit, resident 0.797 MiB")
+    run = parse_summary_line("moe-cache: 46.88% hit, resident 0.797 MiB | decode only; 38.46% hit since load")
+    assert cli is not None and run is not None
+    assert cli.values == {"cache_hit_pct": 46.88, "resident_mib": 0.797}
+    assert run.values == {**cli.values, "hit_pct_decode": 46.88, "hit_pct_since_load": 38.46}
+    gen = parse_summary_line("generation: 8 tokens, 0.0010 s/token (1033.55 tok/s) per-token wall; "
+                             "1051.39 tok/s in llama_decode alone")
+    assert gen is not None and gen.exact and gen.values["decode_tok_s"] == 1051.39 and gen.values["tok_s"] == 1033.55
