@@ -148,3 +148,19 @@ def test_ttft_is_measured_from_the_request_when_the_runtime_does_not_send_it():
     feed_lines(['BMOE_BEGIN {"id":1}', 'BMOE_PROGRESS {"step":1,"text":"a"}', 'BMOE_DONE {"id":1,"tokens":1}'],
                untimed)
     assert "ttft_s" not in untimed.summary and "ttft_s" not in untimed.summary_notes  # absent, not 0
+
+
+def test_a_contract_only_session_shows_prefill_rate_and_per_token_times_from_its_rows(tmp_path):
+    """bmoe-cli's BMOE_DONE has no prefill tok/s, compute or I/O per token: the turn's own numbers
+    and token rows give them, marked as derived."""
+    path = tmp_path / "cli.rec.jsonl"
+    path.write_bytes(synth.session_recording(turns=2, n=10))
+    s = run_summary(open_paths([str(path)]))
+    assert s["compute_s_tok"] is None and s["io_s_tok"] is None  # the source's own: not sent
+    d = s["derived"]
+    assert math.isclose(d["compute_s_tok"], 0.044) and math.isclose(d["io_s_tok"], 0.005)
+    assert math.isclose(d["prefill_tps"], 50.0)
+    rows = {label: (text, kind) for label, text, kind in summary_rows(s)}
+    assert rows["compute/token"] == ("0.044 s (from token rows)", "derived")
+    assert rows["flash io/token"] == ("0.0050 s (from token rows)", "derived")
+    assert rows["prefill tok/s"][1] == "derived"

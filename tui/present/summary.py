@@ -58,6 +58,10 @@ EXTRA_FIELDS: tuple[tuple[tuple[str, ...], str, str, int], ...] = (
     (("peak_rss_mib", "peak_rss_MiB"), "peak RSS", "MiB", 1),
 )
 
+#: Per-token summary keys the token rows give when the source sends no total (key, ms column).
+_PER_TOKEN_COLUMNS = (("compute_s_tok", "compute_ms"), ("io_s_tok", "io_ms"), ("stall_s_tok", "stall_ms"),
+                      ("mgmt_s_tok", "mgmt_ms"))
+
 #: Extra figures a token row carries that hold for the run so far (shown before the turn's end).
 _LIVE_EXTRA = frozenset({"hit_pct_decode", "hit_pct_since_load", "rss_mib"})
 
@@ -115,6 +119,11 @@ def run_summary(run: RunModel) -> dict[str, Any]:
                 derived["s_per_tok"] = mean_wall / 1000.0
             if derived["read_mib"] is not None:
                 derived["read_mib_per_tok"] = derived["read_mib"] / rows
+            for key, column in _PER_TOKEN_COLUMNS:  # a source without these totals still times each token
+                if run.tokens.has(column):
+                    st = run.column_stats(column, lo)
+                    if st.count:
+                        derived[key] = num(st.mean / 1000.0)
         if s.get("prefill_tps") is None and s.get("n_prompt") and s.get("prefill_s"):
             derived["prefill_tps"] = s["n_prompt"] / s["prefill_s"]
         if run.resident_mib is not None:  # the cache as the source said it last (a token, a load record)
