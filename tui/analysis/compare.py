@@ -305,6 +305,8 @@ def _timing_row(metric: str, label: str, unit: str, arms: Sequence[ArmInput], se
     run's value is ``stat`` of its series (the mean, tok/s, a percentile)."""
     if not any(s is not None for runs in series for s in runs):
         return None
+    if all(s is None or not s.any() for runs in series for s in runs):
+        return None  # 0 throughout (stall_ms of serial runs): nothing to compare
     values: list[ArmValue] = []
     run_vals: list[list[float]] = []
     for arm, runs in zip(arms, series):
@@ -519,7 +521,7 @@ def _contamination(arms: Sequence[ArmInput]) -> Contamination:
                 continue
             rel = abs(d) if key == "temperature_c" else abs(_pct(d, means[0]))
             if rel > tol:
-                hints.append(f"{arm.name} started with {label} {d:+.3g} from {arms[0].name}: run the arms in "
+                hints.append(f"{arm.name} started with {label} {d:+,.1f} from {arms[0].name}: run the arms in "
                              "reverse order too (or interleave them) to see whether the difference follows the order")
     return Contamination(rows, hints)
 
