@@ -153,7 +153,8 @@ def analyse(lk: Lookups, budgets: npt.ArrayLike | None = None, run_budget: int |
             read_mib_s: float | None = None, policies: tuple[str, ...] = DEFAULT_POLICIES,
             train_fraction: float = 0.5, dense_points: int = 512) -> tuple[WhatIf, Replay]:
     """Replay ``lk`` through ``policies`` at ``budgets`` (bytes; default
-    :func:`~bmoe_top.tui.analysis.cachesim.sweep_budgets`, plus ``run_budget``) and summarise.
+    :func:`~bmoe_top.tui.analysis.cachesim.sweep_budgets` and the recommended budget; plus
+    ``run_budget``) and summarise.
 
     ``run_budget``: the run's cache budget in bytes (marks the curves, focuses the per-layer
     table, enables the recorded-residency check); ``read_mib_s``: measured read bandwidth for
@@ -169,6 +170,11 @@ def analyse(lk: Lookups, budgets: npt.ArrayLike | None = None, run_budget: int |
     b = C.sweep_budgets(lk) if budgets is None else np.asarray(budgets, dtype=np.float64)
     b = C._check_budgets(np.concatenate([np.asarray(b, dtype=np.float64).reshape(-1),
                                          np.asarray(extra, dtype=np.float64)]))
+    dense = np.unique(np.concatenate([C.dense_budgets(lk, dense_points), b]))
+    lru_all = C.lru_curve(lk, dense)
+    rec = recommend_budget(lru_all)
+    if budgets is None:  # the default sweep also holds the recommended budget
+        b = np.unique(np.append(b, rec))
     lc = C.layer_curves(lk)  # the per-layer curves: partitioned policies and the allocation
     curves: list[C.Curve] = []
     train_tokens = 0
@@ -185,13 +191,10 @@ def analyse(lk: Lookups, budgets: npt.ArrayLike | None = None, run_budget: int |
             curves.append(fn(train, test, b))
         else:
             curves.append(C.layer_partitioned_curve(lk, b, lc, allocate=p == "lru_layer_alloc"))
-    dense = np.unique(np.concatenate([C.dense_budgets(lk, dense_points), b]))
-    lru_all = C.lru_curve(lk, dense)
     by = {c.policy: c for c in curves}
     lru = by.get("lru") or C.lru_curve(lk, b)
     bel = by.get("belady")
     gap = _floats(bel.decode_hit_pct - lru.decode_hit_pct) if bel is not None else []
-    rec = recommend_budget(lru_all)
     focus = run_budget if run_budget is not None else rec
     jf = lru_all.at(focus)
     rows = layer_table(lru_all, focus)

@@ -218,29 +218,38 @@ def _p_text(d: Delta) -> str:
 
 
 def summary_table(c: Comparison) -> Table:
-    """One row per metric: each arm's value (with runs, the median of its runs' values), then per
-    other arm its delta against the baseline (``~`` within the noise), interval and p."""
-    cols = [Column("metric", "metric", False), Column("unit", "unit", False)]
+    """One row per metric: per other arm its delta against the baseline (``~`` within the noise)
+    and verdict first (the answer), then each arm's value (with several runs, the median of its
+    runs' values; ``±`` half the within-run interval with one run), the unit, and per other arm
+    the delta's interval (percent of the baseline) and p."""
+    cols = [Column("metric", "metric", False)]
+    for a in c.arms[1:]:
+        cols += [Column(f"delta:{a}", f"Δ {a}"), Column(f"verdict:{a}", "verdict", False)]
     for a in c.arms:
         cols.append(Column(f"value:{a}", a))
+    cols.append(Column("unit", "unit", False))
     for a in c.arms[1:]:
-        cols += [Column(f"delta:{a}", f"Δ {a}"), Column(f"ci:{a}", f"{c.confidence:.0%} CI of Δ", False),
-                 Column(f"p:{a}", "p"), Column(f"verdict:{a}", "verdict", False)]
+        cols += [Column(f"ci:{a}", f"{c.confidence:.0%} CI of Δ", False), Column(f"p:{a}", "p")]
     rows = []
     for m in c.metrics:
-        cells = [m.label, m.unit]
-        keys: list[float | str] = [m.label, m.unit]
+        cells = [m.label]
+        keys: list[float | str] = [m.label]
+        kind = ""
+        for d in m.deltas:
+            cells += [delta_text(d), d.verdict]
+            keys += [number_key(d.change_pct), d.verdict]
+            kind = kind or VERDICT_KIND.get(d.verdict, "")
         for v in m.values:
             t = _fmt_value(v.center, m.unit)
             if math.isfinite(v.low) and math.isfinite(v.high):
                 t += f" ±{_fmt_value((v.high - v.low) / 2, m.unit)}"
             cells.append(t)
             keys.append(number_key(v.center))
-        kind = ""
+        cells.append(m.unit)
+        keys.append(m.unit)
         for d in m.deltas:
-            cells += [delta_text(d), _interval_text(d, m.values[0].center), _p_text(d), d.verdict]
-            keys += [number_key(d.change_pct), number_key(d.low), number_key(d.p), d.verdict]
-            kind = kind or VERDICT_KIND.get(d.verdict, "")
+            cells += [_interval_text(d, m.values[0].center), _p_text(d)]
+            keys += [number_key(d.low), number_key(d.p)]
         rows.append(Row(tuple(cells), tuple(keys), kind))
     labels = sorted({d.label for m in c.metrics for d in m.deltas if d.label})
     note = f"~ = within the noise: p ≥ {c.alpha:g} or under the {c.noise_floor_pct:g}% noise floor"

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -34,7 +35,7 @@ if TYPE_CHECKING:
 
 __all__ = ["WhatIfError", "WhatIfInput", "load_whatif", "analyse_input", "whatif_document", "gguf_layer_bytes",
            "policy_table", "layer_table_rows", "skew_rows", "summary_rows", "write_profile", "LiveWhatIf",
-           "LiveView", "HIT_DEFINITION", "POLICY_ORDER", "profile_slots"]
+           "LiveView", "HIT_DEFINITION", "POLICY_ORDER", "POLICY_SHORT", "profile_slots", "MIB"]
 
 MIB = 1 << 20
 #: what every hit figure of the what-if views counts
@@ -109,7 +110,7 @@ def _summary_number(run: RunModel, *keys: str) -> tuple[float | None, str]:
     for k in keys:
         v = run.summary.get(k)
         if v is not None and math.isfinite(float(v)):
-            return float(v), f"the run's summary ({k})"
+            return float(v), f"run summary {k}"
     return None, ""
 
 
@@ -129,7 +130,7 @@ def _run_budget(run: RunModel) -> tuple[float | None, str]:
     except ValueError:
         f = math.nan
     if math.isfinite(f):
-        return f, "the run header (cache_mb)"
+        return f, "run header cache_mb"
     return None, ""
 
 
@@ -384,7 +385,7 @@ def summary_rows(inp: WhatIfInput, report: WhatIf, budget_mib: float) -> list[tu
     unit = inp.budget_unit if inp.budget_unit != "MiB" else "MiB"
     by = {c.policy: c for c in report.curves}
     lru, bel = by.get("lru"), by.get("belady")
-    rows: list[tuple[str, str, str]] = [("trace", inp.trace, "name"),
+    rows: list[tuple[str, str, str]] = [("trace", Path(inp.trace).name, "name"),
                                         ("routing", f"{inp.routing_from}, {report.decode_tokens:,} decode tokens", ""),
                                         ("layers x experts", f"{report.n_layer} x {report.n_expert}, "
                                                              f"top-{report.top_k}", ""),
