@@ -114,6 +114,16 @@ def _summary_number(run: RunModel, *keys: str) -> tuple[float | None, str]:
     return None, ""
 
 
+def _meta_int(run: RunModel, key: str) -> int | None:
+    """A positive integer of the run header (BMOE_READY extras, CSV header), or None."""
+    v = run.meta.get(key)
+    try:
+        n = int(str(v)) if v is not None else 0
+    except ValueError:
+        return None
+    return n if n > 0 else None
+
+
 def _run_budget(run: RunModel) -> tuple[float | None, str]:
     v, where = _summary_number(run, "budget_mib")
     if v is not None:
@@ -437,7 +447,10 @@ class LiveView:
     ``run_budget`` (None when not known), ``token_cycle`` (T), ``bank``; ``replay_at_budget`` the
     replay's hit % at the run's budget and ``runtime_hit_pct`` what the runtime reports;
     ``sizes`` how sizes are known; ``skipped_rows`` routing rows the model dropped before they
-    were replayed; ``problems`` tokens that could not be replayed."""
+    were replayed; ``problems`` tokens that could not be replayed. The curve covers the whole
+    session (the cache carries over between turns); ``turn_hit_pct`` / ``turn_at_budget`` the
+    newest turn's decode tokens only, as the runtime's BMOE_DONE ``cache_hit_pct`` counts them
+    (None before a turn began with a prompt)."""
 
     unit: str
     budgets: npt.NDArray[np.float64]
@@ -453,6 +466,9 @@ class LiveView:
     sizes: str
     skipped_rows: int
     problems: int
+    turn_hit_pct: npt.NDArray[np.float64] | None = None
+    turn_at_budget: float | None = None
+    turn_tokens: int = 0
 
     def hit_at(self, budget: float) -> float:
         """Decode hit % at the largest replayed budget <= ``budget`` (NaN below the first)."""
@@ -494,12 +510,13 @@ class LiveWhatIf:
         self._row = 0  # routing rows (global count) already replayed
         self._lru: LiveLru | None = None
         self._bytes = False  # True: the replay is in bytes (sizes known); False: in expert slots
-        self._dims: tuple[int, int] = (0, 0)
         self._top_k = 1
         self.skipped_rows = 0
         self.problems = 0
         self.last_error = ""
         self.version = 0  # bumps when the curve changed
+        # decode hits per budget, lookups and tokens when the newest turn's prompt arrived
+        self._turn_base: tuple[npt.NDArray[np.int64], int, int] | None = None
 
     def _start(self, n_layer: int, n_expert: int, moe: npt.NDArray[np.bool_]) -> None:
         from bmoe_top.tui.analysis.live import LiveLru
@@ -512,8 +529,12 @@ class LiveWhatIf:
         self._bytes = lb is not None
         if lb is None:
             lb = moe.astype(np.int64)
-        self._lru = LiveLru(n_layer, n_expert, lb)
-        self._dims = (n_layer, n_expert)
+        extra = []
+        with self.run.lock:
+            budget_mib = _run_budget(self.run)[0]
+        if budget_mib is not None and budget_mib > 0 and self._bytes:
+            extra.append(int(budget_mib * MIB))  # the run's own budget is replayed exactly
+        self._lru = LiveLru(n_layer, n_expert, lb, extra=extra)
 
     def update(self) -> bool:
         """Replay the routing rows added since the last call (at most ``max_tokens`` tokens).
@@ -533,7 +554,7 @@ class LiveWhatIf:
             lay = np.array(ro.layer[lo:])
             exp_ = np.array(ro.expert[lo:])
             n_layer = max(run.n_layer or 0, int(lay.max()) + 1)
-            n_expert = run.n_expert or 0
+            n_expert = _meta_int(run, "n_expert") or run.n_expert or 0
             self._top_k = run.top_k or self._top_k
         if n_expert <= 0:
             return False  # the model's expert count (BMOE_READY n_expert) is not known yet
@@ -542,14 +563,19 @@ class LiveWhatIf:
         ends = np.r_[cuts[1:], tok.shape[0]]
         if cuts.shape[0] > self.max_tokens:
             cuts, ends = cuts[: self.max_tokens], ends[: self.max_tokens]
-        if self._lru is None or self._dims != (n_layer, max(n_expert, self._dims[1])):
+        if self._lru is None:  # the dimensions are the model's (BMOE_READY) from here on
             moe = np.zeros(n_layer, dtype=bool)
             moe[lay] = True
             self._start(n_layer, n_expert, moe)
         lru = self._lru
         assert lru is not None
+        n_layer = lru.n_layer
         for a, b in zip(cuts.tolist(), ends.tolist()):
             la, ea = lay[a:b], exp_[a:b]
+            if int(la.max()) >= n_layer:
+                self.problems += 1
+                self.last_error = f"a layer >= {n_layer} (the model's layers)"
+                continue
             counts = np.bincount(la, minlength=n_layer)
             width = max(1, int(counts.max()))
             grid = np.full((n_layer, width), -1, dtype=np.int64)
@@ -558,7 +584,8 @@ class LiveWhatIf:
             pos = np.arange(b - a) - np.repeat(starts, counts)
             grid[la[order], pos] = ea[order]
             try:
-                if tok[a] < 0:
+                if tok[a] < 0:  # a prompt: a new turn starts here
+                    self._turn_base = (lru.curve().decode_hits.copy(), lru.decode_lookups, lru.decode_tokens)
                     lru.feed_prefill(grid[None, :, :])
                 else:
                     lru.feed_token(grid)
@@ -577,9 +604,7 @@ class LiveWhatIf:
         c: Curve = lru.curve()
         run = self.run
         with run.lock:
-            budget_mib = run.budget_mib
-            if budget_mib is None:
-                budget_mib = _run_budget(run)[0]
+            budget_mib = _run_budget(run)[0]
             hit = run.summary.get("cache_hit_pct")
             last = run.tokens.last("cache_hit_pct") if run.tokens.has("cache_hit_pct") else math.nan
             est = _resident_estimate(run)
@@ -598,15 +623,25 @@ class LiveWhatIf:
         else:
             scale, unit, sizes = 1.0, "expert slots", "not known: expert slots"
         budgets = c.budgets.astype(np.float64) * scale
+        turn_pct: npt.NDArray[np.float64] | None = None
+        turn_tokens = 0
+        if self._turn_base is not None:
+            h0, l0, t0 = self._turn_base
+            dl = lru.decode_lookups - l0
+            turn_tokens = lru.decode_tokens - t0
+            if dl > 0:
+                turn_pct = 100.0 * (c.decode_hits - h0) / dl
         rb: float | None = None
         at: float | None = None
+        turn_at: float | None = None
         if budget_mib is not None and budget_mib > 0 and unit == "MiB":
             rb = float(budget_mib)
             # the runtime's capacity: whole experts within the budget
             units = rb * MIB if self._bytes else math.floor(rb / scale + 1e-9)
             j = int(np.searchsorted(c.budgets, units, side="right")) - 1
             at = float(c.decode_hit_pct[j]) if j >= 0 else None
-        return LiveView(unit, budgets, c.decode_hit_pct.astype(np.float64), c.read_mib_per_token * MIB * scale
-                        if not self._bytes else c.read_mib_per_token.astype(np.float64), lru.decode_tokens,
+            turn_at = float(turn_pct[j]) if j >= 0 and turn_pct is not None else None
+        read = (c.read_mib_per_token * MIB * scale if not self._bytes else c.read_mib_per_token.astype(np.float64))
+        return LiveView(unit, budgets, c.decode_hit_pct.astype(np.float64), read, lru.decode_tokens,
                         lru.decode_lookups, rb, cycle_units * scale, bank_units * scale, at, runtime_hit, sizes,
-                        self.skipped_rows, self.problems)
+                        self.skipped_rows, self.problems, turn_pct, turn_at, turn_tokens)
