@@ -183,10 +183,10 @@ class CompareScreen(Screen[None]):
                                        ("bright_cyan", "magenta", "bright_blue", "green")[i % 4]))
         finite = np.concatenate([v[np.isfinite(v)] for v in values]) if values else np.zeros(0)
         y_max = 100.0 if unit == "%" else (float(np.percentile(finite, 99)) * 1.1 if finite.size else None)
-        note = f"aligned by {'(turn, step)' if by_step else 'row'}; each column is the mean of its tokens"
+        note = f"aligned by {'(turn, step)' if by_step else 'row'}; a column: the mean of its tokens"
         if unit != "%":
             note += "; y clipped at the 99th percentile"
-        return CurvePlot(title=title, x_label="token (aligned)", x_unit="token", y_label=title, y_unit=unit,
+        return CurvePlot(title=title, x_label="position, aligned", x_unit="token", y_label=title, y_unit=unit,
                          series=series, marks=tuple(marks), y_min=0.0, y_max=y_max, note=note)
 
     def refresh_views(self) -> None:
