@@ -27,7 +27,7 @@ from prometheus_client.registry import Collector
 
 from bmoe_top.parsers.prom import SERIES
 
-from .moe_cache import CacheCounters
+from .cache_policy import CacheCounters
 
 __all__ = ["ServerCounters", "MetricsRegistry", "CONTENT_TYPE", "HTTP_SERIES", "REJECT_REASONS"]
 

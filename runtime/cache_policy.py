@@ -1,8 +1,8 @@
-"""The reference's MoE-cache features on top of the Engine's expert cache (moe-cache-reference.md):
-filling the cache from an STRP profile at load (hottest first), ``n_hit_profile`` (hits on
-experts the profile put there and that were never evicted since), and ``--moe-cache-adaptive``
-(heat-based swaps), plus the counter set of ``struct llama_moe_cache_stats`` that /metrics and the
-audit log report.
+"""The cache policy on top of the Engine's expert cache (moe-cache-reference.md): filling the cache
+from an STRP profile at load (hottest first), ``n_hit_profile`` (hits on experts the profile put
+there and that were never evicted since), and ``--moe-cache-adaptive`` (heat-based swaps), plus the
+counter set of ``struct llama_moe_cache_stats`` that /metrics and the audit log report.
+:func:`load_profile` is the one STRP loader of ``bmoe-run`` and ``bmoe-run serve``.
 
 :class:`MoeCacheExt` attaches to an :class:`bmoe_top.runtime.engine.Engine` that streams experts
 (``engine.cache`` is an ``ExpertCache``) through the cache's public hooks: ``on_lookup`` (profile
@@ -31,10 +31,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bmoe_top.parsers.strp import StrpProfile
+from bmoe_top.parsers.strp import StrpError, StrpProfile, check_dims, read_strp
 
-__all__ = ["MoeCacheExt", "CacheCounters", "HALF_LIFE_TOKENS", "ROUND_TOKENS", "MAX_SWAPS",
-           "FILL_TOKENS", "MAX_FILL", "HYSTERESIS", "HYSTERESIS_PICKS", "MAX_UBATCH"]
+__all__ = ["MoeCacheExt", "CacheCounters", "ProfileError", "load_profile", "HALF_LIFE_TOKENS", "ROUND_TOKENS",
+           "MAX_SWAPS", "FILL_TOKENS", "MAX_FILL", "HYSTERESIS", "HYSTERESIS_PICKS", "MAX_UBATCH"]
 
 HALF_LIFE_TOKENS = 350.0
 ROUND_TOKENS = 32
@@ -44,6 +44,29 @@ MAX_FILL = 128
 HYSTERESIS = 1.5
 HYSTERESIS_PICKS = 2.0
 MAX_UBATCH = 32
+
+
+class ProfileError(ValueError):
+    """An STRP profile this model cannot use: unreadable, invalid, or made for other dimensions.
+    ``reason``: why, without the path when the path is not part of it already."""
+
+    def __init__(self, message: str, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+def load_profile(path: str, n_layer: int, n_expert: int) -> StrpProfile:
+    """Read and validate the STRP profile at ``path`` for a model of ``n_layer`` x ``n_expert``.
+
+    Raises :class:`ProfileError` with one sentence (the file, and why it cannot be used)."""
+    try:
+        profile = read_strp(path)
+    except StrpError as exc:
+        raise ProfileError(str(exc), str(exc)) from None
+    why = check_dims(profile, n_layer, n_expert)
+    if why:
+        raise ProfileError(f"{path}: {why}", why)
+    return profile
 
 
 @dataclass
@@ -81,14 +104,13 @@ class CacheCounters:
 class MoeCacheExt:
     """Profile fill, profile hits and adaptive swaps for one Engine (see module doc).
 
-    ``profile``: a validated :class:`StrpProfile` (dimensions must match; use
-    :func:`bmoe_top.parsers.strp.check_dims` first) or ``None``. ``adaptive``: enable swaps.
+    ``profile``: a validated :class:`StrpProfile` (from :func:`load_profile`) or ``None``. ``adaptive``: enable swaps.
     Raises nothing for a cache-less engine: everything is then a no-op and counters stay 0.
     """
 
     def __init__(self, engine, profile: StrpProfile | None = None, adaptive: bool = False):
         self.engine = engine
-        self.cache = getattr(engine, "cache", None)
+        self.cache = engine.cache
         lay = engine.layout
         self.n_layer = engine.n_layer
         self.n_expert = engine.n_expert
