@@ -128,11 +128,13 @@ class FleetSession:
                            exported_now=exported_now, queries=exprs, n_queries=self.client.n_requests - n0)
 
     def refresher(self, on_result: Callable[[FleetTable], None], on_error: Callable[[PromError], None],
-                  every: float = 0.0) -> RefreshThread[FleetTable]:
-        """A (not yet started) :class:`RefreshThread` refreshing this session's table every
-        ``every`` s, never faster than the scrape interval the last refresh learned."""
-        return RefreshThread(self.refresh, on_result, on_error, every=every,
-                             min_interval=lambda: self.scrape_interval_s)
+                  every: float = 0.0, refresh: Callable[[], FleetTable] | None = None,
+                  on_exit: Callable[[], None] | None = None) -> RefreshThread[FleetTable]:
+        """A (not yet started) :class:`RefreshThread` calling ``refresh`` (default this session's
+        :meth:`refresh`) every ``every`` s, never faster than the scrape interval the last
+        refresh learned; ``on_exit`` runs on the thread when it ends."""
+        return RefreshThread(refresh or self.refresh, on_result, on_error, every=every,
+                             min_interval=lambda: self.scrape_interval_s, on_exit=on_exit)
 
     def drill(self, instance: str, job: str | None = None, at: float | None = None,
               align: bool = False) -> DrillDown:
