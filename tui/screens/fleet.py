@@ -120,8 +120,9 @@ class FleetScreen(Screen[None]):
     ``url``, ``selector``, ``window_s``, ``points``, ``api_key``, ``timeout``: as
     ``bmoe-top fleet``; ``at``: show that time only (Unix s); ``drill``: (job or None, instance)
     to drill into once the table is shown; ``fps``: polls of the refresh thread's results per
-    second. ``state`` (:class:`~bmoe_top.tui.fleet.table.FleetState`): the last good table and
-    the newest error; ``shown``: the rows drawn, in order."""
+    second; ``label``: what the title calls the Prometheus (default its URL). ``state``
+    (:class:`~bmoe_top.tui.fleet.table.FleetState`): the last good table and the newest error;
+    ``shown``: the rows drawn, in order."""
 
     DEFAULT_CSS = """
     FleetScreen { layout: vertical; }
@@ -148,9 +149,10 @@ class FleetScreen(Screen[None]):
 
     def __init__(self, url: str, selector: str = "", window_s: float = 300.0, *, points: int = TABLE_POINTS,
                  api_key: str | None = None, timeout: float = 10.0, at: float | None = None,
-                 drill: tuple[str | None, str] | None = None, fps: float = 10.0) -> None:
+                 drill: tuple[str | None, str] | None = None, fps: float = 10.0, label: str | None = None) -> None:
         super().__init__()
         self.url = url
+        self.label = url if label is None else label
         self.selector = selector
         self.window_s = float(window_s)
         self.points = points
@@ -259,7 +261,7 @@ class FleetScreen(Screen[None]):
         st = self.state
         word, style = STATE_INDICATOR[self.view_state()]
         t = Text("bmoe-top  fleet ", style="bold")
-        t.append(sanitize(self.url))
+        t.append(sanitize(self.label))
         if self.selector:
             t.append("  " + sanitize(self.selector), style="#abb2bf")
         t.append("  ")

@@ -7,8 +7,9 @@ the order the screen decided (sorted, filtered). The cells are built by the pure
 here: :func:`cell_text` (a cell's number, or the word for why there is none: ``not exported``,
 ``no data``, ``undefined``, ``error``, never 0; a stale value with its age), :func:`spark_text`
 (the window folded into the column's width, ``·`` where there was no value) and
-:func:`row_cells`. Label values (instance, job) are drawn through
-:func:`bmoe_top.parsers.sanitize.sanitize`, never parsed as markup.
+:func:`row_cells` (with sparklines, "not exported" takes the cell's two lines). Label values
+(instance, job) are drawn through :func:`bmoe_top.parsers.sanitize.sanitize`, never parsed as
+markup.
 
 The worst instances stand out: a down or gone row has its instance and state in bold red with
 ``✖``; the highest stall share and the lowest hit % are marked ``▲`` / ``▼`` in bold.
@@ -30,10 +31,10 @@ from bmoe_top.tui.present.numbers import fmt
 from bmoe_top.tui.widgets.palette import EIGHTHS, NO_DATA_GLYPH
 
 __all__ = ["ViewColumn", "VIEW_COLUMNS", "SORT_KEYS", "FleetTableView", "cell_text", "spark_text", "age_text",
-           "row_cells", "num_text", "STATE_WORDS"]
+           "row_cells", "num_text", "value_of", "STATE_WORDS"]
 
 #: Narrowest a sparkline gets (cells).
-SPARK_MIN = 8
+SPARK_MIN = 7
 
 DOWN_STYLE = "bold #e06c75"
 WORST_STYLE = "bold #e5c07b"
@@ -195,8 +196,10 @@ def column_widths(rows: Sequence[dict[str, tuple[str, str]]], sparks: bool, sort
     """Each column's width: its header (with the sort mark when ``sort`` is its key), its widest
     value, and (with sparklines) ``SPARK_MIN``."""
     out = {}
+    word = STATE_WORDS[CellState.NOT_EXPORTED]
     for c in VIEW_COLUMNS:
-        w = max([len(c.label) + (2 if c.sort == sort else 0)] + [len(r[c.key][0]) for r in rows])
+        w = max([len(c.label) + (2 if c.sort == sort else 0)] +
+                [len("exported") if sparks and r[c.key][0] == word else len(r[c.key][0]) for r in rows])
         if sparks and c.spark is not None:
             w = max(w, SPARK_MIN)
         out[c.key] = w
@@ -218,9 +221,14 @@ def row_cells(row: InstanceRow, values: dict[str, tuple[str, str]], widths: dict
     for c in VIEW_COLUMNS:
         text, style = values[c.key]
         w = widths[c.key]
+        under = None
+        if sparks and text == STATE_WORDS[CellState.NOT_EXPORTED]:
+            text, under = "not", "exported"  # two lines: the column stays as narrow as its numbers
         line = text.ljust(w) if c.spark is None or c.key == "state" else text.rjust(w)
         t = Text(line, style=style, no_wrap=True, overflow="ellipsis")
-        if sparks:
+        if under is not None:
+            t.append("\n" + under.rjust(w), style=style)
+        elif sparks:
             if c.spark is not None:
                 arr = row.spark.get(c.spark)
                 spark = spark_text(arr, w, c.scale)
@@ -234,15 +242,23 @@ def row_cells(row: InstanceRow, values: dict[str, tuple[str, str]], widths: dict
     return cells
 
 
+def value_of(cell: Text) -> str:
+    """What a drawn cell says, without its sparkline (a two-line "not exported" as one)."""
+    lines = [ln.strip() for ln in cell.plain.split("\n")]
+    if lines[:2] == ["not", "exported"]:
+        return STATE_WORDS[CellState.NOT_EXPORTED]
+    return lines[0]
+
+
 def header_label(c: ViewColumn, sort: str, descending: bool) -> Text:
     """The header of ``c``, with ``▼``/``▲`` when the table is sorted by it."""
     mark = (" ▼" if descending else " ▲") if c.sort == sort else ""
     return Text(c.label + mark, style="bold" if mark else "", no_wrap=True)
 
 
-def row_key(row: InstanceRow) -> str:
-    """The DataTable key of a row: job and instance (an address may serve two jobs)."""
-    return f"{row.job}\x00{row.instance}"
+def row_key(job: str, instance: str) -> str:
+    """The DataTable key of an instance's row: job and instance (an address may serve two jobs)."""
+    return f"{job}\x00{instance}"
 
 
 class FleetTableView(DataTable[Text]):
@@ -290,15 +306,19 @@ class FleetTableView(DataTable[Text]):
         if shape == self._shape:  # same rows, order and widths: the cells change in place
             for r, row_cells_ in zip(rows, cells):
                 for c, cell in zip(VIEW_COLUMNS, row_cells_):
-                    self.update_cell(row_key(r), c.key, cell)
+                    self.update_cell(row_key(r.job, r.instance), c.key, cell)
             return
         selected = self.selected
         scroll_x = self.scroll_x
         self.clear()
         self._shape = shape
         self.keys = keys
+        for c in VIEW_COLUMNS:  # the widths are known: set now, not measured later (on idle)
+            col = self.columns[c.key]  # type: ignore[index]
+            col.width = col.content_width = widths[c.key]
+            col.auto_width = False
         for r, row_cells_ in zip(rows, cells):
-            self.add_row(*row_cells_, height=2 if sparks else 1, key=row_key(r))
+            self.add_row(*row_cells_, height=2 if sparks else 1, key=row_key(r.job, r.instance))
         if selected in keys:
             self.move_cursor(row=keys.index(selected), animate=False)
         if scroll_x:
