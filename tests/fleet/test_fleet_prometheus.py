@@ -436,6 +436,7 @@ def test_stopped_instance_turns_down_within_two_scrapes(fleet, client):
     assert "down" in row.flags and table.rows[0].state is InstanceState.DOWN  # the worst is first
     # its last good values stay, with their age
     assert row.cells["tok_s"].state in (CellState.OK, CellState.STALE) and row.cells["tok_s"].value is not None
+    assert row.cells["hit_pct"].state is CellState.NOT_EXPORTED  # exported while up: no cache series
     assert row.last_up_age_s is not None and row.last_up_age_s >= 0
     # Prometheus' own timestamps: the first failed scrape came within two intervals of the exit
     [(_, pts)] = fleet.prom.raw(f'up{{instance="{target}"}}[2m]', table.at)

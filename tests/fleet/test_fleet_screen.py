@@ -304,6 +304,7 @@ async def test_stopped_instance_shows_down_within_two_scrape_intervals(fleet):
         assert shown_keys(screen)[0] == ("bmoe", target)  # worst first
         row = screen.state.table.row(target)
         assert row.cells["tok_s"].value is not None  # its last good values stay, with their age
+        assert cells["hit_pct"] == "not exported"  # what it exported while up still tells (no cache)
         assert "down (last up" in screen.status_text().plain
     # Prometheus' own timestamps: the first failed scrape within two intervals of the exit, and
     # every table the screen drew from that sample on says down
@@ -313,3 +314,16 @@ async def test_stopped_instance_shows_down_within_two_scrape_intervals(fleet):
     assert first_down - last_up <= 2 * S + 1e-3 and first_down <= t_exit + 2 * S
     assert all(state is InstanceState.DOWN for at, state in seen if at >= first_down)
     assert all(state is InstanceState.UP for at, state in seen if at < last_up)
+
+
+@pytest.mark.parametrize("argv, why", [
+    (["--prometheus", "not a url"], "Prometheus URL"),
+    (["--prometheus", "http://127.0.0.1:9", "--window", "0"], "--window must be > 0"),
+    (["--prometheus", "http://127.0.0.1:9", "--window", "five"], "not a Prometheus duration"),
+    (["--prometheus", "http://127.0.0.1:9", "--once"], "--once needs --json"),
+])
+def test_cli_usage_errors_are_one_line(argv, why):
+    p = subprocess.run([sys.executable, "-m", "bmoe_top.tui.cli", "fleet", *argv], capture_output=True, timeout=120,
+                       stdin=subprocess.DEVNULL)
+    err = p.stderr.decode()
+    assert p.returncode == 2 and why in err and "Traceback" not in err and len(err.strip().splitlines()) == 1

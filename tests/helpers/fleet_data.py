@@ -13,6 +13,7 @@ sample).
 
 from __future__ import annotations
 
+import itertools
 import math
 import subprocess
 from collections.abc import Sequence
@@ -56,22 +57,45 @@ STOCK = {"prompt_tokens", "prompt_seconds", "tokens_predicted", "tokens_predicte
 EXPERT_BYTES = 8192
 
 
+def _counter_rate(key: str, inst: Inst, il: int, n_layer: int) -> tuple[float, float]:
+    """(per generated token/s, constant per s) increase of counter ``key`` per second."""
+    lookups = 8.0 / (n_layer if il >= 0 else 1)  # routed experts per token (per layer when per layer)
+    hit = min(1.0, inst.hit + 0.03 * (il % 3)) if il >= 0 else inst.hit
+    wall = 1.0  # generating all the time: one second of token wall per second
+    return {
+        "hits": (lookups * hit, 0.0), "misses": (lookups * (1 - hit), 0.0),
+        "upload_bytes": (lookups * (1 - hit) * EXPERT_BYTES, 0.0),
+        "read_bytes": (lookups * (1 - hit) * EXPERT_BYTES, 0.0),
+        "layer_hits": (lookups * hit, 0.0), "layer_misses": (lookups * (1 - hit), 0.0),
+        "prompt_tokens": (2.0, 0.0), "prompt_seconds": (0.0, 0.05), "tokens_predicted": (1.0, 0.0),
+        "tokens_predicted_seconds": (0.0, wall), "n_decode": (1.0, 1.0), "timed_tokens": (1.0, 0.0),
+        "wall_s": (0.0, wall), "io_s": (0.0, wall * inst.flash), "mgmt_s": (0.0, wall * 0.02),
+        "compute_s": (0.0, wall * (0.98 - inst.flash)),
+    }.get(key, (0.0, 0.0))
+
+
+def _gauge(key: str, inst: Inst, k: int, r: float, t0: int) -> float:
+    resident = min(inst.slots, 8 + k // 8)
+    return {"hit_ratio": inst.hit, "slots": inst.slots, "cache_bytes": inst.slots * EXPERT_BYTES,
+            "prompt_tokens_seconds": r * 2, "predicted_tokens_seconds": r,
+            "requests_processing": 1 if k % 60 < 45 else 0, "requests_deferred": (k // 30) % 3,
+            "process_start": t0 - 3600, "resident": resident,
+            "resident_bytes": resident * EXPERT_BYTES}.get(key, 0.0)
+
+
 def write_openmetrics(path: Path, insts: Sequence[Inst], t0: int, n_t: int, n_layer: int = 4) -> int:
     """Every series of ``insts`` at ``n_t`` one-second samples from ``t0`` (Unix s) into ``path``;
     the number of samples written."""
-    ts = [t0 + k for k in range(n_t)]
+    ts = [str(t0 + k) for k in range(n_t)]
     lines = 0
-    # per instance and second: the rates of that second (tokens per second follows a wave)
+    # per instance and second: generated tokens per second (a slow wave), until it is down
     per: list[list[float]] = []
     for i in insts:
-        per.append([i.tok_s * (1.0 + 0.5 * math.sin(2 * math.pi * k / 120.0 + i.phase)) for k in range(n_t)])
-
-    def alive(inst: Inst, k: int) -> bool:
-        return inst.down_at is None or k < inst.down_at
-
+        n_alive = n_t if i.down_at is None else min(n_t, int(i.down_at))
+        per.append([i.tok_s * (1.0 + 0.5 * math.sin(2 * math.pi * k / 120.0 + i.phase)) for k in range(n_alive)])
     specs = [(s.key, s.name, s.type, s.per_layer) for s in SERIES]
-    specs += [("resident", RESIDENT_SERIES[0][0], "gauge", False), ("resident_bytes", RESIDENT_SERIES[1][0],
-                                                                      "gauge", False)]
+    specs += [("resident", RESIDENT_SERIES[0][0], "gauge", False),
+              ("resident_bytes", RESIDENT_SERIES[1][0], "gauge", False)]
     with open(path, "w") as f:
         for key, name, typ, per_layer in specs:
             base = name[:-6] if typ == "counter" else name
@@ -82,43 +106,17 @@ def write_openmetrics(path: Path, insts: Sequence[Inst], t0: int, n_t: int, n_la
                 lab = f'job="{_esc(inst.job)}",instance="{_esc(inst.instance)}"'
                 labsets = [(f'{lab},layer="{il}"', il) for il in range(n_layer)] if per_layer else [(lab, -1)]
                 for labels, il in labsets:
-                    out = []
-                    acc = 0.0
-                    for k, t in enumerate(ts):
-                        if not alive(inst, k):
-                            break
-                        r = tok[k]
-                        lookups = r * 8.0 / (n_layer if il >= 0 else 1)
-                        hit = min(1.0, inst.hit + 0.03 * (il % 3)) if il >= 0 else inst.hit
-                        wall = 1.0  # generating all the time: one second of token wall per second
-                        rate = {
-                            "hits": lookups * hit, "misses": lookups * (1 - hit), "hits_profile": 0.0,
-                            "upload_bytes": lookups * (1 - hit) * EXPERT_BYTES, "layer_hits": lookups * hit,
-                            "layer_misses": lookups * (1 - hit), "layer_hits_profile": 0.0,
-                            "prompt_tokens": r * 2, "prompt_seconds": 0.05, "tokens_predicted": r,
-                            "tokens_predicted_seconds": wall, "n_decode": r + 1, "timed_tokens": r,
-                            "wall_s": wall, "io_s": wall * inst.flash, "stall_s": 0.0,
-                            "mgmt_s": wall * 0.02, "compute_s": wall * (0.98 - inst.flash),
-                            "read_bytes": lookups * (1 - hit) * EXPERT_BYTES,
-                        }.get(key)
-                        if typ == "counter":
-                            acc += rate or 0.0
-                            v = acc
-                        else:
-                            v = {"hit_ratio": inst.hit, "slots": inst.slots, "prefilled": 0,
-                                 "cache_bytes": inst.slots * EXPERT_BYTES, "hybrid": 0,
-                                 "prompt_tokens_seconds": r * 2, "predicted_tokens_seconds": r,
-                                 "requests_processing": 1 if k % 60 < 45 else 0, "requests_deferred": (k // 30) % 3,
-                                 "process_start": t0 - 3600,
-                                 "resident": min(inst.slots, 8 + k // 8),
-                                 "resident_bytes": min(inst.slots, 8 + k // 8) * EXPERT_BYTES}.get(key, 0.0)
-                        out.append(f"{name}{{{labels}}} {v:.6f} {t}\n")
-                    f.write("".join(out))
-                    lines += len(out)
+                    if typ == "counter":
+                        per_tok, const = _counter_rate(key, inst, il, n_layer)
+                        vals = list(itertools.accumulate(r * per_tok + const for r in tok))
+                    else:
+                        vals = [_gauge(key, inst, k, r, t0) for k, r in enumerate(tok)]
+                    f.write("".join(f"{name}{{{labels}}} {v:.6f} {t}\n" for v, t in zip(vals, ts)))
+                    lines += len(vals)
         f.write("# TYPE up gauge\n")
-        for inst in insts:
+        for inst, tok in zip(insts, per):
             lab = f'job="{_esc(inst.job)}",instance="{_esc(inst.instance)}"'
-            f.write("".join(f"up{{{lab}}} {1 if alive(inst, k) else 0} {t}\n" for k, t in enumerate(ts)))
+            f.write("".join(f"up{{{lab}}} {1 if k < len(tok) else 0} {t}\n" for k, t in enumerate(ts)))
             lines += n_t
         f.write("# EOF\n")
     return lines

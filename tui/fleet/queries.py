@@ -223,11 +223,14 @@ def layer_queries(selector: str, range_s: float, *extra: str) -> dict[str, str]:
                             "layer")}
 
 
-def exported_query(selector: str, *extra: str) -> str:
-    """Which of the columns' series each instance exports now: one sample per (job, instance,
-    series name). Tells "not exported" from "no value yet" (a rate needs two samples)."""
+def exported_query(selector: str, window_s: float, *extra: str) -> str:
+    """Which of the columns' series each instance exported in the window: one sample per (job,
+    instance, series name). Tells "not exported" from "no value yet" (a rate needs two samples);
+    read over the window (``last_over_time`` keeps the name), so a down instance, which exports
+    nothing now, still says what it exported while it was up."""
     name_re = '__name__=~"' + "|".join(COLUMN_SERIES) + '"'
-    return f"count by (job, instance, __name__) ({matchers(selector, name_re, *extra)})"
+    return _fill("count by (job, instance, __name__) (last_over_time($sel[$r]))",
+                 matchers(selector, name_re, *extra), window_s)
 
 
 def exported(col: Column, names: set[str]) -> bool:

@@ -120,7 +120,7 @@ class FleetSession:
             raise up
         cols = {c.key: self._range(exprs[c.key], grid) for c in q.COLUMNS}
         exprs["restarts"] = q.restarts_query(self.selector, self.window_s)
-        exprs["exported"] = q.exported_query(self.selector)
+        exprs["exported"] = q.exported_query(self.selector, self.window_s)
         restarts = self._instant(exprs["restarts"], at)
         exported_now = self._instant(exprs["exported"], at)
         return build_table(selector=self.selector, at=at, window_s=self.window_s, grid=grid, rate_interval_s=rng,
@@ -160,7 +160,7 @@ class FleetSession:
         exprs["layer_hits"] = layer_exprs["hits"]
         exprs["layer_misses"] = layer_exprs["misses"]
         exprs["totals"] = q.totals_query(self.selector, *extra)
-        exprs["exported"] = q.exported_query(self.selector, *extra)
+        exprs["exported"] = q.exported_query(self.selector, self.window_s, *extra)
         up = self._range(up_expr, grid)
         cols = {c.key: self._range(exprs[c.key], grid) for c in q.COLUMNS + q.DRILL_COLUMNS}
         lh = self._range(exprs["layer_hits"], grid)
