@@ -145,6 +145,9 @@ async def test_every_instance_shows_with_live_numbers(fleet):
                 f"/{row.cells['budget_mib'].value:.2f}")
             c = drawn(screen, "bmoe", fleet.target("c"))
             assert c["hit_pct"] == "not exported" and c["resident"] == "not exported" and c["tok_s"] == "0.0"
+            await pilot.press("r", "r", "r")  # asking for more never beats the scrape interval
+            await until(pilot, lambda: screen._thread.n_refreshes >= 4, "more refreshes")
+            assert np.diff(screen._thread.starts).min() >= S - 1e-3
     finally:
         gen.close()
 
