@@ -9,7 +9,8 @@
     bmoe-top attach --session PATH --once --json [-p PROMPT]        headless: the session's state (+ one prompt)
     bmoe-top attach --metrics URL | --audit FILE [--once --json]     /metrics or an audit log, live or headless
     bmoe-top play FILE [--speed X] [--turn-by-turn]                 a recording on the live screen, paced
-    bmoe-top fleet --prometheus URL [--selector S] [--window 5m] --once --json [--instance X]
+    bmoe-top fleet --prometheus URL [--selector S] [--window 5m] [--instance X]     many runtimes through Prometheus
+    bmoe-top fleet --prometheus URL ... --once --json [--instance X]    headless: the table (and a drill-down)
     bmoe-top compare A B [C ...] | A1,A2 vs B1,B2 | --arm NAME=FILES ...  [--json | --md | --csv]
     bmoe-top whatif TRACE [FILES...] [--json] [--budgets LIST] [--strp OUT [--force]]
 
@@ -228,21 +229,31 @@ def _live_common(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_fleet(args: argparse.Namespace) -> int:
-    """``bmoe-top fleet``: the instances a Prometheus scrapes (docs/fleet.md)."""
-    from bmoe_top.tui.fleet.headless import exit_code, fleet_once
-    from bmoe_top.tui.present.numbers import print_json
+    """``bmoe-top fleet``: the instances a Prometheus scrapes (docs/fleet.md), on the screen or
+    with ``--once --json`` as one document."""
     from bmoe_top.tui.sources.prometheus import parse_duration
 
-    if not (args.once and args.json):
-        return _die("fleet: only the headless form is available so far: add --once --json")
+    if args.once and not args.json:
+        return _die("fleet: --once needs --json (--once --json prints the document; without --once, the screen)")
     try:
         window = float(args.window) if args.window.replace(".", "", 1).isdigit() else parse_duration(args.window)
-        doc = fleet_once(args.prometheus, selector=args.selector, window_s=window, instance=args.instance,
-                         job=args.job, api_key=args.api_key, timeout=args.timeout, points=args.points, at=args.at)
+        if not window > 0:
+            raise ValueError(f"--window must be > 0, got {args.window!r}")
+        if args.once:
+            from bmoe_top.tui.fleet.headless import exit_code, fleet_once
+            from bmoe_top.tui.present.numbers import print_json
+
+            doc = fleet_once(args.prometheus, selector=args.selector, window_s=window, instance=args.instance,
+                             job=args.job, api_key=args.api_key, timeout=args.timeout, points=args.points,
+                             at=args.at)
+            print_json(doc)
+            return exit_code(doc)
+        from bmoe_top.tui.screens.fleet import run_fleet
+
+        args.window_s = window
+        return run_fleet(args)
     except ValueError as e:
         return _die(f"fleet: {e}")
-    print_json(doc)
-    return exit_code(doc)
 
 
 def add_fleet_parser(sub: Any) -> None:
@@ -252,13 +263,15 @@ def add_fleet_parser(sub: Any) -> None:
     f.add_argument("--prometheus", required=True, metavar="URL", help="the Prometheus server, e.g. http://127.0.0.1:9090")
     f.add_argument("--selector", default="", metavar="S", help='PromQL label matchers, e.g. \'{job="bmoe"}\'')
     f.add_argument("--window", default="5m", metavar="D", help="span of the sparklines and the drill-down (default 5m)")
-    f.add_argument("--instance", metavar="X", help="also the drill-down of this instance (its instance label)")
+    f.add_argument("--instance", metavar="X", help="also the drill-down of this instance (its instance label); "
+                                                   "on the screen: open on it")
     f.add_argument("--job", metavar="J", help="with --instance: its job, when one address serves several")
     f.add_argument("--points", type=int, default=120, metavar="N", help="sparkline points (default 120)")
     f.add_argument("--at", type=float, metavar="T", help="the table's time, Unix seconds (default now)")
     f.add_argument("--api-key", help="bearer token, for a Prometheus behind an authenticating proxy")
     f.add_argument("--timeout", type=float, default=10.0, metavar="S", help="seconds per request (default 10)")
-    f.add_argument("--once", action="store_true", help="headless: one refresh, print, exit")
+    f.add_argument("--once", action="store_true", help="headless: one refresh, print, exit (else the screen)")
+    f.add_argument("--fps", type=float, default=10.0, help=argparse.SUPPRESS)
     f.add_argument("--json", action="store_true", help="with --once: as JSON")
     f.set_defaults(func=cmd_fleet)
 
