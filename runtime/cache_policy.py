@@ -75,7 +75,8 @@ class CacheCounters:
 
     ``upload_bytes`` = bytes read from flash for misses (and speculative reads); ``cpu_bytes``,
     ``copies``, ``bytes_copy`` are 0 (no hybrid, no device copies on this CPU runtime);
-    ``extra_read_bytes``: profile fill and swap reads. Per-layer lists are indexed by layer."""
+    ``extra_read_bytes``: profile fill and swap reads; ``resident`` / ``resident_bytes``: the
+    experts (and their bytes) the cache holds now. Per-layer lists are indexed by layer."""
 
     hits: int = 0
     hits_profile: int = 0
@@ -90,6 +91,8 @@ class CacheCounters:
     cache_bytes: int = 0
     hybrid: bool = False
     extra_read_bytes: int = 0
+    resident: int = 0
+    resident_bytes: int = 0
     layer_hits: tuple = ()
     layer_hits_profile: tuple = ()
     layer_misses: tuple = ()
@@ -318,7 +321,7 @@ class MoeCacheExt:
     # -- counters ------------------------------------------------------------------------------
     def counters(self) -> CacheCounters:
         """A consistent copy of the counters. Call on the decode thread or between decodes
-        (it reads the cache's plain counters, not its LRU)."""
+        (it reads the cache's plain counters and the LRU's length, never walks the LRU)."""
         c = self.cache
         if c is None or c.no_cache:
             z = tuple([0] * self.n_layer)
@@ -331,8 +334,8 @@ class MoeCacheExt:
             hits=hits, hits_profile=self.hits_profile, misses=misses,
             upload_bytes=read_bytes - self.extra_read_bytes,
             swaps=self.swaps, slots=self.slots, prefilled=self.prefilled, cache_bytes=self.cache_bytes,
-            extra_read_bytes=self.extra_read_bytes, layer_hits=layer_hits,
-            layer_hits_profile=tuple(self.layer_hits_profile), layer_misses=layer_misses,
+            extra_read_bytes=self.extra_read_bytes, resident=len(c.lru), resident_bytes=int(c.resident_bytes),
+            layer_hits=layer_hits, layer_hits_profile=tuple(self.layer_hits_profile), layer_misses=layer_misses,
         )
 
     def layers(self) -> list[dict]:

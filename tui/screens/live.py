@@ -38,6 +38,7 @@ from bmoe_top.tui.sources.child_session import ChildSession
 from bmoe_top.tui.sources.events import LiveState
 from bmoe_top.tui.sources.live import LiveBase
 from bmoe_top.tui.sources.replay import RecordingSource
+from bmoe_top.tui.widgets.live_whatif import LiveWhatIfPanel
 from bmoe_top.tui.widgets.palette import STATUS_STYLE
 from bmoe_top.tui.widgets.panels import safe_text
 
@@ -74,6 +75,7 @@ class LiveScreen(RunScreen):
         Binding("escape,ctrl+x,ctrl+c", "cancel_generation", "cancel", priority=True),
         Binding("ctrl+n", "toggle_chat", "new chat/continue", priority=True),
         Binding("ctrl+t", "tab('turns')", "turns", priority=True),
+        Binding("ctrl+o", "tab('whatif')", "what-if", priority=True),
         Binding("ctrl+l", "tab('log')", "log", show=False, priority=True),
         Binding("ctrl+q", "quit", "quit", show=False, priority=True),
         Binding("enter,i", "focus_prompt", "prompt", show=False),
@@ -104,6 +106,7 @@ class LiveScreen(RunScreen):
         table: DataTable[str] = DataTable(id="turns-table", zebra_stripes=True, cursor_type="row")
         table.add_columns(*TURN_COLUMNS)
         yield TabPane("Turns", table, id="turns")
+        yield TabPane("What-if", LiveWhatIfPanel(self.run_model, id="live-whatif"), id="whatif")
 
     def compose_bottom(self) -> ComposeResult:
         if self.is_replay:
