@@ -38,7 +38,10 @@ class Tmux:
         self.sock = name
 
     def __call__(self, *args: str, check: bool = True) -> str:
-        r = subprocess.run(["tmux", "-L", self.sock, *args], capture_output=True, text=True, timeout=20)
+        # the server's panes inherit this environment: a COLUMNS/LINES left by an in-process
+        # Textual test would pin the app to that size whatever the pane's
+        env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+        r = subprocess.run(["tmux", "-L", self.sock, *args], capture_output=True, text=True, timeout=20, env=env)
         if check and r.returncode != 0:
             raise RuntimeError(f"tmux {' '.join(args)}: {r.stderr.strip()}")
         return r.stdout
@@ -57,7 +60,8 @@ class Tmux:
             if needle in s:
                 return s
             time.sleep(0.2)
-        raise AssertionError(f"{needle!r} not on screen after {timeout} s:\n{s}")
+        size = self.fmt("#{pane_width}x#{pane_height}")
+        raise AssertionError(f"{needle!r} not on screen after {timeout} s (pane {size}):\n{s}")
 
     def wait_dead(self, timeout: float = 40.0) -> str:
         """Wait until the pane's process has exited; returns its exit status as text.
@@ -111,7 +115,7 @@ def runtime_pids(model: Path) -> list[int]:
 
 
 def test_launch_prompt_stream_cancel_quit(tmux, tiny):
-    tmux.wait_screen(" ready ", 60)
+    tmux.wait_screen("· ready", 60)  # the title's state word
     assert tmux.fmt("#{alternate_on}") == "1"
     assert runtime_pids(tiny), "the runtime child is not running"
     tmux("send-keys", "-t", "main", "-l", "Hello there")
@@ -137,7 +141,7 @@ def test_launch_prompt_stream_cancel_quit(tmux, tiny):
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
 def test_signal_restores_terminal_and_kills_child(tmux, tiny, sig):
-    tmux.wait_screen(" ready ", 60)
+    tmux.wait_screen("· ready", 60)  # the title's state word
     pid = int(tmux.fmt("#{pane_pid}"))
     assert tmux.fmt("#{alternate_on}") == "1"
     os.kill(pid, sig)

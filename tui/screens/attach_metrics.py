@@ -28,7 +28,7 @@ from bmoe_top.tui.present.metrics import metrics_document, metrics_panel_rows
 from bmoe_top.tui.screens.attach import AttachScreen
 from bmoe_top.tui.sources.events import ScrapeState
 from bmoe_top.tui.sources.metrics_poll import MetricsPoller
-from bmoe_top.tui.widgets.palette import STATUS_STYLE
+from bmoe_top.tui.widgets.base import look_of
 from bmoe_top.tui.widgets.panels import safe_text
 
 __all__ = ["MetricsAttachScreen", "STATUS_WORDS", "run_metrics_attach"]
@@ -70,21 +70,22 @@ class MetricsAttachScreen(AttachScreen):
             status, detail, last = st.status, st.detail, st.last_ok_wall
             n_ok, n_fail, quoted, resets, proxy = st.n_ok, st.n_fail, st.json_quoted, st.n_resets, st.proxy_note
             retry = st.next_retry_s
+        look = look_of(self)
         t = Text()
-        t.append(STATUS_WORDS.get(status, status), style=STATUS_STYLE.get(status, "bold"))
+        t.append(STATUS_WORDS.get(status, status), style=look.status_style(str(status)))
         if detail:
-            t.append_text(safe_text(f"  {detail}", "#abb2bf"))
+            t.append_text(safe_text(f"  {detail}", look.label))
         if status != ScrapeState.OK and last is not None:
-            t.append(f"  (showing the last good scrape, {time.time() - last:.0f} s old)", style="#e06c75")
+            t.append(f"  (showing the last good scrape, {time.time() - last:.0f} s old)", style=look.alert)
         if status == ScrapeState.UNREACHABLE and retry:
-            t.append(f"  retry in {retry:.0f} s", style="#7f848e")
-        t.append(f"  scrapes {n_ok} ok / {n_fail} failed", style="#7f848e")
+            t.append(f"  retry in {retry:.0f} s", style=look.dim)
+        t.append(f"  scrapes {n_ok} ok / {n_fail} failed", style=look.dim)
         if quoted:
-            t.append("  body JSON-quoted (decoded)", style="#d19a66")
+            t.append("  body JSON-quoted (decoded)", style=look.warn)
         if resets:
-            t.append(f"  restarts seen: {resets}", style="#d19a66")
+            t.append(f"  restarts seen: {resets}", style=look.warn)
         if proxy:
-            t.append_text(safe_text(f"  proxy: {proxy}", "#7f848e"))
+            t.append_text(safe_text(f"  proxy: {proxy}", look.dim))
         return t
 
     def panel_rows(self) -> Sequence[tuple[str, str, str]]:
