@@ -152,3 +152,28 @@ def test_signal_restores_terminal_and_kills_child(tmux, tiny, sig):
     while runtime_pids(tiny) and time.monotonic() < end:
         time.sleep(0.1)
     assert not runtime_pids(tiny), "runtime left behind after a signal"
+
+
+@pytest.mark.parametrize("size", [(80, 24), (200, 60)])
+def test_no_color_replay_renders_and_quits_0(tmp_path, size):
+    """NO_COLOR=1 bmoe-top replay FILE: every view draws in monochrome (no crash in Textual's
+    monochrome filter), q quits with status 0 and the terminal is restored."""
+    from helpers import synth
+
+    csv = tmp_path / "run.csv"
+    csv.write_bytes(synth.token_csv(120))
+    route = tmp_path / "run.route.csv"
+    route.write_bytes(synth.route_trace(120))
+    t = Tmux(f"bmoe-nc-{os.getpid()}-{time.monotonic_ns() % 10**6}")
+    cmd = f"exec {shlex.quote(str(BMOE_TOP))} replay {shlex.quote(str(csv))} {shlex.quote(str(route))}"
+    try:
+        t("-f", "/dev/null", "new-session", "-d", "-s", "main", "-x", str(size[0]), "-y", str(size[1]),
+          "-e", "TERM=xterm-256color", "-e", "NO_COLOR=1", cmd)
+        t("set-option", "-t", "main", "remain-on-exit", "on")
+        s = t.wait_screen("wall =", 60)  # the breakdown's legend: the views drew
+        assert ("ended" in s or "paused" in s) and "token" in s and "Traceback" not in s
+        t("send-keys", "-t", "main", "q")
+        assert t.wait_dead() == "0"
+        assert t.fmt("#{alternate_on}") == "0"
+    finally:
+        t("kill-server", check=False)
