@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from helpers import synth
+from textual.widgets import Static
 
 from bmoe_top.tui.app import BmoeTopApp
 from bmoe_top.tui.feed.files import open_paths
@@ -204,3 +205,42 @@ async def test_text_tab_shows_the_answer_when_opened(tmp_path):
         await pilot.pause(0.3)
         full = app.query_one("#answer-full")
         assert "The router picks" in str(full.render())
+
+
+@pytest.mark.parametrize("size", [(59, 24), (80, 14)])
+async def test_below_the_minimum_size_the_screen_says_so(csv_run, size):
+    app = replay_app(open_paths(csv_run), "small")
+    async with app.run_test(size=size) as pilot:
+        await pilot.pause()
+        assert app.main.has_class("-tiny")
+        text = str(app.main.query_one("#too-small", Static).render())
+        assert "too small" in text and f"width = {size[0]}" in text and "width = 60" in text
+        assert not app.main.query_one("#body").display or not app.main.query_one("#body").region.area
+
+
+@pytest.mark.parametrize("size", [(60, 15), (80, 24), (120, 40), (200, 60)])
+async def test_every_size_shows_the_breakdown_and_a_map(csv_run, size):
+    app = replay_app(open_paths(csv_run), "sizes")
+    async with app.run_test(size=size) as pilot:
+        await pilot.pause()
+        screen = app.main
+        assert not screen.has_class("-tiny")
+        assert screen.has_class("-compact") == (size[0] < 100 or size[1] < 30)
+        bd, heat = screen.query_one("#breakdown"), screen.query_one("#heatmap")
+        assert bd.region.height >= 4 and heat.region.height >= 3, (bd.region, heat.region)
+        assert "wall" in bd.text(bd.content_size.width, bd.content_size.height)
+        if screen.has_class("-compact"):  # one header line: the numbers are in the title
+            assert not screen.query_one("#side").display or not screen.query_one("#side").region.area
+            assert "tok/s" in screen.query_one("#title", Static).content.plain
+
+
+async def test_command_palette_lists_the_screens_own_actions(csv_run):
+    app = replay_app(open_paths(csv_run), "palette")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        titles = [c.title for c in app.get_system_commands(app.screen)]
+        for want in ("Follow live / last token", "Zoom in", "Zoom out", "Seek to a token…", "Tab: Problems",
+                     "Palette: next colour scale", "Fold / scroll the layer maps"):
+            assert want in titles
+        await pilot.press("ctrl+c")  # quits a replay at once (no "press ctrl+q" notice)
+    assert app.return_code == 0 and not app.is_running
