@@ -1,6 +1,7 @@
 """``bmoe-top`` command line: every sub-command.
 
-    bmoe-top                                   launch the bundled runtime on its demo model, live
+    bmoe-top                                   the live demo: the bundled runtime on its demo model
+    bmoe-top --version                         the version
     bmoe-top replay PATH...                    replay recorded runs (any format, sniffed from content)
     bmoe-top replay --summary [--json] PATH    print the run summary without the UI
     bmoe-top launch [-m MODEL] [-n N] [--record FILE] [-- CMD...]    run a session-protocol program live
@@ -15,7 +16,9 @@
 ``bmoe-cli --session --progress``; without it, the bundled runtime (:func:`runtime_command`).
 Bad input (a missing file, an unknown format, a command that cannot start, an unwritable
 ``--record`` path, an unreachable source) gets one clear line on stderr and a non-zero exit
-status (2 for usage, 1 for a failed run), never a traceback.
+status (2 for usage, 1 for a failed run), never a traceback. The screens need a terminal: with
+standard output redirected they are refused, pointing to the text forms (``--summary``,
+``--once``). ``--ascii`` draws with ASCII glyphs whatever the locale.
 """
 
 from __future__ import annotations
@@ -45,6 +48,22 @@ DEMO_SAMPLING = ["--temp", "0.7", "--top-p", "0.95", "--repeat-penalty", "1.1"]
 def _die(msg: str, code: int = EXIT_USAGE) -> int:
     print(f"bmoe-top: {msg}", file=sys.stderr)
     return code
+
+
+def _terminal_refused() -> int | None:
+    """None when standard output is a terminal; else the refusal (exit 2) that points to the text
+    forms: a screen written into a file or a pipe is escape codes, not a report."""
+    if sys.stdout.isatty():
+        return None
+    return _die("standard output is not a terminal: the screen needs one. For text, use "
+                "`bmoe-top replay --summary [--json] PATH`, or `--once --json` with launch and attach")
+
+
+def _apply_look(args: argparse.Namespace) -> None:
+    if getattr(args, "ascii", False):
+        from bmoe_top.tui.app import BmoeTopApp
+
+        BmoeTopApp.force_ascii = True
 
 
 def runtime_command(model: str | None = None, extra: list[str] | None = None) -> list[str]:
@@ -82,6 +101,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
         else:
             print(summary_text(s))
         return 0
+    refused = _terminal_refused()
+    if refused is not None:
+        return refused
     from bmoe_top.tui.screens.replay import run_replay
 
     return run_replay(run, "replay " + " + ".join(p.rsplit("/", 1)[-1] for p in args.paths), args.fps)
@@ -122,6 +144,8 @@ def _print_outcome(outcome: Outcome, as_json: bool) -> int:
 def cmd_launch(args: argparse.Namespace) -> int:
     from bmoe_top.tui.sources.child_session import ChildSession
 
+    if not args.once and (refused := _terminal_refused()) is not None:
+        return refused
     argv = _child_argv(args)
     try:
         rec = _recorder(args)
@@ -149,6 +173,8 @@ def cmd_attach(args: argparse.Namespace) -> int:
         return _attach_network(args)
     from bmoe_top.tui.sources.session_socket import SessionSocketClient
 
+    if not args.once and (refused := _terminal_refused()) is not None:
+        return refused
     try:
         rec = _recorder(args)
     except OSError as e:
@@ -183,6 +209,9 @@ def _attach_network(args: argparse.Namespace) -> int:
         else:
             print(f"{args.metrics or args.audit}: {d.get('status')} {d.get('detail') or ''}".rstrip())
         return exit_code(d)
+    refused = _terminal_refused()
+    if refused is not None:
+        return refused
     if args.metrics is not None:
         from bmoe_top.tui.screens.attach_metrics import run_metrics_attach
 
@@ -206,6 +235,9 @@ def cmd_play(args: argparse.Namespace) -> int:
         return _die(f"{args.path} holds no recorded lines{what}")
     if args.speed < 0:
         return _die("--speed must be >= 0")
+    refused = _terminal_refused()
+    if refused is not None:
+        return refused
     src = RecordingSource(rec, speed=math.inf if args.speed == 0 else args.speed, turn_by_turn=args.turn_by_turn,
                           name=str(args.path))
     return run_live(src, title=f"play {Path(args.path).name}", fps=args.fps)
@@ -223,6 +255,12 @@ def _live_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("-n", "--n-predict", type=int, default=256, help="tokens per generation (default 256)")
     p.add_argument("--record", metavar="FILE", help="write every received line to FILE (JSONL, flushed per line)")
     p.add_argument("--fps", type=float, default=10.0, help=argparse.SUPPRESS)
+    _ascii_flag(p)
+
+
+def _ascii_flag(p: argparse.ArgumentParser) -> None:
+    """``--ascii`` after a sub-command too (``bmoe-top replay --ascii PATH``)."""
+    p.add_argument("--ascii", action="store_true", default=argparse.SUPPRESS, help="ASCII glyphs only")
 
 
 def cmd_fleet(args: argparse.Namespace) -> int:
@@ -262,8 +300,14 @@ def add_fleet_parser(sub: Any) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="bmoe-top", description="Terminal observatory for MoE expert streaming.")
+    from importlib.metadata import version
+
+    p = argparse.ArgumentParser(
+        prog="bmoe-top", description="Terminal observatory for MoE expert streaming. Without a sub-command, "
+        "bmoe-top starts the live demo: the bundled runtime (bmoe-run) on its demo model, with a prompt box.")
+    p.add_argument("--version", action="version", version=f"bmoe-top {version('bmoe-top')}")
     p.add_argument("--fps", type=float, default=10.0, help="maximum repaints per second (default 10)")
+    p.add_argument("--ascii", action="store_true", help="ASCII glyphs only (also chosen when the locale has no UTF-8)")
     sub = p.add_subparsers(dest="cmd")
 
     r = sub.add_parser("replay", help="replay recorded runs (CSV, transcripts, route traces, recordings)")
@@ -271,6 +315,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--summary", action="store_true", help="print the run summary, no UI")
     r.add_argument("--json", action="store_true", help="with --summary: as JSON")
     r.add_argument("--fps", type=float, default=10.0, help=argparse.SUPPRESS)
+    _ascii_flag(r)
     r.set_defaults(func=cmd_replay)
 
     lp = sub.add_parser("launch", help="run a session-protocol program (default: bmoe-run) and watch it live",
@@ -311,6 +356,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="1 = original pace (default), 10 = ten times faster, 0 = no waiting")
     pp.add_argument("--turn-by-turn", action="store_true", help="pause before each turn; Enter or n plays the next")
     pp.add_argument("--fps", type=float, default=10.0, help=argparse.SUPPRESS)
+    _ascii_flag(pp)
     pp.set_defaults(func=cmd_play)
     add_fleet_parser(sub)
     return p
@@ -319,6 +365,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser().parse_args(argv)
+    _apply_look(args)
     try:
         if args.cmd is None:
             return default_main(args)

@@ -124,3 +124,23 @@ def test_cli_summary_json_matches_file(tmp_path):
     assert s["load_s"] == 1.5 and s["prefill_s"] == 0.4
     assert s["ttft_s"] is None or s["ttft_s"] > 0  # absent is None, never 0
     assert s["mode"] == "serial"
+
+
+def test_version_and_help_say_what_bare_bmoe_top_does():
+    r = top("--version")
+    assert r.returncode == 0 and r.stdout.startswith("bmoe-top ") and r.stdout.split()[1][0].isdigit()
+    h = top("--help")
+    assert h.returncode == 0 and "live demo" in h.stdout and "--ascii" in h.stdout
+
+
+@pytest.mark.parametrize("args", [["replay", "CSV"], ["play", "REC"], [], ["launch", "--", "true"],
+                                  ["attach", "--audit", "CSV"]])
+def test_a_screen_into_a_pipe_is_refused_pointing_to_the_text_forms(tmp_path, args):
+    csv = tmp_path / "run.csv"
+    csv.write_bytes(synth.token_csv(8))
+    rec = tmp_path / "s.rec.jsonl"
+    rec.write_bytes(synth.session_recording(turns=1, n=4))
+    argv = [str(csv) if a == "CSV" else str(rec) if a == "REC" else a for a in args]
+    r = top(*argv)  # stdout is a pipe here
+    assert r.returncode == 2 and r.stdout == ""
+    assert "not a terminal" in r.stderr and "--summary" in r.stderr and "Traceback" not in r.stderr
