@@ -34,7 +34,7 @@ from bmoe_top.tui.model import RunModel, Status
 from bmoe_top.tui.playback import Playback, PlayState
 from bmoe_top.tui.present.summary import mode_words
 from bmoe_top.tui.screens.modals import HelpScreen, ModeScreen, SeekScreen
-from bmoe_top.tui.widgets.base import RunView, look_of
+from bmoe_top.tui.widgets.base import RunView, ascii_text, look_of
 from bmoe_top.tui.widgets.charts import BreakdownChart, OverviewStrip, TokenSelected, TrendChart
 from bmoe_top.tui.widgets.grids import ExpertMap, LayerHeatmap
 from bmoe_top.tui.widgets.palette import Look
@@ -321,7 +321,8 @@ class RunScreen(Screen[None]):
                int(self.quiet_seconds() or 0), pb.turn_by_turn, self.status_word(), look, self.size)
         if key != self._title_key or force:
             self._title_key = key
-            self.query_one("#title", Static).update(self.title_text())
+            title = self.title_text()
+            self.query_one("#title", Static).update(ascii_text(title) if look.ascii else title)
         self._collapse_empty()
         overview_shown = self._active_tab() == "overview"
         for view in self.views():

@@ -14,6 +14,8 @@ import time
 from collections.abc import Hashable
 from typing import Any
 
+from rich.segment import Segment
+from rich.text import Text
 from textual.geometry import Size
 from textual.strip import Strip
 from textual.widget import Widget
@@ -23,9 +25,37 @@ from bmoe_top.tui.playback import Playback
 from bmoe_top.tui.widgets.lines import FrameCache, blank
 from bmoe_top.tui.widgets.palette import Look
 
-__all__ = ["DEFAULT_LOOK", "RunView", "absent_phrase", "look_of"]
+__all__ = ["DEFAULT_LOOK", "RunView", "absent_phrase", "ascii_strip", "ascii_text", "look_of"]
 
 DEFAULT_LOOK = Look()
+
+#: The ASCII look's stand-ins for the typography in labels and readouts (one cell for one, so the
+#: columns stay aligned); anything else outside ASCII becomes ``?``.
+_ASCII = str.maketrans({
+    "→": ">", "←": "<", "–": "-", "—": "-", "×": "x", "·": ".", "…": ".", "°": "o", "▲": "^", "▼": "v",
+    "µ": "u", "≥": ">", "≤": "<", "“": '"', "”": '"', "‘": "'", "’": "'", "▸": ">", "│": "|", "─": "-",
+    "└": "+", "┊": ":", "╰": "`", "╯": "'", "█": "#", "●": "o", "■": "#", "❚": "|", "▶": ">", "◀": "<",
+})
+
+
+def _ascii(s: str) -> str:
+    return s if s.isascii() else s.translate(_ASCII).encode("ascii", "replace").decode("ascii")
+
+
+def ascii_text(text: Text) -> Text:
+    """A copy of ``text`` with only ASCII characters, one for one (its styles stay in place)."""
+    out = text.copy()
+    if not out.plain.isascii():
+        out.plain = "".join(_ascii(ch) if len(_ascii(ch)) == 1 else "?" for ch in out.plain)
+    return out
+
+
+def ascii_strip(line: Strip) -> Strip:
+    """``line`` with only ASCII text (the ASCII look: a terminal or locale without UTF-8)."""
+    if all(seg.text.isascii() for seg in line):
+        return line
+    segs = [seg if seg.text.isascii() else Segment(_ascii(seg.text), seg.style, seg.control) for seg in line]
+    return Strip(segs)
 
 
 def look_of(widget: Widget) -> Look:
@@ -109,7 +139,8 @@ class RunView(Widget):
         raise NotImplementedError
 
     def _build_frame(self, width: int, height: int) -> list[Strip]:
-        return self.build(width, height)
+        lines = self.build(width, height)
+        return [ascii_strip(ln) for ln in lines] if self.look.ascii else lines
 
     def lines(self) -> list[Strip]:
         width, height = self.content_size

@@ -23,7 +23,7 @@ from bmoe_top.tui.model import RunModel
 from bmoe_top.tui.playback import Playback
 from bmoe_top.tui.present.numbers import mib, sig
 from bmoe_top.tui.present.summary import run_panel_rows
-from bmoe_top.tui.widgets.base import look_of
+from bmoe_top.tui.widgets.base import ascii_strip, look_of
 from bmoe_top.tui.widgets.lines import FrameCache, blank
 from bmoe_top.tui.widgets.palette import BLANK, Look
 
@@ -107,7 +107,7 @@ class RunPanel(Widget):
             parts = textwrap.wrap(value, vw, break_long_words=True, break_on_hyphens=False) or [""]
             out.append(Strip([Segment(label[: lw - 1].ljust(lw), look.dim), Segment(parts[0], st)]))
             out += [Strip([Segment(" " * lw, BLANK), Segment(cont, st)]) for cont in parts[1:]]
-        return out
+        return [ascii_strip(ln) for ln in out] if look.ascii else out
 
 
 def header_parts(run: RunModel, look: Look) -> list[tuple[str, Style]]:
