@@ -121,6 +121,7 @@ class RunScreen(Screen[None]):
         self._empty: dict[str, bool] = {}
         self.search_query = ""
         self.show_experts_compact = False
+        self._header_cache: tuple[tuple[Any, ...], list[tuple[str, Style]]] | None = None
 
     # ---------------------------------------------------------------------------------- layout
     def compose(self) -> ComposeResult:
@@ -275,7 +276,7 @@ class RunScreen(Screen[None]):
         if quiet is not None:
             t.append(f"  no telemetry for {quiet:.0f} s", style=look.alert)
         used = t.cell_len
-        parts = header_parts(run, look)
+        parts = self._header_parts(look)
         if parts:
             t.append(f"  {look.g.vbar} ", style=look.dim)
             used += 4
@@ -286,6 +287,18 @@ class RunScreen(Screen[None]):
                 t.append(piece, style=style)
                 used += len(piece)
         return t
+
+    def _header_parts(self, look: Look) -> list[tuple[str, Style]]:
+        """:func:`header_parts`, computed again only when what it reads changed: the token rows
+        (appended, or folded into history), the cache and device numbers, the status. Its sums
+        run over the whole run, so a repaint for any other reason (a log line, a key) reuses them."""
+        run = self.model
+        with run.lock:
+            key = (run.tokens.n, run.tokens.start, run.turn_count, str(run.status), run.resident_mib,
+                   run.budget_mib, len(run.summary), len(run.sidecar), look)
+        if self._header_cache is None or self._header_cache[0] != key:
+            self._header_cache = (key, header_parts(run, look))
+        return self._header_cache[1]
 
     def quiet_seconds(self) -> float | None:
         """Seconds since a live source's last line, when it has been quiet for more than
