@@ -11,6 +11,9 @@ On the 48-layer real route trace (../shared/data/real-runs/bigmoeonedge-2026-07-
 3. 10^6 lookups (synthetic, 48 layers x top-8): the same what-if set. Goal: under 10 s.
 4. The live curve: LiveLru.feed_token at 48 layers x top-8, 128 experts, 256 budgets. Goal:
    under 1 ms per token.
+5. The live what-if as the live screen runs it: LiveWhatIf reads the routing rows a live run model
+   holds and replays them (grouping per token, then LiveLru), per token, against feed_token alone
+   on the same tokens in the same rounds (the overhead of following the model).
 
 Numba compiles the kernels on first use and caches them on disk; the first call's time is
 printed apart. Run: .venv/bin/python benchmarks/bench_cachesim.py [--rounds 5]
@@ -176,7 +179,36 @@ def main() -> int:
     print(f"live LRU, 48 x top-8, {live.budgets.size} budgets: feed_token median {np.median(per_ms):.3f} ms, "
           f"p95 {np.percentile(per_ms, 95):.3f} ms; curve() {read * 1e3:.3f} ms; goal < 1 ms: "
           f"{'met' if np.median(per_ms) < 1.0 else 'NOT met'}")
+    live_follower(toks, lb, n_layer, n_expert, k, args.rounds)
     return 0
+
+
+def live_follower(toks: list[np.ndarray], lb: np.ndarray, n_layer: int, n_expert: int, k: int, rounds: int) -> None:
+    from bmoe_top.tui.model import LIVE, RunModel
+    from bmoe_top.tui.present.whatif import LiveWhatIf
+
+    follow, alone = [], []
+    n = len(toks)
+    for _ in range(rounds):
+        run = RunModel(LIVE)
+        run.update_meta({"n_layer": n_layer, "n_expert": n_expert, "n_expert_used": k})
+        for i, t in enumerate(toks):  # what RecordFeed writes for each BMOE_ROUTE line (not timed)
+            run.add_routes(np.full(n_layer * k, i, dtype=np.int64), np.repeat(np.arange(n_layer), k),
+                           np.asarray(t, dtype=np.int64).reshape(-1), np.zeros(n_layer * k, dtype=np.int64))
+        lw = LiveWhatIf(run, sizes=lambda r: lb.tolist(), max_tokens=n)
+        t1 = time.perf_counter()
+        lw.update()
+        lw.view()
+        follow.append((time.perf_counter() - t1) / n)
+        ll = LiveLru(n_layer, n_expert, lb, points=256)
+        t1 = time.perf_counter()
+        for t in toks:
+            ll.feed_token(t)
+        ll.curve()
+        alone.append((time.perf_counter() - t1) / n)
+    f, a = statistics.median(follow) * 1e3, statistics.median(alone) * 1e3
+    print(f"live what-if (LiveWhatIf over a live run model, {n} tokens a round): {f:.3f} ms per token; "
+          f"feed_token alone {a:.3f} ms -> ratio {f / a:.2f}x; goal < 1 ms: {'met' if f < 1.0 else 'NOT met'}")
 
 
 if __name__ == "__main__":

@@ -15,6 +15,10 @@ every thread) and wall time:
   drill-down of one instance (300 points, the 48-layer heatmap).
 * baseline: the same HTTP requests, byte for byte, made with a bare ``httpx.Client`` and their
   bodies read but not decoded; and the same plus ``orjson.loads`` of every body.
+* the screen: one refresh of the 50 instances drawn on the fleet screen (160 x 48: every cell's
+  value and sparkline built, the table refilled, or its cells changed in place) and the whole
+  screen rendered by Textual's compositor; baseline: a bare DataTable refilled with the same
+  rows' value texts and rendered the same way.
 
 Goal: a refresh costs bmoe-top < 1 s of CPU. Printed: the queries per refresh, the answer bytes,
 medians, and the ratios ours / baseline.
@@ -25,79 +29,37 @@ Run: ``.venv/bin/python benchmarks/bench_fleet.py [--quick] [--instances 50] [--
 from __future__ import annotations
 
 import argparse
+import asyncio
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 import httpx
-import numpy as np
 import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
+from helpers.fleet_data import Inst, make_blocks, write_openmetrics  # noqa: E402
 from helpers.prometheus import PROMETHEUS, PROMTOOL, Prometheus  # noqa: E402
 
-from bmoe_top.parsers.prom import SERIES  # noqa: E402
+from bmoe_top.tui.app import BmoeTopApp  # noqa: E402
 from bmoe_top.tui.fleet.session import FleetSession  # noqa: E402
+from bmoe_top.tui.screens.fleet import FleetScreen  # noqa: E402
 from bmoe_top.tui.sources.prometheus import PrometheusClient  # noqa: E402
+from bmoe_top.tui.widgets.fleet_table import VIEW_COLUMNS, FleetTableView, row_values  # noqa: E402
 
 WINDOW_S = 300.0
 SCRAPE_S = 1
+SCREEN_SIZE = (160, 48)
 
 
-def write_openmetrics(path: Path, n_inst: int, n_layer: int, t0: int, n_t: int, seed: int = 0) -> int:
-    """Every series of ``n_inst`` instances at ``n_t`` one-second samples from ``t0``; lines written."""
-    rng = np.random.default_rng(seed)
-    ts = t0 + np.arange(n_t)
-    ts_txt = [str(int(t)) for t in ts]
-    insts = [f'job="bmoe",instance="10.0.{i // 200}.{i % 200}:8080"' for i in range(n_inst)]
-    # per instance: tokens/s, hit fraction, ms per token split
-    tok_s = rng.uniform(5, 40, n_inst)
-    hit = rng.uniform(0.4, 0.95, n_inst)
-    lines = 0
-
-    def counter(rate: float, jitter: float = 0.2) -> np.ndarray:
-        steps = np.maximum(0.0, rate * (1 + jitter * rng.standard_normal(n_t)))
-        return np.cumsum(steps)
-
-    with open(path, "w") as f:
-        for spec in SERIES:
-            base = spec.name[:-6] if spec.type == "counter" else spec.name
-            f.write(f"# TYPE {base} {spec.type}\n")
-            for i, lab in enumerate(insts):
-                labsets = [(f'{lab},layer="{il}"', il) for il in range(n_layer)] if spec.per_layer else [(lab, -1)]
-                for labels, il in labsets:
-                    tok = tok_s[i]
-                    if spec.type == "counter":
-                        lookups = tok * 8 / max(1, n_layer) if spec.per_layer else tok * 8
-                        rate = {"hits": lookups * hit[i], "misses": lookups * (1 - hit[i]),
-                                "hits_profile": lookups * hit[i] * 0.5, "upload_bytes": lookups * (1 - hit[i]) * 2e6,
-                                "layer_hits": lookups * min(1.0, hit[i] + 0.02 * (il % 5)),
-                                "layer_misses": lookups * max(0.0, 1 - hit[i] - 0.02 * (il % 5)),
-                                "layer_hits_profile": lookups * hit[i] * 0.5,
-                                "prompt_tokens": tok * 3, "prompt_seconds": 0.05, "tokens_predicted": tok,
-                                "tokens_predicted_seconds": 0.9, "n_decode": tok + 1, "timed_tokens": tok,
-                                "wall_s": 0.9, "io_s": 0.3 * (1 - hit[i]) * 2, "stall_s": 0.0,
-                                "mgmt_s": 0.01, "compute_s": 0.9 - 0.01 - 0.6 * (1 - hit[i]),
-                                "read_bytes": lookups * (1 - hit[i]) * 2e6}.get(spec.key, 0.0)
-                        vals = counter(rate)
-                    else:
-                        v = {"hit_ratio": hit[i], "slots": 4000, "prefilled": 3000, "cache_bytes": 16 << 30,
-                             "prompt_tokens_seconds": tok * 3, "predicted_tokens_seconds": tok,
-                             "requests_processing": 1, "process_start": t0 - 3600}.get(spec.key, 0.0)
-                        vals = np.full(n_t, float(v))
-                    name = spec.name
-                    f.write("".join(f"{name}{{{labels}}} {v:.6g} {t}\n" for v, t in zip(vals.tolist(), ts_txt)))
-                    lines += n_t
-        f.write("# TYPE up gauge\n")
-        for lab in insts:
-            f.write("".join(f"up{{{lab}}} 1 {t}\n" for t in ts_txt))
-            lines += n_t
-        f.write("# EOF\n")
-    return lines
+def fleet(n_inst: int) -> list[Inst]:
+    """``n_inst`` bmoe-run instances with rates spread over the fleet (closed form, no RNG)."""
+    return [Inst("bmoe", f"10.0.{i // 200}.{i % 200}:8080", tok_s=5.0 + 35.0 * ((i * 37) % 50) / 50,
+                 hit=0.4 + 0.55 * ((i * 17) % 50) / 50, flash=0.1 + 0.5 * ((i * 23) % 50) / 50, phase=float(i),
+                 slots=4000) for i in range(n_inst)]
 
 
 def replayer(session: FleetSession) -> list[tuple[str, str, bytes]]:
@@ -128,6 +90,76 @@ def timed(fn) -> tuple[float, float]:
     return time.process_time() - c0, time.perf_counter() - w0
 
 
+async def screen_ours(url: str, at: float, reps: int) -> tuple[dict[str, list[float]], list[list[str]]]:
+    """CPU ms to draw one refresh of the table on the fleet screen and render the whole screen:
+    ``rebuild`` (new rows, widths or order: the table is refilled) and ``in place`` (the same
+    rows: the cells change in place). Also the value texts, for the baseline."""
+    screen = FleetScreen(url, '{job="bmoe"}', WINDOW_S, at=at)
+    app = BmoeTopApp(screen)
+    out: dict[str, list[float]] = {"rebuild": [], "in place": []}
+    async with app.run_test(size=SCREEN_SIZE) as pilot:
+        while not screen.n_applied:
+            await pilot.pause(0.05)
+        await pilot.pause()
+        view = screen.query_one(FleetTableView)
+        for _ in range(reps):
+            for mode in out:
+                c0 = time.process_time()
+                if mode == "rebuild":
+                    view._shape = None  # the benchmark forces the refill it measures
+                screen.draw_table()
+                await pilot.pause()
+                screen._compositor.render_update(full=True)
+                out[mode].append((time.process_time() - c0) * 1000.0)
+        texts = [[row_values(r)[c.key][0] for c in VIEW_COLUMNS] for r in screen.shown]
+    return out, texts
+
+
+async def screen_plain(texts: list[list[str]], reps: int) -> dict[str, list[float]]:
+    """Baseline: a bare DataTable of the same rows' value texts (one line, no sparkline, no
+    styles), refilled and the screen rendered the same way (``plain``); and the same with
+    nothing changed (``floor``: the pilot's wait for idle and a full render)."""
+    from textual.app import App, ComposeResult
+    from textual.widgets import DataTable
+
+    class Plain(App[None]):
+        def compose(self) -> ComposeResult:
+            yield DataTable(cursor_type="row", fixed_columns=1)
+
+    app = Plain()
+    out: dict[str, list[float]] = {"plain": [], "floor": []}
+    async with app.run_test(size=SCREEN_SIZE) as pilot:
+        table = app.query_one(DataTable)
+        table.add_columns(*(c.label for c in VIEW_COLUMNS))
+        await pilot.pause()
+        for _ in range(reps):
+            for mode in out:
+                c0 = time.process_time()
+                if mode == "plain":
+                    table.clear()
+                    table.add_rows(texts)
+                await pilot.pause()
+                app.screen._compositor.render_update(full=True)
+                out[mode].append((time.process_time() - c0) * 1000.0)
+    return out
+
+
+def bench_screen(prom: Prometheus, at: float, rounds: int) -> None:
+    res: dict[str, list[float]] = {"rebuild": [], "in place": [], "plain": [], "floor": []}
+    for _ in range(rounds):
+        ours, texts = asyncio.run(screen_ours(prom.url, at, 3))
+        for k, v in (*ours.items(), *asyncio.run(screen_plain(texts, 3)).items()):
+            res[k] += v
+    med = {k: statistics.median(v) for k, v in res.items()}
+    print(f"fleet screen at {SCREEN_SIZE[0]}x{SCREEN_SIZE[1]}: one refresh drawn ({len(texts)} rows x "
+          f"{len(VIEW_COLUMNS)} columns, value + sparkline per cell) and the screen rendered, CPU medians of "
+          f"{len(res['plain'])}:")
+    for key, what in (("rebuild", "refilled"), ("in place", "cells in place")):
+        print(f"  ours, {what + ':':<16} {med[key]:7.1f} ms   ratio ours/plain = {med[key] / med['plain']:.2f}")
+    print(f"  plain DataTable of the value texts (baseline): {med['plain']:.1f} ms; nothing changed "
+          f"(the wait for idle and a full render): {med['floor']:.1f} ms")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="fewer rounds")
@@ -145,11 +177,10 @@ def main() -> int:
         t0 = t_end - n_t + 1
         om = tmp / "fleet.om"
         w0 = time.perf_counter()
-        lines = write_openmetrics(om, args.instances, args.layers, t0, n_t)
+        lines = write_openmetrics(om, fleet(args.instances), t0, n_t, args.layers)
         w1 = time.perf_counter()
         data = tmp / "tsdb"
-        subprocess.run([PROMTOOL, "tsdb", "create-blocks-from", "openmetrics", "-q", str(om), str(data)], check=True,
-                       capture_output=True)
+        make_blocks(PROMTOOL, om, data)
         om.unlink()
         w2 = time.perf_counter()
         print(f"data set: {args.instances} instances x {args.layers} layers, {lines:,} samples "
@@ -157,7 +188,9 @@ def main() -> int:
         prom = Prometheus(tmp / "prom", {}, interval=f"{SCRAPE_S}s", data=data, wait_up=False)
         try:
             prom.wait_for("count(up)", lambda r: bool(r) and r[0][1] == args.instances, "the blocks loaded")
-            return run(prom, t_end, rounds, args)
+            status = run(prom, t_end, rounds, args)
+            bench_screen(prom, t_end, rounds)
+            return status
         finally:
             prom.stop()
 

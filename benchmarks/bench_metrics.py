@@ -32,8 +32,8 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from bmoe_top.parsers.prom import parse_exposition
+from bmoe_top.runtime.cache_policy import CacheCounters
 from bmoe_top.runtime.metrics import MetricsRegistry
-from bmoe_top.runtime.moe_cache import CacheCounters
 from bmoe_top.tui.feed.bind import bind
 from bmoe_top.tui.model import RunModel
 from bmoe_top.tui.sources.metrics_poll import MetricsPoller
@@ -184,9 +184,9 @@ def bench_costs() -> None:
     render_ms = statistics.median(ts) * 1000
     print(f"server side: render /metrics for {N_LAYER} layers: median {render_ms:.2f} ms per scrape -> at 1 Hz "
           f"at most {render_ms / 10:.2f} % of one core (goal <= 2 %) {'OK' if render_ms / 10 <= 2 else 'OVER'}")
+    from bmoe_top.runtime.cache_policy import MoeCacheExt
     from bmoe_top.runtime.engine import Engine
     from bmoe_top.runtime.models import make_model
-    from bmoe_top.runtime.moe_cache import MoeCacheExt
 
     with tempfile.TemporaryDirectory() as d:
         model = make_model(Path(d) / "demo.gguf", preset="demo", qtype="q8_0", seed=0)

@@ -29,7 +29,7 @@ from typing import Any
 
 import orjson
 
-from .moe_cache import CacheCounters
+from .cache_policy import CacheCounters
 
 __all__ = ["AuditWriter", "AuditError", "utc_now_ms", "profile_info", "REQ_KEYS"]
 

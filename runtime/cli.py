@@ -3,7 +3,7 @@
     bmoe-run [-m MODEL] [-p PROMPT] [-n N] [-c N_CTX] [-t THREADS] [--cache-mb N] [--io-threads N]
              [--no-odirect] [--overlap] [--prefetch K] [--progress] [--csv PATH] [--session]
              [--route-telemetry] [--route-trace PATH] [--no-moe-stream] [--quiet]
-    bmoe-run make-model [--preset demo|bench|tiny] [--qtype Q] OUT.gguf      (runtime/models.py)
+    bmoe-run make-model [--preset demo|bench|tiny | --arch NAME] [--qtype Q] OUT.gguf  (runtime/models.py)
     bmoe-run serve ...                                                       (runtime/server.py)
     bmoe-run make-profile ...                                                (runtime/strp.py)
 
@@ -15,25 +15,48 @@ goes to stderr (dropped with --quiet). Bad input gets one line on stderr and a n
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
+import signal
 import sys
-from collections.abc import Sequence
+import threading
+import time
+from collections.abc import Callable, Sequence
+from contextlib import ExitStack
+from typing import Any, NoReturn
 
-from .sampling import add_sampling_args, sampling_from_args
+from .sampling import Sampling, add_sampling_args, sampling_from_args
 
 USAGE_ERR = 2
 
-#: sub-commands dispatched to other modules: name -> (module, function)
-SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "make-model": ("bmoe_top.runtime.models", "models_main"),
-    "serve": ("bmoe_top.runtime.server", "serve_main"),
-    "make-profile": ("bmoe_top.runtime.strp", "make_profile_main"),
+
+def _make_model(argv: list[str]) -> int:
+    from .models import models_main
+
+    return models_main(argv)
+
+
+def _serve(argv: list[str]) -> int:
+    from .server import serve_main
+
+    return serve_main(argv)
+
+
+def _make_profile(argv: list[str]) -> int:
+    from .strp import make_profile_main
+
+    return make_profile_main(argv)
+
+
+#: sub-commands handled by other modules
+SUBCOMMANDS: dict[str, Callable[[list[str]], int]] = {
+    "make-model": _make_model,
+    "serve": _serve,
+    "make-profile": _make_profile,
 }
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # one line, exit 2
+    def error(self, message: str) -> NoReturn:  # one line, exit 2
         sys.stderr.write(f"bmoe-run: error: {message} (see bmoe-run --help)\n")
         raise SystemExit(USAGE_ERR)
 
@@ -45,7 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
         "through a RAM expert cache, and print the BMOE telemetry contract. "
         "Sub-commands: make-model, serve, make-profile.",
     )
-    ap.add_argument("-m", "--model", help="GGUF model (default: the demo model, created on first use)")
+    ap.add_argument("-m", "--model", help="GGUF model, or the first shard of a split one (default: the demo model)")
     ap.add_argument("-p", "--prompt", default=None, help="prompt text (default: 'Hello')")
     ap.add_argument("-f", "--file", default=None, help="read the prompt from this file")
     ap.add_argument("-n", "--n-predict", type=int, default=64, help="tokens to generate (default 64)")
@@ -76,13 +99,23 @@ def build_parser() -> argparse.ArgumentParser:
                     help="with --route-telemetry: BMOE_RESIDENT every N tokens (default 8)")
     ap.add_argument("--route-trace", default=None, metavar="PATH", help="write the route-trace CSV")
     ap.add_argument("--moe-cache-profile", default=None, metavar="FILE",
-                    help="fill the expert cache at load from an STRP profile, hottest first (runtime/moe_cache.py)")
+                    help="fill the expert cache at load from an STRP profile, hottest first (runtime/cache_policy.py)")
     ap.add_argument("--moe-cache-adaptive", action="store_true",
-                    help="heat-based expert swaps while generating (runtime/moe_cache.py)")
+                    help="heat-based expert swaps while generating (runtime/cache_policy.py)")
     ap.add_argument("--flash-attn", choices=["auto", "on", "off"], default="auto")
     ap.add_argument("--quiet", action="store_true", help="silence llama.cpp's log (stderr)")
     add_sampling_args(ap)
     return ap
+
+
+class _Fail(Exception):
+    """A one-line error for stderr and the exit status (``fatal_line``: also a BMOE_ERROR in
+    session mode, because the model never became ready)."""
+
+    def __init__(self, msg: str, code: int = USAGE_ERR, fatal_line: bool = False) -> None:
+        super().__init__(msg)
+        self.code = code
+        self.fatal_line = fatal_line
 
 
 def _fail(msg: str, code: int = USAGE_ERR) -> int:
@@ -91,29 +124,16 @@ def _fail(msg: str, code: int = USAGE_ERR) -> int:
     return code
 
 
-def _dispatch(name: str, argv: list[str]) -> int:
-    mod, fn = SUBCOMMANDS[name]
-    try:
-        m = importlib.import_module(mod)
-        f = getattr(m, fn)
-    except (ImportError, AttributeError):
-        return _fail(f"'{name}' is not available in this build ({mod}.{fn} missing)")
-    rc = f(argv)
-    return int(rc or 0)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in SUBCOMMANDS:
-        return _dispatch(argv[0], argv[1:])
+        return int(SUBCOMMANDS[argv[0]](argv[1:]) or 0)
     args = build_parser().parse_args(argv)
 
-    def _term(_sig, _frm):
+    def _term(_sig: int, _frm: object) -> None:
         raise KeyboardInterrupt
 
     try:
-        import signal
-
         signal.signal(signal.SIGTERM, _term)
     except (ValueError, OSError):  # not the main thread (embedded use)
         pass
@@ -129,69 +149,70 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
 
 
-def _run(args) -> int:  # noqa: C901 - the CLI's one flow
-    from .engine import Engine, EngineError, GenerationError, ModelError, RequestError
-    from .telemetry import (
-        CsvSink,
-        Emitter,
-        RouteTraceSink,
-        error_line,
-        load_line,
-        progress_line,
-        resident_line,
-        route_line,
-        summary_text_lines,
-    )
+def _run(args: argparse.Namespace) -> int:
+    from .telemetry import Emitter, error_line
 
-    if args.n_predict < 0:
-        return _fail("-n must be >= 0")
-    if args.ctx_size < 8:
-        return _fail("-c must be >= 8")
-    if args.io_threads < 1:
-        return _fail("--io-threads must be >= 1")
-    if args.prefetch < 0:
-        return _fail("--prefetch must be >= 0")
-    if args.cache_mb is not None and args.cache_mb < 0:
-        return _fail("--cache-mb must be >= 0")
-    if args.session_socket and not args.session:
-        return _fail("--session-socket needs --session")
-    prompt = args.prompt
+    emit = Emitter(sys.stdout)
+    try:
+        _check_args(args)
+        prompt = _read_prompt(args)
+        sampling = _sampling(args)
+        with ExitStack() as stack:
+            eng = _open_engine(args, sampling)
+            stack.callback(eng.close)
+            flags = _run_flags(args, sampling, eng)
+            ext = _cache_policy(args, eng, flags)
+            sinks = _Sinks(args, eng, flags, stack)
+            lines = _TokenLines(args, eng, ext, sinks)
+            if args.session:
+                return _session(args, eng, emit, lines, sinks, stack)
+            return _one_shot(args, eng, emit, lines, sinks, prompt)
+    except _Fail as f:
+        if f.fatal_line and args.session:
+            emit.line(error_line(None, True, str(f)))
+        return _fail(str(f), f.code)
+
+
+# -- the steps of a run --------------------------------------------------------------------------
+def _check_args(args: argparse.Namespace) -> None:
+    for bad, msg in (
+        (args.n_predict < 0, "-n must be >= 0"),
+        (args.ctx_size < 8, "-c must be >= 8"),
+        (args.io_threads < 1, "--io-threads must be >= 1"),
+        (args.prefetch < 0, "--prefetch must be >= 0"),
+        (args.cache_mb is not None and args.cache_mb < 0, "--cache-mb must be >= 0"),
+        (bool(args.session_socket) and not args.session, "--session-socket needs --session"),
+    ):
+        if bad:
+            raise _Fail(msg)
+
+
+def _read_prompt(args: argparse.Namespace) -> str:
     if args.file:
         try:
             with open(args.file, encoding="utf-8", errors="replace") as fh:
-                prompt = fh.read()
+                return fh.read()
         except OSError as e:
-            return _fail(f"cannot read prompt file {args.file}: {e.strerror or e}")
-    if prompt is None:
-        prompt = "Hello"
+            raise _Fail(f"cannot read prompt file {args.file}: {e.strerror or e}") from None
+    return "Hello" if args.prompt is None else args.prompt
 
-    emit = Emitter(sys.stdout)
-    sock = None
-    if args.session_socket:
-        try:
-            from .session_socket import SessionSocketServer
-        except ImportError:
-            return _fail("--session-socket is not available in this build")
 
-    flags = {
-        "moe_stream": args.stream,
-        "cache_mb": args.cache_mb,
-        "force_cache": args.force_cache,
-        "io_threads": args.io_threads,
-        "o_direct": not args.no_odirect,
-        "overlap": args.overlap,
-        "prefetch": args.prefetch,
-        "n_predict": args.n_predict,
-    }
+def _sampling(args: argparse.Namespace) -> Sampling:
     try:
-        sampling = sampling_from_args(args)
+        return sampling_from_args(args)
     except ValueError as e:
-        return _fail(str(e))
-    if not sampling.greedy:
-        flags.update(temp=args.temp, top_k=args.top_k, top_p=args.top_p, repeat_penalty=args.repeat_penalty,
-                     seed=args.seed)
+        raise _Fail(str(e)) from None
+
+
+def _wants_progress(args: argparse.Namespace) -> bool:
+    return bool(args.progress or args.route_telemetry or args.session)
+
+
+def _open_engine(args: argparse.Namespace, sampling: Sampling) -> Any:
+    from .engine import Engine, EngineError, ModelError
+
     try:
-        eng = Engine(
+        return Engine(
             args.model,
             n_ctx=args.ctx_size,
             n_threads=args.threads,
@@ -208,164 +229,186 @@ def _run(args) -> int:  # noqa: C901 - the CLI's one flow
             quiet=args.quiet,
             flash_attn=None if args.flash_attn == "auto" else args.flash_attn == "on",
             sampling=sampling,
+            process_stats=True,
         )
     except (ModelError, EngineError) as e:
-        if args.session:
-            emit.line(error_line(None, True, str(e)))
-        return _fail(str(e))
+        raise _Fail(str(e), fatal_line=True) from None
     except OSError as e:
-        if args.session:
-            emit.line(error_line(None, True, str(e)))
-        return _fail(f"{e.strerror or e}")
-    flags["cache_mb"] = round(eng.budget_mib, 3) if eng.stream else 0
-    flags["o_direct"] = eng.o_direct
+        raise _Fail(f"{e.strerror or e}", fatal_line=True) from None
 
-    ext = None
-    if args.moe_cache_profile or args.moe_cache_adaptive:
-        if eng.cache is None or eng.cache.no_cache:
-            eng.close()
-            msg = "--moe-cache-profile/--moe-cache-adaptive need an expert cache (streaming with --cache-mb > 0)"
-            if args.session:
-                emit.line(error_line(None, True, msg))
-            return _fail(msg)
-        import time as _time
 
-        from bmoe_top.parsers.strp import StrpError, check_dims, read_strp
+def _run_flags(args: argparse.Namespace, sampling: Sampling, eng: Any) -> dict[str, object]:
+    """The run's settings as the CSV header writes them (``# moe_stream=.. cache_mb=.. ...``)."""
+    flags: dict[str, object] = {
+        "moe_stream": args.stream,
+        "cache_mb": round(eng.budget_mib, 3) if eng.stream else 0,
+        "force_cache": args.force_cache,
+        "io_threads": args.io_threads,
+        "o_direct": eng.o_direct,
+        "overlap": args.overlap,
+        "prefetch": args.prefetch,
+        "n_predict": args.n_predict,
+    }
+    if not sampling.greedy:
+        flags.update(temp=args.temp, top_k=args.top_k, top_p=args.top_p, repeat_penalty=args.repeat_penalty,
+                     seed=args.seed)
+    return flags
 
-        from .moe_cache import MoeCacheExt
 
-        profile = None
-        t_fill = _time.perf_counter()
-        if args.moe_cache_profile:
-            try:
-                profile = read_strp(args.moe_cache_profile)
-            except (StrpError, OSError) as e:
-                eng.close()
-                return _fail(f"--moe-cache-profile {args.moe_cache_profile}: {e}")
-            why = check_dims(profile, eng.n_layer, eng.n_expert)
-            if why:
-                eng.close()
-                return _fail(f"--moe-cache-profile {args.moe_cache_profile}: {why}")
-        ext = MoeCacheExt(eng, profile=profile, adaptive=args.moe_cache_adaptive)
-        eng.load_s += _time.perf_counter() - t_fill  # the profile fill is part of loading
-        flags["moe_cache_profile"] = os.path.basename(args.moe_cache_profile) if profile is not None else "none"
-        flags["moe_cache_adaptive"] = bool(args.moe_cache_adaptive)
+def _cache_policy(args: argparse.Namespace, eng: Any, flags: dict[str, object]) -> Any:
+    """``--moe-cache-profile`` / ``--moe-cache-adaptive``: the policy object, or None."""
+    if not (args.moe_cache_profile or args.moe_cache_adaptive):
+        return None
+    from .cache_policy import MoeCacheExt, ProfileError, load_profile
 
-    csv = trace = None
-    try:
+    if eng.cache is None or eng.cache.no_cache:
+        raise _Fail("--moe-cache-profile/--moe-cache-adaptive need an expert cache (streaming with --cache-mb > 0)",
+                    fatal_line=True)
+    profile = None
+    t_fill = time.perf_counter()
+    if args.moe_cache_profile:
+        try:
+            profile = load_profile(args.moe_cache_profile, eng.n_layer, eng.n_expert)
+        except ProfileError as e:
+            raise _Fail(f"--moe-cache-profile {e}") from None
+    ext = MoeCacheExt(eng, profile=profile, adaptive=args.moe_cache_adaptive)
+    eng.load_s += time.perf_counter() - t_fill  # the profile fill is part of loading
+    flags["moe_cache_profile"] = os.path.basename(args.moe_cache_profile) if profile is not None else "none"
+    flags["moe_cache_adaptive"] = bool(args.moe_cache_adaptive)
+    return ext
+
+
+class _Sinks:
+    """The files a run writes (``--csv``, ``--route-trace``), closed with the run's stack."""
+
+    def __init__(self, args: argparse.Namespace, eng: Any, flags: dict[str, object], stack: ExitStack) -> None:
+        from .telemetry import CsvSink, RouteTraceSink
+
+        self.csv = self.trace = None
         if args.csv:
             try:
-                csv = CsvSink(args.csv, eng, flags)
+                self.csv = CsvSink(args.csv, eng, flags)
             except OSError as e:
-                return _fail(f"cannot write --csv {args.csv}: {e.strerror or e}")
+                raise _Fail(f"cannot write --csv {args.csv}: {e.strerror or e}") from None
+            stack.callback(self.csv.close)
         if args.route_trace:
             try:
-                trace = RouteTraceSink(args.route_trace, eng)
+                self.trace = RouteTraceSink(args.route_trace, eng)
             except OSError as e:
-                return _fail(f"cannot write --route-trace {args.route_trace}: {e.strerror or e}")
+                raise _Fail(f"cannot write --route-trace {args.route_trace}: {e.strerror or e}") from None
+            stack.callback(self.trace.close)
 
-        progress = args.progress or args.route_telemetry or args.session
-        every = max(1, args.resident_every)
-        state = {"turn": 0}
+    def summary(self, eng: Any, res: Any) -> None:
+        if self.csv is not None:
+            self.csv.summary(eng, res)
 
-        def token_lines(st) -> list[str]:
-            out = []
-            if ext is not None:
-                ext.after_token()  # adaptive swaps happen between tokens, on the decode thread
-            if csv is not None:
-                csv.row(st)
-            if not progress:
-                return out
-            if eng.stream:
-                ln = load_line(st)
-                if ln:
-                    out.append(ln)
-            if args.route_telemetry and st.route is not None:
-                out.append(route_line(st.step, eng.turn, "decode", st.route))
-            out.append(progress_line(st))
-            if args.route_telemetry and (st.step % every == 0 or st.step == st.steps):
-                out.append(resident_line(eng, st.step))
-            return out
 
-        def prefill_lines() -> list[str]:
-            if not args.route_telemetry or eng.last_prefill_route is None:
-                return []
-            return [route_line(0, eng.turn, "prefill", eng.last_prefill_route)]
+class _TokenLines:
+    """The lines a decoded token produces (BMOE_LOAD / ROUTE / PROGRESS / RESIDENT), the CSV row,
+    and the cache policy's between-token step."""
 
-        if args.session:
-            from .session import Session, start_reader
+    def __init__(self, args: argparse.Namespace, eng: Any, ext: Any, sinks: _Sinks) -> None:
+        self.eng = eng
+        self.ext = ext
+        self.sinks = sinks
+        self.progress = _wants_progress(args)
+        self.route = bool(args.route_telemetry)
+        self.every = max(1, args.resident_every)
 
-            def on_result(res):
-                if csv is not None:
-                    csv.summary(eng, res)
+    def __call__(self, st: Any) -> list[str]:
+        from .telemetry import load_line, progress_line, resident_line, route_line
 
-            sess = Session(eng, emit, token_lines, default_n_predict=args.n_predict, on_result=on_result,
-                           prefill_lines=prefill_lines)
-            if args.session_socket:
-                try:
-                    sock = SessionSocketServer(args.session_socket, on_request=lambda req, _c: sess.submit(req))
-                    sock.start()
-                except Exception as e:  # noqa: BLE001 - one line, fatal
-                    emit.line(error_line(None, True, f"session socket {args.session_socket}: {e}"))
-                    return _fail(f"session socket {args.session_socket}: {e}")
-                emit.also = sock.broadcast
-            start_reader(sess, close_on_eof=not args.session_socket)
-            return sess.run()
+        if self.ext is not None:
+            self.ext.after_token()  # adaptive swaps happen between tokens, on the decode thread
+        if self.sinks.csv is not None:
+            self.sinks.csv.row(st)
+        if not self.progress:
+            return []
+        eng = self.eng
+        out = []
+        if eng.stream:
+            ln = load_line(st)
+            if ln:
+                out.append(ln)
+        if self.route and st.route is not None:
+            out.append(route_line(st.step, eng.turn, "decode", st.route))
+        out.append(progress_line(st))
+        if self.route and (st.step % self.every == 0 or st.step == st.steps):
+            out.append(resident_line(eng, st.step))
+        return out
 
-        # one-shot
-        import threading
+    def prefill(self) -> list[str]:
+        from .telemetry import route_line
 
-        stop = threading.Event()
+        if not self.route or self.eng.last_prefill_route is None:
+            return []
+        return [route_line(0, self.eng.turn, "prefill", self.eng.last_prefill_route)]
 
-        def on_token(st):
-            for ln in token_lines(st):
-                emit.line(ln)
-            if emit.broken:  # the reader went away: stop decoding
-                stop.set()
-            if not progress:
-                emit.raw(st.text[len(state.get("shown", "")):])
-                state["shown"] = st.text
 
+def _session(args: argparse.Namespace, eng: Any, emit: Any, lines: _TokenLines, sinks: _Sinks,
+             stack: ExitStack) -> int:
+    from .session import Session, start_reader
+    from .session_socket import SessionSocketServer
+    from .telemetry import error_line
+
+    sess = Session(eng, emit, lines, default_n_predict=args.n_predict, on_result=lambda res: sinks.summary(eng, res),
+                   prefill_lines=lines.prefill)
+    if args.session_socket:
         try:
-            eng.check_request(prompt, args.n_predict, True)
-        except RequestError as e:
-            return _fail(str(e))
-        if not progress:
-            emit.raw(prompt)
-        try:
-            res = eng.generate(prompt, args.n_predict, clear_kv=True, on_token=on_token, cancel=stop,
-                               on_prefill=lambda _s, _n: [emit.line(ln) for ln in prefill_lines()])
-        except RequestError as e:
-            return _fail(str(e))
-        except GenerationError as e:
-            return _fail(str(e), 1)
-        if csv is not None:
-            csv.summary(eng, res)
-        if emit.broken:
-            return 1
-        if progress:
-            if args.route_telemetry and res.n_tokens != args.n_predict:
-                emit.line(resident_line(eng, res.n_tokens))
-            emit.line("=== answer ===")
-            emit.line(res.text)
-            emit.line("=== perf ===")
-        else:
-            rest = res.text[len(state.get("shown", "")):]
-            emit.raw(rest + "\n\n")
-        for ln in summary_text_lines(eng, res):
+            sock = SessionSocketServer(args.session_socket, on_request=lambda req, _c: sess.submit(req))
+            sock.start()
+        except Exception as e:  # noqa: BLE001 - one line, fatal
+            emit.line(error_line(None, True, f"session socket {args.session_socket}: {e}"))
+            raise _Fail(f"session socket {args.session_socket}: {e}") from None
+        stack.callback(sock.close)
+        emit.also = sock.broadcast
+    start_reader(sess, close_on_eof=not args.session_socket)
+    return sess.run()
+
+
+def _one_shot(args: argparse.Namespace, eng: Any, emit: Any, lines: _TokenLines, sinks: _Sinks, prompt: str) -> int:
+    from .engine import GenerationError, RequestError
+    from .telemetry import resident_line, summary_text_lines
+
+    stop = threading.Event()
+    shown = [0]  # characters of the answer already written inline
+
+    def on_token(st: Any) -> None:
+        for ln in lines(st):
             emit.line(ln)
-        return 0
-    finally:
-        if csv is not None:
-            csv.close()
-        if trace is not None:
-            trace.close()
-        if sock is not None:
-            try:
-                sock.close()
-            except Exception:  # noqa: BLE001
-                pass
-        eng.close()
+        if emit.broken:  # the reader went away: stop decoding
+            stop.set()
+        if not lines.progress:
+            emit.raw(st.piece)
+            shown[0] += len(st.piece)
+
+    def on_prefill(_s: float, _n: int) -> None:
+        for ln in lines.prefill():
+            emit.line(ln)
+
+    try:
+        eng.check_request(prompt, args.n_predict, True)
+        if not lines.progress:
+            emit.raw(prompt)
+        res = eng.generate(prompt, args.n_predict, clear_kv=True, on_token=on_token, cancel=stop, on_prefill=on_prefill)
+    except RequestError as e:
+        raise _Fail(str(e)) from None
+    except GenerationError as e:
+        raise _Fail(str(e), 1) from None
+    sinks.summary(eng, res)
+    if emit.broken:
+        return 1
+    if lines.progress:
+        if args.route_telemetry and res.n_tokens != args.n_predict:
+            emit.line(resident_line(eng, res.n_tokens))
+        emit.line("=== answer ===")
+        emit.line(res.text)
+        emit.line("=== perf ===")
+    else:
+        emit.raw(res.text[shown[0]:] + "\n\n")
+    for ln in summary_text_lines(eng, res):
+        emit.line(ln)
+    return 0
 
 
 if __name__ == "__main__":

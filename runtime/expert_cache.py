@@ -1,250 +1,45 @@
-"""The expert cache: private buffers for the expert tensors, an LRU over (layer, expert) under a
-byte budget, and the reads that fill it from the GGUF file.
+"""The expert cache: an LRU over (layer, expert) under a byte budget, filled on demand from the
+GGUF file when a layer's router has chosen its experts.
 
-Memory: each expert tensor gets an anonymous ``MAP_PRIVATE`` mapping of its full size (its ggml
-``data`` pointer is redirected there by :mod:`bmoe_top.runtime.router_hook`). Untouched pages cost
-no RAM; a resident expert's slice is committed page by page; eviction releases with
-``MADV_DONTNEED`` the whole pages that lie strictly inside the slice (slice sizes are not page
-multiples, so the edge pages shared with a neighbour stay).
-
-I/O: expert ``e`` of a tensor is file bytes ``[file_offset + e*stride, +stride)``. Reads use
-``os.preadv`` (which releases the GIL) split across ``io_threads`` worker threads, with
-``O_DIRECT`` through a 4096-aligned bounce buffer when the file system accepts it, otherwise through
-the page cache straight into the destination.
+Memory is :mod:`bmoe_top.runtime.expert_store` (the buffers the expert tensors point at), reads
+are :mod:`bmoe_top.runtime.expert_io`. The cache decides what is resident; the policies on top
+(profile fill, adaptive swaps) are :mod:`bmoe_top.runtime.cache_policy`.
 
 Time accounting follows telemetry-contract.md "Per-token lines": ``io_s`` is the wall time the
 caller blocked on reads in serial mode and the summed per-lane busy time under overlap;
 ``stall_s`` the wall time the caller waited for reads under overlap (0 in serial);
-``mgmt_s`` page commits, releases and LRU bookkeeping.
+``mgmt_s`` page releases and LRU bookkeeping.
 """
 
 from __future__ import annotations
 
 import ctypes
-import mmap
-import os
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 
-from .gguf_layout import ExpertTensorInfo, ModelLayout
+from .expert_io import ExpertIOError, ExpertReader, Run
+from .expert_store import ExpertStore, TensorBuffer
+from .gguf_layout import ModelLayout
+from .native import HookState
 
-PAGE = mmap.PAGESIZE
-DIRECT_ALIGN = 4096
-BOUNCE_BYTES = 4 << 20
-MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)
 MIB = 1024 * 1024
 
-
-class ExpertIOError(OSError):
-    """A read of expert bytes failed or came back short."""
-
-
-def _round_up(x: int, a: int) -> int:
-    return (x + a - 1) // a * a
-
-
-def _round_down(x: int, a: int) -> int:
-    return x // a * a
-
-
-class TensorBuffer:
-    """The private anonymous buffer that replaces one expert tensor's data.
-
-    ``addr`` is the tensor data address; it is placed ``file_offset % 4096`` bytes into a
-    page-aligned anonymous mapping, so memory and file are congruent modulo 4096 and O_DIRECT can
-    read the page-aligned middle of a slice straight into place. ``size`` bytes; ``view`` a
-    memoryview of exactly the tensor's bytes.
-    """
-
-    def __init__(self, info: ExpertTensorInfo):
-        self.info = info
-        self.size = info.n_bytes
-        self.shift = info.file_offset % DIRECT_ALIGN
-        self.mm = mmap.mmap(-1, _round_up(self.size + self.shift, PAGE),
-                            flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-        self._anchor = ctypes.c_char.from_buffer(self.mm)
-        self.addr = ctypes.addressof(self._anchor) + self.shift
-        self.view = memoryview(self.mm)[self.shift : self.shift + self.size]
-
-    def slice_range(self, e: int) -> tuple[int, int]:
-        """Byte range [start, end) of expert ``e`` inside the tensor."""
-        s = self.info.expert_stride
-        return e * s, (e + 1) * s
-
-    def inner_pages(self, e0: int, e1: int | None = None) -> tuple[int, int]:
-        """Mapping offsets of the whole pages inside experts ``e0..e1`` that no neighbour shares."""
-        a = self.slice_range(e0)[0]
-        b = self.slice_range(e0 if e1 is None else e1)[1]
-        return _round_up(a + self.shift, PAGE), _round_down(b + self.shift, PAGE)
-
-    def release(self, e: int) -> None:
-        a, b = self.inner_pages(e)
-        if b > a:
-            self.mm.madvise(mmap.MADV_DONTNEED, a, b - a)
-
-    _populate_ok = True  # class-wide: cleared once the kernel refuses MADV_POPULATE_WRITE
-
-    def commit(self, e: int) -> None:
-        """Pre-fault the expert's inner pages for writing (Linux >= 5.14; skipped before)."""
-        if not TensorBuffer._populate_ok:
-            return
-        a, b = self.inner_pages(e)
-        if b > a:
-            try:
-                self.mm.madvise(MADV_POPULATE_WRITE, a, b - a)
-            except OSError:
-                TensorBuffer._populate_ok = False
-
-    def close(self) -> None:
-        try:
-            self.view.release()
-            del self._anchor
-            self.mm.close()
-        except (BufferError, ValueError):
-            pass  # still exported to ctypes/ggml; the mapping dies with the process
-
-
-class ExpertReader:
-    """Reads byte ranges of the model file into memory addresses.
-
-    ``o_direct``: try ``O_DIRECT`` (falls back to the page cache when the file system refuses it;
-    ``self.direct`` tells which one is in use). ``io_threads``: worker threads for parallel reads
-    (1 = the caller reads).
-    """
-
-    def __init__(self, path: str, io_threads: int = 1, o_direct: bool = True):
-        self.path = path
-        self.fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-        self.direct = False
-        self.dfd = -1
-        if o_direct and hasattr(os, "O_DIRECT"):
-            try:
-                dfd = os.open(path, os.O_RDONLY | os.O_DIRECT)
-                probe = mmap.mmap(-1, DIRECT_ALIGN)
-                try:
-                    os.preadv(dfd, [probe], 0)
-                    self.dfd = dfd
-                    self.direct = True
-                except OSError:
-                    os.close(dfd)
-                finally:
-                    probe.close()
-            except OSError:
-                pass
-        self.io_threads = max(1, int(io_threads))
-        self.pool = ThreadPoolExecutor(self.io_threads, thread_name_prefix="bmoe-io") if self.io_threads > 1 else None
-        self._local = threading.local()
-        # fault injection for tests: BMOE_INJECT_READ_ERROR=N makes the N-th read (1-based) fail once
-        self._inject_at = int(os.environ.get("BMOE_INJECT_READ_ERROR", "0") or 0)
-        self._reads = 0
-        self._count_lock = threading.Lock()
-
-    def _bounce(self) -> mmap.mmap:
-        b = getattr(self._local, "bounce", None)
-        if b is None:
-            b = mmap.mmap(-1, BOUNCE_BYTES)
-            self._local.bounce = b
-        return b
-
-    def read_into(self, view: memoryview, file_off: int, dest_addr: int | None = None) -> float:
-        """Fill ``view`` with file bytes starting at ``file_off``. Returns seconds spent.
-
-        With O_DIRECT and ``dest_addr`` (the view's address) congruent to ``file_off`` modulo 4096,
-        one ``preadv`` reads the page-aligned middle straight into ``view`` and the two edge pages
-        into the bounce buffer; otherwise the whole range goes through the bounce buffer.
-        Raises :class:`ExpertIOError` on an OS error or a short read.
-        """
-        t0 = time.perf_counter()
-        n = len(view)
-        if self._inject_at:
-            with self._count_lock:
-                self._reads += 1
-                hit = self._reads == self._inject_at
-            if hit:
-                raise ExpertIOError(f"read of {n} bytes at offset {file_off} failed: injected I/O error")
-        try:
-            if self.direct:
-                if dest_addr is not None and (dest_addr - file_off) % DIRECT_ALIGN == 0 and n >= 2 * DIRECT_ALIGN:
-                    if self._read_direct_scatter(view, file_off):
-                        return time.perf_counter() - t0
-                self._read_direct_bounce(view, file_off)
-            else:
-                pos = 0
-                while pos < n:
-                    got = os.preadv(self.fd, [view[pos:]], file_off + pos)
-                    if got <= 0:
-                        raise ExpertIOError(f"short read at offset {file_off + pos}: end of file")
-                    pos += got
-        except ExpertIOError:
-            raise
-        except OSError as e:
-            raise ExpertIOError(f"read of {n} bytes at offset {file_off} failed: {e.strerror or e}") from None
-        return time.perf_counter() - t0
-
-    def _read_direct_scatter(self, view: memoryview, file_off: int) -> bool:
-        n = len(view)
-        end = file_off + n
-        a = _round_down(file_off, DIRECT_ALIGN)
-        head = file_off - a
-        mid0 = a + DIRECT_ALIGN if head else a
-        mid1 = _round_down(end, DIRECT_ALIGN)
-        if mid1 <= mid0:
-            return False
-        bounce = self._bounce()
-        bmv = memoryview(bounce)
-        iovs = []
-        if head:
-            iovs.append(bmv[:DIRECT_ALIGN])
-        iovs.append(view[mid0 - file_off : mid1 - file_off])
-        if end > mid1:
-            iovs.append(bmv[DIRECT_ALIGN : 2 * DIRECT_ALIGN])
-        got = os.preadv(self.dfd, iovs, a)
-        if got < end - a:
-            return False  # short (e.g. signal): redo through the bounce path
-        if head:
-            view[: DIRECT_ALIGN - head] = bounce[head:DIRECT_ALIGN]
-        if end > mid1:
-            view[mid1 - file_off :] = bounce[DIRECT_ALIGN : DIRECT_ALIGN + (end - mid1)]
-        return True
-
-    def _read_direct_bounce(self, view: memoryview, file_off: int) -> None:
-        n = len(view)
-        bounce = self._bounce()
-        pos = 0
-        while pos < n:
-            off = file_off + pos
-            a = _round_down(off, DIRECT_ALIGN)
-            lead = off - a
-            want = min(n - pos, BOUNCE_BYTES - lead)
-            span = _round_up(lead + want, DIRECT_ALIGN)
-            got = os.preadv(self.dfd, [memoryview(bounce)[:span]], a)
-            if got < lead + want:
-                raise ExpertIOError(f"short read at offset {off}: {max(0, got - lead)} of {want} bytes")
-            view[pos : pos + want] = bounce[lead : lead + want]
-            pos += want
-
-    def close(self) -> None:
-        if self.pool:
-            self.pool.shutdown(wait=True)
-        for fd in (self.fd, self.dfd):
-            if fd >= 0:
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
+__all__ = ["ExpertCache", "TokenCounters", "MIB"]
 
 
 @dataclass
 class TokenCounters:
-    """Expert-cache work done during one decode (one token, or one prefill)."""
+    """Expert-cache work done during one decode (one token, or one prefill batch)."""
 
     hits: int = 0
     misses: int = 0
     read_bytes: int = 0
+    xfer_bytes: int = 0  # page-aligned bytes the reads transferred
+    reads: int = 0  # read requests (one per run of adjacent experts of one tensor)
     io_s: float = 0.0
     stall_s: float = 0.0
     mgmt_s: float = 0.0
@@ -253,43 +48,49 @@ class TokenCounters:
     route: dict[int, tuple[list[int], list[int]]] = field(default_factory=dict)
 
 
+@dataclass
+class _Lookup:
+    """What one layer's routing found: hit flags aligned with the routed ids, the experts to read,
+    and the speculative reads in flight that this layer now waits for."""
+
+    hit_flags: list[int]
+    missing: list[int]
+    waits: list[tuple[int, Future]]
+
+
 class ExpertCache:
-    """LRU over (layer, expert) under ``budget_bytes``; fills the private buffers on demand.
+    """LRU over (layer, expert) under ``budget_bytes``; fills the store's buffers on demand.
 
     ``budget_bytes``: ``None`` = no limit (every expert may stay), ``0`` = no cache (the routed
-    experts are read for each token and released after their layer), otherwise a byte budget
-    over the sum of resident expert slices. ``overlap``/``prefetch``: speculative reads of the
-    experts the previous token routed at the next ``prefetch`` layers, on the I/O threads.
-    All methods except the I/O workers' bodies run on the decode thread (the eval callback).
+    experts are read for each token), otherwise a byte budget over the sum of resident expert
+    slices. ``overlap``/``prefetch``: speculative reads of the experts the previous token routed
+    at the next ``prefetch`` layers, on the I/O lanes. All methods except the I/O workers' bodies
+    run on the decode thread (the eval callback).
     """
 
     def __init__(
         self,
         layout: ModelLayout,
-        buffers: dict[str, TensorBuffer],
+        store: ExpertStore,
         reader: ExpertReader,
         budget_bytes: int | None,
         overlap: bool = False,
         prefetch: int = 0,
     ):
         self.layout = layout
-        self.buffers = buffers
+        self.store = store
         self.reader = reader
         self.budget = budget_bytes
         self.no_cache = budget_bytes == 0
         self.overlap = bool(overlap or prefetch > 0)
         self.prefetch = int(prefetch) if prefetch else (1 if overlap else 0)
-        if self.overlap and reader.pool is None:
-            # speculative reads need at least one idle lane
-            reader.pool = ThreadPoolExecutor(1, thread_name_prefix="bmoe-io")
-        self.layer_bufs: list[list[TensorBuffer]] = [
-            [buffers[i.name] for i in ts] for ts in layout.layers
-        ]
+        self.layer_bufs: list[list[TensorBuffer]] = store.layer_bufs
         self.lru: OrderedDict[tuple[int, int], int] = OrderedDict()  # (il, e) -> bytes
         self.resident_bytes = 0
         self.inflight: dict[tuple[int, int], tuple[Future, int]] = {}
         self.inflight_bytes = 0
-        self.prev_layer_set: tuple[int, set[int]] | None = None  # no-cache mode: release after use
+        #: no cache, in place: the layer whose experts are released when the next layer routes
+        self.prev_layer_set: tuple[int, set[int]] | None = None
         # cumulative counters (since load)
         self.hits = 0
         self.misses = 0
@@ -303,6 +104,8 @@ class ExpertCache:
         self.rereads = 0  # misses on experts that had been resident before (evicted, read again)
         self._ever: set[tuple[int, int]] = set()
         self._spec_pending: set[tuple[int, int]] = set()  # prefetched, not yet routed
+        self._spec_lock = threading.Lock()
+        self._spec_busy = 0.0
         self.tok = TokenCounters()
         self.last_route: dict[int, set[int]] = {}
         #: tokens in the ubatch being decoded (set by the engine before each llama_decode)
@@ -311,6 +114,79 @@ class ExpertCache:
         #: on_evict(il, e) after an expert left the cache
         self.on_lookup: Callable[[int, list[int], list[int]], None] | None = None
         self.on_evict: Callable[[int, int], None] | None = None
+        # shared with the native eval callback (runtime/bmoe_native.c): resident flags per
+        # (layer, expert), the hits it counted per layer, the (layer, expert) pairs it touched
+        self._n_expert = layout.n_expert
+        self._flags = (ctypes.c_uint8 * (layout.n_layer * layout.n_expert))()
+        self._native_hits = (ctypes.c_uint64 * layout.n_layer)()
+        self._native_seen = [0] * layout.n_layer
+        self._touch = (ctypes.c_int32 * max(2, 4 * layout.n_layer * max(1, layout.n_expert_used)))()
+        self.native: HookState | None = None
+        #: the whole bank resident and no observer: the native callback need not materialize routing
+        self.observed = True
+
+    # -- the native fast paths -----------------------------------------------------------------
+    def attach_native(self, state: HookState) -> None:
+        """Share the resident flags, hit counters and touch log with the native callback."""
+        state.n_layer = self.layout.n_layer
+        state.n_expert = self.layout.n_expert
+        state.resident = ctypes.addressof(self._flags)
+        state.layer_hits = ctypes.addressof(self._native_hits)
+        state.touch = ctypes.addressof(self._touch)
+        state.touch_cap = len(self._touch)
+        state.n_touch = 0
+        self.native = state
+
+    def arm_native(self, ids_wanted: bool, route_wanted: bool) -> None:
+        """Before a decode: let the native callback take the all-hit layers itself (a cache,
+        nothing speculative, no lookup hook, nobody who wants the raw ids: ``ids_wanted``), and
+        skip the routing nodes altogether once every expert is resident (unless the per-layer
+        routing is wanted: ``route_wanted``)."""
+        st = self.native
+        if st is None:
+            return
+        fast = not (self.no_cache or self.prefetch or ids_wanted or self.on_lookup is not None)
+        st.fast_hits = int(fast)
+        whole = (fast and not route_wanted and self.budget is None
+                 and self.resident_bytes >= self.layout.expert_bank_bytes)
+        st.skip_resident = int(whole)
+        self.observed = not whole
+
+    def _replay_native(self) -> None:
+        """Apply what the native callback did since the last call: LRU touches in order, then its
+        hit counts (into this token's and the cumulative counters)."""
+        st = self.native
+        if st is None:
+            return
+        n = st.n_touch
+        if n:
+            t = self._touch
+            lru = self.lru
+            route = self.tok.route
+            for i in range(0, n, 2):
+                il, e = t[i], t[i + 1]
+                lru.move_to_end((il, e))
+                r = route.get(il)
+                if r is None:
+                    route[il] = ([e], [1])
+                else:
+                    r[0].append(e)
+                    r[1].append(1)
+            st.n_touch = 0
+        hits = self._native_hits
+        seen = self._native_seen
+        tok = self.tok
+        for il in self.layout.moe_layers:
+            d = hits[il] - seen[il]
+            if d:
+                seen[il] = hits[il]
+                self.layer_hits[il] += d
+                self.hits += d
+                tok.hits += d
+
+    def _holds(self, il: int, e: int) -> bool:
+        """Expert ``e`` of layer ``il`` has bytes in its pages: resident or being read."""
+        return 0 <= e < self._n_expert and (self._flags[il * self._n_expert + e] == 1 or (il, e) in self.inflight)
 
     def counters(self) -> tuple[int, int, int, tuple[int, ...], tuple[int, ...]]:
         """(hits, misses, read_bytes, layer_hits, layer_misses) since load: a cheap copy."""
@@ -328,7 +204,7 @@ class ExpertCache:
         self.tok = TokenCounters()
 
     @property
-    def budget_mib(self) -> float | None:
+    def budget_mib(self) -> float:
         if self.budget is None:
             return self.layout.expert_bank_bytes / MIB
         return self.budget / MIB
@@ -351,221 +227,222 @@ class ExpertCache:
 
         Raises :class:`ExpertIOError` when a read fails (nothing is marked resident then).
         """
-        lru = self.lru
-        if (not self.no_cache and not self.inflight and not self._spec_pending and self.on_lookup is None
-                and all((il, e) in lru for e in routed)):
-            # all hits (the steady state): LRU touch and counters only
-            t0 = time.perf_counter()
-            for e in routed:
-                lru.move_to_end((il, e))
-            n = len(routed)
-            tok = self.tok
-            tok.route[il] = (routed, [1] * n)
-            tok.hits += n
-            self.hits += n
-            self.layer_hits[il] += n
-            if self.prefetch:
-                self._prefetch_after(il, set(routed))
-            tok.mgmt_s += time.perf_counter() - t0
+        if self.native is not None:
+            self._replay_native()  # the LRU order of the layers the native callback took
+        if self._all_resident(il, routed):
+            self._touch_hits(il, routed)
             return
         tok = self.tok
-        t_m0 = time.perf_counter()
-        need = set(routed)
-        if self.no_cache and self.prev_layer_set is not None:
+        t0 = time.perf_counter()
+        self._release_previous_layer()
+        look = self._lookup(il, routed)
+        self._count(il, routed, look.hit_flags)
+        self._make_room(il, look.missing, set(routed))
+        tok.mgmt_s += time.perf_counter() - t0
+        self._read_missing(il, look.missing)
+        self._await_inflight(il, look.waits)
+        t1 = time.perf_counter()
+        self._mark_resident(il, look)
+        tok.mgmt_s += time.perf_counter() - t1
+        if self.prefetch and not self.no_cache:
+            self._prefetch_after(il, set(routed))
+
+    def _all_resident(self, il: int, routed: list[int]) -> bool:
+        """The steady state: a cache, nothing in flight or pending, no lookup hook, all hits."""
+        if self.no_cache or self.inflight or self._spec_pending or self.on_lookup is not None:
+            return False
+        lru = self.lru
+        return all((il, e) in lru for e in routed)
+
+    def _touch_hits(self, il: int, routed: list[int]) -> None:
+        t0 = time.perf_counter()
+        lru = self.lru
+        for e in routed:
+            lru.move_to_end((il, e))
+        n = len(routed)
+        tok = self.tok
+        tok.route[il] = (routed, [1] * n)
+        tok.hits += n
+        self.hits += n
+        self.layer_hits[il] += n
+        if self.prefetch:
+            self._prefetch_after(il, set(routed))
+        tok.mgmt_s += time.perf_counter() - t0
+
+    def _release_previous_layer(self) -> None:
+        """No cache, in place: the previous layer's experts go now that this layer routes."""
+        if self.prev_layer_set is not None:
             pil, pset = self.prev_layer_set
-            for e in pset:
-                for tb in self.layer_bufs[pil]:
-                    tb.release(e)
+            self.store.release_experts(pil, pset, self._holds)
             self.prev_layer_set = None
-        hits_flags: list[int] = []
-        missing: list[int] = []
-        waits: list[tuple[int, Future]] = []
+
+    def _lookup(self, il: int, routed: list[int]) -> _Lookup:
+        lru, inflight = self.lru, self.inflight
         if self.on_lookup is not None:
-            self.on_lookup(il, list(routed),
-                           [1 if ((il, e) in lru or (il, e) in self.inflight) else 0 for e in routed])
+            self.on_lookup(il, list(routed), [1 if ((il, e) in lru or (il, e) in inflight) else 0 for e in routed])
+        look = _Lookup([], [], [])
         for e in routed:
             key = (il, e)
             if key in lru:
-                hits_flags.append(1)
+                look.hit_flags.append(1)
                 lru.move_to_end(key)
-            elif key in self.inflight:
-                hits_flags.append(1)
-                waits.append((e, self.inflight[key][0]))
+            elif key in inflight:
+                look.hit_flags.append(1)
+                look.waits.append((e, inflight[key][0]))
             else:
-                hits_flags.append(0)
-                missing.append(e)
+                look.hit_flags.append(0)
+                look.missing.append(e)
                 if key in self._ever:
                     self.rereads += 1
             if key in self._spec_pending:
                 self._spec_pending.discard(key)
                 self.spec_useful += 1
-        nh = sum(hits_flags)
-        tok.route[il] = (list(routed), hits_flags)
-        if not self.no_cache:
-            tok.hits += nh
-            tok.misses += len(routed) - nh
-            self.hits += nh
-            self.misses += len(routed) - nh
-            self.layer_hits[il] += nh
-            self.layer_misses[il] += len(routed) - nh
-        else:
-            tok.misses += len(routed)
-        ebytes = self.layout.expert_bytes[il]
-        # make room (never evict what this layer needs or what is in flight)
-        if not self.no_cache and self.budget is not None and missing:
-            self._evict_for(len(missing) * ebytes, protect_layer=il, protect=need)
-        for e in missing:
-            for tb in self.layer_bufs[il]:
-                tb.commit(e)
-        tok.mgmt_s += time.perf_counter() - t_m0
+        return look
 
-        # demand reads
-        if missing:
-            jobs = [(tb, e) for e in missing for tb in self.layer_bufs[il]]
-            t0 = time.perf_counter()
-            busy = self._run_jobs(jobs)
-            blocked = time.perf_counter() - t0
-            nbytes = len(missing) * ebytes
-            tok.read_bytes += nbytes
-            self.read_bytes += nbytes
-            if self.overlap:
-                tok.io_s += busy
-                tok.stall_s += blocked
-            else:
-                tok.io_s += blocked
-        # in-flight speculative reads this layer needs now
+    def _count(self, il: int, routed: list[int], hit_flags: list[int]) -> None:
+        tok = self.tok
+        tok.route[il] = (list(routed), hit_flags)
+        if self.no_cache:
+            tok.misses += len(routed)
+            return
+        nh = sum(hit_flags)
+        nm = len(routed) - nh
+        tok.hits += nh
+        tok.misses += nm
+        self.hits += nh
+        self.misses += nm
+        self.layer_hits[il] += nh
+        self.layer_misses[il] += nm
+
+    def _make_room(self, il: int, missing: list[int], need: set[int]) -> None:
+        """Evict for the missing experts (never what this layer needs or what is in flight)."""
+        if missing and not self.no_cache and self.budget is not None:
+            self._evict_for(len(missing) * self.layout.expert_bytes[il], protect_layer=il, protect=need)
+
+    def _read_missing(self, il: int, missing: list[int]) -> None:
+        if not missing:
+            return
+        tok = self.tok
+        t0 = time.perf_counter()
+        busy = self._run_jobs([(tb, e) for e in missing for tb in self.layer_bufs[il]])
+        blocked = time.perf_counter() - t0
+        nbytes = len(missing) * self.layout.expert_bytes[il]
+        tok.read_bytes += nbytes
+        self.read_bytes += nbytes
+        if self.overlap:
+            tok.io_s += busy
+            tok.stall_s += blocked
+        else:
+            tok.io_s += blocked
+
+    def _await_inflight(self, il: int, waits: list[tuple[int, Future]]) -> None:
+        """Wait for the speculative reads this layer needs now; a failed one is read again here."""
+        tok = self.tok
+        ebytes = self.layout.expert_bytes[il]
         for e, fut in waits:
             t0 = time.perf_counter()
             try:
                 fut.result()
             except ExpertIOError:
-                # retry on the demand path
                 self._drop_inflight((il, e))
-                jobs = [(tb, e) for tb in self.layer_bufs[il]]
-                busy = self._run_jobs(jobs)
-                tok.io_s += busy
+                tok.io_s += self._run_jobs([(tb, e) for tb in self.layer_bufs[il]])
                 tok.read_bytes += ebytes
                 self.read_bytes += ebytes
             tok.stall_s += time.perf_counter() - t0
-        t_m1 = time.perf_counter()
+
+    def _mark_resident(self, il: int, look: _Lookup) -> None:
         self._integrate_done()
-        for e, _ in waits:
+        for e, _ in look.waits:
             self._integrate((il, e))
         if self.no_cache:
-            self.prev_layer_set = (il, set(missing))
-        else:
-            for e in missing:
-                key = (il, e)
-                self.lru[key] = ebytes
-                self.resident_bytes += ebytes
-                self._ever.add(key)
-        tok.mgmt_s += time.perf_counter() - t_m1
-        # speculative reads for the next layers, from the previous token's routing
-        if self.prefetch and not self.no_cache:
-            self._prefetch_after(il, need)
+            if not self.store.windows:
+                self.prev_layer_set = (il, set(look.missing))
+            return
+        ebytes = self.layout.expert_bytes[il]
+        for e in look.missing:
+            key = (il, e)
+            self.lru[key] = ebytes
+            self.resident_bytes += ebytes
+            self._ever.add(key)
+            self._flags[il * self._n_expert + e] = 1
 
     def end_decode(self) -> None:
-        """After a decode: in no-cache mode release the last layer's experts; remember the routing."""
+        """After a decode: with no cache release the last layer's experts; remember the routing."""
         t0 = time.perf_counter()
-        if self.no_cache and self.prev_layer_set is not None:
-            pil, pset = self.prev_layer_set
-            for e in pset:
-                for tb in self.layer_bufs[pil]:
-                    tb.release(e)
-            self.prev_layer_set = None
+        self._replay_native()
+        self._release_previous_layer()
         self.last_route = {il: set(r[0]) for il, r in self.tok.route.items()}
         self.tok.mgmt_s += time.perf_counter() - t0
 
-    # -- helpers ------------------------------------------------------------------------------
-    def _run_jobs(self, jobs: list[tuple[TensorBuffer, int]]) -> float:
-        """Read every (buffer, expert) slice; runs of adjacent experts of one tensor are read as
-        one range. Returns the summed per-lane busy seconds."""
-        runs: list[tuple[TensorBuffer, int, int]] = []
-        for tb, e in sorted(jobs, key=lambda j: (j[0].info.file_offset, j[1])):
-            if runs and runs[-1][0] is tb and runs[-1][2] == e - 1:
-                runs[-1] = (tb, runs[-1][1], e)
+    # -- reads ----------------------------------------------------------------------------------
+    def _runs(self, jobs: list[tuple[TensorBuffer, int]]) -> list[Run]:
+        """The reads for (buffer, expert) slices: adjacent experts of one tensor are one range."""
+        spans: list[tuple[TensorBuffer, int, int]] = []
+        for tb, e in sorted(jobs, key=lambda j: (j[0].info.shard, j[0].info.file_offset, j[1])):
+            if spans and spans[-1][0] is tb and spans[-1][2] == e - 1:
+                spans[-1] = (tb, spans[-1][1], e)
             else:
-                runs.append((tb, e, e))
+                spans.append((tb, e, e))
+        out = []
+        for tb, e0, e1 in spans:
+            a, b = tb.slice_range(e0)[0], tb.slice_range(e1)[1]
+            out.append(Run(tb.info.shard, tb.info.file_offset + a, b - a, tb.addr + a, tb.view[a:b]))
+        return out
 
-        def one(run):
-            tb, e0, e1 = run
-            a = tb.slice_range(e0)[0]
-            b = tb.slice_range(e1)[1]
-            return self.reader.read_into(tb.view[a:b], tb.info.file_offset + a, tb.addr + a)
+    def _run_jobs(self, jobs: list[tuple[TensorBuffer, int]]) -> float:
+        """Read every (buffer, expert) slice on the reader's lanes, largest first. Returns the
+        summed per-lane busy seconds; counts the page-aligned bytes in ``tok.xfer_bytes``."""
+        runs = self._runs(jobs)
+        runs.sort(key=lambda r: r.length, reverse=True)
+        self.tok.xfer_bytes += sum(r.xfer for r in runs)
+        self.tok.reads += len(runs)
+        return self.reader.read_runs(runs)
 
-        lanes = self.reader.io_threads
-        if self.reader.pool is None or len(runs) == 1 or lanes == 1:
-            return sum(one(r) for r in runs)
-        # the lanes (the calling thread is lane 0) pull runs, largest first, from one shared
-        # iterator: a slow read does not hold up the others' remaining work
-        queue_ = iter(sorted(runs, key=lambda r: r[0].info.expert_stride * (r[2] - r[1] + 1), reverse=True))
-        n_lanes = min(lanes, len(runs))
-
-        def lane(_i):
-            busy = 0.0
-            for r in queue_:  # next() on a shared iterator is atomic under the GIL
-                busy += one(r)
-            return busy
-
-        groups = list(range(n_lanes))
-        futs = [self.reader.pool.submit(lane, g) for g in groups[1:]]
-        busy = 0.0
-        err: BaseException | None = None
-        try:
-            busy += lane(groups[0])
-        except BaseException as e:  # noqa: BLE001 - re-raised below after all lanes finish
-            err = e
-        for f in futs:
-            try:
-                busy += f.result()
-            except BaseException as e:  # noqa: BLE001
-                err = err or e
-        if err:
-            raise err
-        return busy
-
+    # -- eviction -------------------------------------------------------------------------------
     def _evict_for(self, nbytes: int, protect_layer: int, protect: set[int]) -> None:
+        """Evict least recently used experts until ``nbytes`` more fit the budget (never one of
+        ``protect`` in ``protect_layer``)."""
         assert self.budget is not None
         limit = self.budget
-        if self.resident_bytes + self.inflight_bytes + nbytes <= limit:
-            return
-        for key in list(self.lru.keys()):
-            if self.resident_bytes + self.inflight_bytes + nbytes <= limit:
-                break
-            il, e = key
-            if il == protect_layer and e in protect:
-                continue
+        lru = self.lru
+        while self.resident_bytes + self.inflight_bytes + nbytes > limit and lru:
+            for key in lru:  # the least recently used unprotected expert (the protected ones are recent)
+                if not (key[0] == protect_layer and key[1] in protect):
+                    break
+            else:
+                return
             self._evict(key)
 
     def _evict(self, key: tuple[int, int]) -> None:
         il, e = key
         b = self.lru.pop(key)
+        self._flags[il * self._n_expert + e] = 0
         self.resident_bytes -= b
         self.evictions += 1
         self._spec_pending.discard(key)
-        for tb in self.layer_bufs[il]:
-            tb.release(e)
+        self.store.release_experts(il, (e,), self._holds)
         if self.on_evict is not None:
             self.on_evict(il, e)
 
-    def _drop_inflight(self, key) -> None:
-        fut, b = self.inflight.pop(key)
+    # -- speculative reads ----------------------------------------------------------------------
+    def _drop_inflight(self, key: tuple[int, int]) -> None:
+        _fut, b = self.inflight.pop(key)
         self.inflight_bytes -= b
 
-    def _integrate(self, key) -> None:
+    def _integrate(self, key: tuple[int, int]) -> None:
         if key not in self.inflight:
             return
         fut, b = self.inflight.pop(key)
         self.inflight_bytes -= b
         if fut.exception() is not None:
             il, e = key
-            for tb in self.layer_bufs[il]:
-                tb.release(e)
+            self.store.release_experts(il, (e,), self._holds)
             self._spec_pending.discard(key)
             return
         self.lru[key] = b
         self.resident_bytes += b
         self._ever.add(key)
+        self._flags[key[0] * self._n_expert + key[1]] = 1
 
     def _integrate_done(self) -> None:
         for key in [k for k, (f, _) in self.inflight.items() if f.done()]:
@@ -573,10 +450,9 @@ class ExpertCache:
 
     def _prefetch_after(self, il: int, need: set[int]) -> None:
         t0 = time.perf_counter()
-        pool = self.reader.pool
-        n_layer = self.layout.n_layer
+        pool = self.reader.spec_pool()
         tok = self.tok
-        for l2 in range(il + 1, min(n_layer, il + 1 + self.prefetch)):
+        for l2 in range(il + 1, min(self.layout.n_layer, il + 1 + self.prefetch)):
             cand = self.last_route.get(l2)
             if not cand or not self.layer_bufs[l2]:
                 continue
@@ -589,8 +465,6 @@ class ExpertCache:
                     self._evict_for(eb, protect_layer=il, protect=need)
                     if self.resident_bytes + self.inflight_bytes + eb > self.budget:
                         break
-                for tb in self.layer_bufs[l2]:
-                    tb.commit(e)
                 fut = pool.submit(self._spec_read, l2, e)
                 self.inflight[key] = (fut, eb)
                 self.inflight_bytes += eb
@@ -598,31 +472,24 @@ class ExpertCache:
                 self.spec_experts += 1
                 self.spec_bytes += eb
                 tok.spec_bytes += eb
+                tok.xfer_bytes += sum(r.xfer for r in self._runs([(tb, e) for tb in self.layer_bufs[l2]]))
                 tok.read_bytes += eb
                 self.read_bytes += eb
         tok.mgmt_s += time.perf_counter() - t0
 
     def _spec_read(self, il: int, e: int) -> float:
-        busy = 0.0
-        for tb in self.layer_bufs[il]:
-            a, b = tb.slice_range(e)
-            busy += self.reader.read_into(tb.view[a:b], tb.info.file_offset + a, tb.addr + a)
+        busy = self.reader.read_runs(self._runs([(tb, e) for tb in self.layer_bufs[il]]))
         # io_s under overlap is lane-busy time; credited to the token being decoded when it ends
-        self._spec_busy_add(busy)
-        return busy
-
-    _spec_lock = threading.Lock()
-    _spec_busy = 0.0
-
-    def _spec_busy_add(self, s: float) -> None:
         with self._spec_lock:
-            self._spec_busy += s
+            self._spec_busy += busy
+        return busy
 
     def take_spec_busy(self) -> float:
         with self._spec_lock:
             s, self._spec_busy = self._spec_busy, 0.0
         return s
 
+    # -- outside routing ------------------------------------------------------------------------
     def admit(self, il: int, e: int, evict: bool = False) -> int:
         """Read expert ``e`` of layer ``il`` into the cache outside any routing (profile fill,
         warm-up). Counts no hit/miss; returns the bytes read (0 if already resident, if the layer
@@ -636,16 +503,15 @@ class ExpertCache:
                 self._evict_for(eb, protect_layer=-1, protect=set())
             if self.resident_bytes + self.inflight_bytes + eb > self.budget:
                 return 0
-        for tb in self.layer_bufs[il]:
-            tb.commit(e)
         self._run_jobs([(tb, e) for tb in self.layer_bufs[il]])
         self.lru[key] = eb
         self.resident_bytes += eb
         self.read_bytes += eb
         self._ever.add(key)
+        self._flags[il * self._n_expert + e] = 1
         return eb
 
-    def preload(self, pairs=None) -> int:
+    def preload(self, pairs: list[tuple[int, int]] | None = None) -> int:
         """Admit (layer, expert) pairs in order until the budget is full (default: every expert,
         layer by layer). Returns bytes read."""
         if pairs is None:
@@ -657,6 +523,13 @@ class ExpertCache:
             total += self.admit(il, e)
         return total
 
+    def clear(self) -> None:
+        """Evict every expert (a cold cache, as after load; the counters since load stay)."""
+        self.drain()
+        for key in list(self.lru):
+            self._evict(key)
+        self.prev_layer_set = None
+
     def drain(self) -> None:
         """Wait for every speculative read and integrate it (between generations)."""
         for key, (fut, _) in list(self.inflight.items()):
@@ -665,8 +538,3 @@ class ExpertCache:
             except BaseException:  # noqa: BLE001 - a failed speculative read is just dropped
                 pass
             self._integrate(key)
-
-    def release_all(self) -> None:
-        self.drain()
-        for key in list(self.lru.keys()):
-            self._evict(key)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import pathlib
+from typing import Any
 
 GGML_MAX_DIMS = 4
 GGML_MAX_SRC = 10
@@ -69,13 +70,13 @@ class GGMLLib:
     """The ggml-base shared library that llama-cpp-python loaded, with typed getters."""
 
     def __init__(self) -> None:
-        import llama_cpp  # noqa: F401  (loads libllama and its ggml dependencies)
+        from .llama_lib import L  # loads libllama and its ggml dependencies
 
-        libdir = pathlib.Path(llama_cpp.__file__).parent / "lib"
+        libdir = pathlib.Path(L.__file__).parent / "lib"
         cands = sorted(libdir.glob("libggml-base.so*")) or sorted(libdir.glob("libggml-base*"))
         if not cands:
             raise LayoutError(f"libggml-base not found next to llama_cpp in {libdir}")
-        lib = ctypes.CDLL(str(cands[0]))
+        lib: Any = ctypes.CDLL(str(cands[0]))
         self.lib = lib
         vp, sz = ctypes.c_void_p, ctypes.c_size_t
         for name, args, res in [
@@ -93,30 +94,30 @@ class GGMLLib:
             fn = getattr(lib, name)
             fn.argtypes = args
             fn.restype = res
-            setattr(self, name, fn)
 
     def type_name(self, t: int) -> str:
-        return (self.ggml_type_name(t) or b"?").decode()
+        return (self.lib.ggml_type_name(t) or b"?").decode()
 
     def buffer_info(self, buf: int) -> tuple[str, int, int, bool]:
         """(name, base address, size in bytes, is_host) of a ``ggml_backend_buffer``."""
         if not buf:
             return ("<none>", 0, 0, False)
-        name = (self.ggml_backend_buffer_name(buf) or b"").decode(errors="replace")
+        name = (self.lib.ggml_backend_buffer_name(buf) or b"").decode(errors="replace")
         return (
             name,
-            int(self.ggml_backend_buffer_get_base(buf) or 0),
-            int(self.ggml_backend_buffer_get_size(buf)),
-            bool(self.ggml_backend_buffer_is_host(buf)),
+            int(self.lib.ggml_backend_buffer_get_base(buf) or 0),
+            int(self.lib.ggml_backend_buffer_get_size(buf)),
+            bool(self.lib.ggml_backend_buffer_is_host(buf)),
         )
 
 
-def check_layout(lib: GGMLLib, addrs: list[int], cls: type = GGMLTensor) -> None:
+def check_layout(ggml: GGMLLib, addrs: list[int], cls: Any = GGMLTensor) -> None:
     """Compare the ctypes layout ``cls`` with the library's getters on real tensors.
 
     ``addrs``: addresses of live ``ggml_tensor`` objects (at least one).
     Raises :class:`LayoutError` naming the first field that disagrees.
     """
+    lib = ggml.lib
     overhead = int(lib.ggml_tensor_overhead())
     if overhead != GGML_OBJECT_SIZE + ctypes.sizeof(cls):
         raise LayoutError(

@@ -11,6 +11,10 @@ time, so a scrape never touches the engine while it decodes and costs the decode
 the lock. prometheus-client appends ``_total`` to counter names: families are created with the
 base name so the exposed name is exactly the reference's, and no ``_created`` series is emitted.
 
+The cache's residency gauges (:data:`RESIDENT_SERIES`: experts and bytes resident now) are a
+bmoe-run extension of the reference's set, named in its ``llamacpp:moe_cache_*`` style and, like
+it, exported only with a cache (docs/metrics.md).
+
 The HTTP front end's own series (:data:`HTTP_SERIES`: open connections, requests refused by each
 limit, requests cancelled because their client went away) are bmoe-run's; llama-server has no
 equivalent, so they live here rather than in the shared catalogue.
@@ -27,9 +31,9 @@ from prometheus_client.registry import Collector
 
 from bmoe_top.parsers.prom import SERIES
 
-from .moe_cache import CacheCounters
+from .cache_policy import CacheCounters
 
-__all__ = ["ServerCounters", "MetricsRegistry", "CONTENT_TYPE", "HTTP_SERIES", "REJECT_REASONS"]
+__all__ = ["ServerCounters", "MetricsRegistry", "CONTENT_TYPE", "HTTP_SERIES", "REJECT_REASONS", "RESIDENT_SERIES"]
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -42,6 +46,13 @@ HTTP_SERIES = (
     ("bmoe:http_rejected_total", "counter", "Requests refused by a limit, by reason: auth (401), body (413), "
      "header (431), timeout (408 or closed), connections (503), queue (503)."),
     ("bmoe:requests_cancelled_total", "counter", "Generations cancelled because their client disconnected."),
+)
+
+#: (name, help) of the cache's residency gauges (docs/metrics.md); the budget is
+#: ``llamacpp:moe_cache_slots`` / ``llamacpp:moe_cache_bytes``
+RESIDENT_SERIES = (
+    ("llamacpp:moe_cache_resident", "Experts resident in the cache now, all layers."),
+    ("llamacpp:moe_cache_resident_bytes", "Bytes of the experts resident in the cache now."),
 )
 
 
@@ -116,6 +127,10 @@ class _Collector(Collector):
                 yield fam
             else:
                 yield fam_cls(base, spec.help, value=float(scalar[spec.key]))
+        if self.reg.cache:
+            (n_res, h_res), (n_rb, h_rb) = RESIDENT_SERIES
+            yield GaugeMetricFamily(n_res, h_res, value=float(c.resident))
+            yield GaugeMetricFamily(n_rb, h_rb, value=float(c.resident_bytes))
         (n_conn, h_conn), (n_rej, h_rej), (n_can, h_can) = ((n, h) for n, _t, h in HTTP_SERIES)
         yield GaugeMetricFamily(n_conn, h_conn, value=float(s.http_connections))
         rej = CounterMetricFamily(n_rej[:-6], h_rej, labels=["reason"])

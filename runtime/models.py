@@ -1,4 +1,4 @@
-"""Models for bmoe-run: synthetic MoE GGUF files (``make-model``) and the trained demo model.
+"""The GGUF maker of bmoe-run: synthetic MoE GGUF files (``bmoe-run make-model``).
 
 A synthetic model is a deterministic qwen3moe GGUF with random weights, written in f32 with the
 ``gguf`` package and then quantized by llama.cpp's own quantizer (``llama_model_quantize``).
@@ -40,30 +40,25 @@ import sys
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 
 import numpy as np
 
 __all__ = [
     "ARCH",
-    "DEFAULT_DEMO_CACHE_MB",
     "DEFAULT_QTYPE",
     "EOS_ID",
     "N_VOCAB",
     "PRESETS",
     "QTYPES",
-    "TRAINED_DEMO_FILE",
     "ModelShape",
     "byte_vocab",
-    "default_model_path",
     "expert_bank_bytes",
     "make_model",
     "models_main",
     "quantize_gguf",
-    "synthetic_demo_path",
+    "split_gguf",
     "tensor_layout",
-    "trained_demo_path",
     "write_f32_gguf",
 ]
 
@@ -73,12 +68,6 @@ EOS_ID = 256  # <|endoftext|>
 N_VOCAB = 257
 #: Bumped whenever the synthetic generator changes, so cached demo files are regenerated.
 GENERATOR_VERSION = 1
-#: File name of the trained demo model committed in ``bmoe_top/data`` (issue #6).
-TRAINED_DEMO_FILE = "demo-moe-pystdlib.q8_0.gguf"
-#: Recommended ``--cache-mb`` for the demo model (MiB): 26% of its 19.1 MiB expert bank; a 256-token
-#: run hits 77%, reads 0.27 MiB and re-reads 2.5 evicted experts per token while the cache keeps
-#: warming (docs/demo-model.md "Default demo budget").
-DEFAULT_DEMO_CACHE_MB = 5.0
 DEFAULT_QTYPE = "q8_0"
 
 # name -> llama_ftype value (llama.h enum llama_ftype). None means "no quantization".
@@ -299,7 +288,7 @@ def quantize_gguf(src: str | os.PathLike[str], dst: str | os.PathLike[str], qtyp
     if ftype is None:
         raise ValueError(f"cannot quantize to {qtype!r}; choose one of "
                          f"{', '.join(k for k, v in QTYPES.items() if v is not None)}")
-    import llama_cpp
+    from .llama_lib import L as llama_cpp
 
     params = llama_cpp.llama_model_quantize_default_params()
     params.ftype = ftype
@@ -349,44 +338,13 @@ def make_model(out_path: str | os.PathLike[str], preset: str = "demo", qtype: st
 
 
 def expert_bank_bytes(path: str | os.PathLike[str]) -> int:
-    """Bytes of all routed-expert tensors (``ffn_{gate,up,down}_exps``) in the GGUF at ``path``."""
+    """Bytes of all routed-expert tensors (``ffn_{gate,up,down,gate_up}_exps``) in the GGUF at ``path``."""
     import gguf
 
     reader = gguf.GGUFReader(str(path))
     return sum(int(t.n_bytes) for t in reader.tensors
-               if t.name.endswith(("ffn_gate_exps.weight", "ffn_up_exps.weight", "ffn_down_exps.weight")))
-
-
-def trained_demo_path() -> Path | None:
-    """Path of the trained demo GGUF shipped in ``bmoe_top/data`` (issue #6), or None if absent."""
-    try:
-        p = Path(str(resources.files("bmoe_top") / "data" / TRAINED_DEMO_FILE))
-    except (ModuleNotFoundError, TypeError):
-        return None
-    return p if p.is_file() else None
-
-
-def synthetic_demo_path(qtype: str = DEFAULT_QTYPE, *, create: bool = True) -> Path:
-    """The random-weight ``demo`` preset in the user cache dir (platformdirs), made on first use."""
-    import platformdirs
-
-    cache = platformdirs.user_cache_path("bmoe-top") / "models"
-    path = cache / f"demo-v{GENERATOR_VERSION}-seed0-{qtype}.gguf"
-    if create and not path.is_file():
-        make_model(path, preset="demo", qtype=qtype, seed=0)
-    return path
-
-
-def default_model_path() -> Path:
-    """The model ``bmoe-run`` uses when no ``-m`` is given.
-
-    The trained demo model committed in the package (``bmoe_top/data``) when present, otherwise
-    the synthetic ``demo`` preset in the user cache dir, created on first use (atomic write).
-    """
-    trained = trained_demo_path()
-    if trained is not None:
-        return trained
-    return synthetic_demo_path()
+               if t.name.endswith(("ffn_gate_exps.weight", "ffn_up_exps.weight", "ffn_down_exps.weight",
+                                   "ffn_gate_up_exps.weight")))
 
 
 def llama_greedy(path: str | os.PathLike[str], prompt: Sequence[int], n_predict: int, *,
@@ -402,7 +360,7 @@ def llama_greedy(path: str | os.PathLike[str], prompt: Sequence[int], n_predict:
     (for comparisons against an f32 reference). Raises RuntimeError when the model cannot be loaded or a decode fails,
     ValueError when prompt + n_predict exceeds ``n_ctx``.
     """
-    import llama_cpp as L
+    from .llama_lib import L
 
     if len(prompt) + n_predict > n_ctx:
         raise ValueError(f"prompt ({len(prompt)}) + n_predict ({n_predict}) > n_ctx ({n_ctx})")
@@ -447,8 +405,38 @@ def llama_greedy(path: str | os.PathLike[str], prompt: Sequence[int], n_predict:
         L.llama_model_free(model)
 
 
+def split_gguf(src: str | os.PathLike[str], out: str | os.PathLike[str], max_tensors: int,
+               small_first_shard: bool = False) -> list[Path]:
+    """Write GGUF ``src`` again as a split model, llama.cpp's layout: ``<out stem>-0000i-of-0000N.gguf``
+    shards of at most ``max_tensors`` tensors, with the metadata (and ``split.*`` keys) in the first;
+    ``small_first_shard``: the first shard holds metadata only. Tensor bytes are copied unchanged.
+    Returns the shard paths, first first. Raises ValueError for ``max_tensors`` < 1."""
+    import gguf
+
+    if max_tensors < 1:
+        raise ValueError("max_tensors must be >= 1")
+    reader = gguf.GGUFReader(str(src))
+    arch = reader.fields["general.architecture"].contents()
+    out = Path(out)
+    w = gguf.GGUFWriter(out, arch, split_max_tensors=max_tensors, small_first_shard=small_first_shard)
+    for name, f in reader.fields.items():
+        if name.startswith(("GGUF.", "split.")) or name == "general.architecture":
+            continue
+        vtype = f.types[0]
+        sub = f.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
+        w.add_key_value(name, f.contents(), vtype, sub)
+    for t in reader.tensors:
+        w.add_tensor(t.name, np.asarray(t.data), raw_shape=np.asarray(t.data).shape, raw_dtype=t.tensor_type)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    n = len(w.tensors)
+    return [out.with_name(f"{out.stem}-{i:05d}-of-{n:05d}.gguf") for i in range(1, n + 1)] if n > 1 else [out]
+
+
 def models_main(argv: Sequence[str] | None = None) -> int:
-    """``bmoe-run make-model [--preset demo|bench|tiny] [--qtype Q] [--seed N] OUT.gguf``.
+    """``bmoe-run make-model [--preset demo|bench|tiny | --arch NAME [--fused]] [--qtype Q] [--seed N] OUT.gguf``.
 
     Writes the model, prints one summary line on stdout and returns 0; on bad input prints one
     ``bmoe-run make-model: error: ...`` line on stderr and returns 2 (argparse usage errors) or 1.
@@ -457,12 +445,34 @@ def models_main(argv: Sequence[str] | None = None) -> int:
                                  description="Write a deterministic random-weight MoE GGUF (qwen3moe, byte tokenizer).")
     ap.add_argument("out", metavar="OUT.gguf", help="output file (replaced atomically)")
     ap.add_argument("--preset", choices=sorted(PRESETS), default="demo")
+    ap.add_argument("--arch", default=None, metavar="NAME",
+                    help="a synthetic model of this llama.cpp MoE architecture instead of a preset "
+                    "(runtime/arch_specs.json; docs/runtime.md 'Architectures')")
+    ap.add_argument("--fused", action="store_true", help="with --arch: fused ffn_gate_up_exps where the arch has it")
     ap.add_argument("--qtype", choices=list(QTYPES), default=DEFAULT_QTYPE)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--split", type=int, default=0, metavar="N",
+                    help="also write OUT as a split model of at most N tensors per shard (OUT-0000i-of-0000M.gguf)")
+    ap.add_argument("--small-first-shard", action="store_true",
+                    help="with --split: the first shard holds metadata only")
     ap.add_argument("--verbose", action="store_true", help="show llama.cpp's quantizer log on stderr")
     args = ap.parse_args(list(argv) if argv is not None else None)
+    if args.arch:
+        from .arch_models import make_arch_model
+
+        try:
+            out = make_arch_model(args.out, args.arch, seed=args.seed, fused=args.fused)
+        except (OSError, ValueError) as exc:
+            print(f"bmoe-run make-model: error: {exc}", file=sys.stderr)
+            return 1
+        print(f"wrote {out} arch={args.arch} seed={args.seed} size_mib={out.stat().st_size / 2**20:.2f} "
+              f"expert_bank_mib={expert_bank_bytes(out) / 2**20:.2f}", flush=True)
+        return 0
     try:
         out = make_model(args.out, preset=args.preset, qtype=args.qtype, seed=args.seed, quiet=not args.verbose)
+        if args.split:
+            shards = split_gguf(out, out, args.split, small_first_shard=args.small_first_shard)
+            print(f"wrote {len(shards)} shards: {shards[0]} ...", flush=True)
     except (OSError, ValueError, RuntimeError) as exc:
         print(f"bmoe-run make-model: error: {exc}", file=sys.stderr)
         return 1

@@ -9,7 +9,7 @@ Modes:
   (the node is a view of an argsort: rows are ``nb[1]`` apart) and call ``on_route(il, ids)``
   with ``ids`` an int32 array of shape (n_tokens, n_expert_used).
 
-Traps handled (issue #3 step 6): an exception in a ctypes callback would be swallowed and the
+Traps: an exception in a ctypes callback would be swallowed and the
 callback would return 0, so the whole body is wrapped; on error the hook records it and asks the
 engine to abort the decode (through llama's abort callback); the materialized call always returns
 true (false would skip the rest of the split).
@@ -18,14 +18,14 @@ true (false would skip the rest of the split).
 from __future__ import annotations
 
 import ctypes
-import os
 from collections.abc import Callable
-from pathlib import Path
+from typing import Any
 
-import llama_cpp as L
 import numpy as np
 
-from .ggml_struct import NAME_OFFSET, GGMLTensor, tensor_at, tensor_name
+from . import native
+from .ggml_struct import GGMLTensor, tensor_at, tensor_name
+from .llama_lib import L
 
 TOPK_PREFIX = b"ffn_moe_topk-"
 WEIGHTS_PREFIXES = (b"ffn_moe_weights-", b"ffn_moe_weights_norm-", b"ffn_moe_weights_scaled-")
@@ -41,7 +41,7 @@ def read_ids(t: GGMLTensor) -> np.ndarray:
         return np.array((ctypes.c_int32 * k).from_address(int(t.data))[:], dtype=np.int32).reshape(1, k)
     span = (n - 1) * nb1 + k * nb0
     buf = (ctypes.c_char * span).from_address(int(t.data))
-    base = np.frombuffer(buf, dtype=np.int32)
+    base = np.frombuffer(memoryview(buf), dtype=np.int32)
     arr = np.lib.stride_tricks.as_strided(base, shape=(n, k), strides=(nb1, nb0))
     return np.array(arr, dtype=np.int32, copy=True)
 
@@ -54,101 +54,12 @@ def read_weights(t: GGMLTensor) -> np.ndarray:
         k, n, sk, sn = int(t.ne[0]), int(t.ne[1]), int(t.nb[0]), int(t.nb[1])
     span = (n - 1) * sn + (k - 1) * sk + 4
     buf = (ctypes.c_char * span).from_address(int(t.data))
-    base = np.frombuffer(buf, dtype=np.float32)
+    base = np.frombuffer(memoryview(buf), dtype=np.float32)
     arr = np.lib.stride_tricks.as_strided(base, shape=(n, k), strides=(sn, sk))
     return np.array(arr, dtype=np.float32, copy=True)
 
 
-# -- native ask path ----------------------------------------------------------------------------
-# The scheduler asks the callback about EVERY graph node (hundreds per token). Through ctypes each
-# ask costs a few microseconds of Python, which on a small model is a large share of a token.
-# This tiny C function answers the asks natively (name prefix test) and calls the Python callback
-# only for materialized nodes (one per MoE layer). It is compiled once with the system C compiler
-# (the one that built llama-cpp-python) into the user cache dir; without a compiler, or with
-# BMOE_NATIVE_HOOK=0, the pure-Python callback is used (same results, slower).
-_NATIVE_SRC = r"""
-#include <stdbool.h>
-#include <stddef.h>
-#include <string.h>
-typedef bool (*bmoe_py_cb)(void *t, bool ask, void *ud);
-struct bmoe_hook { bmoe_py_cb py; void *py_ud; size_t name_offset; int mode; int want_weights; };
-static int digits(const char *s) { if (!*s) return 0; for (; *s; ++s) if (*s < '0' || *s > '9') return 0; return 1; }
-bool bmoe_eval_cb(void *t, bool ask, void *ud) {
-    struct bmoe_hook *h = (struct bmoe_hook *) ud;
-    if (h->mode == 1) return h->py(t, ask, h->py_ud);
-    if (h->mode != 2) return ask ? false : true;
-    if (!ask) return h->py(t, ask, h->py_ud);
-    const char *name = (const char *) t + h->name_offset;
-    if (strncmp(name, "ffn_moe_", 8) != 0) return false;
-    if (strncmp(name + 8, "topk-", 5) == 0) return digits(name + 13);
-    if (h->want_weights && strncmp(name + 8, "weights", 7) == 0) {
-        const char *dash = strrchr(name, '-');
-        if (!dash) return false;
-        size_t plen = (size_t) (dash - name);
-        if (plen == 15 || (plen == 20 && strncmp(name + 15, "_norm", 5) == 0) ||
-            (plen == 22 && strncmp(name + 15, "_scaled", 7) == 0)) return digits(dash + 1);
-    }
-    return false;
-}
-"""
-
 MODE_IDLE, MODE_CAPTURE, MODE_ROUTE = 0, 1, 2
-
-
-class _HookStruct(ctypes.Structure):
-    _fields_ = [("py", ctypes.c_void_p), ("py_ud", ctypes.c_void_p), ("name_offset", ctypes.c_size_t),
-                ("mode", ctypes.c_int), ("want_weights", ctypes.c_int)]
-
-
-_native_lib = None
-_native_tried = False
-native_error: str | None = None
-
-
-def native_hook_lib():
-    """The compiled shim (ctypes CDLL) or None (no compiler, disabled, or build failed)."""
-    global _native_lib, _native_tried, native_error
-    if _native_tried:
-        return _native_lib
-    _native_tried = True
-    if os.environ.get("BMOE_NATIVE_HOOK", "1") == "0":
-        native_error = "disabled by BMOE_NATIVE_HOOK=0"
-        return None
-    try:
-        import hashlib
-        import platform
-        import shutil
-        import subprocess
-        import tempfile
-
-        import platformdirs
-
-        tag = hashlib.sha256((_NATIVE_SRC + platform.machine()).encode()).hexdigest()[:16]
-        d = Path(platformdirs.user_cache_dir("bmoe-top")) / "native"
-        so = d / f"bmoe_evalhook-{tag}.so"
-        if not so.exists():
-            cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
-            if not cc:
-                native_error = "no C compiler found"
-                return None
-            d.mkdir(parents=True, exist_ok=True)
-            with tempfile.TemporaryDirectory(dir=d) as td:
-                src = Path(td) / "hook.c"
-                src.write_text(_NATIVE_SRC)
-                out = Path(td) / "hook.so"
-                r = subprocess.run([cc, "-O2", "-shared", "-fPIC", "-o", str(out), str(src)],
-                                   capture_output=True, text=True, timeout=60)
-                if r.returncode != 0:
-                    native_error = f"compiler failed: {r.stderr.strip()[:200]}"
-                    return None
-                os.replace(out, so)
-        lib = ctypes.CDLL(str(so))
-        lib.bmoe_eval_cb.restype = ctypes.c_bool
-        _native_lib = lib
-    except Exception as e:  # noqa: BLE001 - any failure means: use the Python path
-        native_error = f"{type(e).__name__}: {e}"
-        _native_lib = None
-    return _native_lib
 
 
 class RouterHook:
@@ -158,22 +69,28 @@ class RouterHook:
     with its state struct when available, else the Python callback). ``native``: which one.
     """
 
-    def __init__(self, native: bool | None = None) -> None:
+    def __init__(self, native_shim: bool | None = None) -> None:
         self._mode = "idle"
         self._want_weights = False
         self.captured: dict[str, int] = {}
         self.topk_seen: set[int] = set()
+        #: capture mode: nodes seen, each layer's routing node and last node reading its experts
+        self.n_nodes = 0
+        self.topk_node: dict[int, int] = {}
+        self.last_expert_use: dict[int, int] = {}
         self.on_route: Callable[[int, np.ndarray], None] | None = None
         self.on_weights: Callable[[int, np.ndarray], None] | None = None
         self.on_error: Callable[[BaseException], None] | None = None
         self.error: BaseException | None = None
         self.cb = L.ggml_backend_sched_eval_callback(self._cb)
-        lib = native_hook_lib() if native is not False else None
+        lib: Any = native.library() if native_shim is not False else None
         self.native = lib is not None
+        self.cb_eval_user_data: int | None
         if self.native:
-            self._struct = _HookStruct(ctypes.cast(self.cb, ctypes.c_void_p).value, None, NAME_OFFSET, MODE_IDLE, 0)
-            self.cb_eval = L.ggml_backend_sched_eval_callback(ctypes.cast(lib.bmoe_eval_cb, ctypes.c_void_p).value)
-            self.cb_eval_user_data = ctypes.addressof(self._struct)
+            self.state = native.HookState.for_tensors(int(ctypes.cast(self.cb, ctypes.c_void_p).value or 0))
+            shim = int(ctypes.cast(lib.bmoe_eval_cb, ctypes.c_void_p).value or 0)
+            self.cb_eval = L.ggml_backend_sched_eval_callback(shim)
+            self.cb_eval_user_data = ctypes.addressof(self.state)
         else:
             self.cb_eval = self.cb
             self.cb_eval_user_data = None
@@ -186,7 +103,7 @@ class RouterHook:
     def mode(self, m: str) -> None:
         self._mode = m
         if self.native:
-            self._struct.mode = {"idle": MODE_IDLE, "capture": MODE_CAPTURE, "route": MODE_ROUTE}[m]
+            self.state.mode = {"idle": MODE_IDLE, "capture": MODE_CAPTURE, "route": MODE_ROUTE}[m]
 
     @property
     def want_weights(self) -> bool:
@@ -196,7 +113,33 @@ class RouterHook:
     def want_weights(self, w: bool) -> None:
         self._want_weights = bool(w)
         if self.native:
-            self._struct.want_weights = int(bool(w))
+            self.state.want_weights = int(bool(w))
+
+    def _capture_node(self, t: int) -> None:
+        """Capture mode, one graph node (in evaluation order): the expert tensors it reads (and
+        the last node reading each layer's experts), the routing node it is."""
+        self.n_nodes += 1
+        tt = tensor_at(t)
+        for s in tt.src:
+            if s:
+                sn = tensor_name(s)
+                if sn.endswith(EXPS_MARK) and sn.startswith(b"blk."):
+                    self.captured[sn.decode()] = int(s)
+                    self.last_expert_use[int(sn.split(b".", 2)[1])] = self.n_nodes
+        name = tensor_name(t)
+        if name.startswith(TOPK_PREFIX) and name[len(TOPK_PREFIX):].isdigit():
+            il = int(name[len(TOPK_PREFIX):])
+            self.topk_seen.add(il)
+            self.topk_node.setdefault(il, self.n_nodes)
+
+    def layers_in_sequence(self) -> bool:
+        """True when, in the captured graph, every MoE layer's experts are last used before the
+        next MoE layer routes (so one buffer can serve every layer in turn)."""
+        order = sorted(self.topk_node, key=self.topk_node.__getitem__)
+        for a, b in zip(order, order[1:]):
+            if self.last_expert_use.get(a, 0) >= self.topk_node[b]:
+                return False
+        return bool(order) and all(il in self.last_expert_use for il in order)
 
     def _cb(self, t, ask, _ud):  # noqa: C901 - one hot path, kept flat
         try:
@@ -213,15 +156,7 @@ class RouterHook:
                         and name.rsplit(b"-", 1)[1].isdigit()
                     )
                 if self._mode == "capture":
-                    tt = tensor_at(t)
-                    for s in tt.src:
-                        if s:
-                            sn = tensor_name(s)
-                            if sn.endswith(EXPS_MARK) and sn.startswith(b"blk."):
-                                self.captured[sn.decode()] = int(s)
-                    name = tensor_name(t)
-                    if name.startswith(TOPK_PREFIX) and name[len(TOPK_PREFIX):].isdigit():
-                        self.topk_seen.add(int(name[len(TOPK_PREFIX):]))
+                    self._capture_node(t)
                 return False
             # materialized node (route mode only)
             if self.error is not None:

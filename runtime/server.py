@@ -181,10 +181,8 @@ class Server:
     def load(self) -> None:
         """Load the engine, fill the cache from the profile, write the ``load`` record.
         Raises EngineError/ModelError (one line) on failure."""
-        from bmoe_top.parsers.strp import StrpError, check_dims, read_strp
-
+        from .cache_policy import MoeCacheExt, ProfileError, load_profile
         from .engine import Engine
-        from .moe_cache import MoeCacheExt
 
         t0 = time.perf_counter()
         eng = Engine(**self.engine_kw)
@@ -192,13 +190,9 @@ class Server:
         profile, prof_err = None, None
         if self.profile_path:
             try:
-                profile = read_strp(self.profile_path)
-                why = check_dims(profile, eng.n_layer, eng.n_expert)
-                if why:
-                    prof_err, profile = why, None
-                    self.log(f"bmoe-run serve: warning: {self.profile_path}: {why}")
-            except StrpError as exc:
-                prof_err = str(exc)
+                profile = load_profile(self.profile_path, eng.n_layer, eng.n_expert)
+            except ProfileError as exc:
+                prof_err = exc.reason
                 self.log(f"bmoe-run serve: warning: {exc}; the cache starts empty")
             if profile is not None and (eng.cache is None or eng.cache.no_cache):
                 self.log("bmoe-run serve: warning: --moe-cache-profile needs an expert cache (--cache-mb > 0): ignored")

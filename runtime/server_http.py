@@ -448,6 +448,17 @@ class HttpFront:
         finally:
             watch.cancel()
 
+    async def _finished(self, request: Request, job: Job, events: asyncio.Queue) -> tuple[Any, Any] | Response:
+        """A non-streaming job's ``(result, stream state)``, or the response that ends it instead:
+        499 when the client went away first, the error's response when the job failed."""
+        out = await self._result(request, job, events)
+        if out is None:
+            return Response(b"", status_code=499)
+        kind, val = out
+        if kind == "error":
+            return error_response(*val)
+        return val
+
     def _stream(self, job: Job, events: asyncio.Queue, frames) -> EventSourceResponse:
         """An SSE response of ``frames(kind, val)`` (an iterator of byte chunks per event) until the
         job's last event; a client that goes away abandons the job."""
@@ -501,13 +512,10 @@ class HttpFront:
                     yield _sse({"error": orjson.loads(error_body(*val))["error"]})
 
             return self._stream(job, events, frames)
-        out = await self._result(request, job, events)
-        if out is None:
-            return Response(b"", status_code=499)
-        kind, val = out
-        if kind == "error":
-            return error_response(*val)
-        res, st = val
+        out = await self._finished(request, job, events)
+        if isinstance(out, Response):
+            return out
+        res, st = out
         return Response(orjson.dumps(_legacy_final(res, st, model, st.final(res.text))), media_type=JSON)
 
     # -- OpenAI's /v1/completions and /v1/chat/completions ------------------------------------
@@ -609,13 +617,10 @@ class HttpFront:
                     yield _sse({"error": orjson.loads(error_body(*val))["error"]})
 
             return self._stream(job, events, frames)
-        out = await self._result(request, job, events)
-        if out is None:
-            return Response(b"", status_code=499)
-        kind, val = out
-        if kind == "error":
-            return error_response(*val)
-        res, st = val
+        out = await self._finished(request, job, events)
+        if isinstance(out, Response):
+            return out
+        res, st = out
         text = st.final(res.text)
         if chat:
             ch: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": text},

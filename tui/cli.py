@@ -10,7 +10,10 @@
     bmoe-top attach --session PATH --once --json [-p PROMPT]        headless: the session's state (+ one prompt)
     bmoe-top attach --metrics URL | --audit FILE [--once --json]     /metrics or an audit log, live or headless
     bmoe-top play FILE [--speed X] [--turn-by-turn]                 a recording on the live screen, paced
-    bmoe-top fleet --prometheus URL [--selector S] [--window 5m] --once --json [--instance X]
+    bmoe-top fleet --prometheus URL [--selector S] [--window 5m] [--instance X]     many runtimes through Prometheus
+    bmoe-top fleet --prometheus URL ... --once --json [--instance X]    headless: the table (and a drill-down)
+    bmoe-top compare A B [C ...] | A1,A2 vs B1,B2 | --arm NAME=FILES ...  [--json | --md | --csv]
+    bmoe-top whatif TRACE [FILES...] [--json] [--budgets LIST] [--strp OUT [--force]]
 
 ``CMD`` is any program that speaks the session protocol (docs/telemetry.md "Session mode"), e.g.
 ``bmoe-cli --session --progress``; without it, the bundled runtime (:func:`runtime_command`).
@@ -264,21 +267,31 @@ def _ascii_flag(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_fleet(args: argparse.Namespace) -> int:
-    """``bmoe-top fleet``: the instances a Prometheus scrapes (docs/fleet.md)."""
-    from bmoe_top.tui.fleet.headless import exit_code, fleet_once
-    from bmoe_top.tui.present.numbers import print_json
+    """``bmoe-top fleet``: the instances a Prometheus scrapes (docs/fleet.md), on the screen or
+    with ``--once --json`` as one document."""
     from bmoe_top.tui.sources.prometheus import parse_duration
 
-    if not (args.once and args.json):
-        return _die("fleet: only the headless form is available so far: add --once --json")
+    if args.once and not args.json:
+        return _die("fleet: --once needs --json (--once --json prints the document; without --once, the screen)")
     try:
         window = float(args.window) if args.window.replace(".", "", 1).isdigit() else parse_duration(args.window)
-        doc = fleet_once(args.prometheus, selector=args.selector, window_s=window, instance=args.instance,
-                         job=args.job, api_key=args.api_key, timeout=args.timeout, points=args.points, at=args.at)
+        if not window > 0:
+            raise ValueError(f"--window must be > 0, got {args.window!r}")
+        if args.once:
+            from bmoe_top.tui.fleet.headless import exit_code, fleet_once
+            from bmoe_top.tui.present.numbers import print_json
+
+            doc = fleet_once(args.prometheus, selector=args.selector, window_s=window, instance=args.instance,
+                             job=args.job, api_key=args.api_key, timeout=args.timeout, points=args.points,
+                             at=args.at)
+            print_json(doc)
+            return exit_code(doc)
+        from bmoe_top.tui.screens.fleet import run_fleet
+
+        args.window_s = window
+        return run_fleet(args)
     except ValueError as e:
         return _die(f"fleet: {e}")
-    print_json(doc)
-    return exit_code(doc)
 
 
 def add_fleet_parser(sub: Any) -> None:
@@ -288,15 +301,145 @@ def add_fleet_parser(sub: Any) -> None:
     f.add_argument("--prometheus", required=True, metavar="URL", help="the Prometheus server, e.g. http://127.0.0.1:9090")
     f.add_argument("--selector", default="", metavar="S", help='PromQL label matchers, e.g. \'{job="bmoe"}\'')
     f.add_argument("--window", default="5m", metavar="D", help="span of the sparklines and the drill-down (default 5m)")
-    f.add_argument("--instance", metavar="X", help="also the drill-down of this instance (its instance label)")
+    f.add_argument("--instance", metavar="X", help="also the drill-down of this instance (its instance label); "
+                                                   "on the screen: open on it")
     f.add_argument("--job", metavar="J", help="with --instance: its job, when one address serves several")
     f.add_argument("--points", type=int, default=120, metavar="N", help="sparkline points (default 120)")
     f.add_argument("--at", type=float, metavar="T", help="the table's time, Unix seconds (default now)")
     f.add_argument("--api-key", help="bearer token, for a Prometheus behind an authenticating proxy")
     f.add_argument("--timeout", type=float, default=10.0, metavar="S", help="seconds per request (default 10)")
-    f.add_argument("--once", action="store_true", help="headless: one refresh, print, exit")
+    f.add_argument("--once", action="store_true", help="headless: one refresh, print, exit (else the screen)")
+    f.add_argument("--fps", type=float, default=10.0, help=argparse.SUPPRESS)
     f.add_argument("--json", action="store_true", help="with --once: as JSON")
     f.set_defaults(func=cmd_fleet)
+
+
+# ------------------------------------------------------------------------------- analysis
+def cmd_compare(args: argparse.Namespace) -> int:
+    """``bmoe-top compare``: arms of runs, noise-aware deltas (docs/analysis.md)."""
+    from bmoe_top.tui.present import compare as P
+
+    if sum(bool(x) for x in (args.json, args.md, args.csv)) > 1:
+        return _die("compare: choose one of --json, --md, --csv")
+    if not args.noise_floor >= 0:
+        return _die("compare: --noise-floor must be >= 0 (percent)")
+    try:
+        specs = P.parse_arms(args.arms, args.arm or [])
+        arms = P.load_arms(specs)
+    except P.CompareError as e:
+        return _die(f"compare: {e}")
+    from bmoe_top.tui.analysis.compare import compare
+
+    c = compare(P.arm_inputs(arms), noise_floor_pct=args.noise_floor)
+    if args.json:
+        from bmoe_top.tui.present.numbers import print_json
+
+        print_json(P.comparison_document(arms, c))
+        return 0
+    if args.md:
+        sys.stdout.write(P.comparison_markdown(c))
+        return 0
+    if args.csv:
+        sys.stdout.write(P.comparison_csv(c))
+        return 0
+    from bmoe_top.tui.screens.compare import run_compare
+
+    return run_compare(arms, c, "compare " + " vs ".join(a.name for a in arms))
+
+
+def _numbers(text: str, what: str) -> list[float]:
+    out = []
+    for part in text.replace(" ", ",").split(","):
+        if not part:
+            continue
+        try:
+            v = float(part)
+        except ValueError:
+            raise ValueError(f"{what}: {part!r} is not a number") from None
+        if not (math.isfinite(v) and v >= 0):
+            raise ValueError(f"{what}: {part!r} must be a finite number >= 0")
+        out.append(v)
+    if not out:
+        raise ValueError(f"{what}: no values")
+    return out
+
+
+def cmd_whatif(args: argparse.Namespace) -> int:
+    """``bmoe-top whatif``: the cache-sizing screen, or its JSON / an STRP profile."""
+    from bmoe_top.outfile import OutputFileError
+    from bmoe_top.tui.present import whatif as W
+
+    try:
+        budgets = _numbers(args.budgets, "--budgets") if args.budgets is not None else None
+        layer_bytes = W.gguf_layer_bytes(args.model) if args.model else None
+        inp = W.load_whatif(args.paths, n_expert=args.n_expert, prefill_batch=args.prefill_batch,
+                            layer_bytes=layer_bytes, run_budget_mib=args.run_budget, read_mib_s=args.read_mib_s)
+        report, replay = W.analyse_input(inp, budgets)
+    except ValueError as e:
+        return _die(f"whatif: {e}")
+    profile = None
+    if args.strp:
+        try:
+            ranked, slots = W.write_profile(inp, report, args.strp, force=args.force)
+        except OutputFileError as e:
+            return _die(str(e), EXIT_FAILED)
+        profile = {"path": args.strp, "ranked": ranked, "slots": slots}
+        if not args.json:
+            print(f"wrote {args.strp}: {ranked:,} experts ranked, hottest first, for {slots:,} slots "
+                  f"(bmoe-run --moe-cache-profile {args.strp})")
+    if args.json:
+        from bmoe_top.tui.present.numbers import print_json
+
+        doc = W.whatif_document(inp, report)
+        if profile is not None:
+            doc["profile"] = profile
+        print_json(doc)
+        return 0
+    if profile is not None:
+        return 0
+    from bmoe_top.tui.screens.whatif import run_whatif
+
+    return run_whatif(inp, report, replay, "whatif " + " + ".join(Path(p).name for p in args.paths))
+
+
+def add_analysis_parsers(sub: Any) -> None:
+    c = sub.add_parser("compare", help="compare runs: A B, A1,A2,A3 vs B1,B2,B3, or --arm NAME=FILES",
+                       description="Compare arms of runs with noise-aware deltas (docs/analysis.md). Each "
+                                   "argument is an arm; runs of an arm are separated by ',' and files of one run "
+                                   "joined by '+' (a.csv+a.log); the word 'vs' between arms is optional. The "
+                                   "first arm is the baseline.")
+    c.add_argument("arms", nargs="*", metavar="ARM", help="RUN[,RUN...], RUN = FILE[+FILE...]")
+    c.add_argument("--arm", action="append", metavar="NAME=FILES", help="a named arm (repeatable)")
+    c.add_argument("--noise-floor", type=float, default=2.0, metavar="PCT",
+                   help="a change smaller than this %% of the baseline is ~ (default 2)")
+    c.add_argument("--json", action="store_true", help="print the comparison as JSON, no UI")
+    c.add_argument("--md", action="store_true", help="print a markdown table to paste into notes, no UI")
+    c.add_argument("--csv", action="store_true", help="print the comparison as CSV, no UI")
+    c.add_argument("--fps", type=float, default=10.0, help=argparse.SUPPRESS)
+    c.set_defaults(func=cmd_compare)
+
+    w = sub.add_parser("whatif", help="size the cache from a routing trace: every policy at every budget",
+                       description="Replay a routing trace (route-trace CSV, binary routing trace, or a "
+                                   "recording/transcript with BMOE_ROUTE) through cache policies at every "
+                                   "budget (docs/analysis.md). Give the run's CSV or log beside the trace for "
+                                   "its budget and read bandwidth. Hit figures are decode hits / decode lookups.")
+    w.add_argument("paths", nargs="+", metavar="FILE", help="the routing trace, and files of the same run")
+    w.add_argument("--json", action="store_true", help="print the curves, per-layer table and recommended budget "
+                                                       "as JSON, no UI")
+    w.add_argument("--budgets", metavar="LIST", help="budgets to report, MiB, comma-separated (default: a sweep "
+                                                     "from the token cycle T to the whole bank)")
+    w.add_argument("--strp", metavar="OUT", help="write an STRP profile (for bmoe-run --moe-cache-profile)")
+    w.add_argument("--force", action="store_true", help="with --strp: replace an existing file")
+    w.add_argument("--run-budget", type=float, metavar="MIB", help="the run's cache budget (default: from its files)")
+    w.add_argument("--read-mib-s", type=float, metavar="X", help="read bandwidth for the I/O estimate "
+                                                                  "(default: from the run's log)")
+    w.add_argument("--model", metavar="GGUF", help="the model, for expert sizes a binary trace or BMOE_ROUTE "
+                                                   "lines do not carry")
+    w.add_argument("--n-expert", type=int, metavar="N", help="experts per layer of a binary routing trace")
+    w.add_argument("--prefill-batch", type=int, metavar="N", help="the run's prefill ubatch (bmoe-run -b; "
+                                                                  "default: the prompt was one batch)")
+    w.add_argument("--fps", type=float, default=10.0, help=argparse.SUPPRESS)
+    w.set_defaults(func=cmd_whatif)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -359,6 +502,7 @@ def build_parser() -> argparse.ArgumentParser:
     _ascii_flag(pp)
     pp.set_defaults(func=cmd_play)
     add_fleet_parser(sub)
+    add_analysis_parsers(sub)
     return p
 
 

@@ -149,3 +149,39 @@ def test_run_from_a_csv_and_its_sidecar(real_runs: Path) -> None:
     c = compare([ArmInput("a", [run]), ArmInput("b", [_real_run(real_runs / "bigmoeonedge-2026-07-21" /
                                                                  "bmoe-20260721-090406.csv")])])
     assert {r.key for r in c.contamination.rows} >= {"temperature_c", "mem_available_mib"}
+
+
+def test_one_run_rates_and_percentiles_get_within_run_intervals() -> None:
+    rng = np.random.default_rng(8)
+    c = compare([ArmInput("a", [_run(rng, "a", 200.0)]), ArmInput("b", [_run(rng, "b", 160.0)])])
+    for metric in ("tok_s", "p50", "p95"):
+        row = _row(c, metric)
+        d = row.deltas[0]
+        assert d.label == WITHIN_RUN_LABEL and "bootstrap" in d.method
+        assert d.low <= d.change <= d.high
+        assert all(v.low <= v.center <= v.high for v in row.values)
+    tok = _row(c, "tok_s")
+    assert tok.deltas[0].verdict == "better" and tok.deltas[0].low > 0  # faster = more tok/s
+    assert tok.values[0].center == pytest.approx(1000.0 / _row(c, "wall_ms").values[0].center)
+
+
+def test_memory_and_temperature_rows() -> None:
+    from bmoe_top.tui.analysis.compare import entry_from_sidecar, resources_from
+
+    side = {"peak_rss_kb": "6086860", "mem_avail_floor_kb": 2073736, "cpu_temp_max_mC": "70200",
+            "batt_temp_max_dC": "394", "cpu_temp_before_mC": "46700", "mem_avail_before_kb": "bad"}
+    res = resources_from({"rss_mib": np.array([10.0, 30.0, np.nan]), "swap_mib": np.array([1.0, 5.0])}, side)
+    assert res["peak_rss_mib"] == pytest.approx(6086860 / 1024)  # the sidecar's peak wins over the column
+    assert res["cpu_temp_max_c"] == pytest.approx(70.2) and res["batt_temp_max_c"] == pytest.approx(39.4)
+    assert res["swap_max_mib"] == 5.0
+    assert entry_from_sidecar(side) == {"temperature_c": pytest.approx(46.7)}
+    rng = np.random.default_rng(9)
+    runs_a = [RunInput(f"a{i}", _run(rng, "x", 200.0).tokens, resources={"peak_rss_mib": 3000.0 + i})
+              for i in range(4)]
+    runs_b = [RunInput(f"b{i}", _run(rng, "x", 200.0).tokens, resources={"peak_rss_mib": 3500.0 + i})
+              for i in range(4)]
+    row = _row(compare([ArmInput("a", runs_a), ArmInput("b", runs_b)]), "peak_rss_mib")
+    assert row.kind == "resource" and row.unit == "MiB"
+    assert row.deltas[0].verdict == "worse" and row.deltas[0].change == pytest.approx(500.0)
+    one = _row(compare([ArmInput("a", runs_a[:1]), ArmInput("b", runs_b[:1])]), "peak_rss_mib")
+    assert one.deltas[0].verdict == "?"

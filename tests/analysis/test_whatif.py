@@ -61,3 +61,33 @@ def test_skew_on_a_known_trace() -> None:
     # reuse gaps: expert 0 at tokens 0,1,3,5,7 -> 1,2,2,2; expert 2 at 2,6 -> 4
     assert s.reuse_tokens_p50 == 2.0
     assert s.never_reused_pct == pytest.approx(100 / 3)
+
+
+def test_lookups_from_route_rows_equal_the_trace_reader() -> None:
+    """Rows as a run model holds them (prefill tok = -1 - turn, decode tok = token row) give the
+    lookups the route-trace reader gives for the same routing."""
+    from bmoe_top.parsers.route_trace import load_route_trace
+    from bmoe_top.tui.analysis.lookups import from_route_rows, from_route_trace
+
+    lines = ["# route_trace v1", "# layer=0 expert_bytes=100", "# layer=1 expert_bytes=200",
+             "turn,phase,step,layer,slot,expert,weight,residency,expert_bytes"]
+    rows = []  # (tok, layer, expert, hit)
+    for turn in range(2):
+        for slot, (il, e) in enumerate([(0, 1), (0, 2), (1, 3), (0, 1), (1, 0)]):
+            lines.append(f"{turn},prefill,0,{il},{slot},{e},0.5,0,{100 * (il + 1)}")
+            rows.append((-1 - turn, il, e, 0))
+        for step in range(1, 4):
+            for il in range(2):
+                for slot in range(2):
+                    e = (step * 3 + il + slot + turn) % 4
+                    lines.append(f"{turn},decode,{step},{il},{slot},{e},0.5,{slot},{100 * (il + 1)}")
+                    rows.append((turn * 3 + step - 1, il, e, slot))
+    ref = from_route_trace(load_route_trace(("\n".join(lines) + "\n").encode()))
+    t, lay, ex, hit = (np.array(c) for c in zip(*rows))
+    got = from_route_rows(t, lay, ex, hit, 2, 4, [100, 200], 2)
+    for name in ("item", "batch", "decode", "token", "recorded_hit", "item_bytes"):
+        assert np.array_equal(getattr(got, name), getattr(ref, name)), name
+    with pytest.raises(ValueError):
+        from_route_rows(t, lay, ex + 4, hit, 2, 4, [100, 200], 2)
+    with pytest.raises(ValueError):
+        from_route_rows([], [], [], [], 2, 4, [100, 200], 2)

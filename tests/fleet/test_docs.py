@@ -10,7 +10,7 @@ import orjson
 from helpers import REPO
 
 from bmoe_top.tui.fleet.grafana import RATE, SELECTOR, dashboard
-from bmoe_top.tui.fleet.queries import COLUMNS, column_text
+from bmoe_top.tui.fleet.queries import COLUMNS, DRILL_COLUMNS, column_text
 
 DASHBOARD = REPO / "docs" / "grafana" / "bmoe-fleet.json"
 
@@ -18,7 +18,7 @@ DASHBOARD = REPO / "docs" / "grafana" / "bmoe-fleet.json"
 def test_page_lists_every_column_query():
     page = (REPO / "docs" / "fleet.md").read_text()
     sel = '{job="bmoe"}'
-    for c in COLUMNS:
+    for c in COLUMNS + DRILL_COLUMNS:
         assert "`" + column_text(c, sel, "$__rate_interval") + "`" in page, c.key
         assert f"| `{c.key}` |" in page
 

@@ -26,7 +26,7 @@ import pytest
 from helpers.exporters import StrataMoeExporter
 from helpers.llama_server import DEMO_MODEL, LlamaServer, llama_server_binary
 from helpers.prometheus import WAIT_S, Prometheus, free_port, need_prometheus
-from helpers.serve import Serve, complete, scrape
+from helpers.serve import Serve, complete, scrape, scrape_value
 
 from bmoe_top.parsers.prom import MIB
 from bmoe_top.tui.fleet.headless import exit_code, fleet_once
@@ -120,16 +120,20 @@ def test_every_instance_has_a_row_and_says_what_it_exports(fleet, client):
     assert table.scrape_interval_s == S
     assert table.rate_interval_s >= 4 * S and table.rate_interval_s >= table.step_s + S
     first = FleetSession(client, selector=BMOE, window_s=60)
-    # up, targets, up range, 12 columns, restarts, exported series; then the interval is known
-    assert first.refresh().n_queries == 17 and first.refresh().n_queries == 16
+    # up, targets, up range, 14 columns, restarts, exported series; then the interval is known
+    assert first.refresh().n_queries == 19 and first.refresh().n_queries == 18
     assert {r.instance for r in table.rows} == {fleet.target(n) for n in "abc"}
     own_a = scrape(fleet.serves["a"].url)
     a = table.row(fleet.target("a"))
     assert a.cells["budget_experts"].value == own_a.get("slots")
     assert a.cells["budget_mib"].value == own_a.get("cache_bytes") / MIB
     assert a.cells["requests_deferred"].value == 0 and a.cells["requests_deferred"].state is CellState.OK
+    # what the cache holds now (no request in flight: the gauge stands still)
+    assert a.cells["resident_experts"].value == scrape_value(fleet.serves["a"].url, "llamacpp:moe_cache_resident")
+    assert a.cells["resident_mib"].value == \
+        scrape_value(fleet.serves["a"].url, "llamacpp:moe_cache_resident_bytes") / MIB
     c = table.row(fleet.target("c"))  # --no-moe-stream: no llamacpp:moe_cache_* series
-    for k in ("hit_pct", "read_mib_s", "budget_experts", "budget_mib"):
+    for k in ("hit_pct", "read_mib_s", "resident_experts", "resident_mib", "budget_experts", "budget_mib"):
         assert c.cells[k].state is CellState.NOT_EXPORTED and c.cells[k].value is None, k
     assert c.cells["tok_s"].value == 0.0
 
@@ -247,6 +251,20 @@ def test_drill_down_reaches_back_before_the_fleet_code_started(fleet):
     # counters since start: exactly the instance's own
     for k in ("tokens_predicted", "prompt_tokens", "hits", "misses", "upload_bytes", "wall_s"):
         assert drill["totals"][k] == own.get(k), k
+    # the flash terms apart (serial: the wait is io, no stall), so a breakdown knows its mode
+    io = np.array([np.nan if v is None else v for v in drill["series"]["io_ms"]])
+    stall = np.array([np.nan if v is None else v for v in drill["series"]["stall_ms"]])
+    assert np.nanmax(io[before]) > 0 and np.nanmax(stall) == 0
+    # aligned (a screen's successive drills share their grid points): the grid ends on a step multiple
+    c = PrometheusClient(fleet.prom.url, timeout=30)
+    try:
+        session = FleetSession(c, selector=BMOE, window_s=120)
+        d1, d2 = session.drill(fleet.target("a"), align=True), session.drill(fleet.target("a"), align=True)
+    finally:
+        c.close()
+    for d in (d1, d2):
+        assert d.t[-1] == d.at and d.at == pytest.approx(round(d.at / d.step_s) * d.step_s, abs=1e-6)
+    assert np.isin(d2.t, d1.t).sum() >= d1.t.size - 1 - (d2.at - d1.at) / d1.step_s
     assert drill["totals"]["swaps"] == own.get("swaps")
     assert not drill["errors"]
 
@@ -273,7 +291,7 @@ def test_extended_strata_moe(fleet, client):
     assert sm.cells["wall_ms"].value == pytest.approx(1000 * 0.5 / 50)  # llama-server's own generation time
     assert sm.cells["hit_pct"].value == pytest.approx(75.0)
     assert sm.cells["budget_experts"].state is CellState.OK
-    for k in ("flash_ms", "compute_ms", "mgmt_ms", "stall_share"):  # no bmoe:* time sums
+    for k in ("flash_ms", "compute_ms", "mgmt_ms", "stall_share", "resident_experts"):  # no bmoe:* series
         assert sm.cells[k].state is CellState.NOT_EXPORTED, k
     drill = session.drill(strata.target, at=at)
     assert drill.layers == [0, 1, 2, 3]
@@ -418,6 +436,7 @@ def test_stopped_instance_turns_down_within_two_scrapes(fleet, client):
     assert "down" in row.flags and table.rows[0].state is InstanceState.DOWN  # the worst is first
     # its last good values stay, with their age
     assert row.cells["tok_s"].state in (CellState.OK, CellState.STALE) and row.cells["tok_s"].value is not None
+    assert row.cells["hit_pct"].state is CellState.NOT_EXPORTED  # exported while up: no cache series
     assert row.last_up_age_s is not None and row.last_up_age_s >= 0
     # Prometheus' own timestamps: the first failed scrape came within two intervals of the exit
     [(_, pts)] = fleet.prom.raw(f'up{{instance="{target}"}}[2m]', table.at)

@@ -1,4 +1,4 @@
-"""Golden files for headless JSON outputs: compare a result with ``tests/<area>/golden/NAME``
+"""Golden files for headless outputs: compare a JSON result with ``tests/<area>/golden/NAME``
 (floats to 1e-9 relative); ``BMOE_UPDATE_GOLDEN=1`` rewrites the file instead."""
 
 from __future__ import annotations
@@ -36,3 +36,14 @@ def check_golden(path: Path, obj: Any) -> None:
         path.write_bytes(data + b"\n")
         return
     _close(orjson.loads(data), orjson.loads(path.read_bytes()), path.name)
+
+
+def check_golden_text(path: Path, text: str) -> None:
+    """Compare ``text`` with the golden file at ``path`` exactly (or write it, as :func:`check_golden`)."""
+    if os.environ.get("BMOE_UPDATE_GOLDEN") == "1" or not path.exists():
+        if not path.exists() and os.environ.get("CI"):
+            raise AssertionError(f"golden file {path} is missing (run with BMOE_UPDATE_GOLDEN=1)")
+        path.write_text(text, encoding="utf-8")
+        return
+    want = path.read_text(encoding="utf-8")
+    assert text == want, f"{path.name} differs from its golden file:\n{text}"

@@ -28,6 +28,7 @@ import httpx
 import pytest
 
 from . import REPO
+from .procs import stop_process
 
 TOOL = REPO / "tools" / "llama_server.py"
 #: the trained demo model that ships in the package
@@ -108,15 +109,9 @@ class LlamaServer:
         return False
 
     def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        code = stop_process(self.proc)
         self._t.join(5)
-        return int(self.proc.returncode)
+        return code
 
     def __enter__(self) -> LlamaServer:
         return self

@@ -27,6 +27,8 @@ from typing import Any
 import httpx
 import pytest
 
+from .procs import stop_process
+
 PROMETHEUS = shutil.which("prometheus")
 PROMTOOL = shutil.which("promtool")
 
@@ -186,13 +188,8 @@ class Prometheus:
     # -- lifetime --------------------------------------------------------------------------------
 
     def _kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        if self.proc is not None:
+            stop_process(self.proc)
 
     def stop(self) -> None:
         self._kill()

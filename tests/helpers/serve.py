@@ -19,6 +19,8 @@ import httpx
 
 from bmoe_top.parsers.prom import parse_exposition
 
+from .procs import stop_process
+
 PY = sys.executable
 
 
@@ -56,15 +58,9 @@ class Serve:
         return int(self.url.rsplit(":", 1)[1])
 
     def stop(self, sig=signal.SIGTERM) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        code = stop_process(self.proc, sig)
         self._t.join(5)
-        return self.proc.returncode
+        return code
 
 
 def wait_until(cond, timeout: float = 60.0, what: str = "condition", every: float = 0.02):

@@ -32,7 +32,7 @@ def test_layout_matches_library_getters():
     t, _buf = _fake(G.GGMLTensor)
     G.check_layout(lib, [ctypes.addressof(t)])
     assert G.tensor_name(ctypes.addressof(t)) == b"blk.0.ffn_up_exps.weight"
-    assert int(lib.ggml_nbytes(ctypes.addressof(t))) == 8 * 4 * 3 * 4
+    assert int(lib.lib.ggml_nbytes(ctypes.addressof(t))) == 8 * 4 * 3 * 4
 
 
 def test_shifted_layout_is_refused():

@@ -12,7 +12,7 @@ import threading
 import pytest
 
 from bmoe_top.runtime.engine import Engine, GenerationError
-from bmoe_top.runtime.expert_cache import ExpertIOError
+from bmoe_top.runtime.expert_io import ExpertIOError
 from bmoe_top.runtime.models import make_model
 
 PROMPT = "The quick brown fox jumps over the lazy dog."
@@ -85,15 +85,16 @@ def test_page_cache_reads_identical(models, reference):
 
 def test_negative_control_corrupt_reads_differ(models, reference):
     with _engine(models["f32"], cache_mb=0) as e:
-        orig = e.reader.read_into
+        orig = e.reader.read_runs
 
-        def corrupt(view, off, *rest):
-            t = orig(view, off, *rest)
-            half = len(view) // 2
-            view[:half] = bytes(half)
+        def corrupt(runs):
+            t = orig(runs)
+            for r in runs:
+                half = r.length // 2
+                r.view[:half] = bytes(half)
             return t
 
-        e.reader.read_into = corrupt
+        e.reader.read_runs = corrupt
         got = e.generate(PROMPT, N).tokens
     assert got != reference["f32"][0]
 
@@ -143,16 +144,16 @@ def test_cancel_from_other_thread(models, reference):
 
 def test_read_error_aborts_cleanly_and_engine_survives(models, reference):
     with _engine(models["q4_0"], cache_mb=0) as e:
-        orig = e.reader.read_into
+        orig = e.reader.read_runs
         state = {"fail": True}
 
-        def flaky(view, off, *rest):
+        def flaky(runs):
             if state["fail"]:
                 state["fail"] = False
                 raise ExpertIOError("simulated EIO")
-            return orig(view, off, *rest)
+            return orig(runs)
 
-        e.reader.read_into = flaky
+        e.reader.read_runs = flaky
         with pytest.raises(GenerationError, match="simulated EIO"):
             e.generate(PROMPT, N)
         got = [e.generate(p, n, clear_kv=c).tokens for p, n, c in TURNS]
@@ -161,13 +162,13 @@ def test_read_error_aborts_cleanly_and_engine_survives(models, reference):
 
 def test_python_eval_callback_path_identical(models, reference):
     """The pure-Python eval callback (no compiled shim) gives the same tokens as the native one."""
-    from bmoe_top.runtime import router_hook
+    from bmoe_top.runtime import native
 
     with _engine(models["q8_0"], cache_mb=0.45, native_hook=False) as e:
         assert e.hook.native is False
         got = [e.generate(p, n, clear_kv=c).tokens for p, n, c in TURNS]
     assert got == reference["q8_0"]
-    if router_hook.native_hook_lib() is not None:
+    if native.library() is not None:
         with _engine(models["q8_0"], cache_mb=0.45) as e:
             assert e.hook.native is True
 
@@ -206,3 +207,23 @@ def test_refuses_repacked_expert_tensors(models):
     if out == "STREAMING":
         pytest.skip("this CPU does not repack q4_0 (no AVX2): nothing to refuse")
     assert out.startswith("REFUSED") and "CPU_REPACK" in out and "refusing to stream" in out
+
+
+@pytest.mark.parametrize("budget", ["tiny-evicting", "default", "big"])
+def test_native_fast_paths_keep_the_lru_exact(models, reference, budget):
+    """The native callback takes the all-hit layers (and, with every expert resident, skips the
+    routing nodes): the tokens and every cache counter equal the pure-Python callback's."""
+    from bmoe_top.runtime import native
+
+    if native.library() is None:
+        pytest.skip(f"no native library: {native.native_error}")
+    stats = {}
+    for shim in (False, True):
+        with _engine(models["q8_0"], native_hook=shim, **BUDGETS[budget]) as e:
+            got = [e.generate(p, n, clear_kv=c).tokens for p, n, c in TURNS]
+            cs = e.cache_stats()
+            stats[shim] = (cs.hits, cs.misses, cs.evictions, cs.layer_hits, cs.layer_misses, cs.resident)
+            if shim and budget == "big":
+                assert not e.cache.observed  # every expert resident: routing nodes are not materialized
+        assert got == reference["q8_0"]
+    assert stats[True] == stats[False]

@@ -13,8 +13,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bmoe_top.runtime import models
-from bmoe_top.runtime.models import DEFAULT_DEMO_CACHE_MB, EOS_ID, PRESETS, expert_bank_bytes, llama_greedy, make_model
+from bmoe_top.runtime import demo_model, models
+from bmoe_top.runtime.demo_model import DEFAULT_DEMO_CACHE_MB
+from bmoe_top.runtime.models import EOS_ID, PRESETS, expert_bank_bytes, llama_greedy, make_model
 
 PROMPT = list(b"def main(argv):\n    ")
 
@@ -137,12 +138,12 @@ def test_demo_bank_is_several_times_the_default_budget(model_dir: Path) -> None:
 
 def test_synthetic_demo_created_once_in_user_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    path = models.synthetic_demo_path()
+    path = demo_model.synthetic_demo_path()
     assert path.is_file() and path.is_relative_to(tmp_path / "cache")
     mtime = path.stat().st_mtime_ns
-    assert models.synthetic_demo_path() == path and path.stat().st_mtime_ns == mtime  # not rewritten
-    default = models.default_model_path()
-    trained = models.trained_demo_path()
+    assert demo_model.synthetic_demo_path() == path and path.stat().st_mtime_ns == mtime  # not rewritten
+    default = demo_model.default_model_path()
+    trained = demo_model.trained_demo_path()
     assert default == (trained if trained is not None else path)
 
 

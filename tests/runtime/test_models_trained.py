@@ -1,4 +1,4 @@
-"""The trained demo MoE shipped in bmoe_top/data (issue #6, tools/train_demo_model.py).
+"""The trained demo MoE shipped in bmoe_top/data (tools/train_demo_model.py, docs/demo-model.md).
 
 llama.cpp must reproduce the PyTorch model's greedy continuations committed next to the GGUF
 (``*.reference.json``, written by tools/convert_demo_model.py from the PyTorch fp32 model): that
@@ -11,15 +11,16 @@ import json
 import gguf
 import pytest
 
-from bmoe_top.runtime import models
-from bmoe_top.runtime.models import DEFAULT_DEMO_CACHE_MB, EOS_ID, expert_bank_bytes, llama_greedy
+from bmoe_top.runtime import demo_model
+from bmoe_top.runtime.demo_model import DEFAULT_DEMO_CACHE_MB
+from bmoe_top.runtime.models import EOS_ID, expert_bank_bytes, llama_greedy
 
-TRAINED = models.trained_demo_path()
+TRAINED = demo_model.trained_demo_path()
 pytestmark = pytest.mark.skipif(TRAINED is None, reason="trained demo model not in bmoe_top/data")
 
 
 def test_trained_model_is_the_default_and_small() -> None:
-    assert models.default_model_path() == TRAINED
+    assert demo_model.default_model_path() == TRAINED
     assert TRAINED.stat().st_size < 30 * 2**20
 
 

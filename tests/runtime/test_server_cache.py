@@ -1,4 +1,4 @@
-"""runtime/moe_cache.py in-process on a real Engine (tiny generated model): profile fill hottest
+"""runtime/cache_policy.py in-process on a real Engine (tiny generated model): profile fill hottest
 first, hits_profile only for never-evicted profile experts, adaptive swaps with the hysteresis."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from bmoe_top.parsers.strp import StrpProfile
-from bmoe_top.runtime.moe_cache import HYSTERESIS, HYSTERESIS_PICKS, ROUND_TOKENS, MoeCacheExt
+from bmoe_top.runtime.cache_policy import HYSTERESIS, HYSTERESIS_PICKS, ROUND_TOKENS, MoeCacheExt
 
 
 @pytest.fixture(scope="module")

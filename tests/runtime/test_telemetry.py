@@ -94,8 +94,9 @@ def test_progress_csv_route_trace_conform(model, tmp_path):
     # CSV sink: header metadata, 9 columns, same numbers as the BMOE lines
     tab = load_token_csv(csv.read_bytes())
     assert not tab.problems
-    assert tab.header == ["step", "steps", "wall_ms", "io_ms", "compute_ms", "read_bytes", "cache_hit_pct",
-                          "stall_ms", "mgmt_ms"]
+    assert tab.header[:9] == ["step", "steps", "wall_ms", "io_ms", "compute_ms", "read_bytes", "cache_hit_pct",
+                              "stall_ms", "mgmt_ms"]  # the contract's nine first, then the additive columns
+    assert {"decode_ms", "xfer_bytes", "hit_pct_since_load", "rss_mib", "majflt", "cpu_ms"} <= set(tab.header)
     for k in ("model", "arch", "n_layer", "n_expert", "n_expert_used", "cache_mb", "io_threads", "o_direct"):
         assert k in tab.meta
     assert tab.meta["arch"] == "qwen3moe" and tab.meta["n_expert"] == "8"
@@ -214,3 +215,44 @@ def test_moe_cache_profile_prefills_the_cache(model, tmp_path):
     assert hc == 0 and nc == nw and hw > nw // 2
     bad = run(["-m", str(model), "--moe-cache-profile", str(text), "--quiet"])
     assert bad.returncode == 2 and "STRP" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_every_screen_value_from_the_first_token(model, tmp_path):
+    """bmoe-run sends what the screen can show: resident/budget, RSS, major faults, CPU time,
+    the decode call's time and the page-aligned transfer beside the payload on every token; the
+    two hit rates (decode only, since load) and the two tok/s definitions, TTFT and the per-token
+    compute / I/O in BMOE_DONE; the no-cache value spelled -1.0 where bmoe-cli consumers read it."""
+    import orjson
+
+    from bmoe_top.parsers.bmoe_lines import Done
+
+    req = orjson.dumps({"cmd": "generate", "id": 1, "prompt": "Hello there", "n_predict": 6}).decode()
+    p = run(["-m", str(model), "-c", "256", "--session", "--cache-mb", "0.45", "--quiet"], input=req + "\n")
+    assert p.returncode == 0, p.stderr
+    recs = [parse_line(ln) for ln in p.stdout.splitlines()]
+    prog = [r for r in recs if isinstance(r, Progress)]
+    first = prog[0].extra
+    for k in ("decode_ms", "xfer_mb", "hit_pct_decode", "hit_pct_since_load", "resident_mib", "budget_mib",
+              "rss_mib", "majflt", "cpu_ms"):
+        assert k in first, k
+    assert first["budget_mib"] == pytest.approx(0.45) and first["rss_mib"] > 0 and first["majflt"] >= 0
+    assert all(r.extra["xfer_mb"] >= r.read_mb for r in prog)
+    assert all(0 < r.extra["decode_ms"] <= r.wall_ms + 1e-3 for r in prog)
+    done = next(r for r in recs if isinstance(r, Done))
+    d = done.extra
+    assert d["tok_s_def"] == "token_wall" and d["decode_tok_s"] >= done.tok_s > 0
+    assert d["ttft_s"] > 0 and d["prefill_tps"] > 0 and d["xfer_mib"] >= d["read_mib"] > 0
+    assert d["compute_s_tok"] > 0 and d["io_s_tok"] > 0 and d["hit_pct_decode"] == done.cache_hit_pct
+    assert 0 <= d["hit_pct_since_load"] <= 100 and d["peak_rss_mib"] >= d["rss_mib"] > 0
+
+    csv = tmp_path / "off.csv"
+    q = run(["-m", str(model), "-p", "Hello", "-n", "4", "-c", "256", "--cache-mb", "0", "--csv", str(csv), "--quiet"])
+    assert q.returncode == 0, q.stderr
+    text = csv.read_text()
+    rows = [ln.split(",") for ln in text.splitlines() if ln and ln[0].isdigit()]
+    col = text.splitlines()[4].split(",").index("cache_hit_pct")
+    assert rows and all(r[col] == "-1.0" for r in rows)
+    assert " cache_hit_pct=-1.0 " in text and " hit_pct_since_load=-1.0 " in text
+    summ = _summary(q.stdout.splitlines())
+    assert summ["prefill"]["ttft_s"] > 0 and summ["generation"]["tok_s"] > 0
+    assert "cpu_occupancy_pct" in summ["compute"]

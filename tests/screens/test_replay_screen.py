@@ -35,7 +35,8 @@ def csv_run(tmp_path):
 
 def test_safe_text_neutralises_control_sequences():
     assert safe_text("a\x1b[31mred\x07").plain == "a␛[31mred␇"
-    assert safe_text("line\nnext\ttab", multiline=True).plain == "line\nnext\ttab"
+    assert safe_text("line\nnext\ttab").plain == "line\nnext\ttab"
+    assert safe_text("line\nnext\ttab", multiline=False).plain == "line␤next tab"
 
 
 async def test_model_text_is_shown_literally(tmp_path):

@@ -246,3 +246,34 @@ def test_refresh_thread_hands_over_every_failure():
     th.join(30)
     assert [e.kind for e in got[:2]] == [PromErrorKind.UNREACHABLE, PromErrorKind.ERROR]
     assert "RuntimeError: bug" in got[1].message
+
+
+def test_refresh_thread_pauses_resumes_and_refreshes_on_request():
+    entered = threading.Semaphore(0)
+    go = threading.Semaphore(0)
+    exited = threading.Event()
+
+    def refresh() -> int:
+        entered.release()
+        assert go.acquire(timeout=60)
+        return 1
+
+    th = RefreshThread(refresh, lambda _r: None, lambda _e: None, every=0.0, min_interval=lambda: 0.0,
+                       on_exit=exited.set)
+    th.start()
+    assert entered.acquire(timeout=60)  # the first refresh is in progress
+    th.pause()
+    assert th.paused
+    go.release()
+    assert not entered.acquire(timeout=0.5)  # paused: no other refresh starts
+    th.refresh_now()  # one refresh on request, still paused after it
+    assert entered.acquire(timeout=60)
+    go.release()
+    assert not entered.acquire(timeout=0.5) and th.n_refreshes == 2
+    th.resume()
+    assert entered.acquire(timeout=60)
+    th.stop()
+    go.release()
+    assert exited.wait(60)  # on_exit runs when the loop ends
+    th.join(30)
+    assert not th.is_alive() and th.n_refreshes == 3

@@ -26,8 +26,9 @@ from bmoe_top.parsers.token_csv import TokenTable
 
 from . import stats as S
 
-__all__ = ["run_from_token_table", "RunInput", "ArmInput", "ArmValue", "Delta", "MetricRow", "WarmupRow", "EntryRow",
-           "Contamination", "Comparison", "compare", "TIMING_COLUMNS", "ENTRY_KEYS", "WITHIN_RUN_LABEL"]
+__all__ = ["run_from_token_table", "entry_from_sidecar", "resources_from", "RunInput", "ArmInput", "ArmValue",
+           "Delta", "MetricRow", "WarmupRow", "EntryRow", "Contamination", "Comparison", "compare", "TIMING_COLUMNS",
+           "ENTRY_KEYS", "RESOURCE_KEYS", "WITHIN_RUN_LABEL"]
 
 F64 = npt.NDArray[np.float64]
 
@@ -45,6 +46,14 @@ ENTRY_KEYS: dict[str, str] = {
     "mem_available_mib": "MemAvailable (MiB)",
     "cpu_freq_mhz": "CPU frequency (MHz)",
 }
+#: memory and temperature of a run (one number per run): key -> (label, unit, lower is better)
+RESOURCE_KEYS: dict[str, tuple[str, str, bool]] = {
+    "peak_rss_mib": ("peak RSS", "MiB", True),
+    "mem_available_min_mib": ("MemAvailable low point", "MiB", False),
+    "swap_max_mib": ("swap used, peak", "MiB", True),
+    "cpu_temp_max_c": ("CPU temperature, peak", "°C", True),
+    "batt_temp_max_c": ("battery temperature, peak", "°C", True),
+}
 #: relative entry-state difference (percent of the baseline; temperature: degrees) worth a hint
 _ENTRY_TOLERANCE = {"temperature_c": 2.0, "mem_available_mib": 5.0, "cpu_freq_mhz": 5.0}
 WITHIN_RUN_LABEL = "within-run only: order and thermal drift not covered"
@@ -56,13 +65,15 @@ class RunInput:
     ``read_mib`` MiB read that token, ``hit_pct`` the cumulative decode hit %), decode tokens in
     order. ``summary``: run numbers (``tok_s``, ``prefill_s``, ``load_s``, ``ttft_s`` seconds,
     ``hit_pct``, ``read_mib_per_token``). ``entry``: state when the run started (keys of
-    :data:`ENTRY_KEYS`). ``routed``: the routed experts (e.g. ``Lookups.item``) or None."""
+    :data:`ENTRY_KEYS`). ``routed``: the routed experts (e.g. ``Lookups.item``) or None.
+    ``resources``: memory and temperature over the run (keys of :data:`RESOURCE_KEYS`)."""
 
     name: str
     tokens: Mapping[str, npt.ArrayLike]
     summary: Mapping[str, float] = field(default_factory=dict)
     entry: Mapping[str, float] = field(default_factory=dict)
     routed: npt.ArrayLike | None = None
+    resources: Mapping[str, float] = field(default_factory=dict)
 
 
 _MIB = 1024 * 1024
@@ -75,6 +86,58 @@ _SIDECAR_ENTRY = (
     ("cpu_freq_khz", "cpu_freq_mhz", 1e-3),
     ("cpu_freq_mhz", "cpu_freq_mhz", 1.0),
 )
+#: sidecar keys -> (resource key, scale)
+_SIDECAR_RESOURCES = (
+    ("peak_rss_kb", "peak_rss_mib", 1.0 / 1024),
+    ("mem_avail_floor_kb", "mem_available_min_mib", 1.0 / 1024),
+    ("cpu_temp_max_mC", "cpu_temp_max_c", 1e-3),
+    ("batt_temp_max_dC", "batt_temp_max_c", 0.1),
+)
+#: per-token columns -> (resource key, reduction)
+_COLUMN_RESOURCES = (("rss_mib", "peak_rss_mib", "max"), ("mem_available_mib", "mem_available_min_mib", "min"),
+                     ("swap_mib", "swap_max_mib", "max"))
+
+
+def _number(v: object) -> float | None:
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, (int, float, str)):
+        try:
+            f = float(v)
+        except ValueError:
+            return None
+        return f if math.isfinite(f) else None
+    return None
+
+
+def entry_from_sidecar(sidecar: Mapping[str, object]) -> dict[str, float]:
+    """Entry state (keys of :data:`ENTRY_KEYS`) from a device sidecar's ``*_before`` values
+    (BigMoeOnEdge's ``*.metrics`` key=value lines; numbers or numeric strings)."""
+    entry: dict[str, float] = {}
+    for key, dst, scale in _SIDECAR_ENTRY:
+        v = _number(sidecar.get(key))
+        if dst not in entry and v is not None:
+            entry[dst] = v * scale
+    return entry
+
+
+def resources_from(columns: Mapping[str, npt.ArrayLike], sidecar: Mapping[str, object]) -> dict[str, float]:
+    """Memory and temperature of a run (keys of :data:`RESOURCE_KEYS`): the sidecar's peaks
+    (``peak_rss_kb``, ``mem_avail_floor_kb``, ``cpu_temp_max_mC``, ``batt_temp_max_dC``), else the
+    extremes of the per-token memory columns (``rss_mib``, ``mem_available_mib``, ``swap_mib``)."""
+    out: dict[str, float] = {}
+    for key, dst, scale in _SIDECAR_RESOURCES:
+        v = _number(sidecar.get(key))
+        if v is not None:
+            out[dst] = v * scale
+    for col, dst, how in _COLUMN_RESOURCES:
+        if dst in out or col not in columns:
+            continue
+        a = np.asarray(columns[col], dtype=np.float64).reshape(-1)
+        a = a[np.isfinite(a)]
+        if a.size:
+            out[dst] = float(a.max() if how == "max" else a.min())
+    return out
 
 
 def run_from_token_table(table: TokenTable, name: str, sidecar: Mapping[str, float | str] | None = None,
@@ -98,17 +161,13 @@ def run_from_token_table(table: TokenTable, name: str, sidecar: Mapping[str, flo
         v = sm.get(src)
         if v is not None and math.isfinite(v) and not (src == "cache_hit_pct" and v < 0):
             summary[dst] = float(v)
-    entry: dict[str, float] = {}
-    for key, dst, scale in _SIDECAR_ENTRY:
-        sv = (sidecar or {}).get(key)
-        if dst not in entry and isinstance(sv, (int, float)) and math.isfinite(sv):
-            entry[dst] = float(sv) * scale
+    entry = entry_from_sidecar(sidecar or {})
     if "mem_available_mib" not in entry and "mem_available_mib" in cols:
         m = np.asarray(cols["mem_available_mib"], dtype=np.float64)
         m = m[np.isfinite(m)]
         if m.size:
             entry["mem_available_mib"] = float(m[0])
-    return RunInput(name, tokens, summary, entry, routed)
+    return RunInput(name, tokens, summary, entry, routed, resources_from(cols, sidecar or {}))
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,8 +214,8 @@ class Delta:
 
 @dataclass(frozen=True, slots=True)
 class MetricRow:
-    """One metric: ``kind`` ``timing`` / ``deterministic``; ``lower_is_better``; a value per arm
-    and a delta per non-baseline arm."""
+    """One metric: ``kind`` ``timing`` / ``resource`` (memory, temperature: one number per run) /
+    ``deterministic``; ``lower_is_better``; a value per arm and a delta per non-baseline arm."""
 
     metric: str
     label: str
@@ -240,18 +299,22 @@ def _judge(change_pct: float, significant: bool, lower_is_better: bool) -> str:
 
 
 def _timing_row(metric: str, label: str, unit: str, arms: Sequence[ArmInput], series: list[list[F64 | None]],
-                lower: bool, alpha: float, floor: float, conf: float, seed: int) -> MetricRow | None:
-    """``series[a][r]``: run r of arm a's steady values (per token) of the metric, or None."""
+                lower: bool, alpha: float, floor: float, conf: float, seed: int,
+                stat: S.Statistic = S.mean_stat) -> MetricRow | None:
+    """``series[a][r]``: run r of arm a's steady values (per token) of the metric, or None; a
+    run's value is ``stat`` of its series (the mean, tok/s, a percentile)."""
     if not any(s is not None for runs in series for s in runs):
         return None
+    if all(s is None or not s.any() for runs in series for s in runs):
+        return None  # 0 throughout (stall_ms of serial runs): nothing to compare
     values: list[ArmValue] = []
     run_vals: list[list[float]] = []
     for arm, runs in zip(arms, series):
-        pr = [float(s.mean()) if s is not None and s.size else _nan() for s in runs]
+        pr = [float(stat(s[None, :])[0]) if s is not None and s.size else _nan() for s in runs]
         fin = [v for v in pr if math.isfinite(v)]
         lo = hi = _nan()
         if len(runs) == 1 and runs[0] is not None and runs[0].size >= 2:
-            iv = S.block_bootstrap_mean(runs[0], conf, seed=seed)
+            iv = S.block_bootstrap_mean(runs[0], conf, seed=seed, stat=stat)
             lo, hi = iv.low, iv.high
         values.append(ArmValue(arm.name, len(runs), float(np.median(fin)) if fin else _nan(), lo, hi, pr))
         run_vals.append(fin)
@@ -267,7 +330,7 @@ def _timing_row(metric: str, label: str, unit: str, arms: Sequence[ArmInput], se
             a0, b0 = a_runs[0], b_runs[0]
             if a0 is None or b0 is None or a0.size < 2 or b0.size < 2:
                 continue
-            iv = S.block_bootstrap_diff(a0, b0, conf, seed=seed)
+            iv = S.block_bootstrap_diff(a0, b0, conf, seed=seed, stat=stat)
             pct = _pct(iv.estimate, base.center)
             sig = (iv.low > 0 or iv.high < 0) and abs(pct) > floor
             deltas.append(Delta(arms[j].name, arms[0].name, iv.estimate, pct, iv.low, iv.high, _nan(),
@@ -376,25 +439,11 @@ def compare(arms: Sequence[ArmInput], noise_floor_pct: float = S.NOISE_FLOOR_PCT
             row2.append(None if w is None else w[s:][np.isfinite(w[s:])])
         wall_steady.append(row2)
 
-    def per_run(fn: str) -> list[list[float]]:
-        out = []
-        for runs in wall_steady:
-            vals = []
-            for w in runs:
-                if w is None or w.size == 0:
-                    vals.append(_nan())
-                elif fn == "tok_s":
-                    vals.append(1000.0 / float(w.mean()) if float(w.mean()) > 0 else _nan())
-                else:
-                    vals.append(S.percentiles(w, (float(fn[1:]),))[0])
-            out.append(vals)
-        return out
-
-    for key, label, unit, lower in (("tok_s", "tok/s (steady)", "tok/s", False),
-                                    ("p50", "wall p50 (steady)", "ms", True),
-                                    ("p95", "wall p95 (steady)", "ms", True),
-                                    ("p99", "wall p99 (steady)", "ms", True)):
-        r2 = _scalar_row(key, label, unit, arms, per_run(key), lower, "timing", alpha, noise_floor_pct, confidence)
+    for key, label, unit, lower, stat in (("tok_s", "tok/s (steady)", "tok/s", False, S.rate_stat),
+                                          ("p50", "wall p50 (steady)", "ms", True, S.percentile_stat(50.0)),
+                                          ("p95", "wall p95 (steady)", "ms", True, S.percentile_stat(95.0)),
+                                          ("p99", "wall p99 (steady)", "ms", True, S.percentile_stat(99.0))):
+        r2 = _timing_row(key, label, unit, arms, wall_steady, lower, alpha, noise_floor_pct, confidence, seed, stat)
         if r2 is not None:
             metrics.append(r2)
     for key, label in (("prefill_s", "prefill"), ("load_s", "load"), ("ttft_s", "TTFT")):
@@ -402,6 +451,12 @@ def compare(arms: Sequence[ArmInput], noise_floor_pct: float = S.NOISE_FLOOR_PCT
         r3 = _scalar_row(key, label, "s", arms, vals, True, "timing", alpha, noise_floor_pct, confidence)
         if r3 is not None:
             metrics.append(r3)
+    # memory and temperature: one number per run
+    for key, (label, unit, lower) in RESOURCE_KEYS.items():
+        vals = [[float(run.resources[key]) if key in run.resources else _nan() for run in arm.runs] for arm in arms]
+        r6 = _scalar_row(key, label, unit, arms, vals, lower, "resource", alpha, noise_floor_pct, confidence)
+        if r6 is not None:
+            metrics.append(r6)
     # deterministic: hit % and MiB/token
     hit = []
     mib = []
@@ -466,7 +521,7 @@ def _contamination(arms: Sequence[ArmInput]) -> Contamination:
                 continue
             rel = abs(d) if key == "temperature_c" else abs(_pct(d, means[0]))
             if rel > tol:
-                hints.append(f"{arm.name} started with {label} {d:+.3g} from {arms[0].name}: run the arms in "
+                hints.append(f"{arm.name} started with {label} {d:+,.1f} from {arms[0].name}: run the arms in "
                              "reverse order too (or interleave them) to see whether the difference follows the order")
     return Contamination(rows, hints)
 

@@ -18,7 +18,7 @@ I64 = npt.NDArray[np.int64]
 
 class LiveLru:
     """Incremental LRU replay at fixed ``budgets`` (bytes; default: 0 to the whole bank in
-    ``points`` steps of whole smallest experts).
+    ``points`` steps of whole smallest experts), plus the ``extra`` budgets (e.g. the run's).
 
     ``layer_bytes`` int [n_layer] one expert's bytes per layer (0 = a layer without MoE).
     Cost per decode token: one compiled call over its n_layer x k lookups (benchmarks/
@@ -26,7 +26,7 @@ class LiveLru:
     """
 
     def __init__(self, n_layer: int, n_expert: int, layer_bytes: npt.ArrayLike,
-                 budgets: npt.ArrayLike | None = None, points: int = 256):
+                 budgets: npt.ArrayLike | None = None, points: int = 256, extra: npt.ArrayLike = ()):
         lb = np.asarray(layer_bytes, dtype=np.int64).reshape(-1)
         if lb.shape[0] != n_layer or n_expert < 1 or (lb < 0).any():
             raise ValueError(f"need {n_layer} non-negative layer sizes and n_expert >= 1")
@@ -44,6 +44,11 @@ class LiveLru:
             b = np.unique(np.asarray(budgets, dtype=np.int64).reshape(-1))
             if b.size == 0 or (b < 0).any():
                 raise ValueError("budgets must be byte counts >= 0")
+        more = np.asarray(extra, dtype=np.int64).reshape(-1)
+        if more.size:
+            if (more < 0).any():
+                raise ValueError("budgets must be byte counts >= 0")
+            b = np.unique(np.concatenate([b, more]))
         self.budgets = b
         self._cap = 1024
         self._item = np.zeros(self._cap * 8, dtype=np.int64)

@@ -24,8 +24,8 @@ from bmoe_top.parsers.route_trace import PHASE_PREFILL, RouteTrace, load_route_t
 from bmoe_top.parsers.routing_bin import RoutingBin, looks_like_routing_bin, parse_routing_bin
 from bmoe_top.parsers.sniff import sniff
 
-__all__ = ["Lookups", "from_route_trace", "from_routing", "from_routing_bin", "layer_lookups", "split_decode",
-           "with_profile", "from_bytes"]
+__all__ = ["Lookups", "from_route_trace", "from_routing", "from_routing_bin", "from_route_rows", "layer_lookups",
+           "split_decode", "with_profile", "from_bytes"]
 
 I64 = npt.NDArray[np.int64]
 I8 = npt.NDArray[np.int8]
@@ -257,6 +257,39 @@ def from_routing_bin(rb: RoutingBin, n_expert: int, layer_bytes: npt.ArrayLike |
     known = layer_bytes is not None
     lb = np.asarray(layer_bytes, dtype=np.int64) if known else np.ones(nl, dtype=np.int64)
     return from_routing(routing, lb, n_expert, sizes_known=known)
+
+
+def from_route_rows(tok: npt.ArrayLike, layer: npt.ArrayLike, expert: npt.ArrayLike, hit: npt.ArrayLike,
+                    n_layer: int, n_expert: int, layer_bytes: npt.ArrayLike, top_k: int,
+                    sizes_known: bool = True) -> Lookups:
+    """Lookups from routing rows in arrival order, as a run model holds them (the BMOE_ROUTE
+    lines of a recording, a transcript or a live run: docs/telemetry.md "Telemetry extensions").
+
+    ``tok`` int [n]: the decode token's row (>= 0; one batch per layer per token) or ``-1 - turn``
+    for a turn's prefill rows (the union over the prompt: one batch per layer); ``layer``,
+    ``expert`` int [n]; ``hit`` int [n] the residency the run recorded (1, 0, -1 unknown);
+    ``layer_bytes`` int [n_layer] one expert's bytes per layer. Raises ValueError without rows,
+    on arrays of different lengths, or an id outside the model's dimensions."""
+    t = np.asarray(tok, dtype=np.int64).reshape(-1)
+    lay = np.asarray(layer, dtype=np.int64).reshape(-1)
+    exp_ = np.asarray(expert, dtype=np.int64).reshape(-1)
+    rec = np.asarray(hit, dtype=np.int64).reshape(-1)
+    if not t.size:
+        raise ValueError("no routing rows")
+    if not (t.size == lay.size == exp_.size == rec.size):
+        raise ValueError("routing row arrays of different lengths")
+    if lay.min() < 0 or lay.max() >= n_layer or exp_.min() < 0 or exp_.max() >= n_expert:
+        raise ValueError(f"a routed layer or expert outside {n_layer} layers x {n_expert} experts")
+    lb = np.asarray(layer_bytes, dtype=np.int64).reshape(-1)
+    if lb.shape[0] != n_layer:
+        raise ValueError(f"{lb.shape[0]} layer sizes for {n_layer} layers")
+    pre = t < 0
+    turn = np.where(pre, -1 - t, 0)
+    phase = np.where(pre, PHASE_PREFILL, 1).astype(np.int64)
+    step = np.where(pre, 0, t)
+    recorded = np.where(rec > 0, 1, np.where(rec == 0, 0, -1)).astype(np.int8)
+    return _from_arrays(turn, phase, step, lay, exp_, recorded, np.repeat(lb, n_expert).astype(np.int64),
+                        n_layer, n_expert, max(1, top_k), None, sizes_known)
 
 
 def _take(lk: Lookups, sel: B1) -> Lookups:

@@ -18,6 +18,7 @@ Only numpy and the standard library: scipy is used by the tests to check these.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from statistics import NormalDist
 
@@ -26,7 +27,7 @@ import numpy.typing as npt
 
 __all__ = ["Mser", "mser5", "mann_whitney", "MannWhitney", "Shift", "hodges_lehmann", "verdict",
            "min_runs", "Interval", "block_bootstrap_diff", "block_bootstrap_mean", "percentiles", "lag1",
-           "NOISE_FLOOR_PCT", "ALPHA"]
+           "NOISE_FLOOR_PCT", "ALPHA", "Statistic", "mean_stat", "rate_stat", "percentile_stat"]
 
 F64 = npt.NDArray[np.float64]
 #: a change smaller than this share of the baseline is reported as ``~`` (noise), percent
@@ -245,49 +246,88 @@ def _block_len(n: int) -> int:
     return max(1, int(round(n ** (1.0 / 3.0))))
 
 
-def _mbb_means(a: F64, block: int, resamples: int, rng: np.random.Generator) -> F64:
-    """Means of ``resamples`` moving-block bootstrap series of ``a`` (same length)."""
+#: a statistic of series: float [m, n] (m series of n values) -> float [m]
+Statistic = Callable[[F64], F64]
+
+
+def mean_stat(rows: F64) -> F64:
+    """The mean of each series."""
+    out: F64 = rows.mean(axis=1)
+    return out
+
+
+def rate_stat(rows: F64) -> F64:
+    """Tokens per second of each series of per-token milliseconds: 1000 / mean (NaN when the
+    mean is not positive)."""
+    m = rows.mean(axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out: F64 = np.where(m > 0, 1000.0 / m, np.nan)
+    return out
+
+
+def percentile_stat(q: float) -> Statistic:
+    """The ``q``-th percentile of each series (linear interpolation, as :func:`percentiles`)."""
+    def stat(rows: F64) -> F64:
+        out: F64 = np.percentile(rows, q, axis=1)
+        return out
+
+    return stat
+
+
+#: resampled values held at once by the bootstrap (rows x tokens), to bound its memory
+_CHUNK_VALUES = 1 << 22
+
+
+def _mbb_stats(a: F64, block: int, resamples: int, rng: np.random.Generator, stat: Statistic) -> F64:
+    """``stat`` of ``resamples`` moving-block bootstrap series of ``a`` (same length)."""
     n = a.shape[0]
     nb = -(-n // block)
     starts = rng.integers(0, n - block + 1, size=(resamples, nb))
-    idx = (starts[:, :, None] + np.arange(block)[None, None, :]).reshape(resamples, -1)[:, :n]
-    out: F64 = a[idx].mean(axis=1)
+    out = np.empty(resamples, dtype=np.float64)
+    step = max(1, _CHUNK_VALUES // max(1, nb * block))
+    for i in range(0, resamples, step):
+        s = starts[i:i + step]
+        idx = (s[:, :, None] + np.arange(block)[None, None, :]).reshape(s.shape[0], -1)[:, :n]
+        out[i:i + step] = stat(a[idx])
     return out
 
 
 def block_bootstrap_mean(x: npt.ArrayLike, confidence: float = 0.95, resamples: int = 2000,
-                         block: int | None = None, seed: int = 0) -> Interval:
-    """Within-run interval of one series' mean by a moving-block bootstrap (blocks of
-    ``block`` consecutive values, default n^(1/3): keeps the autocorrelation a plain bootstrap
-    would destroy). Percentile interval; deterministic for a ``seed``. Raises ValueError with
-    fewer than 2 values."""
+                         block: int | None = None, seed: int = 0, stat: Statistic = mean_stat) -> Interval:
+    """Within-run interval of one series' mean (or another ``stat``: :func:`rate_stat`,
+    :func:`percentile_stat`) by a moving-block bootstrap (blocks of ``block`` consecutive
+    values, default n^(1/3): keeps the autocorrelation a plain bootstrap would destroy).
+    Percentile interval; deterministic for a ``seed``. Raises ValueError with fewer than 2
+    values."""
     a = _finite(x)
     if a.shape[0] < 2:
         raise ValueError("an interval needs at least 2 values")
     bl = min(a.shape[0], block or _block_len(a.shape[0]))
-    means = _mbb_means(a, bl, resamples, np.random.default_rng(seed))
+    vals = _mbb_stats(a, bl, resamples, np.random.default_rng(seed), stat)
     q = (1.0 - confidence) / 2.0
-    return Interval(float(a.mean()), float(np.quantile(means, q)), float(np.quantile(means, 1 - q)), confidence,
-                    bl, resamples, "moving-block bootstrap")
+    return Interval(float(stat(a[None, :])[0]), float(np.nanquantile(vals, q)), float(np.nanquantile(vals, 1 - q)),
+                    confidence, bl, resamples, "moving-block bootstrap")
 
 
 def block_bootstrap_diff(a: npt.ArrayLike, b: npt.ArrayLike, confidence: float = 0.95, resamples: int = 2000,
-                         block: int | None = None, seed: int = 0) -> Interval:
-    """Within-run interval of ``mean(b) - mean(a)`` for one run per arm: each series resampled
-    by moving blocks on its own (see :func:`block_bootstrap_mean`). It covers the token-to-token
-    noise inside the two runs, not what differs between runs (order, thermal drift, the
-    machine's other load). Raises ValueError with fewer than 2 values in a series."""
+                         block: int | None = None, seed: int = 0, stat: Statistic = mean_stat) -> Interval:
+    """Within-run interval of ``stat(b) - stat(a)`` (default the means) for one run per arm:
+    each series resampled by moving blocks on its own (see :func:`block_bootstrap_mean`). It
+    covers the token-to-token noise inside the two runs, not what differs between runs (order,
+    thermal drift, the machine's other load). Raises ValueError with fewer than 2 values in a
+    series."""
     x, y = _finite(a), _finite(b)
     if x.shape[0] < 2 or y.shape[0] < 2:
         raise ValueError("an interval needs at least 2 values in each series")
     bl = block or max(_block_len(x.shape[0]), _block_len(y.shape[0]))
     rng = np.random.default_rng(seed)
-    ma = _mbb_means(x, min(bl, x.shape[0]), resamples, rng)
-    mb = _mbb_means(y, min(bl, y.shape[0]), resamples, rng)
+    ma = _mbb_stats(x, min(bl, x.shape[0]), resamples, rng, stat)
+    mb = _mbb_stats(y, min(bl, y.shape[0]), resamples, rng, stat)
     dd = mb - ma
     q = (1.0 - confidence) / 2.0
-    return Interval(float(y.mean() - x.mean()), float(np.quantile(dd, q)), float(np.quantile(dd, 1 - q)),
-                    confidence, bl, resamples, "moving-block bootstrap")
+    est = float(stat(y[None, :])[0] - stat(x[None, :])[0])
+    return Interval(est, float(np.nanquantile(dd, q)), float(np.nanquantile(dd, 1 - q)), confidence, bl, resamples,
+                    "moving-block bootstrap")
 
 
 def percentiles(x: npt.ArrayLike, qs: tuple[float, ...] = (50.0, 95.0, 99.0)) -> list[float]:

@@ -18,7 +18,8 @@ from .layers import LayerRow, allocate, layer_table
 from .lookups import Lookups, split_decode
 from .skew import Skew, routing_skew
 
-__all__ = ["PolicyPoints", "RecordedCheck", "AllocationSummary", "WhatIf", "whatif", "recommend_budget"]
+__all__ = ["PolicyPoints", "RecordedCheck", "AllocationSummary", "WhatIf", "Replay", "whatif", "analyse",
+           "recommend_budget", "DEFAULT_POLICIES"]
 
 MIB = C.MIB
 DEFAULT_POLICIES = ("lru", "lfu", "fifo", "sieve", "static", "lru_profile", "lru_layer_equal", "lru_layer_alloc",
@@ -85,7 +86,8 @@ class WhatIf:
     ``token_cycle_mib`` T (all MoE layers x top-k experts); ``zero_hit_below_mib`` the budget
     below which LRU cannot hit at all (T minus k-1 of the largest experts); ``bank_mib`` every
     expert; ``compulsory_ceiling_pct`` the hit % of an infinite cache (first lookups always miss);
-    ``curves`` every policy at the sweep budgets; ``lru_all`` LRU over the dense budget axis;
+    ``curves`` every policy at the sweep budgets; ``lru_all`` LRU over the dense budget axis and
+    the sweep budgets;
     ``belady_gap_pct`` Belady minus LRU at the sweep budgets ("the most a policy could buy");
     ``focus_budget_mib`` the budget the per-layer parts describe (the run's, else the
     recommended one); ``recommended_budget_mib`` the smallest budget reaching ``recommend_rule``.
@@ -118,6 +120,19 @@ class WhatIf:
     static_train_tokens: int
 
 
+@dataclass(frozen=True, slots=True, eq=False)
+class Replay:
+    """The curves a :class:`WhatIf` summarises, for views that look at other budgets: ``curves``
+    policy -> curve at the sweep budgets, ``lru_all`` LRU over the dense axis and every sweep
+    budget (so :func:`~bmoe_top.tui.analysis.layers.layer_table` works at each of them),
+    ``layer_curves`` each layer's own LRU (for :func:`~bmoe_top.tui.analysis.layers.allocate`)."""
+
+    lookups: Lookups
+    curves: dict[str, C.Curve]
+    lru_all: C.Curve
+    layer_curves: C.LayerCurves
+
+
 def recommend_budget(curve: C.Curve, fraction: float = 0.95) -> int:
     """Smallest budget (bytes) of ``curve`` whose decode hits reach ``fraction`` of the hits at
     its largest budget (with hits rising slowly past the knee, this is where more RAM stops
@@ -130,8 +145,16 @@ def recommend_budget(curve: C.Curve, fraction: float = 0.95) -> int:
 def whatif(lk: Lookups, budgets: npt.ArrayLike | None = None, run_budget: int | None = None,
            read_mib_s: float | None = None, policies: tuple[str, ...] = DEFAULT_POLICIES,
            train_fraction: float = 0.5, dense_points: int = 512) -> WhatIf:
+    """The what-if report of ``lk``: :func:`analyse` without the curves behind it."""
+    return analyse(lk, budgets, run_budget, read_mib_s, policies, train_fraction, dense_points)[0]
+
+
+def analyse(lk: Lookups, budgets: npt.ArrayLike | None = None, run_budget: int | None = None,
+            read_mib_s: float | None = None, policies: tuple[str, ...] = DEFAULT_POLICIES,
+            train_fraction: float = 0.5, dense_points: int = 512) -> tuple[WhatIf, Replay]:
     """Replay ``lk`` through ``policies`` at ``budgets`` (bytes; default
-    :func:`~bmoe_top.tui.analysis.cachesim.sweep_budgets`, plus ``run_budget``) and summarise.
+    :func:`~bmoe_top.tui.analysis.cachesim.sweep_budgets` and the recommended budget; plus
+    ``run_budget``) and summarise.
 
     ``run_budget``: the run's cache budget in bytes (marks the curves, focuses the per-layer
     table, enables the recorded-residency check); ``read_mib_s``: measured read bandwidth for
@@ -147,6 +170,11 @@ def whatif(lk: Lookups, budgets: npt.ArrayLike | None = None, run_budget: int | 
     b = C.sweep_budgets(lk) if budgets is None else np.asarray(budgets, dtype=np.float64)
     b = C._check_budgets(np.concatenate([np.asarray(b, dtype=np.float64).reshape(-1),
                                          np.asarray(extra, dtype=np.float64)]))
+    dense = np.unique(np.concatenate([C.dense_budgets(lk, dense_points), b]))
+    lru_all = C.lru_curve(lk, dense)
+    rec = recommend_budget(lru_all)
+    if budgets is None:  # the default sweep also holds the recommended budget
+        b = np.unique(np.append(b, rec))
     lc = C.layer_curves(lk)  # the per-layer curves: partitioned policies and the allocation
     curves: list[C.Curve] = []
     train_tokens = 0
@@ -163,15 +191,10 @@ def whatif(lk: Lookups, budgets: npt.ArrayLike | None = None, run_budget: int | 
             curves.append(fn(train, test, b))
         else:
             curves.append(C.layer_partitioned_curve(lk, b, lc, allocate=p == "lru_layer_alloc"))
-    dense = C.dense_budgets(lk, dense_points)
-    if run_budget is not None:
-        dense = np.unique(np.append(dense, run_budget))
-    lru_all = C.lru_curve(lk, dense)
     by = {c.policy: c for c in curves}
     lru = by.get("lru") or C.lru_curve(lk, b)
     bel = by.get("belady")
     gap = _floats(bel.decode_hit_pct - lru.decode_hit_pct) if bel is not None else []
-    rec = recommend_budget(lru_all)
     focus = run_budget if run_budget is not None else rec
     jf = lru_all.at(focus)
     rows = layer_table(lru_all, focus)
@@ -192,7 +215,7 @@ def whatif(lk: Lookups, budgets: npt.ArrayLike | None = None, run_budget: int | 
     lb = lk.layer_bytes()
     moe = lk.moe_layers()
     comp = C.compulsory_decode_misses(lk)
-    return WhatIf(
+    report = WhatIf(
         n_layer=lk.n_layer, n_expert=lk.n_expert, top_k=lk.top_k, decode_tokens=lk.n_decode_tokens,
         decode_lookups=dl, prefill_lookups=lk.n - dl, sizes_known=lk.sizes_known,
         layer_mib=_floats(lb / MIB),
@@ -214,3 +237,4 @@ def whatif(lk: Lookups, budgets: npt.ArrayLike | None = None, run_budget: int | 
         recorded=recorded,
         static_train_tokens=train_tokens,
     )
+    return report, Replay(lk, by, lru_all, lc)

@@ -4,7 +4,8 @@ Pure: :func:`build_drill` takes the answers asked for one instance on one grid a
 :class:`DrillDown`. Because the numbers come from Prometheus' storage, the panels reach back over
 the whole window, including the time before bmoe-top started.
 
-Arrays: ``series[key]`` (every table column, ``stall_share`` and ``up``) is float64 on ``t``
+Arrays: ``series[key]`` (every table column, the drill-down's ``io_ms`` and ``stall_ms``,
+``stall_share`` and ``up``) is float64 on ``t``
 with NaN where the instance had no value (absent, or undefined such as a hit % without lookups).
 The heatmap is ``layer_hits`` / ``layer_misses`` (lookups per second, the rate window's mean,
 shape ``[n_layer, n]``, rows in ``layers`` order) and ``layer_hit_pct`` (NaN where the layer had
@@ -21,7 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from bmoe_top.parsers.prom import SERIES
-from bmoe_top.tui.fleet.queries import COLUMNS, exported
+from bmoe_top.tui.fleet.queries import COLUMNS, DRILL_COLUMNS, exported
 from bmoe_top.tui.fleet.table import Grid, align, names_by_key
 from bmoe_top.tui.sources.prometheus import PromError, QueryResult, RangeResult
 
@@ -113,7 +114,7 @@ def build_drill(*, job: str, instance: str, at: float, window_s: float, grid: Gr
     else:
         got_up = _one(up, grid)
         series["up"] = got_up if got_up is not None else nan.copy()
-    for c in COLUMNS:
+    for c in COLUMNS + DRILL_COLUMNS:
         res = columns.get(c.key)
         if not isinstance(res, RangeResult):
             if isinstance(res, PromError):

@@ -28,6 +28,7 @@ __all__ = [
     "COLUMNS",
     "COLUMN_BY_KEY",
     "COLUMN_SERIES",
+    "DRILL_COLUMNS",
     "exported_query",
     "exported",
     "DERIVED",
@@ -108,6 +109,11 @@ COLUMNS: tuple[Column, ...] = (
     Column("flash_ms", "flash wait ms/tok", "ms/token", ((_WALL, _COMPUTE, _MGMT, _TIMED),),
            f"clamp_min(1000 * ({_rate(_WALL)} - {_rate(_COMPUTE)} - {_rate(_MGMT)}) / {_rate(_TIMED)}, 0)"),
     Column("mgmt_ms", "mgmt ms/tok", "ms/token", ((_MGMT, _TIMED),), _per_token(_MGMT)),
+    # resident / budget: what the cache holds now (bmoe-run's gauges, docs/metrics.md) and its size
+    Column("resident_experts", "resident experts", "experts", (("llamacpp:moe_cache_resident",),),
+           "sum by ($by) (llamacpp:moe_cache_resident$sel)"),
+    Column("resident_mib", "resident MiB", "MiB", (("llamacpp:moe_cache_resident_bytes",),),
+           "sum by ($by) (llamacpp:moe_cache_resident_bytes$sel) / 1048576"),
     Column("budget_experts", "budget experts", "experts", (("llamacpp:moe_cache_slots",),),
            "sum by ($by) (llamacpp:moe_cache_slots$sel)"),
     Column("budget_mib", "budget MiB", "MiB", (("llamacpp:moe_cache_bytes",),),
@@ -118,10 +124,19 @@ COLUMNS: tuple[Column, ...] = (
            "sum by ($by) (llamacpp:requests_deferred$sel)"),
 )
 
-#: Every series a column reads.
-COLUMN_SERIES: tuple[str, ...] = tuple(dict.fromkeys(n for c in COLUMNS for n in c.series))
+#: Columns only the drill-down asks: the two flash terms apart, so its breakdown knows the mode
+#: (serial: the flash wait is ``io_ms``; overlap: ``stall_ms``, ``io_ms`` being lane-busy time).
+DRILL_COLUMNS: tuple[Column, ...] = (
+    Column("io_ms", "io ms/tok", "ms/token", (("bmoe:token_io_seconds_total", _TIMED),),
+           _per_token("bmoe:token_io_seconds_total")),
+    Column("stall_ms", "stall ms/tok", "ms/token", (("bmoe:token_stall_seconds_total", _TIMED),),
+           _per_token("bmoe:token_stall_seconds_total")),
+)
 
-COLUMN_BY_KEY: dict[str, Column] = {c.key: c for c in COLUMNS}
+#: Every series a column (of the table or the drill-down) reads.
+COLUMN_SERIES: tuple[str, ...] = tuple(dict.fromkeys(n for c in COLUMNS + DRILL_COLUMNS for n in c.series))
+
+COLUMN_BY_KEY: dict[str, Column] = {c.key: c for c in COLUMNS + DRILL_COLUMNS}
 
 #: Columns computed from others, per point, without a query: key -> (label, unit, doc).
 DERIVED: dict[str, tuple[str, str, str]] = {
@@ -183,9 +198,9 @@ def column_query(col: Column, selector: str, range_s: float, *extra: str) -> str
     return _fill(col.template, matchers(selector, *extra), range_s)
 
 
-def column_queries(selector: str, range_s: float, *extra: str) -> dict[str, str]:
-    """Every column's PromQL: key -> query."""
-    return {c.key: column_query(c, selector, range_s, *extra) for c in COLUMNS}
+def column_queries(selector: str, range_s: float, *extra: str, drill: bool = False) -> dict[str, str]:
+    """Every column's PromQL (with ``drill``, the drill-down's own columns too): key -> query."""
+    return {c.key: column_query(c, selector, range_s, *extra) for c in COLUMNS + (DRILL_COLUMNS if drill else ())}
 
 
 def up_query(selector: str, *extra: str) -> str:
@@ -208,11 +223,14 @@ def layer_queries(selector: str, range_s: float, *extra: str) -> dict[str, str]:
                             "layer")}
 
 
-def exported_query(selector: str, *extra: str) -> str:
-    """Which of the columns' series each instance exports now: one sample per (job, instance,
-    series name). Tells "not exported" from "no value yet" (a rate needs two samples)."""
+def exported_query(selector: str, window_s: float, *extra: str) -> str:
+    """Which of the columns' series each instance exported in the window: one sample per (job,
+    instance, series name). Tells "not exported" from "no value yet" (a rate needs two samples);
+    read over the window (``last_over_time`` keeps the name), so a down instance, which exports
+    nothing now, still says what it exported while it was up."""
     name_re = '__name__=~"' + "|".join(COLUMN_SERIES) + '"'
-    return f"count by (job, instance, __name__) ({matchers(selector, name_re, *extra)})"
+    return _fill("count by (job, instance, __name__) (last_over_time($sel[$r]))",
+                 matchers(selector, name_re, *extra), window_s)
 
 
 def exported(col: Column, names: set[str]) -> bool:

@@ -7,11 +7,11 @@ builds the :class:`~bmoe_top.tui.fleet.drill.DrillDown`. Requests per refresh (d
 one instant ``up`` query (which instances the selector picks; none is an ``empty`` error), the
 targets list when the scrape interval must be re-read (every minute, or when the set of
 instances changes; plus the configuration when no target reports an interval), one range query
-for ``up`` and one per column (12), two instant queries (the restarts, and which series each
-instance exports): 16 (17 when the interval is re-read). A drill-down: the instant ``up``, then
-``up``, every column, two per-layer queries and two instant ones (totals, exported series), on
-a grid of at most :data:`~bmoe_top.tui.fleet.queries.MAX_POINTS` points: 18 (19 when the
-interval is re-read).
+for ``up`` and one per column (14), two instant queries (the restarts, and which series each
+instance exports): 18 (19 when the interval is re-read). A drill-down: the instant ``up``, then
+``up``, every column and the drill-down's own two (``io_ms``, ``stall_ms``), two per-layer
+queries and two instant ones (totals, exported series), on a grid of at most
+:data:`~bmoe_top.tui.fleet.queries.MAX_POINTS` points: 22 (23 when the interval is re-read).
 
 Errors: the first query's failure (unreachable, bad_data from a bad selector, empty, ...) and
 any transport failure (unreachable, timeout) raise :class:`PromError`; a later query that
@@ -21,6 +21,7 @@ the other columns still count.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 
@@ -119,7 +120,7 @@ class FleetSession:
             raise up
         cols = {c.key: self._range(exprs[c.key], grid) for c in q.COLUMNS}
         exprs["restarts"] = q.restarts_query(self.selector, self.window_s)
-        exprs["exported"] = q.exported_query(self.selector)
+        exprs["exported"] = q.exported_query(self.selector, self.window_s)
         restarts = self._instant(exprs["restarts"], at)
         exported_now = self._instant(exprs["exported"], at)
         return build_table(selector=self.selector, at=at, window_s=self.window_s, grid=grid, rate_interval_s=rng,
@@ -127,16 +128,21 @@ class FleetSession:
                            exported_now=exported_now, queries=exprs, n_queries=self.client.n_requests - n0)
 
     def refresher(self, on_result: Callable[[FleetTable], None], on_error: Callable[[PromError], None],
-                  every: float = 0.0) -> RefreshThread[FleetTable]:
-        """A (not yet started) :class:`RefreshThread` refreshing this session's table every
-        ``every`` s, never faster than the scrape interval the last refresh learned."""
-        return RefreshThread(self.refresh, on_result, on_error, every=every,
-                             min_interval=lambda: self.scrape_interval_s)
+                  every: float = 0.0, refresh: Callable[[], FleetTable] | None = None,
+                  on_exit: Callable[[], None] | None = None) -> RefreshThread[FleetTable]:
+        """A (not yet started) :class:`RefreshThread` calling ``refresh`` (default this session's
+        :meth:`refresh`) every ``every`` s, never faster than the scrape interval the last
+        refresh learned; ``on_exit`` runs on the thread when it ends."""
+        return RefreshThread(refresh or self.refresh, on_result, on_error, every=every,
+                             min_interval=lambda: self.scrape_interval_s, on_exit=on_exit)
 
-    def drill(self, instance: str, job: str | None = None, at: float | None = None) -> DrillDown:
+    def drill(self, instance: str, job: str | None = None, at: float | None = None,
+              align: bool = False) -> DrillDown:
         """``instance``'s drill-down at ``at`` (``job`` narrows it when one address serves
-        several jobs). Raises :class:`PromError` (``empty`` when the selector picks no such
-        instance)."""
+        several jobs). ``align``: end the grid at the newest multiple of the step at or before
+        ``at`` (the drill's ``at`` then is that time), so that the grids of successive drills
+        share their points (a screen appends the new ones). Raises :class:`PromError` (``empty``
+        when the selector picks no such instance)."""
         at = self.clock() if at is None else float(at)
         n0 = self.client.n_requests
         extra = [q.label_matcher("instance", instance)]
@@ -146,15 +152,17 @@ class FleetSession:
         scrape = self._scrape_interval(keys)
         step = q.choose_step(self.window_s, scrape)
         rng = q.rate_interval(scrape, step)
+        if align:
+            at = math.floor(round(at / step, 6)) * step
         grid = Grid.ending_at(at, self.window_s, step)
-        exprs = {"up": up_expr, **q.column_queries(self.selector, rng, *extra)}
+        exprs = {"up": up_expr, **q.column_queries(self.selector, rng, *extra, drill=True)}
         layer_exprs = q.layer_queries(self.selector, rng, *extra)
         exprs["layer_hits"] = layer_exprs["hits"]
         exprs["layer_misses"] = layer_exprs["misses"]
         exprs["totals"] = q.totals_query(self.selector, *extra)
-        exprs["exported"] = q.exported_query(self.selector, *extra)
+        exprs["exported"] = q.exported_query(self.selector, self.window_s, *extra)
         up = self._range(up_expr, grid)
-        cols = {c.key: self._range(exprs[c.key], grid) for c in q.COLUMNS}
+        cols = {c.key: self._range(exprs[c.key], grid) for c in q.COLUMNS + q.DRILL_COLUMNS}
         lh = self._range(exprs["layer_hits"], grid)
         lm = self._range(exprs["layer_misses"], grid)
         totals = self._instant(exprs["totals"], at)

@@ -14,8 +14,8 @@ at which ``up`` was 1 (the last good values, with their age). Absent is never 0:
   lookups, no generated token in the rate window);
 * ``stale``: the series has no point at the reference point but had one earlier in the window:
   the newest earlier value, with its age;
-* ``not_exported``: the instance was up in the window and exports series now, but not the ones
-  this column reads (a stock llama-server has no ``llamacpp:moe_cache_*``; a runtime without
+* ``not_exported``: the instance was up in the window and exported series in it, but not the
+  ones this column reads (a stock llama-server has no ``llamacpp:moe_cache_*``; a runtime without
   bmoe's time sums has no split);
 * ``no_data``: no value in the window although the column may be exported (never up in the
   window; just started: a rate needs two samples in its range; or which series it exports is

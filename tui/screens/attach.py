@@ -36,9 +36,9 @@ def rows_table(rows: Sequence[tuple[str, str, str]], look: Look | None = None) -
     t.add_column(no_wrap=True, overflow="ellipsis")
     for label, value, kind in rows:
         if kind == "section":
-            t.add_row(safe_text(label, look.kind_style("section")), "")
+            t.add_row(safe_text(label, look.kind_style("section"), multiline=False), "")
         else:
-            t.add_row(safe_text(label), safe_text(value, look.kind_style(kind)))
+            t.add_row(safe_text(label, multiline=False), safe_text(value, look.kind_style(kind), multiline=False))
     return t
 
 

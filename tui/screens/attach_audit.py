@@ -87,12 +87,12 @@ class AuditAttachScreen(AttachScreen):
             words = {Status.OK: "● following", Status.WAITING: "… waiting for the file"}.get(status, "✖ error")
             st = Text(words, style=look.status_style(str(status)))
         if detail:
-            st.append_text(safe_text(f"  {detail}", look.label))
+            st.append_text(safe_text(f"  {detail}", look.label, multiline=False))
         st.append(f"  records {n_rec}  pids {', '.join(map(str, pids)) or '—'}", style=look.label)
         if n_bad:
             st.append(f"  {n_bad} corrupt line{'s' if n_bad > 1 else ''} skipped", style=look.warn)
             if last_bad:
-                st.append_text(safe_text(f" (last: line {last_bad[1]}: {last_bad[2][:60]})", look.dim))
+                st.append_text(safe_text(f" (last: line {last_bad[1]}: {last_bad[2][:60]})", look.dim, multiline=False))
         if rot or trunc:
             st.append(f"  rotated {rot}×, truncated {trunc}×", style=look.dim)
         return st

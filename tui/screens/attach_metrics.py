@@ -74,7 +74,7 @@ class MetricsAttachScreen(AttachScreen):
         t = Text()
         t.append(STATUS_WORDS.get(status, status), style=look.status_style(str(status)))
         if detail:
-            t.append_text(safe_text(f"  {detail}", look.label))
+            t.append_text(safe_text(f"  {detail}", look.label, multiline=False))
         if status != ScrapeState.OK and last is not None:
             t.append(f"  (showing the last good scrape, {time.time() - last:.0f} s old)", style=look.alert)
         if status == ScrapeState.UNREACHABLE and retry:
@@ -85,7 +85,7 @@ class MetricsAttachScreen(AttachScreen):
         if resets:
             t.append(f"  restarts seen: {resets}", style=look.warn)
         if proxy:
-            t.append_text(safe_text(f"  proxy: {proxy}", look.dim))
+            t.append_text(safe_text(f"  proxy: {proxy}", look.dim, multiline=False))
         return t
 
     def panel_rows(self) -> Sequence[tuple[str, str, str]]:

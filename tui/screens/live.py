@@ -40,6 +40,7 @@ from bmoe_top.tui.sources.events import LiveState
 from bmoe_top.tui.sources.live import LiveBase
 from bmoe_top.tui.sources.replay import RecordingSource
 from bmoe_top.tui.widgets.base import look_of
+from bmoe_top.tui.widgets.live_whatif import LiveWhatIfPanel
 from bmoe_top.tui.widgets.panels import safe_text
 
 __all__ = ["LiveScreen", "TURN_COLUMNS", "live_app", "run_live"]
@@ -77,6 +78,7 @@ class LiveScreen(RunScreen):
         Binding("ctrl+x,ctrl+c", "cancel_generation", "cancel", show=False, priority=True),
         Binding("ctrl+n", "toggle_chat", "new chat/continue", priority=True),
         Binding("ctrl+t", "tab('turns')", "turns", priority=True),
+        Binding("ctrl+o", "tab('whatif')", "what-if", priority=True),
         Binding("ctrl+l", "tab('log')", "log", show=False, priority=True),
         Binding("ctrl+q", "quit", "quit", show=False, priority=True),
         Binding("enter,i", "focus_prompt", "prompt", show=False),
@@ -108,6 +110,7 @@ class LiveScreen(RunScreen):
         table: DataTable[str] = DataTable(id="turns-table", zebra_stripes=True, cursor_type="row")
         table.add_columns(*TURN_COLUMNS)
         yield TabPane("Turns", table, id="turns")
+        yield TabPane("What-if", LiveWhatIfPanel(self.run_model, id="live-whatif"), id="whatif")
 
     def compose_bottom(self) -> ComposeResult:
         if self.is_replay:
@@ -163,7 +166,8 @@ class LiveScreen(RunScreen):
         t = Text()
         t.append(f" {st.state} ", style=look.status_style(str(st.state)))
         if st.message and st.message != st.state:
-            t.append_text(safe_text(" " + st.message, alert if (st.stalled or st.ready_timeout) else ""))
+            style = alert if (st.stalled or st.ready_timeout) else ""
+            t.append_text(safe_text(" " + st.message, style, multiline=False))
         r = st.ready
         if r is not None:
             t.append_text(safe_text(f"   load {fmt(r.load_s, 2)} s · {r.arch or MISSING} · n_ctx {fmt(r.n_ctx, 0)}",
@@ -175,7 +179,7 @@ class LiveScreen(RunScreen):
             t.append("   type a prompt below and press Enter", style=look.accent)
         if st.last_error:
             t.append(" · last error: ", style=dim)
-            t.append_text(safe_text(st.last_error[:80], alert))
+            t.append_text(safe_text(st.last_error[:80], alert, multiline=False))
         if st.stderr_lines:
             t.append(f" · stderr {st.stderr_lines} lines (ctrl+l)", style=dim)
         if st.kind == "socket":

@@ -21,7 +21,8 @@ and how to read the answers is :mod:`bmoe_top.tui.fleet`. No Textual, no Rich.
   are kept as received, cut to :data:`BODY_MAX` characters; whoever prints them sanitises them.
 * :class:`RefreshThread` calls a refresh function in a daemon thread, never more often than a
   minimum interval it asks for before every wait (the scrape interval: refreshing faster only
-  re-reads the same samples), and hands each result or :class:`PromError` to a callback.
+  re-reads the same samples), and hands each result or :class:`PromError` to a callback; it can
+  be paused, resumed and asked for a refresh now.
 
 Values: Prometheus sends sample values as strings; ``"NaN"``, ``"+Inf"`` and ``"-Inf"`` become
 the floats they name (a NaN is a value Prometheus computed, e.g. 0/0, not an absent sample:
@@ -475,23 +476,30 @@ class RefreshThread(threading.Thread, Generic[T]):
     :class:`PromError` ``error`` naming the exception), never swallowed.
 
     The wait between the starts of two refreshes is ``max(every, min_interval())`` s, asked
-    anew before every wait: ``min_interval`` returns the scrape interval the last refresh
-    learned (refreshing faster would only re-read the same samples). ``refresh_now()`` wakes
-    the thread for an immediate refresh, still no sooner than ``min_interval()`` after the
-    previous one started. ``stop()`` ends the loop within one wait; ``n_refreshes`` counts
-    refreshes started and ``starts`` keeps their monotonic start times (the newest 1,000)."""
+    anew while waiting: ``min_interval`` returns the scrape interval the last refresh learned
+    (refreshing faster would only re-read the same samples). ``refresh_now()`` wakes the thread
+    for an immediate refresh, still no sooner than ``min_interval()`` after the previous one
+    started. ``pause()`` stops the refreshes after the one in progress (``refresh_now()`` still
+    makes one), ``resume()`` starts them again; ``paused`` says which. ``stop()`` ends the loop
+    within one wait, then ``on_exit()`` runs on the thread (e.g. closing the client the
+    refreshes used). ``n_refreshes`` counts refreshes started and ``starts`` keeps their
+    monotonic start times (the newest 1,000)."""
 
     def __init__(self, refresh: Callable[[], T], on_result: Callable[[T], None],
                  on_error: Callable[[PromError], None], every: float = 1.0,
-                 min_interval: Callable[[], float | None] = lambda: None):
+                 min_interval: Callable[[], float | None] = lambda: None,
+                 on_exit: Callable[[], None] | None = None):
         super().__init__(name="bmoe-prometheus-refresh", daemon=True)
         self._refresh = refresh
         self._on_result = on_result
         self._on_error = on_error
+        self._on_exit = on_exit
         self.every = float(every)
         self._min_interval = min_interval
         self._stop_ev = threading.Event()
         self._wake = threading.Event()
+        self._now = False
+        self._paused = False
         self.n_refreshes = 0
         self.starts: list[float] = []
 
@@ -500,34 +508,57 @@ class RefreshThread(threading.Thread, Generic[T]):
         self._wake.set()
 
     def refresh_now(self) -> None:
+        self._now = True
         self._wake.set()
+
+    def pause(self) -> None:
+        self._paused = True
+        self._wake.set()
+
+    def resume(self) -> None:
+        self._paused = False
+        self._wake.set()
+
+    @property
+    def paused(self) -> bool:
+        return self._paused
 
     def _gap(self) -> float:
         floor = self._min_interval() or 0.0
         return max(self.every, floor)
 
+    def _one(self) -> None:
+        try:
+            res = self._refresh()
+        except PromError as exc:
+            self._on_error(exc)
+        except Exception as exc:  # noqa: BLE001 - reported to the caller, not swallowed
+            self._on_error(PromError(PromErrorKind.ERROR, _cut(f"{type(exc).__name__}: {exc}")))
+        else:
+            self._on_result(res)
+
     def run(self) -> None:
-        while not self._stop_ev.is_set():
-            t0 = time.monotonic()
-            self.n_refreshes += 1
-            self.starts.append(t0)
-            del self.starts[:-1000]
-            try:
-                res = self._refresh()
-            except PromError as exc:
-                self._on_error(exc)
-            except Exception as exc:  # noqa: BLE001 - reported to the caller, not swallowed
-                self._on_error(PromError(PromErrorKind.ERROR, _cut(f"{type(exc).__name__}: {exc}")))
-            else:
-                self._on_result(res)
-            floor = self._min_interval() or 0.0
-            deadline = t0 + self._gap()
+        try:
             while not self._stop_ev.is_set():
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    break
-                if self._wake.wait(left):
-                    self._wake.clear()
-                    if self._stop_ev.is_set():
+                t0 = time.monotonic()
+                self.n_refreshes += 1
+                self.starts.append(t0)
+                del self.starts[:-1000]
+                self._one()
+                forced = False
+                while not self._stop_ev.is_set():
+                    if self._now:
+                        self._now = False
+                        forced = True  # refresh now, but never faster than the scrape interval
+                    if forced:
+                        deadline: float | None = t0 + (self._min_interval() or 0.0)
+                    else:
+                        deadline = None if self._paused else t0 + self._gap()
+                    left = None if deadline is None else deadline - time.monotonic()
+                    if left is not None and left <= 0:
                         break
-                    deadline = t0 + floor  # refresh now, but never faster than the scrape interval
+                    if self._wake.wait(left):
+                        self._wake.clear()
+        finally:
+            if self._on_exit is not None:
+                self._on_exit()

@@ -28,13 +28,22 @@ import numpy as np
 from rich.style import Style
 
 __all__ = [
-    "BLANK", "COLOR_MODES", "KIND_STYLE", "Look", "SCALES", "STATUS_STYLE", "locale_is_utf8",
+    "BLANK", "COLOR_MODES", "DIM", "EIGHTHS", "KIND_STYLE", "LABEL", "Look", "NO_DATA_GLYPH", "SCALES",
+    "STATUS_STYLE", "TITLE", "locale_is_utf8",
 ]
 
 COLOR_MODES = ("truecolor", "16", "mono")
 SCALES = ("viridis", "cividis", "classic")
 
 BLANK = Style()
+
+#: The 24-bit look's label styles and glyphs as constants, for widgets drawn outside a
+#: :class:`Look` (the fleet table, the analysis curves).
+DIM = Style(color="#7f848e")
+LABEL = Style(color="#abb2bf")
+TITLE = Style(color="#e5c07b", bold=True)
+EIGHTHS = " ▁▂▃▄▅▆▇█"
+NO_DATA_GLYPH = "·"
 
 #: Every state word a status line shows (run model :class:`~bmoe_top.tui.model.Status`, a live
 #: source's, a poller's, a followed file's: all string enums) -> its style (truecolor; a 16-colour

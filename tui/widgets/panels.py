@@ -30,8 +30,9 @@ from bmoe_top.tui.widgets.palette import BLANK, Look
 __all__ = ["AnswerPanel", "AnswerTail", "ProblemsPanel", "RunPanel", "answer_text", "header_parts", "safe_text"]
 
 
-def safe_text(s: str, style: str | Style = "", multiline: bool = False) -> Text:
-    """A Rich Text of ``s`` that the terminal shows literally (no markup, no control sequences)."""
+def safe_text(s: str, style: str | Style = "", multiline: bool = True) -> Text:
+    """A Rich Text of ``s`` that the terminal shows literally (no markup, no control sequences);
+    ``multiline=False`` for one-line places (a status line, a table cell): line breaks show as ``␤``."""
     return Text(sanitize(s, multiline=multiline), style=style)
 
 
@@ -340,6 +341,7 @@ class ProblemsPanel(Static):
             out.append_text(safe_text(reason + "\n", multiline=True))
         out.append("\n")
         for p in probs[:200]:
-            out.append_text(safe_text(f"{p.source.rsplit('/', 1)[-1]}:{p.lineno}: ", "" if mono else "#7f848e"))
-            out.append_text(safe_text(f"{p.reason}: {p.text[:120]}") + Text("\n"))
+            where = f"{p.source.rsplit('/', 1)[-1]}:{p.lineno}: "
+            out.append_text(safe_text(where, "" if mono else "#7f848e", multiline=False))
+            out.append_text(safe_text(f"{p.reason}: {p.text[:120]}", multiline=False) + Text("\n"))
         return out

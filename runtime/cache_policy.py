@@ -1,8 +1,8 @@
-"""The reference's MoE-cache features on top of the Engine's expert cache (moe-cache-reference.md):
-filling the cache from an STRP profile at load (hottest first), ``n_hit_profile`` (hits on
-experts the profile put there and that were never evicted since), and ``--moe-cache-adaptive``
-(heat-based swaps), plus the counter set of ``struct llama_moe_cache_stats`` that /metrics and the
-audit log report.
+"""The cache policy on top of the Engine's expert cache (moe-cache-reference.md): filling the cache
+from an STRP profile at load (hottest first), ``n_hit_profile`` (hits on experts the profile put
+there and that were never evicted since), and ``--moe-cache-adaptive`` (heat-based swaps), plus the
+counter set of ``struct llama_moe_cache_stats`` that /metrics and the audit log report.
+:func:`load_profile` is the one STRP loader of ``bmoe-run`` and ``bmoe-run serve``.
 
 :class:`MoeCacheExt` attaches to an :class:`bmoe_top.runtime.engine.Engine` that streams experts
 (``engine.cache`` is an ``ExpertCache``) through the cache's public hooks: ``on_lookup`` (profile
@@ -31,10 +31,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bmoe_top.parsers.strp import StrpProfile
+from bmoe_top.parsers.strp import StrpError, StrpProfile, check_dims, read_strp
 
-__all__ = ["MoeCacheExt", "CacheCounters", "HALF_LIFE_TOKENS", "ROUND_TOKENS", "MAX_SWAPS",
-           "FILL_TOKENS", "MAX_FILL", "HYSTERESIS", "HYSTERESIS_PICKS", "MAX_UBATCH"]
+__all__ = ["MoeCacheExt", "CacheCounters", "ProfileError", "load_profile", "HALF_LIFE_TOKENS", "ROUND_TOKENS",
+           "MAX_SWAPS", "FILL_TOKENS", "MAX_FILL", "HYSTERESIS", "HYSTERESIS_PICKS", "MAX_UBATCH"]
 
 HALF_LIFE_TOKENS = 350.0
 ROUND_TOKENS = 32
@@ -46,13 +46,37 @@ HYSTERESIS_PICKS = 2.0
 MAX_UBATCH = 32
 
 
+class ProfileError(ValueError):
+    """An STRP profile this model cannot use: unreadable, invalid, or made for other dimensions.
+    ``reason``: why, without the path when the path is not part of it already."""
+
+    def __init__(self, message: str, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+def load_profile(path: str, n_layer: int, n_expert: int) -> StrpProfile:
+    """Read and validate the STRP profile at ``path`` for a model of ``n_layer`` x ``n_expert``.
+
+    Raises :class:`ProfileError` with one sentence (the file, and why it cannot be used)."""
+    try:
+        profile = read_strp(path)
+    except StrpError as exc:
+        raise ProfileError(str(exc), str(exc)) from None
+    why = check_dims(profile, n_layer, n_expert)
+    if why:
+        raise ProfileError(f"{path}: {why}", why)
+    return profile
+
+
 @dataclass
 class CacheCounters:
     """``struct llama_moe_cache_stats`` for bmoe-run (counters since load, bytes in bytes).
 
     ``upload_bytes`` = bytes read from flash for misses (and speculative reads); ``cpu_bytes``,
     ``copies``, ``bytes_copy`` are 0 (no hybrid, no device copies on this CPU runtime);
-    ``extra_read_bytes``: profile fill and swap reads. Per-layer lists are indexed by layer."""
+    ``extra_read_bytes``: profile fill and swap reads; ``resident`` / ``resident_bytes``: the
+    experts (and their bytes) the cache holds now. Per-layer lists are indexed by layer."""
 
     hits: int = 0
     hits_profile: int = 0
@@ -67,6 +91,8 @@ class CacheCounters:
     cache_bytes: int = 0
     hybrid: bool = False
     extra_read_bytes: int = 0
+    resident: int = 0
+    resident_bytes: int = 0
     layer_hits: tuple = ()
     layer_hits_profile: tuple = ()
     layer_misses: tuple = ()
@@ -81,14 +107,13 @@ class CacheCounters:
 class MoeCacheExt:
     """Profile fill, profile hits and adaptive swaps for one Engine (see module doc).
 
-    ``profile``: a validated :class:`StrpProfile` (dimensions must match; use
-    :func:`bmoe_top.parsers.strp.check_dims` first) or ``None``. ``adaptive``: enable swaps.
+    ``profile``: a validated :class:`StrpProfile` (from :func:`load_profile`) or ``None``. ``adaptive``: enable swaps.
     Raises nothing for a cache-less engine: everything is then a no-op and counters stay 0.
     """
 
     def __init__(self, engine, profile: StrpProfile | None = None, adaptive: bool = False):
         self.engine = engine
-        self.cache = getattr(engine, "cache", None)
+        self.cache = engine.cache
         lay = engine.layout
         self.n_layer = engine.n_layer
         self.n_expert = engine.n_expert
@@ -296,7 +321,7 @@ class MoeCacheExt:
     # -- counters ------------------------------------------------------------------------------
     def counters(self) -> CacheCounters:
         """A consistent copy of the counters. Call on the decode thread or between decodes
-        (it reads the cache's plain counters, not its LRU)."""
+        (it reads the cache's plain counters and the LRU's length, never walks the LRU)."""
         c = self.cache
         if c is None or c.no_cache:
             z = tuple([0] * self.n_layer)
@@ -309,8 +334,8 @@ class MoeCacheExt:
             hits=hits, hits_profile=self.hits_profile, misses=misses,
             upload_bytes=read_bytes - self.extra_read_bytes,
             swaps=self.swaps, slots=self.slots, prefilled=self.prefilled, cache_bytes=self.cache_bytes,
-            extra_read_bytes=self.extra_read_bytes, layer_hits=layer_hits,
-            layer_hits_profile=tuple(self.layer_hits_profile), layer_misses=layer_misses,
+            extra_read_bytes=self.extra_read_bytes, resident=len(c.lru), resident_bytes=int(c.resident_bytes),
+            layer_hits=layer_hits, layer_hits_profile=tuple(self.layer_hits_profile), layer_misses=layer_misses,
         )
 
     def layers(self) -> list[dict]:

@@ -1,0 +1,479 @@
+/* The native half of bmoe-run's streaming path (runtime/native.py builds and loads it).
+ *
+ * 1. bmoe_eval_cb: llama.cpp's eval callback. The scheduler asks it about every graph node
+ *    (hundreds per token); it answers natively and calls Python only for the routing nodes
+ *    (ffn_moe_topk-<il>, and the routing weights when asked). Two fast paths skip Python:
+ *    - skip_resident (every expert is resident): a one-token routing node is not even
+ *      materialized (no graph split); its k lookups are counted as hits;
+ *    - fast_hits: a materialized one-token routing node whose experts are all resident is
+ *      logged (layer, expert) for the Python LRU to replay, and counted as hits.
+ * 2. bmoe_read: a batch of file reads spread over a pool of lanes (the caller is lane 0). With
+ *    O_DIRECT and memory congruent to the file modulo 4096, a lane keeps up to DEPTH reads in
+ *    flight through Linux native AIO (io_submit of scatter preadv: the page-aligned middle straight
+ *    into place, the edge pages into per-read bounce pages), so even one lane reads at a queue
+ *    depth > 1. Anything else (no AIO, not congruent, a short read) is read synchronously: the
+ *    same scatter preadv, a bounce buffer, or plain pread without O_DIRECT.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <linux/aio_abi.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ---- eval callback ------------------------------------------------------------------------ */
+
+typedef bool (*bmoe_py_cb)(void *t, bool ask, void *ud);
+
+struct bmoe_hook {
+    bmoe_py_cb py;
+    void *py_ud;
+    size_t name_offset, ne_offset, nb_offset, data_offset; /* struct ggml_tensor field offsets */
+    int mode;          /* 0 idle, 1 capture (everything to Python), 2 route */
+    int want_weights;  /* route: materialize the routing weights too */
+    int skip_resident; /* route: every expert is resident */
+    int fast_hits;     /* route: all-resident one-token layers skip Python */
+    int n_layer, n_expert;
+    const uint8_t *resident; /* [n_layer * n_expert]: 1 = resident */
+    uint64_t *layer_hits;    /* [n_layer]: hits counted here, since load */
+    int32_t *touch;          /* (layer, expert) pairs touched here, for the LRU */
+    int touch_cap, n_touch;
+};
+
+static int digits(const char *s) {
+    if (!*s) return 0;
+    for (; *s; ++s)
+        if (*s < '0' || *s > '9') return 0;
+    return 1;
+}
+
+static int64_t tensor_ne(const struct bmoe_hook *h, const void *t, int i) {
+    return ((const int64_t *) ((const char *) t + h->ne_offset))[i];
+}
+
+static size_t tensor_nb(const struct bmoe_hook *h, const void *t, int i) {
+    return ((const size_t *) ((const char *) t + h->nb_offset))[i];
+}
+
+/* a materialized one-token routing node whose experts are all resident: log and count */
+static bool fast_layer(struct bmoe_hook *h, void *t, int il) {
+    int64_t k = tensor_ne(h, t, 0);
+    if (tensor_ne(h, t, 1) != 1 || tensor_nb(h, t, 0) != 4 || il < 0 || il >= h->n_layer) return false;
+    if (h->n_touch + 2 * k > h->touch_cap) return false;
+    const int32_t *ids = *(int32_t *const *) ((const char *) t + h->data_offset);
+    const uint8_t *res = h->resident + (size_t) il * (size_t) h->n_expert;
+    for (int64_t i = 0; i < k; ++i)
+        if (ids[i] < 0 || ids[i] >= h->n_expert || !res[ids[i]]) return false;
+    for (int64_t i = 0; i < k; ++i) {
+        h->touch[h->n_touch++] = il;
+        h->touch[h->n_touch++] = ids[i];
+    }
+    h->layer_hits[il] += (uint64_t) k;
+    return true;
+}
+
+bool bmoe_eval_cb(void *t, bool ask, void *ud) {
+    struct bmoe_hook *h = (struct bmoe_hook *) ud;
+    if (h->mode == 1) return h->py(t, ask, h->py_ud);
+    if (h->mode != 2) return ask ? false : true;
+    const char *name = (const char *) t + h->name_offset;
+    if (strncmp(name, "ffn_moe_", 8) != 0) return ask ? false : h->py(t, ask, h->py_ud);
+    if (strncmp(name + 8, "topk-", 5) == 0) {
+        if (!digits(name + 13)) return ask ? false : true;
+        int il = atoi(name + 13);
+        if (ask) {
+            if (h->skip_resident && tensor_ne(h, t, 1) == 1 && il >= 0 && il < h->n_layer) {
+                h->layer_hits[il] += (uint64_t) tensor_ne(h, t, 0);
+                return false;
+            }
+            return true;
+        }
+        if (h->fast_hits && fast_layer(h, t, il)) return true;
+        return h->py(t, ask, h->py_ud);
+    }
+    if (!ask) return h->py(t, ask, h->py_ud);
+    if (h->want_weights && strncmp(name + 8, "weights", 7) == 0) {
+        const char *dash = strrchr(name, '-');
+        if (!dash) return false;
+        size_t plen = (size_t) (dash - name);
+        if (plen == 15 || (plen == 20 && strncmp(name + 15, "_norm", 5) == 0) ||
+            (plen == 22 && strncmp(name + 15, "_scaled", 7) == 0))
+            return digits(dash + 1);
+    }
+    return false;
+}
+
+/* ---- reads ---------------------------------------------------------------------------------- */
+
+#define ALIGN 4096u
+#define BOUNCE (1u << 20)
+#define DEPTH 16
+
+struct bmoe_job {
+    int fd;
+    int direct;
+    uint64_t off;
+    uint64_t len;
+    char *dst;
+};
+
+struct slot { /* one read in flight */
+    struct iocb cb;
+    struct iovec iov[3];
+    int job;
+    size_t head;   /* bytes of the first page before the range (0: the range starts on a page) */
+    uint64_t mid1; /* file offset of the tail page */
+    uint64_t need; /* bytes the read must return */
+    char *edges;   /* 2 pages: the head page, the tail page */
+};
+
+struct lane {
+    struct bmoe_pool *pool;
+    pthread_t thread;
+    char *bounce; /* BOUNCE bytes, 4096-aligned */
+    char *edges;  /* DEPTH * 2 pages for the slots */
+    aio_context_t aio;
+    int has_aio;
+    struct slot slots[DEPTH];
+    int free_slots[DEPTH];
+    int n_free;
+    struct iocb *ptrs[DEPTH];
+    struct io_event events[DEPTH];
+    int64_t busy_ns;
+};
+
+struct bmoe_pool {
+    int n_lanes;
+    struct lane *lanes;
+    pthread_mutex_t mu;
+    pthread_cond_t start, finish;
+    uint64_t gen;
+    int done, quit;
+    struct bmoe_job *jobs;
+    int n_jobs;
+    int next;  /* next job index, taken under mu */
+    int err;   /* first error (negative errno) */
+    int err_job;
+};
+
+static int64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t) ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static int read_full(int fd, char *buf, size_t want, uint64_t off, size_t need) {
+    size_t got = 0;
+    while (got < need) {
+        ssize_t n = pread(fd, buf + got, want - got, (off_t) (off + got));
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            return -errno;
+        }
+        if (n == 0) return -EIO; /* end of file before the range ends */
+        got += (size_t) n;
+    }
+    return 0;
+}
+
+static int read_bounce(struct lane *ln, const struct bmoe_job *j) {
+    uint64_t pos = 0;
+    while (pos < j->len) {
+        uint64_t off = j->off + pos;
+        uint64_t a = off & ~(uint64_t) (ALIGN - 1);
+        size_t lead = (size_t) (off - a);
+        size_t want = (size_t) (j->len - pos);
+        if (want > BOUNCE - lead) want = BOUNCE - lead;
+        size_t span = (lead + want + ALIGN - 1) & ~(size_t) (ALIGN - 1);
+        int rc = read_full(j->fd, ln->bounce, span, a, lead + want);
+        if (rc) return rc;
+        memcpy(j->dst + pos, ln->bounce + lead, want);
+        pos += want;
+    }
+    return 0;
+}
+
+/* one preadv: the page-aligned middle straight into place, the edge pages into the bounce */
+static int read_scatter(struct lane *ln, const struct bmoe_job *j) {
+    uint64_t end = j->off + j->len;
+    uint64_t a = j->off & ~(uint64_t) (ALIGN - 1);
+    size_t head = (size_t) (j->off - a);
+    uint64_t mid0 = head ? a + ALIGN : a;
+    uint64_t mid1 = end & ~(uint64_t) (ALIGN - 1);
+    if (mid1 <= mid0) return 1;
+    struct iovec iov[3];
+    int n = 0;
+    if (head) iov[n++] = (struct iovec){ln->bounce, ALIGN};
+    iov[n++] = (struct iovec){j->dst + (mid0 - j->off), (size_t) (mid1 - mid0)};
+    if (end > mid1) iov[n++] = (struct iovec){ln->bounce + ALIGN, ALIGN};
+    ssize_t got;
+    do {
+        got = preadv(j->fd, iov, n, (off_t) a);
+    } while (got < 0 && errno == EINTR);
+    if (got < 0) return -errno;
+    if ((uint64_t) got < end - a) return 1; /* short: redo through the bounce buffer */
+    if (head) memcpy(j->dst, ln->bounce + head, ALIGN - head);
+    if (end > mid1) memcpy(j->dst + (mid1 - j->off), ln->bounce + ALIGN, (size_t) (end - mid1));
+    return 0;
+}
+
+static int read_job(struct lane *ln, const struct bmoe_job *j) {
+    if (!j->direct) return read_full(j->fd, j->dst, (size_t) j->len, j->off, (size_t) j->len);
+    if ((((uintptr_t) j->dst - j->off) & (ALIGN - 1)) == 0 && j->len >= 2 * ALIGN) {
+        int rc = read_scatter(ln, j);
+        if (rc <= 0) return rc;
+    }
+    return read_bounce(ln, j);
+}
+
+static int next_job(struct bmoe_pool *p) {
+    pthread_mutex_lock(&p->mu);
+    int i = p->err ? p->n_jobs : p->next++;
+    pthread_mutex_unlock(&p->mu);
+    return i;
+}
+
+static void fail(struct bmoe_pool *p, int rc, int i) {
+    pthread_mutex_lock(&p->mu);
+    if (!p->err) {
+        p->err = rc;
+        p->err_job = i;
+    }
+    pthread_mutex_unlock(&p->mu);
+}
+
+/* set up an AIO scatter read of job i in slot s; 0 when the job does not qualify */
+static int prepare_aio(struct slot *s, const struct bmoe_job *j, int i) {
+    if (!j->direct || (((uintptr_t) j->dst - j->off) & (ALIGN - 1)) != 0 || j->len < 2 * ALIGN) return 0;
+    uint64_t end = j->off + j->len;
+    uint64_t a = j->off & ~(uint64_t) (ALIGN - 1);
+    s->head = (size_t) (j->off - a);
+    uint64_t mid0 = s->head ? a + ALIGN : a;
+    s->mid1 = end & ~(uint64_t) (ALIGN - 1);
+    if (s->mid1 <= mid0) return 0;
+    int n = 0;
+    if (s->head) s->iov[n++] = (struct iovec){s->edges, ALIGN};
+    s->iov[n++] = (struct iovec){j->dst + (mid0 - j->off), (size_t) (s->mid1 - mid0)};
+    if (end > s->mid1) s->iov[n++] = (struct iovec){s->edges + ALIGN, ALIGN};
+    memset(&s->cb, 0, sizeof s->cb);
+    s->cb.aio_data = (uint64_t) (uintptr_t) s;
+    s->cb.aio_lio_opcode = IOCB_CMD_PREADV;
+    s->cb.aio_fildes = (uint32_t) j->fd;
+    s->cb.aio_buf = (uint64_t) (uintptr_t) s->iov;
+    s->cb.aio_nbytes = (uint64_t) n;
+    s->cb.aio_offset = (int64_t) a;
+    s->job = i;
+    s->need = end - a;
+    return 1;
+}
+
+static void complete_aio(struct lane *ln, struct slot *s, int64_t res) {
+    struct bmoe_pool *p = ln->pool;
+    const struct bmoe_job *j = &p->jobs[s->job];
+    int rc = 0;
+    if (res < 0) {
+        rc = (int) res;
+    } else if ((uint64_t) res < s->need) {
+        rc = read_bounce(ln, j); /* short: read it again through the bounce buffer */
+    } else {
+        uint64_t end = j->off + j->len;
+        if (s->head) memcpy(j->dst, s->edges + s->head, ALIGN - s->head);
+        if (end > s->mid1) memcpy(j->dst + (s->mid1 - j->off), s->edges + ALIGN, (size_t) (end - s->mid1));
+    }
+    if (rc) fail(p, rc, s->job);
+    ln->free_slots[ln->n_free++] = (int) (s - ln->slots);
+}
+
+static void run_lane_sync(struct lane *ln) {
+    struct bmoe_pool *p = ln->pool;
+    for (int i; (i = next_job(p)) < p->n_jobs;) {
+        int rc = read_job(ln, &p->jobs[i]);
+        if (rc) fail(p, rc, i);
+    }
+}
+
+static void run_lane_aio(struct lane *ln) {
+    struct bmoe_pool *p = ln->pool;
+    int inflight = 0, exhausted = 0;
+    for (;;) {
+        int nsub = 0;
+        while (!exhausted && ln->n_free > 0) {
+            int i = next_job(p);
+            if (i >= p->n_jobs) {
+                exhausted = 1;
+                break;
+            }
+            struct slot *s = &ln->slots[ln->free_slots[ln->n_free - 1]];
+            if (!prepare_aio(s, &p->jobs[i], i)) {
+                int rc = read_job(ln, &p->jobs[i]);
+                if (rc) fail(p, rc, i);
+                continue;
+            }
+            ln->n_free--;
+            ln->ptrs[nsub++] = &s->cb;
+        }
+        if (nsub) {
+            long done = syscall(SYS_io_submit, ln->aio, (long) nsub, ln->ptrs);
+            if (done < 0) done = 0;
+            for (long k = done; k < nsub; ++k) { /* not taken by the kernel: read them here */
+                struct slot *s = (struct slot *) (uintptr_t) ln->ptrs[k]->aio_data;
+                int rc = read_job(ln, &p->jobs[s->job]);
+                if (rc) fail(p, rc, s->job);
+                ln->free_slots[ln->n_free++] = (int) (s - ln->slots);
+            }
+            inflight += (int) done;
+        }
+        if (!inflight) {
+            if (exhausted) break;
+            continue;
+        }
+        long got = syscall(SYS_io_getevents, ln->aio, 1L, (long) inflight, ln->events, NULL);
+        if (got < 0) {
+            if (errno == EINTR) continue;
+            got = 0;
+        }
+        for (long k = 0; k < got; ++k) {
+            complete_aio(ln, (struct slot *) (uintptr_t) ln->events[k].data, ln->events[k].res);
+            inflight--;
+        }
+    }
+}
+
+static void run_lane(struct lane *ln) {
+    int64_t t0 = now_ns();
+    if (ln->has_aio)
+        run_lane_aio(ln);
+    else
+        run_lane_sync(ln);
+    ln->busy_ns = now_ns() - t0;
+}
+
+static void *worker(void *arg) {
+    struct lane *ln = (struct lane *) arg;
+    struct bmoe_pool *p = ln->pool;
+    uint64_t seen = 0;
+    for (;;) {
+        pthread_mutex_lock(&p->mu);
+        while (p->gen == seen && !p->quit) pthread_cond_wait(&p->start, &p->mu);
+        if (p->quit) {
+            pthread_mutex_unlock(&p->mu);
+            return NULL;
+        }
+        seen = p->gen;
+        pthread_mutex_unlock(&p->mu);
+        run_lane(ln);
+        pthread_mutex_lock(&p->mu);
+        if (++p->done == p->n_lanes - 1) pthread_cond_signal(&p->finish);
+        pthread_mutex_unlock(&p->mu);
+    }
+}
+
+static void free_lane(struct lane *ln) {
+    if (ln->has_aio) syscall(SYS_io_destroy, ln->aio);
+    ln->has_aio = 0;
+    free(ln->bounce);
+    free(ln->edges);
+    ln->bounce = ln->edges = NULL;
+}
+
+/* free every lane's buffers (lanes >= first_thread have threads to join) and the pool */
+static void bmoe_pool_free_lanes(struct bmoe_pool *p, int first_thread) {
+    for (int i = first_thread; i < p->n_lanes; ++i) pthread_join(p->lanes[i].thread, NULL);
+    for (int i = 0; i < p->n_lanes; ++i) free_lane(&p->lanes[i]);
+    pthread_mutex_destroy(&p->mu);
+    pthread_cond_destroy(&p->start);
+    pthread_cond_destroy(&p->finish);
+    free(p->lanes);
+    free(p);
+}
+
+struct bmoe_pool *bmoe_pool_new(int n_lanes) {
+    if (n_lanes < 1) n_lanes = 1;
+    struct bmoe_pool *p = calloc(1, sizeof *p);
+    if (!p) return NULL;
+    p->n_lanes = n_lanes;
+    p->lanes = calloc((size_t) n_lanes, sizeof *p->lanes);
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->start, NULL);
+    pthread_cond_init(&p->finish, NULL);
+    if (!p->lanes) {
+        free(p);
+        return NULL;
+    }
+    for (int i = 0; i < n_lanes; ++i) {
+        struct lane *ln = &p->lanes[i];
+        ln->pool = p;
+        if (posix_memalign((void **) &ln->bounce, ALIGN, BOUNCE)) ln->bounce = NULL;
+        if (!posix_memalign((void **) &ln->edges, ALIGN, (size_t) DEPTH * 2 * ALIGN) &&
+            syscall(SYS_io_setup, (long) DEPTH, &ln->aio) == 0) {
+            ln->has_aio = 1;
+            for (int k = 0; k < DEPTH; ++k) {
+                ln->slots[k].edges = ln->edges + (size_t) k * 2 * ALIGN;
+                ln->free_slots[k] = k;
+            }
+            ln->n_free = DEPTH;
+        }
+    }
+    if (!p->lanes[0].bounce) {
+        p->n_lanes = n_lanes;
+        bmoe_pool_free_lanes(p, n_lanes); /* no thread started yet */
+        return NULL;
+    }
+    for (int i = 1; i < n_lanes; ++i) {
+        if (!p->lanes[i].bounce || pthread_create(&p->lanes[i].thread, NULL, worker, &p->lanes[i])) {
+            for (int j = i; j < n_lanes; ++j) free_lane(&p->lanes[j]);
+            p->n_lanes = i; /* fewer lanes than asked */
+            break;
+        }
+    }
+    return p;
+}
+
+int bmoe_pool_lanes(const struct bmoe_pool *p) { return p->n_lanes; }
+
+/* Read jobs[0..n) over the lanes. Returns 0, or a negative errno of the first failed job (its
+ * index in *err_job); *busy_ns receives the lanes' summed busy time. */
+int bmoe_read(struct bmoe_pool *p, struct bmoe_job *jobs, int n, int64_t *busy_ns, int *err_job) {
+    int lanes = p->n_lanes;
+    if (n < lanes) lanes = n < 1 ? 1 : n;
+    pthread_mutex_lock(&p->mu);
+    p->jobs = jobs;
+    p->n_jobs = n;
+    p->next = 0;
+    p->err = 0;
+    p->err_job = -1;
+    p->done = 0;
+    int helpers = lanes > 1 ? p->n_lanes - 1 : 0;
+    if (helpers) {
+        p->gen++;
+        pthread_cond_broadcast(&p->start);
+    }
+    pthread_mutex_unlock(&p->mu);
+    run_lane(&p->lanes[0]);
+    int64_t busy = p->lanes[0].busy_ns;
+    if (helpers) {
+        pthread_mutex_lock(&p->mu);
+        while (p->done < p->n_lanes - 1) pthread_cond_wait(&p->finish, &p->mu);
+        pthread_mutex_unlock(&p->mu);
+        for (int i = 1; i < p->n_lanes; ++i) busy += p->lanes[i].busy_ns;
+    }
+    *busy_ns = busy;
+    *err_job = p->err_job;
+    return p->err;
+}
+
+void bmoe_pool_free(struct bmoe_pool *p) {
+    if (!p) return;
+    pthread_mutex_lock(&p->mu);
+    p->quit = 1;
+    pthread_cond_broadcast(&p->start);
+    pthread_mutex_unlock(&p->mu);
+    bmoe_pool_free_lanes(p, 1);
+}

@@ -1,0 +1,118 @@
+"""Snapshots (pytest-textual-snapshot) of the fleet screen and its drill-down at a narrow (80x24)
+and a wide (160x48) size, on deterministic data: a real Prometheus serving TSDB blocks that
+``promtool`` made from a generated fleet (tests/helpers/fleet_data.py: a healthy instance, a slow
+one, one down for the last minute, a stock llama-server, a label value with an escape sequence),
+evaluated at the fixed time the data ends (``--at``). Also on that data: ``bmoe-top fleet --once
+--json`` (the real command) agrees cell by cell with what the screen draws, and label values
+reach the terminal inert.
+
+Update after an intended visual change with:
+    .venv/bin/python -m pytest tests/fleet/test_fleet_snapshots.py --snapshot-update
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import orjson
+import pytest
+from helpers.fleet_data import AT, SNAPSHOT_FLEET, snapshot_blocks
+from helpers.prometheus import PROMTOOL, WAIT_S, Prometheus, need_prometheus
+
+from bmoe_top.tui.app import BmoeTopApp
+from bmoe_top.tui.fleet.table import Cell, CellState
+from bmoe_top.tui.screens.fleet import FleetDrillScreen, FleetScreen
+from bmoe_top.tui.widgets.fleet_table import VIEW_COLUMNS, FleetTableView, row_key, row_values, value_of
+
+SIZES = {"narrow": (80, 24), "wide": (160, 48)}
+WINDOW_S = 300.0
+
+
+@pytest.fixture(scope="module")
+def prom(tmp_path_factory):
+    need_prometheus()
+    if PROMTOOL is None:
+        pytest.skip("promtool is not installed (Debian's prometheus package ships it)")
+    tmp = tmp_path_factory.mktemp("fleet-blocks")
+    data = snapshot_blocks(PROMTOOL, tmp)
+    p = Prometheus(tmp / "prom", {}, data=data, wait_up=False)
+    try:
+        end = time.monotonic() + WAIT_S
+        while not (r := p.query("count(up)", at=AT)) or r[0][1] != len(SNAPSHOT_FLEET):
+            assert time.monotonic() < end, "the blocks did not load"
+            time.sleep(0.1)
+        yield p
+    finally:
+        p.stop()
+
+
+async def until(pilot, cond, what: str):
+    end = time.monotonic() + WAIT_S
+    while not (v := cond()):
+        assert time.monotonic() < end, f"timed out waiting for {what}"
+        await pilot.pause(0.05)
+    return v
+
+
+def table_screen(prom, **kw) -> FleetScreen:
+    return FleetScreen(prom.url, "", WINDOW_S, at=AT, label="prometheus (generated fleet)", **kw)
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_table(snap_compare, prom, size):
+    screen = table_screen(prom)
+
+    async def shown(pilot):
+        await until(pilot, lambda: screen.n_applied, "the table")
+        await pilot.pause(0.2)
+
+    assert snap_compare(BmoeTopApp(screen), terminal_size=SIZES[size], run_before=shown)
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_drill_down(snap_compare, prom, size):
+    screen = table_screen(prom, drill=("bmoe", "10.0.0.2:8080"))  # the slow one
+
+    async def drilled(pilot):
+        d = await until(pilot, lambda: isinstance(pilot.app.screen, FleetDrillScreen) and pilot.app.screen.last
+                        and pilot.app.screen.model.tokens.n and pilot.app.screen, "the drill-down")
+        await pilot.pause(0.2)
+        d.refresh_views(force=True)
+        await pilot.pause(0.2)
+
+    assert snap_compare(BmoeTopApp(screen), terminal_size=SIZES[size], run_before=drilled)
+
+
+async def test_once_json_agrees_with_the_screen(prom):
+    p = subprocess.run([sys.executable, "-m", "bmoe_top.tui.cli", "fleet", "--prometheus", prom.url,
+                        "--window", "5m", "--once", "--json", "--at", str(AT)], capture_output=True, timeout=120)
+    assert p.returncode == 0, p.stderr.decode()
+    doc = orjson.loads(p.stdout)
+    screen = table_screen(prom)
+    async with BmoeTopApp(screen).run_test(size=SIZES["wide"]) as pilot:
+        await until(pilot, lambda: screen.n_applied, "the table")
+        view = screen.query_one(FleetTableView)
+        assert [(r["job"], r["instance"]) for r in doc["table"]["instances"]] == view.keys
+        assert doc["table"]["worst"]["instance"] == "10.0.0.3:8080"  # down: first
+        for r in doc["table"]["instances"]:
+            row = screen.state.table.row(r["instance"], r["job"])
+            for key, c in r["cells"].items():
+                assert Cell(c["value"], CellState(c["state"]), c["age_s"]) == row.cells[key], (r["instance"], key)
+            drawn = [value_of(cell) for cell in view.get_row(row_key(r["job"], r["instance"]))]
+            assert drawn == [row_values(row)[c.key][0].strip() for c in VIEW_COLUMNS]
+        stock = dict(zip((c.key for c in VIEW_COLUMNS), map(value_of, view.get_row(row_key("llama", "10.0.0.9:8080")))))
+        assert stock["hit_pct"] == stock["flash_ms"] == stock["resident"] == "not exported"
+
+
+async def test_label_values_are_drawn_inert(prom):
+    screen = table_screen(prom)
+    async with BmoeTopApp(screen).run_test(size=SIZES["wide"]) as pilot:
+        await until(pilot, lambda: screen.n_applied, "the table")
+        view = screen.query_one(FleetTableView)
+        evil = "edge\x1b[31m-7:8080"
+        cell = view.get_row(row_key("bmoe", evil))[0].plain
+        assert "\x1b" not in cell and "edge␛[31m-7:8080" in cell
+        await pilot.press("slash", "e", "d", "g", "e", "enter")
+        assert view.keys == [("bmoe", evil)] and "\x1b" not in screen.title_text().plain

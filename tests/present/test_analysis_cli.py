@@ -1,0 +1,204 @@
+"""The headless analysis commands as a user runs them (through the CLI's ``main``): ``bmoe-top
+whatif --json / --budgets / --strp`` and ``bmoe-top compare --json / --md / --csv``, with golden
+files (``BMOE_UPDATE_GOLDEN=1`` rewrites them), their input forms and their errors."""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import os
+from pathlib import Path
+
+import numpy as np
+import orjson
+import pytest
+from helpers import synth
+from helpers.documents import masked
+from helpers.golden import check_golden, check_golden_text
+
+from bmoe_top.parsers.routing_bin import routing_bin_bytes
+from bmoe_top.parsers.strp import read_strp
+from bmoe_top.tui.cli import main
+
+GOLDEN = Path(__file__).resolve().parent / "golden"
+
+
+def cli(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    cap = capsys.readouterr()
+    return code, cap.out, cap.err
+
+
+@pytest.fixture
+def run_files(tmp_path: Path) -> dict[str, str]:
+    """One synthetic run: its route trace (8 layers x 32 experts of 1 MiB, top-2) and its CSV sink
+    (cache_mb=64 in the header; read MiB and io_s in its summary give the read bandwidth)."""
+    out = {}
+    for name, data in (("run.route.csv", synth.route_trace(48, seed=5)), ("run.csv", synth.token_csv(48, seed=6))):
+        (tmp_path / name).write_bytes(data)
+        out[name] = str(tmp_path / name)
+    return out
+
+
+def test_whatif_json_golden(tmp_path, capsys, run_files) -> None:
+    code, out, err = cli(capsys, "whatif", "--json", *run_files.values())
+    assert code == 0, err
+    doc = orjson.loads(out)
+    inp = doc["input"]
+    assert inp["run_budget_mib"] == 64.0 and inp["run_budget_from"] == "run header cache_mb"
+    assert inp["read_mib_s"] > 0 and inp["read_mib_s_from"] == "run summary read_mib_s"
+    assert inp["budget_unit"] == "MiB"
+    assert doc["hit_definition"].startswith("decode hits / decode lookups")
+    assert doc["token_cycle_mib"] == 16.0 and doc["bank_mib"] == 256.0
+    lru = next(c for c in doc["curves"] if c["policy"] == "lru")
+    assert lru["budgets_mib"][0] == 16.0 and lru["budgets_mib"][-1] == 256.0 and 64.0 in lru["budgets_mib"]
+    check_golden(GOLDEN / "whatif_cli.json", masked(doc, {str(tmp_path): "<tmp>"}))
+
+
+def test_whatif_budgets_and_errors(tmp_path, capsys, run_files) -> None:
+    code, out, _ = cli(capsys, "whatif", "--json", "--budgets", "10, 20,40", run_files["run.route.csv"])
+    assert code == 0
+    doc = orjson.loads(out)
+    assert {c["policy"]: c["budgets_mib"] for c in doc["curves"]}["belady"] == [10.0, 20.0, 40.0]
+    assert doc["input"]["run_budget_mib"] is None and any("no run budget" in n for n in doc["input"]["notes"])
+    for bad, msg in ((["--budgets", "10,x"], "'x' is not a number"), (["--budgets", "-5"], "must be a finite"),
+                     (["--budgets", ","], "no values")):
+        code, _, err = cli(capsys, "whatif", "--json", *bad, run_files["run.route.csv"])
+        assert code == 2 and msg in err and "Traceback" not in err
+    code, _, err = cli(capsys, "whatif", "--json", run_files["run.csv"])
+    assert code == 2 and "no routing in these files" in err
+    code, _, err = cli(capsys, "whatif", "--json", str(tmp_path / "nope.csv"))
+    assert code == 2 and "no such file" in err
+    code, _, err = cli(capsys, "whatif", "--json", run_files["run.route.csv"], run_files["run.route.csv"])
+    assert code == 2 and "one routing trace at a time" in err
+
+
+def test_whatif_writes_a_profile_safely(tmp_path, capsys, run_files) -> None:
+    out_path = tmp_path / "hot.strp"
+    code, out, err = cli(capsys, "whatif", "--strp", str(out_path), *run_files.values())
+    assert code == 0, err
+    assert "64 slots" in out and "--moe-cache-profile" in out
+    prof = read_strp(out_path)
+    assert prof.slots == 64 and prof.n_layers == 8 and prof.n_expert == 32
+    before = out_path.read_bytes()
+    code, _, err = cli(capsys, "whatif", "--strp", str(out_path), *run_files.values())
+    assert code == 1 and "already exists" in err and out_path.read_bytes() == before
+    link = tmp_path / "link.strp"
+    target = tmp_path / "target"
+    target.write_bytes(b"keep")
+    os.symlink(target, link)
+    code, _, err = cli(capsys, "whatif", "--strp", str(link), "--force", *run_files.values())
+    assert code == 1 and "symbolic link" in err and target.read_bytes() == b"keep"
+    code, out, _ = cli(capsys, "whatif", "--strp", str(out_path), "--force", "--json", "--run-budget", "32",
+                       *run_files.values())
+    assert code == 0 and orjson.loads(out)["profile"] == {"path": str(out_path), "ranked": prof.n_ranked, "slots": 32}
+
+
+def test_whatif_from_bmoe_route_lines_and_a_binary_trace(tmp_path, capsys) -> None:
+    t = tmp_path / "stdout.txt"
+    t.write_bytes(synth.progress_transcript(24))
+    code, out, err = cli(capsys, "whatif", "--json", str(t))
+    assert code == 0, err
+    doc = orjson.loads(out)
+    assert doc["input"]["routing_from"] == "BMOE_ROUTE lines"
+    assert doc["input"]["sizes"].startswith("estimated") and doc["input"]["run_budget_mib"] == 16.0
+    assert doc["decode_tokens"] == 24 and doc["n_layer"] == 4
+    # the binary layout: no sizes, so budgets are expert slots
+    rng = np.random.default_rng(3)
+    layer = np.tile(np.arange(4), 30)
+    experts = np.stack([rng.choice(16, 2, replace=False) for _ in layer])
+    b = tmp_path / "routing.bin"
+    b.write_bytes(routing_bin_bytes(layer, experts))
+    code, out, err = cli(capsys, "whatif", "--json", "--n-expert", "16", str(b))
+    assert code == 0, err
+    doc = orjson.loads(out)
+    assert doc["input"]["budget_unit"] == "expert slots" and doc["sizes_known"] is False
+    assert doc["token_cycle_mib"] == 8.0 and doc["bank_mib"] == 64.0  # 4 layers x top-2, 4 x 16 experts
+    assert doc["read_mib_s"] is None
+
+
+def _compare_files(tmp_path: Path) -> list[str]:
+    paths = []
+    for i, seed in enumerate((11, 12, 13, 14)):
+        p = tmp_path / f"r{i}.csv"
+        p.write_bytes(synth.token_csv(60, seed=seed))
+        paths.append(str(p))
+    return paths
+
+
+def _close_csv(got: str, want: str) -> None:
+    a, b = list(csv.reader(io.StringIO(got))), list(csv.reader(io.StringIO(want)))
+    assert len(a) == len(b)
+    for ra, rb in zip(a, b):
+        assert len(ra) == len(rb)
+        for x, y in zip(ra, rb):
+            try:
+                fx, fy = float(x), float(y)
+            except ValueError:
+                assert x == y
+                continue
+            assert math.isclose(fx, fy, rel_tol=1e-9, abs_tol=1e-12), (x, y)
+
+
+def test_compare_outputs_golden(tmp_path, capsys) -> None:
+    a0, a1, b0, b1 = _compare_files(tmp_path)
+    code, out, err = cli(capsys, "compare", "--json", a0, b0)
+    assert code == 0, err
+    doc = orjson.loads(out)
+    assert doc["arms"] == ["r0", "r2"] and doc["arms_input"][0]["runs"][0]["token_rows"] == 60
+    wall = next(m for m in doc["metrics"] if m["metric"] == "wall_ms")
+    assert wall["deltas"][0]["label"] == "within-run only: order and thermal drift not covered"
+    check_golden(GOLDEN / "compare_cli.json", masked(doc, {str(tmp_path): "<tmp>"}))
+    code, md, _ = cli(capsys, "compare", "--md", a0, b0)
+    assert code == 0 and md.startswith("| metric | Δ r2 | verdict | r0 | r2 | unit |")
+    assert "Warm-up (MSER-5): r0/r0 steady from token" in md
+    check_golden_text(GOLDEN / "compare_cli.md", md)
+    code, text, _ = cli(capsys, "compare", "--csv", f"{a0},{a1}", "vs", f"{b0},{b1}")
+    assert code == 0
+    rows = list(csv.DictReader(io.StringIO(text)))
+    walls = [r for r in rows if r["metric"] == "wall_ms"]
+    assert [r["arm"] for r in walls] == ["r0 (2 runs)", "r2 (2 runs)"] and walls[0]["runs"] == "2"
+    assert "Mann-Whitney" in walls[1]["method"]
+    path = GOLDEN / "compare_cli_runs.csv"
+    if os.environ.get("BMOE_UPDATE_GOLDEN") == "1" or not path.exists():
+        path.write_text(text)
+    _close_csv(text, path.read_text())
+
+
+def test_compare_arm_forms_and_errors(tmp_path, capsys) -> None:
+    a0, a1, b0, _ = _compare_files(tmp_path)
+    side = tmp_path / "r0.metrics"
+    side.write_text("cpu_temp_before_mC=41000\nmem_avail_before_kb=4000000\npeak_rss_kb=3000000\n")
+    code, out, err = cli(capsys, "compare", "--json", "--arm", f"base={a0}+{side}", "--arm", f"new={b0}")
+    assert code == 0, err
+    doc = orjson.loads(out)
+    assert doc["arms"] == ["base", "new"] and doc["arms_input"][0]["runs"][0]["files"] == [a0, str(side)]
+    assert [r["key"] for r in doc["contamination"]["rows"]] == ["temperature_c", "mem_available_mib"]
+    assert any(m["metric"] == "peak_rss_mib" for m in doc["metrics"])
+    code, _, err = cli(capsys, "compare", "--json", a0)
+    assert code == 2 and "at least two arms" in err
+    code, _, err = cli(capsys, "compare", "--json", a0, str(tmp_path / "missing.csv"))
+    assert code == 2 and "no such file" in err
+    code, _, err = cli(capsys, "compare", "--json", "--md", a0, a1)
+    assert code == 2 and "choose one of" in err
+    code, _, err = cli(capsys, "compare", "--json", "--arm", "nameonly", a0)
+    assert code == 2 and "NAME=FILES" in err
+    empty = tmp_path / "r.route.csv"
+    empty.write_bytes(synth.route_trace(8))
+    code, _, err = cli(capsys, "compare", "--json", a0, str(empty))
+    assert code == 2 and "no per-token rows" in err
+
+
+def test_compare_two_real_csvs(real_runs, capsys) -> None:
+    a = real_runs / "bigmoeonedge-2026-07-21" / "bmoe-20260721-090406.csv"
+    b = real_runs / "bigmoeonedge-2026-07-22" / "bmoe-20260722-142300.csv"
+    code, md, err = cli(capsys, "compare", "--md", str(a), str(b))
+    assert code == 0, err
+    assert "| s/token (wall) |" in md and "within-run only" in md
+    assert "steady from token 5 of 1469" in md
+    code, out, _ = cli(capsys, "compare", "--json", str(a), str(b))
+    doc = orjson.loads(out)
+    assert {w["tokens"] for w in doc["warmup"]} == {67, 1469}
+    hit = next(m for m in doc["metrics"] if m["metric"] == "hit_pct")
+    assert hit["deltas"][0]["verdict"] == "differs"

@@ -1,0 +1,143 @@
+"""The comparison screen under Textual's pilot: the summary table with noise-aware deltas (sort,
+filter), the warm-up split, the per-token view aligned by step and its keys, the banners
+(within-run only, different workload), the contamination panel; and two real CSVs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from helpers import synth
+
+from bmoe_top.tui.analysis.compare import WITHIN_RUN_LABEL, compare
+from bmoe_top.tui.present import compare as P
+from bmoe_top.tui.screens.analysis_modals import AnalysisHelp
+from bmoe_top.tui.screens.compare import CompareScreen, compare_app
+from bmoe_top.tui.widgets.curves import CurveChart
+from bmoe_top.tui.widgets.tables import SortTable
+
+
+def make_app(*arms: str, named: tuple[str, ...] = ()):
+    loaded = P.load_arms(P.parse_arms(list(arms), list(named)))
+    c = compare(P.arm_inputs(loaded))
+    return compare_app(loaded, c, "compare test"), c
+
+
+def files(tmp_path: Path, n: int = 4) -> list[str]:
+    out = []
+    for i in range(n):
+        p = tmp_path / f"r{i}.csv"
+        p.write_bytes(synth.token_csv(50 + 5 * i, seed=20 + i))
+        out.append(str(p))
+    return out
+
+
+def text_of(app, sel: str) -> str:
+    return str(app.main.query_one(sel).render())
+
+
+async def test_summary_sort_filter_and_banner(tmp_path) -> None:
+    a, b, *_ = files(tmp_path)
+    app, c = make_app(a, b)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.pause()
+        assert WITHIN_RUN_LABEL in text_of(app, "#cmp-banner")
+        assert "warm-up (MSER-5)" in text_of(app, "#cmp-advice") and "steady from token" in text_of(app, "#cmp-advice")
+        table = app.main.query_one("#summary-table", SortTable)
+        assert [r.cells[0] for r in table.shown] == [m.label for m in c.metrics]
+        wall = next(r for r in table.shown if r.cells[0] == "s/token (wall)")
+        d = next(m for m in c.metrics if m.metric == "wall_ms").deltas[0]
+        assert wall.cells[1] == (P.delta_text(d)) and wall.cells[2] == d.verdict
+        table.data_table.focus()
+        await pilot.press("s")  # sort by metric name
+        labels = [r.cells[0] for r in table.shown]
+        assert labels == sorted(labels, key=str.lower, reverse=False)
+        await pilot.press("s")  # then by the delta (%), largest first; absent last
+        keys = [r.keys[1] for r in table.shown if r.keys[1] == r.keys[1]]
+        assert keys == sorted(keys, reverse=True)
+        await pilot.press("slash", *"wall")
+        await pilot.pause()
+        assert {r.cells[0] for r in table.shown} == {"s/token (wall)", "wall p50 (steady)", "wall p95 (steady)",
+                                                     "wall p99 (steady)"}
+        await pilot.press("escape")
+        await pilot.pause()
+        assert len(table.shown) == len(c.metrics)
+        await pilot.press("question_mark")
+        await pilot.pause()
+        assert isinstance(app.screen, AnalysisHelp)
+        await pilot.press("escape")
+
+
+async def test_per_token_view_keys(tmp_path) -> None:
+    a0, a1, b0, b1 = files(tmp_path)
+    app, c = make_app(f"{a0},{a1}", "vs", f"{b0},{b1}")
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.pause()
+        s: CompareScreen = app.main
+        assert "run is the unit" in text_of(app, "#cmp-banner")
+        await pilot.press("2")
+        await pilot.pause()
+        chart = s.query_one("#token-chart", CurveChart)
+        text = chart.text()
+        assert "wall ms per token" in text and "r0 (2 runs): r0" in text and "r2 (2 runs): r2" in text
+        assert "aligned by (turn, step)" in text
+        tokens = s.query_one("#token-table", SortTable)
+        assert len(tokens.shown) == 60  # steps 1..60 (the longer run of the first runs shown)
+        await pilot.press("r")
+        assert s.run_index == 1 and "r1" in chart.text() and len(tokens.shown) == 65
+        await pilot.press("y")
+        assert "flash wait (io_ms) ms per token" in chart.text()
+        await pilot.press("y")
+        assert "cumulative hit %" in chart.text()
+        await pilot.press("4")
+        await pilot.pause()
+        assert "not in these sources" in text_of(app, "#contamination")
+        assert "interleave" in text_of(app, "#contamination")
+
+
+async def test_different_workload_and_entry_state(tmp_path) -> None:
+    a, b, *_ = files(tmp_path)
+    for name, seed in (("a.route.csv", 1), ("b.route.csv", 2)):
+        (tmp_path / name).write_bytes(synth.route_trace(50, seed=seed))
+    side = tmp_path / "b.metrics"
+    side.write_text("cpu_temp_before_mC=52000\nmem_avail_before_kb=3000000\n")
+    side_a = tmp_path / "a.metrics"
+    side_a.write_text("cpu_temp_before_mC=40000\nmem_avail_before_kb=3010000\n")
+    app, c = make_app(named=(f"base={a}+{tmp_path / 'a.route.csv'}+{side_a}",
+                             f"new={b}+{tmp_path / 'b.route.csv'}+{side}"))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        assert c.workload_same is False
+        assert "different workload" in text_of(app, "#cmp-banner")
+        await pilot.press("4")
+        await pilot.pause()
+        cont = text_of(app, "#contamination")
+        assert "temperature" in cont and "+12.0" in cont and "reverse order" in cont
+
+
+async def test_narrow(tmp_path) -> None:
+    a, b, *_ = files(tmp_path)
+    app, _ = make_app(a, b)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        s = app.main
+        assert s.has_class("short")
+        table = s.query_one("#summary-table", SortTable)
+        head = [str(col.label) for col in table.data_table.columns.values()][:3]
+        assert head[0] == "metric" and head[1].startswith("Δ") and head[2] == "verdict"  # the answer first
+        await pilot.press("2")
+        await pilot.pause()
+        assert "wall ms per token" in s.query_one("#token-chart", CurveChart).text()
+
+
+async def test_two_real_csvs(real_runs) -> None:
+    a = real_runs / "bigmoeonedge-2026-07-21" / "bmoe-20260721-090406.csv"
+    b = real_runs / "bigmoeonedge-2026-07-22" / "bmoe-20260722-142300.csv"
+    app, c = make_app(str(a), str(b))
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.pause()
+        assert "steady from token 5 of 1469" in text_of(app, "#cmp-advice")
+        table = app.main.query_one("#summary-table", SortTable)
+        rows = {r.cells[0]: r for r in table.shown}
+        assert rows["decode hit %"].cells[2] == "differs"
+        assert rows["s/token (wall)"].cells[2] in ("better", "worse", "~")
+        assert "peak RSS" in rows and "MemAvailable low point" in rows

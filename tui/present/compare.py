@@ -1,0 +1,432 @@
+"""The comparison views: arms of runs from files, and what ``bmoe-top compare`` shows and prints
+(the JSON document, a markdown table for notes, a CSV, and the screen's tables).
+
+An arm is one or more runs of the same setup; a run is one or more files of one run (its CSV
+sink, log, route trace, sidecar, a recording or a transcript), read into one run model as
+``bmoe-top replay`` reads them. On the command line runs are separated by ``,`` and files of one
+run joined by ``+``: ``bmoe-top compare a1.csv,a2.csv vs b1.csv,b2.csv`` or
+``--arm base=a.csv+a.log``. The statistics are :mod:`bmoe_top.tui.analysis.compare`'s;
+docs/analysis.md "Statistics in plain words" explains them.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+import orjson
+
+from bmoe_top.tui.model import RunModel
+from bmoe_top.tui.present.numbers import fmt
+from bmoe_top.tui.present.tables import Column, Row, Table, number_key
+from bmoe_top.tui.sources.files import ReplayError
+
+if TYPE_CHECKING:
+    from bmoe_top.tui.analysis.compare import ArmInput, Comparison, Delta, MetricRow, RunInput
+
+__all__ = ["CompareError", "ArmSpec", "LoadedArm", "LoadedRun", "parse_arms", "load_arms", "run_from_model",
+           "comparison_document", "comparison_markdown", "comparison_csv", "summary_table", "warmup_table",
+           "token_table", "token_series", "delta_text", "entry_rows", "VERDICT_KIND"]
+
+#: verdict -> row kind (styles: bmoe_top.tui.widgets.palette.KIND_STYLE)
+VERDICT_KIND = {"better": "good", "worse": "bad", "differs": "bad", "~": "", "same": "", "?": "missing"}
+
+
+class CompareError(ValueError):
+    """Arguments or files a comparison cannot be made from; ``str()`` is one sentence."""
+
+
+@dataclass(frozen=True, slots=True)
+class ArmSpec:
+    """An arm as given: ``name`` and its runs, each a list of files."""
+
+    name: str
+    runs: list[list[str]]
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class LoadedRun:
+    """One run read: ``name``, its ``files``, the run model, and what the comparison takes."""
+
+    name: str
+    files: list[str]
+    model: RunModel
+    input: RunInput
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class LoadedArm:
+    name: str
+    runs: list[LoadedRun] = field(default_factory=list)
+
+
+def _split(text: str, sep: str) -> list[str]:
+    """``text`` split on ``sep``, unless ``text`` itself names an existing file."""
+    if os.path.exists(text) or sep not in text:
+        return [text]
+    return [p for p in text.split(sep) if p]
+
+
+def _runs(spec: str) -> list[list[str]]:
+    return [_split(r, "+") for r in _split(spec, ",")]
+
+
+def _stem(path: str) -> str:
+    name = Path(path).name
+    for suffix in (".route.csv", ".rec.jsonl", ".csv", ".jsonl", ".log", ".txt", ".metrics", ".out"):
+        if name.endswith(suffix) and len(name) > len(suffix):
+            return name[: -len(suffix)]
+    return name
+
+
+def parse_arms(positional: Sequence[str], named: Sequence[str] = ()) -> list[ArmSpec]:
+    """Arms from the command line: each positional argument is an arm (the word ``vs`` between
+    them is a separator), each ``NAME=RUNS`` of ``named`` a named arm; runs are separated by
+    ``,`` and files of one run joined by ``+`` (a path containing them is taken whole when it
+    exists). Unnamed arms are called after their first file. Raises CompareError with fewer
+    than two arms or an empty one."""
+    arms: list[ArmSpec] = []
+    for p in positional:
+        if p.lower() == "vs":
+            continue
+        runs = _runs(p)
+        if not runs:
+            raise CompareError(f"an empty arm: {p!r}")
+        name = _stem(runs[0][0]) + (f" ({len(runs)} runs)" if len(runs) > 1 else "")
+        arms.append(ArmSpec(name, runs))
+    for n in named:
+        name, sep, spec = n.partition("=")
+        if not sep or not name.strip() or not spec.strip():
+            raise CompareError(f"--arm wants NAME=FILES, got {n!r}")
+        arms.append(ArmSpec(name.strip(), _runs(spec.strip())))
+    if len(arms) < 2:
+        raise CompareError("a comparison needs at least two arms: bmoe-top compare A B, A1,A2 vs B1,B2, "
+                           "or --arm NAME=FILES twice")
+    seen: dict[str, int] = {}
+    out = []
+    for a in arms:
+        k = seen.get(a.name, 0)
+        seen[a.name] = k + 1
+        out.append(ArmSpec(a.name if not k else f"{a.name} #{k + 1}", a.runs))
+    return out
+
+
+_MIB = float(1 << 20)
+_TOKEN_COLUMNS = ("wall_ms", "compute_ms", "io_ms", "stall_ms", "mgmt_ms", "read_mib", "rss_mib",
+                  "mem_available_mib", "swap_mib")
+_SUMMARY = (("tok_s", "tok_s"), ("prefill_s", "prefill_s"), ("load_s", "load_s"), ("ttft_s", "ttft_s"),
+            ("cache_hit_pct", "hit_pct"), ("read_mib_per_tok", "read_mib_per_token"))
+
+
+def run_from_model(run: RunModel, name: str) -> RunInput:
+    """What the comparison takes from a run model: the per-token columns (``cache_hit_pct`` as
+    ``hit_pct``, -1 = no cache as missing), the summary numbers, the entry state and the peaks
+    of memory and temperature (the device sidecar, else the first/extreme per-token memory
+    values), and the routed experts (decode routing rows as ``layer << 20 | expert``, in order)
+    when the run has routing."""
+    from bmoe_top.tui.analysis.compare import RunInput, entry_from_sidecar, resources_from
+
+    with run.lock:
+        n = run.tokens.n
+        cols: dict[str, npt.NDArray[np.float64]] = {}
+        for c in _TOKEN_COLUMNS:
+            if run.tokens.has(c):
+                cols[c] = np.array(run.tokens.view(c, 0, n), dtype=np.float64)
+        if run.tokens.has("cache_hit_pct"):
+            h = np.array(run.tokens.view("cache_hit_pct", 0, n), dtype=np.float64)
+            cols["hit_pct"] = np.where(h < 0, np.nan, h)
+        summary: dict[str, float] = {}
+        for src, dst in _SUMMARY:
+            v = run.summary.get(src)
+            if v is not None and math.isfinite(float(v)) and not (src == "cache_hit_pct" and v < 0):
+                summary[dst] = float(v)
+        sidecar = dict(run.sidecar)
+        ro = run.routes
+        dec = ro.tok >= 0
+        routed = ((ro.layer[dec].astype(np.int64) << 20) | ro.expert[dec].astype(np.int64)) if ro.n else None
+    entry = entry_from_sidecar(sidecar)
+    if "mem_available_mib" not in entry and "mem_available_mib" in cols:
+        m = cols["mem_available_mib"][np.isfinite(cols["mem_available_mib"])]
+        if m.size:
+            entry["mem_available_mib"] = float(m[0])
+    tokens = {k: v for k, v in cols.items() if k not in ("rss_mib", "mem_available_mib", "swap_mib")}
+    return RunInput(name, tokens, summary, entry, routed, resources_from(cols, sidecar))
+
+
+def load_arms(specs: Sequence[ArmSpec]) -> list[LoadedArm]:
+    """Read every run of every arm (each run's files into one run model). Raises CompareError
+    for a file that cannot be read or a run without per-token rows."""
+    from bmoe_top.tui.feed.files import open_paths
+
+    out = []
+    for spec in specs:
+        arm = LoadedArm(spec.name)
+        for files in spec.runs:
+            try:
+                model = open_paths(files)
+            except ReplayError as e:
+                raise CompareError(str(e)) from None
+            name = _stem(files[0]) + (f" +{len(files) - 1}" if len(files) > 1 else "")
+            if model.tokens.n == 0:
+                raise CompareError(f"{' + '.join(files)}: no per-token rows (a CSV sink, a --progress transcript "
+                                   "or a recording is needed for timing)")
+            arm.runs.append(LoadedRun(name, list(files), model, run_from_model(model, name)))
+        out.append(arm)
+    return out
+
+
+def arm_inputs(arms: Sequence[LoadedArm]) -> list[ArmInput]:
+    """The comparison's input for loaded arms."""
+    from bmoe_top.tui.analysis.compare import ArmInput
+
+    return [ArmInput(a.name, [r.input for r in a.runs]) for a in arms]
+
+
+# ------------------------------------------------------------------------------- rendering
+def _fmt_value(v: float, unit: str) -> str:
+    digits = 1 if unit in ("ms/token", "ms", "MiB", "%", "°C") else 2 if unit in ("tok/s",) else 3
+    return fmt(v, digits)
+
+
+def delta_text(d: Delta) -> str:
+    """A delta as the tables print it: ``-9.4%`` when better or worse, ``~`` when within the
+    noise, ``same`` / ``differs`` for exact metrics, ``?`` when no test was possible."""
+    if d.verdict in ("better", "worse"):
+        return f"{d.change_pct:+.1f}%"
+    if d.verdict == "differs":
+        return f"differs ({d.change_pct:+.1f}%)" if math.isfinite(d.change_pct) else "differs"
+    return d.verdict
+
+
+def _interval_text(d: Delta, base: float) -> str:
+    """The delta's interval in percent of the baseline value."""
+    if not (math.isfinite(d.low) and math.isfinite(d.high) and math.isfinite(base) and base):
+        return ""
+    return f"[{100 * d.low / base:+.1f}%, {100 * d.high / base:+.1f}%]"
+
+
+def _p_text(d: Delta) -> str:
+    return f"{d.p:.3f}" if math.isfinite(d.p) else ""
+
+
+def summary_table(c: Comparison) -> Table:
+    """One row per metric: per other arm its delta against the baseline (``~`` within the noise)
+    and verdict first (the answer), then each arm's value (with several runs, the median of its
+    runs' values; ``±`` half the within-run interval with one run), the unit, and per other arm
+    the delta's interval (percent of the baseline) and p."""
+    cols = [Column("metric", "metric", False)]
+    for a in c.arms[1:]:
+        cols += [Column(f"delta:{a}", f"Δ {a}"), Column(f"verdict:{a}", "verdict", False)]
+    for a in c.arms:
+        cols.append(Column(f"value:{a}", a))
+    cols.append(Column("unit", "unit", False))
+    for a in c.arms[1:]:
+        cols += [Column(f"ci:{a}", f"{c.confidence:.0%} CI of Δ", False), Column(f"p:{a}", "p")]
+    rows = []
+    for m in c.metrics:
+        cells = [m.label]
+        keys: list[float | str] = [m.label]
+        kind = ""
+        for d in m.deltas:
+            cells += [delta_text(d), d.verdict]
+            keys += [number_key(d.change_pct), d.verdict]
+            kind = kind or VERDICT_KIND.get(d.verdict, "")
+        for v in m.values:
+            t = _fmt_value(v.center, m.unit)
+            if math.isfinite(v.low) and math.isfinite(v.high):
+                t += f" ±{_fmt_value((v.high - v.low) / 2, m.unit)}"
+            cells.append(t)
+            keys.append(number_key(v.center))
+        cells.append(m.unit)
+        keys.append(m.unit)
+        for d in m.deltas:
+            cells += [_interval_text(d, m.values[0].center), _p_text(d)]
+            keys += [number_key(d.low), number_key(d.p)]
+        rows.append(Row(tuple(cells), tuple(keys), kind))
+    labels = sorted({d.label for m in c.metrics for d in m.deltas if d.label})
+    note = f"~ = within the noise: p ≥ {c.alpha:g} or under the {c.noise_floor_pct:g}% noise floor"
+    if labels:
+        note += "; " + "; ".join(labels)
+    return Table("summary", tuple(cols), tuple(rows), note)
+
+
+def warmup_table(c: Comparison) -> Table:
+    """Each run's warm-up split (MSER-5 over wall_ms) and its warm and steady means."""
+    cols = (Column("arm", "arm", False), Column("run", "run", False), Column("tokens", "tokens"),
+            Column("split", "steady from token"), Column("warm", "warm-up mean ms"),
+            Column("steady", "steady mean ms"), Column("lag1", "lag-1 autocorr."))
+    rows = tuple(Row((w.arm, w.run, fmt(w.tokens, 0), fmt(w.split, 0), fmt(w.warm_mean_ms, 1),
+                      fmt(w.steady_mean_ms, 1), fmt(w.lag1, 2)),
+                     (w.arm, w.run, float(w.tokens), float(w.split), number_key(w.warm_mean_ms),
+                      number_key(w.steady_mean_ms), number_key(w.lag1))) for w in c.warmup)
+    return Table("warm-up", cols, rows, "MSER-5: the cut over batch means of 5 tokens that makes the steady part's "
+                                        "mean most precise (first half only); timing statistics use the steady part")
+
+
+def entry_rows(c: Comparison) -> list[tuple[str, str, str]]:
+    """The contamination panel: (label, values per arm, kind) and the hints."""
+    out: list[tuple[str, str, str]] = []
+    if not c.contamination.rows:
+        out.append(("entry state", "not in these sources (temperature, MemAvailable, CPU frequency at the start "
+                                   "of a run): contamination cannot be checked", "missing"))
+    for r in c.contamination.rows:
+        vals = "  ".join(f"{a}: " + ", ".join(fmt(v, 1) for v in vs) for a, vs in zip(c.arms, r.per_arm))
+        diffs = "  ".join(f"Δ {a} {d:+.1f}" for a, d in zip(c.arms[1:], r.diff) if math.isfinite(d))
+        out.append((r.label, f"{vals}   {diffs}".rstrip(), ""))
+    for h in c.contamination.hints:
+        out.append(("hint", h, "bad"))
+    return out
+
+
+def _key_of(run: RunModel) -> tuple[npt.NDArray[np.int64], bool]:
+    """Alignment keys of a run's token rows: (turn, step) when the rows carry a step, else the
+    row's ordinal; and whether steps were used."""
+    with run.lock:
+        n = run.tokens.n
+        step = np.array(run.tokens.view("step", 0, n)) if run.tokens.has("step") else None
+        turn = np.array(run.tokens.view("turn", 0, n)) if run.tokens.has("turn") else np.zeros(n)
+    if step is None or not np.isfinite(step).all():
+        return np.arange(n, dtype=np.int64), False
+    t = np.nan_to_num(turn, nan=0.0).astype(np.int64)
+    return (t << 32) | step.astype(np.int64), True
+
+
+def token_series(arms: Sequence[LoadedArm], column: str = "wall_ms", run_index: int = 0
+                 ) -> tuple[npt.NDArray[np.int64], list[npt.NDArray[np.float64]], bool]:
+    """The per-token view aligned by step: (keys [n] ascending, per arm its ``run_index``-th
+    run's ``column`` at each key (NaN where that run has no such token), aligned by (turn, step)
+    or not). Keys are ``turn << 32 | step`` when every run has steps, else row ordinals."""
+    picked = [a.runs[min(run_index, len(a.runs) - 1)].model for a in arms]
+    keyed = [_key_of(m) for m in picked]
+    by_step = all(k[1] for k in keyed)
+    if not by_step:
+        keyed = [(np.arange(m.tokens.n, dtype=np.int64), False) for m in picked]
+    keys = np.unique(np.concatenate([k for k, _ in keyed])) if keyed else np.zeros(0, dtype=np.int64)
+    out = []
+    for m, (k, _) in zip(picked, keyed):
+        with m.lock:
+            v = (np.array(m.tokens.view(column, 0, m.tokens.n), dtype=np.float64) if m.tokens.has(column)
+                 else np.full(m.tokens.n, np.nan))
+        col = np.full(keys.shape[0], np.nan)
+        # the first row of a repeated key wins
+        uk, first = np.unique(k, return_index=True)
+        col[np.searchsorted(keys, uk)] = v[first]
+        out.append(col)
+    return keys, out, by_step
+
+
+def token_table(arms: Sequence[LoadedArm], c: Comparison, run_index: int = 0) -> Table:
+    """Side by side per token, aligned by step: per arm wall, flash wait and cumulative hit %,
+    and the wall difference against the baseline; rows inside a run's warm-up are marked."""
+    keys, walls, by_step = token_series(arms, "wall_ms", run_index)
+    flash_col = "stall_ms" if any(a.runs[min(run_index, len(a.runs) - 1)].model.mode()[0] == "overlap"
+                                  for a in arms) else "io_ms"
+    flashes = token_series(arms, flash_col, run_index)[1]
+    hits = token_series(arms, "cache_hit_pct", run_index)[1]
+    splits = {(w.arm, w.run): w.split for w in c.warmup}
+    cols = [Column("turn", "turn"), Column("step", "step" if by_step else "row")]
+    for a in arms:
+        cols += [Column(f"wall:{a.name}", f"{a.name} wall ms"), Column(f"flash:{a.name}", f"flash {flash_col}"),
+                 Column(f"hit:{a.name}", "hit %")]
+    for a in arms[1:]:
+        cols.append(Column(f"d:{a.name}", f"Δ wall {a.name}"))
+    rows = []
+    ordinal = [np.cumsum(np.isfinite(w)) - 1 for w in walls]
+    for i, k in enumerate(keys.tolist()):
+        turn, step = (k >> 32, k & 0xFFFFFFFF) if by_step else (0, k)
+        cells: list[str] = [str(turn), str(step)]
+        sk: list[float | str] = [float(turn), float(step)]
+        warm = False
+        for j, a in enumerate(arms):
+            run = a.runs[min(run_index, len(a.runs) - 1)]
+            if np.isfinite(walls[j][i]) and ordinal[j][i] < splits.get((a.name, run.name), 0):
+                warm = True
+            cells += [fmt(walls[j][i], 1), fmt(flashes[j][i], 1), fmt(hits[j][i], 1)]
+            sk += [number_key(walls[j][i]), number_key(flashes[j][i]), number_key(hits[j][i])]
+        for j in range(1, len(arms)):
+            d = walls[j][i] - walls[0][i]
+            cells.append(f"{d:+.1f}" if math.isfinite(d) else fmt(None))
+            sk.append(number_key(d))
+        rows.append(Row(tuple(cells), tuple(sk), "missing" if warm else ""))
+    which = ", ".join(f"{a.name}: {a.runs[min(run_index, len(a.runs) - 1)].name}" for a in arms)
+    return Table("tokens", tuple(cols), tuple(rows),
+                 f"runs {which}; aligned by {'(turn, step)' if by_step else 'row'}; dim rows are warm-up")
+
+
+# ------------------------------------------------------------------------------- headless
+def comparison_document(arms: Sequence[LoadedArm], c: Comparison) -> dict[str, Any]:
+    """``bmoe-top compare --json``: the arms as read (runs, files, token rows, problems) and the
+    comparison (docs/analysis.md "The comparison result")."""
+    doc: dict[str, Any] = {
+        "arms_input": [{"name": a.name, "runs": [{"name": r.name, "files": r.files, "token_rows": r.model.tokens.n,
+                                                   "problems": r.model.problem_count} for r in a.runs]}
+                       for a in arms],
+    }
+    doc.update(orjson.loads(orjson.dumps(c)))
+    return doc
+
+
+def _md_cell(s: str) -> str:
+    return s.replace("|", "\\|") or " "
+
+
+def comparison_markdown(c: Comparison) -> str:
+    """A markdown table of the comparison to paste into notes, with the warm-up splits, the
+    banner, the intervals' coverage, contamination hints and advice as lines under it."""
+    t = summary_table(c)
+    head = [col.label for col in t.columns]
+    lines = ["| " + " | ".join(_md_cell(h) for h in head) + " |",
+             "|" + "|".join("---:" if col.numeric else "---" for col in t.columns) + "|"]
+    for r in t.rows:
+        lines.append("| " + " | ".join(_md_cell(x) for x in r.cells) + " |")
+    lines.append("")
+    if c.banner:
+        lines.append(f"**{c.banner}**")
+        lines.append("")
+    lines.append(t.note)
+    lines.append("")
+    lines.append("Warm-up (MSER-5): " + "; ".join(f"{w.arm}/{w.run} steady from token {w.split} of {w.tokens}"
+                                                  for w in c.warmup))
+    for h in c.contamination.hints:
+        lines.append(f"- {h}")
+    for a in c.advice:
+        lines.append(f"- {a}")
+    return "\n".join(lines) + "\n"
+
+
+def _num(v: float) -> str:
+    return "" if not math.isfinite(v) else repr(float(v))
+
+
+def comparison_csv(c: Comparison) -> str:
+    """The comparison as CSV, one row per (metric, arm): the arm's value and interval, and for a
+    non-baseline arm its delta against the baseline (change, %, interval, p, verdict, method)."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["metric", "label", "unit", "kind", "arm", "runs", "value", "value_low", "value_high", "vs",
+                "change", "change_pct", "change_low", "change_high", "p", "verdict", "method", "coverage"])
+    for m in c.metrics:
+        deltas: dict[str, Delta] = {d.arm: d for d in m.deltas}
+        for v in m.values:
+            d = deltas.get(v.arm)
+            row = [m.metric, m.label, m.unit, m.kind, v.arm, v.runs, _num(v.center), _num(v.low), _num(v.high)]
+            if d is None:
+                row += ["", "", "", "", "", "", "", "", ""]
+            else:
+                row += [d.vs, _num(d.change), _num(d.change_pct), _num(d.low), _num(d.high), _num(d.p), d.verdict,
+                        d.method, d.label]
+            w.writerow(row)
+    return buf.getvalue()
+
+
+def metric_row(c: Comparison, metric: str) -> MetricRow | None:
+    """The row of ``metric`` (e.g. ``wall_ms``), or None."""
+    return next((m for m in c.metrics if m.metric == metric), None)

@@ -1,0 +1,237 @@
+"""The comparison screen (``bmoe-top compare A B ...``): the summary table with noise-aware deltas
+(``~`` unless p < 0.05 and above the noise floor), the warm-up/steady split of every run, the
+runs side by side per token aligned by step, the contamination panel (entry state) and the
+advice (runs needed, interleaving); a "different workload" banner when routed experts differ,
+and "within-run only" when an arm has one run.
+
+Keys: ``1``-``4`` tabs, ``s`` / ``S`` / ``/`` sort and filter a table, ``y`` the per-token
+chart's metric (wall, flash wait, hit %), ``r`` the next run of multi-run arms, ``?`` / F1 help,
+``q`` quit.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import numpy as np
+from rich.text import Text
+from textual import events
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Vertical, VerticalScroll
+from textual.screen import Screen
+from textual.widgets import Footer, Static, TabbedContent, TabPane
+
+from bmoe_top.tui.analysis.compare import WITHIN_RUN_LABEL, Comparison
+from bmoe_top.tui.app import BmoeTopApp
+from bmoe_top.tui.present.compare import (
+    LoadedArm,
+    entry_rows,
+    summary_table,
+    token_series,
+    token_table,
+    warmup_table,
+)
+from bmoe_top.tui.screens.analysis_modals import AnalysisHelp, binding_rows
+from bmoe_top.tui.widgets.curves import CurveChart, CurveMark, CurvePlot
+from bmoe_top.tui.widgets.palette import KIND_STYLE
+from bmoe_top.tui.widgets.panels import safe_text
+from bmoe_top.tui.widgets.tables import SortTable
+
+__all__ = ["CompareScreen", "compare_app", "run_compare"]
+
+#: the per-token chart's metrics: (token column, title, unit)
+TOKEN_METRICS = (("wall_ms", "wall ms per token", "ms"), ("flash", "flash wait ms per token", "ms"),
+                 ("cache_hit_pct", "cumulative hit %", "%"))
+
+HELP_NOTES = (
+    "Timing metrics use each run's steady part: MSER-5 picks where warm-up ends from the data.\n"
+    "Several runs per arm: the run is the unit (its steady mean); Mann-Whitney U gives p, the Hodges-Lehmann\n"
+    "shift the size of the change and its interval. One run per arm: a moving-block bootstrap of the tokens,\n"
+    "within-run only: it does not cover the order of the runs or thermal drift.\n"
+    "~ = within the noise: p >= 0.05 or a change under the noise floor (default 2%, --noise-floor).\n"
+    "Deterministic metrics (decode hit %, MiB/token, routed experts) are compared exactly: same / differs.\n"
+    "Take at least 4 runs per arm for a test, 6 for a 95% interval, and run the arms interleaved (A B A B).\n"
+    "docs/analysis.md explains every number."
+)
+
+
+class CompareScreen(Screen[None]):
+    """The comparison ``c`` of the loaded ``arms`` (see the module docstring)."""
+
+    DEFAULT_CSS = """
+    CompareScreen { layout: vertical; }
+    #cmp-title { height: 1; background: $boost; padding: 0 1; }
+    #cmp-banner { height: auto; padding: 0 1; }
+    #cmp-tabs { height: 1fr; }
+    #summary-table { height: 1fr; }
+    #cmp-advice { height: auto; max-height: 6; padding: 0 1; }
+    #token-chart { height: 1fr; min-height: 10; }
+    #token-table { height: 1fr; }
+    CompareScreen.short #token-table { display: none; }
+    CompareScreen.short #cmp-advice { max-height: 2; }
+    CompareScreen.short .sort-note { max-height: 1; }
+    #contamination { padding: 0 1; }
+    """
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("1", "tab('summary')", "summary", show=False),
+        Binding("2", "tab('tokens')", "per token", show=False),
+        Binding("3", "tab('warmup')", "warm-up", show=False),
+        Binding("4", "tab('entry')", "contamination", show=False),
+        Binding("y", "cycle_metric", "token metric"),
+        Binding("r", "next_run", "next run"),
+        Binding("question_mark,f1", "help", "help"),
+        Binding("q", "quit", "quit"),
+    ]
+
+    def __init__(self, arms: list[LoadedArm], c: Comparison, *, title: str = "") -> None:
+        super().__init__()
+        self.arms, self.c = arms, c
+        self.source_title = title
+        self.metric = 0
+        self.run_index = 0
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="cmp-title")
+        yield Static(id="cmp-banner")
+        with TabbedContent(id="cmp-tabs", initial="summary"):
+            with TabPane("Summary", id="summary"), Vertical():
+                yield SortTable(summary_table(self.c), id="summary-table")
+                yield Static(id="cmp-advice")
+            with TabPane("Per token", id="tokens"), Vertical():
+                yield CurveChart(id="token-chart")
+                yield SortTable(id="token-table")
+            with TabPane("Warm-up", id="warmup"):
+                yield SortTable(warmup_table(self.c), id="warmup-table")
+            with TabPane("Contamination", id="entry"), VerticalScroll():
+                yield Static(id="contamination")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.set_class(self.app.size.height < 36, "short")
+        self.refresh_views()
+
+    def on_resize(self, event: events.Resize) -> None:
+        self.set_class(event.size.height < 36, "short")
+
+    # ----------------------------------------------------------------------------------- views
+    def _title(self) -> Text:
+        t = safe_text(f"bmoe-top  {self.source_title}  ")
+        runs = " · ".join(f"{a.name}: {len(a.runs)} run{'s' if len(a.runs) != 1 else ''}" for a in self.arms)
+        t.append_text(safe_text(runs, "bold"))
+        t.append(f"   baseline {self.c.baseline}", style="dim")
+        return t
+
+    def _banner(self) -> Text:
+        t = Text()
+        if self.c.banner:
+            t.append_text(safe_text(self.c.banner, "bold " + KIND_STYLE["bad"]))
+            t.append("\n")
+        if all(len(a.runs) == 1 for a in self.arms):
+            t.append(WITHIN_RUN_LABEL, style="bold " + KIND_STYLE["derived"])
+            t.append("  (one run per arm: intervals from the runs' own tokens)", style="dim")
+        else:
+            t.append("the run is the unit: each run's steady mean; Mann-Whitney U, Hodges-Lehmann shift",
+                     style="dim")
+        return t
+
+    def _advice(self) -> Text:
+        t = Text()
+        split = "; ".join(f"{w.arm}/{w.run}: steady from token {w.split} of {w.tokens}" for w in self.c.warmup)
+        t.append("warm-up (MSER-5): ", style="bold")
+        t.append_text(safe_text(split + "\n"))
+        for a in self.c.advice:
+            t.append("• ", style="dim")
+            t.append_text(safe_text(a + "\n"))
+        for h in self.c.contamination.hints:
+            t.append("• ", style="dim")
+            t.append_text(safe_text(h + "\n", KIND_STYLE["bad"]))
+        return t
+
+    def _contamination(self) -> Text:
+        t = Text("entry state: how each run started\n\n", style=KIND_STYLE["section"])
+        for label, value, kind in entry_rows(self.c):
+            t.append(f"  {label:<24}", style="dim")
+            t.append_text(safe_text(value + "\n", KIND_STYLE.get(kind, "")))
+        t.append("\nA run that starts hotter, with less free memory or a lower CPU clock is slower for reasons "
+                 "that are not the change:\nrun the arms in the reverse order too, or interleave them (A B A B), "
+                 "and see whether the difference follows the order.\n", style="dim")
+        t.append("\nadvice\n", style=KIND_STYLE["section"])
+        for a in self.c.advice:
+            t.append_text(safe_text(f"  • {a}\n"))
+        return t
+
+    def _token_plot(self) -> CurvePlot:
+        col, title, unit = TOKEN_METRICS[self.metric % len(TOKEN_METRICS)]
+        if col == "flash":
+            overlap = any(a.runs[min(self.run_index, len(a.runs) - 1)].model.mode()[0] == "overlap" for a in self.arms)
+            col = "stall_ms" if overlap else "io_ms"
+            title = f"flash wait ({col}) ms per token"
+        keys, values, by_step = token_series(self.arms, col, self.run_index)
+        x = np.arange(1, keys.shape[0] + 1, dtype=np.float64)
+        series = tuple(CurveChart.series_from(a.name, f"{a.name}: {a.runs[min(self.run_index, len(a.runs) - 1)].name}",
+                                              x, v, i) for i, (a, v) in enumerate(zip(self.arms, values)))
+        marks = []
+        splits = {(w.arm, w.run): w.split for w in self.c.warmup}
+        for i, (a, v) in enumerate(zip(self.arms, values)):
+            run = a.runs[min(self.run_index, len(a.runs) - 1)]
+            s = splits.get((a.name, run.name))
+            fin = np.flatnonzero(np.isfinite(v))
+            if s is not None and 0 < s < fin.size:
+                marks.append(CurveMark(float(x[fin[s]]), f"{a.name} steady from token {s}", "┊", ":",
+                                       ("bright_cyan", "magenta", "bright_blue", "green")[i % 4]))
+        finite = np.concatenate([v[np.isfinite(v)] for v in values]) if values else np.zeros(0)
+        y_max = 100.0 if unit == "%" else (float(np.percentile(finite, 99)) * 1.1 if finite.size else None)
+        note = f"aligned by {'(turn, step)' if by_step else 'row'}; a column: the mean of its tokens"
+        if unit != "%":
+            note += "; y clipped at the 99th percentile"
+        return CurvePlot(title=title, x_label="position, aligned", x_unit="token", y_label=title, y_unit=unit,
+                         series=series, marks=tuple(marks), y_min=0.0, y_max=y_max, note=note)
+
+    def refresh_views(self) -> None:
+        if not self.query("#cmp-title"):
+            return  # before compose finished
+        self.query_one("#cmp-title", Static).update(self._title())
+        self.query_one("#cmp-banner", Static).update(self._banner())
+        self.query_one("#cmp-advice", Static).update(self._advice())
+        self.query_one("#contamination", Static).update(self._contamination())
+        self.query_one("#token-chart", CurveChart).set_plot(self._token_plot())
+        self.query_one("#token-table", SortTable).set_table(token_table(self.arms, self.c, self.run_index))
+
+    # --------------------------------------------------------------------------------- actions
+    def action_tab(self, tab: str) -> None:
+        self.query_one("#cmp-tabs", TabbedContent).active = tab
+
+    def action_cycle_metric(self) -> None:
+        self.metric += 1
+        self.refresh_views()
+
+    def action_next_run(self) -> None:
+        most = max(len(a.runs) for a in self.arms)
+        if most == 1:
+            self.notify("one run per arm: nothing to cycle")
+            return
+        self.run_index = (self.run_index + 1) % most
+        self.notify("per token: run " + ", ".join(f"{a.name}: {a.runs[min(self.run_index, len(a.runs) - 1)].name}"
+                                                   for a in self.arms))
+        self.refresh_views()
+
+    def action_help(self) -> None:
+        self.app.push_screen(AnalysisHelp("bmoe-top compare: keys", binding_rows(self), HELP_NOTES))
+
+    def action_quit(self) -> None:
+        self.app.exit()
+
+
+def compare_app(arms: list[LoadedArm], c: Comparison, title: str = "compare") -> BmoeTopApp:
+    """The app over a :class:`CompareScreen`."""
+    return BmoeTopApp(CompareScreen(arms, c, title=title))
+
+
+def run_compare(arms: list[LoadedArm], c: Comparison, title: str = "compare") -> int:
+    """Run the comparison screen; returns the exit status."""
+    app = compare_app(arms, c, title)
+    app.run()
+    return app.return_code or 0
+

@@ -1,0 +1,613 @@
+"""``bmoe-top fleet --prometheus URL``: the runtimes a Prometheus scrapes, live (docs/fleet.md
+"The screen").
+
+:class:`FleetScreen` is the instances table (:class:`~bmoe_top.tui.widgets.fleet_table.FleetTableView`)
+refreshed by a :class:`~bmoe_top.tui.sources.prometheus.RefreshThread` over a
+:class:`~bmoe_top.tui.fleet.session.FleetSession` (never faster than the scrape interval): sort
+by any column (keys, or a click on its header), ``/`` filter, worst first by default (down,
+then the highest stall share, then the lowest hit %), a refresh-now key, a pause key. The title
+says the state (``● live``, ``❚❚ paused``, ``✖ disconnected``, ``⚠ error``, ``◆ fixed time``);
+the status line says why a refresh failed (unreachable, timeout, bad_data with its query,
+execution, too many samples, an empty result) while the table keeps its last good values with
+their age, and which columns' queries failed.
+
+Enter drills into the instance under the cursor: :class:`FleetDrillScreen` is the shared views of
+``attach --metrics`` (breakdown, trends, layer heatmap, run panel) over a run model that
+:class:`~bmoe_top.tui.feed.fleet.DrillFeed` fills from ``query_range`` answers, so the history
+from before bmoe-top started is there from the first frame; Escape goes back to the table.
+
+Every label value and error text from Prometheus is drawn through
+:func:`bmoe_top.parsers.sanitize.sanitize`. With ``at`` (``--at``) both screens show that one
+time, refreshed once.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+from collections.abc import Hashable, Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Input, Static
+
+from bmoe_top.parsers.sanitize import sanitize
+from bmoe_top.tui.feed.fleet import DrillFeed
+from bmoe_top.tui.fleet.drill import DrillDown
+from bmoe_top.tui.fleet.queries import COLUMN_BY_KEY, DERIVED
+from bmoe_top.tui.fleet.session import TABLE_POINTS, FleetSession
+from bmoe_top.tui.fleet.table import CellState, FleetState, FleetTable, InstanceRow, filter_rows, sort_rows
+from bmoe_top.tui.model import LIVE, RunModel
+from bmoe_top.tui.screens.attach import AttachScreen
+from bmoe_top.tui.screens.modals import HelpScreen
+from bmoe_top.tui.sources.prometheus import PromError, PromErrorKind, PrometheusClient, RefreshThread, format_duration
+from bmoe_top.tui.widgets.fleet_table import (
+    SORT_KEYS,
+    STATE_WORDS,
+    VIEW_COLUMNS,
+    FleetTableView,
+    age_text,
+    cell_text,
+    num_text,
+)
+from bmoe_top.tui.widgets.palette import STATUS_STYLE
+
+__all__ = ["FleetScreen", "FleetDrillScreen", "STATE_INDICATOR", "error_text", "keys_help"]
+
+#: The screen's state -> (indicator, style).
+STATE_INDICATOR = {
+    "connecting": ("… connecting", STATUS_STYLE["connecting"]),
+    "live": ("● live", STATUS_STYLE["ok"]),
+    "paused": ("❚❚ paused", "bold #e5c07b"),
+    "disconnected": ("✖ disconnected", STATUS_STYLE["disconnected"]),
+    "error": ("⚠ error", STATUS_STYLE["error"]),
+    "fixed": ("◆ fixed time", "bold #61afef"),
+}
+
+#: Errors that mean Prometheus cannot be reached (the others: it answered, with an error).
+DISCONNECTED = frozenset({PromErrorKind.UNREACHABLE, PromErrorKind.TIMEOUT})
+
+LEGEND = ("wall = compute + flash wait + mgmt, ms per token   ✖ down   ▲ highest stall share   ▼ lowest hit %   "
+          "(12s) stale: newest value, its age   · no value   not exported: no such series")
+
+#: Keys a focused filter box keeps for itself.
+TYPING_ACTIONS = frozenset({"sort_next", "sort_prev", "invert", "worst", "refresh_now", "toggle_pause",
+                            "toggle_sparks", "help", "quit", "filter"})
+
+_LABELS = {c.sort: c.label for c in VIEW_COLUMNS}
+
+
+def error_text(err: PromError) -> str:
+    """One line for a Prometheus error: its kind, message, HTTP status, the query (sanitised)."""
+    out = f"{err.kind.value}: {err.message}"
+    if err.http_status is not None and err.kind in (PromErrorKind.HTTP, PromErrorKind.MALFORMED):
+        out += f" (HTTP {err.http_status})"
+    if err.body and err.kind in (PromErrorKind.HTTP, PromErrorKind.MALFORMED):
+        out += f" body: {err.body[:120]}"
+    if err.query and err.kind in (PromErrorKind.BAD_DATA, PromErrorKind.EXECUTION, PromErrorKind.TOO_MANY_SAMPLES,
+                                  PromErrorKind.EMPTY, PromErrorKind.TIMEOUT, PromErrorKind.ERROR):
+        out += f"  query: {err.query}"
+    return sanitize(out)
+
+
+def _utc(t: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
+
+
+def keys_help(screen: type) -> list[tuple[str, str]]:
+    """(keys, what) of a screen class's bindings, its own first."""
+    rows, seen = [], set()
+    for cls in screen.__mro__:
+        for b in cls.__dict__.get("BINDINGS", ()):
+            if not isinstance(b, Binding) or b.key in seen or not b.description:
+                continue
+            seen.add(b.key)
+            keys = (b.key.replace("question_mark", "?").replace("slash", "/").replace("greater_than_sign", ">")
+                    .replace("less_than_sign", "<").replace("space", "space").replace(",", " / "))
+            rows.append((keys, b.description))
+    return rows
+
+
+class FleetScreen(Screen[None]):
+    """The instances table (see the module docstring).
+
+    ``url``, ``selector``, ``window_s``, ``points``, ``api_key``, ``timeout``: as
+    ``bmoe-top fleet``; ``at``: show that time only (Unix s); ``drill``: (job or None, instance)
+    to drill into once the table is shown; ``fps``: polls of the refresh thread's results per
+    second; ``label``: what the title calls the Prometheus (default its URL). ``state``
+    (:class:`~bmoe_top.tui.fleet.table.FleetState`): the last good table and the newest error;
+    ``shown``: the rows drawn, in order."""
+
+    DEFAULT_CSS = """
+    FleetScreen { layout: vertical; }
+    #fleet-status { height: auto; max-height: 4; padding: 0 1; background: $panel; }
+    #fleet-filter { dock: bottom; display: none; }
+    #fleet-filter.shown { display: block; }
+    #fleet-legend { height: 1; padding: 0 1; color: $text-muted; }
+    """
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("enter", "drill", "drill down", show=False),
+        Binding("slash", "filter", "filter"),
+        Binding("s,greater_than_sign", "sort_next", "sort by next column"),
+        Binding("less_than_sign", "sort_prev", "sort by previous column", show=False),
+        Binding("i", "invert", "invert the sort", show=False),
+        Binding("w", "worst", "worst first"),
+        Binding("r", "refresh_now", "refresh now"),
+        Binding("space", "toggle_pause", "pause"),
+        Binding("v", "toggle_sparks", "sparklines", show=False),
+        Binding("escape", "clear_filter", "clear the filter", show=False),
+        Binding("question_mark,h,f1", "help", "help"),
+        Binding("q", "quit", "quit"),
+    ]
+
+    def __init__(self, url: str, selector: str = "", window_s: float = 300.0, *, points: int = TABLE_POINTS,
+                 api_key: str | None = None, timeout: float = 10.0, at: float | None = None,
+                 drill: tuple[str | None, str] | None = None, fps: float = 10.0, label: str | None = None) -> None:
+        super().__init__()
+        self.url = url
+        self.label = url if label is None else label
+        self.selector = selector
+        self.window_s = float(window_s)
+        self.points = points
+        self.api_key = api_key
+        self.timeout = timeout
+        self.at = at
+        self.fps = fps
+        self.pending_drill = drill
+        self.client = PrometheusClient(url, timeout=timeout, api_key=api_key)
+        self.session = FleetSession(self.client, selector=selector, window_s=window_s, points=points)
+        self.state = FleetState()
+        self.sort = "rank"
+        self.descending = False
+        self.filter_text = ""
+        self.sparks = True
+        self.user_paused = False
+        self.shown: list[InstanceRow] = []
+        self.n_applied = 0
+        self._inbox: collections.deque[FleetTable | PromError] = collections.deque()
+        self._thread: RefreshThread[FleetTable] | None = None
+        self._title_key: Hashable = None
+
+    # ---------------------------------------------------------------------------------- layout
+    def compose(self) -> ComposeResult:
+        yield Static(id="title")
+        yield Static(id="fleet-status")
+        yield FleetTableView(id="fleet-table")
+        yield Static(Text(LEGEND, no_wrap=True, overflow="ellipsis"), id="fleet-legend")
+        yield Input(placeholder="filter: part of an instance or job name (Enter keeps it, Escape clears it)",
+                    id="fleet-filter")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self._thread = self.session.refresher(self._inbox.append, self._inbox.append, refresh=self._refresh,
+                                              on_exit=self.client.close)
+        self._thread.start()
+        self.set_interval(1.0 / max(1.0, self.fps), self.tick)
+        self.query_one(FleetTableView).focus()
+        self.draw_status(force=True)
+
+    def on_unmount(self) -> None:
+        if self._thread is not None:
+            self._thread.stop()
+
+    def on_screen_suspend(self) -> None:
+        """A drill-down covers the table: no table refreshes meanwhile."""
+        if self._thread is not None:
+            self._thread.pause()
+
+    def on_screen_resume(self) -> None:
+        if self._thread is not None and not self.user_paused and self.at is None:
+            self._thread.resume()
+            self._thread.refresh_now()
+
+    def _refresh(self) -> FleetTable:
+        table = self.session.refresh(self.at)
+        if self.at is not None and self._thread is not None:
+            self._thread.pause()  # one time, shown once
+        return table
+
+    # ---------------------------------------------------------------------------- repaint loop
+    def tick(self) -> None:
+        changed = False
+        while self._inbox:
+            item = self._inbox.popleft()
+            if isinstance(item, FleetTable):
+                self.state.apply(item)
+                changed = True
+            else:
+                self.state.fail(item, time.time())
+        if changed:
+            self.draw_table()
+        self.draw_status()
+        if self.pending_drill is not None and self.state.table is not None:
+            job, inst = self.pending_drill
+            self.pending_drill = None
+            self.open_drill(job, inst)
+
+    def view_state(self) -> str:
+        """``connecting``, ``live``, ``paused``, ``disconnected``, ``error`` or ``fixed``."""
+        err = self.state.error
+        if self.user_paused:
+            return "paused"
+        if err is not None:
+            return "disconnected" if err.kind in DISCONNECTED else "error"
+        if self.state.table is None:
+            return "connecting"
+        return "fixed" if self.at is not None else "live"
+
+    def ordered(self, table: FleetTable) -> list[InstanceRow]:
+        """The table's rows filtered and sorted as the screen shows them."""
+        rows = filter_rows(table.rows, self.filter_text)
+        return rows if self.sort == "rank" else sort_rows(rows, self.sort, self.descending)
+
+    def draw_table(self) -> None:
+        table = self.state.table
+        if table is None or not self.is_attached:
+            return
+        view = self.query_one(FleetTableView)
+        self.shown = self.ordered(table)
+        view.set_sort(self.sort, self.descending)
+        view.show(self.shown, sparks=self.sparks)
+        self.n_applied += 1
+
+    def title_text(self) -> Text:
+        st = self.state
+        word, style = STATE_INDICATOR[self.view_state()]
+        t = Text("bmoe-top  fleet ", style="bold")
+        t.append(sanitize(self.label))
+        if self.selector:
+            t.append("  " + sanitize(self.selector), style="#abb2bf")
+        t.append("  ")
+        t.append(word, style=style)
+        t.append(" ")
+        table = st.table
+        if table is not None:
+            n = len(table.rows)
+            t.append(f"  {n} instance{'s' if n != 1 else ''}")
+            if self.filter_text:
+                t.append(f" ({len(self.shown)} shown)", style="#e5c07b")
+            t.append(f"  window {format_duration(table.window_s)}, step {format_duration(table.step_s)}, "
+                     f"scrape {format_duration(table.scrape_interval_s)}, "
+                     f"rate [{format_duration(table.rate_interval_s)}]", style="#7f848e")
+            if self.at is not None:
+                t.append(f"  at {_utc(table.at)}", style="#61afef")
+            else:
+                t.append(f"  table {age_text(st.age_s(time.time()))} old", style="#7f848e")
+        sort = "worst first" if self.sort == "rank" else f"by {_LABELS.get(self.sort, self.sort)} " + (
+            "▼" if self.descending else "▲")
+        t.append(f"  sorted {sort}", style="#7f848e")
+        return t
+
+    def status_text(self) -> Text:
+        st = self.state
+        t = Text()
+        if st.error is not None:
+            t.append(("✖ " if st.error.kind in DISCONNECTED else "⚠ ") + error_text(st.error), style="bold #e06c75")
+            if st.table is not None:
+                t.append(f"  (showing the last good table, {age_text(st.age_s(time.time()))} old)", style="#e06c75")
+            t.append("\n")
+        table = st.table
+        if table is None:
+            if st.error is None:
+                t.append("asking Prometheus…", style="#7f848e")
+            return t
+        for key, err in table.errors.items():
+            col = COLUMN_BY_KEY.get(key)
+            label = col.label if col is not None else DERIVED.get(key, (key,))[0]
+            t.append(f"⚠ {label}: ", style="bold #d19a66")
+            t.append(error_text(err) + "\n", style="#d19a66")
+        for w in table.warnings[:2]:
+            t.append("⚠ prometheus warning: " + sanitize(w) + "\n", style="#d19a66")
+        worst = table.worst
+        if worst is not None:
+            t.append("worst: ", style="#abb2bf")
+            bad = worst.state.value in ("down", "gone")
+            t.append(sanitize(worst.instance), style="bold #e06c75" if bad else "bold")
+            t.append(f" ({sanitize(worst.job)})  " + ", ".join(_flag_text(worst, f) for f in worst.flags))
+        elif not table.rows:
+            t.append("no instance", style="#7f848e")
+        else:
+            t.append("every instance up", style="#98c379")
+        if self.filter_text:
+            t.append("  filter: ", style="#e5c07b")
+            t.append(sanitize(self.filter_text), style="bold #e5c07b")
+        t.rstrip()
+        return t
+
+    def draw_status(self, force: bool = False) -> None:
+        if not self.is_attached or not self.query("#title"):
+            return
+        st = self.state
+        key = (self.view_state(), st.n_ok, st.n_failed, id(st.error), self.sort, self.descending, self.filter_text,
+               len(self.shown), None if self.at is not None else int(time.time()))
+        if key == self._title_key and not force:
+            return
+        self._title_key = key
+        self.query_one("#title", Static).update(self.title_text())
+        self.query_one("#fleet-status", Static).update(self.status_text())
+
+    # --------------------------------------------------------------------------------- actions
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Typing in the filter box is typing, not keys."""
+        if action in TYPING_ACTIONS and isinstance(self.focused, Input):
+            return False
+        return True
+
+    def _resort(self) -> None:
+        self.draw_table()
+        self.draw_status(force=True)
+
+    def set_sort(self, sort: str, descending: bool | None = None) -> None:
+        """Sort by ``sort`` (a key of :data:`~bmoe_top.tui.widgets.fleet_table.SORT_KEYS` or
+        ``rank``); ``descending`` default: numbers high first, names a to z."""
+        self.sort = sort
+        self.descending = (sort not in ("instance", "job", "state", "rank")) if descending is None else descending
+        self._resort()
+
+    def action_sort_next(self, step: int = 1) -> None:
+        keys = ("rank", *SORT_KEYS)
+        i = keys.index(self.sort) if self.sort in keys else 0
+        self.set_sort(keys[(i + step) % len(keys)])
+
+    def action_sort_prev(self) -> None:
+        self.action_sort_next(-1)
+
+    def action_invert(self) -> None:
+        if self.sort != "rank":
+            self.set_sort(self.sort, not self.descending)
+
+    def action_worst(self) -> None:
+        self.set_sort("rank")
+
+    @on(DataTable.HeaderSelected)
+    def _header(self, event: DataTable.HeaderSelected) -> None:
+        col = next(c for c in VIEW_COLUMNS if c.key == event.column_key.value)
+        if col.sort == self.sort:
+            self.set_sort(col.sort, not self.descending)
+        else:
+            self.set_sort(col.sort)
+
+    def action_refresh_now(self) -> None:
+        if self._thread is not None:
+            self._thread.refresh_now()
+
+    def action_toggle_pause(self) -> None:
+        self.user_paused = not self.user_paused
+        if self._thread is not None and self.at is None:
+            if self.user_paused:
+                self._thread.pause()
+            else:
+                self._thread.resume()
+                self._thread.refresh_now()
+        self.draw_status(force=True)
+
+    def action_toggle_sparks(self) -> None:
+        self.sparks = not self.sparks
+        self.draw_table()
+
+    def action_filter(self) -> None:
+        box = self.query_one("#fleet-filter", Input)
+        box.add_class("shown")
+        box.value = self.filter_text
+        box.focus()
+
+    @on(Input.Changed, "#fleet-filter")
+    def _filter_changed(self, event: Input.Changed) -> None:
+        self.filter_text = event.value
+        self._resort()
+
+    @on(Input.Submitted, "#fleet-filter")
+    def _filter_done(self, event: Input.Submitted) -> None:
+        self.query_one("#fleet-filter", Input).remove_class("shown")
+        self.query_one(FleetTableView).focus()
+
+    def action_clear_filter(self) -> None:
+        box = self.query_one("#fleet-filter", Input)
+        box.remove_class("shown")
+        if self.filter_text or box.value:
+            box.value = ""
+            self.filter_text = ""
+            self._resort()
+        self.query_one(FleetTableView).focus()
+
+    @on(DataTable.RowSelected)
+    def _row_selected(self, event: DataTable.RowSelected) -> None:
+        self.action_drill()
+
+    def action_drill(self) -> None:
+        sel = self.query_one(FleetTableView).selected
+        if sel is not None:
+            self.open_drill(sel[0], sel[1])
+
+    def open_drill(self, job: str | None, instance: str) -> None:
+        """Push the drill-down of ``instance`` (of ``job``; None: the one job it is in)."""
+        self.app.push_screen(FleetDrillScreen(self.url, self.selector, self.window_s, instance, job,
+                                              api_key=self.api_key, timeout=self.timeout, at=self.at,
+                                              fps=self.fps))
+
+    def action_help(self) -> None:
+        self.app.push_screen(HelpScreen(keys_help(type(self))))
+
+    def action_quit(self) -> None:
+        self.app.exit()
+
+
+def _flag_text(row: InstanceRow, flag: str) -> str:
+    if flag in ("down", "gone"):
+        return f"{flag} (last up {age_text(row.last_up_age_s)} ago)" if row.last_up_age_s is not None else flag
+    if flag == "highest_stall":
+        return f"highest stall share {cell_text(row.cells['stall_share'])[0]} %"
+    if flag == "lowest_hit":
+        return f"lowest hit % {cell_text(row.cells['hit_pct'])[0]}"
+    return flag
+
+
+#: The drill-down side panel's "now" rows: (label, cell key, digits, unit).
+NOW_ROWS = (("tok/s", "tok_s", 1, ""), ("prompt tok/s", "prompt_tok_s", 1, ""), ("hit %", "hit_pct", 1, "%"),
+            ("read", "read_mib_s", 2, "MiB/s"), ("wall", "wall_ms", 1, "ms/tok"), ("compute", "compute_ms", 1, "ms"),
+            ("flash wait", "flash_ms", 1, "ms"), ("mgmt", "mgmt_ms", 2, "ms"), ("stall", "stall_share", 1, "%"),
+            ("resident", "resident_mib", 2, "MiB"), ("budget", "budget_mib", 2, "MiB"),
+            ("processing", "requests_processing", 0, ""), ("deferred", "requests_deferred", 0, ""))
+
+
+class FleetDrillScreen(AttachScreen):
+    """One instance over the window, on the shared views (see the module docstring). ``feed``
+    (:class:`~bmoe_top.tui.feed.fleet.DrillFeed`) fills ``model``; ``started_at``: when this
+    screen was made (Unix s), to say how much of the history predates it."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "back", "back to the table"),
+        Binding("r", "refresh_now", "refresh now"),
+    ]
+
+    def __init__(self, url: str, selector: str, window_s: float, instance: str, job: str | None = None, *,
+                 api_key: str | None = None, timeout: float = 10.0, at: float | None = None,
+                 fps: float = 10.0) -> None:
+        self.url = url
+        self.instance = instance
+        self.job = job
+        self.at = at
+        self.started_at = time.time()
+        run = RunModel(LIVE)
+        self.feed = DrillFeed(run, f"prometheus {url} instance {instance}")
+        self.client = PrometheusClient(url, timeout=timeout, api_key=api_key)
+        self.session = FleetSession(self.client, selector=selector, window_s=window_s)
+        self.error: PromError | None = None
+        self.error_at: float | None = None
+        self.last: DrillDown | None = None
+        self._lock = threading.Lock()
+        self._thread: RefreshThread[DrillDown] | None = None
+        self._jumped = False
+        name = sanitize(instance) + (f" ({sanitize(job)})" if job else "")
+        super().__init__(run, title=f"fleet {name}", fps=fps)
+        if at is not None:
+            self.playback.follow = False  # one fixed time: no live edge to follow
+
+    # -- the source ------------------------------------------------------------------------------
+    def _drill(self) -> DrillDown:
+        d = self.session.drill(self.instance, self.job, at=self.at, align=self.at is None)
+        if self.at is not None and self._thread is not None:
+            self._thread.pause()
+        return d
+
+    def _got(self, d: DrillDown) -> None:
+        settled = None if self.at is not None else time.time() - d.scrape_interval_s
+        self.feed.apply(d, settled=settled)
+        with self._lock:
+            self.error = None
+            self.last = d
+
+    def _failed(self, err: PromError) -> None:
+        self.feed.failed(err)
+        with self._lock:
+            self.error, self.error_at = err, time.time()
+
+    def start_source(self) -> None:
+        self._thread = RefreshThread(self._drill, self._got, self._failed, every=0.0,
+                                     min_interval=lambda: self.session.scrape_interval_s, on_exit=self.client.close)
+        self._thread.start()
+
+    def on_unmount(self) -> None:
+        if self._thread is not None:
+            self._thread.stop()
+
+    def refresh_views(self, force: bool = False) -> None:
+        if self.at is not None and not self._jumped and self.model.tokens.n:
+            self._jumped = True
+            self.playback.end()  # a fixed time: open on its newest step
+        super().refresh_views(force)
+
+    # -- the status line and the side panel -------------------------------------------------------
+    def attach_key(self) -> Hashable:
+        return (self.model.version, None if self.at is not None else int(time.time()))
+
+    def status_text(self) -> Text:
+        with self._lock:
+            err, d = self.error, self.last
+        t = Text()
+        if err is not None:
+            t.append(("✖ " if err.kind in DISCONNECTED else "⚠ ") + error_text(err), style="bold #e06c75")
+            if d is not None:
+                t.append(f"  (showing the last good drill-down, {age_text(time.time() - d.at)} old)", style="#e06c75")
+            return t
+        if d is None:
+            t.append("… asking Prometheus for the window", style=STATUS_STYLE["connecting"])
+            return t
+        up = d.series["up"][-1] if d.series["up"].size else float("nan")
+        t.append("● up " if up == 1 else "✖ down " if up == 0 else "? not scraped now ",
+                 style=STATUS_STYLE["ok"] if up == 1 else STATUS_STYLE["error"])
+        t.append(f"  window {format_duration(d.window_s)}, step {format_duration(d.step_s)}, "
+                 f"rate [{format_duration(d.rate_interval_s)}]", style="#7f848e")
+        if self.at is not None:
+            t.append(f"  at {_utc(d.at)}", style="#61afef")
+        if d.first_t is not None:
+            before = self.started_at - d.first_t if self.at is None else d.at - d.first_t
+            what = "before bmoe-top started" if self.at is None else "before that time"
+            t.append(f"  history from {age_text(before)} {what}" if before > 0 else "", style="#98c379")
+        for key, e in d.errors.items():
+            t.append(f"\n⚠ {key}: " + error_text(e), style="#d19a66")
+        return t
+
+    def panel_rows(self) -> Sequence[tuple[str, str, str]]:
+        with self._lock:
+            d = self.last
+        rows: list[tuple[str, str, str]] = [("instance", "", "section"), ("instance", sanitize(self.instance), "name")]
+        if d is None:
+            return rows
+        rows.append(("job", sanitize(d.job), ""))
+        rows.append(("now (rate window)", "", "section"))
+        for label, key, digits, unit in NOW_ROWS:
+            rows.append((label, *_series_now(d, key, digits, unit)))
+        if d.not_exported:
+            names = ", ".join(COLUMN_BY_KEY[k].label for k in d.not_exported if k in COLUMN_BY_KEY)
+            rows.append(("not exported", names, "missing"))
+        return rows
+
+    # -- actions ----------------------------------------------------------------------------------
+    def action_back(self) -> None:
+        if len(self.app.screen_stack) > 1:
+            self.app.pop_screen()
+
+    def action_refresh_now(self) -> None:
+        if self._thread is not None:
+            self._thread.refresh_now()
+
+    def action_help(self) -> None:
+        self.app.push_screen(HelpScreen(keys_help(type(self))))
+
+
+def _series_now(d: DrillDown, key: str, digits: int, unit: str) -> tuple[str, str]:
+    """The newest value of a drill-down series, with its age when older than the newest step."""
+    a = d.series.get(key)
+    if key in d.not_exported:
+        return STATE_WORDS[CellState.NOT_EXPORTED], "missing"
+    if a is None or not a.size:
+        return STATE_WORDS[CellState.NO_DATA], "missing"
+    ok = np.flatnonzero(np.isfinite(a))
+    if not ok.size:
+        return STATE_WORDS[CellState.NO_DATA], "missing"
+    j = int(ok[-1])
+    text = f"{num_text(float(a[j]), digits)} {unit}".rstrip()
+    if j < a.size - 1:
+        text += f" ({age_text(float(d.t[-1] - d.t[j]))} old)"
+    return text, ""
+
+
+def run_fleet(args: Any) -> int:
+    """``bmoe-top fleet --prometheus URL ...`` interactive (the parsed arguments of the CLI).
+    Returns the exit status."""
+    from bmoe_top.tui.app import BmoeTopApp
+
+    screen = FleetScreen(args.prometheus, args.selector, args.window_s, points=args.points, api_key=args.api_key,
+                         timeout=args.timeout, at=args.at,
+                         drill=(args.job, args.instance) if args.instance else None, fps=float(args.fps or 10.0))
+    app = BmoeTopApp(screen)
+    app.run()
+    return app.return_code or 0

@@ -1,0 +1,440 @@
+"""The cache-sizing screen (``bmoe-top whatif TRACE ...``): hit % and MiB read per token against
+the cache budget for every policy, the run's budget, T and the whole bank marked, the region
+below T greyed (LRU cannot hit there: cache off is better), the compulsory-miss ceiling, the
+gap to Belady; the policies at the cursor's budget, the layers that miss most there and what an
+allocation across layers would buy, the routing skew; ``w`` writes a profile.
+
+Keys: ←/→ move the budget cursor (shift or PgUp/PgDn: ten steps; Home/End), ``r`` the run's
+budget, ``b`` the recommended one, ``y`` the y metric of the lower chart (MiB read per token,
+flash I/O s/token), ``a`` all policies or the main ones, ``w`` write an STRP profile, ``1``-``4``
+tabs, ``s`` / ``S`` / ``/`` sort and filter a table, ``?`` / F1 help, ``q`` quit.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from pathlib import Path
+from typing import ClassVar
+
+import numpy as np
+from rich.console import Group
+from rich.table import Table as RichTable
+from rich.text import Text
+from textual import events, on
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import Screen
+from textual.widgets import Footer, Input, Static, TabbedContent, TabPane
+
+from bmoe_top.outfile import OutputFileError
+from bmoe_top.tui.analysis.layers import allocate
+from bmoe_top.tui.analysis.whatif import Replay, WhatIf
+from bmoe_top.tui.app import BmoeTopApp
+from bmoe_top.tui.present.numbers import fmt
+from bmoe_top.tui.present.whatif import (
+    HIT_DEFINITION,
+    MIB,
+    POLICY_ORDER,
+    POLICY_SHORT,
+    WhatIfInput,
+    layer_table_rows,
+    policy_table,
+    skew_rows,
+    summary_rows,
+    write_profile,
+)
+from bmoe_top.tui.screens.analysis_modals import AnalysisHelp, PathScreen, binding_rows
+from bmoe_top.tui.widgets.curves import CurveChart, CurveMark, CurvePlot, CurveSeries
+from bmoe_top.tui.widgets.palette import KIND_STYLE
+from bmoe_top.tui.widgets.panels import safe_text
+from bmoe_top.tui.widgets.tables import SortTable
+
+__all__ = ["WhatIfScreen", "run_whatif", "whatif_app", "MAIN_POLICIES"]
+
+#: the policies shown when ``a`` narrows the chart (the runtime's, the profile, the layer
+#: allocation and the ceiling)
+MAIN_POLICIES = frozenset({"lru", "static", "lru_layer_alloc", "belady"})
+#: lower-chart metrics ``y`` cycles through: (key, title, unit)
+LOWER = (("read", "MiB read per token", "MiB"), ("io", "flash I/O per token (estimated)", "s"))
+
+HELP_NOTES = (
+    "Hit % = " + HIT_DEFINITION + ".\n\n"
+    "T, the token cycle: the bytes one decode token routes (top-k experts at every MoE layer). Below T an\n"
+    "expert is always pushed out before its layer comes round again: LRU hits (about) nothing and the cache\n"
+    "only costs management time, so cache off is strictly better (the grey region).\n"
+    "Compulsory ceiling: first lookups always miss, so no cache beats it.\n"
+    "Belady: evict the expert needed farthest ahead; Belady - LRU is the most a smarter policy could buy.\n"
+    "Static profile: the hottest experts of the first half of the trace, scored on the second half.\n"
+    "Flash I/O: MiB read per token / the run's measured read bandwidth (serial reads).\n"
+    "docs/analysis.md explains every number."
+)
+
+
+class WhatIfScreen(Screen[None]):
+    """The what-if report ``report`` of ``inp`` (with the curves behind it, ``replay``)."""
+
+    DEFAULT_CSS = """
+    WhatIfScreen { layout: vertical; }
+    #wi-title { height: 1; background: $boost; padding: 0 1; }
+    #wi-body { height: 1fr; }
+    #wi-tabs { width: 1fr; }
+    #wi-side { width: 46; border-left: solid $primary-darken-2; padding: 0 1; }
+    #wi-readout { height: auto; max-height: 2; padding: 0 1; background: $panel; }
+    #chart-a, #chart-b { height: 1fr; }
+    #alloc { height: auto; padding: 0 1; }
+    #skew { padding: 0 1; }
+    WhatIfScreen.narrow #wi-side { display: none; }
+    WhatIfScreen.short #chart-b { display: none; }
+    """
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("left", "cursor(-1)", "◀ budget", priority=True),
+        Binding("right", "cursor(1)", "budget ▶", priority=True),
+        Binding("shift+left,pageup", "cursor(-10)", "◀◀ 10", show=False, priority=True),
+        Binding("shift+right,pagedown", "cursor(10)", "10 ▶▶", show=False, priority=True),
+        Binding("home", "cursor_to('start')", "smallest", show=False, priority=True),
+        Binding("end", "cursor_to('end')", "whole bank", show=False, priority=True),
+        Binding("r", "cursor_to('run')", "run's budget"),
+        Binding("b", "cursor_to('recommended')", "recommended"),
+        Binding("y", "cycle_metric", "y metric"),
+        Binding("a", "toggle_policies", "all/main policies"),
+        Binding("z", "toggle_zoom", "zoom"),
+        Binding("w", "write_profile", "write profile"),
+        Binding("1", "tab('curves')", "curves", show=False),
+        Binding("2", "tab('policies')", "policies", show=False),
+        Binding("3", "tab('layers')", "layers", show=False),
+        Binding("4", "tab('skew')", "skew", show=False),
+        Binding("question_mark,f1", "help", "help"),
+        Binding("q", "quit", "quit"),
+    ]
+    #: actions that belong to the curves (the tables and text boxes keep their keys)
+    CURSOR_ACTIONS = frozenset({"cursor", "cursor_to"})
+
+    def __init__(self, inp: WhatIfInput, report: WhatIf, replay: Replay, *, title: str = "") -> None:
+        super().__init__()
+        self.inp, self.report, self.replay = inp, report, replay
+        self.source_title = title
+        by = {c.policy: c for c in report.curves}
+        self.by = by
+        sweep = np.asarray(by["lru"].budgets_mib if "lru" in by else report.lru_all.budgets_mib)
+        dense = np.asarray(report.lru_all.budgets_mib)
+        self.positions = np.unique(np.concatenate([sweep, dense[dense < report.token_cycle_mib],
+                                                   [report.recommended_budget_mib]]))
+        start = report.run_budget_mib if report.run_budget_mib is not None else report.recommended_budget_mib
+        self.index = self._nearest(start)
+        self.metric = 0  # index into LOWER for the lower chart (or the only one, with hit % first)
+        self.narrow_metric = 0  # narrow: 0 = hit %, then LOWER
+        self.all_policies = False
+        self.whole_bank = False  # x axis: the whole bank, or the interesting part (``z``)
+        self._alloc_cache: dict[int, tuple[list[int], float, float]] = {}
+
+    # ---------------------------------------------------------------------------------- layout
+    def compose(self) -> ComposeResult:
+        yield Static(id="wi-title")
+        with Horizontal(id="wi-body"):
+            with TabbedContent(id="wi-tabs", initial="curves"):
+                with TabPane("Curves", id="curves"), Vertical():
+                    yield CurveChart(id="chart-a")
+                    yield CurveChart(id="chart-b")
+                with TabPane("Policies", id="policies"):
+                    yield SortTable(id="policy-table")
+                with TabPane("Layers", id="layers"), Vertical():
+                    yield Static(id="alloc")
+                    yield SortTable(id="layer-table")
+                with TabPane("Skew", id="skew-tab"), VerticalScroll():
+                    yield Static(id="skew")
+            with VerticalScroll(id="wi-side"):
+                yield Static(id="side-summary")
+        yield Static(id="wi-readout")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self._layout_classes(self.app.size.width, self.app.size.height)
+        self.query_one("#skew", Static).update(self._skew_text())
+        self.refresh_views()
+
+    def on_resize(self, event: events.Resize) -> None:
+        self._layout_classes(event.size.width, event.size.height)
+        self.refresh_views()
+
+    def _layout_classes(self, width: int, height: int) -> None:
+        self.set_class(width < 120, "narrow")
+        self.set_class(height < 36, "short")
+
+    # ---------------------------------------------------------------------------------- values
+    @property
+    def budget_mib(self) -> float:
+        """The cursor's budget (in the report's unit)."""
+        return float(self.positions[self.index])
+
+    @property
+    def unit(self) -> str:
+        return "MiB" if self.report.sizes_known else "slots"
+
+    def _nearest(self, v: float) -> int:
+        return int(np.argmin(np.abs(self.positions - v)))
+
+    def _marks(self) -> tuple[CurveMark, ...]:
+        r = self.report
+        marks = []
+        if r.run_budget_mib is not None:
+            marks.append(CurveMark(r.run_budget_mib, f"run's budget {fmt(r.run_budget_mib, 0)} {self.unit}", "│",
+                                   "|", "bright_white"))
+        marks.append(CurveMark(r.token_cycle_mib, f"T {fmt(r.token_cycle_mib, 0)} {self.unit}", "╎", "!", "yellow"))
+        marks.append(CurveMark(r.recommended_budget_mib, f"recommended {fmt(r.recommended_budget_mib, 0)}", "┊", ";",
+                               "green"))
+        marks.append(CurveMark(r.bank_mib, f"whole bank {fmt(r.bank_mib, 0)} {self.unit}", "▕", "]", "white"))
+        return tuple(marks)
+
+    def _series(self, metric: str) -> tuple[CurveSeries, ...]:
+        out = []
+        for i, p in enumerate(POLICY_ORDER):
+            c = self.by.get(p)
+            if c is None:
+                continue
+            if p == "lru":
+                c = self.report.lru_all  # every budget, not only the sweep's
+            if metric == "hit":
+                y = c.decode_hit_pct
+            elif metric == "read":
+                y = c.read_mib_per_token
+            else:
+                if not c.io_s_per_token:
+                    continue
+                y = c.io_s_per_token
+            out.append(CurveChart.series_from(p, POLICY_SHORT.get(p, p), c.budgets_mib, y, i))
+        return tuple(out)
+
+    def _plot(self, metric: str) -> CurvePlot:
+        r = self.report
+        hidden = frozenset() if self.all_policies else frozenset(p for p in POLICY_ORDER if p not in MAIN_POLICIES)
+        shade = f"below T: LRU hits ~0%, cache off is strictly better (LRU hits 0 below {fmt(r.zero_hit_below_mib, 0)})"
+        common = dict(x_label="cache budget", x_unit=self.unit, marks=self._marks(), shade_below=r.token_cycle_mib,
+                      shade_label=shade, cursor=self.budget_mib, x_min=0.0, x_max=self.x_max(), hidden=hidden)
+        if metric == "hit":
+            return CurvePlot(title="decode hit % against the cache budget", y_label="decode hit", y_unit="%",
+                             series=self._series("hit"), y_min=0.0, y_max=100.0,
+                             hline=(r.compulsory_ceiling_pct,
+                                    f"compulsory ceiling {fmt(r.compulsory_ceiling_pct, 1)}%"),
+                             note="hits / decode lookups", **common)  # type: ignore[arg-type]
+        if metric == "read":
+            return CurvePlot(title=f"{'MiB' if r.sizes_known else 'experts'} read per decode token", y_label="read",
+                             y_unit=self.unit, series=self._series("read"), y_min=0.0,
+                             hline=(r.token_cycle_mib, f"cache off: T = {fmt(r.token_cycle_mib, 0)} per token"),
+                             **common)  # type: ignore[arg-type]
+        bw = fmt(r.read_mib_s, 0) if r.read_mib_s else "?"
+        return CurvePlot(title=f"flash I/O s per token at {bw} MiB/s (estimated, serial reads)", y_label="I/O",
+                         y_unit="s", series=self._series("io"), y_min=0.0, **common)  # type: ignore[arg-type]
+
+    def x_max(self) -> float:
+        """The x axis' end: the whole bank, or (zoomed, the default) twice the larger of the run's
+        and the recommended budget, at least 2 T, never past the bank; the cursor stays inside."""
+        r = self.report
+        if self.whole_bank:
+            return r.bank_mib
+        focus = max(r.run_budget_mib or 0.0, r.recommended_budget_mib)
+        return float(min(r.bank_mib, max(2.0 * focus, 2.0 * r.token_cycle_mib, self.budget_mib * 1.05)))
+
+    def _lower_metrics(self) -> list[str]:
+        keys = ["read"]
+        if self.report.read_mib_s:
+            keys.append("io")
+        return keys
+
+    def _title(self) -> Text:
+        t = safe_text(f"bmoe-top  {self.source_title}  ")
+        t.append(f"budget {fmt(self.budget_mib, 0)} {self.unit} (cursor)", style="bold")
+        t.append("   hit % = decode hits / decode lookups", style="dim")
+        return t
+
+    def _readout(self) -> Text:
+        b = self.budget_mib
+        lru, bel = self.by.get("lru"), self.by.get("belady")
+        t = Text()
+        t.append(f"at {fmt(b, 0)} {self.unit}: ", style="bold")
+        j = self.report.lru_all.budgets_mib
+        k = int(np.searchsorted(np.asarray(j), b + 1e-9, side="right")) - 1
+        hit = self.report.lru_all.decode_hit_pct[k] if k >= 0 else math.nan
+        read = self.report.lru_all.read_mib_per_token[k] if k >= 0 else math.nan
+        t.append(f"LRU {fmt(hit, 2)}%  ", style="bold")
+        t.append(f"{fmt(read, 1)} {self.unit} read/token", style="")
+        if self.report.lru_all.io_s_per_token and k >= 0:
+            t.append(f"  ≈{fmt(self.report.lru_all.io_s_per_token[k], 3)} s/token flash I/O", style="")
+        if bel is not None and lru is not None:
+            sj = int(np.searchsorted(np.asarray(bel.budgets_mib), b + 1e-9, side="right")) - 1
+            if sj >= 0 and b >= self.report.token_cycle_mib:
+                gap = bel.decode_hit_pct[sj] - lru.decode_hit_pct[sj]
+                t.append(f"  Belady {fmt(bel.decode_hit_pct[sj], 2)}% (+{fmt(gap, 2)} pt: the most a policy could buy)",
+                         style="")
+        if b < self.report.token_cycle_mib:
+            t.append("  below T: cache off is strictly better", style=KIND_STYLE["bad"])
+        return t
+
+    def _side_text(self) -> Group:
+        grid = RichTable.grid(padding=(0, 1))
+        grid.add_column(no_wrap=True, style="dim")
+        grid.add_column(ratio=1)
+        for label, value, kind in summary_rows(self.inp, self.report, self.budget_mib):
+            style = KIND_STYLE.get(kind, "")
+            if kind == "section":
+                grid.add_row(Text(""), Text(""))
+                grid.add_row(Text(label, style=style), Text(""))
+                continue
+            grid.add_row(Text(label), safe_text(value, style))
+        grid.add_row(Text(""), Text(""))
+        grid.add_row(Text("routing skew", style=KIND_STYLE["section"]), Text(""))
+        for label, value in skew_rows(self.report):
+            grid.add_row(Text(label), Text(value))
+        notes = [safe_text(f"note: {n}", KIND_STYLE["missing"]) for n in self.inp.notes]
+        return Group(grid, *notes)
+
+    def _skew_text(self) -> Text:
+        t = Text("routing skew over the decode lookups\n\n", style=KIND_STYLE["section"])
+        for label, value in skew_rows(self.report):
+            t.append(f"  {label:<24}", style="dim")
+            t.append(value + "\n")
+        t.append("\nA skewed router (high top-8 share, low entropy, short reuse distances) is what a cache feeds on;\n"
+                 "never-reused experts are misses no policy can avoid.", style="dim")
+        return t
+
+    def _allocation(self) -> tuple[list[int], float, float]:
+        """(slots per layer, even-split hit %, allocated hit %) at the cursor's budget."""
+        key = int(self.budget_mib * MIB)
+        got = self._alloc_cache.get(key)
+        if got is None:
+            from bmoe_top.tui.analysis.cachesim import layer_partitioned_curve
+
+            lc = self.replay.layer_curves
+            al = allocate(lc, key)
+            eq = layer_partitioned_curve(self.replay.lookups, [key], lc)
+            dl = max(1, self.report.decode_lookups)
+            got = ([int(s) for s in al.slots], 100.0 * int(eq.decode_hits[0]) / dl, 100.0 * al.decode_hits / dl)
+            self._alloc_cache[key] = got
+        return got
+
+    def refresh_views(self) -> None:
+        if not self.query("#wi-title"):
+            return  # before compose finished
+        self.query_one("#wi-title", Static).update(self._title())
+        self.query_one("#wi-readout", Static).update(self._readout())
+        narrow_one = self.has_class("short")
+        lower = self._lower_metrics()
+        if narrow_one:
+            seq = ["hit", *lower]
+            self.query_one("#chart-a", CurveChart).set_plot(self._plot(seq[self.narrow_metric % len(seq)]))
+        else:
+            self.query_one("#chart-a", CurveChart).set_plot(self._plot("hit"))
+            b = replace(self._plot(lower[self.metric % len(lower)]), legend=False)
+            self.query_one("#chart-b", CurveChart).set_plot(b)
+        self.query_one("#policy-table", SortTable).set_table(policy_table(self.report, self.budget_mib))
+        if self.query_one("#wi-tabs", TabbedContent).active == "layers":
+            self._refresh_layers()
+        if not self.has_class("narrow"):
+            self.query_one("#side-summary", Static).update(self._side_text())
+
+    def _refresh_layers(self) -> None:
+        slots, even, alloc = self._allocation()
+        k = int(np.searchsorted(np.asarray(self.report.lru_all.budgets_mib), self.budget_mib + 1e-9,
+                                side="right")) - 1
+        glob = float(self.report.lru_all.decode_hit_pct[max(0, k)])
+        t = Text()
+        t.append(f"at {fmt(self.budget_mib, 0)} {self.unit}: ", style="bold")
+        t.append(f"one global LRU {fmt(glob, 2)}%   one LRU per layer, split evenly {fmt(even, 2)}%   "
+                 f"allocated by each layer's curve {fmt(alloc, 2)}% ({alloc - even:+.2f} pt)")
+        t.append("\nthe allocation moves budget to the layers whose curves gain most per MiB (AdapMoE's greedy "
+                 "sizing); the table lists the layers by misses under the global LRU", style="dim")
+        self.query_one("#alloc", Static).update(t)
+        self.query_one("#layer-table", SortTable).set_table(layer_table_rows(self.replay, self.budget_mib, slots))
+
+    @on(TabbedContent.TabActivated)
+    def _tab_shown(self, event: TabbedContent.TabActivated) -> None:
+        if event.pane.id == "layers":
+            self._refresh_layers()
+
+    # --------------------------------------------------------------------------------- actions
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """The budget cursor's keys work on the curves; tables and text boxes keep theirs."""
+        if action in self.CURSOR_ACTIONS:
+            if isinstance(self.focused, Input):
+                return False
+            tabs = self.query("#wi-tabs")
+            if tabs and tabs.first(TabbedContent).active not in ("curves", "policies", "layers"):
+                return False
+        return True
+
+    def action_cursor(self, k: int) -> None:
+        self.index = int(np.clip(self.index + k, 0, len(self.positions) - 1))
+        self.refresh_views()
+
+    def action_cursor_to(self, where: str) -> None:
+        r = self.report
+        if where == "start":
+            self.index = 0
+        elif where == "end":
+            self.index = len(self.positions) - 1
+        elif where == "run":
+            if r.run_budget_mib is None:
+                self.notify("the run's budget is not known (give its CSV or log, or --run-budget)",
+                            severity="warning")
+                return
+            self.index = self._nearest(r.run_budget_mib)
+        else:
+            self.index = self._nearest(r.recommended_budget_mib)
+        self.refresh_views()
+
+    def action_cycle_metric(self) -> None:
+        if self.has_class("short"):
+            self.narrow_metric += 1
+        else:
+            self.metric += 1
+        self.refresh_views()
+
+    def action_toggle_policies(self) -> None:
+        self.all_policies = not self.all_policies
+        self.notify("all policies" if self.all_policies else
+                    "main policies: " + ", ".join(POLICY_SHORT[p] for p in POLICY_ORDER if p in MAIN_POLICIES))
+        self.refresh_views()
+
+    def action_toggle_zoom(self) -> None:
+        self.whole_bank = not self.whole_bank
+        self.refresh_views()
+
+    def action_tab(self, tab: str) -> None:
+        self.query_one("#wi-tabs", TabbedContent).active = tab if tab != "skew" else "skew-tab"
+
+    def action_write_profile(self) -> None:
+        default = Path(self.inp.trace).name.split(".")[0] + ".strp"
+
+        def done(path: str | None) -> None:
+            if not path:
+                return
+            try:
+                ranked, slots = write_profile(self.inp, self.report, path, force=False)
+            except OutputFileError as e:
+                self.notify(str(e), severity="error", timeout=8)
+                return
+            self.notify(f"wrote {path}: {ranked:,} experts ranked for {slots:,} slots "
+                        f"(bmoe-run --moe-cache-profile {path})")
+
+        self.app.push_screen(PathScreen("Write an STRP profile (experts by lookups, hottest first) for "
+                                        "bmoe-run --moe-cache-profile, to:", default), done)
+
+    def action_help(self) -> None:
+        self.app.push_screen(AnalysisHelp("bmoe-top whatif: keys", binding_rows(self), HELP_NOTES))
+
+    def action_quit(self) -> None:
+        self.app.exit()
+
+
+def whatif_app(inp: WhatIfInput, report: WhatIf, replay: Replay, title: str = "whatif") -> BmoeTopApp:
+    """The app over a :class:`WhatIfScreen`."""
+    return BmoeTopApp(WhatIfScreen(inp, report, replay, title=title))
+
+
+def run_whatif(inp: WhatIfInput, report: WhatIf, replay: Replay, title: str = "whatif") -> int:
+    """Run the what-if screen; returns the exit status."""
+    app = whatif_app(inp, report, replay, title)
+    app.run()
+    return app.return_code or 0

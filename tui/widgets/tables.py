@@ -1,0 +1,161 @@
+"""A table of a :class:`bmoe_top.tui.present.tables.Table` that sorts and filters: ``s`` sorts by
+the next column (or click a header), ``S`` reverses, ``/`` opens the filter box (rows containing
+the text in any cell), escape in the box clears it. Sorting puts absent values last either way.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from rich.text import Text
+from textual import events, on
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Vertical
+from textual.widgets import DataTable, Input, Static
+
+from bmoe_top.tui.present.tables import Row, Table, filter_rows, sort_rows
+from bmoe_top.tui.widgets.palette import KIND_STYLE
+from bmoe_top.tui.widgets.panels import safe_text
+
+__all__ = ["SortTable"]
+
+
+class SortTable(Vertical):
+    """The table, a one-line header (title, sort, filter, shown/total rows) and a note line."""
+
+    DEFAULT_CSS = """
+    SortTable { height: 1fr; }
+    SortTable > .sort-head { height: 1; padding: 0 1; }
+    SortTable > .sort-note { height: auto; max-height: 3; padding: 0 1; color: $text-muted; }
+    SortTable > Input { display: none; height: 3; }
+    SortTable.filtering > Input { display: block; }
+    SortTable > DataTable { height: 1fr; }
+    """
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("s", "sort_next", "sort"),
+        Binding("S", "sort_reverse", "reverse", show=False),
+        Binding("slash", "filter", "filter"),
+    ]
+
+    def __init__(self, table: Table | None = None, **kw: object) -> None:
+        super().__init__(**kw)  # type: ignore[arg-type]
+        self.table = table
+        self.sort_col: int | None = None
+        self.descending = False
+        self.filter_text = ""
+        self.shown: list[Row] = []
+
+    def compose(self) -> ComposeResult:
+        yield Static(classes="sort-head")
+        yield Input(placeholder="filter: rows containing this text (escape clears)", classes="sort-filter")
+        dt: DataTable[Text] = DataTable(zebra_stripes=True, cursor_type="row")
+        yield dt
+        yield Static(classes="sort-note")
+
+    def on_mount(self) -> None:
+        self.populate()
+
+    def set_table(self, table: Table) -> None:
+        """Show ``table`` (keeping the sort and the filter)."""
+        same_cols = self.table is not None and [c.key for c in self.table.columns] == [c.key for c in table.columns]
+        self.table = table
+        if not same_cols:
+            self.sort_col = None
+        self.populate(rebuild_columns=not same_cols)
+
+    @property
+    def data_table(self) -> DataTable[Text]:
+        return self.query_one(DataTable)
+
+    def populate(self, rebuild_columns: bool = True) -> None:
+        if self.table is None or not self.query(DataTable):
+            return
+        t = self.table
+        dt = self.data_table
+        rows = filter_rows(t.rows, self.filter_text)
+        if self.sort_col is not None:
+            rows = sort_rows(rows, self.sort_col, self.descending)
+        self.shown = rows
+        cursor = dt.cursor_row
+        if rebuild_columns or not dt.columns:
+            dt.clear(columns=True)
+            for i, c in enumerate(t.columns):
+                arrow = ""
+                if self.sort_col == i:
+                    arrow = " ▼" if self.descending else " ▲"
+                dt.add_column(Text(c.label + arrow, justify="right" if c.numeric else "left", end=""), key=c.key)
+        else:
+            dt.clear()
+        for r in rows:
+            style = KIND_STYLE.get(r.kind, "")
+            dt.add_row(*[Text(cell, style=style, justify="right" if c.numeric else "left", end="", no_wrap=True)
+                         for cell, c in zip(r.cells, t.columns)])
+        if rows:
+            dt.move_cursor(row=min(max(0, cursor), len(rows) - 1))
+        head = safe_text(t.title, "bold")
+        if self.sort_col is not None:
+            head.append(f"   sorted by {t.columns[self.sort_col].label} {'(descending)' if self.descending else ''}",
+                        style="dim")
+        if self.filter_text:
+            head.append("   filter ", style="dim")
+            head.append_text(safe_text(repr(self.filter_text), "bold"))
+        head.append(f"   {len(rows)}/{len(t.rows)} rows   s sort · S reverse · / filter", style="dim")
+        self.query_one(".sort-head", Static).update(head)
+        self.query_one(".sort-note", Static).update(safe_text(t.note))
+
+    # ----------------------------------------------------------------------------- actions
+    def sort_by(self, col: int, descending: bool | None = None) -> None:
+        """Sort by column ``col`` (numbers descending first, text ascending, unless given)."""
+        if self.table is None:
+            return
+        col = col % len(self.table.columns)
+        if descending is None:
+            descending = self.table.columns[col].numeric
+        self.sort_col, self.descending = col, descending
+        self.populate()
+
+    def action_sort_next(self) -> None:
+        if self.table is None:
+            return
+        self.sort_by(0 if self.sort_col is None else self.sort_col + 1)
+
+    def action_sort_reverse(self) -> None:
+        if self.sort_col is None:
+            self.sort_by(0)
+            return
+        self.sort_by(self.sort_col, not self.descending)
+
+    def action_filter(self) -> None:
+        self.add_class("filtering")
+        box = self.query_one(Input)
+        box.value = self.filter_text
+        box.focus()
+
+    @on(DataTable.HeaderSelected)
+    def _header(self, event: DataTable.HeaderSelected) -> None:
+        i = event.column_index
+        if self.sort_col == i:
+            self.sort_by(i, not self.descending)
+        else:
+            self.sort_by(i)
+
+    @on(Input.Changed)
+    def _filter_changed(self, event: Input.Changed) -> None:
+        self.filter_text = event.value
+        self.populate(rebuild_columns=False)
+
+    @on(Input.Submitted)
+    def _filter_done(self, event: Input.Submitted) -> None:
+        self.data_table.focus()
+
+    def on_key(self, event: events.Key) -> None:
+        box = self.query_one(Input)
+        if event.key == "escape" and box.has_focus:
+            box.value = ""
+            self.filter_text = ""
+            self.remove_class("filtering")
+            self.populate(rebuild_columns=False)
+            self.data_table.focus()
+            event.stop()
