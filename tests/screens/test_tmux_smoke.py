@@ -126,7 +126,11 @@ def test_launch_prompt_stream_cancel_quit(tmux, tiny):
     tmux("send-keys", "-t", "main", "C-u")
     tmux("send-keys", "-t", "main", "-l", "Once upon a time")
     tmux("send-keys", "-t", "main", "Enter")
-    time.sleep(0.3)
+    # cancel once the turn has begun: a cancel that reaches the runtime before its BMOE_BEGIN
+    # drops the request without a turn (a loaded machine can take longer than any fixed sleep)
+    end = time.monotonic() + 60
+    while not any(w in tmux.screen() for w in ("· generating", "turns 2")) and time.monotonic() < end:
+        time.sleep(0.05)
     tmux("send-keys", "-t", "main", "Escape")
     tmux.wait_screen("turns 2", 60)
     tmux("send-keys", "-t", "main", "C-q")

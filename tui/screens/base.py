@@ -68,7 +68,8 @@ class RunScreen(Screen[None]):
     """
 
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("space,p", "toggle_play", "pause"),
+        Binding("space", "toggle_play", "pause"),
+        Binding("p", "toggle_play", "pause", show=False),
         Binding("left", "step(-1)", "◀ token", show=False),
         Binding("right", "step(1)", "token ▶", show=False),
         Binding("shift+left,pageup", "step(-50)", "◀◀ 50", show=False),
