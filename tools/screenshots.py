@@ -3,8 +3,10 @@
     .venv/bin/python tools/screenshots.py              # every image below
     .venv/bin/python tools/screenshots.py analysis     # only the analysis screens
 
-live.svg: bmoe-top live on the bundled runtime and the trained demo model, after one turn.
-replay.svg: a replay of the CSV sink + route trace bmoe-run wrote for a longer generation.
+live.svg: bmoe-top live on the bundled runtime and the trained demo model, after one turn (200x60).
+replay.svg: a replay of the CSV sink + route trace bmoe-run wrote for a longer generation (200x60),
+with a token selected mid-run (its readout). compact.svg: the same replay at 80x24 (the compact
+layout). ascii.svg: at 120x40 in the ASCII look (``--ascii``, 16 colours).
 whatif.svg, whatif-80x24.svg: bmoe-top whatif on the real 48-layer route trace
 (../shared/data/real-runs/bigmoeonedge-2026-07-15) with its CSV and log.
 compare.svg, compare-tokens.svg, compare-80x24.svg: bmoe-top compare on two real CSVs of
@@ -24,6 +26,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "docs" / "images"
 SIZE = (170, 48)
+#: The main screen's images: the wide size the snapshots use.
+VIEW_SIZE = (200, 60)
 REAL = ROOT.parent / "shared" / "data" / "real-runs"
 
 
@@ -36,7 +40,10 @@ async def live_shot(path: Path) -> None:
     app = live_app(src, title="launch bmoe-run", n_predict=200)
     run = app.main.model
     try:
-        async with app.run_test(size=SIZE) as pilot:
+        async with app.run_test(size=VIEW_SIZE) as pilot:
+            from bmoe_top.tui.widgets.palette import Look
+
+            app.look = Look()  # a 24-bit terminal, not the headless default
             for _ in range(600):
                 await pilot.pause(0.1)
                 if run.status == "ready":
@@ -52,13 +59,19 @@ async def live_shot(path: Path) -> None:
         src.close()
 
 
-async def replay_shot(path: Path, files: list[str]) -> None:
+async def replay_shot(path: Path, files: list[str], size: tuple[int, int] = VIEW_SIZE, ascii: bool = False) -> None:
     from bmoe_top.tui.app import BmoeTopApp
     from bmoe_top.tui.feed.files import open_paths
     from bmoe_top.tui.screens.replay import ReplayScreen
+    from bmoe_top.tui.widgets.palette import Look
 
-    app = BmoeTopApp(ReplayScreen(open_paths(files), title="replay demo.csv + demo.route.csv"))
-    async with app.run_test(size=SIZE) as pilot:
+    look = Look(colors="16", ascii=True) if ascii else Look()  # a 24-bit terminal, not the headless default
+    app = BmoeTopApp(ReplayScreen(open_paths(files), title="replay demo.csv + demo.route.csv"), look=look)
+    async with app.run_test(size=size) as pilot:
+        await pilot.pause(0.5)
+        await pilot.press("0")  # the whole run in the window
+        screen = app.main
+        screen.playback.seek(max(1, screen.playback.n * 2 // 3))
         await pilot.pause(0.5)
         app.save_screenshot(str(path))
 
@@ -148,6 +161,8 @@ def main() -> int:
                         "--repeat-penalty", "1.1", "--csv", csv, "--route-trace", trace, "--quiet"],
                        check=True, stdout=subprocess.DEVNULL)
         asyncio.run(replay_shot(OUT / "replay.svg", [csv, trace]))
+        asyncio.run(replay_shot(OUT / "compact.svg", [csv, trace], size=(80, 24)))
+        asyncio.run(replay_shot(OUT / "ascii.svg", [csv, trace], size=(120, 40), ascii=True))
     print(f"wrote the images in {OUT}")
     return 0
 

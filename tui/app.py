@@ -3,13 +3,21 @@
 
 Data comes in off the UI thread (sources feed the run model under its lock); the mode screen
 polls ``run.version`` on a timer and repaints at most ``fps`` times a second, whatever the input
-rate.
+rate. The app holds the :class:`~bmoe_top.tui.widgets.palette.Look` every view draws with
+(colours, glyphs, colour scale), chosen from the terminal on start; its command palette lists
+the mode screen's own actions. An exception inside the app ends it with exit status 1.
 """
 
 from __future__ import annotations
 
-from textual.app import App
+import os
+from collections.abc import Iterable
+from typing import Any, ClassVar
+
+from textual.app import App, SystemCommand
 from textual.screen import Screen
+
+from bmoe_top.tui.widgets.palette import Look
 
 __all__ = ["BmoeTopApp", "CSS"]
 
@@ -23,25 +31,85 @@ Screen { layout: vertical; }
 #run-panel-scroll { height: 2fr; }
 #answer-side { height: 1fr; border-top: solid $primary-darken-2; }
 #main { width: 1fr; }
-#grids { height: 1fr; }
-LayerHeatmap { width: 1fr; }
-ExpertMap { width: 1fr; border-left: solid $primary-darken-2; }
 TabbedContent { height: 1fr; width: 1fr; }
 TabPane { padding: 0; }
 #log-scroll, #problems-scroll, #text-scroll { height: 1fr; }
+OverviewStrip { height: 3; }
+BreakdownChart { height: 14; }
+LayerHeatmap { height: 1fr; min-height: 4; }
+ExpertMap { height: 1fr; min-height: 4; border-top: solid $primary-darken-3; }
+.-empty { height: 1 !important; min-height: 1 !important; max-height: 1 !important; border-top: none !important; }
+#search { display: none; dock: bottom; height: 1; border: none; padding: 0 1; }
+#search.-shown { display: block; }
+#too-small { display: none; }
+
+/* compact: one header line, no side panel, no tab bar, one map at a time */
+.-compact #side { display: none; }
+.-compact #tabs > ContentTabs { display: none; }
+.-compact #live-status, .-compact #attach-status { display: none; }
+.-compact OverviewStrip { height: 2; }
+.-compact BreakdownChart { height: 1fr; min-height: 4; max-height: 10; }
+.-compact LayerHeatmap { height: 1fr; min-height: 3; }
+.-compact ExpertMap { display: none; }
+.-compact.-experts ExpertMap { display: block; border-top: none; }
+.-compact.-experts LayerHeatmap { display: none; }
+
+/* below the minimum size: say so */
+.-tiny #body, .-tiny Footer, .-tiny #title, .-tiny #live-status, .-tiny #attach-status,
+.-tiny #prompt-bar { display: none; }
+.-tiny #too-small { display: block; height: 1fr; content-align: center middle; }
+
+/* ASCII: line-drawing borders in ASCII */
+.-ascii #side { border-right: ascii $primary-darken-2; }
+.-ascii #answer-side { border-top: ascii $primary-darken-2; }
+.-ascii ExpertMap { border-top: ascii $primary-darken-3; }
 """
 
 
 class BmoeTopApp(App[int]):
     """bmoe-top over one mode screen (``main``): it is the first screen on the stack, so the
-    views are queried on it even while a modal or the command palette is open."""
+    views are queried on it even while a modal or the command palette is open.
+
+    ``look``: how to draw (None: :meth:`Look.detect` from this terminal, ``NO_COLOR``, the
+    locale and :attr:`force_ascii`)."""
 
     CSS = CSS
     TITLE = "bmoe-top"
+    #: ``--ascii`` (the command line sets it): ASCII glyphs whatever the locale.
+    force_ascii: ClassVar[bool | None] = None
 
-    def __init__(self, main: Screen[None]) -> None:
+    def __init__(self, main: Screen[None], look: Look | None = None) -> None:
         super().__init__()
         self.main = main
+        self._look = look
+
+    @property
+    def look(self) -> Look:
+        if self._look is None:
+            self._look = Look.detect(self.console.color_system, no_color=self.no_color, ascii=self.force_ascii,
+                                     environ=os.environ)
+        return self._look
+
+    @look.setter
+    def look(self, value: Look) -> None:
+        self._look = value
+        self._apply_look_classes()
+
+    def on_mount(self) -> None:
+        self._apply_look_classes()
+
+    def _apply_look_classes(self) -> None:
+        look = self.look
+        for screen in (self.main, *self.screen_stack):
+            screen.set_class(look.ascii, "-ascii")
+            screen.set_class(look.colors == "mono", "-mono")
 
     def get_default_screen(self) -> Screen[None]:
         return self.main
+
+    def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
+        commands = getattr(self.main, "commands", None)
+        if callable(commands):
+            for title, help_text, callback in commands():
+                yield SystemCommand(title, help_text, callback)
+        yield from super().get_system_commands(screen)

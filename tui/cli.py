@@ -1,6 +1,7 @@
 """``bmoe-top`` command line: every sub-command.
 
-    bmoe-top                                   launch the bundled runtime on its demo model, live
+    bmoe-top                                   the live demo: the bundled runtime on its demo model
+    bmoe-top --version                         the version
     bmoe-top replay PATH...                    replay recorded runs (any format, sniffed from content)
     bmoe-top replay --summary [--json] PATH    print the run summary without the UI
     bmoe-top launch [-m MODEL] [-n N] [--record FILE] [-- CMD...]    run a session-protocol program live
@@ -18,7 +19,9 @@
 ``bmoe-cli --session --progress``; without it, the bundled runtime (:func:`runtime_command`).
 Bad input (a missing file, an unknown format, a command that cannot start, an unwritable
 ``--record`` path, an unreachable source) gets one clear line on stderr and a non-zero exit
-status (2 for usage, 1 for a failed run), never a traceback.
+status (2 for usage, 1 for a failed run), never a traceback. The screens need a terminal: with
+standard output redirected they are refused, pointing to the text forms (``--summary``,
+``--once``). ``--ascii`` draws with ASCII glyphs whatever the locale.
 """
 
 from __future__ import annotations
@@ -84,6 +87,22 @@ def _die(msg: str, code: int = EXIT_USAGE) -> int:
     return code
 
 
+def _terminal_refused() -> int | None:
+    """None when standard output is a terminal; else the refusal (exit 2) that points to the text
+    forms: a screen written into a file or a pipe is escape codes, not a report."""
+    if sys.stdout.isatty():
+        return None
+    return _die("standard output is not a terminal: the screen needs one. For text, use "
+                "`bmoe-top replay --summary [--json] PATH`, or `--once --json` with launch and attach")
+
+
+def _apply_look(args: argparse.Namespace) -> None:
+    if getattr(args, "ascii", False):
+        from bmoe_top.tui.app import BmoeTopApp
+
+        BmoeTopApp.force_ascii = True
+
+
 def runtime_command(model: str | None = None, extra: list[str] | None = None) -> list[str]:
     """The bundled runtime's session command line:
     ``bmoe-run --session --route-telemetry --temp 0.7 --top-p 0.95 --repeat-penalty 1.1 [-m MODEL]``."""
@@ -133,6 +152,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
         for path, why in not_runs:
             status = _die(f"{path}: {why}", EXIT_FAILED)
         return status
+    refused = _terminal_refused()
+    if refused is not None:
+        return refused
     from bmoe_top.tui.screens.replay import run_replay
 
     return run_replay(run, replay_title(args.paths), args.fps)
@@ -184,6 +206,8 @@ def cmd_launch(args: argparse.Namespace) -> int:
     from bmoe_top.parsers.sanitize import sanitize
     from bmoe_top.tui.sources.child_session import ChildSession
 
+    if not args.once and (refused := _terminal_refused()) is not None:
+        return refused
     argv = _child_argv(args)
     try:
         rec = _recorder(args)
@@ -214,6 +238,8 @@ def cmd_attach(args: argparse.Namespace) -> int:
     from bmoe_top.parsers.sanitize import sanitize
     from bmoe_top.tui.sources.session_socket import SessionSocketClient
 
+    if not args.once and (refused := _terminal_refused()) is not None:
+        return refused
     try:
         rec = _recorder(args)
     except OSError as e:
@@ -252,6 +278,9 @@ def _attach_network(args: argparse.Namespace) -> int:
         else:
             print_lines([f"{args.metrics or args.audit}: {d.get('status')} {d.get('detail') or ''}".rstrip()])
         return exit_code(d)
+    refused = _terminal_refused()
+    if refused is not None:
+        return refused
     if args.metrics is not None:
         from bmoe_top.tui.screens.attach_metrics import run_metrics_attach
 
@@ -275,6 +304,9 @@ def cmd_play(args: argparse.Namespace) -> int:
         return _die(f"{args.path} holds no recorded lines{what}")
     if args.speed < 0:
         return _die("--speed must be >= 0")
+    refused = _terminal_refused()
+    if refused is not None:
+        return refused
     src = RecordingSource(rec, speed=math.inf if args.speed == 0 else args.speed, turn_by_turn=args.turn_by_turn,
                           name=str(args.path))
     return run_live(src, title=f"play {Path(args.path).name}", fps=args.fps)
@@ -294,6 +326,12 @@ def _live_common(p: argparse.ArgumentParser) -> None:
                                                     "an existing FILE or a symbolic link is refused")
     p.add_argument("--force", action="store_true", help="with --record: replace an existing FILE")
     p.add_argument("--fps", type=float, default=10.0, help=argparse.SUPPRESS)
+    _ascii_flag(p)
+
+
+def _ascii_flag(p: argparse.ArgumentParser) -> None:
+    """``--ascii`` after a sub-command too (``bmoe-top replay --ascii PATH``)."""
+    p.add_argument("--ascii", action="store_true", default=argparse.SUPPRESS, help="ASCII glyphs only")
 
 
 def cmd_fleet(args: argparse.Namespace) -> int:
@@ -473,8 +511,14 @@ def add_analysis_parsers(sub: Any) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="bmoe-top", description="Terminal observatory for MoE expert streaming.")
+    from importlib.metadata import version
+
+    p = argparse.ArgumentParser(
+        prog="bmoe-top", description="Terminal observatory for MoE expert streaming. Without a sub-command, "
+        "bmoe-top starts the live demo: the bundled runtime (bmoe-run) on its demo model, with a prompt box.")
+    p.add_argument("--version", action="version", version=f"bmoe-top {version('bmoe-top')}")
     p.add_argument("--fps", type=float, default=10.0, help="maximum repaints per second (default 10)")
+    p.add_argument("--ascii", action="store_true", help="ASCII glyphs only (also chosen when the locale has no UTF-8)")
     sub = p.add_subparsers(dest="cmd")
 
     r = sub.add_parser("replay", help="replay recorded runs (CSV, transcripts, route traces, recordings)")
@@ -484,6 +528,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--allow-mixed", action="store_true",
                    help="load files of different runs (another model or arch) together instead of refusing")
     r.add_argument("--fps", type=float, default=10.0, help=argparse.SUPPRESS)
+    _ascii_flag(r)
     r.set_defaults(func=cmd_replay)
 
     lp = sub.add_parser("launch", help="run a session-protocol program (default: bmoe-run) and watch it live",
@@ -529,6 +574,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="1 = original pace (default), 10 = ten times faster, 0 = no waiting")
     pp.add_argument("--turn-by-turn", action="store_true", help="pause before each turn; Enter or n plays the next")
     pp.add_argument("--fps", type=float, default=10.0, help=argparse.SUPPRESS)
+    _ascii_flag(pp)
     pp.set_defaults(func=cmd_play)
     add_fleet_parser(sub)
     add_analysis_parsers(sub)
@@ -539,6 +585,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser().parse_args(argv)
     before = _end_on_signals() if getattr(args, "once", False) or getattr(args, "summary", False) else {}
+    _apply_look(args)
     try:
         if args.cmd is None:
             return default_main(args)

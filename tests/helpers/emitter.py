@@ -18,6 +18,9 @@ survive:
 --auto N                 no stdin: emit N progress lines at --rate in turns of --turn-len, then exit
 --socket PATH            also serve the session on a Unix socket (bmoe_top.runtime.session_socket)
 --exit-code K            exit status after close/EOF
+--route-layers L         also BMOE_ROUTE per token for L layers (top --route-k of --route-experts,
+                         skewed, hits from an LRU of --route-slots per layer) and BMOE_RESIDENT
+                         every 8 tokens; the progress line's cache_hit_pct is that LRU's
 
 Run: ``python tests/helpers/emitter.py [options]``.
 """
@@ -32,6 +35,52 @@ import subprocess
 import sys
 import threading
 import time
+
+
+class Router:
+    """Deterministic skewed routing with a per-layer LRU cache of ``slots`` experts."""
+
+    def __init__(self, n_layer: int, n_expert: int, k: int, slots: int) -> None:
+        import random
+
+        self.rng = random.Random(7)
+        self.n_layer, self.n_expert, self.k, self.slots = n_layer, n_expert, k, slots
+        self.lru: list[list[int]] = [[] for _ in range(n_layer)]
+        self.hits = self.lookups = self.last_misses = 0
+        self.weights = [1.0 / (1 + e) ** 1.1 for e in range(n_expert)]
+
+    def route(self, step: int) -> dict:
+        experts, hit = [], []
+        self.last_misses = 0
+        for il in range(self.n_layer):
+            shift = (il * 7) % self.n_expert
+            picked: list[int] = []
+            while len(picked) < self.k:
+                e = (self.rng.choices(range(self.n_expert), self.weights)[0] + shift) % self.n_expert
+                if e not in picked:
+                    picked.append(e)
+            lru, row = self.lru[il], []
+            for e in picked:
+                h = e in lru
+                if h:
+                    lru.remove(e)
+                lru.append(e)
+                if len(lru) > self.slots:
+                    lru.pop(0)
+                row.append(int(h))
+                self.hits += h
+                self.last_misses += not h
+            self.lookups += len(picked)
+            experts.append(picked)
+            hit.append(row)
+        return {"step": step, "turn": 0, "phase": "decode", "experts": experts, "hit": hit}
+
+    def hit_pct(self) -> float:
+        return 100.0 * self.hits / max(1, self.lookups)
+
+    def resident(self, step: int) -> dict:
+        return {"step": step, "n_expert": self.n_expert, "resident": [sorted(x) for x in self.lru],
+                "resident_mib": 0.1 * sum(map(len, self.lru)), "budget_mib": 0.1 * self.slots * self.n_layer}
 
 
 def main(argv=None) -> int:
@@ -52,6 +101,10 @@ def main(argv=None) -> int:
     ap.add_argument("--socket", default=None)
     ap.add_argument("--exit-code", type=int, default=0)
     ap.add_argument("--n-ctx", type=int, default=4096)
+    ap.add_argument("--route-layers", type=int, default=0)
+    ap.add_argument("--route-experts", type=int, default=128)
+    ap.add_argument("--route-k", type=int, default=8)
+    ap.add_argument("--route-slots", type=int, default=40)
     a = ap.parse_args(argv)
 
     if a.ignore_term:
@@ -112,6 +165,7 @@ def main(argv=None) -> int:
     emit(("llama_model_load: done " if a.noise_prefix else "") + "BMOE_READY " + ready)
 
     interval = 1.0 / a.rate if a.rate > 0 else 0.0
+    router = Router(a.route_layers, a.route_experts, a.route_k, a.route_slots) if a.route_layers else None
 
     def turn(rid, n: int, first_turn: bool, n_past: int) -> int:
         emit("BMOE_BEGIN " + json.dumps({"id": rid}))
@@ -131,6 +185,13 @@ def main(argv=None) -> int:
             rec = {"step": step, "steps": n, "wall_ms": 10.0, "io_ms": 2.0, "compute_ms": 7.5,
                    "mgmt_ms": 0.5, "stall_ms": 0.0, "read_mb": 1.5 if step % 7 == 1 else 0.0,
                    "cache_hit_pct": 90.0, "text": text, "t_emit": time.time()}
+            if router is not None:
+                emit("BMOE_ROUTE " + json.dumps(router.route(step)))
+                rec["cache_hit_pct"] = router.hit_pct()
+                misses = router.last_misses
+                rec.update(io_ms=0.4 * misses, wall_ms=8.0 + 0.4 * misses, read_mb=0.5 * misses)
+                if step % 8 == 0:
+                    emit("BMOE_RESIDENT " + json.dumps(router.resident(step)))
             if first_turn and a.die_mid_line >= 0 and step > a.die_mid_line:
                 with lock:
                     out.write('BMOE_PROGRESS {"step":%d,"steps":%d,"wall_' % (step, n))

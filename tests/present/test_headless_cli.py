@@ -273,3 +273,23 @@ def test_launch_once_of_bmoe_run_shows_every_figure_it_sends(tiny):
     labels = {re.split(r"\s{2,}", ln.strip())[0] for ln in r.stdout.splitlines() if ln.startswith("  ")}
     assert {"TTFT/turn", "hit decode", "hit since load", "aligned/tok", "evictions", "re-reads", "peak RSS",
             "cpu/token", "majflt/token", "decode tok/s"} <= labels, r.stdout
+
+
+def test_version_and_help_say_what_bare_bmoe_top_does():
+    r = top("--version")
+    assert r.returncode == 0 and r.stdout.startswith("bmoe-top ") and r.stdout.split()[1][0].isdigit()
+    h = top("--help")
+    assert h.returncode == 0 and "live demo" in h.stdout and "--ascii" in h.stdout
+
+
+@pytest.mark.parametrize("args", [["replay", "CSV"], ["play", "REC"], [], ["launch", "--", "true"],
+                                  ["attach", "--audit", "CSV"]])
+def test_a_screen_into_a_pipe_is_refused_pointing_to_the_text_forms(tmp_path, args):
+    csv = tmp_path / "run.csv"
+    csv.write_bytes(synth.token_csv(8))
+    rec = tmp_path / "s.rec.jsonl"
+    rec.write_bytes(synth.session_recording(turns=1, n=4))
+    argv = [str(csv) if a == "CSV" else str(rec) if a == "REC" else a for a in args]
+    r = top(*argv)  # stdout is a pipe here
+    assert r.returncode == 2 and r.stdout == ""
+    assert "not a terminal" in r.stderr and "--summary" in r.stderr and "Traceback" not in r.stderr

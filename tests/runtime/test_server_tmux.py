@@ -28,7 +28,7 @@ pytestmark = [
 class Pane:
     def __init__(self, sock: str, name: str, cmd: str):
         self.sock, self.name = sock, name
-        env = "env TERM=xterm-256color "
+        env = "env -u COLUMNS -u LINES TERM=xterm-256color "  # a leaked COLUMNS/LINES would pin the app to 80x24
         self.tmux("new-session", "-d", "-s", name, "-x", "140", "-y", "40", env + cmd)
 
     def tmux(self, *args: str) -> str:

@@ -91,20 +91,22 @@ async def test_audit_screen_follows_the_file(tmp_path):
         rm = strips_text(app.query_one("#expert-map").build(100, 20))
         assert "L0" in rm and "L1" in rm
         row0 = [ln for ln in rm.splitlines() if ln.strip().startswith("L0")][0]
-        assert row0.split("│", 1)[1][:4] == "█··█"
+        # 4 experts, each 4 cells wide: experts 0 and 3 resident, 1 and 2 never routed
+        assert row0.split("│", 1)[1][:16] == "████" + "····" * 2 + "████"
         # the exit's per-layer counts since load (L0: 8-4 hits, 1-1 misses; L1: 2-2 hits, 7-3
         # misses) land on pid 7's last request row: the layer x request heatmap
         hm = strips_text(app.query_one("#heatmap").build(100, 20))
-        assert "layer × request hit share" in hm and "requests 1–2" in hm
+        assert "layer × request hit share" in hm and "request 2" in hm
         share = run.hit_matrix()
         assert share.shape == (2, 2) and share[0, 1] == 1.0 and share[1, 1] == 0.0
         assert all(x != x for x in share[:, 0])  # no per-layer counts on the first request
         bd = strips_text(app.query_one("#breakdown").build(100, 14))
-        assert "requests 1–2 of 2" in bd
+        assert "req└" in bd and "1–2 of 2" in bd
         trends = strips_text(app.query_one("#trends").build(100, 3))
-        assert "hit %" in trends and "60.0 %" in trends and "tok/s" in trends and "200.0" in trends
+        assert "hit %" in trends and "60.0 %" in trends and "tok/s" in trends and "200 [0–200]" in trends
         # the replay screen's title counts requests
-        assert "live  request 2" in app.query_one("#title").content.plain
+        title = app.query_one("#title").content.plain
+        assert "● live" in title and "requests 2" in title, title
 
 
 async def test_audit_screen_over_a_real_server_log(tmp_path):
@@ -132,9 +134,9 @@ async def test_audit_screen_over_a_real_server_log(tmp_path):
             run = app.main.model
             assert run.tokens.n == 1 and run.tokens.view("wall_ms")[0] > 0
             bd = strips_text(app.query_one("#breakdown").build(100, 14))
-            assert "requests 1–1 of 1" in bd
+            assert "1–1 of 1" in bd
             hm = strips_text(app.query_one("#heatmap").build(100, 20))
-            assert "L0" in hm and "L1" in hm and "requests 1–1" in hm
+            assert "L0" in hm and "L1" in hm and "request 1" in hm
             assert (run.hit_matrix()[:, 0] == run.hit_matrix()[:, 0]).all()  # both layers have lookups
     finally:
         s.stop()

@@ -73,12 +73,13 @@ async def test_screen_states_and_numbers(srv):
         assert not run.tokens.has("wall_ms")  # no time sums exported: missing, never 0
         hm = app.query_one("#heatmap")
         text = strips_text(hm.build(100, 20))
-        assert "L0" in text and "L2" in text and "layer × interval hit share" in text and "intervals 1–1" in text
+        assert "L0" in text and "L2" in text and "layer × interval hit share" in text and "interval 1" in text
         share = run.hit_matrix()
         assert share[:, 0].tolist() == pytest.approx([2 / 4, 1.0, 6 / 8])  # L1 never missed
         trends = strips_text(app.query_one("#trends").build(100, 4))
-        assert "tok/s" in trends and "hit %" in trends and "missing" in trends  # MiB/tok without upload bytes
-        assert "live  interval 1" in app.query_one("#title").content.plain
+        assert "tok/s" in trends and "hit %" in trends and "not in this source: read" in trends  # no upload bytes
+        title = app.query_one("#title").content.plain
+        assert "● live" in title and "intervals 1" in title, title
         poller.scrape_once()
         app.main.refresh_views(force=True)
         app.main.update_attach(force=True)
@@ -142,7 +143,8 @@ async def test_screen_live_against_bmoe_run_serve(tmp_path):
             share = run.hit_matrix()
             assert share.shape[0] == 2 and np.isfinite(share).any()
             assert run_summary(run)["tokens"] == n  # the run panel's total since the server started
-            assert f"live  interval {tok.n}" in app.query_one("#title").content.plain
+            title = app.query_one("#title").content.plain
+            assert "● live" in title and f"intervals {tok.n}" in title
         assert not poller.is_alive() or poller.join(3) is None
     finally:
         s.stop()

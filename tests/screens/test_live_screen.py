@@ -236,6 +236,41 @@ async def test_escape_closes_the_seek_box_and_help_lists_live_keys():
         await pilot.press("question_mark")
         assert isinstance(app.screen, HelpScreen)
         text = str(app.screen.query_one("#help-box Static").render())
-        assert "cancel" in text and "play/pause" in text  # the live keys and the replay keys
+        assert "cancel" in text and "pause" in text and "zoom in" in text  # the live keys and the replay keys
         await pilot.press("escape")
     src.close(timeout=1)
+
+
+async def test_arrow_then_end_follows_live_and_the_next_turn_is_followed():
+    """Follow is a state the user sees and toggles: an arrow key leaves it (paused, the picture
+    holds still), End comes back to it, and the next prompt's tokens reach every time view."""
+    src = ChildSession([sys.executable, EMITTER, "--rate", "200"])
+    app = live_app(src, title="emitter")
+    async with app.run_test(size=(160, 48)) as pilot:
+        screen, pb = app.main, app.main.playback
+        run = screen.run_model
+        assert await wait_for(pilot, lambda: src.state == "ready")
+        await send(pilot, app, "one", 12)
+        assert await wait_for(pilot, lambda: src.state == "ready" and src.status().turns_done == 1)
+        await pilot.pause(0.2)
+        assert pb.state() == "live" and "● live" in app.query_one("#title", Static).content.plain
+        await pilot.press("escape")  # leave the prompt box: the arrows move the selection
+        await pilot.press("left")
+        assert pb.state() == "paused" and pb.sel == run.n_tokens - 2
+        await pilot.pause(0.2)
+        assert "paused" in app.query_one("#title", Static).content.plain
+        await pilot.press("end")
+        assert pb.state() == "live" and pb.follow and pb.selected is None
+        await send(pilot, app, "two", 12)
+        assert await wait_for(pilot, lambda: src.state == "ready" and src.status().turns_done == 2)
+        await pilot.pause(0.3)
+        n = run.n_tokens
+        assert n >= 24 and pb.state() == "live" and pb.cursor == n and pb.sel == n - 1
+        # every time view draws the same window, ending at the newest token
+        for wid in ("#overview-strip", "#breakdown", "#trends"):
+            view = app.query_one(wid)
+            w = view.window(view.content_size.width)
+            assert w.hi == n and w.selected == n - 1, wid
+        assert f"token {n}" in app.query_one("#breakdown").text(150, 14)
+        await pilot.press("ctrl+q")
+    src.close()

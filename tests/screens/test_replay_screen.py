@@ -6,16 +6,18 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from helpers import synth
+from textual.widgets import Static
 
 from bmoe_top.tui.app import BmoeTopApp
 from bmoe_top.tui.feed.files import open_paths
 from bmoe_top.tui.model import RunModel
 from bmoe_top.tui.playback import SPEEDS, Playback
+from bmoe_top.tui.present.numbers import ms
 from bmoe_top.tui.screens.modals import HelpScreen, SeekScreen
 from bmoe_top.tui.screens.replay import ReplayScreen
 from bmoe_top.tui.widgets.charts import BreakdownChart
 from bmoe_top.tui.widgets.grids import ExpertMap, LayerHeatmap
-from bmoe_top.tui.widgets.panels import visible_text
+from bmoe_top.tui.widgets.panels import safe_text
 
 
 def replay_app(run: RunModel, title: str, fps: float = 10.0) -> BmoeTopApp:
@@ -31,9 +33,10 @@ def csv_run(tmp_path):
     return [str(p), str(r)]
 
 
-def test_visible_text_neutralises_control_sequences():
-    assert visible_text("a\x1b[31mred\x07") == "a␛[31mred␇"
-    assert visible_text("line\nnext\ttab") == "line\nnext\ttab"
+def test_safe_text_neutralises_control_sequences():
+    assert safe_text("a\x1b[31mred\x07").plain == "a␛[31mred␇"
+    assert safe_text("line\nnext\ttab").plain == "line\nnext\ttab"
+    assert safe_text("line\nnext\ttab", multiline=False).plain == "line␤next tab"
 
 
 async def test_model_text_is_shown_literally(tmp_path):
@@ -55,43 +58,49 @@ async def test_playback_keys(csv_run):
     app = replay_app(run, "keys", fps=20)
     async with app.run_test(size=(140, 44)) as pilot:
         pb = app.main.playback
-        assert pb.cursor == 64  # opens on the whole run
+        assert pb.cursor == 64 and pb.sel == 63  # opens with every token revealed
         await pilot.press("home")
-        assert pb.cursor == 0
+        assert pb.sel == 0 and pb.cursor == 64
         await pilot.press("right", "right", "right")
-        assert pb.cursor == 3
+        assert pb.sel == 3
         await pilot.press("left")
-        assert pb.cursor == 2
+        assert pb.sel == 2
         await pilot.press("pagedown")
-        assert pb.cursor == 52
+        assert pb.sel == 52
         await pilot.press("end")
-        assert pb.cursor == 64
+        assert pb.sel == 63 and pb.state() == "ended"
+        # +/- zoom the time window; ] and [ change the playback speed
+        await pilot.press("minus")
+        assert pb.per_col == 2
+        await pilot.press("plus", "plus")
+        assert pb.per_col == 0.5
         before = pb.speed_index
-        await pilot.press("plus")
+        await pilot.press("right_square_bracket")
         assert pb.speed_index == before + 1
-        await pilot.press("minus", "minus")
+        await pilot.press("left_square_bracket", "left_square_bracket")
         assert pb.speed_index == before - 1
         # seek to token 10 through the dialog
         await pilot.press("g")
         assert isinstance(app.screen, SeekScreen)
         await pilot.press("1", "0", "enter")
         await pilot.pause()
-        assert pb.cursor == 10
-        # play from start at max speed: the cursor moves forward on its own
+        assert pb.sel == 9
+        # play from the start at max speed: the cursor moves forward on its own
         await pilot.press("home")
-        for _ in range(20):
-            await pilot.press("plus")
+        for _ in range(12):
+            await pilot.press("right_square_bracket")
         await pilot.press("space")
-        assert pb.playing
+        assert pb.playing and pb.state() == "replay"
         await pilot.pause(0.5)
-        assert pb.cursor > 0
-        await pilot.press("space")
-        assert not pb.playing
-        # help lists every key
-        await pilot.press("question_mark")
-        assert isinstance(app.screen, HelpScreen)
-        await pilot.press("escape")
-        assert not isinstance(app.screen, HelpScreen)
+        assert pb.cursor > 1
+        await pilot.press("p")  # p pauses too (the tabs are on 1-4)
+        assert not pb.playing and pb.state() == "paused"
+        # help lists every key, on ? and on F1
+        for key in ("question_mark", "f1"):
+            await pilot.press(key)
+            assert isinstance(app.screen, HelpScreen)
+            await pilot.press("escape")
+            assert not isinstance(app.screen, HelpScreen)
         # fold toggles both grids
         heat = app.query_one(LayerHeatmap)
         await pilot.press("f")
@@ -105,9 +114,9 @@ async def test_breakdown_renders_cursor_token_values(csv_run):
         await pilot.press("home", "right", "right")
         chart = app.query_one(BreakdownChart)
         text = "".join(s.text for line in chart.build(chart.size.width, chart.size.height) for s in line)
-        wall = run.tokens.view("wall_ms")[1]
-        assert "token 2" in text
-        assert f"wall  {wall:,.1f} ms" in text
+        wall = run.tokens.view("wall_ms")[2]
+        assert "token 3" in text  # Home selects token 1, two steps right token 3
+        assert f"wall  {ms(wall)}" in text
 
 
 def test_heatmap_folds_94_layers_by_512_experts():
@@ -129,9 +138,12 @@ def test_heatmap_folds_94_layers_by_512_experts():
     emap = ExpertMap(run, pb)
     lines = emap.build(120, 30)
     assert len(lines) <= 30 and max(ln.cell_length for ln in lines[2:]) <= 120
-    emap.fold = False
-    lines = emap.build(120, 30)
-    assert len(lines) == 2 + n_layer  # scrolls instead
+    emap.fold = False  # one layer per row, scrolled with the cell cursor
+    text = [ln.text for ln in emap.build(120, 30)]
+    assert len(text) <= 30 and text[2].split("│")[0].strip() == "L0" and text[3].split("│")[0].strip() == "L1"
+    emap.cursor.row = 60
+    rows = [t.split("│")[0].strip() for t in (ln.text for ln in emap.build(120, 30)[2:])]
+    assert "L60" in rows and "L0" not in rows
 
 
 def test_recording_replays_turn_by_turn_at_original_pace(tmp_path):
@@ -141,7 +153,7 @@ def test_recording_replays_turn_by_turn_at_original_pace(tmp_path):
     assert run.tokens.n == 30 and len(run.turns) == 3
     assert [t.prompt for t in run.turns] == ["question 0", "question 1", "question 2"]
     assert run.turns[1].done["n_past"] == 25
-    pb = Playback(run, turn_by_turn=True, speed_index=0)  # 1x: original pace
+    pb = Playback(run, turn_by_turn=True, speed_index=SPEEDS.index(1.0))  # 1x: original pace
     pb.toggle()  # play from the start
     assert pb.tick(0.049) is False  # 1x: the first token takes 50 ms of recorded time
     assert pb.tick(0.002) is True and pb.cursor == 1
@@ -180,7 +192,8 @@ def test_strp_profile_replays_as_a_rank_map(tmp_path):
     assert "profile rank" in text[0]
     assert "48 ranked pairs" in text[1]
     row0 = text[2].split("│", 1)[1]
-    assert row0[:8].count("█") + row0[:8].count("░") == 8 and set(row0[8:32]) == {"·"}
+    # the 8 ranked experts: the 2 hottest resident (12 slots over 6 layers), the others ranked
+    assert row0[:8] == "██" + "●" * 6 and set(row0[8:32]) == {"·"}
 
 
 async def test_text_tab_shows_the_answer_when_opened(tmp_path):
@@ -193,3 +206,42 @@ async def test_text_tab_shows_the_answer_when_opened(tmp_path):
         await pilot.pause(0.3)
         full = app.query_one("#answer-full")
         assert "The router picks" in str(full.render())
+
+
+@pytest.mark.parametrize("size", [(59, 24), (80, 14)])
+async def test_below_the_minimum_size_the_screen_says_so(csv_run, size):
+    app = replay_app(open_paths(csv_run), "small")
+    async with app.run_test(size=size) as pilot:
+        await pilot.pause()
+        assert app.main.has_class("-tiny")
+        text = str(app.main.query_one("#too-small", Static).render())
+        assert "too small" in text and f"width = {size[0]}" in text and "width = 60" in text
+        assert not app.main.query_one("#body").display or not app.main.query_one("#body").region.area
+
+
+@pytest.mark.parametrize("size", [(60, 15), (80, 24), (120, 40), (200, 60)])
+async def test_every_size_shows_the_breakdown_and_a_map(csv_run, size):
+    app = replay_app(open_paths(csv_run), "sizes")
+    async with app.run_test(size=size) as pilot:
+        await pilot.pause()
+        screen = app.main
+        assert not screen.has_class("-tiny")
+        assert screen.has_class("-compact") == (size[0] < 100 or size[1] < 30)
+        bd, heat = screen.query_one("#breakdown"), screen.query_one("#heatmap")
+        assert bd.region.height >= 4 and heat.region.height >= 3, (bd.region, heat.region)
+        assert "wall" in bd.text(bd.content_size.width, bd.content_size.height)
+        if screen.has_class("-compact"):  # one header line: the numbers are in the title
+            assert not screen.query_one("#side").display or not screen.query_one("#side").region.area
+            assert "tok/s" in screen.query_one("#title", Static).content.plain
+
+
+async def test_command_palette_lists_the_screens_own_actions(csv_run):
+    app = replay_app(open_paths(csv_run), "palette")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        titles = [c.title for c in app.get_system_commands(app.screen)]
+        for want in ("Follow live / last token", "Zoom in", "Zoom out", "Seek to a token…", "Tab: Problems",
+                     "Palette: next colour scale", "Fold / scroll the layer maps"):
+            assert want in titles
+        await pilot.press("ctrl+c")  # quits a replay at once (no "press ctrl+q" notice)
+    assert app.return_code == 0 and not app.is_running

@@ -1,8 +1,9 @@
 """Snapshots (pytest-textual-snapshot) of every mode's screen on deterministic inputs: the replay
 screen; the live screen ready, generating and aborted; the metrics attach screen connected and
 unreachable; the audit attach screen following and waiting; each at a narrow (80x24) and a wide
-(160x48) size. The live ones run a real child (the emitter) or a real session socket; the attach
-ones a real poller and a real followed file, driven step by step so nothing depends on timing.
+(200x60) size; the replay screen also in each look (colour, 16 colours, ASCII, NO_COLOR). The
+live ones run a real child (the emitter) or a real session socket; the attach ones a real poller
+and a real followed file, driven step by step so nothing depends on timing.
 
 Update after an intended visual change with:
     .venv/bin/python -m pytest tests/screens/test_snapshots.py --snapshot-update
@@ -31,8 +32,13 @@ from bmoe_top.tui.sources.child_session import ChildSession
 from bmoe_top.tui.sources.metrics_poll import MetricsPoller
 from bmoe_top.tui.sources.session_socket import SessionSocketClient
 from bmoe_top.tui.sources.tail import FileTail
+from bmoe_top.tui.widgets.palette import Look
 
-SIZES = {"narrow": (80, 24), "wide": (160, 48)}
+SIZES = {"narrow": (80, 24), "wide": (200, 60)}
+#: The looks a terminal can ask for: 24-bit colour, 16 colours (TERM=linux, screen), ASCII
+#: (--ascii, a locale without UTF-8) and monochrome (NO_COLOR).
+LOOKS = {"colour": Look(), "16": Look(colors="16"), "ascii": Look(colors="16", ascii=True),
+         "mono": Look(colors="mono")}
 #: A port nobody listens on (discard): the poller gets "connection refused".
 DEAD_URL = "http://127.0.0.1:9/metrics"
 
@@ -44,12 +50,17 @@ def _run() -> RunModel:
     return run
 
 
-def replay_app() -> BmoeTopApp:
-    return BmoeTopApp(ReplayScreen(_run(), title="replay synthetic.csv"))
+def replay_app(look: Look | None = None) -> BmoeTopApp:
+    return BmoeTopApp(ReplayScreen(_run(), title="replay synthetic.csv"), look=look)
 
 
-def test_main_screen(snap_compare):
-    assert snap_compare(replay_app(), terminal_size=(160, 48))
+@pytest.mark.parametrize("look", LOOKS)
+@pytest.mark.parametrize("size", SIZES)
+def test_main_screen(snap_compare, size, look):
+    async def select(pilot):  # a token selected mid-run: its readout, the window held
+        await pilot.press("home", *["right"] * 40)
+
+    assert snap_compare(replay_app(LOOKS[look]), terminal_size=SIZES[size], run_before=select)
 
 
 def test_main_screen_narrow_mid_run(snap_compare):

@@ -38,7 +38,10 @@ class Tmux:
         self.sock = name
 
     def __call__(self, *args: str, check: bool = True) -> str:
-        r = subprocess.run(["tmux", "-L", self.sock, *args], capture_output=True, text=True, timeout=20)
+        # the server's panes inherit this environment: a COLUMNS/LINES left by an in-process
+        # Textual test would pin the app to that size whatever the pane's
+        env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+        r = subprocess.run(["tmux", "-L", self.sock, *args], capture_output=True, text=True, timeout=20, env=env)
         if check and r.returncode != 0:
             raise RuntimeError(f"tmux {' '.join(args)}: {r.stderr.strip()}")
         return r.stdout
@@ -57,7 +60,8 @@ class Tmux:
             if needle in s:
                 return s
             time.sleep(0.2)
-        raise AssertionError(f"{needle!r} not on screen after {timeout} s:\n{s}")
+        size = self.fmt("#{pane_width}x#{pane_height}")
+        raise AssertionError(f"{needle!r} not on screen after {timeout} s (pane {size}):\n{s}")
 
     def wait_dead(self, timeout: float = 40.0) -> str:
         """Wait until the pane's process has exited; returns its exit status as text.
@@ -111,7 +115,7 @@ def runtime_pids(model: Path) -> list[int]:
 
 
 def test_launch_prompt_stream_cancel_quit(tmux, tiny):
-    tmux.wait_screen(" ready ", 60)
+    tmux.wait_screen("· ready", 60)  # the title's state word
     assert tmux.fmt("#{alternate_on}") == "1"
     assert runtime_pids(tiny), "the runtime child is not running"
     tmux("send-keys", "-t", "main", "-l", "Hello there")
@@ -125,7 +129,11 @@ def test_launch_prompt_stream_cancel_quit(tmux, tiny):
     tmux("send-keys", "-t", "main", "-l", "Once upon a time")
     tmux.wait_screen("Once upon a time", 60)
     tmux("send-keys", "-t", "main", "Enter")
-    time.sleep(0.3)
+    # cancel once the turn has begun: a cancel that reaches the runtime before its BMOE_BEGIN
+    # drops the request without a turn (a loaded machine can take longer than any fixed sleep)
+    end = time.monotonic() + 60
+    while not any(w in tmux.screen() for w in ("· generating", "turns 2")) and time.monotonic() < end:
+        time.sleep(0.05)
     tmux("send-keys", "-t", "main", "Escape")
     tmux.wait_screen("turns 2", 60)
     tmux("send-keys", "-t", "main", "C-q")
@@ -140,7 +148,7 @@ def test_launch_prompt_stream_cancel_quit(tmux, tiny):
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
 def test_signal_restores_terminal_and_kills_child(tmux, tiny, sig):
-    tmux.wait_screen(" ready ", 60)
+    tmux.wait_screen("· ready", 60)  # the title's state word
     pid = int(tmux.fmt("#{pane_pid}"))
     assert tmux.fmt("#{alternate_on}") == "1"
     os.kill(pid, sig)
@@ -151,3 +159,28 @@ def test_signal_restores_terminal_and_kills_child(tmux, tiny, sig):
     while runtime_pids(tiny) and time.monotonic() < end:
         time.sleep(0.1)
     assert not runtime_pids(tiny), "runtime left behind after a signal"
+
+
+@pytest.mark.parametrize("size", [(80, 24), (200, 60)])
+def test_no_color_replay_renders_and_quits_0(tmp_path, size):
+    """NO_COLOR=1 bmoe-top replay FILE: every view draws in monochrome (no crash in Textual's
+    monochrome filter), q quits with status 0 and the terminal is restored."""
+    from helpers import synth
+
+    csv = tmp_path / "run.csv"
+    csv.write_bytes(synth.token_csv(120))
+    route = tmp_path / "run.route.csv"
+    route.write_bytes(synth.route_trace(120))
+    t = Tmux(f"bmoe-nc-{os.getpid()}-{time.monotonic_ns() % 10**6}")
+    cmd = f"exec {shlex.quote(str(BMOE_TOP))} replay {shlex.quote(str(csv))} {shlex.quote(str(route))}"
+    try:
+        t("-f", "/dev/null", "new-session", "-d", "-s", "main", "-x", str(size[0]), "-y", str(size[1]),
+          "-e", "TERM=xterm-256color", "-e", "NO_COLOR=1", cmd)
+        t("set-option", "-t", "main", "remain-on-exit", "on")
+        s = t.wait_screen("wall =", 60)  # the breakdown's legend: the views drew
+        assert ("ended" in s or "paused" in s) and "token" in s and "Traceback" not in s
+        t("send-keys", "-t", "main", "q")
+        assert t.wait_dead() == "0"
+        assert t.fmt("#{alternate_on}") == "0"
+    finally:
+        t("kill-server", check=False)

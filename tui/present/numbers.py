@@ -20,7 +20,8 @@ import orjson
 
 from bmoe_top.parsers.sanitize import SHOWN, sanitize
 
-__all__ = ["MISSING", "count", "fmt", "num", "print_json", "print_lines", "safe_rows", "text_line", "to_json"]
+__all__ = ["MISSING", "count", "fmt", "mib", "ms", "num", "print_json", "print_lines", "safe_rows", "sig", "text_line",
+           "to_json"]
 
 #: What a value the source did not send reads as.
 MISSING = "missing"
@@ -51,6 +52,48 @@ def count(v: float | int | None, unit: str = "") -> str:
     if v is None or isinstance(v, bool) or (isinstance(v, float) and not math.isfinite(v)):
         return MISSING
     return f"{round(v):,} {unit}".rstrip()
+
+
+def _missing(v: float | int | None) -> bool:
+    return v is None or isinstance(v, bool) or not math.isfinite(float(v))
+
+
+def sig(v: float | int | None, digits: int = 3, unit: str = "") -> str:
+    """``v`` to ``digits`` significant digits (rates: ``3.94``, ``45.6``, ``456``, ``4,560``),
+    thousands separated; ``missing`` when absent; ``unit`` after a space."""
+    if _missing(v):
+        return MISSING
+    x = float(v)  # type: ignore[arg-type]
+    if x == 0:
+        s = "0"
+    else:
+        mag = math.floor(math.log10(abs(x)))
+        dec = max(0, digits - 1 - mag)
+        s = f"{round(x, dec):,.{dec}f}"
+    return f"{s} {unit}".rstrip()
+
+
+def mib(v: float | int | None, digits: int = 3) -> str:
+    """A size given in MiB in human units: MiB up to 1024 MiB, then GiB, then TiB (``digits``
+    significant digits: ``812 MiB``, ``1.59 GiB``, ``163 GiB``, ``1.20 TiB``)."""
+    if _missing(v):
+        return MISSING
+    x = float(v)  # type: ignore[arg-type]
+    for unit in ("MiB", "GiB", "TiB"):
+        if abs(x) < 1024 or unit == "TiB":
+            return sig(x, digits, unit)
+        x /= 1024
+    return sig(x, digits, "TiB")  # pragma: no cover - the loop returns
+
+
+def ms(v: float | int | None, digits: int = 3) -> str:
+    """A duration given in ms: ``245 ms``, ``12.3 ms``, ``0.412 ms``; from 10 s up in s (``12.5 s``)."""
+    if _missing(v):
+        return MISSING
+    x = float(v)  # type: ignore[arg-type]
+    if abs(x) >= 10_000:
+        return sig(x / 1000.0, digits, "s")
+    return sig(x, digits, "ms")
 
 
 def num(v: Any) -> float | None:

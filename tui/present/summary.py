@@ -12,10 +12,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from bmoe_top.tui.model import RunModel, Status
-from bmoe_top.tui.present.numbers import MISSING, count, fmt, num, safe_rows, text_line
+from bmoe_top.tui.present.numbers import MISSING, count, fmt, mib, num, safe_rows, sig, text_line
 
-__all__ = ["EXTRA_FIELDS", "FLAG_KEYS", "SUMMARY_FIELDS", "run_panel_rows", "run_summary", "summary_rows",
-           "summary_text"]
+__all__ = ["EXTRA_FIELDS", "FLAG_KEYS", "MODE_WORDS", "SUMMARY_FIELDS", "device_rows", "mode_words", "run_panel_rows",
+           "run_summary", "summary_rows", "summary_text"]
 
 #: The run panel's summary rows: (key, label, unit). ``--summary`` prints the same keys.
 SUMMARY_FIELDS = (
@@ -193,9 +193,12 @@ def summary_rows(s: Mapping[str, Any]) -> list[tuple[str, str, str]]:
             continue
         if key in ("tokens", "n_prompt"):
             text = count(v)
+        elif unit == "MiB":
+            text = mib(v)
+        elif key in ("tok_s", "prefill_tps"):
+            text = sig(v, 3)
         else:
-            digits = 3 if unit == "s" or key == "tok_s" else 1
-            text = fmt(v, digits, unit)
+            text = fmt(v, 3 if unit == "s" else 1, unit)
         if kind:
             text += " (so far)" if live else " (from token rows)"
         rows.append((label, text, kind))
@@ -229,6 +232,68 @@ def summary_text(s: Mapping[str, Any]) -> str:
     return "\n".join(text_line(x) for x in lines)
 
 
+#: The breakdown mode in plain words: what "flash wait" is in each mode.
+MODE_WORDS = {
+    "overlap": "overlapped I/O: flash wait = stall",
+    "serial": "serial I/O: flash wait = io",
+    "unknown": "unknown (drawn as serial)",
+}
+
+
+def mode_words(mode: str) -> str:
+    """The mode in plain words (the contract detail: docs/telemetry.md "The contract as bmoe-run writes it")."""
+    return MODE_WORDS.get(mode, mode)
+
+
+#: Device sidecar keys (``key=value`` lines) -> (label, unit converter): the memory and heat
+#: numbers a phone run is about. Values in kB, deci- and milli-degrees are shown in MiB / °C.
+_DEVICE = (
+    ("peak_rss_kb", "peak RSS", "kb"),
+    ("mem_avail_before_kb", "avail before", "kb"),
+    ("mem_avail_floor_kb", "avail floor", "kb"),
+    ("mem_avail_after_kb", "avail after", "kb"),
+    ("cpu_temp_before_mC", "CPU temp", "mC"),
+    ("cpu_temp_max_mC", "CPU temp max", "mC"),
+    ("cpu_temp_after_mC", "CPU temp after", "mC"),
+    ("batt_temp_before_dC", "battery temp", "dC"),
+    ("batt_temp_max_dC", "battery max", "dC"),
+    ("batt_temp_after_dC", "battery after", "dC"),
+)
+
+
+def _device_value(raw: str, unit: str) -> str | None:
+    try:
+        x = float(raw)
+    except ValueError:
+        return None
+    if unit == "kb":
+        return mib(x / 1024.0)
+    if unit == "mC":
+        return f"{x / 1000.0:.1f} °C"
+    if unit == "dC":
+        return f"{x / 10.0:.1f} °C"
+    return raw
+
+
+def device_rows(sidecar: Mapping[str, str]) -> list[tuple[str, str, str]]:
+    """The device sidecar as (label, value, kind) rows (peak RSS, available memory, CPU and
+    battery temperature, in MiB/GiB and °C); other keys follow verbatim. Empty without a sidecar."""
+    out: list[tuple[str, str, str]] = []
+    seen = set()
+    for key, label, unit in _DEVICE:
+        raw = sidecar.get(key)
+        if raw is None:
+            continue
+        seen.add(key)
+        v = _device_value(str(raw), unit)
+        if v is not None:
+            out.append((label, v, ""))
+    for key, raw in sidecar.items():
+        if key not in seen:
+            out.append((key, str(raw), ""))
+    return out
+
+
 def run_panel_rows(run: RunModel, cursor: int, playing: str = "") -> list[tuple[str, str, str]]:
     """The run panel: (label, value, kind) rows; kind ``missing`` (the source did not send it),
     ``derived`` (from the token rows), ``name`` (the model), ``problem``, or ``""``. ``cursor`` is
@@ -251,14 +316,26 @@ def run_panel_rows(run: RunModel, cursor: int, playing: str = "") -> list[tuple[
     flags = " ".join(f"{k}={v}" for k, v in meta.items() if k in FLAG_KEYS)
     row("flags", flags or MISSING)
     if s["mode"] is not None:
-        row("mode", f"{s['mode']} ({s['mode_reason']})")
+        row("mode", mode_words(s["mode"]))
     detail = s["status_detail"]
     status = detail if detail and detail.startswith(s["status"]) else s["status"] + (f" — {detail}" if detail else "")
     row("status", status)
     row(str(s["row_unit"]), f"{cursor:,} / {s['derived']['token_rows']:,}" + (f"  {playing}" if playing else ""))
     out.append(("", "", ""))
+    with run.lock:
+        finished = [t for t in run.turns if t.done is not None]
+        newest = run.turns[-1] if run.turns else None
+    if finished and run.turn_count > 1:  # the source's numbers are its last finished turn's
+        t = finished[-1]
+        out.append((f"turn {t.index + 1}" + ("" if t is newest else " (last finished)"), "", "section"))
+    else:
+        out.append(("run so far" if run.status.live else "run", "", "section"))
     for label, text, kind in summary_rows(s):
         row(label, text, kind)
+    dev = device_rows(s["sidecar"])
+    if dev:
+        out.append(("device", "", "section"))
+        out.extend(dev)
     if s["problems"]:
-        row("problems", f"{s['problems']} bad lines (p)", "problem")
+        row("problems", f"{s['problems']} bad lines (4)", "problem")
     return safe_rows(out)

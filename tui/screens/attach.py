@@ -5,7 +5,7 @@ attach panel above the run panel (``#attach-panel``: the source's own numbers).
 
 Neither source carries answer text, so the side has no answer tail; the trends keep the three
 rows an attach source can fill (tok/s, hit %, MiB/token) and the breakdown shares the height with
-the grids, so the layer heatmap stays on screen in a small terminal. Subclasses implement
+the maps, so the layer heatmap stays on screen in a small terminal. Subclasses implement
 :meth:`AttachScreen.start_source`, :meth:`AttachScreen.attach_key`, :meth:`AttachScreen.status_text`
 and :meth:`AttachScreen.panel_rows`.
 """
@@ -21,22 +21,24 @@ from textual.widgets import Static
 
 from bmoe_top.tui.model import RunModel
 from bmoe_top.tui.screens.base import RunScreen
-from bmoe_top.tui.widgets.palette import KIND_STYLE
+from bmoe_top.tui.widgets.base import look_of
+from bmoe_top.tui.widgets.palette import Look
 from bmoe_top.tui.widgets.panels import safe_text
 
 __all__ = ["AttachScreen", "rows_table"]
 
 
-def rows_table(rows: Sequence[tuple[str, str, str]]) -> Table:
+def rows_table(rows: Sequence[tuple[str, str, str]], look: Look | None = None) -> Table:
     """A two-column grid of ``bmoe_top.tui.present`` rows (label, value, kind)."""
+    look = look or Look()
     t = Table.grid(padding=(0, 1))
-    t.add_column(style="#abb2bf", no_wrap=True)
+    t.add_column(style=look.label, no_wrap=True)
     t.add_column(no_wrap=True, overflow="ellipsis")
     for label, value, kind in rows:
         if kind == "section":
-            t.add_row(Text(label, style=KIND_STYLE["section"]), "")
+            t.add_row(safe_text(label, look.kind_style("section"), multiline=False), "")
         else:
-            t.add_row(label, safe_text(value, KIND_STYLE.get(kind, "")))
+            t.add_row(safe_text(label, multiline=False), safe_text(value, look.kind_style(kind), multiline=False))
     return t
 
 
@@ -48,8 +50,6 @@ class AttachScreen(RunScreen):
     #attach-status { height: auto; max-height: 3; padding: 0 1; background: $panel; }
     #attach-panel { height: auto; padding: 0 1; border-bottom: solid $primary-darken-2; }
     #breakdown { height: 1fr; min-height: 7; max-height: 14; }
-    #trends { height: 3; }
-    #grids { min-height: 6; }
     """
     SHOW_ANSWER = False
 
@@ -67,6 +67,9 @@ class AttachScreen(RunScreen):
 
     def status_text(self) -> Text:
         return Text(self.model.status)
+
+    def status_word(self) -> str:
+        return str(self.model.status)
 
     def panel_rows(self) -> Sequence[tuple[str, str, str]]:
         return []
@@ -95,4 +98,4 @@ class AttachScreen(RunScreen):
             return
         self._attach_key = key
         self.query_one("#attach-status", Static).update(self.status_text())
-        self.query_one("#attach-panel", Static).update(rows_table(self.panel_rows()))
+        self.query_one("#attach-panel", Static).update(rows_table(self.panel_rows(), look_of(self)))

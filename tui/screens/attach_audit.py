@@ -31,7 +31,7 @@ from bmoe_top.tui.model import LIVE, RunModel, Status
 from bmoe_top.tui.present.audit import REQUEST_COLUMNS, audit_run_rows, request_row, runs_index
 from bmoe_top.tui.screens.attach import AttachScreen
 from bmoe_top.tui.sources.tail import FileTail
-from bmoe_top.tui.widgets.palette import STATUS_STYLE
+from bmoe_top.tui.widgets.base import look_of
 from bmoe_top.tui.widgets.panels import safe_text
 
 __all__ = ["AuditAttachScreen", "run_audit_attach"]
@@ -55,6 +55,7 @@ class AuditAttachScreen(AttachScreen):
         self.start_tail = start_tail
         self.selected = -1  # index into the audit runs; -1 = newest
         self._rows = 0
+        self._request_rows: list[tuple[str, ...]] = []
         super().__init__(self.binding.run, title=f"attach --audit {tail.path}", fps=fps)
 
     def compose_tabs(self) -> ComposeResult:
@@ -79,20 +80,21 @@ class AuditAttachScreen(AttachScreen):
             n_rec, n_bad, rot, trunc = feed.runs.n_records, feed.n_bad, tail.n_rotations, tail.n_truncations
             pids = feed.runs.pids()
             last_bad = feed.bad[-1] if feed.bad else None
+        look = look_of(self)
         if status == Status.MALFORMED:
-            st = Text("⚠ no audit record in this file yet (not an audit log?)", style=STATUS_STYLE["malformed"])
+            st = Text("⚠ no audit record in this file yet (not an audit log?)", style=look.status_style("malformed"))
         else:
             words = {Status.OK: "● following", Status.WAITING: "… waiting for the file"}.get(status, "✖ error")
-            st = Text(words, style=STATUS_STYLE.get(status, "bold"))
+            st = Text(words, style=look.status_style(str(status)))
         if detail:
-            st.append_text(safe_text(f"  {detail}", "#abb2bf"))
-        st.append(f"  records {n_rec}  pids {', '.join(map(str, pids)) or '—'}", style="#abb2bf")
+            st.append_text(safe_text(f"  {detail}", look.label, multiline=False))
+        st.append(f"  records {n_rec}  pids {', '.join(map(str, pids)) or '—'}", style=look.label)
         if n_bad:
-            st.append(f"  {n_bad} corrupt line{'s' if n_bad > 1 else ''} skipped", style="#d19a66")
+            st.append(f"  {n_bad} corrupt line{'s' if n_bad > 1 else ''} skipped", style=look.warn)
             if last_bad:
-                st.append_text(safe_text(f" (last: line {last_bad[1]}: {last_bad[2][:60]})", "#7f848e"))
+                st.append_text(safe_text(f" (last: line {last_bad[1]}: {last_bad[2][:60]})", look.dim, multiline=False))
         if rot or trunc:
-            st.append(f"  rotated {rot}×, truncated {trunc}×", style="#7f848e")
+            st.append(f"  rotated {rot}×, truncated {trunc}×", style=look.dim)
         return st
 
     def panel_rows(self) -> Sequence[tuple[str, str, str]]:
@@ -113,7 +115,24 @@ class AuditAttachScreen(AttachScreen):
             self._rows = run.turn_count
         table = tables.first(DataTable)
         for d in new:
-            table.add_row(*request_row(d))
+            row = tuple(str(x) for x in request_row(d))
+            self._request_rows.append(row)
+            if self._row_matches(row):
+                table.add_row(*row)
+
+    def _row_matches(self, row: tuple[str, ...]) -> bool:
+        q = self.search_query.lower()
+        return not q or any(q in cell.lower() for cell in row)
+
+    def filter_table(self, tab: str, query: str) -> None:
+        if tab != "requests-tab":
+            super().filter_table(tab, query)
+            return
+        table = self.query_one("#requests", DataTable)
+        table.clear()
+        for row in self._request_rows:
+            if self._row_matches(row):
+                table.add_row(*row)
 
     def action_select_run(self, step: int) -> None:
         n = len(self.feed.runs.runs)

@@ -27,13 +27,11 @@ from bmoe_top.tui.model import LIVE, RunModel
 from bmoe_top.tui.present.metrics import STATUS_WORDS, metrics_document, metrics_panel_rows, status_parts
 from bmoe_top.tui.screens.attach import AttachScreen
 from bmoe_top.tui.sources.metrics_poll import MetricsPoller
-from bmoe_top.tui.widgets.palette import STATUS_STYLE
+from bmoe_top.tui.widgets.base import look_of
 
 __all__ = ["MetricsAttachScreen", "STATUS_WORDS", "run_metrics_attach"]
 
 #: Styles of the status line's parts (``bmoe_top.tui.present.metrics.status_parts``).
-PART_STYLE = {"detail": "#abb2bf", "alert": "#e06c75", "dim": "#7f848e", "warn": "#d19a66"}
-
 
 class MetricsAttachScreen(AttachScreen):
     """The shared views over a poller's run model (the poller is given: tests aim it at any
@@ -60,9 +58,11 @@ class MetricsAttachScreen(AttachScreen):
         return (self.model.version, int(time.time()))
 
     def status_text(self) -> Text:
+        look = look_of(self)
+        part_style = {"detail": look.label, "alert": look.alert, "dim": look.dim, "warn": look.warn}
         t = Text()
         for text, kind in status_parts(metrics_document(self.state, self.model)):
-            t.append(text, style=STATUS_STYLE.get(self.state.status, "bold") if kind == "status" else PART_STYLE[kind])
+            t.append(text, style=look.status_style(str(self.state.status)) if kind == "status" else part_style[kind])
         return t
 
     def panel_rows(self) -> Sequence[tuple[str, str, str]]:

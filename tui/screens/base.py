@@ -1,36 +1,63 @@
-"""The screen every mode builds on: a title, the run panel and answer tail on the side, and the
-Overview / Text / Log / Problems tabs, over one run model, with playback keys.
+"""The screen every mode builds on: one title line (the honest state indicator and the run's
+numbers), the run panel and answer tail on the side, and the Overview / Text / Log / Problems
+tabs, over one run model, with the playback keys.
 
-A mode screen composes its own parts into this layout through hooks called from
-:meth:`RunScreen.compose` (a status line under the title, panels above the run panel, extra tabs,
-a bar at the bottom); nothing is added to the DOM after mount.
+The Overview is the shared time axis from top to bottom: the whole-run overview strip (the
+visible window marked), the wall-time breakdown, the trends and the layer x token heatmap draw
+the same window, column for column; the layer x expert map shows the state as of the selected
+token. A mode screen composes its own parts into this layout through hooks called from
+:meth:`RunScreen.compose` (a status line under the title, panels above the run panel, extra
+tabs, a bar at the bottom); nothing is added to the DOM after mount.
+
+Layouts follow the terminal: ``-compact`` under 100 x 30 (no side panel, no tab bar, one header
+line, one map at a time: ``m`` swaps them), ``-tiny`` under 60 x 15 (a message that says so).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from typing import Any, ClassVar
 
+from rich.style import Style
 from rich.text import Text
-from textual import on
+from textual import events, on
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Footer, Input, Static, TabbedContent, TabPane
+from textual.widgets import DataTable, Footer, Input, Static, TabbedContent, TabPane, Tabs
 
+from bmoe_top.parsers.sanitize import sanitize
+from bmoe_top.tui.app import BmoeTopApp
 from bmoe_top.tui.model import RunModel, Status
-from bmoe_top.tui.playback import Playback
-from bmoe_top.tui.screens.modals import HelpScreen, SeekScreen
+from bmoe_top.tui.playback import Playback, PlayState
+from bmoe_top.tui.present.summary import mode_words
+from bmoe_top.tui.screens.modals import HelpScreen, ModeScreen, SeekScreen
 from bmoe_top.tui.widgets.banner import Banner
-from bmoe_top.tui.widgets.charts import BreakdownChart, TrendChart
+from bmoe_top.tui.widgets.base import RunView, ascii_text, look_of
+from bmoe_top.tui.widgets.charts import BreakdownChart, OverviewStrip, TokenSelected, TrendChart
 from bmoe_top.tui.widgets.grids import ExpertMap, LayerHeatmap
-from bmoe_top.tui.widgets.panels import AnswerPanel, AnswerTail, ProblemsPanel, RunPanel, safe_text
+from bmoe_top.tui.widgets.palette import Look
+from bmoe_top.tui.widgets.panels import AnswerPanel, AnswerTail, ProblemsPanel, RunPanel, header_parts, safe_text
 
-__all__ = ["RunScreen"]
+__all__ = ["COMPACT", "MIN_SIZE", "RunScreen"]
 
 #: Log-pane lines drawn (the newest).
 LOG_SHOWN = 2000
+#: Below this size the screen says it is too small (columns, rows).
+MIN_SIZE = (60, 15)
+#: Below this size the compact layout is used (columns, rows).
+COMPACT = (100, 30)
+#: Statuses of a source that is not there (the indicator says "disconnected").
+GONE = frozenset({Status.DISCONNECTED, Status.UNREACHABLE, Status.UNAUTHORIZED, Status.ERROR, Status.MALFORMED})
+
+#: Actions whose keys type into a focused text box instead (the footer does not offer them there).
+TYPING_KEYS = frozenset({
+    "toggle_play", "step", "jump_start", "jump_end", "zoom_in", "zoom_out", "zoom_fit", "faster", "slower",
+    "seek", "toggle_fold", "toggle_turn_by_turn", "cycle_palette", "swap_map", "mode_detail", "search",
+    "tab", "help", "quit",
+})
 
 
 class RunScreen(Screen[None]):
@@ -38,33 +65,43 @@ class RunScreen(Screen[None]):
 
     ``title`` names the source; ``fps`` bounds the repaint rate (default 10 per second);
     ``follow`` pins the cursor to the newest row (live sources); ``start_at_end`` opens a replay
-    on the whole run.
+    with every row revealed, on its first window (its warm-up) at one token per column.
     """
 
     BINDINGS: ClassVar[list[BindingType]] = [
-        # Playback keys win over scroll containers (priority), but not over a text input.
-        Binding("space", "toggle_play", "play/pause", priority=True),
-        Binding("left", "step(-1)", "◀ token", show=False, priority=True),
-        Binding("right", "step(1)", "token ▶", show=False, priority=True),
-        Binding("shift+left,pageup", "step(-50)", "◀◀ 50", show=False, priority=True),
-        Binding("shift+right,pagedown", "step(50)", "50 ▶▶", show=False, priority=True),
-        Binding("home", "jump_start", "start", show=False, priority=True),
-        Binding("end", "jump_end", "end", show=False, priority=True),
-        Binding("plus,equals_sign", "faster", "faster"),
-        Binding("minus", "slower", "slower"),
-        Binding("g", "seek", "seek"),
-        Binding("f", "toggle_fold", "fold"),
+        Binding("space", "toggle_play", "pause"),
+        Binding("p", "toggle_play", "pause", show=False),
+        Binding("left", "step(-1)", "◀ token", show=False),
+        Binding("right", "step(1)", "token ▶", show=False),
+        Binding("shift+left,pageup", "step(-50)", "◀◀ 50", show=False),
+        Binding("shift+right,pagedown", "step(50)", "50 ▶▶", show=False),
+        Binding("home", "jump_start", "first", show=False),
+        Binding("end", "jump_end", "live/end"),
+        Binding("plus,equals_sign", "zoom_in", "zoom in"),
+        Binding("minus", "zoom_out", "out"),
+        Binding("0", "zoom_fit", "whole run", show=False),
+        Binding("left_square_bracket,less_than_sign", "slower", "slower", show=False),
+        Binding("right_square_bracket,greater_than_sign", "faster", "faster", show=False),
+        Binding("g", "seek", "seek", show=False),
+        Binding("slash", "search", "search"),
+        Binding("f", "toggle_fold", "fold", show=False),
         Binding("t", "toggle_turn_by_turn", "turn by turn", show=False),
+        Binding("c", "cycle_palette", "palette", show=False),
+        Binding("m", "swap_map", "other map", show=False),
+        Binding("d", "mode_detail", "mode", show=False),
         Binding("1", "tab('overview')", "overview", show=False),
         Binding("2", "tab('text')", "text", show=False),
         Binding("3", "tab('log')", "log", show=False),
-        Binding("p", "tab('problems')", "problems"),
-        Binding("question_mark,h", "help", "help"),
+        Binding("4", "tab('problems')", "problems", show=False),
+        Binding("f1,question_mark", "help", "help", key_display="F1"),
         Binding("q", "quit", "quit"),
+        Binding("ctrl+c", "quit", "quit", show=False, priority=True),
     ]
 
-    #: Actions a focused text input (prompt box, seek box) keeps for itself.
-    PLAYBACK_ACTIONS = frozenset({"toggle_play", "step", "jump_start", "jump_end"})
+    #: Nothing takes the focus on its own: the arrow keys move the selection (a focused tab bar
+    #: would take them); the live screen focuses its prompt box itself.
+    AUTO_FOCUS = ""
+
     #: Whether the side shows the answer's tail (sources without answer text leave it out).
     SHOW_ANSWER = True
     #: A live source quiet for longer than this (seconds) gets "no telemetry for N s" in the title.
@@ -75,22 +112,27 @@ class RunScreen(Screen[None]):
         super().__init__()
         self.model = run
         self.playback = Playback(run, follow=follow)
-        if start_at_end:
-            self.playback.cursor = self.playback.n
+        if start_at_end and not follow:
+            self.playback.open_at_start()
         self.source_title = title
         self.fps = fps
         self._last_tick = time.monotonic()
-        self._drawn_key: tuple[Any, ...] | None = None
+        self._title_key: tuple[Any, ...] | None = None
         self._log_len = 0
+        self._layout = ""
+        self._empty: dict[str, bool] = {}
+        self.search_query = ""
+        self.show_experts_compact = False
+        self._header_cache: tuple[tuple[Any, ...], list[tuple[str, Style]]] | None = None
 
     # ---------------------------------------------------------------------------------- layout
     def compose(self) -> ComposeResult:
-        yield Static(self._title_text(), id="title")
+        yield Static(id="title")
         yield Banner(self.model, id="banner")
         yield from self.compose_status()
         with Horizontal(id="body"):
             with Vertical(id="side"):
-                with VerticalScroll(id="run-panel-scroll"):
+                with VerticalScroll(id="run-panel-scroll", can_focus=False):
                     yield from self.compose_side()
                     yield RunPanel(self.model, self.playback, id="run-panel")
                 if self.SHOW_ANSWER:
@@ -98,11 +140,11 @@ class RunScreen(Screen[None]):
             with TabbedContent(id="tabs", initial="overview"):
                 with TabPane("Overview", id="overview"):
                     with Vertical(id="main"):
+                        yield OverviewStrip(self.model, self.playback, id="overview-strip")
                         yield BreakdownChart(self.model, self.playback, id="breakdown")
                         yield TrendChart(self.model, self.playback, id="trends")
-                        with Horizontal(id="grids"):
-                            yield LayerHeatmap(self.model, self.playback, id="heatmap")
-                            yield ExpertMap(self.model, self.playback, id="expert-map")
+                        yield LayerHeatmap(self.model, self.playback, id="heatmap")
+                        yield ExpertMap(self.model, self.playback, id="expert-map")
                 with TabPane("Text", id="text"):
                     with VerticalScroll(id="text-scroll"):
                         yield AnswerPanel(self.model, self.playback, id="answer-full")
@@ -114,7 +156,9 @@ class RunScreen(Screen[None]):
                         yield ProblemsPanel(self.model, id="problems-panel")
                 yield from self.compose_tabs()
         yield from self.compose_bottom()
-        yield Footer()
+        yield Input(placeholder="search the text / filter the table — Enter keeps it, Escape clears", id="search")
+        yield Footer(compact=True)
+        yield Static(id="too-small")
 
     def compose_status(self) -> ComposeResult:
         """A status line under the title (live and attach modes)."""
@@ -133,27 +177,131 @@ class RunScreen(Screen[None]):
         yield from ()
 
     def on_mount(self) -> None:
+        for tabs in self.query(Tabs):
+            tabs.can_focus = False  # the arrow keys move the selection, not the tabs
+        for scroll in self.query(VerticalScroll):
+            scroll.can_focus = False
         self.set_interval(1.0 / max(1.0, self.fps), self.tick)
+        self.apply_layout(self.size.width, self.size.height)
         self.refresh_views(force=True)
 
-    # ---------------------------------------------------------------------------- repaint loop
-    def _title_text(self) -> Text:
-        pb = self.playback
-        state = "▶ playing" if pb.playing else ("● live" if pb.follow else "❚❚ paused")
-        if pb.turn_by_turn:
-            state += " (turn by turn)"
-        t = safe_text(f"bmoe-top  {self.source_title}  ")
-        unit = self.model.row_unit
-        if pb.follow:  # live: no playback speed; the turn's progress instead
-            step, steps = self.model.tokens.last("step"), self.model.tokens.last("steps")
-            turn = f"  (this turn {int(step)}/{int(steps)})" if step == step and steps == steps else ""
-            t.append(f"{state}  {unit} {pb.n:,}{turn}", style="bold")
+    def on_resize(self, event: events.Resize) -> None:
+        self.apply_layout(event.size.width, event.size.height)
+
+    def apply_layout(self, width: int, height: int) -> None:
+        """Pick the layout for ``width`` x ``height`` (classes ``-tiny`` / ``-compact``)."""
+        tiny = width < MIN_SIZE[0] or height < MIN_SIZE[1]
+        compact = not tiny and (width < COMPACT[0] or height < COMPACT[1])
+        layout = "tiny" if tiny else ("compact" if compact else "normal")
+        self.set_class(tiny, "-tiny")
+        self.set_class(compact, "-compact")
+        self.set_class(compact and self.show_experts_compact, "-experts")
+        if tiny:
+            for w in self.query("#too-small").results(Static):
+                w.update(Text(f"Terminal size too small:\n  width = {width}  height = {height}\n\n"
+                              f"Needed for this screen:\n  width = {MIN_SIZE[0]}  height = {MIN_SIZE[1]}",
+                              justify="center"))
+        layout_key = f"{layout}-{height < 20}"
+        if layout_key != self._layout:
+            self._layout = layout_key
+            for t in self.query(TrendChart):
+                t.rows_per = 1 if compact else 2
+                t.max_trends = (2 if height < 20 else 3) if compact else 6
+                t.refresh(layout=True)
+            self._title_key = None
+
+    # ---------------------------------------------------------------------------- the title
+    def status_word(self) -> str:
+        """The source's own state for the title (the live screen says ready / generating)."""
+        return ""
+
+    def state_parts(self, look: Look) -> list[tuple[str, Style]]:
+        """The honest state indicator: live / paused / replay (speed) / ended / disconnected."""
+        pb, run, g = self.playback, self.model, look.g
+        st = pb.state()
+        status = run.status
+        out: list[tuple[str, Style]] = []
+        if status in GONE:
+            word = "disconnected" if status == Status.DISCONNECTED else f"disconnected ({status})"
+            out.append((f"{g.down} {word}", look.alert))
+            if st == PlayState.PAUSED:
+                out.append((f" {g.paused} paused", look.warn))
+        elif st == PlayState.LIVE:
+            out.append((f"{g.live} live", look.good + Style(bold=True)))
+            if pb.speed < 1.0:
+                behind = pb.behind
+                out.append((f" {pb.speed_label()}" + (f" ({behind:,} behind)" if behind else ""), look.warn))
+        elif st == PlayState.PLAYING:
+            out.append((f"{g.playing} replay {pb.speed_label()}", look.accent))
+            if pb.turn_by_turn:
+                out.append((" (turn by turn)", look.dim))
+        elif st == PlayState.ENDED:
+            out.append((f"{g.ended} ended" + (" (aborted)" if status == Status.ABORTED else ""), look.dim +
+                        Style(bold=True)))
         else:
-            t.append(f"{state} {pb.speed_label()}  {unit} {pb.cursor:,}/{pb.n:,}", style="bold")
+            out.append((f"{g.paused} paused", look.warn))
+            if pb.live_source:
+                out.append((" · End: live", look.dim))
+        return out
+
+    def title_text(self, width: int | None = None) -> Text:
+        look = look_of(self)
+        pb, run = self.playback, self.model
+        width = width or self.size.width or 120
+        t = Text(no_wrap=True, overflow="ellipsis")
+        if width >= 90:
+            t.append("bmoe-top ", style=look.title)
+        src = sanitize(self.source_title)
+        if width >= 90:
+            t.append(src[: max(10, width // 4)] + "  ", style=look.label)
+        for text, style in self.state_parts(look):
+            t.append(text, style=style)
+        t.append(" ")
+        word = self.status_word()
+        if word:
+            t.append(f" · {word}", style=look.status_style(word))
+        unit = run.row_unit
+        n = pb.n
+        if pb.selected is not None or not pb.follow:
+            pos = f"  {unit} {pb.sel + 1:,}/{n:,}" if n else f"  no {unit}s"
+        else:
+            pos = f"  {unit}s {n:,}"
+            step, steps = run.tokens.last("step"), run.tokens.last("steps")
+            if step == step and steps == steps and run.status == Status.GENERATING:
+                pos += f" (turn {int(step):,}/{int(steps):,})"
+        t.append(pos, style=Style(bold=True))
+        if pb.fit:
+            t.append("  whole run", style=look.dim)
+        elif pb.per_col != 1:
+            t.append(f"  {pb.per_col:,.0f}/col" if pb.per_col > 1 else f"  {round(1 / pb.per_col)} cols each",
+                     style=look.dim)
         quiet = self.quiet_seconds()
         if quiet is not None:
-            t.append(f"  no telemetry for {quiet:.0f} s", style="bold #e06c75")
+            t.append(f"  no telemetry for {quiet:.0f} s", style=look.alert)
+        used = t.cell_len
+        parts = self._header_parts(look)
+        if parts:
+            t.append(f"  {look.g.vbar} ", style=look.dim)
+            used += 4
+            for i, (text, style) in enumerate(parts):
+                piece = ("" if i == 0 else " · " if i > 1 else " ") + text
+                if used + len(piece) > width - 1:
+                    break
+                t.append(piece, style=style)
+                used += len(piece)
         return t
+
+    def _header_parts(self, look: Look) -> list[tuple[str, Style]]:
+        """:func:`header_parts`, computed again only when what it reads changed: the token rows
+        (appended, or folded into history), the cache and device numbers, the status. Its sums
+        run over the whole run, so a repaint for any other reason (a log line, a key) reuses them."""
+        run = self.model
+        with run.lock:
+            key = (run.tokens.n, run.tokens.start, run.turn_count, str(run.status), run.resident_mib,
+                   run.budget_mib, len(run.summary), len(run.sidecar), look)
+        if self._header_cache is None or self._header_cache[0] != key:
+            self._header_cache = (key, header_parts(run, look))
+        return self._header_cache[1]
 
     def quiet_seconds(self) -> float | None:
         """Seconds since a live source's last line, when it has been quiet for more than
@@ -166,71 +314,124 @@ class RunScreen(Screen[None]):
         q = time.monotonic() - last
         return q if q > self.quiet_after_s else None
 
+    # ---------------------------------------------------------------------------- repaint loop
     def tick(self) -> None:
         now = time.monotonic()
         dt, self._last_tick = now - self._last_tick, now
         self.playback.tick(dt)
         self.refresh_views()
 
+    def views(self) -> Iterator[RunView]:
+        yield from self.query(RunView)
+
     def refresh_views(self, force: bool = False) -> None:
         """Repaint what changed since the last repaint (everything with ``force``)."""
         if self.playback.follow:
             self.playback.tick(0.0)  # live: the cursor is the newest row, even between timer ticks
-        pb = self.playback
-        key = (self.model.version, pb.cursor, pb.playing, pb.speed_index, int(self.quiet_seconds() or 0),
-               pb.turn_by_turn)
-        if (key == self._drawn_key and not force) or not self.is_attached:
-            return
-        titles = self.query("#title")
-        if not titles:
+        if not self.is_attached or not self.query("#title"):
             return  # before compose finished, or during teardown (timers and deferred calls)
-        self._drawn_key = key
-        titles.first(Static).update(self._title_text())
+        self.playback.clamp()
+        pb = self.playback
+        look = look_of(self)
+        key = (self.model.version, pb.cursor, pb.selected, pb.playing, pb.follow, pb.speed_index, pb.per_col,
+               int(self.quiet_seconds() or 0), pb.turn_by_turn, self.status_word(), look, self.size)
+        if key != self._title_key or force:
+            self._title_key = key
+            title = self.title_text()
+            self.query_one("#title", Static).update(ascii_text(title) if look.ascii else title)
+        self._collapse_empty()
+        overview_shown = self._active_tab() == "overview"
+        for view in self.views():
+            if overview_shown or force:
+                view.poll(force)
         # panes of tabs not shown yet may still be composing: each view is looked for, not assumed
         for panel in (*self.query(Banner), *self.query(RunPanel), *self.query(AnswerPanel), *self.query(AnswerTail),
                       *self.query(ProblemsPanel)):
-            panel.update_from_run()
-        for w in (BreakdownChart, TrendChart, LayerHeatmap, ExpertMap):
-            for widget in self.query(w):
-                widget.refresh()
+            panel.update_from_run(force)
         logs = self.query("#log-text")
         with self.model.lock:
             n = len(self.model.log)
             if logs and n != self._log_len:
                 self._log_len = n
                 lines = list(self.model.log)[-LOG_SHOWN:]
-                logs.first(Static).update(safe_text("\n".join(lines)))
+                logs.first(Static).update(safe_text("\n".join(lines), multiline=True))
+
+    def _collapse_empty(self) -> None:
+        """A view with nothing to show takes one line (class ``-empty``)."""
+        for view in self.query(RunView):
+            empty = bool(getattr(view, "empty", False))
+            vid = view.id or ""
+            if self._empty.get(vid) != empty:
+                self._empty[vid] = empty
+                view.set_class(empty, "-empty")
+
+    def _active_tab(self) -> str:
+        tabs = self.query(TabbedContent)
+        return tabs.first().active if tabs else ""
 
     # --------------------------------------------------------------------------------- actions
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """Playback keys go to a focused text input (prompt box) instead."""
-        if action in self.PLAYBACK_ACTIONS and isinstance(self.focused, Input):
+        """Keys that type into a focused text box are not offered there; the map swap only in
+        the compact layout."""
+        if action in TYPING_KEYS and isinstance(self.focused, Input):
             return False
+        if action == "swap_map":
+            return self._layout.startswith("compact")
         return True
+
+    def _moved(self) -> None:
+        self.refresh_views()
+
+    @on(TokenSelected)
+    def _token_selected(self, event: TokenSelected) -> None:
+        self.refresh_views()
 
     def action_toggle_play(self) -> None:
         self.playback.toggle()
-        self.refresh_views()
+        self._moved()
 
     def action_step(self, k: int) -> None:
         self.playback.step(k)
-        self.refresh_views()
+        self._moved()
 
     def action_jump_start(self) -> None:
         self.playback.start()
-        self.refresh_views()
+        self._moved()
 
     def action_jump_end(self) -> None:
         self.playback.end()
-        self.refresh_views()
+        self._moved()
+
+    def action_go_live(self) -> None:
+        self.playback.end()
+        self._moved()
 
     def action_faster(self) -> None:
         self.playback.faster()
-        self.refresh_views()
+        self._moved()
 
     def action_slower(self) -> None:
         self.playback.slower()
-        self.refresh_views()
+        self._moved()
+
+    def action_set_speed(self, index: int) -> None:
+        self.playback.speed_index = max(0, min(index, 10))
+        self._moved()
+
+    def action_zoom_in(self) -> None:
+        pb = self.playback
+        if pb.per_col == 1 and not pb.fit:
+            self.notify("full resolution: one token per column")
+        pb.zoom(-2)
+        self._moved()
+
+    def action_zoom_out(self) -> None:
+        self.playback.zoom(2)
+        self._moved()
+
+    def action_zoom_fit(self) -> None:
+        self.playback.zoom_fit()
+        self._moved()
 
     def action_seek(self) -> None:
         def done(value: int | None) -> None:
@@ -249,6 +450,24 @@ class RunScreen(Screen[None]):
         for w in (*self.query(LayerHeatmap), *self.query(ExpertMap)):
             w.fold = not w.fold
 
+    def action_cycle_palette(self) -> None:
+        look = look_of(self).next_scale()
+        app = self.app
+        if isinstance(app, BmoeTopApp):
+            app.look = look
+        self.notify(f"palette: {look.scale}" + (" (not colour-blind safe)" if look.scale == "classic" else ""))
+        self.refresh_views(force=True)
+
+    def action_swap_map(self) -> None:
+        self.show_experts_compact = not self.show_experts_compact
+        self.apply_layout(self.size.width, self.size.height)
+        self.refresh_views(force=True)
+
+    def action_mode_detail(self) -> None:
+        with self.model.lock:
+            mode, why = self.model.mode()
+        self.app.push_screen(ModeScreen(mode, mode_words(mode), why))
+
     @on(TabbedContent.TabActivated)
     def _tab_shown(self) -> None:
         self.call_after_refresh(self.refresh_views, True)
@@ -259,14 +478,108 @@ class RunScreen(Screen[None]):
     def action_quit(self) -> None:
         self.app.exit()
 
-    def action_help(self) -> None:
+    # ------------------------------------------------------------------------------ search
+    def action_search(self) -> None:
+        if self._active_tab() == "overview":
+            self.action_tab("text")
+        box = self.query_one("#search", Input)
+        box.add_class("-shown")
+        box.value = self.search_query
+        box.focus()
+
+    @on(Input.Changed, "#search")
+    def _search_changed(self, event: Input.Changed) -> None:
+        self.apply_search(event.value)
+
+    @on(Input.Submitted, "#search")
+    def _search_done(self, event: Input.Submitted) -> None:
+        self.apply_search(event.value, jump=True)
+        self._close_search()
+
+    def on_key(self, event: events.Key) -> None:
+        if event.key == "escape" and isinstance(self.focused, Input) and self.focused.id == "search":
+            self.apply_search("")
+            self._close_search()
+            event.stop()
+
+    def _close_search(self) -> None:
+        box = self.query_one("#search", Input)
+        box.remove_class("-shown")
+        self.set_focus(None)
+
+    def apply_search(self, query: str, jump: bool = False) -> None:
+        """Search the answer text (marks and counts matches) or filter the active tab's table."""
+        self.search_query = query
+        tab = self._active_tab()
+        if tab == "text":
+            panel = self.query_one(AnswerPanel)
+            panel.query_text = query
+            panel.update_from_run(force=True)
+            if jump and query:
+                plain = panel.renderable_for().plain
+                at = plain.lower().find(query.lower())
+                if at >= 0:
+                    self.query_one("#text-scroll", VerticalScroll).scroll_to(y=plain.count("\n", 0, at), animate=False)
+            if query:
+                self.notify(f"{panel.matches()} match(es) for “{sanitize(query)}”", timeout=2)
+        elif tab == "problems":
+            p = self.query_one(ProblemsPanel)
+            p.query_text = query
+            p.update_from_run(force=True)
+        else:
+            self.filter_table(tab, query)
+
+    def filter_table(self, tab: str, query: str) -> None:
+        """Filter the rows of the table in tab ``tab`` (mode screens with tables implement it)."""
+        for table in self.query(f"#{tab} DataTable"):
+            if isinstance(table, DataTable):
+                self.notify("this table has no filter", timeout=2)
+
+    # ------------------------------------------------------------------------------ help
+    def key_rows(self) -> list[tuple[str, str]]:
         rows, seen = [], set()
         for cls in type(self).__mro__:  # a mode's own keys first, then the shared ones
             for b in cls.__dict__.get("BINDINGS", ()):
                 if not isinstance(b, Binding) or b.key in seen:
                     continue
                 seen.add(b.key)
-                keys = (b.key.replace("question_mark", "?").replace("equals_sign", "=").replace("plus", "+")
-                        .replace("minus", "-").replace(",", " / "))
-                rows.append((keys, b.description))
-        self.app.push_screen(HelpScreen(rows))
+                rows.append((key_label(b.key), b.description))
+        return rows
+
+    def action_help(self) -> None:
+        self.app.push_screen(HelpScreen(self.key_rows()))
+
+    def commands(self) -> list[tuple[str, str, Any]]:
+        """The screen's own actions for the command palette: (title, help, callback)."""
+        pb = self.playback
+        out: list[tuple[str, str, Any]] = [
+            ("Follow live / last token", "End: back to the newest token (live) or to the end", self.action_jump_end),
+            ("Pause / resume", "space or p", self.action_toggle_play),
+            ("Seek to a token…", "g: select a token by its number", self.action_seek),
+            ("First token", "Home", self.action_jump_start),
+            ("Zoom in", "+: half as many tokens per column", self.action_zoom_in),
+            ("Zoom out", "-: twice as many tokens per column", self.action_zoom_out),
+            ("Zoom to the whole run", "0", self.action_zoom_fit),
+            ("Fold / scroll the layer maps", "f", self.action_toggle_fold),
+            ("Palette: next colour scale", f"c (now {look_of(self).scale})", self.action_cycle_palette),
+            ("Mode details (wall-time breakdown)", "d", self.action_mode_detail),
+            ("Search the text / filter a table", "/", self.action_search),
+            ("Turn by turn playback", "t", self.action_toggle_turn_by_turn),
+            ("Faster playback", f"] (now {pb.speed_label()})", self.action_faster),
+            ("Slower playback / slow motion", "[ (0.5x, 0.25x, 0.1x trail a live run)", self.action_slower),
+            ("Keys (help)", "F1 or ?", self.action_help),
+        ]
+        for tab_id, name, key in (("overview", "Overview", "1"), ("text", "Text", "2"), ("log", "Log", "3"),
+                                  ("problems", "Problems", "4")):
+            out.append((f"Tab: {name}", key, lambda t=tab_id: self.action_tab(t)))
+        return out
+
+
+def key_label(key: str) -> str:
+    names = {"question_mark": "?", "equals_sign": "=", "plus": "+", "minus": "-", "slash": "/",
+             "left_square_bracket": "[", "right_square_bracket": "]", "less_than_sign": "<",
+             "greater_than_sign": ">", "space": "space", "pageup": "PgUp", "pagedown": "PgDn", "f1": "F1"}
+    return " / ".join(names.get(k, k) for k in key.split(","))
+
+
+__all__ += ["GONE", "TYPING_KEYS", "key_label"]

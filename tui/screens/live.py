@@ -10,10 +10,10 @@ request, wait, SIGTERM, SIGKILL of its group). The terminal is restored on every
 quit key, SIGTERM, SIGHUP and SIGINT all go through ``App.exit``.
 
 Keys (besides the replay keys): Enter in the prompt box sends ``generate`` (n_predict from the
-small box beside it; "new chat" or "continue" = ``clear_kv`` true/false, toggled with ctrl+n);
-escape, ctrl+c or ctrl+x sends ``cancel`` (escape when nothing is generating leaves the prompt
-box, so q, ?, space and the arrows work again; Enter or a click goes back into it); ctrl+t shows
-the turns table; ctrl+q quits from anywhere, q outside the prompt box.
+small box beside it; "new chat" or "continue" = ``clear_kv`` true/false, toggled with ctrl+n)
+and follows the new turn live; escape, ctrl+c or ctrl+x sends ``cancel`` (escape when nothing is
+generating leaves the prompt box, so q, ?, space and the arrows work again; Enter or a click goes
+back into it); ctrl+t shows the turns table; ctrl+q quits from anywhere, q outside the prompt box.
 """
 
 from __future__ import annotations
@@ -32,14 +32,15 @@ from textual.widgets import DataTable, Input, Label, Static, TabPane
 from bmoe_top.tui.app import BmoeTopApp
 from bmoe_top.tui.feed.bind import bind
 from bmoe_top.tui.model import LIVE, RunModel
-from bmoe_top.tui.present.numbers import MISSING, fmt
+from bmoe_top.tui.present.numbers import MISSING, fmt, mib
+from bmoe_top.tui.present.numbers import sig as sig3
 from bmoe_top.tui.screens.base import RunScreen
 from bmoe_top.tui.sources.child_session import ChildSession
 from bmoe_top.tui.sources.events import LiveState
 from bmoe_top.tui.sources.live import LiveBase
 from bmoe_top.tui.sources.replay import RecordingSource
+from bmoe_top.tui.widgets.base import look_of
 from bmoe_top.tui.widgets.live_whatif import LiveWhatIfPanel
-from bmoe_top.tui.widgets.palette import STATUS_STYLE
 from bmoe_top.tui.widgets.panels import safe_text
 
 __all__ = ["LiveScreen", "TURN_COLUMNS", "live_app", "run_live"]
@@ -47,8 +48,6 @@ __all__ = ["LiveScreen", "TURN_COLUMNS", "live_app", "run_live"]
 TURN_COLUMNS = ("turn", "id", "tokens", "tok/s", "prefill s", "n_prompt", "n_past", "ctx %",
                 "hit %", "resident/budget MiB", "end")
 
-DIM = "#7f848e"
-ALERT = "#e06c75"
 
 
 class LiveScreen(RunScreen):
@@ -64,15 +63,19 @@ class LiveScreen(RunScreen):
 
     DEFAULT_CSS = """
     #live-status { height: 1; padding: 0 1; background: $panel; }
-    #prompt-bar { height: 3; dock: bottom; }
+    #prompt-bar { height: 3; }
     #prompt-bar Label { width: auto; padding: 1 1 0 1; }
     #prompt { width: 1fr; }
     #n-predict { width: 12; }
     #turns-table { height: 1fr; }
+    LiveScreen.-compact #prompt-bar { height: 1; }
+    LiveScreen.-compact #prompt-bar Label { padding: 0 1; }
+    LiveScreen.-compact #prompt-bar Input { border: none; height: 1; padding: 0 1; }
     """
 
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("escape,ctrl+x,ctrl+c", "cancel_generation", "cancel", priority=True),
+        Binding("escape", "escape", "cancel / leave", show=False, priority=True),
+        Binding("ctrl+x,ctrl+c", "cancel_generation", "cancel", show=False, priority=True),
         Binding("ctrl+n", "toggle_chat", "new chat/continue", priority=True),
         Binding("ctrl+t", "tab('turns')", "turns", priority=True),
         Binding("ctrl+o", "tab('whatif')", "what-if", priority=True),
@@ -93,6 +96,7 @@ class LiveScreen(RunScreen):
         self.exit_signal: int | None = None
         self._turns_seen = 0
         self._status_key: tuple[Any, ...] | None = None
+        self._turn_rows: list[tuple[str, ...]] = []
 
     @property
     def is_replay(self) -> bool:
@@ -113,7 +117,7 @@ class LiveScreen(RunScreen):
             return  # a recording cannot be driven: Enter / n releases the next turn instead
         yield Horizontal(
             Label(self._chat_label(), id="chat-mode"),
-            Input(placeholder="prompt — Enter sends (generate)", id="prompt"),
+            Input(placeholder="type a prompt and press Enter (generate) — Escape leaves the box", id="prompt"),
             Input(value=str(self.n_predict), placeholder="n_predict", id="n-predict", type="integer"),
             id="prompt-bar",
         )
@@ -152,29 +156,39 @@ class LiveScreen(RunScreen):
         if force:
             self.update_live()
 
+    def status_word(self) -> str:
+        return str(self.source.state)
+
     def _status_text(self) -> Text:
+        look = look_of(self)
+        dim, alert = look.dim, look.alert
         st = self.source.status()
-        t = safe_text("")
-        t.append(f" {st.state} ", style=STATUS_STYLE.get(st.state, "bold"))
+        t = Text()
+        t.append(f" {st.state} ", style=look.status_style(str(st.state)))
         if st.message and st.message != st.state:
-            t.append_text(safe_text(" " + st.message, f"bold {ALERT}" if (st.stalled or st.ready_timeout) else ""))
+            style = alert if (st.stalled or st.ready_timeout) else ""
+            t.append_text(safe_text(" " + st.message, style, multiline=False))
         r = st.ready
         if r is not None:
             t.append_text(safe_text(f"   load {fmt(r.load_s, 2)} s · {r.arch or MISSING} · n_ctx {fmt(r.n_ctx, 0)}",
-                                    DIM))
-        t.append(f"   turns {st.turns_done}", style=DIM)
+                                    dim))
+        elif st.state in (LiveState.STARTING, LiveState.LOADING):
+            t.append("   loading the model: the prompt box below works once it is ready", style=dim)
+        t.append(f"   turns {st.turns_done}", style=dim)
+        if st.state == LiveState.READY and not st.turns_done and not self.is_replay:
+            t.append("   type a prompt below and press Enter", style=look.accent)
         if st.last_error:
-            t.append(" · last error: ", style=DIM)
-            t.append_text(safe_text(st.last_error[:80], ALERT))
+            t.append(" · last error: ", style=dim)
+            t.append_text(safe_text(st.last_error[:80], alert, multiline=False))
         if st.stderr_lines:
-            t.append(f" · stderr {st.stderr_lines} lines", style=DIM)
+            t.append(f" · stderr {st.stderr_lines} lines (ctrl+l)", style=dim)
         if st.kind == "socket":
-            t.append(f" · connects {st.connects}", style=DIM)
+            t.append(f" · connects {st.connects}", style=dim)
         if isinstance(self.source, RecordingSource):
             player = self.source.player
-            t.append(f"   replay {player.position}/{len(self.source.recording.entries)} lines", style=DIM)
+            t.append(f"   replay {player.position}/{len(self.source.recording.entries)} lines", style=dim)
             if player.paused_at_turn.is_set():
-                t.append("  paused at a turn: Enter or n plays the next", style="bold #e5c07b")
+                t.append("  paused at a turn: Enter or n plays the next", style=look.warn)
         return t
 
     def update_live(self) -> None:
@@ -208,13 +222,30 @@ class LiveScreen(RunScreen):
         for index, d, cancelled in new:
             fill = (100.0 * d["n_past"] / n_ctx) if (d.get("n_past") is not None and n_ctx) else None
             hit = d.get("cache_hit_pct")
-            table.add_row(
-                str(index + 1), fmt(d.get("id"), 0), fmt(d.get("tokens"), 0), fmt(d.get("tok_s"), 2),
+            row = (
+                str(index + 1), fmt(d.get("id"), 0), fmt(d.get("tokens"), 0), sig3(d.get("tok_s"), 3),
                 fmt(d.get("prefill_s"), 3), fmt(d.get("n_prompt"), 0), fmt(d.get("n_past"), 0), fmt(fill, 1),
                 "no cache" if hit == -1 else fmt(hit, 1),
-                f"{fmt(d.get('cache_resident_mib'), 1)}/{fmt(d.get('cache_budget_mib'), 1)}",
+                f"{mib(d.get('cache_resident_mib'))}/{mib(d.get('cache_budget_mib'))}",
                 "cancelled" if cancelled else "done",
             )
+            self._turn_rows.append(row)
+            if self._row_matches(row):
+                table.add_row(*row)
+
+    def _row_matches(self, row: tuple[str, ...]) -> bool:
+        q = self.search_query.lower()
+        return not q or any(q in cell.lower() for cell in row)
+
+    def filter_table(self, tab: str, query: str) -> None:
+        if tab != "turns":
+            super().filter_table(tab, query)
+            return
+        table = self.query_one("#turns-table", DataTable)
+        table.clear()
+        for row in self._turn_rows:
+            if self._row_matches(row):
+                table.add_row(*row)
 
     # --------------------------------------------------------------------------------- actions
     @on(Input.Submitted, "#prompt")
@@ -241,20 +272,45 @@ class LiveScreen(RunScreen):
             return
         event.input.value = ""
         self.new_chat = False  # the next prompt continues this chat unless toggled
+        self.playback.go_live()  # the user asked for this turn: show it
+        self.refresh_views()
         self.update_live()
 
     @on(Input.Submitted, "#n-predict")
     def n_predict_done(self, event: Input.Submitted) -> None:
         self.query_one("#prompt", Input).focus()
 
-    def action_cancel_generation(self) -> None:
-        if self.is_replay:
-            return
-        if self.source.state == LiveState.GENERATING:
+    def _cancel(self) -> bool:
+        if not self.is_replay and self.source.state == LiveState.GENERATING:
             if self.source.cancel():
                 self.notify("cancel sent")
-        elif isinstance(self.focused, Input):
-            self.set_focus(None)  # escape leaves the prompt box (playback keys work again)
+            return True
+        return False
+
+    def action_cancel_generation(self) -> None:
+        """ctrl+c / ctrl+x: cancel the generation in flight (never quits: q or ctrl+q do)."""
+        if not self._cancel():
+            self.notify("nothing is generating: q (outside the prompt box) or ctrl+q quits", timeout=3)
+
+    def action_escape(self) -> None:
+        """Escape: cancel the generation in flight, else leave the prompt box or a map (so q, ?,
+        space and the arrows work again)."""
+        if not self._cancel() and self.focused is not None:
+            self.set_focus(None)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "escape" and isinstance(self.focused, Input) and self.focused.id == "search":
+            return False  # Escape closes the search box
+        return super().check_action(action, parameters)
+
+    def commands(self) -> list[tuple[str, str, Any]]:
+        out = super().commands()
+        if not self.is_replay:
+            out += [("Cancel the generation", "Escape / ctrl+x / ctrl+c", self.action_cancel_generation),
+                    ("New chat / continue", "ctrl+n", self.action_toggle_chat),
+                    ("Prompt box", "Enter or i", self.action_focus_prompt)]
+        out += [("Tab: Turns", "ctrl+t", lambda: self.action_tab("turns"))]
+        return out
 
     def action_focus_prompt(self) -> None:
         if isinstance(self.source, RecordingSource):

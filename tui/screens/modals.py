@@ -1,4 +1,5 @@
-"""Modal screens every mode shares: seek to a token, and the key help."""
+"""Modal screens every mode shares: seek to a token, the key help, and the breakdown mode's
+contract detail."""
 
 from __future__ import annotations
 
@@ -9,11 +10,13 @@ from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Input, Label, Static
 
-__all__ = ["HelpScreen", "SeekScreen"]
+from bmoe_top.parsers.sanitize import sanitize
+
+__all__ = ["HelpScreen", "ModeScreen", "SeekScreen"]
 
 
 class SeekScreen(ModalScreen[int | None]):
-    """Ask for a token number to seek to."""
+    """Ask for a token number to select."""
 
     DEFAULT_CSS = """
     SeekScreen { align: center middle; }
@@ -41,11 +44,18 @@ class SeekScreen(ModalScreen[int | None]):
         self.dismiss(None)
 
 
-HELP_FOOTNOTE = (
-    "\n\nBreakdown: wall = compute + flash wait + mgmt per token; flash wait is io_ms in"
-    "\nserial runs and stall_ms under overlap (io_ms is lane-busy time there)."
-    "\nHeatmaps use fixed colour scales; · marks a cell with no data."
-)
+HELP_FOOTNOTE = """
+State (title): ● live (following the newest token; slow motion trails it and catches up),
+❚❚ paused, ▶ replay at its speed, ■ ended, ✖ disconnected. End returns to live.
+
+Overview, top to bottom on one token axis (column j is the same tokens in each):
+the whole run (the window marked under it), wall = compute + flash wait + mgmt per token,
+the trends, and the layer x token hit share; then the layer x expert map as of the
+selected token. Zoomed out, a column is the mean of its tokens.
+
+Maps: Tab moves the focus to a map; the arrows move its cell cursor; the mouse hovers and
+clicks. Fixed colour scales (c: viridis / cividis / classic); · marks a cell with no data;
+a full cell is a resident expert, a dot one that is not."""
 
 
 class HelpScreen(ModalScreen[None]):
@@ -53,19 +63,59 @@ class HelpScreen(ModalScreen[None]):
 
     DEFAULT_CSS = """
     HelpScreen { align: center middle; }
-    #help-box { width: 72; height: auto; max-height: 90%; border: round $primary; padding: 1 2;
-                background: $surface; }
+    #help-box { width: 90; max-width: 100%; height: auto; max-height: 90%; border: round $primary;
+                padding: 1 2; background: $surface; }
     """
-    BINDINGS = [Binding("escape,q,question_mark", "dismiss_help", "close")]
+    BINDINGS = [Binding("escape,q,question_mark,f1", "dismiss_help", "close")]
 
     def __init__(self, rows: list[tuple[str, str]]) -> None:
         super().__init__()
         self.rows = rows
 
     def compose(self) -> ComposeResult:
-        text = "bmoe-top keys\n\n" + "\n".join(f"  {k:<22} {d}" for k, d in self.rows) + HELP_FOOTNOTE
+        text = "bmoe-top keys\n\n" + "\n".join(f"  {k:<24} {d}" for k, d in self.rows) + "\n" + HELP_FOOTNOTE
         with VerticalScroll(id="help-box"):
-            yield Static(text)
+            yield Static(text, markup=False)
 
     def action_dismiss_help(self) -> None:
+        self.dismiss(None)
+
+
+MODE_DETAIL = {
+    "overlap": (
+        "Under --overlap the runtime reads experts on I/O lanes while it computes. io_ms is then\n"
+        "lane-busy time (it can exceed wall_ms and is never stacked on wall); the flash wait in\n"
+        "the breakdown is stall_ms, the time the token really waited for flash.\n"
+        "wall = compute + stall + mgmt."),
+    "serial": (
+        "Without overlap every expert read blocks the token: the flash wait is io_ms.\n"
+        "wall = compute + io + mgmt."),
+    "unknown": "No token rows and no stall figure: the breakdown is drawn as serial.",
+}
+
+
+class ModeScreen(ModalScreen[None]):
+    """The breakdown mode: in plain words, how it was decided, and the contract's definition
+    (docs/telemetry.md "The contract as bmoe-run writes it")."""
+
+    DEFAULT_CSS = """
+    ModeScreen { align: center middle; }
+    #mode-box { width: 92; max-width: 100%; height: auto; border: round $primary; padding: 1 2;
+                background: $surface; }
+    """
+    BINDINGS = [Binding("escape,q,d", "dismiss_mode", "close")]
+
+    def __init__(self, mode: str, words: str, why: str) -> None:
+        super().__init__()
+        self.mode, self.words, self.why = mode, words, why
+
+    def compose(self) -> ComposeResult:
+        text = (f"{self.words}\n\ndecided from: {sanitize(self.why)}\n\n{MODE_DETAIL.get(self.mode, '')}\n\n"
+                "compute is the compute_ms column when the source sends it, else the residual\n"
+                "wall - flash wait - mgmt. mgmt is cache management (page commits, evictions, LRU\n"
+                "bookkeeping). docs/telemetry.md, \"The contract as bmoe-run writes it\".")
+        with Vertical(id="mode-box"):
+            yield Static(text, markup=False)
+
+    def action_dismiss_mode(self) -> None:
         self.dismiss(None)

@@ -1,42 +1,37 @@
-"""Per-layer grids drawn with the line API: the layer x token hit heatmap and the layer x expert map.
+"""Per-layer maps drawn with the line API: the layer x token hit-share heatmap (on the shared time
+axis: its columns are the breakdown's columns) and the layer x expert routing map.
 
-Both fold rows (and the expert map folds columns) to fit the widget when ``fold`` is on, so
-48 layers x 128 experts and 94 x 512 stay legible; with ``fold`` off they scroll instead.
-Colour scales are fixed (``palette``); a cell with no data shows ``NO_DATA_GLYPH``.
+Both fold layers (and the expert map folds experts) to fit when ``fold`` is on, so 48 x 128 and
+94 x 512 stay legible; with ``fold`` off they scroll (the cell cursor, the mouse wheel). Colour
+scales are fixed (:class:`~bmoe_top.tui.widgets.palette.Look`); a cell with no data shows the
+no-data glyph. Each map has a cell cursor (arrow keys while it has the focus, mouse hover and
+click) with a readout in its right margin; moving the heatmap's cursor along the tokens (or
+clicking one of its cells) selects that token in every view.
 """
 
 from __future__ import annotations
 
 import math
 import warnings
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import numpy as np
 from rich.segment import Segment
 from rich.style import Style
-from textual.geometry import Size
+from textual import events
+from textual.binding import Binding, BindingType
 from textual.reactive import reactive
-from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from bmoe_top.tui.model import RunModel
-from bmoe_top.tui.playback import Playback
-from bmoe_top.tui.widgets.lines import FrameCache, segments
-from bmoe_top.tui.widgets.palette import (
-    CELL_GLYPH,
-    DIM,
-    HEAT_STYLES,
-    HIT_STYLES,
-    MISS_GLYPH,
-    NO_DATA_GLYPH,
-    NO_DATA_STYLE,
-    TITLE,
-    heat_bin,
-    hit_bin,
-    legend_segments,
-)
+from bmoe_top.tui.playback import TokenWindow
+from bmoe_top.tui.present.numbers import mib, ms, sig
+from bmoe_top.tui.widgets.base import absent_phrase
+from bmoe_top.tui.widgets.charts import TimeView, TokenSelected, token_text, token_value
+from bmoe_top.tui.widgets.lines import axis_row, axis_unit, fit_text, margins, nice_step, segments_from_index, strip
+from bmoe_top.tui.widgets.palette import BLANK, Look
 
-GUTTER = 8
-HEADER = 2
+__all__ = ["ExpertMap", "GridView", "LayerHeatmap", "fold_rows"]
 
 
 def fold_rows(m: np.ndarray, f: int, how: str = "mean") -> np.ndarray:
@@ -44,6 +39,8 @@ def fold_rows(m: np.ndarray, f: int, how: str = "mean") -> np.ndarray:
     if f <= 1:
         return m
     n = m.shape[0]
+    if m.size == 0:
+        return np.zeros((-(-n // f), *m.shape[1:]), dtype=float if how == "mean" else m.dtype)
     pad = (-n) % f
     if pad:
         fill = np.nan if how == "mean" else 0
@@ -56,53 +53,61 @@ def fold_rows(m: np.ndarray, f: int, how: str = "mean") -> np.ndarray:
         return np.nanmean(g.astype(float), axis=1)
 
 
-def _row_segments(label: str, bins: np.ndarray, glyphs: np.ndarray | None, styles: list[Style]) -> list[Segment]:
-    """One grid row: the label gutter, then a cell per bin (no-data glyph where the bin is -1)."""
-    cells = [(NO_DATA_GLYPH, NO_DATA_STYLE) if b < 0 else (CELL_GLYPH if glyphs is None else glyphs[j], styles[b])
-             for j, b in enumerate(bins.tolist())]
-    return [Segment(label[: GUTTER - 1].rjust(GUTTER - 1) + "│", DIM), *segments(cells)]
+def group_label(i: int, f: int, n: int, prefix: str = "L") -> str:
+    a = i * f
+    b = min(n, a + f) - 1
+    return f"{prefix}{a}" if a == b else f"{prefix}{a}-{b}"
 
 
-class GridView(ScrollView):
-    """Base: a titled grid of ``rows x cols`` cells with a row-label gutter."""
+@dataclass
+class Cursor:
+    """A cell cursor: folded row and column (-1: none yet)."""
 
+    row: int = 0
+    col: int = -1
+
+
+class GridView(TimeView):
+    """Base of the maps: a title line, rows of layers (folded to fit, or scrolled), a cell cursor
+    with a readout in the right margin."""
+
+    can_focus = True
     fold: reactive[bool] = reactive(True)
 
-    def __init__(self, run: RunModel, playback: Playback, **kw) -> None:
-        super().__init__(**kw)
-        self.run, self.playback = run, playback
-        self.frame = FrameCache(self._build_framed)
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("up", "move(-1, 0)", "▲ layer", show=False),
+        Binding("down", "move(1, 0)", "▼ layer", show=False),
+        Binding("left", "move(0, -1)", "◀", show=False),
+        Binding("right", "move(0, 1)", "▶", show=False),
+        Binding("escape", "leave", "leave map", show=False),
+    ]
+
+    def __init__(self, *a: Any, **kw: Any) -> None:
+        super().__init__(*a, **kw)
+        self.cursor = Cursor()
+        self.hover: Cursor | None = None
+        self.top = 0  # first layer row drawn (fold off)
+        self._geom: tuple[int, int, int, int, int] = (0, 0, 0, 0, 0)  # first row y, rows shown, n rows, f, gut
 
     def watch_fold(self, _old: bool, _new: bool) -> None:
+        self.top = 0
         self.frame.invalidate()
         self.refresh()
 
-    def build(self, width: int, height: int) -> list[Strip]:  # pragma: no cover - abstract
-        raise NotImplementedError
+    def frame_key(self) -> Any:
+        base = super().frame_key()
+        assert isinstance(base, tuple)
+        hv = (self.hover.row, self.hover.col) if self.hover else None
+        return (*base, self.fold, self.cursor.row, self.cursor.col, hv, self.top, self.has_focus)
 
-    def _build_framed(self, width: int, height: int) -> list[Strip]:
-        lines = self.build(width, height)
-        if lines:  # the title never forces a horizontal scroll
-            lines[0] = lines[0].crop(0, width)
-        vw = max((ln.cell_length for ln in lines), default=0)
-        self.virtual_size = Size(vw, len(lines))
-        return lines
+    def on_focus(self) -> None:
+        self.poll(force=True)
 
-    def _frame(self) -> list[Strip]:
-        width, height = self.scrollable_content_region.size
-        return self.frame.get((self.run.version, self.playback.cursor, width, height, self.fold), width, height)
+    def on_blur(self) -> None:
+        self.poll(force=True)
 
-    def on_resize(self) -> None:
-        self.frame.invalidate()
-
-    def render_line(self, y: int) -> Strip:
-        lines = self._frame()
-        sx, sy = self.scroll_offset
-        width = self.scrollable_content_region.width
-        i = y + sy
-        if i < len(lines):
-            return lines[i].crop(sx, sx + width).extend_cell_length(width)
-        return Strip.blank(width)
+    def action_leave(self) -> None:
+        self.screen.set_focus(None)
 
     @staticmethod
     def layer_fold(n_layer: int, rows_avail: int, fold: bool) -> int:
@@ -110,136 +115,501 @@ class GridView(ScrollView):
             return 1
         return math.ceil(n_layer / rows_avail)
 
-    @staticmethod
-    def layer_label(i: int, f: int, n_layer: int) -> str:
-        a = i * f
-        b = min(n_layer, a + f) - 1
-        return f"L{a}" if a == b else f"L{a}-{b}"
+    def visible_rows(self, n_rows: int, avail: int) -> tuple[int, int]:
+        """(first, count) of the folded rows drawn, keeping the cursor row in view."""
+        if n_rows <= avail:
+            self.top = 0
+            return 0, n_rows
+        r = self.cursor.row
+        if r < self.top:
+            self.top = r
+        elif r >= self.top + avail:
+            self.top = r - avail + 1
+        self.top = max(0, min(self.top, n_rows - avail))
+        return self.top, avail
+
+    def title_segments(self, title: str, look: Look) -> list[Segment]:
+        style = look.accent if self.has_focus else look.title
+        mark = "▸ " if self.has_focus and not look.ascii else ("> " if self.has_focus else "")
+        return [Segment(mark + title, style)]
+
+    def cell_at(self, x: int, y: int) -> Cursor | None:
+        y0, shown, n_rows, _f, gut = self._geom
+        r = y - y0
+        if not 0 <= r < shown:
+            return None
+        return Cursor(self.top + r, x - gut)
+
+    def on_mouse_move(self, event: events.MouseMove) -> None:
+        cell = self.cell_at(event.x, event.y)
+        new = cell if cell is not None and cell.col >= 0 else None
+        old = self.hover
+        if (new is None) != (old is None) or (new and old and (new.row, new.col) != (old.row, old.col)):
+            self.hover = new
+            self.poll()
+
+    def on_leave(self, event: events.Leave) -> None:
+        if self.hover is not None:
+            self.hover = None
+            self.poll()
+
+    def on_mouse_scroll_down(self, event: events.MouseScrollDown) -> None:
+        self.action_move(3, 0)
+        event.stop()
+
+    def on_mouse_scroll_up(self, event: events.MouseScrollUp) -> None:
+        self.action_move(-3, 0)
+        event.stop()
+
+    def action_move(self, drow: int, dcol: int) -> None:
+        _y0, _shown, n_rows, _f, _gut = self._geom
+        self.cursor.row = max(0, min(max(0, n_rows - 1), self.cursor.row + drow))
+        if dcol:
+            self.move_col(dcol)
+        self.poll(force=True)
+
+    def move_col(self, d: int) -> None:
+        self.cursor.col = max(0, self.cursor.col + d)
+
+    def _readout_lines(self, lines: list[tuple[str, Style]], right: int, n: int) -> list[tuple[str, Style]]:
+        out = [(t[: right - 1], s) for t, s in lines]
+        return out + [("", BLANK)] * max(0, n - len(out))
 
 
 class LayerHeatmap(GridView):
-    """Layer x token hit share: each cell is the share of a layer's routed experts that were
-    resident (cache hits) for that token; the last tokens up to the playback cursor."""
+    """Layer x token hit share on the shared time axis: each cell is the share of a layer's routed
+    experts that were resident (cache hits) for that token (the tokens' mean when zoomed out)."""
 
     DEFAULT_CSS = "LayerHeatmap { height: 1fr; }"
 
-    def build(self, width: int, height: int) -> list[Strip]:
+    @property
+    def empty(self) -> bool:
+        return not self.run.n_layer or self.run.route_token_count() == 0
+
+    def move_col(self, d: int) -> None:
+        self.playback.step(d * max(1, int(self.playback.per_col)))
+        self.post_message(TokenSelected(self.playback.sel))
+
+    def on_click(self, event: events.Click) -> None:
+        cell = self.cell_at(event.x, event.y)
+        if cell is None:
+            return
+        self.cursor.row = cell.row
+        hit = self.column_at(event.x)
+        if hit is not None:
+            w, j = hit
+            a, b = w.rows_of(j)
+            if b > a:
+                self.playback.select(a)
+                self.post_message(TokenSelected(self.playback.sel))
+        self.poll(force=True)
+
+    def _matrix(self, w: TokenWindow) -> tuple[np.ndarray, np.ndarray | None]:
+        """Hit share ``[n_layer, used]`` of the window's columns (the mean of each column's rows),
+        and the lookups behind it when read from the history (coarse columns)."""
         run = self.run
+        if not w.coarse:
+            return w.reduce(run.hit_matrix(w.hi, start=w.lo)), None
+        ls = run.layer_series(w.lo, w.hi, bins=w.used)
+        return w.remap(ls.edges, ls.share), w.remap(ls.edges, ls.lookups)
+
+    def build(self, width: int, height: int) -> list[Strip]:
+        run, look = self.run, self.look
+        g = look.g
+        gut, right, cols = self.geometry(width)
+        w = self.window(width)
+        unit = run.row_unit
         with run.lock:
             n_layer = run.n_layer or 0
-            n_tok = run.route_token_count()
-            if run.row_unit != "token":  # attach rows: later rows may have no per-layer counts yet
-                n_tok = max(n_tok, run.tokens.n)
-            stop = min(self.playback.cursor, n_tok)
-            cols = max(1, width - GUTTER)
-            lo = max(0, stop - cols)
-            share = run.hit_matrix(stop, start=lo) if n_layer and stop else None
-            unit = run.row_unit
-        title = [Segment(f"layer × {unit} hit share ", TITLE),
-                 *legend_segments(HIT_STYLES, "0%", "100%"),
-                 Segment(f"  {NO_DATA_GLYPH} no routing", DIM)]
-        lines = [Strip(title)]
-        if share is None or not n_layer:
-            why = ("no routing data in this source (route trace or BMOE_ROUTE)" if unit == "token"
-                   else f"no per-layer hit/miss counts per {unit} yet")
-            lines.append(Strip([Segment("  " + why, DIM)]))
-            return lines
-        f = self.layer_fold(n_layer, height - HEADER, self.fold)
-        folded = fold_rows(share, f)
-        lines.append(Strip([Segment(" " * (GUTTER - 1) + "│", DIM),
-                            Segment(f"{unit}s {lo + 1}–{stop}" + (f", {f} layers/row" if f > 1 else ""), DIM)]))
-        bins = hit_bin(folded)
-        for i in range(folded.shape[0]):
-            lines.append(Strip(_row_segments(self.layer_label(i, f, n_layer), bins[i], None, HIT_STYLES)))
-        return lines
+            k = w.used
+            if self.empty:
+                if unit == "token":
+                    why = absent_phrase(run, "routing") + (" (route trace or BMOE_ROUTE)" if not run.status.live
+                                                            else " (bmoe-run sends it with --route-telemetry)")
+                else:
+                    why = absent_phrase(run, f"per-layer hit/miss counts per {unit}")
+                self._geom = (0, 0, 0, 1, gut)
+                return [strip([(" " * gut, BLANK), (f"layer × {unit} hit share: ", look.title), (why, look.dim)],
+                              width)]
+            share, lookups = self._matrix(w) if k else (np.zeros((n_layer, 0)), None)
+        axis = height >= 6
+        avail = max(1, height - 1 - (1 if axis else 0))
+        f = self.layer_fold(n_layer, avail, self.fold)
+        if lookups is not None and f > 1:
+            hits = fold_rows(np.nan_to_num(share) * lookups, f, "sum")
+            look_f = fold_rows(lookups, f, "sum")
+            with np.errstate(invalid="ignore", divide="ignore"):
+                folded = np.where(look_f > 0, hits / np.where(look_f > 0, look_f, 1), np.nan)
+        else:
+            folded = fold_rows(share, f)
+        n_rows = folded.shape[0]
+        first, shown = self.visible_rows(n_rows, avail)
+        self._geom = (1, shown, n_rows, f, gut)
+        # title line: name and legend, as long as fits
+        legend_cells = look.hit_cells
+        per = f", {f} layers/row" if f > 1 else ""
+        title_opts = [f"layer × {unit} hit share{per} ", f"layer × {unit} hit %{per} ", "hit % "]
+        legend_w = len(legend_cells) + len(" 0% ") + len(" 100%") + len(f"  {g.no_data} no routing")
+        title = fit_text(title_opts, max(6, gut + cols - legend_w))
+        head = [*self.title_segments(title, look), Segment("0% ", look.dim),
+                *[Segment(ch, st) for ch, st in legend_cells], Segment(" 100%", look.dim)]
+        rest = gut + cols - sum(s.cell_length for s in head)
+        nd = f"  {g.no_data} no routing"
+        if rest >= len(nd):
+            head.append(Segment(nd, look.dim))
+        elif rest >= 3:
+            head.append(Segment(f"  {g.no_data}", look.dim))
+        head_len = sum(s.cell_length for s in head)
+        cell = self.hover if self.hover is not None else Cursor(self.cursor.row, w.col_of(w.selected) or 0)
+        cell.row = max(0, min(n_rows - 1, cell.row))
+        readout = self.readout(cell, w, f, n_layer, folded, right)
+        lines = [Strip([*head[: max(1, len(head))], Segment(" " * max(0, gut + cols - head_len), BLANK),
+                        Segment(" " + readout[0][0][: right - 1].ljust(right - 1), readout[0][1])]).crop(0, width)]
+        bins = look.hit_bin(folded[first: first + shown]) if k else np.zeros((shown, 0), np.int16)
+        table: list[tuple[str, Style]] = [look.no_data, *legend_cells]
+        cursor_of = {}  # table index -> its cursor variant
+        sel_col = w.col_of(w.selected)
+        cur_row = self.cursor.row
+        for i in range(shown):
+            r = first + i
+            idx = (bins[i].astype(np.int64) + 1) if k else np.zeros(0, np.int64)
+            for c, focus in ((sel_col, r == cur_row), (self.hover.col if self.hover and self.hover.row == r else None,
+                                                        True)):
+                if c is not None and 0 <= c < k and focus:
+                    base = int(idx[c])
+                    if base not in cursor_of:
+                        ch, st = table[base]
+                        cursor_of[base] = len(table)
+                        table.append((ch, st + look.cursor))
+                    idx[c] = cursor_of[base]
+            side = readout[i + 1] if i + 1 < len(readout) else ("", BLANK)
+            lines.append(Strip([Segment(group_label(r, f, n_layer)[: gut - 1].rjust(gut - 1) + g.vbar, look.dim),
+                                *segments_from_index(idx, table), Segment(" " * (cols - k), BLANK),
+                                Segment(" " + side[0][: right - 1].ljust(right - 1), side[1])]))
+        if axis:
+            more = f"{n_rows - shown} more rows" if shown < n_rows else ""
+            ax = axis_row(w, sel_col, look.dim, look.accent, g.mark_up)
+            lines.append(Strip([Segment(axis_unit(unit, gut - 1) + g.corner, look.dim), *ax,
+                                Segment(" " + (more or "")[: right - 1].ljust(right - 1), look.dim)]))
+        return lines[:height]
+
+    def readout(self, cell: Cursor, w: TokenWindow, f: int, n_layer: int, folded: np.ndarray,
+                right: int) -> list[tuple[str, Style]]:
+        """The cursor cell: layer(s), token, hit share (hits of lookups), experts read for the
+        layer(s) and for the whole token, the token's wall time and text."""
+        run, look = self.run, self.look
+        unit = run.row_unit
+        col = cell.col
+        if col is None or col < 0 or col >= w.used:
+            return [(f"{group_label(cell.row, f, n_layer)}", look.title)]
+        a, b = w.rows_of(col)
+        tok = f"{unit} {a + 1:,}" if b - a == 1 else f"{unit}s {a + 1:,}–{b:,}"
+        out: list[tuple[str, Style]] = [(f"{group_label(cell.row, f, n_layer)} · {tok}", look.title)]
+        with run.lock:
+            ls = run.layer_series(a, b, bins=1)
+        l0, l1 = cell.row * f, min(n_layer, (cell.row + 1) * f)
+        look_n = float(np.nansum(ls.lookups[l0:l1])) if ls.lookups.size else 0.0
+        hits_n = float(np.nansum(np.nan_to_num(ls.share[l0:l1]) * ls.lookups[l0:l1])) if ls.lookups.size else 0.0
+        where = "layer" if l1 - l0 == 1 else "layers"
+        if look_n > 0:
+            out.append((f"hit {100 * hits_n / look_n:.0f} % ({hits_n:,.0f}/{look_n:,.0f})", look.label))
+            out.append((f"{where}: {look_n - hits_n:,.0f} read", look.label))
+        else:
+            out.append(("nothing routed", look.dim))
+        all_look = float(np.nansum(ls.lookups)) if ls.lookups.size else 0.0
+        all_hits = float(np.nansum(np.nan_to_num(ls.share) * ls.lookups)) if ls.lookups.size else 0.0
+        what = unit if b - a == 1 else unit + "s"
+        if all_look > 0:
+            out.append((f"{what}: {all_look - all_hits:,.0f} read", look.label))
+        if b - a == 1:
+            wall = token_value(run, "wall_ms", a)
+            read = token_value(run, "read_mib", a)
+            bits = [x for x in (mib(read) if math.isfinite(read) else "", ms(wall) if math.isfinite(wall) else "") if x]
+            if bits and len(", ".join(bits)) <= right - 1:
+                out.append((", ".join(bits), look.dim))
+            else:
+                out.extend((b_, look.dim) for b_ in bits)
+            text = token_text(run, a, limit=right - 4)
+            if text is not None:
+                from bmoe_top.parsers.sanitize import sanitize
+
+                out.append((f"“{sanitize(text)}”", look.label))
+        return self._readout_lines(out, right, 0)
 
 
 class ExpertMap(GridView):
-    """Layer x expert map: colour = how often the router picked the expert, against a uniform
-    router (fixed log scale, cold blue to hot red); glyph = residency: ``█`` resident, ``░`` not
-    resident, ``·`` never routed. Residency comes from ``BMOE_RESIDENT`` when the source sends it,
-    else from whether the expert's last routing was a hit (the legend says which)."""
+    """Layer x expert map as of the selected token: colour = how often the router picked the
+    expert against a uniform router (fixed log scale, cold to hot); glyph = residency: a full cell
+    when resident, a dot when not, the no-data glyph when never routed. Residency comes from
+    ``BMOE_RESIDENT`` when the source sends it, else from whether the expert's last routing was a
+    hit (the legend says which). An STRP profile shows its ranks instead."""
 
     DEFAULT_CSS = "ExpertMap { height: 1fr; }"
 
-    def build(self, width: int, height: int) -> list[Strip]:
+    def __init__(self, *a: Any, **kw: Any) -> None:
+        super().__init__(*a, **kw)
+        self.left = 0  # first expert column drawn (fold off)
+        self._groups: tuple[np.ndarray, np.ndarray, int, int, int] | None = None
+
+    @property
+    def empty(self) -> bool:
         run = self.run
+        if run.expert_rank is not None or run.resident is not None:
+            return False
+        return not run.n_expert or run.routes.total == 0
+
+    def frame_key(self) -> Any:
+        base = super().frame_key()
+        assert isinstance(base, tuple)
+        return (*base, self.left)
+
+    def on_click(self, event: events.Click) -> None:
+        cell = self.cell_at(event.x, event.y)
+        if cell is not None and cell.col >= 0:
+            cw = self._groups[2] if self._groups is not None else 1
+            self.cursor.row, self.cursor.col = cell.row, cell.col // cw + self.left
+            self.hover = None
+            self.poll(force=True)
+
+    @staticmethod
+    def expert_groups(n_expert: int, cols: int, fold: bool) -> tuple[np.ndarray, np.ndarray, int]:
+        """Columns of experts: (first expert of each group, group sizes, display cells per group).
+        More experts than columns (folded): groups of one or more spread over every column; fewer:
+        one expert per group, up to 4 cells wide; ``fold`` off: one expert per cell."""
+        if n_expert <= 0:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64), 1
+        if fold and n_expert > cols:
+            j = np.arange(cols + 1, dtype=np.int64)
+            edges = (j * n_expert) // cols
+            return edges[:-1], np.diff(edges), 1
+        cw = max(1, min(4, cols // n_expert)) if fold else 1
+        return np.arange(n_expert, dtype=np.int64), np.ones(n_expert, np.int64), cw
+
+    def build(self, width: int, height: int) -> list[Strip]:
+        run, look = self.run, self.look
+        g = look.g
+        gut, right = margins(width)
+        cols = max(1, width - gut - right)
         with run.lock:
-            n_layer, n_expert = run.n_layer or 0, run.n_expert or 0
-            stop = self.playback.cursor
-            agg = run.expert_aggregates(stop)
-            counts = agg.routed
-            resident = run.resident.copy() if run.resident is not None else None
             rank = run.expert_rank.copy() if run.expert_rank is not None else None
-            last_hit = agg.last if resident is None else None
+            stop = self.playback.sel + 1
+            n_layer, n_expert = run.n_layer or 0, run.n_expert or 0
+            agg = run.expert_aggregates(max(0, stop))
+            counts, hits = agg.routed, agg.hits
+            resident = run.resident.copy() if run.resident is not None else None
+            last_hit = agg.last
             top_k = run.top_k
+            unit = run.row_unit
         if rank is not None and counts.sum() == 0:
             return self.build_rank(rank, resident, width, height)
-        res_src = "resident now" if resident is not None else "hit at last routing"
-        title = [Segment("layer × expert routing heat ", TITLE),
-                 *legend_segments(HEAT_STYLES, "cold", "hot"),
-                 Segment(f"  █ {res_src}  ░ not  {NO_DATA_GLYPH} never routed", DIM)]
-        lines = [Strip(title)]
-        if not n_layer or not n_expert or counts.sum() == 0:
-            why = ("no routing data in this source (route trace or BMOE_ROUTE)" if run.row_unit == "token"
-                   else "no per-expert routing in this source")
-            lines.append(Strip([Segment("  " + why, DIM)]))
-            if resident is not None:
-                counts = np.zeros((resident.shape[0], resident.shape[1]), dtype=np.int64)
-            else:
-                return lines
-            n_layer, n_expert = resident.shape
-        cols = max(1, width - GUTTER)
-        fe = math.ceil(n_expert / cols) if self.fold and n_expert > cols else 1
-        fl = self.layer_fold(n_layer, height - HEADER, self.fold)
-        # fold experts (columns): sum counts; residency: resident if any in the group
-        if resident is not None:
-            res = resident.astype(np.int8)
-        else:
-            assert last_hit is not None  # read above whenever there is no resident map
-            res = (last_hit > 0).astype(np.int8)
-        c = fold_rows(fold_rows(counts.T, fe, "sum").T, fl, "sum")
-        r = fold_rows(fold_rows(res.T, fe, "sum").T, fl, "sum")
+        if self.empty or (counts.sum() == 0 and resident is None):
+            why = absent_phrase(run, "per-expert routing") if unit == "token" else \
+                "this source never sends per-expert routing"
+            self._geom = (0, 0, 0, 1, gut)
+            return [strip([(" " * gut, BLANK), ("layer × expert map: ", look.title), (why, look.dim)], width)]
+        if resident is not None and resident.shape != counts.shape:
+            L, E = max(resident.shape[0], counts.shape[0]), max(resident.shape[1], counts.shape[1])
+            counts = _pad(counts, L, E)
+            hits = _pad(hits, L, E)
+            resident = _pad(resident, L, E).astype(bool)
+            last_hit = _pad(last_hit, L, E, -1)
+            n_layer, n_expert = L, E
+        res_src = "resident now" if resident is not None else "hit at its last routing"
+        res = resident.astype(np.int8) if resident is not None else (last_hit > 0).astype(np.int8)
+        g_start, g_size, cw = self.expert_groups(n_expert, cols, self.fold)
+        avail = max(1, height - 2 - (1 if height >= 8 else 0))
+        fl = self.layer_fold(n_layer, avail, self.fold)
+
+        def fold(a: np.ndarray) -> np.ndarray:
+            by_group = np.add.reduceat(a.astype(np.int64), g_start, axis=1)
+            return fold_rows(by_group, fl, "sum")
+
+        c, h, r_sum = fold(counts), fold(hits), fold(res)
+        cells_per = fold(np.ones_like(res))
         per_layer = counts.sum(axis=1, keepdims=True).astype(float)
-        expected_row = fold_rows(per_layer, fl, "sum") / max(1, n_expert) * fe
-        bins = heat_bin(c.astype(float), np.maximum(expected_row, 1e-9))
-        hdr = f"experts 0–{n_expert - 1}" + (f", {fe} experts/cell" if fe > 1 else "") + (
-            f", {fl} layers/row" if fl > 1 else "") + (f", top-{top_k}" if top_k else "") + (
-            f", as of {run.row_unit} {agg.as_of + 1}" if agg.as_of is not None else "")
-        lines.append(Strip([Segment(" " * (GUTTER - 1) + "│", DIM), Segment(hdr, DIM)]))
-        for i in range(c.shape[0]):
-            glyphs = np.where(r[i] > 0, CELL_GLYPH, MISS_GLYPH)
-            row_bins = bins[i].copy()
+        expected = fold_rows(per_layer, fl, "sum") / max(1, n_expert) * g_size[None, :]
+        bins = look.heat_bin(c.astype(float), np.maximum(expected, 1e-9))
+        n_rows, n_cols = c.shape
+        first, shown = self.visible_rows(n_rows, avail)
+        col_shown = min(n_cols, cols // cw)
+        self.left = max(0, min(self.left, n_cols - col_shown))
+        if self.cursor.col >= 0:
+            cc = min(self.cursor.col, n_cols - 1)
+            self.cursor.col = cc
+            if cc < self.left:
+                self.left = cc
+            elif cc >= self.left + col_shown:
+                self.left = cc - col_shown + 1
+        left = self.left
+        self._geom = (2, shown, n_rows, fl, gut)
+        self._groups = (g_start, g_size, cw, left, n_cols)
+        # title + legend
+        res_cell = look.heat_resident[-1][0]
+        out_cell = look.heat_out[-1][0]
+        tail_opts = [f"  {res_cell} {res_src}  {out_cell} not  {g.no_data} never routed",
+                     f"  {res_cell} resident {out_cell} not {g.no_data} never", f"  {res_cell} res {out_cell} not"]
+        legend = [Segment("cold ", look.dim), *[Segment(ch, st) for ch, st in look.heat_resident],
+                  Segment(" hot", look.dim)]
+        legend_len = sum(s.cell_length for s in legend)
+        title = fit_text(["layer × expert routing heat (vs uniform) ", "layer × expert heat ", "experts "],
+                         max(8, gut + cols - legend_len - len(tail_opts[-1])))
+        head = [*self.title_segments(title, look), *legend]
+        tail = fit_text(tail_opts, max(0, gut + cols - sum(s.cell_length for s in head)))
+        head.append(Segment(tail, look.dim))
+        cur: Cursor | None = None
+        if self.hover is not None:
+            cur = Cursor(self.hover.row, self.hover.col // cw + left)
+        elif self.cursor.col >= 0:
+            cur = self.cursor
+        readout = self.readout(cur, c, h, r_sum, cells_per, expected, fl, g_start, g_size, n_layer, agg.as_of,
+                               stop, resident is not None, right)
+        head_len = sum(s.cell_length for s in head)
+        lines = [Strip([*head, Segment(" " * max(0, gut + cols - head_len), BLANK),
+                        Segment(" " + readout[0][0][: right - 1].ljust(right - 1), readout[0][1])]).crop(0, width)]
+        # expert ticks
+        ticks = self._expert_ticks(g_start[left: left + col_shown], cw, n_expert)
+        lines.append(Strip([Segment("expert"[: gut - 1].rjust(gut - 1) + g.vbar, look.dim), Segment(ticks, look.dim),
+                            Segment(" " * (cols - len(ticks)), BLANK),
+                            Segment(" " + (readout[1][0] if len(readout) > 1 else "")[: right - 1].ljust(right - 1),
+                                    readout[1][1] if len(readout) > 1 else BLANK)]))
+        table: list[tuple[str, Style]] = [look.no_data, *look.heat_resident, *look.heat_out]
+        nl = look.heat_levels
+        cursor_of: dict[int, int] = {}
+        for i in range(shown):
+            r = first + i
+            b = bins[r, left: left + col_shown].astype(np.int64)
+            rs = r_sum[r, left: left + col_shown] > 0
             if resident is not None:
-                # resident but never routed: still show it as resident (cold colour)
-                row_bins[(row_bins < 0) & (r[i] > 0)] = 0
-            lines.append(Strip(_row_segments(self.layer_label(i, fl, n_layer), row_bins, glyphs, HEAT_STYLES)))
-        return lines
+                b = np.where((b < 0) & rs, 0, b)  # resident but never routed: resident, coldest
+            idx = np.where(b < 0, 0, np.where(rs, 1 + b, 1 + nl + b))
+            if cur is not None and cur.row == r and 0 <= cur.col - left < col_shown:
+                j = cur.col - left
+                base = int(idx[j])
+                if base not in cursor_of:
+                    ch, st = table[base]
+                    cursor_of[base] = len(table)
+                    table.append((ch, st + look.cursor))
+                idx[j] = cursor_of[base]
+            if cw > 1:
+                idx = np.repeat(idx, cw)
+            side = readout[i + 2] if i + 2 < len(readout) else ("", BLANK)
+            lines.append(Strip([Segment(group_label(r, fl, n_layer)[: gut - 1].rjust(gut - 1) + g.vbar, look.dim),
+                                *segments_from_index(idx, table), Segment(" " * (cols - len(idx)), BLANK),
+                                Segment(" " + side[0][: right - 1].ljust(right - 1), side[1])]))
+        foot = []
+        if shown < n_rows:
+            foot.append(f"{n_rows - shown} more layer rows")
+        if top_k:
+            foot.append(f"top-{top_k}")
+        if n_cols < n_expert:
+            foot.append(f"{n_expert} experts in {n_cols} cells")
+        if fl > 1:
+            foot.append(f"{fl} layers/row")
+        if col_shown < n_cols:
+            last = left + col_shown - 1
+            foot.append(f"experts {int(g_start[left])}–{int(g_start[last] + g_size[last]) - 1} of {n_expert}")
+        if agg.as_of is not None:
+            foot.append(f"as of {unit} {agg.as_of + 1}")
+        if foot and len(lines) < height:
+            lines.append(strip([(" " * gut, BLANK), (" · ".join(foot), look.dim)], width))
+        return lines[:height]
+
+    @staticmethod
+    def _expert_ticks(starts: np.ndarray, cw: int, n_expert: int) -> str:
+        """Expert numbers at round positions over the groups shown (first expert of each)."""
+        shown = len(starts)
+        chars = [" "] * (shown * cw)
+        if not shown:
+            return ""
+        label_w = len(str(n_expert))
+        per = max(1e-9, (int(starts[-1]) - int(starts[0]) + 1) / shown) / cw
+        step = max(1, int(nice_step((label_w + 1) * per)))
+        e = (int(starts[0]) // step) * step
+        while e <= int(starts[-1]):
+            j = int(np.searchsorted(starts, e, side="left"))
+            if j < shown and starts[j] >= e:
+                c = j * cw
+                lab = str(int(starts[j])) if starts[j] != e else str(e)
+                if c + len(lab) <= len(chars) and all(ch == " " for ch in chars[max(0, c - 1): c + len(lab) + 1]):
+                    chars[c: c + len(lab)] = list(lab)
+            e += step
+        return "".join(chars)
+
+    def readout(self, cur: Cursor | None, c: np.ndarray, h: np.ndarray, r_sum: np.ndarray, cells_per: np.ndarray,
+                expected: np.ndarray, fl: int, g_start: np.ndarray, g_size: np.ndarray, n_layer: int,
+                as_of: int | None, stop: int, resident_known: bool, right: int) -> list[tuple[str, Style]]:
+        look, unit = self.look, self.run.row_unit
+        as_of_line = (f"as of {unit} {stop:,}" if as_of is None else f"as of {unit} {as_of + 1:,}", look.dim)
+        if cur is None or not (0 <= cur.row < c.shape[0] and 0 <= cur.col < c.shape[1]):
+            return [("", BLANK), as_of_line, ("Tab/click: cursor" if right > 17 else "", look.dim)]
+        r, col = cur.row, cur.col
+        e0 = int(g_start[col])
+        e1 = e0 + int(g_size[col]) - 1
+        exp = f"expert {e0}" if e0 == e1 else f"experts {e0}-{e1}"
+        out: list[tuple[str, Style]] = [(f"{group_label(r, fl, n_layer)} · {exp}", look.title), as_of_line]
+        routed, hit = int(c[r, col]), int(h[r, col])
+        ratio = routed / expected[r, col] if expected[r, col] > 0 else math.nan
+        out.append((f"routed {routed:,}" + (f" ({sig(ratio, 2)}× uniform)" if math.isfinite(ratio) and routed
+                                             else ""), look.label))
+        if routed:
+            out.append((f"hits {hit:,} ({100 * hit / routed:.0f} %)", look.label))
+        n_res, n_cells = int(r_sum[r, col]), int(cells_per[r, col])
+        word = "resident" if resident_known else "last hit"
+        if n_cells == 1:
+            out.append((f"{word}: {'yes' if n_res else 'no'}", look.good if n_res else look.warn))
+        else:
+            out.append((f"{word}: {n_res} of {n_cells}", look.label))
+        return out
 
     def build_rank(self, rank: np.ndarray, resident: np.ndarray | None, width: int, height: int) -> list[Strip]:
-        """An STRP profile: colour = rank among all ranked pairs (hottest red, coldest blue),
-        ``█`` the profile puts the expert in the cache, ``░`` ranked but not cached, ``·`` unranked."""
+        """An STRP profile: colour = rank among all ranked pairs (hottest at the top of the scale),
+        a full cell where the profile puts the expert in the cache, a dot where ranked but not
+        cached, the no-data glyph where unranked."""
+        look = self.look
+        g = look.g
+        gut, right = margins(width)
+        cols = max(1, width - gut - right)
         n_layer, n_expert = rank.shape
         ranked = rank >= 0
         n_ranked = max(1, int(ranked.sum()))
-        # fixed scale over the profile's own ranks: rank 0 -> bin 10 (hot) ... last -> bin 0 (cold)
-        heat = np.where(ranked, 10.0 - rank / max(1, n_ranked - 1) * 10.0, np.nan)
-        cols = max(1, width - GUTTER)
+        nl = look.heat_levels
+        heat = np.where(ranked, (nl - 1) - rank / max(1, n_ranked - 1) * (nl - 1), np.nan)
         fe = math.ceil(n_expert / cols) if self.fold and n_expert > cols else 1
-        fl = self.layer_fold(n_layer, height - HEADER, self.fold)
+        fl = self.layer_fold(n_layer, max(1, height - 2), self.fold)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
-            h = fold_rows(fold_rows(heat.T, fe).T, fl)  # nan-max would hide; mean of the group
+            hh = fold_rows(fold_rows(heat.T, fe).T, fl)
         res = resident.astype(np.int8) if resident is not None else ranked.astype(np.int8)
         r = fold_rows(fold_rows(res.T, fe, "sum").T, fl, "sum")
-        bins = np.where(np.isnan(h), -1, np.clip(np.rint(h), 0, 10)).astype(np.int16)
-        lines = [Strip([Segment("layer × expert profile rank ", TITLE),
-                        *legend_segments(HEAT_STYLES, "coldest", "hottest"),
-                        Segment(f"  █ cached by the profile  ░ ranked  {NO_DATA_GLYPH} unranked", DIM)])]
+        bins = np.where(np.isnan(hh), -1, np.clip(np.rint(hh), 0, nl - 1)).astype(np.int64)
+        self._geom = (2, bins.shape[0], bins.shape[0], fl, gut)
+        head = [*self.title_segments("layer × expert profile rank ", look), Segment("coldest ", look.dim),
+                *[Segment(ch, st) for ch, st in look.heat_resident], Segment(" hottest", look.dim),
+                Segment(f"  {look.heat_resident[-1][0]} cached by the profile  {look.heat_out[-1][0]} ranked  "
+                        f"{g.no_data} unranked", look.dim)]
+        lines = [Strip(head).crop(0, width)]
         hdr = f"experts 0–{n_expert - 1}, {n_ranked} ranked pairs" + (
             f", {fe} experts/cell" if fe > 1 else "") + (f", {fl} layers/row" if fl > 1 else "")
-        lines.append(Strip([Segment(" " * (GUTTER - 1) + "│", DIM), Segment(hdr, DIM)]))
+        lines.append(strip([(" " * (gut - 1) + g.vbar, look.dim), (hdr, look.dim)], width))
+        table: list[tuple[str, Style]] = [look.no_data, *look.heat_resident, *look.heat_out]
         for i in range(bins.shape[0]):
-            glyphs = np.where(r[i] > 0, CELL_GLYPH, MISS_GLYPH)
-            lines.append(Strip(_row_segments(self.layer_label(i, fl, n_layer), bins[i], glyphs, HEAT_STYLES)))
-        return lines
+            b = bins[i][:cols]
+            idx = np.where(b < 0, 0, np.where(r[i][:cols] > 0, 1 + b, 1 + nl + b))
+            lines.append(Strip([Segment(group_label(i, fl, n_layer)[: gut - 1].rjust(gut - 1) + g.vbar, look.dim),
+                                *segments_from_index(idx, table)]))
+        return lines[:height]
+
+    def move_col(self, d: int) -> None:
+        n_cols = self._groups[4] if self._groups is not None else 1
+        self.cursor.col = max(0, min(n_cols - 1, (self.cursor.col if self.cursor.col >= 0 else 0) + d))
+
+    def action_move(self, drow: int, dcol: int) -> None:
+        if self.cursor.col < 0:
+            self.cursor.col = 0
+        super().action_move(drow, dcol)
+
+
+def _pad(a: np.ndarray, L: int, E: int, fill: int = 0) -> np.ndarray:
+    out = np.full((L, E), fill, dtype=a.dtype)
+    out[: a.shape[0], : a.shape[1]] = a
+    return out

@@ -1,15 +1,28 @@
-"""What every line-API widget shares: run-length merging of cells into segments, and a frame
-cache (the lines are rebuilt only when what they depend on changed)."""
+"""What every line-API widget shares: run-length merging of cells into segments, a frame cache
+(the lines are rebuilt only when what they depend on changed), axis ticks, legends that fit, and
+the margins every time view uses (so a column is the same token in each).
+
+Every segment carries a real :class:`rich.style.Style` (never None): Textual's monochrome filter
+(``NO_COLOR``) reads the colour of each one.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterable
+import math
+from collections.abc import Callable, Hashable, Iterable, Sequence
 
+import numpy as np
 from rich.segment import Segment
 from rich.style import Style
 from textual.strip import Strip
 
-__all__ = ["FrameCache", "segments"]
+from bmoe_top.tui.playback import TokenWindow
+from bmoe_top.tui.widgets.palette import BLANK
+
+__all__ = ["FrameCache", "axis_row", "axis_unit", "blank", "fit_text", "margins", "nice_max", "nice_step", "segments",
+           "segments_from_index", "strip"]
+
+Cell = tuple[str, Style]
 
 
 def segments(cells: Iterable[tuple[str, Style]]) -> list[Segment]:
@@ -22,11 +35,51 @@ def segments(cells: Iterable[tuple[str, Style]]) -> list[Segment]:
             buf.append(ch)
             continue
         if buf:
-            out.append(Segment("".join(buf), style))
+            out.append(Segment("".join(buf), style or BLANK))
         buf, style = [ch], st
     if buf:
-        out.append(Segment("".join(buf), style))
+        out.append(Segment("".join(buf), style or BLANK))
     return out
+
+
+def segments_from_index(idx: np.ndarray, table: Sequence[Cell]) -> list[Segment]:
+    """Cells given as indexes into ``table`` -> run-length merged segments (vectorised: one
+    segment per run of equal index)."""
+    n = len(idx)
+    if n == 0:
+        return []
+    change = np.flatnonzero(idx[1:] != idx[:-1]) + 1
+    starts = [0, *change.tolist()]
+    ends = [*change.tolist(), n]
+    vals = idx[starts].tolist()
+    out = []
+    for a, b, v in zip(starts, ends, vals):
+        glyph, style = table[v]
+        out.append(Segment(glyph * (b - a), style))
+    return out
+
+
+def blank(width: int, style: Style = BLANK) -> Strip:
+    """An empty line of ``width`` cells (with a style: never None)."""
+    return Strip([Segment(" " * max(0, width), style)], max(0, width))
+
+
+def strip(parts: Iterable[tuple[str, Style]], width: int | None = None) -> Strip:
+    """A line from (text, style) parts, cut or padded to ``width`` when given."""
+    s = Strip([Segment(t, st or BLANK) for t, st in parts if t])
+    if width is not None:
+        s = s.crop(0, width)
+        if s.cell_length < width:
+            s = Strip([*s, Segment(" " * (width - s.cell_length), BLANK)], width)
+    return s
+
+
+def fit_text(options: Sequence[str], width: int) -> str:
+    """The first of ``options`` (longest first) that fits ``width`` cells, else the last cut to it."""
+    for o in options:
+        if len(o) <= width:
+            return o
+    return options[-1][: max(0, width)] if options else ""
 
 
 class FrameCache:
@@ -36,12 +89,92 @@ class FrameCache:
         self._build = build
         self._key: Hashable = None
         self.lines: list[Strip] = []
+        self.builds = 0
 
     def get(self, key: Hashable, width: int, height: int) -> list[Strip]:
         if key != self._key:
             self._key = key
             self.lines = self._build(width, height)
+            self.builds += 1
         return self.lines
 
     def invalidate(self) -> None:
         self._key = None
+
+
+def margins(width: int) -> tuple[int, int]:
+    """(left gutter, right readout) widths of every time view of ``width`` cells: the same for
+    every view of the same width, so their columns line up."""
+    if width >= 110:
+        return 8, 22
+    if width >= 76:
+        return 7, 17
+    return 6, 12
+
+
+def nice_step(raw: float) -> float:
+    """The smallest 1, 2 or 5 x 10^k that is at least ``raw``."""
+    if raw <= 0 or not math.isfinite(raw):
+        return 1.0
+    e = 10 ** math.floor(math.log10(raw))
+    for m in (1, 2, 5, 10):
+        if m * e >= raw:
+            return float(m * e)
+    return float(10 * e)
+
+
+def nice_max(v: float) -> float:
+    """A round upper bound of ``v`` for a scale (1, 2, 2.5, 5 x 10^k)."""
+    if v <= 0 or not math.isfinite(v):
+        return 1.0
+    e = 10 ** math.floor(math.log10(v))
+    for m in (1, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10):
+        if m * e >= v * 0.999:
+            return float(m * e)
+    return float(10 * e)
+
+
+#: Short names of the row units for a narrow axis gutter.
+_UNIT_SHORT = {"token": "tok", "request": "req", "interval": "intvl"}
+
+
+def axis_unit(unit: str, width: int) -> str:
+    """The row unit as the axis label in ``width`` cells: the word, else its short form
+    (``req``), never a word cut in the middle; right-aligned."""
+    for text in (unit, _UNIT_SHORT.get(unit, "")):
+        if text and len(text) <= width:
+            return text.rjust(width)
+    return " " * max(0, width)
+
+
+def axis_row(w: TokenWindow, mark: int | None, style: Style, mark_style: Style, tick: str) -> list[Segment]:
+    """The cells of the token axis under a window's columns: token numbers at round numbers
+    (spaced so they never touch), the selected column marked."""
+    cols = w.cols
+    chars = [" "] * cols
+    k = w.used
+    if k:
+        per = max(1e-9, (w.hi - w.lo) / k)
+        label_w = len(f"{w.hi:,}")
+        step = max(1, int(nice_step((label_w + 2) * per)))
+        t = ((w.lo // step) + 1) * step
+        if w.lo == 0:
+            t = step
+        ticks = [(0, w.lo + 1)] if w.lo == 0 else []
+        while t <= w.hi:
+            c = w.col_of(t - 1)
+            if c is not None:
+                ticks.append((c, t))
+            t += step
+        for col, t in ticks:
+            label = f"{t:,}"
+            if col + len(label) > cols or (mark is not None and col - 1 <= mark <= col + len(label)):
+                continue
+            if any(ch != " " for ch in chars[max(0, col - 1): col + len(label) + 1]):
+                continue
+            chars[col: col + len(label)] = list(label)
+    segs = [Segment("".join(chars), style)]
+    if mark is not None and 0 <= mark < cols:
+        segs = [Segment("".join(chars[:mark]), style), Segment(tick, mark_style),
+                Segment("".join(chars[mark + 1:]), style)]
+    return [s for s in segs if s.text]

@@ -1,13 +1,15 @@
-"""Text panels: the run panel, the answer text, the problems list and the log pane.
+"""Text panels: the run panel, the answer text, the problems list, and the header numbers.
 
-Model text is always shown as plain text: never parsed as Rich markup, and terminal control
-sequences are made visible (``␛[31m``) rather than sent to the terminal.
+Text from outside (model text, names, problem lines) always goes through
+:func:`bmoe_top.parsers.sanitize.sanitize` (:func:`safe_text`): never parsed as Rich markup, and
+terminal control sequences are made visible (``␛[31m``) rather than sent to the terminal.
 """
 
 from __future__ import annotations
 
-import re
+import math
 import textwrap
+from typing import Any
 
 from rich.segment import Segment
 from rich.style import Style
@@ -16,29 +18,27 @@ from textual.strip import Strip
 from textual.widget import Widget
 from textual.widgets import Static
 
+from bmoe_top.parsers.sanitize import sanitize
 from bmoe_top.tui.model import RunModel
 from bmoe_top.tui.playback import Playback
+from bmoe_top.tui.present.numbers import mib, sig
 from bmoe_top.tui.present.summary import run_panel_rows
-from bmoe_top.tui.widgets.lines import FrameCache
-from bmoe_top.tui.widgets.palette import KIND_STYLE
+from bmoe_top.tui.widgets.base import ascii_strip, look_of
+from bmoe_top.tui.widgets.lines import FrameCache, blank
+from bmoe_top.tui.widgets.palette import BLANK, Look
 
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-_PICTURES = {i: chr(0x2400 + i) for i in range(32)}
-_PICTURES[0x7F] = "␡"
-
-
-def visible_text(s: str) -> str:
-    """``s`` with every control character except newline and tab made visible (``\\x1b`` -> ``␛``)."""
-    return _CONTROL.sub(lambda m: _PICTURES.get(ord(m.group()), "\ufffd"), s)
+__all__ = ["AnswerPanel", "AnswerTail", "ProblemsPanel", "RunPanel", "answer_text", "header_parts", "safe_text"]
 
 
-def safe_text(s: str, style: str = "") -> Text:
-    """A Rich Text of ``s`` that the terminal shows literally (no markup, no control sequences)."""
-    return Text(visible_text(s), style=style)
+def safe_text(s: str, style: str | Style = "", multiline: bool = True) -> Text:
+    """A Rich Text of ``s`` that the terminal shows literally (no markup, no control sequences);
+    ``multiline=False`` for one-line places (a status line, a table cell): line breaks show as ``␤``."""
+    return Text(sanitize(s, multiline=multiline), style=style)
 
 
 class RunPanel(Widget):
-    """Model, arch, layers, experts, flags, mode and the run summary; 'missing' where absent.
+    """Model, arch, layers, experts, flags, the mode in plain words, the status, then the run (or
+    the last turn's) numbers under a heading, and the device sidecar; 'missing' where absent.
 
     Drawn with the line API: values wrap under their own column, and the screen is laid out
     again only when the number of lines changes (the values change every token).
@@ -46,23 +46,27 @@ class RunPanel(Widget):
 
     DEFAULT_CSS = "RunPanel { height: auto; padding: 0 1; }"
 
-    def __init__(self, run: RunModel, playback: Playback, **kw) -> None:
+    def __init__(self, run: RunModel, playback: Playback, **kw: Any) -> None:
         super().__init__(**kw)
         self.run, self.playback = run, playback
-        self._key: tuple[int, int] | None = None
+        self._key: tuple[Any, ...] | None = None
         self._lines: list[Strip] = []
         self._lines_width = -1
 
-    def update_from_run(self) -> None:
-        key = (self.run.version, self.playback.cursor)
-        if key == self._key:
+    @property
+    def look(self) -> Look:
+        return look_of(self)
+
+    def update_from_run(self, force: bool = False) -> None:
+        key = (self.run.version, self.playback.sel, self.playback.n, self.look)
+        if key == self._key and not force:
             return
         self._key = key
         before = len(self._lines)
         self._lines = self.build(self.content_region.width)
         self.refresh(layout=len(self._lines) != before)
 
-    def get_content_height(self, container, viewport, width: int) -> int:
+    def get_content_height(self, container: Any, viewport: Any, width: int) -> int:
         if width != self._lines_width:
             self._lines = self.build(width)
         return len(self._lines)
@@ -72,42 +76,111 @@ class RunPanel(Widget):
         if width != self._lines_width:
             self._lines = self.build(width)
         if y < len(self._lines):
-            return self._lines[y].crop(0, width).extend_cell_length(width)
-        return Strip.blank(width)
+            line = self._lines[y].crop(0, width)
+            return line if line.cell_length >= width else Strip([*line, *blank(width - line.cell_length)], width)
+        return blank(width)
 
     def text(self) -> str:
         """The panel as plain text (for tests and the headless twin)."""
         return "\n".join(ln.text for ln in self.build(max(20, self.content_region.width or 44)))
 
     def rows(self) -> list[tuple[str, str, str]]:
-        """(label, value, style) rows; 'missing' where the source did not send the value."""
+        """(label, value, kind) rows; 'missing' where the source did not send the value."""
         pb = self.playback
         playing = "▶ " + pb.speed_label() if pb.playing else ""
-        return [(label, value, KIND_STYLE[kind]) for label, value, kind in run_panel_rows(self.run, pb.cursor, playing)]
+        return run_panel_rows(self.run, pb.sel + 1, playing)
 
     def build(self, width: int) -> list[Strip]:
         """The rows as strips of ``width`` cells, values wrapped under their own column."""
         self._lines_width = width
+        look = self.look
         rows = self.rows()
         width = max(20, width)
-        lw = min(14 if width >= 36 else 11, max(len(r[0]) for r in rows)) + 1
+        lw = min(14 if width >= 36 else 11, max(len(r[0]) for r in rows if r[2] != "section")) + 1
         vw = max(8, width - lw)
-        label_style, out = Style(color="#7f848e"), []
-        for label, value, style in rows:
-            st = Style.parse(style) if style else Style()
+        out = []
+        for label, value, kind in rows:
+            label, value = sanitize(label), sanitize(value)
+            if kind == "section":
+                out.append(Strip([Segment(label[:width], look.kind_style("section"))]))
+                continue
+            st = look.kind_style(kind)
             parts = textwrap.wrap(value, vw, break_long_words=True, break_on_hyphens=False) or [""]
-            out.append(Strip([Segment(label[: lw - 1].ljust(lw), label_style), Segment(parts[0], st)]))
-            out += [Strip([Segment(" " * lw), Segment(cont, st)]) for cont in parts[1:]]
-        return out
+            out.append(Strip([Segment(label[: lw - 1].ljust(lw), look.dim), Segment(parts[0], st)]))
+            out += [Strip([Segment(" " * lw, BLANK), Segment(cont, st)]) for cont in parts[1:]]
+        return [ascii_strip(ln) for ln in out] if look.ascii else out
 
 
-def answer_text(run: RunModel, cursor: int, max_chars: int | None = None) -> Text:
+def header_parts(run: RunModel, look: Look) -> list[tuple[str, Style]]:
+    """The run's numbers for a one-line header: tok/s, hit %, flash share of wall, MiB per token,
+    resident/budget, memory and temperature when known; each labelled (``run``: the whole run;
+    ``last 32``: the newest tokens of a live run)."""
+    out: list[tuple[str, Style]] = []
+    with run.lock:
+        n = run.tokens.n
+        tok = run.tokens
+        live = run.status.live
+        lo = max(0, n - 32) if live else 0
+        scope = "last 32" if live and n > 32 else "run"
+        flash_part = None
+        if n and tok.has("wall_ms"):
+            wall = run.column_stats("wall_ms", lo, n)
+            if wall.count and wall.sum > 0:
+                out.append((f"{sig(1000.0 * wall.count / wall.sum)} tok/s", look.label))
+                mode, _ = run.mode()
+                flash = run.column_stats("stall_ms" if mode == "overlap" else "io_ms", lo, n)
+                if flash.count:
+                    flash_part = (f"flash {100.0 * flash.sum / wall.sum:.0f}%", look.series["flash"])
+        hit = tok.last("cache_hit_pct") if n else math.nan
+        if math.isfinite(hit):
+            out.append(("no cache" if hit < 0 else f"hit {hit:.1f}%", look.label))
+        if flash_part:
+            out.append(flash_part)
+        if n and tok.has("read_mib"):
+            read = run.column_stats("read_mib", lo, n)
+            if read.count:
+                out.append((f"{mib(read.sum / read.count)}/tok", look.label))
+        res_v = run.resident_mib if run.resident_mib is not None else run.summary.get("resident_mib")
+        bud_v = run.budget_mib if run.budget_mib is not None else run.summary.get("budget_mib")
+        if res_v is not None or bud_v is not None:
+            res = mib(res_v) if res_v is not None else "?"
+            bud = mib(bud_v) if bud_v is not None else "?"
+            out.append((f"cache {res}/{bud}", look.label))
+        rss = tok.last("rss_mib") if n else math.nan
+        if math.isfinite(rss):
+            out.append((f"rss {mib(rss)}", look.label))
+        avail = tok.last("mem_available_mib") if n else math.nan
+        if math.isfinite(avail):
+            out.append((f"avail {mib(avail)}", look.label))
+        side = run.sidecar
+        for key, label in (("peak_rss_kb", "peak rss"),):
+            try:
+                out.append((f"{label} {mib(float(side[key]) / 1024)}", look.label))
+            except (KeyError, ValueError):
+                pass
+        for key, label, div in (("cpu_temp_max_mC", "cpu", 1000.0), ("batt_temp_max_dC", "batt", 10.0)):
+            try:
+                out.append((f"{label} {float(side[key]) / div:.0f}°C", look.label))
+            except (KeyError, ValueError):
+                pass
+    if out:
+        out.insert(0, (f"{scope}:", look.dim))
+    return out
+
+
+def answer_text(run: RunModel, cursor: int, max_chars: int | None = None, highlight: str = "",
+                look: Look | None = None) -> Text:
     """Every turn's prompt, reasoning and answer up to the playback cursor, as safe Text.
 
     With ``max_chars`` only the newest turns are built, until about that many characters (the
     tail a fixed-height panel shows), reading only the end of each text: the cost of a repaint
-    stays bounded however long the run.
+    stays bounded however long the run. ``highlight``: a search term marked in the text.
     """
+    mono = look is not None and look.colors == "mono"
+    head_style = "bold" if mono else "#e5c07b"
+    prompt_style = "bold" if mono else "#61afef"
+    dim = "italic" if mono else "italic #7f848e"
+    alert = "bold" if mono else "#e06c75"
     parts: list[Text] = []
     size = 0
     with run.lock:
@@ -123,9 +196,9 @@ def answer_text(run: RunModel, cursor: int, max_chars: int | None = None) -> Tex
             out = Text()
             if many or turn.prompt:
                 head = f"── turn {turn.index + 1}" + (f" (id {turn.id})" if turn.id is not None else "")
-                out.append(head + "\n", style="#e5c07b")
+                out.append(head + "\n", style=head_style)
             if turn.prompt:
-                out.append_text(safe_text("> " + turn.prompt.strip() + "\n", "#61afef"))
+                out.append_text(safe_text("> " + turn.prompt.strip() + "\n", prompt_style, multiline=True))
             end = turn.text_len
             if not full and has_end and cursor > 0 and last >= turn.first_token and turn_at_cursor == turn.index:
                 if end_at_cursor == end_at_cursor:  # not NaN
@@ -135,43 +208,55 @@ def answer_text(run: RunModel, cursor: int, max_chars: int | None = None) -> Tex
             else:
                 text = turn.text if end == turn.text_len else turn.text_prefix(end)
             if turn.reasoning:
-                out.append_text(safe_text(turn.reasoning.rstrip() + "\n", "italic #7f848e"))
-            out.append_text(safe_text(text))
+                out.append_text(safe_text(turn.reasoning.rstrip() + "\n", dim, multiline=True))
+            out.append_text(safe_text(text, multiline=True))
             if turn.cancelled:
-                out.append(" [cancelled]", style="#e06c75")
+                out.append(" [cancelled]", style=alert)
             if turn.error:
-                out.append_text(safe_text(f"\n[error: {turn.error}]", "#e06c75"))
+                out.append_text(safe_text(f"\n[error: {turn.error}]", alert, multiline=True))
             out.append("\n")
             parts.append(out)
             size += len(out)
             if max_chars is not None and size >= max_chars:
                 break
     if not any(p.plain.strip() for p in parts):
-        return Text("no answer text in this source", style="italic #7f848e")
-    return Text("").join(reversed(parts))
+        return Text("no answer text in this source" if not run.status.live else
+                    "no answer yet", style=dim)
+    joined = Text("").join(reversed(parts))
+    if highlight:
+        joined.highlight_words([highlight], style="reverse", case_sensitive=False)
+    return joined
 
 
 class AnswerPanel(Static):
-    """The whole answer of every turn up to the cursor (the Text tab). Repaints only while shown."""
+    """The whole answer of every turn up to the cursor (the Text tab). Repaints only while shown;
+    ``query`` marks a search term."""
 
     DEFAULT_CSS = "AnswerPanel { height: auto; padding: 0 1; }"
 
-    def __init__(self, run: RunModel, playback: Playback, **kw) -> None:
+    def __init__(self, run: RunModel, playback: Playback, **kw: Any) -> None:
         super().__init__(**kw)
         self.run, self.playback = run, playback
-        self._key: tuple[int, int] | None = None
+        self._key: tuple[Any, ...] | None = None
+        self.query_text = ""
 
-    def update_from_run(self) -> None:
-        if not self.is_on_screen:
+    def update_from_run(self, force: bool = False) -> None:
+        if not self.is_on_screen and not force:
             return
-        key = (self.run.version, self.playback.cursor)
-        if key == self._key:
+        key = (self.run.version, self.playback.sel, self.query_text)
+        if key == self._key and not force:
             return
         self._key = key
         self.update(self.renderable_for())
 
     def renderable_for(self) -> Text:
-        return answer_text(self.run, self.playback.cursor)
+        return answer_text(self.run, self.playback.sel + 1, highlight=self.query_text, look=look_of(self))
+
+    def matches(self) -> int:
+        """Occurrences of the search term in the text shown."""
+        if not self.query_text:
+            return 0
+        return self.renderable_for().plain.lower().count(self.query_text.lower())
 
 
 class AnswerTail(Widget):
@@ -184,35 +269,37 @@ class AnswerTail(Widget):
 
     DEFAULT_CSS = "AnswerTail { height: 1fr; padding: 0 1; }"
 
-    def __init__(self, run: RunModel, playback: Playback, **kw) -> None:
+    def __init__(self, run: RunModel, playback: Playback, **kw: Any) -> None:
         super().__init__(**kw)
         self.run, self.playback = run, playback
-        self._key: tuple[int, int] | None = None
+        self._key: tuple[Any, ...] | None = None
         self.frame = FrameCache(self._build)
 
-    def update_from_run(self) -> None:
-        key = (self.run.version, self.playback.cursor)
-        if key != self._key:
+    def update_from_run(self, force: bool = False) -> None:
+        key = (self.run.version, self.playback.sel, look_of(self))
+        if key != self._key or force:
             self._key = key
             self.refresh()
 
     def renderable_for(self) -> Text:
         width, height = self.content_region.size
-        return answer_text(self.run, self.playback.cursor, max_chars=max(400, width * height * 2))
+        return answer_text(self.run, self.playback.sel + 1, max_chars=max(400, width * height * 2), look=look_of(self))
 
     def _build(self, width: int, height: int) -> list[Strip]:
         if height <= 0:
             return []
         console = self.app.console
         rendered = console.render_lines(self.renderable_for(), console.options.update_width(max(1, width)), pad=False)
-        return [Strip(line) for line in rendered[-height:]]
+        return [Strip([s if s.style is not None else Segment(s.text, BLANK, s.control) for s in line])
+                for line in rendered[-height:]]
 
     def render_line(self, y: int) -> Strip:
         width, height = self.content_region.size
         lines = self.frame.get((self._key, width, height), width, height)
         if y < len(lines):
-            return lines[y].extend_cell_length(width)
-        return Strip.blank(width)
+            line = lines[y]
+            return line if line.cell_length >= width else Strip([*line, *blank(width - line.cell_length)], width)
+        return blank(width)
 
 
 class ProblemsPanel(Static):
@@ -220,33 +307,41 @@ class ProblemsPanel(Static):
 
     DEFAULT_CSS = "ProblemsPanel { height: auto; padding: 0 1; }"
 
-    def __init__(self, run: RunModel, **kw) -> None:
+    def __init__(self, run: RunModel, **kw: Any) -> None:
         super().__init__(**kw)
         self.run = run
         self._key: int | None = None
+        self.query_text = ""
 
-    def update_from_run(self) -> None:
-        if self._key == self.run.version:
+    def update_from_run(self, force: bool = False) -> None:
+        if self._key == self.run.version and not force:
             return
         self._key = self.run.version
         self.update(self.renderable_for())
 
     def renderable_for(self) -> Text:
         run = self.run
+        look = look_of(self)
+        mono = look.colors == "mono"
         with run.lock:
             probs = list(run.problems[:500])
             total = run.problem_count
         if not total:
-            return Text("no problems: every line was understood", style="#98c379")
-        out = Text(f"{total} bad line(s)\n", style="bold #e06c75")
+            return Text("no problems: every line was understood", style="" if mono else "#98c379")
+        q = self.query_text.lower()
+        if q:
+            probs = [p for p in probs if q in p.reason.lower() or q in p.text.lower() or q in p.source.lower()]
+        out = Text(f"{total} bad line(s)" + (f", {len(probs)} shown matching “{sanitize(self.query_text)}”"
+                                            if q else "") + "\n", style="bold" if mono else "bold #e06c75")
         by_reason: dict[str, int] = {}
         for p in probs:
             by_reason[p.reason] = by_reason.get(p.reason, 0) + 1
         for reason, count in sorted(by_reason.items(), key=lambda kv: -kv[1]):
-            out.append(f"  {count:>6} × ", style="#e06c75")
-            out.append_text(safe_text(reason + "\n"))
+            out.append(f"  {count:>6} × ", style="" if mono else "#e06c75")
+            out.append_text(safe_text(reason + "\n", multiline=True))
         out.append("\n")
         for p in probs[:200]:
-            out.append(f"{p.source.rsplit('/', 1)[-1]}:{p.lineno}: ", style="#7f848e")
-            out.append_text(safe_text(f"{p.reason}: {p.text[:120]}\n"))
+            where = f"{p.source.rsplit('/', 1)[-1]}:{p.lineno}: "
+            out.append_text(safe_text(where, "" if mono else "#7f848e", multiline=False))
+            out.append_text(safe_text(f"{p.reason}: {p.text[:120]}", multiline=False) + Text("\n"))
         return out

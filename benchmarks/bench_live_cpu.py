@@ -1,0 +1,144 @@
+"""Live screen CPU benchmark: what bmoe-top costs while a run streams at 30 tokens/s with routing
+for 48 layers, against the same app idle, in one run.
+
+The real ``bmoe-top launch`` runs in a pseudo-terminal (200 x 60 by default, its output read and
+thrown away as a terminal would draw it) over the synthetic emitter (tests/helpers/emitter.py:
+a ``BMOE_ROUTE`` line of 48 layers x top-8 of 128 experts and a ``BMOE_PROGRESS`` line per token,
+``BMOE_RESIDENT`` every 8 tokens). Rounds alternate: idle (the session is ready, nothing
+generates) and streaming (a prompt typed into the box, 30 tokens/s); in each, the CPU time of
+the bmoe-top process (all its threads, from /proc/PID/stat; the emitter is another process and
+not counted) over a fixed wall-clock span, in % of one core, and the bytes it wrote to the
+terminal per second. Goal: under 5 % of a core while streaming.
+
+    .venv/bin/python benchmarks/bench_live_cpu.py [--rounds 3] [--span 8] [--rate 30] [--size 200x60]
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import os
+import pty
+import select
+import signal
+import statistics
+import struct
+import sys
+import termios
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+EMITTER = str(ROOT / "tests" / "helpers" / "emitter.py")
+BMOE_TOP = str(Path(sys.executable).with_name("bmoe-top"))
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` (all threads)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(") ", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+class Terminal:
+    """A child in a pseudo-terminal whose output is drained (and counted) continuously."""
+
+    def __init__(self, argv: list[str], cols: int, rows: int) -> None:
+        env = dict(os.environ, TERM="xterm-256color", COLORTERM="truecolor")
+        env.pop("NO_COLOR", None)
+        self.pid, self.fd = pty.fork()
+        if self.pid == 0:  # the child
+            os.execvpe(argv[0], argv, env)
+        fcntl.ioctl(self.fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+        self.bytes = 0
+        self.tail = b""
+
+    def drain(self, seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while (left := end - time.monotonic()) > 0:
+            r, _, _ = select.select([self.fd], [], [], min(left, 0.05))
+            if r:
+                try:
+                    d = os.read(self.fd, 1 << 16)
+                except OSError:
+                    return
+                self.bytes += len(d)
+                self.tail = (self.tail + d)[-65536:]
+
+    def wait_for(self, needle: bytes, timeout: float = 60.0) -> None:
+        end = time.monotonic() + timeout
+        while needle not in self.tail:
+            if time.monotonic() > end:
+                raise SystemExit(f"{needle!r} not seen on the screen after {timeout} s")
+            self.drain(0.1)
+
+    def type(self, data: bytes) -> None:
+        os.write(self.fd, data)
+
+    def close(self) -> None:
+        try:
+            self.type(b"\x11")  # ctrl+q
+            self.drain(3.0)
+        finally:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            os.waitpid(self.pid, 0)
+
+
+def measure(term: Terminal, span: float) -> tuple[float, float]:
+    """(% of one core, terminal bytes/s) of bmoe-top over ``span`` seconds."""
+    b0, c0, t0 = term.bytes, cpu_s(term.pid), time.monotonic()
+    term.drain(span)
+    dt = time.monotonic() - t0
+    return 100.0 * (cpu_s(term.pid) - c0) / dt, (term.bytes - b0) / dt
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--span", type=float, default=8.0, help="seconds measured per phase")
+    ap.add_argument("--rate", type=float, default=30.0, help="tokens per second while streaming")
+    ap.add_argument("--layers", type=int, default=48)
+    ap.add_argument("--size", default="200x60")
+    a = ap.parse_args()
+    cols, rows = (int(x) for x in a.size.split("x"))
+    n_predict = int(a.rate * (a.span + 4)) + 10
+    argv = [BMOE_TOP, "launch", "-n", str(n_predict), "--", sys.executable, EMITTER, "--rate", str(a.rate),
+            "--route-layers", str(a.layers), "--route-experts", "128", "--route-k", "8"]
+    term = Terminal(argv, cols, rows)
+    idle: list[float] = []
+    busy: list[float] = []
+    idle_b: list[float] = []
+    busy_b: list[float] = []
+    try:
+        term.wait_for(b"ready")
+        term.drain(2.0)
+        for r in range(a.rounds):
+            cpu, bps = measure(term, a.span)
+            idle.append(cpu)
+            idle_b.append(bps)
+            term.type(b"benchmark prompt\r")
+            term.drain(2.0)  # the turn is streaming
+            cpu, bps = measure(term, a.span)
+            busy.append(cpu)
+            busy_b.append(bps)
+            term.type(b"\x1b")  # escape: cancel the turn
+            term.drain(2.0)
+            print(f"round {r + 1}: idle {idle[-1]:5.1f} %  streaming {busy[-1]:5.1f} % of a core "
+                  f"({busy_b[-1] / 1024:.0f} KiB/s to the terminal)", flush=True)
+    finally:
+        term.close()
+    mi, mb = statistics.median(idle), statistics.median(busy)
+    print(f"bmoe-top launch at {cols}x{rows}, {a.rate:g} tokens/s with routing for {a.layers} layers:")
+    print(f"  idle (same app, same run):  median {mi:5.1f} % of a core, {statistics.median(idle_b) / 1024:.1f} KiB/s")
+    print(f"  streaming:                  median {mb:5.1f} % of a core, {statistics.median(busy_b) / 1024:.1f} KiB/s")
+    print(f"  streaming - idle: {mb - mi:.1f} points; ratio {mb / max(mi, 0.1):.1f}x   "
+          f"goal: streaming < 5 % -> {'OK' if mb < 5 else 'MISSED'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,171 @@
+"""The base of every line-API view over a run model and a playback cursor: its look, its frame
+cache, the repaint test, and "no data yet" told apart from "this source never sends it".
+
+A view is driven by a :class:`~bmoe_top.tui.model.RunModel` and a
+:class:`~bmoe_top.tui.playback.Playback` only (not by a screen): any screen can compose it. The
+screen calls :meth:`RunView.poll` on its repaint timer; a view repaints only when what it draws
+from changed (:meth:`RunView.frame_key`), and a view that is expensive to draw may set
+:attr:`RunView.min_interval` to repaint at most that often while the data streams.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Hashable
+from typing import Any
+
+from rich.segment import Segment
+from rich.text import Text
+from textual.geometry import Size
+from textual.strip import Strip
+from textual.widget import Widget
+
+from bmoe_top.tui.model import RowUnit, RunModel
+from bmoe_top.tui.playback import Playback
+from bmoe_top.tui.widgets.lines import FrameCache, blank
+from bmoe_top.tui.widgets.palette import Look
+
+__all__ = ["DEFAULT_LOOK", "RunView", "absent_phrase", "ascii_strip", "ascii_text", "look_of"]
+
+DEFAULT_LOOK = Look()
+
+#: The ASCII look's stand-ins for the typography in labels and readouts (one cell for one, so the
+#: columns stay aligned); anything else outside ASCII becomes ``?``.
+_ASCII = str.maketrans({
+    "→": ">", "←": "<", "–": "-", "—": "-", "×": "x", "·": ".", "…": ".", "°": "o", "▲": "^", "▼": "v",
+    "µ": "u", "≥": ">", "≤": "<", "“": '"', "”": '"', "‘": "'", "’": "'", "▸": ">", "│": "|", "─": "-",
+    "└": "+", "┊": ":", "╰": "`", "╯": "'", "█": "#", "●": "o", "■": "#", "❚": "|", "▶": ">", "◀": "<",
+})
+
+
+def _ascii(s: str) -> str:
+    return s if s.isascii() else s.translate(_ASCII).encode("ascii", "replace").decode("ascii")
+
+
+def ascii_text(text: Text) -> Text:
+    """A copy of ``text`` with only ASCII characters, one for one (its styles stay in place)."""
+    out = text.copy()
+    if not out.plain.isascii():
+        out.plain = "".join(_ascii(ch) if len(_ascii(ch)) == 1 else "?" for ch in out.plain)
+    return out
+
+
+def ascii_strip(line: Strip) -> Strip:
+    """``line`` with only ASCII text (the ASCII look: a terminal or locale without UTF-8)."""
+    if all(seg.text.isascii() for seg in line):
+        return line
+    segs = [seg if seg.text.isascii() else Segment(_ascii(seg.text), seg.style, seg.control) for seg in line]
+    return Strip(segs)
+
+
+def look_of(widget: Widget) -> Look:
+    """The look of the app ``widget`` runs in (the default look outside an app: unit tests)."""
+    own: Look | None = getattr(widget, "_look", None)
+    if own is not None:
+        return own
+    try:
+        app = widget.app
+    except Exception:  # not mounted: no active app
+        return DEFAULT_LOOK
+    look = getattr(app, "look", None)
+    return look if isinstance(look, Look) else DEFAULT_LOOK
+
+
+def absent_phrase(run: RunModel, what: str) -> str:
+    """How to say that ``what`` is not there: not yet (a live source that may still send it) or
+    never (a file, or a source that has no such data)."""
+    if run.status.live:
+        return f"no {what} yet"
+    return f"no {what} in this source"
+
+
+class RunView(Widget):
+    """A view of ``run`` at ``playback`` (see the module docstring). Subclasses implement
+    :meth:`build` and may extend :meth:`frame_key`."""
+
+    #: Repaint at most this often (seconds) while the data changes (0: every poll).
+    min_interval = 0.0
+
+    def __init__(self, run: RunModel, playback: Playback, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.run, self.playback = run, playback
+        self.frame = FrameCache(self._build_frame)
+        self._look: Look | None = None
+        self._polled: Hashable = None
+        self._painted_at = 0.0
+
+    @property
+    def look(self) -> Look:
+        return look_of(self)
+
+    def set_look(self, look: Look | None) -> None:
+        """Draw with ``look`` instead of the app's (None: the app's again)."""
+        self._look = look
+        self.frame.invalidate()
+        self.refresh()
+
+    # -- what a frame depends on -------------------------------------------------------------------
+    def frame_key(self) -> Hashable:
+        pb = self.playback
+        return (self.run.version, pb.cursor, pb.selected, pb.per_col, pb.fit, pb.view_end, pb.follow,
+                pb.playing, self.look)
+
+    def poll(self, force: bool = False) -> bool:
+        """Repaint when what this view draws from changed; returns True when it did."""
+        key = self.frame_key()
+        if key == self._polled and not force:
+            return False
+        now = time.monotonic()
+        if not force and self.min_interval and now - self._painted_at < self.min_interval \
+                and self._only_data_changed(key):
+            return False
+        self._polled = key
+        self._painted_at = now
+        self.refresh()
+        return True
+
+    def _only_data_changed(self, key: Hashable) -> bool:
+        """True when only the run's version differs from the last painted key (the user did not
+        move anything): such repaints may wait for :attr:`min_interval`."""
+        old = self._polled
+        return isinstance(key, tuple) and isinstance(old, tuple) and len(key) == len(old) and key[1:] == old[1:]
+
+    @property
+    def row_unit(self) -> RowUnit:
+        return self.run.row_unit
+
+    # -- drawing ------------------------------------------------------------------------------------
+    def build(self, width: int, height: int) -> list[Strip]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _build_frame(self, width: int, height: int) -> list[Strip]:
+        lines = self.build(width, height)
+        return [ascii_strip(ln) for ln in lines] if self.look.ascii else lines
+
+    def lines(self) -> list[Strip]:
+        width, height = self.content_size
+        return self.frame.get((self._polled if self._polled is not None else self.frame_key(), width, height),
+                              width, height)
+
+    def render_line(self, y: int) -> Strip:
+        width = self.content_size.width
+        lines = self.lines()
+        if y < len(lines):
+            line = lines[y]
+            if line.cell_length != width:
+                line = line.crop(0, width)
+                if line.cell_length < width:
+                    line = Strip([*line, *blank(width - line.cell_length)], width)
+            return line
+        return blank(width)
+
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
+        return self.wanted_height(width)
+
+    def wanted_height(self, width: int) -> int:
+        """Rows this view wants when its height is ``auto``."""
+        return 1
+
+    def text(self, width: int = 120, height: int = 30) -> str:
+        """The view as plain text (tests, headless checks)."""
+        return "\n".join(s.text for s in self.build(width, height))
