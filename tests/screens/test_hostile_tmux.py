@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -17,6 +16,7 @@ import pytest
 from helpers import synth
 from helpers.hostile import HOSTILE
 from helpers.scripted_http import Scripted
+from helpers.tmux import run_tmux
 
 BMOE_TOP = Path(sys.executable).with_name("bmoe-top")
 
@@ -31,10 +31,7 @@ class Tmux:
         self.sock = f"bmoe-h-{os.getpid()}-{time.monotonic_ns() % 10**6}"
 
     def __call__(self, *args: str, check: bool = True) -> str:
-        r = subprocess.run(["tmux", "-L", self.sock, *args], capture_output=True, text=True, timeout=20)
-        if check and r.returncode != 0:
-            raise RuntimeError(f"tmux {' '.join(args)}: {r.stderr.strip()}")
-        return r.stdout
+        return run_tmux(self.sock, *args, check=check)
 
     def start(self, cmd: str) -> None:
         self("-f", "/dev/null", "new-session", "-d", "-s", "main", "-x", "160", "-y", "45",

@@ -10,12 +10,12 @@ import os
 import shlex
 import shutil
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from helpers.tmux import run_tmux
 
 BMOE_TOP = Path(sys.executable).with_name("bmoe-top")
 BMOE_RUN = Path(sys.executable).with_name("bmoe-run")
@@ -38,13 +38,7 @@ class Tmux:
         self.sock = name
 
     def __call__(self, *args: str, check: bool = True) -> str:
-        # the server's panes inherit this environment: a COLUMNS/LINES left by an in-process
-        # Textual test would pin the app to that size whatever the pane's
-        env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
-        r = subprocess.run(["tmux", "-L", self.sock, *args], capture_output=True, text=True, timeout=20, env=env)
-        if check and r.returncode != 0:
-            raise RuntimeError(f"tmux {' '.join(args)}: {r.stderr.strip()}")
-        return r.stdout
+        return run_tmux(self.sock, *args, check=check)
 
     def screen(self) -> str:
         return self("capture-pane", "-p", "-t", "main")

@@ -50,7 +50,8 @@ MIN_SIZE = (60, 15)
 #: Below this size the compact layout is used (columns, rows).
 COMPACT = (100, 30)
 #: Statuses of a source that is not there (the indicator says "disconnected").
-GONE = frozenset({Status.DISCONNECTED, Status.UNREACHABLE, Status.UNAUTHORIZED, Status.ERROR, Status.MALFORMED})
+GONE = frozenset({Status.DISCONNECTED, Status.UNREACHABLE, Status.REFUSED, Status.SERVER_ERROR, Status.DISABLED,
+                  Status.UNAUTHORIZED, Status.ERROR, Status.MALFORMED})
 
 #: Actions whose keys type into a focused text box instead (the footer does not offer them there).
 TYPING_KEYS = frozenset({

@@ -38,12 +38,12 @@ class Banner(Static):
         self.run = run
         self._key = -1
 
-    def update_from_run(self) -> None:
-        """Show the newest alert (a change of the alerts only)."""
+    def update_from_run(self, force: bool = False) -> None:
+        """Show the newest alert (on a change of the alerts, or always when ``force``)."""
         with self.run.lock:
             key = self.run.alert_count
             alerts = self.run.alerts
-        if key == self._key:
+        if key == self._key and not force:
             return
         self._key = key
         line = banner_text(alerts, key)
