@@ -125,8 +125,8 @@ def test_the_additive_fields_bmoe_run_sends_reach_the_summary(tmp_path):
     assert extra["rss_mib"] == 230.0 and extra["peak_rss_mib"] == 240.0
     rows = {label: text for label, text, _kind in summary_rows(s)}
     assert rows["TTFT/turn"] == "0.150 s" and rows["hit decode"] == "60.0 %" and rows["hit since load"] == "56.0 %"
-    assert rows["payload/tok"] == "0.50 MiB" and rows["aligned/tok"] == "0.56 MiB"
-    assert rows["evictions"] == "7" and rows["re-reads"] == "3" and rows["peak RSS"] == "240.0 MiB"
+    assert rows["payload/tok"] == "0.500 MiB" and rows["aligned/tok"] == "0.562 MiB"  # 3 significant digits
+    assert rows["evictions"] == "7" and rows["re-reads"] == "3" and rows["peak RSS"] == "240 MiB"
     assert rows["majflt/token"] == "2.0" and rows["cpu/token"] == "0.090 s"
 
 

@@ -209,7 +209,8 @@ def summary_rows(s: Mapping[str, Any]) -> list[tuple[str, str, str]]:
         if keys[0].startswith("hit_pct") and v < 0:  # -1: no cache
             rows.append((label, "no cache", ""))
         else:
-            rows.append((label, count(v, unit) if digits == 0 else fmt(v, digits, unit), ""))
+            text = count(v, unit) if digits == 0 else mib(v) if unit == "MiB" else fmt(v, digits, unit)
+            rows.append((label, text, ""))
     return rows
 
 
