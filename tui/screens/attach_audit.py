@@ -117,22 +117,14 @@ class AuditAttachScreen(AttachScreen):
         for d in new:
             row = tuple(str(x) for x in request_row(d))
             self._request_rows.append(row)
-            if self._row_matches(row):
+            if self.row_matches(row):
                 table.add_row(*row)
-
-    def _row_matches(self, row: tuple[str, ...]) -> bool:
-        q = self.search_query.lower()
-        return not q or any(q in cell.lower() for cell in row)
 
     def filter_table(self, tab: str, query: str) -> None:
         if tab != "requests-tab":
             super().filter_table(tab, query)
             return
-        table = self.query_one("#requests", DataTable)
-        table.clear()
-        for row in self._request_rows:
-            if self._row_matches(row):
-                table.add_row(*row)
+        self.show_rows(self.query_one("#requests", DataTable), self._request_rows)
 
     def action_select_run(self, step: int) -> None:
         n = len(self.feed.runs.runs)

@@ -16,7 +16,7 @@ line, one map at a time: ``m`` swaps them), ``-tiny`` under 60 x 15 (a message t
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any, ClassVar
 
 from rich.style import Style
@@ -529,6 +529,18 @@ class RunScreen(Screen[None]):
             p.update_from_run(force=True)
         else:
             self.filter_table(tab, query)
+
+    def row_matches(self, row: tuple[str, ...]) -> bool:
+        """Whether a table row passes the ``/`` filter (any cell holds the query, case-insensitive)."""
+        q = self.search_query.lower()
+        return not q or any(q in cell.lower() for cell in row)
+
+    def show_rows(self, table: DataTable, rows: Iterable[tuple[str, ...]]) -> None:
+        """Refill ``table`` with the rows of ``rows`` that pass the filter."""
+        table.clear()
+        for row in rows:
+            if self.row_matches(row):
+                table.add_row(*row)
 
     def filter_table(self, tab: str, query: str) -> None:
         """Filter the rows of the table in tab ``tab`` (mode screens with tables implement it)."""

@@ -230,22 +230,14 @@ class LiveScreen(RunScreen):
                 "cancelled" if cancelled else "done",
             )
             self._turn_rows.append(row)
-            if self._row_matches(row):
+            if self.row_matches(row):
                 table.add_row(*row)
-
-    def _row_matches(self, row: tuple[str, ...]) -> bool:
-        q = self.search_query.lower()
-        return not q or any(q in cell.lower() for cell in row)
 
     def filter_table(self, tab: str, query: str) -> None:
         if tab != "turns":
             super().filter_table(tab, query)
             return
-        table = self.query_one("#turns-table", DataTable)
-        table.clear()
-        for row in self._turn_rows:
-            if self._row_matches(row):
-                table.add_row(*row)
+        self.show_rows(self.query_one("#turns-table", DataTable), self._turn_rows)
 
     # --------------------------------------------------------------------------------- actions
     @on(Input.Submitted, "#prompt")
