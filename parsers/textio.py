@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import codecs
 import re
+import unicodedata
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -89,10 +90,17 @@ def guess_encoding(data: bytes) -> tuple[str, int]:
     for codec, high, low in (("utf-16-le", odd, even), ("utf-16-be", even, odd)):
         if high >= 0.4 * half and low <= 0.05 * half:
             text = sample.decode(codec, errors="replace")
-            ok = sum(1 for c in text if c.isprintable() or c in "\t\n\r")
-            if ok >= 0.95 * len(text):
+            if _looks_like_text(text):
                 return codec, 0
     return name, n
+
+
+def _looks_like_text(text: str) -> bool:
+    """At most 5 % of ``text`` is U+FFFD (undecodable), a lone surrogate or a control character
+    other than tab / LF / CR. Unassigned and private-use code points count as text: a writer may
+    use them, and a short sample with one of them is still text."""
+    bad = sum(1 for c in text if c == "\ufffd" or (unicodedata.category(c) in ("Cc", "Cs") and c not in "\t\n\r"))
+    return bad <= 0.05 * len(text)
 
 
 def _could_be_bom_prefix(head: bytes) -> bool:

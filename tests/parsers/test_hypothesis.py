@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import orjson
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from bmoe_top.parsers.audit import EVENTS, parse_audit_records
@@ -388,6 +388,7 @@ def test_token_csv_decimal_commas_read_as_the_dot_file(rows, sep):
 @given(st.text(st.characters(min_codepoint=0x20, max_codepoint=0xFFFF, blacklist_categories=("Cs", "Cc")),
                min_size=8, max_size=200).filter(lambda s: sum(c.isascii() for c in s) > 0.8 * len(s)),
        st.sampled_from(["utf-16-le", "utf-16-be"]))
+@example("0000000\ud7c7", "utf-16-le")  # an unassigned code point in a short file is still text
 def test_utf16_without_a_bom_is_read(text, codec):
     assert decode_bytes(text.encode(codec)) == text
 
