@@ -294,7 +294,8 @@ class BreakdownChart(TimeView):
         head_len = sum(seg.cell_length for seg in head)
         lines = [Strip([*head, Segment(" " * max(0, gut + cols - head_len), BLANK),
                         Segment(" " + readout[0][0][: right - 1].ljust(right - 1), readout[0][1])])]
-        k = w.used
+        # a live run's routing can be a token ahead of its token line: bars for the rows held
+        k = min(w.used, len(parts["wall"]))
         cells = self._bar_codes(parts, top, rows, k, look)
         codes, table = cells
         sel_col = w.col_of(sel)
