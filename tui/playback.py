@@ -406,8 +406,11 @@ class Playback:
         self.view_end = min(self.cursor, self._span(max(1, self._cols)))
 
     def end(self) -> None:
-        """End: the newest row; a live source is followed again."""
+        """End: the newest row; a live source is followed again, in real time (slow motion ends:
+        space resumes at the current pace instead)."""
         if self.live_source:
+            if self.speed < 1.0:
+                self.speed_index = ONE_X
             self.go_live()
             self.cursor = self.n
             return

@@ -232,6 +232,7 @@ class RunScreen(Screen[None]):
             if pb.speed < 1.0:
                 behind = pb.behind
                 out.append((f" {pb.speed_label()}" + (f" ({behind:,} behind)" if behind else ""), look.warn))
+                out.append((" · End: real time", look.dim))
         elif st == PlayState.PLAYING:
             out.append((f"{g.playing} replay {pb.speed_label()}", look.accent))
             if pb.turn_by_turn:

@@ -32,6 +32,7 @@ from textual.widgets import DataTable, Input, Label, Static, TabPane
 from bmoe_top.tui.app import BmoeTopApp
 from bmoe_top.tui.feed.bind import bind
 from bmoe_top.tui.model import LIVE, RunModel
+from bmoe_top.tui.playback import SPEEDS
 from bmoe_top.tui.present.numbers import MISSING, fmt, mib
 from bmoe_top.tui.present.numbers import sig as sig3
 from bmoe_top.tui.screens.base import RunScreen
@@ -59,6 +60,9 @@ class LiveScreen(RunScreen):
         n_predict: initial value of the n_predict box.
         fps: repaint bound (default 10 per second).
         run: the run model to feed (default a new bounded one).
+        prompt: text already in the prompt box (Enter sends it).
+        speed: the starting pace, one of :data:`~bmoe_top.tui.playback.SPEEDS`; under 1x the view
+            trails the live run in slow motion (End goes real-time).
     """
 
     DEFAULT_CSS = """
@@ -86,9 +90,12 @@ class LiveScreen(RunScreen):
     ]
 
     def __init__(self, source: LiveBase, *, title: str = "", n_predict: int = 64, fps: float = 10.0,
-                 run: RunModel | None = None) -> None:
+                 run: RunModel | None = None, prompt: str = "", speed: float = 1.0) -> None:
         self.binding = bind(source, run if run is not None else RunModel(LIVE))
         super().__init__(self.binding.run, title=title or source.kind, fps=fps, follow=True)
+        if speed < 1.0:
+            self.playback.speed_index = SPEEDS.index(speed)
+        self.initial_prompt = prompt
         self.run_model = self.binding.run
         self.source = source
         self.n_predict = n_predict
@@ -117,7 +124,8 @@ class LiveScreen(RunScreen):
             return  # a recording cannot be driven: Enter / n releases the next turn instead
         yield Horizontal(
             Label(self._chat_label(), id="chat-mode"),
-            Input(placeholder="type a prompt and press Enter (generate) — Escape leaves the box", id="prompt"),
+            Input(self.initial_prompt, placeholder="type a prompt and press Enter (generate) — Escape leaves the box",
+                  id="prompt"),
             Input(value=str(self.n_predict), placeholder="n_predict", id="n-predict", type="integer"),
             id="prompt-bar",
         )
@@ -265,6 +273,7 @@ class LiveScreen(RunScreen):
         event.input.value = ""
         self.new_chat = False  # the next prompt continues this chat unless toggled
         self.playback.go_live()  # the user asked for this turn: show it
+        self.set_focus(None)  # and the view's keys work while it streams (End, space, arrows); Enter comes back
         self.refresh_views()
         self.update_live()
 
@@ -319,16 +328,18 @@ class LiveScreen(RunScreen):
         self.update_live()
 
 
-def live_app(source: LiveBase, *, title: str = "", n_predict: int = 64, fps: float = 10.0) -> BmoeTopApp:
-    """The app over a :class:`LiveScreen` of ``source``."""
-    return BmoeTopApp(LiveScreen(source, title=title, n_predict=n_predict, fps=fps))
+def live_app(source: LiveBase, *, title: str = "", n_predict: int = 64, fps: float = 10.0, prompt: str = "",
+             speed: float = 1.0) -> BmoeTopApp:
+    """The app over a :class:`LiveScreen` of ``source`` (``prompt``, ``speed``: as the screen's)."""
+    return BmoeTopApp(LiveScreen(source, title=title, n_predict=n_predict, fps=fps, prompt=prompt, speed=speed))
 
 
 def run_live(source: LiveBase, *, title: str = "", n_predict: int = 64, fps: float = 10.0,
-             close_timeout: float = 3.0) -> int:
+             close_timeout: float = 3.0, prompt: str = "", speed: float = 1.0) -> int:
     """Run the live screen on ``source``; always close the source afterwards (even on an
-    exception). Returns 0, or 128 + signal number when a signal ended the app."""
-    app = live_app(source, title=title, n_predict=n_predict, fps=fps)
+    exception). Returns 0, or 128 + signal number when a signal ended the app. ``prompt`` and
+    ``speed``: as :class:`LiveScreen`."""
+    app = live_app(source, title=title, n_predict=n_predict, fps=fps, prompt=prompt, speed=speed)
     screen = app.main
     assert isinstance(screen, LiveScreen)
     try:

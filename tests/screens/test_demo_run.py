@@ -1,0 +1,66 @@
+"""The live demo a bare ``bmoe-top`` starts (tui/cli.py ``default_main``), on the real bundled
+runtime and the trained demo model: the prompt waits in the box, the turn streams in slow motion
+behind the live run until End goes real-time, and the run tells the cache story (a cold start,
+then a cumulative decode hit rate that keeps climbing, with evictions and re-reads all along).
+docs/demo-model.md "The demo run" has the numbers. Counts only, never times."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+from textual.widgets import Input
+
+from bmoe_top.tui.cli import DEMO_N_PREDICT, DEMO_PROMPT, DEMO_SPEED, runtime_command
+from bmoe_top.tui.playback import SPEEDS
+from bmoe_top.tui.screens.live import live_app
+from bmoe_top.tui.sources.child_session import ChildSession
+
+
+async def wait_for(pilot, cond, timeout):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if cond():
+            return True
+        await pilot.pause(0.1)
+    return cond()
+
+
+async def test_the_default_demo_streams_in_slow_motion_and_its_cache_warms():
+    src = ChildSession(runtime_command())
+    app = live_app(src, title="demo", n_predict=DEMO_N_PREDICT, prompt=DEMO_PROMPT, speed=DEMO_SPEED)
+    try:
+        async with app.run_test(size=(120, 40)) as pilot:
+            screen = app.main
+            pb, run = screen.playback, screen.run_model
+            assert await wait_for(pilot, lambda: src.state == "ready", 300)
+            box = app.query_one("#prompt", Input)
+            assert box.value == DEMO_PROMPT and app.focused is box
+            await pilot.press("enter")  # the demo's prompt is already in the box
+            assert await wait_for(pilot, lambda: run.n_tokens >= 48, 300)
+            # slow motion: the view trails the live run and says so
+            assert pb.follow and pb.speed == DEMO_SPEED < 1.0 and pb.cursor < run.n_tokens
+            title = screen.title_text(120).plain
+            assert f"{DEMO_SPEED:g}x" in title and "behind" in title and "End: real time" in title
+            assert app.focused is None  # the view's keys work while the turn streams
+            await pilot.press("end")  # one key to real time
+            assert pb.speed == 1.0 and pb.speed_index == SPEEDS.index(1.0) and pb.follow
+            await pilot.pause(0.3)
+            assert pb.cursor == run.n_tokens or pb.cursor >= 48
+            assert "End: real time" not in screen.title_text(120).plain
+            assert await wait_for(pilot, lambda: src.status().turns_done == 1, 900)
+            await pilot.pause(0.3)
+            done = dict(run.turns[-1].done)
+            hit = np.asarray(run.tokens.view("cache_hit_pct"), dtype=np.float64)
+    finally:
+        src.close()
+    assert done["tokens"] == DEMO_N_PREDICT and len(hit) == DEMO_N_PREDICT
+    # the cumulative decode hit rate climbs: well below its end value after 16 tokens, and still
+    # rising in the second half of the turn (not flat from token 3)
+    at16, half, end = hit[15], hit[DEMO_N_PREDICT // 2 - 1], hit[-1]
+    assert end - at16 >= 8.0, (at16, end)
+    assert end > half
+    assert hit[0] < at16  # a cache that is still cold at the first token
+    # misses all along: the working set does not fit the budget
+    assert done["cache_evictions"] > 0 and done["cache_rereads"] > 0
+    assert done["cache_resident_mib"] <= done["cache_budget_mib"]
