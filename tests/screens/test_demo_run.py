@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 
 import numpy as np
-from textual.widgets import Input
+from textual.widgets import Input, Static
 
 from bmoe_top.tui.cli import DEMO_N_PREDICT, DEMO_PROMPT, DEMO_SPEED, runtime_command
 from bmoe_top.tui.playback import SPEEDS
@@ -36,6 +36,8 @@ async def test_the_default_demo_streams_in_slow_motion_and_its_cache_warms():
             assert await wait_for(pilot, lambda: src.state == "ready", 300)
             box = app.query_one("#prompt", Input)
             assert box.value == DEMO_PROMPT and app.focused is box
+            await pilot.pause(0.3)
+            assert "press Enter to send the prompt below" in str(app.query_one("#live-status", Static).render())
             await pilot.press("enter")  # the demo's prompt is already in the box
             assert await wait_for(pilot, lambda: run.n_tokens >= 48, 300)
             # slow motion: the view trails the live run and says so

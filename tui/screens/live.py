@@ -184,7 +184,9 @@ class LiveScreen(RunScreen):
             t.append("   loading the model: the prompt box below works once it is ready", style=dim)
         t.append(f"   turns {st.turns_done}", style=dim)
         if st.state == LiveState.READY and not st.turns_done and not self.is_replay:
-            t.append("   type a prompt below and press Enter", style=look.accent)
+            hint = "press Enter to send the prompt below, or type your own" if self.initial_prompt else \
+                "type a prompt below and press Enter"
+            t.append("   " + hint, style=look.accent)
         if st.last_error:
             t.append(" · last error: ", style=dim)
             t.append_text(safe_text(st.last_error[:80], alert, multiline=False))
