@@ -6,24 +6,14 @@ docs/demo-model.md "The demo run" has the numbers. Counts only, never times."""
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
+from helpers.waits import pilot_until
 from textual.widgets import Input, Static
 
 from bmoe_top.tui.cli import DEMO_N_PREDICT, DEMO_PROMPT, DEMO_SPEED, runtime_command
 from bmoe_top.tui.playback import SPEEDS
 from bmoe_top.tui.screens.live import live_app
 from bmoe_top.tui.sources.child_session import ChildSession
-
-
-async def wait_for(pilot, cond, timeout):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if cond():
-            return True
-        await pilot.pause(0.1)
-    return cond()
 
 
 async def test_the_default_demo_streams_in_slow_motion_and_its_cache_warms():
@@ -33,13 +23,13 @@ async def test_the_default_demo_streams_in_slow_motion_and_its_cache_warms():
         async with app.run_test(size=(120, 40)) as pilot:
             screen = app.main
             pb, run = screen.playback, screen.run_model
-            assert await wait_for(pilot, lambda: src.state == "ready", 300)
+            await pilot_until(pilot, lambda: src.state == "ready", "ready", limit=300)
             box = app.query_one("#prompt", Input)
             assert box.value == DEMO_PROMPT and app.focused is box
             await pilot.pause(0.3)
             assert "press Enter to send the prompt below" in str(app.query_one("#live-status", Static).render())
             await pilot.press("enter")  # the demo's prompt is already in the box
-            assert await wait_for(pilot, lambda: run.n_tokens >= 48, 300)
+            await pilot_until(pilot, lambda: run.n_tokens >= 48, "48 tokens", limit=300)
             # slow motion: the view trails the live run and says so
             assert pb.follow and pb.speed == DEMO_SPEED < 1.0 and pb.cursor < run.n_tokens
             title = screen.title_text(120).plain
@@ -50,7 +40,7 @@ async def test_the_default_demo_streams_in_slow_motion_and_its_cache_warms():
             await pilot.pause(0.3)
             assert pb.cursor == run.n_tokens or pb.cursor >= 48
             assert "End: real time" not in screen.title_text(120).plain
-            assert await wait_for(pilot, lambda: src.status().turns_done == 1, 900)
+            await pilot_until(pilot, lambda: src.status().turns_done == 1, "the turn's end", limit=900)
             await pilot.pause(0.3)
             done = dict(run.turns[-1].done)
             hit = np.asarray(run.tokens.view("cache_hit_pct"), dtype=np.float64)

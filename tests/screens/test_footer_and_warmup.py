@@ -6,10 +6,10 @@ cache warm-up of the real 1,469-token run is visible at 120 columns (skipped whe
 from __future__ import annotations
 
 import sys
-import time
 
 import pytest
 from helpers import EMITTER, REAL_RUNS
+from helpers.waits import pilot_until
 from textual.widgets import Input
 from textual.widgets._footer import FooterKey
 
@@ -23,15 +23,6 @@ from bmoe_top.tui.widgets.charts import OverviewStrip
 REAL_1469 = REAL_RUNS / "bigmoeonedge-2026-07-22" / "bmoe-20260722-142300.csv"
 
 
-async def wait_for(pilot, cond, timeout=60.0):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if cond():
-            return True
-        await pilot.pause(0.05)
-    return cond()
-
-
 def footer_actions(app) -> set[str]:
     return {k.action for k in app.screen.query(FooterKey)}
 
@@ -41,7 +32,7 @@ async def test_the_footer_offers_the_keys_that_work_where_the_focus_is():
     app = live_app(src, title="emitter")
     try:
         async with app.run_test(size=(160, 48)) as pilot:
-            assert await wait_for(pilot, lambda: src.state == "ready")
+            await pilot_until(pilot, lambda: src.state == "ready", 'src.state == "ready"')
             box = app.query_one("#prompt", Input)
             assert app.focused is box
             await pilot.pause(0.2)

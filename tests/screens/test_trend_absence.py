@@ -6,10 +6,10 @@ trends on the shared token axis (skipped when ../shared/data/real-runs is absent
 from __future__ import annotations
 
 import sys
-import time
 
 import pytest
 from helpers import EMITTER, REAL_RUNS
+from helpers.waits import pilot_until
 from textual.widgets import Input
 
 from bmoe_top.tui.app import BmoeTopApp
@@ -22,15 +22,6 @@ from bmoe_top.tui.widgets.charts import BreakdownChart, TrendChart
 PHONE_RUN = REAL_RUNS / "bigmoeonedge-2026-07-22" / "bmoe-20260722-142300.csv"
 
 
-async def wait_for(pilot, cond, timeout=60.0):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if cond():
-            return True
-        await pilot.pause(0.05)
-    return cond()
-
-
 def trend_lines(app) -> list[str]:
     t = app.screen.query_one(TrendChart)
     return [s.text for s in t.build(t.size.width, max(t.size.height, t.wanted_height(t.size.width)))]
@@ -41,7 +32,7 @@ async def test_trends_say_no_data_yet_until_the_first_token_then_only_what_the_s
     app = live_app(src, title="emitter")
     try:
         async with app.run_test(size=(200, 60)) as pilot:
-            assert await wait_for(pilot, lambda: src.state == "ready")
+            await pilot_until(pilot, lambda: src.state == "ready", 'src.state == "ready"')
             await pilot.pause(0.2)
             before = " ".join(trend_lines(app))
             assert "no data yet: tok/s, hit %, read" in before and "not in this source" not in before
@@ -49,7 +40,7 @@ async def test_trends_say_no_data_yet_until_the_first_token_then_only_what_the_s
             box.value = "hello"
             await pilot.press("enter")
             run = app.main.run_model
-            assert await wait_for(pilot, lambda: run.tokens.n >= 5)
+            await pilot_until(pilot, lambda: run.tokens.n >= 5, 'run.tokens.n >= 5')
             await pilot.pause(0.2)
             lines = trend_lines(app)
             drawn = [ln.split("│")[0].strip() for ln in lines if "│" in ln]
