@@ -6,7 +6,10 @@ docs/demo-model.md "The demo run" has the numbers. Counts only, never times."""
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
+from helpers import EMITTER
 from helpers.waits import pilot_until
 from textual.widgets import Input, Static
 
@@ -34,8 +37,8 @@ async def test_the_default_demo_streams_in_slow_motion_and_its_cache_warms():
             assert pb.follow and pb.speed == DEMO_SPEED < 1.0 and pb.cursor < run.n_tokens
             title = screen.title_text(120).plain
             assert f"{DEMO_SPEED:g}x" in title and "behind" in title and "End: real time" in title
-            assert app.focused is None  # the view's keys work while the turn streams
-            await pilot.press("end")  # one key to real time
+            assert app.focused is box and box.value == ""  # ready for the next prompt
+            await pilot.press("end")  # one key to real time, even in the (empty) prompt box
             assert pb.speed == 1.0 and pb.speed_index == SPEEDS.index(1.0) and pb.follow
             await pilot.pause(0.3)
             assert pb.cursor == run.n_tokens or pb.cursor >= 48
@@ -56,3 +59,23 @@ async def test_the_default_demo_streams_in_slow_motion_and_its_cache_warms():
     # misses all along: the working set does not fit the budget
     assert done["cache_evictions"] > 0 and done["cache_rereads"] > 0
     assert done["cache_resident_mib"] <= done["cache_budget_mib"]
+
+
+async def test_end_in_the_empty_prompt_box_leaves_slow_motion_and_moves_the_text_cursor_otherwise():
+    src = ChildSession([sys.executable, EMITTER, "--rate", "100"])
+    app = live_app(src, title="emitter", n_predict=400, prompt="hello", speed=DEMO_SPEED)
+    try:
+        async with app.run_test(size=(120, 40)) as pilot:
+            pb, run = app.main.playback, app.main.run_model
+            await pilot_until(pilot, lambda: src.state == "ready", "ready")
+            box = app.query_one("#prompt", Input)
+            await pilot.press("enter")
+            await pilot_until(pilot, lambda: run.n_tokens >= 10, "10 tokens")
+            assert pb.speed == DEMO_SPEED and app.focused is box and box.value == ""
+            await pilot.press("a", "b", "home", "end")  # text in the box: End is the text cursor's
+            assert box.value == "ab" and box.cursor_position == 2 and pb.speed == DEMO_SPEED
+            box.value = ""
+            await pilot.press("end")  # the empty box: End is the view's, to real time
+            assert pb.speed == 1.0 and pb.follow and app.focused is box
+    finally:
+        src.close()

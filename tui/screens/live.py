@@ -13,7 +13,8 @@ Keys (besides the replay keys): Enter in the prompt box sends ``generate`` (n_pr
 small box beside it; "new chat" or "continue" = ``clear_kv`` true/false, toggled with ctrl+n)
 and follows the new turn live; escape, ctrl+c or ctrl+x sends ``cancel`` (escape when nothing is
 generating leaves the prompt box, so q, ?, space and the arrows work again; Enter or a click goes
-back into it); ctrl+t shows the turns table; ctrl+q quits from anywhere, q outside the prompt box.
+back into it); End in the empty prompt box goes to the newest token in real time; ctrl+t shows
+the turns table; ctrl+q quits from anywhere, q outside the prompt box.
 """
 
 from __future__ import annotations
@@ -44,11 +45,24 @@ from bmoe_top.tui.widgets.base import look_of
 from bmoe_top.tui.widgets.live_whatif import LiveWhatIfPanel
 from bmoe_top.tui.widgets.panels import safe_text
 
-__all__ = ["LiveScreen", "TURN_COLUMNS", "live_app", "run_live"]
+__all__ = ["LiveScreen", "PromptInput", "TURN_COLUMNS", "live_app", "run_live"]
 
 TURN_COLUMNS = ("turn", "id", "tokens", "tok/s", "prefill s", "n_prompt", "n_past", "ctx %",
                 "hit %", "resident/budget MiB", "end")
 
+
+
+class PromptInput(Input):
+    """The prompt box: End in the empty box is the view's End (the newest token, in real time: a
+    slow-motion view trails the turn just sent); with text in the box it moves the text cursor."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("end", "end_or_live", "end", show=False)]
+
+    def action_end_or_live(self) -> None:
+        if self.value:
+            self.action_end()
+        elif isinstance(self.screen, RunScreen):
+            self.screen.action_jump_end()
 
 
 class LiveScreen(RunScreen):
@@ -124,8 +138,8 @@ class LiveScreen(RunScreen):
             return  # a recording cannot be driven: Enter / n releases the next turn instead
         yield Horizontal(
             Label(self._chat_label(), id="chat-mode"),
-            Input(self.initial_prompt, placeholder="type a prompt and press Enter (generate) — Escape leaves the box",
-                  id="prompt"),
+            PromptInput(self.initial_prompt, id="prompt",
+                        placeholder="type a prompt and press Enter (generate) — Escape leaves the box"),
             Input(value=str(self.n_predict), placeholder="n_predict", id="n-predict", type="integer"),
             id="prompt-bar",
         )
@@ -275,7 +289,6 @@ class LiveScreen(RunScreen):
         event.input.value = ""
         self.new_chat = False  # the next prompt continues this chat unless toggled
         self.playback.go_live()  # the user asked for this turn: show it
-        self.set_focus(None)  # and the view's keys work while it streams (End, space, arrows); Enter comes back
         self.refresh_views()
         self.update_live()
 
