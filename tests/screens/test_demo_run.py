@@ -79,3 +79,37 @@ async def test_end_in_the_empty_prompt_box_leaves_slow_motion_and_moves_the_text
             assert pb.speed == 1.0 and pb.follow and app.focused is box
     finally:
         src.close()
+
+
+def test_slow_motion_trails_a_run_that_grows_while_it_ticks():
+    """The pace of a slow-motion live view is read while the feed thread appends rows: every tick
+    sees a consistent set of rows (no IndexError), and the view trails the newest row."""
+    import threading
+
+    from bmoe_top.tui.model import LIVE, RunModel, Status
+    from bmoe_top.tui.playback import Playback
+
+    run = RunModel(LIVE)
+    run.set_status(Status.GENERATING, "")
+    pb = Playback(run, follow=True, speed_index=SPEEDS.index(DEMO_SPEED))
+    done = threading.Event()
+
+    def feed() -> None:
+        for _ in range(20_000):
+            run.add_token_row({"wall_ms": 0.5})
+        done.set()
+
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # the threads interleave as often as the interpreter allows
+    try:
+        writer = threading.Thread(target=feed)
+        writer.start()
+        ticks = 0
+        while not done.is_set():
+            pb.tick(0.001)
+            ticks += 1
+        writer.join()
+    finally:
+        sys.setswitchinterval(switch)
+    pb.tick(0.001)
+    assert ticks > 0 and 0 <= pb.cursor < pb.n == 20_000 and pb.behind > 0
