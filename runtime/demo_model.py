@@ -21,7 +21,8 @@ __all__ = ["DEFAULT_DEMO_CACHE_MB", "TRAINED_DEMO_FILE", "default_model_path", "
 TRAINED_DEMO_FILE = "demo-moe-pystdlib.q8_0.gguf"
 #: Recommended ``--cache-mb`` for the demo model (MiB): 26% of its 19.1 MiB expert bank; a 256-token
 #: run hits 77%, reads 0.27 MiB and re-reads 2.5 evicted experts per token while the cache keeps
-#: warming (docs/demo-model.md "Default demo budget").
+#: warming (docs/demo-model.md "Default demo budget"); bmoe-top's 1024-token demo turn climbs from
+#: 75.5% cumulative hit at token 16 to 87.5% ("The demo run").
 DEFAULT_DEMO_CACHE_MB = 5.0
 
 

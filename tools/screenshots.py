@@ -3,7 +3,8 @@
     .venv/bin/python tools/screenshots.py              # every image below
     .venv/bin/python tools/screenshots.py analysis     # only the analysis screens
 
-live.svg: bmoe-top live on the bundled runtime and the trained demo model, after one turn (200x60).
+live.svg: the live demo (bmoe-top with no arguments: the bundled runtime, the trained demo model,
+its prompt and 1024-token turn) in slow motion, 160 tokens into its first turn (200x60).
 replay.svg: a replay of the CSV sink + route trace bmoe-run wrote for a longer generation (200x60),
 with a token selected mid-run (its readout). compact.svg: the same replay at 80x24 (the compact
 layout). ascii.svg: at 120x40 in the ASCII look (``--ascii``, 16 colours).
@@ -32,12 +33,14 @@ REAL = ROOT.parent / "shared" / "data" / "real-runs"
 
 
 async def live_shot(path: Path) -> None:
-    from bmoe_top.tui.cli import runtime_command
+    """The demo a bare bmoe-top starts: its prompt sent with Enter, the 1024-token turn watched in
+    slow motion, taken when the view has shown 160 tokens of the warm-up (or the turn is done)."""
+    from bmoe_top.tui.cli import DEMO_N_PREDICT, DEMO_PROMPT, DEMO_SPEED, runtime_command
     from bmoe_top.tui.screens.live import live_app
     from bmoe_top.tui.sources.child_session import ChildSession
 
     src = ChildSession(runtime_command())
-    app = live_app(src, title="launch bmoe-run", n_predict=200)
+    app = live_app(src, title="launch bmoe-run", n_predict=DEMO_N_PREDICT, prompt=DEMO_PROMPT, speed=DEMO_SPEED)
     run = app.main.model
     try:
         async with app.run_test(size=VIEW_SIZE) as pilot:
@@ -48,12 +51,13 @@ async def live_shot(path: Path) -> None:
                 await pilot.pause(0.1)
                 if run.status == "ready":
                     break
-            src.generate("class Cache:\n    def __init__(self", n_predict=200)
-            for _ in range(900):
+            await pilot.press("enter")  # the demo's prompt waits in the box
+            pb = app.main.playback
+            for _ in range(6000):
                 await pilot.pause(0.1)
-                if run.turns and run.turns[-1].done:
+                if pb.cursor >= 160 or (run.turns and run.turns[-1].done and pb.cursor >= pb.n):
                     break
-            await pilot.pause(0.5)
+            await pilot.pause(0.2)
             app.save_screenshot(str(path))
     finally:
         src.close()

@@ -76,6 +76,12 @@ def _end_on_signals() -> dict[int, Any]:
 #: How the bundled runtime samples when bmoe-top launches it: the small demo model loops under
 #: greedy decoding (a line of spaces), while light sampling streams recognisable Python.
 DEMO_SAMPLING = ["--temp", "0.7", "--top-p", "0.95", "--repeat-penalty", "1.1"]
+#: The demo a bare ``bmoe-top`` starts (docs/demo-model.md "The demo run"): the prompt already in
+#: the prompt box, 1024-token turns (the cache keeps warming for hundreds of tokens), shown in
+#: slow motion (0.25x of the tokens' own wall time, trailing the live run; End goes real-time).
+DEMO_PROMPT = "Hello"
+DEMO_N_PREDICT = 1024
+DEMO_SPEED = 0.25
 
 
 def _die(msg: str, code: int = EXIT_USAGE) -> int:
@@ -224,7 +230,8 @@ def cmd_launch(args: argparse.Namespace) -> int:
             from bmoe_top.tui.screens.live import run_live
 
             status = run_live(src, title=sanitize(f"launch {Path(argv[0]).name}"), n_predict=args.n_predict,
-                              fps=args.fps)
+                              fps=args.fps, speed=getattr(args, "speed", 1.0),
+                              prompt=getattr(args, "initial_prompt", ""))
     finally:
         src.close()
     return _finish_recording(rec, status)
@@ -313,9 +320,11 @@ def cmd_play(args: argparse.Namespace) -> int:
 
 
 def default_main(args: argparse.Namespace) -> int:
-    """``bmoe-top`` with no sub-command: launch the bundled runtime on the demo model."""
-    ns = argparse.Namespace(model=None, ready_timeout=300.0, once=False, json=False, prompt="Hello",
-                            command=[], n_predict=256, record=None, fps=args.fps)
+    """``bmoe-top`` with no sub-command: launch the bundled runtime on the demo model, with
+    :data:`DEMO_PROMPT` in the prompt box, :data:`DEMO_N_PREDICT`-token turns, in slow motion."""
+    ns = argparse.Namespace(model=None, ready_timeout=300.0, once=False, json=False, prompt=DEMO_PROMPT,
+                            command=[], n_predict=DEMO_N_PREDICT, record=None, fps=args.fps, speed=DEMO_SPEED,
+                            initial_prompt=DEMO_PROMPT)
     return cmd_launch(ns)
 
 
@@ -515,7 +524,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = argparse.ArgumentParser(
         prog="bmoe-top", description="Terminal observatory for MoE expert streaming. Without a sub-command, "
-        "bmoe-top starts the live demo: the bundled runtime (bmoe-run) on its demo model, with a prompt box.")
+        "bmoe-top starts the live demo: the bundled runtime (bmoe-run) on its demo model, with a prompt box "
+        f"(Enter sends {DEMO_PROMPT!r}, {DEMO_N_PREDICT} tokens), in {DEMO_SPEED:g}x slow motion (End: real time).")
     p.add_argument("--version", action="version", version=f"bmoe-top {version('bmoe-top')}")
     p.add_argument("--fps", type=float, default=10.0, help="maximum repaints per second (default 10)")
     p.add_argument("--ascii", action="store_true", help="ASCII glyphs only (also chosen when the locale has no UTF-8)")

@@ -406,8 +406,11 @@ class Playback:
         self.view_end = min(self.cursor, self._span(max(1, self._cols)))
 
     def end(self) -> None:
-        """End: the newest row; a live source is followed again."""
+        """End: the newest row; a live source is followed again, in real time (slow motion ends:
+        space resumes at the current pace instead)."""
         if self.live_source:
+            if self.speed < 1.0:
+                self.speed_index = ONE_X
             self.go_live()
             self.cursor = self.n
             return
@@ -445,12 +448,14 @@ class Playback:
             return self._pace_cache[1]
         tok = self.run.tokens
         d = np.full(n, 100.0)
-        if tok.has("wall_ms"):
-            w = np.asarray(tok.view("wall_ms"), dtype=np.float64)
+        # a live feed appends rows while this runs: read under the run's lock, at most n rows
+        with self.run.lock:
+            w = np.array(tok.view("wall_ms")[:n], dtype=np.float64) if tok.has("wall_ms") else None
+            t = np.array(tok.view("t")[:n], dtype=np.float64) * 1000.0 if tok.has("t") and not self.follow else None
+        if w is not None:
             ok = np.isfinite(w) & (w >= 0)
             d[: len(w)][ok] = w[ok]
-        if tok.has("t") and not self.follow:  # recorded arrival times: prefill and gaps between turns
-            t = np.asarray(tok.view("t"), dtype=np.float64) * 1000.0
+        if t is not None:  # recorded arrival times: prefill and gaps between turns
             dt = np.diff(t)
             ok = np.isfinite(dt) & (dt >= 0)
             d[1: len(t)][ok] = dt[ok]

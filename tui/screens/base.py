@@ -232,6 +232,7 @@ class RunScreen(Screen[None]):
             if pb.speed < 1.0:
                 behind = pb.behind
                 out.append((f" {pb.speed_label()}" + (f" ({behind:,} behind)" if behind else ""), look.warn))
+                out.append((" · End: real time", look.dim))
         elif st == PlayState.PLAYING:
             out.append((f"{g.playing} replay {pb.speed_label()}", look.accent))
             if pb.turn_by_turn:
@@ -566,7 +567,8 @@ class RunScreen(Screen[None]):
         """The screen's own actions for the command palette: (title, help, callback)."""
         pb = self.playback
         out: list[tuple[str, str, Any]] = [
-            ("Follow live / last token", "End: back to the newest token (live) or to the end", self.action_jump_end),
+            ("Follow live / last token", "End: the newest token (live, in real time) or the end",
+             self.action_jump_end),
             ("Pause / resume", "space or p", self.action_toggle_play),
             ("Seek to a token…", "g: select a token by its number", self.action_seek),
             ("First token", "Home", self.action_jump_start),

@@ -13,7 +13,8 @@ Keys (besides the replay keys): Enter in the prompt box sends ``generate`` (n_pr
 small box beside it; "new chat" or "continue" = ``clear_kv`` true/false, toggled with ctrl+n)
 and follows the new turn live; escape, ctrl+c or ctrl+x sends ``cancel`` (escape when nothing is
 generating leaves the prompt box, so q, ?, space and the arrows work again; Enter or a click goes
-back into it); ctrl+t shows the turns table; ctrl+q quits from anywhere, q outside the prompt box.
+back into it); End in the empty prompt box goes to the newest token in real time; ctrl+t shows
+the turns table; ctrl+q quits from anywhere, q outside the prompt box.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from textual.widgets import DataTable, Input, Label, Static, TabPane
 from bmoe_top.tui.app import BmoeTopApp
 from bmoe_top.tui.feed.bind import bind
 from bmoe_top.tui.model import LIVE, RunModel
+from bmoe_top.tui.playback import SPEEDS
 from bmoe_top.tui.present.numbers import MISSING, fmt, mib
 from bmoe_top.tui.present.numbers import sig as sig3
 from bmoe_top.tui.screens.base import RunScreen
@@ -43,11 +45,24 @@ from bmoe_top.tui.widgets.base import look_of
 from bmoe_top.tui.widgets.live_whatif import LiveWhatIfPanel
 from bmoe_top.tui.widgets.panels import safe_text
 
-__all__ = ["LiveScreen", "TURN_COLUMNS", "live_app", "run_live"]
+__all__ = ["LiveScreen", "PromptInput", "TURN_COLUMNS", "live_app", "run_live"]
 
 TURN_COLUMNS = ("turn", "id", "tokens", "tok/s", "prefill s", "n_prompt", "n_past", "ctx %",
                 "hit %", "resident/budget MiB", "end")
 
+
+
+class PromptInput(Input):
+    """The prompt box: End in the empty box is the view's End (the newest token, in real time: a
+    slow-motion view trails the turn just sent); with text in the box it moves the text cursor."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("end", "end_or_live", "end", show=False)]
+
+    def action_end_or_live(self) -> None:
+        if self.value:
+            self.action_end()
+        elif isinstance(self.screen, RunScreen):
+            self.screen.action_jump_end()
 
 
 class LiveScreen(RunScreen):
@@ -59,6 +74,9 @@ class LiveScreen(RunScreen):
         n_predict: initial value of the n_predict box.
         fps: repaint bound (default 10 per second).
         run: the run model to feed (default a new bounded one).
+        prompt: text already in the prompt box (Enter sends it).
+        speed: the starting pace, one of :data:`~bmoe_top.tui.playback.SPEEDS`; under 1x the view
+            trails the live run in slow motion (End goes real-time).
     """
 
     DEFAULT_CSS = """
@@ -86,9 +104,12 @@ class LiveScreen(RunScreen):
     ]
 
     def __init__(self, source: LiveBase, *, title: str = "", n_predict: int = 64, fps: float = 10.0,
-                 run: RunModel | None = None) -> None:
+                 run: RunModel | None = None, prompt: str = "", speed: float = 1.0) -> None:
         self.binding = bind(source, run if run is not None else RunModel(LIVE))
         super().__init__(self.binding.run, title=title or source.kind, fps=fps, follow=True)
+        if speed < 1.0:
+            self.playback.speed_index = SPEEDS.index(speed)
+        self.initial_prompt = prompt
         self.run_model = self.binding.run
         self.source = source
         self.n_predict = n_predict
@@ -117,7 +138,8 @@ class LiveScreen(RunScreen):
             return  # a recording cannot be driven: Enter / n releases the next turn instead
         yield Horizontal(
             Label(self._chat_label(), id="chat-mode"),
-            Input(placeholder="type a prompt and press Enter (generate) — Escape leaves the box", id="prompt"),
+            PromptInput(self.initial_prompt, id="prompt",
+                        placeholder="type a prompt and press Enter (generate) — Escape leaves the box"),
             Input(value=str(self.n_predict), placeholder="n_predict", id="n-predict", type="integer"),
             id="prompt-bar",
         )
@@ -176,7 +198,9 @@ class LiveScreen(RunScreen):
             t.append("   loading the model: the prompt box below works once it is ready", style=dim)
         t.append(f"   turns {st.turns_done}", style=dim)
         if st.state == LiveState.READY and not st.turns_done and not self.is_replay:
-            t.append("   type a prompt below and press Enter", style=look.accent)
+            hint = "press Enter to send the prompt below, or type your own" if self.initial_prompt else \
+                "type a prompt below and press Enter"
+            t.append("   " + hint, style=look.accent)
         if st.last_error:
             t.append(" · last error: ", style=dim)
             t.append_text(safe_text(st.last_error[:80], alert, multiline=False))
@@ -319,16 +343,18 @@ class LiveScreen(RunScreen):
         self.update_live()
 
 
-def live_app(source: LiveBase, *, title: str = "", n_predict: int = 64, fps: float = 10.0) -> BmoeTopApp:
-    """The app over a :class:`LiveScreen` of ``source``."""
-    return BmoeTopApp(LiveScreen(source, title=title, n_predict=n_predict, fps=fps))
+def live_app(source: LiveBase, *, title: str = "", n_predict: int = 64, fps: float = 10.0, prompt: str = "",
+             speed: float = 1.0) -> BmoeTopApp:
+    """The app over a :class:`LiveScreen` of ``source`` (``prompt``, ``speed``: as the screen's)."""
+    return BmoeTopApp(LiveScreen(source, title=title, n_predict=n_predict, fps=fps, prompt=prompt, speed=speed))
 
 
 def run_live(source: LiveBase, *, title: str = "", n_predict: int = 64, fps: float = 10.0,
-             close_timeout: float = 3.0) -> int:
+             close_timeout: float = 3.0, prompt: str = "", speed: float = 1.0) -> int:
     """Run the live screen on ``source``; always close the source afterwards (even on an
-    exception). Returns 0, or 128 + signal number when a signal ended the app."""
-    app = live_app(source, title=title, n_predict=n_predict, fps=fps)
+    exception). Returns 0, or 128 + signal number when a signal ended the app. ``prompt`` and
+    ``speed``: as :class:`LiveScreen`."""
+    app = live_app(source, title=title, n_predict=n_predict, fps=fps, prompt=prompt, speed=speed)
     screen = app.main
     assert isinstance(screen, LiveScreen)
     try:

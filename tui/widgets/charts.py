@@ -294,7 +294,8 @@ class BreakdownChart(TimeView):
         head_len = sum(seg.cell_length for seg in head)
         lines = [Strip([*head, Segment(" " * max(0, gut + cols - head_len), BLANK),
                         Segment(" " + readout[0][0][: right - 1].ljust(right - 1), readout[0][1])])]
-        k = w.used
+        # a live run's routing can be a token ahead of its token line: bars for the rows held
+        k = min(w.used, len(parts["wall"]))
         cells = self._bar_codes(parts, top, rows, k, look)
         codes, table = cells
         sel_col = w.col_of(sel)
@@ -479,16 +480,23 @@ TRENDS: tuple[tuple[str, str, str, tuple[float, float] | None], ...] = (
     ("read", "read_mib", "MiB", None),
     ("rss", "rss_mib", "MiB", None),
     ("avail", "mem_available_mib", "MiB", None),
+    ("swap", "swap_mib", "MiB", None),
     ("majflt", "majflt", "", None),
     ("cpu", "cpu_ms", "ms", None),
 )
 
 
+#: Trends drawn when the source sends them and never listed as missing: device columns only some
+#: sources have (swap in use, e.g. a phone's zram, next to RSS and available memory; CPU time).
+OPTIONAL_TRENDS = frozenset({"swap_mib", "cpu_ms"})
+
+
 class TrendChart(TimeView):
     """One trend per row pair (one row when space is short), aligned with the breakdown's tokens:
-    tok/s, hit %, MiB/token and the memory columns when the source has them. Each has a y scale
-    with its unit and the selected token's value on the right; the trends the source does not
-    have share one line that says so (never a flat zero)."""
+    tok/s, hit %, MiB/token and the device's memory columns (RSS, available memory, swap in use)
+    when the source has them. Each has a y scale with its unit and the selected token's value on
+    the right; the trends the source does not have share one line that says so (never a flat
+    zero)."""
 
     DEFAULT_CSS = "TrendChart { height: auto; }"
 
@@ -504,7 +512,7 @@ class TrendChart(TimeView):
         for t in TRENDS:
             name = t[1]
             ok = tok.has("wall_ms") or tok.has("tok_s") if name == "tok_s" else tok.has(name)
-            if name == "cpu_ms" and not ok:
+            if name in OPTIONAL_TRENDS and not ok:
                 continue  # an optional extra: not listed as missing
             (have if ok else missing).append(t)
         return have[: self.max_trends], [t[0] for t in missing]
