@@ -312,6 +312,7 @@ class BreakdownChart(TimeView):
             table.append(self._cursor_cell(look))
             col = codes[:, sel_col]
             col[col == 0] = mark_code
+        memo: dict[int, Segment] = {}  # one table for every row: equal runs share a segment
         for r in range(rows):
             label = ""
             if r == 0:
@@ -320,7 +321,7 @@ class BreakdownChart(TimeView):
                 label = "0"
             elif rows >= 5 and r == rows // 2:
                 label = sig(top * (rows - r) / rows, 3)
-            seg_row = segments_from_index(codes[r], table) if k else []
+            seg_row = segments_from_index(codes[r], table, memo) if k else []
             side = readout[r + 1] if r + 1 < len(readout) else ("", look.dim)
             lines.append(Strip([Segment(label.rjust(gut - 1) + g.vbar, look.dim), *seg_row,
                                 Segment(" " * (cols - k), BLANK),

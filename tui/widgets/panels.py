@@ -105,7 +105,10 @@ class RunPanel(Widget):
                 out.append(Strip([Segment(label[:width], look.kind_style("section"))]))
                 continue
             st = look.kind_style(kind)
-            parts = textwrap.wrap(value, vw, break_long_words=True, break_on_hyphens=False) or [""]
+            if len(value) <= vw and value.isprintable() and not value.endswith(" "):
+                parts = [value]  # what textwrap gives for a value that fits, without its cost
+            else:
+                parts = textwrap.wrap(value, vw, break_long_words=True, break_on_hyphens=False) or [""]
             out.append(Strip([Segment(label[: lw - 1].ljust(lw), look.dim), Segment(parts[0], st)]))
             out += [Strip([Segment(" " * lw, BLANK), Segment(cont, st)]) for cont in parts[1:]]
         return [ascii_strip(ln) for ln in out] if look.ascii else out
