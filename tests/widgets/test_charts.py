@@ -1,5 +1,6 @@
-"""The charts keep what they computed only while what it came from is unchanged: a chart that
-drew a run, then saw the run grow, draws what a new chart over the grown run draws."""
+"""The charts and the run panel keep what they computed only while what it came from is
+unchanged: a view that drew a run, then saw the run grow, draws what a new view over the grown
+run draws."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import numpy as np
 from bmoe_top.tui.model import RunModel
 from bmoe_top.tui.playback import Playback
 from bmoe_top.tui.widgets.charts import BreakdownChart, OverviewStrip
+from bmoe_top.tui.widgets.panels import RunPanel
 
 
 def _rows(run: RunModel, n: int, hit: float, wall: float) -> None:
@@ -51,3 +53,21 @@ def test_breakdown_scale_follows_the_rows_added():
     _rows(run, 5_000, hit=50.0, wall=250.0)
     pb.end()
     assert "250 ms" in _text(chart, 120, 14)[1]
+
+
+def test_run_panel_redraws_the_rows_that_changed():
+    run = RunModel()
+    run.update_meta({"model": "one.gguf", "arch": "qwen3moe"})
+    _rows(run, 100, hit=10.0, wall=100.0)
+    pb = Playback(run)
+    pb.end()
+    panel = RunPanel(run, pb)
+    first = [ln.text for ln in panel.build(44)]
+    assert [ln.text for ln in panel.build(44)] == first
+    run.update_meta({"model": "two-with-a-much-longer-name-that-wraps-under-its-column.gguf"})
+    _rows(run, 100, hit=10.0, wall=300.0)
+    pb.end()
+    again = [ln.text for ln in panel.build(44)]
+    assert again != first and again == [ln.text for ln in RunPanel(run, pb).build(44)]
+    assert any("two-with" in t for t in again) and not any("one.gguf" in t for t in again)
+    assert [ln.text for ln in panel.build(30)] == [ln.text for ln in RunPanel(run, pb).build(30)]
