@@ -6,6 +6,8 @@ Measures, headless at 200 x 60, the median time to re-render every line of the m
 the run model changed (frame caches invalidated), through Textual's own compositor. Baseline in
 the same run, interleaved round by round: the same screen over an empty run (every widget draws
 its "no data" lines), so the ratio is the cost our data adds. Goal: median under 25 ms.
+Also printed: the thread's CPU time per frame (on a loaded machine the wall time includes waiting
+for a core) and where a frame's time goes, per widget.
 
     .venv/bin/python benchmarks/bench_screen.py [--rounds 3] [--reps 20] [--tokens 100000]
 """
@@ -94,7 +96,8 @@ def widget_times(into: dict[str, list[float]]) -> Iterator[Callable[[], None]]:
             setattr(cls, name, orig)
 
 
-async def measure(run: RunModel, reps: int, parts: dict[str, list[float]] | None = None) -> list[float]:
+async def measure(run: RunModel, reps: int, parts: dict[str, list[float]] | None = None,
+                  cpu: list[float] | None = None) -> list[float]:
     screen = ReplayScreen(run, title="bench", fps=1)
     app = BmoeTopApp(screen)
     times = []
@@ -107,10 +110,12 @@ async def measure(run: RunModel, reps: int, parts: dict[str, list[float]] | None
             await pilot.pause()
         for _ in range(reps):
             run.add_log("frame")  # new data: every frame cache is stale
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.thread_time()
             screen.refresh_views(force=True)
             screen._compositor.render_update(full=True)
             times.append((time.perf_counter() - t0) * 1000.0)
+            if cpu is not None:
+                cpu.append((time.thread_time() - c0) * 1000.0)
         if parts is not None:  # where the time goes: the same frames again, timed per widget
             with widget_times(parts) as close:
                 for _ in range(reps):
@@ -133,9 +138,11 @@ def main() -> None:
     full: list[float] = []
     empty: list[float] = []
     parts: dict[str, list[float]] = defaultdict(list)
+    cpu_full: list[float] = []
+    cpu_empty: list[float] = []
     for r in range(a.rounds):  # interleaved: the baseline shares the machine's state with the full screen
-        e = asyncio.run(measure(RunModel(), a.reps))
-        f = asyncio.run(measure(run, a.reps, parts))
+        e = asyncio.run(measure(RunModel(), a.reps, cpu=cpu_empty))
+        f = asyncio.run(measure(run, a.reps, parts, cpu=cpu_full))
         empty += e
         full += f
         print(f"round {r + 1}: empty {statistics.median(e):.1f} ms   full {statistics.median(f):.1f} ms")
@@ -143,6 +150,8 @@ def main() -> None:
     print(f"main screen, {a.tokens:,} tokens + {N_LAYER}x{N_EXPERT} map, 200x60: median {m_full:.1f} ms "
           f"(min {min(full):.1f}, max {max(full):.1f})")
     print(f"baseline, same screen over an empty run:        median {m_empty:.1f} ms")
+    print(f"CPU time of this thread per frame (what a frame costs without waiting for a core on a loaded machine): "
+          f"full median {statistics.median(cpu_full):.1f} ms, empty {statistics.median(cpu_empty):.1f} ms")
     print("per widget (median ms per frame, frames timed apart from the ones above): " + "  ".join(
         f"{k} {statistics.median(v):.1f}" for k, v in sorted(parts.items(), key=lambda kv: -statistics.median(kv[1]))))
     print(f"ratio full/empty: {m_full / m_empty:.2f}x   goal: median < 25 ms -> {'OK' if m_full < 25 else 'MISSED'}")
