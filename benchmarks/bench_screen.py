@@ -6,6 +6,8 @@ Measures, headless at 200 x 60, the median time to re-render every line of the m
 the run model changed (frame caches invalidated), through Textual's own compositor. Baseline in
 the same run, interleaved round by round: the same screen over an empty run (every widget draws
 its "no data" lines), so the ratio is the cost our data adds. Goal: median under 25 ms.
+Also printed: the thread's CPU time per frame (on a loaded machine the wall time includes waiting
+for a core) and where a frame's time goes, per widget.
 
     .venv/bin/python benchmarks/bench_screen.py [--rounds 3] [--reps 20] [--tokens 100000]
 """
@@ -16,12 +18,19 @@ import argparse
 import asyncio
 import statistics
 import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
 
 import numpy as np
 
 from bmoe_top.tui.app import BmoeTopApp
 from bmoe_top.tui.model import RunModel
 from bmoe_top.tui.screens.replay import ReplayScreen
+from bmoe_top.tui.widgets.charts import BreakdownChart, OverviewStrip, TrendChart
+from bmoe_top.tui.widgets.grids import ExpertMap, LayerHeatmap
+from bmoe_top.tui.widgets.panels import AnswerTail, RunPanel
 
 N_LAYER, N_EXPERT, K = 94, 512, 8
 CHUNK = 2000  # tokens of routing added at a time (bounded memory while building)
@@ -49,7 +58,46 @@ def big_run(n_tok: int) -> RunModel:
     return run
 
 
-async def measure(run: RunModel, reps: int) -> list[float]:
+#: Where a frame's time goes: (class, method) timed per widget class (inclusive; the rest of a frame is
+#: Textual's compositor, the title and the screen's own bookkeeping).
+TIMED: tuple[tuple[type, str], ...] = (
+    *((cls, "build") for cls in (OverviewStrip, BreakdownChart, TrendChart, LayerHeatmap, ExpertMap, RunPanel)),
+    (AnswerTail, "render_line"))
+
+
+@contextmanager
+def widget_times(into: dict[str, list[float]]) -> Iterator[Callable[[], None]]:
+    """Time the methods of :data:`TIMED` by widget class; the callable closes one frame (appends
+    each class's total of that frame to ``into``)."""
+    frame: dict[str, float] = defaultdict(float)
+    saved = []
+    for cls, name in TIMED:
+        orig = getattr(cls, name)
+        saved.append((cls, name, orig))
+
+        def timed(obj: Any, *a: Any, _orig: Any = orig, **kw: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return _orig(obj, *a, **kw)
+            finally:
+                frame[type(obj).__name__] += (time.perf_counter() - t0) * 1000.0
+
+        setattr(cls, name, timed)
+
+    def close() -> None:
+        for k in set(frame) | set(into):
+            into[k].append(frame.get(k, 0.0))
+        frame.clear()
+
+    try:
+        yield close
+    finally:
+        for cls, name, orig in saved:
+            setattr(cls, name, orig)
+
+
+async def measure(run: RunModel, reps: int, parts: dict[str, list[float]] | None = None,
+                  cpu: list[float] | None = None) -> list[float]:
     screen = ReplayScreen(run, title="bench", fps=1)
     app = BmoeTopApp(screen)
     times = []
@@ -62,10 +110,19 @@ async def measure(run: RunModel, reps: int) -> list[float]:
             await pilot.pause()
         for _ in range(reps):
             run.add_log("frame")  # new data: every frame cache is stale
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.thread_time()
             screen.refresh_views(force=True)
             screen._compositor.render_update(full=True)
             times.append((time.perf_counter() - t0) * 1000.0)
+            if cpu is not None:
+                cpu.append((time.thread_time() - c0) * 1000.0)
+        if parts is not None:  # where the time goes: the same frames again, timed per widget
+            with widget_times(parts) as close:
+                for _ in range(reps):
+                    run.add_log("frame")
+                    screen.refresh_views(force=True)
+                    screen._compositor.render_update(full=True)
+                    close()
     return times
 
 
@@ -80,9 +137,12 @@ def main() -> None:
     print(f"built the run ({a.tokens:,} tokens, {N_LAYER}x{N_EXPERT} routing) in {time.perf_counter() - t0:.1f} s")
     full: list[float] = []
     empty: list[float] = []
+    parts: dict[str, list[float]] = defaultdict(list)
+    cpu_full: list[float] = []
+    cpu_empty: list[float] = []
     for r in range(a.rounds):  # interleaved: the baseline shares the machine's state with the full screen
-        e = asyncio.run(measure(RunModel(), a.reps))
-        f = asyncio.run(measure(run, a.reps))
+        e = asyncio.run(measure(RunModel(), a.reps, cpu=cpu_empty))
+        f = asyncio.run(measure(run, a.reps, parts, cpu=cpu_full))
         empty += e
         full += f
         print(f"round {r + 1}: empty {statistics.median(e):.1f} ms   full {statistics.median(f):.1f} ms")
@@ -90,6 +150,10 @@ def main() -> None:
     print(f"main screen, {a.tokens:,} tokens + {N_LAYER}x{N_EXPERT} map, 200x60: median {m_full:.1f} ms "
           f"(min {min(full):.1f}, max {max(full):.1f})")
     print(f"baseline, same screen over an empty run:        median {m_empty:.1f} ms")
+    print(f"CPU time of this thread per frame (what a frame costs without waiting for a core on a loaded machine): "
+          f"full median {statistics.median(cpu_full):.1f} ms, empty {statistics.median(cpu_empty):.1f} ms")
+    print("per widget (median ms per frame, frames timed apart from the ones above): " + "  ".join(
+        f"{k} {statistics.median(v):.1f}" for k, v in sorted(parts.items(), key=lambda kv: -statistics.median(kv[1]))))
     print(f"ratio full/empty: {m_full / m_empty:.2f}x   goal: median < 25 ms -> {'OK' if m_full < 25 else 'MISSED'}")
 
 

@@ -288,8 +288,8 @@ class TokenColumns:
         self._flush()
         lo = max(0, lo)
         if lo >= self._start:  # every row is held: straight from them
-            q = column_stats(self._a[:, lo - self._start: hi - self._start])
-            return ColumnStats(int(q["count"][i]), float(q["sum"][i]), float(q["min"][i]), float(q["max"][i]))
+            q = column_stats(self._a[i: i + 1, lo - self._start: hi - self._start])  # the one column asked for
+            return ColumnStats(int(q["count"][0]), float(q["sum"][0]), float(q["min"][0]), float(q["max"][0]))
         edges, _w = self.history.plan(lo, hi, 1, self._n)
         q = self.history.query(np.array([edges[0], edges[-1]], dtype=np.int64))
         return ColumnStats(int(q["count"][i, 0]), float(q["sum"][i, 0]), float(q["min"][i, 0]),

@@ -136,7 +136,7 @@ class RunModel:
                                     history_capacity=retention.history_capacity)
         self._routes = RouteStore(window_tokens=retention.routing_tokens, count_rows=retention.layer_rows,
                                   history_capacity=retention.history_capacity)
-        self._wall_scale: tuple[int, float] = (-1, 1.0)
+        self._wall_scale: tuple[tuple[int, int], float] = ((-1, -1), 1.0)
         self._turns: list[Turn] = []
         self._turn_count = 0
         self._problems: list[ProblemEntry] = []
@@ -748,11 +748,12 @@ class RunModel:
         """A y scale for per-token wall time (ms): the 98th percentile of ``wall_ms`` over the rows
         held at full resolution (1.0 when there is none)."""
         with self.lock:
-            if self._wall_scale[0] == self._version:
+            held = (self._tokens.n, self._tokens.start)  # rows are append-only: these say what is held
+            if self._wall_scale[0] == held:
                 return self._wall_scale[1]
             wall = self._tokens.view("wall_ms", self._tokens.start)
             finite = wall[np.isfinite(wall)]
             top = float(np.percentile(finite, 98)) if finite.size else 1.0
             top = top if top > 0 and math.isfinite(top) else 1.0
-            self._wall_scale = (self._version, top)
+            self._wall_scale = (held, top)
             return top

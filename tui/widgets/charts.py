@@ -20,7 +20,7 @@ from textual import events
 from textual.strip import Strip
 
 from bmoe_top.tui.model import RunModel
-from bmoe_top.tui.playback import TokenWindow
+from bmoe_top.tui.playback import Playback, TokenWindow
 from bmoe_top.tui.present.numbers import MISSING, mib, ms, sig
 from bmoe_top.tui.widgets.base import RunView, absent_phrase
 from bmoe_top.tui.widgets.lines import (
@@ -133,6 +133,10 @@ class OverviewStrip(TimeView):
 
     DEFAULT_CSS = "OverviewStrip { height: 3; }"
 
+    def __init__(self, run: RunModel, playback: Playback, **kw: Any) -> None:
+        super().__init__(run, playback, **kw)
+        self._whole: tuple[tuple[Any, ...], TokenWindow, dict[str, np.ndarray]] | None = None
+
     def frame_key(self) -> Any:
         pb = self.playback
         return (self.run.version, pb.cursor, pb.selected, pb.per_col, pb.fit, pb.view_end, pb.follow, pb.playing,
@@ -150,8 +154,7 @@ class OverviewStrip(TimeView):
                                                     look.dim)], width)]
             has_hit = run.tokens.has("cache_hit_pct")
             has_wall = run.tokens.has("wall_ms")
-            whole = TokenWindow.make(0, n, 1.0, cols, None, n, spread=True)
-            means = whole.values(run, ["cache_hit_pct", "wall_ms"])
+            whole, means = self._whole_run(run, cols)
         used = whole.used
         col_lo, col_hi = whole.starts, whole.stops
         in_win = (col_hi > w.lo) & (col_lo < w.hi) & (np.arange(cols) < used)
@@ -162,39 +165,33 @@ class OverviewStrip(TimeView):
         if has_wall:
             want.append(("ms/tok", "wall_ms"))
         want = want[: max(1, height - 1)] if height >= 2 else want[:1]
+        n_hit = len(look.hit_cells)
         for label, name in want:
             mean = np.full(cols, np.nan)
             mean[:used] = means[name]
             if name == "cache_hit_pct":
                 mean = np.where(mean < 0, np.nan, mean)
                 lo_v, hi_v = 0.0, 100.0
-                lev = np.clip(np.floor(np.nan_to_num(mean) / 100.0 * len(spark)), 0, len(spark) - 1)
                 tail = self._hit_tail(run)
             else:
                 finite = mean[np.isfinite(mean)]
                 hi_v = nice_max(float(finite.max())) if finite.size else 1.0
                 lo_v = 0.0
-                lev = np.clip(np.floor((np.nan_to_num(mean) - lo_v) / (hi_v - lo_v) * len(spark)), 0, len(spark) - 1)
                 tail = f"0–{sig(hi_v, 2)} ms"
-            table: list[tuple[str, Style]] = []
-            codes = np.zeros(cols, dtype=np.int64)
-            keymap: dict[tuple[int, int, bool], int] = {}
-            hit_cells = look.hit_cells
-            for j in range(cols):
-                v = mean[j]
-                if not math.isfinite(v):
-                    k = (-1, 0, bool(in_win[j]))
-                else:
-                    k = (int(lev[j]), int(min(len(hit_cells) - 1, max(0, v / 100.0 * len(hit_cells))))
-                         if name == "cache_hit_pct" else -2, bool(in_win[j]))
-                code = keymap.get(k)
-                if code is None:
-                    code = len(table)
-                    keymap[k] = code
-                    table.append(self._spark_cell(k, look, shade, name))
-                codes[j] = code
+            ok = np.isfinite(mean)
+            v = np.where(ok, mean, 0.0)
+            lev = np.clip(np.floor((v - lo_v) / (hi_v - lo_v) * len(spark)), 0, len(spark) - 1).astype(np.int64)
+            hit_bin = np.clip(v / 100.0 * n_hit, 0, n_hit - 1).astype(np.int64) if name == "cache_hit_pct" \
+                else np.zeros(cols, np.int64)
+            # one code per distinct (level, hit bin, in the window) cell; -1 level: no data
+            lev = np.where(ok, lev, -1)
+            hit_bin = np.where(ok, hit_bin, 0)
+            key = ((lev + 1) * n_hit + hit_bin) * 2 + in_win
+            uniq, codes = np.unique(key, return_inverse=True)
+            table = [self._spark_cell((int(k // 2) // n_hit - 1, int(k // 2) % n_hit, bool(k % 2)), look, shade, name)
+                     for k in uniq.tolist()]
             out.append(Strip([Segment(label[: gut - 1].rjust(gut - 1) + g.vbar, look.label),
-                              *segments_from_index(codes, table),
+                              *segments_from_index(codes.reshape(-1), table),
                               Segment(" " + fit_text([tail], right - 1).ljust(right - 1), look.dim)]))
         if height >= 2 or not want:
             chars = np.where(in_win, g.window_fill, " ")
@@ -214,6 +211,17 @@ class OverviewStrip(TimeView):
                               Segment("".join(chars.tolist()), look.accent),
                               Segment(" " + tail.ljust(right - 1), look.dim)]))
         return out[:height]
+
+    def _whole_run(self, run: RunModel, cols: int) -> tuple[TokenWindow, dict[str, np.ndarray]]:
+        """The whole run in ``cols`` columns and its per-column means of hit % and wall time (call
+        with the run's lock held). Token rows are only ever appended, so these change only when
+        the run grows, a column appears, or the width changes: kept until then."""
+        tok = run.tokens
+        key = (tok.n, tok.start, tok.has("cache_hit_pct"), tok.has("wall_ms"), cols)
+        if self._whole is None or self._whole[0] != key:
+            whole = TokenWindow.make(0, tok.n, 1.0, cols, None, tok.n, spread=True)
+            self._whole = (key, whole, whole.values(run, ["cache_hit_pct", "wall_ms"]))
+        return self._whole[1], self._whole[2]
 
     @staticmethod
     def _hit_tail(run: RunModel) -> str:
@@ -305,6 +313,7 @@ class BreakdownChart(TimeView):
             table.append(self._cursor_cell(look))
             col = codes[:, sel_col]
             col[col == 0] = mark_code
+        memo: dict[int, Segment] = {}  # one table for every row: equal runs share a segment
         for r in range(rows):
             label = ""
             if r == 0:
@@ -313,7 +322,7 @@ class BreakdownChart(TimeView):
                 label = "0"
             elif rows >= 5 and r == rows // 2:
                 label = sig(top * (rows - r) / rows, 3)
-            seg_row = segments_from_index(codes[r], table) if k else []
+            seg_row = segments_from_index(codes[r], table, memo) if k else []
             side = readout[r + 1] if r + 1 < len(readout) else ("", look.dim)
             lines.append(Strip([Segment(label.rjust(gut - 1) + g.vbar, look.dim), *seg_row,
                                 Segment(" " * (cols - k), BLANK),

@@ -268,6 +268,7 @@ class LayerHeatmap(GridView):
         bins = look.hit_bin(folded[first: first + shown]) if k else np.zeros((shown, 0), np.int16)
         table: list[tuple[str, Style]] = [look.no_data, *legend_cells]
         cursor_of = {}  # table index -> its cursor variant
+        memo: dict[int, Segment] = {}  # segments made from this table (it only grows)
         sel_col = w.col_of(w.selected)
         cur_row = self.cursor.row
         for i in range(shown):
@@ -284,7 +285,7 @@ class LayerHeatmap(GridView):
                     idx[c] = cursor_of[base]
             side = readout[i + 1] if i + 1 < len(readout) else ("", BLANK)
             lines.append(Strip([Segment(group_label(r, f, n_layer)[: gut - 1].rjust(gut - 1) + g.vbar, look.dim),
-                                *segments_from_index(idx, table), Segment(" " * (cols - k), BLANK),
+                                *segments_from_index(idx, table, memo), Segment(" " * (cols - k), BLANK),
                                 Segment(" " + side[0][: right - 1].ljust(right - 1), side[1])]))
         if axis:
             more = f"{n_rows - shown} more rows" if shown < n_rows else ""
@@ -475,6 +476,7 @@ class ExpertMap(GridView):
         table: list[tuple[str, Style]] = [look.no_data, *look.heat_resident, *look.heat_out]
         nl = look.heat_levels
         cursor_of: dict[int, int] = {}
+        memo: dict[int, Segment] = {}  # segments made from this table (it only grows)
         for i in range(shown):
             r = first + i
             b = bins[r, left: left + col_shown].astype(np.int64)
@@ -494,7 +496,7 @@ class ExpertMap(GridView):
                 idx = np.repeat(idx, cw)
             side = readout[i + 2] if i + 2 < len(readout) else ("", BLANK)
             lines.append(Strip([Segment(group_label(r, fl, n_layer)[: gut - 1].rjust(gut - 1) + g.vbar, look.dim),
-                                *segments_from_index(idx, table), Segment(" " * (cols - len(idx)), BLANK),
+                                *segments_from_index(idx, table, memo), Segment(" " * (cols - len(idx)), BLANK),
                                 Segment(" " + side[0][: right - 1].ljust(right - 1), side[1])]))
         foot = []
         if shown < n_rows:

@@ -42,20 +42,33 @@ def segments(cells: Iterable[tuple[str, Style]]) -> list[Segment]:
     return out
 
 
-def segments_from_index(idx: np.ndarray, table: Sequence[Cell]) -> list[Segment]:
+#: Memo keys of :func:`segments_from_index`: run length x this + table index.
+_RUN_KEY = 1 << 20
+
+
+def segments_from_index(idx: np.ndarray, table: Sequence[Cell],
+                        memo: dict[int, Segment] | None = None) -> list[Segment]:
     """Cells given as indexes into ``table`` -> run-length merged segments (vectorised: one
-    segment per run of equal index)."""
+    segment per run of equal index). ``memo``: segments already made from this same ``table``
+    (pass one dict for every row drawn with one table: equal runs share one segment object)."""
     n = len(idx)
     if n == 0:
         return []
-    change = np.flatnonzero(idx[1:] != idx[:-1]) + 1
-    starts = [0, *change.tolist()]
-    ends = [*change.tolist(), n]
-    vals = idx[starts].tolist()
+    bounds = np.flatnonzero(idx[1:] != idx[:-1]) + 1
+    starts = np.concatenate(([0], bounds))
+    runs = np.diff(np.concatenate((starts, [n])))
+    m = _RUN_KEY
+    if len(table) >= m:
+        raise ValueError(f"a table of {len(table)} cells (at most {m - 1})")
+    keys = (runs * m + np.asarray(idx)[starts]).tolist()  # one int per (run length, table index)
+    made = {} if memo is None else memo
     out = []
-    for a, b, v in zip(starts, ends, vals):
-        glyph, style = table[v]
-        out.append(Segment(glyph * (b - a), style))
+    for key in keys:
+        seg = made.get(key)
+        if seg is None:
+            glyph, style = table[key % m]
+            seg = made[key] = Segment(glyph * (key // m), style)
+        out.append(seg)
     return out
 
 

@@ -172,6 +172,7 @@ class Look:
     trend: Style = field(init=False)
     window: Style = field(init=False)
     cursor: Style = field(init=False)
+    _kinds: dict[str, Style] = field(init=False, default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         if self.colors not in COLOR_MODES:
@@ -296,7 +297,13 @@ class Look:
         return style
 
     def kind_style(self, kind: str) -> Style:
-        """A present-row kind's style in this look."""
+        """A present-row kind's style in this look (one shared object per kind)."""
+        style = self._kinds.get(kind)
+        if style is None:
+            style = self._kinds[kind] = self._kind_style(kind)
+        return style
+
+    def _kind_style(self, kind: str) -> Style:
         spec = KIND_STYLE.get(kind, "")
         if not spec:
             return BLANK

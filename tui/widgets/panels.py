@@ -52,6 +52,7 @@ class RunPanel(Widget):
         self._key: tuple[Any, ...] | None = None
         self._lines: list[Strip] = []
         self._lines_width = -1
+        self._row_lines: dict[tuple[Any, ...], list[Strip]] = {}  # the last build's rows -> their lines
 
     @property
     def look(self) -> Look:
@@ -98,15 +99,31 @@ class RunPanel(Widget):
         width = max(20, width)
         lw = min(14 if width >= 36 else 11, max(len(r[0]) for r in rows if r[2] != "section")) + 1
         vw = max(8, width - lw)
-        out = []
-        for label, value, kind in rows:
-            label, value = sanitize(label), sanitize(value)
-            if kind == "section":
-                out.append(Strip([Segment(label[:width], look.kind_style("section"))]))
-                continue
+        out: list[Strip] = []
+        prev, made = self._row_lines, {}
+        for row in rows:
+            key = (row, width, lw, look)  # most rows read the same from one repaint to the next
+            lines = prev.get(key)
+            if lines is None:
+                lines = self._row_strips(*row, width, lw, vw, look)
+            made[key] = lines
+            out += lines
+        self._row_lines = made
+        return out
+
+    @staticmethod
+    def _row_strips(label: str, value: str, kind: str, width: int, lw: int, vw: int, look: Look) -> list[Strip]:
+        """One row: its label, then its value wrapped under its own column (``lw`` cells in)."""
+        label, value = sanitize(label), sanitize(value)
+        if kind == "section":
+            out = [Strip([Segment(label[:width], look.kind_style("section"))])]
+        else:
             st = look.kind_style(kind)
-            parts = textwrap.wrap(value, vw, break_long_words=True, break_on_hyphens=False) or [""]
-            out.append(Strip([Segment(label[: lw - 1].ljust(lw), look.dim), Segment(parts[0], st)]))
+            if len(value) <= vw and value.isprintable() and not value.endswith(" "):
+                parts = [value]  # what textwrap gives for a value that fits, without its cost
+            else:
+                parts = textwrap.wrap(value, vw, break_long_words=True, break_on_hyphens=False) or [""]
+            out = [Strip([Segment(label[: lw - 1].ljust(lw), look.dim), Segment(parts[0], st)])]
             out += [Strip([Segment(" " * lw, BLANK), Segment(cont, st)]) for cont in parts[1:]]
         return [ascii_strip(ln) for ln in out] if look.ascii else out
 

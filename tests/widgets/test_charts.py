@@ -1,0 +1,73 @@
+"""The charts and the run panel keep what they computed only while what it came from is
+unchanged: a view that drew a run, then saw the run grow, draws what a new view over the grown
+run draws."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from bmoe_top.tui.model import RunModel
+from bmoe_top.tui.playback import Playback
+from bmoe_top.tui.widgets.charts import BreakdownChart, OverviewStrip
+from bmoe_top.tui.widgets.panels import RunPanel
+
+
+def _rows(run: RunModel, n: int, hit: float, wall: float) -> None:
+    run.add_token_rows({"step": np.arange(run.tokens.n + 1, run.tokens.n + n + 1, dtype=float),
+                        "wall_ms": np.full(n, wall), "io_ms": np.full(n, wall / 2), "mgmt_ms": np.full(n, 1.0),
+                        "cache_hit_pct": np.full(n, hit)}, n)
+
+
+def _text(view: OverviewStrip | BreakdownChart, width: int, height: int) -> list[str]:
+    return [ln.text for ln in view.build(width, height)]
+
+
+def test_overview_strip_redraws_the_whole_run_when_it_grows():
+    run = RunModel()
+    _rows(run, 5_000, hit=10.0, wall=100.0)
+    pb = Playback(run)
+    pb.end()
+    strip = OverviewStrip(run, pb)
+    before = _text(strip, 120, 3)
+    assert before == _text(strip, 120, 3)  # unchanged run: the same picture
+    _rows(run, 5_000, hit=90.0, wall=400.0)  # the second half: warm cache, slower tokens
+    pb.end()
+    after = _text(strip, 120, 3)
+    assert after != before
+    assert after == _text(OverviewStrip(run, pb), 120, 3)  # what a chart that never saw the short run draws
+    hit_row, wall_row = after[0], after[1]
+    cells = hit_row.split("│", 1)[1][:90]
+    assert len(set(cells[:40])) == 1 and len(set(cells[50:90])) == 1 and cells[0] != cells[-1]
+    assert wall_row.split("│", 1)[1][0] != wall_row.split("│", 1)[1][89]
+    assert after == _text(strip, 120, 3) and _text(strip, 100, 3) == _text(OverviewStrip(run, pb), 100, 3)
+
+
+def test_breakdown_scale_follows_the_rows_added():
+    run = RunModel()
+    _rows(run, 500, hit=50.0, wall=100.0)
+    pb = Playback(run)
+    pb.end()
+    chart = BreakdownChart(run, pb)
+    first = _text(chart, 120, 14)
+    assert "100 ms" in first[1]  # the y scale: the 98th percentile of wall
+    _rows(run, 5_000, hit=50.0, wall=250.0)
+    pb.end()
+    assert "250 ms" in _text(chart, 120, 14)[1]
+
+
+def test_run_panel_redraws_the_rows_that_changed():
+    run = RunModel()
+    run.update_meta({"model": "one.gguf", "arch": "qwen3moe"})
+    _rows(run, 100, hit=10.0, wall=100.0)
+    pb = Playback(run)
+    pb.end()
+    panel = RunPanel(run, pb)
+    first = [ln.text for ln in panel.build(44)]
+    assert [ln.text for ln in panel.build(44)] == first
+    run.update_meta({"model": "two-with-a-much-longer-name-that-wraps-under-its-column.gguf"})
+    _rows(run, 100, hit=10.0, wall=300.0)
+    pb.end()
+    again = [ln.text for ln in panel.build(44)]
+    assert again != first and again == [ln.text for ln in RunPanel(run, pb).build(44)]
+    assert any("two-with" in t for t in again) and not any("one.gguf" in t for t in again)
+    assert [ln.text for ln in panel.build(30)] == [ln.text for ln in RunPanel(run, pb).build(30)]
