@@ -120,7 +120,10 @@ async def test_screen_live_against_bmoe_run_serve(tmp_path):
             await pilot.pause(0.4)
             poller.stop()  # freeze the picture: no row arrives between the reads below
             poller.join(5)
-            await pilot.pause(0.3)
+            polls = app.main.view_polls
+            while app.main.view_polls == polls and app.main._stale:  # the views' repaint after the last row
+                await pilot.pause(0.05)
+            await pilot.pause()
             st = metrics_document(app.main.state, app.main.model)
             n = done["tokens_predicted"]
             assert n > 50 and st["status"] == "ok" and st["totals"]["tokens_predicted"] == n

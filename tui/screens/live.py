@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import time
 from typing import Any, ClassVar
 
 from rich.text import Text
@@ -97,6 +98,7 @@ class LiveScreen(RunScreen):
         self._turns_seen = 0
         self._status_key: tuple[Any, ...] | None = None
         self._turn_rows: list[tuple[str, ...]] = []
+        self._live_at = 0.0  # monotonic time the status line was last looked at
 
     @property
     def is_replay(self) -> bool:
@@ -110,7 +112,9 @@ class LiveScreen(RunScreen):
         table: DataTable[str] = DataTable(id="turns-table", zebra_stripes=True, cursor_type="row")
         table.add_columns(*TURN_COLUMNS)
         yield TabPane("Turns", table, id="turns")
-        yield TabPane("What-if", LiveWhatIfPanel(self.run_model, id="live-whatif"), id="whatif")
+        # the live LRU replay runs as often as the views repaint (at most 4 times a second)
+        yield TabPane("What-if", LiveWhatIfPanel(self.run_model, interval=max(0.25, self.refresh_s), id="live-whatif"),
+                      id="whatif")
 
     def compose_bottom(self) -> ComposeResult:
         if self.is_replay:
@@ -148,13 +152,21 @@ class LiveScreen(RunScreen):
 
     # --------------------------------------------------------------------------------- repaint
     def tick(self) -> None:
+        """The shared tick, then the status line when anything changed (and once a second, for
+        its "no telemetry for N s")."""
+        seen = self._tick_key
         super().tick()
-        self.update_live()
+        now = time.monotonic()
+        if self._tick_key is not seen or now - self._live_at >= 1.0:
+            self._live_at = now
+            self.update_live()
 
     def refresh_views(self, force: bool = False) -> None:
         super().refresh_views(force)
         if force:
             self.update_live()
+        if self.is_attached and self.query("#turns-table"):
+            self.update_turns()
 
     def status_word(self) -> str:
         return str(self.source.state)
@@ -204,7 +216,6 @@ class LiveScreen(RunScreen):
             self.query_one("#live-status", Static).update(self._status_text())
             if not self.is_replay:
                 self.query_one("#chat-mode", Label).update(self._chat_label())
-        self.update_turns()
 
     def update_turns(self) -> None:
         """Append a row per newly finished turn (a finished turn never changes; only the newest

@@ -262,7 +262,9 @@ class LiveBase:
         self._watchdog.start()
 
     def _watch(self) -> None:
-        while not self._stop.wait(0.2):
+        # a quarter of the shortest threshold, at most once a second: an idle source costs nothing
+        period = max(0.05, min(1.0, min(self.stall_after_s, self.ready_timeout_s) / 4))
+        while not self._stop.wait(period):
             events: list[Any] = []
             with self._lock:
                 now = time.monotonic()
