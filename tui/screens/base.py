@@ -400,7 +400,8 @@ class RunScreen(Screen[None]):
             self._title_key = key
             look = look_of(self)
             title = self.title_text()
-            self._widgets()[0].update(ascii_text(title) if look.ascii else title)
+            # one line, its size fixed by the CSS: no layout pass (a reflow of the whole screen)
+            self._widgets()[0].update(ascii_text(title) if look.ascii else title, layout=False)
 
     def refresh_fast(self, key: tuple[Any, ...] | None = None) -> None:
         """The fast tier: the title line and the answer's tail."""

@@ -99,6 +99,7 @@ class LiveScreen(RunScreen):
         self._status_key: tuple[Any, ...] | None = None
         self._turn_rows: list[tuple[str, ...]] = []
         self._live_at = 0.0  # monotonic time the status line was last looked at
+        self._live_line: Static | None = None  # the status line, looked up once
 
     @property
     def is_replay(self) -> bool:
@@ -165,7 +166,7 @@ class LiveScreen(RunScreen):
         super().refresh_views(force)
         if force:
             self.update_live()
-        if self.is_attached and self.query("#turns-table"):
+        if self._ready():
             self.update_turns()
 
     def status_word(self) -> str:
@@ -204,7 +205,11 @@ class LiveScreen(RunScreen):
         return t
 
     def update_live(self) -> None:
-        if not self.is_attached or not self.query("#live-status"):
+        if self._live_line is None:
+            if not self.is_attached or not self.query("#live-status"):
+                return  # before compose finished, or during teardown
+            self._live_line = self.query_one("#live-status", Static)
+        if not self.is_attached:
             return
         st = self.source.status()
         player = self.source.player if isinstance(self.source, RecordingSource) else None
@@ -213,7 +218,7 @@ class LiveScreen(RunScreen):
                player.position if player else 0, player.paused_at_turn.is_set() if player else False)
         if key != self._status_key:
             self._status_key = key
-            self.query_one("#live-status", Static).update(self._status_text())
+            self._live_line.update(self._status_text(), layout=False)  # one line: no reflow
             if not self.is_replay:
                 self.query_one("#chat-mode", Label).update(self._chat_label())
 
@@ -229,6 +234,8 @@ class LiveScreen(RunScreen):
             if upto:
                 self._turns_seen = max(self._turns_seen, turns[upto - 1].index + 1)
             n_ctx = run.ready.get("n_ctx") if run.ready else None
+        if not new:
+            return
         table = self.query_one("#turns-table", DataTable)
         for index, d, cancelled in new:
             fill = (100.0 * d["n_past"] / n_ctx) if (d.get("n_past") is not None and n_ctx) else None
