@@ -24,6 +24,7 @@ import orjson
 import pytest
 from helpers.prometheus import WAIT_S, Prometheus, need_prometheus
 from helpers.serve import Serve, complete, scrape
+from helpers.waits import pilot_until
 
 from bmoe_top.tui.app import BmoeTopApp
 from bmoe_top.tui.fleet.table import Cell, CellState, InstanceState, sort_rows
@@ -62,17 +63,6 @@ def fleet(tmp_path_factory):
         prom = Prometheus(tmp_path_factory.mktemp("prom"), {"bmoe": [f"127.0.0.1:{s.port}" for s in serves.values()]})
         stack.callback(prom.stop)
         yield Fleet(prom, serves, model)
-
-
-async def until(pilot, cond, what: str, timeout: float = WAIT_S):
-    """Let the app run until ``cond()`` is truthy (returned)."""
-    end = time.monotonic() + timeout
-    while True:
-        v = cond()
-        if v:
-            return v
-        assert time.monotonic() < end, f"timed out waiting for {what}"
-        await pilot.pause(0.05)
 
 
 def drawn(screen: FleetScreen, job: str, instance: str) -> dict[str, str]:
@@ -130,7 +120,7 @@ async def test_every_instance_shows_with_live_numbers(fleet):
                 return r is not None and len(screen.shown) == 3 and r.cells["tok_s"].state is CellState.OK \
                     and r.cells["tok_s"].value > 0 and r.cells["requests_processing"].value == 1
 
-            await until(pilot, live, "instance a generating, on the screen")
+            await pilot_until(pilot, live, "instance a generating, on the screen")
             await pilot.pause()
             table = screen.state.table
             assert {r.instance for r in table.rows} == {fleet.target(n) for n in "abc"}
@@ -146,7 +136,7 @@ async def test_every_instance_shows_with_live_numbers(fleet):
             c = drawn(screen, "bmoe", fleet.target("c"))
             assert c["hit_pct"] == "not exported" and c["resident"] == "not exported" and c["tok_s"] == "0.0"
             await pilot.press("r", "r", "r")  # asking for more never beats the scrape interval
-            await until(pilot, lambda: screen._thread.n_refreshes >= 4, "more refreshes")
+            await pilot_until(pilot, lambda: screen._thread.n_refreshes >= 4, "more refreshes")
             assert np.diff(screen._thread.starts).min() >= S - 1e-3
     finally:
         gen.close()
@@ -156,7 +146,7 @@ async def test_sort_by_keys_and_header_click_and_filter(fleet):
     screen = FleetScreen(fleet.prom.url, BMOE, 60)
     app = BmoeTopApp(screen)
     async with app.run_test(size=SIZE) as pilot:
-        await until(pilot, lambda: len(screen.shown) == 3, "three rows")
+        await pilot_until(pilot, lambda: len(screen.shown) == 3, "three rows")
         table = screen.state.table
 
         def order_is(key: str, desc: bool) -> bool:
@@ -167,11 +157,11 @@ async def test_sort_by_keys_and_header_click_and_filter(fleet):
         view = screen.query_one(FleetTableView)
         x = 1 + sum(view.columns[c.key].get_render_width(view) for c in VIEW_COLUMNS[:3])  # the tok/s header
         await pilot.click(FleetTableView, offset=(x, 0))
-        await until(pilot, lambda: screen.sort == "tok_s", "sorted by tok/s")
+        await pilot_until(pilot, lambda: screen.sort == "tok_s", "sorted by tok/s")
         assert screen.descending and order_is("tok_s", True)
         assert "tok/s ▼" in str(view.columns["tok_s"].label)
         await pilot.click(FleetTableView, offset=(x, 0))  # again: the other way
-        await until(pilot, lambda: not screen.descending, "ascending")
+        await pilot_until(pilot, lambda: not screen.descending, "ascending")
         assert order_is("tok_s", False)
         await pilot.press("w")
         assert screen.sort == "rank" and shown_keys(screen) == [r.key for r in screen.state.table.rows]
@@ -186,7 +176,7 @@ async def test_sort_by_keys_and_header_click_and_filter(fleet):
         await pilot.press("slash", *port, "enter")
         assert screen.filter_text == port and shown_keys(screen) == [("bmoe", fleet.target("b"))]
         assert "(1 shown)" in screen.title_text().plain
-        await until(pilot, lambda: screen.state.n_ok >= 3, "refreshes keep the filter")
+        await pilot_until(pilot, lambda: screen.state.n_ok >= 3, "refreshes keep the filter")
         assert shown_keys(screen) == [("bmoe", fleet.target("b"))]
         await pilot.press("escape")
         assert screen.filter_text == "" and len(shown_keys(screen)) == 3
@@ -200,11 +190,11 @@ async def test_drill_down_shows_the_history_from_before_the_app_started(fleet):
     screen = FleetScreen(fleet.prom.url, BMOE, 120)
     app = BmoeTopApp(screen)
     async with app.run_test(size=SIZE) as pilot:
-        await until(pilot, lambda: len(screen.shown) == 3, "three rows")
+        await pilot_until(pilot, lambda: len(screen.shown) == 3, "three rows")
         view = screen.query_one(FleetTableView)
         view.move_cursor(row=shown_keys(screen).index(("bmoe", fleet.target("a"))))
         await pilot.press("enter")
-        drill = await until(pilot, lambda: isinstance(app.screen, FleetDrillScreen) and app.screen.model.tokens.n
+        drill = await pilot_until(pilot, lambda: isinstance(app.screen, FleetDrillScreen) and app.screen.model.tokens.n
                             and app.screen, "the drill-down's rows")
         run = drill.model
         n = run.tokens.n
@@ -220,36 +210,36 @@ async def test_drill_down_shows_the_history_from_before_the_app_started(fleet):
         assert "history from" in drill.status_text().plain and "● up" in drill.status_text().plain
         assert run.summary["tokens"] == scrape(a.url).get("tokens_predicted")  # since the runtime started
         # it keeps following: the next settled steps are appended, none twice
-        await until(pilot, lambda: run.tokens.n > n, "new rows")
+        await pilot_until(pilot, lambda: run.tokens.n > n, "new rows")
         t2 = run.tokens.view("t", 0, run.tokens.n)
         assert np.all(np.diff(t2) > 0)
         n_ok = screen.state.n_ok
         await pilot.press("escape")
         assert app.screen is screen
-        await until(pilot, lambda: screen.state.n_ok > n_ok, "the table refreshes again")
+        await pilot_until(pilot, lambda: screen.state.n_ok > n_ok, "the table refreshes again")
 
 
 async def test_error_states_are_shown_as_such(fleet, tmp_path):
     bad = FleetScreen(fleet.prom.url, "{job=bmoe}", 60)
     async with BmoeTopApp(bad).run_test(size=SIZE) as pilot:
-        await until(pilot, lambda: bad.state.error is not None, "the bad_data answer")
+        await pilot_until(pilot, lambda: bad.state.error is not None, "the bad_data answer")
         await pilot.pause()
         status = bad.status_text().plain
         assert bad.view_state() == "error" and "⚠ error" in bad.title_text().plain
         assert "bad_data" in status and "query: max by (job, instance) (up{job=bmoe})" in status
     empty = FleetScreen(fleet.prom.url, '{job="no-such-job"}', 60)
     async with BmoeTopApp(empty).run_test(size=SIZE) as pilot:
-        await until(pilot, lambda: empty.state.error is not None, "the empty answer")
+        await pilot_until(pilot, lambda: empty.state.error is not None, "the empty answer")
         assert "empty: no series match" in empty.status_text().plain
     # a Prometheus that goes away: disconnected, the last good table stays with its age
     own = Prometheus(tmp_path / "own", {"bmoe": [fleet.target("b")]})
     screen = FleetScreen(own.url, BMOE, 60)
     try:
         async with BmoeTopApp(screen).run_test(size=SIZE) as pilot:
-            await until(pilot, lambda: len(screen.shown) == 1, "one row")
+            await pilot_until(pilot, lambda: len(screen.shown) == 1, "one row")
             before = drawn(screen, "bmoe", fleet.target("b"))
             own.stop()
-            await until(pilot, lambda: screen.state.error is not None, "the failed refresh")
+            await pilot_until(pilot, lambda: screen.state.error is not None, "the failed refresh")
             await pilot.pause()
             assert screen.view_state() == "disconnected" and "✖ disconnected" in screen.title_text().plain
             status = screen.status_text().plain
@@ -272,7 +262,7 @@ async def test_once_json_agrees_with_the_screen(fleet):
     doc = orjson.loads(p.stdout)
     screen = FleetScreen(fleet.prom.url, BMOE, 60, at=at)
     async with BmoeTopApp(screen).run_test(size=SIZE) as pilot:
-        await until(pilot, lambda: screen.shown, "the table at that time")
+        await pilot_until(pilot, lambda: screen.shown, "the table at that time")
         assert screen.view_state() == "fixed"
         assert [(r["job"], r["instance"]) for r in doc["table"]["instances"]] == shown_keys(screen)  # worst first
         for r in doc["table"]["instances"]:
@@ -297,10 +287,10 @@ async def test_stopped_instance_shows_down_within_two_scrape_intervals(fleet):
                 seen.append((t.at, t.row(target).state))
             return seen[-1][1] if seen else None
 
-        await until(pilot, lambda: state_of_c() is InstanceState.UP, "c up on the screen")
+        await pilot_until(pilot, lambda: state_of_c() is InstanceState.UP, "c up on the screen")
         c.stop()
         t_exit = time.time()  # the process has exited: from here its port refuses
-        await until(pilot, lambda: state_of_c() is InstanceState.DOWN, "c down on the screen")
+        await pilot_until(pilot, lambda: state_of_c() is InstanceState.DOWN, "c down on the screen")
         await pilot.pause()
         cells = drawn(screen, "bmoe", target)
         assert cells["instance"].startswith("✖") and cells["state"].startswith("down")

@@ -20,6 +20,7 @@ import orjson
 import pytest
 from helpers.fleet_data import AT, SNAPSHOT_FLEET, snapshot_blocks
 from helpers.prometheus import PROMTOOL, WAIT_S, Prometheus, need_prometheus
+from helpers.waits import pilot_until
 
 from bmoe_top.tui.app import BmoeTopApp
 from bmoe_top.tui.fleet.table import Cell, CellState
@@ -48,14 +49,6 @@ def prom(tmp_path_factory):
         p.stop()
 
 
-async def until(pilot, cond, what: str):
-    end = time.monotonic() + WAIT_S
-    while not (v := cond()):
-        assert time.monotonic() < end, f"timed out waiting for {what}"
-        await pilot.pause(0.05)
-    return v
-
-
 def table_screen(prom, **kw) -> FleetScreen:
     return FleetScreen(prom.url, "", WINDOW_S, at=AT, label="prometheus (generated fleet)", **kw)
 
@@ -65,7 +58,7 @@ def test_table(snap_compare, prom, size):
     screen = table_screen(prom)
 
     async def shown(pilot):
-        await until(pilot, lambda: screen.n_applied, "the table")
+        await pilot_until(pilot, lambda: screen.n_applied, "the table")
         await pilot.pause(0.2)
 
     assert snap_compare(BmoeTopApp(screen), terminal_size=SIZES[size], run_before=shown)
@@ -76,7 +69,7 @@ def test_drill_down(snap_compare, prom, size):
     screen = table_screen(prom, drill=("bmoe", "10.0.0.2:8080"))  # the slow one
 
     async def drilled(pilot):
-        d = await until(pilot, lambda: isinstance(pilot.app.screen, FleetDrillScreen) and pilot.app.screen.last
+        d = await pilot_until(pilot, lambda: isinstance(pilot.app.screen, FleetDrillScreen) and pilot.app.screen.last
                         and pilot.app.screen.model.tokens.n and pilot.app.screen, "the drill-down")
         await pilot.pause(0.2)
         d.refresh_views(force=True)
@@ -92,7 +85,7 @@ async def test_once_json_agrees_with_the_screen(prom):
     doc = orjson.loads(p.stdout)
     screen = table_screen(prom)
     async with BmoeTopApp(screen).run_test(size=SIZES["wide"]) as pilot:
-        await until(pilot, lambda: screen.n_applied, "the table")
+        await pilot_until(pilot, lambda: screen.n_applied, "the table")
         view = screen.query_one(FleetTableView)
         assert [(r["job"], r["instance"]) for r in doc["table"]["instances"]] == view.keys
         assert doc["table"]["worst"]["instance"] == "10.0.0.3:8080"  # down: first
@@ -109,7 +102,7 @@ async def test_once_json_agrees_with_the_screen(prom):
 async def test_label_values_are_drawn_inert(prom):
     screen = table_screen(prom)
     async with BmoeTopApp(screen).run_test(size=SIZES["wide"]) as pilot:
-        await until(pilot, lambda: screen.n_applied, "the table")
+        await pilot_until(pilot, lambda: screen.n_applied, "the table")
         view = screen.query_one(FleetTableView)
         evil = "edge\x1b[31m-7:8080"
         cell = view.get_row(row_key("bmoe", evil))[0].plain

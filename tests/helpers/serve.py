@@ -1,6 +1,6 @@
 """``bmoe-run serve`` as a real child process on loopback, and the HTTP calls tests make to it.
 
-Tests never assume how fast the machine is: :func:`wait_until` polls a condition (a count from
+Tests never assume how fast the machine is: :func:`helpers.waits.wait_until` polls a condition (a count from
 ``/metrics``, a state) up to a generous deadline that only bounds a failure, and ``env=
 {"BMOE_TOKEN_DELAY_MS": "N"}`` slows the child's decode so a test can act mid-generation."""
 
@@ -62,18 +62,6 @@ class Serve:
         self._t.join(5)
         return code
 
-
-def wait_until(cond, timeout: float = 60.0, what: str = "condition", every: float = 0.02):
-    """Poll ``cond()`` until it returns a truthy value (returned); AssertionError after ``timeout``
-    seconds (a bound on a failure, never an expected duration)."""
-    end = time.monotonic() + timeout
-    while True:
-        v = cond()
-        if v:
-            return v
-        if time.monotonic() > end:
-            raise AssertionError(f"{what}: not reached within {timeout:g} s")
-        time.sleep(every)
 
 
 def scrape(url, **kw):

@@ -13,7 +13,8 @@ import httpx
 import numpy as np
 import orjson
 import pytest
-from helpers.serve import PY, Raw, Serve, complete, scrape, scrape_value, wait_until
+from helpers.serve import PY, Raw, Serve, complete, scrape, scrape_value
+from helpers.waits import wait_until
 
 from bmoe_top.parsers.audit import check_exact_sum, read_audit_file
 from bmoe_top.parsers.prom import compute_delta

@@ -22,7 +22,8 @@ from pathlib import Path
 import httpx
 import orjson
 import pytest
-from helpers.serve import PY, Raw, Serve, scrape, scrape_value, wait_until
+from helpers.serve import PY, Raw, Serve, scrape, scrape_value
+from helpers.waits import wait_until
 
 from bmoe_top.parsers.audit import check_exact_sum, read_audit_file
 

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from helpers.serve import Serve, wait_until
+from helpers.serve import Serve
+from helpers.waits import wait_until
 
 BMOE_TOP = Path(sys.executable).with_name("bmoe-top")
 
@@ -80,7 +81,7 @@ def test_done_when_two_terminals(tmp_path):
             left = subprocess.run(["tmux", "-L", sock, "ls"], capture_output=True, text=True).stdout
             return "metrics" not in left and "audit" not in left
 
-        wait_until(sessions_gone, timeout=30, what="both apps quit on q", every=0.1)
+        wait_until(sessions_gone, limit=30, what="both apps quit on q", every=0.1)
     finally:
         subprocess.run(["tmux", "-L", sock, "kill-server"], capture_output=True)
         srv.stop()

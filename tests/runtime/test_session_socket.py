@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from helpers import EMITTER
+from helpers.waits import until
 
 from bmoe_top.parsers import bmoe_lines as bl
 from bmoe_top.runtime.session_socket import SessionSocketError, SessionSocketServer
@@ -37,16 +38,6 @@ def sock_path(tmp_path):
     for f in d.iterdir():
         f.unlink()
     d.rmdir()
-
-
-def until(cond, timeout=5.0, step=0.01) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if cond():
-            return True
-        time.sleep(step)
-    return cond()
-
 
 class RawClient:
     """A plain socket client reading whole lines (what `socat` would see)."""
@@ -195,10 +186,10 @@ def test_client_that_stops_reading_is_disconnected_after_stall_timeout(sock_path
             if i % 500 == 0:
                 time.sleep(0.1)
         # the reading client keeps getting lines while the lazy one is cut off
-        assert until(lambda: len(srv.clients) == 1, timeout=10), "stalled client not disconnected"
+        assert until(lambda: len(srv.clients) == 1), "stalled client not disconnected"
         assert any("disconnected" in m for m in logs)
         srv.broadcast("BMOE_DONE {\"id\":1}")
-        assert until(lambda: got and got[-1].startswith("BMOE_DONE"), 10)
+        assert until(lambda: got and got[-1].startswith("BMOE_DONE"))
         # the reading client stays connected; with a 50-line bound it may lose lines to a fast
         # burst, but every line is delivered or counted in a notice
         dropped = sum(json.loads(x.split(" ", 1)[1])["dropped"] for x in got if x.startswith("BMOE_NOTICE"))
@@ -276,7 +267,7 @@ def test_attach_to_emitter_drive_it_and_survive_restart(sock_path):
         assert cl.wait_state("ready", 15), cl.status()
         rid = cl.generate("hello", 10)
         assert rid is not None
-        assert until(lambda: any(isinstance(r, bl.Done) for r in recs), 10)
+        assert until(lambda: any(isinstance(r, bl.Done) for r in recs))
         d = [r for r in recs if isinstance(r, bl.Done)][0]
         assert d.id == rid and d.tokens == 10
         # a second client joining now gets READY + the last turn
@@ -289,12 +280,12 @@ def test_attach_to_emitter_drive_it_and_survive_restart(sock_path):
         n = len(recs)
         p.send_signal(signal.SIGKILL)
         p.wait()
-        assert until(lambda: cl.status().state == "disconnected", 5)
+        assert until(lambda: cl.status().state == "disconnected")
         assert len(recs) == n
         assert cl.generate("x") is None  # cannot send while disconnected
         os.unlink(sock_path)  # a SIGKILLed server leaves its socket file
         p = start_emitter()
-        assert until(lambda: cl.status().state == "ready" and cl.status().connects == 2, 15), cl.status()
+        assert until(lambda: cl.status().state == "ready" and cl.status().connects == 2), cl.status()
         assert "NewSession" in events and "Disconnected" in events
         assert sum(isinstance(r, bl.Ready) for r in recs) == 2
     finally:

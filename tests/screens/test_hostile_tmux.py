@@ -5,18 +5,16 @@ their 8-bit forms), nor leave the screen. Skipped when tmux is missing."""
 
 from __future__ import annotations
 
-import os
 import shlex
 import shutil
 import sys
-import time
 from pathlib import Path
 
 import pytest
 from helpers import synth
 from helpers.hostile import HOSTILE
 from helpers.scripted_http import Scripted
-from helpers.tmux import run_tmux
+from helpers.tmux import Tmux
 
 BMOE_TOP = Path(sys.executable).with_name("bmoe-top")
 
@@ -26,44 +24,19 @@ pytestmark = [
 ]
 
 
-class Tmux:
-    def __init__(self) -> None:
-        self.sock = f"bmoe-h-{os.getpid()}-{time.monotonic_ns() % 10**6}"
+class HostileTmux(Tmux):
+    """A pane that would let an escape rename the window or fill a paste buffer (OSC 52)."""
 
-    def __call__(self, *args: str, check: bool = True) -> str:
-        return run_tmux(self.sock, *args, check=check)
-
-    def start(self, cmd: str) -> None:
-        self("-f", "/dev/null", "new-session", "-d", "-s", "main", "-x", "160", "-y", "45",
-             "-e", "TERM=xterm-256color", "-e", "LANG=C.UTF-8", cmd)
-        self("set-option", "-t", "main", "remain-on-exit", "on")
+    def start(self, cmd: str, size: tuple[int, int] = (160, 45), env: dict[str, str] | None = None) -> None:
+        super().start(cmd, size, {"LANG": "C.UTF-8", **(env or {})})
         self("set-option", "-g", "set-clipboard", "on")  # OSC 52 would fill a paste buffer
         self("set-option", "-g", "allow-rename", "on")  # an escape could rename the window
         self("set-option", "-g", "allow-passthrough", "off", check=False)
-
-    def fmt(self, f: str) -> str:
-        return self("display-message", "-p", "-t", "main", f).strip()
-
-    def screen(self) -> str:
-        return self("capture-pane", "-p", "-t", "main")
-
-    def wait(self, needle: str, limit: float = 60.0) -> str:
-        end = time.monotonic() + limit
-        s = ""
-        while time.monotonic() < end:
-            s = self.screen()
-            if needle in s:
-                return s
-            time.sleep(0.2)
-        raise AssertionError(f"{needle!r} not on screen after {limit} s:\n{s}")
 
     def untouched(self) -> None:
         assert "PWNED" not in self.fmt("#{pane_title}")
         assert "PWNED" not in self.fmt("#{window_name}")
         assert self("list-buffers", check=False).strip() == ""  # OSC 52 did not reach the clipboard
-
-    def close(self) -> None:
-        self("kill-server", check=False)
 
 
 @pytest.fixture
@@ -78,11 +51,11 @@ def test_once_text_output_does_not_set_the_title(hostile_server, tmp_path):
     csv = tmp_path / "run.csv"
     csv.write_bytes(synth.token_csv(20).replace(b"model=synthetic-moe.gguf", b"model=" + HOSTILE.encode()))
     top = shlex.quote(str(BMOE_TOP))
-    t = Tmux()
+    t = HostileTmux("bmoe-h")
     try:
         t.start(f"{top} attach --metrics {hostile_server.url} --once; {top} replay --summary {shlex.quote(str(csv))}; "
                 "echo DONE-MARK; sleep 600")
-        s = t.wait("DONE-MARK")
+        s = t.wait_screen("DONE-MARK")
         assert s.count("H0ST␛]52") >= 2  # the error body and the model name, printed inert
         t.untouched()
         assert t.fmt("#{alternate_on}") == "0"
@@ -97,11 +70,11 @@ def test_attach_and_replay_screens_do_not_set_the_title(hostile_server, tmp_path
     top = shlex.quote(str(BMOE_TOP))
     for cmd, needle in ((f"{top} attach --metrics {hostile_server.url} --interval 0.2", "server error"),
                         (f"{top} replay {shlex.quote(str(csv))}", "H0ST")):
-        t = Tmux()
+        t = HostileTmux("bmoe-h")
         try:
             t.start(cmd)
-            t.wait(needle)
-            t.wait("H0ST␛]52")
+            t.wait_screen(needle)
+            t.wait_screen("H0ST␛]52")
             t.untouched()
             assert t.fmt("#{alternate_on}") == "1"  # still the app's full screen
         finally:

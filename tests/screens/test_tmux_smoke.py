@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers.tmux import run_tmux
+from helpers.tmux import Tmux
 
 BMOE_TOP = Path(sys.executable).with_name("bmoe-top")
 BMOE_RUN = Path(sys.executable).with_name("bmoe-run")
@@ -33,64 +33,13 @@ def tiny(tmp_path_factory) -> Path:
     return Path(make_model(tmp_path_factory.mktemp("tm") / "tiny-tmux.gguf", preset="tiny"))
 
 
-class Tmux:
-    def __init__(self, name: str) -> None:
-        self.sock = name
-
-    def __call__(self, *args: str, check: bool = True) -> str:
-        return run_tmux(self.sock, *args, check=check)
-
-    def screen(self) -> str:
-        return self("capture-pane", "-p", "-t", "main")
-
-    def fmt(self, f: str) -> str:
-        return self("display-message", "-p", "-t", "main", f).strip()
-
-    def wait_screen(self, needle: str, timeout: float = 60.0) -> str:
-        end = time.monotonic() + timeout
-        s = ""
-        while time.monotonic() < end:
-            s = self.screen()
-            if needle in s:
-                return s
-            time.sleep(0.2)
-        size = self.fmt("#{pane_width}x#{pane_height}")
-        raise AssertionError(f"{needle!r} not on screen after {timeout} s (pane {size}):\n{s}")
-
-    def wait_dead(self, timeout: float = 40.0) -> str:
-        """Wait until the pane's process has exited; returns its exit status as text.
-
-        tmux marks the pane dead when the pty closes but may reap the process much later under
-        load (the exit status stays empty meanwhile): then read the zombie's exit code from
-        /proc (field 52 of /proc/PID/stat, the waitpid status)."""
-        pid = self.fmt("#{pane_pid}")
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            if self.fmt("#{pane_dead}") == "1":
-                status, sig = self.fmt("#{pane_dead_status}"), self.fmt("#{pane_dead_signal}")
-                if status or sig:
-                    return status or f"signal {sig}"
-                try:
-                    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].split()
-                except OSError:
-                    fields = []
-                if fields and fields[0] == "Z":
-                    code = int(fields[-1])  # waitpid status of the zombie
-                    return str(code >> 8) if code & 0x7F == 0 else f"signal {code & 0x7F}"
-            time.sleep(0.1)
-        raise AssertionError("bmoe-top did not exit:\n" + self.screen())
-
-
 @pytest.fixture
 def tmux(tiny):
-    t = Tmux(f"bmoe-l-{os.getpid()}-{time.monotonic_ns() % 10**6}")
-    cmd = (f"exec {shlex.quote(str(BMOE_TOP))} launch -n 6 -- {shlex.quote(str(BMOE_RUN))} "
-           f"-m {shlex.quote(str(tiny))} --session --route-telemetry -c 512")
-    t("-f", "/dev/null", "new-session", "-d", "-s", "main", "-x", "160", "-y", "45",
-      "-e", "TERM=xterm-256color", cmd)
-    t("set-option", "-t", "main", "remain-on-exit", "on")
+    t = Tmux("bmoe-l")
+    t.start(f"exec {shlex.quote(str(BMOE_TOP))} launch -n 6 -- {shlex.quote(str(BMOE_RUN))} "
+            f"-m {shlex.quote(str(tiny))} --session --route-telemetry -c 512")
     yield t
-    t("kill-server", check=False)
+    t.close()
 
 
 def runtime_pids(model: Path) -> list[int]:
@@ -165,16 +114,14 @@ def test_no_color_replay_renders_and_quits_0(tmp_path, size):
     csv.write_bytes(synth.token_csv(120))
     route = tmp_path / "run.route.csv"
     route.write_bytes(synth.route_trace(120))
-    t = Tmux(f"bmoe-nc-{os.getpid()}-{time.monotonic_ns() % 10**6}")
-    cmd = f"exec {shlex.quote(str(BMOE_TOP))} replay {shlex.quote(str(csv))} {shlex.quote(str(route))}"
+    t = Tmux("bmoe-nc")
     try:
-        t("-f", "/dev/null", "new-session", "-d", "-s", "main", "-x", str(size[0]), "-y", str(size[1]),
-          "-e", "TERM=xterm-256color", "-e", "NO_COLOR=1", cmd)
-        t("set-option", "-t", "main", "remain-on-exit", "on")
+        t.start(f"exec {shlex.quote(str(BMOE_TOP))} replay {shlex.quote(str(csv))} {shlex.quote(str(route))}",
+                size, {"NO_COLOR": "1"})
         s = t.wait_screen("wall =", 60)  # the breakdown's legend: the views drew
         assert ("ended" in s or "paused" in s) and "token" in s and "Traceback" not in s
         t("send-keys", "-t", "main", "q")
         assert t.wait_dead() == "0"
         assert t.fmt("#{alternate_on}") == "0"
     finally:
-        t("kill-server", check=False)
+        t.close()

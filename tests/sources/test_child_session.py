@@ -4,7 +4,6 @@ stdout, SIGTERM ignored, grandchild, missing executable, parent killed)."""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -13,6 +12,7 @@ import time
 
 import pytest
 from helpers import EMITTER
+from helpers.waits import alive
 
 from bmoe_top.parsers import bmoe_lines as bl
 from bmoe_top.tui.sources.child_session import ChildSession
@@ -48,19 +48,6 @@ def launch(*args: str, **kw) -> tuple[ChildSession, Sink]:
     s = ChildSession(emitter(*args), on_record=sink.rec, on_stderr=sink.err, on_event=sink.ev, **kw)
     s.start()
     return s, sink
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # a zombie still answers kill(0); it is not alive for our purpose
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(") ", 1)[1][0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 def test_session_flow_ready_generate_reject_close():

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from pathlib import Path
 
 import pytest
+from helpers.waits import alive, until
 
 from bmoe_top.parsers import bmoe_lines as bl
 from bmoe_top.tui.feed.records import RecordFeed
@@ -26,23 +26,6 @@ def tiny(tmp_path_factory) -> Path:
     from bmoe_top.runtime.models import make_model
 
     return Path(make_model(tmp_path_factory.mktemp("m") / "tiny.gguf", preset="tiny"))
-
-
-def until(cond, timeout=30.0) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if cond():
-            return True
-        time.sleep(0.01)
-    return cond()
-
-
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(") ", 1)[1][0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 def test_session_over_pipes(tiny):
@@ -107,7 +90,7 @@ def test_attach_over_session_socket(tiny, tmp_path):
     s.start()
     try:
         assert s.wait_state("ready", 60), s.status()
-        assert until(lambda: os.path.exists(sock), 10)
+        assert until(lambda: os.path.exists(sock))
         got: list = []
         cl = SessionSocketClient(sock, on_record=lambda r, t: got.append(r)).start()
         try:

@@ -16,26 +16,17 @@ llama.cpp; tests skip only without a compiler), on the demo model: what this ser
 from __future__ import annotations
 
 import threading
-import time
 
 import httpx
 import pytest
 from helpers.llama_server import DEMO_MODEL, LlamaServer, llama_server_binary
+from helpers.waits import until
 
 from bmoe_top.tui.feed.bind import bind
 from bmoe_top.tui.model import RunModel
 from bmoe_top.tui.present.metrics import metrics_document, metrics_panel_rows
 from bmoe_top.tui.present.summary import run_summary, summary_rows
 from bmoe_top.tui.sources.metrics_poll import MetricsPoller
-
-
-def wait_for(cond, limit: float = 120.0) -> bool:
-    end = time.monotonic() + limit
-    while time.monotonic() < end:
-        if cond():
-            return True
-        time.sleep(0.01)
-    return bool(cond())
 
 
 def complete(url: str, prompt: str, n: int, **extra) -> dict:
@@ -75,14 +66,14 @@ def test_counts_at_request_end_and_live_progress_from_slots(slots_server):
     try:
         doc = None
         for _attempt in range(30):  # an interval in which a request ended does not show it: take another
-            if not wait_for(lambda: (busy_slot(url) or {"n": 0})["n"] >= 20):
+            if not until(lambda: (busy_slot(url) or {"n": 0})["n"] >= 20):
                 break
             poller.scrape_once()
             first = busy_slot(url)
             if first is None:
                 continue
             # the slot decodes on: wait for its count to grow (an event, not a duration)
-            wait_for(lambda first=first: (busy_slot(url) or {"task": None, "n": 0})["n"] >= first["n"] + 20
+            until(lambda first=first: (busy_slot(url) or {"task": None, "n": 0})["n"] >= first["n"] + 20
                      or (busy_slot(url) or {"task": None})["task"] != first["task"])
             poller.scrape_once()
             doc = metrics_document(poller.state, run)

@@ -11,6 +11,7 @@ import time
 import orjson
 import pytest
 from helpers.scripted_http import Scripted, exposition
+from helpers.waits import until
 
 from bmoe_top.tui.feed.bind import bind
 from bmoe_top.tui.model import RunModel
@@ -138,24 +139,13 @@ def test_scrape_now_wakes_the_thread(srv):
     p = MetricsPoller(srv.url, interval=600, timeout=2)
     p.start()
     try:
-        assert wait_for(lambda: p.state.n_ok >= 1)
+        assert until(lambda: p.state.n_ok >= 1)
         p.scrape_now()
-        assert wait_for(lambda: p.state.n_ok >= 2)
+        assert until(lambda: p.state.n_ok >= 2)
     finally:
         p.stop()
         p.join(5)
     assert not p.is_alive()
-
-
-def wait_for(cond, limit: float = 60.0) -> bool:
-    """True once ``cond()`` holds (polled; ``limit`` only guards against a hang)."""
-    end = time.monotonic() + limit
-    while time.monotonic() < end:
-        if cond():
-            return True
-        time.sleep(0.01)
-    return bool(cond())
-
 
 def test_api_key_sent_as_bearer(srv):
     p = MetricsPoller(srv.url, interval=0.05, api_key="s3cret")
@@ -181,7 +171,7 @@ def test_thread_one_request_in_flight_and_stops(srv):
     p = MetricsPoller(srv.url, interval=0.01, timeout=10)
     st = p.state
     p.start()
-    assert wait_for(lambda: st.n_ok >= 3)
+    assert until(lambda: st.n_ok >= 3)
     p.stop()
     p.join(2)
     assert not p.is_alive()

@@ -7,6 +7,7 @@ import os
 import time
 
 import orjson
+from helpers.waits import until
 
 from bmoe_top.tui.feed.bind import TailBinding, bind
 from bmoe_top.tui.model import RunModel
@@ -38,16 +39,6 @@ def seqs(b: TailBinding):
         return [r.data["seq"] for run in b.feed.runs.runs
                 for r in ([run.load, run.ready] + run.requests + [run.exit]) if r is not None]
 
-
-def wait_for(pred, timeout=5.0):
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < timeout:
-        if pred():
-            return True
-        time.sleep(0.02)
-    return False
-
-
 def test_partial_line_waits_for_rest(tmp_path):
     p = tmp_path / "a.jsonl"
     tail, b = follow(p)
@@ -77,7 +68,7 @@ def test_live_append_truncate_rotate_no_loss_no_repeat(tmp_path):
         append(p, rec("ready", 22, 4))
         for n in range(5, 25):
             append(p, rec("request", 11 if n % 2 else 22, n))
-        assert wait_for(lambda: state.runs.n_records == 24)
+        assert until(lambda: state.runs.n_records == 24)
         assert state.n_bad == 1 and state.bad[0][1] == 3
         assert state.runs.pids() == [11, 22]
         assert [len(r.requests) for r in state.runs.runs] == [10, 10]
@@ -88,23 +79,23 @@ def test_live_append_truncate_rotate_no_loss_no_repeat(tmp_path):
         os.rename(p, tmp_path / "a.jsonl.1")
         append(p, rec("exit", 11, 26))
         append(p, rec("exit", 22, 27))
-        assert wait_for(lambda: state.runs.n_records == 27)
+        assert until(lambda: state.runs.n_records == 27)
         assert tail.n_rotations == 1
 
         # truncation in place (copytruncate style), then new records from the start
         with open(p, "r+b") as f:
             f.truncate(0)
-        assert wait_for(lambda: tail.n_truncations == 1)
+        assert until(lambda: tail.n_truncations == 1)
         append(p, rec("load", 33, 28))
         append(p, rec("ready", 33, 29))
-        assert wait_for(lambda: state.runs.n_records == 29)
+        assert until(lambda: state.runs.n_records == 29)
 
         # truncate-and-refill between two polls, longer than what was read: first line changed
         tail_paused = state.runs.n_records
         with open(p, "wb") as f:
             f.write(rec("load", 44, 30) + rec("ready", 44, 31) + rec("request", 44, 32)
                     + rec("request", 44, 33) + rec("exit", 44, 34))
-        assert wait_for(lambda: state.runs.n_records == tail_paused + 5)
+        assert until(lambda: state.runs.n_records == tail_paused + 5)
         assert tail.n_truncations == 2
     finally:
         tail.stop()
