@@ -11,6 +11,7 @@ import httpx
 import numpy as np
 import pytest
 from helpers.scripted_http import Scripted, exposition
+from helpers.waits import pilot_until
 from rich.console import Console
 
 from bmoe_top.tui.app import BmoeTopApp
@@ -121,8 +122,8 @@ async def test_screen_live_against_bmoe_run_serve(tmp_path):
             poller.stop()  # freeze the picture: no row arrives between the reads below
             poller.join(5)
             polls = app.main.view_polls
-            while app.main.view_polls == polls and app.main._stale:  # the views' repaint after the last row
-                await pilot.pause(0.05)
+            await pilot_until(pilot, lambda: app.main.view_polls > polls or not app.main._stale,
+                              "the views' repaint after the last row")
             await pilot.pause()
             st = metrics_document(app.main.state, app.main.model)
             n = done["tokens_predicted"]
