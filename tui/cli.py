@@ -536,7 +536,7 @@ def build_parser() -> argparse.ArgumentParser:
         "bmoe-top starts the live demo: the bundled runtime (bmoe-run) on its demo model, with a prompt box.")
     p.add_argument("--version", action="version", version=f"bmoe-top {version('bmoe-top')}")
     p.add_argument("--fps", type=float, default=10.0,
-                   help="maximum repaints per second of the title and the answer text (default 10)")
+                   help="screen ticks per second: replay frames, and how soon a key shows (default 10)")
     p.add_argument("--refresh", type=_refresh_s, default=None, metavar="S", help=REFRESH_HELP)
     p.add_argument("--ascii", action="store_true", help="ASCII glyphs only (also chosen when the locale has no UTF-8)")
     sub = p.add_subparsers(dest="cmd")

@@ -79,8 +79,9 @@ TYPING_KEYS = frozenset({
 class RunScreen(Screen[None]):
     """The views over ``run`` (see the module docstring).
 
-    ``title`` names the source; ``fps`` bounds the repaints of the title and the answer text
-    (default 10 per second); ``refresh`` is the seconds between repaints of the views and panels
+    ``title`` names the source; ``fps`` is the ticks per second (replay frames, and how soon a
+    key or a state change shows; default 10); the title and the answer text follow new rows
+    every :data:`FAST_S` seconds; ``refresh`` is the seconds between repaints of the views and panels
     while data streams (default :attr:`BmoeTopApp.refresh_s <bmoe_top.tui.app.BmoeTopApp>`, else
     :data:`REFRESH_S`); ``follow`` pins the cursor to the newest row (live sources); ``start_at_end`` opens a replay
     with every row revealed, on its first window (its warm-up) at one token per column.
