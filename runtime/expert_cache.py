@@ -405,24 +405,38 @@ class ExpertCache:
         assert self.budget is not None
         limit = self.budget
         lru = self.lru
+        gone: list[tuple[int, int]] = []
         while self.resident_bytes + self.inflight_bytes + nbytes > limit and lru:
             for key in lru:  # the least recently used unprotected expert (the protected ones are recent)
                 if not (key[0] == protect_layer and key[1] in protect):
                     break
             else:
-                return
-            self._evict(key)
+                break
+            self._forget(key)
+            gone.append(key)
+        self._released(gone)
 
     def _evict(self, key: tuple[int, int]) -> None:
+        self._forget(key)
+        self._released([key])
+
+    def _forget(self, key: tuple[int, int]) -> None:
+        """``key`` leaves the LRU (its pages are released by :meth:`_released`)."""
         il, e = key
         b = self.lru.pop(key)
         self._flags[il * self._n_expert + e] = 0
         self.resident_bytes -= b
         self.evictions += 1
         self._spec_pending.discard(key)
-        self.store.release_experts(il, (e,), self._holds)
+
+    def _released(self, keys: list[tuple[int, int]]) -> None:
+        """Give back the pages of experts that left the LRU, in one batch, then tell ``on_evict``."""
+        if not keys:
+            return
+        self.store.release_pairs(keys, self._holds)
         if self.on_evict is not None:
-            self.on_evict(il, e)
+            for il, e in keys:
+                self.on_evict(il, e)
 
     # -- speculative reads ----------------------------------------------------------------------
     def _drop_inflight(self, key: tuple[int, int]) -> None:
@@ -526,8 +540,10 @@ class ExpertCache:
     def clear(self) -> None:
         """Evict every expert (a cold cache, as after load; the counters since load stay)."""
         self.drain()
-        for key in list(self.lru):
-            self._evict(key)
+        keys = list(self.lru)
+        for key in keys:
+            self._forget(key)
+        self._released(keys)
         self.prev_layer_set = None
 
     def drain(self) -> None:

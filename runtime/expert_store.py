@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import ctypes
 import mmap
+import os
+import sys
 from collections.abc import Callable, Iterable
 
 from .expert_io import DIRECT_ALIGN, round_down, round_up
@@ -29,6 +31,79 @@ from .gguf_layout import ExpertTensorInfo, ModelLayout
 PAGE = mmap.PAGESIZE
 
 __all__ = ["TensorBuffer", "ExpertStore", "PAGE"]
+
+
+class _IoVec(ctypes.Structure):
+    _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+
+
+_LIBC = ctypes.CDLL(None, use_errno=True)
+_LIBC.syscall.restype = ctypes.c_long
+_LIBC.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+_LIBC.madvise.restype = ctypes.c_int
+_SYS_PROCESS_MADVISE = 440 if sys.platform.startswith("linux") else None  # one number on every arch
+#: batches per process_madvise call (the kernel's UIO_MAXIOV is 1024)
+_IOV_MAX = 512
+
+
+class _Batch:
+    """``process_madvise(2)`` on this process: many ranges, one system call. Disabled on the
+    first refusal (kernels before 5.10, or that refuse ``MADV_DONTNEED`` there); :func:`dontneed`
+    then calls ``madvise`` per range."""
+
+    def __init__(self) -> None:
+        self.pidfd = -1
+        if _SYS_PROCESS_MADVISE is not None and hasattr(os, "pidfd_open"):
+            try:
+                self.pidfd = os.pidfd_open(os.getpid())
+            except OSError:
+                self.pidfd = -1
+        self.pid = os.getpid()
+
+    def usable(self) -> bool:
+        if self.pidfd >= 0 and self.pid != os.getpid():  # a forked child: not this process's pidfd
+            self.pidfd = -1
+        return self.pidfd >= 0
+
+    def advise(self, ranges: list[tuple[int, int]]) -> bool:
+        """True when the kernel advised every range."""
+        assert _SYS_PROCESS_MADVISE is not None
+        for i0 in range(0, len(ranges), _IOV_MAX):
+            part = ranges[i0 : i0 + _IOV_MAX]
+            iov = (_IoVec * len(part))()
+            want = 0
+            for i, (a, n) in enumerate(part):
+                iov[i].base, iov[i].len = a, n
+                want += n
+            got = _LIBC.syscall(ctypes.c_long(_SYS_PROCESS_MADVISE), ctypes.c_long(self.pidfd), iov,
+                                ctypes.c_size_t(len(part)), ctypes.c_long(mmap.MADV_DONTNEED), ctypes.c_ulong(0))
+            if got != want:
+                if i0 == 0 and got < 0:
+                    os.close(self.pidfd)
+                    self.pidfd = -1
+                    return False
+                for a, n in part:  # partly done: one by one (advising twice is harmless)
+                    _LIBC.madvise(a, n, mmap.MADV_DONTNEED)
+        return True
+
+
+_BATCH: _Batch | None = None
+
+
+def dontneed(ranges: list[tuple[int, int]]) -> None:
+    """``MADV_DONTNEED`` every (address, bytes) range of this process's private anonymous
+    memory: one ``process_madvise`` call per batch where the kernel allows, else ``madvise`` per
+    range."""
+    global _BATCH
+    if not ranges:
+        return
+    if len(ranges) > 1:
+        if _BATCH is None:
+            _BATCH = _Batch()
+        if _BATCH.usable() and _BATCH.advise(ranges):
+            return
+    for a, n in ranges:
+        _LIBC.madvise(a, n, mmap.MADV_DONTNEED)
 
 
 class _Mapping:
@@ -73,12 +148,13 @@ class TensorBuffer:
         b = self.slice_range(e0 if e1 is None else e1)[1]
         return round_up(a + self.shift, PAGE), round_down(b + self.shift, PAGE)
 
-    def release(self, e: int, prev_free: bool = False, next_free: bool = False) -> None:
-        """Give back expert ``e``'s pages (in place only): the whole pages inside its slice, and
-        the page it shares with the previous (next) expert too when that one is not resident
-        either (``prev_free``/``next_free``; the first and last expert share theirs with no one)."""
+    def release_range(self, e: int, prev_free: bool = False, next_free: bool = False) -> tuple[int, int] | None:
+        """The pages to give back for expert ``e`` (in place only) as (address, bytes), or None:
+        the whole pages inside its slice, and the page it shares with the previous (next) expert
+        too when that one is not resident either (``prev_free``/``next_free``; the first and last
+        expert share theirs with no one)."""
         if self.shared:
-            return
+            return None
         lo, hi = self.slice_range(e)
         lo += self.shift
         hi += self.shift
@@ -87,8 +163,8 @@ class TensorBuffer:
             a -= PAGE
         if b != hi and (next_free or e == self.info.n_expert - 1):
             b += PAGE
-        if b > a:
-            self._map.mm.madvise(mmap.MADV_DONTNEED, a, min(b, len(self._map.mm)) - a)
+        b = min(b, self._map.size)
+        return (self._map.base + a, b - a) if b > a else None
 
     def close(self) -> None:
         self.view.release()
@@ -121,11 +197,22 @@ class ExpertStore:
     def release_experts(self, il: int, experts: Iterable[int], resident: Callable[[int, int], bool]) -> None:
         """Give back the pages of ``experts`` of layer ``il``; ``resident(il, e)`` says which
         neighbours still hold their shared edge pages."""
-        for e in experts:
+        self.release_pairs([(il, e) for e in experts], resident)
+
+    def release_pairs(self, pairs: Iterable[tuple[int, int]], resident: Callable[[int, int], bool]) -> None:
+        """Give back the pages of every (layer, expert) in ``pairs`` in one batch (:func:`dontneed`);
+        ``resident`` is asked after every pair has left (a page two evicted neighbours share goes)."""
+        if self.windows:
+            return
+        ranges = []
+        for il, e in pairs:
             prev_free = e > 0 and not resident(il, e - 1)
             next_free = not resident(il, e + 1)
             for tb in self.layer_bufs[il]:
-                tb.release(e, prev_free, next_free)
+                r = tb.release_range(e, prev_free, next_free)
+                if r is not None:
+                    ranges.append(r)
+        dontneed(ranges)
 
     def close(self) -> None:
         for tb in self.buffers.values():
