@@ -11,6 +11,9 @@ not counted) over a fixed wall-clock span, in % of one core, and the bytes it wr
 terminal per second. Goal: under 5 % of a core while streaming.
 
     .venv/bin/python benchmarks/bench_live_cpu.py [--rounds 3] [--span 8] [--rate 30] [--size 200x60]
+        [--refresh S] [--fps N]
+
+``--refresh`` and ``--fps`` are handed to ``bmoe-top launch`` (default: its own defaults, printed).
 """
 
 from __future__ import annotations
@@ -103,10 +106,14 @@ def main() -> int:
     ap.add_argument("--rate", type=float, default=30.0, help="tokens per second while streaming")
     ap.add_argument("--layers", type=int, default=48)
     ap.add_argument("--size", default="200x60")
+    ap.add_argument("--refresh", type=float, default=None, help="bmoe-top --refresh S (default: its default)")
+    ap.add_argument("--fps", type=float, default=None, help="bmoe-top --fps N (default: its default)")
     a = ap.parse_args()
     cols, rows = (int(x) for x in a.size.split("x"))
     n_predict = int(a.rate * (a.span + 4)) + 10
-    argv = [BMOE_TOP, "launch", "-n", str(n_predict), "--", sys.executable, EMITTER, "--rate", str(a.rate),
+    opts = [*(["--refresh", str(a.refresh)] if a.refresh is not None else []),
+            *(["--fps", str(a.fps)] if a.fps is not None else [])]
+    argv = [BMOE_TOP, "launch", "-n", str(n_predict), *opts, "--", sys.executable, EMITTER, "--rate", str(a.rate),
             "--route-layers", str(a.layers), "--route-experts", "128", "--route-k", "8"]
     term = Terminal(argv, cols, rows)
     idle: list[float] = []
@@ -132,7 +139,8 @@ def main() -> int:
     finally:
         term.close()
     mi, mb = statistics.median(idle), statistics.median(busy)
-    print(f"bmoe-top launch at {cols}x{rows}, {a.rate:g} tokens/s with routing for {a.layers} layers:")
+    print(f"bmoe-top launch {' '.join(opts) or '(default --refresh and --fps)'} at {cols}x{rows}, "
+          f"{a.rate:g} tokens/s with routing for {a.layers} layers:")
     print(f"  idle (same app, same run):  median {mi:5.1f} % of a core, {statistics.median(idle_b) / 1024:.1f} KiB/s")
     print(f"  streaming:                  median {mb:5.1f} % of a core, {statistics.median(busy_b) / 1024:.1f} KiB/s")
     print(f"  streaming - idle: {mb - mi:.1f} points; ratio {mb / max(mi, 0.1):.1f}x   "

@@ -2,10 +2,12 @@
 (``bmoe_top.tui.screens``: replay, live, metrics attach, audit attach).
 
 Data comes in off the UI thread (sources feed the run model under its lock); the mode screen
-polls ``run.version`` on a timer and repaints at most ``fps`` times a second, whatever the input
-rate. The app holds the :class:`~bmoe_top.tui.widgets.palette.Look` every view draws with
-(colours, glyphs, colour scale), chosen from the terminal on start; its command palette lists
-the mode screen's own actions. An exception inside the app ends it with exit status 1.
+polls ``run.version`` on a timer: the title and the answer text repaint at most ``fps`` times a
+second, the views and panels every ``refresh`` seconds (``--refresh``), whatever the input rate,
+and nothing repaints while nothing changes. The app holds the
+:class:`~bmoe_top.tui.widgets.palette.Look` every view draws with (colours, glyphs, colour scale),
+chosen from the terminal on start; its command palette lists the mode screen's own actions. An
+exception inside the app ends it with exit status 1.
 """
 
 from __future__ import annotations
@@ -77,6 +79,9 @@ class BmoeTopApp(App[int]):
     TITLE = "bmoe-top"
     #: ``--ascii`` (the command line sets it): ASCII glyphs whatever the locale.
     force_ascii: ClassVar[bool | None] = None
+    #: ``--refresh S`` (the command line sets it): seconds between repaints of the views while
+    #: data streams, for every mode screen (None: the screens' default, 1 s).
+    refresh_s: ClassVar[float | None] = None
 
     def __init__(self, main: Screen[None], look: Look | None = None) -> None:
         super().__init__()

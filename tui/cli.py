@@ -103,10 +103,12 @@ def _terminal_refused() -> int | None:
 
 
 def _apply_look(args: argparse.Namespace) -> None:
-    if getattr(args, "ascii", False):
-        from bmoe_top.tui.app import BmoeTopApp
+    from bmoe_top.tui.app import BmoeTopApp
 
+    if getattr(args, "ascii", False):
         BmoeTopApp.force_ascii = True
+    if getattr(args, "refresh", None) is not None:
+        BmoeTopApp.refresh_s = args.refresh
 
 
 def runtime_command(model: str | None = None, extra: list[str] | None = None) -> list[str]:
@@ -339,8 +341,24 @@ def _live_common(p: argparse.ArgumentParser) -> None:
 
 
 def _ascii_flag(p: argparse.ArgumentParser) -> None:
-    """``--ascii`` after a sub-command too (``bmoe-top replay --ascii PATH``)."""
+    """``--ascii`` and ``--refresh`` after a sub-command too (``bmoe-top replay --ascii PATH``)."""
     p.add_argument("--ascii", action="store_true", default=argparse.SUPPRESS, help="ASCII glyphs only")
+    p.add_argument("--refresh", type=_refresh_s, default=argparse.SUPPRESS, metavar="S", help=REFRESH_HELP)
+
+
+#: What ``--refresh`` does, for every parser that takes it.
+REFRESH_HELP = ("seconds between repaints of the maps, trends and panels while data streams, like htop's -d "
+                "(default 1; 0.1 to 10; the title and the answer text follow faster; { and } change it at run time)")
+
+
+def _refresh_s(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not 0.1 <= v <= 10.0:
+        raise argparse.ArgumentTypeError(f"must be between 0.1 and 10 seconds, got {text}")
+    return v
 
 
 def cmd_fleet(args: argparse.Namespace) -> int:
@@ -527,7 +545,9 @@ def build_parser() -> argparse.ArgumentParser:
         "bmoe-top starts the live demo: the bundled runtime (bmoe-run) on its demo model, with a prompt box "
         f"(Enter sends {DEMO_PROMPT!r}, {DEMO_N_PREDICT} tokens), in {DEMO_SPEED:g}x slow motion (End: real time).")
     p.add_argument("--version", action="version", version=f"bmoe-top {version('bmoe-top')}")
-    p.add_argument("--fps", type=float, default=10.0, help="maximum repaints per second (default 10)")
+    p.add_argument("--fps", type=float, default=10.0,
+                   help="screen ticks per second: replay frames, and how soon a key shows (default 10)")
+    p.add_argument("--refresh", type=_refresh_s, default=None, metavar="S", help=REFRESH_HELP)
     p.add_argument("--ascii", action="store_true", help="ASCII glyphs only (also chosen when the locale has no UTF-8)")
     sub = p.add_subparsers(dest="cmd")
 

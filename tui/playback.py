@@ -219,8 +219,11 @@ class Playback:
 
     @property
     def n(self) -> int:
-        """Rows of the run: token rows, or routed tokens for a route trace alone."""
-        return max(self.run.tokens.n, self.run.route_token_count())
+        """Rows of the run: token rows, or routed tokens for a route trace alone. A live source
+        sends a token's routing before its progress line: that routing row is not a row of the
+        run until its token row arrives (the views read token columns over ``[0, n)``)."""
+        n = self.run.tokens.n
+        return n if n else self.run.route_token_count()
 
     @property
     def live_source(self) -> bool:

@@ -12,6 +12,7 @@ import httpx
 import numpy as np
 import pytest
 from helpers.scripted_http import Scripted, exposition
+from helpers.waits import pilot_until
 from rich.console import Console
 
 from bmoe_top.tui.app import BmoeTopApp
@@ -121,7 +122,10 @@ async def test_screen_live_against_bmoe_run_serve(tmp_path):
             await pilot.pause(0.4)
             poller.stop()  # freeze the picture: no row arrives between the reads below
             poller.join(5)
-            await pilot.pause(0.3)
+            polls = app.main.view_polls
+            await pilot_until(pilot, lambda: app.main.view_polls > polls or not app.main._stale,
+                              "the views' repaint after the last row")
+            await pilot.pause()
             st = metrics_document(app.main.state, app.main.model)
             n = done["tokens_predicted"]
             assert n > 50 and st["status"] == "ok" and st["totals"]["tokens_predicted"] == n

@@ -60,9 +60,8 @@ async def test_live_app_over_emitter_full_loop():
         assert await wait_for(pilot, lambda: app.main.run_model.n_tokens >= 5)
         assert "generating" in status_text(app) or src.state == "ready"
         assert await wait_for(pilot, lambda: src.state == "ready" and src.status().turns_done == 1)
-        await pilot.pause(0.3)
         table = app.query_one("#turns-table", DataTable)
-        assert table.row_count == 1
+        assert await wait_for(pilot, lambda: table.row_count == 1)  # the views' next repaint adds the row
         assert app.main.run_model.turns[-1].prompt == "hello"
         # the next prompt continues the chat (clear_kv false)
         assert app.main.new_chat is False
@@ -72,8 +71,7 @@ async def test_live_app_over_emitter_full_loop():
         assert await wait_for(pilot, lambda: src.state == "generating" and app.main.run_model.n_tokens >= 35)
         await pilot.press("escape")  # cancel mid-turn
         assert await wait_for(pilot, lambda: src.state == "ready" and src.status().turns_done == 2)
-        await pilot.pause(0.3)
-        assert table.row_count == 2
+        assert await wait_for(pilot, lambda: table.row_count == 2)
         done = app.main.run_model.turns[-1].done
         assert done["cancelled"] is True and done["n_past"] > app.main.run_model.turns[0].done["n_past"]
         # rejected request: notice in the status line, session still usable
@@ -127,11 +125,10 @@ async def test_live_app_over_real_runtime(tmp_path):
         assert await wait_for(pilot, lambda: src.state == "ready", 60)
         await send(pilot, app, "Hello", 8)
         assert await wait_for(pilot, lambda: src.status().turns_done == 1, 60)
-        await pilot.pause(0.3)
         run = app.main.run_model
         assert run.n_tokens == 8 and run.turns[-1].text
         assert run.resident is not None  # BMOE_RESIDENT filled the expert map
-        assert app.query_one("#turns-table", DataTable).row_count == 1
+        assert await wait_for(pilot, lambda: app.query_one("#turns-table", DataTable).row_count == 1)
         # continue the chat, then cancel a long turn
         await send(pilot, app, " again", 4)
         assert await wait_for(pilot, lambda: src.status().turns_done == 2, 60)
@@ -211,14 +208,12 @@ async def test_live_app_plays_a_recording_turn_by_turn(tmp_path):
     app = live_app(src, title="play")
     async with app.run_test(size=(150, 44)) as pilot:
         assert await wait_for(pilot, lambda: src.player.paused_at_turn.is_set(), 10)
-        await pilot.pause(0.3)
-        assert "paused at a turn" in status_text(app)
+        assert await wait_for(pilot, lambda: "paused at a turn" in status_text(app))
         assert app.main.run_model.n_tokens == 5 and len(app.query("#prompt")) == 0
         await pilot.press("n")
         assert await wait_for(pilot, lambda: src.state == "exited", 10)
-        await pilot.pause(0.3)
         assert app.main.run_model.n_tokens == 10
-        assert app.query_one("#turns-table", DataTable).row_count == 2
+        assert await wait_for(pilot, lambda: app.query_one("#turns-table", DataTable).row_count == 2)
         await pilot.press("ctrl+q")
 
 

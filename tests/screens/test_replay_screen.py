@@ -119,6 +119,27 @@ async def test_breakdown_renders_cursor_token_values(csv_run):
         assert f"wall  {ms(wall)}" in text
 
 
+def test_a_routing_row_ahead_of_its_token_row_is_not_a_row_yet():
+    """A live source sends a token's BMOE_ROUTE before its BMOE_PROGRESS: between the two the
+    run has one more routed token than token rows, and the views (which read token columns over
+    the window) must not be handed a window past the token rows (an IndexError in the
+    breakdown took the app down at 30 tokens/s)."""
+    run = RunModel()
+    n_tok = 130
+    run.add_token_rows({"wall_ms": np.full(n_tok, 20.0), "io_ms": np.full(n_tok, 5.0)}, n_tok)
+    tok = np.repeat(np.arange(n_tok + 1), 2)
+    run.add_routes(tok, np.zeros_like(tok), tok % 8, np.ones_like(tok))
+    assert run.route_token_count() == n_tok + 1
+    pb = Playback(run, follow=True)
+    pb.tick(0.0)
+    assert pb.n == n_tok
+    chart = BreakdownChart(run, pb)
+    assert len(chart.build(152, 14)) == 14  # a full window of one token per column, newest selected
+    routes_only = RunModel()
+    routes_only.add_routes(tok, np.zeros_like(tok), tok % 8, np.ones_like(tok))
+    assert Playback(routes_only).n == n_tok + 1  # a route trace alone: its routed tokens are the rows
+
+
 def test_heatmap_folds_94_layers_by_512_experts():
     run = RunModel()
     rng = np.random.default_rng(0)

@@ -12,11 +12,11 @@ import time
 
 import pytest
 from helpers import EMITTER
-from helpers.waits import alive
+from helpers.waits import alive, until
 
 from bmoe_top.parsers import bmoe_lines as bl
 from bmoe_top.tui.sources.child_session import ChildSession
-from bmoe_top.tui.sources.events import ReadyTimeout, Rejected
+from bmoe_top.tui.sources.events import FINAL_STATES, ReadyTimeout, Rejected
 
 
 def emitter(*args: str) -> list[str]:
@@ -229,3 +229,45 @@ def test_parent_killed_child_exits_on_stdin_eof(tmp_path):
     finally:
         if p.poll() is None:
             p.kill()
+
+
+def test_the_lines_of_one_read_are_one_batch_and_a_failing_line_loses_no_neighbour():
+    """A child that writes READY, three PROGRESS lines and a bad line in one write (under
+    PIPE_BUF: one read): the record sink gets them inside one ``batch()`` context; the sink
+    failing on one of them is reported and the others still arrive."""
+    lines = ['BMOE_READY {"load_s": 0.1}'] + [f'BMOE_PROGRESS {{"step": {i}, "wall_ms": 5.0}}' for i in (1, 2, 3)]
+    lines.append("BMOE_PROGRESS {broken")
+    script = f"import sys; sys.stdout.write({chr(10).join(lines)!r} + '\\n'); sys.stdout.flush()"
+    batches: list[list] = []
+    current: list | None = None
+    got: list = []
+
+    class Batch:
+        def __enter__(self):
+            nonlocal current
+            current = []
+            return self
+
+        def __exit__(self, *exc):
+            nonlocal current
+            batches.append(current)
+            current = None
+
+    def rec(r, t):
+        assert current is not None, "a record outside a batch"
+        current.append(r)
+        if isinstance(r, bl.Progress) and r.step == 2:
+            raise RuntimeError("this sink cannot take step 2")
+        got.append(r)
+
+    events: list = []
+    s = ChildSession([sys.executable, "-c", script], on_record=rec, on_event=events.append)
+    s.connect(batch=Batch)
+    s.start()
+    assert until(lambda: s.state in FINAL_STATES)  # progress without BMOE_DONE: aborted at exit
+    s.close()
+    full = [b for b in batches if len(b) == 5]
+    assert len(full) == 1, [len(b) for b in batches]
+    assert [type(r).__name__ for r in full[0]] == ["Ready", "Progress", "Progress", "Progress", "BadLine"]
+    assert [r.step for r in got if isinstance(r, bl.Progress)] == [1, 3]  # step 2 failed, its neighbours count
+    assert any("record sink failed" in getattr(getattr(e, "problem", None), "reason", "") for e in events)

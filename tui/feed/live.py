@@ -74,7 +74,8 @@ class LiveFeed:
         }
         run.add_source(source.describe())
         run.set_status(LIVE_STATUS[source.state], "")
-        source.connect(self.record, on_stderr=self.stderr, on_event=self.event)
+        # the lines of one read are written under one hold of the run's lock (re-entrant)
+        source.connect(self.record, on_stderr=self.stderr, on_event=self.event, batch=lambda: run.lock)
 
     def record(self, rec: Any, t: float) -> None:
         self.records.apply(rec, t)

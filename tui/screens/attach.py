@@ -86,6 +86,14 @@ class AttachScreen(RunScreen):
         super().on_mount()
         self.update_attach(force=True)
 
+    def tick(self) -> None:
+        """The shared tick; the status line and the attach panel follow the data at once (a
+        scrape or an audit record is a few a second at most), like the title."""
+        seen = self._tick_key
+        super().tick()
+        if self._tick_key is not seen:
+            self.update_attach()
+
     def refresh_views(self, force: bool = False) -> None:
         super().refresh_views(force)
         self.update_attach(force)

@@ -9,6 +9,14 @@ token. A mode screen composes its own parts into this layout through hooks calle
 :meth:`RunScreen.compose` (a status line under the title, panels above the run panel, extra
 tabs, a bar at the bottom); nothing is added to the DOM after mount.
 
+Repaints come in two tiers, like htop's ``-d`` delay: the title line, the live status line and
+the answer's tail follow new rows every :data:`FAST_S` seconds (and a key or the playback at
+the next tick, ``fps`` a second); the views (overview strip,
+breakdown, trends, maps) and the panels repaint every ``refresh`` seconds while data streams
+(default :data:`REFRESH_S`; ``{`` and ``}`` step through :data:`REFRESH_STEPS`; a replay that
+plays, and every key, repaint at once). A tick with nothing new (the run's version, the
+playback, the size and the state indicator unchanged) does nothing at all.
+
 Layouts follow the terminal: ``-compact`` under 100 x 30 (no side panel, no tab bar, one header
 line, one map at a time: ``m`` swaps them), ``-tiny`` under 60 x 15 (a message that says so).
 """
@@ -41,7 +49,7 @@ from bmoe_top.tui.widgets.grids import ExpertMap, LayerHeatmap
 from bmoe_top.tui.widgets.palette import Look
 from bmoe_top.tui.widgets.panels import AnswerPanel, AnswerTail, ProblemsPanel, RunPanel, header_parts, safe_text
 
-__all__ = ["COMPACT", "MIN_SIZE", "RunScreen"]
+__all__ = ["COMPACT", "FAST_S", "MIN_SIZE", "REFRESH_S", "REFRESH_STEPS", "RunScreen"]
 
 #: Log-pane lines drawn (the newest).
 LOG_SHOWN = 2000
@@ -49,6 +57,13 @@ LOG_SHOWN = 2000
 MIN_SIZE = (60, 15)
 #: Below this size the compact layout is used (columns, rows).
 COMPACT = (100, 30)
+#: Seconds between repaints of the views and panels while data streams (``--refresh``).
+REFRESH_S = 1.0
+#: Seconds between repaints of the title and the answer's tail while only the data moves (new
+#: rows; a key, the playback or a state change repaints them at the next tick).
+FAST_S = 0.25
+#: The refresh intervals ``{`` and ``}`` step through (seconds).
+REFRESH_STEPS = (0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0)
 #: Statuses of a source that is not there (the indicator says "disconnected").
 GONE = frozenset({Status.DISCONNECTED, Status.UNREACHABLE, Status.REFUSED, Status.SERVER_ERROR, Status.DISABLED,
                   Status.UNAUTHORIZED, Status.ERROR, Status.MALFORMED})
@@ -57,15 +72,18 @@ GONE = frozenset({Status.DISCONNECTED, Status.UNREACHABLE, Status.REFUSED, Statu
 TYPING_KEYS = frozenset({
     "toggle_play", "step", "jump_start", "jump_end", "zoom_in", "zoom_out", "zoom_fit", "faster", "slower",
     "seek", "toggle_fold", "toggle_turn_by_turn", "cycle_palette", "swap_map", "mode_detail", "search",
-    "tab", "help", "quit",
+    "tab", "help", "quit", "refresh_slower", "refresh_faster",
 })
 
 
 class RunScreen(Screen[None]):
     """The views over ``run`` (see the module docstring).
 
-    ``title`` names the source; ``fps`` bounds the repaint rate (default 10 per second);
-    ``follow`` pins the cursor to the newest row (live sources); ``start_at_end`` opens a replay
+    ``title`` names the source; ``fps`` is the ticks per second (replay frames, and how soon a
+    key or a state change shows; default 10); the title and the answer text follow new rows
+    every :data:`FAST_S` seconds; ``refresh`` is the seconds between repaints of the views and panels
+    while data streams (default :attr:`BmoeTopApp.refresh_s <bmoe_top.tui.app.BmoeTopApp>`, else
+    :data:`REFRESH_S`); ``follow`` pins the cursor to the newest row (live sources); ``start_at_end`` opens a replay
     with every row revealed, on its first window (its warm-up) at one token per column.
     """
 
@@ -83,6 +101,8 @@ class RunScreen(Screen[None]):
         Binding("0", "zoom_fit", "whole run", show=False),
         Binding("left_square_bracket,less_than_sign", "slower", "slower", show=False),
         Binding("right_square_bracket,greater_than_sign", "faster", "faster", show=False),
+        Binding("left_curly_bracket", "refresh_slower", "refresh less often", show=False),
+        Binding("right_curly_bracket", "refresh_faster", "refresh more often", show=False),
         Binding("g", "seek", "seek", show=False),
         Binding("slash", "search", "search"),
         Binding("f", "toggle_fold", "fold", show=False),
@@ -108,8 +128,8 @@ class RunScreen(Screen[None]):
     #: A live source quiet for longer than this (seconds) gets "no telemetry for N s" in the title.
     quiet_after_s = 3.0
 
-    def __init__(self, run: RunModel, *, title: str = "", fps: float = 10.0, follow: bool = False,
-                 start_at_end: bool = True) -> None:
+    def __init__(self, run: RunModel, *, title: str = "", fps: float = 10.0, refresh: float | None = None,
+                 follow: bool = False, start_at_end: bool = True) -> None:
         super().__init__()
         self.model = run
         self.playback = Playback(run, follow=follow)
@@ -117,8 +137,17 @@ class RunScreen(Screen[None]):
             self.playback.open_at_start()
         self.source_title = title
         self.fps = fps
+        if refresh is None:
+            refresh = BmoeTopApp.refresh_s if BmoeTopApp.refresh_s is not None else REFRESH_S
+        self.refresh_s = max(REFRESH_STEPS[0], float(refresh))
         self._last_tick = time.monotonic()
         self._title_key: tuple[Any, ...] | None = None
+        self._tick_key: tuple[Any, ...] | None = None  # what the last tick saw (nothing new: no work)
+        self._stale = False  # the data changed since the views were last polled
+        self._views_at = 0.0  # monotonic time of the last poll of the views
+        self._fast_at = 0.0  # monotonic time of the last repaint of the title
+        self.view_polls = 0  # polls of the views and panels (tests wait on it)
+        self._parts: tuple[Any, ...] | None = None  # the widgets repainted, looked up once
         self._log_len = 0
         self._layout = ""
         self._empty: dict[str, bool] = {}
@@ -317,50 +346,111 @@ class RunScreen(Screen[None]):
         return q if q > self.quiet_after_s else None
 
     # ---------------------------------------------------------------------------- repaint loop
+    def change_key(self) -> tuple[Any, ...]:
+        """What the title and the views draw from, besides the widgets' own state: the run's
+        version, the playback, the state indicator, the look and the size."""
+        pb = self.playback
+        return (self.model.version, pb.cursor, pb.selected, pb.playing, pb.follow, pb.speed_index, pb.per_col,
+                pb.fit, int(self.quiet_seconds() or 0), pb.turn_by_turn, self.status_word(), look_of(self),
+                self.size)
+
     def tick(self) -> None:
+        """The repaint timer (``fps`` a second): the title and the answer tail when anything
+        changed; the views and panels once ``refresh`` seconds have passed since their last poll
+        (every tick while a replay or a slow-motion live view moves); nothing when nothing changed."""
         now = time.monotonic()
         dt, self._last_tick = now - self._last_tick, now
         self.playback.tick(dt)
-        self.refresh_views()
-
-    def views(self) -> Iterator[RunView]:
-        yield from self.query(RunView)
-
-    def refresh_views(self, force: bool = False) -> None:
-        """Repaint what changed since the last repaint (everything with ``force``)."""
-        if self.playback.follow:
-            self.playback.tick(0.0)  # live: the cursor is the newest row, even between timer ticks
-        if not self.is_attached or not self.query("#title"):
-            return  # before compose finished, or during teardown (timers and deferred calls)
-        self.playback.clamp()
+        key = self.change_key()
+        old = self._tick_key
+        if key != old and (old is None or now - self._fast_at >= FAST_S or not self._only_data(key, old)):
+            self._tick_key = key
+            self._fast_at = now
+            self._stale = True
+            self.refresh_fast(key)
         pb = self.playback
-        look = look_of(self)
-        key = (self.model.version, pb.cursor, pb.selected, pb.playing, pb.follow, pb.speed_index, pb.per_col,
-               int(self.quiet_seconds() or 0), pb.turn_by_turn, self.status_word(), look, self.size)
+        animating = pb.playing or (pb.follow and pb.speed < 1.0)  # a replay or a slow-motion view moves
+        if self._stale and (animating or now - self._views_at >= self.refresh_s):
+            self.refresh_views()
+
+    def _only_data(self, key: tuple[Any, ...], old: tuple[Any, ...]) -> bool:
+        """Whether only the run's rows moved between two :meth:`change_key` values (the version,
+        and the cursor while it follows the newest row)."""
+        return key[2:] == old[2:] and (key[1] == old[1] or self.playback.follow)
+
+    def _widgets(self, requery: bool = False) -> tuple[Any, ...]:
+        """(title, views, panels, log, tabs, answer tails), looked up once after compose (again
+        with ``requery``: a forced repaint), not on every tick."""
+        if self._parts is None or requery:
+            self._parts = (
+                self.query_one("#title", Static), tuple(self.query(RunView)),
+                (*self.query(Banner), *self.query(RunPanel), *self.query(AnswerPanel), *self.query(AnswerTail),
+                 *self.query(ProblemsPanel)),
+                self.query("#log-text").first(Static) if self.query("#log-text") else None,
+                self.query(TabbedContent).first() if self.query(TabbedContent) else None,
+                tuple(self.query(AnswerTail)),
+            )
+        return self._parts
+
+    def _ready(self) -> bool:
+        """Composed and attached (timers and deferred calls also run before compose finished and
+        during teardown)."""
+        return self.is_attached and (self._parts is not None or bool(self.query("#title")))
+
+    def _update_title(self, key: tuple[Any, ...], force: bool = False) -> None:
         if key != self._title_key or force:
             self._title_key = key
+            look = look_of(self)
             title = self.title_text()
-            self.query_one("#title", Static).update(ascii_text(title) if look.ascii else title)
-        self._collapse_empty()
-        overview_shown = self._active_tab() == "overview"
-        for view in self.views():
+            # one line, its size fixed by the CSS: no layout pass (a reflow of the whole screen)
+            self._widgets()[0].update(ascii_text(title) if look.ascii else title, layout=False)
+
+    def refresh_fast(self, key: tuple[Any, ...] | None = None) -> None:
+        """The fast tier: the title line and the answer's tail."""
+        if not self._ready():
+            return
+        self.playback.clamp()
+        self._update_title(key if key is not None else self.change_key())
+        for tail in self._widgets()[5]:
+            tail.update_from_run()
+
+    def views(self) -> Iterator[RunView]:
+        if not self._ready():
+            return iter(())
+        return iter(self._widgets()[1])
+
+    def refresh_views(self, force: bool = False) -> None:
+        """Repaint what changed since the last repaint (everything with ``force``): the title,
+        the views (when the Overview is shown), the panels and the log."""
+        if self.playback.follow:
+            self.playback.tick(0.0)  # live: the cursor is the newest row, even between timer ticks
+        if not self._ready():
+            return
+        self.playback.clamp()
+        title, views, panels, logs, tabs, _tails = self._widgets(requery=force)
+        self._stale = False
+        self._views_at = time.monotonic()
+        self.view_polls += 1
+        key = self.change_key()
+        self._tick_key = key
+        self._update_title(key, force)
+        self._collapse_empty(views)
+        overview_shown = (tabs.active if tabs is not None else "") == "overview"
+        for view in views:
             if overview_shown or force:
                 view.poll(force)
-        # panes of tabs not shown yet may still be composing: each view is looked for, not assumed
-        for panel in (*self.query(Banner), *self.query(RunPanel), *self.query(AnswerPanel), *self.query(AnswerTail),
-                      *self.query(ProblemsPanel)):
+        for panel in panels:
             panel.update_from_run(force)
-        logs = self.query("#log-text")
         with self.model.lock:
             n = len(self.model.log)
-            if logs and n != self._log_len:
+            if logs is not None and n != self._log_len:
                 self._log_len = n
                 lines = list(self.model.log)[-LOG_SHOWN:]
-                logs.first(Static).update(safe_text("\n".join(lines), multiline=True))
+                logs.update(safe_text("\n".join(lines), multiline=True))
 
-    def _collapse_empty(self) -> None:
+    def _collapse_empty(self, views: Iterable[RunView]) -> None:
         """A view with nothing to show takes one line (class ``-empty``)."""
-        for view in self.query(RunView):
+        for view in views:
             empty = bool(getattr(view, "empty", False))
             vid = view.id or ""
             if self._empty.get(vid) != empty:
@@ -368,8 +458,8 @@ class RunScreen(Screen[None]):
                 view.set_class(empty, "-empty")
 
     def _active_tab(self) -> str:
-        tabs = self.query(TabbedContent)
-        return tabs.first().active if tabs else ""
+        tabs = self._widgets()[4] if self._ready() else None
+        return tabs.active if tabs is not None else ""
 
     # --------------------------------------------------------------------------------- actions
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
@@ -415,6 +505,20 @@ class RunScreen(Screen[None]):
     def action_slower(self) -> None:
         self.playback.slower()
         self._moved()
+
+    def action_refresh_slower(self) -> None:
+        """``{``: repaint the views less often (the next longer of :data:`REFRESH_STEPS`)."""
+        self._set_refresh(next((x for x in REFRESH_STEPS if x > self.refresh_s + 1e-9), REFRESH_STEPS[-1]))
+
+    def action_refresh_faster(self) -> None:
+        """``}``: repaint the views more often (the next shorter of :data:`REFRESH_STEPS`)."""
+        self._set_refresh(next((x for x in reversed(REFRESH_STEPS) if x < self.refresh_s - 1e-9), REFRESH_STEPS[0]))
+
+    def _set_refresh(self, seconds: float) -> None:
+        self.refresh_s = seconds
+        self.notify(f"views repaint every {seconds:g} s while data streams ({{ less often, }} more often)",
+                    timeout=2)
+        self.refresh_views()
 
     def action_set_speed(self, index: int) -> None:
         self.playback.speed_index = max(0, min(index, 10))
@@ -580,6 +684,8 @@ class RunScreen(Screen[None]):
             ("Mode details (wall-time breakdown)", "d", self.action_mode_detail),
             ("Search the text / filter a table", "/", self.action_search),
             ("Turn by turn playback", "t", self.action_toggle_turn_by_turn),
+            ("Refresh less often", f"{{ (now every {self.refresh_s:g} s)", self.action_refresh_slower),
+            ("Refresh more often", f"}} (now every {self.refresh_s:g} s)", self.action_refresh_faster),
             ("Faster playback", f"] (now {pb.speed_label()})", self.action_faster),
             ("Slower playback / slow motion", "[ (0.5x, 0.25x, 0.1x trail a live run)", self.action_slower),
             ("Keys (help)", "F1 or ?", self.action_help),
@@ -593,7 +699,8 @@ class RunScreen(Screen[None]):
 def key_label(key: str) -> str:
     names = {"question_mark": "?", "equals_sign": "=", "plus": "+", "minus": "-", "slash": "/",
              "left_square_bracket": "[", "right_square_bracket": "]", "less_than_sign": "<",
-             "greater_than_sign": ">", "space": "space", "pageup": "PgUp", "pagedown": "PgDn", "f1": "F1"}
+             "greater_than_sign": ">", "left_curly_bracket": "{", "right_curly_bracket": "}",
+             "space": "space", "pageup": "PgUp", "pagedown": "PgDn", "f1": "F1"}
     return " / ".join(names.get(k, k) for k in key.split(","))
 
 

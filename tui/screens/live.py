@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import time
 from typing import Any, ClassVar
 
 from rich.text import Text
@@ -118,6 +119,8 @@ class LiveScreen(RunScreen):
         self._turns_seen = 0
         self._status_key: tuple[Any, ...] | None = None
         self._turn_rows: list[tuple[str, ...]] = []
+        self._live_at = 0.0  # monotonic time the status line was last looked at
+        self._live_line: Static | None = None  # the status line, looked up once
 
     @property
     def is_replay(self) -> bool:
@@ -131,7 +134,9 @@ class LiveScreen(RunScreen):
         table: DataTable[str] = DataTable(id="turns-table", zebra_stripes=True, cursor_type="row")
         table.add_columns(*TURN_COLUMNS)
         yield TabPane("Turns", table, id="turns")
-        yield TabPane("What-if", LiveWhatIfPanel(self.run_model, id="live-whatif"), id="whatif")
+        # the live LRU replay runs as often as the views repaint (at most 4 times a second)
+        yield TabPane("What-if", LiveWhatIfPanel(self.run_model, interval=max(0.25, self.refresh_s), id="live-whatif"),
+                      id="whatif")
 
     def compose_bottom(self) -> ComposeResult:
         if self.is_replay:
@@ -170,13 +175,21 @@ class LiveScreen(RunScreen):
 
     # --------------------------------------------------------------------------------- repaint
     def tick(self) -> None:
+        """The shared tick, then the status line when anything changed (and once a second, for
+        its "no telemetry for N s")."""
+        seen = self._tick_key
         super().tick()
-        self.update_live()
+        now = time.monotonic()
+        if self._tick_key is not seen or now - self._live_at >= 1.0:
+            self._live_at = now
+            self.update_live()
 
     def refresh_views(self, force: bool = False) -> None:
         super().refresh_views(force)
         if force:
             self.update_live()
+        if self._ready():
+            self.update_turns()
 
     def status_word(self) -> str:
         return str(self.source.state)
@@ -216,7 +229,11 @@ class LiveScreen(RunScreen):
         return t
 
     def update_live(self) -> None:
-        if not self.is_attached or not self.query("#live-status"):
+        if self._live_line is None:
+            if not self.is_attached or not self.query("#live-status"):
+                return  # before compose finished, or during teardown
+            self._live_line = self.query_one("#live-status", Static)
+        if not self.is_attached:
             return
         st = self.source.status()
         player = self.source.player if isinstance(self.source, RecordingSource) else None
@@ -225,10 +242,9 @@ class LiveScreen(RunScreen):
                player.position if player else 0, player.paused_at_turn.is_set() if player else False)
         if key != self._status_key:
             self._status_key = key
-            self.query_one("#live-status", Static).update(self._status_text())
+            self._live_line.update(self._status_text(), layout=False)  # one line: no reflow
             if not self.is_replay:
                 self.query_one("#chat-mode", Label).update(self._chat_label())
-        self.update_turns()
 
     def update_turns(self) -> None:
         """Append a row per newly finished turn (a finished turn never changes; only the newest
@@ -242,6 +258,8 @@ class LiveScreen(RunScreen):
             if upto:
                 self._turns_seen = max(self._turns_seen, turns[upto - 1].index + 1)
             n_ctx = run.ready.get("n_ctx") if run.ready else None
+        if not new:
+            return
         table = self.query_one("#turns-table", DataTable)
         for index, d, cancelled in new:
             fill = (100.0 * d["n_past"] / n_ctx) if (d.get("n_past") is not None and n_ctx) else None

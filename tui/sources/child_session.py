@@ -10,7 +10,7 @@
   never blocks the UI;
 - stdout and stderr pipes drained all the time by two reader threads (an unread stderr
   pipe deadlocks the child once it fills), ``os.read`` in 64 KiB chunks, lines split
-  here (a line of megabytes is fine);
+  here (a line of megabytes is fine); the stdout lines of one chunk are one batch;
 - ``PYTHONUNBUFFERED=1`` in its environment (line-flushed output from Python children).
 
 stdout lines are parsed with ``bmoe_top.parsers.bmoe_lines.parse_line`` (a protocol record
@@ -195,8 +195,12 @@ class ChildSession(LiveBase):
                 if not chunk:
                     break
                 t = time.time()
-                for line in split.feed(chunk):
-                    self._line(is_out, line, t)
+                lines = split.feed(chunk)
+                if is_out:
+                    self._protocol_lines(lines, t, self._stdout_line)  # a chunk: one batch
+                else:
+                    for line in lines:
+                        self._stderr_line(line, t)
                 if len(split.problems) > n_probs:
                     for p in split.problems[n_probs:]:
                         self._problem(p.lineno, p.text, f"{name}: {p.reason}", name)
@@ -214,10 +218,13 @@ class ChildSession(LiveBase):
 
     def _line(self, is_out: bool, line: str, t: float) -> None:
         if is_out:
-            self._stdout_lineno += 1
-            self._protocol_line(line, t, "stdout")
+            self._stdout_line(line, t)
         else:
             self._stderr_line(line, t)
+
+    def _stdout_line(self, line: str, t: float) -> None:
+        self._stdout_lineno += 1
+        self._protocol_line(line, t, "stdout")
 
     @staticmethod
     def _drain(fd: int) -> None:

@@ -11,6 +11,12 @@ turns lines into records (:func:`bmoe_top.parsers.bmoe_lines.parse_line`, docs/t
 * ``on_event(event)`` for every :mod:`~bmoe_top.tui.sources.events` event (state changes,
   requests, problems, ...).
 
+Lines are handed over in batches: the lines of one read (a pipe or socket chunk) go to the sinks
+inside one ``batch()`` context (``connect(batch=...)``; the live feed passes the run model's
+lock), so the model takes a chunk under one lock and a view never sees half of it (a token's
+routing without its progress line). Each line still goes through the sinks one by one: a line a
+sink fails on is reported, its neighbours still count.
+
 The state machine (:class:`~bmoe_top.tui.sources.events.LiveState`)::
 
     starting -> loading -> ready <-> generating -> exited | aborted | failed
@@ -36,6 +42,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -149,11 +156,16 @@ class LiveBase:
         self._ids: Iterator[int] = itertools.count(1)
         self._stop = threading.Event()
         self._watchdog: threading.Thread | None = None
+        self._batch: Callable[[], AbstractContextManager[Any]] = nullcontext
 
     # ---- wiring ---------------------------------------------------------------------------
     def connect(self, on_record: RecordSink | None = None, *, on_stderr: LineSink | None = None,
-                on_event: EventSink | None = None) -> None:
-        """Set (replace) the sinks; call before :meth:`start`."""
+                on_event: EventSink | None = None,
+                batch: Callable[[], AbstractContextManager[Any]] | None = None) -> None:
+        """Set (replace) the sinks; call before :meth:`start`. ``batch()`` gives the context the
+        lines of one read are handed over in (see the module docstring; default none)."""
+        if batch is not None:
+            self._batch = batch
         if on_record is not None:
             self._on_record = on_record
         if on_stderr is not None:
@@ -262,7 +274,9 @@ class LiveBase:
         self._watchdog.start()
 
     def _watch(self) -> None:
-        while not self._stop.wait(0.2):
+        # a quarter of the shortest threshold, at most once a second: an idle source costs nothing
+        period = max(0.05, min(1.0, min(self.stall_after_s, self.ready_timeout_s) / 4))
+        while not self._stop.wait(period):
             events: list[Any] = []
             with self._lock:
                 now = time.monotonic()
@@ -298,6 +312,12 @@ class LiveBase:
         keep = line if len(line) <= STDERR_KEEP_CHARS else line[:STDERR_KEEP_CHARS] + f"... [{len(line)} chars]"
         self.stderr_log.append(keep)
         self.sinks.call("stderr", self._on_stderr, line, t)
+
+    def _protocol_lines(self, lines: Iterable[str], t: float, on_line: Callable[[str, float], Any]) -> None:
+        """The lines of one read, each through ``on_line(line, t)``, inside one ``batch()``."""
+        with self._batch():
+            for line in lines:
+                on_line(line, t)
 
     def _protocol_line(self, line: str, t: float, src: str = "stdout", *, record: bool = True) -> Any:
         """Parse one stdout/socket line, move the state machine, hand the record to the sink."""

@@ -178,8 +178,7 @@ class SessionSocketClient(LiveBase):
                     self._problem(0, tail, f"socket closed mid-line ({len(tail)} chars without a newline)", "socket")
                 return "socket closed"
             t = time.time()
-            for line in split.feed(chunk):
-                self._on_line(line, t)
+            self._protocol_lines(split.feed(chunk), t, self._on_line)  # a chunk: one batch
         return "detached"
 
     def _on_line(self, line: str, t: float) -> None:

@@ -1,0 +1,115 @@
+"""The repaint tiers of the run screens (tui/screens/base.py): a tick with nothing new does no
+work, new data repaints the title at once and the views only when ``refresh`` seconds are due,
+``{`` / ``}`` step the refresh interval, keys repaint at once, and ``--refresh`` on the command
+line. No test waits for the interval: the ticks are called directly and the interval is set to
+"never" or "now"."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers import synth
+from textual.widgets import Static
+
+from bmoe_top.tui.app import BmoeTopApp
+from bmoe_top.tui.feed.files import open_paths
+from bmoe_top.tui.screens.base import REFRESH_S, REFRESH_STEPS
+from bmoe_top.tui.screens.replay import ReplayScreen
+from bmoe_top.tui.widgets.charts import BreakdownChart
+
+BMOE_TOP = Path(sys.executable).with_name("bmoe-top")
+NEVER = 1e9  # a refresh interval no test outlives
+
+
+@pytest.fixture
+def csv_run(tmp_path):
+    p = tmp_path / "run.csv"
+    p.write_bytes(synth.token_csv(64))
+    return [str(p)]
+
+
+def title_of(app) -> str:
+    return str(app.query_one("#title", Static).render())
+
+
+async def test_nothing_new_means_no_work_and_new_data_waits_for_the_interval(csv_run):
+    run = open_paths(csv_run)
+    screen = ReplayScreen(run, title="tiers")
+    app = BmoeTopApp(screen)
+    async with app.run_test(size=(150, 44)) as pilot:
+        await pilot.press("end")  # at the end of the run: the playback holds still
+        await pilot.pause()
+        screen.refresh_s = NEVER
+        screen.tick()  # the first tick after the key may still see the key's change
+        polls, title_key = screen.view_polls, screen._title_key
+        chart = app.query_one(BreakdownChart)
+        painted = chart._polled
+        for _ in range(5):
+            screen.tick()
+        assert screen.view_polls == polls and screen._title_key is title_key  # idle: nothing at all
+        # new data: the title follows at once, the views wait for the refresh interval
+        run.add_token_row({"wall_ms": 30.0, "io_ms": 5.0})
+        screen.playback.end()
+        screen.tick()
+        assert screen._title_key is not title_key and "65" in title_of(app)
+        assert screen.view_polls == polls and chart._polled == painted
+        screen.tick()
+        assert screen.view_polls == polls
+        screen.refresh_s = 0.0  # the interval is due: the next tick polls the views once
+        screen.tick()
+        assert screen.view_polls == polls + 1 and chart._polled != painted
+        screen.tick()
+        assert screen.view_polls == polls + 1  # and nothing is left to do
+        # a key repaints at once, whatever the interval
+        screen.refresh_s = NEVER
+        await pilot.press("left")
+        await pilot.pause()
+        assert screen.view_polls > polls + 1
+
+
+async def test_braces_step_the_refresh_interval_and_the_palette_lists_them(csv_run):
+    screen = ReplayScreen(open_paths(csv_run), title="keys")
+    app = BmoeTopApp(screen)
+    async with app.run_test(size=(150, 44)) as pilot:
+        assert screen.refresh_s == REFRESH_S
+        await pilot.press("right_curly_bracket")
+        assert screen.refresh_s == REFRESH_STEPS[REFRESH_STEPS.index(REFRESH_S) - 1]
+        for _ in range(len(REFRESH_STEPS) + 1):
+            await pilot.press("right_curly_bracket")
+        assert screen.refresh_s == REFRESH_STEPS[0]
+        for _ in range(len(REFRESH_STEPS) + 1):
+            await pilot.press("left_curly_bracket")
+        assert screen.refresh_s == REFRESH_STEPS[-1]
+        titles = [t for t, _h, _cb in screen.commands()]
+        assert "Refresh less often" in titles and "Refresh more often" in titles
+        keys = dict(screen.key_rows())
+        assert keys["{"] == "refresh less often" and keys["}"] == "refresh more often"
+
+
+def test_the_refresh_option_is_documented_and_checked(monkeypatch):
+    from bmoe_top.tui.cli import _apply_look, build_parser
+
+    out = subprocess.run([str(BMOE_TOP), "--help"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and "--refresh S" in out.stdout and "htop" in out.stdout
+    bad = subprocess.run([str(BMOE_TOP), "replay", "--refresh", "0.01", "x.csv"], capture_output=True, text=True,
+                         timeout=60)
+    assert bad.returncode == 2 and "between 0.1 and 10 seconds" in bad.stderr
+    monkeypatch.setattr(BmoeTopApp, "refresh_s", None)
+    for argv in (["--refresh", "2.5", "replay", "x.csv"], ["replay", "x.csv", "--refresh", "2.5"]):
+        args = build_parser().parse_args(argv)
+        _apply_look(args)
+        assert BmoeTopApp.refresh_s == 2.5
+        assert ReplayScreen(small_run(), title="x").refresh_s == 2.5
+        monkeypatch.setattr(BmoeTopApp, "refresh_s", None)
+
+
+def small_run():
+    from bmoe_top.tui.model import RunModel
+
+    run = RunModel()
+    run.add_token_rows({"wall_ms": np.ones(3)}, 3)
+    return run
