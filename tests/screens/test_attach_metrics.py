@@ -150,6 +150,9 @@ async def test_screen_live_against_bmoe_run_serve(tmp_path):
             share = run.hit_matrix()
             assert share.shape[0] == 2 and np.isfinite(share).any()
             assert run_summary(run)["tokens"] == n  # the run panel's total since the server started
+            # the title follows new rows at its own pace (FAST_S): wait for the last row, never a duration
+            await pilot_until(pilot, lambda: f"intervals {tok.n}" in app.query_one("#title").content.plain,
+                              f"the title at interval {tok.n}")
             title = app.query_one("#title").content.plain
             assert "● live" in title and f"intervals {tok.n}" in title
         assert not poller.is_alive() or poller.join(3) is None
