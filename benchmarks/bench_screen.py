@@ -9,7 +9,7 @@ its "no data" lines), so the ratio is the cost our data adds. Goal: median under
 Also printed: the thread's CPU time per frame (on a loaded machine the wall time includes waiting
 for a core) and where a frame's time goes, per widget.
 
-    .venv/bin/python benchmarks/bench_screen.py [--rounds 3] [--reps 20] [--tokens 100000]
+    .venv/bin/python benchmarks/bench_screen.py [--rounds 3] [--reps 20] [--tokens 100000] [--seek-stride 500]
 """
 
 from __future__ import annotations
@@ -126,11 +126,38 @@ async def measure(run: RunModel, reps: int, parts: dict[str, list[float]] | None
     return times
 
 
+async def measure_seeks(run: RunModel, reps: int, stride: int) -> tuple[list[float], list[float]]:
+    """Frames right after a seek, alternating forward and backward by ``stride`` tokens around the
+    middle of the run (a selected token's expert map counts the routing before it): (forward ms,
+    backward ms). Forward costs the rows in between; backward used to recount from the run's start."""
+    screen = ReplayScreen(run, title="bench", fps=1)
+    app = BmoeTopApp(screen)
+    fwd: list[float] = []
+    back: list[float] = []
+    async with app.run_test(size=(200, 60)) as pilot:
+        await pilot.pause()
+        mid = run.tokens.n // 2
+        screen.playback.seek(run.tokens.n)  # the cursor at the end: seeks below select tokens
+        screen.playback.seek(mid)
+        screen.refresh_views(force=True)
+        screen._compositor.render_update(full=True)
+        for i in range(2 * reps):
+            forward = i % 2 == 0
+            screen.playback.seek(mid + stride if forward else mid)
+            run.add_log("frame")
+            t0 = time.perf_counter()
+            screen.refresh_views(force=True)
+            screen._compositor.render_update(full=True)
+            (fwd if forward else back).append((time.perf_counter() - t0) * 1000.0)
+    return fwd, back
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--reps", type=int, default=20, help="frames measured per screen per round")
     ap.add_argument("--tokens", type=int, default=100_000)
+    ap.add_argument("--seek-stride", type=int, default=500, help="tokens per seek of the seek frames")
     a = ap.parse_args()
     t0 = time.perf_counter()
     run = big_run(a.tokens)
@@ -155,6 +182,16 @@ def main() -> None:
     print("per widget (median ms per frame, frames timed apart from the ones above): " + "  ".join(
         f"{k} {statistics.median(v):.1f}" for k, v in sorted(parts.items(), key=lambda kv: -statistics.median(kv[1]))))
     print(f"ratio full/empty: {m_full / m_empty:.2f}x   goal: median < 25 ms -> {'OK' if m_full < 25 else 'MISSED'}")
+    fwd: list[float] = []
+    back: list[float] = []
+    for _ in range(a.rounds):
+        f, b = asyncio.run(measure_seeks(run, max(2, a.reps // 4), a.seek_stride))
+        fwd += f
+        back += b
+    print(f"seek frames (+/-{a.seek_stride} tokens around the middle, alternating; baseline: forward): "
+          f"forward median {statistics.median(fwd):.1f} ms max {max(fwd):.1f} ms, "
+          f"backward median {statistics.median(back):.1f} ms max {max(back):.1f} ms; "
+          f"max backward/forward {max(back) / max(fwd):.2f}x")
 
 
 if __name__ == "__main__":

@@ -90,3 +90,50 @@ def test_counts_for_rows_without_routing_and_late_counts():
     assert s.share[0, 0] == (4 + 4998) / (5 + 2 * 4998)
     rs.add_counts(7, np.array([-1.0]), np.array([5.0]))  # a counter that went down: nothing
     assert rs.n == 0  # no routing rows invented
+
+
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 1000), n_tok=st.integers(1, 300), window=st.sampled_from([None, 40]),
+       every=st.sampled_from([8, 33, 100]), max_snaps=st.sampled_from([3, 256]),
+       stops=st.lists(st.integers(0, 320), min_size=2, max_size=12))
+def test_backward_seeks_use_snapshots_and_match_plain_count(seed, n_tok, window, every, max_snaps, stops):
+    """Cursor moves in any order (back and forth) give the plain count, and a backward seek counts
+    at most one snapshot interval of rows (not the run from its start)."""
+    import bmoe_top.tui.model.routes as routes_mod
+
+    rows = routing(np.random.default_rng(seed), n_tok)
+    rs = RouteStore(window_tokens=window)
+    rs._cap = 64
+    for name in ("_tok", "_layer", "_expert", "_hit", "_cummax"):
+        setattr(rs, name, getattr(rs, name)[:64].copy())
+    rs._snap_every = every
+    saved = routes_mod.MAX_SNAPSHOTS
+    routes_mod.MAX_SNAPSHOTS = max_snaps
+    counted: list[int] = []
+    orig = rs._add_rows
+
+    def add_rows(agg, a, b, sign=1):
+        counted.append(b - a)
+        orig(agg, a, b, sign)
+
+    rs._add_rows = add_rows  # type: ignore[method-assign]
+    try:
+        for r in rows:
+            rs.extend(*r)
+        rs.expert_counts(L, E, None)  # the whole run once: snapshots along the way
+        for stop in stops:
+            counted.clear()
+            backward = rs._acc is not None and rs.rows_before(stop) < rs._acc.rows
+            got = rs.expert_counts(L, E, stop)
+            if got.as_of is not None:
+                assert window is not None
+                want = brute(rows, got.as_of)
+            else:
+                want = brute(rows, stop)
+                if backward:  # one interval at most, however far back
+                    assert sum(counted) < rs._snap_every
+            assert np.array_equal(got.routed, want[0]) and np.array_equal(got.hits, want[1])
+            assert np.array_equal(got.last, want[2])
+        assert len(rs._snapshots) <= max_snaps
+    finally:
+        routes_mod.MAX_SNAPSHOTS = saved

@@ -10,13 +10,16 @@
   and for every row in a :class:`~bmoe_top.tui.model.history.CountHistory`;
 * per (layer, expert) routed counts, hit counts and last-routing hit for any cursor: kept exactly
   for cursors inside the routing window (the older rows are folded into a base), and as of the
-  nearest of a few checkpoints for an older cursor.
+  nearest of a few checkpoints for an older cursor. Inside the window, prefix snapshots every
+  ``snapshot_rows`` routing rows bound the cost of any cursor move: forward it costs the rows in
+  between, backward at most one snapshot interval (not the run so far).
 
 No Textual import; the run model's lock guards every call.
 """
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
@@ -32,6 +35,13 @@ I8 = NDArray[np.int8]
 
 #: Checkpoints of the expert aggregates kept for cursors older than the routing window.
 MAX_CHECKPOINTS = 16
+#: Prefix snapshots of the expert aggregates inside the routing window (for backward seeks): at
+#: most this many; past it every other one is dropped and the interval doubles.
+MAX_SNAPSHOTS = 256
+#: The first snapshot interval: this many routing rows per (layer, expert) slot, at least
+#: :data:`MIN_SNAPSHOT_ROWS` (a snapshot costs 9 bytes per slot, a routing row 25 bytes).
+SNAPSHOT_ROWS_PER_SLOT = 4
+MIN_SNAPSHOT_ROWS = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +128,8 @@ class RouteStore:
                                 np.zeros((0, 0), np.int8))
         self._acc: _Aggregate | None = None
         self._checkpoints: list[tuple[int, _Aggregate]] = []  # (token the counts stop at, counts)
+        self._snapshots: list[_Aggregate] = []  # prefix aggregates at multiples of _snap_every rows
+        self._snap_every = 0  # 0: not chosen yet (the first snapshot sizes it from the shape)
         # per (layer, row) counts at full resolution: rows [_lc0, _lc0 + _lc_cols)
         self._count_window = count_rows
         self._base_rows = base_rows
@@ -235,6 +247,7 @@ class RouteStore:
         self._row0 += r
         if self._acc is not None and self._acc.rows < self._row0:
             self._acc = None
+        self._snapshots = [a for a in self._snapshots if a.rows >= self._row0]
 
     # -- per-layer counts ------------------------------------------------------------------------
     def add_counts(self, row: int, hits: F64, misses: F64) -> None:
@@ -390,7 +403,8 @@ class RouteStore:
 
     def expert_counts(self, n_layer: int, n_expert: int, stop: int | None) -> ExpertCounts:
         """Expert aggregates ``[n_layer, n_expert]`` over tokens before ``stop`` (prefill rows of
-        turns started before it included). Moving the cursor forward costs the rows in between."""
+        turns started before it included). Moving the cursor forward costs the rows in between,
+        backward (or to a new shape) the rows since the newest prefix snapshot before it."""
         shape = (n_layer, n_expert)
         if stop is not None and stop <= self._evicted_max_tok:
             return self._from_checkpoint(shape, stop)
@@ -398,12 +412,36 @@ class RouteStore:
         acc = self._acc
         need = (max(n_layer, self.max_layer + 1), max(n_expert, self.max_expert + 1))
         if acc is None or acc.routed.shape != need or R < acc.rows:
-            acc = self._grown(self._base, need)
-            acc.rows = self._row0
-        self._add_rows(acc, acc.rows - self._row0, R - self._row0)
-        acc.rows = R
+            acc = self._grown(self._start_before(R), need)
+        self._advance(acc, R)
         self._acc = acc
         return ExpertCounts(_crop(acc.routed, shape), _crop(acc.hits, shape), _crop(acc.last, shape, -1))
+
+    def _start_before(self, rows: int) -> _Aggregate:
+        """The newest aggregate over at most ``rows`` rows to count on from: a snapshot, else the base."""
+        i = bisect.bisect_right([a.rows for a in self._snapshots], rows)
+        if i:
+            return self._snapshots[i - 1]
+        base = self._base
+        return _Aggregate(self._row0, base.routed, base.hits, base.last)
+
+    def _advance(self, acc: _Aggregate, rows: int) -> None:
+        """Count held rows into ``acc`` up to global row ``rows``, snapshotting at each multiple of
+        the snapshot interval it passes that is newer than the newest snapshot."""
+        if self._snap_every == 0:
+            self._snap_every = max(MIN_SNAPSHOT_ROWS, SNAPSHOT_ROWS_PER_SLOT * acc.routed.size)
+        while acc.rows < rows:
+            every = self._snap_every
+            nxt = (acc.rows // every + 1) * every
+            b = min(rows, nxt)
+            self._add_rows(acc, acc.rows - self._row0, b - self._row0)
+            acc.rows = b
+            if b == nxt and (not self._snapshots or self._snapshots[-1].rows < b):
+                self._snapshots.append(_Aggregate(b, acc.routed.astype(np.int32), acc.hits.astype(np.int32),
+                                                  acc.last.copy()))
+                if len(self._snapshots) > MAX_SNAPSHOTS:
+                    self._snap_every *= 2
+                    self._snapshots = [a for a in self._snapshots if a.rows % self._snap_every == 0]
 
     def _from_checkpoint(self, shape: tuple[int, int], stop: int) -> ExpertCounts:
         best: tuple[int, _Aggregate] | None = None
