@@ -357,7 +357,8 @@ def evaluate(model: MoELM, val: np.ndarray, c: Config) -> float:
 
 def cmd_train(args) -> None:
     c = Config(budget_s=args.budget_s, autocast_bf16=args.bf16, aux_coef=args.aux_coef,
-               capacity_factor=args.capacity_factor)
+               capacity_factor=args.capacity_factor, n_layer=args.n_layer, n_expert=args.n_expert,
+               n_expert_used=args.n_expert_used, n_ff_exp=args.n_ff_exp)
     torch.manual_seed(c.seed)
     torch.set_num_threads(c.threads)
     out = Path(args.out)
@@ -506,11 +507,14 @@ def cmd_routes(args) -> None:
 
 
 def cmd_bench(args) -> None:
-    """Seconds per training step for fp32 vs bf16 autocast (used to pick ``steps``)."""
+    """Seconds per training step of each shape (``LAYERSxEXPERTSxTOPKxWIDTH``, default the committed
+    model's), fp32; with ``--bf16`` also the first shape under bf16 autocast."""
     torch.set_num_threads(2)
     torch.manual_seed(0)
-    for bf16 in (False, True):
-        c = Config()
+    shapes = [dict(n_layer=a, n_expert=b, n_expert_used=k, n_ff_exp=f)
+              for a, b, k, f in (tuple(int(v) for v in s.split("x")) for s in args.shapes)]
+    for bf16, shape in [(False, s) for s in shapes] + ([(True, shapes[0])] if args.bf16 else []):
+        c = Config(**shape)
         model = MoELM(c)
         opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
         x = torch.randint(0, 256, (c.batch_size, c.seq_len))
@@ -524,7 +528,7 @@ def cmd_bench(args) -> None:
             loss.backward()
             opt.step()
             ts.append(time.time() - t)
-        print(f"bf16={bf16}: {np.median(ts[1:]):.2f}s/step", flush=True)
+        print(f"{shape} bf16={bf16}: {np.median(ts[1:]):.2f}s/step", flush=True)
 
 
 def main(argv=None) -> None:
@@ -536,6 +540,10 @@ def main(argv=None) -> None:
     t.add_argument("--aux-coef", type=float, default=Config.aux_coef, help="load-balancing loss weight")
     t.add_argument("--capacity-factor", type=float, default=Config.capacity_factor,
                    help="training-only expert capacity, x the mean load (0 = unlimited)")
+    t.add_argument("--n-layer", type=int, default=Config.n_layer)
+    t.add_argument("--n-expert", type=int, default=Config.n_expert, help="experts per layer")
+    t.add_argument("--n-expert-used", type=int, default=Config.n_expert_used, help="top-k")
+    t.add_argument("--n-ff-exp", type=int, default=Config.n_ff_exp, help="SwiGLU width of one expert")
     t.add_argument("--replay", default=None, help="train_meta.json of a run: replay its per-step lr list")
     t.add_argument("--bf16", action="store_true", help="bf16 autocast (slower than fp32 on this machine)")
     r = sub.add_parser("reference")
@@ -545,7 +553,10 @@ def main(argv=None) -> None:
     a = sub.add_parser("routes")
     a.add_argument("--out", default="build/demo-moe")
     a.add_argument("--random-gguf", default=None, help="f32 GGUF of the random `demo` preset")
-    sub.add_parser("bench")
+    b = sub.add_parser("bench")
+    b.add_argument("shapes", nargs="*", default=[f"{Config.n_layer}x{Config.n_expert}x{Config.n_expert_used}x"
+                                                 f"{Config.n_ff_exp}"], help="LAYERSxEXPERTSxTOPKxWIDTH")
+    b.add_argument("--bf16", action="store_true", help="also the first shape with bf16 autocast")
     args = ap.parse_args(argv)
     {"train": cmd_train, "reference": cmd_reference, "routes": cmd_routes, "bench": cmd_bench}[args.cmd](args)
 
