@@ -3,10 +3,11 @@ build, write the synthetic model, decode it fully resident, then streamed with t
 small and a full budget, each in its own process (a llama.cpp assert only ends that process), and
 record the outcome in the table (``stream``: ``streamed`` | ``resident only`` | ``refused`` |
 ``untested``, and ``stream_why``), then print the markdown table of docs/runtime.md
-"Architectures". ``untested``: llama.cpp loads the architecture but no synthetic model of it
-decodes (an assert in llama.cpp names what it needs): it takes a real model to say.
+"Architectures" (``--docs docs/runtime.md`` writes it there in place of the old one).
+``untested``: llama.cpp loads the architecture but no synthetic model of it decodes
+(an assert in llama.cpp names what it needs): it takes a real model to say.
 
-Usage: ``python tools/arch_table.py [--arch NAME ...]``
+Usage: ``python tools/arch_table.py [--arch NAME ...] [--docs docs/runtime.md]``
 """
 
 from __future__ import annotations
@@ -75,6 +76,7 @@ def classify(arch: str, spec: dict, d: Path) -> tuple[str, str]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--arch", action="append", default=[])
+    ap.add_argument("--docs", type=Path, default=None, help="rewrite the table in this file's Architectures section")
     args = ap.parse_args(argv)
     table = json.loads(SPECS.read_text())
     with tempfile.TemporaryDirectory(prefix="bmoe-archs-") as td:
@@ -86,11 +88,56 @@ def main(argv: list[str] | None = None) -> int:
                 spec["stream"], spec["stream_why"] = classify(arch, spec, Path(td))
             print(f"{arch}: {spec['stream']} {spec['stream_why'][:200]}", flush=True)
             SPECS.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
-    print("\n| architecture | bmoe-run | why / notes |\n| --- | --- | --- |")
+    rows = markdown_table(table)
+    print("\n" + "\n".join(rows))
+    if args.docs is not None:
+        write_docs(args.docs, rows)
+    return 0
+
+
+HEADER = "| architecture | bmoe-run | why / notes |"
+
+
+def markdown_table(table: dict) -> list[str]:
+    """The rows of docs/runtime.md "Architectures", header first."""
+    rows = [HEADER, "| --- | --- | --- |"]
     for arch in sorted(table):
         s = table[arch]
-        print(f"| `{arch}` | {s.get('stream', '?')} | {s.get('stream_why', '')} |")
-    return 0
+        notes = "; ".join(features(s)) if s.get("stream") == "streamed" else s.get("stream_why", "")
+        rows.append(f"| `{arch}` | {s.get('stream', '?')} | {notes} |")
+    return rows
+
+
+def features(spec: dict) -> list[str]:
+    """What of the MoE reference a synthetic model of ``spec`` exercises (shared experts, expert
+    biases, expert-probability bias, expert groups, the fused gate/up variant)."""
+    names = [n for n, _ in spec.get("tensors", [])]
+    groups = [v for k, (_, v) in spec.get("kv", {}).items() if k.endswith(".expert_group_count")]
+    out = []
+    if any("_shexp." in n for n in names):
+        out.append("shared experts")
+    if any("_exps.bias" in n for n in names):
+        out.append("expert biases")
+    if any("exp_probs_b" in n for n in names):
+        out.append("expert-probability bias")
+    if any(isinstance(g, int) and g > 1 for g in groups):
+        out.append("expert groups")
+    if spec.get("fused_tensors"):
+        out.append("fused gate/up variant")
+    return out
+
+
+def write_docs(path: Path, rows: list[str]) -> None:
+    """Replace the table that starts with ``HEADER`` in ``path`` by ``rows`` (SystemExit when the
+    file has no such table: nothing is written)."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    if HEADER not in lines:
+        raise SystemExit(f"{path}: no architecture table ({HEADER!r}) to replace")
+    start = lines.index(HEADER)
+    end = start
+    while end < len(lines) and lines[end].startswith("|"):
+        end += 1
+    path.write_text("\n".join([*lines[:start], *rows, *lines[end:]]) + "\n", encoding="utf-8")
 
 
 if __name__ == "__main__":

@@ -105,7 +105,9 @@ _INDEXER = {"attention.indexer.top_k": [U32, 4], "attention.indexer.kpool": [U32
 SEEDS: dict[str, dict[str, list]] = {
     "bailingmoe3": {**_MLA, "kda.gate_lower_bound": [F32, -5.0]},
     "bailingmoe2": _GROUPS,
-    "qwen4exp": {"hyper_connection.count": [U32, 2]},
+    # gated delta net layers: value heads x state size = inner size
+    "qwen4exp": {"hyper_connection.count": [U32, 2], "ssm.inner_size": [U32, 128]},
+    "qwen3next": {"ssm.inner_size": [U32, 128]}, "qwen35moe": {"ssm.inner_size": [U32, 128]},
     "deepseek2": {**_MLA, **_GROUPS},
     "deepseek2-ocr": {"rope.dimension_count": [U32, 32], "attention.head_count_kv": [U32, 4]},
     "deepseek32": {**_MLA, **_INDEXER}, "glm-dsa": {**_MLA, **_INDEXER},
@@ -126,9 +128,12 @@ SEEDS: dict[str, dict[str, list]] = {
     "olmoe": {"attention.head_count_kv": [U32, 4]},
     "minimax-m2": {"expert_gating_func": [U32, 2]}, "smallthinker": {"expert_gating_func": [U32, 1]},
 }
-#: tensors an architecture checks outside the loader's shape test (name without blk. -> ne)
-TENSOR_SEEDS: dict[str, dict[str, list[int]]] = {
-    "laguna": {"attn_gate.weight": [N_EMBD, 4]},
+#: tensors an architecture needs but marks optional, or checks outside the loader's shape test:
+#: (name without blk.N., ne ([1]: learn it from the loader), layers)
+_GDN = [("attn_qkv.weight", [1], [0, 1, 2]), ("attn_gate.weight", [1], [0, 1, 2])]  # linear-attention layers
+TENSOR_SEEDS: dict[str, list[tuple[str, list[int], list[int]]]] = {
+    "laguna": [("attn_gate.weight", [N_EMBD, 4], list(range(N_LAYER)))],
+    "qwen3next": _GDN, "qwen35moe": _GDN,
 }
 
 #: keys whose value must be an array from the start (the loader asks for it by shape)
@@ -237,7 +242,7 @@ def probe(arch: str, w: Worker, d: Path, max_steps: int = 400, kv: dict | None =
         for k, v in SEEDS.get(arch, {}).items():
             kv[f"{arch}.{k}"] = list(v)
     if tensors is None:
-        tensors = [[f"blk.{il}.{n}", list(ne)] for il in range(N_LAYER) for n, ne in TENSOR_SEEDS.get(arch, {}).items()]
+        tensors = [[f"blk.{il}.{n}", list(ne)] for n, ne, layers in TENSOR_SEEDS.get(arch, []) for il in layers]
     log: list[str] = []
     path = d / f"{arch}.gguf"
     for _ in range(max_steps):
