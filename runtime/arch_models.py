@@ -5,7 +5,9 @@ The table was found from llama.cpp itself (``tools/probe_arch.py``): per archite
 keys it needs and every tensor with its shape (ggml order), shared experts, expert biases and
 expert groups included where the architecture reads them, and a fused gate/up variant where
 llama.cpp takes ``ffn_gate_up_exps``. The weights are random (seeded, deterministic) and small;
-1-D norm weights are ones, biases small, state-space decay terms negative. Routed-expert tensors
+1-D norm weights are ones, biases small, state-space decay terms negative, hash-routing tables
+(``ffn_gate_tid2eid``) distinct int32 expert ids, the end-of-text token's output row zero (greedy
+decoding never stops early). Routed-expert tensors
 are f16, everything else f32: a model is a few MiB and decodes in milliseconds.
 
 ``status`` of an architecture in the table: ``loads`` (a model can be written), ``dense`` (llama.cpp
@@ -43,9 +45,11 @@ def arch_specs() -> dict[str, dict[str, Any]]:
     return table
 
 
-def _tensor(name: str, ne: list[int], rng: np.random.Generator) -> np.ndarray:
+def _tensor(name: str, ne: list[int], rng: np.random.Generator, n_expert: int) -> np.ndarray:
     shape = tuple(reversed([max(1, int(x)) for x in ne]))
     expert = "_exps." in name and len(ne) >= 3
+    if "tid2eid" in name:  # hash routing: each token's n_expert_used distinct expert ids (int32)
+        return np.stack([rng.permutation(n_expert)[:shape[-1]] for _ in range(shape[0])]).astype(np.int32)
     if name.endswith(".bias") or name.endswith("_b.bias"):
         return (0.05 * rng.standard_normal(shape)).astype(np.float32)
     if len(ne) == 1:
@@ -63,15 +67,19 @@ def _tensor(name: str, ne: list[int], rng: np.random.Generator) -> np.ndarray:
     elif name == "output.weight":
         scale = 4.0 / np.sqrt(fan_in)
     arr = rng.standard_normal(shape, dtype=np.float32) * np.float32(scale)
+    if name in ("output.weight", "token_embd.weight") and shape[0] > EOS_ID:
+        arr[EOS_ID] = 0.0  # end-of-text never wins the argmax: every decode runs its full length
     return arr.astype(np.float16) if expert else arr
 
 
 def make_arch_model(out_path: str | os.PathLike[str], arch: str, *, seed: int = 0, fused: bool = False,
-                    force: bool = True) -> Path:
+                    force: bool = True, expert_seed: int | None = None) -> Path:
     """Write a synthetic GGUF of ``arch`` to ``out_path`` (atomically: ``bmoe_top.outfile``; a
     symbolic link there is refused, an existing file replaced only with ``force``) and return its path.
 
-    ``fused``: the variant with ``ffn_gate_up_exps`` (only where the table has one). Raises
+    ``fused``: the variant with ``ffn_gate_up_exps`` (only where the table has one). ``expert_seed``:
+    draw the routed-expert tensors (``*_exps.*``) from this seed instead of ``seed``, every other
+    tensor unchanged (a model that differs from ``seed``'s in its experts only). Raises
     ValueError for an architecture the table has no model for (unknown, dense, or refused: the
     message says why)."""
     import gguf
@@ -107,8 +115,10 @@ def make_arch_model(out_path: str | os.PathLike[str], arch: str, *, seed: int = 
         w.add_bos_token_id(EOS_ID)
         w.add_eos_token_id(EOS_ID)
         w.add_add_bos_token(False)
+        n_expert = next((int(v) for k, (_, v) in spec["kv"].items() if k.endswith(".expert_count")), 1)
         for i, (name, ne) in enumerate(tensors):
-            w.add_tensor(name, _tensor(name, ne, np.random.default_rng([seed, i])))
+            tseed = expert_seed if expert_seed is not None and "_exps." in name else seed
+            w.add_tensor(name, _tensor(name, ne, np.random.default_rng([tseed, i]), n_expert))
         w.write_header_to_file()
         w.write_kv_data_to_file()
         w.write_tensors_to_file()

@@ -102,23 +102,57 @@ _MLA = {"rope.dimension_count": [U32, 32], "attention.kv_lora_rank": [U32, 64], 
 _GROUPS = {"expert_group_count": [U32, 2], "expert_group_used_count": [U32, 1]}
 _INDEXER = {"attention.indexer.top_k": [U32, 4], "attention.indexer.kpool": [U32, 2],
             "attention.indexer.head_count": [U32, 2], "attention.indexer.key_length": [U32, 64]}
+#: Kimi-delta-attention hybrids: layers with no KV heads are KDA (head 64), the others MLA
+_KDA = {**_MLA, "kda.head_dim": [U32, HEAD], "attention.head_count_kv": ["arr_u32", [0, 1, 0, 1]]}
 SEEDS: dict[str, dict[str, list]] = {
-    "bailingmoe3": {**_MLA, "kda.gate_lower_bound": [F32, -5.0]},
+    "bailingmoe3": {**_KDA, "kda.gate_lower_bound": [F32, -5.0]},
     "bailingmoe2": _GROUPS,
-    "qwen4exp": {"hyper_connection.count": [U32, 2]},
+    # default embedding multipliers (grok 78, minicpm 12) drown the layers' output in a small model
+    "grok": {"embedding_scale": [F32, 1.0]},
+    "minicpm": {"embedding_scale": [F32, 1.0], "residual_scale": [F32, 1.0]},
+    # its loader sizes K and V by all heads; sigmoid routing
+    "dots1": {"attention.head_count_kv": [U32, 4], "expert_gating_func": [U32, 2]},
+    "afmoe": {"attention.sliding_window": [U32, 64]},  # its graph always builds both caches (pattern 4)
+    # sliding-window layers have their own head size; no per-layer embeddings (the MoE sizes have none)
+    "gemma4": {"attention.key_length_swa": [U32, HEAD], "attention.value_length_swa": [U32, HEAD],
+               "embedding_length_per_layer_input": [U32, 0],
+               "attention.sliding_window_pattern": ["arr_bool", [True, True, True, False]]},
+    # gated delta net layers: value heads x state size = inner size
+    "qwen4exp": {"hyper_connection.count": [U32, 2], "ssm.inner_size": [U32, 128]},
+    "qwen3next": {"ssm.inner_size": [U32, 128]}, "qwen35moe": {"ssm.inner_size": [U32, 128]},
     "deepseek2": {**_MLA, **_GROUPS},
     "deepseek2-ocr": {"rope.dimension_count": [U32, 32], "attention.head_count_kv": [U32, 4]},
     "deepseek32": {**_MLA, **_INDEXER}, "glm-dsa": {**_MLA, **_INDEXER},
-    "hy_v4": {**_MLA, "expert_gating_func": [U32, 2]}, "kimi-k3": _MLA,
-    "dots3note": {**_MLA, **_INDEXER}, "mimo2": _MLA, "kimi-linear": _MLA, "glm4moe": _GROUPS,
-    "glm5-next": {**_MLA, **_INDEXER, "hyper_connection.count": [U32, 4], "rope.dimension_count": [U32, 0]},
-    "deepseek4": {"expert_gating_func": [U32, 4], "attention.compress_ratios": ["arr_u32", [0, 4, 0, 4]],
-                  "hyper_connection.count": [U32, 4]},
+    "hy_v4": {**_MLA, "expert_gating_func": [U32, 2]}, "kimi-k3": _KDA,
+    # sliding and DSA layers; latent + rope = indexer head = 128 (llama.cpp's Hadamard rotations of
+    # the DSA caches take one head size, a multiple of 64)
+    "dots3note": {**_MLA, **_INDEXER, "attention.kv_lora_rank_swa": [U32, 64],
+                  "attention.sliding_window_pattern": ["arr_u32", [1, 0, 1, 0]], "rope.dimension_count": [U32, 64],
+                  "attention.key_length": [U32, 128], "attention.key_length_mla": [U32, 128],
+                  "attention.key_length_mla_swa": [U32, 128], "attention.indexer.key_length": [U32, 128]},
+    "mimo2": _MLA, "kimi-linear": _KDA, "glm4moe": _GROUPS,
+    # KDA and DSA layers; latent = indexer head = 128 (as dots3note), no rope
+    "glm5-next": {**_KDA, **_INDEXER, "hyper_connection.count": [U32, 4], "rope.dimension_count": [U32, 0],
+                  "hyper_connection.epsilon": [F32, 1e-6], "hyper_connection.sinkhorn_iterations": [U32, 3],
+                  "attention.kv_lora_rank": [U32, 128], "attention.key_length": [U32, 128],
+                  "attention.value_length": [U32, 128], "attention.indexer.key_length": [U32, 128]},
+    # one KV head (MQA) of 128; indexer (64) and rope (64) heads narrower than it (llama.cpp's
+    # Hadamard rotations take multiples of 64, and an indexer as wide as the head in every cache);
+    # layers of each compression (none, 4, 128); 2 output groups of rank 64; layer 0 routes by
+    # token hash (tid2eid), the others by score
+    "deepseek4": {**_INDEXER, "attention.head_count_kv": [U32, 1], "attention.key_length": [U32, 128],
+                  "attention.value_length": [U32, 128],
+                  "expert_gating_func": [U32, 4], "attention.compress_ratios": ["arr_u32", [0, 4, 128, 4]],
+                  "hyper_connection.count": [U32, 4], "hyper_connection.epsilon": [F32, 1e-6],
+                  "hyper_connection.sinkhorn_iterations": [U32, 3], "rope.dimension_count": [U32, 64],
+                  "attention.output_group_count": [U32, 2], "attention.output_lora_rank": [U32, 64],
+                  "attention.compress_rope_freq_base": [F32, 10000.0], "swiglu_clamp_exp": [F32, 10.0],
+                  "hash_layer_count": [U32, 1]},
     # hybrids: a layer with no KV heads is a recurrent / convolution layer
     "jamba": {"attention.head_count_kv": ["arr_u32", [0, 2, 0, 2]]},
     "granitehybrid": {"attention.head_count_kv": ["arr_u32", [0, 2, 0, 2]]},
     "lfm2moe": {"attention.head_count_kv": ["arr_u32", [0, 2, 0, 2]]},
-    "minimax-01": {"attention.head_count_kv": ["arr_u32", [0, 2, 0, 2]]},
+    "minimax-01": {"full_attention_interval": [U32, 2]},  # layers 1 and 3 attention, 0 and 2 lightning
     "nemotron_h": {"attention.head_count_kv": ["arr_u32", [0, 2, 0, 0]],
                    "feed_forward_length": ["arr_u32", [0, 0, 256, 256]]},
     "nemotron_h_moe": {"attention.head_count_kv": ["arr_u32", [0, 2, 0, 0]],
@@ -126,9 +160,18 @@ SEEDS: dict[str, dict[str, list]] = {
     "olmoe": {"attention.head_count_kv": [U32, 4]},
     "minimax-m2": {"expert_gating_func": [U32, 2]}, "smallthinker": {"expert_gating_func": [U32, 1]},
 }
-#: tensors an architecture checks outside the loader's shape test (name without blk. -> ne)
-TENSOR_SEEDS: dict[str, dict[str, list[int]]] = {
-    "laguna": {"attn_gate.weight": [N_EMBD, 4]},
+#: tensors an architecture needs but marks optional, or checks outside the loader's shape test:
+#: (name without blk.N., ne ([1]: learn it from the loader), layers)
+_GDN = [("attn_qkv.weight", [1], [0, 1, 2]), ("attn_gate.weight", [1], [0, 1, 2])]  # linear-attention layers
+TENSOR_SEEDS: dict[str, list[tuple[str, list[int], list[int]]]] = {
+    "laguna": [("attn_gate.weight", [N_EMBD, 4], list(range(N_LAYER)))],
+    "qwen3next": _GDN, "qwen35moe": _GDN,
+    # the lightning indexer's tensors are optional to the loader, not to the graph
+    "glm-dsa": [(f"indexer.{n}", [1], list(range(N_LAYER)))
+                for n in ("k_norm.weight", "k_norm.bias", "proj.weight", "attn_k.weight", "attn_q_b.weight")],
+    # mamba-2 layers add their conv bias unconditionally
+    "nemotron_h": [("ssm_conv1d.bias", [1], [0])], "nemotron_h_moe": [("ssm_conv1d.bias", [1], [0])],
+    "granitehybrid": [("ssm_conv1d.bias", [1], [0, 2])],
 }
 
 #: keys whose value must be an array from the start (the loader asks for it by shape)
@@ -237,7 +280,7 @@ def probe(arch: str, w: Worker, d: Path, max_steps: int = 400, kv: dict | None =
         for k, v in SEEDS.get(arch, {}).items():
             kv[f"{arch}.{k}"] = list(v)
     if tensors is None:
-        tensors = [[f"blk.{il}.{n}", list(ne)] for il in range(N_LAYER) for n, ne in TENSOR_SEEDS.get(arch, {}).items()]
+        tensors = [[f"blk.{il}.{n}", list(ne)] for n, ne, layers in TENSOR_SEEDS.get(arch, []) for il in layers]
     log: list[str] = []
     path = d / f"{arch}.gguf"
     for _ in range(max_steps):
@@ -362,6 +405,23 @@ def add_optional(arch: str, spec: dict, w: Worker, d: Path) -> list[str]:
     return kept
 
 
+def add_output(arch: str, spec: dict, w: Worker, d: Path) -> bool:
+    """An untied ``output.weight`` where llama.cpp takes one (most architectures tie it to the token
+    embedding when absent): with tied weights a small random model mostly predicts its input
+    token back, whatever its experts compute, and an identity test of such output proves little."""
+    if any(n == "output.weight" for n, _ in spec["tensors"]):
+        return True
+    path = d / f"{arch}-out.gguf"
+    write_gguf(path, arch, spec["kv"], spec["tensors"])
+    base = w.ask(path, "meta")
+    trial = [list(t) for t in spec["tensors"]] + [["output.weight", [1]]]
+    r = _learn(arch, spec["kv"], trial, w, path)
+    if r.startswith("OK") and ("used=" not in r or _used(r) == _used(base) + 1):
+        spec["tensors"] = trial
+        return True
+    return False
+
+
 def _used(result: str) -> int:
     """Tensors llama.cpp used, from a worker's ``OK`` (every tensor of the file unless partial)."""
     m = re.search(r"used=(\d+)", result)
@@ -428,6 +488,8 @@ def main(argv: list[str] | None = None) -> int:
                 spec.update(status="dense", why="llama.cpp builds this architecture without routed experts")
             if spec["status"] == "loads":
                 spec["optional"] = add_optional(arch, spec, w, d)
+                if add_output(arch, spec, w, d):
+                    spec["optional"].append("output.weight")
                 fused = fused_variant(arch, spec, w, d)
                 if fused is not None:
                     spec["fused_tensors"] = fused

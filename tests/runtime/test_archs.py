@@ -1,6 +1,7 @@
 """Every MoE architecture llama.cpp 0.3.36 builds: a synthetic model of it (``make-model --arch``)
 streams byte for byte as it runs fully resident, with the cache off, a small (evicting) and a
-full budget, the fused gate/up variant too where the architecture has one; an architecture
+full budget, the fused gate/up variant too where the architecture has one (and the model's
+tokens change when only its expert weights do, so the identity is not vacuous); an architecture
 bmoe-run cannot stream is refused with a message that names the reason. The rows are
 runtime/arch_specs.json (``stream``), which tools/arch_table.py writes and docs/runtime.md shows."""
 
@@ -36,6 +37,9 @@ def test_streamed_equals_resident(arch_dir, arch):
         path = make_arch_model(arch_dir / f"{arch}{'-fused' if fused else ''}.gguf", arch, seed=1, fused=fused)
         want = _tokens(path, stream=False)
         assert len(want) == 8
+        if not fused:  # the tokens depend on the experts, so identity below means something
+            other = make_arch_model(arch_dir / f"{arch}-other.gguf", arch, seed=1, expert_seed=2)
+            assert _tokens(other, stream=False) != want, f"{arch}: tokens do not depend on the experts"
         for budget in BUDGETS.values():
             assert _tokens(path, **budget) == want, (arch, fused, budget)
 
