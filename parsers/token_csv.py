@@ -64,7 +64,7 @@ INTEGER_COLUMNS: frozenset[str] = frozenset({
     "expert_bytes"})
 _DIM_KEYS = ("n_layer", "n_expert", "n_expert_used")
 
-_CHUNK = 1 << 20  # bytes of numeric body handed to the fast parser at once
+_CHUNK = 1 << 18  # bytes of numeric body handed to the fast parser at once
 _SAMPLE_ROWS = 200  # data rows looked at to learn the file's width and number format
 _HEAD_LINES = 10_000  # lines searched for the first data row (the rest is body, read line by line)
 _KV = re.compile(r"([^\s=]+)=(\S*)")
