@@ -124,6 +124,9 @@ class ExpertCache:
         self.native: HookState | None = None
         #: the whole bank resident and no observer: the native callback need not materialize routing
         self.observed = True
+        #: bytes of every streamed expert (layers the graph multiplies); all resident = nothing to route
+        self.streamed_bytes = sum(layout.expert_bytes[il] * layout.n_expert
+                                  for il in range(layout.n_layer) if self.layer_bufs[il])
 
     # -- the native fast paths -----------------------------------------------------------------
     def attach_native(self, state: HookState) -> None:
@@ -148,7 +151,7 @@ class ExpertCache:
         fast = not (self.no_cache or self.prefetch or ids_wanted or self.on_lookup is not None)
         st.fast_hits = int(fast)
         whole = (fast and not route_wanted and self.budget is None
-                 and self.resident_bytes >= self.layout.expert_bank_bytes)
+                 and self.resident_bytes >= self.streamed_bytes)
         st.skip_resident = int(whole)
         self.observed = not whole
 
