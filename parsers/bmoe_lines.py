@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
+from itertools import chain
 from operator import itemgetter
 from typing import Any
 
@@ -48,6 +49,9 @@ _EXACT: dict[str, type] = {"i": int, "f": float, "s": str, "b": bool}
 _KIND_NAMES = {"i": "integer", "f": "number", "s": "string", "b": "boolean", "L": "list of integer lists"}
 
 
+_INT = frozenset({int})
+
+
 class _WrongType(Exception):
     pass
 
@@ -60,7 +64,8 @@ def _convert(name: str, v: Any, kind: str) -> Any:
         return float(v)
     if kind == "i" and t is float and v.is_integer():
         return int(v)
-    if kind == "L" and t is list and all(type(row) is list and all(type(x) is int for x in row) for row in v):
+    if kind == "L" and t is list and all(type(row) is list for row in v) \
+            and set(map(type, chain.from_iterable(v))) <= _INT:  # exactly ints (not bools, floats)
         return v
     raise _WrongType(f"field {name!r}: expected {_KIND_NAMES[kind]}, got {t.__name__} {v!r:.40}")
 

@@ -13,15 +13,19 @@ exception inside the app ends it with exit status 1.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, ClassVar
 
+from rich.segment import Segment
+from rich.style import Style
 from textual.app import App, SystemCommand
+from textual.color import Color
+from textual.filter import ANSIToTruecolor, LineFilter
 from textual.screen import Screen
 
 from bmoe_top.tui.widgets.palette import Look
 
-__all__ = ["BmoeTopApp", "CSS"]
+__all__ = ["BmoeTopApp", "CSS", "MemoTruecolor"]
 
 #: The layout every mode screen shares (mode screens add their own parts in DEFAULT_CSS).
 CSS = """
@@ -68,6 +72,45 @@ ExpertMap { height: 1fr; min-height: 4; border-top: solid $primary-darken-3; }
 """
 
 
+class MemoTruecolor(LineFilter):
+    """Textual's :class:`~textual.filter.ANSIToTruecolor` (``inner``) with its answer remembered
+    per style object and background: a line whose styles need no conversion (the views draw in
+    truecolor) comes back as it is instead of as a copy of every segment. The same segments
+    come out as from ``inner.apply`` (tests/widgets/test_app_filter.py)."""
+
+    #: Styles remembered per background before the memo starts again (bounded memory).
+    MAX_STYLES = 8192
+
+    def __init__(self, inner: ANSIToTruecolor) -> None:
+        super().__init__(enabled=inner.enabled)
+        self.inner = inner
+        self._memo: dict[Color, dict[int, tuple[Style, Style]]] = {}
+
+    def apply(self, segments: list[Segment], background: Color) -> list[Segment]:
+        memo = self._memo.get(background)
+        if memo is None or len(memo) > self.MAX_STYLES:
+            if len(self._memo) > 64:
+                self._memo.clear()
+            memo = self._memo[background] = {}
+        convert = self.inner.truecolor_style
+        rich_bg = background.rich_color
+        out: list[Segment] | None = None
+        for i, seg in enumerate(segments):
+            text, style, control = seg
+            new = None
+            if style is not None:
+                got = memo.get(id(style))
+                if got is None or got[0] is not style:  # the style object is held: its id is not reused
+                    got = memo[id(style)] = (style, convert(style, rich_bg))
+                new = got[1]
+            if out is None:
+                if new is style and control is None:
+                    continue
+                out = list(segments[:i])
+            out.append(seg if new is style and control is None else Segment(text, new, None))
+        return segments if out is None else out
+
+
 class BmoeTopApp(App[int]):
     """bmoe-top over one mode screen (``main``): it is the first screen on the stack, so the
     views are queried on it even while a modal or the command palette is open.
@@ -108,6 +151,20 @@ class BmoeTopApp(App[int]):
         for screen in (self.main, *self.screen_stack):
             screen.set_class(look.ascii, "-ascii")
             screen.set_class(look.colors == "mono", "-mono")
+
+    def get_line_filters(self) -> Sequence[LineFilter]:
+        """Textual's filters, its ANSI-to-truecolor one wrapped in :class:`MemoTruecolor` (it ran
+        over every segment of every line drawn)."""
+        out: list[LineFilter] = []
+        wrapped: dict[int, MemoTruecolor] = self.__dict__.setdefault("_memo_filters", {})
+        for f in super().get_line_filters():
+            if type(f) is ANSIToTruecolor:
+                w = wrapped.get(id(f))
+                if w is None or w.inner is not f:
+                    w = wrapped[id(f)] = MemoTruecolor(f)
+                f = w
+            out.append(f)
+        return out
 
     def get_default_screen(self) -> Screen[None]:
         return self.main

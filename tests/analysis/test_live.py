@@ -6,6 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from helpers.routing import random_routing
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from bmoe_top.tui.analysis import cachesim as C
 from bmoe_top.tui.analysis.live import LiveLru
@@ -53,3 +55,44 @@ def test_live_rejects_bad_input() -> None:
     with pytest.raises(ValueError):
         LiveLru(2, 4, [1])
     assert live.curve().decode_lookups == 0
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**31), n_tok=st.integers(1, 40), n_layer=st.integers(1, 5), k=st.integers(1, 20),
+       cuts=st.lists(st.integers(0, 40), max_size=4))
+def test_tokens_fed_together_hit_as_fed_one_by_one(seed: int, n_tok: int, n_layer: int, k: int,
+                                                   cuts: list[int]) -> None:
+    """feed_tokens (one compiled call for many tokens) gives the same hits, bytes, per-layer hits
+    and counts as feed_token on each token in turn: random routing with repeats and holes (-1),
+    a layer without MoE, prompts in between, fed in random slices."""
+    rng = np.random.default_rng(seed)
+    n_expert = 6
+    lb = rng.integers(0, 4, n_layer)
+    dec = rng.integers(-1, n_expert, (n_tok, n_layer, k))  # repeats within a layer, -1 holes
+    pre = rng.integers(-1, n_expert, (3, n_layer, k))
+    one = LiveLru(n_layer, n_expert, lb, points=32)
+    many = LiveLru(n_layer, n_expert, lb, points=32)
+    one.feed_prefill(pre)
+    many.feed_prefill(pre)
+    bounds = sorted({0, n_tok, *(c for c in cuts if c < n_tok)})
+    for lo, hi in zip(bounds, bounds[1:]):
+        for t in range(lo, hi):
+            one.feed_token(dec[t])
+        many.feed_tokens(dec[lo:hi])
+        one.feed_prefill(pre[:1])
+        many.feed_prefill(pre[:1])
+    a, b = one.curve(), many.curve()
+    assert np.array_equal(a.decode_hits, b.decode_hits)
+    assert np.array_equal(a.hit_bytes, b.hit_bytes)
+    assert np.array_equal(a.layer_hits, b.layer_hits)
+    assert (a.decode_lookups, a.decode_tokens) == (b.decode_lookups, b.decode_tokens)
+    assert np.array_equal(one.layer_lookups, many.layer_lookups) and one.decode_bytes == many.decode_bytes
+
+
+def test_feed_tokens_rejects_bad_input_and_feeds_nothing() -> None:
+    live = LiveLru(2, 4, [1, 1])
+    with pytest.raises(ValueError):
+        live.feed_tokens([[1, 2]])
+    with pytest.raises(ValueError):
+        live.feed_tokens([[[0, 1], [1, 2]], [[1, 9], [0, 1]]])
+    assert live.curve().decode_lookups == 0 and live.decode_tokens == 0

@@ -21,8 +21,8 @@ class LiveLru:
     ``points`` steps of whole smallest experts), plus the ``extra`` budgets (e.g. the run's).
 
     ``layer_bytes`` int [n_layer] one expert's bytes per layer (0 = a layer without MoE).
-    Cost per decode token: one compiled call over its n_layer x k lookups (benchmarks/
-    bench_cachesim.py measures it). Not thread-safe: feed from one thread.
+    Cost: one compiled call per :meth:`feed_tokens` over its tokens' n_layer x k lookups
+    (benchmarks/bench_cachesim.py measures it). Not thread-safe: feed from one thread.
     """
 
     def __init__(self, n_layer: int, n_expert: int, layer_bytes: npt.ArrayLike,
@@ -83,45 +83,63 @@ class LiveLru:
     def _feed(self, routing: I64, decode: bool) -> None:
         """``routing`` int64 [tokens, n_layer, k]: one batch per layer over all its tokens."""
         t, n_layer, k = routing.shape
-        per_layer = routing.transpose(1, 0, 2).reshape(n_layer, t * k)
-        # unique per layer in order of first appearance; -1 = no expert
-        w = per_layer.shape[1]
+        self._feed_rows(routing.transpose(1, 0, 2).reshape(n_layer, t * k), np.arange(n_layer, dtype=np.int64),
+                        decode)
+
+    def _feed_rows(self, rows: I64, row_layer: I64, decode: bool) -> None:
+        """``rows`` int64 [batches, w]: one batch per row, in order, of the experts of layer
+        ``row_layer[r]`` (-1 = none); a decode row counts one token per ``n_layer`` rows."""
+        w = rows.shape[1]
+        # unique per row in order of first appearance; -1 = no expert
         if w <= 16:
-            eq = per_layer[:, :, None] == per_layer[:, None, :]
+            eq = rows[:, :, None] == rows[:, None, :]
             dup = np.triu(np.ones((w, w), dtype=bool), 1)[None, :, :] & eq
             first = ~dup.any(axis=1)
         else:
-            first = np.zeros_like(per_layer, dtype=bool)
-            for il in range(n_layer):
-                _, idx = np.unique(per_layer[il], return_index=True)
-                first[il, idx] = True
-        keep = first & (per_layer >= 0) & (self.layer_bytes[:, None] > 0)
-        if (per_layer[keep] >= self.n_expert).any():
+            first = np.zeros_like(rows, dtype=bool)
+            for r in range(rows.shape[0]):
+                _, idx = np.unique(rows[r], return_index=True)
+                first[r, idx] = True
+        keep = first & (rows >= 0) & (self.layer_bytes[row_layer][:, None] > 0)
+        if (rows[keep] >= self.n_expert).any():
             raise ValueError(f"an expert id is >= n_expert {self.n_expert}")
         counts = keep.sum(axis=1)
-        layers = np.flatnonzero(counts)
+        batches = np.flatnonzero(counts)
         nl = int(counts.sum())
         if nl == 0:
             return
-        self._room(nl, layers.shape[0])
-        items = (np.arange(n_layer, dtype=np.int64)[:, None] * self.n_expert + per_layer)[keep]
-        lay = np.repeat(np.arange(n_layer, dtype=np.int64), counts)
+        self._room(nl, batches.shape[0])
+        items = (row_layer[:, None] * self.n_expert + rows)[keep]
+        lay = np.repeat(row_layer, counts)
         s = self._n
         self._item[s:s + nl] = items
         self._dec[s:s + nl] = decode
         self._lay[s:s + nl] = lay
         b0 = self._nb
-        self._bfirst[b0 + 1:b0 + 1 + layers.shape[0]] = s + np.cumsum(counts[layers])
+        self._bfirst[b0 + 1:b0 + 1 + batches.shape[0]] = s + np.cumsum(counts[batches])
         self._n += nl
-        self._nb += layers.shape[0]
+        self._nb += batches.shape[0]
         if int(counts.max()) > self._state.stage.shape[0]:
             self._state.grow(self._bfirst.shape[0] - 1, int(counts.max()))
         self._state.feed(self._item, self._bfirst, b0, self._nb, self._dec, self._lay)
         if decode:
-            self.decode_tokens += t
+            # a token whose every layer is empty is not a token of the replay (as fed alone)
+            self.decode_tokens += int((counts.reshape(-1, self.n_layer).sum(axis=1) > 0).sum())
             self.decode_lookups += nl
             self.decode_bytes += int(self.item_bytes[items].sum())
-            self.layer_lookups += counts
+            self.layer_lookups += np.bincount(row_layer, weights=counts, minlength=self.n_layer).astype(np.int64)
+
+    def feed_tokens(self, routing: npt.ArrayLike) -> None:
+        """Decode tokens in order: ``routing`` int [tokens, n_layer, k] routed ids (-1 = none),
+        one batch per token and layer, in one compiled call: the same curve as
+        :meth:`feed_token` on each token in turn. Raises ValueError on a wrong shape or an id >=
+        n_expert (then nothing is fed)."""
+        a = np.asarray(routing, dtype=np.int64)
+        if a.ndim != 3 or a.shape[1] != self.n_layer:
+            raise ValueError(f"decode routing must be [tokens, {self.n_layer}, k], got shape {a.shape}")
+        if a.shape[0]:
+            self._feed_rows(a.reshape(-1, a.shape[2]), np.tile(np.arange(self.n_layer, dtype=np.int64), a.shape[0]),
+                            True)
 
     def feed_token(self, experts: npt.ArrayLike) -> None:
         """One decode token: ``experts`` int [n_layer, k] routed ids (-1 = none at that layer).
@@ -129,7 +147,7 @@ class LiveLru:
         a = np.asarray(experts, dtype=np.int64)
         if a.ndim != 2 or a.shape[0] != self.n_layer:
             raise ValueError(f"a token's routing must be [{self.n_layer}, k], got shape {a.shape}")
-        self._feed(a[None, :, :], True)
+        self.feed_tokens(a[None, :, :])
 
     def feed_prefill(self, routing: npt.ArrayLike) -> None:
         """A prompt chunk: ``routing`` int [tokens, n_layer, k], one batch per layer (its prefill

@@ -493,7 +493,7 @@ def model_file_sizes(run: RunModel) -> Sequence[int] | None:
 class LiveWhatIf:
     """The LRU curve over every budget of a run whose routing streams in (BMOE_ROUTE), fed from
     the routing the run model holds: each :meth:`update` replays the routing rows added since the
-    last one (:class:`bmoe_top.tui.analysis.live.LiveLru`, one compiled call per token), so a view
+    last one (:class:`bmoe_top.tui.analysis.live.LiveLru`, one compiled call per run of decode tokens), so a view
     can show what a bigger or smaller cache would give right now.
 
     ``sizes``: one expert's bytes per layer for a run (default: the model file named by
@@ -569,32 +569,51 @@ class LiveWhatIf:
             self._start(n_layer, n_expert, moe)
         lru = self._lru
         assert lru is not None
-        n_layer = lru.n_layer
-        for a, b in zip(cuts.tolist(), ends.tolist()):
-            la, ea = lay[a:b], exp_[a:b]
-            if int(la.max()) >= n_layer:
-                self.problems += 1
-                self.last_error = f"a layer >= {n_layer} (the model's layers)"
-                continue
-            counts = np.bincount(la, minlength=n_layer)
-            width = max(1, int(counts.max()))
-            grid = np.full((n_layer, width), -1, dtype=np.int64)
-            order = np.argsort(la, kind="stable")
-            starts = np.r_[0, np.cumsum(counts)[:-1]]
-            pos = np.arange(b - a) - np.repeat(starts, counts)
-            grid[la[order], pos] = ea[order]
-            try:
-                if tok[a] < 0:  # a prompt: a new turn starts here
-                    self._turn_base = (lru.curve().decode_hits.copy(), lru.decode_lookups, lru.decode_tokens)
-                    lru.feed_prefill(grid[None, :, :])
-                else:
-                    lru.feed_token(grid)
-            except ValueError as e:
-                self.problems += 1
-                self.last_error = str(e)
+        self._replay(lru, lay[: ends[-1]], exp_[: ends[-1]], tok[cuts], ends - cuts)
         self._row += int(ends[-1])
         self.version += 1
         return True
+
+    def _replay(self, lru: LiveLru, lay: npt.NDArray[np.integer[Any]], exp_: npt.NDArray[np.integer[Any]],
+                tok: npt.NDArray[np.int64], lens: npt.NDArray[np.int64]) -> None:
+        """Feed tokens whose routing rows (``lay``, ``exp_``, in arrival order) come in runs of
+        ``lens`` rows, one run per token (``tok`` its index; < 0: a prompt): the decode tokens
+        between two prompts in one compiled call (:meth:`LiveLru.feed_tokens`), each prompt on
+        its own; a token with a layer or an expert id out of range is counted and left out."""
+        n_layer, n_expert = lru.n_layer, lru.n_expert
+        n_tok = tok.shape[0]
+        tid = np.repeat(np.arange(n_tok), lens)
+        bad_layer = np.zeros(n_tok, dtype=bool)
+        bad_layer[tid[lay >= n_layer]] = True
+        ok = ~bad_layer[tid]
+        tid, lay, exp_ = tid[ok], lay[ok], exp_[ok]
+        # each row's place among its token's rows of the same layer, in arrival order
+        key = tid * n_layer + lay
+        order = np.argsort(key, kind="stable")
+        key_s = key[order]
+        group = np.flatnonzero(np.r_[True, key_s[1:] != key_s[:-1]])
+        pos = np.arange(key_s.shape[0]) - np.repeat(group, np.diff(np.r_[group, key_s.shape[0]]))
+        width = max(1, int(pos.max()) + 1) if pos.shape[0] else 1
+        grid = np.full((n_tok, n_layer, width), -1, dtype=np.int64)
+        grid[tid[order], lay[order], pos] = exp_[order]
+        moe = lru.layer_bytes > 0
+        bad_expert = ((grid >= n_expert) & moe[None, :, None]).any(axis=(1, 2)) & ~bad_layer
+        for j in np.flatnonzero(bad_layer | bad_expert).tolist():
+            self.problems += 1
+            self.last_error = f"a layer >= {n_layer} (the model's layers)" if bad_layer[j] else \
+                f"an expert id is >= n_expert {n_expert}"
+        good = ~(bad_layer | bad_expert)
+        prompts = np.flatnonzero(tok < 0).tolist()
+        start = 0
+        for p in [*prompts, n_tok]:
+            run = np.flatnonzero(good[start:p]) + start
+            if run.shape[0]:
+                lru.feed_tokens(grid[run])
+            if p < n_tok and not bad_layer[p]:  # a prompt: a new turn starts here
+                self._turn_base = (lru.curve().decode_hits.copy(), lru.decode_lookups, lru.decode_tokens)
+                if good[p]:
+                    lru.feed_prefill(grid[p][None, :, :])
+            start = p + 1
 
     def view(self) -> LiveView | None:
         """The curve now, or None before the first decode token."""

@@ -78,7 +78,10 @@ class LiveWhatIfPanel(Vertical):
             self._stop.wait(self.interval)
 
     def _drain(self) -> None:
-        """The UI thread: draw the newest view the worker published, if any."""
+        """The UI thread: draw the newest view the worker published, if any, once the panel is
+        shown (a hidden tab keeps it: drawing it would lay the screen out again for nothing)."""
+        if not self.is_on_screen:
+            return
         view, self._pending = self._pending, None
         if view is not None or (self.error and not self._error_shown):
             self._error_shown = bool(self.error)

@@ -300,7 +300,10 @@ class AnswerTail(Widget):
 
     def renderable_for(self) -> Text:
         width, height = self.content_region.size
-        return answer_text(self.run, self.playback.sel + 1, max_chars=max(400, width * height * 2), look=look_of(self))
+        # enough text for height + 2 full lines (a wrapped line holds at most width + 1 chars, its
+        # dropped space): the tail is wrapped again at every fast repaint, so no more than that
+        limit = max(400, (width + 1) * (height + 2))
+        return answer_text(self.run, self.playback.sel + 1, max_chars=limit, look=look_of(self))
 
     def _build(self, width: int, height: int) -> list[Strip]:
         if height <= 0:

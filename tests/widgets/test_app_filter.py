@@ -1,0 +1,51 @@
+"""The app's remembering ANSI-to-truecolor filter gives the same segments as Textual's own."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from rich.segment import ControlType, Segment
+from rich.style import Style
+from rich.terminal_theme import DEFAULT_TERMINAL_THEME
+from textual.color import Color
+from textual.filter import ANSIToTruecolor
+
+from bmoe_top.tui.app import MemoTruecolor
+
+STYLES = [
+    None, Style(), Style(color="red"), Style(color="bright_white", bgcolor="blue"), Style(color="#61afef"),
+    Style(bgcolor="#203040", color="#ffffff", bold=True), Style(dim=True, color="yellow"), Style(dim=True),
+    Style(color="color(200)"), Style(italic=True, color="#7f848e"), Style(bgcolor="default", color="default"),
+]
+BACKGROUNDS = [Color(0, 0, 0), Color(30, 30, 46), Color(255, 255, 255)]
+
+segment = st.builds(lambda text, i: Segment(text, STYLES[i]), st.text(min_size=1, max_size=4),
+                    st.integers(0, len(STYLES) - 1))
+
+
+@settings(max_examples=300, deadline=None)
+@given(lines=st.lists(st.lists(segment, max_size=12), min_size=1, max_size=4),
+       bg=st.sampled_from(BACKGROUNDS), control_at=st.integers(-1, 11))
+def test_same_segments_as_textual(lines: list[list[Segment]], bg: Color, control_at: int) -> None:
+    inner = ANSIToTruecolor(DEFAULT_TERMINAL_THEME)
+    memo = MemoTruecolor(inner)
+    for line in lines:
+        if 0 <= control_at < len(line):  # a control segment: Textual drops its control codes
+            line[control_at] = Segment(line[control_at].text, line[control_at].style, [(ControlType.BELL,)])
+        for _ in range(2):  # the second pass answers from the memo
+            assert memo.apply(line, bg) == inner.apply(line, bg)
+
+
+def test_truecolor_line_comes_back_as_it_is() -> None:
+    line = [Segment("ab", Style(color="#61afef")), Segment("cd", Style(bgcolor="#203040", color="#ffffff"))]
+    memo = MemoTruecolor(ANSIToTruecolor(DEFAULT_TERMINAL_THEME))
+    assert memo.apply(line, Color(0, 0, 0)) is line
+    assert memo.apply([Segment("x", Style(color="red"))], Color(0, 0, 0))[0].style.color.triplet is not None
+
+
+def test_memo_is_bounded() -> None:
+    memo = MemoTruecolor(ANSIToTruecolor(DEFAULT_TERMINAL_THEME))
+    bg = Color(0, 0, 0)
+    for i in range(MemoTruecolor.MAX_STYLES + 10):
+        memo.apply([Segment("x", Style(color=f"#{i % 256:02x}{i // 256 % 256:02x}00"))], bg)
+    assert sum(len(m) for m in memo._memo.values()) <= MemoTruecolor.MAX_STYLES + 1
