@@ -180,7 +180,7 @@ def timed_rows(model: str, rows: list[str], tokens: int, rounds: int, threads: i
             if e.cache is not None:
                 e.cache.clear()  # a cold start, as a fresh process
                 if r == "all":
-                    e.cache.preload()  # timed warm, as the C++ bench times it (untimed: "allcold")
+                    e.cache.preload()  # the steady state is timed; the cold start is the row "allcold"
             res = e.generate(PROMPT, tokens)
             n = max(1, res.n_tokens)
             rr.tokens.append(res.tokens)
