@@ -93,13 +93,22 @@ def _die(msg: str, code: int = EXIT_USAGE) -> int:
     return code
 
 
-def _terminal_refused() -> int | None:
-    """None when standard output is a terminal; else the refusal (exit 2) that points to the text
-    forms: a screen written into a file or a pipe is escape codes, not a report."""
+#: The text forms a refused screen points to, by command (``_terminal_refused``).
+TEXT_FORMS = {
+    "run": "`bmoe-top replay --summary [--json] PATH`, or `--once --json` with launch and attach",
+    "compare": "`bmoe-top compare --json`, `--md` or `--csv`",
+    "whatif": "`bmoe-top whatif --json` (or `--strp OUT` for a profile)",
+    "fleet": "`bmoe-top fleet --once --json`",
+}
+
+
+def _terminal_refused(command: str = "run") -> int | None:
+    """None when standard output is a terminal; else the refusal (exit 2) that points to the
+    command's text forms (``TEXT_FORMS``): a screen written into a file or a pipe is escape codes,
+    not a report."""
     if sys.stdout.isatty():
         return None
-    return _die("standard output is not a terminal: the screen needs one. For text, use "
-                "`bmoe-top replay --summary [--json] PATH`, or `--once --json` with launch and attach")
+    return _die(f"standard output is not a terminal: the screen needs one. For text, use {TEXT_FORMS[command]}")
 
 
 def _apply_look(args: argparse.Namespace) -> None:
@@ -381,6 +390,8 @@ def cmd_fleet(args: argparse.Namespace) -> int:
                              at=args.at)
             print_json(doc)
             return exit_code(doc)
+        if (refused := _terminal_refused("fleet")) is not None:
+            return refused
         from bmoe_top.tui.screens.fleet import run_fleet
 
         args.window_s = window
@@ -418,6 +429,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
         return _die("compare: choose one of --json, --md, --csv")
     if not args.noise_floor >= 0:
         return _die("compare: --noise-floor must be >= 0 (percent)")
+    if not (args.json or args.md or args.csv) and (refused := _terminal_refused("compare")) is not None:
+        return refused
     try:
         specs = P.parse_arms(args.arms, args.arm or [])
         arms = P.load_arms(specs)
@@ -464,6 +477,8 @@ def cmd_whatif(args: argparse.Namespace) -> int:
     from bmoe_top.outfile import OutputFileError
     from bmoe_top.tui.present import whatif as W
 
+    if not (args.json or args.strp) and (refused := _terminal_refused("whatif")) is not None:
+        return refused
     try:
         budgets = _numbers(args.budgets, "--budgets") if args.budgets is not None else None
         layer_bytes = W.gguf_layer_bytes(args.model) if args.model else None

@@ -293,3 +293,19 @@ def test_a_screen_into_a_pipe_is_refused_pointing_to_the_text_forms(tmp_path, ar
     r = top(*argv)  # stdout is a pipe here
     assert r.returncode == 2 and r.stdout == ""
     assert "not a terminal" in r.stderr and "--summary" in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("args, hint", [
+    (["compare", "CSV", "CSV2"], "compare --json"),
+    (["whatif", "TRACE"], "whatif --json"),
+    (["fleet", "--prometheus", "http://127.0.0.1:9"], "fleet --once --json"),
+])
+def test_analysis_and_fleet_screens_into_a_pipe_are_refused_pointing_to_their_text_forms(tmp_path, args, hint):
+    csv, csv2, trace = tmp_path / "a.csv", tmp_path / "b.csv", tmp_path / "t.route.csv"
+    csv.write_bytes(synth.token_csv(8))
+    csv2.write_bytes(synth.token_csv(8, seed=2))
+    trace.write_bytes(synth.route_trace(16))
+    names = {"CSV": csv, "CSV2": csv2, "TRACE": trace}
+    r = top(*[str(names[a]) if a in names else a for a in args])  # stdout is a pipe here
+    assert r.returncode == 2 and r.stdout == "", (r.returncode, r.stdout[:200])
+    assert "not a terminal" in r.stderr and hint in r.stderr and "Traceback" not in r.stderr
