@@ -373,7 +373,7 @@ def _refresh_s(text: str) -> float:
 def cmd_fleet(args: argparse.Namespace) -> int:
     """``bmoe-top fleet``: the instances a Prometheus scrapes (docs/fleet.md), on the screen or
     with ``--once --json`` as one document."""
-    from bmoe_top.tui.sources.prometheus import parse_duration
+    from bmoe_top.tui.sources.prometheus import parse_duration, require_url
 
     if args.once and not args.json:
         return _die("fleet: --once needs --json (--once --json prints the document; without --once, the screen)")
@@ -390,6 +390,7 @@ def cmd_fleet(args: argparse.Namespace) -> int:
                              at=args.at)
             print_json(doc)
             return exit_code(doc)
+        require_url(args.prometheus)  # a usage error is told before the terminal refusal
         if (refused := _terminal_refused("fleet")) is not None:
             return refused
         from bmoe_top.tui.screens.fleet import run_fleet

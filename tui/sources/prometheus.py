@@ -300,6 +300,13 @@ def decode_matrix(data: Any, expr: str = "") -> list[RangeSeries]:
         raise _malformed(exc, expr) from exc
 
 
+def require_url(url: str) -> None:
+    """Raise ``ValueError("Prometheus URL ...: why")`` for a URL :func:`check_url` refuses."""
+    problem = check_url(url)
+    if problem:
+        raise ValueError(f"Prometheus URL {url!r}: {problem}")
+
+
 class PrometheusClient:
     """Blocking client of one Prometheus server's HTTP API.
 
@@ -317,9 +324,7 @@ class PrometheusClient:
 
     def __init__(self, url: str, timeout: float = 10.0, api_key: str | None = None,
                  eval_timeout: float | None = None):
-        problem = check_url(url)
-        if problem:
-            raise ValueError(f"Prometheus URL {url!r}: {problem}")
+        require_url(url)
         if not timeout > 0:
             raise ValueError(f"timeout must be > 0 s, got {timeout!r}")
         self.url = url.rstrip("/")
