@@ -164,6 +164,10 @@ def _run(args: argparse.Namespace) -> int:
     from .telemetry import Emitter, error_line
 
     emit = Emitter(sys.stdout)
+    if _wants_progress(args):
+        # ggml_abort runs gdb for a backtrace, and gdb writes it on stdout, which these modes give to
+        # a reader of their lines; the assert itself still goes to stderr
+        os.environ.setdefault("GGML_NO_BACKTRACE", "1")
     try:
         _check_args(args)
         prompt = _read_prompt(args)
