@@ -40,7 +40,7 @@ _NOISE_LINE = re.compile(
 )
 # loader output glued to the end of a text line (the prompt echo has no newline)
 _NOISE_EMBED = re.compile(
-    r"(?:llama_[a-z_]+|ggml_[a-z_]+|gguf_[a-z_]+|llm_load_[a-z_]+|print_info|load_tensors):\s")
+    r"~?(?:llama_[a-z_]+|ggml_[a-z_]+|gguf_[a-z_]+|llm_load_[a-z_]+|print_info|load_tensors):\s")
 
 _DONE_TO_SUMMARY = (
     ("tokens", "tokens"), ("tok_s", "tok_s"), ("prefill_s", "prefill_s"), ("load_s", "load_s"),

@@ -77,6 +77,15 @@ def test_loader_log_with_prompt_echo_and_noise_glued_to_answer():
     assert tr.summary == {"tokens": 5, "s_per_tok": 0.1, "tok_s": 10.0}
 
 
+def test_a_destructor_log_line_glued_to_the_answer_leaves_no_tilde():
+    # llama.cpp's ~llama_context destructor logs at exit, glued to the last answer line (real run 2026-07-15)
+    log = ("Explain.llama_model_loader: loaded meta data with 3 key-value pairs\n"
+           "### 1. Gate Network\n-~llama_context:        CPU compute buffer size is 1219.0 MiB\n"
+           "\ngeneration: 3 tokens, 0.100 s/token (10.000 tok/s)\n")
+    tr = parse_transcript(log.encode())
+    assert tr.answer == "### 1. Gate Network\n-"
+
+
 def test_sidecar_only_file():
     tr = parse_transcript((FIX / "device.metrics").read_bytes())
     assert tr.sidecar == {"peak_rss_kb": "5949324", "mem_avail_floor_kb": "3961764",
