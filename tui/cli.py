@@ -579,7 +579,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     lp = sub.add_parser("launch", help="run a session-protocol program (default: bmoe-run) and watch it live",
                         description="Run a session-protocol program as a child (own process group, "
-                                    "pipes) and show it live. Default: bmoe-run --session --route-telemetry.")
+                                    "pipes) and show it live. Default: bmoe-run --session --route-telemetry "
+                                    f"{' '.join(DEMO_SAMPLING)} (light seeded sampling: the small demo model "
+                                    "loops when greedy; docs/demo-model.md).")
     lp.add_argument("-m", "--model", help="GGUF for the bundled runtime (default: the demo model)")
     lp.add_argument("--ready-timeout", type=float, default=300.0, metavar="S",
                     help="seconds to wait for BMOE_READY before saying so (default 300)")
