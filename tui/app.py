@@ -127,6 +127,7 @@ class BmoeTopApp(App[int]):
     refresh_s: ClassVar[float | None] = None
 
     def __init__(self, main: Screen[None], look: Look | None = None) -> None:
+        self._memo_filters: dict[int, MemoTruecolor] = {}  # id of Textual's filter -> its wrapper
         super().__init__()
         self.main = main
         self._look = look
@@ -156,7 +157,7 @@ class BmoeTopApp(App[int]):
         """Textual's filters, its ANSI-to-truecolor one wrapped in :class:`MemoTruecolor` (it ran
         over every segment of every line drawn)."""
         out: list[LineFilter] = []
-        wrapped: dict[int, MemoTruecolor] = self.__dict__.setdefault("_memo_filters", {})
+        wrapped = self._memo_filters
         for f in super().get_line_filters():
             if type(f) is ANSIToTruecolor:
                 w = wrapped.get(id(f))
