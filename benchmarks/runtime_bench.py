@@ -8,9 +8,10 @@ For each bench model (the ``bench`` preset in Q4_K_M and q8_0, made with ``make_
 * **resident**: ``Engine(stream=False)``; goal: tok/s >= 0.98x the bare loop;
 * **streamed** rows: the cache holds every expert, 50% and 25% of the expert bank, cache off, cache
   off with 2 read lanes; goal: streamed/resident >= the C++ runtime's ratio (``CPP_RATIOS``).
-  "Every expert" is timed on a warm cache (the whole bank read before the timed tokens, as the
-  C++ bench times that row); "allcold" is the same budget from a cold cache, so its first tokens'
-  reads are inside the timing (no C++ figure). Every other streamed run starts from a cold cache,
+  "Every expert" is timed on a warm cache (the whole bank read before the timed tokens: the
+  cache's steady state; how the C++ bench times that row is not known here); "allcold" is the same
+  budget from a cold cache, so its first tokens' reads are inside the timing (no C++ figure).
+  Every other streamed run starts from a cold cache,
   as a fresh process would (the prompt's prefill, untimed, fills it first);
 * **serial limit** (cache off): a token cannot be faster than the resident compute plus its
   page-aligned expert reads at ``dd iflag=direct bs=1M`` bandwidth; goal: 0.7x of it;
