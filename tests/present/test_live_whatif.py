@@ -126,6 +126,36 @@ def test_a_bad_routing_row_is_counted_not_fatal() -> None:
     assert v is not None and v.problems == 1 and v.tokens == 10 and "n_expert" in lw.last_error
 
 
+def test_a_token_routed_to_more_than_top_k_max_experts_is_counted_not_allocated() -> None:
+    from bmoe_top.parsers.limits import MAX_TOP_K
+
+    run = RunModel(LIVE)
+    feed_run(run, 10)
+    wide = [list(range(N_EXPERT)) * (MAX_TOP_K // N_EXPERT + 1)] + [[1, 2]] * (N_LAYER - 1)
+    RecordFeed(run, "child").apply(parse_line("BMOE_ROUTE " + orjson.dumps(
+        {"step": 11, "turn": 0, "phase": "decode", "experts": wide, "hit": []}).decode()))
+    lw = LiveWhatIf(run, sizes=lambda r: LAYER_BYTES)
+    lw.update()
+    v = lw.view()
+    assert v is not None and v.problems == 1 and v.tokens == 10 and f"more than {MAX_TOP_K}" in lw.last_error
+
+
+def test_the_replay_in_small_grids_gives_the_same_curve(monkeypatch: pytest.MonkeyPatch) -> None:
+    import bmoe_top.tui.present.whatif as W
+
+    whole, parts = RunModel(LIVE), RunModel(LIVE)
+    feed_run(whole, 60, seed=4)
+    feed_run(parts, 60, seed=4)
+    a = LiveWhatIf(whole, sizes=lambda r: LAYER_BYTES)
+    a.update()
+    monkeypatch.setattr(W, "GRID_CELLS", N_LAYER * K * 7)  # 7 tokens a grid
+    b = LiveWhatIf(parts, sizes=lambda r: LAYER_BYTES)
+    b.update()
+    va, vb = a.view(), b.view()
+    assert va is not None and vb is not None and va.tokens == vb.tokens == 60
+    assert np.array_equal(va.decode_hit_pct, vb.decode_hit_pct) and va.lookups == vb.lookups
+
+
 # ------------------------------------------------------------------------------ the runtime
 @pytest.fixture(scope="module")
 def demo_model(tmp_path_factory: pytest.TempPathFactory) -> Path:

@@ -20,6 +20,7 @@ import numpy as np
 import numpy.typing as npt
 import orjson
 
+from bmoe_top.parsers.limits import MAX_TOP_K
 from bmoe_top.parsers.routing_bin import looks_like_routing_bin
 from bmoe_top.parsers.sniff import sniff
 from bmoe_top.tui.model import RunModel
@@ -490,6 +491,11 @@ def model_file_sizes(run: RunModel) -> Sequence[int] | None:
         return None
 
 
+#: Cells of the routing grid :meth:`LiveWhatIf.update` builds at once (int64: 16 MiB), so a long
+#: backlog or a hostile width never sizes one allocation.
+GRID_CELLS = 1 << 21
+
+
 class LiveWhatIf:
     """The LRU curve over every budget of a run whose routing streams in (BMOE_ROUTE), fed from
     the routing the run model holds: each :meth:`update` replays the routing rows added since the
@@ -578,14 +584,16 @@ class LiveWhatIf:
                 tok: npt.NDArray[np.int64], lens: npt.NDArray[np.int64]) -> None:
         """Feed tokens whose routing rows (``lay``, ``exp_``, in arrival order) come in runs of
         ``lens`` rows, one run per token (``tok`` its index; < 0: a prompt): the decode tokens
-        between two prompts in one compiled call (:meth:`LiveLru.feed_tokens`), each prompt on
-        its own; a token with a layer or an expert id out of range is counted and left out."""
+        between two prompts in one compiled call (:meth:`LiveLru.feed_tokens`) per chunk of at
+        most :data:`GRID_CELLS` cells, each prompt on its own; a token with a layer or an expert id
+        out of range, or more than :data:`~bmoe_top.parsers.limits.MAX_TOP_K` experts at one
+        layer, is counted and left out."""
         n_layer, n_expert = lru.n_layer, lru.n_expert
         n_tok = tok.shape[0]
         tid = np.repeat(np.arange(n_tok), lens)
-        bad_layer = np.zeros(n_tok, dtype=bool)
-        bad_layer[tid[lay >= n_layer]] = True
-        ok = ~bad_layer[tid]
+        bad = np.zeros(n_tok, dtype=bool)  # a layer out of range, or too wide
+        bad[tid[lay >= n_layer]] = True
+        ok = ~bad[tid]
         tid, lay, exp_ = tid[ok], lay[ok], exp_[ok]
         # each row's place among its token's rows of the same layer, in arrival order
         key = tid * n_layer + lay
@@ -593,27 +601,37 @@ class LiveWhatIf:
         key_s = key[order]
         group = np.flatnonzero(np.r_[True, key_s[1:] != key_s[:-1]])
         pos = np.arange(key_s.shape[0]) - np.repeat(group, np.diff(np.r_[group, key_s.shape[0]]))
+        wide = np.zeros(n_tok, dtype=bool)
+        wide[tid[order][pos >= MAX_TOP_K]] = True
+        keep = ~wide[tid[order]]
+        tid_o, lay_o, exp_o, pos = tid[order][keep], lay[order][keep], exp_[order][keep], pos[keep]
         width = max(1, int(pos.max()) + 1) if pos.shape[0] else 1
-        grid = np.full((n_tok, n_layer, width), -1, dtype=np.int64)
-        grid[tid[order], lay[order], pos] = exp_[order]
         moe = lru.layer_bytes > 0
-        bad_expert = ((grid >= n_expert) & moe[None, :, None]).any(axis=(1, 2)) & ~bad_layer
-        for j in np.flatnonzero(bad_layer | bad_expert).tolist():
-            self.problems += 1
-            self.last_error = f"a layer >= {n_layer} (the model's layers)" if bad_layer[j] else \
-                f"an expert id is >= n_expert {n_expert}"
-        good = ~(bad_layer | bad_expert)
-        prompts = np.flatnonzero(tok < 0).tolist()
-        start = 0
-        for p in [*prompts, n_tok]:
-            run = np.flatnonzero(good[start:p]) + start
-            if run.shape[0]:
-                lru.feed_tokens(grid[run])
-            if p < n_tok and not bad_layer[p]:  # a prompt: a new turn starts here
-                self._turn_base = (lru.curve().decode_hits.copy(), lru.decode_lookups, lru.decode_tokens)
-                if good[p]:
-                    lru.feed_prefill(grid[p][None, :, :])
-            start = p + 1
+        step = max(1, GRID_CELLS // (n_layer * width))
+        for c0 in range(0, n_tok, step):
+            c1 = min(n_tok, c0 + step)
+            a, b = np.searchsorted(tid_o, [c0, c1])  # tid_o ascends (sorted by token, then layer)
+            grid = np.full((c1 - c0, n_layer, width), -1, dtype=np.int64)
+            grid[tid_o[a:b] - c0, lay_o[a:b], pos[a:b]] = exp_o[a:b]
+            bad_c, wide_c = bad[c0:c1], wide[c0:c1]
+            bad_expert = ((grid >= n_expert) & moe[None, :, None]).any(axis=(1, 2)) & ~bad_c & ~wide_c
+            for j in np.flatnonzero(bad_c | wide_c | bad_expert).tolist():
+                self.problems += 1
+                self.last_error = (f"a layer >= {n_layer} (the model's layers)" if bad_c[j] else
+                                   f"more than {MAX_TOP_K} experts at one layer" if wide_c[j] else
+                                   f"an expert id is >= n_expert {n_expert}")
+            good = ~(bad_c | wide_c | bad_expert)
+            tok_c = tok[c0:c1]
+            start = 0
+            for p in [*np.flatnonzero(tok_c < 0).tolist(), c1 - c0]:
+                run = np.flatnonzero(good[start:p]) + start
+                if run.shape[0]:
+                    lru.feed_tokens(grid[run])
+                if p < c1 - c0 and not bad_c[p]:  # a prompt: a new turn starts here
+                    self._turn_base = (lru.curve().decode_hits.copy(), lru.decode_lookups, lru.decode_tokens)
+                    if good[p]:
+                        lru.feed_prefill(grid[p][None, :, :])
+                start = p + 1
 
     def view(self) -> LiveView | None:
         """The curve now, or None before the first decode token."""
