@@ -113,3 +113,88 @@ def small_run():
     run = RunModel()
     run.add_token_rows({"wall_ms": np.ones(3)}, 3)
     return run
+
+
+def count_draws(monkeypatch, widgets) -> dict[str, int]:
+    """Count each widget's render_lines calls (the compositor draws every widget that overlaps the
+    box it repaints through it, from its cache of lines or not)."""
+    calls: dict[str, int] = {}
+    for w in widgets:
+        calls[w.id] = 0
+        inner = w.render_lines
+
+        def counted(crop, _inner=inner, _id=w.id):
+            calls[_id] += 1
+            return _inner(crop)
+
+        monkeypatch.setattr(w, "render_lines", counted)
+    return calls
+
+
+async def test_a_fast_repaint_draws_the_title_and_no_view(csv_run, monkeypatch):
+    """New rows between two view repaints redraw the title line and nothing of the views: the
+    answer tail is refreshed after the title's repaint, so the box Textual redraws is the title's
+    line and then the tail's, never the screen between them."""
+    from bmoe_top.tui.widgets.base import RunView
+
+    run = open_paths(csv_run)
+    screen = ReplayScreen(run, title="fast")
+    app = BmoeTopApp(screen)
+    async with app.run_test(size=(150, 44)) as pilot:
+        await pilot.press("end")
+        await pilot.pause()
+        screen.refresh_s = NEVER
+        screen.tick()
+        await pilot.pause()
+        views = list(app.query(RunView))
+        assert views
+        calls = count_draws(monkeypatch, views)
+        title_calls = count_draws(monkeypatch, [app.query_one("#title", Static)])
+        run.add_token_row({"wall_ms": 30.0, "io_ms": 5.0})
+        screen.playback.end()
+        screen.tick()
+        await pilot.pause()
+        await pilot.pause()
+        assert title_calls["title"] >= 1 and "65" in title_of(app)
+        assert sum(calls.values()) == 0, calls
+        screen.refresh_s = 0.0  # the views' interval is due: now they draw
+        screen.tick()
+        await pilot.pause()
+        assert sum(calls.values()) > 0
+
+
+async def test_problems_list_is_built_again_only_for_a_new_problem(csv_run, monkeypatch):
+    """The problems list's height follows its text, so each build lays the screen out again:
+    new token rows leave it alone, a new problem rebuilds it."""
+    from bmoe_top.tui.widgets.panels import ProblemsPanel
+
+    run = open_paths(csv_run)
+    screen = ReplayScreen(run, title="problems")
+    app = BmoeTopApp(screen)
+    async with app.run_test(size=(150, 44)) as pilot:
+        await pilot.pause()
+        panel = app.query_one(ProblemsPanel)
+        builds = []
+        inner = panel.renderable_for
+        monkeypatch.setattr(panel, "renderable_for", lambda: builds.append(1) or inner())
+        panel.update_from_run()
+        for _ in range(3):
+            run.add_token_row({"wall_ms": 30.0})
+            panel.update_from_run()
+        assert builds == []
+        run.add_problem("x.csv", 7, "garbage", "not a number")
+        panel.update_from_run()
+        assert builds == [1] and "1 bad line" in panel.renderable_for().plain
+
+
+async def test_the_text_boxes_of_the_run_screens_do_not_blink(csv_run):
+    """A blinking cursor repaints twice a second while nothing moves (htop's prompt does not blink)."""
+    from textual.widgets import Input
+
+    app = BmoeTopApp(ReplayScreen(open_paths(csv_run), title="blink"))
+    async with app.run_test(size=(150, 44)) as pilot:
+        await pilot.press("slash")  # the search box, focused
+        await pilot.pause()
+        boxes = list(app.query(Input))
+        assert boxes and app.focused in boxes
+        assert all(not box.cursor_blink for box in boxes)

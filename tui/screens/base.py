@@ -46,6 +46,7 @@ from bmoe_top.tui.widgets.banner import Banner
 from bmoe_top.tui.widgets.base import RunView, ascii_text, look_of
 from bmoe_top.tui.widgets.charts import BreakdownChart, OverviewStrip, TokenSelected, TrendChart
 from bmoe_top.tui.widgets.grids import ExpertMap, LayerHeatmap
+from bmoe_top.tui.widgets.inputs import SteadyInput
 from bmoe_top.tui.widgets.palette import Look
 from bmoe_top.tui.widgets.panels import AnswerPanel, AnswerTail, ProblemsPanel, RunPanel, header_parts, safe_text
 
@@ -186,7 +187,7 @@ class RunScreen(Screen[None]):
                         yield ProblemsPanel(self.model, id="problems-panel")
                 yield from self.compose_tabs()
         yield from self.compose_bottom()
-        yield Input(placeholder="search the text / filter the table — Enter keeps it, Escape clears", id="search")
+        yield SteadyInput(placeholder="search the text / filter the table — Enter keeps it, Escape clears", id="search")
         yield Footer(compact=True)
         yield Static(id="too-small")
 
@@ -406,13 +407,20 @@ class RunScreen(Screen[None]):
             self._widgets()[0].update(ascii_text(title) if look.ascii else title, layout=False)
 
     def refresh_fast(self, key: tuple[Any, ...] | None = None) -> None:
-        """The fast tier: the title line and the answer's tail."""
+        """The fast tier: the title line, then (after that repaint) the answer's tail. Textual
+        repaints the box around everything refreshed together: the title across the top and the
+        tail at the bottom of the side would take in every view between them."""
         if not self._ready():
             return
         self.playback.clamp()
         self._update_title(key if key is not None else self.change_key())
-        for tail in self._widgets()[5]:
-            tail.update_from_run()
+        if self._widgets()[5]:
+            self.call_after_refresh(self._refresh_tails)
+
+    def _refresh_tails(self) -> None:
+        if self._ready():
+            for tail in self._widgets()[5]:
+                tail.update_from_run()
 
     def views(self) -> Iterator[RunView]:
         if not self._ready():

@@ -43,6 +43,7 @@ from bmoe_top.tui.sources.events import LiveState
 from bmoe_top.tui.sources.live import LiveBase
 from bmoe_top.tui.sources.replay import RecordingSource
 from bmoe_top.tui.widgets.base import look_of
+from bmoe_top.tui.widgets.inputs import SteadyInput
 from bmoe_top.tui.widgets.live_whatif import LiveWhatIfPanel
 from bmoe_top.tui.widgets.panels import safe_text
 
@@ -53,7 +54,7 @@ TURN_COLUMNS = ("turn", "id", "tokens", "tok/s", "prefill s", "n_prompt", "n_pas
 
 
 
-class PromptInput(Input):
+class PromptInput(SteadyInput):
     """The prompt box: End in the empty box is the view's End (the newest token, in real time: a
     slow-motion view trails the turn just sent); with text in the box it moves the text cursor."""
 
@@ -145,7 +146,7 @@ class LiveScreen(RunScreen):
             Label(self._chat_label(), id="chat-mode"),
             PromptInput(self.initial_prompt, id="prompt",
                         placeholder="type a prompt and press Enter (generate) — Escape leaves the box"),
-            Input(value=str(self.n_predict), placeholder="n_predict", id="n-predict", type="integer"),
+            SteadyInput(value=str(self.n_predict), placeholder="n_predict", id="n-predict", type="integer"),
             id="prompt-bar",
         )
 

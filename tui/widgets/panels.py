@@ -330,13 +330,17 @@ class ProblemsPanel(Static):
     def __init__(self, run: RunModel, **kw: Any) -> None:
         super().__init__(**kw)
         self.run = run
-        self._key: int | None = None
+        self._key: tuple[Any, ...] | None = None
         self.query_text = ""
 
     def update_from_run(self, force: bool = False) -> None:
-        if self._key == self.run.version and not force:
+        """Build the list again when a problem arrived, the filter or the look changed (its
+        height follows the text: each build lays the screen out again)."""
+        with self.run.lock:
+            key = (self.run.problem_count, len(self.run.problems), self.query_text, look_of(self))
+        if self._key == key and not force:
             return
-        self._key = self.run.version
+        self._key = key
         self.update(self.renderable_for())
 
     def renderable_for(self) -> Text:
