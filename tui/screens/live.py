@@ -272,14 +272,14 @@ class LiveScreen(RunScreen):
                 "cancelled" if cancelled else "done",
             )
             self._turn_rows.append(row)
-            if self.row_matches(row):
+            if self.row_matches(row, "turns"):
                 table.add_row(*row)
 
     def filter_table(self, tab: str, query: str) -> None:
         if tab != "turns":
             super().filter_table(tab, query)
             return
-        self.show_rows(self.query_one("#turns-table", DataTable), self._turn_rows)
+        self.show_rows(self.query_one("#turns-table", DataTable), self._turn_rows, "turns")
 
     # --------------------------------------------------------------------------------- actions
     @on(Input.Submitted, "#prompt")
