@@ -81,3 +81,13 @@ def test_readouts_at_60_columns_and_zoomed_out_show_whole_numbers():
         pb.step(-137)
     for t in _margin(strip.build(width, 3), width):
         assert "1," not in t.split() and not t.rstrip().endswith(",")
+
+
+def test_breakdown_readout_keeps_a_space_after_every_label():
+    run = _big_run(n_tok=40, n_layer=4, n_expert=8, k=2)
+    run.update_meta({"overlap": 1})
+    pb = Playback(run)
+    pb.end()
+    lines = [t for t, _ in BreakdownChart(run, pb).readout(pb.sel, "overlap", 21)]
+    lanes = next(t for t in lines if t.startswith("io lanes"))
+    assert lanes.startswith("io lanes ") and lanes.split()[2][0].isdigit(), lines

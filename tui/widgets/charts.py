@@ -459,7 +459,7 @@ class BreakdownChart(TimeView):
         lw = 8 if width >= 20 else (6 if width >= 15 else 5)
 
         def line(label: str, value: str, style: Style) -> None:
-            text = f"{label:<{lw}}{value}"
+            text = f"{label:<{lw - 1}} {value}"  # at least one space: a label never runs into its value
             if len(text) > width:
                 text = f"{label} {value.replace(' ', '')}" if label else value.replace(" ", "")
             out.append((text, style))
