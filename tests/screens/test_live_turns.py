@@ -55,3 +55,18 @@ async def test_cancel_cancel_complete_lists_three_turns_even_after_a_text_search
         assert table.row_count == 3
         await pilot.press("ctrl+q")
     src.close()
+
+
+async def test_prompt_placeholder_says_what_escape_does_while_generating_and_not():
+    src = ChildSession([sys.executable, EMITTER, "--rate", "200"])
+    app = live_app(src, title="emitter")
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot_until(pilot, lambda: src.state == "ready", "ready")
+        ph = app.query_one("#prompt", Input).placeholder
+        assert "Escape cancels it" in ph and "leaves the box" in ph
+        await _send(pilot, app, "long", 100_000)
+        await pilot_until(pilot, lambda: src.state == "generating", "generating")
+        await pilot.press("escape")  # what the placeholder says: it cancels
+        await pilot_until(pilot, lambda: src.state == "ready" and src.status().turns_done == 1, "cancelled")
+        await pilot.press("ctrl+q")
+    src.close()

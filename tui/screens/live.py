@@ -46,11 +46,13 @@ from bmoe_top.tui.widgets.base import look_of
 from bmoe_top.tui.widgets.live_whatif import LiveWhatIfPanel
 from bmoe_top.tui.widgets.panels import safe_text
 
-__all__ = ["LiveScreen", "PromptInput", "TURN_COLUMNS", "live_app", "run_live"]
+__all__ = ["LiveScreen", "PROMPT_PLACEHOLDER", "PromptInput", "TURN_COLUMNS", "live_app", "run_live"]
 
 TURN_COLUMNS = ("turn", "id", "tokens", "tok/s", "prefill s", "n_prompt", "n_past", "ctx %",
                 "hit %", "resident/budget MiB", "end")
 
+#: What the empty prompt box says: both things Escape does there.
+PROMPT_PLACEHOLDER = "Enter generates · Escape cancels it, else leaves the box"
 
 
 class PromptInput(Input):
@@ -144,7 +146,7 @@ class LiveScreen(RunScreen):
         yield Horizontal(
             Label(self._chat_label(), id="chat-mode"),
             PromptInput(self.initial_prompt, id="prompt",
-                        placeholder="type a prompt and press Enter (generate) — Escape leaves the box"),
+                        placeholder=PROMPT_PLACEHOLDER),
             Input(value=str(self.n_predict), placeholder="n_predict", id="n-predict", type="integer"),
             id="prompt-bar",
         )
