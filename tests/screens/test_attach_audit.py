@@ -81,10 +81,10 @@ async def test_audit_screen_follows_the_file(tmp_path):
         assert row[0] == "7" and row[5] == "200.0" and row[8] == "60.0"  # 10 tokens in 50 ms, 6/(6+4)
         # the '/' filter keeps the rows any cell of which holds the query, and gives them all back
         screen = app.main
-        screen.search_query = "no such request"
-        screen.filter_table("requests-tab", screen.search_query)
+        screen.search_queries["requests-tab"] = "no such request"
+        screen.filter_table("requests-tab", "no such request")
         assert table.row_count == 0
-        screen.search_query = ""
+        screen.search_queries["requests-tab"] = ""
         screen.filter_table("requests-tab", "")
         assert table.row_count == 2
         status = app.query_one("#attach-status").content.plain

@@ -156,6 +156,10 @@ def run_summary(run: RunModel) -> dict[str, Any]:
         }
 
 
+#: The hit rate of a run the source says had no expert cache (a hit rate of -1).
+NO_CACHE = "no cache (off in this run)"
+
+
 def summary_rows(s: Mapping[str, Any]) -> list[tuple[str, str, str]]:
     """The run panel's summary rows from :func:`run_summary`: (label, text, kind); kind ``""`` for
     the source's own number, ``derived`` for what the token rows give when the source has no
@@ -170,6 +174,7 @@ def summary_rows(s: Mapping[str, Any]) -> list[tuple[str, str, str]]:
     absent = s.get("absent") or {}
     notes = s.get("summary_notes") or {}
     live = s.get("status") in (Status.GENERATING, Status.LOADING)
+    from_file = s.get("status") == Status.REPLAY  # a recorded file: what it lacks it never had
     for key, label, unit in SUMMARY_FIELDS:
         v = s.get(key)
         kind = ""
@@ -185,11 +190,14 @@ def summary_rows(s: Mapping[str, Any]) -> list[tuple[str, str, str]]:
             continue
         if v is None and derived.get(key) is not None:
             v, kind = derived[key], "derived"
+        if v is None and key == "cache_hit_pct" and from_file:
+            rows.append((label, "not in this source", MISSING))  # absent is not "no cache": it never said
+            continue
         if v is None:
             rows.append((label, MISSING, MISSING))
             continue
         if key == "cache_hit_pct" and v < 0:
-            rows.append((label, "no cache", kind))
+            rows.append((label, NO_CACHE, kind))
             continue
         if key in ("tokens", "n_prompt"):
             text = count(v)
@@ -207,7 +215,7 @@ def summary_rows(s: Mapping[str, Any]) -> list[tuple[str, str, str]]:
         if v is None:
             continue
         if keys[0].startswith("hit_pct") and v < 0:  # -1: no cache
-            rows.append((label, "no cache", ""))
+            rows.append((label, NO_CACHE, ""))
         else:
             text = count(v, unit) if digits == 0 else mib(v) if unit == "MiB" else fmt(v, digits, unit)
             rows.append((label, text, ""))

@@ -40,8 +40,9 @@ __all__ = ["WhatIfError", "WhatIfInput", "load_whatif", "analyse_input", "whatif
 
 MIB = 1 << 20
 #: what every hit figure of the what-if views counts
-HIT_DEFINITION = ("decode hits / decode lookups: the runtime's hit % (bmoe-run's BMOE_DONE cache_hit_pct, "
-                  "moe-cache: line); prefill lookups change the cache but are not counted")
+HIT_DEFINITION = ("decode hits / decode lookups: bmoe-run's hit % (its BMOE_DONE cache_hit_pct and moe-cache: "
+                  "line); prefill lookups change the cache but are not counted. bmoe-cli's moe-cache: line and "
+                  "CSV summary also count the prompt as misses: compare them with 'with the prompt'")
 #: the order policies are listed and drawn in (the ceiling last)
 POLICY_ORDER = ("lru", "lfu", "fifo", "sieve", "static", "lru_profile", "lru_layer_equal", "lru_layer_alloc",
                 "belady")

@@ -117,14 +117,14 @@ class AuditAttachScreen(AttachScreen):
         for d in new:
             row = tuple(str(x) for x in request_row(d))
             self._request_rows.append(row)
-            if self.row_matches(row):
+            if self.row_matches(row, "requests-tab"):
                 table.add_row(*row)
 
     def filter_table(self, tab: str, query: str) -> None:
         if tab != "requests-tab":
             super().filter_table(tab, query)
             return
-        self.show_rows(self.query_one("#requests", DataTable), self._request_rows)
+        self.show_rows(self.query_one("#requests", DataTable), self._request_rows, "requests-tab")
 
     def action_select_run(self, step: int) -> None:
         n = len(self.feed.runs.runs)

@@ -152,7 +152,7 @@ class RunScreen(Screen[None]):
         self._log_len = 0
         self._layout = ""
         self._empty: dict[str, bool] = {}
-        self.search_query = ""
+        self.search_queries: dict[str, str] = {}  # the `/` query of each tab (a table's filter is its own)
         self.show_experts_compact = False
         self._header_cache: tuple[tuple[Any, ...], list[tuple[str, Style]]] | None = None
 
@@ -601,6 +601,11 @@ class RunScreen(Screen[None]):
         box.value = self.search_query
         box.focus()
 
+    @property
+    def search_query(self) -> str:
+        """The ``/`` query of the active tab (each tab keeps its own: a text search never filters a table)."""
+        return self.search_queries.get(self._active_tab(), "")
+
     @on(Input.Changed, "#search")
     def _search_changed(self, event: Input.Changed) -> None:
         self.apply_search(event.value)
@@ -623,8 +628,8 @@ class RunScreen(Screen[None]):
 
     def apply_search(self, query: str, jump: bool = False) -> None:
         """Search the answer text (marks and counts matches) or filter the active tab's table."""
-        self.search_query = query
         tab = self._active_tab()
+        self.search_queries[tab] = query
         if tab == "text":
             panel = self.query_one(AnswerPanel)
             panel.query_text = query
@@ -643,16 +648,17 @@ class RunScreen(Screen[None]):
         else:
             self.filter_table(tab, query)
 
-    def row_matches(self, row: tuple[str, ...]) -> bool:
-        """Whether a table row passes the ``/`` filter (any cell holds the query, case-insensitive)."""
-        q = self.search_query.lower()
+    def row_matches(self, row: tuple[str, ...], tab: str) -> bool:
+        """Whether a row of the table in tab ``tab`` passes that tab's ``/`` filter (any cell holds
+        the query, case-insensitive)."""
+        q = self.search_queries.get(tab, "").lower()
         return not q or any(q in cell.lower() for cell in row)
 
-    def show_rows(self, table: DataTable, rows: Iterable[tuple[str, ...]]) -> None:
-        """Refill ``table`` with the rows of ``rows`` that pass the filter."""
+    def show_rows(self, table: DataTable, rows: Iterable[tuple[str, ...]], tab: str) -> None:
+        """Refill ``table`` (in tab ``tab``) with the rows of ``rows`` that pass that tab's filter."""
         table.clear()
         for row in rows:
-            if self.row_matches(row):
+            if self.row_matches(row, tab):
                 table.add_row(*row)
 
     def filter_table(self, tab: str, query: str) -> None:

@@ -47,11 +47,13 @@ from bmoe_top.tui.widgets.inputs import SteadyInput
 from bmoe_top.tui.widgets.live_whatif import LiveWhatIfPanel
 from bmoe_top.tui.widgets.panels import safe_text
 
-__all__ = ["LiveScreen", "PromptInput", "TURN_COLUMNS", "live_app", "run_live"]
+__all__ = ["LiveScreen", "PROMPT_PLACEHOLDER", "PromptInput", "TURN_COLUMNS", "live_app", "run_live"]
 
 TURN_COLUMNS = ("turn", "id", "tokens", "tok/s", "prefill s", "n_prompt", "n_past", "ctx %",
                 "hit %", "resident/budget MiB", "end")
 
+#: What the empty prompt box says: both things Escape does there.
+PROMPT_PLACEHOLDER = "Enter generates · Escape cancels it, else leaves the box"
 
 
 class PromptInput(SteadyInput):
@@ -145,7 +147,7 @@ class LiveScreen(RunScreen):
         yield Horizontal(
             Label(self._chat_label(), id="chat-mode"),
             PromptInput(self.initial_prompt, id="prompt",
-                        placeholder="type a prompt and press Enter (generate) — Escape leaves the box"),
+                        placeholder=PROMPT_PLACEHOLDER),
             SteadyInput(value=str(self.n_predict), placeholder="n_predict", id="n-predict", type="integer"),
             id="prompt-bar",
         )
@@ -273,14 +275,14 @@ class LiveScreen(RunScreen):
                 "cancelled" if cancelled else "done",
             )
             self._turn_rows.append(row)
-            if self.row_matches(row):
+            if self.row_matches(row, "turns"):
                 table.add_row(*row)
 
     def filter_table(self, tab: str, query: str) -> None:
         if tab != "turns":
             super().filter_table(tab, query)
             return
-        self.show_rows(self.query_one("#turns-table", DataTable), self._turn_rows)
+        self.show_rows(self.query_one("#turns-table", DataTable), self._turn_rows, "turns")
 
     # --------------------------------------------------------------------------------- actions
     @on(Input.Submitted, "#prompt")

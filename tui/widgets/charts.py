@@ -32,6 +32,7 @@ from bmoe_top.tui.widgets.lines import (
     nice_max,
     segments_from_index,
     strip,
+    wrap_fields,
 )
 from bmoe_top.tui.widgets.palette import BLANK, Look
 
@@ -206,7 +207,9 @@ class OverviewStrip(TimeView):
                 chars[mark] = g.mark_up
             label = f"{w.lo + 1:,}–{w.hi:,} of {n:,}" if w.hi > w.lo else f"0 of {n:,}"
             per = ""
-            tail = fit_text([f"window {label}{per}", f"{label}{per}", label], right - 1)
+            short = f"{w.lo + 1:,}–{w.hi:,}/{n:,}" if w.hi > w.lo else f"0/{n:,}"
+            tail = fit_text([f"window {label}{per}", f"{label}{per}", label, short, f"{w.hi:,}/{n:,}",
+                             f"{w.lo + 1:,}–{w.hi:,}"], right - 1)
             out.append(Strip([Segment("run".rjust(gut - 1) + " ", look.dim),
                               Segment("".join(chars.tolist()), look.accent),
                               Segment(" " + tail.ljust(right - 1), look.dim)]))
@@ -456,7 +459,7 @@ class BreakdownChart(TimeView):
         lw = 8 if width >= 20 else (6 if width >= 15 else 5)
 
         def line(label: str, value: str, style: Style) -> None:
-            text = f"{label:<{lw}}{value}"
+            text = f"{label:<{lw - 1}} {value}"  # at least one space: a label never runs into its value
             if len(text) > width:
                 text = f"{label} {value.replace(' ', '')}" if label else value.replace(" ", "")
             out.append((text, style))
@@ -478,7 +481,7 @@ class BreakdownChart(TimeView):
         if math.isfinite(step):
             line("step" if lw == 8 else "", f"{int(step):,}" + (f"/{int(steps):,}" if math.isfinite(steps) else ""),
                  look.dim)
-        return out
+        return wrap_fields(out, width)
 
 
 # ======================================================================================== trends
@@ -602,7 +605,7 @@ class TrendChart(TimeView):
                     if rows_per == 1:
                         tail = fit_text([f"{value} [{scale}]", f"{value} [{short}]", value], right - 1)
                     else:
-                        tail = value if r == 0 else scale
+                        tail = fit_text([value], right - 1) if r == 0 else fit_text([scale, short], right - 1)
                     lines.append(Strip([Segment(lab[: gut - 1].rjust(gut - 1) + g.vbar, look.label), *row_segs,
                                         Segment(" " + tail[: right - 1].ljust(right - 1),
                                                 look.label if r == 0 else look.dim)]))

@@ -28,7 +28,16 @@ from bmoe_top.tui.playback import TokenWindow
 from bmoe_top.tui.present.numbers import mib, ms, sig
 from bmoe_top.tui.widgets.base import absent_phrase
 from bmoe_top.tui.widgets.charts import TimeView, TokenSelected, token_text, token_value
-from bmoe_top.tui.widgets.lines import axis_row, axis_unit, fit_text, margins, nice_step, segments_from_index, strip
+from bmoe_top.tui.widgets.lines import (
+    axis_row,
+    axis_unit,
+    fit_text,
+    margins,
+    nice_step,
+    segments_from_index,
+    strip,
+    wrap_fields,
+)
 from bmoe_top.tui.widgets.palette import BLANK, Look
 
 __all__ = ["ExpertMap", "GridView", "LayerHeatmap", "fold_rows"]
@@ -172,7 +181,7 @@ class GridView(TimeView):
         self.cursor.col = max(0, self.cursor.col + d)
 
     def _readout_lines(self, lines: list[tuple[str, Style]], right: int, n: int) -> list[tuple[str, Style]]:
-        out = [(t[: right - 1], s) for t, s in lines]
+        out = wrap_fields(lines, right - 1)
         return out + [("", BLANK)] * max(0, n - len(out))
 
 
@@ -541,7 +550,8 @@ class ExpertMap(GridView):
                 expected: np.ndarray, fl: int, g_start: np.ndarray, g_size: np.ndarray, n_layer: int,
                 as_of: int | None, stop: int, resident_known: bool, right: int) -> list[tuple[str, Style]]:
         look, unit = self.look, self.run.row_unit
-        as_of_line = (f"as of {unit} {stop:,}" if as_of is None else f"as of {unit} {as_of + 1:,}", look.dim)
+        at = stop if as_of is None else as_of + 1
+        as_of_line = (fit_text([f"as of {unit} {at:,}", f"{unit} {at:,}", f"@{at:,}"], right - 1), look.dim)
         if cur is None or not (0 <= cur.row < c.shape[0] and 0 <= cur.col < c.shape[1]):
             return [("", BLANK), as_of_line, ("Tab/click: cursor" if right > 17 else "", look.dim)]
         r, col = cur.row, cur.col
@@ -561,7 +571,7 @@ class ExpertMap(GridView):
             out.append((f"{word}: {'yes' if n_res else 'no'}", look.good if n_res else look.warn))
         else:
             out.append((f"{word}: {n_res} of {n_cells}", look.label))
-        return out
+        return wrap_fields(out, right - 1)
 
     def build_rank(self, rank: np.ndarray, resident: np.ndarray | None, width: int, height: int) -> list[Strip]:
         """An STRP profile: colour = rank among all ranked pairs (hottest at the top of the scale),

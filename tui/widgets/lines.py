@@ -19,8 +19,8 @@ from textual.strip import Strip
 from bmoe_top.tui.playback import TokenWindow
 from bmoe_top.tui.widgets.palette import BLANK
 
-__all__ = ["FrameCache", "axis_row", "axis_unit", "blank", "fit_text", "margins", "nice_max", "nice_step", "segments",
-           "segments_from_index", "strip"]
+__all__ = ["FrameCache", "axis_row", "axis_unit", "blank", "fit_text", "fit_words", "margins", "nice_max", "nice_step",
+           "segments", "segments_from_index", "strip", "wrap_fields"]
 
 Cell = tuple[str, Style]
 
@@ -88,11 +88,52 @@ def strip(parts: Iterable[tuple[str, Style]], width: int | None = None) -> Strip
 
 
 def fit_text(options: Sequence[str], width: int) -> str:
-    """The first of ``options`` (longest first) that fits ``width`` cells, else the last cut to it."""
+    """The first of ``options`` (longest first) that fits ``width`` cells, else the last with
+    whole words dropped from its end until it fits (:func:`fit_words`: a number is never cut)."""
     for o in options:
         if len(o) <= width:
             return o
-    return options[-1][: max(0, width)] if options else ""
+    return fit_words(options[-1], width) if options else ""
+
+
+def fit_words(text: str, width: int) -> str:
+    """``text`` if it fits ``width`` cells, else its leading whole words that fit (a trailing
+    separator such as "·" or "of" dropped with the word after it); "" when not even the first
+    word fits. Never cuts inside a word, so never inside a number."""
+    if len(text) <= width:
+        return text
+    out = ""
+    for word in text.split(" "):
+        cand = f"{out} {word}" if out else word
+        if len(cand) > width:
+            break
+        out = cand
+    words = out.split(" ")
+    while len(words) > 1 and words[-1] in ("·", "of", "-", "–", "/", ",", ":"):
+        words.pop()
+    return " ".join(words) if words and words[0] else ""
+
+
+def wrap_fields(lines: Iterable[tuple[str, Style]], width: int) -> list[tuple[str, Style]]:
+    """Readout lines that fit ``width`` cells: a longer line wraps at spaces onto the lines after
+    it (its style kept); a word longer than the width is dropped, never cut. Lines come most
+    important first, so a short view that shows only the first lines drops the least important."""
+    out: list[tuple[str, Style]] = []
+    for text, style in lines:
+        if len(text) <= width:
+            out.append((text, style))
+            continue
+        rest = text
+        while rest:
+            piece = fit_words(rest, width)
+            if not piece:  # the first word is wider than the readout: drop that word
+                _, _, rest = rest.partition(" ")
+                continue
+            out.append((piece, style))
+            rest = rest[len(piece):].lstrip(" ")
+            if rest.startswith("· "):  # a field separator never starts a line
+                rest = rest[2:]
+    return out
 
 
 class FrameCache:

@@ -1,0 +1,31 @@
+"""``replay --summary`` says which of two states a cache hit rate is in: the run had no cache
+(the source's hit rate is -1), or this source does not carry the figure at all (a bmoe-cli log
+has no hit rate) - never "no cache" for one and "missing" for the other of the same run."""
+
+from __future__ import annotations
+
+from bmoe_top.tui.feed.files import open_paths
+from bmoe_top.tui.present.summary import NO_CACHE, run_summary, summary_rows, summary_text
+
+
+def _hit(paths) -> str:
+    rows = {label: text for label, text, _k in summary_rows(run_summary(open_paths([str(p) for p in paths])))}
+    return rows["cache hit"]
+
+
+def test_the_same_run_from_its_csv_and_its_log(real_runs):
+    run = real_runs / "bigmoeonedge-2026-07-12"
+    assert _hit([run / "gemma_stream.csv"]) == NO_CACHE
+    assert _hit([run / "gemma_stream.log"]) == "not in this source"
+    text = summary_text(run_summary(open_paths([str(run / "gemma_stream.log")])))
+    assert "cache hit        not in this source" in text and "cache hit        missing" not in text
+
+
+def test_synthetic_no_cache_csv_and_log_without_a_hit_rate(tmp_path):
+    csv = tmp_path / "run.csv"
+    csv.write_text("step,steps,wall_ms,io_ms,compute_ms,read_bytes,cache_hit_pct,stall_ms\n"
+                   "1,2,600.0,400.0,180.0,1000,-1.00,0.000\n2,2,610.0,410.0,180.0,1000,-1.00,0.000\n")
+    assert _hit([csv]) == NO_CACHE
+    log = tmp_path / "run.log"
+    log.write_text("generation: 64 tokens in 20.29 s (3.15 tok/s)\n")
+    assert _hit([log]) == "not in this source"
