@@ -70,7 +70,7 @@ N_BYTES = 256
 EOS_ID = 256  # <|endoftext|>
 N_VOCAB = 257
 #: Bumped whenever the synthetic generator changes, so cached demo files are regenerated.
-GENERATOR_VERSION = 1
+GENERATOR_VERSION = 2
 DEFAULT_QTYPE = "q8_0"
 
 # name -> llama_ftype value (llama.h enum llama_ftype). None means "no quantization".
@@ -118,9 +118,9 @@ PRESETS: dict[str, ModelShape] = {
     # tests: 2 layers x 8 experts, a few MiB, loads and generates in well under a second.
     "tiny": ModelShape(n_embd=256, n_layer=2, n_head=4, n_head_kv=2, head_dim=64,
                        n_expert=8, n_expert_used=2, n_ff_exp=128, n_ctx_train=1024),
-    # the random-weight twin of the trained demo model: 6 layers x 32 experts, top-2.
+    # the random-weight twin of the trained demo model: 6 layers x 128 experts, top-4.
     "demo": ModelShape(n_embd=256, n_layer=6, n_head=4, n_head_kv=2, head_dim=64,
-                       n_expert=32, n_expert_used=2, n_ff_exp=128, n_ctx_train=2048),
+                       n_expert=128, n_expert_used=4, n_ff_exp=32, n_ctx_train=2048),
     # I/O benchmarks: 8 layers x 64 experts of 1.5 MiB f32 each (~300 MiB of q8_0 experts).
     "bench": ModelShape(n_embd=768, n_layer=8, n_head=8, n_head_kv=4, head_dim=96,
                         n_expert=64, n_expert_used=4, n_ff_exp=256, n_ctx_train=2048),

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bmoe_top.runtime import models
+from bmoe_top.runtime import demo_model, models
 from bmoe_top.runtime.models import ModelShape, llama_greedy
 
 REPO = Path(__file__).resolve().parents[1]
@@ -156,12 +156,14 @@ def routing_report(run: Path, random_model: Path) -> dict:
     meta = json.loads((run / "train_meta.json").read_text())
     n_expert = meta["config"]["n_expert"]
     windows = json.loads((run / "windows.json").read_text())["windows"]
-    trained = DATA / models.TRAINED_DEMO_FILE
+    trained = DATA / demo_model.TRAINED_DEMO_FILE
     budgets = (10, 25, 50, 75)
     rep: dict = {"windows": len(windows), "tokens": sum(len(w.encode()) for w in windows), "budgets_pct": budgets}
     with tempfile.TemporaryDirectory() as td:
-        traces = {"trained/llama.cpp": llama_routes(trained, windows, Path(td)),
-                  "random/llama.cpp": llama_routes(random_model, windows, Path(td))}
+        (Path(td) / "trained").mkdir()
+        (Path(td) / "random").mkdir()  # bmoe-run never overwrites a trace: one directory per model
+        traces = {"trained/llama.cpp": llama_routes(trained, windows, Path(td) / "trained"),
+                  "random/llama.cpp": llama_routes(random_model, windows, Path(td) / "random")}
     for name in ("trained", "random"):
         p = run / f"routes_torch_{name}.npy"
         if p.exists():
@@ -224,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
             "bmoe.val_loss_nats_per_byte": f"{meta['final_val_loss']:.4f}",
         })
     dest = Path(args.dest)
-    out = dest / models.TRAINED_DEMO_FILE.replace("q8_0", args.qtype)
+    out = dest / demo_model.TRAINED_DEMO_FILE.replace("q8_0", args.qtype)
     dest.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".demo-", suffix=".tmp", dir=dest)
     os.close(fd)

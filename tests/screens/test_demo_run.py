@@ -50,12 +50,13 @@ async def test_the_default_demo_streams_in_slow_motion_and_its_cache_warms():
     finally:
         src.close()
     assert done["tokens"] == DEMO_N_PREDICT and len(hit) == DEMO_N_PREDICT
-    # the cumulative decode hit rate climbs: well below its end value after 16 tokens, and still
-    # rising in the second half of the turn (not flat from token 3)
-    at16, half, end = hit[15], hit[DEMO_N_PREDICT // 2 - 1], hit[-1]
-    assert end - at16 >= 8.0, (at16, end)
+    # the cumulative decode hit rate climbs from a cold cache, like the real runs of
+    # ../shared/data/real-runs (6.7% at the first token, 52.6% at 16, 77% at 128): low at the first
+    # token, well up by 128, and still rising in the second half of the turn (not flat from token 3)
+    first, at16, at128, half, end = hit[0], hit[15], hit[127], hit[DEMO_N_PREDICT // 2 - 1], hit[-1]
+    assert first < 30.0 and first < at16, (first, at16)
+    assert at128 - at16 >= 10.0 and end - at16 >= 15.0, (at16, at128, end)
     assert end > half
-    assert hit[0] < at16  # a cache that is still cold at the first token
     # misses all along: the working set does not fit the budget
     assert done["cache_evictions"] > 0 and done["cache_rereads"] > 0
     assert done["cache_resident_mib"] <= done["cache_budget_mib"]
