@@ -530,7 +530,8 @@ struct bmoe_cache {
     struct ctensor *layer_t; /* [n_layer * MAX_TENSORS] */
     int64_t *ebytes;         /* [n_layer] bytes of one expert of the layer */
     struct bmoe_pool *pool;
-    int pidfd;
+    int pidfd; /* this process's, for process_madvise; -1: madvise per range */
+    pid_t pid; /* whose pidfd it is (a forked child must not advise its parent's pages) */
     long page;
     /* counters since the last take (Python moves them into its counters) */
     int64_t io_ns, mgmt_ns, read_bytes, xfer_bytes, reads;
@@ -574,7 +575,8 @@ struct bmoe_cache *bmoe_cache_new(int n_layer, int n_expert, void *pool) {
     c->ebytes = calloc((size_t) n_layer, sizeof *c->ebytes);
     c->pool = (struct bmoe_pool *) pool;
     c->page = sysconf(_SC_PAGESIZE);
-    c->pidfd = (int) syscall(SYS_PIDFD_OPEN_NR, (long) getpid(), 0L);
+    c->pid = getpid();
+    c->pidfd = (int) syscall(SYS_PIDFD_OPEN_NR, (long) c->pid, 0L);
     if (!c->prev || !c->next || !c->victims || !c->layer_nt || !c->layer_t || !c->ebytes || c->page <= 0) {
         free(c->prev); free(c->next); free(c->victims); free(c->layer_nt); free(c->layer_t); free(c->ebytes);
         if (c->pidfd >= 0) close(c->pidfd);
@@ -676,6 +678,10 @@ static void release_victims(struct bmoe_hook *h, struct bmoe_cache *c, int nv) {
         }
     }
     if (!nr) return;
+    if (c->pidfd >= 0 && getpid() != c->pid) {
+        close(c->pidfd);
+        c->pidfd = -1;
+    }
     if (c->pidfd >= 0 && nr > 1) {
         size_t want = 0;
         for (int i = 0; i < nr; ++i) want += c->iov[i].iov_len;
