@@ -7,6 +7,13 @@
  *      materialized (no graph split); its k lookups are counted as hits;
  *    - fast_hits: a materialized one-token routing node whose experts are all resident is
  *      logged (layer, expert) for the Python LRU to replay, and counted as hits.
+ *    - fast_misses (a cache, with bmoe_cache attached): a one-token layer with misses is served
+ *      natively too: hits move to the LRU's recent end, the least recently used experts of other
+ *      layers (or of this layer, but never one it routed) leave until the misses fit the budget,
+ *      their pages are given back (one process_madvise), the misses are read on the lanes
+ *      straight into place and enter the LRU. Everything is logged (kind, layer, expert) in
+ *      order for the Python LRU to replay; a read failure or a full log hands the node to
+ *      Python (which replays the log first, then reads and raises as usual).
  * 2. bmoe_read: a batch of file reads spread over a pool of lanes (the caller is lane 0). With
  *    O_DIRECT and memory congruent to the file modulo 4096, a lane keeps up to DEPTH reads in
  *    flight through Linux native AIO (io_submit of scatter preadv: the page-aligned middle straight
@@ -23,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <linux/aio_abi.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <time.h>
@@ -31,6 +39,8 @@
 /* ---- eval callback ------------------------------------------------------------------------ */
 
 typedef bool (*bmoe_py_cb)(void *t, bool ask, void *ud);
+
+struct bmoe_cache;
 
 struct bmoe_hook {
     bmoe_py_cb py;
@@ -43,9 +53,19 @@ struct bmoe_hook {
     int n_layer, n_expert;
     const uint8_t *resident; /* [n_layer * n_expert]: 1 = resident */
     uint64_t *layer_hits;    /* [n_layer]: hits counted here, since load */
-    int32_t *touch;          /* (layer, expert) pairs touched here, for the LRU */
+    int32_t *touch;          /* (layer | kind << 16, expert) pairs logged here, for the LRU */
     int touch_cap, n_touch;
+    int fast_misses;           /* route: one-token layers with misses are served here (cache set) */
+    struct bmoe_cache *cache;  /* the native LRU mirror and the layers' tensors, or NULL */
 };
+
+/* log kinds (high half of the layer word) */
+#define LOG_HIT 0     /* a routed expert was resident: moved to the recent end */
+#define LOG_MISS 1    /* a routed expert was not resident (routing order) */
+#define LOG_EVICT 2   /* an expert left the LRU (its pages were given back) */
+#define LOG_INSERT 3  /* a missed expert was read and entered the recent end */
+
+static bool miss_layer(struct bmoe_hook *h, void *t, int il);
 
 static int digits(const char *s) {
     if (!*s) return 0;
@@ -95,7 +115,11 @@ bool bmoe_eval_cb(void *t, bool ask, void *ud) {
             }
             return true;
         }
-        if (h->fast_hits && fast_layer(h, t, il)) return true;
+        if (h->fast_misses && h->cache) { /* the mirror must see the all-hit layers' moves too */
+            if (miss_layer(h, t, il)) return true;
+        } else if (h->fast_hits && fast_layer(h, t, il)) {
+            return true;
+        }
         return h->py(t, ask, h->py_ud);
     }
     if (!ask) return h->py(t, ask, h->py_ud);
@@ -476,4 +500,323 @@ void bmoe_pool_free(struct bmoe_pool *p) {
     pthread_cond_broadcast(&p->start);
     pthread_mutex_unlock(&p->mu);
     bmoe_pool_free_lanes(p, 1);
+}
+
+/* ---- the native LRU (fast_misses) ----------------------------------------------------------- */
+
+#define MAX_TENSORS 4
+#define SYS_PROCESS_MADVISE_NR 440
+#define SYS_PIDFD_OPEN_NR 434
+#define MADV_DONTNEED_ 4
+
+struct ctensor {
+    char *addr;        /* the tensor's data */
+    uint64_t file_off; /* its file offset */
+    uint64_t stride;   /* bytes per expert (nb[2]) */
+    char *map_base;    /* its private mapping */
+    uint64_t map_size;
+    uint64_t shift;    /* addr - map_base */
+    int fd;
+    int direct;
+};
+
+struct bmoe_cache {
+    int n_layer, n_expert;
+    int64_t budget; /* bytes; < 0: no limit */
+    int64_t resident_bytes;
+    int32_t head, tail; /* LRU: head = least recently used */
+    int32_t *prev, *next;
+    int *layer_nt;
+    struct ctensor *layer_t; /* [n_layer * MAX_TENSORS] */
+    int64_t *ebytes;         /* [n_layer] bytes of one expert of the layer */
+    struct bmoe_pool *pool;
+    int pidfd; /* this process's, for process_madvise; -1: madvise per range */
+    pid_t pid; /* whose pidfd it is (a forked child must not advise its parent's pages) */
+    long page;
+    /* counters since the last take (Python moves them into its counters) */
+    int64_t io_ns, mgmt_ns, read_bytes, xfer_bytes, reads;
+    /* scratch */
+    struct bmoe_job *jobs;
+    int jobs_cap;
+    int32_t *victims;
+    struct iovec *iov;
+    int iov_cap;
+};
+
+static void lru_unlink(struct bmoe_cache *c, int32_t id) {
+    if (c->prev[id] < 0 && c->next[id] < 0 && c->head != id) return; /* not in the list */
+    int32_t p = c->prev[id], n = c->next[id];
+    if (p >= 0) c->next[p] = n; else c->head = n;
+    if (n >= 0) c->prev[n] = p; else c->tail = p;
+    c->prev[id] = c->next[id] = -1;
+}
+
+static void lru_push(struct bmoe_cache *c, int32_t id) {
+    c->prev[id] = c->tail;
+    c->next[id] = -1;
+    if (c->tail >= 0) c->next[c->tail] = id; else c->head = id;
+    c->tail = id;
+}
+
+struct bmoe_cache *bmoe_cache_new(int n_layer, int n_expert, void *pool) {
+    if (n_layer <= 0 || n_expert <= 0) return NULL;
+    struct bmoe_cache *c = calloc(1, sizeof *c);
+    if (!c) return NULL;
+    size_t n = (size_t) n_layer * (size_t) n_expert;
+    c->n_layer = n_layer;
+    c->n_expert = n_expert;
+    c->budget = -1;
+    c->head = c->tail = -1;
+    c->prev = malloc(n * sizeof *c->prev);
+    c->next = malloc(n * sizeof *c->next);
+    c->victims = malloc(n * sizeof *c->victims);
+    c->layer_nt = calloc((size_t) n_layer, sizeof *c->layer_nt);
+    c->layer_t = calloc((size_t) n_layer * MAX_TENSORS, sizeof *c->layer_t);
+    c->ebytes = calloc((size_t) n_layer, sizeof *c->ebytes);
+    c->pool = (struct bmoe_pool *) pool;
+    c->page = sysconf(_SC_PAGESIZE);
+    c->pid = getpid();
+    c->pidfd = (int) syscall(SYS_PIDFD_OPEN_NR, (long) c->pid, 0L);
+    if (!c->prev || !c->next || !c->victims || !c->layer_nt || !c->layer_t || !c->ebytes || c->page <= 0) {
+        free(c->prev); free(c->next); free(c->victims); free(c->layer_nt); free(c->layer_t); free(c->ebytes);
+        if (c->pidfd >= 0) close(c->pidfd);
+        free(c);
+        return NULL;
+    }
+    for (size_t i = 0; i < n; ++i) c->prev[i] = c->next[i] = -1;
+    return c;
+}
+
+/* one expert tensor of layer il; 0, or -1 (too many tensors, bad layer) */
+int bmoe_cache_tensor(struct bmoe_cache *c, int il, void *addr, uint64_t file_off, uint64_t stride, void *map_base,
+                      uint64_t map_size, int fd, int direct) {
+    if (il < 0 || il >= c->n_layer || c->layer_nt[il] >= MAX_TENSORS) return -1;
+    struct ctensor *x = &c->layer_t[il * MAX_TENSORS + c->layer_nt[il]++];
+    x->addr = (char *) addr;
+    x->file_off = file_off;
+    x->stride = stride;
+    x->map_base = (char *) map_base;
+    x->map_size = map_size;
+    x->shift = (uint64_t) ((char *) addr - (char *) map_base);
+    x->fd = fd;
+    x->direct = direct;
+    c->ebytes[il] += (int64_t) stride;
+    return 0;
+}
+
+/* the LRU order (ids il*n_expert+e, least recent first), the budget (< 0: none), resident bytes */
+void bmoe_cache_sync(struct bmoe_cache *c, const int32_t *ids, int n, int64_t budget, int64_t resident_bytes) {
+    size_t total = (size_t) c->n_layer * (size_t) c->n_expert;
+    for (size_t i = 0; i < total; ++i) c->prev[i] = c->next[i] = -1;
+    c->head = c->tail = -1;
+    for (int i = 0; i < n; ++i)
+        if (ids[i] >= 0 && (size_t) ids[i] < total) lru_push(c, ids[i]);
+    c->budget = budget;
+    c->resident_bytes = resident_bytes;
+}
+
+void bmoe_cache_set_budget(struct bmoe_cache *c, int64_t budget) { c->budget = budget; }
+
+/* counters since the last call: io_ns, mgmt_ns, read_bytes, xfer_bytes, reads; then zeroed */
+void bmoe_cache_take(struct bmoe_cache *c, int64_t *out) {
+    out[0] = c->io_ns;
+    out[1] = c->mgmt_ns;
+    out[2] = c->read_bytes;
+    out[3] = c->xfer_bytes;
+    out[4] = c->reads;
+    c->io_ns = c->mgmt_ns = c->read_bytes = c->xfer_bytes = c->reads = 0;
+}
+
+void bmoe_cache_free(struct bmoe_cache *c) {
+    if (!c) return;
+    free(c->prev); free(c->next); free(c->victims); free(c->layer_nt); free(c->layer_t); free(c->ebytes);
+    free(c->jobs); free(c->iov);
+    if (c->pidfd >= 0) close(c->pidfd);
+    free(c);
+}
+
+static int grow_iov(struct bmoe_cache *c, int need) {
+    if (need <= c->iov_cap) return 0;
+    int cap = need < 64 ? 64 : need * 2;
+    struct iovec *v = realloc(c->iov, (size_t) cap * sizeof *v);
+    if (!v) return -1;
+    c->iov = v;
+    c->iov_cap = cap;
+    return 0;
+}
+
+static int grow_jobs(struct bmoe_cache *c, int need) {
+    if (need <= c->jobs_cap) return 0;
+    int cap = need < 64 ? 64 : need * 2;
+    struct bmoe_job *j = realloc(c->jobs, (size_t) cap * sizeof *j);
+    if (!j) return -1;
+    c->jobs = j;
+    c->jobs_cap = cap;
+    return 0;
+}
+
+/* give back the pages of every victim (after all of them left: a page two victims share goes) */
+static void release_victims(struct bmoe_hook *h, struct bmoe_cache *c, int nv) {
+    int nr = 0;
+    if (grow_iov(c, nv * MAX_TENSORS)) {
+        return; /* no memory for the list: the pages stay (RSS above budget, output unchanged) */
+    }
+    uint64_t page = (uint64_t) c->page;
+    for (int v = 0; v < nv; ++v) {
+        int il = c->victims[v] / c->n_expert, e = c->victims[v] % c->n_expert;
+        const uint8_t *res = h->resident + (size_t) il * (size_t) c->n_expert;
+        int prev_free = e > 0 && !res[e - 1];
+        int next_free = e + 1 >= c->n_expert || !res[e + 1];
+        for (int k = 0; k < c->layer_nt[il]; ++k) {
+            const struct ctensor *x = &c->layer_t[il * MAX_TENSORS + k];
+            uint64_t lo = (uint64_t) e * x->stride + x->shift, hi = lo + x->stride;
+            uint64_t a = (lo + page - 1) / page * page, b = hi / page * page;
+            if (a != lo && (prev_free || e == 0)) a -= page;
+            if (b != hi && (next_free || e == c->n_expert - 1)) b += page;
+            if (b > x->map_size) b = x->map_size;
+            if (b > a) c->iov[nr++] = (struct iovec){x->map_base + a, (size_t) (b - a)};
+        }
+    }
+    if (!nr) return;
+    if (c->pidfd >= 0 && getpid() != c->pid) {
+        close(c->pidfd);
+        c->pidfd = -1;
+    }
+    if (c->pidfd >= 0 && nr > 1) {
+        size_t want = 0;
+        for (int i = 0; i < nr; ++i) want += c->iov[i].iov_len;
+        long got = syscall(SYS_PROCESS_MADVISE_NR, (long) c->pidfd, c->iov, (long) nr, (long) MADV_DONTNEED_, 0L);
+        if (got == (long) want) return;
+        if (got < 0) {
+            close(c->pidfd); /* refused (an old kernel): madvise per range from now on */
+            c->pidfd = -1;
+        }
+    }
+    for (int i = 0; i < nr; ++i) madvise(c->iov[i].iov_base, c->iov[i].iov_len, MADV_DONTNEED_);
+}
+
+static int cmp_job_len(const void *a, const void *b) {
+    uint64_t x = ((const struct bmoe_job *) a)->len, y = ((const struct bmoe_job *) b)->len;
+    return x < y ? 1 : (x > y ? -1 : 0);
+}
+
+static bool miss_layer(struct bmoe_hook *h, void *t, int il) {
+    struct bmoe_cache *c = h->cache;
+    int64_t t0 = now_ns();
+    int64_t k = tensor_ne(h, t, 0);
+    if (tensor_ne(h, t, 1) != 1 || tensor_nb(h, t, 0) != 4 || il < 0 || il >= h->n_layer || il >= c->n_layer ||
+        k <= 0 || k > 64 || !c->layer_nt[il])
+        return false;
+    const int32_t *ids = *(int32_t *const *) ((const char *) t + h->data_offset);
+    const int ne = c->n_expert;
+    uint8_t *res = (uint8_t *) h->resident;
+    const uint8_t *lres = res + (size_t) il * (size_t) ne;
+    int32_t miss[64];
+    int nm = 0;
+    for (int64_t i = 0; i < k; ++i) {
+        if (ids[i] < 0 || ids[i] >= ne) return false; /* Python raises the message */
+        for (int64_t j = 0; j < i; ++j)
+            if (ids[j] == ids[i]) return false; /* not a plain top-k row */
+        if (!lres[ids[i]]) miss[nm++] = ids[i];
+    }
+    /* the victims, least recent first, never an expert this layer routed */
+    int64_t need = (int64_t) nm * c->ebytes[il];
+    int nv = 0;
+    if (nm && c->budget >= 0) {
+        int64_t resident = c->resident_bytes;
+        for (int32_t id = c->head; id >= 0 && resident + need > c->budget; id = c->next[id]) {
+            int vl = id / ne, ve = id % ne;
+            if (vl == il) {
+                int routed = 0;
+                for (int64_t i = 0; i < k; ++i) routed |= ids[i] == ve;
+                if (routed) continue;
+            }
+            c->victims[nv++] = id;
+            resident -= c->ebytes[vl];
+        }
+    }
+    if (h->n_touch + 2 * (k + nv + nm) > h->touch_cap || grow_jobs(c, nm * c->layer_nt[il])) return false;
+    /* routing order: hits to the recent end, misses noted */
+    const int log0 = h->n_touch;
+    for (int64_t i = 0; i < k; ++i) {
+        int32_t id = il * ne + ids[i];
+        int hit = lres[ids[i]] != 0;
+        h->touch[h->n_touch++] = il | (hit ? LOG_HIT : LOG_MISS) << 16;
+        h->touch[h->n_touch++] = ids[i];
+        if (hit) {
+            lru_unlink(c, id);
+            lru_push(c, id);
+        }
+    }
+    h->layer_hits[il] += (uint64_t) (k - nm);
+    if (!nm) {
+        c->mgmt_ns += now_ns() - t0;
+        return true;
+    }
+    for (int v = 0; v < nv; ++v) {
+        int32_t id = c->victims[v];
+        lru_unlink(c, id);
+        res[id] = 0;
+        c->resident_bytes -= c->ebytes[id / ne];
+        h->touch[h->n_touch++] = (id / ne) | LOG_EVICT << 16;
+        h->touch[h->n_touch++] = id % ne;
+    }
+    release_victims(h, c, nv);
+    /* the reads: per tensor, runs of adjacent missing experts, largest first */
+    int32_t sorted[64];
+    memcpy(sorted, miss, (size_t) nm * sizeof *miss);
+    for (int i = 1; i < nm; ++i)
+        for (int j = i; j > 0 && sorted[j - 1] > sorted[j]; --j) {
+            int32_t x = sorted[j];
+            sorted[j] = sorted[j - 1];
+            sorted[j - 1] = x;
+        }
+    int nt = c->layer_nt[il], nj = 0;
+    for (int q = 0; q < nt; ++q) {
+        const struct ctensor *x = &c->layer_t[il * MAX_TENSORS + q];
+        for (int i = 0; i < nm;) {
+            int j = i;
+            while (j + 1 < nm && sorted[j + 1] == sorted[j] + 1) ++j;
+            uint64_t a = (uint64_t) sorted[i] * x->stride, b = (uint64_t) (sorted[j] + 1) * x->stride;
+            struct bmoe_job *jb = &c->jobs[nj++];
+            jb->fd = x->fd;
+            jb->direct = x->direct;
+            jb->off = x->file_off + a;
+            jb->len = b - a;
+            jb->dst = x->addr + a;
+            uint64_t x0 = jb->off / ALIGN * ALIGN, x1 = (jb->off + jb->len + ALIGN - 1) / ALIGN * ALIGN;
+            c->xfer_bytes += (int64_t) (x1 - x0);
+            i = j + 1;
+        }
+    }
+    qsort(c->jobs, (size_t) nj, sizeof *c->jobs, cmp_job_len);
+    int64_t t1 = now_ns();
+    c->mgmt_ns += t1 - t0;
+    int64_t busy = 0;
+    int err_job = -1;
+    int rc = bmoe_read(c->pool, c->jobs, nj, &busy, &err_job);
+    int64_t t2 = now_ns();
+    c->io_ns += t2 - t1;
+    c->reads += nj;
+    if (rc) {
+        /* Python looks this layer up again, reads and raises: take back what this layer's routing
+         * logged and counted (the evictions stand); the LRU order is synced again before the next
+         * decode */
+        int nlog = h->n_touch - log0 - (int) (2 * k);
+        memmove(h->touch + log0, h->touch + log0 + 2 * k, (size_t) nlog * sizeof *h->touch);
+        h->n_touch = log0 + nlog;
+        h->layer_hits[il] -= (uint64_t) (k - nm);
+        return false;
+    }
+    c->read_bytes += need;
+    for (int i = 0; i < nm; ++i) {
+        int32_t id = il * ne + miss[i];
+        res[id] = 1;
+        lru_push(c, id);
+        c->resident_bytes += c->ebytes[il];
+        h->touch[h->n_touch++] = il | LOG_INSERT << 16;
+        h->touch[h->n_touch++] = miss[i];
+    }
+    c->mgmt_ns += now_ns() - t2;
+    return true;
 }

@@ -20,7 +20,9 @@ from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from typing import Any
 
+from . import native as native_lib
 from .expert_io import ExpertIOError, ExpertReader, Run
 from .expert_store import ExpertStore, TensorBuffer
 from .gguf_layout import ModelLayout
@@ -120,8 +122,19 @@ class ExpertCache:
         self._flags = (ctypes.c_uint8 * (layout.n_layer * layout.n_expert))()
         self._native_hits = (ctypes.c_uint64 * layout.n_layer)()
         self._native_seen = [0] * layout.n_layer
-        self._touch = (ctypes.c_int32 * max(2, 4 * layout.n_layer * max(1, layout.n_expert_used)))()
+        k = max(1, layout.n_expert_used)
+        self._touch = (ctypes.c_int32 * (2 * (6 * layout.n_layer * k + layout.n_layer * layout.n_expert) + 16))()
         self.native: HookState | None = None
+        #: the native LRU mirror (bmoe_native.c ``struct bmoe_cache``) serving layers with misses
+        self._ccache: int | None = None
+        self._clib: Any = None
+        #: the Python LRU changed outside the native log since the mirror was last synced
+        self._c_dirty = True
+        self._ctake = (ctypes.c_int64 * 5)()
+        #: let the native callback serve one-token layers with misses too (when it can)
+        self.native_misses = True
+        #: misses the native callback served (read and admitted) since load
+        self.native_misses_served = 0
         #: the whole bank resident and no observer: the native callback need not materialize routing
         self.observed = True
         #: bytes of every streamed expert (layers the graph multiplies); all resident = nothing to route
@@ -139,6 +152,32 @@ class ExpertCache:
         state.touch_cap = len(self._touch)
         state.n_touch = 0
         self.native = state
+        lib = native_lib.library()
+        lanes = self.reader.native_lanes
+        if lib is None or lanes is None or self.no_cache:
+            return
+        c = lib.bmoe_cache_new(self.layout.n_layer, self.layout.n_expert, lanes.ptr)
+        if not c:
+            return
+        fds = self.reader.dfds if self.reader.direct else self.reader.fds
+        for il, bufs in enumerate(self.layer_bufs):
+            for tb in bufs:
+                base, size = tb.mapping_span
+                if lib.bmoe_cache_tensor(c, il, tb.addr, tb.info.file_offset, tb.info.expert_stride, base, size,
+                                         fds[tb.info.shard], int(self.reader.direct)) != 0:
+                    lib.bmoe_cache_free(c)
+                    return
+        self._ccache, self._clib = c, lib
+        state.cache = c
+
+    def close_native(self) -> None:
+        """Free the native LRU mirror (before the read lanes it uses are closed)."""
+        if self.native is not None:
+            self.native.cache = None
+            self.native.fast_misses = 0
+        if self._ccache is not None and self._clib is not None:
+            self._clib.bmoe_cache_free(self._ccache)
+        self._ccache = None
 
     def arm_native(self, ids_wanted: bool, route_wanted: bool) -> None:
         """Before a decode: let the native callback take the all-hit layers itself (a cache,
@@ -150,35 +189,81 @@ class ExpertCache:
             return
         fast = not (self.no_cache or self.prefetch or ids_wanted or self.on_lookup is not None)
         st.fast_hits = int(fast)
+        misses = (fast and self.native_misses and self._ccache is not None and self.on_evict is None
+                  and not self.reader.injects_errors)
+        if misses and self._c_dirty:
+            self._sync_native()
+        st.fast_misses = int(misses)
         whole = (fast and not route_wanted and self.budget is None
                  and self.resident_bytes >= self.streamed_bytes)
         st.skip_resident = int(whole)
         self.observed = not whole
 
+    def _sync_native(self) -> None:
+        """Give the native mirror the Python LRU's order, the budget and the resident bytes."""
+        assert self._clib is not None and self._ccache is not None
+        ne = self._n_expert
+        ids = (ctypes.c_int32 * max(1, len(self.lru)))(*[il * ne + e for il, e in self.lru])
+        budget = -1 if self.budget is None else int(self.budget)
+        self._clib.bmoe_cache_sync(self._ccache, ids, len(self.lru), budget, int(self.resident_bytes))
+        self._c_dirty = False
+
     def _replay_native(self) -> None:
-        """Apply what the native callback did since the last call: LRU touches in order, then its
-        hit counts (into this token's and the cumulative counters)."""
+        """Apply what the native callback did since the last call, in order: LRU touches (hits),
+        misses, evictions and the missed experts it read; then its hit counts and read and time
+        counters (into this token's and the cumulative counters)."""
         st = self.native
         if st is None:
             return
         n = st.n_touch
+        tok = self.tok
         if n:
             t = self._touch
             lru = self.lru
-            route = self.tok.route
+            route = tok.route
             for i in range(0, n, 2):
-                il, e = t[i], t[i + 1]
-                lru.move_to_end((il, e))
-                r = route.get(il)
-                if r is None:
-                    route[il] = ([e], [1])
-                else:
-                    r[0].append(e)
-                    r[1].append(1)
+                word, e = t[i], t[i + 1]
+                il, kind = word & 0xFFFF, word >> 16
+                key = (il, e)
+                if kind == 0 or kind == 1:  # a routed expert: a hit (to the recent end) or a miss
+                    hit = 1 - kind
+                    if hit:
+                        lru.move_to_end(key)
+                    else:
+                        self.native_misses_served += 1
+                        tok.misses += 1
+                        self.misses += 1
+                        self.layer_misses[il] += 1
+                        if key in self._ever:
+                            self.rereads += 1
+                    r = route.get(il)
+                    if r is None:
+                        route[il] = ([e], [hit])
+                    else:
+                        r[0].append(e)
+                        r[1].append(hit)
+                elif kind == 2:  # evicted (pages given back natively)
+                    self.resident_bytes -= lru.pop(key)
+                    self.evictions += 1
+                    self._spec_pending.discard(key)
+                else:  # read and resident
+                    eb = self.layout.expert_bytes[il]
+                    lru[key] = eb
+                    self.resident_bytes += eb
+                    self._ever.add(key)
             st.n_touch = 0
+        if self._ccache is not None:
+            c = self._ctake
+            self._clib.bmoe_cache_take(self._ccache, c)
+            if c[4]:
+                tok.io_s += c[0] / 1e9
+                tok.mgmt_s += c[1] / 1e9
+                tok.read_bytes += c[2]
+                self.read_bytes += c[2]
+                tok.xfer_bytes += c[3]
+                tok.reads += c[4]
         hits = self._native_hits
         seen = self._native_seen
-        tok = self.tok
         for il in self.layout.moe_layers:
             d = hits[il] - seen[il]
             if d:
@@ -232,6 +317,13 @@ class ExpertCache:
         """
         if self.native is not None:
             self._replay_native()  # the LRU order of the layers the native callback took
+        self._c_dirty = True
+        self._ensure(il, routed)
+        st = self.native
+        if st is not None and st.fast_misses:  # later layers of this decode may be served natively
+            self._sync_native()
+
+    def _ensure(self, il: int, routed: list[int]) -> None:
         if self._all_resident(il, routed):
             self._touch_hits(il, routed)
             return
@@ -427,6 +519,7 @@ class ExpertCache:
         """``key`` leaves the LRU (its pages are released by :meth:`_released`)."""
         il, e = key
         b = self.lru.pop(key)
+        self._c_dirty = True
         self._flags[il * self._n_expert + e] = 0
         self.resident_bytes -= b
         self.evictions += 1
@@ -458,6 +551,7 @@ class ExpertCache:
             return
         self.lru[key] = b
         self.resident_bytes += b
+        self._c_dirty = True
         self._ever.add(key)
         self._flags[key[0] * self._n_expert + key[1]] = 1
 
@@ -521,6 +615,7 @@ class ExpertCache:
             if self.resident_bytes + self.inflight_bytes + eb > self.budget:
                 return 0
         self._run_jobs([(tb, e) for tb in self.layer_bufs[il]])
+        self._c_dirty = True
         self.lru[key] = eb
         self.resident_bytes += eb
         self.read_bytes += eb

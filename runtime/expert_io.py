@@ -123,6 +123,11 @@ class ExpertReader:
         self._count_lock = threading.Lock()
         self._extra_lanes: list[native.ReadPool] = []
 
+    @property
+    def injects_errors(self) -> bool:
+        """The ``BMOE_INJECT_READ_ERROR`` test hook is set (every read must go through this class)."""
+        return bool(self._inject_at)
+
     def spec_pool(self) -> ThreadPoolExecutor:
         """The one thread speculative reads run on (its batches read alone, off the lanes)."""
         if self._spec_pool is None:

@@ -137,6 +137,11 @@ class TensorBuffer:
         self.addr = mapping.base + self.shift
         self.view = memoryview(mapping.mm)[self.shift : self.shift + self.size]
 
+    @property
+    def mapping_span(self) -> tuple[int, int]:
+        """(address, bytes) of the mapping the tensor lives in."""
+        return self._map.base, self._map.size
+
     def slice_range(self, e: int) -> tuple[int, int]:
         """Byte range [start, end) of expert ``e`` inside the tensor."""
         s = self.info.expert_stride

@@ -52,6 +52,8 @@ class HookState(ctypes.Structure):
         ("touch", ctypes.c_void_p),
         ("touch_cap", ctypes.c_int),
         ("n_touch", ctypes.c_int),
+        ("fast_misses", ctypes.c_int),
+        ("cache", ctypes.c_void_p),
     ]
 
     @classmethod
@@ -120,6 +122,17 @@ def library() -> Any:
     lib.bmoe_read.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int,
                               ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_int)]
     lib.bmoe_read.restype = ctypes.c_int
+    lib.bmoe_cache_new.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
+    lib.bmoe_cache_new.restype = ctypes.c_void_p
+    lib.bmoe_cache_tensor.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_uint64,
+                                      ctypes.c_uint64, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_int, ctypes.c_int]
+    lib.bmoe_cache_tensor.restype = ctypes.c_int
+    lib.bmoe_cache_sync.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+    lib.bmoe_cache_sync.restype = None
+    lib.bmoe_cache_take.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int64)]
+    lib.bmoe_cache_take.restype = None
+    lib.bmoe_cache_free.argtypes = [ctypes.c_void_p]
+    lib.bmoe_cache_free.restype = None
     _lib = lib
     return lib
 

@@ -186,6 +186,7 @@ class Streaming:
                 self.cache.drain()
             except Exception:  # noqa: BLE001 - closing must not fail on a lost speculative read
                 pass
+            self.cache.close_native()
         if self.reader is not None:
             self.reader.close()
         if self.store is not None:

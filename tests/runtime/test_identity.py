@@ -105,6 +105,7 @@ def test_cancel_mid_decode_then_resume(models, reference):
     with _engine(models["q8_0"], cache_mb=0.5) as e:
         ev = threading.Event()
         calls = {"n": 0}
+        e.cache.native_misses = False  # every routing with a miss reaches ensure (the cancel point)
         orig = e.cache.ensure
 
         def ensure(il, routed):
@@ -211,8 +212,9 @@ def test_refuses_repacked_expert_tensors(models):
 
 @pytest.mark.parametrize("budget", ["tiny-evicting", "default", "big"])
 def test_native_fast_paths_keep_the_lru_exact(models, reference, budget):
-    """The native callback takes the all-hit layers (and, with every expert resident, skips the
-    routing nodes): the tokens and every cache counter equal the pure-Python callback's."""
+    """The native callback takes the all-hit layers, the one-token layers with misses (lookup,
+    eviction, reads) and, with every expert resident, skips the routing nodes: the tokens and every
+    cache counter, the LRU order included, equal the pure-Python callback's."""
     from bmoe_top.runtime import native
 
     if native.library() is None:
@@ -222,8 +224,15 @@ def test_native_fast_paths_keep_the_lru_exact(models, reference, budget):
         with _engine(models["q8_0"], native_hook=shim, **BUDGETS[budget]) as e:
             got = [e.generate(p, n, clear_kv=c).tokens for p, n, c in TURNS]
             cs = e.cache_stats()
-            stats[shim] = (cs.hits, cs.misses, cs.evictions, cs.layer_hits, cs.layer_misses, cs.resident)
+            c = e.cache
+            stats[shim] = (cs.hits, cs.misses, cs.evictions, cs.layer_hits, cs.layer_misses, cs.resident,
+                           cs.read_bytes, c.rereads, c.resident_bytes,
+                           # with every expert resident nothing is evicted: the skipped routing
+                           # nodes leave the order as it was (it cannot change what is resident)
+                           list(c.lru) if budget != "big" else None)
             if shim and budget == "big":
                 assert not e.cache.observed  # every expert resident: routing nodes are not materialized
+            if shim:
+                assert c.native_misses_served > 0  # decode misses were read by the native callback
         assert got == reference["q8_0"]
     assert stats[True] == stats[False]
