@@ -14,9 +14,12 @@ On the 48-layer real route trace (../shared/data/real-runs/bigmoeonedge-2026-07-
 5. The live what-if as the live screen runs it: LiveWhatIf reads the routing rows a live run model
    holds and replays them (grouping per token, then LiveLru), per token, against feed_token alone
    on the same tokens in the same rounds (the overhead of following the model).
+6. The live replay's kernel at that rate (48 x top-8, 257 budgets, a token's 48 batches a call):
+   the one-pass kernel against the per-budget kernel it replaced (tests/helpers/lru_reference.py,
+   every budget walked for every lookup), interleaved in the same rounds, same hits required.
 
 Numba compiles the kernels on first use and caches them on disk; the first call's time is
-printed apart. Run: .venv/bin/python benchmarks/bench_cachesim.py [--rounds 5]
+printed apart. Run: .venv/bin/python benchmarks/bench_cachesim.py [--rounds 5] [--live-only] (4-6 only)
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from bmoe_top.tui.analysis.live import LiveLru
 from bmoe_top.tui.analysis.lookups import Lookups, from_route_trace, from_routing, split_decode
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "tests"))  # the per-budget reference kernel (tests/helpers/lru_reference.py)
 TRACE = REPO.parent / "shared" / "data" / "real-runs" / "bigmoeonedge-2026-07-15" / "qwen.route.csv"
 
 
@@ -108,9 +112,17 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--baseline-budgets", type=int, default=3, help="budgets the baseline replays per round")
+    ap.add_argument("--live-only", action="store_true", help="only the live cases (4-6)")
     args = ap.parse_args()
     print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores (other work on the machine "
           "slows every number here; the ratios are measured in the same rounds)")
+    if not args.live_only:
+        offline(args)
+    live_cases(args.rounds)
+    return 0
+
+
+def offline(args: argparse.Namespace) -> None:
     if TRACE.is_file():
         lk = from_route_trace(load_route_trace(TRACE.read_bytes()))
         src = f"real trace {TRACE.name}"
@@ -139,8 +151,7 @@ def main() -> int:
         for j in pick:
             h = baseline_lru(lk, int(b50[j]))
             if h != int(c.decode_hits[j]):
-                print(f"MISMATCH at {b50[j]}: baseline {h}, one pass {int(c.decode_hits[j])}")
-                return 1
+                sys.exit(f"MISMATCH at {b50[j]}: baseline {h}, one pass {int(c.decode_hits[j])}")
         base_per.append((time.perf_counter() - t1) / args.baseline_budgets)
     med = {k: statistics.median(s[k] for s in sets) for k in sets[0]}
     print("what-if set, median of rounds: " + ", ".join(f"{k} {v * 1e3:.0f} ms" for k, v in med.items()))
@@ -156,6 +167,8 @@ def main() -> int:
     print("  " + ", ".join(f"{k} {v:.2f} s" for k, v in mb.items()))
     print(f"  goal < 10 s: {'met' if mb['total'] < 10.0 else 'NOT met'} ({mb['total']:.2f} s)")
 
+
+def live_cases(rounds: int) -> None:
     rng2 = np.random.default_rng(2)
     n_layer, n_expert, k = 48, 128, 8
     p = rng2.dirichlet(np.full(n_expert, 0.3), size=n_layer)
@@ -179,8 +192,8 @@ def main() -> int:
     print(f"live LRU, 48 x top-8, {live.budgets.size} budgets: feed_token median {np.median(per_ms):.3f} ms, "
           f"p95 {np.percentile(per_ms, 95):.3f} ms; curve() {read * 1e3:.3f} ms; goal < 1 ms: "
           f"{'met' if np.median(per_ms) < 1.0 else 'NOT met'}")
-    live_follower(toks, lb, n_layer, n_expert, k, args.rounds)
-    return 0
+    live_follower(toks, lb, n_layer, n_expert, k, rounds)
+    live_kernels(toks, lb, n_layer, n_expert, rounds)
 
 
 def live_follower(toks: list[np.ndarray], lb: np.ndarray, n_layer: int, n_expert: int, k: int, rounds: int) -> None:
@@ -209,6 +222,61 @@ def live_follower(toks: list[np.ndarray], lb: np.ndarray, n_layer: int, n_expert
     f, a = statistics.median(follow) * 1e3, statistics.median(alone) * 1e3
     print(f"live what-if (LiveWhatIf over a live run model, {n} tokens a round): {f:.3f} ms per token; "
           f"feed_token alone {a:.3f} ms -> ratio {f / a:.2f}x; goal < 1 ms: {'met' if f < 1.0 else 'NOT met'}")
+
+
+def live_kernels(toks: list[np.ndarray], lb: np.ndarray, n_layer: int, n_expert: int, rounds: int) -> None:
+    """The one-pass kernel (through LruState, as LiveLru calls it) against the per-budget
+    reference kernel, each fed one token's batches a call, interleaved rounds."""
+    from helpers.lru_reference import lru_feed_reference
+
+    from bmoe_top.tui.analysis import _kernels as K
+
+    lk = from_routing(np.asarray(toks, dtype=np.int64), lb, n_expert)
+    budgets = LiveLru(n_layer, n_expert, lb, points=256).budgets
+    item, bf, size, dec, lay = lk.item, lk.batch_first(), lk.item_bytes, lk.decode, lk.layer
+    n_items, nb, n_batches = size.shape[0], budgets.shape[0], lk.n_batches
+    max_batch = int(np.diff(bf).max())
+    cuts = list(range(0, n_batches + 1, n_layer))
+
+    def new() -> tuple[float, np.ndarray]:
+        st = C.LruState(n_items, n_layer, size, budgets, n_batches, max_batch)
+        per = []
+        for b0, b1 in zip(cuts, cuts[1:]):
+            t1 = time.perf_counter()
+            st.feed(item, bf, b0, b1, dec, lay)
+            per.append(time.perf_counter() - t1)
+        return statistics.median(per), st.counts()[0]
+
+    def old() -> tuple[float, np.ndarray]:
+        z = np.zeros
+        lb_, lr = np.full(n_items, -1, dtype=np.int64), z(n_items, dtype=np.int64)
+        status, fen = np.ones((n_items, nb), dtype=np.uint8), z(n_batches + 1, dtype=np.int64)
+        over, bover, scal = z(nb, dtype=np.uint8), z(nb, dtype=np.int64), z(K.N_SCALARS, dtype=np.int64)
+        stage, hd, hp, hb = z((max_batch, nb), dtype=np.uint8), z(nb + 1, np.int64), z(nb + 1, np.int64), \
+            z(nb + 1, np.int64)
+        hl, out = z((n_layer, nb + 1), dtype=np.int64), z((0, nb), dtype=np.uint8)
+        per = []
+        for b0, b1 in zip(cuts, cuts[1:]):
+            t1 = time.perf_counter()
+            lru_feed_reference(item, bf, b0, b1, dec, lay, size, budgets, lb_, lr, status, fen, over,
+                               bover, scal, stage, hd, hp, hb, hl, out)
+            per.append(time.perf_counter() - t1)
+        return statistics.median(per), np.cumsum(hd)[:nb]
+
+    new()
+    old()  # compile (the reference is not cached on disk)
+    tn, to = [], []
+    for _ in range(rounds):
+        a, ha = new()
+        b, hb_ = old()
+        if not np.array_equal(ha, hb_):
+            sys.exit("MISMATCH: the one-pass kernel and the per-budget reference disagree")
+        tn.append(a)
+        to.append(b)
+    n_, o_ = statistics.median(tn) * 1e6, statistics.median(to) * 1e6
+    print(f"live kernel, {len(toks)} tokens x {n_layer} layers, {nb} budgets, a token a call, median per "
+          f"token: one-pass {n_:.0f} us, per-budget reference {o_:.0f} us -> ratio {o_ / n_:.1f}x "
+          "(reference / one-pass, same hits)")
 
 
 if __name__ == "__main__":

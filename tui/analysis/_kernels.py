@@ -42,34 +42,42 @@ def jit(fn: F) -> F:
     return cast(F, numba.njit(cache=True, nogil=True)(fn))
 
 
-
-
 @jit
 def lru_feed(item: I64, bfirst: I64, b0: int, b1: int, decode: B1, layer: I64, size: I64, budgets: I64,
-             last_batch: I64, last_rpos: I64, status: U8, fen: I64, over: U8, bover: I64, scal: I64,
-             stage: U8, hit_dec: I64, hit_pre: I64, hitb_dec: I64, hit_layer: I64, hit_out: U8) -> None:
+             last_batch: I64, last_rpos: I64, status: U8, srange: I64, fen: I64, over: U8, bover: I64,
+             scal: I64, stage: U8, hit_dec: I64, hit_pre: I64, hitb_dec: I64, hit_layer: I64,
+             hit_out: U8) -> None:
     """One-pass LRU at every budget: feed batches ``b0 .. b1-1``.
 
     State (updated in place): ``last_batch``/``last_rpos`` int64 [n_items] the batch and position
-    of each item's last lookup (-1 = never); ``status`` uint8 [n_items, n_budgets] 1 where that
-    lookup missed at that budget; ``fen`` int64 [cap + 1] a Fenwick tree over batch indices of
-    the bytes of the items whose last lookup is that batch; ``over``/``bover`` the budgets that
-    hold just an oversized batch (and which batch); ``scal`` see ``S_*``; ``stage`` uint8
-    [max batch lookups, n_budgets] scratch. Outputs (added to): difference arrays over budgets
-    (int64 [n_budgets + 1]; a cumulative sum gives the count at each budget) of decode hits,
-    prefill hits, decode hit bytes, and per layer decode hits (int64 [n_layer, n_budgets + 1]);
-    ``hit_out`` uint8 [n, n_budgets] per-lookup hit flags when it has n rows (else untouched).
+    of each item's last lookup (-1 = never); ``srange`` int64 [n_items, 3] and ``status`` uint8
+    [n_items, n_budgets] whether that lookup missed at each budget, as budget ranges: with
+    (jl, lo, hi) = ``srange[x]``, budgets [0, jl) and [lo, hi) are written out in ``status``
+    (1 = miss), [jl, lo) missed and [hi, n_budgets) hit where the budget is > 0; ``fen`` int64
+    [cap + 1] a Fenwick tree over batch indices of the bytes of the items whose last lookup is
+    that batch; ``over``/``bover`` the budgets that hold just an oversized batch (and which
+    batch); ``scal`` see ``S_*``; ``stage`` uint8 [max batch lookups, n_budgets] scratch. Outputs
+    (added to): difference arrays over budgets (int64 [n_budgets + 1]; a cumulative sum gives the
+    count at each budget) of decode hits, prefill hits, decode hit bytes, and per layer decode
+    hits (int64 [n_layer, n_budgets + 1]); ``hit_out`` uint8 [n, n_budgets] per-lookup hit flags
+    when it has n rows (else untouched).
 
     An item's stack depth at budget B is the bytes of the items looked up since its own last
     lookup (a Fenwick suffix sum over batches), plus its own bytes, plus the bytes of the other
     items of its last batch that the runtime ordered after it at B (hits first, then misses,
     each in routing order); it is a hit iff that depth <= B (the cache is always the longest
     recency prefix that fits), or, at a budget holding just an oversized batch, iff it was
-    looked up in that batch or since.
+    looked up in that batch or since. The depth is a range [dlo, dhi) over the budgets; only
+    the budgets inside it, and those below every batch's bytes (``S_JOVER``), are decided one
+    by one: a lookup costs O(log n_budgets) plus those.
     """
     nb = budgets.shape[0]
     cap = fen.shape[0] - 1
     per_lookup = hit_out.shape[0] == item.shape[0]
+    jz = 0  # the first budget > 0
+    while jz < nb and budgets[jz] <= 0:
+        jz += 1
+    rng = np.empty((stage.shape[0], 2), dtype=np.int64)  # each lookup's [lo, hi)
     for b in range(b0, b1):
         s = bfirst[b]
         e = bfirst[b + 1]
@@ -86,8 +94,10 @@ def lru_feed(item: I64, bfirst: I64, b0: int, b1: int, decode: B1, layer: I64, s
             r = i - s
             pb = last_batch[x]
             if pb < 0:
-                for j in range(nb):
+                for j in range(jl):
                     stage[r, j] = 1
+                rng[r, 0] = nb
+                rng[r, 1] = nb
                 continue
             fi = pb + 1  # Fenwick prefix sum over batches 0..pb
             fs = 0
@@ -121,34 +131,47 @@ def lru_feed(item: I64, bfirst: I64, b0: int, b1: int, decode: B1, layer: I64, s
                     jhi = fm + 1
                 else:
                     fh = fm
-            for j in range(nb):
-                bj = budgets[j]
-                if j >= jl and j < jlo:
-                    hit = False
-                elif j >= jhi:
-                    hit = bj > 0
-                elif bj == 0:
-                    hit = False
-                elif j < jl and over[j] == 1:
-                    hit = pb >= bover[j]
-                elif bj < dlo:
-                    hit = False
-                elif bj >= dhi:
-                    hit = True
-                else:
-                    d = a
-                    xm = status[x, j]
-                    for q in range(ms, me):
-                        y = item[q]
-                        if y != x and last_batch[y] == pb:
-                            ym = status[y, j]
-                            if xm == ym:
-                                if last_rpos[y] > xr:
+            rng[r, 0] = jlo
+            rng[r, 1] = jhi
+            # budgets [jl, jlo) miss and [jhi, nb) hit where > 0: decided by the ranges alone
+            for part in range(2):
+                j0 = 0 if part == 0 else jlo
+                j1 = jl if part == 0 else jhi
+                for j in range(j0, j1):
+                    bj = budgets[j]
+                    if bj == 0:
+                        hit = False
+                    elif j < jl and over[j] == 1:
+                        hit = pb >= bover[j]
+                    elif bj < dlo:
+                        hit = False
+                    elif bj >= dhi:
+                        hit = True
+                    else:
+                        d = a
+                        # x's and y's miss flags at budget j from their ranges
+                        if j < srange[x, 0] or (j >= srange[x, 1] and j < srange[x, 2]):
+                            xm = status[x, j]
+                        elif j < srange[x, 1]:
+                            xm = 1
+                        else:
+                            xm = 0 if bj > 0 else 1
+                        for q in range(ms, me):
+                            y = item[q]
+                            if y != x and last_batch[y] == pb:
+                                if j < srange[y, 0] or (j >= srange[y, 1] and j < srange[y, 2]):
+                                    ym = status[y, j]
+                                elif j < srange[y, 1]:
+                                    ym = 1
+                                else:
+                                    ym = 0 if bj > 0 else 1
+                                if xm == ym:
+                                    if last_rpos[y] > xr:
+                                        d += size[y]
+                                elif ym == 1:
                                     d += size[y]
-                            elif ym == 1:
-                                d += size[y]
-                    hit = d <= bj
-                stage[r, j] = 0 if hit else 1
+                        hit = d <= bj
+                    stage[r, j] = 0 if hit else 1
         # record and commit the batch
         for i in range(s, e):
             x = item[i]
@@ -156,19 +179,39 @@ def lru_feed(item: I64, bfirst: I64, b0: int, b1: int, decode: B1, layer: I64, s
             lay = layer[i]
             dec = decode[i]
             sz = size[x]
-            for j in range(nb):
-                if stage[r, j] == 0:
-                    if dec:
-                        hit_dec[j] += 1
-                        hit_dec[j + 1] -= 1
-                        hitb_dec[j] += sz
-                        hitb_dec[j + 1] -= sz
-                        hit_layer[lay, j] += 1
-                        hit_layer[lay, j + 1] -= 1
-                    else:
-                        hit_pre[j] += 1
-                        hit_pre[j + 1] -= 1
-                    if per_lookup:
+            jlo = rng[r, 0]
+            jhi = rng[r, 1]
+            for part in range(2):
+                j0 = 0 if part == 0 else jlo
+                j1 = jl if part == 0 else jhi
+                for j in range(j0, j1):
+                    if stage[r, j] == 0:
+                        if dec:
+                            hit_dec[j] += 1
+                            hit_dec[j + 1] -= 1
+                            hitb_dec[j] += sz
+                            hitb_dec[j + 1] -= sz
+                            hit_layer[lay, j] += 1
+                            hit_layer[lay, j + 1] -= 1
+                        else:
+                            hit_pre[j] += 1
+                            hit_pre[j + 1] -= 1
+                        if per_lookup:
+                            hit_out[i, j] = 1
+            j0 = max(jhi, jz)  # the hit range [j0, nb)
+            if j0 < nb:
+                if dec:
+                    hit_dec[j0] += 1
+                    hit_dec[nb] -= 1
+                    hitb_dec[j0] += sz
+                    hitb_dec[nb] -= sz
+                    hit_layer[lay, j0] += 1
+                    hit_layer[lay, nb] -= 1
+                else:
+                    hit_pre[j0] += 1
+                    hit_pre[nb] -= 1
+                if per_lookup:
+                    for j in range(j0, nb):
                         hit_out[i, j] = 1
         for j in range(jl):
             anymiss = False
@@ -182,8 +225,15 @@ def lru_feed(item: I64, bfirst: I64, b0: int, b1: int, decode: B1, layer: I64, s
         for i in range(s, e):
             x = item[i]
             r = i - s
-            for j in range(nb):
+            jlo = rng[r, 0]
+            jhi = rng[r, 1]
+            for j in range(jl):
                 status[x, j] = stage[r, j]
+            for j in range(jlo, jhi):
+                status[x, j] = stage[r, j]
+            srange[x, 0] = jl
+            srange[x, 1] = jlo
+            srange[x, 2] = jhi
             if last_batch[x] >= 0:
                 fi = last_batch[x] + 1  # Fenwick add
                 while fi <= cap:

@@ -157,6 +157,7 @@ class LruState:
         self.last_batch = np.full(n_items, -1, dtype=np.int64)
         self.last_rpos = np.zeros(n_items, dtype=np.int64)
         self.status = np.ones((n_items, nb), dtype=np.uint8)
+        self.srange = np.tile(np.array([0, nb, nb], dtype=np.int64), (n_items, 1))  # never looked up: all miss
         self.fen = np.zeros(max(1, batch_capacity) + 1, dtype=np.int64)
         self.over = np.zeros(nb, dtype=np.uint8)
         self.bover = np.zeros(nb, dtype=np.int64)
@@ -188,7 +189,7 @@ class LruState:
         """Replay batches ``b0 .. b1-1`` of the lookup log ``item`` (``bfirst`` their starts)."""
         out = hit_out if hit_out is not None else np.zeros((0, self.budgets.shape[0]), dtype=np.uint8)
         K.lru_feed(item, bfirst, b0, b1, decode, layer, self.size, self.budgets, self.last_batch, self.last_rpos,
-                   self.status, self.fen, self.over, self.bover, self.scal, self.stage, self.hit_dec,
+                   self.status, self.srange, self.fen, self.over, self.bover, self.scal, self.stage, self.hit_dec,
                    self.hit_pre, self.hitb_dec, self.hit_layer, out)
 
     def counts(self) -> tuple[I64, I64, I64, I64]:
