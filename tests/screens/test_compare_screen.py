@@ -141,3 +141,12 @@ async def test_two_real_csvs(real_runs) -> None:
         assert rows["decode hit %"].cells[2] == "differs"
         assert rows["wall per token"].cells[2] in ("better", "worse", "~")
         assert "peak RSS" in rows and "MemAvailable low point" in rows
+
+
+async def test_ctrl_c_quits_compare_at_once(tmp_path) -> None:
+    app = make_app(*files(tmp_path, 2))[0]
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        await pilot.press("ctrl+c")  # before: Textual's "press ctrl+q to quit" notice, and the app ran on
+        await pilot.pause()
+    assert app.return_code == 0 and not app.is_running

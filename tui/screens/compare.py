@@ -83,6 +83,7 @@ class CompareScreen(Screen[None]):
         Binding("r", "next_run", "next run"),
         Binding("question_mark,f1", "help", "help"),
         Binding("q", "quit", "quit"),
+        Binding("ctrl+c", "quit", "quit", show=False, priority=True),  # not Textual's "press ctrl+q" notice
     ]
 
     def __init__(self, arms: list[LoadedArm], c: Comparison, *, title: str = "") -> None:
