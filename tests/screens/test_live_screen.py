@@ -78,6 +78,9 @@ async def test_live_app_over_emitter_full_loop():
         await send(pilot, app, "REJECT this", 5)
         assert await wait_for(pilot, lambda: src.status().last_error == "prompt rejected")
         assert await wait_for(pilot, lambda: src.state == "ready")
+        # the rejected prompt is back in the box, to edit and send again (before: erased)
+        box = app.query_one("#prompt", Input)
+        assert await wait_for(pilot, lambda: box.value == "REJECT this")
         # stderr went to the log pane
         assert any("llama_model_loader" in x for x in app.main.run_model.log)
         pid = src.pid
