@@ -88,3 +88,21 @@ async def test_faster_than_1x_on_a_live_view_says_it_only_catches_up():
         assert any("already at the newest token" in str(n.message) for n in app._notifications)
         await pilot.press("ctrl+q")
     src.close()
+
+
+async def test_the_tab_ctrl_keys_work_from_the_prompt_box():
+    src = ChildSession([sys.executable, EMITTER, "--rate", "200"])
+    app = live_app(src, title="emitter")
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot_until(pilot, lambda: src.state == "ready", "ready")
+        box = app.query_one("#prompt", Input)
+        tabs = app.main.query_one("#tabs")
+        for key, tab in (("ctrl+t", "turns"), ("ctrl+o", "whatif"), ("ctrl+l", "log")):
+            box.focus()
+            await pilot.pause()
+            await pilot.press(key)  # before: nothing happened while the prompt box had the focus
+            await pilot.pause()
+            assert tabs.active == tab, key
+            assert box.value == ""
+        await pilot.press("ctrl+q")
+    src.close()

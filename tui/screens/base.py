@@ -597,6 +597,11 @@ class RunScreen(Screen[None]):
     def action_tab(self, tab: str) -> None:
         self.query_one("#tabs", TabbedContent).active = tab
 
+    def action_goto_tab(self, tab: str) -> None:
+        """A tab's ctrl key: it works in a text box too (it types nothing), unlike the digit keys
+        of :meth:`action_tab`, which type there."""
+        self.action_tab(tab)
+
     def action_quit(self) -> None:
         self.app.exit()
 

@@ -99,9 +99,9 @@ class LiveScreen(RunScreen):
         Binding("escape", "escape", "cancel / leave", show=False, priority=True),
         Binding("ctrl+x,ctrl+c", "cancel_generation", "cancel", show=False, priority=True),
         Binding("ctrl+n", "toggle_chat", "new chat/continue", priority=True),
-        Binding("ctrl+t", "tab('turns')", "turns", priority=True),
-        Binding("ctrl+o", "tab('whatif')", "what-if", priority=True),
-        Binding("ctrl+l", "tab('log')", "log", show=False, priority=True),
+        Binding("ctrl+t", "goto_tab('turns')", "turns", priority=True),
+        Binding("ctrl+o", "goto_tab('whatif')", "what-if", priority=True),
+        Binding("ctrl+l", "goto_tab('log')", "log", show=False, priority=True),
         Binding("ctrl+q", "quit", "quit", show=False, priority=True),
         Binding("enter,i", "focus_prompt", "prompt", show=False),
         Binding("n", "next_turn", "next turn", show=False),
@@ -358,6 +358,8 @@ class LiveScreen(RunScreen):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "escape" and isinstance(self.focused, Input) and self.focused.id == "search":
             return False  # Escape closes the search box
+        if action in ("toggle_chat", "cancel_generation") and self.is_replay:
+            return False  # a recording plays back its turns: no chat to start, nothing to cancel
         return super().check_action(action, parameters)
 
     def commands(self) -> list[tuple[str, str, Any]]:
