@@ -269,8 +269,9 @@ def cmd_attach(args: argparse.Namespace) -> int:
         if args.once:
             from bmoe_top.tui.headless import session_once
 
-            status = _print_outcome(session_once(src, args.prompt, args.n_predict,
-                                                 args.timeout if args.timeout else 30.0), args.json)
+            # no --timeout: wait 30 s for a socket that exists, none for a path that does not
+            wait = args.timeout if args.timeout else (30.0 if os.path.lexists(args.session) else 0.0)
+            status = _print_outcome(session_once(src, args.prompt, args.n_predict, wait), args.json)
         else:
             from bmoe_top.tui.screens.live import run_live
 
@@ -607,7 +608,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--json", action="store_true", help="with --once: print JSON")
     ap.add_argument("-p", "--prompt", default=None, help="with --session --once: send this prompt and wait for its end")
     ap.add_argument("--timeout", type=float, default=None, metavar="S",
-                    help="--session --once: seconds to wait for the session (default 30); --metrics: seconds "
+                    help="--session --once: seconds to wait for the session (default 30, or 0 when no socket is at "
+                         "the path: give --timeout to wait for one that is starting); --metrics: seconds "
                          "each request may take (default 5 with --once, 2x the interval live)")
     ap.add_argument("--slots", action="store_true",
                     help="with --metrics: also read llama-server's /slots (started with --slots): live "

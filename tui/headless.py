@@ -91,7 +91,8 @@ def session_once(source: SessionSocketClient, prompt: str | None, n_predict: int
     try:
         if not source.wait_state({LiveState.READY, LiveState.GENERATING}, timeout):
             st = source.status()
-            msg = f"no session on {source.path} after {timeout:g} s ({st.message})"
+            after = f" after {timeout:g} s" if timeout > 0 else ""
+            msg = f"no session on {source.path}{after} ({st.message})"
             return Outcome(failure_document(msg, run, st), [], 1, msg)
         time.sleep(0.2)  # let the replay of the current state arrive
         if prompt is not None:

@@ -136,6 +136,14 @@ def test_attach_session_once_json_without_a_socket_prints_json(tmp_path):
     assert out["status"] == "failed" and "no session" in out["error"] and out["live"]["state"] == "connecting"
 
 
+def test_attach_session_once_without_timeout_does_not_wait_for_a_path_with_no_socket(tmp_path):
+    # before, it waited the default 30 s for a socket that was never there
+    r = top("attach", "--session", str(tmp_path / "absent.sock"), "--once", "--json")
+    out = json.loads(r.stdout)
+    assert r.returncode == 1 and out["status"] == "failed"
+    assert out["error"].startswith(f"no session on {tmp_path / 'absent.sock'} (") and " after " not in out["error"]
+
+
 def test_record_to_a_full_disk_fails_loudly(tmp_path):
     # /dev/full: every write is ENOSPC. Before, the recording failed silently and the command exited 0.
     r = top("launch", "--once", "--json", "-p", "x", "-n", "3", "--record", "/dev/full", "--force",

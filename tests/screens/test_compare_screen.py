@@ -44,7 +44,7 @@ async def test_summary_sort_filter_and_banner(tmp_path) -> None:
         assert "warm-up (MSER-5)" in text_of(app, "#cmp-advice") and "steady from token" in text_of(app, "#cmp-advice")
         table = app.main.query_one("#summary-table", SortTable)
         assert [r.cells[0] for r in table.shown] == [m.label for m in c.metrics]
-        wall = next(r for r in table.shown if r.cells[0] == "s/token (wall)")
+        wall = next(r for r in table.shown if r.cells[0] == "wall per token")
         d = next(m for m in c.metrics if m.metric == "wall_ms").deltas[0]
         assert wall.cells[1] == (P.delta_text(d)) and wall.cells[2] == d.verdict
         table.data_table.focus()
@@ -56,7 +56,7 @@ async def test_summary_sort_filter_and_banner(tmp_path) -> None:
         assert keys == sorted(keys, reverse=True)
         await pilot.press("slash", *"wall")
         await pilot.pause()
-        assert {r.cells[0] for r in table.shown} == {"s/token (wall)", "wall p50 (steady)", "wall p95 (steady)",
+        assert {r.cells[0] for r in table.shown} == {"wall per token", "wall p50 (steady)", "wall p95 (steady)",
                                                      "wall p99 (steady)"}
         await pilot.press("escape")
         await pilot.pause()
@@ -139,5 +139,14 @@ async def test_two_real_csvs(real_runs) -> None:
         table = app.main.query_one("#summary-table", SortTable)
         rows = {r.cells[0]: r for r in table.shown}
         assert rows["decode hit %"].cells[2] == "differs"
-        assert rows["s/token (wall)"].cells[2] in ("better", "worse", "~")
+        assert rows["wall per token"].cells[2] in ("better", "worse", "~")
         assert "peak RSS" in rows and "MemAvailable low point" in rows
+
+
+async def test_ctrl_c_quits_compare_at_once(tmp_path) -> None:
+    app = make_app(*files(tmp_path, 2))[0]
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        await pilot.press("ctrl+c")  # before: Textual's "press ctrl+q to quit" notice, and the app ran on
+        await pilot.pause()
+    assert app.return_code == 0 and not app.is_running

@@ -78,6 +78,9 @@ async def test_live_app_over_emitter_full_loop():
         await send(pilot, app, "REJECT this", 5)
         assert await wait_for(pilot, lambda: src.status().last_error == "prompt rejected")
         assert await wait_for(pilot, lambda: src.state == "ready")
+        # the rejected prompt is back in the box, to edit and send again (before: erased)
+        box = app.query_one("#prompt", Input)
+        assert await wait_for(pilot, lambda: box.value == "REJECT this")
         # stderr went to the log pane
         assert any("llama_model_loader" in x for x in app.main.run_model.log)
         pid = src.pid
@@ -210,6 +213,10 @@ async def test_live_app_plays_a_recording_turn_by_turn(tmp_path):
         assert await wait_for(pilot, lambda: src.player.paused_at_turn.is_set(), 10)
         assert await wait_for(pilot, lambda: "paused at a turn" in status_text(app))
         assert app.main.run_model.n_tokens == 5 and len(app.query("#prompt")) == 0
+        # a recording has no chat to start and nothing to cancel: ctrl+n is not offered (it was,
+        # and did nothing)
+        keys = {b.binding.key for b in app.active_bindings.values() if b.enabled}
+        assert "ctrl+n" not in keys
         await pilot.press("n")
         assert await wait_for(pilot, lambda: src.state == "exited", 10)
         assert app.main.run_model.n_tokens == 10

@@ -70,3 +70,39 @@ async def test_prompt_placeholder_says_what_escape_does_while_generating_and_not
         await pilot_until(pilot, lambda: src.state == "ready" and src.status().turns_done == 1, "cancelled")
         await pilot.press("ctrl+q")
     src.close()
+
+
+async def test_faster_than_1x_on_a_live_view_says_it_only_catches_up():
+    src = ChildSession([sys.executable, EMITTER, "--rate", "200"])
+    app = live_app(src, title="emitter")
+    async with app.run_test(size=(160, 48)) as pilot:
+        pb = app.main.playback
+        await pilot_until(pilot, lambda: src.state == "ready", "ready")
+        await _send(pilot, app, "short", 5)
+        await pilot_until(pilot, lambda: src.status().turns_done == 1 and pb.behind == 0, "turn done, view at it")
+        await pilot.press("escape")  # leave the prompt box: ] is the view's key
+        speed = pb.speed
+        await pilot.press("right_square_bracket")
+        # before: the speed went up with nothing on screen, and ] seemed to do nothing
+        assert pb.speed == speed and pb.follow
+        assert any("already at the newest token" in str(n.message) for n in app._notifications)
+        await pilot.press("ctrl+q")
+    src.close()
+
+
+async def test_the_tab_ctrl_keys_work_from_the_prompt_box():
+    src = ChildSession([sys.executable, EMITTER, "--rate", "200"])
+    app = live_app(src, title="emitter")
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot_until(pilot, lambda: src.state == "ready", "ready")
+        box = app.query_one("#prompt", Input)
+        tabs = app.main.query_one("#tabs")
+        for key, tab in (("ctrl+t", "turns"), ("ctrl+o", "whatif"), ("ctrl+l", "log")):
+            box.focus()
+            await pilot.pause()
+            await pilot.press(key)  # before: nothing happened while the prompt box had the focus
+            await pilot.pause()
+            assert tabs.active == tab, key
+            assert box.value == ""
+        await pilot.press("ctrl+q")
+    src.close()

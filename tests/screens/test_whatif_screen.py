@@ -161,3 +161,12 @@ async def test_real_trace_shows_t_and_belady(qwen_app) -> None:
         assert "below T: LRU hits ~0%, cache off is strictly better" in text
         readout = str(s.query_one("#wi-readout").render())
         assert "LRU 80.29%" in readout and "Belady" in readout and "the most a policy could buy" in readout
+
+
+async def test_ctrl_c_quits_whatif_at_once(tmp_path) -> None:
+    app = synthetic_app(tmp_path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        await pilot.press("ctrl+c")  # before: Textual's "press ctrl+q to quit" notice, and the app ran on
+        await pilot.pause()
+    assert app.return_code == 0 and not app.is_running

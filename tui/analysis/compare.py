@@ -34,7 +34,7 @@ F64 = npt.NDArray[np.float64]
 
 #: per-token timing columns (ms) and their labels
 TIMING_COLUMNS: dict[str, str] = {
-    "wall_ms": "s/token (wall)",
+    "wall_ms": "wall per token",
     "compute_ms": "compute",
     "io_ms": "flash I/O",
     "stall_ms": "flash wait (stall)",

@@ -44,7 +44,7 @@ class AuditAttachScreen(AttachScreen):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("n", "select_run(1)", "next run"),
         Binding("N,shift+n", "select_run(-1)", "previous run"),
-        Binding("ctrl+r", "tab('requests-tab')", "requests"),
+        Binding("ctrl+r", "goto_tab('requests-tab')", "requests"),
     ]
 
     def __init__(self, tail: FileTail, fps: float = 10.0, start_tail: bool = True,

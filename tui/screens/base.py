@@ -259,10 +259,12 @@ class RunScreen(Screen[None]):
                 out.append((f" {g.paused} paused", look.warn))
         elif st == PlayState.LIVE:
             out.append((f"{g.live} live", look.good + Style(bold=True)))
+            behind = pb.behind
             if pb.speed < 1.0:
-                behind = pb.behind
                 out.append((f" {pb.speed_label()}" + (f" ({behind:,} behind)" if behind else ""), look.warn))
                 out.append((" · End: real time", look.dim))
+            elif behind:  # faster than 1x, trailing: catching up
+                out.append((f" {pb.speed_label()} ({behind:,} behind, catching up)", look.dim))
         elif st == PlayState.PLAYING:
             out.append((f"{g.playing} replay {pb.speed_label()}", look.accent))
             if pb.turn_by_turn:
@@ -507,7 +509,13 @@ class RunScreen(Screen[None]):
         self._moved()
 
     def action_faster(self) -> None:
-        self.playback.faster()
+        pb = self.playback
+        if pb.state() == PlayState.LIVE and pb.speed >= 1.0 and not pb.behind:
+            # a live view at the newest token cannot go faster than the run: say so, not nothing
+            self.notify("live: already at the newest token (faster speeds catch up a view that trails)",
+                        timeout=3)
+            return
+        pb.faster()
         self._moved()
 
     def action_slower(self) -> None:
@@ -588,6 +596,11 @@ class RunScreen(Screen[None]):
 
     def action_tab(self, tab: str) -> None:
         self.query_one("#tabs", TabbedContent).active = tab
+
+    def action_goto_tab(self, tab: str) -> None:
+        """A tab's ctrl key: it works in a text box too (it types nothing), unlike the digit keys
+        of :meth:`action_tab`, which type there."""
+        self.action_tab(tab)
 
     def action_quit(self) -> None:
         self.app.exit()

@@ -83,6 +83,7 @@ class CompareScreen(Screen[None]):
         Binding("r", "next_run", "next run"),
         Binding("question_mark,f1", "help", "help"),
         Binding("q", "quit", "quit"),
+        Binding("ctrl+c", "quit", "quit", show=False, priority=True),  # not Textual's "press ctrl+q" notice
     ]
 
     def __init__(self, arms: list[LoadedArm], c: Comparison, *, title: str = "") -> None:
@@ -138,7 +139,8 @@ class CompareScreen(Screen[None]):
 
     def _advice(self) -> Text:
         t = Text()
-        split = "; ".join(f"{w.arm}/{w.run}: steady from token {w.split} of {w.tokens}" for w in self.c.warmup)
+        split = "; ".join(f"{w.arm if w.arm == w.run else f'{w.arm}/{w.run}'}: steady from token {w.split} of "
+                          f"{w.tokens}" for w in self.c.warmup)
         t.append("warm-up (MSER-5): ", style="bold")
         t.append_text(safe_text(split + "\n"))
         for a in self.c.advice:

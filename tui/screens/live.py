@@ -99,9 +99,9 @@ class LiveScreen(RunScreen):
         Binding("escape", "escape", "cancel / leave", show=False, priority=True),
         Binding("ctrl+x,ctrl+c", "cancel_generation", "cancel", show=False, priority=True),
         Binding("ctrl+n", "toggle_chat", "new chat/continue", priority=True),
-        Binding("ctrl+t", "tab('turns')", "turns", priority=True),
-        Binding("ctrl+o", "tab('whatif')", "what-if", priority=True),
-        Binding("ctrl+l", "tab('log')", "log", show=False, priority=True),
+        Binding("ctrl+t", "goto_tab('turns')", "turns", priority=True),
+        Binding("ctrl+o", "goto_tab('whatif')", "what-if", priority=True),
+        Binding("ctrl+l", "goto_tab('log')", "log", show=False, priority=True),
         Binding("ctrl+q", "quit", "quit", show=False, priority=True),
         Binding("enter,i", "focus_prompt", "prompt", show=False),
         Binding("n", "next_turn", "next turn", show=False),
@@ -124,6 +124,9 @@ class LiveScreen(RunScreen):
         self._turn_rows: list[tuple[str, ...]] = []
         self._live_at = 0.0  # monotonic time the status line was last looked at
         self._live_line: Static | None = None  # the status line, looked up once
+        #: (turns done when it was sent, text) of the prompt sent last, until it is answered: a
+        #: prompt the runtime rejects goes back into an empty box instead of being lost
+        self._unanswered: tuple[int, str] | None = None
 
     @property
     def is_replay(self) -> bool:
@@ -239,6 +242,8 @@ class LiveScreen(RunScreen):
         if not self.is_attached:
             return
         st = self.source.status()
+        if self._unanswered is not None:
+            self._restore_rejected(st)
         player = self.source.player if isinstance(self.source, RecordingSource) else None
         key = (st.state, st.message, int(st.quiet_s or 0) if st.stalled else 0, st.turns_done,
                st.stderr_lines, st.connects, self.new_chat, st.last_error,
@@ -307,11 +312,26 @@ class LiveScreen(RunScreen):
         if self.source.generate(prompt, n, clear_kv=self.new_chat) is None:
             self.notify("not sent: the runtime is not reachable", severity="error")
             return
+        self._unanswered = (self.source.status().turns_done, prompt)
         event.input.value = ""
         self.new_chat = False  # the next prompt continues this chat unless toggled
         self.playback.go_live()  # the user asked for this turn: show it
         self.refresh_views()
         self.update_live()
+
+    def _restore_rejected(self, st: Any) -> None:
+        """The prompt sent last comes back into the box (when the box is empty) if the runtime
+        rejected it; any answer, or the source going away, forgets it."""
+        assert self._unanswered is not None
+        done_before, text = self._unanswered
+        if st.turns_done > done_before or st.state not in (LiveState.READY, LiveState.GENERATING):
+            self._unanswered = None
+        elif st.state == LiveState.READY and st.message.startswith("request rejected"):
+            self._unanswered = None
+            box = self.query_one("#prompt", Input)
+            if not box.value:
+                box.value = text
+                box.cursor_position = len(text)
 
     @on(Input.Submitted, "#n-predict")
     def n_predict_done(self, event: Input.Submitted) -> None:
@@ -338,6 +358,8 @@ class LiveScreen(RunScreen):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "escape" and isinstance(self.focused, Input) and self.focused.id == "search":
             return False  # Escape closes the search box
+        if action in ("toggle_chat", "cancel_generation") and self.is_replay:
+            return False  # a recording plays back its turns: no chat to start, nothing to cancel
         return super().check_action(action, parameters)
 
     def commands(self) -> list[tuple[str, str, Any]]:

@@ -108,6 +108,7 @@ class WhatIfScreen(Screen[None]):
         Binding("4", "tab('skew')", "skew", show=False),
         Binding("question_mark,f1", "help", "help"),
         Binding("q", "quit", "quit"),
+        Binding("ctrl+c", "quit", "quit", show=False, priority=True),  # not Textual's "press ctrl+q" notice
     ]
     #: actions that belong to the curves (the tables and text boxes keep their keys)
     CURSOR_ACTIONS = frozenset({"cursor", "cursor_to"})
