@@ -22,6 +22,7 @@ from textual.app import App, SystemCommand
 from textual.color import Color
 from textual.filter import ANSIToTruecolor, LineFilter
 from textual.screen import Screen
+from textual.scrollbar import ScrollBar, ScrollBarRender
 
 from bmoe_top.tui.widgets.palette import Look
 
@@ -69,7 +70,18 @@ ExpertMap { height: 1fr; min-height: 4; border-top: solid $primary-darken-3; }
 .-ascii #side { border-right: ascii $primary-darken-2; }
 .-ascii #answer-side { border-top: ascii $primary-darken-2; }
 .-ascii ExpertMap { border-top: ascii $primary-darken-3; }
+/* ...and none of Textual's chrome in box characters: the tab bar's underline (the active tab
+   keeps its own style) and the command-palette key's left rule */
+.-ascii Underline { display: none; }
+.-ascii FooterKey.-command-palette { border-left: none; }
 """
+
+
+class AsciiScrollBarRender(ScrollBarRender):
+    """Scrollbars without block characters: the thumb is its colour alone, in whole cells."""
+
+    VERTICAL_BARS: ClassVar[list[str]] = [" "] * 8
+    HORIZONTAL_BARS: ClassVar[list[str]] = [" "] * 8
 
 
 class MemoTruecolor(LineFilter):
@@ -149,6 +161,7 @@ class BmoeTopApp(App[int]):
 
     def _apply_look_classes(self) -> None:
         look = self.look
+        ScrollBar.renderer = AsciiScrollBarRender if look.ascii else ScrollBarRender
         for screen in (self.main, *self.screen_stack):
             screen.set_class(look.ascii, "-ascii")
             screen.set_class(look.colors == "mono", "-mono")
