@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from helpers import EMITTER
+from helpers.prompt import send_prompt
 from textual.widgets import DataTable, Input, Static
 
 from bmoe_top.tui.screens.live import live_app
@@ -39,15 +40,6 @@ def status_text(app) -> str:
     return str(app.query_one("#live-status", Static).render())
 
 
-async def send(pilot, app, prompt: str, n: int | None = None):
-    if n is not None:
-        app.query_one("#n-predict", Input).value = str(n)
-    box = app.query_one("#prompt", Input)
-    box.focus()
-    box.value = prompt
-    await pilot.press("enter")
-
-
 async def test_live_app_over_emitter_full_loop():
     src = ChildSession([sys.executable, EMITTER, "--rate", "100", "--stderr-bytes", "500"], stall_after_s=2.0)
     app = live_app(src, title="emitter")
@@ -56,7 +48,7 @@ async def test_live_app_over_emitter_full_loop():
         await pilot.pause(0.2)
         assert "ready" in status_text(app) and "emitter" in status_text(app)
         # turn 1: new chat
-        await send(pilot, app, "hello", 30)
+        await send_prompt(pilot, app, "hello", 30)
         assert await wait_for(pilot, lambda: app.main.run_model.n_tokens >= 5)
         assert "generating" in status_text(app) or src.state == "ready"
         assert await wait_for(pilot, lambda: src.state == "ready" and src.status().turns_done == 1)
@@ -67,7 +59,7 @@ async def test_live_app_over_emitter_full_loop():
         assert app.main.new_chat is False
         # a turn far longer than the test: it is still generating when Esc arrives, however late the
         # app sees its tokens on a loaded machine
-        await send(pilot, app, "more", 100_000)
+        await send_prompt(pilot, app, "more", 100_000)
         assert await wait_for(pilot, lambda: src.state == "generating" and app.main.run_model.n_tokens >= 35)
         await pilot.press("escape")  # cancel mid-turn
         assert await wait_for(pilot, lambda: src.state == "ready" and src.status().turns_done == 2)
@@ -75,7 +67,7 @@ async def test_live_app_over_emitter_full_loop():
         done = app.main.run_model.turns[-1].done
         assert done["cancelled"] is True and done["n_past"] > app.main.run_model.turns[0].done["n_past"]
         # rejected request: notice in the status line, session still usable
-        await send(pilot, app, "REJECT this", 5)
+        await send_prompt(pilot, app, "REJECT this", 5)
         assert await wait_for(pilot, lambda: src.status().last_error == "prompt rejected")
         assert await wait_for(pilot, lambda: src.state == "ready")
         # the rejected prompt is back in the box, to edit and send again (before: erased)
@@ -94,7 +86,7 @@ async def test_live_app_shows_aborted_child_with_exit_code():
     app = live_app(src, title="dies")
     async with app.run_test(size=(140, 40)) as pilot:
         assert await wait_for(pilot, lambda: src.state == "ready")
-        await send(pilot, app, "x", 20)
+        await send_prompt(pilot, app, "x", 20)
         assert await wait_for(pilot, lambda: src.state == "aborted")
         await pilot.pause(0.3)
         text = status_text(app)
@@ -126,23 +118,23 @@ async def test_live_app_over_real_runtime(tmp_path):
     app = live_app(src, title="bmoe-run tiny")
     async with app.run_test(size=(160, 48)) as pilot:
         assert await wait_for(pilot, lambda: src.state == "ready", 60)
-        await send(pilot, app, "Hello", 8)
+        await send_prompt(pilot, app, "Hello", 8)
         assert await wait_for(pilot, lambda: src.status().turns_done == 1, 60)
         run = app.main.run_model
         assert run.n_tokens == 8 and run.turns[-1].text
         assert run.resident is not None  # BMOE_RESIDENT filled the expert map
         assert await wait_for(pilot, lambda: app.query_one("#turns-table", DataTable).row_count == 1)
         # continue the chat, then cancel a long turn
-        await send(pilot, app, " again", 4)
+        await send_prompt(pilot, app, " again", 4)
         assert await wait_for(pilot, lambda: src.status().turns_done == 2, 60)
         assert run.turns[-1].done["n_past"] > run.turns[0].done["n_past"]
-        await send(pilot, app, "long", 400)
+        await send_prompt(pilot, app, "long", 400)
         assert await wait_for(pilot, lambda: run.n_tokens >= 14, 60)
         await pilot.press("escape")
         assert await wait_for(pilot, lambda: src.status().turns_done == 3, 30)
         assert run.turns[-1].cancelled
         # rejected (too long for n_ctx), still usable
-        await send(pilot, app, "x", 100000)
+        await send_prompt(pilot, app, "x", 100000)
         assert await wait_for(pilot, lambda: src.status().last_error is not None, 30)
         assert src.state == "ready"
         await pilot.press("ctrl+q")
@@ -169,7 +161,7 @@ async def test_live_app_attach_keeps_screen_when_runtime_goes_away_and_reconnect
     try:
         async with app.run_test(size=(150, 44)) as pilot:
             assert await wait_for(pilot, lambda: src.state == "ready", 20)
-            await send(pilot, app, "hi", 8)
+            await send_prompt(pilot, app, "hi", 8)
             assert await wait_for(pilot, lambda: src.status().turns_done == 1, 20)
             n = app.main.run_model.n_tokens
             p.send_signal(signal.SIGKILL)
@@ -254,7 +246,7 @@ async def test_arrow_then_end_follows_live_and_the_next_turn_is_followed():
         screen, pb = app.main, app.main.playback
         run = screen.run_model
         assert await wait_for(pilot, lambda: src.state == "ready")
-        await send(pilot, app, "one", 12)
+        await send_prompt(pilot, app, "one", 12)
         assert await wait_for(pilot, lambda: src.state == "ready" and src.status().turns_done == 1)
         await pilot.pause(0.2)
         assert pb.state() == "live" and "● live" in app.query_one("#title", Static).content.plain
@@ -265,7 +257,7 @@ async def test_arrow_then_end_follows_live_and_the_next_turn_is_followed():
         assert "paused" in app.query_one("#title", Static).content.plain
         await pilot.press("end")
         assert pb.state() == "live" and pb.follow and pb.selected is None
-        await send(pilot, app, "two", 12)
+        await send_prompt(pilot, app, "two", 12)
         assert await wait_for(pilot, lambda: src.state == "ready" and src.status().turns_done == 2)
         await pilot.pause(0.3)
         n = run.n_tokens

@@ -6,19 +6,12 @@ from __future__ import annotations
 import sys
 
 from helpers import EMITTER
+from helpers.prompt import send_prompt
 from helpers.waits import pilot_until
 from textual.widgets import DataTable, Input
 
 from bmoe_top.tui.screens.live import live_app
 from bmoe_top.tui.sources.child_session import ChildSession
-
-
-async def _send(pilot, app, prompt: str, n: int) -> None:
-    app.query_one("#n-predict", Input).value = str(n)
-    box = app.query_one("#prompt", Input)
-    box.focus()
-    box.value = prompt
-    await pilot.press("enter")
 
 
 async def test_cancel_cancel_complete_lists_three_turns_even_after_a_text_search():
@@ -34,13 +27,13 @@ async def test_cancel_cancel_complete_lists_three_turns_even_after_a_text_search
         await pilot.press("enter")
         assert screen.search_query == "w3"
         for i in range(2):  # two turns far longer than the test, cancelled mid-turn
-            await _send(pilot, app, f"long {i}", 100_000)
+            await send_prompt(pilot, app, f"long {i}", 100_000)
             await pilot_until(pilot, lambda i=i: src.state == "generating" and screen.run_model.n_tokens >= 3 * (i + 1),
                               "generating")
             await pilot.press("ctrl+x")
             await pilot_until(pilot, lambda i=i: src.state == "ready" and src.status().turns_done == i + 1,
                               f"turn {i + 1} cancelled")
-        await _send(pilot, app, "short", 5)
+        await send_prompt(pilot, app, "short", 5)
         await pilot_until(pilot, lambda: src.status().turns_done == 3, "turn 3 done")
         table = app.query_one("#turns-table", DataTable)
         await pilot_until(pilot, lambda: table.row_count == 3, "three rows in the Turns table")
@@ -64,7 +57,7 @@ async def test_prompt_placeholder_says_what_escape_does_while_generating_and_not
         await pilot_until(pilot, lambda: src.state == "ready", "ready")
         ph = app.query_one("#prompt", Input).placeholder
         assert "Escape cancels it" in ph and "leaves the box" in ph
-        await _send(pilot, app, "long", 100_000)
+        await send_prompt(pilot, app, "long", 100_000)
         await pilot_until(pilot, lambda: src.state == "generating", "generating")
         await pilot.press("escape")  # what the placeholder says: it cancels
         await pilot_until(pilot, lambda: src.state == "ready" and src.status().turns_done == 1, "cancelled")
@@ -78,7 +71,7 @@ async def test_faster_than_1x_on_a_live_view_says_it_only_catches_up():
     async with app.run_test(size=(160, 48)) as pilot:
         pb = app.main.playback
         await pilot_until(pilot, lambda: src.state == "ready", "ready")
-        await _send(pilot, app, "short", 5)
+        await send_prompt(pilot, app, "short", 5)
         await pilot_until(pilot, lambda: src.status().turns_done == 1 and pb.behind == 0, "turn done, view at it")
         await pilot.press("escape")  # leave the prompt box: ] is the view's key
         speed = pb.speed
