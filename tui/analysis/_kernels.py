@@ -43,6 +43,18 @@ def jit(fn: F) -> F:
 
 
 @jit
+def _missed(status: U8, srange: I64, x: int, j: int, bj: int) -> int:
+    """1 if item ``x``'s last lookup missed at budget ``j`` (of ``bj`` bytes), from its ranges
+    ``srange[x]`` = (jl, lo, hi): written out in ``status`` below jl and in [lo, hi), a miss in
+    [jl, lo), a hit from hi on (except at a zero budget)."""
+    if j < srange[x, 0] or (j >= srange[x, 1] and j < srange[x, 2]):
+        return int(status[x, j])
+    if j < srange[x, 1]:
+        return 1
+    return 0 if bj > 0 else 1
+
+
+@jit
 def lru_feed(item: I64, bfirst: I64, b0: int, b1: int, decode: B1, layer: I64, size: I64, budgets: I64,
              last_batch: I64, last_rpos: I64, status: U8, srange: I64, fen: I64, over: U8, bover: I64,
              scal: I64, stage: U8, hit_dec: I64, hit_pre: I64, hitb_dec: I64, hit_layer: I64,
@@ -150,21 +162,11 @@ def lru_feed(item: I64, bfirst: I64, b0: int, b1: int, decode: B1, layer: I64, s
                     else:
                         d = a
                         # x's and y's miss flags at budget j from their ranges
-                        if j < srange[x, 0] or (j >= srange[x, 1] and j < srange[x, 2]):
-                            xm = status[x, j]
-                        elif j < srange[x, 1]:
-                            xm = 1
-                        else:
-                            xm = 0 if bj > 0 else 1
+                        xm = _missed(status, srange, x, j, bj)
                         for q in range(ms, me):
                             y = item[q]
                             if y != x and last_batch[y] == pb:
-                                if j < srange[y, 0] or (j >= srange[y, 1] and j < srange[y, 2]):
-                                    ym = status[y, j]
-                                elif j < srange[y, 1]:
-                                    ym = 1
-                                else:
-                                    ym = 0 if bj > 0 else 1
+                                ym = _missed(status, srange, y, j, bj)
                                 if xm == ym:
                                     if last_rpos[y] > xr:
                                         d += size[y]

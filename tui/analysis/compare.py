@@ -238,6 +238,11 @@ class WarmupRow:
     steady_mean_ms: float
     lag1: float
 
+    @property
+    def name(self) -> str:
+        """``arm/run``, or the run alone when the arm is that run."""
+        return self.arm if self.arm == self.run else f"{self.arm}/{self.run}"
+
 
 @dataclass(frozen=True, slots=True)
 class EntryRow:

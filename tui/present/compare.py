@@ -393,9 +393,8 @@ def comparison_markdown(c: Comparison) -> str:
         lines.append("")
     lines.append(t.note)
     lines.append("")
-    lines.append("Warm-up (MSER-5): " + "; ".join(
-        f"{w.arm if w.arm == w.run else f'{w.arm}/{w.run}'} steady from token {w.split} of {w.tokens}"
-        for w in c.warmup))
+    lines.append("Warm-up (MSER-5): " + "; ".join(f"{w.name} steady from token {w.split} of {w.tokens}"
+                                                  for w in c.warmup))
     for h in c.contamination.hints:
         lines.append(f"- {h}")
     for a in c.advice:

@@ -139,8 +139,7 @@ class CompareScreen(Screen[None]):
 
     def _advice(self) -> Text:
         t = Text()
-        split = "; ".join(f"{w.arm if w.arm == w.run else f'{w.arm}/{w.run}'}: steady from token {w.split} of "
-                          f"{w.tokens}" for w in self.c.warmup)
+        split = "; ".join(f"{w.name}: steady from token {w.split} of {w.tokens}" for w in self.c.warmup)
         t.append("warm-up (MSER-5): ", style="bold")
         t.append_text(safe_text(split + "\n"))
         for a in self.c.advice:
