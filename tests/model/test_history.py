@@ -106,3 +106,30 @@ def test_late_column_and_absent_values():
     assert np.isnan(tc.view("a")[1]) and np.isnan(tc.view("b")[0]) and tc.view("b")[1] == 2.0
     assert np.isnan(tc.view("zzz")).all() and len(tc.view("zzz")) == 2
     assert tc.last("b") == 2.0 and math.isnan(tc.last("a"))
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.lists(st.tuples(st.integers(0, 60), st.integers(0, 3)), min_size=1, max_size=30))
+def test_stats_asked_again_as_rows_arrive_match_an_exact_recount(seed, steps):
+    """A range asked for frame after frame while rows arrive (a run panel's whole-turn figures):
+    each answer equals a recount of the rows, whether the range grew, stayed or shrank."""
+    rng = np.random.default_rng(seed)
+    tc = TokenColumns(["a"])
+    col: list[float] = []
+    lo = 0
+    for add, pick in steps:
+        for _ in range(add):
+            v = float(rng.normal()) if rng.random() > 0.3 else None
+            tc.append({"a": v})
+            col.append(math.nan if v is None else v)
+        if pick == 3 and col:
+            lo = int(rng.integers(0, len(col)))  # a new turn's start
+        hi = None if pick else int(rng.integers(lo, len(col) + 1))  # the whole run, or a cursor's range
+        arr = np.array(col[lo:hi], dtype=float)
+        s = tc.stats("a", lo, hi)
+        assert s.count == int(np.count_nonzero(~np.isnan(arr)))
+        if s.count:
+            assert math.isclose(s.sum, float(np.nansum(arr)), rel_tol=1e-9, abs_tol=1e-9)
+            assert (s.min, s.max) == (np.nanmin(arr), np.nanmax(arr))
+        else:
+            assert math.isnan(s.min) and math.isnan(s.max)
