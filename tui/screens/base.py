@@ -696,14 +696,17 @@ class RunScreen(Screen[None]):
 
     # ------------------------------------------------------------------------------ help
     def key_rows(self) -> list[tuple[str, str]]:
-        rows, seen = [], set()
+        """(keys, what they do) for the help screen: keys bound to the same action with the same
+        words share one row ("q / ctrl+c")."""
+        rows: dict[tuple[str, str], list[str]] = {}
+        seen: set[str] = set()
         for cls in type(self).__mro__:  # a mode's own keys first, then the shared ones
             for b in cls.__dict__.get("BINDINGS", ()):
                 if not isinstance(b, Binding) or b.key in seen:
                     continue
                 seen.add(b.key)
-                rows.append((key_label(b.key), b.description))
-        return rows
+                rows.setdefault((b.action, b.description), []).append(key_label(b.key))
+        return [(" / ".join(keys), desc) for (_action, desc), keys in rows.items()]
 
     def action_help(self) -> None:
         self.app.push_screen(HelpScreen(self.key_rows()))
