@@ -187,14 +187,22 @@ class RouteStore:
         self.max_tok = int(self._cummax[self._n - 1])
         self.max_layer = max(self.max_layer, int(layer.max()))
         self.max_expert = max(self.max_expert, int(expert.max()))
+        if int(tok.min()) >= 0 and int(layer.min()) >= 0 and int(hit.min()) >= 0:  # every row counts (a live token)
+            self._count_routes(tok, layer, hit > 0)
+            return
         m = (tok >= 0) & (layer >= 0) & (hit >= 0)
         if m.any():
-            self._count_routes(tok[m].astype(np.int64), layer[m].astype(np.int64), hit[m] > 0)
+            self._count_routes(tok[m], layer[m], hit[m] > 0)
 
     def _count_routes(self, tok: I64, layer: I64, hit: NDArray[np.bool_]) -> None:
         """Per (layer, row) lookups and hits of routing rows, added in row blocks."""
         n_layer = self.max_layer + 1
         t0, t1 = int(tok.min()), int(tok.max())
+        if t0 == t1:  # one token's rows (a live BMOE_ROUTE line): one column per layer
+            look1 = np.bincount(layer, minlength=n_layer).astype(np.float64)[:, None]
+            hits1 = np.bincount(layer, weights=hit, minlength=n_layer)[:, None]
+            self.add_counts_block(t0, hits1, look1)
+            return
         span = t1 - t0 + 1
         if span * n_layer > 1 << 24:  # very sparse rows: one block per distinct row
             for t in np.unique(tok):
