@@ -8,6 +8,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from bmoe_top.tui.model import KEEP_ALL, LIVE, MAX_PROBLEMS, Retention, RowUnit, RunModel, Status
 
@@ -187,15 +189,60 @@ def test_routing_rows_held_for_a_batch_are_seen_by_every_reader():
     L, K = 3, 2
     for t in range(PENDING_ROUTES + 5):  # one flush on the way, the rest still held
         run.add_token_row({"step": t + 1, "wall_ms": 1.0})
-        run.add_routes(np.full(L * K, t), np.repeat(np.arange(L), K), np.arange(L * K) % 4, np.arange(L * K) % 2)
+        ids = (np.arange(L * K) % 4).reshape(L, K).tolist()
+        hit = (np.arange(L * K) % 2).reshape(L, K).tolist()
+        run.add_route_lists(t, ids, hit)
     n = PENDING_ROUTES + 5
     assert run.n_layer == L and run.n_expert == 4
     assert run.routes.max_tok == n - 1 and run.routes.tok.shape[0] == n * L * K
     routed, hits = run.expert_counts()
     assert routed.sum() == n * L * K and hits.sum() == n * L * K // 2
     assert np.allclose(run.hit_matrix(n), 0.5)
-    run.add_routes(np.full(L * K, n), np.repeat(np.arange(L), K), np.zeros(L * K, int), np.ones(L * K, int))
+    run.add_route_lists(n, [[0] * K] * L, [[1] * K] * L)
     run.add_layer_counts(n + 1, np.array([2.0, 2.0, 2.0]), np.array([0.0, 0.0, 0.0]))
     share = run.hit_matrix(n + 2)
     assert np.allclose(share[:, n], 1.0) and np.allclose(share[:, n + 1], 1.0)
     assert run.layer_series(0, n + 2, bins=n + 2).lookups.sum() == (n + 1) * L * K + 6
+
+
+def _one_line_arrays(tok, experts, hits):
+    """One BMOE_ROUTE line's rows, the way a single line was always read (the reference)."""
+    import numpy as np
+
+    lens = [len(r) for r in experts]
+    layer = np.repeat(np.arange(len(experts)), lens)
+    expert = np.array([e for r in experts for e in r], dtype=np.int64)
+    if [len(r) for r in hits] == lens:
+        hit = np.array([h for r in hits for h in r], dtype=np.int64)
+    else:
+        hit = np.array([hrow[j] if j < len(hrow) else -1
+                        for hrow, n in zip(hits + [[]] * (len(experts) - len(hits)), lens) for j in range(n)],
+                       dtype=np.int64)
+    return np.full(len(expert), tok, dtype=np.int64), layer, expert, hit
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(-3, 50),
+                          st.lists(st.lists(st.integers(0, 9), max_size=4), max_size=5),
+                          st.integers(0, 3)), min_size=1, max_size=8))
+def test_routing_lines_read_as_one_block_equal_each_line_read_alone(lines):
+    """Lines held and converted together give the rows each line gives alone, in order, with
+    hit lists that match, are shorter, miss layers or are longer than their experts."""
+    import numpy as np
+
+    from bmoe_top.tui.model.run import route_arrays
+
+    held = []
+    for tok, experts, shape in lines:
+        hits = [[1] * len(r) for r in experts]
+        if shape == 1 and hits:
+            hits = hits[:-1]  # a layer without hits
+        elif shape == 2 and hits and hits[0]:
+            hits[0] = hits[0][:-1]  # a shorter hit list
+        elif shape == 3 and hits:
+            hits[-1] = [*hits[-1], 0]  # a longer one
+        held.append((tok, experts, hits))
+    want = [np.concatenate(c) for c in zip(*(_one_line_arrays(*x) for x in held))]
+    got = route_arrays(held)
+    for g, w in zip(got, want):
+        assert g.dtype == np.int64 and np.array_equal(g, w)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -235,23 +234,13 @@ class RecordFeed:
             tok = -1 - (turn.index if turn is not None else 0)
         else:  # the line for a token precedes or follows its BMOE_PROGRESS: key by the step
             tok = run.tokens.n if self._route_before_progress(rec) else run.tokens.n - 1
-        lens = [len(r) for r in experts]
-        total = sum(lens)
-        if not total:
+        if not any(experts):
             run.set_dims(n_layer=len(experts), grow=True)
             return
-        layer = np.repeat(np.arange(len(experts)), lens)
-        expert = np.fromiter(chain.from_iterable(experts), dtype=np.int64, count=total)
-        if [len(r) for r in hits] == lens:
-            hit = np.fromiter(chain.from_iterable(hits), dtype=np.int64, count=total)
-        else:  # a hit list shorter than its layer's experts: the rest is not known
-            hit = np.array([hrow[j] if j < len(hrow) else -1
-                            for hrow, n in zip(hits + [[]] * (len(experts) - len(hits)), lens)
-                            for j in range(n)], dtype=np.int64)
-        run.add_routes(np.full(total, tok, dtype=np.int64), layer, expert, hit)
+        run.add_route_lists(tok, experts, hits)
         run.set_dims(n_layer=len(experts), grow=True)
         if rec.phase != "prefill" and "n_expert_used" not in run.meta:
-            run.set_dims(top_k=max(lens), grow=True)  # a prefill row is the union over the batch
+            run.set_dims(top_k=max(len(r) for r in experts), grow=True)  # a prefill row is the union over the batch
 
     def _route_before_progress(self, rec: bl.Route) -> bool:
         """True when a decode BMOE_ROUTE belongs to the token whose BMOE_PROGRESS is still to come."""

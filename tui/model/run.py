@@ -39,6 +39,7 @@ import time
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import chain
 from types import MappingProxyType
 from typing import Any
 
@@ -70,6 +71,28 @@ MAX_ALERTS = 100
 #: Routing batches (a live token's BMOE_ROUTE line each) held before they go into the route store
 #: even when nothing reads them.
 PENDING_ROUTES = 64
+
+
+def route_arrays(lines: Sequence[tuple[int, Sequence[Sequence[int]], Sequence[Sequence[int]]]]
+                 ) -> tuple[I64, I64, I64, I64]:
+    """(token, layer, expert, hit) row arrays of routing lines ``(tok, experts, hits)`` (see
+    :meth:`RunModel.add_route_lists`), in order: a hit list shorter than its layer's experts
+    gives -1 (not known) for the rest."""
+    lens = [len(r) for _t, experts, _h in lines for r in experts]
+    total = sum(lens)
+    layer = np.repeat(np.fromiter(chain.from_iterable(range(len(e)) for _t, e, _h in lines), dtype=np.int64,
+                                  count=len(lens)), lens)
+    per_tok = [sum(len(r) for r in e) for _t, e, _h in lines]
+    tok = np.repeat(np.array([t for t, _e, _h in lines], dtype=np.int64), per_tok)
+    expert = np.fromiter(chain.from_iterable(r for _t, e, _h in lines for r in e), dtype=np.int64, count=total)
+    if [len(r) for _t, e, h in lines if len(h) == len(e) for r in h] == lens:
+        hit = np.fromiter(chain.from_iterable(r for _t, _e, h in lines for r in h), dtype=np.int64, count=total)
+    else:  # some hit list is shorter than its layer's experts: the rest is not known
+        hit = np.array([hrow[j] if j < len(hrow) else -1
+                        for _t, e, h in lines
+                        for hrow, n in zip([*h, *[[]] * (len(e) - len(h))], (len(r) for r in e))
+                        for j in range(n)], dtype=np.int64)
+    return tok, layer, expert, hit
 
 
 def safe(value: object) -> str:
@@ -137,7 +160,7 @@ class RunModel:
         self._row_unit = RowUnit.TOKEN
         self._tokens = TokenColumns(BASE_COLUMNS, window=retention.token_rows,
                                     history_capacity=retention.history_capacity)
-        self._pending_routes: list[tuple[NDArray[np.integer], ...]] = []  # see _routes_now
+        self._pending_routes: list[tuple[int, Sequence[Sequence[int]], Sequence[Sequence[int]]]] = []  # see _routes_now
         self._routes = RouteStore(window_tokens=retention.routing_tokens, count_rows=retention.layer_rows,
                                   history_capacity=retention.history_capacity)
         self._wall_scale: tuple[tuple[int, int], float] = ((-1, -1), 1.0)
@@ -174,14 +197,11 @@ class RunModel:
             return self._routes_now()
 
     def _routes_now(self) -> RouteStore:
-        """The route store with every routing row added so far (rows of live tokens wait in
-        ``_pending_routes`` until something reads them, then go in as one block)."""
+        """The route store with every routing row added so far (the lines of live tokens wait
+        in ``_pending_routes`` until something reads routing, then go in as one block)."""
         p = self._pending_routes
         if p:
-            if len(p) == 1:
-                self._routes.extend(*p[0])
-            else:
-                self._routes.extend(*(np.concatenate(c) for c in zip(*p)))
+            self._routes.extend(*route_arrays(p))
             p.clear()
         return self._routes
 
@@ -544,12 +564,25 @@ class RunModel:
         with self.lock:
             if len(tok) == 0:
                 return
-            # held until read (one block for the rows of many live tokens: each extend has a fixed cost)
-            self._pending_routes.append((np.asarray(tok), np.asarray(layer), np.asarray(expert), np.asarray(hit)))
+            routes = self._routes_now()
+            routes.extend(tok, layer, expert, hit)
+            self._n_layer = max(self._n_layer or 0, routes.max_layer + 1)
+            self._n_expert = max(self._n_expert or 0, routes.max_expert + 1)
+            self._touch()
+
+    def add_route_lists(self, tok: int, experts: Sequence[Sequence[int]], hits: Sequence[Sequence[int]]) -> None:
+        """One token's routing as a BMOE_ROUTE line gives it (docs/telemetry.md): ``experts[layer]``
+        the expert ids, ``hits[layer]`` aligned 1/0 (a shorter or missing list: not known, -1),
+        for token row ``tok`` (``-1 - turn`` for prefill). The rows wait, with those of the next
+        lines, until something reads routing (one block then: each block has a fixed cost)."""
+        with self.lock:
+            if not any(experts):
+                return
+            self._pending_routes.append((tok, experts, hits))
             if len(self._pending_routes) >= PENDING_ROUTES:
                 self._routes_now()
-            self._n_layer = max(self._n_layer or 0, int(np.max(layer)) + 1)
-            self._n_expert = max(self._n_expert or 0, int(np.max(expert)) + 1)
+            self._n_layer = max(self._n_layer or 0, len(experts))
+            self._n_expert = max(self._n_expert or 0, 1 + max(max(r) for r in experts if r))
             self._touch()
 
     def add_layer_counts(self, row: int, hits: F64, misses: F64) -> None:
