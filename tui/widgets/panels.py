@@ -20,6 +20,7 @@ from rich.console import Console, ConsoleOptions
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
+from textual.geometry import Region
 from textual.strip import Strip
 from textual.widget import Widget
 from textual.widgets import Static
@@ -525,12 +526,26 @@ class AnswerTail(Widget):
         self._key: tuple[Any, ...] | None = None
         self.wrap = TailWrap()
         self.frame = FrameCache(self._build)
+        self._drawn: tuple[tuple[int, int], list[Strip]] | None = None  # (size, lines) of the last update
 
     def update_from_run(self, force: bool = False) -> None:
+        """Build the lines again when the run, the cursor or the look changed, and repaint only
+        the rows whose line changed (a growing line, or every row when the text scrolled up)."""
         key = (self.run.version, self.playback.sel, look_of(self))
-        if key != self._key or force:
-            self._key = key
+        if key == self._key and not force:
+            return
+        self._key = key
+        width, height = self.content_region.size
+        lines = self.frame.get((key, width, height), width, height)
+        drawn, self._drawn = self._drawn, ((width, height), lines)
+        if force or drawn is None or drawn[0] != (width, height):
             self.refresh()
+            return
+        was = drawn[1]
+        rows = [Region(0, y, width, 1) for y in range(height)
+                if (was[y] if y < len(was) else None) is not (lines[y] if y < len(lines) else None)]
+        if rows:
+            self.refresh(*rows)
 
     def _build(self, width: int, height: int) -> list[Strip]:
         return answer_tail(self.run, self.playback.sel + 1, self.wrap, self.app.console, width, height, look_of(self))
