@@ -106,3 +106,57 @@ def test_late_column_and_absent_values():
     assert np.isnan(tc.view("a")[1]) and np.isnan(tc.view("b")[0]) and tc.view("b")[1] == 2.0
     assert np.isnan(tc.view("zzz")).all() and len(tc.view("zzz")) == 2
     assert tc.last("b") == 2.0 and math.isnan(tc.last("a"))
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.lists(st.tuples(st.integers(0, 60), st.integers(0, 3)), min_size=1, max_size=30))
+def test_stats_asked_again_as_rows_arrive_match_an_exact_recount(seed, steps):
+    """A range asked for frame after frame while rows arrive (a run panel's whole-turn figures):
+    each answer equals a recount of the rows, whether the range grew, stayed or shrank."""
+    rng = np.random.default_rng(seed)
+    tc = TokenColumns(["a"])
+    col: list[float] = []
+    lo = 0
+    for add, pick in steps:
+        for _ in range(add):
+            v = float(rng.normal()) if rng.random() > 0.3 else None
+            tc.append({"a": v})
+            col.append(math.nan if v is None else v)
+        if pick == 3 and col:
+            lo = int(rng.integers(0, len(col)))  # a new turn's start
+        hi = None if pick else int(rng.integers(lo, len(col) + 1))  # the whole run, or a cursor's range
+        arr = np.array(col[lo:hi], dtype=float)
+        s = tc.stats("a", lo, hi)
+        assert s.count == int(np.count_nonzero(~np.isnan(arr)))
+        if s.count:
+            assert math.isclose(s.sum, float(np.nansum(arr)), rel_tol=1e-9, abs_tol=1e-9)
+            assert (s.min, s.max) == (np.nanmin(arr), np.nanmax(arr))
+        else:
+            assert math.isnan(s.min) and math.isnan(s.max)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.lists(st.integers(1, 9), min_size=1, max_size=60))
+def test_counts_added_one_row_at_a_time_equal_the_same_counts_added_in_blocks(seed, blocks):
+    """A live token's counts (one row, the fast path of ``add_block``) land in the same buckets
+    as the same rows added as blocks (a file's rows), at every level, open buckets included."""
+    from bmoe_top.tui.model.history import CountHistory
+
+    rng = np.random.default_rng(seed)
+    def zeros(a, b):
+        return {"hits": np.zeros((3, 1)), "lookups": np.zeros((3, 1))}
+    one = CountHistory(zeros, lambda: 1 << 40, 3, capacity=8, base_rows=4, fanout=2)
+    block = CountHistory(zeros, lambda: 1 << 40, 3, capacity=8, base_rows=4, fanout=2)
+    row = 0
+    for k in blocks:
+        look = rng.integers(0, 9, size=(3, k)).astype(float)
+        hits = np.minimum(look, rng.integers(0, 9, size=(3, k)))
+        for j in range(k):
+            one.add_block(row + j, hits[:, j:j + 1], look[:, j:j + 1])
+        block.add_block(row, hits, look)  # blocks of two or more rows: the general path
+        row += k
+    for a, b in zip(one._all_levels(), block._all_levels()):
+        assert (a.width, a.first, a.n) == (b.width, b.first, b.n)
+        for name in ("hits", "lookups"):
+            assert np.array_equal(a.arr[name][:, : a.n], b.arr[name][:, : b.n])
+            assert np.array_equal(a.open[name], b.open[name])

@@ -173,3 +173,29 @@ def test_bounded_turns_and_requests():
         run.begin_turn(id=i)
     assert run.turn_count == 100 and 10 <= len(run.turns) <= 20 and run.turns[-1].index == 99
     assert 10 <= len(run.requests) <= 20 and run.find_request(99) is not None
+
+
+def test_routing_rows_held_for_a_batch_are_seen_by_every_reader():
+    """Live tokens' routing rows wait to go into the route store as one block; every reader (the
+    route store itself, the hit matrix, the layer series, the expert counts) sees all of them,
+    and per-layer counts added meanwhile keep their order."""
+    import numpy as np
+
+    from bmoe_top.tui.model.run import PENDING_ROUTES
+
+    run = RunModel()
+    L, K = 3, 2
+    for t in range(PENDING_ROUTES + 5):  # one flush on the way, the rest still held
+        run.add_token_row({"step": t + 1, "wall_ms": 1.0})
+        run.add_routes(np.full(L * K, t), np.repeat(np.arange(L), K), np.arange(L * K) % 4, np.arange(L * K) % 2)
+    n = PENDING_ROUTES + 5
+    assert run.n_layer == L and run.n_expert == 4
+    assert run.routes.max_tok == n - 1 and run.routes.tok.shape[0] == n * L * K
+    routed, hits = run.expert_counts()
+    assert routed.sum() == n * L * K and hits.sum() == n * L * K // 2
+    assert np.allclose(run.hit_matrix(n), 0.5)
+    run.add_routes(np.full(L * K, n), np.repeat(np.arange(L), K), np.zeros(L * K, int), np.ones(L * K, int))
+    run.add_layer_counts(n + 1, np.array([2.0, 2.0, 2.0]), np.array([0.0, 0.0, 0.0]))
+    share = run.hit_matrix(n + 2)
+    assert np.allclose(share[:, n], 1.0) and np.allclose(share[:, n + 1], 1.0)
+    assert run.layer_series(0, n + 2, bins=n + 2).lookups.sum() == (n + 1) * L * K + 6

@@ -96,7 +96,11 @@ async def test_playback_keys(csv_run):
         assert pb.cursor > 1
         await pilot.press("p")  # p pauses too (the tabs are on 1-4)
         assert not pb.playing and pb.state() == "paused"
-        # help lists every key, on ? and on F1
+        # help lists every key, on ? and on F1; keys for the same action share one row
+        rows = app.main.key_rows()
+        quit_rows = [k for k, d in rows if d == "quit"]
+        assert quit_rows == ["q / ctrl+c"], rows
+        assert len({k for k, _d in rows}) == len(rows)
         for key in ("question_mark", "f1"):
             await pilot.press(key)
             assert isinstance(app.screen, HelpScreen)

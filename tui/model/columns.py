@@ -30,6 +30,9 @@ from bmoe_top.tui.model.history import (
 
 __all__ = ["ColumnStats", "ColumnsReader", "Series", "TokenColumns"]
 
+#: Ranges whose statistics a column store remembers before it starts again (bounded memory).
+STATS_MEMO = 256
+
 
 @dataclass(frozen=True, slots=True)
 class ColumnStats:
@@ -44,6 +47,15 @@ class ColumnStats:
     @property
     def mean(self) -> float:
         return self.sum / self.count if self.count else math.nan
+
+    def __add__(self, other: ColumnStats) -> ColumnStats:
+        """The statistics of two disjoint row ranges together."""
+        if not other.count:
+            return self
+        if not self.count:
+            return other
+        return ColumnStats(self.count + other.count, self.sum + other.sum, min(self.min, other.min),
+                           max(self.max, other.max))
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +121,9 @@ class TokenColumns:
         self._pending: list[list[float]] = []  # appended rows not yet moved into _a
         self._n = 0
         self._seen: set[int] = set()
+        #: (column, lo) -> (hi, stats of rows [lo, hi)): a repeated or extended query over held
+        #: rows reads only the rows added since (a run panel asks for the same ranges every frame).
+        self._stats_memo: dict[tuple[int, int], tuple[int, ColumnStats]] = {}
         self._window = window
         self._base = base_rows
         self.history = ColumnHistory(self._fine, lambda: self._start, 0, history_capacity, base_rows,
@@ -288,8 +303,18 @@ class TokenColumns:
         self._flush()
         lo = max(0, lo)
         if lo >= self._start:  # every row is held: straight from them
-            q = column_stats(self._a[i: i + 1, lo - self._start: hi - self._start])  # the one column asked for
-            return ColumnStats(int(q["count"][0]), float(q["sum"][0]), float(q["min"][0]), float(q["max"][0]))
+            memo = self._stats_memo.get((i, lo))
+            if memo is not None and lo <= memo[0] <= hi:
+                done, st = memo
+            else:
+                done, st = lo, ColumnStats(0, 0.0, math.nan, math.nan)
+            if done < hi:
+                q = column_stats(self._a[i: i + 1, done - self._start: hi - self._start])  # the one column asked for
+                st = st + ColumnStats(int(q["count"][0]), float(q["sum"][0]), float(q["min"][0]), float(q["max"][0]))
+                if len(self._stats_memo) >= STATS_MEMO:
+                    self._stats_memo.clear()
+                self._stats_memo[(i, lo)] = (hi, st)
+            return st
         edges, _w = self.history.plan(lo, hi, 1, self._n)
         q = self.history.query(np.array([edges[0], edges[-1]], dtype=np.int64))
         return ColumnStats(int(q["count"][i, 0]), float(q["sum"][i, 0]), float(q["min"][i, 0]),

@@ -359,6 +359,11 @@ class CountHistory(_History):
         if k == 0:
             return
         self.advance(row0 + k)
+        if k == 1:  # one row (a live token): its counts go into one bucket per level as they are
+            one = {"hits": hits[:, 0], "lookups": lookups[:, 0]}
+            for lv in self._all_levels():
+                lv.add_at(row0 // lv.width, one)
+            return
         rows = np.arange(row0, row0 + k, dtype=np.int64)
         for lv in self._all_levels():
             b = rows // lv.width

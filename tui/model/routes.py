@@ -169,32 +169,40 @@ class RouteStore:
     def extend(self, tok: NDArray[np.integer], layer: NDArray[np.integer], expert: NDArray[np.integer],
                hit: NDArray[np.integer]) -> None:
         """Add routing rows (arrays of one length, in arrival order)."""
-        tok = np.asarray(tok, dtype=np.int64)
-        k = len(tok)
+        t64: I64 = np.asarray(tok, dtype=np.int64)
+        k = len(t64)
         if not k:
             return
-        layer = np.asarray(layer, dtype=np.int64)
-        expert = np.asarray(expert, dtype=np.int64)
-        hit = np.asarray(hit, dtype=np.int64)
+        l64: I64 = np.asarray(layer, dtype=np.int64)
+        e64: I64 = np.asarray(expert, dtype=np.int64)
+        h64: I64 = np.asarray(hit, dtype=np.int64)
         self._reserve(k)
         s = slice(self._n, self._n + k)
-        self._tok[s] = tok
-        self._layer[s] = layer
-        self._expert[s] = expert
-        self._hit[s] = hit
-        self._cummax[s] = np.maximum.accumulate(np.maximum(tok, self.max_tok))
+        self._tok[s] = t64
+        self._layer[s] = l64
+        self._expert[s] = e64
+        self._hit[s] = h64
+        self._cummax[s] = np.maximum.accumulate(np.maximum(t64, self.max_tok))
         self._n += k
         self.max_tok = int(self._cummax[self._n - 1])
-        self.max_layer = max(self.max_layer, int(layer.max()))
-        self.max_expert = max(self.max_expert, int(expert.max()))
-        m = (tok >= 0) & (layer >= 0) & (hit >= 0)
+        self.max_layer = max(self.max_layer, int(l64.max()))
+        self.max_expert = max(self.max_expert, int(e64.max()))
+        if int(t64.min()) >= 0 and int(l64.min()) >= 0 and int(h64.min()) >= 0:  # every row counts (a live token)
+            self._count_routes(t64, l64, h64 > 0)
+            return
+        m = (t64 >= 0) & (l64 >= 0) & (h64 >= 0)
         if m.any():
-            self._count_routes(tok[m].astype(np.int64), layer[m].astype(np.int64), hit[m] > 0)
+            self._count_routes(t64[m], l64[m], h64[m] > 0)
 
     def _count_routes(self, tok: I64, layer: I64, hit: NDArray[np.bool_]) -> None:
         """Per (layer, row) lookups and hits of routing rows, added in row blocks."""
         n_layer = self.max_layer + 1
         t0, t1 = int(tok.min()), int(tok.max())
+        if t0 == t1:  # one token's rows (a live BMOE_ROUTE line): one column per layer
+            look1 = np.bincount(layer, minlength=n_layer).astype(np.float64)[:, None]
+            hits1 = np.bincount(layer, weights=hit, minlength=n_layer).astype(np.float64)[:, None]
+            self.add_counts_block(t0, hits1, look1)
+            return
         span = t1 - t0 + 1
         if span * n_layer > 1 << 24:  # very sparse rows: one block per distinct row
             for t in np.unique(tok):

@@ -67,6 +67,9 @@ PROBLEM_TEXT = 200
 LOG_LINES = 5000
 #: Alerts kept (the banner shows the newest; all are counted).
 MAX_ALERTS = 100
+#: Routing batches (a live token's BMOE_ROUTE line each) held before they go into the route store
+#: even when nothing reads them.
+PENDING_ROUTES = 64
 
 
 def safe(value: object) -> str:
@@ -134,6 +137,7 @@ class RunModel:
         self._row_unit = RowUnit.TOKEN
         self._tokens = TokenColumns(BASE_COLUMNS, window=retention.token_rows,
                                     history_capacity=retention.history_capacity)
+        self._pending_routes: list[tuple[NDArray[np.integer], ...]] = []  # see _routes_now
         self._routes = RouteStore(window_tokens=retention.routing_tokens, count_rows=retention.layer_rows,
                                   history_capacity=retention.history_capacity)
         self._wall_scale: tuple[tuple[int, int], float] = ((-1, -1), 1.0)
@@ -166,6 +170,19 @@ class RunModel:
     @property
     def routes(self) -> RoutesReader:
         """Routing rows and per-layer counts (read access; :meth:`add_routes`, :meth:`add_layer_counts`)."""
+        with self.lock:
+            return self._routes_now()
+
+    def _routes_now(self) -> RouteStore:
+        """The route store with every routing row added so far (rows of live tokens wait in
+        ``_pending_routes`` until something reads them, then go in as one block)."""
+        p = self._pending_routes
+        if p:
+            if len(p) == 1:
+                self._routes.extend(*p[0])
+            else:
+                self._routes.extend(*(np.concatenate(c) for c in zip(*p)))
+            p.clear()
         return self._routes
 
     @property
@@ -527,9 +544,12 @@ class RunModel:
         with self.lock:
             if len(tok) == 0:
                 return
-            self._routes.extend(tok, layer, expert, hit)
-            self._n_layer = max(self._n_layer or 0, self.routes.max_layer + 1)
-            self._n_expert = max(self._n_expert or 0, self.routes.max_expert + 1)
+            # held until read (one block for the rows of many live tokens: each extend has a fixed cost)
+            self._pending_routes.append((np.asarray(tok), np.asarray(layer), np.asarray(expert), np.asarray(hit)))
+            if len(self._pending_routes) >= PENDING_ROUTES:
+                self._routes_now()
+            self._n_layer = max(self._n_layer or 0, int(np.max(layer)) + 1)
+            self._n_expert = max(self._n_expert or 0, int(np.max(expert)) + 1)
             self._touch()
 
     def add_layer_counts(self, row: int, hits: F64, misses: F64) -> None:
@@ -538,7 +558,7 @@ class RunModel:
         deltas). ``hits``/``misses``: ``[n_layer]``, NaN = not known for that layer. Grows
         ``n_layer`` to cover the layers given."""
         with self.lock:
-            self._routes.add_counts(int(row), hits, misses)
+            self._routes_now().add_counts(int(row), hits, misses)
             if self.routes.max_layer >= 0:
                 self._n_layer = max(self._n_layer or 0, self.routes.max_layer + 1)
             self._touch()
@@ -719,21 +739,21 @@ class RunModel:
         up (or the row is older than the per-layer rows kept: see :meth:`layer_series`)."""
         with self.lock:
             stop = self.route_token_count() if stop is None else stop
-            return self._routes.hit_share(self._n_layer or 0, start, stop)
+            return self._routes_now().hit_share(self._n_layer or 0, start, stop)
 
     def layer_series(self, lo: int = 0, hi: int | None = None, bins: int = 100) -> LayerShares:
         """Hit share per layer in about ``bins`` bins over rows ``[lo, hi)`` (default every row with
         counts): exact per bin, for the whole-run heatmap and zoomed windows."""
         with self.lock:
             hi = self.route_token_count() if hi is None else hi
-            return self._routes.layer_series(self._n_layer or 0, lo, hi, bins)
+            return self._routes_now().layer_series(self._n_layer or 0, lo, hi, bins)
 
     def expert_aggregates(self, stop: int | None = None) -> ExpertCounts:
         """Per (layer, expert) routed/hit counts and last-routing hit over tokens ``[0, stop)``
         (prefill rows of turns started before ``stop`` included). ``as_of`` is set when ``stop`` is
         older than the routing rows kept and the counts stop at an earlier checkpoint."""
         with self.lock:
-            return self._routes.expert_counts(self._n_layer or 0, self._n_expert or 0, stop)
+            return self._routes_now().expert_counts(self._n_layer or 0, self._n_expert or 0, stop)
 
     def expert_counts(self, stop: int | None = None) -> tuple[I64, I64]:
         """(routed counts, hit counts), int ``[n_layer, n_expert]``, over tokens ``[0, stop)``."""

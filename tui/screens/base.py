@@ -54,6 +54,8 @@ __all__ = ["COMPACT", "FAST_S", "MIN_SIZE", "REFRESH_S", "REFRESH_STEPS", "RunSc
 
 #: Log-pane lines drawn (the newest).
 LOG_SHOWN = 2000
+#: The widgets a repaint updates from the run besides the views, in update order.
+PANEL_KINDS: tuple[type, ...] = (Banner, RunPanel, AnswerPanel, AnswerTail, ProblemsPanel)
 #: Below this size the screen says it is too small (columns, rows).
 MIN_SIZE = (60, 15)
 #: Below this size the compact layout is used (columns, rows).
@@ -383,16 +385,28 @@ class RunScreen(Screen[None]):
 
     def _widgets(self, requery: bool = False) -> tuple[Any, ...]:
         """(title, views, panels, log, tabs, answer tails), looked up once after compose (again
-        with ``requery``: a forced repaint), not on every tick."""
+        with ``requery``: a forced repaint), not on every tick. One walk of the screen's widgets
+        (a CSS query per kind would match selectors against every node, each time)."""
         if self._parts is None or requery:
-            self._parts = (
-                self.query_one("#title", Static), tuple(self.query(RunView)),
-                (*self.query(Banner), *self.query(RunPanel), *self.query(AnswerPanel), *self.query(AnswerTail),
-                 *self.query(ProblemsPanel)),
-                self.query("#log-text").first(Static) if self.query("#log-text") else None,
-                self.query(TabbedContent).first() if self.query(TabbedContent) else None,
-                tuple(self.query(AnswerTail)),
-            )
+            views: list[RunView] = []
+            kinds: dict[type, list[Any]] = {k: [] for k in PANEL_KINDS}
+            title = log = tabs = None
+            for w in self.walk_children(with_self=False):
+                if isinstance(w, RunView):
+                    views.append(w)
+                elif isinstance(w, PANEL_KINDS):
+                    kinds[next(k for k in PANEL_KINDS if isinstance(w, k))].append(w)
+                elif isinstance(w, TabbedContent):
+                    tabs = tabs or w
+                elif isinstance(w, Static) and w.id in ("title", "log-text"):
+                    if w.id == "title":
+                        title = title or w
+                    else:
+                        log = log or w
+            if title is None:
+                title = self.query_one("#title", Static)  # raises NoMatches, as before compose
+            self._parts = (title, tuple(views), tuple(w for k in PANEL_KINDS for w in kinds[k]), log, tabs,
+                           tuple(kinds[AnswerTail]))
         return self._parts
 
     def _ready(self) -> bool:
@@ -682,14 +696,17 @@ class RunScreen(Screen[None]):
 
     # ------------------------------------------------------------------------------ help
     def key_rows(self) -> list[tuple[str, str]]:
-        rows, seen = [], set()
+        """(keys, what they do) for the help screen: keys bound to the same action with the same
+        words share one row ("q / ctrl+c")."""
+        rows: dict[tuple[str, str], list[str]] = {}
+        seen: set[str] = set()
         for cls in type(self).__mro__:  # a mode's own keys first, then the shared ones
             for b in cls.__dict__.get("BINDINGS", ()):
                 if not isinstance(b, Binding) or b.key in seen:
                     continue
                 seen.add(b.key)
-                rows.append((key_label(b.key), b.description))
-        return rows
+                rows.setdefault((b.action, b.description), []).append(key_label(b.key))
+        return [(" / ".join(keys), desc) for (_action, desc), keys in rows.items()]
 
     def action_help(self) -> None:
         self.app.push_screen(HelpScreen(self.key_rows()))

@@ -233,13 +233,15 @@ class LayerHeatmap(GridView):
             k = w.used
             if self.empty:
                 if unit == "token":
-                    why = absent_phrase(run, "routing") + (" (route trace or BMOE_ROUTE)" if not run.status.live
-                                                            else " (bmoe-run sends it with --route-telemetry)")
+                    short = absent_phrase(run, "routing")
+                    why = [short + (" (route trace or BMOE_ROUTE)" if not run.status.live
+                                    else " (bmoe-run sends it with --route-telemetry)"), short]
                 else:
-                    why = absent_phrase(run, f"per-layer hit/miss counts per {unit}")
+                    why = [absent_phrase(run, f"per-layer hit/miss counts per {unit}"), absent_phrase(run, "counts")]
                 self._geom = (0, 0, 0, 1, gut)
-                return [strip([(" " * gut, BLANK), (f"layer × {unit} hit share: ", look.title), (why, look.dim)],
-                              width)]
+                label = f"layer × {unit} hit share: "
+                return [strip([(" " * gut, BLANK), (label, look.title),
+                               (fit_text(why, width - gut - len(label)), look.dim)], width)]
             share, lookups = self._matrix(w) if k else (np.zeros((n_layer, 0)), None)
         axis = height >= 6
         avail = max(1, height - 1 - (1 if axis else 0))
@@ -413,10 +415,12 @@ class ExpertMap(GridView):
         if rank is not None and counts.sum() == 0:
             return self.build_rank(rank, resident, width, height)
         if self.empty or (counts.sum() == 0 and resident is None):
-            why = absent_phrase(run, "per-expert routing") if unit == "token" else \
-                "this source never sends per-expert routing"
+            why = [absent_phrase(run, "per-expert routing"), absent_phrase(run, "routing")] if unit == "token" else \
+                ["this source never sends per-expert routing", "never sent"]
             self._geom = (0, 0, 0, 1, gut)
-            return [strip([(" " * gut, BLANK), ("layer × expert map: ", look.title), (why, look.dim)], width)]
+            label = "layer × expert map: "
+            return [strip([(" " * gut, BLANK), (label, look.title),
+                           (fit_text(why, width - gut - len(label)), look.dim)], width)]
         if resident is not None and resident.shape != counts.shape:
             L, E = max(resident.shape[0], counts.shape[0]), max(resident.shape[1], counts.shape[1])
             counts = _pad(counts, L, E)

@@ -84,7 +84,7 @@ _SERIES_16 = {"compute": "blue", "flash": "yellow", "mgmt": "magenta"}
 
 #: 16 colours: five steps that differ in colour and in glyph density (viridis-like order for hit
 #: share, inferno-like for heat).
-_HIT_16 = [("░", "magenta"), ("▒", "blue"), ("▒", "cyan"), ("▓", "green"), ("█", "yellow")]
+_HIT_16 = [("░", "magenta"), ("▒", "blue"), ("▓", "cyan"), ("▆", "green"), ("█", "yellow")]
 _HEAT_16 = ["blue", "magenta", "red", "yellow", "bright_white"]
 
 
