@@ -8,12 +8,19 @@ terminal control sequences are made visible (``␛[31m``) rather than sent to th
 from __future__ import annotations
 
 import math
+import re
 import textwrap
+from bisect import bisect_left
+from collections.abc import Hashable, Iterable, Iterator
 from typing import Any
 
+from rich._wrap import divide_line
+from rich.cells import cell_len
+from rich.console import Console, ConsoleOptions
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
+from textual.geometry import Region
 from textual.strip import Strip
 from textual.widget import Widget
 from textual.widgets import Static
@@ -27,7 +34,8 @@ from bmoe_top.tui.widgets.base import ascii_strip, look_of
 from bmoe_top.tui.widgets.lines import FrameCache, blank
 from bmoe_top.tui.widgets.palette import BLANK, Look
 
-__all__ = ["AnswerPanel", "AnswerTail", "ProblemsPanel", "RunPanel", "answer_text", "header_parts", "safe_text"]
+__all__ = ["AnswerPanel", "AnswerTail", "ProblemsPanel", "RunPanel", "TailWrap", "answer_tail", "answer_text",
+           "header_parts", "safe_text"]
 
 
 def safe_text(s: str, style: str | Style = "", multiline: bool = True) -> Text:
@@ -185,21 +193,30 @@ def header_parts(run: RunModel, look: Look) -> list[tuple[str, Style]]:
     return out
 
 
-def answer_text(run: RunModel, cursor: int, max_chars: int | None = None, highlight: str = "",
-                look: Look | None = None) -> Text:
-    """Every turn's prompt, reasoning and answer up to the playback cursor, as safe Text.
+#: One piece of a turn's text block: its text, its style, and whether it comes from outside (then
+#: sanitized when drawn: :func:`safe_text`).
+_Piece = tuple[str, str, bool]
+#: One line of the answer between two line breaks (a paragraph, wrapped on its own): its safe
+#: (text, style) runs.
+_Para = tuple[tuple[str, str], ...]
 
-    With ``max_chars`` only the newest turns are built, until about that many characters (the
-    tail a fixed-height panel shows), reading only the end of each text: the cost of a repaint
-    stays bounded however long the run. ``highlight``: a search term marked in the text.
-    """
-    mono = look is not None and look.colors == "mono"
-    head_style = "bold" if mono else "#e5c07b"
-    prompt_style = "bold" if mono else "#61afef"
-    dim = "italic" if mono else "italic #7f848e"
-    alert = "bold" if mono else "#e06c75"
-    parts: list[Text] = []
-    size = 0
+
+def _answer_styles(look: Look | None) -> tuple[str, str, str, str]:
+    """(turn head, prompt, dim, alert) styles of the answer text in ``look``."""
+    if look is not None and look.colors == "mono":
+        return "bold", "bold", "italic", "bold"
+    return "#e5c07b", "#61afef", "italic #7f848e", "#e06c75"
+
+
+def _answer_blocks(run: RunModel, cursor: int, look: Look | None,
+                   lines: int | None = None) -> tuple[list[tuple[int, list[_Piece]]], bool]:
+    """(turn index, pieces) of every turn up to the playback cursor, newest first, and whether
+    the run has more than one turn. Each block is the turn's head, prompt, reasoning, answer up
+    to the cursor, ``[cancelled]``, error, and ends with a line break. ``lines``: only the newest
+    blocks that make at least that many lines (each line break starts one)."""
+    head_style, prompt_style, dim, alert = _answer_styles(look)
+    out: list[tuple[int, list[_Piece]]] = []
+    breaks = 0
     with run.lock:
         n = run.tokens.n
         full = cursor >= n
@@ -210,39 +227,240 @@ def answer_text(run: RunModel, cursor: int, max_chars: int | None = None, highli
         many = len(run.turns) > 1
         visible = [t for t in run.turns if not (n and t.first_token > cursor)]
         for turn in reversed(visible):
-            out = Text()
+            pieces: list[_Piece] = []
             if many or turn.prompt:
                 head = f"── turn {turn.index + 1}" + (f" (id {turn.id})" if turn.id is not None else "")
-                out.append(head + "\n", style=head_style)
+                pieces.append((head + "\n", head_style, False))
             if turn.prompt:
-                out.append_text(safe_text("> " + turn.prompt.strip() + "\n", prompt_style, multiline=True))
+                pieces.append(("> " + turn.prompt.strip() + "\n", prompt_style, True))
             end = turn.text_len
             if not full and has_end and cursor > 0 and last >= turn.first_token and turn_at_cursor == turn.index:
                 if end_at_cursor == end_at_cursor:  # not NaN
                     end = min(end, int(end_at_cursor))
-            if max_chars is not None and end > max_chars:
-                text = "…" + (turn.text_tail(max_chars) if end == turn.text_len else turn.text_prefix(end)[-max_chars:])
-            else:
-                text = turn.text if end == turn.text_len else turn.text_prefix(end)
             if turn.reasoning:
-                out.append_text(safe_text(turn.reasoning.rstrip() + "\n", dim, multiline=True))
-            out.append_text(safe_text(text, multiline=True))
+                pieces.append((turn.reasoning.rstrip() + "\n", dim, True))
+            pieces.append((turn.text if end == turn.text_len else turn.text_prefix(end), "", True))
             if turn.cancelled:
-                out.append(" [cancelled]", style=alert)
+                pieces.append((" [cancelled]", alert, False))
             if turn.error:
-                out.append_text(safe_text(f"\n[error: {turn.error}]", alert, multiline=True))
-            out.append("\n")
-            parts.append(out)
-            size += len(out)
-            if max_chars is not None and size >= max_chars:
-                break
+                pieces.append((f"\n[error: {turn.error}]", alert, True))
+            pieces.append(("\n", "", False))
+            out.append((turn.index, pieces))
+            if lines is not None:
+                breaks += sum(s.count("\n") for s, _, _ in pieces)
+                if breaks + 1 >= lines:
+                    break
+    return out, many
+
+
+def _no_answer(run: RunModel, look: Look | None) -> Text:
+    return Text("no answer text in this source" if not run.status.live else "no answer yet",
+                style=_answer_styles(look)[2])
+
+
+def answer_text(run: RunModel, cursor: int, highlight: str = "", look: Look | None = None) -> Text:
+    """Every turn's prompt, reasoning and answer up to the playback cursor, as safe Text (the
+    Text tab). ``highlight``: a search term marked in the text."""
+    parts: list[Text] = []
+    for _, pieces in reversed(_answer_blocks(run, cursor, look)[0]):
+        out = Text()
+        for s, style, outside in pieces:
+            if outside:
+                out.append_text(safe_text(s, style, multiline=True))
+            else:
+                out.append(s, style=style)
+        parts.append(out)
     if not any(p.plain.strip() for p in parts):
-        return Text("no answer text in this source" if not run.status.live else
-                    "no answer yet", style=dim)
-    joined = Text("").join(reversed(parts))
+        return _no_answer(run, look)
+    joined = Text("").join(parts)
     if highlight:
         joined.highlight_words([highlight], style="reverse", case_sensitive=False)
     return joined
+
+
+def _blank(blocks: list[tuple[int, list[_Piece]]], many: bool) -> bool:
+    """Whether the answer text of ``blocks`` shows nothing but white space (then the panel says
+    there is no answer)."""
+    if not blocks:
+        return True
+    if many:
+        return False  # every turn shows its head
+    for s, _, outside in blocks[0][1]:
+        # a character that is not white space is still one once sanitized
+        if s and (not s.isspace() or (outside and not sanitize(s, multiline=True).isspace())):
+            return False
+    return True
+
+
+def _paragraphs_back(blocks: list[tuple[int, list[_Piece]]]) -> Iterator[tuple[Hashable, _Para]]:
+    """The answer's paragraphs (its lines between line breaks), last first, each with a name that
+    stays while it grows: (turn index, where it starts in the turn's block). The text from
+    outside is sanitized one paragraph at a time (the same text as :func:`safe_text` of the whole
+    piece), so only the paragraphs the panel shows are read."""
+    for k, (index, pieces) in enumerate(blocks):
+        if k == 0:
+            yield (index, "end"), ()  # the empty line after the last line break
+        body = pieces[:-1]  # the block's closing line break is the boundary to the next block
+        starts = [0]
+        for s, _, _ in body:
+            starts.append(starts[-1] + len(s))
+        cur: list[tuple[str, str]] = []
+        for at, (s, style, outside) in zip(reversed(starts[:-1]), reversed(body), strict=True):
+            j = len(s)
+            while True:
+                i = s.rfind("\n", 0, j)
+                seg = s[i + 1:j]
+                if outside:
+                    if j < len(s) and seg.endswith("\r"):
+                        seg = seg[:-1]  # CRLF is one line break
+                    seg = sanitize(seg, multiline=True)
+                if seg:
+                    cur.append((seg, style))
+                if i < 0:
+                    break
+                yield (index, at + i + 1), tuple(reversed(cur))
+                cur, j = [], i
+        yield (index, 0), tuple(reversed(cur))
+
+
+def _para_text(para: _Para, start: int = 0) -> Text:
+    """The Text of ``para`` from character ``start`` on."""
+    out = Text()
+    at = 0
+    for s, style in para:
+        if at + len(s) > start:
+            out.append(s[max(0, start - at):], style=style or None)
+        at += len(s)
+    return out
+
+
+def _extends(old: _Para, new: _Para) -> bool:
+    """Whether ``new`` is ``old`` with more text at the end of its last run (``old`` is ``new``
+    cut back)."""
+    return (bool(old) and len(new) == len(old) and new[:-1] == old[:-1] and new[-1][1] == old[-1][1]
+            and new[-1][0].startswith(old[-1][0]))
+
+
+_WORD_REST = re.compile(r"\S*\s*")
+
+
+class _Wrapped:
+    """One paragraph wrapped: ``lines`` its last lines (``count`` in all), ``starts`` the
+    character where each line starts (None when a tab makes them depend on the whole line)."""
+
+    __slots__ = ("count", "lines", "para", "starts")
+
+    def __init__(self, para: _Para, lines: list[Strip], count: int, starts: list[int] | None) -> None:
+        self.para, self.lines, self.count, self.starts = para, lines, count, starts
+
+
+class TailWrap:
+    """The wrapped lines of the answer's last paragraphs, kept from one repaint to the next: a
+    paragraph that did not change is not wrapped again, and a growing one is wrapped again only
+    from the start of one of its last lines.
+
+    Rich breaks a paragraph greedily (``rich._wrap.divide_line``): where a line starts depends only
+    on the text before it, so every line start of a paragraph is still one when text is added at
+    its end; and the lines from a start that is not inside white space are the lines of the text
+    from there on, unless the word there fits a line only without its trailing white space (Rich
+    then folds that white space onto a line of its own: wrapped again from an earlier line). Cut
+back (the cursor moved to an earlier token), the lines that end before its last word stay, so a
+paragraph is wrapped again from a line start a panel's height before that. Held:
+    the paragraphs of the last repaint only (the panel's lines, plus a few), dropped when the size
+    or the look changes. ``wrapped`` counts the characters given to Rich (tests read it).
+    """
+
+    #: Lines kept per paragraph beyond the panel's height (a growing paragraph is wrapped again
+    #: from one of its last lines).
+    SPARE = 4
+
+    def __init__(self) -> None:
+        self._shape: Hashable = None
+        self._paras: dict[Hashable, _Wrapped] = {}
+        self.wrapped = 0
+
+    def lines(self, paragraphs: Iterable[tuple[Hashable, _Para]], console: Console, width: int,
+              height: int, shape: Hashable) -> list[Strip]:
+        """The last ``height`` lines of ``paragraphs`` (last first, as :func:`_paragraphs_back`
+        gives them) wrapped at ``width`` cells. ``shape``: what else the lines depend on (the
+        look): a change drops what is kept."""
+        if (width, height, shape) != self._shape:
+            self._shape, self._paras = (width, height, shape), {}
+        options = console.options.update_width(width)
+        keep = height + self.SPARE
+        old, made = self._paras, {}
+        got: list[list[Strip]] = []
+        count = 0
+        for name, para in paragraphs:
+            w = self._wrap(old.get(name), para, console, options, width, keep)
+            made[name] = w
+            got.append(w.lines)
+            count += w.count
+            if count >= height:
+                break
+        self._paras = made
+        return [line for lines in reversed(got) for line in lines][-height:]
+
+    def _render(self, text: Text, console: Console, options: ConsoleOptions) -> list[Strip]:
+        self.wrapped += len(text)
+        return [Strip([s if s.style is not None else Segment(s.text, BLANK, s.control) for s in line])
+                for line in console.render_lines(text, options, pad=False)]
+
+    def _wrap(self, was: _Wrapped | None, para: _Para, console: Console, options: ConsoleOptions,
+              width: int, keep: int) -> _Wrapped:
+        if was is not None and was.para == para:
+            return was
+        plain = "".join(s for s, _ in para)
+        tab = "\t" in plain  # tabs are expanded from the start of the paragraph
+        if was is not None and was.starts is not None and not tab and _extends(was.para, para):
+            first_kept = was.count - len(was.lines)  # the line was.lines[0] is
+            for i in range(len(was.starts) - 1, max(-1, len(was.starts) - 1 - self.SPARE), -1):
+                if i < first_kept:
+                    break
+                r = was.starts[i]
+                if r and not self._restarts(plain, r, width):
+                    continue
+                new = self._render(_para_text(para, r), console, options)
+                offsets = divide_line(plain[r:], width, fold=True)
+                if len(offsets) + 1 != len(new):
+                    break
+                lines = (was.lines[: i - first_kept] + new)[-keep:]
+                return _Wrapped(para, lines, i + len(new), was.starts[:i] + [r] + [r + o for o in offsets])
+        if was is not None and was.starts is not None and not tab and _extends(para, was.para):
+            # cut back (the cursor moved to an earlier token): the lines that end before its last
+            # word are the same; wrap again from a line start at least ``keep`` lines before that
+            q = len(plain.rstrip())
+            while q > 0 and not plain[q - 1].isspace():
+                q -= 1
+            j = bisect_left(was.starts, q)  # was.starts[:j] start before its last word
+            for i in range(j - 1 - keep, max(-1, j - 1 - keep - self.SPARE), -1):
+                r = was.starts[i]
+                if r and not self._restarts(plain, r, width):
+                    continue
+                new = self._render(_para_text(para, r), console, options)
+                offsets = divide_line(plain[r:], width, fold=True)
+                if len(offsets) + 1 != len(new):
+                    break
+                return _Wrapped(para, new[-keep:], i + len(new), was.starts[:i] + [r] + [r + o for o in offsets])
+        new = self._render(_para_text(para), console, options)
+        starts: list[int] | None = None
+        if not tab:
+            offsets = divide_line(plain, width, fold=True)
+            if len(offsets) + 1 == len(new):
+                starts = [0, *offsets]
+        return _Wrapped(para, new[-keep:], len(new), starts)
+
+    @staticmethod
+    def _restarts(plain: str, r: int, width: int) -> bool:
+        """Whether the lines of ``plain`` from its line start ``r`` are the lines of
+        ``plain[r:]``: the word (or the rest of a folded word) there starts with a character
+        that is not white space, and does not fit a line only without its trailing white space."""
+        if plain[r].isspace():
+            return False
+        m = _WORD_REST.match(plain, r)
+        assert m is not None  # \S*\s* matches the empty string
+        rest = m.group(0)
+        return not (cell_len(rest.rstrip()) <= width < cell_len(rest))
 
 
 class AnswerPanel(Static):
@@ -276,12 +494,28 @@ class AnswerPanel(Static):
         return self.renderable_for().plain.lower().count(self.query_text.lower())
 
 
+def answer_tail(run: RunModel, cursor: int, wrap: TailWrap, console: Console, width: int, height: int,
+                look: Look | None = None) -> list[Strip]:
+    """The last ``height`` lines of :func:`answer_text` (without a search term) wrapped at
+    ``width`` cells, as Strips (every segment with a real style), wrapping again only the
+    paragraphs ``wrap`` does not hold yet."""
+    if height <= 0:
+        return []
+    width = max(1, width)
+    blocks, many = _answer_blocks(run, cursor, look, lines=height)
+    if _blank(blocks, many):
+        return wrap.lines([(None, ((_no_answer(run, look).plain, _answer_styles(look)[2]),))],
+                          console, width, height, look)
+    return wrap.lines(_paragraphs_back(blocks), console, width, height, look)
+
+
 class AnswerTail(Widget):
     """The newest lines of the answer, filling a fixed-height panel (the side of the main screen).
 
     Its size never depends on the text, so streaming tokens repaint this widget only, never the
-    screen's layout; only the tail is wrapped (by Rich, keeping code indentation), and the
-    wrapped lines are drawn with the line API.
+    screen's layout; the answer is wrapped by Rich (keeping code indentation) one paragraph at a
+    time, from the newest until the panel is full, and a repaint wraps only what changed
+    (:class:`TailWrap`); the lines are drawn with the line API.
     """
 
     DEFAULT_CSS = "AnswerTail { height: 1fr; padding: 0 1; }"
@@ -290,28 +524,31 @@ class AnswerTail(Widget):
         super().__init__(**kw)
         self.run, self.playback = run, playback
         self._key: tuple[Any, ...] | None = None
+        self.wrap = TailWrap()
         self.frame = FrameCache(self._build)
+        self._drawn: tuple[tuple[int, int], list[Strip]] | None = None  # (size, lines) of the last update
 
     def update_from_run(self, force: bool = False) -> None:
+        """Build the lines again when the run, the cursor or the look changed, and repaint only
+        the rows whose line changed (a growing line, or every row when the text scrolled up)."""
         key = (self.run.version, self.playback.sel, look_of(self))
-        if key != self._key or force:
-            self._key = key
-            self.refresh()
-
-    def renderable_for(self) -> Text:
+        if key == self._key and not force:
+            return
+        self._key = key
         width, height = self.content_region.size
-        # enough text for height + 2 full lines (a wrapped line holds at most width + 1 chars, its
-        # dropped space): the tail is wrapped again at every fast repaint, so no more than that
-        limit = max(400, (width + 1) * (height + 2))
-        return answer_text(self.run, self.playback.sel + 1, max_chars=limit, look=look_of(self))
+        lines = self.frame.get((key, width, height), width, height)
+        drawn, self._drawn = self._drawn, ((width, height), lines)
+        if force or drawn is None or drawn[0] != (width, height):
+            self.refresh()
+            return
+        was = drawn[1]
+        rows = [Region(0, y, width, 1) for y in range(height)
+                if (was[y] if y < len(was) else None) is not (lines[y] if y < len(lines) else None)]
+        if rows:
+            self.refresh(*rows)
 
     def _build(self, width: int, height: int) -> list[Strip]:
-        if height <= 0:
-            return []
-        console = self.app.console
-        rendered = console.render_lines(self.renderable_for(), console.options.update_width(max(1, width)), pad=False)
-        return [Strip([s if s.style is not None else Segment(s.text, BLANK, s.control) for s in line])
-                for line in rendered[-height:]]
+        return answer_tail(self.run, self.playback.sel + 1, self.wrap, self.app.console, width, height, look_of(self))
 
     def render_line(self, y: int) -> Strip:
         width, height = self.content_region.size
