@@ -62,7 +62,7 @@ def big_run(n_tok: int) -> RunModel:
 #: Textual's compositor, the title and the screen's own bookkeeping).
 TIMED: tuple[tuple[type, str], ...] = (
     *((cls, "build") for cls in (OverviewStrip, BreakdownChart, TrendChart, LayerHeatmap, ExpertMap, RunPanel)),
-    (AnswerTail, "render_line"))
+    (AnswerTail, "update_from_run"), (AnswerTail, "render_line"))
 
 
 @contextmanager
