@@ -414,18 +414,12 @@ paragraph is wrapped again from a line start a panel's height before that. Held:
         tab = "\t" in plain  # tabs are expanded from the start of the paragraph
         if was is not None and was.starts is not None and not tab and _extends(was.para, para):
             first_kept = was.count - len(was.lines)  # the line was.lines[0] is
-            for i in range(len(was.starts) - 1, max(-1, len(was.starts) - 1 - self.SPARE), -1):
-                if i < first_kept:
-                    break
-                r = was.starts[i]
-                if r and not self._restarts(plain, r, width):
-                    continue
-                new = self._render(_para_text(para, r), console, options)
-                offsets = divide_line(plain[r:], width, fold=True)
-                if len(offsets) + 1 != len(new):
-                    break
-                lines = (was.lines[: i - first_kept] + new)[-keep:]
-                return _Wrapped(para, lines, i + len(new), was.starts[:i] + [r] + [r + o for o in offsets])
+            last = len(was.starts) - 1
+            hit = self._restart(was.starts, para, plain, range(last, max(-1, last - self.SPARE, first_kept - 1), -1),
+                                width, console, options)
+            if hit is not None:
+                i, new, again = hit
+                return _Wrapped(para, (was.lines[: i - first_kept] + new)[-keep:], i + len(new), again)
         if was is not None and was.starts is not None and not tab and _extends(para, was.para):
             # cut back (the cursor moved to an earlier token): the lines that end before its last
             # word are the same; wrap again from a line start at least ``keep`` lines before that
@@ -433,15 +427,11 @@ paragraph is wrapped again from a line start a panel's height before that. Held:
             while q > 0 and not plain[q - 1].isspace():
                 q -= 1
             j = bisect_left(was.starts, q)  # was.starts[:j] start before its last word
-            for i in range(j - 1 - keep, max(-1, j - 1 - keep - self.SPARE), -1):
-                r = was.starts[i]
-                if r and not self._restarts(plain, r, width):
-                    continue
-                new = self._render(_para_text(para, r), console, options)
-                offsets = divide_line(plain[r:], width, fold=True)
-                if len(offsets) + 1 != len(new):
-                    break
-                return _Wrapped(para, new[-keep:], i + len(new), was.starts[:i] + [r] + [r + o for o in offsets])
+            hit = self._restart(was.starts, para, plain, range(j - 1 - keep, max(-1, j - 1 - keep - self.SPARE), -1),
+                                width, console, options)
+            if hit is not None:
+                i, new, again = hit
+                return _Wrapped(para, new[-keep:], i + len(new), again)
         new = self._render(_para_text(para), console, options)
         starts: list[int] | None = None
         if not tab:
@@ -449,6 +439,22 @@ paragraph is wrapped again from a line start a panel's height before that. Held:
             if len(offsets) + 1 == len(new):
                 starts = [0, *offsets]
         return _Wrapped(para, new[-keep:], len(new), starts)
+
+    def _restart(self, starts: list[int], para: _Para, plain: str, candidates: Iterable[int], width: int,
+                 console: Console, options: ConsoleOptions) -> tuple[int, list[Strip], list[int]] | None:
+        """Wrap ``para`` again from the first of its line starts ``starts[i]`` (``i`` from
+        ``candidates``) where that gives the same lines: (i, the lines from there, every line
+        start). None when none does, or when Rich's lines and its line breaker disagree."""
+        for i in candidates:
+            r = starts[i]
+            if r and not self._restarts(plain, r, width):
+                continue
+            new = self._render(_para_text(para, r), console, options)
+            offsets = divide_line(plain[r:], width, fold=True)
+            if len(offsets) + 1 != len(new):
+                return None
+            return i, new, starts[:i] + [r] + [r + o for o in offsets]
+        return None
 
     @staticmethod
     def _restarts(plain: str, r: int, width: int) -> bool:
