@@ -46,7 +46,7 @@ BreakdownChart { height: 14; }
 LayerHeatmap { height: 1fr; min-height: 4; }
 ExpertMap { height: 1fr; min-height: 4; border-top: solid $primary-darken-3; }
 .-empty { height: 1 !important; min-height: 1 !important; max-height: 1 !important; border-top: none !important; }
-#search { display: none; dock: bottom; height: 1; border: none; padding: 0 1; }
+#search { display: none; height: 1; border: none; padding: 0 1; }
 #search.-shown { display: block; }
 #too-small { display: none; }
 

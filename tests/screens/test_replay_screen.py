@@ -271,3 +271,20 @@ async def test_command_palette_lists_the_screens_own_actions(csv_run):
             assert want in titles
         await pilot.press("ctrl+c")  # quits a replay at once (no "press ctrl+q" notice)
     assert app.return_code == 0 and not app.is_running
+
+
+@pytest.mark.parametrize("size", [(80, 24), (200, 60)])
+async def test_the_search_box_is_drawn_where_the_user_types(csv_run, size):
+    """`/` opens a box the user sees while typing (it was docked under the footer, so every key
+    went in blind), and typing does not stack a notification per key."""
+    app = replay_app(open_paths(csv_run), "s")
+    async with app.run_test(size=size) as pilot:
+        await pilot.press("slash", *"tok")
+        await pilot.pause()
+        screen = app.screen
+        lines = ["".join(seg.text for seg in s) for s in screen._compositor.render_strips()]
+        assert any("tok" in line and "^p" not in line for line in lines[-3:]), lines[-3:]
+        assert len(app._notifications) == 0
+        await pilot.press("enter")
+        await pilot.pause()
+        assert len(app._notifications) == 1

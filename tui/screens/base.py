@@ -666,7 +666,7 @@ class RunScreen(Screen[None]):
                 at = plain.lower().find(query.lower())
                 if at >= 0:
                     self.query_one("#text-scroll", VerticalScroll).scroll_to(y=plain.count("\n", 0, at), animate=False)
-            if query:
+            if query and jump:  # on Enter: while typing, the marks in the text are the answer
                 self.notify(f"{panel.matches()} match(es) for “{sanitize(query)}”", timeout=2)
         elif tab == "problems":
             p = self.query_one(ProblemsPanel)
