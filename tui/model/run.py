@@ -591,9 +591,10 @@ class RunModel:
         deltas). ``hits``/``misses``: ``[n_layer]``, NaN = not known for that layer. Grows
         ``n_layer`` to cover the layers given."""
         with self.lock:
-            self._routes_now().add_counts(int(row), hits, misses)
-            if self.routes.max_layer >= 0:
-                self._n_layer = max(self._n_layer or 0, self.routes.max_layer + 1)
+            routes = self._routes_now()
+            routes.add_counts(int(row), hits, misses)
+            if routes.max_layer >= 0:
+                self._n_layer = max(self._n_layer or 0, routes.max_layer + 1)
             self._touch()
 
     def set_resident(self, resident: NDArray[np.bool_] | None, *, resident_mib: float | None = None,

@@ -364,10 +364,10 @@ class TailWrap:
     its end; and the lines from a start that is not inside white space are the lines of the text
     from there on, unless the word there fits a line only without its trailing white space (Rich
     then folds that white space onto a line of its own: wrapped again from an earlier line). Cut
-back (the cursor moved to an earlier token), the lines that end before its last word stay, so a
-paragraph is wrapped again from a line start a panel's height before that. Held:
-    the paragraphs of the last repaint only (the panel's lines, plus a few), dropped when the size
-    or the look changes. ``wrapped`` counts the characters given to Rich (tests read it).
+    back (the cursor moved to an earlier token), the lines that end before its last word stay, so
+    a paragraph is wrapped again from a line start a panel's height before that. Held: the
+    paragraphs of the last repaint only (the panel's lines, plus a few), dropped when the size or
+    the look changes. ``wrapped`` counts the characters given to Rich (tests read it).
     """
 
     #: Lines kept per paragraph beyond the panel's height (a growing paragraph is wrapped again
