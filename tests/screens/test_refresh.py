@@ -198,3 +198,32 @@ async def test_the_text_boxes_of_the_run_screens_do_not_blink(csv_run):
         boxes = list(app.query(Input))
         assert boxes and app.focused in boxes
         assert all(not box.cursor_blink for box in boxes)
+
+
+def tick_timers(screen) -> list:
+    """The screen's timers that call its repaint tick."""
+    return [t for t in screen._timers if getattr(t._callback, "__func__", None) is type(screen).tick]
+
+
+async def test_every_mode_screen_runs_one_repaint_timer(csv_run, tmp_path):
+    """Textual calls the ``on_mount`` of every class of a screen: a mode screen that also called
+    the base's ran it twice, and two timers ticked at twice ``fps``."""
+    import sys
+
+    from helpers import EMITTER
+
+    from bmoe_top.tui.screens.attach_audit import AuditAttachScreen
+    from bmoe_top.tui.screens.live import LiveScreen
+    from bmoe_top.tui.sources.child_session import ChildSession
+    from bmoe_top.tui.sources.tail import FileTail
+
+    audit = tmp_path / "audit.jsonl"
+    audit.write_bytes(b"")
+    screens = [ReplayScreen(open_paths(csv_run), title="replay"),
+               LiveScreen(ChildSession([sys.executable, EMITTER]), title="live"),
+               AuditAttachScreen(FileTail(str(audit)))]
+    for screen in screens:
+        app = BmoeTopApp(screen)
+        async with app.run_test(size=(150, 44)) as pilot:
+            await pilot.pause()
+            assert len(tick_timers(screen)) == 1, type(screen).__name__

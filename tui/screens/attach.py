@@ -83,7 +83,8 @@ class AttachScreen(RunScreen):
 
     def on_mount(self) -> None:
         self.start_source()
-        super().on_mount()
+
+    def after_mount(self) -> None:
         self.update_attach(force=True)
 
     def tick(self) -> None:

@@ -210,6 +210,9 @@ class RunScreen(Screen[None]):
         yield from ()
 
     def on_mount(self) -> None:
+        """The repaint timer, the layout and the first paint. Textual calls the ``on_mount`` of
+        every class of the screen, the subclass's first: a subclass never calls this one (a
+        second call would start a second timer); what must follow it goes in :meth:`after_mount`."""
         for tabs in self.query(Tabs):
             tabs.can_focus = False  # the arrow keys move the selection, not the tabs
         for scroll in self.query(VerticalScroll):
@@ -217,6 +220,10 @@ class RunScreen(Screen[None]):
         self.set_interval(1.0 / max(1.0, self.fps), self.tick)
         self.apply_layout(self.size.width, self.size.height)
         self.refresh_views(force=True)
+        self.after_mount()
+
+    def after_mount(self) -> None:
+        """What a mode screen does once the shared timer, layout and first paint are up."""
 
     def on_resize(self, event: events.Resize) -> None:
         self.apply_layout(event.size.width, event.size.height)

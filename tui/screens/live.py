@@ -161,7 +161,8 @@ class LiveScreen(RunScreen):
             self.source.start()
         if not self.is_replay:
             self.query_one("#prompt", Input).focus()
-        super().on_mount()
+
+    def after_mount(self) -> None:
         self.update_live()
 
     def _install_signals(self) -> None:
