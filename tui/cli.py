@@ -633,7 +633,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+    """The ``bmoe-top`` command (``argv`` None: the program's own command line, and the app it
+    runs owns the process: :attr:`~bmoe_top.tui.app.BmoeTopApp.own_process`)."""
+    if argv is None:
+        from bmoe_top.tui.app import BmoeTopApp
+
+        BmoeTopApp.own_process = True
+        argv = sys.argv[1:]
     args = build_parser().parse_args(argv)
     before = _end_on_signals() if getattr(args, "once", False) or getattr(args, "summary", False) else {}
     _apply_look(args)
