@@ -46,6 +46,20 @@ def test_live_grows_past_its_first_capacity() -> None:
     assert np.array_equal(live.curve().decode_hits, off.decode_hits)
 
 
+def test_live_grows_several_times_with_layers_of_different_bytes() -> None:
+    """Each growth rebuilds the Fenwick tree of resident bytes from the items' last batches: after
+    several doublings the curve is still the offline replay's, bytes and all."""
+    rng = np.random.default_rng(5)
+    dec = random_routing(rng, 2600, 3, 12, 3)  # 7,800 batches: the capacity doubles three times
+    live = LiveLru(3, 12, [3, 7, 11], points=24)
+    live.feed_tokens(dec[:40])
+    for t in range(40, dec.shape[0], 97):
+        live.feed_tokens(dec[t:t + 97])
+    off = C.lru_curve(from_routing(dec, [3, 7, 11], 12), live.budgets)
+    assert np.array_equal(live.curve().decode_hits, off.decode_hits)
+    assert np.array_equal(live.curve().hit_bytes, off.hit_bytes)
+
+
 def test_live_rejects_bad_input() -> None:
     live = LiveLru(2, 4, [1, 1])
     with pytest.raises(ValueError):

@@ -172,14 +172,15 @@ class LruState:
         """Room for ``batch_capacity`` batches of up to ``max_batch`` lookups (keeps the state)."""
         if batch_capacity + 1 > self.fen.shape[0]:
             cap = max(batch_capacity, 2 * (self.fen.shape[0] - 1))
-            fen = np.zeros(cap + 1, dtype=np.int64)
-            # rebuild the Fenwick tree from the items' last batches
+            # rebuild the Fenwick tree from the items' last batches: node i holds the bytes of
+            # the batches (i - lowbit(i), i], a difference of two prefix sums
             seen = self.last_batch >= 0
-            for b, s in zip(self.last_batch[seen].tolist(), self.size[seen].tolist()):
-                i = b + 1
-                while i <= cap:
-                    fen[i] += s
-                    i += i & (-i)
+            point = np.zeros(cap + 1, dtype=np.int64)
+            np.add.at(point, self.last_batch[seen] + 1, self.size[seen])
+            prefix = np.cumsum(point)
+            i = np.arange(cap + 1, dtype=np.int64)
+            fen = prefix - prefix[i - (i & -i)]
+            fen[0] = 0
             self.fen = fen
         if max_batch > self.stage.shape[0]:
             self.stage = np.zeros((max_batch, self.budgets.shape[0]), dtype=np.uint8)
