@@ -969,21 +969,31 @@ static int32_t tensor_type(const struct bmoe_hook *h, const char *t) { return *(
 
 static const char *tensor_data(const struct bmoe_hook *h, const char *t) { return *(const char *const *) (t + h->data_offset); }
 
-/* logits = W x over the experts (f32; four partial sums per row) */
+/* logits = W x over the experts (f32; sixteen partial sums per row, in 4-float vectors) */
+typedef float v4f __attribute__((vector_size(16)));
+
+static v4f load4(const float *p) {
+    v4f v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
 static void router_logits(const struct router *r, const float *x, float *out, int n_expert) {
     int64_t n = r->n_embd;
     for (int e = 0; e < n_expert; ++e) {
         const float *w = (const float *) (r->w + (size_t) e * r->row);
-        float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+        v4f a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
         int64_t i = 0;
-        for (; i + 4 <= n; i += 4) {
-            s0 += w[i] * x[i];
-            s1 += w[i + 1] * x[i + 1];
-            s2 += w[i + 2] * x[i + 2];
-            s3 += w[i + 3] * x[i + 3];
+        for (; i + 16 <= n; i += 16) {
+            a0 += load4(w + i) * load4(x + i);
+            a1 += load4(w + i + 4) * load4(x + i + 4);
+            a2 += load4(w + i + 8) * load4(x + i + 8);
+            a3 += load4(w + i + 12) * load4(x + i + 12);
         }
-        for (; i < n; ++i) s0 += w[i] * x[i];
-        out[e] = (s0 + s1) + (s2 + s3);
+        v4f a = (a0 + a1) + (a2 + a3);
+        float s = (a[0] + a[1]) + (a[2] + a[3]);
+        for (; i < n; ++i) s += w[i] * x[i];
+        out[e] = s;
     }
 }
 

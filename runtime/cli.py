@@ -88,9 +88,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--overlap", action="store_true", help="speculative reads on idle I/O lanes (implies --prefetch 1)")
     ap.add_argument("--prefetch", type=int, default=0, metavar="K",
                     help="prefetch the previous token's experts for the next K layers")
-    ap.add_argument("--early-prefetch", type=int, default=1, metavar="M",
+    ap.add_argument("--early-prefetch", type=int, default=0, metavar="M",
                     help="at each layer's routing, read ahead the M experts the next layer's router predicts "
-                    "from this layer's router input (default 1, at most 8; 0 = off)")
+                    "from this layer's router input (at most 8; default 0 = off)")
     ap.add_argument("--moe-stream", dest="stream", action="store_true", default=True,
                     help="stream experts (default; accepted for compatibility)")
     ap.add_argument("--no-moe-stream", dest="stream", action="store_false",

@@ -184,7 +184,7 @@ class Engine:
         o_direct: bool = True,
         overlap: bool = False,
         prefetch: int = 0,
-        early_prefetch: int = 1,
+        early_prefetch: int = 0,
         force_cache: bool = False,
         route_telemetry: bool = False,
         route_weights: bool = False,
