@@ -11,7 +11,8 @@ For each bench model (the ``bench`` preset in Q4_K_M and q8_0, made with ``make_
   "Every expert" is timed on a warm cache (the whole bank read before the timed tokens: the
   cache's steady state; how the C++ bench times that row is not known here); "allcold" is the same
   budget from a cold cache, so its first tokens' reads are inside the timing (no C++ figure).
-  Every other streamed run starts from a cold cache,
+  "50e1"/"25e1" are the 50% and 25% rows with ``--early-prefetch 1`` (the same-run A/B of
+  docs/runtime.md "How streaming works", step 6; off by default). Every other streamed run starts from a cold cache,
   as a fresh process would (the prompt's prefill, untimed, fills it first);
 * **serial limit** (cache off): a token cannot be faster than the resident compute plus its
   page-aligned expert reads at ``dd iflag=direct bs=1M`` bandwidth; goal: 0.7x of it;
@@ -56,10 +57,11 @@ CPP_RATIOS = {
     "off": {"q4_k": 0.062, "q8_0": 0.061},
     "off2": {"q4_k": 0.094},
 }
-ROWS = ("bare", "resident", "all", "allcold", "50", "25", "off", "off2")
+ROWS = ("bare", "resident", "all", "allcold", "50", "25", "50e1", "25e1", "off", "off2")
 LABELS = {"bare": "bare llama.cpp loop", "resident": "resident (--no-moe-stream)",
           "all": "cache holds every expert", "allcold": "every expert fits, cold start",
           "50": "50% of the expert bank", "25": "25% of the expert bank",
+          "50e1": "50%, --early-prefetch 1", "25e1": "25%, --early-prefetch 1",
           "off": "cache off", "off2": "cache off, 2 read threads"}
 
 
@@ -138,6 +140,8 @@ def row_flags(row: str, bank_mib: float) -> list[str]:
     every = ["--cache-mb", f"{bank_mib + 1:.1f}"]
     return {"resident": ["--no-moe-stream"], "all": every, "allcold": every,
             "50": ["--cache-mb", f"{bank_mib * 0.5:.2f}"], "25": ["--cache-mb", f"{bank_mib * 0.25:.2f}"],
+            "50e1": ["--cache-mb", f"{bank_mib * 0.5:.2f}", "--early-prefetch", "1"],
+            "25e1": ["--cache-mb", f"{bank_mib * 0.25:.2f}", "--early-prefetch", "1"],
             "off": ["--cache-mb", "0"], "off2": ["--cache-mb", "0", "--io-threads", "2"]}[row]
 
 
@@ -151,6 +155,8 @@ def make_engine(row: str, model: str, bank_mib: float, n_ctx: int, threads: int)
         return Engine(model, cache_mb=bank_mib + 1, **kw)
     if row in ("50", "25"):
         return Engine(model, cache_mb=bank_mib * int(row) / 100, **kw)
+    if row in ("50e1", "25e1"):
+        return Engine(model, cache_mb=bank_mib * int(row[:2]) / 100, early_prefetch=1, **kw)
     return Engine(model, cache_mb=0, io_threads=2 if row == "off2" else 1, **kw)
 
 
@@ -254,7 +260,7 @@ def peak_rss(model: str, rows: list[str], tokens: int, threads: int, n_ctx: int)
     bank_mib = read_layout(model).expert_bank_bytes / MIB
     out = {}
     for r in rows:
-        if r in ("bare", "allcold"):  # allcold: the same child as "all"
+        if r in ("bare", "allcold", "50e1", "25e1"):  # the budgets of "all", "50", "25": same peak
             continue
         _, out[r] = run_child([*cli_cmd(bmoe_run(), model, r, bank_mib, tokens, threads, n_ctx), "--quiet"])
     return out
@@ -266,7 +272,7 @@ def versus_cli(cli: str, model: str, rows: list[str], tokens: int, rounds: int, 
     from bmoe_top.runtime.gguf_layout import read_layout
 
     bank_mib = read_layout(model).expert_bank_bytes / MIB
-    ratios: dict[str, list[float]] = {r: [] for r in rows if r not in ("bare", "allcold")}
+    ratios: dict[str, list[float]] = {r: [] for r in rows if r not in ("bare", "allcold", "50e1", "25e1")}
     for rnd in range(rounds):
         for r in ratios:
             pair = [(bmoe_run(), "run"), ([cli], "cli")]

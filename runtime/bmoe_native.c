@@ -57,6 +57,7 @@ struct bmoe_hook {
     int touch_cap, n_touch;
     int fast_misses;           /* route: one-token layers with misses are served here (cache set) */
     struct bmoe_cache *cache;  /* the native LRU mirror and the layers' tensors, or NULL */
+    size_t src_offset, type_offset; /* struct ggml_tensor field offsets */
 };
 
 /* log kinds (high half of the layer word) */
@@ -64,6 +65,7 @@ struct bmoe_hook {
 #define LOG_MISS 1    /* a routed expert was not resident (routing order) */
 #define LOG_EVICT 2   /* an expert left the LRU (its pages were given back) */
 #define LOG_INSERT 3  /* a missed expert was read and entered the recent end */
+#define LOG_PREFETCH 4 /* an expert predicted for this layer was read and entered the recent end */
 
 static bool miss_layer(struct bmoe_hook *h, void *t, int il);
 
@@ -508,6 +510,7 @@ void bmoe_pool_free(struct bmoe_pool *p) {
 #define SYS_PROCESS_MADVISE_NR 440
 #define SYS_PIDFD_OPEN_NR 434
 #define MADV_DONTNEED_ 4
+#define MREMAP_DONTUNMAP_ 4
 
 struct ctensor {
     char *addr;        /* the tensor's data */
@@ -518,6 +521,17 @@ struct ctensor {
     uint64_t shift;    /* addr - map_base */
     int fd;
     int direct;
+};
+
+#define PRE_MAX 8    /* experts predicted per layer, at most */
+#define PRE_SLOTS (PRE_MAX * MAX_TENSORS)
+#define PRE_CHECKS 4 /* a layer's router is trusted once its own routing matched this often */
+
+struct router { /* a layer's router, learned at its routing node */
+    const char *w;  /* f32 rows, one per expert */
+    size_t row;     /* bytes between rows */
+    int64_t n_embd;
+    int checks, matches; /* its own top-k reproduced from its input */
 };
 
 struct bmoe_cache {
@@ -541,7 +555,28 @@ struct bmoe_cache {
     int32_t *victims;
     struct iovec *iov;
     int iov_cap;
+    int64_t moved_pages; /* since the last take: pages moved from victims into missed slices */
+    int no_move;         /* mremap refused MREMAP_DONTUNMAP (kernel < 5.7): give back, fault in */
+    /* early prefetch (pre_*): at a layer's routing node, the next streamed layer's router applied
+     * to this layer's router input predicts its experts; the predicted ones not resident are
+     * read asynchronously (own AIO context) and enter the LRU when the next routing settles them */
+    struct bmoe_hook *hook;
+    int pre_m;              /* experts predicted per layer (0: off) */
+    int *next_layer;        /* [n_layer]: the next streamed layer, or -1 */
+    struct router *routers; /* [n_layer] */
+    float *logits;          /* [n_expert] scratch */
+    aio_context_t pre_aio;
+    int pre_has_aio;
+    char *pre_edges;        /* PRE_SLOTS * 2 pages */
+    struct slot pre_slots[PRE_SLOTS];
+    struct bmoe_job pre_jobs[PRE_SLOTS];
+    int pre_job_expert[PRE_SLOTS]; /* which pre_ids entry each job reads */
+    int pre_inflight;       /* reads submitted, not yet reaped */
+    int32_t pre_ids[PRE_MAX];
+    int pre_bad[PRE_MAX];
+    int pre_n;              /* experts being read */
 };
+
 
 static void lru_unlink(struct bmoe_cache *c, int32_t id) {
     if (c->prev[id] < 0 && c->next[id] < 0 && c->head != id) return; /* not in the list */
@@ -557,6 +592,8 @@ static void lru_push(struct bmoe_cache *c, int32_t id) {
     if (c->tail >= 0) c->next[c->tail] = id; else c->head = id;
     c->tail = id;
 }
+
+static void pre_settle(struct bmoe_cache *c);
 
 struct bmoe_cache *bmoe_cache_new(int n_layer, int n_expert, void *pool) {
     if (n_layer <= 0 || n_expert <= 0) return NULL;
@@ -606,6 +643,7 @@ int bmoe_cache_tensor(struct bmoe_cache *c, int il, void *addr, uint64_t file_of
 
 /* the LRU order (ids il*n_expert+e, least recent first), the budget (< 0: none), resident bytes */
 void bmoe_cache_sync(struct bmoe_cache *c, const int32_t *ids, int n, int64_t budget, int64_t resident_bytes) {
+    pre_settle(c);
     size_t total = (size_t) c->n_layer * (size_t) c->n_expert;
     for (size_t i = 0; i < total; ++i) c->prev[i] = c->next[i] = -1;
     c->head = c->tail = -1;
@@ -617,23 +655,54 @@ void bmoe_cache_sync(struct bmoe_cache *c, const int32_t *ids, int n, int64_t bu
 
 void bmoe_cache_set_budget(struct bmoe_cache *c, int64_t budget) { c->budget = budget; }
 
-/* counters since the last call: io_ns, mgmt_ns, read_bytes, xfer_bytes, reads; then zeroed */
+/* counters since the last call: io_ns, mgmt_ns, read_bytes, xfer_bytes, reads, moved_pages; then
+ * zeroed */
 void bmoe_cache_take(struct bmoe_cache *c, int64_t *out) {
     out[0] = c->io_ns;
     out[1] = c->mgmt_ns;
     out[2] = c->read_bytes;
     out[3] = c->xfer_bytes;
     out[4] = c->reads;
-    c->io_ns = c->mgmt_ns = c->read_bytes = c->xfer_bytes = c->reads = 0;
+    out[5] = c->moved_pages;
+    c->io_ns = c->mgmt_ns = c->read_bytes = c->xfer_bytes = c->reads = c->moved_pages = 0;
 }
 
 void bmoe_cache_free(struct bmoe_cache *c) {
     if (!c) return;
+    pre_settle(c);
+    if (c->pre_has_aio) syscall(SYS_io_destroy, c->pre_aio);
+    free(c->next_layer); free(c->routers); free(c->logits); free(c->pre_edges);
     free(c->prev); free(c->next); free(c->victims); free(c->layer_nt); free(c->layer_t); free(c->ebytes);
     free(c->jobs); free(c->iov);
     if (c->pidfd >= 0) close(c->pidfd);
     free(c);
 }
+
+/* Early prefetch: m experts predicted per layer (0: off; at most PRE_MAX), next_layer[n_layer]
+ * the next streamed layer of each layer (-1: none). 0, or -1 (no memory, no native AIO: off). */
+int bmoe_cache_prefetch(struct bmoe_cache *c, int m, const int32_t *next_layer) {
+    pre_settle(c);
+    c->pre_m = 0;
+    if (m <= 0) return 0;
+    if (!c->routers) {
+        c->next_layer = malloc((size_t) c->n_layer * sizeof *c->next_layer);
+        c->routers = calloc((size_t) c->n_layer, sizeof *c->routers);
+        c->logits = malloc((size_t) c->n_expert * sizeof *c->logits);
+        if (posix_memalign((void **) &c->pre_edges, ALIGN, (size_t) PRE_SLOTS * 2 * ALIGN)) c->pre_edges = NULL;
+        if (!c->next_layer || !c->routers || !c->logits || !c->pre_edges) return -1;
+        for (int i = 0; i < PRE_SLOTS; ++i) c->pre_slots[i].edges = c->pre_edges + (size_t) i * 2 * ALIGN;
+    }
+    if (!c->pre_has_aio) {
+        if (syscall(SYS_io_setup, (long) PRE_SLOTS, &c->pre_aio) != 0) return -1;
+        c->pre_has_aio = 1;
+    }
+    for (int i = 0; i < c->n_layer; ++i) c->next_layer[i] = next_layer[i];
+    c->pre_m = m < PRE_MAX ? m : PRE_MAX;
+    return 0;
+}
+
+/* wait for the early prefetch's reads and log the experts that arrived (before Python replays) */
+void bmoe_cache_settle(struct bmoe_cache *c) { pre_settle(c); }
 
 static int grow_iov(struct bmoe_cache *c, int need) {
     if (need <= c->iov_cap) return 0;
@@ -656,12 +725,26 @@ static int grow_jobs(struct bmoe_cache *c, int need) {
 }
 
 /* give back the pages of every victim (after all of them left: a page two victims share goes) */
-static void release_victims(struct bmoe_hook *h, struct bmoe_cache *c, int nv) {
+struct page_run { /* whole pages a victim gives up */
+    char *a;
+    uint64_t n;
+};
+
+/* Give back the pages of every victim (after all of them left: a page two victims share goes).
+ * With misses to read (layer dl, experts dids[0..nd)), the whole pages inside each victim's slice
+ * move (mremap) into the whole pages inside a missed slice instead of being given back: the read
+ * then lands on committed pages, with no page fault and no zeroing. What cannot move is given
+ * back. */
+static void release_victims_into(struct bmoe_hook *h, struct bmoe_cache *c, int nv, int dl, const int32_t *dids,
+                                  int nd) {
     int nr = 0;
-    if (grow_iov(c, nv * MAX_TENSORS)) {
+    if (grow_iov(c, nv * MAX_TENSORS * 3 + 1)) {
         return; /* no memory for the list: the pages stay (RSS above budget, output unchanged) */
     }
     uint64_t page = (uint64_t) c->page;
+    struct page_run runs[64 * MAX_TENSORS];
+    int nrun = 0;
+    const int moving = !c->no_move && nd > 0;
     for (int v = 0; v < nv; ++v) {
         int il = c->victims[v] / c->n_expert, e = c->victims[v] % c->n_expert;
         const uint8_t *res = h->resident + (size_t) il * (size_t) c->n_expert;
@@ -671,11 +754,52 @@ static void release_victims(struct bmoe_hook *h, struct bmoe_cache *c, int nv) {
             const struct ctensor *x = &c->layer_t[il * MAX_TENSORS + k];
             uint64_t lo = (uint64_t) e * x->stride + x->shift, hi = lo + x->stride;
             uint64_t a = (lo + page - 1) / page * page, b = hi / page * page;
+            uint64_t a0 = a, b0 = b;
             if (a != lo && (prev_free || e == 0)) a -= page;
             if (b != hi && (next_free || e == c->n_expert - 1)) b += page;
             if (b > x->map_size) b = x->map_size;
-            if (b > a) c->iov[nr++] = (struct iovec){x->map_base + a, (size_t) (b - a)};
+            if (moving && b0 > a0 && nrun < 64 * MAX_TENSORS) {
+                runs[nrun++] = (struct page_run){x->map_base + a0, b0 - a0};
+                if (a0 > a) c->iov[nr++] = (struct iovec){x->map_base + a, (size_t) (a0 - a)};
+                if (b > b0) c->iov[nr++] = (struct iovec){x->map_base + b0, (size_t) (b - b0)};
+            } else if (b > a) {
+                c->iov[nr++] = (struct iovec){x->map_base + a, (size_t) (b - a)};
+            }
         }
+    }
+    if (nrun) {
+        for (int q = 0; q < c->layer_nt[dl]; ++q) {
+            const struct ctensor *x = &c->layer_t[dl * MAX_TENSORS + q];
+            for (int i = 0; i < nd; ++i) {
+                uint64_t lo = (uint64_t) dids[i] * x->stride + x->shift, hi = lo + x->stride;
+                uint64_t a = (lo + page - 1) / page * page, b = hi / page * page;
+                if (b <= a) continue;
+                int pick = -1;
+                for (int r = 0; r < nrun; ++r) { /* the same size first, else the first with pages */
+                    if (runs[r].n == b - a) {
+                        pick = r;
+                        break;
+                    }
+                    if (pick < 0 && runs[r].n) pick = r;
+                }
+                if (pick < 0) break;
+                uint64_t n = runs[pick].n < b - a ? runs[pick].n : b - a;
+                if (mremap(runs[pick].a, n, n, MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP_,
+                           x->map_base + a) == MAP_FAILED) {
+                    /* EINVAL: no MREMAP_DONTUNMAP here; else (a run over two mappings, the map
+                     * count at its limit) this run is given back and the read faults its pages in */
+                    if (errno == EINVAL) c->no_move = 1;
+                    c->iov[nr++] = (struct iovec){runs[pick].a, (size_t) runs[pick].n};
+                    runs[pick].n = 0;
+                    continue;
+                }
+                c->moved_pages += (int64_t) (n / page);
+                runs[pick].a += n;
+                runs[pick].n -= n;
+            }
+        }
+        for (int r = 0; r < nrun; ++r)
+            if (runs[r].n) c->iov[nr++] = (struct iovec){runs[r].a, (size_t) runs[r].n};
     }
     if (!nr) return;
     if (c->pidfd >= 0 && getpid() != c->pid) {
@@ -695,12 +819,16 @@ static void release_victims(struct bmoe_hook *h, struct bmoe_cache *c, int nv) {
     for (int i = 0; i < nr; ++i) madvise(c->iov[i].iov_base, c->iov[i].iov_len, MADV_DONTNEED_);
 }
 
+static void release_victims(struct bmoe_hook *h, struct bmoe_cache *c, int nv) {
+    release_victims_into(h, c, nv, 0, NULL, 0);
+}
+
 static int cmp_job_len(const void *a, const void *b) {
     uint64_t x = ((const struct bmoe_job *) a)->len, y = ((const struct bmoe_job *) b)->len;
     return x < y ? 1 : (x > y ? -1 : 0);
 }
 
-static bool miss_layer(struct bmoe_hook *h, void *t, int il) {
+static bool serve_layer(struct bmoe_hook *h, void *t, int il) {
     struct bmoe_cache *c = h->cache;
     int64_t t0 = now_ns();
     int64_t k = tensor_ne(h, t, 0);
@@ -761,7 +889,7 @@ static bool miss_layer(struct bmoe_hook *h, void *t, int il) {
         h->touch[h->n_touch++] = (id / ne) | LOG_EVICT << 16;
         h->touch[h->n_touch++] = id % ne;
     }
-    release_victims(h, c, nv);
+    release_victims_into(h, c, nv, il, miss, nm);
     /* the reads: per tensor, runs of adjacent missing experts, largest first */
     int32_t sorted[64];
     memcpy(sorted, miss, (size_t) nm * sizeof *miss);
@@ -818,5 +946,261 @@ static bool miss_layer(struct bmoe_hook *h, void *t, int il) {
         h->touch[h->n_touch++] = miss[i];
     }
     c->mgmt_ns += now_ns() - t2;
+    return true;
+}
+
+/* ---- early prefetch -------------------------------------------------------------------------- */
+
+/* the router's logits node above a routing node (ffn_moe_topk is a view of an argsort of the
+ * probabilities of the logits): depth-first through the sources, a few levels up */
+static const char *find_logits(const struct bmoe_hook *h, const char *t, int depth) {
+    if (!t) return NULL;
+    if (strncmp(t + h->name_offset, "ffn_moe_logits", 14) == 0) return t;
+    if (depth == 0) return NULL;
+    const char *const *src = (const char *const *) (t + h->src_offset);
+    for (int i = 0; i < 10; ++i) {
+        const char *r = find_logits(h, src[i], depth - 1);
+        if (r) return r;
+    }
+    return NULL;
+}
+
+static int32_t tensor_type(const struct bmoe_hook *h, const char *t) { return *(const int32_t *) (t + h->type_offset); }
+
+static const char *tensor_data(const struct bmoe_hook *h, const char *t) { return *(const char *const *) (t + h->data_offset); }
+
+/* logits = W x over the experts (f32; sixteen partial sums per row, in 4-float vectors) */
+typedef float v4f __attribute__((vector_size(16)));
+
+static v4f load4(const float *p) {
+    v4f v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+static void router_logits(const struct router *r, const float *x, float *out, int n_expert) {
+    int64_t n = r->n_embd;
+    for (int e = 0; e < n_expert; ++e) {
+        const float *w = (const float *) (r->w + (size_t) e * r->row);
+        v4f a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+        int64_t i = 0;
+        for (; i + 16 <= n; i += 16) {
+            a0 += load4(w + i) * load4(x + i);
+            a1 += load4(w + i + 4) * load4(x + i + 4);
+            a2 += load4(w + i + 8) * load4(x + i + 8);
+            a3 += load4(w + i + 12) * load4(x + i + 12);
+        }
+        v4f a = (a0 + a1) + (a2 + a3);
+        float s = (a[0] + a[1]) + (a[2] + a[3]);
+        for (; i < n; ++i) s += w[i] * x[i];
+        out[e] = s;
+    }
+}
+
+/* the m largest logits' experts, largest first (ties: the lower id) */
+static int top_m(const float *v, int n, int m, int32_t *out) {
+    int k = 0;
+    for (int e = 0; e < n; ++e) {
+        if (k == m && v[e] <= v[out[k - 1]]) continue;
+        int j = k < m ? k++ : m - 1;
+        while (j > 0 && v[out[j - 1]] < v[e]) {
+            out[j] = out[j - 1];
+            --j;
+        }
+        out[j] = e;
+    }
+    return k;
+}
+
+/* the router input of layer il at its routing node t (f32, one token), learning the layer's router
+ * weights; NULL when the graph does not have the expected shape here */
+static const float *router_input(struct bmoe_hook *h, struct bmoe_cache *c, const char *t, int il) {
+    const char *lg = find_logits(h, t, 5);
+    if (!lg) return NULL;
+    const char *const *src = (const char *const *) (lg + h->src_offset);
+    const char *w = src[0], *x = src[1];
+    if (!w || !x || tensor_type(h, w) != 0 || tensor_type(h, x) != 0) return NULL; /* f32 only */
+    if (tensor_ne(h, w, 0) != tensor_ne(h, x, 0) || tensor_ne(h, w, 1) != c->n_expert || tensor_ne(h, x, 1) != 1 ||
+        tensor_nb(h, w, 0) != 4 || tensor_nb(h, x, 0) != 4)
+        return NULL;
+    struct router *r = &c->routers[il];
+    r->w = tensor_data(h, w);
+    r->row = tensor_nb(h, w, 1);
+    r->n_embd = tensor_ne(h, w, 0);
+    return (const float *) tensor_data(h, x);
+}
+
+/* the reads in flight land: the experts that arrived enter the LRU's recent end (logged), the
+ * others are given back */
+static void pre_settle(struct bmoe_cache *c) {
+    if (!c->pre_n) return;
+    struct bmoe_hook *h = c->hook;
+    int64_t t0 = now_ns();
+    struct io_event ev[PRE_SLOTS];
+    while (c->pre_inflight > 0) {
+        long got = syscall(SYS_io_getevents, c->pre_aio, 1L, (long) c->pre_inflight, ev, NULL);
+        if (got < 0) {
+            if (errno == EINTR) continue;
+            for (int i = 0; i < c->pre_n; ++i) c->pre_bad[i] = 1;
+            break;
+        }
+        for (long k = 0; k < got; ++k) {
+            struct slot *sl = (struct slot *) (uintptr_t) ev[k].data;
+            const struct bmoe_job *j = &c->pre_jobs[sl->job];
+            if (ev[k].res < 0 || (uint64_t) ev[k].res < sl->need) {
+                c->pre_bad[c->pre_job_expert[sl->job]] = 1;
+            } else {
+                uint64_t end = j->off + j->len;
+                if (sl->head) memcpy(j->dst, sl->edges + sl->head, ALIGN - sl->head);
+                if (end > sl->mid1) memcpy(j->dst + (sl->mid1 - j->off), sl->edges + ALIGN, (size_t) (end - sl->mid1));
+            }
+        }
+        c->pre_inflight -= (int) got;
+    }
+    c->pre_inflight = 0;
+    int64_t t1 = now_ns();
+    c->io_ns += t1 - t0;
+    uint8_t *res = (uint8_t *) h->resident;
+    int nbad = 0;
+    for (int i = 0; i < c->pre_n; ++i) {
+        int32_t id = c->pre_ids[i];
+        int il = id / c->n_expert;
+        if (c->pre_bad[i] || h->n_touch + 2 > h->touch_cap) {
+            c->resident_bytes -= c->ebytes[il];
+            c->victims[nbad++] = id; /* not resident: its pages go back */
+            continue;
+        }
+        res[id] = 1;
+        lru_push(c, id);
+        c->read_bytes += c->ebytes[il];
+        h->touch[h->n_touch++] = il | LOG_PREFETCH << 16;
+        h->touch[h->n_touch++] = id % c->n_expert;
+    }
+    if (nbad) release_victims(h, c, nbad);
+    c->pre_n = 0;
+    c->mgmt_ns += now_ns() - t1;
+}
+
+/* after layer il routed ids[0..k) (all resident now): predict the next streamed layer's experts
+ * from this layer's router input x and start reading the predicted ones not resident */
+static void pre_issue(struct bmoe_hook *h, struct bmoe_cache *c, const float *x, int il, const int32_t *ids, int64_t k) {
+    int nl = c->next_layer[il];
+    if (nl < 0 || nl >= c->n_layer || !c->layer_nt[nl]) return;
+    const struct router *r = &c->routers[nl];
+    if (!r->w || r->n_embd != c->routers[il].n_embd || r->checks < PRE_CHECKS || r->matches < r->checks - 1) return;
+    int64_t t0 = now_ns();
+    const int ne = c->n_expert;
+    int32_t pred[PRE_MAX];
+    router_logits(r, x, c->logits, ne);
+    int np = top_m(c->logits, ne, c->pre_m, pred);
+    uint8_t *res = (uint8_t *) h->resident;
+    const uint8_t *nres = res + (size_t) nl * (size_t) ne;
+    int32_t want[PRE_MAX];
+    int nw = 0;
+    for (int i = 0; i < np; ++i)
+        if (!nres[pred[i]]) want[nw++] = pred[i];
+    const int nt = c->layer_nt[nl];
+    for (int q = 0; q < nt; ++q) { /* O_DIRECT reads landing in place only */
+        const struct ctensor *xt = &c->layer_t[nl * MAX_TENSORS + q];
+        if (!xt->direct || (((uintptr_t) xt->addr - xt->file_off) & (ALIGN - 1)) != 0 || xt->stride < 2 * ALIGN) nw = 0;
+    }
+    /* room: least recent first, never what this layer routed nor what is predicted next */
+    int nv = 0;
+    while (nw && c->budget >= 0) {
+        int64_t resident = c->resident_bytes, need = (int64_t) nw * c->ebytes[nl];
+        nv = 0;
+        for (int32_t id = c->head; id >= 0 && resident + need > c->budget; id = c->next[id]) {
+            int vl = id / ne, ve = id % ne, keep = 0;
+            if (vl == il)
+                for (int64_t i = 0; i < k; ++i) keep |= ids[i] == ve;
+            if (vl == nl)
+                for (int i = 0; i < np; ++i) keep |= pred[i] == ve;
+            if (keep) continue;
+            c->victims[nv++] = id;
+            resident -= c->ebytes[vl];
+        }
+        if (resident + need <= c->budget) break;
+        --nw; /* fewer: the least likely go first */
+        nv = 0;
+    }
+    if (!nw || h->n_touch + 2 * (nv + nw) > h->touch_cap) {
+        c->mgmt_ns += now_ns() - t0;
+        return;
+    }
+    for (int v = 0; v < nv; ++v) {
+        int32_t id = c->victims[v];
+        lru_unlink(c, id);
+        res[id] = 0;
+        c->resident_bytes -= c->ebytes[id / ne];
+        h->touch[h->n_touch++] = (id / ne) | LOG_EVICT << 16;
+        h->touch[h->n_touch++] = id % ne;
+    }
+    release_victims_into(h, c, nv, nl, want, nw);
+    int nj = 0;
+    for (int i = 0; i < nw; ++i) {
+        c->pre_ids[i] = nl * ne + want[i];
+        c->pre_bad[i] = 0;
+        c->resident_bytes += c->ebytes[nl]; /* counted from now: the budget holds them */
+        for (int q = 0; q < nt; ++q) {
+            const struct ctensor *xt = &c->layer_t[nl * MAX_TENSORS + q];
+            struct bmoe_job *jb = &c->pre_jobs[nj];
+            uint64_t a = (uint64_t) want[i] * xt->stride;
+            jb->fd = xt->fd;
+            jb->direct = 1;
+            jb->off = xt->file_off + a;
+            jb->len = xt->stride;
+            jb->dst = xt->addr + a;
+            c->pre_job_expert[nj] = i;
+            struct slot *sl = &c->pre_slots[nj];
+            if (!prepare_aio(sl, jb, nj) ) {
+                c->pre_bad[i] = 1;
+                continue;
+            }
+            struct iocb *cb = &sl->cb;
+            if (syscall(SYS_io_submit, c->pre_aio, 1L, &cb) != 1) {
+                c->pre_bad[i] = 1;
+                continue;
+            }
+            uint64_t x0 = jb->off / ALIGN * ALIGN, x1 = (jb->off + jb->len + ALIGN - 1) / ALIGN * ALIGN;
+            c->xfer_bytes += (int64_t) (x1 - x0);
+            c->reads += 1;
+            ++c->pre_inflight;
+            ++nj;
+        }
+    }
+    c->pre_n = nw;
+    c->mgmt_ns += now_ns() - t0;
+}
+
+/* own-layer check: the layer's router on its input reproduces the routed experts */
+static void pre_check(struct bmoe_cache *c, const float *x, int il, const int32_t *ids, int64_t k) {
+    struct router *r = &c->routers[il];
+    if (r->checks >= PRE_CHECKS || k > PRE_MAX) return;
+    int32_t top[PRE_MAX];
+    router_logits(r, x, c->logits, c->n_expert);
+    int n = top_m(c->logits, c->n_expert, (int) k, top), same = n == k;
+    for (int i = 0; i < n && same; ++i) {
+        int found = 0;
+        for (int64_t j = 0; j < k; ++j) found |= ids[j] == top[i];
+        same = found;
+    }
+    r->checks++;
+    r->matches += same;
+}
+
+static bool miss_layer(struct bmoe_hook *h, void *t, int il) {
+    struct bmoe_cache *c = h->cache;
+    c->hook = h;
+    pre_settle(c);
+    if (!serve_layer(h, t, il)) return false;
+    if (c->pre_m > 0 && il >= 0 && il < c->n_layer) {
+        const float *x = router_input(h, c, (const char *) t, il);
+        if (x) {
+            const int32_t *ids = *(int32_t *const *) ((const char *) t + h->data_offset);
+            int64_t k = tensor_ne(h, t, 0);
+            pre_check(c, x, il, ids, k);
+            pre_issue(h, c, x, il, ids, k);
+        }
+    }
     return true;
 }

@@ -1,7 +1,7 @@
 """``bmoe-run``: run a MoE GGUF with expert streaming and print the telemetry contract.
 
     bmoe-run [-m MODEL] [-p PROMPT] [-n N] [-c N_CTX] [-t THREADS] [--cache-mb N] [--io-threads N]
-             [--no-odirect] [--overlap] [--prefetch K] [--progress] [--csv PATH] [--session]
+             [--no-odirect] [--overlap] [--prefetch K] [--early-prefetch M] [--progress] [--csv PATH] [--session]
              [--route-telemetry] [--route-trace PATH] [--force] [--no-moe-stream] [--quiet]
     bmoe-run make-model [--preset demo|bench|tiny | --arch NAME] [--qtype Q] [--force] OUT.gguf  (models.py)
     bmoe-run serve ...                                                       (runtime/server.py)
@@ -88,6 +88,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--overlap", action="store_true", help="speculative reads on idle I/O lanes (implies --prefetch 1)")
     ap.add_argument("--prefetch", type=int, default=0, metavar="K",
                     help="prefetch the previous token's experts for the next K layers")
+    ap.add_argument("--early-prefetch", type=int, default=0, metavar="M",
+                    help="at each layer's routing, read ahead the M experts the next layer's router predicts "
+                    "from this layer's router input (at most 8; default 0 = off)")
     ap.add_argument("--moe-stream", dest="stream", action="store_true", default=True,
                     help="stream experts (default; accepted for compatibility)")
     ap.add_argument("--no-moe-stream", dest="stream", action="store_false",
@@ -199,6 +202,7 @@ def _check_args(args: argparse.Namespace) -> None:
         (args.ctx_size < 8, "-c must be >= 8"),
         (args.io_threads < 1, "--io-threads must be >= 1"),
         (args.prefetch < 0, "--prefetch must be >= 0"),
+        (not 0 <= args.early_prefetch <= 8, "--early-prefetch must be 0..8"),
         (args.cache_mb is not None and args.cache_mb < 0, "--cache-mb must be >= 0"),
         (bool(args.session_socket) and not args.session, "--session-socket needs --session"),
     ):
@@ -248,6 +252,7 @@ def _open_engine(args: argparse.Namespace, sampling: Sampling) -> Any:
             o_direct=not args.no_odirect,
             overlap=args.overlap,
             prefetch=args.prefetch,
+            early_prefetch=args.early_prefetch,
             force_cache=args.force_cache,
             route_telemetry=args.route_telemetry,
             route_weights=bool(args.route_trace),

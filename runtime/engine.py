@@ -154,7 +154,9 @@ class Engine:
     numerics depend on it, compare runs with the same value), ``cache_mb`` (MiB; None =
     :func:`default_cache_mb`, or ``demo_model.DEFAULT_DEMO_CACHE_MB`` for the default demo model;
     0 = no cache), ``stream`` (False = fully resident through llama's mmap, no expert cache),
-    ``io_threads``, ``o_direct``, ``overlap``, ``prefetch`` (layers ahead), ``force_cache``
+    ``io_threads``, ``o_direct``, ``overlap``, ``prefetch`` (layers ahead), ``early_prefetch``
+    (experts per layer the native callback predicts for the next layer from that layer's router,
+    0..8, 0 = off; docs/runtime.md "How streaming works"), ``force_cache``
     (accept a budget below one token's working set), ``route_telemetry`` (fill
     :attr:`TokenStats.route`), ``route_weights`` (also read routing weights, for route traces),
     ``quiet`` (drop llama.cpp's log; otherwise it goes to stderr), ``flash_attn`` (None =
@@ -182,6 +184,7 @@ class Engine:
         o_direct: bool = True,
         overlap: bool = False,
         prefetch: int = 0,
+        early_prefetch: int = 0,
         force_cache: bool = False,
         route_telemetry: bool = False,
         route_weights: bool = False,
@@ -218,6 +221,7 @@ class Engine:
         self.io_threads = max(1, int(io_threads))
         self.overlap = bool(overlap)
         self.prefetch = max(0, int(prefetch))
+        self.early_prefetch = max(0, int(early_prefetch))
         self.route_telemetry = bool(route_telemetry)
         self.route_weights = bool(route_weights)
         self.n_threads = int(n_threads or os.cpu_count() or 1)
@@ -314,6 +318,7 @@ class Engine:
         if self.budget and self.budget >= self.layout.expert_bank_bytes:  # capture may drop unused layers
             self.budget = self.streaming.budget = None
         self.cache = self.streaming.attach(self.hook.captured, self.expert_sink, self.hook.layers_in_sequence())
+        self.cache.early_prefetch = self.early_prefetch
         if self.hook.native:
             self.cache.attach_native(self.hook.state)
 

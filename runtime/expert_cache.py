@@ -130,11 +130,18 @@ class ExpertCache:
         self._clib: Any = None
         #: the Python LRU changed outside the native log since the mirror was last synced
         self._c_dirty = True
-        self._ctake = (ctypes.c_int64 * 5)()
+        self._ctake = (ctypes.c_int64 * 6)()
         #: let the native callback serve one-token layers with misses too (when it can)
         self.native_misses = True
         #: misses the native callback served (read and admitted) since load
         self.native_misses_served = 0
+        #: pages the native callback moved from evicted slices into missed ones (none faulted in
+        #: or given back for them), since load
+        self.pages_moved = 0
+        #: early prefetch: experts the native callback predicts per layer for the next one, from
+        #: the next layer's router applied to this layer's router input (0: off)
+        self.early_prefetch = 0
+        self._c_prefetch = 0  # what the native mirror was told
         #: the whole bank resident and no observer: the native callback need not materialize routing
         self.observed = True
         #: bytes of every streamed expert (layers the graph multiplies); all resident = nothing to route
@@ -193,6 +200,14 @@ class ExpertCache:
                   and not self.reader.injects_errors)
         if misses and self._c_dirty:
             self._sync_native()
+        m = self.early_prefetch if misses else 0
+        if m != self._c_prefetch and self._ccache is not None:
+            streamed = [il for il in self.layout.moe_layers if self.layer_bufs[il]]
+            nxt = [-1] * self.layout.n_layer
+            for a, b in zip(streamed, streamed[1:]):
+                nxt[a] = b
+            arr = (ctypes.c_int32 * len(nxt))(*nxt)
+            self._c_prefetch = m if self._clib.bmoe_cache_prefetch(self._ccache, m, arr) == 0 else 0
         st.fast_misses = int(misses)
         whole = (fast and not route_wanted and self.budget is None
                  and self.resident_bytes >= self.streamed_bytes)
@@ -215,8 +230,11 @@ class ExpertCache:
         st = self.native
         if st is None:
             return
+        if self._c_prefetch:
+            self._clib.bmoe_cache_settle(self._ccache)
         n = st.n_touch
         tok = self.tok
+        pending = self._spec_pending
         if n:
             t = self._touch
             lru = self.lru
@@ -229,6 +247,9 @@ class ExpertCache:
                     hit = 1 - kind
                     if hit:
                         lru.move_to_end(key)
+                        if pending and key in pending:
+                            pending.discard(key)
+                            self.spec_useful += 1
                     else:
                         self.native_misses_served += 1
                         tok.misses += 1
@@ -246,15 +267,21 @@ class ExpertCache:
                     self.resident_bytes -= lru.pop(key)
                     self.evictions += 1
                     self._spec_pending.discard(key)
-                else:  # read and resident
+                else:  # read and resident (3: a miss, 4: predicted by the early prefetch)
                     eb = self.layout.expert_bytes[il]
                     lru[key] = eb
                     self.resident_bytes += eb
                     self._ever.add(key)
+                    if kind == 4:
+                        pending.add(key)
+                        self.spec_experts += 1
+                        self.spec_bytes += eb
+                        tok.spec_bytes += eb
             st.n_touch = 0
         if self._ccache is not None:
             c = self._ctake
             self._clib.bmoe_cache_take(self._ccache, c)
+            self.pages_moved += c[5]
             if c[4]:
                 tok.io_s += c[0] / 1e9
                 tok.mgmt_s += c[1] / 1e9

@@ -54,12 +54,15 @@ class HookState(ctypes.Structure):
         ("n_touch", ctypes.c_int),
         ("fast_misses", ctypes.c_int),
         ("cache", ctypes.c_void_p),
+        ("src_offset", ctypes.c_size_t),
+        ("type_offset", ctypes.c_size_t),
     ]
 
     @classmethod
     def for_tensors(cls, py: int) -> HookState:
         return cls(py=py, name_offset=GGMLTensor.name.offset, ne_offset=GGMLTensor.ne.offset,
-                   nb_offset=GGMLTensor.nb.offset, data_offset=GGMLTensor.data.offset)
+                   nb_offset=GGMLTensor.nb.offset, data_offset=GGMLTensor.data.offset,
+                   src_offset=GGMLTensor.src.offset, type_offset=GGMLTensor.type.offset)
 
 
 class Job(ctypes.Structure):
@@ -131,6 +134,10 @@ def library() -> Any:
     lib.bmoe_cache_sync.restype = None
     lib.bmoe_cache_take.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int64)]
     lib.bmoe_cache_take.restype = None
+    lib.bmoe_cache_prefetch.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]
+    lib.bmoe_cache_prefetch.restype = ctypes.c_int
+    lib.bmoe_cache_settle.argtypes = [ctypes.c_void_p]
+    lib.bmoe_cache_settle.restype = None
     lib.bmoe_cache_free.argtypes = [ctypes.c_void_p]
     lib.bmoe_cache_free.restype = None
     _lib = lib

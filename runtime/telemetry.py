@@ -229,8 +229,9 @@ def error_line(gid: object, fatal: bool, msg: str) -> str:
 def summary_text_lines(eng: Engine, res: GenerationResult) -> list[str]:
     """The end-of-run lines (``generation:``, ``prefill:``, ``compute:``, and with streaming
     ``moe-stream:``, ``moe-cache:`` when a cache is active, ``moe-prefetch:`` with
-    --prefetch/--overlap). Each contract line keeps its shape; the extensions follow it on the
-    same line (docs/telemetry.md)."""
+    --prefetch/--overlap, or tagged ``[early-router]`` when the early prefetch read any expert).
+    Each contract line keeps its shape; the extensions follow it on the same line
+    (docs/telemetry.md)."""
     n = res.n_tokens
     nn = max(1, n)
     pt = _per_token(res)
@@ -262,11 +263,12 @@ def summary_text_lines(eng: Engine, res: GenerationResult) -> list[str]:
             out.append(f"moe-cache: {res.hit_pct:.2f}% hit, resident {eng.cache.resident_mib:.3f} MiB "
                        f"| decode only; {since:.2f}% hit since load")
             out.append(f"moe-cache: {res.evictions} evictions, {res.rereads} re-reads ({res.rereads / nn:.2f}/token)")
-        if eng.cache.prefetch:
+        if eng.cache.prefetch or res.spec_experts:
             pct = 100.0 * res.spec_useful / res.spec_experts if res.spec_experts else 0.0
+            mode = "" if eng.cache.prefetch else " [early-router]"
             out.append(
                 f"moe-prefetch: {res.spec_bytes / MIB:.3f} MiB speculative, "
-                f"{res.spec_useful}/{res.spec_experts} experts useful ({pct:.1f}%)"
+                f"{res.spec_useful}/{res.spec_experts} experts useful ({pct:.1f}%){mode}"
             )
     return out
 

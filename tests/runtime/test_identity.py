@@ -221,7 +221,7 @@ def test_native_fast_paths_keep_the_lru_exact(models, reference, budget):
         pytest.skip(f"no native library: {native.native_error}")
     stats = {}
     for shim in (False, True):
-        with _engine(models["q8_0"], native_hook=shim, **BUDGETS[budget]) as e:
+        with _engine(models["q8_0"], native_hook=shim, early_prefetch=0, **BUDGETS[budget]) as e:
             got = [e.generate(p, n, clear_kv=c).tokens for p, n, c in TURNS]
             cs = e.cache_stats()
             c = e.cache
@@ -236,3 +236,63 @@ def test_native_fast_paths_keep_the_lru_exact(models, reference, budget):
                 assert c.native_misses_served > 0  # decode misses were read by the native callback
         assert got == reference["q8_0"]
     assert stats[True] == stats[False]
+
+
+def _native_or_skip():
+    from bmoe_top.runtime import native
+
+    if native.library() is None:
+        pytest.skip(f"no native library: {native.native_error}")
+
+
+def _lru_matches_flags(c):
+    """The Python LRU, the resident bytes and the resident flags the native callback reads agree."""
+    ne = c.layout.n_expert
+    flagged = {(i // ne, i % ne) for i in range(len(c._flags)) if c._flags[i]}
+    assert flagged == set(c.lru)
+    assert sum(c.lru.values()) == c.resident_bytes
+
+
+@pytest.mark.parametrize("qtype", ["f32", "q8_0"])
+def test_evicted_pages_move_into_missed_slices(models, reference, qtype):
+    """A native miss takes the whole pages of the slices it evicts (mremap) instead of giving them
+    back and faulting fresh ones in: the same tokens, and the moves really happened."""
+    _native_or_skip()
+    with _engine(models[qtype], **BUDGETS["tiny-evicting"]) as e:
+        got = [e.generate(p, n, clear_kv=c).tokens for p, n, c in TURNS]
+        c = e.cache
+        assert c.native_misses_served > 0 and c.evictions > 0
+        assert c.pages_moved > 0
+        _lru_matches_flags(c)
+    assert got == reference[qtype]
+
+
+@pytest.mark.parametrize("qtype", QTYPES)
+@pytest.mark.parametrize("bank_share", [0.4, 0.6, None])
+def test_early_prefetch_identical(models, reference, qtype, bank_share):
+    """The early prefetch (the next layer's router on this layer's router input, the predicted
+    experts read while the layer computes) changes what is resident, never the tokens; under a
+    budget it really read experts (``spec_experts``), the budget held."""
+    _native_or_skip()
+    from bmoe_top.runtime.gguf_layout import read_layout
+
+    bank_mb = read_layout(models[qtype]).expert_bank_bytes / (1 << 20)
+    kw = dict(cache_mb=1e6) if bank_share is None else dict(cache_mb=bank_mb * bank_share, force_cache=True)
+    with _engine(models[qtype], early_prefetch=2, **kw) as e:
+        got = [e.generate(p, n, clear_kv=c).tokens for p, n, c in TURNS]
+        c = e.cache
+        if bank_share is not None:
+            assert c.spec_experts > 0
+        assert 0 <= c.spec_useful <= c.spec_experts
+        _lru_matches_flags(c)
+        if c.budget is not None:
+            assert c.resident_bytes <= c.budget
+    assert got == reference[qtype]
+
+
+def test_early_prefetch_off_reads_nothing_ahead(models, reference):
+    _native_or_skip()
+    with _engine(models["q8_0"], early_prefetch=0, cache_mb=0.45, force_cache=True) as e:
+        got = [e.generate(p, n, clear_kv=c).tokens for p, n, c in TURNS]
+        assert e.cache.spec_experts == 0
+    assert got == reference["q8_0"]

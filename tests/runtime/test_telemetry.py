@@ -137,6 +137,23 @@ def test_inline_mode_and_resident_mode(model):
     assert not any(ln.startswith(("llama_", "load_", "print_info")) for ln in q.stdout.splitlines())
 
 
+def test_early_prefetch_line(model):
+    """``--early-prefetch`` reads ahead (natively) and says so, tagged; the answer is the resident one."""
+    from bmoe_top.runtime import native
+
+    if native.library() is None:
+        pytest.skip(f"no native library: {native.native_error}")
+    base = ["-m", str(model), "-p", "Another start", "-n", "24", "-c", "256", "--progress", "--quiet"]
+    p = run([*base, "--cache-mb", "0.6", "--force-cache", "--early-prefetch", "2"])
+    assert p.returncode == 0, p.stderr
+    summ = _summary(p.stdout.splitlines())
+    assert summ["moe-prefetch"]["prefetch_mode"] == "early-router"
+    assert summ["moe-prefetch"]["prefetch_total"] > 0
+    q = run([*base, "--no-moe-stream"])
+    assert p.stdout.split("=== perf ===")[0].split("=== answer ===")[1] == \
+        q.stdout.split("=== perf ===")[0].split("=== answer ===")[1]
+
+
 def test_overlap_prefetch_lines(model):
     p = run(["-m", str(model), "-p", "Hello there", "-n", "12", "-c", "256", "--progress", "--quiet",
              "--cache-mb", "0.6", "--overlap", "--prefetch", "1", "--io-threads", "2"])
@@ -167,6 +184,7 @@ def test_no_cache_mode(model):
         (["-m", "__MODEL__", "--cache-mb", "0.05"], "working set"),
         (["-m", "__MODEL__", "-c", "256", "-n", "250", "-p", "x" * 40], "exceeds n_ctx"),
         (["-m", "__MODEL__", "--io-threads", "0"], "--io-threads"),
+        (["-m", "__MODEL__", "--early-prefetch", "9"], "--early-prefetch"),
         (["-m", "__MODEL__", "--bogus"], "unrecognized"),
     ],
 )
