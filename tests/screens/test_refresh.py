@@ -227,3 +227,25 @@ async def test_every_mode_screen_runs_one_repaint_timer(csv_run, tmp_path):
         async with app.run_test(size=(150, 44)) as pilot:
             await pilot.pause()
             assert len(tick_timers(screen)) == 1, type(screen).__name__
+
+
+async def test_the_fast_tier_is_never_slower_than_the_views_refresh(csv_run):
+    """With ``--refresh`` under FAST_S the title and the answer's tail follow at the refresh
+    interval (time is moved by setting the last repaint back, not by waiting)."""
+    from bmoe_top.tui.screens.base import FAST_S
+
+    run = open_paths(csv_run)
+    screen = ReplayScreen(run, title="fast")
+    app = BmoeTopApp(screen)
+    async with app.run_test(size=(150, 44)) as pilot:
+        await pilot.press("end")
+        await pilot.pause()
+        screen.refresh_s = FAST_S / 4
+        screen.tick()
+        for n in (65, 66):
+            run.add_token_row({"wall_ms": 30.0, "io_ms": 5.0})  # only the data moves
+            screen._fast_at -= FAST_S / 2  # older than the refresh interval, younger than FAST_S
+            screen._views_at = screen._fast_at
+            before = screen._fast_at
+            screen.tick()
+            assert screen._fast_at > before and f"{n:,}" in title_of(app)
