@@ -17,17 +17,15 @@ import os
 from collections.abc import Iterable, Sequence
 from typing import Any, ClassVar
 
-from rich.segment import Segment
-from rich.style import Style
 from textual.app import App, SystemCommand
-from textual.color import Color
 from textual.filter import ANSIToTruecolor, LineFilter
 from textual.screen import Screen
 from textual.scrollbar import ScrollBar, ScrollBarRender
 
+from bmoe_top.tui.widgets.lines import MemoTruecolor
 from bmoe_top.tui.widgets.palette import Look
 
-__all__ = ["BmoeTopApp", "CSS", "MemoTruecolor"]
+__all__ = ["BmoeTopApp", "CSS"]
 
 #: The layout every mode screen shares (mode screens add their own parts in DEFAULT_CSS).
 CSS = """
@@ -83,45 +81,6 @@ class AsciiScrollBarRender(ScrollBarRender):
 
     VERTICAL_BARS: ClassVar[list[str]] = [" "] * 8
     HORIZONTAL_BARS: ClassVar[list[str]] = [" "] * 8
-
-
-class MemoTruecolor(LineFilter):
-    """Textual's :class:`~textual.filter.ANSIToTruecolor` (``inner``) with its answer remembered
-    per style object and background: a line whose styles need no conversion (the views draw in
-    truecolor) comes back as it is instead of as a copy of every segment. The same segments
-    come out as from ``inner.apply`` (tests/widgets/test_app_filter.py)."""
-
-    #: Styles remembered per background before the memo starts again (bounded memory).
-    MAX_STYLES = 8192
-
-    def __init__(self, inner: ANSIToTruecolor) -> None:
-        super().__init__(enabled=inner.enabled)
-        self.inner = inner
-        self._memo: dict[Color, dict[int, tuple[Style, Style]]] = {}
-
-    def apply(self, segments: list[Segment], background: Color) -> list[Segment]:
-        memo = self._memo.get(background)
-        if memo is None or len(memo) > self.MAX_STYLES:
-            if len(self._memo) > 64:
-                self._memo.clear()
-            memo = self._memo[background] = {}
-        convert = self.inner.truecolor_style
-        rich_bg = background.rich_color
-        out: list[Segment] | None = None
-        for i, seg in enumerate(segments):
-            text, style, control = seg
-            new = None
-            if style is not None:
-                got = memo.get(id(style))
-                if got is None or got[0] is not style:  # the style object is held: its id is not reused
-                    got = memo[id(style)] = (style, convert(style, rich_bg))
-                new = got[1]
-            if out is None:
-                if new is style and control is None:
-                    continue
-                out = list(segments[:i])
-            out.append(seg if new is style and control is None else Segment(text, new, None))
-        return segments if out is None else out
 
 
 class BmoeTopApp(App[int]):

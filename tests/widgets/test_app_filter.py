@@ -10,7 +10,7 @@ from rich.terminal_theme import DEFAULT_TERMINAL_THEME
 from textual.color import Color
 from textual.filter import ANSIToTruecolor
 
-from bmoe_top.tui.app import MemoTruecolor
+from bmoe_top.tui.widgets.lines import MemoTruecolor
 
 STYLES = [
     None, Style(), Style(color="red"), Style(color="bright_white", bgcolor="blue"), Style(color="#61afef"),

@@ -11,21 +11,22 @@ from changed (:meth:`RunView.frame_key`), and a view that is expensive to draw m
 from __future__ import annotations
 
 import time
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 from typing import Any
 
 from rich.segment import Segment
 from rich.text import Text
+from textual.filter import ANSIToTruecolor, LineFilter
 from textual.geometry import Size
 from textual.strip import Strip
 from textual.widget import Widget
 
 from bmoe_top.tui.model import RowUnit, RunModel
 from bmoe_top.tui.playback import Playback
-from bmoe_top.tui.widgets.lines import FrameCache, blank
+from bmoe_top.tui.widgets.lines import FrameCache, MemoTruecolor, blank
 from bmoe_top.tui.widgets.palette import Look
 
-__all__ = ["DEFAULT_LOOK", "RunView", "absent_phrase", "ascii_strip", "ascii_text", "look_of"]
+__all__ = ["DEFAULT_LOOK", "RunView", "absent_phrase", "ascii_strip", "ascii_text", "look_of", "truecolor_filters"]
 
 DEFAULT_LOOK = Look()
 
@@ -69,6 +70,16 @@ def look_of(widget: Widget) -> Look:
         return DEFAULT_LOOK
     look = getattr(app, "look", None)
     return look if isinstance(look, Look) else DEFAULT_LOOK
+
+
+def truecolor_filters(look: Look, filters: Sequence[LineFilter]) -> Sequence[LineFilter]:
+    """The app's line ``filters`` for a widget of ours drawing in ``look``: in the truecolor look
+    without the ANSI-to-truecolor one. Every style our line-API widgets draw with there is a
+    truecolor colour or none, which that filter returns as it is, after a walk over every segment
+    of every line of every frame (tests/widgets/test_truecolor_views.py)."""
+    if look.colors != "truecolor":
+        return filters
+    return [f for f in filters if not isinstance(f, (MemoTruecolor, ANSIToTruecolor))]
 
 
 def absent_phrase(run: RunModel, what: str) -> str:
@@ -158,6 +169,9 @@ class RunView(Widget):
                     line = Strip([*line, *blank(width - line.cell_length)], width)
             return line
         return blank(width)
+
+    def get_line_filters(self) -> Sequence[LineFilter]:
+        return truecolor_filters(self.look, super().get_line_filters())
 
     def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
         return self.wanted_height(width)

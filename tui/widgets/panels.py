@@ -11,7 +11,7 @@ import math
 import re
 import textwrap
 from bisect import bisect_left
-from collections.abc import Hashable, Iterable, Iterator
+from collections.abc import Hashable, Iterable, Iterator, Sequence
 from typing import Any
 
 from rich._wrap import divide_line
@@ -20,6 +20,7 @@ from rich.console import Console, ConsoleOptions
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
+from textual.filter import LineFilter
 from textual.geometry import Region
 from textual.strip import Strip
 from textual.widget import Widget
@@ -30,7 +31,7 @@ from bmoe_top.tui.model import RunModel
 from bmoe_top.tui.playback import Playback
 from bmoe_top.tui.present.numbers import mib, sig
 from bmoe_top.tui.present.summary import run_panel_rows
-from bmoe_top.tui.widgets.base import ascii_strip, look_of
+from bmoe_top.tui.widgets.base import ascii_strip, look_of, truecolor_filters
 from bmoe_top.tui.widgets.lines import FrameCache, blank
 from bmoe_top.tui.widgets.palette import BLANK, Look
 
@@ -71,14 +72,24 @@ class RunPanel(Widget):
         if key == self._key and not force:
             return
         self._key = key
-        before = len(self._lines)
+        was = self._lines
         self._lines = self.build(self.content_region.width)
-        self.refresh(layout=len(self._lines) != before)
+        if force or len(self._lines) != len(was):
+            self.refresh(layout=len(self._lines) != len(was))
+            return
+        # a row that reads the same keeps its strip (build): repaint only the rows that changed
+        width = self.content_region.width  # rows in content coordinates (Widget.refresh)
+        rows = [Region(0, y, width, 1) for y, (a, b) in enumerate(zip(was, self._lines)) if a is not b]
+        if rows:
+            self.refresh(*rows)
 
     def get_content_height(self, container: Any, viewport: Any, width: int) -> int:
         if width != self._lines_width:
             self._lines = self.build(width)
         return len(self._lines)
+
+    def get_line_filters(self) -> Sequence[LineFilter]:
+        return truecolor_filters(self.look, super().get_line_filters())
 
     def render_line(self, y: int) -> Strip:
         width = self.content_region.width
@@ -555,6 +566,9 @@ class AnswerTail(Widget):
 
     def _build(self, width: int, height: int) -> list[Strip]:
         return answer_tail(self.run, self.playback.sel + 1, self.wrap, self.app.console, width, height, look_of(self))
+
+    def get_line_filters(self) -> Sequence[LineFilter]:
+        return truecolor_filters(look_of(self), super().get_line_filters())
 
     def render_line(self, y: int) -> Strip:
         width, height = self.content_region.size

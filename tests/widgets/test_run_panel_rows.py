@@ -1,0 +1,49 @@
+"""The run panel (tui/widgets/panels.py ``RunPanel``) repaints only the rows whose line changed:
+what it draws after each token is what a full repaint of the same lines draws, and most tokens
+repaint fewer rows than the panel has (its labels, the model and the mode read the same)."""
+
+from __future__ import annotations
+
+from textual.app import App, ComposeResult
+from textual.geometry import Region
+
+from bmoe_top.tui.model import RunModel
+from bmoe_top.tui.playback import Playback
+from bmoe_top.tui.widgets.panels import RunPanel
+
+
+class _PanelApp(App[None]):
+    CSS = "RunPanel { width: 44; }"
+
+    def __init__(self, run: RunModel, playback: Playback) -> None:
+        super().__init__()
+        self.run, self.playback = run, playback
+
+    def compose(self) -> ComposeResult:
+        yield RunPanel(self.run, self.playback)
+
+
+async def test_a_repaint_of_the_changed_rows_draws_what_a_full_repaint_draws():
+    run = RunModel()
+    run.update_meta({"model": "m.gguf", "arch": "qwen3moe", "n_layer": 8, "n_expert": 32})
+    run.begin_turn(prompt="why?")
+    playback = Playback(run)
+    app = _PanelApp(run, playback)
+    async with app.run_test(size=(60, 40)) as pilot:
+        panel = app.query_one(RunPanel)
+        partial = repainted = 0
+        for i in range(40):
+            run.add_token_row({"step": i + 1, "wall_ms": 20.0 + i % 7, "io_ms": 5.0, "compute_ms": 14.0,
+                               "mgmt_ms": 1.0, "cache_hit_pct": 50.0 + i, "turn": 0})
+            playback.cursor = run.tokens.n
+            panel.update_from_run()
+            dirty = len(panel._styles_cache._dirty_lines)
+            repainted += dirty > 0
+            partial += 0 < dirty < panel.size.height
+            await pilot.pause()
+            region = Region(0, 0, panel.size.width, panel.size.height)
+            drawn = [line.text for line in panel.render_lines(region)]
+            panel._styles_cache.clear()  # the whole panel drawn again from its lines
+            assert drawn == [line.text for line in panel.render_lines(region)]
+            assert f"{i + 1}" in " ".join(drawn)
+        assert repainted == 40 and partial > 30
