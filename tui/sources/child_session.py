@@ -10,7 +10,8 @@
   never blocks the UI;
 - stdout and stderr pipes drained all the time by two reader threads (an unread stderr
   pipe deadlocks the child once it fills), ``os.read`` in 64 KiB chunks, lines split
-  here (a line of megabytes is fine); the stdout lines of one chunk are one batch;
+  here (a line of megabytes is fine); the stdout lines of one chunk are one batch, per-token
+  lines held up to ``hold_s`` (:class:`~bmoe_top.tui.sources.live.LineBatch`);
 - ``PYTHONUNBUFFERED=1`` in its environment (line-flushed output from Python children).
 
 stdout lines are parsed with ``bmoe_top.parsers.bmoe_lines.parse_line`` (a protocol record
@@ -43,7 +44,7 @@ import orjson
 
 from bmoe_top.parsers.textio import LineSplitter
 from bmoe_top.tui.sources.events import FINAL_STATES, Exited, LiveState
-from bmoe_top.tui.sources.live import MAX_LINE_CHARS, LiveBase
+from bmoe_top.tui.sources.live import MAX_LINE_CHARS, LineBatch, LiveBase, readable
 
 _CHUNK = 65536
 _LIVE: weakref.WeakSet[ChildSession] = weakref.WeakSet()
@@ -184,10 +185,15 @@ class ChildSession(LiveBase):
     def _read(self, name: str, fd: int) -> None:
         split = LineSplitter(max_line=MAX_LINE_CHARS)
         is_out = name == "stdout"
+        batch = LineBatch(lambda held: self._held_lines(held, self._stdout_line), self.hold_s)
         t = time.time()
         n_probs = 0
         try:
             while True:
+                wait = batch.wait_s()
+                if wait is not None and not readable(fd, wait):
+                    batch.flush()  # held long enough: hand the per-token lines over
+                    continue
                 try:
                     chunk = os.read(fd, _CHUNK)
                 except OSError:
@@ -197,14 +203,16 @@ class ChildSession(LiveBase):
                 t = time.time()
                 lines = split.feed(chunk)
                 if is_out:
-                    self._protocol_lines(lines, t, self._stdout_line)  # a chunk: one batch
+                    batch.add(lines, t)
                 else:
                     for line in lines:
                         self._stderr_line(line, t)
                 if len(split.problems) > n_probs:
+                    batch.flush()  # the lines before the problem first
                     for p in split.problems[n_probs:]:
                         self._problem(p.lineno, p.text, f"{name}: {p.reason}", name)
                     n_probs = len(split.problems)
+            batch.flush()
             tail = split.flush()
             if tail:
                 self._line(is_out, tail, t)

@@ -15,7 +15,12 @@ Lines are handed over in batches: the lines of one read (a pipe or socket chunk)
 inside one ``batch()`` context (``connect(batch=...)``; the live feed passes the run model's
 lock), so the model takes a chunk under one lock and a view never sees half of it (a token's
 routing without its progress line). Each line still goes through the sinks one by one: a line a
-sink fails on is reported, its neighbours still count.
+sink fails on is reported, its neighbours still count. A reader holds the per-token lines
+(``BMOE_PROGRESS``, ``BMOE_ROUTE``, ``BMOE_RESIDENT``, ``BMOE_LOAD``) of its reads for up to
+:data:`HOLD_S` and hands them over together (:class:`LineBatch`): a token's lines cost a fraction
+when several go through the parser and the model at once, and nothing draws them sooner (the
+title and the answer's tail follow every half second). Any other line hands over what is held,
+then itself, at once, in order; every line keeps the time its read arrived.
 
 The state machine (:class:`~bmoe_top.tui.sources.events.LiveState`)::
 
@@ -38,6 +43,8 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
+import select
 import threading
 import time
 from collections import deque
@@ -63,7 +70,7 @@ from bmoe_top.tui.sources.events import (
 )
 from bmoe_top.tui.sources.recorder import Recorder
 
-__all__ = ["LiveBase", "LiveStatus", "RecordSink", "LineSink", "EventSink"]
+__all__ = ["HOLD_S", "LineBatch", "LiveBase", "LiveStatus", "RecordSink", "LineSink", "EventSink", "readable"]
 
 RecordSink = Callable[[Any, float], None]
 LineSink = Callable[[str, float], None]
@@ -73,6 +80,53 @@ EventSink = Callable[[Any], None]
 MAX_LINE_CHARS = 16 * 1024 * 1024
 #: Lines kept of an over-long stderr line in ``stderr_log``.
 STDERR_KEEP_CHARS = 4096
+#: Seconds a reader holds per-token lines before it hands them over (:class:`LineBatch`).
+HOLD_S = 0.25
+#: The tags whose lines a reader may hold: one token's records, never a state change.
+PER_TOKEN_TAGS = ("BMOE_PROGRESS ", "BMOE_ROUTE ", "BMOE_RESIDENT ", "BMOE_LOAD ")
+
+Held = list[tuple[list[str], float]]
+
+
+class LineBatch:
+    """The per-token lines of a reader's reads, held up to ``hold_s`` seconds and handed over
+    together to ``hand_over(held)`` as ``[(lines, t), ...]`` in arrival order (``t``: unix time of
+    the read). A read with any other line (a state change, text, a broken line) hands over what is
+    held and itself at once; so does ``hold_s`` 0. Used by one reader thread only."""
+
+    def __init__(self, hand_over: Callable[[Held], None], hold_s: float = HOLD_S) -> None:
+        self._hand_over = hand_over
+        self.hold_s = hold_s
+        self._held: Held = []
+        self._due = 0.0
+
+    def add(self, lines: list[str], t: float) -> None:
+        """The lines of one read (``t`` its arrival, unix s)."""
+        if not lines:
+            return
+        if not self._held:
+            self._due = time.monotonic() + self.hold_s
+        self._held.append((lines, t))
+        if self.hold_s <= 0 or not all(line.startswith(PER_TOKEN_TAGS) for line in lines):
+            self.flush()
+
+    def wait_s(self) -> float | None:
+        """Seconds the reader may wait for more input before :meth:`flush` is due (0: due now;
+        None: nothing held, wait as long as it takes)."""
+        return max(0.0, self._due - time.monotonic()) if self._held else None
+
+    def flush(self) -> None:
+        """Hand over what is held (nothing when nothing is)."""
+        held, self._held = self._held, []
+        if held:
+            self._hand_over(held)
+
+
+def readable(fd: int, timeout_s: float | None) -> bool:
+    """Whether ``fd`` has input (or its end) within ``timeout_s`` seconds (None: wait for it)."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN | select.POLLPRI)
+    return bool(poller.poll(None if timeout_s is None else max(0, math.ceil(timeout_s * 1000))))
 
 
 @dataclass(slots=True)
@@ -114,6 +168,7 @@ class LiveBase:
             every request sent) is written with its source.
         ready_timeout_s: seconds to wait for ``BMOE_READY`` before flagging a timeout.
         stall_after_s: "no telemetry" threshold while loading or generating.
+        hold_s: seconds a reader holds per-token lines (:class:`LineBatch`; 0: none held).
         stderr_keep: stderr lines kept for the log pane.
         max_problems: problems kept in :meth:`status` (all are reported to the event sink).
     """
@@ -122,8 +177,8 @@ class LiveBase:
 
     def __init__(self, on_record: RecordSink | None = None, *, on_stderr: LineSink | None = None,
                  on_event: EventSink | None = None, recorder: Recorder | None = None,
-                 ready_timeout_s: float = 120.0, stall_after_s: float = 5.0, stderr_keep: int = 2000,
-                 max_problems: int = 200) -> None:
+                 ready_timeout_s: float = 120.0, stall_after_s: float = 5.0, hold_s: float = HOLD_S,
+                 stderr_keep: int = 2000, max_problems: int = 200) -> None:
         self.sinks = Sinks(type(self).__name__)
         self._on_record = on_record
         self._on_stderr = on_stderr
@@ -131,6 +186,7 @@ class LiveBase:
         self.recorder = recorder
         self.ready_timeout_s = ready_timeout_s
         self.stall_after_s = stall_after_s
+        self.hold_s = hold_s
         self._lock = threading.RLock()
         self._state = LiveState.STARTING
         self._message = "starting"
@@ -318,6 +374,14 @@ class LiveBase:
         with self._batch():
             for line in lines:
                 on_line(line, t)
+
+    def _held_lines(self, held: Held, on_line: Callable[[str, float], Any]) -> None:
+        """The lines of several reads (a :class:`LineBatch` hand-over), each through
+        ``on_line(line, t)`` with its read's time, inside one ``batch()``."""
+        with self._batch():
+            for lines, t in held:
+                for line in lines:
+                    on_line(line, t)
 
     def _protocol_line(self, line: str, t: float, src: str = "stdout", *, record: bool = True) -> Any:
         """Parse one stdout/socket line, move the state machine, hand the record to the sink."""

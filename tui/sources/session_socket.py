@@ -35,7 +35,7 @@ import orjson
 from bmoe_top.parsers import bmoe_lines as _bl
 from bmoe_top.parsers.textio import LineSplitter
 from bmoe_top.tui.sources.events import Connected, Disconnected, LiveState, NewSession
-from bmoe_top.tui.sources.live import MAX_LINE_CHARS, LiveBase
+from bmoe_top.tui.sources.live import MAX_LINE_CHARS, LineBatch, LiveBase, readable
 
 
 class SessionSocketClient(LiveBase):
@@ -167,19 +167,28 @@ class SessionSocketClient(LiveBase):
 
     def _read(self, s: socket.socket) -> str:
         split = LineSplitter(max_line=MAX_LINE_CHARS)
-        while not self._stop.is_set():
-            try:
-                chunk = s.recv(65536)
-            except OSError as e:
-                return e.strerror or str(e)
-            if not chunk:
-                tail = split.flush()
-                if tail:
-                    self._problem(0, tail, f"socket closed mid-line ({len(tail)} chars without a newline)", "socket")
-                return "socket closed"
-            t = time.time()
-            self._protocol_lines(split.feed(chunk), t, self._on_line)  # a chunk: one batch
-        return "detached"
+        batch = LineBatch(lambda held: self._held_lines(held, self._on_line), self.hold_s)
+        try:
+            while not self._stop.is_set():
+                wait = batch.wait_s()
+                if wait is not None and not readable(s.fileno(), wait):
+                    batch.flush()  # held long enough: hand the per-token lines over
+                    continue
+                try:
+                    chunk = s.recv(65536)
+                except OSError as e:
+                    return e.strerror or str(e)
+                if not chunk:
+                    batch.flush()
+                    tail = split.flush()
+                    if tail:
+                        self._problem(0, tail, f"socket closed mid-line ({len(tail)} chars without a newline)",
+                                      "socket")
+                    return "socket closed"
+                batch.add(split.feed(chunk), time.time())
+            return "detached"
+        finally:
+            batch.flush()
 
     def _on_line(self, line: str, t: float) -> None:
         if line.startswith("BMOE_HELLO"):
