@@ -113,7 +113,7 @@ async def test_audit_screen_follows_the_file(tmp_path):
         trends = strips_text(app.query_one("#trends").build(100, 3))
         assert "hit %" in trends and "60.0 %" in trends and "tok/s" in trends and "200 [0–200]" in trends
         # the replay screen's title counts requests
-        title = app.query_one("#title").content.plain
+        title = app.query_one("#title").plain
         assert "● live" in title and "requests 2" in title, title
 
 

@@ -80,7 +80,7 @@ async def test_screen_states_and_numbers(srv):
         assert share[:, 0].tolist() == pytest.approx([2 / 4, 1.0, 6 / 8])  # L1 never missed
         trends = strips_text(app.query_one("#trends").build(100, 4))
         assert "tok/s" in trends and "hit %" in trends and "not in this source: read" in trends  # no upload bytes
-        title = app.query_one("#title").content.plain
+        title = app.query_one("#title").plain
         assert "● live" in title and "intervals 1" in title, title
         poller.scrape_once()
         app.main.refresh_views(force=True)
@@ -151,9 +151,9 @@ async def test_screen_live_against_bmoe_run_serve(tmp_path):
             assert share.shape[0] == 2 and np.isfinite(share).any()
             assert run_summary(run)["tokens"] == n  # the run panel's total since the server started
             # the title follows new rows at its own pace (FAST_S): wait for the last row, never a duration
-            await pilot_until(pilot, lambda: f"intervals {tok.n}" in app.query_one("#title").content.plain,
+            await pilot_until(pilot, lambda: f"intervals {tok.n}" in app.query_one("#title").plain,
                               f"the title at interval {tok.n}")
-            title = app.query_one("#title").content.plain
+            title = app.query_one("#title").plain
             assert "● live" in title and f"intervals {tok.n}" in title
         assert not poller.is_alive() or poller.join(3) is None
     finally:

@@ -249,12 +249,12 @@ async def test_arrow_then_end_follows_live_and_the_next_turn_is_followed():
         await send_prompt(pilot, app, "one", 12)
         assert await wait_for(pilot, lambda: src.state == "ready" and src.status().turns_done == 1)
         await pilot.pause(0.2)
-        assert pb.state() == "live" and "● live" in app.query_one("#title", Static).content.plain
+        assert pb.state() == "live" and "● live" in app.query_one("#title").plain
         await pilot.press("escape")  # leave the prompt box: the arrows move the selection
         await pilot.press("left")
         assert pb.state() == "paused" and pb.sel == run.n_tokens - 2
         await pilot.pause(0.2)
-        assert "paused" in app.query_one("#title", Static).content.plain
+        assert "paused" in app.query_one("#title").plain
         await pilot.press("end")
         assert pb.state() == "live" and pb.follow and pb.selected is None
         await send_prompt(pilot, app, "two", 12)

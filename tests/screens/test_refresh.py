@@ -13,7 +13,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 from helpers import synth
-from textual.widgets import Static
 
 from bmoe_top.tui.app import BmoeTopApp
 from bmoe_top.tui.feed.files import open_paths
@@ -33,7 +32,7 @@ def csv_run(tmp_path):
 
 
 def title_of(app) -> str:
-    return str(app.query_one("#title", Static).render())
+    return app.query_one("#title").plain
 
 
 async def test_nothing_new_means_no_work_and_new_data_waits_for_the_interval(csv_run):
@@ -149,7 +148,7 @@ async def test_a_fast_repaint_draws_the_title_and_no_view(csv_run, monkeypatch):
         views = list(app.query(RunView))
         assert views
         calls = count_draws(monkeypatch, views)
-        title_calls = count_draws(monkeypatch, [app.query_one("#title", Static)])
+        title_calls = count_draws(monkeypatch, [app.query_one("#title")])
         run.add_token_row({"wall_ms": 30.0, "io_ms": 5.0})
         screen.playback.end()
         screen.tick()

@@ -48,7 +48,15 @@ from bmoe_top.tui.widgets.charts import BreakdownChart, OverviewStrip, TokenSele
 from bmoe_top.tui.widgets.grids import ExpertMap, LayerHeatmap
 from bmoe_top.tui.widgets.inputs import SteadyInput
 from bmoe_top.tui.widgets.palette import Look
-from bmoe_top.tui.widgets.panels import AnswerPanel, AnswerTail, ProblemsPanel, RunPanel, header_parts, safe_text
+from bmoe_top.tui.widgets.panels import (
+    AnswerPanel,
+    AnswerTail,
+    ProblemsPanel,
+    RunPanel,
+    TitleLine,
+    header_parts,
+    safe_text,
+)
 
 __all__ = ["COMPACT", "FAST_S", "MIN_SIZE", "REFRESH_S", "REFRESH_STEPS", "RunScreen"]
 
@@ -163,7 +171,7 @@ class RunScreen(Screen[None]):
 
     # ---------------------------------------------------------------------------------- layout
     def compose(self) -> ComposeResult:
-        yield Static(id="title")
+        yield TitleLine(id="title")
         yield Banner(self.model, id="banner")
         yield from self.compose_status()
         with Horizontal(id="body"):
@@ -409,13 +417,12 @@ class RunScreen(Screen[None]):
                     kinds[next(k for k in PANEL_KINDS if isinstance(w, k))].append(w)
                 elif isinstance(w, TabbedContent):
                     tabs = tabs or w
-                elif isinstance(w, Static) and w.id in ("title", "log-text"):
-                    if w.id == "title":
-                        title = title or w
-                    else:
-                        log = log or w
+                elif isinstance(w, TitleLine) and w.id == "title":
+                    title = title or w
+                elif isinstance(w, Static) and w.id == "log-text":
+                    log = log or w
             if title is None:
-                title = self.query_one("#title", Static)  # raises NoMatches, as before compose
+                title = self.query_one("#title", TitleLine)  # raises NoMatches, as before compose
             self._parts = (title, tuple(views), tuple(w for k in PANEL_KINDS for w in kinds[k]), log, tabs,
                            tuple(kinds[AnswerTail]))
         return self._parts
@@ -431,7 +438,7 @@ class RunScreen(Screen[None]):
             look = look_of(self)
             title = self.title_text()
             # one line, its size fixed by the CSS: no layout pass (a reflow of the whole screen)
-            self._widgets()[0].update(ascii_text(title) if look.ascii else title, layout=False)
+            self._widgets()[0].update(ascii_text(title) if look.ascii else title)
 
     def refresh_fast(self, key: tuple[Any, ...] | None = None) -> None:
         """The fast tier: the title line, then (after that repaint) the answer's tail. Textual

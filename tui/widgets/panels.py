@@ -35,8 +35,8 @@ from bmoe_top.tui.widgets.base import ascii_strip, look_of, truecolor_filters
 from bmoe_top.tui.widgets.lines import FrameCache, blank
 from bmoe_top.tui.widgets.palette import BLANK, Look
 
-__all__ = ["AnswerPanel", "AnswerTail", "ProblemsPanel", "RunPanel", "TailWrap", "answer_tail", "answer_text",
-           "header_parts", "safe_text"]
+__all__ = ["AnswerPanel", "AnswerTail", "ProblemsPanel", "RunPanel", "TailWrap", "TitleLine", "answer_tail",
+           "answer_text", "header_parts", "safe_text"]
 
 
 def safe_text(s: str, style: str | Style = "", multiline: bool = True) -> Text:
@@ -145,6 +145,49 @@ class RunPanel(Widget):
             out = [Strip([Segment(label[: lw - 1].ljust(lw), look.dim), Segment(parts[0], st)])]
             out += [Strip([Segment(" " * lw, BLANK), Segment(cont, st)]) for cont in parts[1:]]
         return [ascii_strip(ln) for ln in out] if look.ascii else out
+
+
+class TitleLine(Widget):
+    """One line of styled text (a screen's title), drawn with the line API: :meth:`update` keeps
+    the text, its first repaint at a width renders it once (cut with an ellipsis at the width,
+    over the widget's own colours), and a repaint draws that line again. A ``Static`` laid its
+    text out again on every repaint, and the title repaints twice a second while a run streams.
+    The text must already be safe to draw (:func:`safe_text`, :func:`~bmoe_top.parsers.sanitize.sanitize`)."""
+
+    DEFAULT_CSS = "TitleLine { height: 1; }"
+
+    def __init__(self, **kw: Any) -> None:
+        super().__init__(**kw)
+        self._text = Text()
+        self._line: tuple[tuple[int, Style], Strip] | None = None  # ((width, base style), line)
+
+    @property
+    def plain(self) -> str:
+        """The text shown, without its styles."""
+        return self._text.plain
+
+    def update(self, text: Text) -> None:
+        """Show ``text`` (one line: what does not fit the width ends in an ellipsis)."""
+        self._text = text
+        self._line = None
+        self.refresh()
+
+    def get_line_filters(self) -> Sequence[LineFilter]:
+        return truecolor_filters(look_of(self), super().get_line_filters())
+
+    def render_line(self, y: int) -> Strip:
+        width = self.content_region.width
+        if y or width <= 0:
+            return blank(width)
+        base = self.rich_style
+        key = (width, base)
+        if self._line is None or self._line[0] != key:
+            console = self.app.console
+            text = self._text.copy()
+            text.no_wrap, text.overflow = True, "ellipsis"
+            segs = console.render_lines(text, console.options.update(width=width, height=1), pad=False)[0]
+            self._line = (key, Strip(Segment.apply_style(segs, base), None).adjust_cell_length(width, base))
+        return self._line[1]
 
 
 def header_parts(run: RunModel, look: Look) -> list[tuple[str, Style]]:

@@ -1,0 +1,55 @@
+"""A screen's title line (tui/widgets/panels.py ``TitleLine``): a text that fits is drawn over the
+widget's own colours as a Static draws it, an update shows the new text, and one that does not
+fit ends in an ellipsis, as the title's text asks (a Static wrapped it at a word and dropped the
+rest)."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.app import App, ComposeResult
+from textual.geometry import Region
+from textual.widgets import Static
+
+from bmoe_top.tui.widgets.panels import TitleLine
+
+CSS = "TitleLine, Static { width: 24; height: 1; background: #223344; color: #ddeeff; padding: 0 1; }"
+
+
+class _TitleApp(App[None]):
+    CSS = CSS
+
+    def compose(self) -> ComposeResult:
+        yield TitleLine(id="t")
+        yield Static(id="s")
+
+
+def _drawn(widget) -> list:
+    return list(widget.render_lines(Region(0, 0, widget.outer_size.width, 1))[0])
+
+
+def _cells(segments) -> list:
+    """Each cell's character and what shows of it: its colours and attributes (a blank shows
+    only its background; click metadata shows nothing)."""
+    return [(ch, str(seg.style.bgcolor) if ch == " " else str(seg.style)) for seg in segments for ch in seg.text]
+
+
+async def test_the_title_line_draws_what_a_static_draws_and_cuts_with_an_ellipsis():
+    app = _TitleApp()
+    async with app.run_test(size=(40, 4)) as pilot:
+        line, static = app.query_one("#t", TitleLine), app.query_one("#s", Static)
+        for text in (Text("short", style="bold #e5c07b"),
+                     Text.assemble(("bmoe-top ", "bold #e5c07b"), ("● live", "#98c379"), "  t 12")):
+            text.no_wrap, text.overflow = True, "ellipsis"
+            line.update(text)
+            static.update(text)
+            await pilot.pause()
+            assert line.plain == text.plain
+            ours, theirs = _drawn(line), _drawn(static)
+            assert "".join(s.text for s in ours) == "".join(s.text for s in theirs)
+            assert _cells(ours) == _cells(theirs)
+        long = Text.assemble(("bmoe-top ", "bold #e5c07b"), ("● live", "#98c379"), "  tokens 1,234 (turn 9)")
+        long.no_wrap, long.overflow = True, "ellipsis"
+        line.update(long)
+        await pilot.pause()
+        drawn = "".join(s.text for s in _drawn(line))
+        assert len(drawn) == line.outer_size.width and drawn.rstrip().endswith("toke…")
