@@ -155,12 +155,14 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from bmoe_top.tui.present.summary import run_summary, summary_text
     from bmoe_top.tui.sources.files import ReplayError
 
+    text = bool(args.summary or args.json)
     try:
-        run, not_runs = replay(args.paths, allow_mixed=args.allow_mixed)
+        # the screen opens on the first file's run, the files of other runs named in its banner
+        run, not_runs = replay(args.paths, allow_mixed=args.allow_mixed, keep_first=not text)
     except ReplayError as e:
         return _die(str(e))
     status = 0
-    if args.summary or args.json:
+    if text:
         if len(not_runs) < len(args.paths):
             s = run_summary(run)
             if args.json:

@@ -161,6 +161,84 @@ def test_files_of_different_runs_are_not_merged_silently(tmp_path, capsys):
     assert any("different runs" in x for x in doc["alerts"])
 
 
+def _no_meta(data: bytes) -> bytes:
+    """The file without its model and arch (its layers and experts stay)."""
+    return data.replace(b"model=synthetic-moe.gguf arch=qwen3moe ", b"")
+
+
+@pytest.mark.parametrize("case", ["tokens", "steps", "n_layer", "log"])
+def test_files_of_different_runs_without_a_model_name_are_not_merged(tmp_path, capsys, case):
+    # neither file names another model: the runs differ in what else they state
+    a = tmp_path / "a.csv"
+    a.write_bytes(_no_meta(synth.token_csv(40)))
+    b = tmp_path / "b.csv"
+    if case == "tokens":  # two CSV sinks, each with its `# summary`
+        b.write_bytes(synth.token_csv(30, seed=9))
+        why = "end-of-run tokens 40 vs 30"
+    elif case == "steps":  # no summaries: both hold tokens 1..30 of turn 0
+        b.write_bytes(b"step,wall_ms,io_ms,compute_ms\n" + b"".join(b"%d,30,10,20\n" % i for i in range(1, 31)))
+        why = "both hold token rows for turn 0, step 1 and 29 more tokens"
+    elif case == "n_layer":  # a route trace of a model of another shape
+        b = tmp_path / "b.route.csv"
+        b.write_bytes(synth.route_trace(40, n_layer=4).replace(b"model=synthetic-moe.gguf arch=qwen3moe ", b""))
+        why = "n_layer 8 vs 4"
+    else:  # the console log of another run
+        b = tmp_path / "b.log"
+        b.write_bytes(b"generation: 40 tokens, 0.030 s/token (33.3 tok/s)\n"
+                      b"prefill: 12 tokens, 0.400 s (30.0 tok/s) | model load 9.250 s | TTFT 9.650 s\n")
+        why = "load s 1.5 vs 9.25"
+    code, doc, err = summary_json(capsys, str(a), str(b))
+    assert code != 0 and doc is None
+    assert "a.csv" in err and b.name in err and why in err and "not merged" in err, err
+    with pytest.raises(MixedRunsError):
+        open_paths([str(a), str(b)])
+    code, doc, err = summary_json(capsys, "--allow-mixed", str(a), str(b))
+    assert code == 0 and any("different runs" in x and why in x for x in doc["alerts"])
+
+
+def test_the_log_of_the_same_run_still_merges(tmp_path, capsys):
+    a = tmp_path / "a.csv"
+    a.write_bytes(_no_meta(synth.token_csv(40)))
+    log = tmp_path / "a.log"  # the numbers the CSV's `# summary` states, as the log prints them
+    log.write_bytes(b"generation: 40 tokens, 0.030 s/token (33.3 tok/s)\n"
+                    b"prefill: 12 tokens, 0.400 s (30.0 tok/s) | model load 1.500 s | TTFT 1.900 s\n")
+    code, doc, err = summary_json(capsys, str(a), str(log))
+    assert code == 0, err
+    assert doc["derived"]["token_rows"] == 40 and not doc["alerts"]
+
+
+def test_one_file_given_twice_is_not_counted_twice(tmp_path, capsys):
+    a = tmp_path / "a.csv"
+    a.write_bytes(synth.token_csv(40))
+    code, doc, err = summary_json(capsys, str(a), str(a))
+    assert code != 0 and doc is None and "given twice" in err
+
+
+def test_the_screen_opens_on_the_first_run_and_says_what_it_left_out(tmp_path):
+    a = tmp_path / "a.csv"
+    a.write_bytes(_no_meta(synth.token_csv(40)))
+    b = tmp_path / "b.csv"
+    b.write_bytes(synth.token_csv(30, seed=9))
+    run, not_runs = open_replay([str(a), str(b)], keep_first=True)
+    assert run.tokens.n == 40 and not not_runs
+    assert list(run.sources) == [str(a)]
+    assert any("b.csv left out" in x and "end-of-run tokens 40 vs 30" in x and "--allow-mixed" in x
+               for x in run.alerts)
+
+
+@pytest.mark.skipif(not REAL_RUNS.is_dir(), reason="../shared/data/real-runs not present")
+def test_the_newcomers_two_real_runs_are_not_merged(capsys):
+    # gemma_stream.csv names no model; the other is a Qwen session of 1,469 tokens
+    a = REAL_RUNS / "bigmoeonedge-2026-07-12" / "gemma_stream.csv"
+    b = REAL_RUNS / "bigmoeonedge-2026-07-22" / "bmoe-20260722-142300.csv"
+    code, doc, err = summary_json(capsys, str(a), str(b))
+    assert code != 0 and doc is None
+    assert "gemma_stream.csv" in err and "bmoe-20260722-142300.csv" in err and "256 vs 1,469" in err
+    code = main(["replay", "--summary", str(a), str(b)])  # the text form too
+    cap = capsys.readouterr()
+    assert code != 0 and not cap.out and "not merged" in cap.err
+
+
 def test_files_of_one_run_merge():
     # the same model named by a path in one file and by its file name in another
     path, name = {"model": "/data/m/Qwen3-30B.gguf", "arch": "qwen3moe"}, {"model": "qwen3-30b.gguf"}

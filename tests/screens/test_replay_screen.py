@@ -10,6 +10,7 @@ from textual.widgets import Static
 
 from bmoe_top.tui.app import BmoeTopApp
 from bmoe_top.tui.feed.files import open_paths
+from bmoe_top.tui.headless import replay
 from bmoe_top.tui.model import RunModel
 from bmoe_top.tui.playback import SPEEDS, Playback
 from bmoe_top.tui.present.numbers import ms
@@ -288,3 +289,17 @@ async def test_the_search_box_is_drawn_where_the_user_types(csv_run, size):
         await pilot.press("enter")
         await pilot.pause()
         assert len(app._notifications) == 1
+
+
+async def test_files_of_another_run_are_named_in_the_banner_at_80x24(tmp_path):
+    a = tmp_path / "a.csv"
+    a.write_bytes(synth.token_csv(40))
+    b = tmp_path / "b.csv"
+    b.write_bytes(synth.token_csv(30, seed=9, n_layer=4))
+    run, _ = replay([str(a), str(b)], keep_first=True)  # what `bmoe-top replay a.csv b.csv` opens on
+    app = replay_app(run, "replay a.csv + b.csv")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        banner = app.query_one("#banner")
+        assert banner.display and "b.csv left out" in str(banner.render())
+        assert run.tokens.n == 40
