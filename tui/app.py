@@ -54,6 +54,8 @@ ExpertMap { height: 1fr; min-height: 4; border-top: solid $primary-darken-3; }
 .-compact #side { display: none; }
 .-compact #tabs > ContentTabs { display: none; }
 .-compact #live-status, .-compact #attach-status { display: none; }
+/* ...unless it says why something is wrong (a launch that failed, a socket not there yet) */
+.-compact #live-status.-problem, .-compact #attach-status.-problem { display: block; }
 .-compact OverviewStrip { height: 2; }
 .-compact BreakdownChart { height: 1fr; min-height: 4; max-height: 10; }
 .-compact LayerHeatmap { height: 1fr; min-height: 3; }

@@ -10,11 +10,13 @@ from pathlib import Path
 
 import pytest
 from helpers import EMITTER
+from helpers.hostile import screen_text
 from helpers.prompt import send_prompt
 from textual.widgets import DataTable, Input, Static
 
 from bmoe_top.tui.screens.live import live_app
 from bmoe_top.tui.sources.child_session import ChildSession
+from bmoe_top.tui.sources.session_socket import SessionSocketClient
 
 BMOE_RUN = Path(sys.executable).with_name("bmoe-run")
 
@@ -269,4 +271,38 @@ async def test_arrow_then_end_follows_live_and_the_next_turn_is_followed():
             assert w.hi == n and w.selected == n - 1, wid
         assert f"token {n}" in app.query_one("#breakdown").text(150, 14)
         await pilot.press("ctrl+q")
+    src.close()
+
+
+async def test_at_80x24_a_launch_that_cannot_start_says_why():
+    # the compact layout hides the status line; one that holds a reason is shown
+    src = ChildSession(["/nonexistent/cmd"])
+    app = live_app(src, title="launch cmd")
+    async with app.run_test(size=(80, 24)) as pilot:
+        assert await wait_for(pilot, lambda: src.state == "failed")
+        line = app.query_one("#live-status", Static)
+        assert await wait_for(pilot, lambda: "No such file or directory" in screen_text(app))
+        assert line.display and "cannot start /nonexistent/cmd" in screen_text(app)
+    src.close()
+
+
+async def test_at_80x24_an_attach_to_a_missing_socket_says_why(tmp_path):
+    src = SessionSocketClient(str(tmp_path / "missing.sock"))
+    app = live_app(src, title="attach missing.sock")
+    async with app.run_test(size=(80, 24)) as pilot:
+        def words() -> str:  # the reason may wrap (the line takes up to 3 rows)
+            return " ".join(screen_text(app).split())
+
+        assert await wait_for(pilot, lambda: "missing.sock (no socket)" in words()), screen_text(app)
+    src.close()
+
+
+async def test_at_80x24_a_healthy_session_keeps_the_compact_layout():
+    src = ChildSession([sys.executable, EMITTER, "--rate", "100"])
+    app = live_app(src, title="emitter")
+    async with app.run_test(size=(80, 24)) as pilot:
+        assert await wait_for(pilot, lambda: src.state == "ready")
+        line = app.query_one("#live-status", Static)
+        assert await wait_for(pilot, lambda: not line.display)  # ready: nothing to explain, the line stays hidden
+        assert await wait_for(pilot, lambda: not line.has_class("-problem"))
     src.close()
