@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import orjson
 import pytest
 from helpers import REAL_RUNS, synth
@@ -254,3 +255,21 @@ def test_the_real_files_of_one_traced_run_merge(capsys):
     assert code == 0, err
     assert doc["derived"]["token_rows"] == 128 and doc["n_layer"] == 48 and not doc["alerts"]
     assert doc["meta"]["arch"] == "qwen3moe"
+
+
+def test_impossible_values_are_problems_an_alert_and_not_in_the_numbers(tmp_path, capsys):
+    p = tmp_path / "bad.csv"
+    p.write_bytes(b"step,steps,wall_ms,io_ms,compute_ms,read_bytes,cache_hit_pct,stall_ms\n"
+                  b"1,4,100,40,60,1000,10,0\n2,4,-5,40,60,1000,20,0\n3,4,inf,40,60,1e99,200,0\n"
+                  b"4,4,1e99,40,60,1000,30,0\n")
+    code, doc, err = summary_json(capsys, str(p))
+    assert code == 0, err  # a damaged file still replays: its good cells count
+    assert doc["derived"]["token_rows"] == 4 and doc["problems"] == 5
+    assert any("bad.csv: 5 impossible values read as missing" in a for a in doc["alerts"])
+    run = open_paths([str(p)])
+    assert np.isnan(run.tokens.view("wall_ms")[1:]).all() and run.tokens.view("io_ms").tolist() == [40] * 4
+    # the title's flash share is of the tokens that have each time: 40 ms of a 100 ms wall, not 160 / 100
+    from bmoe_top.tui.widgets.palette import Look
+    from bmoe_top.tui.widgets.panels import header_parts
+
+    assert "flash 40%" in [text for text, _ in header_parts(run, Look())]

@@ -303,3 +303,23 @@ async def test_files_of_another_run_are_named_in_the_banner_at_80x24(tmp_path):
         banner = app.query_one("#banner")
         assert banner.display and "b.csv left out" in str(banner.render())
         assert run.tokens.n == 40
+
+
+async def test_impossible_values_are_in_the_banner_and_listed_by_4_at_80x24(tmp_path):
+    p = tmp_path / "bad.csv"
+    p.write_bytes(b"step,steps,wall_ms,io_ms,compute_ms,read_bytes,cache_hit_pct,stall_ms\n"
+                  b"1,4,100,40,60,1000,10,0\n2,4,-5,40,60,1000,20,0\n3,4,inf,40,60,1e99,200,0\n"
+                  b"4,4,1e99,40,60,1000,30,0\n")
+    other = tmp_path / "other.csv"  # a second alert: the banner shows the newest and says where the rest are
+    other.write_bytes(synth.token_csv(30, seed=9, n_layer=4))
+    run, _ = replay([str(p), str(other)], keep_first=True)
+    app = replay_app(run, "replay bad.csv")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        banner = str(app.query_one("#banner").render())
+        assert "bad.csv: 5 impossible values" in banner and "+1 more: 4 lists them" in banner
+        await pilot.press("4")
+        await pilot.pause()
+        text = app.query_one("#problems-panel").renderable_for().plain
+        assert "bad.csv: 5 impossible values read as missing" in text and "other.csv left out" in text
+        assert "impossible wall_ms: a time per token is 0 to 24 h" in text and "bad.csv:3:" in text

@@ -87,6 +87,10 @@ def load_token_table(run: RunModel, table: TokenTable, source: str) -> None:
             run.update_summary(table.summaries[-1].get("summary", {}))
         for p in table.problems:
             run.add_problem(source, p.lineno, p.text, p.reason)
+        if table.impossible:
+            plural = "" if table.impossible == 1 else "s"
+            run.add_alert(f"{os.path.basename(source) or source}: {table.impossible:,} impossible value{plural} read "
+                          "as missing (4 lists them)")
         run.set_status(Status.REPLAY, run.status_detail)
 
 
