@@ -60,7 +60,8 @@ async def test_playback_keys(csv_run):
     app = replay_app(run, "keys", fps=20)
     async with app.run_test(size=(140, 44)) as pilot:
         pb = app.main.playback
-        assert pb.cursor == 64 and pb.sel == 63  # opens with every token revealed
+        assert pb.cursor == 64 and pb.sel == 63  # opens with every token revealed, at the end
+        assert pb.fit and pb.state() == "ended"  # the whole run in the window
         await pilot.press("home")
         assert pb.sel == 0 and pb.cursor == 64
         await pilot.press("right", "right", "right")
@@ -71,7 +72,9 @@ async def test_playback_keys(csv_run):
         assert pb.sel == 52
         await pilot.press("end")
         assert pb.sel == 63 and pb.state() == "ended"
-        # +/- zoom the time window; ] and [ change the playback speed
+        # +/- zoom the time window (from the whole run: its nearest zoom first); ] and [ change the speed
+        await pilot.press("minus")
+        assert pb.per_col == 1 and not pb.fit
         await pilot.press("minus")
         assert pb.per_col == 2
         await pilot.press("plus", "plus")
@@ -323,3 +326,19 @@ async def test_impossible_values_are_in_the_banner_and_listed_by_4_at_80x24(tmp_
         text = app.query_one("#problems-panel").renderable_for().plain
         assert "bad.csv: 5 impossible values read as missing" in text and "other.csv left out" in text
         assert "impossible wall_ms: a time per token is 0 to 24 h" in text and "bad.csv:3:" in text
+
+
+@pytest.mark.parametrize("size", [(80, 24), (200, 60)])
+async def test_a_replay_opens_on_the_whole_run_at_its_end_at_any_width(csv_run, size):
+    # like `less +G`: the last token, "ended", every view the whole run; not a width-dependent token
+    app = replay_app(open_paths(csv_run), "replay run.csv")
+    async with app.run_test(size=size) as pilot:
+        await pilot.pause()
+        pb = app.main.playback
+        assert pb.state() == "ended" and pb.sel == 63 and pb.fit
+        title = app.query_one("#title", Static).content.plain
+        assert "ended" in title and "token 64/64" in title and "whole run" in title
+        w = pb.window(40)
+        assert (w.lo, w.hi) == (0, 64)
+        await pilot.press("space")  # plays from the first token
+        assert pb.playing and pb.cursor <= 2

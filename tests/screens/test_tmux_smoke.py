@@ -118,8 +118,8 @@ def test_no_color_replay_renders_and_quits_0(tmp_path, size):
     try:
         t.start(f"exec {shlex.quote(str(BMOE_TOP))} replay {shlex.quote(str(csv))} {shlex.quote(str(route))}",
                 size, {"NO_COLOR": "1"})
-        s = t.wait_screen("wall =", 60)  # the breakdown's legend: the views drew
-        assert ("ended" in s or "paused" in s) and "token" in s and "Traceback" not in s
+        s = t.wait_screen("compute", 60)  # the breakdown's legend: the views drew
+        assert "ended" in s and "whole run" in s and "token 120/120" in s and "Traceback" not in s
         t("send-keys", "-t", "main", "q")
         assert t.wait_dead() == "0"
         assert t.fmt("#{alternate_on}") == "0"

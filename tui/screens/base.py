@@ -87,7 +87,8 @@ class RunScreen(Screen[None]):
     every :data:`FAST_S` seconds; ``refresh`` is the seconds between repaints of the views and panels
     while data streams (default :attr:`BmoeTopApp.refresh_s <bmoe_top.tui.app.BmoeTopApp>`, else
     :data:`REFRESH_S`); ``follow`` pins the cursor to the newest row (live sources); ``start_at_end`` opens a replay
-    with every row revealed, on its first window (its warm-up) at one token per column.
+    with every row revealed, the whole run in the window and its last row selected
+    (:meth:`~bmoe_top.tui.playback.Playback.open_finished`).
     """
 
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -137,7 +138,7 @@ class RunScreen(Screen[None]):
         self.model = run
         self.playback = Playback(run, follow=follow)
         if start_at_end and not follow:
-            self.playback.open_at_start()
+            self.playback.open_finished()
         self.source_title = title
         self.fps = fps
         if refresh is None:
