@@ -316,14 +316,17 @@ class Playback:
 
     # ------------------------------------------------------------------------------ keys
     def toggle(self) -> None:
-        """Pause / resume. Live: leave or come back to following. Replay: play from the selected
-        row (from the start when at the end), or pause."""
+        """Pause / resume. Live: leave following, or resume: from a row selected before the newest
+        (after Home, an arrow, a seek) play on from there at the current pace and follow live again
+        on reaching the newest row; at the newest row, follow at once. Replay: play from the
+        selected row (from the start when at the end), or pause."""
         if self.live_source and not self.playing:
             if self.follow:
                 self.pause()
-            else:
+                return
+            if self.selected is None or self.selected >= self.n - 1:
                 self.go_live()
-            return
+                return
         if self.playing:
             self.playing = False
             self.hold()
@@ -494,7 +497,7 @@ class Playback:
         if not self.playing:
             return False
         if self.cursor >= n:
-            self.playing = False
+            self._played_out()
             return False
         self._advance(dt_s)
         if self.turn_by_turn:
@@ -502,9 +505,15 @@ class Playback:
                 if before < b <= self.cursor:
                     self.cursor, self.playing, self._clock = b, False, 0.0
                     break
-        if self.cursor >= n:
-            self.playing = False
+        if self.cursor >= n and self.playing:
+            self._played_out()
         return self.cursor != before
+
+    def _played_out(self) -> None:
+        """Playing reached the newest row: a replay stops there; a live source is followed again."""
+        self.playing = False
+        if self.live_source:
+            self.go_live()
 
     def turn_ends(self) -> list[int]:
         """Cursor positions where a turn ends (the next turn's first token)."""
