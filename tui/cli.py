@@ -17,11 +17,22 @@
 
 ``CMD`` is any program that speaks the session protocol (docs/telemetry.md "Session mode"), e.g.
 ``bmoe-cli --session --progress``; without it, the bundled runtime (:func:`runtime_command`).
-Bad input (a missing file, an unknown format, a command that cannot start, an unwritable
-``--record`` path, an unreachable source) gets one clear line on stderr and a non-zero exit
-status (2 for usage, 1 for a failed run), never a traceback. The screens need a terminal: with
-standard output redirected they are refused, pointing to the text forms (``--summary``,
-``--once``). ``--ascii`` draws with ASCII glyphs whatever the locale.
+Bad input gets one clear line on stderr and a non-zero exit status, never a traceback
+(docs/user-guide.md "Exit status"):
+
+* 0: done;
+* 1 (:data:`EXIT_FAILED`): something the command line names cannot be used, or the run failed: a
+  missing, unreadable, empty or foreign file, a directory, files of different runs, files without
+  what the command needs (routing, per-token rows), an output file that is refused or cannot be
+  written (``--record``, ``--strp``), a command that cannot start, a source that does not answer;
+* 2 (:data:`EXIT_USAGE`): the command line itself is wrong: an unknown option or a bad value
+  (argparse), options that exclude each other, a screen asked for where standard output is not a
+  terminal;
+* 128 + N: ended by signal N (130: Ctrl+C).
+
+Arguments are checked first, then the inputs, then the terminal: with standard output redirected
+a bad file is reported as such (1), and only good inputs get the refusal that points to the text
+forms (``--summary``, ``--once``, ``--json``). ``--ascii`` draws with ASCII glyphs whatever the locale.
 """
 
 from __future__ import annotations
@@ -160,7 +171,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         # the screen opens on the first file's run, the files of other runs named in its banner
         run, not_runs = replay(args.paths, allow_mixed=args.allow_mixed, keep_first=not text)
     except ReplayError as e:
-        return _die(str(e))
+        return _die(str(e), EXIT_FAILED)
     status = 0
     if text:
         if len(not_runs) < len(args.paths):
@@ -169,6 +180,10 @@ def cmd_replay(args: argparse.Namespace) -> int:
                 print_json(s)
             else:
                 print_lines(summary_text(s))
+        for path, why in not_runs:
+            status = _die(f"{path}: {why}", EXIT_FAILED)
+        return status
+    if not_runs and not sys.stdout.isatty():  # the inputs first: a bad file is the news, not the pipe
         for path, why in not_runs:
             status = _die(f"{path}: {why}", EXIT_FAILED)
         return status
@@ -188,6 +203,20 @@ def _recorder(args: argparse.Namespace) -> Recorder | None:
     from bmoe_top.tui.sources.recorder import Recorder
 
     return Recorder(args.record, force=bool(getattr(args, "force", False)))
+
+
+def _record_refused(args: argparse.Namespace) -> int | None:
+    """The ``--record`` path checked before anything starts (nothing is created): exit 1 with the
+    reason when it cannot be written, else None."""
+    if not getattr(args, "record", None):
+        return None
+    from bmoe_top.outfile import check_output
+
+    try:
+        check_output(args.record, force=bool(getattr(args, "force", False)))
+    except OSError as e:
+        return _die(str(e), EXIT_FAILED)
+    return None
 
 
 def _finish_recording(rec: Recorder | None, status: int) -> int:
@@ -226,13 +255,15 @@ def cmd_launch(args: argparse.Namespace) -> int:
     from bmoe_top.parsers.sanitize import sanitize
     from bmoe_top.tui.sources.child_session import ChildSession
 
+    if (bad := _record_refused(args)) is not None:
+        return bad
     if not args.once and (refused := _terminal_refused()) is not None:
         return refused
     argv = _child_argv(args)
     try:
         rec = _recorder(args)
     except OSError as e:
-        return _die(str(e))
+        return _die(str(e), EXIT_FAILED)
     src = ChildSession(argv, recorder=rec, ready_timeout_s=args.ready_timeout)
     status = EXIT_FAILED
     try:
@@ -259,12 +290,14 @@ def cmd_attach(args: argparse.Namespace) -> int:
     from bmoe_top.parsers.sanitize import sanitize
     from bmoe_top.tui.sources.session_socket import SessionSocketClient
 
+    if (bad := _record_refused(args)) is not None:
+        return bad
     if not args.once and (refused := _terminal_refused()) is not None:
         return refused
     try:
         rec = _recorder(args)
     except OSError as e:
-        return _die(str(e))
+        return _die(str(e), EXIT_FAILED)
     src = SessionSocketClient(args.session, recorder=rec)
     status = EXIT_FAILED
     try:
@@ -316,16 +349,16 @@ def cmd_play(args: argparse.Namespace) -> int:
     from bmoe_top.tui.screens.live import run_live
     from bmoe_top.tui.sources.replay import RecordingSource
 
+    if not args.speed >= 0:
+        return _die("--speed must be >= 0")
     try:
         rec = load_recording(args.path)
     except OSError as e:
-        return _die(f"cannot read {args.path}: {e.strerror or e}")
+        return _die(f"cannot read {args.path}: {e.strerror or e}", EXIT_FAILED)
     if not rec.entries:
         first = rec.problems[0] if rec.problems else None
         what = f" ({len(rec.problems)} bad lines; first: line {first.lineno}: {first.reason})" if first else ""
-        return _die(f"{args.path} holds no recorded lines{what}")
-    if args.speed < 0:
-        return _die("--speed must be >= 0")
+        return _die(f"{args.path} holds no recorded lines{what}", EXIT_FAILED)
     refused = _terminal_refused()
     if refused is not None:
         return refused
@@ -434,13 +467,16 @@ def cmd_compare(args: argparse.Namespace) -> int:
         return _die("compare: choose one of --json, --md, --csv")
     if not args.noise_floor >= 0:
         return _die("compare: --noise-floor must be >= 0 (percent)")
-    if not (args.json or args.md or args.csv) and (refused := _terminal_refused("compare")) is not None:
-        return refused
     try:
         specs = P.parse_arms(args.arms, args.arm or [])
-        arms = P.load_arms(specs)
     except P.CompareError as e:
         return _die(f"compare: {e}")
+    try:
+        arms = P.load_arms(specs)
+    except P.CompareError as e:
+        return _die(f"compare: {e}", EXIT_FAILED)
+    if not (args.json or args.md or args.csv) and (refused := _terminal_refused("compare")) is not None:
+        return refused
     from bmoe_top.tui.analysis.compare import compare
 
     c = compare(P.arm_inputs(arms), noise_floor_pct=args.noise_floor)
@@ -482,16 +518,22 @@ def cmd_whatif(args: argparse.Namespace) -> int:
     from bmoe_top.outfile import OutputFileError
     from bmoe_top.tui.present import whatif as W
 
-    if not (args.json or args.strp) and (refused := _terminal_refused("whatif")) is not None:
-        return refused
     try:
         budgets = _numbers(args.budgets, "--budgets") if args.budgets is not None else None
+    except ValueError as e:
+        return _die(f"whatif: {e}")
+    try:
         layer_bytes = W.gguf_layer_bytes(args.model) if args.model else None
         inp = W.load_whatif(args.paths, n_expert=args.n_expert, prefill_batch=args.prefill_batch,
                             layer_bytes=layer_bytes, run_budget_mib=args.run_budget, read_mib_s=args.read_mib_s)
+    except ValueError as e:
+        return _die(f"whatif: {e}", EXIT_FAILED)
+    if not (args.json or args.strp) and (refused := _terminal_refused("whatif")) is not None:
+        return refused
+    try:
         report, replay = W.analyse_input(inp, budgets)
     except ValueError as e:
-        return _die(f"whatif: {e}")
+        return _die(f"whatif: {e}", EXIT_FAILED)
     profile = None
     if args.strp:
         try:

@@ -152,7 +152,7 @@ def test_files_of_different_runs_are_not_merged_silently(tmp_path, capsys):
     b = tmp_path / "b.csv"
     b.write_bytes(other_model_csv())
     code, doc, err = summary_json(capsys, str(a), str(b))
-    assert code == 2 and doc is None
+    assert code == 1 and doc is None
     assert "a.csv" in err and "b.csv" in err and "synthetic-moe.gguf" in err and "other.gguf" in err
     assert "--allow-mixed" in err
     with pytest.raises(MixedRunsError):
