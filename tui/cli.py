@@ -40,6 +40,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
 import shutil
 import signal
 import sys
@@ -382,7 +383,7 @@ def _live_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--record", metavar="FILE", help="write every received line to FILE (JSONL, flushed per line); "
                                                     "an existing FILE or a symbolic link is refused")
     p.add_argument("--force", action="store_true", help="with --record: replace an existing FILE")
-    p.add_argument("--fps", type=float, default=10.0, help=argparse.SUPPRESS)
+    p.add_argument("--fps", type=_fps, default=10.0, help=argparse.SUPPRESS)
     _ascii_flag(p)
 
 
@@ -395,6 +396,46 @@ def _ascii_flag(p: argparse.ArgumentParser) -> None:
 #: What ``--refresh`` does, for every parser that takes it.
 REFRESH_HELP = ("seconds between repaints of the maps, trends and panels while data streams, like htop's -d "
                 "(default 1; 0.1 to 10; the title and the answer text follow faster; { and } change it at run time)")
+
+
+#: Screen ticks per second ``--fps`` takes (a tick is how soon a key shows; under 1 the screen
+#: would lag keys by seconds, and 0 would never tick).
+FPS_RANGE = (1.0, 100.0)
+
+
+def _fps(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not FPS_RANGE[0] <= v <= FPS_RANGE[1]:
+        raise argparse.ArgumentTypeError(f"must be between {FPS_RANGE[0]:g} and {FPS_RANGE[1]:g} ticks a second, "
+                                         f"got {text}")
+    return v
+
+
+#: Options whose value is a list of numbers: ``--budgets -5,0`` would be read by argparse as an
+#: option (a value starting with '-' that is not one number), so it is joined as ``--budgets=-5,0``
+#: and the value's own check says what is wrong with it.
+LIST_OPTIONS = ("--budgets",)
+_NUMBER_LIST = re.compile(r"-[\d.,\s+eE-]*")
+
+
+def _join_list_values(argv: list[str]) -> list[str]:
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a == "--":
+            out += argv[i:]
+            break
+        if a in LIST_OPTIONS and i + 1 < len(argv) and _NUMBER_LIST.fullmatch(argv[i + 1]):
+            out.append(f"{a}={argv[i + 1]}")
+            i += 2
+            continue
+        out.append(a)
+        i += 1
+    return out
 
 
 def _refresh_s(text: str) -> float:
@@ -453,7 +494,7 @@ def add_fleet_parser(sub: Any) -> None:
     f.add_argument("--api-key", help="bearer token, for a Prometheus behind an authenticating proxy")
     f.add_argument("--timeout", type=float, default=10.0, metavar="S", help="seconds per request (default 10)")
     f.add_argument("--once", action="store_true", help="headless: one refresh, print, exit (else the screen)")
-    f.add_argument("--fps", type=float, default=10.0, help=argparse.SUPPRESS)
+    f.add_argument("--fps", type=_fps, default=10.0, help=argparse.SUPPRESS)
     f.add_argument("--json", action="store_true", help="with --once: as JSON")
     f.set_defaults(func=cmd_fleet)
 
@@ -572,7 +613,7 @@ def add_analysis_parsers(sub: Any) -> None:
     c.add_argument("--json", action="store_true", help="print the comparison as JSON, no UI")
     c.add_argument("--md", action="store_true", help="print a markdown table to paste into notes, no UI")
     c.add_argument("--csv", action="store_true", help="print the comparison as CSV, no UI")
-    c.add_argument("--fps", type=float, default=10.0, help=argparse.SUPPRESS)
+    c.add_argument("--fps", type=_fps, default=10.0, help=argparse.SUPPRESS)
     c.set_defaults(func=cmd_compare)
 
     w = sub.add_parser("whatif", help="size the cache from a routing trace: every policy at every budget",
@@ -595,7 +636,7 @@ def add_analysis_parsers(sub: Any) -> None:
     w.add_argument("--n-expert", type=int, metavar="N", help="experts per layer of a binary routing trace")
     w.add_argument("--prefill-batch", type=int, metavar="N", help="the run's prefill ubatch (bmoe-run -b; "
                                                                   "default: the prompt was one batch)")
-    w.add_argument("--fps", type=float, default=10.0, help=argparse.SUPPRESS)
+    w.add_argument("--fps", type=_fps, default=10.0, help=argparse.SUPPRESS)
     w.set_defaults(func=cmd_whatif)
 
 
@@ -607,7 +648,7 @@ def build_parser() -> argparse.ArgumentParser:
         "bmoe-top starts the live demo: the bundled runtime (bmoe-run) on its demo model, with a prompt box "
         f"(Enter sends {DEMO_PROMPT!r}, {DEMO_N_PREDICT} tokens), in {DEMO_SPEED:g}x slow motion (End: real time).")
     p.add_argument("--version", action="version", version=f"bmoe-top {version('bmoe-top')}")
-    p.add_argument("--fps", type=float, default=10.0,
+    p.add_argument("--fps", type=_fps, default=10.0,
                    help="screen ticks per second: replay frames, and how soon a key shows (default 10)")
     p.add_argument("--refresh", type=_refresh_s, default=None, metavar="S", help=REFRESH_HELP)
     p.add_argument("--ascii", action="store_true", help="ASCII glyphs only (also chosen when the locale has no UTF-8)")
@@ -619,7 +660,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--json", action="store_true", help="with --summary: as JSON")
     r.add_argument("--allow-mixed", action="store_true",
                    help="load files of different runs (another model or arch) together instead of refusing")
-    r.add_argument("--fps", type=float, default=10.0, help=argparse.SUPPRESS)
+    r.add_argument("--fps", type=_fps, default=10.0, help=argparse.SUPPRESS)
     _ascii_flag(r)
     r.set_defaults(func=cmd_replay)
 
@@ -668,7 +709,7 @@ def build_parser() -> argparse.ArgumentParser:
     pp.add_argument("--speed", type=float, default=1.0,
                     help="1 = original pace (default), 10 = ten times faster, 0 = no waiting")
     pp.add_argument("--turn-by-turn", action="store_true", help="pause before each turn; Enter or n plays the next")
-    pp.add_argument("--fps", type=float, default=10.0, help=argparse.SUPPRESS)
+    pp.add_argument("--fps", type=_fps, default=10.0, help=argparse.SUPPRESS)
     _ascii_flag(pp)
     pp.set_defaults(func=cmd_play)
     add_fleet_parser(sub)
@@ -677,7 +718,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+    argv = _join_list_values(sys.argv[1:] if argv is None else list(argv))
     args = build_parser().parse_args(argv)
     before = _end_on_signals() if getattr(args, "once", False) or getattr(args, "summary", False) else {}
     _apply_look(args)

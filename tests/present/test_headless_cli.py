@@ -344,3 +344,22 @@ def test_exit_status_one_scheme_and_inputs_before_the_terminal(tmp_path, args, s
     assert r.returncode == status and says in r.stderr, (r.returncode, r.stderr)
     assert "not a terminal" not in r.stderr and "Traceback" not in r.stderr and r.stdout == ""
     assert csv.read_bytes() == synth.token_csv(8)  # --record refused before anything was written
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--fps", "0", "replay", "x.csv"], "--fps: must be between 1 and 100"),  # 0 was accepted
+    (["replay", "--fps", "0", "x.csv"], "--fps: must be between 1 and 100"),
+    (["replay", "--fps", "-3", "x.csv"], "--fps"),
+    (["compare", "--fps", "nan", "a", "b"], "--fps: must be between 1 and 100"),
+    (["whatif", "--json", "--budgets", "-5,0", "x.route.csv"], "--budgets: '-5' must be a finite number >= 0"),
+    (["whatif", "--json", "--budgets", "10,-5", "x.route.csv"], "--budgets: '-5' must be a finite number >= 0"),
+])
+def test_argument_values_are_checked_as_usage_errors(capsys, argv, says):
+    from bmoe_top.tui.cli import main
+
+    try:
+        code = main(argv)
+    except SystemExit as e:  # argparse's own refusal
+        code = e.code
+    err = capsys.readouterr().err
+    assert code == 2 and says in err and "Traceback" not in err, err
