@@ -233,7 +233,7 @@ def summary_table(c: Comparison) -> Table:
         cols.append(Column(f"value:{a}", a))
     cols.append(Column("unit", "unit", False))
     for a in c.arms[1:]:
-        cols += [Column(f"ci:{a}", f"{c.confidence:.0%} CI of Δ", False), Column(f"p:{a}", "p")]
+        cols += [Column(f"ci:{a}", f"{c.confidence:.0%} CI of Δ", False, short="CI of Δ"), Column(f"p:{a}", "p")]
     rows = []
     for m in c.metrics:
         cells = [m.label]

@@ -34,7 +34,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Input, Static, TabbedContent, TabPane, Tabs
+from textual.widgets import DataTable, Input, Static, TabbedContent, TabPane, Tabs
 
 from bmoe_top.parsers.sanitize import sanitize
 from bmoe_top.tui.app import BmoeTopApp
@@ -45,6 +45,7 @@ from bmoe_top.tui.screens.modals import HelpScreen, ModeScreen, SeekScreen
 from bmoe_top.tui.widgets.banner import Banner
 from bmoe_top.tui.widgets.base import RunView, ascii_text, look_of
 from bmoe_top.tui.widgets.charts import BreakdownChart, OverviewStrip, TokenSelected, TrendChart
+from bmoe_top.tui.widgets.footer import FittingFooter
 from bmoe_top.tui.widgets.grids import ExpertMap, LayerHeatmap
 from bmoe_top.tui.widgets.inputs import SteadyInput
 from bmoe_top.tui.widgets.palette import Look
@@ -191,7 +192,7 @@ class RunScreen(Screen[None]):
                 yield from self.compose_tabs()
         yield from self.compose_bottom()
         yield SteadyInput(placeholder="search the text / filter the table — Enter keeps it, Escape clears", id="search")
-        yield Footer(compact=True)
+        yield FittingFooter(compact=True)
         yield Static(id="too-small")
 
     def compose_status(self) -> ComposeResult:

@@ -28,6 +28,7 @@ from bmoe_top.tui.widgets.lines import (
     axis_unit,
     blank,
     fit_text,
+    gutter_text,
     margins,
     nice_max,
     segments_from_index,
@@ -191,7 +192,7 @@ class OverviewStrip(TimeView):
             uniq, codes = np.unique(key, return_inverse=True)
             table = [self._spark_cell((int(k // 2) // n_hit - 1, int(k // 2) % n_hit, bool(k % 2)), look, shade, name)
                      for k in uniq.tolist()]
-            out.append(Strip([Segment(label[: gut - 1].rjust(gut - 1) + g.vbar, look.label),
+            out.append(Strip([Segment(gutter_text(label, gut) + g.vbar, look.label),
                               *segments_from_index(codes.reshape(-1), table),
                               Segment(" " + fit_text([tail], right - 1).ljust(right - 1), look.dim)]))
         if height >= 2 or not want:
@@ -620,7 +621,7 @@ class TrendChart(TimeView):
                         tail = fit_text([f"{value} [{scale}]", f"{value} [{short}]", value], right - 1)
                     else:
                         tail = fit_text([value], right - 1) if r == 0 else fit_text([scale, short], right - 1)
-                    lines.append(Strip([Segment(lab[: gut - 1].rjust(gut - 1) + g.vbar, look.label), *row_segs,
+                    lines.append(Strip([Segment(gutter_text(lab, gut) + g.vbar, look.label), *row_segs,
                                         Segment(" " + tail[: right - 1].ljust(right - 1),
                                                 look.label if r == 0 else look.dim)]))
             if missing and len(lines) < height and self.rows_per > 1:
