@@ -158,6 +158,14 @@ def replay_title(paths: list[str]) -> str:
     return sanitize("replay " + " + ".join(p.rsplit("/", 1)[-1] for p in paths))
 
 
+def _requests_only(run: Any) -> bool:
+    """The files gave requests and nothing measured: no token rows, summary, routing, sidecar or
+    profile (a session request log alone: its summary would be every field missing)."""
+    with run.lock:
+        return bool(run.requests) and not (run.tokens.n or run.summary or run.routes.total or run.sidecar
+                                           or run.expert_rank is not None or run.resident is not None)
+
+
 def cmd_replay(args: argparse.Namespace) -> int:
     """``replay``: the summary (text or JSON) or the replay screen. Exit 1 with the reason when a
     file is not a recorded run (the summary of the others is still printed; the screen shows a
@@ -174,6 +182,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
     except ReplayError as e:
         return _die(str(e), EXIT_FAILED)
     status = 0
+    if text and not not_runs and _requests_only(run):
+        return _die(f"{', '.join(args.paths)}: session requests only (the prompts sent), no measurements: give the "
+                    "run's CSV, log or recording with it", EXIT_FAILED)
     if text:
         if len(not_runs) < len(args.paths):
             s = run_summary(run)

@@ -273,3 +273,16 @@ def test_impossible_values_are_problems_an_alert_and_not_in_the_numbers(tmp_path
     from bmoe_top.tui.widgets.panels import header_parts
 
     assert "flash 40%" in [text for text, _ in header_parts(run, Look())]
+
+
+def test_a_request_log_alone_has_no_summary_to_print(tmp_path, capsys):
+    reqs = tmp_path / "session-requests.jsonl"
+    reqs.write_bytes(b'{"cmd":"generate","id":1,"prompt":"hi","n_predict":8}\n'
+                     b'{"cmd":"generate","id":2,"prompt":"more","n_predict":8}\n')
+    code, doc, err = summary_json(capsys, str(reqs))
+    assert code == 1 and doc is None  # it printed every field "missing" and exited 0
+    assert "session requests only" in err and "no measurements" in err
+    csv = tmp_path / "run.csv"  # beside the run's CSV it adds the prompts
+    csv.write_bytes(synth.token_csv(20))
+    code, doc, err = summary_json(capsys, str(csv), str(reqs))
+    assert code == 0 and doc["derived"]["token_rows"] == 20, err

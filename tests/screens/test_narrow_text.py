@@ -116,3 +116,18 @@ async def test_the_overview_at_100_columns_says_wall_not_ms_to(tmp_path):
         await pilot.pause()
         text = screen_text(app)
         assert "ms/to│" not in text and " wall│" in text
+
+
+async def test_whatif_gives_every_budget_in_one_unit(tmp_path):
+    # 32 MiB experts: an 8 GiB bank; the axis said GiB beside marks in MiB
+    trace = synth.route_trace(48, seed=5).replace(b"1048576", b"33554432")
+    (tmp_path / "big.route.csv").write_bytes(trace)
+    inp = load_whatif([str(tmp_path / "big.route.csv")])
+    report, replay = analyse_input(inp)
+    app = whatif_app(inp, report, replay, "whatif big.route.csv")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        text = screen_text(app)
+        assert "whole bank 8,192 MiB" in text and "(MiB)" in text
+        assert "GiB" not in text
+        assert re.search(r"recommended [\d,]+ MiB", text)

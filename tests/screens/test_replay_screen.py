@@ -273,6 +273,7 @@ async def test_command_palette_lists_the_screens_own_actions(csv_run):
         for want in ("Follow live / last token", "Zoom in", "Zoom out", "Seek to a token…", "Tab: Problems",
                      "Palette: next colour scale", "Fold / scroll the layer maps"):
             assert want in titles
+        assert [t for t in titles if t.startswith("Keys")] == ["Keys (help)"]  # it also listed Textual's "Keys"
         await pilot.press("ctrl+c")  # quits a replay at once (no "press ctrl+q" notice)
     assert app.return_code == 0 and not app.is_running
 
