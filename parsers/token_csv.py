@@ -33,6 +33,7 @@ costs one chunk, never the file. benchmarks/bench_csv_load.py compares with pyar
 
 from __future__ import annotations
 
+import bisect
 import csv
 import re
 import struct
@@ -48,7 +49,7 @@ from .summary_lines import canonical_summary
 from .textio import Problem, decode_bytes, guess_encoding
 
 __all__ = ["TokenTable", "load_token_csv", "NumericCsv", "read_numeric_csv", "parse_kv_comment",
-           "find_header", "CsvHead", "TOKEN_COLUMNS", "KNOWN_TOKEN_COLUMNS", "INTEGER_COLUMNS"]
+           "find_header", "CsvHead", "TOKEN_COLUMNS", "KNOWN_TOKEN_COLUMNS", "INTEGER_COLUMNS", "VALID_RANGES"]
 
 #: The contract's columns, in the order the runtime writes them (7 original + stall_ms, mgmt_ms).
 TOKEN_COLUMNS: tuple[str, ...] = ("step", "steps", "wall_ms", "io_ms", "compute_ms", "read_bytes",
@@ -120,9 +121,19 @@ def _number(cell: str, decimal_comma: bool) -> float | None:
     if "," in cell and (decimal_comma or '"' not in cell) and _COMMA_NUMBER.fullmatch(cell):
         cell = cell.replace(",", ".")
     try:
-        return float(cell)
+        v = float(cell)
     except ValueError:
         return None
+    return v if v - v == 0.0 else None  # nan, inf, 1e999: no measurement is infinite or not a number
+
+
+def _not_finite(cell: str) -> bool:
+    """A cell that is a number, but an infinite one or NaN (``inf``, ``-Infinity``, ``nan``, ``1e999``)."""
+    try:
+        v = float(cell.replace(",", "."))
+    except ValueError:
+        return False
+    return v - v != 0.0
 
 
 def _best_delim(line: str) -> str:
@@ -538,6 +549,10 @@ class _Body:
         self.ragged: dict[tuple[str, int], list[Any]] = {}  # (short|long, fields) -> [count, lineno, text]
         self.capped = False
         self.nul_only = 0
+        #: the line number of each row :meth:`lines` returned last, in order
+        self.row_lines: list[int] = []
+        #: cells that were numbers but not finite (``inf``, ``nan``, ``1e999``)
+        self.impossible = 0
 
     def _note_ragged(self, kind: str, nfield: int, lineno: int, text: str) -> None:
         r = self.ragged.setdefault((kind, nfield), [0, lineno, text])
@@ -563,6 +578,7 @@ class _Body:
     def lines(self, body: bytes, first_lineno: int, row0: int) -> list[list[float]]:
         """Rows of ``body`` (complete lines); comments found on the way go to ``self.comments``."""
         rows: list[list[float]] = []
+        self.row_lines = []
         lines = body.split(b"\n")
         if lines and lines[-1] == b"":
             lines.pop()
@@ -577,6 +593,7 @@ class _Body:
             row = self.row(text, lineno, row0 + len(rows))
             if row is not None:
                 rows.append(row)
+                self.row_lines.append(lineno)
         return rows
 
     def _nul_line(self, text: str, lineno: int, rows: list[list[float]], row0: int) -> None:
@@ -604,6 +621,7 @@ class _Body:
         row = self.row(text.replace("\x00", "\ufffd"), lineno, row0 + len(rows))
         if row is not None:
             rows.append(row)
+            self.row_lines.append(lineno)
 
     def row(self, text: str, lineno: int, row_index: int) -> list[float] | None:
         """One line -> its values, or None (a repeated header, a comment without '#', not a row)."""
@@ -621,6 +639,7 @@ class _Body:
         decimal_comma = head.decimal == "comma"
         row: list[float] = []
         bad: list[str] = []
+        infinite: list[str] = []
         good = nbad = 0
         for j, c in enumerate(cells):
             v = _number(c, decimal_comma)
@@ -631,6 +650,10 @@ class _Body:
                         v = float(conv(c))
                     except (ValueError, KeyError, TypeError):
                         v = None
+                if v is None and _not_finite(c):
+                    infinite.append(f"#{j + 1} {c!r:.20}")  # a number, but not a finite one: a cell of this row
+                    row.append(_NAN)
+                    continue
                 if v is None:
                     nbad += 1
             if v is None:
@@ -647,6 +670,10 @@ class _Body:
             return None
         if bad:
             self.problems.append(Problem(lineno, text, "bad cell(s) " + ", ".join(bad) + " (read as missing)"))
+        if infinite:
+            self.impossible += len(infinite)
+            self.problems.append(Problem(lineno, text, "impossible cell(s) " + ", ".join(infinite)
+                                         + ": not finite (read as missing)"))
         if self.ncol and len(row) < self.ncol:
             self._note_ragged("short", len(row), lineno, text)
         elif len(row) > self.ncol:
@@ -683,6 +710,20 @@ class NumericCsv:
     matrix: np.ndarray
     problems: list[Problem]
     header_lineno: int = 0
+    #: (first row, its line, the line of every row or None when one row a line) per block read
+    blocks: list[tuple[int, int, list[int] | None]] = field(default_factory=list)
+    #: cells read as missing because they were numbers but not finite
+    impossible: int = 0
+
+    def lineno(self, row: int) -> int:
+        """The file line the data row ``row`` was read from (0 when not known)."""
+        i = bisect.bisect_right([b[0] for b in self.blocks], row) - 1
+        if i < 0:
+            return 0
+        row0, line0, lines = self.blocks[i]
+        if lines is None:
+            return line0 + row - row0
+        return lines[row - row0] if row - row0 < len(lines) else 0
 
 
 def read_numeric_csv(
@@ -730,6 +771,7 @@ def read_numeric_csv(
     line_len = (sum(len(r) + 1 for r in head.sample) / len(head.sample)) if head.sample else 8.0
     est = int((n - pos) / max(line_len, 2.0) * 1.1) + 64
     cols = _Columns(max(fast_ncol, len(header)), min(est, MAX_CSV_CELLS // max(1, fast_ncol)))
+    blocks: list[tuple[int, int, list[int] | None]] = []
     fast = head.decimal == ""
     translate = head.decimal == "comma"
     over = False
@@ -761,8 +803,11 @@ def read_numeric_csv(
             for i, r in enumerate(rows):
                 block[i, : len(r)] = r
             nlines = chunk.count(b"\n")
+            if rows:
+                blocks.append((cols.n, lineno, body.row_lines))
         else:
             nlines = block.shape[0]  # a well-formed chunk: one row a line
+            blocks.append((cols.n, lineno, None))
             if fast_ncol > len(header):
                 body.ragged.setdefault(("long", fast_ncol), [0, lineno, chunk[:200].decode("utf-8", "replace")
                                                              .split("\n", 1)[0]])[0] += nlines
@@ -779,7 +824,7 @@ def read_numeric_csv(
     body.finish(names)
     comments.sort(key=lambda c: c[0])
     matrix = cols.finish().T
-    return NumericCsv(names, comments, matrix, problems, head.header_lineno)
+    return NumericCsv(names, comments, matrix, problems, head.header_lineno, blocks, body.impossible)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -806,6 +851,8 @@ class TokenTable:
     summaries: list[dict[str, Any]] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
     comments: list[str] = field(default_factory=list)
+    #: cells read as missing because no measurement can hold them (:data:`VALID_RANGES`, not finite)
+    impossible: int = 0
 
     @property
     def summary(self) -> dict[str, float]:
@@ -883,7 +930,53 @@ def load_token_csv(data: bytes) -> TokenTable:
             dup += 1
         columns[key] = mat[j]
         names.append(key)
-    return TokenTable(meta, names, columns, int(nc.matrix.shape[0]), summaries, problems, others)
+    impossible = nc.impossible + sum(_drop_impossible(key, columns[key], nc, problems)
+                                     for key in names if key in VALID_RANGES)
+    return TokenTable(meta, names, columns, int(nc.matrix.shape[0]), summaries, problems, others, impossible)
+
+
+_DAY_MS = 86_400_000.0
+_PIB_MIB = float(1 << 30)
+#: What a per-token column can hold: (lowest, highest, a sentinel allowed besides, why). A cell
+#: outside is not a measurement (a negative time, a hit rate of 200 %, 1e99 bytes): it is read as
+#: missing and is a problem of its line, like a cell that is not a number. Columns not listed are
+#: only checked for being finite (every cell is: :func:`_number`).
+VALID_RANGES: dict[str, tuple[float, float, float | None, str]] = {
+    **{c: (0.0, _DAY_MS, None, "a time per token is 0 to 24 h")
+       for c in ("wall_ms", "io_ms", "compute_ms", "stall_ms", "mgmt_ms", "cpu_ms")},
+    "read_bytes": (0.0, float(1 << 50), None, "bytes read per token are 0 to 1 PiB"),
+    "cache_hit_pct": (0.0, 100.0, -1.0, "a hit rate is 0 to 100 % (-1: no cache)"),
+    "dense_resident_frac": (0.0, 1.0, -1.0, "a fraction is 0 to 1 (-1: not known)"),
+    **{c: (0.0, float(1 << 53), None, "a count is never negative") for c in ("step", "steps", "turn", "majflt")},
+    **{c: (0.0, _PIB_MIB, None, "a size is 0 to 1 PiB")
+       for c in ("majflt_mib", "cache_budget_mib", "rss_mib", "rss_anon_mib", "rss_file_mib", "swap_mib",
+                 "mem_available_mib", "mem_free_mib", "swap_free_mib")},
+}
+#: Impossible cells of one column reported one by one; the rest are counted in one more problem.
+_IMPOSSIBLE_LISTED = 10_000
+
+
+def _drop_impossible(name: str, col: np.ndarray, nc: NumericCsv, problems: list[Problem]) -> int:
+    """Cells of ``col`` outside :data:`VALID_RANGES` become NaN (in place), each a problem of its
+    line; the other cells of the row are kept. Returns how many."""
+    lo, hi, sentinel, why = VALID_RANGES[name]
+    if not len(col) or (lo <= col.min() and col.max() <= hi):  # the usual file: two fast passes (a NaN fails them)
+        return 0
+    with np.errstate(invalid="ignore"):
+        bad = (col < lo) | (col > hi)
+    if sentinel is not None:
+        bad &= col != sentinel
+    if not bad.any():
+        return 0
+    rows = np.flatnonzero(bad)
+    reason = f"impossible {name}: {why} (read as missing)"
+    for r in rows[:_IMPOSSIBLE_LISTED]:
+        problems.append(Problem(nc.lineno(int(r)), f"{name}={col[r]:g}", reason))
+    if len(rows) > _IMPOSSIBLE_LISTED:
+        problems.append(Problem(nc.lineno(int(rows[_IMPOSSIBLE_LISTED])), "",
+                                f"{len(rows) - _IMPOSSIBLE_LISTED:,} more impossible {name} cells (read as missing)"))
+    col[rows] = np.nan
+    return len(rows)
 
 
 def _not_number(v: str) -> bool:

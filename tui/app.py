@@ -17,8 +17,11 @@ import os
 from collections.abc import Iterable, Sequence
 from typing import Any, ClassVar
 
+from rich.segment import Segment
+from rich.style import Style
 from textual.app import App, SystemCommand
-from textual.filter import ANSIToTruecolor, LineFilter
+from textual.color import Color
+from textual.filter import ANSIToTruecolor, LineFilter, Monochrome, NoColor
 from textual.screen import Screen
 from textual.scrollbar import ScrollBar, ScrollBarRender
 
@@ -53,6 +56,8 @@ ExpertMap { height: 1fr; min-height: 4; border-top: solid $primary-darken-3; }
 .-compact #side { display: none; }
 .-compact #tabs > ContentTabs { display: none; }
 .-compact #live-status, .-compact #attach-status { display: none; }
+/* ...unless it says why something is wrong (a launch that failed, a socket not there yet) */
+.-compact #live-status.-problem, .-compact #attach-status.-problem { display: block; }
 .-compact OverviewStrip { height: 2; }
 .-compact BreakdownChart { height: 1fr; min-height: 4; max-height: 10; }
 .-compact LayerHeatmap { height: 1fr; min-height: 3; }
@@ -83,6 +88,48 @@ class AsciiScrollBarRender(ScrollBarRender):
     HORIZONTAL_BARS: ClassVar[list[str]] = [" "] * 8
 
 
+class NoColorFilter(LineFilter):
+    """``NO_COLOR``: every colour removed (no-color.org: no ANSI colour at all), attributes kept.
+    Textual's own ``Monochrome`` filter turned colours into greys, still sent as 256-colour or
+    truecolor codes. What a colour set apart stays apart: a segment whose background stands out
+    from the screen's (a table's cursor row, a selected tab, the banner) is drawn reversed; the
+    maps and charts already draw by glyph density in the ``mono`` look."""
+
+    #: Background luminance difference from the screen's that reads as a highlight.
+    HIGHLIGHT = 0.12
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._memo: dict[tuple[int, Color], tuple[Style, Style]] = {}
+
+    def _plain(self, style: Style, background: Color) -> Style:
+        bg = style.bgcolor
+        highlight = False
+        if bg is not None and not bg.is_default:
+            r, g, b = bg.get_truecolor()
+            lum = (0.2126 * r + 0.7152 * g + 0.0722 * b) / 255.0
+            base = background.rich_color.get_truecolor()
+            base_lum = (0.2126 * base[0] + 0.7152 * base[1] + 0.0722 * base[2]) / 255.0
+            highlight = abs(lum - base_lum) > self.HIGHLIGHT
+        plain = Style(bold=style.bold, dim=style.dim, italic=style.italic, underline=style.underline,
+                      strike=style.strike, reverse=bool(style.reverse) != highlight, link=style.link)
+        return plain + Style(color="default", bgcolor="default")
+
+    def apply(self, segments: list[Segment], background: Color) -> list[Segment]:
+        memo = self._memo
+        if len(memo) > 8192:
+            memo.clear()
+        out = []
+        for text, style, control in segments:
+            if style is not None:
+                got = memo.get((id(style), background))
+                if got is None or got[0] is not style:
+                    got = memo[(id(style), background)] = (style, self._plain(style, background))
+                style = got[1]
+            out.append(Segment(text, style, control))
+        return out
+
+
 class BmoeTopApp(App[int]):
     """bmoe-top over one mode screen (``main``): it is the first screen on the stack, so the
     views are queried on it even while a modal or the command palette is open.
@@ -105,6 +152,7 @@ class BmoeTopApp(App[int]):
 
     def __init__(self, main: Screen[None], look: Look | None = None) -> None:
         self._memo_filters: dict[int, MemoTruecolor] = {}  # id of Textual's filter -> its wrapper
+        self._no_color_filter = NoColorFilter()  # instead of Textual's Monochrome under NO_COLOR
         super().__init__()
         self.main = main
         self._look = look
@@ -145,11 +193,14 @@ class BmoeTopApp(App[int]):
 
     def get_line_filters(self) -> Sequence[LineFilter]:
         """Textual's filters, its ANSI-to-truecolor one wrapped in :class:`MemoTruecolor` (it ran
-        over every segment of every line drawn)."""
+        over every segment of every line drawn), and under ``NO_COLOR`` :class:`NoColorFilter`
+        instead of its monochrome one."""
         out: list[LineFilter] = []
         wrapped = self._memo_filters
         for f in super().get_line_filters():
-            if type(f) is ANSIToTruecolor:
+            if self.no_color and isinstance(f, (Monochrome, NoColor)):
+                f = self._no_color_filter
+            elif type(f) is ANSIToTruecolor:
                 w = wrapped.get(id(f))
                 if w is None or w.inner is not f:
                     w = wrapped[id(f)] = MemoTruecolor(f)
@@ -161,8 +212,13 @@ class BmoeTopApp(App[int]):
         return self.main
 
     def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
+        """The screen's own actions, then Textual's (theme, quit, screenshot), without Textual's
+        "Keys" panel when the screen has its own "Keys (help)" (the palette said "Keys" twice)."""
         commands = getattr(self.main, "commands", None)
-        if callable(commands):
-            for title, help_text, callback in commands():
-                yield SystemCommand(title, help_text, callback)
-        yield from super().get_system_commands(screen)
+        own = list(commands()) if callable(commands) else []
+        for title, help_text, callback in own:
+            yield SystemCommand(title, help_text, callback)
+        has_keys = any(title.startswith("Keys") for title, _h, _c in own)
+        for command in super().get_system_commands(screen):
+            if not (has_keys and command.title == "Keys"):
+                yield command

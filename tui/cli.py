@@ -17,11 +17,22 @@
 
 ``CMD`` is any program that speaks the session protocol (docs/telemetry.md "Session mode"), e.g.
 ``bmoe-cli --session --progress``; without it, the bundled runtime (:func:`runtime_command`).
-Bad input (a missing file, an unknown format, a command that cannot start, an unwritable
-``--record`` path, an unreachable source) gets one clear line on stderr and a non-zero exit
-status (2 for usage, 1 for a failed run), never a traceback. The screens need a terminal: with
-standard output redirected they are refused, pointing to the text forms (``--summary``,
-``--once``). ``--ascii`` draws with ASCII glyphs whatever the locale.
+Bad input gets one clear line on stderr and a non-zero exit status, never a traceback
+(docs/user-guide.md "Exit status"):
+
+* 0: done;
+* 1 (:data:`EXIT_FAILED`): something the command line names cannot be used, or the run failed: a
+  missing, unreadable, empty or foreign file, a directory, files of different runs, files without
+  what the command needs (routing, per-token rows), an output file that is refused or cannot be
+  written (``--record``, ``--strp``), a command that cannot start, a source that does not answer;
+* 2 (:data:`EXIT_USAGE`): the command line itself is wrong: an unknown option or a bad value
+  (argparse), options that exclude each other, a screen asked for where standard output is not a
+  terminal;
+* 128 + N: ended by signal N (130: Ctrl+C).
+
+Arguments are checked first, then the inputs, then the terminal: with standard output redirected
+a bad file is reported as such (1), and only good inputs get the refusal that points to the text
+forms (``--summary``, ``--once``, ``--json``). ``--ascii`` draws with ASCII glyphs whatever the locale.
 """
 
 from __future__ import annotations
@@ -29,6 +40,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
 import shutil
 import signal
 import sys
@@ -146,6 +158,14 @@ def replay_title(paths: list[str]) -> str:
     return sanitize("replay " + " + ".join(p.rsplit("/", 1)[-1] for p in paths))
 
 
+def _requests_only(run: Any) -> bool:
+    """The files gave requests and nothing measured: no token rows, summary, routing, sidecar or
+    profile (a session request log alone: its summary would be every field missing)."""
+    with run.lock:
+        return bool(run.requests) and not (run.tokens.n or run.summary or run.routes.total or run.sidecar
+                                           or run.expert_rank is not None or run.resident is not None)
+
+
 def cmd_replay(args: argparse.Namespace) -> int:
     """``replay``: the summary (text or JSON) or the replay screen. Exit 1 with the reason when a
     file is not a recorded run (the summary of the others is still printed; the screen shows a
@@ -155,18 +175,27 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from bmoe_top.tui.present.summary import run_summary, summary_text
     from bmoe_top.tui.sources.files import ReplayError
 
+    text = bool(args.summary or args.json)
     try:
-        run, not_runs = replay(args.paths, allow_mixed=args.allow_mixed)
+        # the screen opens on the first file's run, the files of other runs named in its banner
+        run, not_runs = replay(args.paths, allow_mixed=args.allow_mixed, keep_first=not text)
     except ReplayError as e:
-        return _die(str(e))
+        return _die(str(e), EXIT_FAILED)
     status = 0
-    if args.summary or args.json:
+    if text and not not_runs and _requests_only(run):
+        return _die(f"{', '.join(args.paths)}: session requests only (the prompts sent), no measurements: give the "
+                    "run's CSV, log or recording with it", EXIT_FAILED)
+    if text:
         if len(not_runs) < len(args.paths):
             s = run_summary(run)
             if args.json:
                 print_json(s)
             else:
                 print_lines(summary_text(s))
+        for path, why in not_runs:
+            status = _die(f"{path}: {why}", EXIT_FAILED)
+        return status
+    if not_runs and not sys.stdout.isatty():  # the inputs first: a bad file is the news, not the pipe
         for path, why in not_runs:
             status = _die(f"{path}: {why}", EXIT_FAILED)
         return status
@@ -186,6 +215,20 @@ def _recorder(args: argparse.Namespace) -> Recorder | None:
     from bmoe_top.tui.sources.recorder import Recorder
 
     return Recorder(args.record, force=bool(getattr(args, "force", False)))
+
+
+def _record_refused(args: argparse.Namespace) -> int | None:
+    """The ``--record`` path checked before anything starts (nothing is created): exit 1 with the
+    reason when it cannot be written, else None."""
+    if not getattr(args, "record", None):
+        return None
+    from bmoe_top.outfile import check_output
+
+    try:
+        check_output(args.record, force=bool(getattr(args, "force", False)))
+    except OSError as e:
+        return _die(str(e), EXIT_FAILED)
+    return None
 
 
 def _finish_recording(rec: Recorder | None, status: int) -> int:
@@ -224,13 +267,15 @@ def cmd_launch(args: argparse.Namespace) -> int:
     from bmoe_top.parsers.sanitize import sanitize
     from bmoe_top.tui.sources.child_session import ChildSession
 
+    if (bad := _record_refused(args)) is not None:
+        return bad
     if not args.once and (refused := _terminal_refused()) is not None:
         return refused
     argv = _child_argv(args)
     try:
         rec = _recorder(args)
     except OSError as e:
-        return _die(str(e))
+        return _die(str(e), EXIT_FAILED)
     src = ChildSession(argv, recorder=rec, ready_timeout_s=args.ready_timeout)
     status = EXIT_FAILED
     try:
@@ -257,12 +302,14 @@ def cmd_attach(args: argparse.Namespace) -> int:
     from bmoe_top.parsers.sanitize import sanitize
     from bmoe_top.tui.sources.session_socket import SessionSocketClient
 
+    if (bad := _record_refused(args)) is not None:
+        return bad
     if not args.once and (refused := _terminal_refused()) is not None:
         return refused
     try:
         rec = _recorder(args)
     except OSError as e:
-        return _die(str(e))
+        return _die(str(e), EXIT_FAILED)
     src = SessionSocketClient(args.session, recorder=rec)
     status = EXIT_FAILED
     try:
@@ -314,16 +361,16 @@ def cmd_play(args: argparse.Namespace) -> int:
     from bmoe_top.tui.screens.live import run_live
     from bmoe_top.tui.sources.replay import RecordingSource
 
+    if not args.speed >= 0:
+        return _die("--speed must be >= 0")
     try:
         rec = load_recording(args.path)
     except OSError as e:
-        return _die(f"cannot read {args.path}: {e.strerror or e}")
+        return _die(f"cannot read {args.path}: {e.strerror or e}", EXIT_FAILED)
     if not rec.entries:
         first = rec.problems[0] if rec.problems else None
         what = f" ({len(rec.problems)} bad lines; first: line {first.lineno}: {first.reason})" if first else ""
-        return _die(f"{args.path} holds no recorded lines{what}")
-    if args.speed < 0:
-        return _die("--speed must be >= 0")
+        return _die(f"{args.path} holds no recorded lines{what}", EXIT_FAILED)
     refused = _terminal_refused()
     if refused is not None:
         return refused
@@ -347,7 +394,7 @@ def _live_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--record", metavar="FILE", help="write every received line to FILE (JSONL, flushed per line); "
                                                     "an existing FILE or a symbolic link is refused")
     p.add_argument("--force", action="store_true", help="with --record: replace an existing FILE")
-    p.add_argument("--fps", type=float, default=10.0, help=argparse.SUPPRESS)
+    p.add_argument("--fps", type=_fps, default=10.0, help=argparse.SUPPRESS)
     _ascii_flag(p)
 
 
@@ -360,6 +407,46 @@ def _ascii_flag(p: argparse.ArgumentParser) -> None:
 #: What ``--refresh`` does, for every parser that takes it.
 REFRESH_HELP = ("seconds between repaints of the maps, trends and panels while data streams, like htop's -d "
                 "(default 1; 0.1 to 10; the title and the answer text follow faster; { and } change it at run time)")
+
+
+#: Screen ticks per second ``--fps`` takes (a tick is how soon a key shows; under 1 the screen
+#: would lag keys by seconds, and 0 would never tick).
+FPS_RANGE = (1.0, 100.0)
+
+
+def _fps(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not FPS_RANGE[0] <= v <= FPS_RANGE[1]:
+        raise argparse.ArgumentTypeError(f"must be between {FPS_RANGE[0]:g} and {FPS_RANGE[1]:g} ticks a second, "
+                                         f"got {text}")
+    return v
+
+
+#: Options whose value is a list of numbers: ``--budgets -5,0`` would be read by argparse as an
+#: option (a value starting with '-' that is not one number), so it is joined as ``--budgets=-5,0``
+#: and the value's own check says what is wrong with it.
+LIST_OPTIONS = ("--budgets",)
+_NUMBER_LIST = re.compile(r"-[\d.,\s+eE-]*")
+
+
+def _join_list_values(argv: list[str]) -> list[str]:
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a == "--":
+            out += argv[i:]
+            break
+        if a in LIST_OPTIONS and i + 1 < len(argv) and _NUMBER_LIST.fullmatch(argv[i + 1]):
+            out.append(f"{a}={argv[i + 1]}")
+            i += 2
+            continue
+        out.append(a)
+        i += 1
+    return out
 
 
 def _refresh_s(text: str) -> float:
@@ -418,7 +505,7 @@ def add_fleet_parser(sub: Any) -> None:
     f.add_argument("--api-key", help="bearer token, for a Prometheus behind an authenticating proxy")
     f.add_argument("--timeout", type=float, default=10.0, metavar="S", help="seconds per request (default 10)")
     f.add_argument("--once", action="store_true", help="headless: one refresh, print, exit (else the screen)")
-    f.add_argument("--fps", type=float, default=10.0, help=argparse.SUPPRESS)
+    f.add_argument("--fps", type=_fps, default=10.0, help=argparse.SUPPRESS)
     f.add_argument("--json", action="store_true", help="with --once: as JSON")
     f.set_defaults(func=cmd_fleet)
 
@@ -432,13 +519,16 @@ def cmd_compare(args: argparse.Namespace) -> int:
         return _die("compare: choose one of --json, --md, --csv")
     if not args.noise_floor >= 0:
         return _die("compare: --noise-floor must be >= 0 (percent)")
-    if not (args.json or args.md or args.csv) and (refused := _terminal_refused("compare")) is not None:
-        return refused
     try:
         specs = P.parse_arms(args.arms, args.arm or [])
-        arms = P.load_arms(specs)
     except P.CompareError as e:
         return _die(f"compare: {e}")
+    try:
+        arms = P.load_arms(specs)
+    except P.CompareError as e:
+        return _die(f"compare: {e}", EXIT_FAILED)
+    if not (args.json or args.md or args.csv) and (refused := _terminal_refused("compare")) is not None:
+        return refused
     from bmoe_top.tui.analysis.compare import compare
 
     c = compare(P.arm_inputs(arms), noise_floor_pct=args.noise_floor)
@@ -480,16 +570,22 @@ def cmd_whatif(args: argparse.Namespace) -> int:
     from bmoe_top.outfile import OutputFileError
     from bmoe_top.tui.present import whatif as W
 
-    if not (args.json or args.strp) and (refused := _terminal_refused("whatif")) is not None:
-        return refused
     try:
         budgets = _numbers(args.budgets, "--budgets") if args.budgets is not None else None
+    except ValueError as e:
+        return _die(f"whatif: {e}")
+    try:
         layer_bytes = W.gguf_layer_bytes(args.model) if args.model else None
         inp = W.load_whatif(args.paths, n_expert=args.n_expert, prefill_batch=args.prefill_batch,
                             layer_bytes=layer_bytes, run_budget_mib=args.run_budget, read_mib_s=args.read_mib_s)
+    except ValueError as e:
+        return _die(f"whatif: {e}", EXIT_FAILED)
+    if not (args.json or args.strp) and (refused := _terminal_refused("whatif")) is not None:
+        return refused
+    try:
         report, replay = W.analyse_input(inp, budgets)
     except ValueError as e:
-        return _die(f"whatif: {e}")
+        return _die(f"whatif: {e}", EXIT_FAILED)
     profile = None
     if args.strp:
         try:
@@ -528,7 +624,7 @@ def add_analysis_parsers(sub: Any) -> None:
     c.add_argument("--json", action="store_true", help="print the comparison as JSON, no UI")
     c.add_argument("--md", action="store_true", help="print a markdown table to paste into notes, no UI")
     c.add_argument("--csv", action="store_true", help="print the comparison as CSV, no UI")
-    c.add_argument("--fps", type=float, default=10.0, help=argparse.SUPPRESS)
+    c.add_argument("--fps", type=_fps, default=10.0, help=argparse.SUPPRESS)
     c.set_defaults(func=cmd_compare)
 
     w = sub.add_parser("whatif", help="size the cache from a routing trace: every policy at every budget",
@@ -551,7 +647,7 @@ def add_analysis_parsers(sub: Any) -> None:
     w.add_argument("--n-expert", type=int, metavar="N", help="experts per layer of a binary routing trace")
     w.add_argument("--prefill-batch", type=int, metavar="N", help="the run's prefill ubatch (bmoe-run -b; "
                                                                   "default: the prompt was one batch)")
-    w.add_argument("--fps", type=float, default=10.0, help=argparse.SUPPRESS)
+    w.add_argument("--fps", type=_fps, default=10.0, help=argparse.SUPPRESS)
     w.set_defaults(func=cmd_whatif)
 
 
@@ -563,7 +659,7 @@ def build_parser() -> argparse.ArgumentParser:
         "bmoe-top starts the live demo: the bundled runtime (bmoe-run) on its demo model, with a prompt box "
         f"(Enter sends {DEMO_PROMPT!r}, {DEMO_N_PREDICT} tokens), in {DEMO_SPEED:g}x slow motion (End: real time).")
     p.add_argument("--version", action="version", version=f"bmoe-top {version('bmoe-top')}")
-    p.add_argument("--fps", type=float, default=10.0,
+    p.add_argument("--fps", type=_fps, default=10.0,
                    help="screen ticks per second: replay frames, and how soon a key shows (default 10)")
     p.add_argument("--refresh", type=_refresh_s, default=None, metavar="S", help=REFRESH_HELP)
     p.add_argument("--ascii", action="store_true", help="ASCII glyphs only (also chosen when the locale has no UTF-8)")
@@ -575,7 +671,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--json", action="store_true", help="with --summary: as JSON")
     r.add_argument("--allow-mixed", action="store_true",
                    help="load files of different runs (another model or arch) together instead of refusing")
-    r.add_argument("--fps", type=float, default=10.0, help=argparse.SUPPRESS)
+    r.add_argument("--fps", type=_fps, default=10.0, help=argparse.SUPPRESS)
     _ascii_flag(r)
     r.set_defaults(func=cmd_replay)
 
@@ -624,7 +720,7 @@ def build_parser() -> argparse.ArgumentParser:
     pp.add_argument("--speed", type=float, default=1.0,
                     help="1 = original pace (default), 10 = ten times faster, 0 = no waiting")
     pp.add_argument("--turn-by-turn", action="store_true", help="pause before each turn; Enter or n plays the next")
-    pp.add_argument("--fps", type=float, default=10.0, help=argparse.SUPPRESS)
+    pp.add_argument("--fps", type=_fps, default=10.0, help=argparse.SUPPRESS)
     _ascii_flag(pp)
     pp.set_defaults(func=cmd_play)
     add_fleet_parser(sub)
@@ -640,6 +736,7 @@ def main(argv: list[str] | None = None) -> int:
 
         BmoeTopApp.own_process = True
         argv = sys.argv[1:]
+    argv = _join_list_values(list(argv))
     args = build_parser().parse_args(argv)
     before = _end_on_signals() if getattr(args, "once", False) or getattr(args, "summary", False) else {}
     _apply_look(args)

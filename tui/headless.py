@@ -36,11 +36,13 @@ class Outcome:
     error: str | None = None
 
 
-def replay(paths: Sequence[str], allow_mixed: bool = False) -> tuple[RunModel, list[tuple[str, str]]]:
+def replay(paths: Sequence[str], allow_mixed: bool = False,
+           keep_first: bool = False) -> tuple[RunModel, list[tuple[str, str]]]:
     """Every path into one run model, and ``(path, why)`` for each file that is not a recorded run
     (``ReplayError`` for a path that cannot be read, ``MixedRunsError`` for files of different
-    runs unless ``allow_mixed``)."""
-    return open_replay(paths, allow_mixed=allow_mixed)
+    runs unless ``allow_mixed``; with ``keep_first`` the first file's run is loaded and the files
+    of other runs are alerts)."""
+    return open_replay(paths, allow_mixed=allow_mixed, keep_first=keep_first)
 
 
 def launch_once(source: ChildSession, prompt: str, n_predict: int | None, ready_timeout: float) -> Outcome:

@@ -206,7 +206,6 @@ class Playback:
     _turns_seen: int = field(default=-1, repr=False)
     _cols: int = field(default=0, repr=False)  # the width the views last asked for
     _n_at_turn: int = field(default=0, repr=False)  # rows at the last tick (a new turn follows from there)
-    _open_start: bool = field(default=False, repr=False)
 
     # ------------------------------------------------------------------------------ reading
     @property
@@ -257,13 +256,15 @@ class Playback:
             self.selected = None
 
     # ------------------------------------------------------------------------------ the window
-    def open_at_start(self) -> None:
-        """Show the run from its first row at one row per column, every row revealed, the last
-        row of that first window selected (a replay opens on its warm-up; End goes to the end)."""
+    def open_finished(self) -> None:
+        """How a replay of a finished run opens: every row revealed, the whole run spread over the
+        width (the ``0`` zoom), its last row selected: "ended" at the end, like ``less +G``, the
+        same picture at any width. ``+`` zooms into the end, Home goes to the first row, space
+        plays from the first row."""
         self.cursor = self.n
-        self.follow = self.playing = self.fit = False
+        self.follow = self.playing = False
         self.per_col = 1.0
-        self._open_start = True
+        self.zoom_fit()
 
     def window(self, cols: int) -> TokenWindow:
         """The time window of ``cols`` columns (see :class:`TokenWindow`); keeps the selected row
@@ -271,11 +272,6 @@ class Playback:
         cols = max(1, cols)
         self._cols = cols
         n = self.n
-        if self._open_start:
-            self._open_start = False
-            end = min(self.cursor, self._span(cols))
-            if end < self.cursor:
-                self.view_end, self.selected = end, end - 1
         sel = self.selected
         if self.fit:
             hi = max(0, min(self.cursor, n))
@@ -320,14 +316,17 @@ class Playback:
 
     # ------------------------------------------------------------------------------ keys
     def toggle(self) -> None:
-        """Pause / resume. Live: leave or come back to following. Replay: play from the selected
-        row (from the start when at the end), or pause."""
+        """Pause / resume. Live: leave following, or resume: from a row selected before the newest
+        (after Home, an arrow, a seek) play on from there at the current pace and follow live again
+        on reaching the newest row; at the newest row, follow at once. Replay: play from the
+        selected row (from the start when at the end), or pause."""
         if self.live_source and not self.playing:
             if self.follow:
                 self.pause()
-            else:
+                return
+            if self.selected is None or self.selected >= self.n - 1:
                 self.go_live()
-            return
+                return
         if self.playing:
             self.playing = False
             self.hold()
@@ -498,7 +497,7 @@ class Playback:
         if not self.playing:
             return False
         if self.cursor >= n:
-            self.playing = False
+            self._played_out()
             return False
         self._advance(dt_s)
         if self.turn_by_turn:
@@ -506,9 +505,15 @@ class Playback:
                 if before < b <= self.cursor:
                     self.cursor, self.playing, self._clock = b, False, 0.0
                     break
-        if self.cursor >= n:
-            self.playing = False
+        if self.cursor >= n and self.playing:
+            self._played_out()
         return self.cursor != before
+
+    def _played_out(self) -> None:
+        """Playing reached the newest row: a replay stops there; a live source is followed again."""
+        self.playing = False
+        if self.live_source:
+            self.go_live()
 
     def turn_ends(self) -> list[int]:
         """Cursor positions where a turn ends (the next turn's first token)."""

@@ -185,3 +185,36 @@ def test_memory_and_temperature_rows() -> None:
     assert row.deltas[0].verdict == "worse" and row.deltas[0].change == pytest.approx(500.0)
     one = _row(compare([ArmInput("a", runs_a[:1]), ArmInput("b", runs_b[:1])]), "peak_rss_mib")
     assert one.deltas[0].verdict == "?"
+
+
+def _with_stall(run: RunInput, stall: float, rng: np.random.Generator) -> RunInput:
+    n = len(run.tokens["wall_ms"])
+    col = np.zeros(n) if stall == 0 else stall + rng.normal(0, 0.05 * stall, n)
+    return RunInput(run.name, {**run.tokens, "stall_ms": col}, run.summary, run.entry, run.routed)
+
+
+@pytest.mark.parametrize("runs", [1, 6])
+def test_a_change_from_zero_is_not_noise(runs) -> None:
+    # a serial run stalls 0 ms a token; the overlapped one 132.6: no percentage of 0 bounds that
+    rng = np.random.default_rng(11)
+    a = ArmInput("serial", [_with_stall(_run(rng, f"a{i}", 200.0), 0.0, rng) for i in range(runs)])
+    b = ArmInput("overlap", [_with_stall(_run(rng, f"b{i}", 200.0), 132.6, rng) for i in range(runs)])
+    d = _row(compare([a, b]), "stall_ms").deltas[0]
+    assert d.verdict == "worse", d
+    assert d.change == pytest.approx(132.6, rel=0.05) and d.change_pct != d.change_pct  # no percentage of 0
+    from bmoe_top.tui.present.compare import delta_text
+
+    assert delta_text(d).endswith("(from 0)") and delta_text(d).startswith("+13")
+    back = _row(compare([b, a]), "stall_ms").deltas[0]  # and to 0 from 132.6: -100 %, better
+    assert back.verdict == "better" and back.change_pct == pytest.approx(-100, abs=1)
+
+
+def test_the_real_serial_and_overlapped_runs_differ_in_stall(real_runs: Path, capsys) -> None:
+    from bmoe_top.tui.cli import main
+
+    serial = real_runs / "bigmoeonedge-2026-07-12" / "gemma_stream.csv"
+    overlap = real_runs / "bigmoeonedge-2026-07-12-pr23" / "gemma_base.csv"
+    assert main(["compare", "--json", str(serial), str(overlap)]) == 0
+    doc = orjson.loads(capsys.readouterr().out)
+    d = next(m for m in doc["metrics"] if m["metric"] == "stall_ms")["deltas"][0]
+    assert d["verdict"] == "worse" and d["change"] == pytest.approx(132.6, abs=0.1)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import orjson
 import pytest
 from helpers import REAL_RUNS, synth
@@ -151,7 +152,7 @@ def test_files_of_different_runs_are_not_merged_silently(tmp_path, capsys):
     b = tmp_path / "b.csv"
     b.write_bytes(other_model_csv())
     code, doc, err = summary_json(capsys, str(a), str(b))
-    assert code == 2 and doc is None
+    assert code == 1 and doc is None
     assert "a.csv" in err and "b.csv" in err and "synthetic-moe.gguf" in err and "other.gguf" in err
     assert "--allow-mixed" in err
     with pytest.raises(MixedRunsError):
@@ -159,6 +160,84 @@ def test_files_of_different_runs_are_not_merged_silently(tmp_path, capsys):
     code, doc, err = summary_json(capsys, "--allow-mixed", str(a), str(b))
     assert code == 0 and doc["derived"]["token_rows"] == 70
     assert any("different runs" in x for x in doc["alerts"])
+
+
+def _no_meta(data: bytes) -> bytes:
+    """The file without its model and arch (its layers and experts stay)."""
+    return data.replace(b"model=synthetic-moe.gguf arch=qwen3moe ", b"")
+
+
+@pytest.mark.parametrize("case", ["tokens", "steps", "n_layer", "log"])
+def test_files_of_different_runs_without_a_model_name_are_not_merged(tmp_path, capsys, case):
+    # neither file names another model: the runs differ in what else they state
+    a = tmp_path / "a.csv"
+    a.write_bytes(_no_meta(synth.token_csv(40)))
+    b = tmp_path / "b.csv"
+    if case == "tokens":  # two CSV sinks, each with its `# summary`
+        b.write_bytes(synth.token_csv(30, seed=9))
+        why = "end-of-run tokens 40 vs 30"
+    elif case == "steps":  # no summaries: both hold tokens 1..30 of turn 0
+        b.write_bytes(b"step,wall_ms,io_ms,compute_ms\n" + b"".join(b"%d,30,10,20\n" % i for i in range(1, 31)))
+        why = "both hold token rows for turn 0, step 1 and 29 more tokens"
+    elif case == "n_layer":  # a route trace of a model of another shape
+        b = tmp_path / "b.route.csv"
+        b.write_bytes(synth.route_trace(40, n_layer=4).replace(b"model=synthetic-moe.gguf arch=qwen3moe ", b""))
+        why = "n_layer 8 vs 4"
+    else:  # the console log of another run
+        b = tmp_path / "b.log"
+        b.write_bytes(b"generation: 40 tokens, 0.030 s/token (33.3 tok/s)\n"
+                      b"prefill: 12 tokens, 0.400 s (30.0 tok/s) | model load 9.250 s | TTFT 9.650 s\n")
+        why = "load s 1.5 vs 9.25"
+    code, doc, err = summary_json(capsys, str(a), str(b))
+    assert code != 0 and doc is None
+    assert "a.csv" in err and b.name in err and why in err and "not merged" in err, err
+    with pytest.raises(MixedRunsError):
+        open_paths([str(a), str(b)])
+    code, doc, err = summary_json(capsys, "--allow-mixed", str(a), str(b))
+    assert code == 0 and any("different runs" in x and why in x for x in doc["alerts"])
+
+
+def test_the_log_of_the_same_run_still_merges(tmp_path, capsys):
+    a = tmp_path / "a.csv"
+    a.write_bytes(_no_meta(synth.token_csv(40)))
+    log = tmp_path / "a.log"  # the numbers the CSV's `# summary` states, as the log prints them
+    log.write_bytes(b"generation: 40 tokens, 0.030 s/token (33.3 tok/s)\n"
+                    b"prefill: 12 tokens, 0.400 s (30.0 tok/s) | model load 1.500 s | TTFT 1.900 s\n")
+    code, doc, err = summary_json(capsys, str(a), str(log))
+    assert code == 0, err
+    assert doc["derived"]["token_rows"] == 40 and not doc["alerts"]
+
+
+def test_one_file_given_twice_is_not_counted_twice(tmp_path, capsys):
+    a = tmp_path / "a.csv"
+    a.write_bytes(synth.token_csv(40))
+    code, doc, err = summary_json(capsys, str(a), str(a))
+    assert code != 0 and doc is None and "given twice" in err
+
+
+def test_the_screen_opens_on_the_first_run_and_says_what_it_left_out(tmp_path):
+    a = tmp_path / "a.csv"
+    a.write_bytes(_no_meta(synth.token_csv(40)))
+    b = tmp_path / "b.csv"
+    b.write_bytes(synth.token_csv(30, seed=9))
+    run, not_runs = open_replay([str(a), str(b)], keep_first=True)
+    assert run.tokens.n == 40 and not not_runs
+    assert list(run.sources) == [str(a)]
+    assert any("b.csv left out" in x and "end-of-run tokens 40 vs 30" in x and "--allow-mixed" in x
+               for x in run.alerts)
+
+
+@pytest.mark.skipif(not REAL_RUNS.is_dir(), reason="../shared/data/real-runs not present")
+def test_the_newcomers_two_real_runs_are_not_merged(capsys):
+    # gemma_stream.csv names no model; the other is a Qwen session of 1,469 tokens
+    a = REAL_RUNS / "bigmoeonedge-2026-07-12" / "gemma_stream.csv"
+    b = REAL_RUNS / "bigmoeonedge-2026-07-22" / "bmoe-20260722-142300.csv"
+    code, doc, err = summary_json(capsys, str(a), str(b))
+    assert code != 0 and doc is None
+    assert "gemma_stream.csv" in err and "bmoe-20260722-142300.csv" in err and "256 vs 1,469" in err
+    code = main(["replay", "--summary", str(a), str(b)])  # the text form too
+    cap = capsys.readouterr()
+    assert code != 0 and not cap.out and "not merged" in cap.err
 
 
 def test_files_of_one_run_merge():
@@ -176,3 +255,34 @@ def test_the_real_files_of_one_traced_run_merge(capsys):
     assert code == 0, err
     assert doc["derived"]["token_rows"] == 128 and doc["n_layer"] == 48 and not doc["alerts"]
     assert doc["meta"]["arch"] == "qwen3moe"
+
+
+def test_impossible_values_are_problems_an_alert_and_not_in_the_numbers(tmp_path, capsys):
+    p = tmp_path / "bad.csv"
+    p.write_bytes(b"step,steps,wall_ms,io_ms,compute_ms,read_bytes,cache_hit_pct,stall_ms\n"
+                  b"1,4,100,40,60,1000,10,0\n2,4,-5,40,60,1000,20,0\n3,4,inf,40,60,1e99,200,0\n"
+                  b"4,4,1e99,40,60,1000,30,0\n")
+    code, doc, err = summary_json(capsys, str(p))
+    assert code == 0, err  # a damaged file still replays: its good cells count
+    assert doc["derived"]["token_rows"] == 4 and doc["problems"] == 5
+    assert any("bad.csv: 5 impossible values read as missing" in a for a in doc["alerts"])
+    run = open_paths([str(p)])
+    assert np.isnan(run.tokens.view("wall_ms")[1:]).all() and run.tokens.view("io_ms").tolist() == [40] * 4
+    # the title's flash share is of the tokens that have each time: 40 ms of a 100 ms wall, not 160 / 100
+    from bmoe_top.tui.widgets.palette import Look
+    from bmoe_top.tui.widgets.panels import header_parts
+
+    assert "flash 40%" in [text for text, _ in header_parts(run, Look())]
+
+
+def test_a_request_log_alone_has_no_summary_to_print(tmp_path, capsys):
+    reqs = tmp_path / "session-requests.jsonl"
+    reqs.write_bytes(b'{"cmd":"generate","id":1,"prompt":"hi","n_predict":8}\n'
+                     b'{"cmd":"generate","id":2,"prompt":"more","n_predict":8}\n')
+    code, doc, err = summary_json(capsys, str(reqs))
+    assert code == 1 and doc is None  # it printed every field "missing" and exited 0
+    assert "session requests only" in err and "no measurements" in err
+    csv = tmp_path / "run.csv"  # beside the run's CSV it adds the prompts
+    csv.write_bytes(synth.token_csv(20))
+    code, doc, err = summary_json(capsys, str(csv), str(reqs))
+    assert code == 0 and doc["derived"]["token_rows"] == 20, err

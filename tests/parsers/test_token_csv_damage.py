@@ -290,3 +290,53 @@ def test_a_long_text_without_rows_is_searched_for_a_header_only_at_its_top():
     t = load_token_csv(data)
     assert t.n_rows == 1 and t.columns["wall_ms"].tolist() == [2.0]
     assert sum(1 for p in t.problems if "not" in p.reason) == tc._HEAD_LINES + 10
+
+
+def _cells(edits: dict[tuple[int, str], str]) -> bytes:
+    def put(ls):
+        for (row, name), value in edits.items():
+            cells = ls[_rows(row)].split(",")
+            cells[NAMES.index(name)] = value
+            ls[_rows(row)] = ",".join(cells)
+    return _with_lines(put)
+
+
+IMPOSSIBLE = {(10, "wall_ms"): "-5", (20, "io_ms"): "inf", (30, "read_bytes"): "1e99",
+              (40, "cache_hit_pct"): "200", (50, "stall_ms"): "nan", (60, "mgmt_ms"): "-0.5",
+              (700, "compute_ms"): "1e999", (800, "wall_ms"): "86400001"}
+
+
+def test_impossible_values_are_missing_cells_each_a_problem_of_its_line():
+    t = load_token_csv(_cells(IMPOSSIBLE))
+    assert t.n_rows == N and t.impossible == len(IMPOSSIBLE)
+    for (row, name), _value in IMPOSSIBLE.items():
+        assert math.isnan(t.columns[name][row]), (row, name)  # absent, not zero, not the value
+        for other in NAMES:  # the neighbours are kept
+            if other != name:
+                assert t.columns[other][row] == GOOD.columns[other][row], (row, other)
+    lines = {p.lineno for p in t.problems if p.reason.startswith("impossible")}
+    assert lines == {_rows(row) + 1 for row, _ in IMPOSSIBLE}  # 1-based line numbers
+    reasons = " ".join(p.reason for p in t.problems)
+    assert "impossible wall_ms: a time per token is 0 to 24 h" in reasons
+    assert "impossible cache_hit_pct: a hit rate is 0 to 100 %" in reasons
+    assert "not finite" in reasons
+
+
+def test_line_numbers_of_impossible_values_in_well_formed_blocks():
+    # a big clean file goes through the one-row-a-line fast path; a comment in it shifts the lines
+    big = token_csv(30_000, seed=7).decode().split("\n")
+    at = next(i for i, ln in enumerate(big) if ln.startswith("step,"))
+    big.insert(at + 1 + 15_000, "# a comment between rows")
+    row = at + 1 + 25_000 + 1  # data row 25,000, one line further down for the comment
+    cells = big[row].split(",")
+    cells[NAMES.index("io_ms")] = "-1"
+    big[row] = ",".join(cells)
+    t = load_token_csv("\n".join(big).encode())
+    bad = [p for p in t.problems if p.reason.startswith("impossible")]
+    assert [(p.lineno, p.text) for p in bad] == [(row + 1, "io_ms=-1")]
+    assert math.isnan(t.columns["io_ms"][25_000]) and t.columns["io_ms"][24_999] > 0
+
+
+def test_the_sentinels_real_files_write_are_not_impossible():
+    t = load_token_csv(_cells({(5, "cache_hit_pct"): "-1.00"}))
+    assert t.columns["cache_hit_pct"][5] == -1 and not t.impossible and not t.problems

@@ -67,11 +67,11 @@ def test_whatif_budgets_and_errors(tmp_path, capsys, run_files) -> None:
         code, _, err = cli(capsys, "whatif", "--json", *bad, run_files["run.route.csv"])
         assert code == 2 and msg in err and "Traceback" not in err
     code, _, err = cli(capsys, "whatif", "--json", run_files["run.csv"])
-    assert code == 2 and "no routing in these files" in err
+    assert code == 1 and "no routing in these files" in err  # an input that cannot be used: 1
     code, _, err = cli(capsys, "whatif", "--json", str(tmp_path / "nope.csv"))
-    assert code == 2 and "no such file" in err
+    assert code == 1 and "no such file" in err
     code, _, err = cli(capsys, "whatif", "--json", run_files["run.route.csv"], run_files["run.route.csv"])
-    assert code == 2 and "one routing trace at a time" in err
+    assert code == 1 and "one routing trace at a time" in err
 
 
 def test_whatif_writes_a_profile_safely(tmp_path, capsys, run_files) -> None:
@@ -179,7 +179,7 @@ def test_compare_arm_forms_and_errors(tmp_path, capsys) -> None:
     code, _, err = cli(capsys, "compare", "--json", a0)
     assert code == 2 and "at least two arms" in err
     code, _, err = cli(capsys, "compare", "--json", a0, str(tmp_path / "missing.csv"))
-    assert code == 2 and "no such file" in err
+    assert code == 1 and "no such file" in err
     code, _, err = cli(capsys, "compare", "--json", "--md", a0, a1)
     assert code == 2 and "choose one of" in err
     code, _, err = cli(capsys, "compare", "--json", "--arm", "nameonly", a0)
@@ -187,7 +187,7 @@ def test_compare_arm_forms_and_errors(tmp_path, capsys) -> None:
     empty = tmp_path / "r.route.csv"
     empty.write_bytes(synth.route_trace(8))
     code, _, err = cli(capsys, "compare", "--json", a0, str(empty))
-    assert code == 2 and "no per-token rows" in err
+    assert code == 1 and "no per-token rows" in err
 
 
 def test_compare_two_real_csvs(real_runs, capsys) -> None:

@@ -68,7 +68,6 @@ def test_replay_summary_of_every_format(tmp_path, capsys):
         "transcript": [("stdout.txt", synth.progress_transcript(16))],
         "recording": [("s.rec.jsonl", synth.session_recording(turns=3, n=8))],
         "recording_additive": [("r.rec.jsonl", synth.session_recording(turns=2, n=8, additive=True))],
-        "requests": [("reqs.jsonl", b'{"cmd":"generate","id":1,"prompt":"x"}\n{"cmd":"close"}\n')],
         "audit": [("a.jsonl", audit_log())],
     }
     counts = np.zeros((4, 16), dtype=np.int64)
@@ -84,6 +83,12 @@ def test_replay_summary_of_every_format(tmp_path, capsys):
         check_golden(GOLDEN / f"replay_{name}.json", masked(doc, places(tmp_path)))
     code, doc = run_cli(capsys, "replay", "--summary", "--json", str(tmp_path / "p.strp"))
     check_golden(GOLDEN / "replay_strp.json", masked(doc, places(tmp_path)))
+    # a session request log alone holds no measurements: no document, exit 1 with the reason
+    reqs = b'{"cmd":"generate","id":1,"prompt":"x"}\n{"cmd":"close"}\n'
+    (tmp_path / "reqs.jsonl").write_bytes(reqs)
+    assert main(["replay", "--summary", "--json", str(tmp_path / "reqs.jsonl")]) == 1
+    cap = capsys.readouterr()
+    assert cap.out == "" and "session requests only" in cap.err
 
 
 def test_launch_once(tmp_path, capsys):

@@ -55,7 +55,7 @@ def test_launch_errors_are_one_line():
     r = top("launch", "--once", "--", "/nonexistent/runtime")
     assert r.returncode == 1 and "cannot start /nonexistent/runtime" in r.stderr and "Traceback" not in r.stderr
     r = top("launch", "--once", "--record", "/nonexistent/dir/x.jsonl", "--", sys.executable, EMITTER)
-    assert r.returncode == 2 and "cannot write /nonexistent/dir/x.jsonl" in r.stderr and "Traceback" not in r.stderr
+    assert r.returncode == 1 and "cannot write /nonexistent/dir/x.jsonl" in r.stderr and "Traceback" not in r.stderr
     r = top("launch", "--once", "--ready-timeout", "0.5", "--", sys.executable, EMITTER, "--no-ready")
     assert r.returncode == 1 and "no BMOE_READY" in r.stderr
 
@@ -109,10 +109,10 @@ def test_launch_once_json_failure_still_prints_json(tmp_path):
     assert "Traceback" not in r.stderr
 
 
-def test_cli_missing_file_exits_2_without_traceback(tmp_path):
+def test_cli_missing_file_exits_1_without_traceback(tmp_path):
     r = subprocess.run([sys.executable, "-m", "bmoe_top.tui.cli", "replay", "--summary", str(tmp_path / "x.csv")],
                        capture_output=True, text=True, timeout=60)
-    assert r.returncode == 2
+    assert r.returncode == 1
     assert "no such file" in r.stderr and "Traceback" not in r.stderr
 
 
@@ -159,14 +159,14 @@ def test_record_never_overwrites_or_follows_a_link(tmp_path):
     old = tmp_path / "old.jsonl"
     old.write_text("earlier\n")
     r = top("launch", "--once", "-p", "x", "-n", "2", "--record", str(old), "--", sys.executable, EMITTER)
-    assert r.returncode == 2 and "already exists" in r.stderr and "--force" in r.stderr
+    assert r.returncode == 1 and "already exists" in r.stderr and "--force" in r.stderr
     assert old.read_text() == "earlier\n"
     target = tmp_path / "target.txt"
     target.write_text("precious\n")
     link = tmp_path / "link.jsonl"
     link.symlink_to(target)
     r = top("launch", "--once", "-p", "x", "-n", "2", "--record", str(link), "--force", "--", sys.executable, EMITTER)
-    assert r.returncode == 2 and "symbolic link" in r.stderr
+    assert r.returncode == 1 and "symbolic link" in r.stderr
     assert target.read_text() == "precious\n"
     r = top("launch", "--once", "--json", "-p", "x", "-n", "2", "--record", str(old), "--force",
             "--", sys.executable, EMITTER)
@@ -317,3 +317,49 @@ def test_analysis_and_fleet_screens_into_a_pipe_are_refused_pointing_to_their_te
     r = top(*[str(names[a]) if a in names else a for a in args])  # stdout is a pipe here
     assert r.returncode == 2 and r.stdout == "", (r.returncode, r.stdout[:200])
     assert "not a terminal" in r.stderr and hint in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("args, status, says", [
+    (["replay", "EMPTY"], 1, "the file is empty"),  # off a terminal: the bad input first, not the pipe
+    (["replay", "GARBAGE"], 1, "not a recorded run"),
+    (["replay", "DIR"], 1, "is a directory"),  # it said 2 while an empty file said 1
+    (["replay", "--summary", "DIR"], 1, "is a directory"),
+    (["replay", "--summary", "MISSING"], 1, "no such file"),
+    (["compare", "CSV", "MISSING"], 1, "no such file"),
+    (["whatif", "MISSING"], 1, "no such file"),
+    (["play", "DIR"], 1, "Is a directory"),
+    (["play", "EMPTY"], 1, "holds no recorded lines"),
+    (["launch", "--record", "CSV", "--", "true"], 1, "already exists"),
+    (["compare", "CSV"], 2, "at least two arms"),  # the command line itself: 2, before any file is read
+    (["play", "--speed", "-1", "MISSING"], 2, "--speed must be >= 0"),
+])
+def test_exit_status_one_scheme_and_inputs_before_the_terminal(tmp_path, args, status, says):
+    csv = tmp_path / "run.csv"
+    csv.write_bytes(synth.token_csv(8))
+    (tmp_path / "empty.csv").write_bytes(b"")
+    (tmp_path / "garbage.bin").write_bytes(bytes(range(1, 256)) * 4)
+    names = {"CSV": csv, "EMPTY": tmp_path / "empty.csv", "GARBAGE": tmp_path / "garbage.bin", "DIR": tmp_path,
+             "MISSING": tmp_path / "missing.csv"}
+    r = top(*[str(names[a]) if a in names else a for a in args])  # stdout is a pipe here
+    assert r.returncode == status and says in r.stderr, (r.returncode, r.stderr)
+    assert "not a terminal" not in r.stderr and "Traceback" not in r.stderr and r.stdout == ""
+    assert csv.read_bytes() == synth.token_csv(8)  # --record refused before anything was written
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--fps", "0", "replay", "x.csv"], "--fps: must be between 1 and 100"),  # 0 was accepted
+    (["replay", "--fps", "0", "x.csv"], "--fps: must be between 1 and 100"),
+    (["replay", "--fps", "-3", "x.csv"], "--fps"),
+    (["compare", "--fps", "nan", "a", "b"], "--fps: must be between 1 and 100"),
+    (["whatif", "--json", "--budgets", "-5,0", "x.route.csv"], "--budgets: '-5' must be a finite number >= 0"),
+    (["whatif", "--json", "--budgets", "10,-5", "x.route.csv"], "--budgets: '-5' must be a finite number >= 0"),
+])
+def test_argument_values_are_checked_as_usage_errors(capsys, argv, says):
+    from bmoe_top.tui.cli import main
+
+    try:
+        code = main(argv)
+    except SystemExit as e:  # argparse's own refusal
+        code = e.code
+    err = capsys.readouterr().err
+    assert code == 2 and says in err and "Traceback" not in err, err

@@ -175,3 +175,17 @@ async def test_screen_keeps_updating_under_the_command_palette(srv):
         await pilot.press("f")
         await pilot.press("r")
     assert not poller.is_alive() or poller.join(2) is None
+
+
+async def test_at_80x24_a_server_that_is_not_there_says_why(srv):
+    url = srv.url
+    srv.close()  # nothing listens there any more
+    poller = MetricsPoller(url, interval=0.05, timeout=2)
+    app = metrics_app(poller, start_poller=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        poller.scrape_once()
+        app.main.update_attach(force=True)
+        await pilot.pause()
+        line = app.query_one("#attach-status")
+        assert line.display and "refused" in line.content.plain  # compact: shown, since it says why
+        assert "refused" in "\n".join(strips_text([s]) for s in app.screen._compositor.render_strips())

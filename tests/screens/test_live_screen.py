@@ -8,13 +8,18 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 from helpers import EMITTER
+from helpers.hostile import screen_text
 from helpers.prompt import send_prompt
 from textual.widgets import DataTable, Input, Static
 
+from bmoe_top.tui.model import RunModel, Status
+from bmoe_top.tui.playback import SPEEDS, Playback
 from bmoe_top.tui.screens.live import live_app
 from bmoe_top.tui.sources.child_session import ChildSession
+from bmoe_top.tui.sources.session_socket import SessionSocketClient
 
 BMOE_RUN = Path(sys.executable).with_name("bmoe-run")
 
@@ -270,3 +275,74 @@ async def test_arrow_then_end_follows_live_and_the_next_turn_is_followed():
         assert f"token {n}" in app.query_one("#breakdown").text(150, 14)
         await pilot.press("ctrl+q")
     src.close()
+
+
+async def test_at_80x24_a_launch_that_cannot_start_says_why():
+    # the compact layout hides the status line; one that holds a reason is shown
+    src = ChildSession(["/nonexistent/cmd"])
+    app = live_app(src, title="launch cmd")
+    async with app.run_test(size=(80, 24)) as pilot:
+        assert await wait_for(pilot, lambda: src.state == "failed")
+        line = app.query_one("#live-status", Static)
+        assert await wait_for(pilot, lambda: "No such file or directory" in screen_text(app))
+        assert line.display and "cannot start /nonexistent/cmd" in screen_text(app)
+    src.close()
+
+
+async def test_at_80x24_an_attach_to_a_missing_socket_says_why(tmp_path):
+    src = SessionSocketClient(str(tmp_path / "missing.sock"))
+    app = live_app(src, title="attach missing.sock")
+    async with app.run_test(size=(80, 24)) as pilot:
+        def words() -> str:  # the reason may wrap (the line takes up to 3 rows)
+            return " ".join(screen_text(app).split())
+
+        assert await wait_for(pilot, lambda: "missing.sock (no socket)" in words()), screen_text(app)
+    src.close()
+
+
+async def test_at_80x24_a_healthy_session_keeps_the_compact_layout():
+    src = ChildSession([sys.executable, EMITTER, "--rate", "100"])
+    app = live_app(src, title="emitter")
+    async with app.run_test(size=(80, 24)) as pilot:
+        assert await wait_for(pilot, lambda: src.state == "ready")
+        line = app.query_one("#live-status", Static)
+        assert await wait_for(pilot, lambda: not line.display)  # ready: nothing to explain, the line stays hidden
+        assert await wait_for(pilot, lambda: not line.has_class("-problem"))
+    src.close()
+
+
+def _live_run(n: int) -> RunModel:
+    run = RunModel()
+    run.add_token_rows({"step": np.arange(1, n + 1, dtype=float), "wall_ms": np.full(n, 20.0)}, n)
+    run.set_status(Status.GENERATING)
+    return run
+
+
+def test_space_after_home_on_a_live_view_plays_on_from_there():
+    run = _live_run(100)
+    pb = Playback(run, follow=True, speed_index=SPEEDS.index(1.0))
+    pb.tick(0.1)
+    assert pb.state() == "live" and pb.cursor == 100
+    pb.start()  # Home: token 1, paused
+    assert pb.state() == "paused" and pb.sel == 0
+    pb.toggle()  # space: play on from token 1 (it went back to the newest token)
+    assert pb.state() == "replay" and pb.cursor <= 2 and not pb.follow
+    pb.tick(0.5)  # at 1x a 20 ms token: 25 more tokens in half a second
+    assert 20 <= pb.cursor <= 30 and pb.playing
+    pb.toggle()  # space again pauses where it is
+    assert pb.state() == "paused" and pb.sel < 30
+    pb.toggle()
+    run.add_token_rows({"step": np.arange(101, 111, dtype=float), "wall_ms": np.full(10, 20.0)}, 10)  # still live
+    for _ in range(40):
+        pb.tick(0.1)
+    assert pb.state() == "live" and pb.follow and pb.cursor == 110  # caught up: following live again
+
+
+def test_space_at_the_newest_token_of_a_live_view_follows_at_once():
+    run = _live_run(50)
+    pb = Playback(run, follow=True)
+    pb.tick(0.1)
+    pb.toggle()
+    assert pb.state() == "paused"
+    pb.toggle()
+    assert pb.state() == "live" and pb.cursor == 50

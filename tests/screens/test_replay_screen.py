@@ -10,6 +10,7 @@ from textual.widgets import Static
 
 from bmoe_top.tui.app import BmoeTopApp
 from bmoe_top.tui.feed.files import open_paths
+from bmoe_top.tui.headless import replay
 from bmoe_top.tui.model import RunModel
 from bmoe_top.tui.playback import SPEEDS, Playback
 from bmoe_top.tui.present.numbers import ms
@@ -59,7 +60,8 @@ async def test_playback_keys(csv_run):
     app = replay_app(run, "keys", fps=20)
     async with app.run_test(size=(140, 44)) as pilot:
         pb = app.main.playback
-        assert pb.cursor == 64 and pb.sel == 63  # opens with every token revealed
+        assert pb.cursor == 64 and pb.sel == 63  # opens with every token revealed, at the end
+        assert pb.fit and pb.state() == "ended"  # the whole run in the window
         await pilot.press("home")
         assert pb.sel == 0 and pb.cursor == 64
         await pilot.press("right", "right", "right")
@@ -70,7 +72,9 @@ async def test_playback_keys(csv_run):
         assert pb.sel == 52
         await pilot.press("end")
         assert pb.sel == 63 and pb.state() == "ended"
-        # +/- zoom the time window; ] and [ change the playback speed
+        # +/- zoom the time window (from the whole run: its nearest zoom first); ] and [ change the speed
+        await pilot.press("minus")
+        assert pb.per_col == 1 and not pb.fit
         await pilot.press("minus")
         assert pb.per_col == 2
         await pilot.press("plus", "plus")
@@ -269,6 +273,7 @@ async def test_command_palette_lists_the_screens_own_actions(csv_run):
         for want in ("Follow live / last token", "Zoom in", "Zoom out", "Seek to a token…", "Tab: Problems",
                      "Palette: next colour scale", "Fold / scroll the layer maps"):
             assert want in titles
+        assert [t for t in titles if t.startswith("Keys")] == ["Keys (help)"]  # it also listed Textual's "Keys"
         await pilot.press("ctrl+c")  # quits a replay at once (no "press ctrl+q" notice)
     assert app.return_code == 0 and not app.is_running
 
@@ -288,3 +293,53 @@ async def test_the_search_box_is_drawn_where_the_user_types(csv_run, size):
         await pilot.press("enter")
         await pilot.pause()
         assert len(app._notifications) == 1
+
+
+async def test_files_of_another_run_are_named_in_the_banner_at_80x24(tmp_path):
+    a = tmp_path / "a.csv"
+    a.write_bytes(synth.token_csv(40))
+    b = tmp_path / "b.csv"
+    b.write_bytes(synth.token_csv(30, seed=9, n_layer=4))
+    run, _ = replay([str(a), str(b)], keep_first=True)  # what `bmoe-top replay a.csv b.csv` opens on
+    app = replay_app(run, "replay a.csv + b.csv")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        banner = app.query_one("#banner")
+        assert banner.display and "b.csv left out" in str(banner.render())
+        assert run.tokens.n == 40
+
+
+async def test_impossible_values_are_in_the_banner_and_listed_by_4_at_80x24(tmp_path):
+    p = tmp_path / "bad.csv"
+    p.write_bytes(b"step,steps,wall_ms,io_ms,compute_ms,read_bytes,cache_hit_pct,stall_ms\n"
+                  b"1,4,100,40,60,1000,10,0\n2,4,-5,40,60,1000,20,0\n3,4,inf,40,60,1e99,200,0\n"
+                  b"4,4,1e99,40,60,1000,30,0\n")
+    other = tmp_path / "other.csv"  # a second alert: the banner shows the newest and says where the rest are
+    other.write_bytes(synth.token_csv(30, seed=9, n_layer=4))
+    run, _ = replay([str(p), str(other)], keep_first=True)
+    app = replay_app(run, "replay bad.csv")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        banner = str(app.query_one("#banner").render())
+        assert "bad.csv: 5 impossible values" in banner and "+1 more: 4 lists them" in banner
+        await pilot.press("4")
+        await pilot.pause()
+        text = app.query_one("#problems-panel").renderable_for().plain
+        assert "bad.csv: 5 impossible values read as missing" in text and "other.csv left out" in text
+        assert "impossible wall_ms: a time per token is 0 to 24 h" in text and "bad.csv:3:" in text
+
+
+@pytest.mark.parametrize("size", [(80, 24), (200, 60)])
+async def test_a_replay_opens_on_the_whole_run_at_its_end_at_any_width(csv_run, size):
+    # like `less +G`: the last token, "ended", every view the whole run; not a width-dependent token
+    app = replay_app(open_paths(csv_run), "replay run.csv")
+    async with app.run_test(size=size) as pilot:
+        await pilot.pause()
+        pb = app.main.playback
+        assert pb.state() == "ended" and pb.sel == 63 and pb.fit
+        title = app.query_one("#title", Static).content.plain
+        assert "ended" in title and "token 64/64" in title and "whole run" in title
+        w = pb.window(40)
+        assert (w.lo, w.hi) == (0, 64)
+        pb.toggle()  # space: plays from the first token (called here: no tick moves it before the check)
+        assert pb.playing and pb.cursor == 0

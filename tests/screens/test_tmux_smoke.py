@@ -7,6 +7,7 @@ no process behind. Skipped when tmux is missing."""
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -118,8 +119,13 @@ def test_no_color_replay_renders_and_quits_0(tmp_path, size):
     try:
         t.start(f"exec {shlex.quote(str(BMOE_TOP))} replay {shlex.quote(str(csv))} {shlex.quote(str(route))}",
                 size, {"NO_COLOR": "1"})
-        s = t.wait_screen("wall =", 60)  # the breakdown's legend: the views drew
-        assert ("ended" in s or "paused" in s) and "token" in s and "Traceback" not in s
+        s = t.wait_screen("compute", 60)  # the breakdown's legend: the views drew
+        assert "ended" in s and "whole run" in s and "token 120/120" in s and "Traceback" not in s
+        # no colour at all (it sent greys as 256-colour codes); bold, dim and reverse stay
+        raw = t("capture-pane", "-p", "-e", "-t", "main")
+        sgr = {c for c in re.findall(r"\x1b\[([0-9;]*)m", raw)}
+        colour = {c for c in sgr if re.search(r"(^|;)(3[0-7]|4[0-7]|9[0-7]|10[0-7]|38|48)(;|$)", c)}
+        assert not colour, sorted(colour)[:10]
         t("send-keys", "-t", "main", "q")
         assert t.wait_dead() == "0"
         assert t.fmt("#{alternate_on}") == "0"

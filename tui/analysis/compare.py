@@ -297,6 +297,15 @@ def _pct(change: float, base: float) -> float:
     return 100.0 * change / base if base and math.isfinite(base) else _nan()
 
 
+def _size_pct(change: float, base: float) -> float:
+    """The change in percent of the baseline, for the noise floor and the direction: from a
+    baseline of 0, any change is infinitely many percent (no percentage of 0 bounds it: 0 ->
+    132.6 ms is a change, not noise); ``change_pct`` itself stays NaN there (no percentage)."""
+    if base == 0 and math.isfinite(change) and change != 0:
+        return math.copysign(math.inf, change)
+    return _pct(change, base)
+
+
 def _judge(change_pct: float, significant: bool, lower_is_better: bool) -> str:
     if not significant:
         return "~"
@@ -337,16 +346,18 @@ def _timing_row(metric: str, label: str, unit: str, arms: Sequence[ArmInput], se
                 continue
             iv = S.block_bootstrap_diff(a0, b0, conf, seed=seed, stat=stat)
             pct = _pct(iv.estimate, base.center)
-            sig = (iv.low > 0 or iv.high < 0) and abs(pct) > floor
+            size = _size_pct(iv.estimate, base.center)
+            sig = (iv.low > 0 or iv.high < 0) and abs(size) > floor
             deltas.append(Delta(arms[j].name, arms[0].name, iv.estimate, pct, iv.low, iv.high, _nan(),
-                                _judge(pct, sig, lower), f"moving-block bootstrap of tokens (block {iv.block})",
+                                _judge(size, sig, lower), f"moving-block bootstrap of tokens (block {iv.block})",
                                 WITHIN_RUN_LABEL))
             continue
         mw = S.mann_whitney(run_vals[0], run_vals[j])
         sh = S.hodges_lehmann(run_vals[0], run_vals[j], conf)
         pct = _pct(sh.shift, base.center)
+        size = _size_pct(sh.shift, base.center)
         deltas.append(Delta(arms[j].name, arms[0].name, sh.shift, pct, sh.low, sh.high, mw.p,
-                            _judge(pct, S.verdict(mw.p, pct, alpha, floor), lower),
+                            _judge(size, S.verdict(mw.p, size, alpha, floor), lower),
                             f"Mann-Whitney U ({mw.method}) on run means, Hodges-Lehmann shift", ""))
     return MetricRow(metric, label, unit, "timing", lower, values, deltas)
 
@@ -379,8 +390,9 @@ def _scalar_row(metric: str, label: str, unit: str, arms: Sequence[ArmInput], va
             mw = S.mann_whitney(a, b)
             sh = S.hodges_lehmann(a, b, conf)
             pct = _pct(sh.shift, base.center)
+            size = _size_pct(sh.shift, base.center)
             deltas.append(Delta(arms[j].name, arms[0].name, sh.shift, pct, sh.low, sh.high, mw.p,
-                                _judge(pct, S.verdict(mw.p, pct, alpha, floor), lower),
+                                _judge(size, S.verdict(mw.p, size, alpha, floor), lower),
                                 f"Mann-Whitney U ({mw.method}) on runs, Hodges-Lehmann shift", ""))
         else:
             deltas.append(Delta(arms[j].name, arms[0].name, change, pct, _nan(), _nan(), _nan(), "?", "none",

@@ -3,9 +3,12 @@ file's content (:func:`bmoe_top.parsers.sniff.sniff`) through :data:`FILE_FEEDS`
 
 Several files may describe one run (the CSV sink, the route trace and the console log of the
 same run): each adds what it holds to the same model. Files of different runs are not merged
-silently: :func:`open_paths` parses every file first, reads the run each says it is from (model
-and arch: :func:`identity_conflict`) and refuses a mix with :class:`MixedRunsError` naming both,
-unless ``allow_mixed``. A file that is not a recorded run at all is a problem and an alert on the
+silently: :func:`open_paths` parses every file first, reads the run each says it is from
+(:func:`run_facts`: model, arch, layers, experts, the end-of-run numbers; compared by
+:func:`identity_conflict`), checks that no two files of token rows hold the same token
+(:func:`step_collision`), and refuses a mix with :class:`MixedRunsError` naming both, unless
+``allow_mixed`` (or ``keep_first``: the first file's run is loaded, the others are left out with
+an alert). A file that is not a recorded run at all is a problem and an alert on the
 run (the banner, and ``replay --summary`` exits non-zero with the reason), never an exception.
 """
 
@@ -34,7 +37,7 @@ from bmoe_top.tui.model import RunModel, Status
 from bmoe_top.tui.sources.files import ReplayError, read_path
 
 __all__ = ["FILE_FEEDS", "LOAD_ORDER", "FileFeed", "MixedRunsError", "identity_conflict", "load_data",
-           "log_facts", "open_paths", "open_replay"]
+           "log_facts", "open_paths", "open_replay", "run_facts", "step_collision"]
 
 _MIB = float(1 << 20)
 
@@ -84,6 +87,10 @@ def load_token_table(run: RunModel, table: TokenTable, source: str) -> None:
             run.update_summary(table.summaries[-1].get("summary", {}))
         for p in table.problems:
             run.add_problem(source, p.lineno, p.text, p.reason)
+        if table.impossible:
+            plural = "" if table.impossible == 1 else "s"
+            run.add_alert(f"{os.path.basename(source) or source}: {table.impossible:,} impossible value{plural} read "
+                          "as missing (4 lists them)")
         run.set_status(Status.REPLAY, run.status_detail)
 
 
@@ -299,7 +306,8 @@ LOAD_ORDER = {"token_csv": 0, "recording": 0, "route_trace": 1, "transcript": 2}
 
 
 class MixedRunsError(ReplayError):
-    """Files of different runs (a different model or arch) given together without ``allow_mixed``."""
+    """Files of different runs given together without ``allow_mixed``: another model, arch,
+    shape or end-of-run summary, or token rows of the same tokens twice."""
 
 
 def _model_name(model: str) -> str:
@@ -307,19 +315,111 @@ def _model_name(model: str) -> str:
     return name[:-5] if name.endswith(".gguf") else name
 
 
+#: The end-of-run numbers two files of one run both state identically (the CSV sink's ``# summary``
+#: and the log's ``generation:``/``prefill:`` lines are printed from the same figures): integers
+#: exactly, seconds to the 3 decimals both print (with a little room for rounding).
+_SUMMARY_FACTS = {"tokens": "end-of-run tokens", "n_prompt": "prompt tokens", "load_s": "load s",
+                  "prefill_s": "prefill s"}
+_DIM_FACTS = ("n_layer", "n_expert")
+
+
+def _number(v: Any) -> float | None:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return f if np.isfinite(f) else None
+
+
+def _facts_of(meta: Mapping[str, Any], summary: Mapping[str, Any]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for k in _DIM_FACTS:
+        v = _number(meta.get(k))
+        if v is not None and v > 0:
+            out[k] = f"{v:g}"
+    for k in _SUMMARY_FACTS:
+        v = _number(summary.get(k))
+        if v is not None and v >= 0:
+            out[k] = f"{v:g}"
+    return out
+
+
+def _ready_of(records: Sequence[Any]) -> Ready | None:
+    return next((r for r in records if isinstance(r, Ready)), None)
+
+
+def run_facts(kind: str, parsed: Any) -> dict[str, str]:
+    """What a parsed file says about the run it is from: ``model`` and ``arch`` (the file's
+    ``identity``), ``n_layer`` and ``n_expert`` when its header or ``BMOE_READY`` states them (never
+    guessed from the rows), and the end-of-run ``tokens``, ``n_prompt``, ``load_s``, ``prefill_s``
+    of its last summary. Values as text; a key the file does not state is absent."""
+    feed = FILE_FEEDS.get(kind)
+    if feed is None or parsed is None:
+        return {}
+    out = dict(feed.identity(parsed))
+    if isinstance(parsed, TokenTable):
+        out.update(_facts_of(parsed.meta, parsed.summary))
+    elif isinstance(parsed, RouteTrace):
+        out.update(_facts_of(parsed.meta, {}))
+    elif isinstance(parsed, Transcript):
+        ready = _ready_of(parsed.records)
+        out.update(_facts_of(ready.extra if ready is not None else {}, parsed.summary))
+    return out
+
+
 def identity_conflict(a: Mapping[str, str], b: Mapping[str, str]) -> str | None:
-    """Why two files' identities are different runs (``"model X vs Y"``), None when they may be one
-    run: a key both name must agree (the model by its file name, case aside)."""
+    """Why two files' facts (:func:`run_facts`) are different runs (``"model X vs Y"``), None when
+    they may be one run: a key both state must agree (the model by its file name, case aside;
+    layers and experts exactly; the end-of-run numbers as :data:`_SUMMARY_FACTS` says). A key only
+    one file states proves nothing."""
     for key in ("model", "arch"):
         x, y = a.get(key), b.get(key)
         if x and y and (_model_name(x) != _model_name(y) if key == "model" else x.strip() != y.strip()):
             return f"{key} {x} vs {y}"
+    for key in (*_DIM_FACTS, *_SUMMARY_FACTS):
+        fx, fy = _number(a.get(key)), _number(b.get(key))
+        if fx is None or fy is None:
+            continue
+        room = 0.0015 + 0.005 * max(abs(fx), abs(fy)) if key.endswith("_s") else 0.0
+        if abs(fx - fy) > room:
+            return f"{_SUMMARY_FACTS.get(key, key)} {fx:,g} vs {fy:,g}"
     return None
 
 
-def _describe(identity: Mapping[str, str]) -> str:
-    parts = [f"{k} {identity[k]}" for k in ("model", "arch") if identity.get(k)]
-    return ", ".join(parts) or "no model or arch"
+def _token_keys(parsed: Any) -> np.ndarray | None:
+    """The (turn, step) of every token row a per-token CSV adds, as ``turn << 32 | step`` (turn 0
+    without a ``turn`` column); None when the file holds no such rows."""
+    if not isinstance(parsed, TokenTable) or not parsed.n_rows or "step" not in parsed.columns:
+        return None
+    step = parsed.columns["step"][: parsed.n_rows]
+    turn_col = parsed.columns.get("turn")
+    turn = turn_col[: parsed.n_rows] if turn_col is not None else np.zeros(parsed.n_rows)
+    ok = np.isfinite(step) & np.isfinite(turn) & (step >= 0) & (step < 1 << 32) & (turn >= 0) & (turn < 1 << 30)
+    return np.unique(turn[ok].astype(np.int64) * (1 << 32) + step[ok].astype(np.int64))
+
+
+def step_collision(a: Any, b: Any) -> str | None:
+    """Why two parsed files cannot both be token rows of one run: each holds a row for the same
+    token (turn and step), so loading both would count those tokens twice (two runs, or one file
+    given twice). None when either adds no token rows or their tokens are disjoint."""
+    ka, kb = _token_keys(a), _token_keys(b)
+    if ka is None or kb is None:
+        return None
+    both = np.intersect1d(ka, kb, assume_unique=True)
+    if not len(both):
+        return None
+    first = int(both[0])
+    return (f"both hold token rows for turn {first >> 32}, step {first & 0xFFFFFFFF}"
+            f"{f' and {len(both) - 1:,} more tokens' if len(both) > 1 else ''}")
+
+
+def _describe(facts: Mapping[str, str]) -> str:
+    parts = [f"{k} {facts[k]}" for k in ("model", "arch") if facts.get(k)]
+    if not parts:
+        parts.append("no model or arch")
+    if facts.get("tokens"):
+        parts.append(f"{_number(facts['tokens']) or 0:,g} tokens")
+    return ", ".join(parts)
 
 
 def load_data(run: RunModel, data: bytes, source: str, kind: str | None = None, parsed: Any = None) -> str:
@@ -346,13 +446,31 @@ def open_paths(paths: Sequence[str], run: RunModel | None = None, *, allow_mixed
     return open_replay(paths, run, allow_mixed=allow_mixed)[0]
 
 
-def open_replay(paths: Sequence[str], run: RunModel | None = None, *,
-                allow_mixed: bool = False) -> tuple[RunModel, list[tuple[str, str]]]:
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def _mixed(pa: str, fa: Mapping[str, str], pa_parsed: Any, pb: str, fb: Mapping[str, str],
+           pb_parsed: Any) -> str | None:
+    """Why the files ``pa`` and ``pb`` cannot be loaded as one run, None when they may be one."""
+    differs = identity_conflict(fa, fb) or step_collision(pa_parsed, pb_parsed)
+    if differs is not None and _same_file(pa, pb):
+        return "the same file given twice: its rows would count twice"
+    return differs
+
+
+def open_replay(paths: Sequence[str], run: RunModel | None = None, *, allow_mixed: bool = False,
+                keep_first: bool = False) -> tuple[RunModel, list[tuple[str, str]]]:
     """Load every path into one run model; returns it and ``(path, why)`` for each file that is
     not a recorded run. Raises :class:`~bmoe_top.tui.sources.files.ReplayError` for a path that
     cannot be read, and :class:`MixedRunsError` (naming both files and what differs) for files
-    that say they are from different runs, unless ``allow_mixed`` (then each file is loaded and the
-    run gets an alert that it mixes runs)."""
+    of different runs (:func:`identity_conflict`, :func:`step_collision`). With ``allow_mixed``
+    every file is loaded and the run gets an alert that it mixes runs; with ``keep_first`` (the
+    replay screen) the files of the first file's run are loaded and each other file is left out
+    with an alert that says why."""
     run = run if run is not None else RunModel()
     loaded: list[tuple[str, bytes, str, Any, Mapping[str, str]]] = []
     not_runs: list[tuple[str, str]] = []
@@ -365,21 +483,30 @@ def open_replay(paths: Sequence[str], run: RunModel | None = None, *,
         if feed is None:
             not_runs.append((str(p), why))
         parsed = feed.parse(data) if feed is not None else None
-        ident = feed.identity(parsed) if feed is not None else {}
-        loaded.append((str(p), data, kind, parsed, ident))
-    for i, (pa, _d, _k, _p, ia) in enumerate(loaded):
-        for pb, _d2, _k2, _p2, ib in loaded[i + 1:]:
-            differs = identity_conflict(ia, ib)
-            if differs is None:
-                continue
-            msg = (f"{pa} ({_describe(ia)}) and {pb} ({_describe(ib)}) are from different runs ({differs}): not "
-                   "merged (--allow-mixed loads them together anyway)")
-            if not allow_mixed:
-                raise MixedRunsError(msg)
-            run.add_alert(f"files of different runs loaded together: {os.path.basename(pa)} ({_describe(ia)}), "
-                          f"{os.path.basename(pb)} ({_describe(ib)})")
-    loaded.sort(key=lambda x: LOAD_ORDER.get(x[2], 3))
-    for p, data, kind, parsed, _ident in loaded:
+        loaded.append((str(p), data, kind, parsed, run_facts(kind, parsed)))
+    kept: list[tuple[str, bytes, str, Any, Mapping[str, str]]] = []
+    for entry in loaded:
+        pb, _d, _k, parsed_b, fb = entry
+        clash = next(((pa, fa, differs) for pa, _da, _ka, parsed_a, fa in kept
+                      if (differs := _mixed(pa, fa, parsed_a, pb, fb, parsed_b)) is not None), None)
+        if clash is None:
+            kept.append(entry)
+            continue
+        pa, fa, differs = clash
+        if allow_mixed:
+            run.add_alert(f"files of different runs loaded together: {os.path.basename(pa)} ({_describe(fa)}), "
+                          f"{os.path.basename(pb)} ({_describe(fb)}): {differs}")
+            kept.append(entry)
+        elif keep_first:
+            run.add_alert(f"{os.path.basename(pb)} left out: not the run of {os.path.basename(pa)} ({differs}; "
+                          "--allow-mixed loads them together)")
+        elif _same_file(pa, pb):
+            raise MixedRunsError(f"{pb}: {differs}: not merged")
+        else:
+            raise MixedRunsError(f"{pa} ({_describe(fa)}) and {pb} ({_describe(fb)}) are from different runs "
+                                 f"({differs}): not merged (--allow-mixed loads them together anyway)")
+    kept.sort(key=lambda x: LOAD_ORDER.get(x[2], 3))
+    for p, data, kind, parsed, _facts in kept:
         load_data(run, data, p, kind, parsed)
     _replay(run)
     return run, not_runs

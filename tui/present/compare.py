@@ -200,16 +200,20 @@ def delta_text(d: Delta) -> str:
     """A delta as the tables print it: ``-9.4%`` when better or worse, ``~`` when within the
     noise, ``same`` / ``differs`` for exact metrics, ``?`` when no test was possible."""
     if d.verdict in ("better", "worse"):
-        return f"{d.change_pct:+.1f}%"
+        # from a baseline of 0 there is no percentage: the change itself
+        return f"{d.change_pct:+.1f}%" if math.isfinite(d.change_pct) else f"{d.change:+.4g} (from 0)"
     if d.verdict == "differs":
         return f"differs ({d.change_pct:+.1f}%)" if math.isfinite(d.change_pct) else "differs"
     return d.verdict
 
 
 def _interval_text(d: Delta, base: float) -> str:
-    """The delta's interval in percent of the baseline value."""
-    if not (math.isfinite(d.low) and math.isfinite(d.high) and math.isfinite(base) and base):
+    """The delta's interval in percent of the baseline value (in the metric's unit from a baseline
+    of 0, which has no percentages)."""
+    if not (math.isfinite(d.low) and math.isfinite(d.high) and math.isfinite(base)):
         return ""
+    if not base:
+        return f"[{d.low:+.4g}, {d.high:+.4g}]"
     return f"[{100 * d.low / base:+.1f}%, {100 * d.high / base:+.1f}%]"
 
 
@@ -229,7 +233,7 @@ def summary_table(c: Comparison) -> Table:
         cols.append(Column(f"value:{a}", a))
     cols.append(Column("unit", "unit", False))
     for a in c.arms[1:]:
-        cols += [Column(f"ci:{a}", f"{c.confidence:.0%} CI of Δ", False), Column(f"p:{a}", "p")]
+        cols += [Column(f"ci:{a}", f"{c.confidence:.0%} CI of Δ", False, short="CI of Δ"), Column(f"p:{a}", "p")]
     rows = []
     for m in c.metrics:
         cells = [m.label]

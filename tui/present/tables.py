@@ -15,11 +15,12 @@ SortKey = float | str
 @dataclass(frozen=True, slots=True)
 class Column:
     """A column: ``key`` names it (stable across versions), ``label`` heads it, ``numeric``
-    right-aligns it."""
+    right-aligns it, ``short`` heads it when the full labels do not fit the width."""
 
     key: str
     label: str
     numeric: bool = True
+    short: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -327,9 +327,9 @@ def policy_table(report: WhatIf, budget_mib: float) -> Table:
     by = {c.policy: c for c in report.curves}
     bel = by.get("belady")
     bel_hit = _at(bel.decode_hit_pct, bel.budgets_mib, budget_mib) if bel else math.nan
-    cols = [Column("policy", "policy", False), Column("hit", "decode hit %"),
-            Column("read", f"{'slots' if unit == 'slots' else 'MiB'} read/token"),
-            Column("io", "flash I/O s/token"), Column("gap", "Belady − policy"),
+    cols = [Column("policy", "policy", False), Column("hit", "decode hit %", short="hit %"),
+            Column("read", f"{'slots' if unit == 'slots' else 'MiB'} read/token", short=f"{unit}/token"),
+            Column("io", "flash I/O s/token", short="I/O s/tok"), Column("gap", "Belady − policy", short="to Belady"),
             Column("what", "what it models", False)]
     rows = []
     for p in POLICY_ORDER:

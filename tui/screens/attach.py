@@ -19,7 +19,7 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.widgets import Static
 
-from bmoe_top.tui.model import RunModel
+from bmoe_top.tui.model import RunModel, Status
 from bmoe_top.tui.screens.base import RunScreen
 from bmoe_top.tui.widgets.base import look_of
 from bmoe_top.tui.widgets.palette import Look
@@ -106,5 +106,7 @@ class AttachScreen(RunScreen):
         if key == self._attach_key and not force:
             return
         self._attach_key = key
-        self.query_one("#attach-status", Static).update(self.status_text())
+        line = self.query_one("#attach-status", Static)
+        line.set_class(self.model.status != Status.OK, "-problem")  # the compact layout shows it then
+        line.update(self.status_text())
         self.query_one("#attach-panel", Static).update(rows_table(self.panel_rows(), look_of(self)))

@@ -34,7 +34,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Input, Static, TabbedContent, TabPane, Tabs
+from textual.widgets import DataTable, Input, Static, TabbedContent, TabPane, Tabs
 
 from bmoe_top.parsers.sanitize import sanitize
 from bmoe_top.tui.app import BmoeTopApp
@@ -45,6 +45,7 @@ from bmoe_top.tui.screens.modals import HelpScreen, ModeScreen, SeekScreen
 from bmoe_top.tui.widgets.banner import Banner
 from bmoe_top.tui.widgets.base import RunView, ascii_text, look_of
 from bmoe_top.tui.widgets.charts import BreakdownChart, OverviewStrip, TokenSelected, TrendChart
+from bmoe_top.tui.widgets.footer import FittingFooter
 from bmoe_top.tui.widgets.grids import ExpertMap, LayerHeatmap
 from bmoe_top.tui.widgets.inputs import SteadyInput
 from bmoe_top.tui.widgets.palette import Look
@@ -98,7 +99,8 @@ class RunScreen(Screen[None]):
     every :data:`FAST_S` seconds; ``refresh`` is the seconds between repaints of the views and panels
     while data streams (default :attr:`BmoeTopApp.refresh_s <bmoe_top.tui.app.BmoeTopApp>`, else
     :data:`REFRESH_S`); ``follow`` pins the cursor to the newest row (live sources); ``start_at_end`` opens a replay
-    with every row revealed, on its first window (its warm-up) at one token per column.
+    with every row revealed, the whole run in the window and its last row selected
+    (:meth:`~bmoe_top.tui.playback.Playback.open_finished`).
     """
 
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -148,7 +150,7 @@ class RunScreen(Screen[None]):
         self.model = run
         self.playback = Playback(run, follow=follow)
         if start_at_end and not follow:
-            self.playback.open_at_start()
+            self.playback.open_finished()
         self.source_title = title
         self.fps = fps
         if refresh is None:
@@ -201,7 +203,7 @@ class RunScreen(Screen[None]):
                 yield from self.compose_tabs()
         yield from self.compose_bottom()
         yield SteadyInput(placeholder="search the text / filter the table — Enter keeps it, Escape clears", id="search")
-        yield Footer(compact=True)
+        yield FittingFooter(compact=True)
         yield Static(id="too-small")
 
     def compose_status(self) -> ComposeResult:
@@ -285,6 +287,9 @@ class RunScreen(Screen[None]):
                 out.append((" · End: real time", look.dim))
             elif behind:  # faster than 1x, trailing: catching up
                 out.append((f" {pb.speed_label()} ({behind:,} behind, catching up)", look.dim))
+        elif st == PlayState.PLAYING and pb.live_source:  # playing on from an earlier token: live again at the newest
+            out.append((f"{g.playing} playing {pb.speed_label()} ({pb.n - pb.cursor:,} behind)", look.accent))
+            out.append((" · End: live", look.dim))
         elif st == PlayState.PLAYING:
             out.append((f"{g.playing} replay {pb.speed_label()}", look.accent))
             if pb.turn_by_turn:

@@ -20,7 +20,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical, VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Footer, Static, TabbedContent, TabPane
+from textual.widgets import Static, TabbedContent, TabPane
 
 from bmoe_top.tui.analysis.compare import WITHIN_RUN_LABEL, Comparison
 from bmoe_top.tui.app import BmoeTopApp
@@ -34,6 +34,7 @@ from bmoe_top.tui.present.compare import (
 )
 from bmoe_top.tui.screens.analysis_modals import AnalysisHelp, binding_rows
 from bmoe_top.tui.widgets.curves import CurveChart, CurveMark, CurvePlot
+from bmoe_top.tui.widgets.footer import FittingFooter
 from bmoe_top.tui.widgets.palette import KIND_STYLE
 from bmoe_top.tui.widgets.panels import safe_text
 from bmoe_top.tui.widgets.tables import SortTable
@@ -107,7 +108,7 @@ class CompareScreen(Screen[None]):
                 yield SortTable(warmup_table(self.c), id="warmup-table")
             with TabPane("Contamination", id="entry"), VerticalScroll():
                 yield Static(id="contamination")
-        yield Footer()
+        yield FittingFooter()
 
     def on_mount(self) -> None:
         self.set_class(self.app.size.height < 36, "short")

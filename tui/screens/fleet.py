@@ -35,7 +35,7 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Input, Static
+from textual.widgets import DataTable, Input, Static
 
 from bmoe_top.parsers.sanitize import sanitize
 from bmoe_top.tui.feed.fleet import DrillFeed
@@ -56,6 +56,7 @@ from bmoe_top.tui.widgets.fleet_table import (
     cell_text,
     num_text,
 )
+from bmoe_top.tui.widgets.footer import FittingFooter
 from bmoe_top.tui.widgets.palette import STATUS_STYLE
 
 __all__ = ["FleetScreen", "FleetDrillScreen", "STATE_INDICATOR", "error_text", "keys_help"]
@@ -183,7 +184,7 @@ class FleetScreen(Screen[None]):
         yield Static(Text(LEGEND, no_wrap=True, overflow="ellipsis"), id="fleet-legend")
         yield Input(placeholder="filter: part of an instance or job name (Enter keeps it, Escape clears it)",
                     id="fleet-filter")
-        yield Footer()
+        yield FittingFooter()
 
     def on_mount(self) -> None:
         self._thread = self.session.refresher(self._inbox.append, self._inbox.append, refresh=self._refresh,

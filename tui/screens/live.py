@@ -40,20 +40,33 @@ from bmoe_top.tui.present.numbers import sig as sig3
 from bmoe_top.tui.screens.base import RunScreen
 from bmoe_top.tui.sources.child_session import ChildSession
 from bmoe_top.tui.sources.events import LiveState
-from bmoe_top.tui.sources.live import LiveBase
+from bmoe_top.tui.sources.live import LiveBase, LiveStatus
 from bmoe_top.tui.sources.replay import RecordingSource
 from bmoe_top.tui.widgets.base import look_of
 from bmoe_top.tui.widgets.inputs import SteadyInput
 from bmoe_top.tui.widgets.live_whatif import LiveWhatIfPanel
 from bmoe_top.tui.widgets.panels import safe_text
 
-__all__ = ["LiveScreen", "PROMPT_PLACEHOLDER", "PromptInput", "TURN_COLUMNS", "live_app", "run_live"]
+__all__ = ["LiveScreen", "PROMPT_PLACEHOLDER", "PromptInput", "QUIET_STATES", "TURN_COLUMNS", "live_app",
+           "needs_attention", "run_live"]
 
 TURN_COLUMNS = ("turn", "id", "tokens", "tok/s", "prefill s", "n_prompt", "n_past", "ctx %",
                 "hit %", "resident/budget MiB", "end")
 
 #: What the empty prompt box says: both things Escape does there.
 PROMPT_PLACEHOLDER = "Enter generates · Escape cancels it, else leaves the box"
+
+
+#: States of a live source in which nothing needs explaining: the status line may stay hidden in
+#: the compact layout (every other state says why on it: failed, aborted, connecting, ...).
+QUIET_STATES = frozenset({LiveState.READY, LiveState.GENERATING})
+
+
+def needs_attention(st: LiveStatus) -> bool:
+    """Whether the status line says something a person must see whatever the terminal's size:
+    a state other than ready or generating (the reason it failed, why it is still connecting or
+    loading, how it ended), a stall, a READY timeout or a rejected request."""
+    return st.state not in QUIET_STATES or st.stalled or st.ready_timeout or bool(st.last_error)
 
 
 class PromptInput(SteadyInput):
@@ -85,6 +98,7 @@ class LiveScreen(RunScreen):
 
     DEFAULT_CSS = """
     #live-status { height: 1; padding: 0 1; background: $panel; }
+    #live-status.-problem { height: auto; max-height: 3; }
     #prompt-bar { height: 3; }
     #prompt-bar Label { width: auto; padding: 1 1 0 1; }
     #prompt { width: 1fr; }
@@ -251,7 +265,11 @@ class LiveScreen(RunScreen):
                player.position if player else 0, player.paused_at_turn.is_set() if player else False)
         if key != self._status_key:
             self._status_key = key
-            self._live_line.update(self._status_text(), layout=False)  # one line: no reflow
+            problem = needs_attention(st)
+            shown = self._live_line.has_class("-problem")
+            self._live_line.set_class(problem, "-problem")
+            # one line: no reflow, unless it holds a reason (it may wrap) or just stopped holding one
+            self._live_line.update(self._status_text(), layout=problem or shown)
             if not self.is_replay:
                 self.query_one("#chat-mode", Label).update(self._chat_label())
 

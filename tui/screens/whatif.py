@@ -26,7 +26,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Footer, Input, Static, TabbedContent, TabPane
+from textual.widgets import Input, Static, TabbedContent, TabPane
 
 from bmoe_top.outfile import OutputFileError
 from bmoe_top.tui.analysis.layers import allocate
@@ -47,6 +47,7 @@ from bmoe_top.tui.present.whatif import (
 )
 from bmoe_top.tui.screens.analysis_modals import AnalysisHelp, PathScreen, binding_rows
 from bmoe_top.tui.widgets.curves import CurveChart, CurveMark, CurvePlot, CurveSeries
+from bmoe_top.tui.widgets.footer import FittingFooter
 from bmoe_top.tui.widgets.palette import KIND_STYLE
 from bmoe_top.tui.widgets.panels import safe_text
 from bmoe_top.tui.widgets.tables import SortTable
@@ -149,7 +150,7 @@ class WhatIfScreen(Screen[None]):
             with VerticalScroll(id="wi-side"):
                 yield Static(id="side-summary")
         yield Static(id="wi-readout")
-        yield Footer()
+        yield FittingFooter()
 
     def on_mount(self) -> None:
         self._layout_classes(self.app.size.width, self.app.size.height)
@@ -184,8 +185,8 @@ class WhatIfScreen(Screen[None]):
             marks.append(CurveMark(r.run_budget_mib, f"run's budget {fmt(r.run_budget_mib, 0)} {self.unit}", "│",
                                    "|", "bright_white"))
         marks.append(CurveMark(r.token_cycle_mib, f"T {fmt(r.token_cycle_mib, 0)} {self.unit}", "╎", "!", "yellow"))
-        marks.append(CurveMark(r.recommended_budget_mib, f"recommended {fmt(r.recommended_budget_mib, 0)}", "┊", ";",
-                               "green"))
+        marks.append(CurveMark(r.recommended_budget_mib, f"recommended {fmt(r.recommended_budget_mib, 0)} {self.unit}",
+                               "┊", ";", "green"))
         marks.append(CurveMark(r.bank_mib, f"whole bank {fmt(r.bank_mib, 0)} {self.unit}", "▕", "]", "white"))
         return tuple(marks)
 

@@ -21,7 +21,7 @@ def banner_text(alerts: Sequence[str], total: int) -> str:
     if not alerts:
         return ""
     more = total - 1
-    return f"⚠ {alerts[-1]}" + (f"  (+{more} more: p lists the problems)" if more > 0 else "")
+    return f"⚠ {alerts[-1]}" + (f"  (+{more} more: 4 lists them)" if more > 0 else "")
 
 
 class Banner(Static):

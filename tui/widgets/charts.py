@@ -28,6 +28,7 @@ from bmoe_top.tui.widgets.lines import (
     axis_unit,
     blank,
     fit_text,
+    gutter_text,
     margins,
     nice_max,
     segments_from_index,
@@ -191,7 +192,7 @@ class OverviewStrip(TimeView):
             uniq, codes = np.unique(key, return_inverse=True)
             table = [self._spark_cell((int(k // 2) // n_hit - 1, int(k // 2) % n_hit, bool(k % 2)), look, shade, name)
                      for k in uniq.tolist()]
-            out.append(Strip([Segment(label[: gut - 1].rjust(gut - 1) + g.vbar, look.label),
+            out.append(Strip([Segment(gutter_text(label, gut) + g.vbar, look.label),
                               *segments_from_index(codes.reshape(-1), table),
                               Segment(" " + fit_text([tail], right - 1).ljust(right - 1), look.dim)]))
         if height >= 2 or not want:
@@ -533,6 +534,20 @@ class TrendChart(TimeView):
         have, missing = self.available()
         return max(1, len(have) * self.rows_per + (1 if missing and self.rows_per > 1 else 0))
 
+    def poll(self, force: bool = False) -> bool:
+        """The base repaint; the height (``auto``: :meth:`wanted_height`) is laid out again when
+        the trends the source has changed since the last layout (a live source's columns arrive
+        with its first rows, after the screen was laid out)."""
+        painted = super().poll(force)
+        if painted:
+            height = self.wanted_height(0)
+            if height != self._laid_out:
+                self._laid_out = height
+                self.refresh(layout=True)
+        return painted
+
+    _laid_out = -1
+
     def column_series(self, w: TokenWindow, name: str) -> np.ndarray:
         run = self.run
         tok = run.tokens
@@ -606,7 +621,7 @@ class TrendChart(TimeView):
                         tail = fit_text([f"{value} [{scale}]", f"{value} [{short}]", value], right - 1)
                     else:
                         tail = fit_text([value], right - 1) if r == 0 else fit_text([scale, short], right - 1)
-                    lines.append(Strip([Segment(lab[: gut - 1].rjust(gut - 1) + g.vbar, look.label), *row_segs,
+                    lines.append(Strip([Segment(gutter_text(lab, gut) + g.vbar, look.label), *row_segs,
                                         Segment(" " + tail[: right - 1].ljust(right - 1),
                                                 look.label if r == 0 else look.dim)]))
             if missing and len(lines) < height and self.rows_per > 1:

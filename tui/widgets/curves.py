@@ -77,7 +77,8 @@ class CurveMark:
 @dataclass(frozen=True, slots=True, eq=False)
 class CurvePlot:
     """What a :class:`CurveChart` draws. ``y_min``/``y_max`` fix the y scale (None: from the
-    data, from 0); ``x_unit`` ``"MiB"`` gets GiB ticks past 4 GiB; ``shade_below`` greys the
+    data, from 0); ``x_unit`` the x ticks' unit, the one the budgets around the chart are given in
+    (ticks past 10,000 read ``12.5k``); ``shade_below`` greys the
     region left of that x (``shade_label`` explains it); ``hline`` a horizontal reference (y,
     label), e.g. the compulsory-miss ceiling; ``cursor`` an x to highlight."""
 
@@ -321,7 +322,7 @@ class CurveChart(Widget):
                                         _AXIS),
                                 *segments(grid[r])]))
         # x axis: a tick line and the labels
-        scale, unit = (1024.0, "GiB") if plot.x_unit == "MiB" and x1 >= 4096 else (1.0, plot.x_unit)
+        scale, unit = 1.0, plot.x_unit  # the unit every budget on the screen is given in (never GiB beside MiB)
         xt = nice_ticks(x0 / scale, x1 / scale, max(2, pw // 12))
         axis = ["-" if self.ascii else "─"] * pw
         tail = f" {plot.x_label} ({unit})"

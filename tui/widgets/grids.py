@@ -32,6 +32,7 @@ from bmoe_top.tui.widgets.lines import (
     axis_row,
     axis_unit,
     fit_text,
+    gutter_text,
     margins,
     nice_step,
     segments_from_index,
@@ -295,7 +296,7 @@ class LayerHeatmap(GridView):
                         table.append((ch, st + look.cursor))
                     idx[c] = cursor_of[base]
             side = readout[i + 1] if i + 1 < len(readout) else ("", BLANK)
-            lines.append(Strip([Segment(group_label(r, f, n_layer)[: gut - 1].rjust(gut - 1) + g.vbar, look.dim),
+            lines.append(Strip([Segment(gutter_text(group_label(r, f, n_layer), gut) + g.vbar, look.dim),
                                 *segments_from_index(idx, table, memo), Segment(" " * (cols - k), BLANK),
                                 Segment(" " + side[0][: right - 1].ljust(right - 1), side[1])]))
         if axis:
@@ -482,7 +483,7 @@ class ExpertMap(GridView):
                         Segment(" " + readout[0][0][: right - 1].ljust(right - 1), readout[0][1])]).crop(0, width)]
         # expert ticks
         ticks = self._expert_ticks(g_start[left: left + col_shown], cw, n_expert)
-        lines.append(Strip([Segment("expert"[: gut - 1].rjust(gut - 1) + g.vbar, look.dim), Segment(ticks, look.dim),
+        lines.append(Strip([Segment(gutter_text("expert", gut) + g.vbar, look.dim), Segment(ticks, look.dim),
                             Segment(" " * (cols - len(ticks)), BLANK),
                             Segment(" " + (readout[1][0] if len(readout) > 1 else "")[: right - 1].ljust(right - 1),
                                     readout[1][1] if len(readout) > 1 else BLANK)]))
@@ -508,7 +509,7 @@ class ExpertMap(GridView):
             if cw > 1:
                 idx = np.repeat(idx, cw)
             side = readout[i + 2] if i + 2 < len(readout) else ("", BLANK)
-            lines.append(Strip([Segment(group_label(r, fl, n_layer)[: gut - 1].rjust(gut - 1) + g.vbar, look.dim),
+            lines.append(Strip([Segment(gutter_text(group_label(r, fl, n_layer), gut) + g.vbar, look.dim),
                                 *segments_from_index(idx, table, memo), Segment(" " * (cols - len(idx)), BLANK),
                                 Segment(" " + side[0][: right - 1].ljust(right - 1), side[1])]))
         foot = []
@@ -611,7 +612,7 @@ class ExpertMap(GridView):
         for i in range(bins.shape[0]):
             b = bins[i][:cols]
             idx = np.where(b < 0, 0, np.where(r[i][:cols] > 0, 1 + b, 1 + nl + b))
-            lines.append(Strip([Segment(group_label(i, fl, n_layer)[: gut - 1].rjust(gut - 1) + g.vbar, look.dim),
+            lines.append(Strip([Segment(gutter_text(group_label(i, fl, n_layer), gut) + g.vbar, look.dim),
                                 *segments_from_index(idx, table)]))
         return lines[:height]
 

@@ -21,8 +21,8 @@ from textual.strip import Strip
 from bmoe_top.tui.playback import TokenWindow
 from bmoe_top.tui.widgets.palette import BLANK
 
-__all__ = ["FrameCache", "MemoTruecolor", "axis_row", "axis_unit", "blank", "fit_text", "fit_words", "margins",
-           "nice_max", "nice_step", "segments", "segments_from_index", "strip", "wrap_fields"]
+__all__ = ["FrameCache", "MemoTruecolor", "axis_row", "axis_unit", "blank", "fit_label", "fit_text", "fit_words",
+           "gutter_text", "margins", "nice_max", "nice_step", "segments", "segments_from_index", "strip", "wrap_fields"]
 
 Cell = tuple[str, Style]
 
@@ -156,6 +156,34 @@ class FrameCache:
 
     def invalidate(self) -> None:
         self._key = None
+
+
+#: Row labels of the time views and maps, and what they read in a gutter too narrow for them.
+SHORT_LABELS = {"ms/tok": "wall", "majflt": "flt", "expert": "exp"}
+
+
+def fit_label(text: str, width: int) -> str:
+    """A row label in ``width`` cells, whole or in a short form, never cut into something else
+    (``ms/to``, ``L10-1``): its :data:`SHORT_LABELS` form; a folded layer group ``L10-11`` without
+    its ``L`` (``10-11``), else its first layer and a ``+`` (``100+``); else cut."""
+    if len(text) <= width:
+        return text
+    short = SHORT_LABELS.get(text)
+    if short is not None and len(short) <= width:
+        return short
+    if text.startswith("L") and "-" in text:
+        bare = text[1:]
+        if len(bare) <= width:
+            return bare
+        first = bare.split("-", 1)[0] + "+"
+        if len(first) <= width:
+            return first
+    return text[:width]
+
+
+def gutter_text(text: str, gut: int) -> str:
+    """A row label right-aligned in a gutter of ``gut`` cells (its last cell is the axis rule)."""
+    return fit_label(text, gut - 1).rjust(gut - 1)
 
 
 def margins(width: int) -> tuple[int, int]:

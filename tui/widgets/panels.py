@@ -208,8 +208,9 @@ def header_parts(run: RunModel, look: Look) -> list[tuple[str, Style]]:
                 out.append((f"{sig(1000.0 * wall.count / wall.sum)} tok/s", look.label))
                 mode, _ = run.mode()
                 flash = run.column_stats("stall_ms" if mode == "overlap" else "io_ms", lo, n)
-                if flash.count:
-                    flash_part = (f"flash {100.0 * flash.sum / wall.sum:.0f}%", look.series["flash"])
+                if flash.count:  # means: a token whose wall is missing (impossible, unread) counts in neither
+                    share = (flash.sum / flash.count) / (wall.sum / wall.count)
+                    flash_part = (f"flash {100.0 * share:.0f}%", look.series["flash"])
         hit = tok.last("cache_hit_pct") if n else math.nan
         if math.isfinite(hit):
             out.append(("no cache" if hit < 0 else f"hit {hit:.1f}%", look.label))
@@ -637,7 +638,8 @@ class ProblemsPanel(Static):
         """Build the list again when a problem arrived, the filter or the look changed (its
         height follows the text: each build lays the screen out again)."""
         with self.run.lock:
-            key = (self.run.problem_count, len(self.run.problems), self.query_text, look_of(self))
+            key = (self.run.problem_count, len(self.run.problems), self.run.alert_count, self.query_text,
+                   look_of(self))
         if self._key == key and not force:
             return
         self._key = key
@@ -650,8 +652,15 @@ class ProblemsPanel(Static):
         with run.lock:
             probs = list(run.problems[:500])
             total = run.problem_count
+            alerts = list(run.alerts)
+        head = Text()
+        for alert in alerts:  # what the banner says, all of it (the banner shows the newest)
+            head.append("⚠ " if not look.ascii else "! ", style="bold" if mono else "bold #e06c75")
+            head.append_text(safe_text(alert, multiline=False) + Text("\n"))
+        if alerts:
+            head.append("\n")
         if not total:
-            return Text("no problems: every line was understood", style="" if mono else "#98c379")
+            return head + Text("no problems: every line was understood", style="" if mono else "#98c379")
         q = self.query_text.lower()
         if q:
             probs = [p for p in probs if q in p.reason.lower() or q in p.text.lower() or q in p.source.lower()]
@@ -668,4 +677,4 @@ class ProblemsPanel(Static):
             where = f"{p.source.rsplit('/', 1)[-1]}:{p.lineno}: "
             out.append_text(safe_text(where, "" if mono else "#7f848e", multiline=False))
             out.append_text(safe_text(f"{p.reason}: {p.text[:120]}", multiline=False) + Text("\n"))
-        return out
+        return head + out

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from rich.cells import cell_len
 from rich.text import Text
 from textual import events, on
 from textual.app import ComposeResult
@@ -26,7 +27,7 @@ class SortTable(Vertical):
 
     DEFAULT_CSS = """
     SortTable { height: 1fr; }
-    SortTable > .sort-head { height: 1; padding: 0 1; }
+    SortTable > .sort-head { height: auto; max-height: 2; padding: 0 1; }
     SortTable > .sort-note { height: auto; max-height: 3; padding: 0 1; color: $text-muted; }
     SortTable > Input { display: none; height: 3; }
     SortTable.filtering > Input { display: block; }
@@ -46,6 +47,8 @@ class SortTable(Vertical):
         self.descending = False
         self.filter_text = ""
         self.shown: list[Row] = []
+        #: labels of the columns the width leaves out (on the right)
+        self.hidden: list[str] = []
 
     def compose(self) -> ComposeResult:
         yield Static(classes="sort-head")
@@ -79,19 +82,18 @@ class SortTable(Vertical):
             rows = sort_rows(rows, self.sort_col, self.descending)
         self.shown = rows
         cursor = dt.cursor_row
-        if rebuild_columns or not dt.columns:
+        labels, k = self._fit(t, rows)
+        if rebuild_columns or not dt.columns or len(dt.columns) != k:
             dt.clear(columns=True)
-            for i, c in enumerate(t.columns):
-                arrow = ""
-                if self.sort_col == i:
-                    arrow = " ▼" if self.descending else " ▲"
-                dt.add_column(Text(c.label + arrow, justify="right" if c.numeric else "left", end=""), key=c.key)
+            for c, label in zip(t.columns[:k], labels):
+                dt.add_column(Text(label, justify="right" if c.numeric else "left", end=""), key=c.key)
         else:
             dt.clear()
+        self.hidden = [c.label for c in t.columns[k:]]
         for r in rows:
             style = KIND_STYLE.get(r.kind, "")
             dt.add_row(*[Text(cell, style=style, justify="right" if c.numeric else "left", end="", no_wrap=True)
-                         for cell, c in zip(r.cells, t.columns)])
+                         for cell, c in zip(r.cells[:k], t.columns[:k])])
         if rows:
             dt.move_cursor(row=min(max(0, cursor), len(rows) - 1))
         head = safe_text(t.title, "bold")
@@ -102,8 +104,42 @@ class SortTable(Vertical):
             head.append("   filter ", style="dim")
             head.append_text(safe_text(repr(self.filter_text), "bold"))
         head.append(f"   {len(rows)}/{len(t.rows)} rows   s sort · S reverse · / filter", style="dim")
+        if self.hidden:
+            head.append(f"   +{len(self.hidden)} hidden (too narrow): " + ", ".join(self.hidden), style="dim")
         self.query_one(".sort-head", Static).update(head)
         self.query_one(".sort-note", Static).update(safe_text(t.note))
+
+    def _fit(self, t: Table, rows: list[Row]) -> tuple[list[str], int]:
+        """The column labels and how many columns (from the left) fit the width whole: the full
+        labels, else the short ones; columns that still do not fit are left out (the header line
+        names them), never cut in the middle (a last column of prose needs only its heading's
+        width: its text may run off the right edge)."""
+        width = self.size.width - 2  # the vertical scrollbar
+        out: tuple[list[str], int] = ([], 0)
+        for short in (False, True):
+            labels = []
+            for i, c in enumerate(t.columns):
+                arrow = (" ▼" if self.descending else " ▲") if self.sort_col == i else ""
+                labels.append(((c.short or c.label) if short else c.label) + arrow)
+            if width <= 0:
+                return labels, len(labels)
+            used = k = 0
+            last = len(labels) - 1
+            for j, label in enumerate(labels):
+                need = max([cell_len(label), *(cell_len(r.cells[j]) for r in rows if j < len(r.cells))]) + 2
+                if j == last and not t.columns[j].numeric:
+                    need = cell_len(label) + 2  # prose at the right edge may run off it; its heading may not
+                if k and used + need > width:
+                    break
+                used, k = used + need, k + 1
+            out = (labels, k)
+            if k == len(labels):
+                break
+        return out
+
+    def on_resize(self, event: events.Resize) -> None:
+        if self.table is not None and self._fit(self.table, self.shown)[1] != len(self.data_table.columns):
+            self.populate(rebuild_columns=True)
 
     # ----------------------------------------------------------------------------- actions
     def sort_by(self, col: int, descending: bool | None = None) -> None:
