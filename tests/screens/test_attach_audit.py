@@ -5,6 +5,7 @@ two pids, and over a real bmoe-run serve audit log."""
 from __future__ import annotations
 
 import orjson
+from helpers.waits import pilot_until
 from rich.console import Console
 from textual.widgets import DataTable
 
@@ -53,6 +54,11 @@ async def test_audit_screen_follows_the_file(tmp_path):
                       layers=layers([], [])) + rec("ready", 7, 0, 0, 0, 2))
     tail = FileTail(p, poll_s=0.02)
     app = audit_app(tail, fps=30)
+
+    def panel_with(word: str) -> str:
+        text = plain(app.query_one("#attach-panel").content)
+        return text if word in text else ""
+
     async with app.run_test(size=(130, 36)) as pilot:
         await pilot.pause(0.2)
         table = app.query_one("#requests", DataTable)
@@ -67,14 +73,12 @@ async def test_audit_screen_follows_the_file(tmp_path):
             f.write(req(7, 9, 6, 5 << 20, 3, 2, 1 << 20, 2, 5))
             f.write(rec("exit", 7, 9, 6, 5 << 20, 6, layers=layers([0, 3], [5], h=(8, 2), m=(1, 7)),
                         perf={"n_gen": 20, "gen_tps": 200.0}))
-        await pilot.pause(0.4)
         # newest run selected by default = pid 9 (opened by its load); go back to pid 7
-        panel = plain(app.query_one("#attach-panel").content)
-        assert "9" in panel and "other" in panel
+        panel = await pilot_until(pilot, lambda: panel_with("other"), "pid 9's run in the panel")
+        assert "9" in panel
         await pilot.press("N")
-        await pilot.pause(0.1)
-        panel = plain(app.query_one("#attach-panel").content)
-        assert "tiny" in panel and "exited" in panel and "exact sum" in panel and "holds" in panel
+        panel = await pilot_until(pilot, lambda: panel_with("tiny"), "pid 7's run in the panel")
+        assert "exited" in panel and "exact sum" in panel and "holds" in panel
         assert "60.0 %" in panel  # 9 hits / 15 lookups
         assert table.row_count == 2
         row = table.get_row_at(0)
@@ -130,13 +134,13 @@ async def test_audit_screen_over_a_real_server_log(tmp_path):
     try:
         async with app.run_test(size=(130, 36)) as pilot:
             n = complete(s.url, "the audit screen shows this request", 16).json()["tokens_predicted"]
-            await pilot.pause(0.3)
             table = app.query_one("#requests", DataTable)
-            assert table.row_count == 1 and table.get_row_at(0)[4] == str(n)
+            await pilot_until(pilot, lambda: table.row_count == 1, "the request's row")  # never a duration
+            assert table.get_row_at(0)[4] == str(n)
             s.stop()
-            await pilot.pause(0.4)
-            panel = plain(app.query_one("#attach-panel").content)
-            assert "exited" in panel and "holds" in panel
+            panel = await pilot_until(pilot, lambda: (lambda p: p if "exited" in p else "")(
+                plain(app.query_one("#attach-panel").content)), "the exit in the panel")
+            assert "holds" in panel
             # the replay screen's views over the same run model: a breakdown column and the
             # exit record's per-layer counts on the request's row
             run = app.main.model
@@ -158,10 +162,9 @@ async def test_audit_screen_under_the_command_palette_and_keys(tmp_path):
         await pilot.press("ctrl+p")
         with open(p, "ab") as f:
             f.write(rec("ready", 3, 0, 0, 0, 2))
-        await pilot.pause(0.3)
+        await pilot_until(pilot, lambda: app.main.feed.runs.n_records == 2, "the ready record read")
         await pilot.press("escape")
         for k in ("n", "N", "f"):
             await pilot.press(k)
-        await pilot.pause(0.1)
+        await pilot_until(pilot, lambda: "ready" in plain(app.query_one("#attach-panel").content), "ready shown")
         assert app.main.feed.runs.n_records == 2
-        assert "ready" in plain(app.query_one("#attach-panel").content)

@@ -337,7 +337,7 @@ async def test_a_replay_opens_on_the_whole_run_at_its_end_at_any_width(csv_run, 
         await pilot.pause()
         pb = app.main.playback
         assert pb.state() == "ended" and pb.sel == 63 and pb.fit
-        title = app.query_one("#title", Static).content.plain
+        title = app.query_one("#title").plain
         assert "ended" in title and "token 64/64" in title and "whole run" in title
         w = pb.window(40)
         assert (w.lo, w.hi) == (0, 64)
