@@ -16,6 +16,10 @@ Rules every record follows:
 * A ``BMOE_`` line whose JSON is malformed, is not an object, or has a known field of the wrong
   type becomes :class:`BadLine` (with the reason); lines that are not protocol lines become
   :class:`TextLine`. :func:`parse_line` never raises.
+* Sizes a reader allocates by are within the caps of :mod:`~bmoe_top.parsers.limits`: a
+  ``BMOE_ROUTE`` or ``BMOE_RESIDENT`` line with more layers, an expert id or ``n_expert`` over
+  the caps, or a layer's list longer than the experts there can be, is a :class:`BadLine` that
+  says which (docs/telemetry.md "Sizes from input").
 
 Units: ``*_ms`` milliseconds, ``read_mb``/``mb`` megabytes as the runtime reports them,
 ``*_mib`` MiB, ``*_s`` seconds, ``*_pct`` percent (``cache_hit_pct`` is -1 when no cache).
@@ -35,6 +39,8 @@ from operator import itemgetter
 from typing import Any
 
 import orjson
+
+from .limits import MAX_EXPERTS, MAX_LAYERS
 
 __all__ = [
     "Load", "Progress", "Ready", "Begin", "Done", "Error", "Route", "Resident", "Unknown",
@@ -329,6 +335,36 @@ def _build(tag: str, d: dict[str, Any], prefix: str) -> Any:
     return cls(*vals, d, prefix)
 
 
+def _lists_problem(name: str, lists: list[list[int]] | None) -> str | None:
+    """Why per-layer id lists ``lists`` would size a table over the caps, else None."""
+    if not lists:
+        return None
+    if len(lists) > MAX_LAYERS:
+        return f"field {name!r}: {len(lists)} layers, over the cap of {MAX_LAYERS} (parsers/limits.py)"
+    if max(map(len, lists)) > MAX_EXPERTS:
+        return f"field {name!r}: a layer lists more than {MAX_EXPERTS} experts (parsers/limits.py)"
+    top = max(map(max, filter(None, lists)), default=0)
+    if top >= MAX_EXPERTS:
+        return f"field {name!r}: expert id {top} is over the cap of {MAX_EXPERTS} experts (parsers/limits.py)"
+    return None
+
+
+def _route_problem(rec: Route) -> str | None:
+    return _lists_problem("experts", rec.experts) or (
+        f"field 'hit': {len(rec.hit)} layers, over the cap of {MAX_LAYERS} (parsers/limits.py)"
+        if rec.hit and len(rec.hit) > MAX_LAYERS else None)
+
+
+def _resident_problem(rec: Resident) -> str | None:
+    if rec.n_expert is not None and not 0 <= rec.n_expert <= MAX_EXPERTS:
+        return f"field 'n_expert': {rec.n_expert} is not within 0-{MAX_EXPERTS} (parsers/limits.py)"
+    return _lists_problem("resident", rec.resident)
+
+
+#: Per tag: why a record of that tag would size a reader's tables over the caps (None: fine).
+_SIZE_CHECKS: dict[str, Any] = {"ROUTE": _route_problem, "RESIDENT": _resident_problem}
+
+
 def _find_marker(line: str) -> tuple[int, str, int] | None:
     """Locate ``BMOE_<TAG>`` starting a protocol line.
 
@@ -384,9 +420,12 @@ def _parse_general(line: str) -> Any:
     if tag not in _SCHEMAS:
         return Unknown(tag, d, prefix)
     try:
-        return _build(tag, d, prefix)
+        rec = _build(tag, d, prefix)
     except _WrongType as exc:
         return BadLine(line, f"BMOE_{tag}: {exc}")
+    check = _SIZE_CHECKS.get(tag)
+    problem = check(rec) if check is not None else None
+    return rec if problem is None else BadLine(line, f"BMOE_{tag}: {problem}")
 
 
 _new = object.__new__

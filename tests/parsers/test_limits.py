@@ -29,6 +29,13 @@ AUDIT = {"event": "load", "time": "2026-11-29T12:00:00.123Z", "pid": 5, "hybrid"
 HUGE_AUDIT = orjson.dumps(AUDIT) + b"\n"
 HUGE_CSV = (b"# bmoe_metrics v1\n# model=m.gguf arch=qwen3moe n_layer=4 n_expert=4000000000 n_expert_used=2\n"
             b"step,steps,wall_ms\n1,2,10.5\n2,2,11.0\n")
+HUGE_LIVE = (b'BMOE_READY {"load_s": 1, "arch": "qwen3moe", "n_ctx": 512}\n'
+             b'BMOE_ROUTE {"step": 1, "turn": 0, "phase": "decode", "experts": [[1, 2]], "hit": [[1, 0]]}\n'
+             b'BMOE_PROGRESS {"step": 1, "steps": 3, "wall_ms": 5.0, "text": "a "}\n'
+             b'BMOE_ROUTE {"step": 2, "turn": 0, "phase": "decode", "experts": [[1, 4000000000]], "hit": [[0, 1]]}\n'
+             b'BMOE_RESIDENT {"step": 2, "n_expert": 4000000000, "resident": [[1]]}\n'
+             b'BMOE_RESIDENT {"step": 2, "n_expert": 8, "resident": [[1, 70000]]}\n'
+             b'BMOE_PROGRESS {"step": 2, "steps": 3, "wall_ms": 6.0, "text": "a b "}\n')
 HUGE_ROUTE = (b"# route_trace v1\n# model=m.gguf arch=qwen3moe n_layer=48 n_expert=4000000000 n_expert_used=6\n"
               b"turn,phase,step,layer,slot,expert,weight,residency,expert_bytes\n"
               b"0,1,1,0,0,5,0.5,1,0\n0,1,1,1,0,4000000000,0.5,1,0\n0,1,1,9000000,0,3,0.5,1,0\n"
@@ -64,6 +71,27 @@ def test_a_csv_header_with_an_absurd_n_expert_is_ignored_with_a_problem():
     assert any("n_expert=4000000000 is over the cap" in p.reason for p in t.problems)
 
 
+def test_live_lines_over_the_caps_are_bad_lines_and_their_neighbours_count():
+    """A runtime's BMOE_ROUTE with expert id 4e9 or 2,000 layers and a BMOE_RESIDENT claiming 4e9
+    experts asked for 4-30 GiB tables in the run model; now each is a bad line naming the cap."""
+    from bmoe_top.parsers import bmoe_lines as bl
+    from bmoe_top.tui.feed.records import RecordFeed
+    from bmoe_top.tui.model import RunModel
+
+    recs = [bl.parse_line(line) for line in HUGE_LIVE.decode().splitlines()]
+    bad = [r for r in recs if isinstance(r, bl.BadLine)]
+    assert [r.reason.split(":")[0] for r in bad] == ["BMOE_ROUTE", "BMOE_RESIDENT", "BMOE_RESIDENT"]
+    assert all("over the cap" in r.reason or "not within 0-4096" in r.reason for r in bad)
+    wide = bl.parse_line('BMOE_ROUTE {"step": 1, "experts": ' + str([[1]] * 2000) + "}")
+    assert isinstance(wide, bl.BadLine) and "2000 layers" in wide.reason
+    run = RunModel()
+    feed = RecordFeed(run, "child")
+    for i, r in enumerate(recs, 1):
+        feed.apply(r, 0.0, i)
+    assert run.tokens.n == 2 and run.problem_count == 3 and run.n_expert == 3
+    assert run.expert_aggregates().routed.shape[1] <= MAX_EXPERTS
+
+
 def test_a_route_trace_with_absurd_sizes_keeps_its_good_rows():
     t = load_route_trace(HUGE_ROUTE)
     assert t.n_rows == 1 and t.expert.tolist() == [5] and t.n_expert == 6 and t.n_layer == 48
@@ -82,7 +110,8 @@ sys.exit(main(["replay", "--summary", "--json", sys.argv[1]]))
 
 
 @pytest.mark.parametrize("name,data", [("huge.strp", HUGE_STRP), ("huge.jsonl", HUGE_AUDIT),
-                                       ("huge.csv", HUGE_CSV), ("huge.route.csv", HUGE_ROUTE)])
+                                       ("huge.csv", HUGE_CSV), ("huge.route.csv", HUGE_ROUTE),
+                                       ("huge.out", HUGE_LIVE)])
 def test_opening_them_stays_within_4_gib_of_address_space(tmp_path, name, data):
     """The whole replay path (sniff, parse, the run model) under a 4 GiB address-space limit: today's
     code needed 15-16 GiB for the STRP and audit files (MemoryError)."""
