@@ -56,6 +56,7 @@ _KIND_NAMES = {"i": "integer", "f": "number", "s": "string", "b": "boolean", "L"
 
 
 _INT = frozenset({int})
+_LIST = frozenset({list})
 
 
 class _WrongType(Exception):
@@ -70,7 +71,7 @@ def _convert(name: str, v: Any, kind: str) -> Any:
         return float(v)
     if kind == "i" and t is float and v.is_integer():
         return int(v)
-    if kind == "L" and t is list and all(type(row) is list for row in v) \
+    if kind == "L" and t is list and set(map(type, v)) <= _LIST \
             and set(map(type, chain.from_iterable(v))) <= _INT:  # exactly ints (not bools, floats)
         return v
     raise _WrongType(f"field {name!r}: expected {_KIND_NAMES[kind]}, got {t.__name__} {v!r:.40}")

@@ -3,10 +3,13 @@ tried with the lines a runtime writes."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
 from helpers import synth
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from bmoe_top.parsers.bmoe_lines import parse_line
 from bmoe_top.parsers.recording import parse_recording
@@ -164,3 +167,21 @@ def test_a_contract_only_session_shows_prefill_rate_and_per_token_times_from_its
     assert rows["compute/token"] == ("0.044 s (from token rows)", "derived")
     assert rows["flash io/token"] == ("0.0050 s (from token rows)", "derived")
     assert rows["prefill tok/s"][1] == "derived"
+
+
+@settings(max_examples=150, deadline=None)
+@given(resident=st.lists(st.lists(st.integers(-3, 12), max_size=10), max_size=6),
+       n_expert=st.one_of(st.none(), st.integers(1, 10)), before=st.integers(0, 8))
+def test_resident_lists_become_the_same_matrix_as_one_layer_at_a_time(resident, n_expert, before):
+    """BMOE_RESIDENT's lists -> the bool [layer, expert] matrix (ids outside [0, n_expert) left
+    out; n_expert from the line, else the run's, else the largest id + 1; the run's layers kept)."""
+    run = RunModel()
+    if before:
+        run.set_dims(n_layer=before)
+    fields = {"step": 1, "resident": resident, **({"n_expert": n_expert} if n_expert is not None else {})}
+    feed_lines(["BMOE_RESIDENT " + json.dumps(fields)], run)
+    ne = n_expert if n_expert is not None else max(0, 1 + max((max(r) for r in resident if r), default=-1))
+    want = np.zeros((max(len(resident), before), ne), dtype=bool)
+    for il, row in enumerate(resident):
+        want[il, [e for e in row if 0 <= e < ne]] = True
+    assert run.resident is not None and np.array_equal(run.resident, want)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -240,7 +241,7 @@ class RecordFeed:
         run.add_route_lists(tok, experts, hits)
         run.set_dims(n_layer=len(experts), grow=True)
         if rec.phase != "prefill" and "n_expert_used" not in run.meta:
-            run.set_dims(top_k=max(len(r) for r in experts), grow=True)  # a prefill row is the union over the batch
+            run.set_dims(top_k=max(map(len, experts)), grow=True)  # a prefill row is the union over the batch
 
     def _route_before_progress(self, rec: bl.Route) -> bool:
         """True when a decode BMOE_ROUTE belongs to the token whose BMOE_PROGRESS is still to come."""
@@ -255,9 +256,12 @@ class RecordFeed:
         n_layer = max(len(resident), run.n_layer or 0)
         n_expert = rec.n_expert or run.n_expert
         if n_expert is None:
-            n_expert = 1 + max((max(r) for r in resident if r), default=-1)
+            n_expert = max(0, 1 + max(map(max, filter(None, resident)), default=-1))  # ids below 0 size nothing
+        lens = list(map(len, resident))
+        expert = np.fromiter(chain.from_iterable(resident), dtype=np.int64, count=sum(lens))
+        layer = np.repeat(np.arange(len(resident), dtype=np.int64), lens)
+        ok = (expert >= 0) & (expert < n_expert)
         m = np.zeros((n_layer, n_expert), dtype=bool)
-        for il, row in enumerate(resident):
-            m[il, [e for e in row if 0 <= e < n_expert]] = True
+        m[layer[ok], expert[ok]] = True
         run.set_dims(n_layer=n_layer, n_expert=n_expert)
         run.set_resident(m, resident_mib=rec.resident_mib, budget_mib=rec.budget_mib)

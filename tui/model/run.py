@@ -582,7 +582,7 @@ class RunModel:
             if len(self._pending_routes) >= PENDING_ROUTES:
                 self._routes_now()
             self._n_layer = max(self._n_layer or 0, len(experts))
-            self._n_expert = max(self._n_expert or 0, 1 + max(max(r) for r in experts if r))
+            self._n_expert = max(self._n_expert or 0, 1 + max(map(max, filter(None, experts))))
             self._touch()
 
     def add_layer_counts(self, row: int, hits: F64, misses: F64) -> None:

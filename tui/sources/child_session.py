@@ -44,7 +44,7 @@ import orjson
 
 from bmoe_top.parsers.textio import LineSplitter
 from bmoe_top.tui.sources.events import FINAL_STATES, Exited, LiveState
-from bmoe_top.tui.sources.live import MAX_LINE_CHARS, LineBatch, LiveBase, readable
+from bmoe_top.tui.sources.live import MAX_LINE_CHARS, InputWait, LineBatch, LiveBase
 
 _CHUNK = 65536
 _LIVE: weakref.WeakSet[ChildSession] = weakref.WeakSet()
@@ -186,12 +186,13 @@ class ChildSession(LiveBase):
         split = LineSplitter(max_line=MAX_LINE_CHARS)
         is_out = name == "stdout"
         batch = LineBatch(lambda held: self._held_lines(held, self._stdout_line), self.hold_s)
+        more = InputWait(fd)
         t = time.time()
         n_probs = 0
         try:
             while True:
                 wait = batch.wait_s()
-                if wait is not None and not readable(fd, wait):
+                if wait is not None and not more.wait(wait):
                     batch.flush()  # held long enough: hand the per-token lines over
                     continue
                 try:

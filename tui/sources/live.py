@@ -70,7 +70,7 @@ from bmoe_top.tui.sources.events import (
 )
 from bmoe_top.tui.sources.recorder import Recorder
 
-__all__ = ["HOLD_S", "LineBatch", "LiveBase", "LiveStatus", "RecordSink", "LineSink", "EventSink", "readable"]
+__all__ = ["HOLD_S", "InputWait", "LineBatch", "LiveBase", "LiveStatus", "RecordSink", "LineSink", "EventSink"]
 
 RecordSink = Callable[[Any, float], None]
 LineSink = Callable[[str, float], None]
@@ -122,11 +122,16 @@ class LineBatch:
             self._hand_over(held)
 
 
-def readable(fd: int, timeout_s: float | None) -> bool:
-    """Whether ``fd`` has input (or its end) within ``timeout_s`` seconds (None: wait for it)."""
-    poller = select.poll()
-    poller.register(fd, select.POLLIN | select.POLLPRI)
-    return bool(poller.poll(None if timeout_s is None else max(0, math.ceil(timeout_s * 1000))))
+class InputWait:
+    """Waits for input on one file descriptor (a reader's pipe or socket): ``wait(timeout_s)`` is
+    whether input (or its end) came within ``timeout_s`` seconds (None: wait for it)."""
+
+    def __init__(self, fd: int) -> None:
+        self._poller = select.poll()
+        self._poller.register(fd, select.POLLIN | select.POLLPRI)
+
+    def wait(self, timeout_s: float | None) -> bool:
+        return bool(self._poller.poll(None if timeout_s is None else max(0, math.ceil(timeout_s * 1000))))
 
 
 @dataclass(slots=True)

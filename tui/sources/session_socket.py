@@ -35,7 +35,7 @@ import orjson
 from bmoe_top.parsers import bmoe_lines as _bl
 from bmoe_top.parsers.textio import LineSplitter
 from bmoe_top.tui.sources.events import Connected, Disconnected, LiveState, NewSession
-from bmoe_top.tui.sources.live import MAX_LINE_CHARS, LineBatch, LiveBase, readable
+from bmoe_top.tui.sources.live import MAX_LINE_CHARS, InputWait, LineBatch, LiveBase
 
 
 class SessionSocketClient(LiveBase):
@@ -168,10 +168,11 @@ class SessionSocketClient(LiveBase):
     def _read(self, s: socket.socket) -> str:
         split = LineSplitter(max_line=MAX_LINE_CHARS)
         batch = LineBatch(lambda held: self._held_lines(held, self._on_line), self.hold_s)
+        more = InputWait(s.fileno())
         try:
             while not self._stop.is_set():
                 wait = batch.wait_s()
-                if wait is not None and not readable(s.fileno(), wait):
+                if wait is not None and not more.wait(wait):
                     batch.flush()  # held long enough: hand the per-token lines over
                     continue
                 try:
