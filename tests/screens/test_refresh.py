@@ -248,3 +248,34 @@ async def test_the_fast_tier_is_never_slower_than_the_views_refresh(csv_run):
             before = screen._fast_at
             screen.tick()
             assert screen._fast_at > before and f"{n:,}" in title_of(app)
+
+
+async def test_the_expert_map_waits_its_min_interval_while_following_and_a_key_repaints_it(csv_run):
+    """New rows while the view follows the newest token repaint the breakdown at every views'
+    interval and the expert map at most every ``min_interval`` (time moved by setting its last
+    paint back, never by waiting); a cursor move by the user repaints it at once."""
+    from bmoe_top.tui.widgets.grids import ExpertMap
+
+    run = open_paths(csv_run)
+    screen = ReplayScreen(run, title="follow")
+    app = BmoeTopApp(screen)
+    async with app.run_test(size=(150, 44)) as pilot:
+        await pilot.pause()
+        emap, chart = app.query_one(ExpertMap), app.query_one(BreakdownChart)
+        assert emap.min_interval > 0
+        screen.playback.follow = True
+        screen.refresh_s = 0.0
+        screen.tick()
+        painted, chart_key = emap._polled, chart._polled
+        run.add_token_row({"wall_ms": 30.0, "io_ms": 5.0})
+        screen.playback.tick(0.0)
+        screen.refresh_views()
+        assert chart._polled != chart_key and emap._polled == painted  # the map waits
+        emap._painted_at -= emap.min_interval
+        screen.refresh_views()
+        assert emap._polled != painted  # its interval is over: repainted
+        painted = emap._polled
+        run.add_token_row({"wall_ms": 31.0, "io_ms": 5.0})
+        await pilot.press("left")  # the user moves the cursor: at once, whatever the interval
+        await pilot.pause()
+        assert emap._polled != painted

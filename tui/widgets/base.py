@@ -136,10 +136,13 @@ class RunView(Widget):
         return True
 
     def _only_data_changed(self, key: Hashable) -> bool:
-        """True when only the run's version differs from the last painted key (the user did not
-        move anything): such repaints may wait for :attr:`min_interval`."""
+        """True when only the data moved since the last painted key: the run's version, and the
+        cursor while it follows the newest row (the user did not move anything): such repaints may
+        wait for :attr:`min_interval`."""
         old = self._polled
-        return isinstance(key, tuple) and isinstance(old, tuple) and len(key) == len(old) and key[1:] == old[1:]
+        if not (isinstance(key, tuple) and isinstance(old, tuple) and len(key) == len(old)):
+            return False
+        return key[2:] == old[2:] and (key[1] == old[1] or self.playback.follow)
 
     @property
     def row_unit(self) -> RowUnit:

@@ -359,6 +359,11 @@ class ExpertMap(GridView):
 
     DEFAULT_CSS = "ExpertMap { height: 1fr; }"
 
+    #: While a run streams, the map repaints at most every 2 s: its heat counts every token so far,
+    #: so a second's tokens move it little, and it is the costliest view to build and draw (a key,
+    #: the cursor or a seek still repaints it at once).
+    min_interval = 2.0
+
     def __init__(self, *a: Any, **kw: Any) -> None:
         super().__init__(*a, **kw)
         self.left = 0  # first expert column drawn (fold off)
