@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parent.parent
 EMITTER = str(ROOT / "tests" / "helpers" / "emitter.py")
 BMOE_TOP = str(Path(sys.executable).with_name("bmoe-top"))
 TICK = os.sysconf("SC_CLK_TCK")
-TOKENS = re.compile(rb"tokens ([0-9,]+)")
+TOKENS = re.compile(rb"tokens ([0-9,]+) \(turn")  # the title while a turn runs (not an axis label)
 
 
 def cpu_s(pid: int) -> float:

@@ -279,3 +279,35 @@ async def test_the_expert_map_waits_its_min_interval_while_following_and_a_key_r
         await pilot.press("left")  # the user moves the cursor: at once, whatever the interval
         await pilot.pause()
         assert emap._polled != painted
+
+
+async def test_when_the_views_are_due_the_title_and_the_tail_go_with_them(csv_run, monkeypatch):
+    """A tick that repaints the views repaints the title and the answer's tail in the same pass
+    (no tail left for a pass of its own after it); between views, the fast tier repaints the title,
+    then the tail after that repaint. So a second holds three repaints, not five."""
+    from bmoe_top.tui.screens.base import FAST_S
+    from bmoe_top.tui.widgets.panels import AnswerTail
+
+    run = open_paths(csv_run)
+    screen = ReplayScreen(run, title="sync")
+    app = BmoeTopApp(screen)
+    async with app.run_test(size=(150, 44)) as pilot:
+        await pilot.pause()
+        tail = app.query_one(AnswerTail)
+        deferred: list[int] = []
+        monkeypatch.setattr(screen, "_refresh_tails", lambda: deferred.append(1))
+        screen.tick()
+        await pilot.pause()
+        deferred.clear()
+        screen.refresh_s = 0.0  # the views are due at every tick
+        run.add_token_row({"wall_ms": 30.0, "io_ms": 5.0})
+        polls, tail_key = screen.view_polls, tail._key
+        screen.tick()
+        await pilot.pause()
+        assert screen.view_polls == polls + 1 and tail._key != tail_key and deferred == []
+        screen.refresh_s = NEVER  # between views: the fast tier, the tail after the title's repaint
+        run.add_token_row({"wall_ms": 31.0, "io_ms": 5.0})
+        screen._fast_at -= FAST_S
+        screen.tick()
+        await pilot.pause()
+        assert screen.view_polls == polls + 1 and deferred == [1]

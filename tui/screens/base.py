@@ -14,8 +14,9 @@ the answer's tail follow new rows every :data:`FAST_S` seconds (and a key or the
 the next tick, ``fps`` a second); the views (overview strip,
 breakdown, trends, maps) and the panels repaint every ``refresh`` seconds while data streams
 (default :data:`REFRESH_S`; ``{`` and ``}`` step through :data:`REFRESH_STEPS`; a replay that
-plays, and every key, repaint at once). A tick with nothing new (the run's version, the
-playback, the size and the state indicator unchanged) does nothing at all.
+plays, and every key, repaint at once), with the title and the tail in the same repaint, so the
+fast tier keeps step with them. A tick with nothing new (the run's version, the playback, the
+size and the state indicator unchanged) does nothing at all.
 
 Layouts follow the terminal: ``-compact`` under 100 x 30 (no side panel, no tab bar, one header
 line, one map at a time: ``m`` swaps them), ``-tiny`` under 60 x 15 (a message that says so).
@@ -391,16 +392,21 @@ class RunScreen(Screen[None]):
         self.playback.tick(dt)
         key = self.change_key()
         old = self._tick_key
-        if key != old and (old is None or now - self._fast_at >= min(FAST_S, self.refresh_s)
-                           or not self._only_data(key, old)):
+        pb = self.playback
+        animating = pb.playing or (pb.follow and pb.speed < 1.0)  # a replay or a slow-motion view moves
+        views_due = animating or now - self._views_at >= self.refresh_s
+        fast = key != old and (old is None or views_due or now - self._fast_at >= min(FAST_S, self.refresh_s)
+                               or not self._only_data(key, old))
+        if fast:
             self._tick_key = key
             self._fast_at = now
             self._stale = True
-            self.refresh_fast(key)
-        pb = self.playback
-        animating = pb.playing or (pb.follow and pb.speed < 1.0)  # a replay or a slow-motion view moves
-        if self._stale and (animating or now - self._views_at >= self.refresh_s):
+        if self._stale and views_due:
+            # the title and the answer's tail go with the views: one repaint, and the fast tier
+            # keeps step with the views (a title and a tail between them, not two of each)
             self.refresh_views()
+        elif fast:
+            self.refresh_fast(key)
 
     def _only_data(self, key: tuple[Any, ...], old: tuple[Any, ...]) -> bool:
         """Whether only the run's rows moved between two :meth:`change_key` values (the version,
