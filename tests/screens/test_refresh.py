@@ -200,8 +200,9 @@ async def test_the_text_boxes_of_the_run_screens_do_not_blink(csv_run):
 
 
 def tick_timers(screen) -> list:
-    """The screen's timers that call its repaint tick."""
-    return [t for t in screen._timers if getattr(t._callback, "__func__", None) is type(screen).tick]
+    """The screen's timers that call its repaint tick and are running (not paused)."""
+    return [t for t in screen._timers
+            if getattr(t._callback, "__func__", None) is type(screen).tick and t._active.is_set()]
 
 
 async def test_every_mode_screen_runs_one_repaint_timer(csv_run, tmp_path):
@@ -311,3 +312,22 @@ async def test_when_the_views_are_due_the_title_and_the_tail_go_with_them(csv_ru
         screen.tick()
         await pilot.pause()
         assert screen.view_polls == polls + 1 and deferred == [1]
+
+
+async def test_the_screen_ticks_fps_a_second_only_while_something_animates(csv_run):
+    """A replay held still (or a live view following at 1x) ticks every BASE_TICK_S; playing,
+    it ticks fps a second; one of the two timers runs at a time."""
+    from bmoe_top.tui.screens.base import BASE_TICK_S
+
+    screen = ReplayScreen(open_paths(csv_run), title="pace", fps=20)
+    app = BmoeTopApp(screen)
+    async with app.run_test(size=(150, 44)) as pilot:
+        await pilot.press("home")
+        await pilot.pause()
+        assert [t._interval for t in tick_timers(screen)] == [BASE_TICK_S]
+        await pilot.press("space")  # play
+        await pilot.pause()
+        assert [t._interval for t in tick_timers(screen)] == [1 / 20]
+        await pilot.press("space")  # pause
+        await pilot.pause()
+        assert [t._interval for t in tick_timers(screen)] == [BASE_TICK_S]

@@ -10,8 +10,9 @@ token. A mode screen composes its own parts into this layout through hooks calle
 tabs, a bar at the bottom); nothing is added to the DOM after mount.
 
 Repaints come in two tiers, like htop's ``-d`` delay: the title line, the live status line and
-the answer's tail follow new rows every :data:`FAST_S` seconds (and a key or the playback at
-the next tick, ``fps`` a second); the views (overview strip,
+the answer's tail follow new rows every :data:`FAST_S` seconds (a key at once; a state change at
+the next tick: every :data:`BASE_TICK_S`, or ``fps`` a second while a replay plays or a
+slow-motion view moves); the views (overview strip,
 breakdown, trends, maps) and the panels repaint every ``refresh`` seconds while data streams
 (default :data:`REFRESH_S`; ``{`` and ``}`` step through :data:`REFRESH_STEPS`; a replay that
 plays, and every key, repaint at once), with the title and the tail in the same repaint, so the
@@ -35,6 +36,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
+from textual.timer import Timer
 from textual.widgets import DataTable, Input, Static, TabbedContent, TabPane, Tabs
 
 from bmoe_top.parsers.sanitize import sanitize
@@ -60,7 +62,7 @@ from bmoe_top.tui.widgets.panels import (
     safe_text,
 )
 
-__all__ = ["COMPACT", "FAST_S", "MIN_SIZE", "REFRESH_S", "REFRESH_STEPS", "RunScreen"]
+__all__ = ["BASE_TICK_S", "COMPACT", "FAST_S", "MIN_SIZE", "REFRESH_S", "REFRESH_STEPS", "RunScreen"]
 
 #: Log-pane lines drawn (the newest).
 LOG_SHOWN = 2000
@@ -78,6 +80,11 @@ REFRESH_S = 1.0
 #: around everything refreshed together), so twice a second, not four times, halves what the
 #: streaming screen costs beyond its views (docs/architecture.md "Repaint cost").
 FAST_S = 0.5
+#: Seconds between ticks while nothing on the screen animates (a live view following the newest
+#: row at 1x, a replay held still): new rows, a state change and the fast tier need no more, and
+#: each tick costs the event loop a wake-up. A replay that plays or a slow-motion live view ticks
+#: ``fps`` a second.
+BASE_TICK_S = 0.25
 #: The refresh intervals ``{`` and ``}`` step through (seconds).
 REFRESH_STEPS = (0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0)
 #: Statuses of a source that is not there (the indicator says "disconnected").
@@ -163,6 +170,9 @@ class RunScreen(Screen[None]):
         self._stale = False  # the data changed since the views were last polled
         self._views_at = 0.0  # monotonic time of the last poll of the views
         self._fast_at = 0.0  # monotonic time of the last repaint of the title
+        self._base_timer: Timer | None = None
+        self._frame_timer: Timer | None = None
+        self._animating = False
         self.view_polls = 0  # polls of the views and panels (tests wait on it)
         self._parts: tuple[Any, ...] | None = None  # the widgets repainted, looked up once
         self._log_len = 0
@@ -231,7 +241,10 @@ class RunScreen(Screen[None]):
             tabs.can_focus = False  # the arrow keys move the selection, not the tabs
         for scroll in self.query(VerticalScroll):
             scroll.can_focus = False
-        self.set_interval(1.0 / max(1.0, self.fps), self.tick)
+        frame_s = 1.0 / max(1.0, self.fps)
+        # one of the two ticks at a time (:meth:`_pace`): frames while something animates, else the base
+        self._base_timer = self.set_interval(max(BASE_TICK_S, frame_s), self.tick)
+        self._frame_timer = self.set_interval(frame_s, self.tick, pause=True)
         self.apply_layout(self.size.width, self.size.height)
         self.refresh_views(force=True)
         self.after_mount()
@@ -394,6 +407,7 @@ class RunScreen(Screen[None]):
         old = self._tick_key
         pb = self.playback
         animating = pb.playing or (pb.follow and pb.speed < 1.0)  # a replay or a slow-motion view moves
+        self._pace(animating)
         views_due = animating or now - self._views_at >= self.refresh_s
         fast = key != old and (old is None or views_due or now - self._fast_at >= min(FAST_S, self.refresh_s)
                                or not self._only_data(key, old))
@@ -407,6 +421,17 @@ class RunScreen(Screen[None]):
             self.refresh_views()
         elif fast:
             self.refresh_fast(key)
+
+    def _pace(self, animating: bool) -> None:
+        """Tick ``fps`` a second while ``animating``, every :data:`BASE_TICK_S` otherwise."""
+        if animating == self._animating:
+            return
+        self._animating = animating
+        frames, base = self._frame_timer, self._base_timer
+        if frames is None or base is None:
+            return
+        (frames if animating else base).resume()
+        (base if animating else frames).pause()
 
     def _only_data(self, key: tuple[Any, ...], old: tuple[Any, ...]) -> bool:
         """Whether only the run's rows moved between two :meth:`change_key` values (the version,
@@ -525,6 +550,8 @@ class RunScreen(Screen[None]):
         return True
 
     def _moved(self) -> None:
+        pb = self.playback
+        self._pace(pb.playing or (pb.follow and pb.speed < 1.0))
         self.refresh_views()
 
     @on(TokenSelected)
