@@ -69,7 +69,7 @@ class Terminal:
                 except OSError:
                     return
                 self.bytes += len(d)
-                self.tail = (self.tail + d)[-65536:]
+                self.tail = (self.tail + d)[-(1 << 18):]  # over a second of repaints: the title is in it
 
     def wait_for(self, needle: bytes, timeout: float = 60.0) -> None:
         end = time.monotonic() + timeout
