@@ -725,6 +725,20 @@ static int grow_jobs(struct bmoe_cache *c, int need) {
 }
 
 /* give back the pages of every victim (after all of them left: a page two victims share goes) */
+/* The first nv of c->victims leave the LRU: unlinked, no longer resident, their bytes off the
+   cache's total, each logged (LOG_EVICT) for the Python LRU's replay. Their pages are given back
+   (or moved) by release_victims_into. */
+static void evict_victims(struct bmoe_hook *h, struct bmoe_cache *c, uint8_t *res, int nv, int ne) {
+    for (int v = 0; v < nv; ++v) {
+        int32_t id = c->victims[v];
+        lru_unlink(c, id);
+        res[id] = 0;
+        c->resident_bytes -= c->ebytes[id / ne];
+        h->touch[h->n_touch++] = (id / ne) | LOG_EVICT << 16;
+        h->touch[h->n_touch++] = id % ne;
+    }
+}
+
 struct page_run { /* whole pages a victim gives up */
     char *a;
     uint64_t n;
@@ -881,14 +895,7 @@ static bool serve_layer(struct bmoe_hook *h, void *t, int il) {
         c->mgmt_ns += now_ns() - t0;
         return true;
     }
-    for (int v = 0; v < nv; ++v) {
-        int32_t id = c->victims[v];
-        lru_unlink(c, id);
-        res[id] = 0;
-        c->resident_bytes -= c->ebytes[id / ne];
-        h->touch[h->n_touch++] = (id / ne) | LOG_EVICT << 16;
-        h->touch[h->n_touch++] = id % ne;
-    }
+    evict_victims(h, c, res, nv, ne);
     release_victims_into(h, c, nv, il, miss, nm);
     /* the reads: per tensor, runs of adjacent missing experts, largest first */
     int32_t sorted[64];
@@ -1127,14 +1134,7 @@ static void pre_issue(struct bmoe_hook *h, struct bmoe_cache *c, const float *x,
         c->mgmt_ns += now_ns() - t0;
         return;
     }
-    for (int v = 0; v < nv; ++v) {
-        int32_t id = c->victims[v];
-        lru_unlink(c, id);
-        res[id] = 0;
-        c->resident_bytes -= c->ebytes[id / ne];
-        h->touch[h->n_touch++] = (id / ne) | LOG_EVICT << 16;
-        h->touch[h->n_touch++] = id % ne;
-    }
+    evict_victims(h, c, res, nv, ne);
     release_victims_into(h, c, nv, nl, want, nw);
     int nj = 0;
     for (int i = 0; i < nw; ++i) {
