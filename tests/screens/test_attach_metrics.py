@@ -122,9 +122,9 @@ async def test_screen_live_against_bmoe_run_serve(tmp_path):
             await pilot.pause(0.4)
             poller.stop()  # freeze the picture: no row arrives between the reads below
             poller.join(5)
-            polls = app.main.view_polls
-            await pilot_until(pilot, lambda: app.main.view_polls > polls or not app.main._stale,
-                              "the views' repaint after the last row")
+            screen = app.main
+            await pilot_until(pilot, lambda: screen.playback.cursor == screen.model.tokens.n and not screen._stale,
+                              "the views' repaint at the last row")
             await pilot.pause()
             st = metrics_document(app.main.state, app.main.model)
             n = done["tokens_predicted"]
