@@ -71,3 +71,35 @@ def test_run_panel_redraws_the_rows_that_changed():
     assert again != first and again == [ln.text for ln in RunPanel(run, pb).build(44)]
     assert any("two-with" in t for t in again) and not any("one.gguf" in t for t in again)
     assert [ln.text for ln in panel.build(30)] == [ln.text for ln in RunPanel(run, pb).build(30)]
+
+
+def test_the_ascii_legend_never_reads_as_an_equation():
+    """ASCII's series glyphs are # = +: the legend puts each in brackets beside its name, at every
+    width it fits ("# compute = flash + mgmt" read as an equation)."""
+    from bmoe_top.tui.widgets.palette import Look
+
+    run = RunModel()
+    _rows(run, 50, hit=50.0, wall=100.0)
+    pb = Playback(run)
+    pb.end()
+    chart = BreakdownChart(run, pb)
+    chart._look = Look(colors="mono", ascii=True)
+    for width in (60, 80, 120, 200):
+        legend = _text(chart, width, 14)[0]
+        assert "[#] comp" in legend and "[=] flash" in legend and "[+] mgmt" in legend, (width, legend)
+        assert "# compute =" not in legend
+
+
+def test_the_readout_labels_the_step_at_every_width():
+    """The selected token's step of the runtime's steps (e.g. 67 of n_predict 2,048) says what it
+    is however narrow the margin (it was a bare "67/2,048" under 20 columns)."""
+    run = RunModel()
+    run.add_token_rows({"step": np.arange(1, 68, dtype=float), "steps": np.full(67, 2048.0),
+                        "wall_ms": np.full(67, 10.0)}, 67)
+    pb = Playback(run)
+    pb.end()
+    chart = BreakdownChart(run, pb)
+    for width in (12, 16, 24, 40):
+        lines = [text for text, _style in chart.readout(66, "serial", width)]
+        at = next(i for i, t in enumerate(lines) if t.startswith("step"))  # the value beside it, or wrapped under it
+        assert "67/2,048" in " ".join(lines[at:at + 2]), (width, lines)

@@ -363,7 +363,9 @@ class BreakdownChart(TimeView):
         emph = Style(bold=True) if look.colors == "mono" else BLANK
 
         def part(name: str, text: str) -> tuple[str, Style]:
-            return f"{fg[name]} {text}", st[name] + emph
+            # ASCII's glyphs are # = +: in brackets, so "compute = flash" never reads as an equation
+            glyph = f"[{fg[name]}]" if look.ascii else fg[name]
+            return f"{glyph} {text}", st[name] + emph
 
         mg = part("mgmt", "mgmt") if has_mgmt else ("mgmt missing", look.dim)
         options = [
@@ -479,9 +481,8 @@ class BreakdownChart(TimeView):
         if math.isfinite(hit):
             line("hit cum" if wide else "hit", "no cache" if hit < 0 else f"{hit:.1f} %", look.label)
         step, steps = v("step"), v("steps")
-        if math.isfinite(step):
-            line("step" if lw == 8 else "", f"{int(step):,}" + (f"/{int(steps):,}" if math.isfinite(steps) else ""),
-                 look.dim)
+        if math.isfinite(step):  # the runtime's step of n_predict steps: labelled at every width
+            line("step", f"{int(step):,}" + (f"/{int(steps):,}" if math.isfinite(steps) else ""), look.dim)
         return wrap_fields(out, width)
 
 
