@@ -168,8 +168,9 @@ def _requests_only(run: Any) -> bool:
 
 def cmd_replay(args: argparse.Namespace) -> int:
     """``replay``: the summary (text or JSON) or the replay screen. Exit 1 with the reason when a
-    file is not a recorded run (the summary of the others is still printed; the screen shows a
-    banner), 2 for a file that cannot be read or files of different runs."""
+    file is not a recorded run (the summary of the others is still printed; the screen shows the
+    others with a banner naming it, and quits with 1; no file is a run: no screen), or cannot be
+    read, or files of different runs."""
     from bmoe_top.tui.headless import replay
     from bmoe_top.tui.present.numbers import print_json, print_lines
     from bmoe_top.tui.present.summary import run_summary, summary_text
@@ -195,7 +196,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
         for path, why in not_runs:
             status = _die(f"{path}: {why}", EXIT_FAILED)
         return status
-    if not_runs and not sys.stdout.isatty():  # the inputs first: a bad file is the news, not the pipe
+    if not_runs and (len(not_runs) == len(args.paths) or not sys.stdout.isatty()):
+        # the inputs first: a bad file is the news, not the pipe; and no file to show, no screen
         for path, why in not_runs:
             status = _die(f"{path}: {why}", EXIT_FAILED)
         return status
@@ -204,7 +206,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
         return refused
     from bmoe_top.tui.screens.replay import run_replay
 
-    return run_replay(run, replay_title(args.paths), args.fps)
+    code = run_replay(run, replay_title(args.paths), args.fps)
+    return EXIT_FAILED if not_runs and code == 0 else code  # the banner named them; the status says so too
 
 
 # --------------------------------------------------------------------------------------- live

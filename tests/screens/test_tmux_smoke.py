@@ -131,3 +131,31 @@ def test_no_color_replay_renders_and_quits_0(tmp_path, size):
         assert t.fmt("#{alternate_on}") == "0"
     finally:
         t.close()
+
+
+def test_a_replay_in_a_terminal_of_no_run_quits_1_and_of_one_bad_file_quits_1_after_its_screen(tmp_path):
+    """In a terminal, ``replay`` of files none of which is a recorded run opens no screen: the
+    reasons and exit 1 (as ``--summary`` does); a good file with a bad one opens the good one's
+    screen, its banner naming the bad one, and quits with 1."""
+    from helpers import synth
+
+    empty, binary, good = (tmp_path / n for n in ("empty.csv", "bin.dat", "good.csv"))
+    empty.write_bytes(b"")
+    binary.write_bytes(bytes(range(256)) * 8)
+    good.write_bytes(synth.token_csv(20))
+    t = Tmux("bmoe-rp")
+    try:
+        t.start(f"cd {shlex.quote(str(tmp_path))} && exec {shlex.quote(str(BMOE_TOP))} replay empty.csv bin.dat",
+                size=(120, 40))
+        assert t.wait_dead() == "1"
+        screen = t("capture-pane", "-p", "-S", "-100", "-t", "main")  # with what scrolled off
+        assert "empty.csv: the file is empty" in screen and "bin.dat: binary data" in screen
+        t.close()
+        t = Tmux("bmoe-rp")
+        t.start(f"cd {shlex.quote(str(tmp_path))} && exec {shlex.quote(str(BMOE_TOP))} replay good.csv empty.csv",
+                size=(120, 40))
+        t.wait_screen("empty.csv")  # the banner names it over the good file's screen
+        t("send-keys", "-t", "main", "q")
+        assert t.wait_dead() == "1"
+    finally:
+        t.close()
