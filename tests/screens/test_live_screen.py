@@ -346,3 +346,33 @@ def test_space_at_the_newest_token_of_a_live_view_follows_at_once():
     assert pb.state() == "paused"
     pb.toggle()
     assert pb.state() == "live" and pb.cursor == 50
+
+
+async def test_the_turns_table_shows_a_request_id_as_sent():
+    """A request id is an identifier: 373002, not 373,002."""
+    src = ChildSession([sys.executable, EMITTER, "--rate", "500"], stall_after_s=5.0)
+    app = live_app(src, title="ids")
+    async with app.run_test(size=(160, 48)) as pilot:
+        assert await wait_for(pilot, lambda: src.state == "ready")
+        src.generate("hello", 5, id=373002)
+        table = app.query_one("#turns-table", DataTable)
+        assert await wait_for(pilot, lambda: table.row_count == 1)
+        assert table.get_row_at(0)[1] == "373002"
+
+
+def test_the_help_lists_each_key_once_as_the_live_screen_answers_it():
+    """ctrl+c cancels on a live screen: the help said cancel, quit and Textual's "Copy selected
+    text" for it; Tab said "Focus Next" where it moves the cell cursor between the maps."""
+    rows = _live_screen().key_rows()
+    keys = [k for keyset, _desc in rows for k in keyset.split(" / ")]
+    assert len(keys) == len(set(keys)), rows
+    desc = dict(rows)
+    assert desc["ctrl+x / ctrl+c"] == "cancel" and desc["c"] == "next colour scale"
+    assert "cell cursor" in desc["tab / shift+tab"]
+    assert not any("Copy" in d or "Focus" in d for _k, d in rows)
+
+
+def _live_screen():
+    from bmoe_top.tui.screens.live import LiveScreen
+
+    return LiveScreen(ChildSession([sys.executable, EMITTER]))

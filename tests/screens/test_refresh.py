@@ -331,3 +331,18 @@ async def test_the_screen_ticks_fps_a_second_only_while_something_animates(csv_r
         await pilot.press("space")  # pause
         await pilot.pause()
         assert [t._interval for t in tick_timers(screen)] == [BASE_TICK_S]
+
+
+async def test_the_title_never_ends_on_the_heading_of_its_numbers(csv_run):
+    """At any width the title shows its numbers' heading ("run:", "last 32:") only with at least
+    one number after it (at 80 columns it ended on a bare "│ last 32:")."""
+    screen = ReplayScreen(open_paths(csv_run), title="a title long enough to crowd the numbers out")
+    app = BmoeTopApp(screen)
+    async with app.run_test(size=(150, 44)) as pilot:
+        await pilot.pause()
+        seen = 0
+        for width in range(30, 201):
+            text = screen.title_text(width).plain.rstrip()
+            assert not text.endswith(("run:", "last 32:")), (width, text)
+            seen += "run:" in text
+        assert seen  # the numbers do show where they fit

@@ -79,6 +79,10 @@ def test_session_flow_ready_generate_reject_close():
         assert s.wait_state("ready", 5)
         assert any(isinstance(e, Rejected) for e in sink.events)
         assert rid2 != rid
+        # the next request taken clears the refusal: it is no longer the news
+        s.generate("fine", 3)
+        assert until(lambda: s.status().turns_done == 3)
+        assert s.status().last_error is None
     finally:
         code = s.close()
     assert code == 0

@@ -131,7 +131,7 @@ class RunScreen(Screen[None]):
         Binding("slash", "search", "search"),
         Binding("f", "toggle_fold", "fold", show=False),
         Binding("t", "toggle_turn_by_turn", "turn by turn", show=False),
-        Binding("c", "cycle_palette", "palette", show=False),
+        Binding("c", "cycle_palette", "next colour scale", show=False),
         Binding("m", "swap_map", "other map", show=False),
         Binding("d", "mode_detail", "mode", show=False),
         Binding("1", "tab('overview')", "overview", show=False),
@@ -351,17 +351,18 @@ class RunScreen(Screen[None]):
         quiet = self.quiet_seconds()
         if quiet is not None:
             t.append(f"  no telemetry for {quiet:.0f} s", style=look.alert)
-        used = t.cell_len
-        parts = self._header_parts(look)
-        if parts:
+        used = t.cell_len + 4  # the separator
+        fits: list[tuple[str, Style]] = []
+        for i, (text, style) in enumerate(self._header_parts(look)):
+            piece = ("" if i == 0 else " · " if i > 1 else " ") + text
+            if used + len(piece) > width - 1:
+                break
+            fits.append((piece, style))
+            used += len(piece)
+        if len(fits) > 1:  # the first part is a heading ("last 32:"): never alone at the end
             t.append(f"  {look.g.vbar} ", style=look.dim)
-            used += 4
-            for i, (text, style) in enumerate(parts):
-                piece = ("" if i == 0 else " · " if i > 1 else " ") + text
-                if used + len(piece) > width - 1:
-                    break
+            for piece, style in fits:
                 t.append(piece, style=style)
-                used += len(piece)
         return t
 
     def _header_parts(self, look: Look) -> list[tuple[str, Style]]:
@@ -752,16 +753,24 @@ class RunScreen(Screen[None]):
 
     # ------------------------------------------------------------------------------ help
     def key_rows(self) -> list[tuple[str, str]]:
-        """(keys, what they do) for the help screen: keys bound to the same action with the same
-        words share one row ("q / ctrl+c")."""
+        """(keys, what they do) for the help screen: each key once, as the screen answers it (a
+        mode's own binding before the shared one: ctrl+c cancels on a live screen), keys bound to
+        the same action with the same words in one row ("q / ctrl+c"); Textual's own bindings are
+        left out but for Tab, which moves the cell cursor from map to map here."""
         rows: dict[tuple[str, str], list[str]] = {}
         seen: set[str] = set()
         for cls in type(self).__mro__:  # a mode's own keys first, then the shared ones
+            if not cls.__module__.startswith("bmoe_top."):
+                continue
             for b in cls.__dict__.get("BINDINGS", ()):
-                if not isinstance(b, Binding) or b.key in seen:
+                if not isinstance(b, Binding):
                     continue
-                seen.add(b.key)
-                rows.setdefault((b.action, b.description), []).append(key_label(b.key))
+                for key in b.key.split(","):
+                    if key in seen:
+                        continue
+                    seen.add(key)
+                    rows.setdefault((b.action, b.description), []).append(key_label(key))
+        rows.setdefault(("focus", "cell cursor on the next / previous map"), []).extend(["tab", "shift+tab"])
         return [(" / ".join(keys), desc) for (_action, desc), keys in rows.items()]
 
     def action_help(self) -> None:

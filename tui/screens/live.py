@@ -69,6 +69,13 @@ def needs_attention(st: LiveStatus) -> bool:
     return st.state not in QUIET_STATES or st.stalled or st.ready_timeout or bool(st.last_error)
 
 
+def _request_id(value: object) -> str:
+    """A request id as the runtime sent it: an identifier, not a quantity (no thousands separator)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return MISSING if value is None else safe_text(str(value), multiline=False).plain
+    return str(int(value)) if float(value).is_integer() else str(value)
+
+
 class PromptInput(SteadyInput):
     """The prompt box: End in the empty box is the view's End (the newest token, in real time: a
     slow-motion view trails the turn just sent); with text in the box it moves the text cursor."""
@@ -238,6 +245,8 @@ class LiveScreen(RunScreen):
         if st.last_error:
             t.append(" · last error: ", style=dim)
             t.append_text(safe_text(st.last_error[:80], alert, multiline=False))
+            if "n_ctx" in st.last_error and not self.new_chat and not self.is_replay:
+                t.append("  ctrl+n: a new chat starts from an empty context", style=look.accent)
         if st.stderr_lines:
             t.append(f" · stderr {st.stderr_lines} lines (ctrl+l)", style=dim)
         if st.kind == "socket":
@@ -292,7 +301,7 @@ class LiveScreen(RunScreen):
             fill = (100.0 * d["n_past"] / n_ctx) if (d.get("n_past") is not None and n_ctx) else None
             hit = d.get("cache_hit_pct")
             row = (
-                str(index + 1), fmt(d.get("id"), 0), fmt(d.get("tokens"), 0), sig3(d.get("tok_s"), 3),
+                str(index + 1), _request_id(d.get("id")), fmt(d.get("tokens"), 0), sig3(d.get("tok_s"), 3),
                 fmt(d.get("prefill_s"), 3), fmt(d.get("n_prompt"), 0), fmt(d.get("n_past"), 0), fmt(fill, 1),
                 "no cache" if hit == -1 else fmt(hit, 1),
                 f"{mib(d.get('cache_resident_mib'))}/{mib(d.get('cache_budget_mib'))}",

@@ -416,6 +416,7 @@ class LiveBase:
                     events.append(self._transition(LiveState.READY, "ready"))
             elif t is bl.Begin:
                 self._in_flight, self._in_flight_set = rec.id, True
+                self._last_error = None  # a request was taken: an older refusal is no longer the news
                 events.append(self._transition(LiveState.GENERATING, "generating"))
             elif t is bl.Progress or t is bl.Load:
                 if self._state in (LiveState.READY, LiveState.LOADING, LiveState.STARTING, LiveState.CONNECTING):

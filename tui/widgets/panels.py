@@ -29,7 +29,7 @@ from textual.widgets import Static
 from bmoe_top.parsers.sanitize import sanitize
 from bmoe_top.tui.model import RunModel
 from bmoe_top.tui.playback import Playback
-from bmoe_top.tui.present.numbers import mib, sig
+from bmoe_top.tui.present.numbers import MISSING, mib, sig
 from bmoe_top.tui.present.summary import run_panel_rows
 from bmoe_top.tui.widgets.base import ascii_strip, look_of, truecolor_filters
 from bmoe_top.tui.widgets.lines import FrameCache, blank
@@ -222,10 +222,12 @@ def header_parts(run: RunModel, look: Look) -> list[tuple[str, Style]]:
                 out.append((f"{mib(read.sum / read.count)}/tok", look.label))
         res_v = run.resident_mib if run.resident_mib is not None else run.summary.get("resident_mib")
         bud_v = run.budget_mib if run.budget_mib is not None else run.summary.get("budget_mib")
-        if res_v is not None or bud_v is not None:
-            res = mib(res_v) if res_v is not None else "?"
-            bud = mib(bud_v) if bud_v is not None else "?"
-            out.append((f"cache {res}/{bud}", look.label))
+        if res_v is not None and bud_v is not None:
+            out.append((f"cache {mib(res_v)}/{mib(bud_v)}", look.label))
+        elif res_v is not None:
+            out.append((f"cache {mib(res_v)} (budget {MISSING})", look.label))
+        elif bud_v is not None:
+            out.append((f"cache budget {mib(bud_v)}", look.label))
         rss = tok.last("rss_mib") if n else math.nan
         if math.isfinite(rss):
             out.append((f"rss {mib(rss)}", look.label))
