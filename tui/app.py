@@ -25,10 +25,11 @@ from textual.filter import ANSIToTruecolor, LineFilter, Monochrome, NoColor
 from textual.screen import Screen
 from textual.scrollbar import ScrollBar, ScrollBarRender
 
+from bmoe_top.tui.widgets.base import ascii_cells
 from bmoe_top.tui.widgets.lines import MemoTruecolor
 from bmoe_top.tui.widgets.palette import Look
 
-__all__ = ["BmoeTopApp", "CSS"]
+__all__ = ["AsciiFilter", "BmoeTopApp", "CSS"]
 
 #: The layout every mode screen shares (mode screens add their own parts in DEFAULT_CSS).
 CSS = """
@@ -130,6 +131,19 @@ class NoColorFilter(LineFilter):
         return out
 
 
+class AsciiFilter(LineFilter):
+    """The ASCII look (``--ascii``, a locale without UTF-8): every line of every screen in ASCII,
+    each other character as its stand-in in as many cells (:func:`ascii_cells`). The views pick
+    their own ASCII glyphs; this covers what they do not draw: Textual's chrome (the footer's
+    arrow keys, borders, a table's sort arrow) and prose (``Δ``, ``±``, ``≈``) on any screen."""
+
+    def apply(self, segments: list[Segment], background: Color) -> list[Segment]:
+        if all(seg.text.isascii() for seg in segments):
+            return segments
+        return [seg if seg.text.isascii() else Segment(ascii_cells(seg.text), seg.style, seg.control)
+                for seg in segments]
+
+
 class BmoeTopApp(App[int]):
     """bmoe-top over one mode screen (``main``): it is the first screen on the stack, so the
     views are queried on it even while a modal or the command palette is open.
@@ -153,6 +167,7 @@ class BmoeTopApp(App[int]):
     def __init__(self, main: Screen[None], look: Look | None = None) -> None:
         self._memo_filters: dict[int, MemoTruecolor] = {}  # id of Textual's filter -> its wrapper
         self._no_color_filter = NoColorFilter()  # instead of Textual's Monochrome under NO_COLOR
+        self._ascii_filter = AsciiFilter()
         super().__init__()
         self.main = main
         self._look = look
@@ -193,8 +208,8 @@ class BmoeTopApp(App[int]):
 
     def get_line_filters(self) -> Sequence[LineFilter]:
         """Textual's filters, its ANSI-to-truecolor one wrapped in :class:`MemoTruecolor` (it ran
-        over every segment of every line drawn), and under ``NO_COLOR`` :class:`NoColorFilter`
-        instead of its monochrome one."""
+        over every segment of every line drawn), under ``NO_COLOR`` :class:`NoColorFilter`
+        instead of its monochrome one, and in the ASCII look :class:`AsciiFilter`."""
         out: list[LineFilter] = []
         wrapped = self._memo_filters
         for f in super().get_line_filters():
@@ -206,6 +221,8 @@ class BmoeTopApp(App[int]):
                     w = wrapped[id(f)] = MemoTruecolor(f)
                 f = w
             out.append(f)
+        if self.look.ascii:
+            out.append(self._ascii_filter)
         return out
 
     def get_default_screen(self) -> Screen[None]:

@@ -401,10 +401,12 @@ def _live_common(p: argparse.ArgumentParser) -> None:
     _ascii_flag(p)
 
 
-def _ascii_flag(p: argparse.ArgumentParser) -> None:
-    """``--ascii`` and ``--refresh`` after a sub-command too (``bmoe-top replay --ascii PATH``)."""
+def _ascii_flag(p: argparse.ArgumentParser, refresh: bool = True) -> None:
+    """``--ascii`` (and ``--refresh`` for the run screens) after a sub-command too
+    (``bmoe-top replay --ascii PATH``, ``bmoe-top whatif --ascii TRACE``)."""
     p.add_argument("--ascii", action="store_true", default=argparse.SUPPRESS, help="ASCII glyphs only")
-    p.add_argument("--refresh", type=_refresh_s, default=argparse.SUPPRESS, metavar="S", help=REFRESH_HELP)
+    if refresh:
+        p.add_argument("--refresh", type=_refresh_s, default=argparse.SUPPRESS, metavar="S", help=REFRESH_HELP)
 
 
 #: What ``--refresh`` does, for every parser that takes it.
@@ -510,6 +512,7 @@ def add_fleet_parser(sub: Any) -> None:
     f.add_argument("--once", action="store_true", help="headless: one refresh, print, exit (else the screen)")
     f.add_argument("--fps", type=_fps, default=10.0, help=argparse.SUPPRESS)
     f.add_argument("--json", action="store_true", help="with --once: as JSON")
+    _ascii_flag(f, refresh=False)
     f.set_defaults(func=cmd_fleet)
 
 
@@ -628,6 +631,7 @@ def add_analysis_parsers(sub: Any) -> None:
     c.add_argument("--md", action="store_true", help="print a markdown table to paste into notes, no UI")
     c.add_argument("--csv", action="store_true", help="print the comparison as CSV, no UI")
     c.add_argument("--fps", type=_fps, default=10.0, help=argparse.SUPPRESS)
+    _ascii_flag(c, refresh=False)
     c.set_defaults(func=cmd_compare)
 
     w = sub.add_parser("whatif", help="size the cache from a routing trace: every policy at every budget",
@@ -651,6 +655,7 @@ def add_analysis_parsers(sub: Any) -> None:
     w.add_argument("--prefill-batch", type=int, metavar="N", help="the run's prefill ubatch (bmoe-run -b; "
                                                                   "default: the prompt was one batch)")
     w.add_argument("--fps", type=_fps, default=10.0, help=argparse.SUPPRESS)
+    _ascii_flag(w, refresh=False)
     w.set_defaults(func=cmd_whatif)
 
 

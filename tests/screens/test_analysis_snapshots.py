@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from helpers import synth
+from helpers.hostile import screen_text
 from rich.color import Color, ColorType
 
 from bmoe_top.tui.analysis.compare import compare
@@ -114,3 +115,42 @@ async def test_no_color_renders(tmp_path, monkeypatch) -> None:
     async with app2.run_test(size=(80, 24)) as pilot:
         await pilot.press("2", "3", "4")
         await pilot.pause()
+
+
+@pytest.mark.parametrize("argv", [["--ascii", "{cmd}"], ["{cmd}", "--ascii"]])
+def test_ascii_is_accepted_before_and_after_the_analysis_commands(argv, tmp_path, monkeypatch):
+    """``--ascii`` before or after ``whatif`` / ``compare`` / ``fleet`` (like ``replay --ascii``)
+    sets the ASCII look of the app those commands run."""
+    from bmoe_top.tui.app import BmoeTopApp
+    from bmoe_top.tui.cli import _apply_look, build_parser
+
+    monkeypatch.setattr(BmoeTopApp, "force_ascii", None)
+    for cmd, files in (("whatif", ["t.route.csv"]), ("compare", ["a.csv", "b.csv"]),
+                       ("fleet", ["--prometheus", "http://127.0.0.1:9"])):
+        args = build_parser().parse_args([a.format(cmd=cmd) for a in argv] + files)
+        assert args.cmd == cmd and args.ascii
+        _apply_look(args)
+        assert BmoeTopApp.force_ascii is True
+        monkeypatch.setattr(BmoeTopApp, "force_ascii", None)
+
+
+@pytest.mark.parametrize("screen", ["whatif", "compare"])
+async def test_ascii_look_draws_only_ascii_on_the_analysis_screens(screen, tmp_path, monkeypatch):
+    """With ``--ascii`` (and NO_COLOR) every tab of the what-if and compare screens at 80x24 draws
+    only ASCII: the curves with their ASCII glyph set (series, marks, shading, axes), the tables'
+    headings and sort arrows, the footer's keys, the borders."""
+    from bmoe_top.tui.app import BmoeTopApp
+
+    monkeypatch.setenv("NO_COLOR", "1")
+    monkeypatch.setattr(BmoeTopApp, "force_ascii", True)
+    app = whatif(tmp_path) if screen == "whatif" else compared(tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        assert app.look.ascii
+        for tab in ("1", "s", "2", "s", "3", "4", "1"):
+            await pilot.press(tab)
+            await pilot.pause()
+            text = screen_text(app)
+            assert text.isascii(), (tab, sorted({ch for ch in text if not ch.isascii()}))
+        chart = app.main.query_one("#chart-a" if screen == "whatif" else "#token-chart", CurveChart)
+        assert chart.ascii and "o" in chart.text()  # the first series' ASCII glyph

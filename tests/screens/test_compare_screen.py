@@ -150,3 +150,31 @@ async def test_ctrl_c_quits_compare_at_once(tmp_path) -> None:
         await pilot.press("ctrl+c")  # before: Textual's "press ctrl+q to quit" notice, and the app ran on
         await pilot.pause()
     assert app.return_code == 0 and not app.is_running
+
+
+async def test_real_csvs_at_80x24_show_both_values_and_the_delta(real_runs) -> None:
+    """``compare`` of the two real CSVs at 80x24: the Summary shows the metric, the delta, the
+    verdict and both runs' values (headed by what tells the runs apart); only the unit, the
+    interval and p may be hidden. The table has the keys: → and ← do not switch tabs."""
+    from helpers.hostile import screen_text
+
+    a = real_runs / "bigmoeonedge-2026-07-21" / "bmoe-20260721-090406.csv"
+    b = real_runs / "bigmoeonedge-2026-07-22" / "bmoe-20260722-142300.csv"
+    app, c = make_app(str(a), str(b))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        table = app.main.query_one("#summary-table", SortTable)
+        keys = [str(k.value) for k in table.data_table.columns]
+        base, other = c.arms
+        assert keys[:3] == ["metric", f"delta:{other}", f"verdict:{other}"], keys
+        assert {f"value:{base}", f"value:{other}"} <= set(keys), keys
+        assert set(table.hidden) <= {"unit", f"{c.confidence:.0%} CI of Δ", "p"}, table.hidden
+        labels = [str(col.label) for col in table.data_table.columns.values()]
+        assert "1-090406" in " ".join(labels) and "2-142300" in " ".join(labels), labels
+        wall = next(r for r in table.shown if r.cells[0] == "wall per token")
+        text = screen_text(app)
+        for cell in wall.cells[3:5]:  # both runs' values, drawn whole
+            assert cell and cell in text, (cell, text)
+        await pilot.press("right", "left", "right")
+        await pilot.pause()
+        assert app.main.query_one("#cmp-tabs").active == "summary"

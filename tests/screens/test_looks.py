@@ -11,6 +11,7 @@ import re
 
 import pytest
 from helpers import synth
+from rich.color import Color
 
 from bmoe_top.tui.app import BmoeTopApp
 from bmoe_top.tui.feed.files import load_data
@@ -88,3 +89,86 @@ def test_detect_follows_the_terminal_and_the_locale(system, no_color, env, want)
     look = Look.detect(system, no_color=no_color, environ=env)
     assert (look.colors, look.ascii) == want and look.scale == "viridis"
     assert locale_is_utf8(env) is not want[1]
+
+
+def _map_cells(lines, gut: int, n: int) -> list[list[tuple[str, object]]]:
+    """The layer rows' first ``n`` cells (glyph, style) right of the gutter of ExpertMap lines."""
+    out = []
+    for line in lines[2:]:
+        cells = [(ch, seg.style) for seg in line for ch in seg.text]
+        if len(cells) > gut and cells[gut - 1][0] in "│|":
+            out.append(cells[gut: gut + n])
+    return out
+
+
+@pytest.mark.parametrize("name", list(LOOKS))
+def test_expert_map_glyph_says_residency_in_every_look(name):
+    """In every look a cell's glyph is its residency alone (the legend's resident glyph, its
+    not-resident glyph, the no-data glyph), whatever its heat; the legend names those glyphs and
+    says where residency comes from in the same word as the readout ("last hit" here: no resident
+    set), at a narrow width too."""
+    from bmoe_top.tui.playback import Playback
+    from bmoe_top.tui.widgets.grids import ExpertMap
+    from bmoe_top.tui.widgets.lines import margins
+
+    look = LOOKS[name]
+    run = _run()
+    pb = Playback(run)
+    pb.end()
+    emap = ExpertMap(run, pb)
+    emap.set_look(look)
+    emap.fold = False  # one expert per cell, one layer per row
+    res, out, never = look.heat_resident[-1][0], look.heat_out[-1][0], look.no_data[0]
+    assert len({res, out, never}) == 3
+    last = run.last_routing_hit(pb.sel + 1)
+    width = 200
+    rows = _map_cells(emap.build(width, 40), margins(width)[0], run.n_expert)
+    assert len(rows) == run.n_layer
+    want = {1: res, 0: out, -1: never}
+    for layer, cells in enumerate(rows):
+        assert "".join(ch for ch, _ in cells) == "".join(want[int(v)] for v in last[layer]), layer
+    # heat still shows: more than one style among the cells of one residency
+    assert len({st for cells in rows for ch, st in cells if ch == res}) > 1
+    for width in (80, 200):
+        head = "".join(seg.text for seg in emap.build(width, 40)[0])
+        assert f"{res} last hit" in head or f"{res} hit at its last routing" in head, head
+        assert f"{out} not" in head and "resident" not in head, head
+        ramp = head.split("cold ", 1)[1].split(" hot", 1)[0]
+        assert set(ramp) == {res}, ramp  # the heat legend draws with the resident glyph: no other meaning
+
+
+@pytest.mark.parametrize("ascii", [False, True])
+async def test_no_color_expert_map_of_a_real_run_shows_residency(real_runs, monkeypatch, ascii):
+    """NO_COLOR (and --ascii) at 80x24 on the real qwen route trace, ``m`` for the expert map:
+    folded cells show both residency glyphs (a cell is resident when at least half its routed
+    experts were hit at their last routing), only the legend's glyphs are drawn, and through the
+    app's NO_COLOR filter the heat legend keeps its dim / normal / bold steps with no colour."""
+    from bmoe_top.tui.feed.files import open_paths
+    from bmoe_top.tui.widgets.grids import ExpertMap
+
+    monkeypatch.setenv("NO_COLOR", "1")
+    d = real_runs / "bigmoeonedge-2026-07-15"
+    run = open_paths([str(d / "qwen.route.csv"), str(d / "qwen.metrics")])
+    app = BmoeTopApp(ReplayScreen(run, title="qwen"), look=Look(colors="mono", ascii=ascii))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("m")
+        await pilot.pause()
+        emap = app.main.query_one(ExpertMap)
+        assert emap.content_size.height > 4
+        lines = [list(line) for line in emap.lines()]
+        for f in app.get_line_filters():
+            lines = [f.apply(line, app.screen.styles.background) for line in lines]
+        res, out, never = ("#", "o", ".") if ascii else ("█", "●", "·")
+        head = "".join(seg.text for seg in lines[0])
+        assert f"{res} last hit {out} not {never} never" in head, head
+        ramp = [seg for seg in lines[0] if seg.text == res]
+        assert [(s.style.dim, s.style.bold) for s in ramp] == [(True, None), (None, None), (None, True)], ramp
+        drawn = ""
+        for line in lines[2:]:
+            text = "".join(seg.text for seg in line)
+            if text[6:7] in "│|":
+                drawn += text[7:].split(" ")[0]
+            for seg in line:
+                assert seg.style is None or (seg.style.color in (None, Color.default()) and
+                                             seg.style.bgcolor in (None, Color.default())), seg
+        assert set(drawn) <= {res, out, never} and {res, out} <= set(drawn), set(drawn)

@@ -49,3 +49,18 @@ def test_memo_is_bounded() -> None:
     for i in range(MemoTruecolor.MAX_STYLES + 10):
         memo.apply([Segment("x", Style(color=f"#{i % 256:02x}{i // 256 % 256:02x}00"))], bg)
     assert sum(len(m) for m in memo._memo.values()) <= MemoTruecolor.MAX_STYLES + 1
+
+
+def test_ascii_filter_keeps_every_line_ascii_and_its_cells() -> None:
+    """The ASCII look's filter: text outside ASCII becomes its stand-in in as many cells (a wide
+    character two, a combining one none), styles and ASCII segments untouched."""
+    from rich.cells import cell_len
+
+    from bmoe_top.tui.app import AsciiFilter
+
+    style = Style(bold=True)
+    line = [Segment("ok", style), Segment("Δ 5% ± 2 ≈ ← ▶ │ 日本 e\u0301", style)]
+    out = AsciiFilter().apply(line, Color(0, 0, 0))
+    assert out[0] is line[0]
+    assert out[1].text == "d 5% + 2 ~ < > | ???? e" and out[1].style is style
+    assert cell_len(out[1].text) == cell_len(line[1].text)

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
 __all__ = ["CompareError", "ArmSpec", "LoadedArm", "LoadedRun", "parse_arms", "load_arms", "run_from_model",
            "comparison_document", "comparison_markdown", "comparison_csv", "summary_table", "warmup_table",
-           "token_table", "token_series", "delta_text", "entry_rows", "VERDICT_KIND"]
+           "token_table", "token_series", "delta_text", "entry_rows", "short_names", "VERDICT_KIND"]
 
 #: verdict -> row kind (styles: bmoe_top.tui.widgets.palette.KIND_STYLE)
 VERDICT_KIND = {"better": "good", "worse": "bad", "differs": "bad", "~": "", "same": "", "?": "missing"}
@@ -197,13 +197,15 @@ def _fmt_value(v: float, unit: str) -> str:
 
 
 def delta_text(d: Delta) -> str:
-    """A delta as the tables print it: ``-9.4%`` when better or worse, ``~`` when within the
-    noise, ``same`` / ``differs`` for exact metrics, ``?`` when no test was possible."""
+    """A delta as the tables print it: ``-9.4%`` when better or worse, and for an exact metric
+    that differs (the verdict beside it says ``differs``: the cell stays narrow enough for 80
+    columns), ``~`` when within the noise, ``same`` for exact metrics, ``?`` when no test was
+    possible."""
     if d.verdict in ("better", "worse"):
         # from a baseline of 0 there is no percentage: the change itself
         return f"{d.change_pct:+.1f}%" if math.isfinite(d.change_pct) else f"{d.change:+.4g} (from 0)"
     if d.verdict == "differs":
-        return f"differs ({d.change_pct:+.1f}%)" if math.isfinite(d.change_pct) else "differs"
+        return f"{d.change_pct:+.1f}%" if math.isfinite(d.change_pct) else "differs"
     return d.verdict
 
 
@@ -221,19 +223,39 @@ def _p_text(d: Delta) -> str:
     return f"{d.p:.3f}" if math.isfinite(d.p) else ""
 
 
+def short_names(names: Sequence[str], width: int = 10) -> dict[str, str]:
+    """Each name cut to what tells it from the others, for a narrow heading: the part after
+    their common prefix (``bmoe-20260721-090406``, ``bmoe-20260722-142300`` -> ``…1-090406``,
+    ``…2-142300``), its last ``width`` characters; a name already that short stays whole."""
+    if len(names) < 2:
+        return {n: n if len(n) <= width else "…" + n[-(width - 1):] for n in names}
+    common = len(os.path.commonprefix(list(names)))
+    out = {}
+    for n in names:
+        if len(n) <= width:
+            out[n] = n
+            continue
+        tail = n[min(common, len(n) - 1):]
+        out[n] = "…" + tail[-(width - 1):]
+    return out if len(set(out.values())) == len(out) else {n: n for n in names}
+
+
 def summary_table(c: Comparison) -> Table:
     """One row per metric: per other arm its delta against the baseline (``~`` within the noise)
     and verdict first (the answer), then each arm's value (with several runs, the median of its
     runs' values; ``±`` half the within-run interval with one run), the unit, and per other arm
     the delta's interval (percent of the baseline) and p."""
+    short = short_names(c.arms)
     cols = [Column("metric", "metric", False)]
     for a in c.arms[1:]:
-        cols += [Column(f"delta:{a}", f"Δ {a}"), Column(f"verdict:{a}", "verdict", False)]
+        cols += [Column(f"delta:{a}", f"Δ {a}", short=f"Δ {short[a]}"), Column(f"verdict:{a}", "verdict", False)]
     for a in c.arms:
-        cols.append(Column(f"value:{a}", a))
-    cols.append(Column("unit", "unit", False))
+        cols.append(Column(f"value:{a}", a, short=short[a]))
+    # narrow: the interval goes first, then p, then the unit (the values and the delta stay)
+    cols.append(Column("unit", "unit", False, drop=1))
     for a in c.arms[1:]:
-        cols += [Column(f"ci:{a}", f"{c.confidence:.0%} CI of Δ", False, short="CI of Δ"), Column(f"p:{a}", "p")]
+        cols += [Column(f"ci:{a}", f"{c.confidence:.0%} CI of Δ", False, short="CI of Δ", drop=3),
+                 Column(f"p:{a}", "p", drop=2)]
     rows = []
     for m in c.metrics:
         cells = [m.label]

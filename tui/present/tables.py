@@ -15,12 +15,15 @@ SortKey = float | str
 @dataclass(frozen=True, slots=True)
 class Column:
     """A column: ``key`` names it (stable across versions), ``label`` heads it, ``numeric``
-    right-aligns it, ``short`` heads it when the full labels do not fit the width."""
+    right-aligns it, ``short`` heads it when the full labels do not fit the width, ``drop`` is
+    how early it is left out when even the short labels do not fit (the highest first; 0: only
+    after every column with a ``drop``, from the right)."""
 
     key: str
     label: str
     numeric: bool = True
     short: str = ""
+    drop: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical, VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Static, TabbedContent, TabPane
+from textual.widgets import DataTable, Input, Static, TabbedContent, TabPane
 
 from bmoe_top.tui.analysis.compare import WITHIN_RUN_LABEL, Comparison
 from bmoe_top.tui.app import BmoeTopApp
@@ -80,6 +80,10 @@ class CompareScreen(Screen[None]):
         Binding("2", "tab('tokens')", "per token", show=False),
         Binding("3", "tab('warmup')", "warm-up", show=False),
         Binding("4", "tab('entry')", "contamination", show=False),
+        # ← / → scroll the tab's table sideways wherever the focus is (on the tab bar they switched
+        # tabs, which 1-4 do)
+        Binding("left", "scroll_table(-1)", "scroll", show=False, priority=True),
+        Binding("right", "scroll_table(1)", "scroll", show=False, priority=True),
         Binding("y", "cycle_metric", "token metric"),
         Binding("r", "next_run", "next run"),
         Binding("question_mark,f1", "help", "help"),
@@ -204,6 +208,23 @@ class CompareScreen(Screen[None]):
     # --------------------------------------------------------------------------------- actions
     def action_tab(self, tab: str) -> None:
         self.query_one("#cmp-tabs", TabbedContent).active = tab
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """← / → belong to a text box while one has the focus."""
+        if action == "scroll_table" and isinstance(self.focused, Input):
+            return False
+        return True
+
+    def action_scroll_table(self, d: int) -> None:
+        tab = self.query_one("#cmp-tabs", TabbedContent).active
+        tables = self.query(f"#{tab} DataTable")
+        if not tables:
+            return
+        dt = tables.first(DataTable)
+        if d > 0:
+            dt.scroll_right()
+        else:
+            dt.scroll_left()
 
     def action_cycle_metric(self) -> None:
         self.metric += 1

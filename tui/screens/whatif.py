@@ -86,6 +86,7 @@ class WhatIfScreen(Screen[None]):
     #chart-a, #chart-b { height: 1fr; }
     #alloc { height: auto; padding: 0 1; }
     #skew { padding: 0 1; }
+    WhatIfScreen.-ascii #wi-side { border-left: ascii $primary-darken-2; }
     WhatIfScreen.narrow #wi-side { display: none; }
     WhatIfScreen.short #chart-b { display: none; }
     """

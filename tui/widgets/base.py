@@ -14,6 +14,7 @@ import time
 from collections.abc import Hashable, Sequence
 from typing import Any
 
+from rich.cells import cell_len
 from rich.segment import Segment
 from rich.text import Text
 from textual.filter import ANSIToTruecolor, LineFilter
@@ -26,7 +27,8 @@ from bmoe_top.tui.playback import Playback
 from bmoe_top.tui.widgets.lines import FrameCache, MemoTruecolor, blank
 from bmoe_top.tui.widgets.palette import Look
 
-__all__ = ["DEFAULT_LOOK", "RunView", "absent_phrase", "ascii_strip", "ascii_text", "look_of", "truecolor_filters"]
+__all__ = ["DEFAULT_LOOK", "RunView", "absent_phrase", "ascii_cells", "ascii_strip", "ascii_text", "look_of",
+           "truecolor_filters"]
 
 DEFAULT_LOOK = Look()
 
@@ -36,11 +38,32 @@ _ASCII = str.maketrans({
     "→": ">", "←": "<", "–": "-", "—": "-", "×": "x", "·": ".", "…": ".", "°": "o", "▲": "^", "▼": "v",
     "µ": "u", "≥": ">", "≤": "<", "“": '"', "”": '"', "‘": "'", "’": "'", "▸": ">", "│": "|", "─": "-",
     "└": "+", "┊": ":", "╰": "`", "╯": "'", "█": "#", "●": "o", "■": "#", "❚": "|", "▶": ">", "◀": "<",
+    "Δ": "d", "±": "+", "≈": "~", "•": "*", "┤": "+", "┬": "+", "├": "+", "┼": "+", "┄": "-", "╎": "!",
+    "┆": ":", "▕": "]", "▏": "|", "▎": "|", "░": ":", "▒": "=", "▓": "#", "✚": "+", "○": "@", "□": "=",
+    "◇": "%", "★": "*", "◆": "&", "✖": "x", "↑": "^", "↓": "v", "┌": "+", "┐": "+", "┘": "+", "━": "-",
+    "┃": "|", "╭": "+", "╮": "+", "⏎": "<", "⇥": ">",
 })
 
 
 def _ascii(s: str) -> str:
     return s if s.isascii() else s.translate(_ASCII).encode("ascii", "replace").decode("ascii")
+
+
+def ascii_cells(text: str) -> str:
+    """``text`` in ASCII that takes the same cells: each character its stand-in (``?`` when it
+    has none), a wide one two, a zero-width one none."""
+    if text.isascii():
+        return text
+    out = []
+    for ch in text:
+        if ch.isascii():
+            out.append(ch)
+            continue
+        w = cell_len(ch)
+        if w:
+            sub = _ascii(ch)
+            out.append((sub if len(sub) == 1 else "?") * w)
+    return "".join(out)
 
 
 def ascii_text(text: Text) -> Text:

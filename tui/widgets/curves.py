@@ -24,6 +24,7 @@ from rich.style import Style
 from textual.strip import Strip
 from textual.widget import Widget
 
+from bmoe_top.tui.widgets.base import look_of
 from bmoe_top.tui.widgets.lines import FrameCache, segments
 from bmoe_top.tui.widgets.palette import DIM, LABEL, TITLE
 
@@ -144,7 +145,7 @@ class CurveChart(Widget):
     def __init__(self, plot: CurvePlot | None = None, *, ascii: bool | None = None, **kw: object) -> None:
         super().__init__(**kw)  # type: ignore[arg-type]
         self.plot = plot
-        self.ascii = ascii_mode() if ascii is None else ascii
+        self._ascii = ascii
         self._version = 0
         self.frame = FrameCache(self.build)
 
@@ -152,6 +153,14 @@ class CurveChart(Widget):
         self.plot = plot
         self._version += 1
         self.refresh()
+
+    @property
+    def ascii(self) -> bool:
+        """ASCII glyphs: as asked, else the app's look (``--ascii``, a locale without UTF-8) or
+        :func:`ascii_mode`."""
+        if self._ascii is not None:
+            return self._ascii
+        return look_of(self).ascii or ascii_mode()
 
     @property
     def mono(self) -> bool:

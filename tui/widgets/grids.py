@@ -446,6 +446,10 @@ class ExpertMap(GridView):
 
         c, h, r_sum = fold(counts), fold(hits), fold(res)
         cells_per = fold(np.ones_like(res))
+        # a folded cell is drawn resident when at least half the pairs whose residency is known
+        # are (every pair with a resident set; the routed ones with last-hit residency)
+        known = cells_per if resident is not None else fold((counts > 0).astype(np.int8))
+        res_cell_mask = (r_sum > 0) & (2 * r_sum >= known)
         per_layer = counts.sum(axis=1, keepdims=True).astype(float)
         expected = fold_rows(per_layer, fl, "sum") / max(1, n_expert) * g_size[None, :]
         bins = look.heat_bin(c.astype(float), np.maximum(expected, 1e-9))
@@ -466,8 +470,9 @@ class ExpertMap(GridView):
         # title + legend
         res_cell = look.heat_resident[-1][0]
         out_cell = look.heat_out[-1][0]
+        word = "resident" if resident is not None else "last hit"  # the readout's word
         tail_opts = [f"  {res_cell} {res_src}  {out_cell} not  {g.no_data} never routed",
-                     f"  {res_cell} resident {out_cell} not {g.no_data} never", f"  {res_cell} res {out_cell} not"]
+                     f"  {res_cell} {word} {out_cell} not {g.no_data} never", f"  {res_cell} {word} {out_cell} not"]
         legend = [Segment("cold ", look.dim), *[Segment(ch, st) for ch, st in look.heat_resident],
                   Segment(" hot", look.dim)]
         legend_len = sum(s.cell_length for s in legend)
@@ -499,7 +504,7 @@ class ExpertMap(GridView):
         for i in range(shown):
             r = first + i
             b = bins[r, left: left + col_shown].astype(np.int64)
-            rs = r_sum[r, left: left + col_shown] > 0
+            rs = res_cell_mask[r, left: left + col_shown]
             if resident is not None:
                 b = np.where((b < 0) & rs, 0, b)  # resident but never routed: resident, coldest
             idx = np.where(b < 0, 0, np.where(rs, 1 + b, 1 + nl + b))

@@ -210,12 +210,14 @@ class Look:
             colors = {"viridis": _VIRIDIS, "cividis": _CIVIDIS, "classic": _CLASSIC_HIT}[self.scale]
             hit = [(g.full, Style(color=c)) for c in colors]
         s(self, "hit_cells", hit)
-        # routing heat: colour = heat; glyph = resident (full cell) or not (a dot)
+        # routing heat: colour = heat; glyph = resident (full cell) or not (a dot), one glyph each
+        # in every look, so residency never depends on telling heat textures apart; without
+        # colour (NO_COLOR) heat is the intensity: dim, normal, bold
         if mono:
-            res = "-=#" if self.ascii else "▒▓█"
-            out = "'oO" if self.ascii else "∙•●"
-            s(self, "heat_resident", [(ch, BLANK) for ch in res])
-            s(self, "heat_out", [(ch, BLANK) for ch in out])
+            res, out = ("#", "o") if self.ascii else ("█", "●")
+            heat = [Style(dim=True), BLANK, Style(bold=True)]
+            s(self, "heat_resident", [(res, x) for x in heat])
+            s(self, "heat_out", [(out, x) for x in heat])
         else:
             if c16:
                 colors = _HEAT_16

@@ -47,8 +47,10 @@ class SortTable(Vertical):
         self.descending = False
         self.filter_text = ""
         self.shown: list[Row] = []
-        #: labels of the columns the width leaves out (on the right)
+        #: labels of the columns the width leaves out
         self.hidden: list[str] = []
+        #: indices (into the table's columns) of the columns shown, in order
+        self.shown_cols: list[int] = []
 
     def compose(self) -> ComposeResult:
         yield Static(classes="sort-head")
@@ -82,18 +84,21 @@ class SortTable(Vertical):
             rows = sort_rows(rows, self.sort_col, self.descending)
         self.shown = rows
         cursor = dt.cursor_row
-        labels, k = self._fit(t, rows)
-        if rebuild_columns or not dt.columns or len(dt.columns) != k:
+        labels, shown = self._fit(t, rows)
+        if rebuild_columns or not dt.columns or shown != self.shown_cols:
             dt.clear(columns=True)
-            for c, label in zip(t.columns[:k], labels):
+            for i, label in zip(shown, labels):
+                c = t.columns[i]
                 dt.add_column(Text(label, justify="right" if c.numeric else "left", end=""), key=c.key)
         else:
             dt.clear()
-        self.hidden = [c.label for c in t.columns[k:]]
+        self.shown_cols = shown
+        self.hidden = [c.label for i, c in enumerate(t.columns) if i not in shown]
         for r in rows:
             style = KIND_STYLE.get(r.kind, "")
-            dt.add_row(*[Text(cell, style=style, justify="right" if c.numeric else "left", end="", no_wrap=True)
-                         for cell, c in zip(r.cells[:k], t.columns[:k])])
+            dt.add_row(*[Text(r.cells[i] if i < len(r.cells) else "", style=style,
+                              justify="right" if t.columns[i].numeric else "left", end="", no_wrap=True)
+                         for i in shown])
         if rows:
             dt.move_cursor(row=min(max(0, cursor), len(rows) - 1))
         head = safe_text(t.title, "bold")
@@ -109,36 +114,36 @@ class SortTable(Vertical):
         self.query_one(".sort-head", Static).update(head)
         self.query_one(".sort-note", Static).update(safe_text(t.note))
 
-    def _fit(self, t: Table, rows: list[Row]) -> tuple[list[str], int]:
-        """The column labels and how many columns (from the left) fit the width whole: the full
-        labels, else the short ones; columns that still do not fit are left out (the header line
-        names them), never cut in the middle (a last column of prose needs only its heading's
-        width: its text may run off the right edge)."""
+    def _fit(self, t: Table, rows: list[Row]) -> tuple[list[str], list[int]]:
+        """The column labels and which columns (their indices, in order) fit the width whole:
+        every column with the full labels, else with the short ones, else without the columns
+        marked to ``drop`` first (the highest first), then without the rightmost; columns left
+        out are named on the header line, never cut in the middle (a last column of prose needs
+        only its heading's width: its text may run off the right edge)."""
         width = self.size.width - 2  # the vertical scrollbar
-        out: tuple[list[str], int] = ([], 0)
+        n = len(t.columns)
+        labels: list[str] = []
+        cell_w: list[int] = []
+        shown = list(range(n))
         for short in (False, True):
             labels = []
             for i, c in enumerate(t.columns):
                 arrow = (" ▼" if self.descending else " ▲") if self.sort_col == i else ""
                 labels.append(((c.short or c.label) if short else c.label) + arrow)
             if width <= 0:
-                return labels, len(labels)
-            used = k = 0
-            last = len(labels) - 1
-            for j, label in enumerate(labels):
-                need = max([cell_len(label), *(cell_len(r.cells[j]) for r in rows if j < len(r.cells))]) + 2
-                if j == last and not t.columns[j].numeric:
-                    need = cell_len(label) + 2  # prose at the right edge may run off it; its heading may not
-                if k and used + need > width:
-                    break
-                used, k = used + need, k + 1
-            out = (labels, k)
-            if k == len(labels):
-                break
-        return out
+                return labels, shown
+            cell_w = [max([cell_len(labels[j]), *(cell_len(r.cells[j]) for r in rows if j < len(r.cells))]) + 2
+                      for j in range(n)]
+            if _need(t, labels, cell_w, shown) <= width:
+                return labels, shown
+        # short labels: leave columns out until the rest fits (one column always stays)
+        order = sorted((j for j in range(n) if t.columns[j].drop > 0), key=lambda j: (-t.columns[j].drop, -j))
+        while len(shown) > 1 and _need(t, labels, cell_w, shown) > width:
+            shown.remove(order.pop(0) if order else shown[-1])
+        return [labels[j] for j in shown], shown
 
     def on_resize(self, event: events.Resize) -> None:
-        if self.table is not None and self._fit(self.table, self.shown)[1] != len(self.data_table.columns):
+        if self.table is not None and self._fit(self.table, self.shown)[1] != self.shown_cols:
             self.populate(rebuild_columns=True)
 
     # ----------------------------------------------------------------------------- actions
@@ -171,7 +176,7 @@ class SortTable(Vertical):
 
     @on(DataTable.HeaderSelected)
     def _header(self, event: DataTable.HeaderSelected) -> None:
-        i = event.column_index
+        i = self.shown_cols[event.column_index] if event.column_index < len(self.shown_cols) else event.column_index
         if self.sort_col == i:
             self.sort_by(i, not self.descending)
         else:
@@ -195,3 +200,10 @@ class SortTable(Vertical):
             self.populate(rebuild_columns=False)
             self.data_table.focus()
             event.stop()
+
+
+def _need(t: Table, labels: list[str], cell_w: list[int], shown: list[int]) -> int:
+    """Cells the ``shown`` columns take (a last column of prose: only its heading)."""
+    last = shown[-1]
+    tail = cell_w[last] if t.columns[last].numeric else cell_len(labels[last]) + 2
+    return sum(cell_w[j] for j in shown[:-1]) + tail
