@@ -74,7 +74,8 @@ async def test_compare_at_80_columns_hides_what_does_not_fit_and_never_cuts_a_co
         shown, hidden = _header_cells(table), table.hidden
         labels = [c.short or c.label for c in table.table.columns]
         assert shown == labels[: len(shown)] and len(shown) + len(hidden) == len(labels)  # a prefix, the rest named
-        assert "unit" in hidden  # it was cut to 'un'; the values then read 'ms/to'
+        assert ("unit" in shown) != ("unit" in hidden)  # whole or named as left out: it was cut to 'un'
+        assert "95% CI of Δ" in hidden  # the interval goes before any value or the unit
         assert sum(len(h) for h in shown) < 80
         text = screen_text(app)
         assert "ms/to " not in text and "ms/to\n" not in text
