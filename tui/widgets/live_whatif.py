@@ -2,9 +2,11 @@
 every cache budget, replayed from the routing as it arrives, with the run's budget, T and the
 whole bank marked, and what a smaller or bigger cache would give right now.
 
-The replay (:class:`bmoe_top.tui.present.whatif.LiveWhatIf`) runs on a worker thread a few times a
-second and reads the run model under its lock; it publishes its newest view, which a timer on the
-UI thread draws, so the screen stays responsive whatever the token rate. The analysis core (numba) is imported by that
+The replay (:class:`bmoe_top.tui.present.whatif.LiveWhatIf`) runs on a worker thread every
+``interval`` seconds while the panel is shown (every :data:`HIDDEN_INTERVAL_S` while its tab is
+hidden, and at once when it is shown again) and reads the run model under its lock; it publishes
+its newest view, which a timer on the UI thread draws, so the screen stays responsive whatever the
+token rate. The analysis core (numba) is imported by that
 thread on its first update, never at startup.
 """
 
@@ -23,7 +25,11 @@ from bmoe_top.tui.present.numbers import fmt
 from bmoe_top.tui.present.whatif import LiveView, LiveWhatIf
 from bmoe_top.tui.widgets.curves import CurveChart, CurveMark, CurvePlot, CurveSeries
 
-__all__ = ["LiveWhatIfPanel"]
+__all__ = ["HIDDEN_INTERVAL_S", "LiveWhatIfPanel"]
+
+#: Seconds between replays while the panel's tab is hidden: each replay has a fixed cost beside
+#: its per-token one, and nothing shows its result until the tab is shown (then it replays at once).
+HIDDEN_INTERVAL_S = 5.0
 
 
 class LiveWhatIfPanel(Vertical):
@@ -45,6 +51,8 @@ class LiveWhatIfPanel(Vertical):
         self.view: LiveView | None = None
         self.error = ""
         self._stop = threading.Event()
+        self._wake = threading.Event()  # set by stop() and when the panel is shown again
+        self._shown = False  # the panel was on screen at the UI timer's last look
         self._thread: threading.Thread | None = None
         self._pending: LiveView | None = None  # the newest view the worker made, not drawn yet
         self._error_shown = False
@@ -62,9 +70,18 @@ class LiveWhatIfPanel(Vertical):
     def on_unmount(self) -> None:
         self.stop()
 
+    def on_show(self) -> None:
+        """The tab was shown: replay what arrived while it was hidden now, not at the next wake."""
+        self._shown = True
+        self._wake.set()
+
+    def on_hide(self) -> None:
+        self._shown = False
+
     def stop(self) -> None:
-        """Ask the replay thread to end (it does within ``interval`` seconds)."""
+        """Ask the replay thread to end (it does at once, or after the replay under way)."""
         self._stop.set()
+        self._wake.set()
 
     def _loop(self) -> None:
         """The worker thread: replay what arrived, publish the newest view, wait."""
@@ -75,12 +92,15 @@ class LiveWhatIfPanel(Vertical):
             except Exception as e:  # a replay failure is shown; the panel and the run go on
                 self.error = f"the live replay stopped: {e}"
                 return
-            self._stop.wait(self.interval)
+            self._wake.wait(self.interval if self._shown else max(self.interval, HIDDEN_INTERVAL_S))
+            self._wake.clear()
 
     def _drain(self) -> None:
         """The UI thread: draw the newest view the worker published, if any, once the panel is
-        shown (a hidden tab keeps it: drawing it would lay the screen out again for nothing)."""
-        if not self.is_on_screen:
+        shown (a hidden tab keeps it: drawing it would lay the screen out again for nothing).
+        """
+        self._shown = shown = self.is_on_screen
+        if not shown:
             return
         view, self._pending = self._pending, None
         if view is not None or (self.error and not self._error_shown):
