@@ -284,8 +284,9 @@ async def test_the_expert_map_waits_its_min_interval_while_following_and_a_key_r
 
 async def test_when_the_views_are_due_the_title_and_the_tail_go_with_them(csv_run, monkeypatch):
     """A tick that repaints the views repaints the title and the answer's tail in the same pass
-    (no tail left for a pass of its own after it); between views, the fast tier repaints the title,
-    then the tail after that repaint. So a second holds three repaints, not five."""
+    (no tail left for a pass of its own after it); between views, new rows repaint the tail alone
+    (the title's numbers wait for the views, so they show the views' token). So a second holds
+    two repaints, not five."""
     from bmoe_top.tui.screens.base import FAST_S
     from bmoe_top.tui.widgets.panels import AnswerTail
 
@@ -296,7 +297,7 @@ async def test_when_the_views_are_due_the_title_and_the_tail_go_with_them(csv_ru
         await pilot.pause()
         tail = app.query_one(AnswerTail)
         deferred: list[int] = []
-        monkeypatch.setattr(screen, "_refresh_tails", lambda: deferred.append(1))
+        monkeypatch.setattr(screen, "refresh_tails", lambda: deferred.append(1))
         screen.tick()
         await pilot.pause()
         deferred.clear()
@@ -306,12 +307,13 @@ async def test_when_the_views_are_due_the_title_and_the_tail_go_with_them(csv_ru
         screen.tick()
         await pilot.pause()
         assert screen.view_polls == polls + 1 and tail._key != tail_key and deferred == []
-        screen.refresh_s = NEVER  # between views: the fast tier, the tail after the title's repaint
+        screen.refresh_s = NEVER  # between views: the fast tier repaints the tail alone
+        title = title_of(app)
         run.add_token_row({"wall_ms": 31.0, "io_ms": 5.0})
         screen._fast_at -= FAST_S
         screen.tick()
         await pilot.pause()
-        assert screen.view_polls == polls + 1 and deferred == [1]
+        assert screen.view_polls == polls + 1 and deferred == [1] and title_of(app) == title
 
 
 async def test_the_screen_ticks_fps_a_second_only_while_something_animates(csv_run):

@@ -88,11 +88,12 @@ class AttachScreen(RunScreen):
         self.update_attach(force=True)
 
     def tick(self) -> None:
-        """The shared tick; the status line and the attach panel follow the data at once (a
-        scrape or an audit record is a few a second at most), like the title."""
+        """The shared tick; the title, the status line and the attach panel follow the data at
+        once (a scrape or an audit record is a few a second at most)."""
         seen = self._tick_key
         super().tick()
         if self._tick_key is not seen:
+            self._update_title(self._tick_key)
             self.update_attach()
 
     def refresh_views(self, force: bool = False) -> None:

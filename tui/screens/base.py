@@ -9,15 +9,15 @@ token. A mode screen composes its own parts into this layout through hooks calle
 :meth:`RunScreen.compose` (a status line under the title, panels above the run panel, extra
 tabs, a bar at the bottom); nothing is added to the DOM after mount.
 
-Repaints come in two tiers, like htop's ``-d`` delay: the title line, the live status line and
-the answer's tail follow new rows every :data:`FAST_S` seconds (a key at once; a state change at
-the next tick: every :data:`BASE_TICK_S`, or ``fps`` a second while a replay plays or a
-slow-motion view moves); the views (overview strip,
-breakdown, trends, maps) and the panels repaint every ``refresh`` seconds while data streams
-(default :data:`REFRESH_S`; ``{`` and ``}`` step through :data:`REFRESH_STEPS`; a replay that
-plays, and every key, repaint at once), with the title and the tail in the same repaint, so the
-fast tier keeps step with them. A tick with nothing new (the run's version, the playback, the
-size and the state indicator unchanged) does nothing at all.
+Repaints come in two tiers, like htop's ``-d`` delay: the answer's tail follows new rows every
+:data:`FAST_S` seconds, and the title line follows a change of state at the next tick (every
+:data:`BASE_TICK_S`, or ``fps`` a second while a replay plays or a slow-motion view moves; a key
+at once); the views (overview strip, breakdown, trends, maps), the panels and the title's numbers
+repaint every ``refresh`` seconds while data streams (default :data:`REFRESH_S`; ``{`` and ``}``
+step through :data:`REFRESH_STEPS`; a replay that plays, and every key, repaint at once), with
+the tail in the same repaint, so the fast tier keeps step with them and the title's token is the
+views' token. A tick with nothing new (the run's version, the playback, the size and the state
+indicator unchanged) does nothing at all.
 
 Layouts follow the terminal: ``-compact`` under 100 x 30 (no side panel, no tab bar, one header
 line, one map at a time: ``m`` swaps them), ``-tiny`` under 60 x 15 (a message that says so).
@@ -418,8 +418,10 @@ class RunScreen(Screen[None]):
             self._stale = True
         if self._stale and views_due:
             # the title and the answer's tail go with the views: one repaint, and the fast tier
-            # keeps step with the views (a title and a tail between them, not two of each)
+            # keeps step with the views (a tail between them, not two of each)
             self.refresh_views()
+        elif fast and old is not None and self._only_data(key, old):
+            self.refresh_tails()  # new rows only: the title's numbers go with the views' next repaint
         elif fast:
             self.refresh_fast(key)
 
@@ -486,9 +488,10 @@ class RunScreen(Screen[None]):
         self.playback.clamp()
         self._update_title(key if key is not None else self.change_key())
         if self._widgets()[5]:
-            self.call_after_refresh(self._refresh_tails)
+            self.call_after_refresh(self.refresh_tails)
 
-    def _refresh_tails(self) -> None:
+    def refresh_tails(self) -> None:
+        """The answer's tail follows new rows (its own repaint: only its lines change)."""
         if self._ready():
             for tail in self._widgets()[5]:
                 tail.update_from_run()
