@@ -78,15 +78,18 @@ def route_arrays(lines: Sequence[tuple[int, Sequence[Sequence[int]], Sequence[Se
     """(token, layer, expert, hit) row arrays of routing lines ``(tok, experts, hits)`` (see
     :meth:`RunModel.add_route_lists`), in order: a hit list shorter than its layer's experts
     gives -1 (not known) for the rest."""
-    lens = [len(r) for _t, experts, _h in lines for r in experts]
+    es = [e for _t, e, _h in lines]
+    rows = list(chain.from_iterable(es))  # one id list per (token, layer), in order
+    n_layers = [len(e) for e in es]
+    lens = list(map(len, rows))
     total = sum(lens)
-    layer = np.repeat(np.fromiter(chain.from_iterable(range(len(e)) for _t, e, _h in lines), dtype=np.int64,
-                                  count=len(lens)), lens)
-    per_tok = [sum(len(r) for r in e) for _t, e, _h in lines]
-    tok = np.repeat(np.array([t for t, _e, _h in lines], dtype=np.int64), per_tok)
-    expert = np.fromiter(chain.from_iterable(r for _t, e, _h in lines for r in e), dtype=np.int64, count=total)
-    if [len(r) for _t, e, h in lines if len(h) == len(e) for r in h] == lens:
-        hit = np.fromiter(chain.from_iterable(r for _t, _e, h in lines for r in h), dtype=np.int64, count=total)
+    starts = np.repeat(np.cumsum(n_layers) - n_layers, n_layers)  # each row's token's first row
+    layer = np.repeat(np.arange(len(rows), dtype=np.int64) - starts, lens)
+    tok = np.repeat(np.repeat(np.array([t for t, _e, _h in lines], dtype=np.int64), n_layers), lens)
+    expert = np.fromiter(chain.from_iterable(rows), dtype=np.int64, count=total)
+    hrows = list(chain.from_iterable(h for _t, _e, h in lines))
+    if [len(h) for _t, _e, h in lines] == n_layers and list(map(len, hrows)) == lens:
+        hit = np.fromiter(chain.from_iterable(hrows), dtype=np.int64, count=total)
     else:  # some hit list is shorter than its layer's experts: the rest is not known
         hit = np.array([hrow[j] if j < len(hrow) else -1
                         for _t, e, h in lines
