@@ -84,15 +84,20 @@ class LiveWhatIfPanel(Vertical):
         self._wake.set()
 
     def _loop(self) -> None:
-        """The worker thread: replay what arrived, publish the newest view, wait."""
+        """The worker thread: replay what arrived, publish the newest view, wait. Until the
+        first routing is replayed it waits ``interval`` even while hidden: that replay loads the
+        analysis core, a cost better paid when routing starts than in the middle of a run."""
+        replayed = False
         while not self._stop.is_set():
             try:
                 if self.follower.update():
                     self._pending = self.follower.view()
+                    replayed = True
             except Exception as e:  # a replay failure is shown; the panel and the run go on
                 self.error = f"the live replay stopped: {e}"
                 return
-            self._wake.wait(self.interval if self._shown else max(self.interval, HIDDEN_INTERVAL_S))
+            hidden = replayed and not self._shown
+            self._wake.wait(max(self.interval, HIDDEN_INTERVAL_S) if hidden else self.interval)
             self._wake.clear()
 
     def _drain(self) -> None:
