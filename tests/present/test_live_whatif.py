@@ -115,6 +115,22 @@ def test_rows_dropped_before_the_replay_are_counted() -> None:
     assert v.tokens == run.routes.n // (N_LAYER * K)
 
 
+def test_lagging_when_the_routing_not_replayed_spans_half_the_window() -> None:
+    """A hidden panel replays early when the rows it has not seen span over half the tokens the
+    model keeps (they would be dropped before a replay sees them)."""
+    run = RunModel(LIVE)  # keeps the routing of the newest 2,048 tokens
+    lw = LiveWhatIf(run, sizes=lambda r: LAYER_BYTES)
+    assert not lw.lagging()  # no routing at all
+    feed_run(run, 1000)
+    assert not lw.lagging()  # 1,000 tokens behind: under half of 2,048
+    lw.update()
+    assert not lw.lagging()  # caught up
+    feed_run(run, 1100)  # a new run's lines in the same model: 1,100 tokens behind
+    assert lw.lagging()
+    lw.update()
+    assert not lw.lagging() and lw.skipped_rows == 0
+
+
 def test_a_bad_routing_row_is_counted_not_fatal() -> None:
     run = RunModel(LIVE)
     feed_run(run, 10)

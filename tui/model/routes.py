@@ -102,6 +102,8 @@ class RoutesReader(Protocol):
     def max_layer(self) -> int: ...
     @property
     def max_expert(self) -> int: ...
+    @property
+    def window_tokens(self) -> int | None: ...
 
 
 class RouteStore:
@@ -140,6 +142,12 @@ class RouteStore:
         self.counts = CountHistory(self._count_fine, lambda: self._lc0, 0, history_capacity, base_rows)
 
     # -- routing rows ----------------------------------------------------------------------------
+    @property
+    def window_tokens(self) -> int | None:
+        """Tokens whose routing rows are kept at least (None: all); older rows are folded into
+        the aggregates when the store is full."""
+        return self._window
+
     @property
     def n(self) -> int:
         """Routing rows held."""

@@ -543,6 +543,17 @@ class LiveWhatIf:
             extra.append(int(budget_mib * MIB))  # the run's own budget is replayed exactly
         self._lru = LiveLru(n_layer, n_expert, lb, extra=extra)
 
+    def lagging(self) -> bool:
+        """Whether the routing rows not replayed yet span over half of the tokens the run model
+        keeps (rows older than its window are dropped before a replay sees them: replay now)."""
+        run = self.run
+        with run.lock:
+            ro = run.routes
+            window, total, first = ro.window_tokens, ro.total, ro.total - ro.n
+            if window is None or self._row >= total:
+                return False
+            return self._row < first or ro.max_tok - int(ro.tok[self._row - first]) > window // 2
+
     def update(self) -> bool:
         """Replay the routing rows added since the last call (at most ``max_tokens`` tokens).
         Returns True when the curve changed."""

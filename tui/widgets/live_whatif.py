@@ -4,7 +4,8 @@ whole bank marked, and what a smaller or bigger cache would give right now.
 
 The replay (:class:`bmoe_top.tui.present.whatif.LiveWhatIf`) runs on a worker thread every
 ``interval`` seconds while the panel is shown (every :data:`HIDDEN_INTERVAL_S` while its tab is
-hidden, and at once when it is shown again) and reads the run model under its lock; it publishes
+hidden, sooner when the routing not replayed yet nears the model's window, and at once when the
+tab is shown again) and reads the run model under its lock; it publishes
 its newest view, which a timer on the UI thread draws, so the screen stays responsive whatever the
 token rate. The analysis core (numba) is imported by that
 thread on its first update, never at startup.
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -88,16 +90,19 @@ class LiveWhatIfPanel(Vertical):
         first routing is replayed it waits ``interval`` even while hidden: that replay loads the
         analysis core, a cost better paid when routing starts than in the middle of a run."""
         replayed = False
+        last = 0.0  # monotonic time of the last replay
         while not self._stop.is_set():
             try:
-                if self.follower.update():
-                    self._pending = self.follower.view()
-                    replayed = True
+                if not (replayed and not self._shown and time.monotonic() - last < HIDDEN_INTERVAL_S
+                        and not self.follower.lagging()):
+                    last = time.monotonic()
+                    if self.follower.update():
+                        self._pending = self.follower.view()
+                        replayed = True
             except Exception as e:  # a replay failure is shown; the panel and the run go on
                 self.error = f"the live replay stopped: {e}"
                 return
-            hidden = replayed and not self._shown
-            self._wake.wait(max(self.interval, HIDDEN_INTERVAL_S) if hidden else self.interval)
+            self._wake.wait(self.interval)
             self._wake.clear()
 
     def _drain(self) -> None:
