@@ -92,6 +92,13 @@ def progress_transcript(n: int = 24, n_layer: int = 4, n_expert: int = 16, text:
     return ("\n".join(out) + "\n").encode()
 
 
+def progress_recording(n: int = 24) -> bytes:
+    """A --record file of :func:`progress_transcript`'s protocol lines (one timestamp for all)."""
+    rows = [orjson.dumps({"t": 1.8e9, "src": "stdout", "line": ln}).decode()
+            for ln in progress_transcript(n).decode().splitlines() if ln.startswith("BMOE_")]
+    return ("\n".join(rows) + "\n").encode()
+
+
 def session_recording(turns: int = 2, n: int = 10, t0: float = 1_800_000_000.0, additive: bool = False) -> bytes:
     """A --record file of a session: READY, then per turn a request, BEGIN, tokens 50 ms apart, DONE.
     ``additive``: the lines carry the additive fields bmoe-run sends (docs/telemetry.md "Additive

@@ -231,9 +231,7 @@ async def test_the_live_screen_draws_the_curve() -> None:
     from bmoe_top.tui.widgets.curves import CurveChart
     from bmoe_top.tui.widgets.live_whatif import LiveWhatIfPanel
 
-    rows = [orjson.dumps({"t": 1.8e9, "src": "stdout", "line": ln}).decode()
-            for ln in synth.progress_transcript(24).decode().splitlines() if ln.startswith("BMOE_")]
-    rec = parse_recording(("\n".join(rows) + "\n").encode())
+    rec = parse_recording(synth.progress_recording(24))
     src = RecordingSource(rec, speed=float("inf"), name="t.rec.jsonl")
     app = live_app(src, title="play")
     try:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import orjson
 import pytest
 
 from bmoe_top.tui.present.whatif import LiveWhatIf
@@ -39,9 +38,7 @@ async def test_a_hidden_panel_waits_and_a_shown_one_replays_at_once(monkeypatch:
 
     monkeypatch.setattr(LiveWhatIfPanel, "_drain", counted_drain)
 
-    rows = [orjson.dumps({"t": 1.8e9, "src": "stdout", "line": ln}).decode()
-            for ln in synth.progress_transcript(24).decode().splitlines() if ln.startswith("BMOE_")]
-    rec = parse_recording(("\n".join(rows) + "\n").encode())
+    rec = parse_recording(synth.progress_recording(24))
     src = RecordingSource(rec, speed=float("inf"), name="t.rec.jsonl")
     app = live_app(src, title="play")
     try:
