@@ -83,8 +83,9 @@ def route_arrays(lines: Sequence[tuple[int, Sequence[Sequence[int]], Sequence[Se
     n_layers = [len(e) for e in es]
     lens = list(map(len, rows))
     total = sum(lens)
-    starts = np.repeat(np.cumsum(n_layers) - n_layers, n_layers)  # each row's token's first row
-    layer = np.repeat(np.arange(len(rows), dtype=np.int64) - starts, lens)
+    nl: I64 = np.array(n_layers, dtype=np.int64)
+    starts: I64 = np.repeat(np.cumsum(nl) - nl, nl)  # each row's token's first row
+    layer: I64 = np.repeat(np.arange(len(rows), dtype=np.int64) - starts, lens)
     tok = np.repeat(np.repeat(np.array([t for t, _e, _h in lines], dtype=np.int64), n_layers), lens)
     expert = np.fromiter(chain.from_iterable(rows), dtype=np.int64, count=total)
     hrows = list(chain.from_iterable(h for _t, _e, h in lines))

@@ -92,8 +92,10 @@ class AttachScreen(RunScreen):
         once (a scrape or an audit record is a few a second at most)."""
         seen = self._tick_key
         super().tick()
-        if self._tick_key is not seen:
-            self._update_title(self._tick_key)
+        key = self._tick_key
+        if key is not seen:
+            if key is not None:
+                self._update_title(key)
             self.update_attach()
 
     def refresh_views(self, force: bool = False) -> None:
