@@ -15,7 +15,7 @@ from helpers.waits import until
 
 from bmoe_top.tui.feed.bind import bind
 from bmoe_top.tui.model import RunModel
-from bmoe_top.tui.present.metrics import metrics_document
+from bmoe_top.tui.present.metrics import metrics_document, status_parts
 from bmoe_top.tui.sources.metrics_poll import MetricsPoller, _no_proxy_match, is_loopback_host, make_client
 
 
@@ -95,6 +95,9 @@ def test_read_timeout_while_health_answers_is_busy_and_keeps_the_values(srv):
     assert p.next_wait() == pytest.approx(0.05)  # a busy server is asked again every interval, no backoff
     doc = metrics_document(p.state, run)
     assert doc["status"] == "busy" and doc["totals"]["hits"] == 10 and doc["stale_s"] >= 0.3
+    line = "".join(t for t, _k in status_parts(doc))  # the status line says it, not "unreachable"
+    assert line.startswith("◔ busy  metrics stale for ") and " s (the last values are kept)" in line
+    assert "/health answers" in line and "unreachable" not in line
     p.client.close()
 
 
