@@ -123,11 +123,14 @@ async def test_screen_live_against_bmoe_run_serve(tmp_path):
             poller.stop()  # freeze the picture: no row arrives between the reads below
             poller.join(5)
             screen = app.main
-            await pilot_until(pilot, lambda: screen.playback.cursor == screen.model.tokens.n and not screen._stale,
-                              "the views' repaint at the last row")
+            n = done["tokens_predicted"]
+            # the cursor follows the newest row at every tick, the repaint comes at the next fast
+            # tick: wait for the panel that shows the last scrape too
+            await pilot_until(pilot, lambda: screen.playback.cursor == screen.model.tokens.n and not screen._stale
+                              and f"{n} tok" in plain(app.query_one("#attach-panel").content),
+                              "the views' and the panel's repaint at the last row")
             await pilot.pause()
             st = metrics_document(app.main.state, app.main.model)
-            n = done["tokens_predicted"]
             assert n > 50 and st["status"] == "ok" and st["totals"]["tokens_predicted"] == n
             hm = strips_text(app.query_one("#heatmap").build(100, 20))
             assert "L0" in hm and "L1" in hm and "layer × interval hit share" in hm
