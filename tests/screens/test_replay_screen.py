@@ -3,9 +3,12 @@ playback clock over a recording, an STRP profile as a rank map."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 from helpers import synth
+from helpers.waits import pilot_until
 from textual.widgets import Static
 
 from bmoe_top.tui.app import BmoeTopApp
@@ -283,16 +286,25 @@ async def test_the_search_box_is_drawn_where_the_user_types(csv_run, size):
     """`/` opens a box the user sees while typing (it was docked under the footer, so every key
     went in blind), and typing does not stack a notification per key."""
     app = replay_app(open_paths(csv_run), "s")
+    notes: list[str] = []  # every notification posted (a shown one expires after its timeout)
+    notify = app.notify
+
+    def counted(message: str, *args: Any, **kwargs: Any) -> None:
+        notes.append(str(message))
+        notify(message, *args, **kwargs)
+
+    app.notify = counted  # type: ignore[method-assign]
     async with app.run_test(size=size) as pilot:
         await pilot.press("slash", *"tok")
         await pilot.pause()
         screen = app.screen
         lines = ["".join(seg.text for seg in s) for s in screen._compositor.render_strips()]
         assert any("tok" in line and "^p" not in line for line in lines[-3:]), lines[-3:]
-        assert len(app._notifications) == 0
+        assert notes == []
         await pilot.press("enter")
+        await pilot_until(pilot, lambda: notes, "the search's notification")
         await pilot.pause()
-        assert len(app._notifications) == 1
+        assert len(notes) == 1 and "match" in notes[0], notes
 
 
 async def test_files_of_another_run_are_named_in_the_banner_at_80x24(tmp_path):
