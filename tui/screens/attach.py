@@ -87,15 +87,14 @@ class AttachScreen(RunScreen):
     def after_mount(self) -> None:
         self.update_attach(force=True)
 
+    TITLE_FOLLOWS_ROWS = True  # a scrape or a record is a few rows a second at most
+
     def tick(self) -> None:
-        """The shared tick; the title, the status line and the attach panel follow the data at
-        once (a scrape or an audit record is a few a second at most)."""
+        """The shared tick; the status line and the attach panel follow the data at once (a
+        scrape or an audit record is a few a second at most), like the title."""
         seen = self._tick_key
         super().tick()
-        key = self._tick_key
-        if key is not seen:
-            if key is not None:
-                self._update_title(key)
+        if self._tick_key is not seen:
             self.update_attach()
 
     def refresh_views(self, force: bool = False) -> None:

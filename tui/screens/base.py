@@ -397,6 +397,10 @@ class RunScreen(Screen[None]):
                 pb.fit, int(self.quiet_seconds() or 0), pb.turn_by_turn, self.status_word(), look_of(self),
                 self.size)
 
+    #: The title's numbers follow new rows in the fast tier (a source of a few rows a second);
+    #: else they wait for the views' repaint, and new rows alone repaint only the answer's tail.
+    TITLE_FOLLOWS_ROWS: ClassVar[bool] = False
+
     def tick(self) -> None:
         """The repaint timer (``fps`` a second): the title and the answer tail when anything
         changed; the views and panels once ``refresh`` seconds have passed since their last poll
@@ -420,7 +424,7 @@ class RunScreen(Screen[None]):
             # the title and the answer's tail go with the views: one repaint, and the fast tier
             # keeps step with the views (a tail between them, not two of each)
             self.refresh_views()
-        elif fast and old is not None and self._only_data(key, old):
+        elif fast and old is not None and self._only_data(key, old) and not self.TITLE_FOLLOWS_ROWS:
             self.refresh_tails()  # new rows only: the title's numbers go with the views' next repaint
         elif fast:
             self.refresh_fast(key)

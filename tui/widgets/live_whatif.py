@@ -54,7 +54,7 @@ class LiveWhatIfPanel(Vertical):
         self.error = ""
         self._stop = threading.Event()
         self._wake = threading.Event()  # set by stop() and when the panel is shown again
-        self._shown = False  # the panel was on screen at the UI timer's last look
+        self._shown = False  # on screen at the UI timer's last look (or shown since)
         self._thread: threading.Thread | None = None
         self._pending: LiveView | None = None  # the newest view the worker made, not drawn yet
         self._error_shown = False
@@ -76,9 +76,6 @@ class LiveWhatIfPanel(Vertical):
         """The tab was shown: replay what arrived while it was hidden now, not at the next wake."""
         self._shown = True
         self._wake.set()
-
-    def on_hide(self) -> None:
-        self._shown = False
 
     def stop(self) -> None:
         """Ask the replay thread to end (it does at once, or after the replay under way)."""
