@@ -402,9 +402,11 @@ class RunScreen(Screen[None]):
     TITLE_FOLLOWS_ROWS: ClassVar[bool] = False
 
     def tick(self) -> None:
-        """The repaint timer (``fps`` a second): the title and the answer tail when anything
-        changed; the views and panels once ``refresh`` seconds have passed since their last poll
-        (every tick while a replay or a slow-motion live view moves); nothing when nothing changed."""
+        """The repaint timer (every :data:`BASE_TICK_S`, ``fps`` a second while something
+        animates): the answer tail when new rows came (and the title with it when the state
+        changed, or :attr:`TITLE_FOLLOWS_ROWS`); the views, the panels and the title once
+        ``refresh`` seconds have passed since their last poll (every tick while a replay or a
+        slow-motion live view moves); nothing when nothing changed."""
         now = time.monotonic()
         dt, self._last_tick = now - self._last_tick, now
         self.playback.tick(dt)
