@@ -25,16 +25,20 @@ Damaged files lose only what is damaged (each repair is a :class:`~.textio.Probl
   crash) drops the row fragments it touches, keeps every other row and any comment after it;
 * UTF-8 with or without BOM, UTF-16 with or without BOM, LF/CRLF/CR line ends.
 
-Speed: the numeric body is parsed in ~1 MiB chunks: a chunk made only of well-formed rows is
-checked with one ``bytes.translate`` (every row has the header's field count, only number bytes)
-and parsed by orjson into a float64 block; any other chunk is parsed line by line, so one bad row
-costs one chunk, never the file. benchmarks/bench_csv_load.py compares with pyarrow.
+Speed: the numeric body is parsed in 256 KiB chunks. A chunk made only of well-formed rows (every
+row has the file's field count, only numbers) is read by a fast reader: in a body of
+``_KERNEL_MIN_BYTES`` or more, the compiled reader (parsers/_csv_kernel.py) straight into the
+columns; otherwise (and for a chunk of many 16-17 digit numbers) one ``bytes.translate`` checks the
+shape and orjson parses it. Either reads every number exactly as ``float()`` does. Any other chunk
+is parsed line by line, so one bad row costs one chunk, never the file.
+benchmarks/bench_csv_load.py compares with pyarrow.
 """
 
 from __future__ import annotations
 
 import bisect
 import csv
+import math
 import re
 import struct
 from collections.abc import Callable, Iterable, Sequence
@@ -81,6 +85,10 @@ _NUMBER_BYTES = b"0123456789.-+eE"
 # every byte of a well-formed numeric chunk after deleting _NUMBER_BYTES is ',' or '\n'
 _SHAPE = bytes(c if c in b",\n" else ord("x") for c in range(256))
 _NAN = float("nan")
+#: bodies at least this large are read by the compiled reader (parsers/_csv_kernel.py): loading
+#: numba costs about what the orjson reader spends on this many bytes
+_KERNEL_MIN_BYTES = 32 << 20
+_KERNEL_FIXUPS = 4096  # long numbers fixed up per chunk before the orjson reader takes the chunk
 
 
 def parse_kv_comment(text: str) -> dict[str, str]:
@@ -498,11 +506,19 @@ class _Columns:
             return
         if w > self.ncol:
             self.widen(w)
+        self.reserve(k)
+        self.data[:w, self.n: self.n + k] = block.T
+        self.took(k, w)
+
+    def reserve(self, k: int) -> None:
+        """Room for ``k`` more rows."""
         if self.n + k > self.data.shape[1]:
             grown = np.empty((self.ncol, max(2 * self.data.shape[1], self.n + k)), dtype=np.float64)
             grown[:, : self.n] = self.data[:, : self.n]
             self.data = grown
-        self.data[:w, self.n: self.n + k] = block.T
+
+    def took(self, k: int, w: int) -> None:
+        """Count ``k`` rows of ``w`` columns written in place after the last row."""
         if w < self.ncol:
             self.data[w:, self.n: self.n + k] = np.nan
         self.n += k
@@ -531,6 +547,28 @@ def _fast_block(chunk: bytes, ncol: int) -> np.ndarray | None:
         return np.frombuffer(struct.Struct(f"<{k * ncol}d").pack(*vals), dtype="<f8").reshape(k, ncol)
     except (orjson.JSONDecodeError, struct.error, OverflowError, ValueError, TypeError):
         return None
+
+
+def _kernel_block(chunk: bytes, ncol: int, delim: int, dec: int, cols: _Columns) -> tuple[np.ndarray | None, bool]:
+    """Read complete lines of well-formed rows with the compiled reader (parsers/_csv_kernel.py)
+    straight into ``cols`` after its last row, not yet counted: (the (rows, ncol) view written,
+    False), or (None, retry) when refused; ``retry`` is True when the rows are well formed but
+    hold more long numbers than the reader fixes up (the orjson reader takes those)."""
+    from ._csv_kernel import FIXUPS_FULL, P10, parse_rows  # numba: loaded for large bodies only
+
+    cols.reserve(chunk.count(b"\n"))
+    fix = np.empty((_KERNEL_FIXUPS, 4), dtype=np.int64)
+    got, nfix = parse_rows(np.frombuffer(chunk, dtype=np.uint8), ncol, delim, dec, cols.data, cols.n, fix, P10)
+    if got < 0:
+        return None, got == FIXUPS_FULL
+    if nfix:
+        for r, c, a, b in fix[:nfix].tolist():
+            cell = chunk[a:b].decode("ascii")
+            v = float(cell.replace(",", ".") if dec == 0x2C else cell)
+            if math.isinf(v):
+                return None, False  # a number but not a finite one: the line reader reports it
+            cols.data[c, r] = v
+    return cols.data[:ncol, cols.n: cols.n + got].T, False
 
 
 class _Body:
@@ -774,6 +812,8 @@ def read_numeric_csv(
     blocks: list[tuple[int, int, list[int] | None]] = []
     fast = head.decimal == ""
     translate = head.decimal == "comma"
+    use_kernel = (fast or translate) and n - pos >= _KERNEL_MIN_BYTES
+    delim, dec = ord(head.delim), ord("," if translate else ".")
     over = False
     while pos < n and not over:
         if data[pos] == 0x23:  # '#': a comment line, wherever it is
@@ -792,8 +832,11 @@ def read_numeric_csv(
         if hashmark >= 0:
             end = hashmark  # the run of rows stops at the comment line
         chunk = data[pos:end]
-        block = None
-        if fast or translate:
+        block, in_place, retry = None, False, True
+        if use_kernel:
+            block, retry = _kernel_block(chunk, fast_ncol, delim, dec, cols)
+            in_place = block is not None
+        if block is None and (fast or translate) and retry:
             fchunk = chunk.replace(b",", b".").replace(head.delim.encode(), b",") if translate else chunk
             block = _fast_block(fchunk, fast_ncol)
         if block is None:
@@ -817,7 +860,10 @@ def read_numeric_csv(
                                                 f"the cap of {MAX_CSV_CELLS} cells (parsers/limits.py)"))
             block = block[: max(room, 0)]
             over = True
-        cols.add(block)
+        if in_place:
+            cols.took(block.shape[0], fast_ncol)
+        else:
+            cols.add(block)
         lineno += nlines
         pos = end
     names = header + [f"unnamed_{j + 1}" for j in range(len(header), cols.ncol)]

@@ -13,6 +13,9 @@ from helpers import FIXTURES
 from bmoe_top.parsers import token_csv as tc
 from bmoe_top.parsers.token_csv import load_token_csv
 
+# every case runs with each fast reader (tests/parsers/conftest.py)
+pytestmark = pytest.mark.usefixtures("both_readers")
+
 FIX = FIXTURES / "parsers"
 
 

@@ -14,6 +14,9 @@ from helpers.synth import token_csv
 from bmoe_top.parsers.sniff import sniff
 from bmoe_top.parsers.token_csv import load_token_csv
 
+# every case runs with each fast reader (tests/parsers/conftest.py)
+pytestmark = pytest.mark.usefixtures("both_readers")
+
 N = 1000
 CLEAN = token_csv(N, seed=5)
 LINES = CLEAN.decode().split("\n")
