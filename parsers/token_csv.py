@@ -26,11 +26,11 @@ Damaged files lose only what is damaged (each repair is a :class:`~.textio.Probl
 * UTF-8 with or without BOM, UTF-16 with or without BOM, LF/CRLF/CR line ends.
 
 Speed: the numeric body is parsed in 256 KiB chunks. A chunk made only of well-formed rows (every
-row has the file's field count, only numbers) is read by a fast reader: in a body of
-``_KERNEL_MIN_BYTES`` or more, the compiled reader (parsers/_csv_kernel.py) straight into the
-columns; otherwise (and for a chunk of many 16-17 digit numbers) one ``bytes.translate`` checks the
-shape and orjson parses it. Either reads every number exactly as ``float()`` does. Any other chunk
-is parsed line by line, so one bad row costs one chunk, never the file.
+row has the file's field count, only numbers) is read by a fast reader: the native reader
+(parsers/csv_native.c) straight into the columns; without a C compiler (and for a chunk of many
+16-17 digit numbers) one ``bytes.translate`` checks the shape and orjson parses it. Either reads
+every number exactly as ``float()`` does. Any other chunk is parsed line by line, so one bad row
+costs one chunk, never the file.
 benchmarks/bench_csv_load.py compares with pyarrow.
 """
 
@@ -48,6 +48,7 @@ from typing import Any
 import numpy as np
 import orjson
 
+from . import csv_native
 from .limits import MAX_CSV_CELLS, MAX_CSV_COLUMNS, dims_problem
 from .summary_lines import canonical_summary
 from .textio import Problem, decode_bytes, guess_encoding
@@ -85,10 +86,7 @@ _NUMBER_BYTES = b"0123456789.-+eE"
 # every byte of a well-formed numeric chunk after deleting _NUMBER_BYTES is ',' or '\n'
 _SHAPE = bytes(c if c in b",\n" else ord("x") for c in range(256))
 _NAN = float("nan")
-#: bodies at least this large are read by the compiled reader (parsers/_csv_kernel.py): loading
-#: numba costs about what the orjson reader spends on this many bytes
-_KERNEL_MIN_BYTES = 32 << 20
-_KERNEL_FIXUPS = 4096  # long numbers fixed up per chunk before the orjson reader takes the chunk
+_NATIVE_FIXUPS = 4096  # long numbers fixed up per chunk before the orjson reader takes the chunk
 
 
 def parse_kv_comment(text: str) -> dict[str, str]:
@@ -549,25 +547,23 @@ def _fast_block(chunk: bytes, ncol: int) -> np.ndarray | None:
         return None
 
 
-def _kernel_block(chunk: bytes, ncol: int, delim: int, dec: int, cols: _Columns) -> tuple[np.ndarray | None, bool]:
-    """Read complete lines of well-formed rows with the compiled reader (parsers/_csv_kernel.py)
+def _native_block(rdr: csv_native.Reader, chunk: bytes, ncol: int, delim: int, dec: int,
+                  cols: _Columns) -> tuple[np.ndarray | None, bool]:
+    """Read complete lines of well-formed rows with the native reader (parsers/csv_native.c)
     straight into ``cols`` after its last row, not yet counted: (the (rows, ncol) view written,
     False), or (None, retry) when refused; ``retry`` is True when the rows are well formed but
     hold more long numbers than the reader fixes up (the orjson reader takes those)."""
-    from ._csv_kernel import FIXUPS_FULL, P10, parse_rows  # numba: loaded for large bodies only
-
     cols.reserve(chunk.count(b"\n"))
-    fix = np.empty((_KERNEL_FIXUPS, 4), dtype=np.int64)
-    got, nfix = parse_rows(np.frombuffer(chunk, dtype=np.uint8), ncol, delim, dec, cols.data, cols.n, fix, P10)
+    fix = np.empty((_NATIVE_FIXUPS, 4), dtype=np.int64)
+    got, nfix = rdr.rows(chunk, ncol, delim, dec, cols.data, cols.n, fix)
     if got < 0:
-        return None, got == FIXUPS_FULL
-    if nfix:
-        for r, c, a, b in fix[:nfix].tolist():
-            cell = chunk[a:b].decode("ascii")
-            v = float(cell.replace(",", ".") if dec == 0x2C else cell)
-            if math.isinf(v):
-                return None, False  # a number but not a finite one: the line reader reports it
-            cols.data[c, r] = v
+        return None, got == csv_native.FIXUPS_FULL
+    for r, c, a, b in fix[:nfix].tolist():
+        cell = chunk[a:b].decode("ascii")
+        v = float(cell.replace(",", ".") if dec == 0x2C else cell)
+        if math.isinf(v):
+            return None, False  # a number but not a finite one: the line reader reports it
+        cols.data[c, r] = v
     return cols.data[:ncol, cols.n: cols.n + got].T, False
 
 
@@ -812,7 +808,7 @@ def read_numeric_csv(
     blocks: list[tuple[int, int, list[int] | None]] = []
     fast = head.decimal == ""
     translate = head.decimal == "comma"
-    use_kernel = (fast or translate) and n - pos >= _KERNEL_MIN_BYTES
+    native = csv_native.reader() if fast or translate else None
     delim, dec = ord(head.delim), ord("," if translate else ".")
     over = False
     while pos < n and not over:
@@ -833,8 +829,8 @@ def read_numeric_csv(
             end = hashmark  # the run of rows stops at the comment line
         chunk = data[pos:end]
         block, in_place, retry = None, False, True
-        if use_kernel:
-            block, retry = _kernel_block(chunk, fast_ncol, delim, dec, cols)
+        if native is not None:
+            block, retry = _native_block(native, chunk, fast_ncol, delim, dec, cols)
             in_place = block is not None
         if block is None and (fast or translate) and retry:
             fchunk = chunk.replace(b",", b".").replace(head.delim.encode(), b",") if translate else chunk

@@ -2,7 +2,7 @@
 shim with its fast paths, and the pool of read lanes.
 
 It is compiled once with the system C compiler (the one that built llama-cpp-python) into the
-user cache dir, named by a hash of the source. Without a compiler, or with
+user cache dir, named by a hash of the source (bmoe_top/cbuild.py). Without a compiler, or with
 ``BMOE_NATIVE_HOOK=0``, :func:`library` returns None and the runtime uses its pure-Python
 callback and reader (same tokens, slower).
 """
@@ -11,16 +11,11 @@ from __future__ import annotations
 
 import ctypes
 import os
-import platform
-import shutil
 import subprocess
-import tempfile
-import zlib
 from importlib import resources
-from pathlib import Path
 from typing import Any
 
-import platformdirs
+from bmoe_top.cbuild import build
 
 from .ggml_struct import GGMLTensor
 
@@ -76,30 +71,6 @@ def _source() -> str:
     return (resources.files("bmoe_top.runtime") / "bmoe_native.c").read_text(encoding="utf-8")
 
 
-def _build(src: str) -> Path:
-    global native_error
-    key = (src + platform.machine()).encode()
-    tag = f"{zlib.crc32(key):08x}{zlib.adler32(key):08x}"  # not hashlib: it would load OpenSSL for this
-    d = Path(platformdirs.user_cache_dir("bmoe-top")) / "native"
-    so = d / f"bmoe_native-{tag}.so"
-    if so.exists():
-        return so
-    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
-    if not cc:
-        raise OSError("no C compiler found")
-    d.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=d) as td:
-        c = Path(td) / "bmoe_native.c"
-        c.write_text(src, encoding="utf-8")
-        out = Path(td) / "bmoe_native.so"
-        r = subprocess.run([cc, "-O2", "-shared", "-fPIC", "-pthread", "-o", str(out), str(c)],
-                           capture_output=True, text=True, timeout=120)
-        if r.returncode != 0:
-            raise OSError(f"compiler failed: {r.stderr.strip()[:200]}")
-        os.replace(out, so)
-    return so
-
-
 def library() -> Any:
     """The compiled library (ctypes CDLL), or None (disabled, no compiler, build failed:
     :data:`native_error` says why)."""
@@ -111,7 +82,7 @@ def library() -> Any:
         native_error = "disabled by BMOE_NATIVE_HOOK=0"
         return None
     try:
-        lib: Any = ctypes.CDLL(str(_build(_source())))
+        lib: Any = ctypes.CDLL(str(build("bmoe_native", _source(), ("-pthread",))))
     except (OSError, subprocess.SubprocessError) as e:
         native_error = str(e)
         return None

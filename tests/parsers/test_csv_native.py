@@ -1,5 +1,5 @@
-"""The compiled reader of well-formed CSV rows (parsers/_csv_kernel.py): every number it accepts
-is exactly ``float(cell)``, every form it does not accept is refused for the line reader, and a
+"""The native reader of well-formed CSV rows (parsers/csv_native.c): every number it accepts is
+exactly ``float(cell)``, every form it does not accept is refused for the line reader, and a
 chunk with more long numbers than it fixes up goes to the orjson reader."""
 
 from __future__ import annotations
@@ -12,17 +12,21 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from bmoe_top.parsers import csv_native
 from bmoe_top.parsers import token_csv as tc
-from bmoe_top.parsers._csv_kernel import FIXUPS_FULL, MALFORMED, P10, parse_rows
+from bmoe_top.parsers.csv_native import FIXUPS_FULL, MALFORMED
+
+READER = csv_native.reader()
+pytestmark = pytest.mark.skipif(READER is None, reason=f"no native CSV reader: {csv_native.native_error}")
 
 FAST = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def run(text: str, ncol: int, delim: str = ",", dec: str = ".", fixups: int = 64):
-    buf = np.frombuffer(text.encode(), dtype=np.uint8)
     out = np.full((ncol, text.count("\n") + 1), -7.0)
     fix = np.zeros((fixups, 4), dtype=np.int64)
-    got, nfix = parse_rows(buf, ncol, ord(delim), ord(dec), out, 0, fix, P10)
+    assert READER is not None
+    got, nfix = READER.rows(text.encode(), ncol, ord(delim), ord(dec), out, 0, fix)
     return got, out, fix[:nfix]
 
 
@@ -100,16 +104,14 @@ def _body(lines: list[str]) -> bytes:
 
 
 def test_long_numbers_past_the_fixup_table_are_read_by_orjson_and_equal(monkeypatch):
-    monkeypatch.setattr(tc, "_KERNEL_MIN_BYTES", 0)
-    monkeypatch.setattr(tc, "_KERNEL_FIXUPS", 3)
+    monkeypatch.setattr(tc, "_NATIVE_FIXUPS", 3)
     lines = [f"{i},{i / 7!r},{i * 0.1!r}\n" for i in range(1, 3000)]
     t = tc.load_token_csv(_body(lines))
     assert t.n_rows == 2999 and not t.problems
     assert [bits(v) for v in t.columns["wall_ms"]] == [bits(i / 7) for i in range(1, 3000)]
 
 
-def test_a_number_too_large_for_a_double_is_the_line_readers_problem(monkeypatch):
-    monkeypatch.setattr(tc, "_KERNEL_MIN_BYTES", 0)
+def test_a_number_too_large_for_a_double_is_the_line_readers_problem():
     lines = [f"{i},{i}.5,1\n" for i in range(1, 101)]
     lines[40] = "41,1e400,1\n"
     t = tc.load_token_csv(_body(lines))
@@ -119,23 +121,24 @@ def test_a_number_too_large_for_a_double_is_the_line_readers_problem(monkeypatch
     assert t.columns["wall_ms"][99] == 100.5
 
 
-def test_a_large_body_is_read_by_the_compiled_reader(monkeypatch):
-    """The size rule: a body of _KERNEL_MIN_BYTES goes to the compiled reader, a smaller one not."""
-    calls: list[int] = []
-    real = tc._kernel_block
-
-    def counted(chunk, *a):
-        calls.append(len(chunk))
-        return real(chunk, *a)
-
-    monkeypatch.setattr(tc, "_kernel_block", counted)
+def test_every_well_formed_chunk_goes_to_the_native_reader(monkeypatch):
+    """With the reader built, read_numeric_csv hands it every well-formed chunk (the orjson reader
+    is not called), and the columns equal the orjson reader's."""
+    monkeypatch.setattr(tc, "_CHUNK", 4096)
     lines = [f"{i},{i}.25,{i % 7}\n" for i in range(1, 20001)]
     data = _body(lines)
-    monkeypatch.setattr(tc, "_KERNEL_MIN_BYTES", len(data))
-    small = tc.load_token_csv(data)
-    assert not calls
-    monkeypatch.setattr(tc, "_KERNEL_MIN_BYTES", len(data) - 100)
-    large = tc.load_token_csv(data)
-    assert sum(calls) == len(data) - len("step,wall_ms,io_ms\n")
-    for k in small.columns:
-        assert np.array_equal(small.columns[k], large.columns[k])
+    orjson_calls: list[int] = []
+    real = tc._fast_block
+
+    def counted(chunk, ncol):
+        orjson_calls.append(len(chunk))
+        return real(chunk, ncol)
+
+    monkeypatch.setattr(tc, "_fast_block", counted)
+    native = tc.load_token_csv(data)
+    assert not orjson_calls and native.n_rows == 20000
+    monkeypatch.setattr(csv_native, "reader", lambda: None)
+    plain = tc.load_token_csv(data)
+    assert sum(orjson_calls) == len(data) - len("step,wall_ms,io_ms\n")
+    for k in plain.columns:
+        assert np.array_equal(plain.columns[k], native.columns[k])

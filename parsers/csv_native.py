@@ -1,0 +1,66 @@
+"""The native number reader of :func:`~.token_csv.read_numeric_csv` (``csv_native.c`` next to this
+file, compiled once with the system C compiler into the user cache dir by bmoe_top/cbuild.py).
+
+:func:`reader` returns :class:`Reader`, or None when there is no compiler or the build failed
+(:data:`native_error` says why); read_numeric_csv then reads every well-formed chunk with orjson.
+Both give every number exactly as ``float()`` does. docs/telemetry.md "Per-token CSV".
+"""
+
+from __future__ import annotations
+
+import ctypes
+import subprocess
+from importlib import resources
+
+import numpy as np
+
+from bmoe_top.cbuild import build
+
+__all__ = ["FIXUPS_FULL", "MALFORMED", "Reader", "native_error", "reader"]
+
+#: Reader.rows' refusals (a non-negative result is the number of rows read)
+MALFORMED = -1  # a byte, a field count or a number form that is not a well-formed row
+FIXUPS_FULL = -2  # more inexact numbers than the fix-up table holds
+
+_reader: Reader | None = None
+_tried = False
+native_error: str | None = None
+
+_I64P = ctypes.POINTER(ctypes.c_int64)
+
+
+class Reader:
+    """``bmoe_csv_rows`` of the compiled library (the GIL is released while it runs)."""
+
+    def __init__(self, lib: ctypes.CDLL) -> None:
+        fn = lib.bmoe_csv_rows
+        fn.argtypes = [ctypes.c_char_p, ctypes.c_int64, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_void_p,
+                       ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, _I64P]
+        fn.restype = ctypes.c_int64
+        self._fn = fn
+        self._nfix = ctypes.c_int64(0)
+
+    def rows(self, chunk: bytes, ncol: int, delim: int, dec: int, out: np.ndarray, row0: int,
+             fix: np.ndarray) -> tuple[int, int]:
+        """Read ``chunk`` (whole lines, ending with LF; every line ``ncol`` numbers separated by
+        the byte ``delim``, decimal mark ``dec``) into ``out[0:ncol, row0:row0 + rows]``
+        (``out``: C-contiguous float64, one row per column, room for every line). Numbers that
+        need ``float()`` are NaN in ``out`` and listed in ``fix`` (int64 (k, 4): row, column,
+        first byte, end byte). Returns (rows read, or MALFORMED, or FIXUPS_FULL; fix-ups used)."""
+        assert out.flags.c_contiguous and out.dtype == np.float64 and fix.flags.c_contiguous
+        got = self._fn(chunk, len(chunk), ncol, delim, dec, out.ctypes.data, out.shape[1], row0,
+                       fix.ctypes.data, fix.shape[0], ctypes.byref(self._nfix))
+        return int(got), int(self._nfix.value)
+
+
+def reader() -> Reader | None:
+    """The compiled reader, built the first time it is asked for; None without a compiler."""
+    global _reader, _tried, native_error
+    if not _tried:
+        _tried = True
+        try:
+            src = (resources.files("bmoe_top.parsers") / "csv_native.c").read_text(encoding="utf-8")
+            _reader = Reader(ctypes.CDLL(str(build("csv_native", src))))
+        except (OSError, subprocess.SubprocessError) as e:
+            native_error = str(e)
+    return _reader
