@@ -25,11 +25,14 @@ Rows run interleaved (the order rotates every round), several rounds; a row's ra
 of its per-round ratios to the resident run of the same round, and "best" compares each row's
 fastest round (on a shared machine, the rounds nobody else disturbed). tok/s is over the decode loop
 (per-token wall, sampling included); ``dec tok/s`` counts the ``llama_decode`` calls alone
-(bmoe-cli's definition). With ``BMOE_CLI=/path/to/bmoe-cli`` the same rows also run on that
-binary and on ``bmoe-run`` as child processes, and bmoe-run/bmoe-cli is printed per row.
+(bmoe-cli's definition). With ``BMOE_CLI=/path/to/bmoe-cli`` the rows resident, all (from a cold
+cache), 50, 25, off and off2 also run on that binary and on ``bmoe-run`` as child processes, back
+to back in each round with the same whole-MiB budgets: bmoe-run/bmoe-cli tok/s is printed per row,
+and each runtime's streamed/resident ratio (``--peer-only``: that comparison alone). How to build
+the binary: docs/runtime.md "Against bmoe-cli, measured here".
 
 Usage: ``python benchmarks/runtime_bench.py [--tokens 128] [--rounds 5] [--threads 2] [--dir DIR]
-[--qtypes q4_k,q8_0]``. On a shared machine every figure moves: say so when quoting them.
+[--qtypes q4_k,q8_0] [--peer-only]``. On a shared machine every figure moves: say so when quoting them.
 """
 
 from __future__ import annotations
@@ -225,14 +228,14 @@ def run_child(cmd: list[str]) -> tuple[str, float]:
     the child's alone: a fork of this large process would carry this process's peak into the
     child's ``getrusage`` until ``exec``), else from the child's VmHWM in its CSV ``# summary``."""
     if os.path.exists(TIME):
-        p = subprocess.run([TIME, "-v", *cmd], capture_output=True, text=True)
+        p = subprocess.run([TIME, "-v", *cmd], capture_output=True, text=True, errors="replace")
         if p.returncode != 0:
             raise RuntimeError(f"{cmd[0]} exited {p.returncode}: {' '.join(cmd)}")
         m = re.search(r"Maximum resident set size \(kbytes\): (\d+)", p.stderr)
         return p.stdout, (int(m.group(1)) / 1024.0 if m else float("nan"))
     with tempfile.TemporaryDirectory() as td:
         csv = os.path.join(td, "run.csv")
-        p = subprocess.run([*cmd, "--csv", csv], capture_output=True, text=True)
+        p = subprocess.run([*cmd, "--csv", csv], capture_output=True, text=True, errors="replace")
         if p.returncode != 0:
             raise RuntimeError(f"{cmd[0]} exited {p.returncode}: {' '.join(cmd)}")
         m = re.search(r"peak_rss_MiB=([\d.]+)", Path(csv).read_text())
@@ -240,13 +243,32 @@ def run_child(cmd: list[str]) -> tuple[str, float]:
 
 
 def cli_cmd(binary: list[str], model: str, row: str, bank_mib: float, tokens: int, threads: int,
-            n_ctx: int) -> list[str]:
-    return [*binary, "-m", model, "-p", PROMPT, "-n", str(tokens), "-t", str(threads), "-c", str(n_ctx),
-            *row_flags(row, bank_mib)]
+            n_ctx: int, peer: bool = False, whole_mib: bool = False) -> list[str]:
+    """The command line of one row; ``peer``: for bmoe-cli, which takes whole MiB, streams only
+    with ``--moe-stream``, defaults to 4 read lanes and refuses budgets under 1,500 MiB without
+    ``--force-cache``; ``whole_mib``: budgets rounded to whole MiB, as bmoe-cli reads them)."""
+    flags = row_flags(row, bank_mib)
+    if peer or whole_mib:
+        flags = [f"{float(f):.0f}" if flags[i - 1:i] == ["--cache-mb"] else f for i, f in enumerate(flags)]
+    if peer:
+        if row == "resident":
+            flags = []
+        else:
+            flags = ["--moe-stream", "--force-cache", *flags]
+            if "--io-threads" not in flags:
+                flags += ["--io-threads", "1"]
+    return [*binary, "-m", model, "-p", PROMPT, "-n", str(tokens), "-t", str(threads), "-c", str(n_ctx), *flags]
 
 
 def cli_tok_s(stdout: str) -> float:
+    """tok/s of a ``generation:`` line (bmoe-cli: the decode calls; bmoe-run: per-token wall)."""
     m = re.search(r"generation:\s+\d+ tokens?, [\d.]+ s/token \(([\d.]+) tok/s\)", stdout)
+    return float(m.group(1)) if m else float("nan")
+
+
+def decode_tok_s(stdout: str) -> float:
+    """bmoe-run's ``llama_decode``-only tok/s (bmoe-cli's definition), from its ``generation:`` line."""
+    m = re.search(r"([\d.]+) tok/s in llama_decode alone", stdout)
     return float(m.group(1)) if m else float("nan")
 
 
@@ -266,25 +288,47 @@ def peak_rss(model: str, rows: list[str], tokens: int, threads: int, n_ctx: int)
     return out
 
 
+#: rows compared with bmoe-cli (it has no warm-cache preload and no early prefetch)
+PEER_ROWS = ("resident", "all", "50", "25", "off", "off2")
+
+
 def versus_cli(cli: str, model: str, rows: list[str], tokens: int, rounds: int, threads: int,
-               n_ctx: int) -> dict[str, float]:
-    """Median bmoe-run/bmoe-cli tok/s per row, both as child processes, runs interleaved."""
+               n_ctx: int) -> dict[str, dict[str, float]]:
+    """bmoe-run against bmoe-cli, both as child processes, every row of a round run by both back
+    to back (which goes first alternates by round), medians over rounds. Per row: ``run_cli``
+    bmoe-run per-token wall / bmoe-cli tok/s, ``dec_cli`` bmoe-run ``llama_decode`` alone /
+    bmoe-cli (the same definition), and each runtime's own streamed/resident ratio of the round
+    (``run_ratio``, ``cli_ratio``; resident must be among ``rows``)."""
     from bmoe_top.runtime.gguf_layout import read_layout
 
     bank_mib = read_layout(model).expert_bank_bytes / MIB
-    ratios: dict[str, list[float]] = {r: [] for r in rows if r not in ("bare", "allcold", "50e1", "25e1")}
+    todo = [r for r in PEER_ROWS if r in rows]
+    got: dict[str, dict[str, list[float]]] = {r: {"run": [], "dec": [], "cli": []} for r in todo}
     for rnd in range(rounds):
-        for r in ratios:
+        for r in todo[rnd % len(todo):] + todo[: rnd % len(todo)]:
             pair = [(bmoe_run(), "run"), ([cli], "cli")]
             if rnd % 2:
                 pair.reverse()
-            got = {}
             for binary, name in pair:
                 extra = ["--quiet"] if name == "run" else []
-                out, _ = run_child([*cli_cmd(binary, model, r, bank_mib, tokens, threads, n_ctx), *extra])
-                got[name] = cli_tok_s(out)
-            ratios[r].append(got["run"] / got["cli"])
-    return {r: med(v) for r, v in ratios.items()}
+                out, _ = run_child([*cli_cmd(binary, model, r, bank_mib, tokens, threads, n_ctx, peer=name == "cli",
+                                            whole_mib=True),
+                                    *extra])
+                got[r][name].append(cli_tok_s(out))
+                if name == "run":
+                    got[r]["dec"].append(decode_tok_s(out))
+        print(f"  peer round {rnd + 1}/{rounds}: " + " ".join(
+            f"{r}={got[r]['run'][-1]:.1f}/{got[r]['cli'][-1]:.1f}" for r in todo), flush=True)
+    out: dict[str, dict[str, float]] = {}
+    for r in todo:
+        g = got[r]
+        out[r] = {"run_cli": med([a / b for a, b in zip(g["run"], g["cli"])]),
+                  "dec_cli": med([a / b for a, b in zip(g["dec"], g["cli"])])}
+        if "resident" in got:
+            res = got["resident"]
+            out[r]["run_ratio"] = med([a / b for a, b in zip(g["run"], res["run"])])
+            out[r]["cli_ratio"] = med([a / b for a, b in zip(g["cli"], res["cli"])])
+    return out
 
 
 # -- the disk ---------------------------------------------------------------------------------------
@@ -385,6 +429,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--qtypes", default="q4_k,q8_0")
     ap.add_argument("--rows", default=",".join(ROWS))
     ap.add_argument("--no-rss", action="store_true", help="skip the peak-RSS child runs")
+    ap.add_argument("--peer-only", action="store_true",
+                    help="with BMOE_CLI: only the comparison with bmoe-cli (child processes)")
     args = ap.parse_args(argv)
     if args.dir is None:
         with tempfile.TemporaryDirectory(prefix="bmoe-bench-") as td:
@@ -405,15 +451,21 @@ def _bench(d: Path, args: argparse.Namespace) -> int:
         if not model.exists():
             make_model(model, preset="bench", qtype=qtype)
         print(f"{QTYPE_NAMES.get(qtype, qtype)}: {model}", flush=True)
-        runs = timed_rows(str(model), rows, args.tokens, args.rounds, args.threads, args.ctx)
-        if not args.no_rss:
-            for r, mib in peak_rss(str(model), rows, args.tokens, args.threads, args.ctx).items():
-                runs[r].rss_mib = mib
-        results[qtype] = report(qtype, str(model), runs, args.tokens, args.rounds, args.threads)
+        results[qtype] = {}
+        if not args.peer_only:
+            runs = timed_rows(str(model), rows, args.tokens, args.rounds, args.threads, args.ctx)
+            if not args.no_rss:
+                for r, mib in peak_rss(str(model), rows, args.tokens, args.threads, args.ctx).items():
+                    runs[r].rss_mib = mib
+            results[qtype] = report(qtype, str(model), runs, args.tokens, args.rounds, args.threads)
         if cli:
             vs = versus_cli(cli, str(model), rows, args.tokens, args.rounds, args.threads, args.ctx)
-            print("bmoe-run / bmoe-cli tok/s (child processes, interleaved, medians): "
-                  + ", ".join(f"{LABELS[r]} {v:.3f}" for r, v in vs.items()))
+            print(f"{QTYPE_NAMES.get(qtype, qtype)} against bmoe-cli ({cli}; child processes, whole-MiB budgets, "
+                  f"medians over {args.rounds} rounds):")
+            print(f"  {'row':<28} {'run/cli':>8} {'dec/cli':>8} {'run: row/res':>13} {'cli: row/res':>13}")
+            for r, v in vs.items():
+                print(f"  {LABELS[r]:<28} {v['run_cli']:8.3f} {v['dec_cli']:8.3f} "
+                      f"{v.get('run_ratio', float('nan')):13.3f} {v.get('cli_ratio', float('nan')):13.3f}")
             results[qtype]["vs_bmoe_cli"] = vs
     print(json.dumps(results, default=float))
     return 0
