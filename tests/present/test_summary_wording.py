@@ -29,3 +29,16 @@ def test_synthetic_no_cache_csv_and_log_without_a_hit_rate(tmp_path):
     log = tmp_path / "run.log"
     log.write_text("generation: 64 tokens in 20.29 s (3.15 tok/s)\n")
     assert _hit([log]) == "not in this source"
+
+
+def test_the_device_sidecar_is_in_human_units_like_the_run_panel(tmp_path):
+    """The bmoe-cli device lines (kB, milli- and deci-degrees) read as MiB and °C; keys it does not
+    know follow as they are."""
+    log = tmp_path / "run.log"
+    log.write_text("generation: 64 tokens in 20.29 s (3.15 tok/s)\n"
+                   "peak_rss_kb=5949324\ncpu_temp_max_mC=70200\nbatt_temp_max_dC=409\nfan=on\n")
+    text = summary_text(run_summary(open_paths([str(log)])))
+    device = text.split("device:\n", 1)[1].splitlines()
+    assert device == ["  peak RSS         5.67 GiB", "  CPU temp max     70.2 °C", "  battery max      40.9 °C",
+                      "  fan              on"]
+    assert "peak_rss_kb" not in text

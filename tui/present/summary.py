@@ -236,8 +236,10 @@ def summary_text(s: Mapping[str, Any]) -> str:
         lines.append(f"  {label:<16} {text}")
     lines.append(f"token rows: {s['derived']['token_rows']}  turns: {s['turns']}  "
                  f"routing rows: {s['routing_rows']}  problems: {s['problems']}")
-    if s["sidecar"]:
-        lines.append("device: " + " ".join(f"{k}={v}" for k, v in s["sidecar"].items()))
+    dev = device_rows(s["sidecar"])
+    if dev:
+        lines.append("device:")
+        lines.extend(f"  {label:<16} {value}" for label, value, _kind in dev)
     return "\n".join(text_line(x) for x in lines)
 
 
