@@ -30,7 +30,8 @@ _I64P = ctypes.POINTER(ctypes.c_int64)
 
 
 class Reader:
-    """``bmoe_csv_rows`` of the compiled library (the GIL is released while it runs)."""
+    """``bmoe_csv_rows`` of the compiled library (the GIL is released while it runs; one reader
+    serves every thread)."""
 
     def __init__(self, lib: ctypes.CDLL) -> None:
         fn = lib.bmoe_csv_rows
@@ -38,7 +39,6 @@ class Reader:
                        ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, _I64P]
         fn.restype = ctypes.c_int64
         self._fn = fn
-        self._nfix = ctypes.c_int64(0)
 
     def rows(self, chunk: bytes, ncol: int, delim: int, dec: int, out: np.ndarray, row0: int,
              fix: np.ndarray) -> tuple[int, int]:
@@ -48,9 +48,10 @@ class Reader:
         need ``float()`` are NaN in ``out`` and listed in ``fix`` (int64 (k, 4): row, column,
         first byte, end byte). Returns (rows read, or MALFORMED, or FIXUPS_FULL; fix-ups used)."""
         assert out.flags.c_contiguous and out.dtype == np.float64 and fix.flags.c_contiguous
+        nfix = ctypes.c_int64(0)  # per call: threads share this reader, and the call runs without the GIL
         got = self._fn(chunk, len(chunk), ncol, delim, dec, out.ctypes.data, out.shape[1], row0,
-                       fix.ctypes.data, fix.shape[0], ctypes.byref(self._nfix))
-        return int(got), int(self._nfix.value)
+                       fix.ctypes.data, fix.shape[0], ctypes.byref(nfix))
+        return int(got), int(nfix.value)
 
 
 def reader() -> Reader | None:

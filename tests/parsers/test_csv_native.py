@@ -142,3 +142,26 @@ def test_every_well_formed_chunk_goes_to_the_native_reader(monkeypatch):
     assert sum(orjson_calls) == len(data) - len("step,wall_ms,io_ms\n")
     for k in plain.columns:
         assert np.array_equal(plain.columns[k], native.columns[k])
+
+
+def test_threads_reading_at_once_get_their_own_fixups():
+    """The reader runs without the GIL and is shared: two threads loading files with long numbers
+    at once each get exactly their own values."""
+    import threading
+
+    files = [_body([f"{i},{(i + k) / 7!r},{i}.5\n" for i in range(1, 4001)]) for k in (1, 2)]
+    want = [[bits((i + k) / 7) for i in range(1, 4001)] for k in (1, 2)]
+    bad: list[str] = []
+
+    def load(j: int) -> None:
+        for _ in range(15):
+            t = tc.load_token_csv(files[j])
+            if [bits(v) for v in t.columns["wall_ms"]] != want[j] or t.problems:
+                bad.append(f"file {j}")
+
+    threads = [threading.Thread(target=load, args=(j,)) for j in (0, 1)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert bad == []
