@@ -164,7 +164,7 @@ def make_engine(row: str, model: str, bank_mib: float, n_ctx: int, threads: int)
 
 
 def timed_rows(model: str, rows: list[str], tokens: int, rounds: int, threads: int, n_ctx: int) -> dict[str, RowRuns]:
-    from bmoe_top.runtime.gguf_layout import read_layout
+    from bmoe_top.parsers.gguf_layout import read_layout
 
     bank_mib = read_layout(model).expert_bank_bytes / MIB
     engines = {r: make_engine(r, model, bank_mib, n_ctx, threads) for r in rows if r != "bare"}
@@ -277,7 +277,7 @@ def bmoe_run() -> list[str]:
 
 
 def peak_rss(model: str, rows: list[str], tokens: int, threads: int, n_ctx: int) -> dict[str, float]:
-    from bmoe_top.runtime.gguf_layout import read_layout
+    from bmoe_top.parsers.gguf_layout import read_layout
 
     bank_mib = read_layout(model).expert_bank_bytes / MIB
     out = {}
@@ -299,7 +299,7 @@ def versus_cli(cli: str, model: str, rows: list[str], tokens: int, rounds: int, 
     bmoe-run per-token wall / bmoe-cli tok/s, ``dec_cli`` bmoe-run ``llama_decode`` alone /
     bmoe-cli (the same definition), and each runtime's own streamed/resident ratio of the round
     (``run_ratio``, ``cli_ratio``; resident must be among ``rows``)."""
-    from bmoe_top.runtime.gguf_layout import read_layout
+    from bmoe_top.parsers.gguf_layout import read_layout
 
     bank_mib = read_layout(model).expert_bank_bytes / MIB
     todo = [r for r in PEER_ROWS if r in rows]
@@ -346,7 +346,7 @@ def dd_direct(path: str, bs: int, count: int | None = None) -> float:
 
 # -- report -----------------------------------------------------------------------------------------
 def report(qtype: str, model: str, runs: dict[str, RowRuns], tokens: int, rounds: int, threads: int) -> dict:
-    from bmoe_top.runtime.gguf_layout import read_layout
+    from bmoe_top.parsers.gguf_layout import read_layout
 
     lay = read_layout(model)
     name = QTYPE_NAMES.get(qtype, qtype)

@@ -32,11 +32,12 @@ from typing import Any
 
 import numpy as np
 
+from bmoe_top.parsers.gguf_layout import ModelError, ModelLayout, read_layout
+
 from . import demo_model
 from .expert_cache import ExpertCache
 from .expert_io import ExpertIOError, ExpertReader
 from .expert_sink import ExpertSink, SinkError
-from .gguf_layout import ModelError, ModelLayout, read_layout
 from .llama_handles import GreedySampler, LlamaContext, LlamaModel, TokenBatch, route_llama_log
 from .llama_lib import L
 from .results import MIB, CacheStats, GenerationResult, TextSoFar, TokenStats

@@ -22,10 +22,11 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
+from bmoe_top.parsers.gguf_layout import ModelLayout
+
 from . import native as native_lib
 from .expert_io import ExpertIOError, ExpertReader, Run
 from .expert_store import ExpertStore, TensorBuffer
-from .gguf_layout import ModelLayout
 from .native import HookState
 
 MIB = 1024 * 1024

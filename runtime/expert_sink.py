@@ -32,7 +32,8 @@ from typing import Any
 
 import numpy as np
 
-from .gguf_layout import EXPERT_PATTERN
+from bmoe_top.parsers.gguf_layout import EXPERT_PATTERN
+
 from .llama_lib import L
 
 __all__ = ["ExpertSink", "SinkError"]

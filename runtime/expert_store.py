@@ -25,8 +25,9 @@ import os
 import sys
 from collections.abc import Callable, Iterable
 
+from bmoe_top.parsers.gguf_layout import ExpertTensorInfo, ModelLayout
+
 from .expert_io import DIRECT_ALIGN, round_down, round_up
-from .gguf_layout import ExpertTensorInfo, ModelLayout
 
 PAGE = mmap.PAGESIZE
 

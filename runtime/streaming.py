@@ -19,12 +19,13 @@ import ctypes
 import mmap
 from collections.abc import Callable
 
+from bmoe_top.parsers.gguf_layout import ModelLayout
+
 from .expert_cache import ExpertCache
 from .expert_io import ExpertReader
 from .expert_sink import ExpertSink
 from .expert_store import ExpertStore
 from .ggml_struct import GGMLLib, LayoutError, check_layout, tensor_at
-from .gguf_layout import ModelLayout
 from .router_hook import RouterHook
 
 __all__ = ["EngineError", "Streaming", "capture_graph"]

@@ -108,7 +108,7 @@ def make_profile_main(argv: list[str] | None = None) -> int:
 
     try:
         # every expert resident while tracing (budget = the whole bank): nothing is evicted
-        from .gguf_layout import read_layout
+        from bmoe_top.parsers.gguf_layout import read_layout
 
         lay = read_layout(args.model)
         bank_mib = lay.expert_bank_bytes / 1048576 + 1

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 
+from bmoe_top.parsers.gguf_layout import read_layout
 from bmoe_top.runtime import expert_store
 from bmoe_top.runtime.expert_store import PAGE, ExpertStore
-from bmoe_top.runtime.gguf_layout import read_layout
 from bmoe_top.runtime.models import make_model
 
 

@@ -5,12 +5,9 @@ from __future__ import annotations
 
 import ctypes
 
-import numpy as np
 import pytest
 
 from bmoe_top.runtime import ggml_struct as G
-from bmoe_top.runtime.gguf_layout import ModelError, read_layout
-from bmoe_top.runtime.models import make_model
 
 
 def _fake(cls, ne=(8, 4, 3, 1)):
@@ -45,32 +42,3 @@ def test_shifted_layout_is_refused():
     t, _buf = _fake(G.GGMLTensor)  # memory laid out as the library does
     with pytest.raises(G.LayoutError, match="name offset"):
         G.check_layout(lib, [ctypes.addressof(t)], cls=Shifted)
-
-
-def test_gguf_layout_offsets_are_the_expert_bytes(tmp_path):
-    import gguf
-
-    path = make_model(tmp_path / "tiny.gguf", preset="tiny", qtype="f32", seed=1)
-    lay = read_layout(path)
-    assert lay.arch == "qwen3moe" and lay.n_expert == 8 and lay.n_expert_used == 2
-    assert len(lay.moe_layers) == lay.n_layer
-    r = gguf.GGUFReader(str(path))
-    t = next(x for x in r.tensors if x.name == "blk.1.ffn_down_exps.weight")
-    info = lay.tensors["blk.1.ffn_down_exps.weight"]
-    raw = np.fromfile(path, dtype=np.uint8, count=info.n_bytes, offset=info.file_offset)
-    assert raw.tobytes() == np.asarray(t.data).tobytes()
-    e = 5
-    sl = raw[e * info.expert_stride:(e + 1) * info.expert_stride].view(np.float32)
-    assert np.array_equal(sl, np.asarray(t.data)[e].ravel())  # expert e = slice e of nb[2]
-    assert lay.expert_bytes[1] == sum(i.expert_stride for i in lay.layers[1])
-
-
-def test_gguf_layout_bad_files(tmp_path):
-    with pytest.raises(ModelError, match="not found"):
-        read_layout(tmp_path / "missing.gguf")
-    (tmp_path / "x.bin").write_bytes(b"\x00" * 64)
-    with pytest.raises(ModelError, match="not a GGUF"):
-        read_layout(tmp_path / "x.bin")
-    (tmp_path / "trunc.gguf").write_bytes(b"GGUF\x03\x00")
-    with pytest.raises(ModelError):
-        read_layout(tmp_path / "trunc.gguf")

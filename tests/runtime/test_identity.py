@@ -274,7 +274,7 @@ def test_early_prefetch_identical(models, reference, qtype, bank_share):
     experts read while the layer computes) changes what is resident, never the tokens; under a
     budget it really read experts (``spec_experts``), the budget held."""
     _native_or_skip()
-    from bmoe_top.runtime.gguf_layout import read_layout
+    from bmoe_top.parsers.gguf_layout import read_layout
 
     bank_mb = read_layout(models[qtype]).expert_bank_bytes / (1 << 20)
     kw = dict(cache_mb=1e6) if bank_share is None else dict(cache_mb=bank_mb * bank_share, force_cache=True)

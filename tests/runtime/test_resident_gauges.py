@@ -11,7 +11,7 @@ import pytest
 from helpers.serve import Serve, complete, scrape_value
 
 from bmoe_top.parsers.audit import read_audit_file
-from bmoe_top.runtime.gguf_layout import read_layout
+from bmoe_top.parsers.gguf_layout import read_layout
 
 RESIDENT = "llamacpp:moe_cache_resident"
 RESIDENT_BYTES = "llamacpp:moe_cache_resident_bytes"

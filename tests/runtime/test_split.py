@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+from bmoe_top.parsers.gguf_layout import read_layout
 from bmoe_top.runtime.engine import Engine, ModelError
-from bmoe_top.runtime.gguf_layout import read_layout
 from bmoe_top.runtime.models import make_model, split_gguf
 
 PROMPT = "Split models keep their experts in several files."

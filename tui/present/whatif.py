@@ -87,9 +87,9 @@ class WhatIfInput:
 
 def gguf_layer_bytes(path: str) -> list[int]:
     """One expert's bytes per layer of a GGUF model (0 for a layer without experts), read with
-    the runtime's own layout reader (runtime/gguf_layout.py). Raises WhatIfError when the file is
-    not a MoE GGUF."""
-    from bmoe_top.runtime.gguf_layout import ModelError, read_layout
+    the layout reader the runtime streams by (parsers/gguf_layout.py). Raises WhatIfError when
+    the file is not a MoE GGUF."""
+    from bmoe_top.parsers.gguf_layout import ModelError, read_layout
 
     try:
         lay = read_layout(path)
