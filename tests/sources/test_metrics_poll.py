@@ -16,7 +16,7 @@ from helpers.waits import until
 from bmoe_top.tui.feed.bind import bind
 from bmoe_top.tui.model import RunModel
 from bmoe_top.tui.present.metrics import metrics_document, status_parts
-from bmoe_top.tui.sources.metrics_poll import MetricsPoller, _no_proxy_match, is_loopback_host, make_client
+from bmoe_top.tui.sources.metrics_poll import MetricsPoller
 
 
 def free_port():
@@ -220,19 +220,6 @@ def test_remote_host_malformed_no_proxy_does_not_crash_and_uses_proxy(monkeypatc
         assert p2.state.status == "unreachable" and len(proxy.seen) == n
     finally:
         proxy.close()
-
-
-def test_helpers():
-    assert is_loopback_host("127.0.0.5") and is_loopback_host("::1") and is_loopback_host("[::1]")
-    assert is_loopback_host("LocalHost") and not is_loopback_host("10.0.0.1")
-    assert _no_proxy_match("a.b.example", ".example")[0]
-    assert _no_proxy_match("10.1.2.3", "10.0.0.0/8")[0]
-    assert _no_proxy_match("x", "*")[0]
-    hit, bad = _no_proxy_match("x.org", "foo:bar, ,[zz]:1")
-    assert not hit and bad == ["foo:bar", "[zz]:1"]
-    c, note = make_client("http://127.0.0.1:1/metrics", 1.0)
-    assert note == ""
-    c.close()
 
 
 @pytest.mark.parametrize("url,needle", [("foo", "scheme"), ("http://[::1", "not a valid URL"),

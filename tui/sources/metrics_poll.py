@@ -10,22 +10,17 @@ run-model rows). :class:`PollState` keeps the poller's own bookkeeping (its
 :class:`~bmoe_top.tui.sources.events.ScrapeState`, HTTP status, the newest two snapshots,
 counts). No Textual.
 
-Proxies: a loopback URL (``localhost``, ``127.0.0.0/8``, ``::1``) never goes through a proxy
-(``trust_env=False``). Other hosts honour ``HTTP(S)_PROXY``/``ALL_PROXY``/``NO_PROXY``; a
-malformed ``NO_PROXY`` (which makes ``httpx.Client`` raise) does not stop start-up: the
-entries that parse are applied by hand and ``state.proxy_note`` says what was ignored.
+The client (URL check, proxies, headers) is :func:`bmoe_top.tui.sources.http_client.make_client`'s,
+shared with the Prometheus client; ``state.proxy_note`` says what it decided about proxies.
 """
 
 from __future__ import annotations
 
 import errno
-import ipaddress
-import os
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import urlsplit
 
 import httpx
 import orjson
@@ -41,120 +36,10 @@ from bmoe_top.parsers.prom import (
 )
 from bmoe_top.parsers.sanitize import sanitize
 from bmoe_top.tui.sources.events import Scraped, ScrapeFailed, ScrapeState, Sinks
+from bmoe_top.tui.sources.http_client import check_url, make_client
 from bmoe_top.tui.sources.slots import SlotsReading, parse_slots
 
-__all__ = ["BACKOFF_STATES", "MetricsPoller", "PollState", "check_url", "is_loopback_host", "make_client",
-           "reset_delta"]
-
-
-def check_url(url: str) -> str | None:
-    """``None`` when ``url`` is a usable http(s) URL, else why not (one line)."""
-    if not url or not url.strip():
-        return "empty URL"
-    try:
-        u = httpx.URL(url)
-    except (httpx.InvalidURL, ValueError) as exc:
-        return f"not a valid URL ({exc})"
-    if u.scheme not in ("http", "https"):
-        return f"not an http(s) URL (scheme {u.scheme or 'missing'!r}); e.g. http://127.0.0.1:8080/metrics"
-    if not u.host:
-        return "URL has no host; e.g. http://127.0.0.1:8080/metrics"
-    return None
-
-
-def is_loopback_host(host: str) -> bool:
-    """True for ``localhost`` (and ``*.localhost``) and loopback IPv4/IPv6 literals."""
-    h = host.strip("[]").lower()
-    if h == "localhost" or h.endswith(".localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(h).is_loopback
-    except ValueError:
-        return False
-
-
-def _env(name: str) -> str | None:
-    return os.environ.get(name) or os.environ.get(name.lower()) or None
-
-
-def _no_proxy_match(host: str, no_proxy: str) -> tuple[bool, list[str]]:
-    """Tolerant NO_PROXY matching: returns (bypass, entries that could not be understood)."""
-    bad: list[str] = []
-    h = host.strip("[]").lower()
-    try:
-        hip = ipaddress.ip_address(h)
-    except ValueError:
-        hip = None
-    for raw in no_proxy.split(","):
-        e = raw.strip().lower()
-        if not e:
-            continue
-        if e == "*":
-            return True, bad
-        if "://" in e:
-            e = e.split("://", 1)[1]
-        e = e.strip("/")
-        try:
-            net = ipaddress.ip_network(e.strip("[]"), strict=False)
-        except ValueError:
-            net = None
-        if net is not None:
-            if hip is not None and hip in net:
-                return True, bad
-            continue
-        if e.startswith("["):  # [v6]:port
-            inner, _, _ = e[1:].partition("]")
-            try:
-                eip = ipaddress.ip_address(inner)
-            except ValueError:
-                bad.append(raw.strip())
-                continue
-            if hip is not None and hip == eip:
-                return True, bad
-            continue
-        name, _, port = e.partition(":")
-        if port and not port.isdigit():
-            bad.append(raw.strip())
-            continue
-        name = name.lstrip("*").lstrip(".")
-        if not name:
-            bad.append(raw.strip())
-            continue
-        if h == name or h.endswith("." + name):
-            return True, bad
-    return False, bad
-
-
-def make_client(url: str, timeout: float, api_key: str | None = None) -> tuple[httpx.Client, str]:
-    """An ``httpx.Client`` for ``url`` and a note about the proxy decision (``""`` if none).
-
-    Loopback never uses a proxy. A malformed proxy environment never raises."""
-    headers = {"Accept": "text/plain;version=0.0.4, */*;q=0.1", "User-Agent": "bmoe-top"}
-    if check_url(url):
-        return httpx.Client(trust_env=False, timeout=httpx.Timeout(timeout), headers=headers), ""
-    if api_key:
-        headers["Authorization"] = f"Bearer {api_key}"
-    to = httpx.Timeout(timeout)
-    host = urlsplit(url).hostname or ""
-    if is_loopback_host(host):
-        return httpx.Client(trust_env=False, timeout=to, headers=headers), ""
-    try:
-        return httpx.Client(trust_env=True, timeout=to, headers=headers), ""
-    except Exception as exc:  # httpx.InvalidURL / ValueError from a malformed proxy environment
-        first = f"proxy environment not usable as is ({exc})"
-    scheme = urlsplit(url).scheme or "http"
-    proxy = _env(f"{scheme.upper()}_PROXY") or _env("ALL_PROXY")
-    bypass, bad = _no_proxy_match(host, _env("NO_PROXY") or "")
-    note = first
-    if bad:
-        note += f"; NO_PROXY entries ignored: {', '.join(bad)}"
-    if proxy and not bypass:
-        try:
-            client = httpx.Client(trust_env=False, timeout=to, headers=headers, proxy=proxy)
-            return client, note + f"; using proxy {proxy}"
-        except Exception as exc:
-            note += f"; proxy {proxy!r} unusable ({exc}), connecting directly"
-    return httpx.Client(trust_env=False, timeout=to, headers=headers), note + "; connecting directly"
+__all__ = ["BACKOFF_STATES", "MetricsPoller", "PollState", "reset_delta"]
 
 
 class PollState:
@@ -166,7 +51,7 @@ class PollState:
     (the newest two snapshots); ``last_delta`` (the newest interval); ``n_ok``/``n_fail`` (scrapes
     that parsed / failed); ``n_resets`` (restarts seen: a counter went down, the process start
     time changed); ``json_quoted`` (a body arrived JSON-quoted and was decoded once);
-    ``bad_lines`` (of the newest scrape); ``proxy_note`` (see :func:`make_client`);
+    ``bad_lines`` (of the newest scrape); ``proxy_note`` (see :func:`~bmoe_top.tui.sources.http_client.make_client`);
     ``last_ok_wall`` / ``last_ok_mono`` (``time.time()`` / ``time.monotonic()`` of the newest good
     scrape); ``next_retry_s`` (the wait before the next attempt after a failure) and
     ``next_attempt_mono`` (``time.monotonic()`` of that attempt: :meth:`retry_in` counts down to it);

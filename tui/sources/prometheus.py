@@ -44,7 +44,7 @@ import httpx
 import numpy as np
 import orjson
 
-from bmoe_top.tui.sources.metrics_poll import check_url, make_client
+from bmoe_top.tui.sources.http_client import check_url, make_client
 
 __all__ = [
     "BODY_MAX",
@@ -316,7 +316,7 @@ class PrometheusClient:
     ``eval_timeout``: the evaluation timeout sent instead (s; default 0.9 x ``timeout``).
     ``api_key``: a bearer token, for a Prometheus behind an authenticating proxy. A loopback URL
     never goes through a proxy; elsewhere the proxy environment is honoured (as the ``/metrics``
-    poller does: :func:`~bmoe_top.tui.sources.metrics_poll.make_client`).
+    poller does: :func:`~bmoe_top.tui.sources.http_client.make_client`).
 
     Counters: ``n_requests`` (requests made), ``n_bytes`` (answer bytes received). Not
     thread-safe: one thread talks to one client. Raises :class:`PromError` only; ``ValueError``
