@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from bmoe_top.tui.analysis import _kernels as K
 from bmoe_top.tui.analysis import cachesim as C
+from bmoe_top.tui.analysis.layers import layer_partitioned_curve
 from bmoe_top.tui.analysis.lookups import Lookups, from_routing, layer_lookups, split_decode
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -238,7 +239,7 @@ def test_layer_curves_are_per_layer_lru() -> None:
         for c in range(lk.n_expert + 1):
             ref = C.replay_lru(sub, c * int(lk.layer_bytes()[il]))
             assert lc.hits[il, c] == int(ref[sub.decode].sum())
-    eq = C.layer_partitioned_curve(lk, [lk.bank_bytes], lc)
+    eq = layer_partitioned_curve(lk, [lk.bank_bytes], lc)
     share = lk.bank_bytes // 3
     assert eq.decode_hits[0] == sum(lc.hits[il, min(6, share // s)] for il, s in enumerate([2, 3, 2]))
 
@@ -285,8 +286,8 @@ def test_allocation_fits_and_is_optimal_on_concave_curves() -> None:
     rows = layer_table(curve, 20)
     assert sum(r.misses for r in rows) == curve.decode_lookups - curve.decode_hits[1]
     assert [r.misses for r in rows] == sorted((r.misses for r in rows), reverse=True)
-    alloc = C.layer_partitioned_curve(lk, [10, 20], allocate=True)
-    equal = C.layer_partitioned_curve(lk, [10, 20])
+    alloc = layer_partitioned_curve(lk, [10, 20], by_allocation=True)
+    equal = layer_partitioned_curve(lk, [10, 20])
     assert (alloc.decode_hits >= equal.decode_hits).all()
 
 

@@ -29,7 +29,7 @@ from .lookups import Lookups, layer_lookups, with_profile
 
 __all__ = ["Curve", "LruState", "POLICIES", "dense_budgets", "sweep_budgets", "lru_curve", "lru_hit_flags",
            "replay_lru", "policy_curve", "static_curve", "static_ranking", "layer_curves",
-           "layer_partitioned_curve", "lru_profile_curve", "compulsory_decode_misses", "strp_from_lookups", "MIB"]
+           "lru_profile_curve", "compulsory_decode_misses", "strp_from_lookups", "MIB"]
 
 MIB = 1024 * 1024
 I64 = npt.NDArray[np.int64]
@@ -387,36 +387,6 @@ def layer_curves(lk: Lookups) -> LayerCurves:
         hbytes[il] = hb
     _dl, _db, ll = _totals(lk)
     return LayerCurves(hits, hbytes, ll, lb, moe)
-
-
-def layer_partitioned_curve(lk: Lookups, budgets: npt.ArrayLike, curves: LayerCurves | None = None,
-                            allocate: bool = False) -> Curve:
-    """One LRU per layer at each global budget: split evenly over the MoE layers (each layer
-    gets ``budget / n_moe_layers`` bytes, whole experts), or with ``allocate`` by
-    :func:`bmoe_top.tui.analysis.layers.allocate`."""
-    from .layers import allocate as _alloc
-
-    b = _check_budgets(budgets)
-    lc = curves if curves is not None else layer_curves(lk)
-    moe = lc.moe_layers
-    nb = b.shape[0]
-    hd = np.zeros(nb, dtype=np.int64)
-    hb = np.zeros(nb, dtype=np.int64)
-    hl = np.zeros((lk.n_layer, nb), dtype=np.int64)
-    for j, bud in enumerate(b.tolist()):
-        if allocate:
-            slots = _alloc(lc, bud).slots
-        else:
-            slots = np.zeros(lk.n_layer, dtype=np.int64)
-            if moe.size:
-                slots[moe] = np.minimum(lk.n_expert, (bud // moe.size) // lc.layer_bytes[moe])
-        idx = np.arange(lk.n_layer)
-        hl[:, j] = lc.hits[idx, slots]
-        hd[j] = int(hl[:, j].sum())
-        hb[j] = int(lc.hit_bytes[idx, slots].sum())
-    dl, db, ll = _totals(lk)
-    return Curve("lru_layer_alloc" if allocate else "lru_layer_equal", b, hd, hb, hl, dl, db, ll,
-                 lk.n_decode_tokens)
 
 
 def compulsory_decode_misses(lk: Lookups) -> int:

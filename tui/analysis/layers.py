@@ -10,9 +10,10 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from .cachesim import Curve, LayerCurves
+from .cachesim import Curve, LayerCurves, _check_budgets, _totals, layer_curves
+from .lookups import Lookups
 
-__all__ = ["LayerRow", "Allocation", "layer_table", "allocate"]
+__all__ = ["LayerRow", "Allocation", "layer_table", "allocate", "layer_partitioned_curve"]
 
 I64 = npt.NDArray[np.int64]
 
@@ -147,3 +148,31 @@ def allocate(lc: LayerCurves, budget: int) -> Allocation:
     slots = max(cands, key=lambda c: int(lc.hits[idx, c].sum()))
     used = int((slots * lc.layer_bytes).sum())
     return Allocation(int(budget), slots, used, int(lc.hits[idx, slots].sum()))
+
+
+def layer_partitioned_curve(lk: Lookups, budgets: npt.ArrayLike, curves: LayerCurves | None = None,
+                            by_allocation: bool = False) -> Curve:
+    """One LRU per layer at each global budget: split evenly over the MoE layers (each layer
+    gets ``budget / n_moe_layers`` bytes, whole experts), or with ``by_allocation`` by
+    :func:`allocate`."""
+    b = _check_budgets(budgets)
+    lc = curves if curves is not None else layer_curves(lk)
+    moe = lc.moe_layers
+    nb = b.shape[0]
+    hd = np.zeros(nb, dtype=np.int64)
+    hb = np.zeros(nb, dtype=np.int64)
+    hl = np.zeros((lk.n_layer, nb), dtype=np.int64)
+    for j, bud in enumerate(b.tolist()):
+        if by_allocation:
+            slots = allocate(lc, bud).slots
+        else:
+            slots = np.zeros(lk.n_layer, dtype=np.int64)
+            if moe.size:
+                slots[moe] = np.minimum(lk.n_expert, (bud // moe.size) // lc.layer_bytes[moe])
+        idx = np.arange(lk.n_layer)
+        hl[:, j] = lc.hits[idx, slots]
+        hd[j] = int(hl[:, j].sum())
+        hb[j] = int(lc.hit_bytes[idx, slots].sum())
+    dl, db, ll = _totals(lk)
+    return Curve("lru_layer_alloc" if by_allocation else "lru_layer_equal", b, hd, hb, hl, dl, db, ll,
+                 lk.n_decode_tokens)

@@ -14,7 +14,7 @@ import numpy as np
 import numpy.typing as npt
 
 from . import cachesim as C
-from .layers import LayerRow, allocate, layer_table
+from .layers import LayerRow, allocate, layer_partitioned_curve, layer_table
 from .lookups import Lookups, split_decode
 from .skew import Skew, routing_skew
 
@@ -190,7 +190,7 @@ def analyse(lk: Lookups, budgets: npt.ArrayLike | None = None, run_budget: int |
             fn = C.static_curve if p == "static" else C.lru_profile_curve
             curves.append(fn(train, test, b))
         else:
-            curves.append(C.layer_partitioned_curve(lk, b, lc, allocate=p == "lru_layer_alloc"))
+            curves.append(layer_partitioned_curve(lk, b, lc, by_allocation=p == "lru_layer_alloc"))
     by = {c.policy: c for c in curves}
     lru = by.get("lru") or C.lru_curve(lk, b)
     bel = by.get("belady")
@@ -199,7 +199,7 @@ def analyse(lk: Lookups, budgets: npt.ArrayLike | None = None, run_budget: int |
     jf = lru_all.at(focus)
     rows = layer_table(lru_all, focus)
     alloc = allocate(lc, focus)
-    eq = C.layer_partitioned_curve(lk, [focus], lc)
+    eq = layer_partitioned_curve(lk, [focus], lc)
     dl = lk.n_decode_lookups
     alloc_sum = AllocationSummary(focus / MIB, 100.0 * int(eq.decode_hits[0]) / dl, 100.0 * alloc.decode_hits / dl,
                                   float(lru_all.decode_hit_pct[jf]), [int(x) for x in alloc.slots])

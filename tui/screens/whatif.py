@@ -307,7 +307,7 @@ class WhatIfScreen(Screen[None]):
         key = int(self.budget_mib * MIB)
         got = self._alloc_cache.get(key)
         if got is None:
-            from bmoe_top.tui.analysis.cachesim import layer_partitioned_curve
+            from bmoe_top.tui.analysis.layers import layer_partitioned_curve
 
             lc = self.replay.layer_curves
             al = allocate(lc, key)
