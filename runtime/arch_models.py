@@ -29,7 +29,7 @@ import numpy as np
 
 from bmoe_top.outfile import place_file, temp_beside
 
-from .models import EOS_ID, byte_vocab
+from .vocab import EOS_ID, byte_vocab
 
 __all__ = ["arch_specs", "make_arch_model", "ARCH_TYPES"]
 

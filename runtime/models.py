@@ -26,9 +26,8 @@ blk.L.ffn_up_exps.weight   (n_expert, n_ff_exp, n_embd)  SwiGLU up
 blk.L.ffn_down_exps.weight (n_expert, n_embd, n_ff_exp)  down projection
 ========================  =============================  ===========================
 
-Tokenizer: byte level. Token id ``b`` (0..255) is byte ``b`` (GPT-2 byte-to-unicode spelling,
-``tokenizer.ggml.model = "gpt2"``, no real merges), id 256 is ``<|endoftext|>`` (EOS, control).
-No BOS is added. So ``list(text.encode("utf-8"))`` are the token ids llama.cpp produces.
+Tokenizer: byte level (:mod:`bmoe_top.runtime.vocab`, shared with ``--arch`` models): token id
+``b`` (0..255) is byte ``b``, id 256 is ``<|endoftext|>``, no BOS.
 """
 
 from __future__ import annotations
@@ -47,15 +46,14 @@ import numpy as np
 
 from bmoe_top.outfile import check_output, output_error, place_file, temp_beside
 
+from .vocab import EOS_ID, N_VOCAB, byte_vocab
+
 __all__ = [
     "ARCH",
     "DEFAULT_QTYPE",
-    "EOS_ID",
-    "N_VOCAB",
     "PRESETS",
     "QTYPES",
     "ModelShape",
-    "byte_vocab",
     "expert_bank_bytes",
     "make_model",
     "models_main",
@@ -66,9 +64,6 @@ __all__ = [
 ]
 
 ARCH = "qwen3moe"
-N_BYTES = 256
-EOS_ID = 256  # <|endoftext|>
-N_VOCAB = 257
 #: Bumped whenever the synthetic generator changes, so cached demo files are regenerated.
 GENERATOR_VERSION = 2
 DEFAULT_QTYPE = "q8_0"
@@ -125,28 +120,6 @@ PRESETS: dict[str, ModelShape] = {
     "bench": ModelShape(n_embd=768, n_layer=8, n_head=8, n_head_kv=4, head_dim=96,
                         n_expert=64, n_expert_used=4, n_ff_exp=256, n_ctx_train=2048),
 }
-
-
-def byte_vocab() -> tuple[list[str], list[int], list[str]]:
-    """The byte-level vocabulary: ``(tokens, token_types, merges)``.
-
-    ``tokens[b]`` is the GPT-2 byte-to-unicode spelling of byte ``b`` (type NORMAL = 1) and
-    ``tokens[256]`` is ``<|endoftext|>`` (type CONTROL = 3). GGUF rejects an empty array, so
-    ``merges`` holds one rule whose left side (two characters) can never be formed without
-    other merges: it never fires and tokenization stays one token per byte.
-    """
-    printable = (list(range(ord("!"), ord("~") + 1)) + list(range(ord("\xa1"), ord("\xac") + 1))
-                 + list(range(ord("\xae"), ord("\xff") + 1)))
-    mapping: dict[int, str] = {b: chr(b) for b in printable}
-    extra = 0
-    for b in range(N_BYTES):
-        if b not in mapping:
-            mapping[b] = chr(N_BYTES + extra)
-            extra += 1
-    tokens = [mapping[b] for b in range(N_BYTES)] + ["<|endoftext|>"]
-    types = [1] * N_BYTES + [3]
-    merges = [mapping[0] + mapping[0] + " " + mapping[0]]
-    return tokens, types, merges
 
 
 def tensor_layout(shape: ModelShape) -> list[tuple[str, tuple[int, ...]]]:

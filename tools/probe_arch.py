@@ -29,7 +29,7 @@ from pathlib import Path
 import gguf
 import numpy as np
 
-from bmoe_top.runtime.models import byte_vocab
+from bmoe_top.runtime.vocab import byte_vocab
 
 WORKER = r"""
 import re

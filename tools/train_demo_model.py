@@ -32,7 +32,7 @@ Data: the CPython standard library sources of the interpreter running this scrip
 stdlib path): top-level ``*.py`` plus pure-Python packages (no tests, idlelib, lib2to3, tkinter,
 turtledemo, ensurepip, pydoc_data, encodings), sorted by relative path; file i is held out for
 validation when ``i % 20 == 10``. Files are joined as UTF-8 bytes with the EOS token (256) after
-each file. Tokens are bytes (ids 0..255), see ``bmoe_top.runtime.models.byte_vocab``.
+each file. Tokens are bytes (ids 0..255), see ``bmoe_top.runtime.vocab.byte_vocab``.
 """
 
 from __future__ import annotations

@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 
 from bmoe_top.runtime import demo_model, models
 from bmoe_top.runtime.demo_model import DEFAULT_DEMO_CACHE_MB
-from bmoe_top.runtime.models import EOS_ID, PRESETS, expert_bank_bytes, llama_greedy, make_model
+from bmoe_top.runtime.models import PRESETS, expert_bank_bytes, llama_greedy, make_model
+from bmoe_top.runtime.vocab import EOS_ID, N_VOCAB
 
 PROMPT = list(b"def main(argv):\n    ")
 
@@ -102,7 +103,7 @@ def test_tokenizer_round_trips_through_llama_cpp(vocab_llama) -> None:
         assert ids == list(raw)  # one token per byte, no BOS added
         assert vocab_llama.detokenize(ids) == raw
     assert vocab_llama.token_eos() == EOS_ID
-    assert vocab_llama.n_vocab() == models.N_VOCAB
+    assert vocab_llama.n_vocab() == N_VOCAB
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -122,7 +123,7 @@ def test_llama_cpp_loads_and_greedy_decodes(model_dir: Path, tiny_q8: Path, pres
     first = llama_greedy(path, PROMPT, 24, stop_at_eos=False)
     second = llama_greedy(path, PROMPT, 24, stop_at_eos=False)
     assert len(first) == 24
-    assert all(0 <= t < models.N_VOCAB for t in first)
+    assert all(0 <= t < N_VOCAB for t in first)
     assert first == second  # greedy decoding is deterministic
     assert len(set(first)) > 1  # random weights still give varied tokens
     if preset == "bench":

@@ -13,7 +13,8 @@ import pytest
 
 from bmoe_top.runtime import demo_model
 from bmoe_top.runtime.demo_model import DEFAULT_DEMO_CACHE_MB
-from bmoe_top.runtime.models import EOS_ID, expert_bank_bytes, llama_greedy
+from bmoe_top.runtime.models import expert_bank_bytes, llama_greedy
+from bmoe_top.runtime.vocab import EOS_ID
 
 TRAINED = demo_model.trained_demo_path()
 pytestmark = pytest.mark.skipif(TRAINED is None, reason="trained demo model not in bmoe_top/data")
