@@ -40,7 +40,7 @@ def _make_model(argv: list[str]) -> int:
 
 
 def _serve(argv: list[str]) -> int:
-    from .server import serve_main
+    from .serve import serve_main
 
     return serve_main(argv)
 

@@ -207,7 +207,7 @@ class HttpFront:
         self.config = uvicorn.Config(self._gate, http=proto, ws="none", lifespan="off", interface="asgi3",
                                      proxy_headers=False, log_config=None, log_level="warning", access_log=False,
                                      server_header=False,
-                                     timeout_keep_alive=self.limits.timeout_keep_alive,  # type: ignore[arg-type]
+                                     timeout_keep_alive=self.limits.timeout_keep_alive,
                                      timeout_graceful_shutdown=10, backlog=2048)
         self.uv = uvicorn.Server(self.config)
         self.thread = threading.Thread(target=self._serve_thread, name="bmoe-http", daemon=True)
