@@ -3,16 +3,41 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Protocol
 
+from bmoe_top.parsers.bmoe_lines import Ready
+from bmoe_top.parsers.textio import Problem
 from bmoe_top.tui.model import RunModel
 from bmoe_top.tui.present.summary import run_summary
-from bmoe_top.tui.sources.live import LiveStatus
 
-__all__ = ["failure_document", "live_block", "live_document"]
+__all__ = ["LiveSourceStatus", "failure_document", "live_block", "live_document"]
 
 
-def live_block(st: LiveStatus, run: RunModel, request_id: int | None) -> dict[str, Any]:
+class LiveSourceStatus(Protocol):
+    """What these documents read of a live source's status
+    (:class:`bmoe_top.tui.sources.live.LiveStatus`, its snapshot)."""
+
+    @property
+    def state(self) -> str: ...
+
+    @property
+    def message(self) -> str: ...
+
+    @property
+    def exit_code(self) -> int | None: ...
+
+    @property
+    def ready(self) -> Ready | None: ...
+
+    @property
+    def last_error(self) -> str | None: ...
+
+    @property
+    def problems(self) -> Sequence[Problem]: ...
+
+
+def live_block(st: LiveSourceStatus, run: RunModel, request_id: int | None) -> dict[str, Any]:
     """``state``, ``message``, ``exit_code``, ``request_id`` (the prompt sent, if any), ``ready``
     (load_s, arch, n_ctx or None), ``turns`` (each finished turn's end record), ``error`` (the
     last error message), ``text`` (the newest turn's answer), ``problems`` (``line N: reason``)."""
@@ -28,13 +53,13 @@ def live_block(st: LiveStatus, run: RunModel, request_id: int | None) -> dict[st
     }
 
 
-def live_document(st: LiveStatus, run: RunModel, request_id: int | None, **extra: Any) -> dict[str, Any]:
+def live_document(st: LiveSourceStatus, run: RunModel, request_id: int | None, **extra: Any) -> dict[str, Any]:
     """:func:`~bmoe_top.tui.present.summary.run_summary` of the run with the ``live`` block
     (``extra`` keys added to it, e.g. ``wall_s``)."""
     return {**run_summary(run), "live": {**live_block(st, run, request_id), **extra}}
 
 
-def failure_document(message: str, run: RunModel, st: LiveStatus) -> dict[str, Any]:
+def failure_document(message: str, run: RunModel, st: LiveSourceStatus) -> dict[str, Any]:
     """What ``launch --once --json`` prints when the child fails before a turn could run."""
     return {"status": "failed", "error": message, "sources": list(run.sources),
             "live": {"state": st.state, "exit_code": st.exit_code}}
