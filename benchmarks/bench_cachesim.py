@@ -197,8 +197,8 @@ def live_cases(rounds: int) -> None:
 
 
 def live_follower(toks: list[np.ndarray], lb: np.ndarray, n_layer: int, n_expert: int, k: int, rounds: int) -> None:
+    from bmoe_top.tui.jobs.live_whatif import LiveWhatIf
     from bmoe_top.tui.model import LIVE, RunModel
-    from bmoe_top.tui.present.whatif import LiveWhatIf
 
     follow, alone = [], []
     n = len(toks)

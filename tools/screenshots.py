@@ -92,8 +92,8 @@ async def _shoot(app, path: Path, size: tuple[int, int], keys: tuple[str, ...] =
 def analysis_shots() -> None:
     """The what-if and compare screens on real runs (skipped when ../shared is absent)."""
     from bmoe_top.tui.analysis.compare import compare
-    from bmoe_top.tui.present import compare as P
-    from bmoe_top.tui.present.whatif import analyse_input, load_whatif
+    from bmoe_top.tui.jobs import compare as J
+    from bmoe_top.tui.jobs.whatif import analyse_input, load_whatif
     from bmoe_top.tui.screens.compare import compare_app
     from bmoe_top.tui.screens.whatif import whatif_app
 
@@ -108,8 +108,8 @@ def analysis_shots() -> None:
     asyncio.run(_shoot(whatif_app(inp, report, replay, title), OUT / "whatif-80x24.svg", (80, 24)))
     a = REAL / "bigmoeonedge-2026-07-12" / "qwen_c4000_l4_ov"
     b = REAL / "bigmoeonedge-2026-07-22" / "bmoe-20260722-142300.csv"
-    arms = P.load_arms(P.parse_arms([], [f"07-12={a}.csv+{a}.log+{a}.metrics", f"07-22={b}"]))
-    c = compare(P.arm_inputs(arms))
+    arms = J.load_arms(J.parse_arms([], [f"07-12={a}.csv+{a}.log+{a}.metrics", f"07-22={b}"]))
+    c = compare(J.arm_inputs(arms))
     ctitle = "compare 07-12 vs 07-22"
     asyncio.run(_shoot(compare_app(arms, c, ctitle), OUT / "compare.svg", SIZE))
     asyncio.run(_shoot(compare_app(arms, c, ctitle), OUT / "compare-tokens.svg", SIZE, ("2",)))

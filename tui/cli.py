@@ -519,6 +519,7 @@ def add_fleet_parser(sub: Any) -> None:
 # ------------------------------------------------------------------------------- analysis
 def cmd_compare(args: argparse.Namespace) -> int:
     """``bmoe-top compare``: arms of runs, noise-aware deltas (docs/analysis.md)."""
+    from bmoe_top.tui.jobs import compare as J
     from bmoe_top.tui.present import compare as P
 
     if sum(bool(x) for x in (args.json, args.md, args.csv)) > 1:
@@ -526,18 +527,18 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if not args.noise_floor >= 0:
         return _die("compare: --noise-floor must be >= 0 (percent)")
     try:
-        specs = P.parse_arms(args.arms, args.arm or [])
-    except P.CompareError as e:
+        specs = J.parse_arms(args.arms, args.arm or [])
+    except J.CompareError as e:
         return _die(f"compare: {e}")
     try:
-        arms = P.load_arms(specs)
-    except P.CompareError as e:
+        arms = J.load_arms(specs)
+    except J.CompareError as e:
         return _die(f"compare: {e}", EXIT_FAILED)
     if not (args.json or args.md or args.csv) and (refused := _terminal_refused("compare")) is not None:
         return refused
     from bmoe_top.tui.analysis.compare import compare
 
-    c = compare(P.arm_inputs(arms), noise_floor_pct=args.noise_floor)
+    c = compare(J.arm_inputs(arms), noise_floor_pct=args.noise_floor)
     if args.json:
         from bmoe_top.tui.present.numbers import print_json
 
@@ -574,7 +575,7 @@ def _numbers(text: str, what: str) -> list[float]:
 def cmd_whatif(args: argparse.Namespace) -> int:
     """``bmoe-top whatif``: the cache-sizing screen, or its JSON / an STRP profile."""
     from bmoe_top.outfile import OutputFileError
-    from bmoe_top.tui.present import whatif as W
+    from bmoe_top.tui.jobs import whatif as W
 
     try:
         budgets = _numbers(args.budgets, "--budgets") if args.budgets is not None else None
@@ -604,8 +605,9 @@ def cmd_whatif(args: argparse.Namespace) -> int:
                   f"(bmoe-run --moe-cache-profile {args.strp})")
     if args.json:
         from bmoe_top.tui.present.numbers import print_json
+        from bmoe_top.tui.present.whatif import whatif_document
 
-        doc = W.whatif_document(inp, report)
+        doc = whatif_document(inp, report)
         if profile is not None:
             doc["profile"] = profile
         print_json(doc)

@@ -18,8 +18,9 @@ from bmoe_top.parsers.bmoe_lines import parse_line
 from bmoe_top.tui.analysis import cachesim as C
 from bmoe_top.tui.analysis.lookups import from_route_rows
 from bmoe_top.tui.feed.records import RecordFeed
+from bmoe_top.tui.jobs.live_whatif import LiveWhatIf
 from bmoe_top.tui.model import LIVE, RunModel
-from bmoe_top.tui.present.whatif import MIB, LiveWhatIf
+from bmoe_top.tui.present.whatif import MIB
 
 N_LAYER, N_EXPERT, K = 4, 16, 2
 LAYER_BYTES = [1 << 20, 1 << 20, 2 << 20, 1 << 20]
@@ -157,7 +158,7 @@ def test_a_token_routed_to_more_than_top_k_max_experts_is_counted_not_allocated(
 
 
 def test_the_replay_in_small_grids_gives_the_same_curve(monkeypatch: pytest.MonkeyPatch) -> None:
-    import bmoe_top.tui.present.whatif as W
+    import bmoe_top.tui.jobs.live_whatif as W
 
     whole, parts = RunModel(LIVE), RunModel(LIVE)
     feed_run(whole, 60, seed=4)

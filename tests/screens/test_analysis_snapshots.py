@@ -18,8 +18,8 @@ from helpers.hostile import screen_text
 from rich.color import Color, ColorType
 
 from bmoe_top.tui.analysis.compare import compare
-from bmoe_top.tui.present import compare as P
-from bmoe_top.tui.present.whatif import analyse_input, load_whatif
+from bmoe_top.tui.jobs import compare as J
+from bmoe_top.tui.jobs.whatif import analyse_input, load_whatif
 from bmoe_top.tui.screens.compare import compare_app
 from bmoe_top.tui.screens.whatif import whatif_app
 from bmoe_top.tui.widgets.curves import SERIES_LOOK, CurveChart, CurveMark, CurvePlot, CurveSeries
@@ -41,8 +41,8 @@ def compared(tmp: Path):
         p = tmp / f"arm{i}.csv"
         p.write_bytes(synth.token_csv(80, seed=seed))
         paths.append(str(p))
-    arms = P.load_arms(P.parse_arms(paths))
-    return compare_app(arms, compare(P.arm_inputs(arms)), "compare arm0 vs arm1")
+    arms = J.load_arms(J.parse_arms(paths))
+    return compare_app(arms, compare(J.arm_inputs(arms)), "compare arm0 vs arm1")
 
 
 @pytest.mark.parametrize("size", SIZES)

@@ -9,6 +9,7 @@ from pathlib import Path
 from helpers import synth
 
 from bmoe_top.tui.analysis.compare import WITHIN_RUN_LABEL, compare
+from bmoe_top.tui.jobs import compare as J
 from bmoe_top.tui.present import compare as P
 from bmoe_top.tui.screens.analysis_modals import AnalysisHelp
 from bmoe_top.tui.screens.compare import CompareScreen, compare_app
@@ -17,8 +18,8 @@ from bmoe_top.tui.widgets.tables import SortTable
 
 
 def make_app(*arms: str, named: tuple[str, ...] = ()):
-    loaded = P.load_arms(P.parse_arms(list(arms), list(named)))
-    c = compare(P.arm_inputs(loaded))
+    loaded = J.load_arms(J.parse_arms(list(arms), list(named)))
+    c = compare(J.arm_inputs(loaded))
     return compare_app(loaded, c, "compare test"), c
 
 

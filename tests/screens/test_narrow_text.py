@@ -17,8 +17,8 @@ from textual.widgets._footer import FooterKey
 
 from bmoe_top.tui.app import BmoeTopApp
 from bmoe_top.tui.feed.files import open_paths
-from bmoe_top.tui.present import compare as P
-from bmoe_top.tui.present.whatif import analyse_input, load_whatif
+from bmoe_top.tui.jobs import compare as J
+from bmoe_top.tui.jobs.whatif import analyse_input, load_whatif
 from bmoe_top.tui.screens.compare import compare_app
 from bmoe_top.tui.screens.live import live_app
 from bmoe_top.tui.screens.replay import ReplayScreen
@@ -64,10 +64,10 @@ async def test_compare_at_80_columns_hides_what_does_not_fit_and_never_cuts_a_co
         p = tmp_path / f"{name}.csv"
         p.write_bytes(synth.token_csv(50, seed=20 + i))
         runs.append(str(p))
-    loaded = P.load_arms(P.parse_arms(runs, []))
+    loaded = J.load_arms(J.parse_arms(runs, []))
     from bmoe_top.tui.analysis.compare import compare
 
-    app = compare_app(loaded, compare(P.arm_inputs(loaded)), "compare")
+    app = compare_app(loaded, compare(J.arm_inputs(loaded)), "compare")
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.pause()
         table = app.main.query_one("#summary-table", SortTable)

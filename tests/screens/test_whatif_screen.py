@@ -10,7 +10,7 @@ import pytest
 from helpers import synth
 
 from bmoe_top.parsers.strp import read_strp
-from bmoe_top.tui.present.whatif import analyse_input, load_whatif
+from bmoe_top.tui.jobs.whatif import analyse_input, load_whatif
 from bmoe_top.tui.screens.analysis_modals import AnalysisHelp, PathScreen
 from bmoe_top.tui.screens.whatif import WhatIfScreen, whatif_app
 from bmoe_top.tui.widgets.curves import CurveChart

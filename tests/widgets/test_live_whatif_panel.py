@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from bmoe_top.tui.present.whatif import LiveWhatIf
+from bmoe_top.tui.jobs.live_whatif import LiveWhatIf
 
 
 async def test_a_hidden_panel_waits_and_a_shown_one_replays_at_once(monkeypatch: pytest.MonkeyPatch) -> None:

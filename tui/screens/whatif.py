@@ -32,6 +32,7 @@ from bmoe_top.outfile import OutputFileError
 from bmoe_top.tui.analysis.layers import allocate
 from bmoe_top.tui.analysis.whatif import Replay, WhatIf
 from bmoe_top.tui.app import BmoeTopApp
+from bmoe_top.tui.jobs.whatif import write_profile
 from bmoe_top.tui.present.numbers import fmt
 from bmoe_top.tui.present.whatif import (
     HIT_DEFINITION,
@@ -43,7 +44,6 @@ from bmoe_top.tui.present.whatif import (
     policy_table,
     skew_rows,
     summary_rows,
-    write_profile,
 )
 from bmoe_top.tui.screens.analysis_modals import AnalysisHelp, PathScreen, binding_rows
 from bmoe_top.tui.widgets.curves import CurveChart, CurveMark, CurvePlot, CurveSeries

@@ -2,7 +2,7 @@
 every cache budget, replayed from the routing as it arrives, with the run's budget, T and the
 whole bank marked, and what a smaller or bigger cache would give right now.
 
-The replay (:class:`bmoe_top.tui.present.whatif.LiveWhatIf`) runs on a worker thread every
+The replay (:class:`bmoe_top.tui.jobs.live_whatif.LiveWhatIf`) runs on a worker thread every
 ``interval`` seconds while the panel is shown (every :data:`HIDDEN_INTERVAL_S` while its tab is
 hidden, sooner when the routing not replayed yet nears the model's window, and at once when the
 tab is shown again) and reads the run model under its lock; it publishes
@@ -22,9 +22,10 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Static
 
+from bmoe_top.tui.jobs.live_whatif import LiveWhatIf
 from bmoe_top.tui.model import RunModel
 from bmoe_top.tui.present.numbers import fmt
-from bmoe_top.tui.present.whatif import LiveView, LiveWhatIf
+from bmoe_top.tui.present.whatif import LiveView
 from bmoe_top.tui.widgets.curves import CurveChart, CurveMark, CurvePlot, CurveSeries
 
 __all__ = ["HIDDEN_INTERVAL_S", "LiveWhatIfPanel"]
