@@ -576,6 +576,7 @@ def cmd_whatif(args: argparse.Namespace) -> int:
     """``bmoe-top whatif``: the cache-sizing screen, or its JSON / an STRP profile."""
     from bmoe_top.outfile import OutputFileError
     from bmoe_top.tui.jobs import whatif as W
+    from bmoe_top.tui.present.whatif import ProfileDoc, WhatIfProfileDocument, whatif_document
 
     try:
         budgets = _numbers(args.budgets, "--budgets") if args.budgets is not None else None
@@ -593,7 +594,7 @@ def cmd_whatif(args: argparse.Namespace) -> int:
         report, replay = W.analyse_input(inp, budgets)
     except ValueError as e:
         return _die(f"whatif: {e}", EXIT_FAILED)
-    profile = None
+    profile: ProfileDoc | None = None
     if args.strp:
         try:
             ranked, slots = W.write_profile(inp, report, args.strp, force=args.force)
@@ -605,12 +606,13 @@ def cmd_whatif(args: argparse.Namespace) -> int:
                   f"(bmoe-run --moe-cache-profile {args.strp})")
     if args.json:
         from bmoe_top.tui.present.numbers import print_json
-        from bmoe_top.tui.present.whatif import whatif_document
 
         doc = whatif_document(inp, report)
         if profile is not None:
-            doc["profile"] = profile
-        print_json(doc)
+            with_profile: WhatIfProfileDocument = {**doc, "profile": profile}
+            print_json(with_profile)
+        else:
+            print_json(doc)
         return 0
     if profile is not None:
         return 0

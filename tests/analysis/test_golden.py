@@ -6,11 +6,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import orjson
 from helpers.golden import check_golden
 from helpers.routing import random_lookups
+from helpers.typed_json import check_typed
 
 from bmoe_top.tui.analysis.compare import ArmInput, RunInput, compare
 from bmoe_top.tui.analysis.whatif import whatif
+from bmoe_top.tui.present.compare import ComparisonDoc
+from bmoe_top.tui.present.whatif import WhatIfReportDoc
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 
@@ -20,6 +24,7 @@ def test_whatif_json() -> None:
                         layer_bytes=[1 << 20, 1 << 20, 2 << 20])
     w = whatif(lk, budgets=np.arange(0, 33) * (1 << 20), run_budget=12 << 20, read_mib_s=500.0, dense_points=64)
     check_golden(GOLDEN / "whatif.json", w)
+    check_typed(orjson.loads(orjson.dumps(w)), WhatIfReportDoc)
 
 
 def test_compare_json() -> None:
@@ -33,6 +38,8 @@ def test_compare_json() -> None:
 
     one = compare([ArmInput("base", [run("a", 100.0)]), ArmInput("new", [run("b", 90.0)])])
     check_golden(GOLDEN / "compare_one_run.json", one)
+    check_typed(orjson.loads(orjson.dumps(one)), ComparisonDoc)
     many = compare([ArmInput("base", [run(f"a{i}", 100.0) for i in range(4)]),
                     ArmInput("new", [run(f"b{i}", 90.0) for i in range(4)])])
     check_golden(GOLDEN / "compare_runs.json", many)
+    check_typed(orjson.loads(orjson.dumps(many)), ComparisonDoc)

@@ -16,10 +16,13 @@ import pytest
 from helpers import synth
 from helpers.documents import masked
 from helpers.golden import check_golden, check_golden_text
+from helpers.typed_json import check_typed
 
 from bmoe_top.parsers.routing_bin import routing_bin_bytes
 from bmoe_top.parsers.strp import read_strp
 from bmoe_top.tui.cli import main
+from bmoe_top.tui.present.compare import CompareDocument
+from bmoe_top.tui.present.whatif import WhatIfDocument, WhatIfProfileDocument
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 
@@ -54,6 +57,11 @@ def test_whatif_json_golden(tmp_path, capsys, run_files) -> None:
     lru = next(c for c in doc["curves"] if c["policy"] == "lru")
     assert lru["budgets_mib"][0] == 16.0 and lru["budgets_mib"][-1] == 256.0 and 64.0 in lru["budgets_mib"]
     check_golden(GOLDEN / "whatif_cli.json", masked(doc, {str(tmp_path): "<tmp>"}))
+    check_typed(doc, WhatIfDocument)
+    with pytest.raises(AssertionError, match=r"\$\.skew: keys missing \[\], keys not in SkewDoc \['extra'\]"):
+        check_typed({**doc, "skew": {**doc["skew"], "extra": 1}}, WhatIfDocument)
+    with pytest.raises(AssertionError, match=r"\$\.input: keys missing \['trace'\]"):
+        check_typed({**doc, "input": {k: v for k, v in doc["input"].items() if k != "trace"}}, WhatIfDocument)
 
 
 def test_whatif_budgets_and_errors(tmp_path, capsys, run_files) -> None:
@@ -93,6 +101,7 @@ def test_whatif_writes_a_profile_safely(tmp_path, capsys, run_files) -> None:
     code, out, _ = cli(capsys, "whatif", "--strp", str(out_path), "--force", "--json", "--run-budget", "32",
                        *run_files.values())
     assert code == 0 and orjson.loads(out)["profile"] == {"path": str(out_path), "ranked": prof.n_ranked, "slots": 32}
+    check_typed(orjson.loads(out), WhatIfProfileDocument)
 
 
 def test_whatif_from_bmoe_route_lines_and_a_binary_trace(tmp_path, capsys) -> None:
@@ -150,6 +159,7 @@ def test_compare_outputs_golden(tmp_path, capsys) -> None:
     wall = next(m for m in doc["metrics"] if m["metric"] == "wall_ms")
     assert wall["deltas"][0]["label"] == "within-run only: order and thermal drift not covered"
     check_golden(GOLDEN / "compare_cli.json", masked(doc, {str(tmp_path): "<tmp>"}))
+    check_typed(doc, CompareDocument)
     code, md, _ = cli(capsys, "compare", "--md", a0, b0)
     assert code == 0 and md.startswith("| metric | Δ r2 | verdict | r0 | r2 | unit |")
     assert "Warm-up (MSER-5): r0 steady from token" in md

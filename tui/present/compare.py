@@ -13,7 +13,7 @@ import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
 import numpy as np
 import numpy.typing as npt
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 __all__ = ["LoadedArm", "LoadedRun", "comparison_document", "comparison_markdown", "comparison_csv",
            "summary_table", "warmup_table", "token_table", "token_series", "delta_text", "entry_rows",
-           "short_names", "VERDICT_KIND"]
+           "short_names", "VERDICT_KIND", "CompareDocument", "ComparisonDoc"]
 
 #: verdict -> row kind (styles: bmoe_top.tui.widgets.palette.KIND_STYLE)
 VERDICT_KIND = {"better": "good", "worse": "bad", "differs": "bad", "~": "", "same": "", "?": "missing"}
@@ -248,16 +248,125 @@ def token_table(arms: Sequence[LoadedArm], c: Comparison, run_index: int = 0) ->
 
 
 # ------------------------------------------------------------------------------- headless
-def comparison_document(arms: Sequence[LoadedArm], c: Comparison) -> dict[str, Any]:
+#: a float of the comparison; JSON null where it is NaN (orjson writes NaN as null)
+Num = float | None
+
+
+class ArmValueDoc(TypedDict):
+    """:class:`bmoe_top.tui.analysis.compare.ArmValue` as JSON."""
+
+    arm: str
+    runs: int
+    center: Num
+    low: Num
+    high: Num
+    per_run: list[Num]
+
+
+class DeltaDoc(TypedDict):
+    """:class:`bmoe_top.tui.analysis.compare.Delta` as JSON."""
+
+    arm: str
+    vs: str
+    change: Num
+    change_pct: Num
+    low: Num
+    high: Num
+    p: Num
+    verdict: str
+    method: str
+    label: str
+
+
+class MetricRowDoc(TypedDict):
+    """:class:`bmoe_top.tui.analysis.compare.MetricRow` as JSON."""
+
+    metric: str
+    label: str
+    unit: str
+    kind: str
+    lower_is_better: bool
+    values: list[ArmValueDoc]
+    deltas: list[DeltaDoc]
+
+
+class WarmupRowDoc(TypedDict):
+    """:class:`bmoe_top.tui.analysis.compare.WarmupRow` as JSON."""
+
+    arm: str
+    run: str
+    tokens: int
+    split: int
+    warm_mean_ms: Num
+    steady_mean_ms: Num
+    lag1: Num
+
+
+class EntryRowDoc(TypedDict):
+    """:class:`bmoe_top.tui.analysis.compare.EntryRow` as JSON."""
+
+    key: str
+    label: str
+    per_arm: list[list[Num]]
+    diff: list[Num]
+
+
+class ContaminationDoc(TypedDict):
+    """:class:`bmoe_top.tui.analysis.compare.Contamination` as JSON."""
+
+    rows: list[EntryRowDoc]
+    hints: list[str]
+
+
+class ComparisonDoc(TypedDict):
+    """:class:`bmoe_top.tui.analysis.compare.Comparison` as JSON (docs/analysis.md "The
+    comparison result")."""
+
+    arms: list[str]
+    baseline: str
+    workload_same: bool | None
+    banner: str
+    metrics: list[MetricRowDoc]
+    warmup: list[WarmupRowDoc]
+    contamination: ContaminationDoc
+    advice: list[str]
+    noise_floor_pct: Num
+    alpha: Num
+    confidence: Num
+
+
+class RunReadDoc(TypedDict):
+    """A run as read: its name, files, token rows and problems (bad lines) counted."""
+
+    name: str
+    files: list[str]
+    token_rows: int
+    problems: int
+
+
+class ArmReadDoc(TypedDict):
+    """An arm as read: its name and runs."""
+
+    name: str
+    runs: list[RunReadDoc]
+
+
+class CompareDocument(ComparisonDoc):
+    """``bmoe-top compare --json``: the arms as read, then the comparison."""
+
+    arms_input: list[ArmReadDoc]
+
+
+def comparison_document(arms: Sequence[LoadedArm], c: Comparison) -> CompareDocument:
     """``bmoe-top compare --json``: the arms as read (runs, files, token rows, problems) and the
     comparison (docs/analysis.md "The comparison result")."""
-    doc: dict[str, Any] = {
+    body: ComparisonDoc = orjson.loads(orjson.dumps(c))
+    return {
         "arms_input": [{"name": a.name, "runs": [{"name": r.name, "files": r.files, "token_rows": r.model.tokens.n,
                                                    "problems": r.model.problem_count} for r in a.runs]}
                        for a in arms],
+        **body,
     }
-    doc.update(orjson.loads(orjson.dumps(c)))
-    return doc
 
 
 def _md_cell(s: str) -> str:

@@ -11,7 +11,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
 import numpy as np
 import numpy.typing as npt
@@ -25,7 +25,8 @@ if TYPE_CHECKING:
     from bmoe_top.tui.analysis.whatif import Replay, WhatIf
 
 __all__ = ["WhatIfInput", "whatif_document", "policy_table", "layer_table_rows", "skew_rows", "summary_rows",
-           "LiveView", "HIT_DEFINITION", "POLICY_ORDER", "POLICY_SHORT", "MIB"]
+           "LiveView", "HIT_DEFINITION", "POLICY_ORDER", "POLICY_SHORT", "MIB", "WhatIfDocument", "WhatIfReportDoc",
+           "WhatIfInputDoc", "ProfileDoc", "WhatIfProfileDocument"]
 
 MIB = 1 << 20
 #: what every hit figure of the what-if views counts
@@ -70,10 +71,144 @@ class WhatIfInput:
     notes: list[str] = field(default_factory=list)
 
 
-def whatif_document(inp: WhatIfInput, report: WhatIf) -> dict[str, Any]:
+# ------------------------------------------------------------------------------- documents
+#: a float of the report; JSON null where it is NaN (orjson writes NaN as null)
+Num = float | None
+
+
+class PolicyPointsDoc(TypedDict):
+    """:class:`bmoe_top.tui.analysis.whatif.PolicyPoints` as JSON."""
+
+    policy: str
+    label: str
+    budgets_mib: list[Num]
+    decode_hit_pct: list[Num]
+    read_mib_per_token: list[Num]
+    io_s_per_token: list[Num]
+    note: str
+
+
+class LayerRowDoc(TypedDict):
+    """:class:`bmoe_top.tui.analysis.layers.LayerRow` as JSON."""
+
+    layer: int
+    lookups: int
+    hits: int
+    misses: int
+    hit_pct: Num
+    miss_share_pct: Num
+
+
+class AllocationDoc(TypedDict):
+    """:class:`bmoe_top.tui.analysis.whatif.AllocationSummary` as JSON."""
+
+    budget_mib: Num
+    equal_hit_pct: Num
+    allocated_hit_pct: Num
+    global_lru_hit_pct: Num
+    slots: list[int]
+
+
+class SkewDoc(TypedDict):
+    """:class:`bmoe_top.tui.analysis.skew.Skew` as JSON."""
+
+    unique_experts: int
+    unique_per_layer: Num
+    top8_share_pct: Num
+    entropy_bits: Num
+    entropy_max_bits: Num
+    reuse_tokens_p50: Num
+    reuse_tokens_p90: Num
+    never_reused_pct: Num
+
+
+class RecordedDoc(TypedDict):
+    """:class:`bmoe_top.tui.analysis.whatif.RecordedCheck` as JSON."""
+
+    budget_mib: Num
+    recorded_hit_pct: Num
+    replay_hit_pct: Num
+    agreement_pct: Num
+    differ: int
+    replay_hit_pct_with_prompt: Num
+
+
+class WhatIfReportDoc(TypedDict):
+    """:class:`bmoe_top.tui.analysis.whatif.WhatIf` as JSON (docs/analysis.md "The what-if
+    report")."""
+
+    n_layer: int
+    n_expert: int
+    top_k: int
+    decode_tokens: int
+    decode_lookups: int
+    prefill_lookups: int
+    sizes_known: bool
+    layer_mib: list[Num]
+    token_cycle_mib: Num
+    zero_hit_below_mib: Num
+    bank_mib: Num
+    compulsory_ceiling_pct: Num
+    run_budget_mib: Num
+    read_mib_s: Num
+    curves: list[PolicyPointsDoc]
+    lru_all: PolicyPointsDoc
+    belady_gap_pct: list[Num]
+    recommended_budget_mib: Num
+    recommend_rule: str
+    focus_budget_mib: Num
+    layers: list[LayerRowDoc]
+    allocation: AllocationDoc
+    skew: SkewDoc
+    recorded: RecordedDoc | None
+    static_train_tokens: int
+
+
+class WhatIfInputDoc(TypedDict):
+    """The ``input`` block: :class:`WhatIfInput` as JSON (a budget in MiB; ``None`` for a
+    source not known)."""
+
+    trace: str
+    routing_from: str
+    files: list[str]
+    sizes: str
+    budget_unit: str
+    run_budget_mib: float | None
+    run_budget_from: str | None
+    read_mib_s: float | None
+    read_mib_s_from: str | None
+    run_hit_pct: float | None
+    run_hit_pct_from: str | None
+    notes: list[str]
+
+
+class ProfileDoc(TypedDict):
+    """The ``profile`` block of ``whatif --json --strp OUT``: the file written, experts ranked,
+    slots it was made for."""
+
+    path: str
+    ranked: int
+    slots: int
+
+
+class WhatIfDocument(WhatIfReportDoc):
+    """``bmoe-top whatif --json``: the report under ``input`` and ``hit_definition``."""
+
+    input: WhatIfInputDoc
+    hit_definition: str
+
+
+class WhatIfProfileDocument(WhatIfDocument):
+    """``bmoe-top whatif --json --strp OUT``: the document and the profile written."""
+
+    profile: ProfileDoc
+
+
+def whatif_document(inp: WhatIfInput, report: WhatIf) -> WhatIfDocument:
     """``bmoe-top whatif --json``: the report (docs/analysis.md "The what-if report") under the
     input it was made from and the definition of its hit figures."""
-    doc: dict[str, Any] = {
+    body: WhatIfReportDoc = orjson.loads(orjson.dumps(report))
+    return {
         "input": {
             "trace": inp.trace, "routing_from": inp.routing_from, "files": inp.files, "sizes": inp.sizes,
             "budget_unit": inp.budget_unit,
@@ -84,9 +219,8 @@ def whatif_document(inp: WhatIfInput, report: WhatIf) -> dict[str, Any]:
             "notes": inp.notes,
         },
         "hit_definition": HIT_DEFINITION,
+        **body,
     }
-    doc.update(orjson.loads(orjson.dumps(report)))
-    return doc
 
 
 # ------------------------------------------------------------------------------- screen rows
