@@ -29,6 +29,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 
 view:
+	rm -rf $(VIEW)
 	mkdir -p $(VIEW)/bmoe_top
 	for f in $(CURDIR)/bmoe_top/*.py; do ln -sfn $$f $(VIEW)/bmoe_top/; done
 	ln -sfn $(CURDIR)/bmoe_top/data $(VIEW)/bmoe_top/data
