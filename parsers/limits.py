@@ -19,6 +19,8 @@ Why these numbers (the largest MoE models released by mid-2026, with room to spa
   most :data:`MAX_CSV_CELLS` = 2^27 float64 cells (1 GiB; a 1,000,000-token, 22-column file is 22 Mi).
 * ``/metrics`` series bmoe-top does not know are kept (listed on screen, kept in JSON) up to
   :data:`MAX_OTHER_SAMPLES` samples a scrape.
+* a ``/metrics`` body: llama-server's and bmoe-run's expositions are tens of KiB even with hundreds
+  of layers; :data:`MAX_METRICS_BODY_MB` = 16 MiB is the default cap (``attach --max-body-mb``).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ __all__ = [
     "MAX_CSV_COLUMNS",
     "MAX_CSV_CELLS",
     "MAX_OTHER_SAMPLES",
+    "MAX_METRICS_BODY_MB",
     "dims_problem",
     "int_within",
 ]
@@ -42,6 +45,7 @@ MAX_LAYER_EXPERT_CELLS = MAX_LAYERS * MAX_EXPERTS
 MAX_CSV_COLUMNS = 1024
 MAX_CSV_CELLS = 1 << 27
 MAX_OTHER_SAMPLES = 10_000
+MAX_METRICS_BODY_MB = 16.0
 
 _CAPS = {"n_layer": (MAX_LAYERS, "layers"), "n_expert": (MAX_EXPERTS, "experts"),
          "top_k": (MAX_TOP_K, "top-k slots")}

@@ -47,6 +47,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from bmoe_top.parsers.limits import MAX_METRICS_BODY_MB
 from bmoe_top.parsers.recording import load_recording
 
 if TYPE_CHECKING:
@@ -340,7 +341,8 @@ def _attach_network(args: argparse.Namespace) -> int:
 
         if args.metrics is not None:
             d = metrics_once(args.metrics, api_key=args.api_key, interval=args.interval or 0.0,
-                             timeout=args.timeout if args.timeout else 5.0, slots=args.slots)
+                             timeout=args.timeout if args.timeout else 5.0, slots=args.slots,
+                             max_body_mb=args.max_body_mb)
         else:
             d = audit_once(args.audit)
         if args.json:
@@ -452,6 +454,16 @@ def _join_list_values(argv: list[str]) -> list[str]:
         out.append(a)
         i += 1
     return out
+
+
+def _positive_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not (math.isfinite(v) and v > 0):
+        raise argparse.ArgumentTypeError(f"must be a number above 0, got {text}")
+    return v
 
 
 def _refresh_s(text: str) -> float:
@@ -717,8 +729,12 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("-p", "--prompt", default=None, help="with --session --once: send this prompt and wait for its end")
     ap.add_argument("--timeout", type=float, default=None, metavar="S",
                     help="--session --once: seconds to wait for the session (default 30, or 0 when no socket is at "
-                         "the path: give --timeout to wait for one that is starting); --metrics: seconds "
-                         "each request may take (default 5 with --once, 2x the interval live)")
+                         "the path: give --timeout to wait for one that is starting); --metrics: the deadline "
+                         "of each scrape, seconds for the whole request (default 5 with --once, 2x the "
+                         "interval live)")
+    ap.add_argument("--max-body-mb", type=_positive_float, default=MAX_METRICS_BODY_MB, metavar="MIB",
+                    help=f"with --metrics: the largest /metrics body read, MiB (default "
+                         f"{MAX_METRICS_BODY_MB:g}); a larger one is refused, not read")
     ap.add_argument("--slots", action="store_true",
                     help="with --metrics: also read llama-server's /slots (started with --slots): live "
                          "progress of requests its counters count only when they end")

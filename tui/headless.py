@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from bmoe_top.parsers.limits import MAX_METRICS_BODY_MB
 from bmoe_top.tui.feed.bind import bind
 from bmoe_top.tui.feed.files import open_replay
 from bmoe_top.tui.model import RunModel, Status
@@ -117,12 +118,14 @@ def session_once(source: SessionSocketClient, prompt: str | None, n_predict: int
 
 
 def metrics_once(url: str, api_key: str | None = None, timeout: float = 5.0, interval: float = 0.0,
-                 slots: bool = False) -> dict[str, Any]:
+                 slots: bool = False, max_body_mb: float = MAX_METRICS_BODY_MB) -> dict[str, Any]:
     """One scrape of ``url`` (``interval`` > 0: two scrapes that far apart, so rates are filled;
-    ``timeout``: seconds each request may take; ``slots``: also read ``/slots``):
+    ``timeout``: the deadline of each request, seconds; ``max_body_mb``: the cap on a body, MiB;
+    ``slots``: also read ``/slots``):
     :func:`~bmoe_top.tui.present.metrics.metrics_document`. Never raises for network, HTTP or
     format trouble: ``status`` says what went wrong."""
-    poller = MetricsPoller(url, interval=max(interval, 0.05), timeout=timeout, api_key=api_key, slots=slots)
+    poller = MetricsPoller(url, interval=max(interval, 0.05), timeout=timeout, api_key=api_key, slots=slots,
+                           max_body_mb=max_body_mb)
     binding = bind(poller)
     try:
         poller.scrape_once()

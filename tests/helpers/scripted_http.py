@@ -5,6 +5,7 @@ from __future__ import annotations
 import http.server
 import threading
 import time
+from dataclasses import dataclass, field
 
 import pytest
 
@@ -20,14 +21,62 @@ def exposition(hits, misses, tokens):
     )
 
 
+@dataclass
+class Stream:
+    """A hostile body, written as it goes: ``piece`` every ``every_s`` seconds, ``count`` times
+    (None: until the client goes away). ``length``: the ``Content-Length`` declared (None: chunked
+    transfer encoding). ``slow_head``: the status line and headers too go out a byte every
+    ``every_s``. The server sets ``sent`` (body bytes written) and ``ended`` (all written, or the
+    client went away: ``broken``)."""
+
+    piece: bytes
+    count: int | None = None
+    every_s: float = 0.0
+    length: int | None = None
+    slow_head: bool = False
+    sent: int = 0
+    broken: bool = False
+    ended: threading.Event = field(default_factory=threading.Event)
+
+    def write(self, handler: http.server.BaseHTTPRequestHandler) -> None:
+        head = [b"HTTP/1.1 200 OK", b"Content-Type: text/plain; version=0.0.4", b"Connection: close"]
+        head.append(b"Transfer-Encoding: chunked" if self.length is None else b"Content-Length: %d" % self.length)
+        raw = b"\r\n".join(head) + b"\r\n\r\n"
+        out = handler.wfile
+        handler.close_connection = True
+        try:
+            if self.slow_head:
+                for i in range(len(raw)):
+                    out.write(raw[i:i + 1])
+                    out.flush()
+                    time.sleep(self.every_s)
+            else:
+                out.write(raw)
+            n = 0
+            while self.count is None or n < self.count:
+                out.write(self.piece if self.length is not None else b"%x\r\n%s\r\n" % (len(self.piece), self.piece))
+                out.flush()
+                self.sent += len(self.piece)
+                n += 1
+                if self.every_s:
+                    time.sleep(self.every_s)
+            if self.length is None:
+                out.write(b"0\r\n\r\n")
+        except OSError:
+            self.broken = True
+        finally:
+            self.ended.set()
+
+
 class Scripted:
-    """A real HTTP server whose next answers are scripted: (status, body, delay_s). ``/health``
+    """A real HTTP server whose next answers are scripted: (status, body, delay_s), the body bytes
+    or a :class:`Stream`. ``/health``
     answers ``health`` (status, body; None: scripted like any path) without taking an answer;
     ``/slots`` answers ``slots`` the same way when set; ``headers`` are added to every other
     answer (e.g. llama-server's ``Process-Start-Time-Unix``)."""
 
     def __init__(self):
-        self.answers: list[tuple[int, bytes, float]] = []
+        self.answers: list[tuple[int, bytes | Stream, float]] = []
         self.default = (200, exposition(0, 0, 0).encode(), 0.0)
         self.health: tuple[int, bytes] | None = (200, b'{"status":"ok"}')
         self.slots: tuple[int, bytes] | None = None
@@ -57,6 +106,9 @@ class Scripted:
                 with lock:
                     outer.inflight -= 1
                     headers = dict(outer.headers)
+                if isinstance(body, Stream):
+                    body.write(self)
+                    return
                 self._answer(st, body, headers)
 
             def _answer(self, st, body, headers):

@@ -24,8 +24,8 @@ from bmoe_top.tui.present.summary import run_summary
 from bmoe_top.tui.sources.events import ScrapeState
 from bmoe_top.tui.sources.metrics_poll import PollState
 
-__all__ = ["COUNT_KEYS", "NOT_EXPORTED", "OTHER_ROWS", "STATUS_WORDS", "gauge_window", "metrics_document",
-           "metrics_panel_rows", "newest_rates", "not_exported", "status_parts"]
+__all__ = ["COUNT_KEYS", "LIMIT_WORDS", "NOT_EXPORTED", "OTHER_ROWS", "STATUS_WORDS", "gauge_window",
+           "metrics_document", "metrics_panel_rows", "newest_rates", "not_exported", "status_parts"]
 
 #: How each poller state reads on the status line.
 STATUS_WORDS = {
@@ -33,6 +33,9 @@ STATUS_WORDS = {
     "unreachable": "✖ unreachable", "server_error": "✖ server error", "disabled": "✖ no /metrics",
     "unauthorized": "✖ unauthorized", "malformed": "⚠ malformed answer", "error": "✖ cannot poll",
 }
+
+#: How each limit of a scrape (``limit`` in the document) reads on the status line.
+LIMIT_WORDS = {"deadline": "scrape deadline (--timeout)", "body_size": "body size cap (--max-body-mb)"}
 
 #: Series whose values are counts (printed and sent as integers).
 COUNT_KEYS = frozenset({s.key for s in SERIES if s.type == "counter" and not s.key.endswith(("_s", "_seconds"))}
@@ -107,7 +110,9 @@ def metrics_document(state: PollState, run: RunModel, now: float | None = None) 
     """The numbers the metrics attach screen shows: ``url``, ``status`` and ``detail``,
     ``http_status``, ``scrapes_ok``/``scrapes_failed``, ``restarts``, ``start_time`` (the server's
     process start as it says it), ``stale_s`` (age of the last good scrape; None before one),
-    ``retry_in_s`` (the countdown to the next attempt after a failure), ``json_quoted``,
+    ``retry_in_s`` (the countdown to the next attempt after a failure), ``limit`` (the limit that
+    ended the newest scrape: ``"deadline"`` (``--timeout``) or ``"body_size"`` (``--max-body-mb``),
+    else None), ``json_quoted``,
     ``bad_lines``, ``notes`` (the parser's, e.g. a duplicate series), ``proxy_note``, ``intervals``
     (rows); ``run`` (the run summary: totals since the server started); ``totals`` (every exported
     series by key, counts as integers, the throughput gauges under a key that says their window,
@@ -123,7 +128,7 @@ def metrics_document(state: PollState, run: RunModel, now: float | None = None) 
             "url": state.url, "status": state.status, "detail": state.detail, "http_status": state.http_status,
             "scrapes_ok": state.n_ok, "scrapes_failed": state.n_fail, "restarts": state.n_resets,
             "start_time": state.start_time, "stale_s": _round(state.stale_s(now)),
-            "retry_in_s": _round(state.retry_in(now)),
+            "retry_in_s": _round(state.retry_in(now)), "limit": state.limit,
             "json_quoted": state.json_quoted, "bad_lines": [{"line": n, "error": m} for n, m in state.bad_lines],
             "notes": list(s.notes) if s is not None else [],
             "proxy_note": state.proxy_note, "intervals": run.tokens.n, "run": run_summary(run),
@@ -185,6 +190,8 @@ def status_parts(doc: dict[str, Any]) -> list[tuple[str, str]]:
     stale = doc.get("stale_s")
     if status == ScrapeState.BUSY and stale is not None:
         out.append((f"  metrics stale for {stale:.0f} s (the last values are kept)", "alert"))
+    if doc.get("limit"):
+        out.append((f"  limit hit: {LIMIT_WORDS.get(doc['limit'], doc['limit'])}", "alert"))
     if doc.get("detail"):
         out.append((f"  {doc['detail']}", "detail"))
     if status not in (ScrapeState.OK, ScrapeState.BUSY, ScrapeState.CONNECTING) and stale is not None:

@@ -79,7 +79,7 @@ def run_metrics_attach(args: argparse.Namespace) -> int:
     interval = float(args.interval or 1.0)
     timeout = float(args.timeout) if args.timeout else max(2.0, min(10.0, 2 * interval))
     poller = MetricsPoller(args.metrics, interval=interval, timeout=timeout, api_key=args.api_key,
-                           slots=bool(getattr(args, "slots", False)))
+                           slots=bool(getattr(args, "slots", False)), max_body_mb=args.max_body_mb)
     app = BmoeTopApp(MetricsAttachScreen(poller, fps=float(args.fps or 10.0)))
     try:
         app.run()

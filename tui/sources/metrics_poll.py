@@ -25,6 +25,7 @@ from typing import Any
 import httpx
 import orjson
 
+from bmoe_top.parsers.limits import MAX_METRICS_BODY_MB
 from bmoe_top.parsers.prom import (
     TIME_KEYS,
     MetricsDelta,
@@ -35,6 +36,7 @@ from bmoe_top.parsers.prom import (
     parse_exposition,
 )
 from bmoe_top.parsers.sanitize import sanitize
+from bmoe_top.tui.sources.capped_get import DEADLINE, Answer, LimitHit, get_capped
 from bmoe_top.tui.sources.events import Scraped, ScrapeFailed, ScrapeState, Sinks
 from bmoe_top.tui.sources.http_client import check_url, make_client
 from bmoe_top.tui.sources.slots import SlotsReading, parse_slots
@@ -57,7 +59,8 @@ class PollState:
     ``next_attempt_mono`` (``time.monotonic()`` of that attempt: :meth:`retry_in` counts down to it);
     ``start_time`` (the server's process start as it says: llama-server's ``Process-Start-Time-Unix``
     header, a monotonic value, or bmoe-run's ``process_start_time_seconds``); ``slots`` (the newest
-    ``/slots`` reading, with ``slots=True``) and ``slots_note`` (why there is none).
+    ``/slots`` reading, with ``slots=True``) and ``slots_note`` (why there is none); ``limit``
+    (the limit that ended the newest scrape: ``"deadline"`` or ``"body_size"``, else None).
     """
 
     def __init__(self, url: str = "") -> None:
@@ -82,6 +85,7 @@ class PollState:
         self.start_time: str | None = None
         self.slots: SlotsReading | None = None
         self.slots_note = ""
+        self.limit: str | None = None
 
     def retry_in(self, now: float | None = None) -> float | None:
         """Seconds until the next attempt after a failure (counting down to 0), None when the
@@ -102,27 +106,35 @@ class PollState:
 #: States after which the poller backs off (the server is down or failing): the wait doubles.
 BACKOFF_STATES = frozenset({ScrapeState.REFUSED, ScrapeState.UNREACHABLE, ScrapeState.SERVER_ERROR})
 
+#: The cap on a ``/health`` answer (bytes): a status document.
+_HEALTH_MAX = 65536
+
 
 class MetricsPoller(threading.Thread):
-    """Daemon thread: scrape ``url`` every ``interval`` s; each result goes to ``on_event`` (set
-    it with :meth:`connect`, or :func:`bmoe_top.tui.feed.bind` does). ``timeout``: seconds per
-    request (connect + read). ``slots``: also read llama-server's ``/slots`` after each scrape
-    (the slots' decoded-token counts: live progress where the counters move only at a request's
-    end). After a failure the wait doubles from ``interval`` up to ``max_backoff`` s while the
-    server is down (refused, unreachable) or failing (HTTP 5xx); a busy server (``/metrics`` timed
-    out, ``/health`` answered) or one without ``--metrics`` (HTTP 501) is asked again every
-    ``interval``. :meth:`scrape_now` asks at once; :meth:`stop` ends the loop within one wait.
+    """Daemon thread: scrape ``url`` every ``interval`` s; each result goes to ``on_event`` (set it
+    with :meth:`connect`, or :func:`bmoe_top.tui.feed.bind` does). ``timeout``: the deadline of
+    each request, seconds for the whole of it (connect, headers, body); ``max_body_mb``: the cap
+    on a body, MiB (docs/metrics.md "Limits of a scrape"). ``slots``: also read llama-server's
+    ``/slots`` after each scrape (the slots' decoded-token counts: live progress where the
+    counters move only at a request's end). After a failure the wait doubles from ``interval``
+    up to ``max_backoff`` s while the server is down (refused, unreachable) or failing (HTTP
+    5xx); a busy server (``/metrics`` timed out, ``/health`` answered) or one without
+    ``--metrics`` (HTTP 501) is asked again every ``interval``. :meth:`scrape_now` asks at once;
+    :meth:`stop` ends the loop within one wait.
 
-    States (docs/metrics.md "The poller"): a connection refused is ``refused``; a connect timeout,
-    a DNS failure, or a ``/metrics`` timeout while ``/health`` does not answer either is
-    ``unreachable``; a ``/metrics`` read timeout while ``/health`` answers is ``busy`` (the last
-    values are kept and their age shown); HTTP 5xx is ``server_error``; HTTP 501 (llama-server
-    without ``--metrics``) is ``disabled`` with the server's hint whole; 401/403 ``unauthorized``;
-    another status or a body that is no exposition ``malformed``; an unusable URL ``error``."""
+    States (docs/metrics.md "The poller"): a connection refused is ``refused``; a connect
+    timeout, a DNS failure, or a ``/metrics`` timeout while ``/health`` does not answer either
+    is ``unreachable``; a ``/metrics`` read timeout while ``/health`` answers is ``busy`` (the
+    last values are kept and their age shown); HTTP 5xx is ``server_error``; HTTP 501
+    (llama-server without ``--metrics``) is ``disabled`` with the server's hint whole; 401/403
+    ``unauthorized``; another status or a body that is no exposition ``malformed``; an unusable
+    URL ``error``. A ``/metrics`` answer not whole by the deadline is ``busy`` or
+    ``unreachable`` as a timeout is, a body over the cap ``malformed``; both say so in
+    ``detail`` and set ``state.limit``."""
 
     def __init__(self, url: str, interval: float = 1.0, timeout: float = 2.0, api_key: str | None = None,
                  max_backoff: float = 30.0, on_event: Callable[[Any], None] | None = None,
-                 slots: bool = False) -> None:
+                 slots: bool = False, max_body_mb: float = MAX_METRICS_BODY_MB) -> None:
         super().__init__(name="bmoe-metrics-poll", daemon=True)
         self.url = url
         self.state = PollState(url)
@@ -130,6 +142,7 @@ class MetricsPoller(threading.Thread):
         self.sinks.on_event = on_event
         self.interval = max(0.05, float(interval))
         self.timeout = float(timeout)
+        self.max_body = max(1, int(max_body_mb * 1048576))
         self.api_key = api_key
         self.max_backoff = max_backoff
         self.read_slots = slots
@@ -171,8 +184,8 @@ class MetricsPoller(threading.Thread):
     def _health_answers(self) -> bool:
         """True when ``/health`` answers at all (200 ok or 503 loading: the process is there)."""
         try:
-            r = self.client.get(self._sibling("/health"), timeout=min(self.timeout, 2.0))
-        except (httpx.HTTPError, OSError):
+            r = get_capped(self.client, self._sibling("/health"), min(self.timeout, 2.0), _HEALTH_MAX)
+        except (httpx.HTTPError, OSError, LimitHit):
             return False
         return r.status_code in (200, 503)
 
@@ -190,7 +203,16 @@ class MetricsPoller(threading.Thread):
             return None
         self.n_requests += 1
         try:
-            r = self.client.get(self.url)
+            r = get_capped(self.client, self.url, self.timeout, self.max_body)
+        except LimitHit as exc:
+            if exc.limit != DEADLINE:
+                self._failed(ScrapeState.MALFORMED, f"/metrics {exc} (--max-body-mb)", limit=exc.limit)
+            elif self._health_answers():
+                self._failed(ScrapeState.BUSY, f"/metrics {exc} (--timeout); /health answers", limit=exc.limit)
+            else:
+                self._failed(ScrapeState.UNREACHABLE, f"/metrics {exc} (--timeout), and /health does not answer",
+                             limit=exc.limit)
+            return None
         except httpx.ConnectTimeout:
             self._failed(ScrapeState.UNREACHABLE, f"connect timeout after {self.timeout:g} s")
             return None
@@ -244,7 +266,10 @@ class MetricsPoller(threading.Thread):
     def _read_slots(self) -> SlotsReading | None:
         """llama-server's ``/slots`` (``--slots``): each slot's task and decoded-token count."""
         try:
-            r = self.client.get(self._sibling("/slots"))
+            r = get_capped(self.client, self._sibling("/slots"), self.timeout, self.max_body)
+        except LimitHit as exc:
+            self._slots_note(f"/slots: {exc}")
+            return None
         except (httpx.HTTPError, OSError) as exc:
             self._slots_note(f"/slots: {_why(exc)}")
             return None
@@ -290,6 +315,7 @@ class MetricsPoller(threading.Thread):
                 detail = (detail + "; " if detail else "") + \
                     f"{n} bad line{'s' if n > 1 else ''} (first: line {snap.bad_lines[0][0]})"
             st.status, st.detail, st.http_status = ScrapeState.OK, sanitize(detail), http_status
+            st.limit = None
             st.json_quoted = st.json_quoted or snap.json_quoted
             st.bad_lines = [(n, sanitize(m)) for n, m in snap.bad_lines]
             st.n_ok += 1
@@ -302,12 +328,14 @@ class MetricsPoller(threading.Thread):
                                  restarted=bool(delta is not None and delta.reset) or restarted))
         return delta
 
-    def _failed(self, status: ScrapeState, detail: str, http_status: int | None = None) -> None:
+    def _failed(self, status: ScrapeState, detail: str, http_status: int | None = None,
+                limit: str | None = None) -> None:
         self._failures = self._failures + 1 if status in BACKOFF_STATES else 0
         detail = sanitize(detail)
         st = self.state
         with st.lock:
             st.status, st.detail, st.http_status = status, detail, http_status
+            st.limit = limit
             st.n_fail += 1
             st.next_retry_s = self.next_wait()
             st.next_attempt_mono = time.monotonic() + st.next_retry_s
@@ -363,7 +391,7 @@ def _why(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
-def _error_message(r: httpx.Response) -> str:
+def _error_message(r: Answer) -> str:
     """The message of an error answer: llama-server's / OpenAI's ``{"error": {"message"}}``, else
     the body's text (one line; made safe later)."""
     try:
@@ -375,7 +403,7 @@ def _error_message(r: httpx.Response) -> str:
         msg = err.get("message") if isinstance(err, dict) else err if isinstance(err, str) else None
         if isinstance(msg, str) and msg.strip():
             return " ".join(msg.split())
-    return " ".join(r.text.split())
+    return " ".join(r.content.decode("utf-8", "replace").split())
 
 
 def _short(text: str, n: int = 80) -> str:
