@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from bmoe_top.parsers.limits import MAX_LAYERS, int_within
 from bmoe_top.parsers.prom import SERIES
 from bmoe_top.tui.fleet.queries import COLUMNS, DRILL_COLUMNS, exported
 from bmoe_top.tui.fleet.table import Grid, align, names_by_key
@@ -80,10 +81,9 @@ def _one(res: RangeResult, grid: Grid) -> np.ndarray | None:
 def _per_layer(res: RangeResult, grid: Grid) -> dict[int, np.ndarray]:
     out: dict[int, np.ndarray] = {}
     for s in res.series:
-        try:
-            il = int(s.labels.get("layer", ""))
-        except ValueError:
-            continue  # a layer label that is not a number is not a layer
+        il = int_within(s.labels.get("layer", ""), MAX_LAYERS - 1)
+        if il is None:
+            continue  # a layer label that is not a number within the cap is not a layer
         vals, _ = align(s, grid)
         if il in out:
             out[il] = np.where(np.isnan(out[il]), vals, out[il] + np.nan_to_num(vals))
@@ -127,7 +127,7 @@ def build_drill(*, job: str, instance: str, at: float, window_s: float, grid: Gr
             series[c.key] = nan.copy()
         else:
             series[c.key] = got
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         share = 100.0 * series["flash_ms"] / series["wall_ms"]
     series["stall_share"] = np.where(np.isfinite(share) & (series["wall_ms"] > 0), share, np.nan)
     hits: dict[int, np.ndarray] = {}
@@ -140,7 +140,7 @@ def build_drill(*, job: str, instance: str, at: float, window_s: float, grid: Gr
     layers = sorted(set(hits) | set(misses))
     h = np.vstack([hits.get(il, nan) for il in layers]) if layers else np.empty((0, grid.n))
     m = np.vstack([misses.get(il, nan) for il in layers]) if layers else np.empty((0, grid.n))
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         pct = 100.0 * h / (h + m)
     pct = np.where(np.isfinite(pct), pct, np.nan)
     tot: dict[str, float | None] = dict.fromkeys(COUNTER_KEYS.values())

@@ -186,9 +186,13 @@ def align(series: RangeSeries, grid: Grid) -> tuple[np.ndarray, np.ndarray]:
     vals = np.full(grid.n, np.nan)
     have = np.zeros(grid.n, dtype=bool)
     if series.t.size:
-        idx = np.rint((series.t - grid.start) / grid.step).astype(np.int64)
-        ok = (idx >= 0) & (idx < grid.n) & (np.abs(series.t - (grid.start + idx * grid.step)) < grid.step * 0.01)
-        vals[idx[ok]] = series.v[ok]
+        with np.errstate(invalid="ignore", over="ignore"):
+            pos = (series.t - grid.start) / grid.step
+        near = np.isfinite(pos) & (pos > -1.0) & (pos < grid.n)  # a time off any grid (1e300 s) is no index
+        t, v = series.t[near], series.v[near]
+        idx = np.rint(pos[near]).astype(np.int64)
+        ok = (idx >= 0) & (idx < grid.n) & (np.abs(t - (grid.start + idx * grid.step)) < grid.step * 0.01)
+        vals[idx[ok]] = v[ok]
         have[idx[ok]] = True
     return vals, have
 
@@ -245,10 +249,14 @@ def names_by_key(res: QueryResult | PromError | None) -> dict[Key, set[str]]:
     return out
 
 
+#: The largest count a float holds exactly: a restart count above it, below 0 or not whole is no count.
+_EXACT = float(2 ** 53)
+
+
 def _restarts(res: QueryResult | PromError | None) -> dict[Key, int]:
     if not isinstance(res, QueryResult):
         return {}
-    return {_key(s.labels): int(s.v) for s in res.samples if math.isfinite(s.v)}
+    return {_key(s.labels): int(s.v) for s in res.samples if 0.0 <= s.v <= _EXACT and s.v.is_integer()}
 
 
 def build_table(*, selector: str, at: float, window_s: float, grid: Grid, rate_interval_s: float,
@@ -317,7 +325,7 @@ def build_table(*, selector: str, at: float, window_s: float, grid: Grid, rate_i
             spark[c.key] = np.where(np.isfinite(vals), vals, np.nan)
             cells[c.key] = Cell(None, CellState.NO_DATA) if ref is None else _cell(vals, have, ref, t, at)
         cells["stall_share"] = _ratio_cell(cells["flash_ms"], cells["wall_ms"])
-        with np.errstate(divide="ignore", invalid="ignore"):
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             share = 100.0 * spark["flash_ms"] / spark["wall_ms"]
         spark["stall_share"] = np.where(np.isfinite(share) & (spark["wall_ms"] > 0), share, np.nan)
         rows.append(InstanceRow(job=key[0], instance=key[1], state=state,

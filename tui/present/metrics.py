@@ -19,7 +19,7 @@ import numpy as np
 from bmoe_top.parsers.prom import SERIES, SERIES_BY_KEY, TIME_KEYS, PromSnapshot, hit_pct_total
 from bmoe_top.tui.feed.metrics import NOT_EXPORTED, PROMPT_CACHED
 from bmoe_top.tui.model import RunModel
-from bmoe_top.tui.present.numbers import MISSING, count, fmt, num, safe_rows, text_line
+from bmoe_top.tui.present.numbers import MISSING, count, fmt, num, safe_rows, text_line, whole
 from bmoe_top.tui.present.summary import run_summary
 from bmoe_top.tui.sources.events import ScrapeState
 from bmoe_top.tui.sources.metrics_poll import PollState
@@ -68,7 +68,7 @@ def gauge_window(s: PromSnapshot) -> str:
 def _value(key: str, v: float) -> float | int | None:
     x = num(v)
     if x is not None and key in COUNT_KEYS and x.is_integer():
-        return int(x)
+        return whole(x)
     return x
 
 
@@ -86,9 +86,8 @@ def newest_rates(run: RunModel, n_layer: int) -> dict[str, Any] | None:
         at_end = last("counted_at_end") == 1.0
         slot_tok_s = num(last("slot_tok_s"))
 
-        def c(name: str) -> int | None:
-            v = num(last(name))
-            return None if v is None else int(v)
+        def c(name: str) -> int | float | None:
+            return whole(last(name))
 
         return {
             "interval_s": num(last("interval_s")), "reset": False, "tok_s": num(last("tok_s")),

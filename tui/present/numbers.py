@@ -21,7 +21,7 @@ import orjson
 from bmoe_top.parsers.sanitize import SHOWN, sanitize
 
 __all__ = ["MISSING", "count", "fmt", "mib", "ms", "num", "print_json", "print_lines", "safe_rows", "sig", "text_line",
-           "to_json"]
+           "to_json", "whole"]
 
 #: What a value the source did not send reads as.
 MISSING = "missing"
@@ -105,6 +105,20 @@ def num(v: Any) -> float | None:
     except (TypeError, ValueError):
         return None
     return f if math.isfinite(f) else None
+
+
+#: The largest integer every float below it holds exactly (2**53): a count above it is no exact count.
+EXACT_INT = 2 ** 53
+
+
+def whole(v: Any) -> int | float | None:
+    """A count for a JSON document: ``v`` truncated to an int while ``|v| <= 2**53`` (every such
+    float is an exact count, and JSON's 64-bit integers hold it), the float itself beyond (a
+    counter of 1e20 stays 1e+20: no 64-bit integer holds it), None when absent or not finite."""
+    f = num(v)
+    if f is None:
+        return None
+    return int(f) if -EXACT_INT <= f <= EXACT_INT else f
 
 
 # What JSON text must not carry raw to a terminal: every code point the sanitizer shows as <U+XXXX>

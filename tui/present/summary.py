@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from bmoe_top.tui.model import RunModel, Status
-from bmoe_top.tui.present.numbers import MISSING, count, fmt, mib, num, safe_rows, sig, text_line
+from bmoe_top.tui.present.numbers import MISSING, count, fmt, mib, num, safe_rows, sig, text_line, whole
 
 __all__ = ["EXTRA_FIELDS", "FLAG_KEYS", "MODE_WORDS", "SUMMARY_FIELDS", "device_rows", "mode_words", "run_panel_rows",
            "run_summary", "summary_rows", "summary_text"]
@@ -87,8 +87,7 @@ def run_summary(run: RunModel) -> dict[str, Any]:
     with run.lock:
         s: dict[str, Any] = {key: num(run.summary.get(key)) for key, _, _ in SUMMARY_FIELDS}
         for key in ("tokens", "n_prompt"):
-            if s[key] is not None:
-                s[key] = int(s[key])
+            s[key] = whole(s[key])
         extra: dict[str, Any] = {}
         for keys, _label, _unit, digits in EXTRA_FIELDS:
             for k in keys:
@@ -98,7 +97,7 @@ def run_summary(run: RunModel) -> dict[str, Any]:
                 if v is None and k in _LIVE_EXTRA and run.tokens.has(k):
                     v = num(run.tokens.last(k))  # while the turn runs: its newest token's figure
                 if v is not None:
-                    extra[keys[0]] = int(v) if digits == 0 and float(v).is_integer() else v
+                    extra[keys[0]] = whole(v) if digits == 0 and float(v).is_integer() else v
                     break
         n = run.tokens.n
         lo = min(run.epoch_start, n)

@@ -152,13 +152,14 @@ def spark_text(v: np.ndarray | None, width: int, scale: tuple[float, float] | No
     b = spark_bins(v, width)
     fin = b[np.isfinite(b)]
     lo, hi = scale if scale is not None else (min(0.0, float(fin.min())), float(fin.max()))
-    span = hi - lo if hi > lo else 1.0
+    # in halves: the span of -1e308 .. 1e308 is no float, half of it is
+    span = hi / 2 - lo / 2 if hi > lo else 1.0
     out = []
     for x in b.tolist():
         if not math.isfinite(x):
             out.append(NO_DATA_GLYPH)
         else:
-            out.append(EIGHTHS[1 + int(round(min(1.0, max(0.0, (x - lo) / span)) * 7))])
+            out.append(EIGHTHS[1 + int(round(min(1.0, max(0.0, (x / 2 - lo / 2) / span)) * 7))])
     return "".join(out)
 
 
