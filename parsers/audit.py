@@ -27,7 +27,6 @@ Pure: no threads, no files except :func:`read_audit_file`. As implemented: docs/
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -37,6 +36,7 @@ from typing import Any
 import orjson
 
 from .limits import MAX_EXPERTS, MAX_LAYERS, dims_problem, int_within
+from .sanitize import brief
 
 __all__ = [
     "EVENTS",
@@ -113,22 +113,6 @@ class AuditRecord:
         return v if isinstance(v, list) else []
 
 
-def _check_no_nan(obj: Any, path: str = "") -> str | None:
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return path or "value"
-    if isinstance(obj, dict):
-        for k, v in obj.items():
-            r = _check_no_nan(v, f"{path}.{k}" if path else str(k))
-            if r:
-                return r
-    elif isinstance(obj, list):
-        for i, v in enumerate(obj):
-            r = _check_no_nan(v, f"{path}[{i}]")
-            if r:
-                return r
-    return None
-
-
 def parse_audit_line(line: str | bytes, lineno: int = 0) -> AuditRecord:
     """Parse one line (without or with its newline). Raises :class:`AuditLineError` for
     invalid JSON (a bare ``NaN`` is invalid JSON), a non-object, an unknown ``event``, a
@@ -147,13 +131,13 @@ def parse_audit_line(line: str | bytes, lineno: int = 0) -> AuditRecord:
         raise AuditLineError(lineno, f"not a JSON object ({type(obj).__name__})")
     ev = obj.get("event")
     if ev not in EVENTS:
-        raise AuditLineError(lineno, f"unknown event {ev!r}")
+        raise AuditLineError(lineno, f"unknown event {brief(ev)}")
     pid = obj.get("pid")
     if not isinstance(pid, int) or isinstance(pid, bool):
-        raise AuditLineError(lineno, f"pid missing or not an integer ({pid!r})")
+        raise AuditLineError(lineno, f"pid missing or not an integer ({brief(pid)})")
     t = obj.get("time")
     if not isinstance(t, str):
-        raise AuditLineError(lineno, f"time missing or not a string ({t!r})")
+        raise AuditLineError(lineno, f"time missing or not a string ({brief(t)})")
     counters: dict[str, int | None] = {}
     for k in COUNTERS:
         v = obj.get(k)
@@ -162,7 +146,7 @@ def parse_audit_line(line: str | bytes, lineno: int = 0) -> AuditRecord:
         elif isinstance(v, int) and not isinstance(v, bool) and v >= 0:
             counters[k] = v
         else:
-            raise AuditLineError(lineno, f"{k} is not a non-negative integer ({v!r})")
+            raise AuditLineError(lineno, f"{k} is not a non-negative integer ({brief(v)})")
     hy = obj.get("hybrid")
     return AuditRecord(lineno=lineno, event=ev, time=t, ts=parse_time(t), pid=pid,
                        hybrid=hy if isinstance(hy, bool) else None, counters=counters, data=obj,

@@ -41,6 +41,7 @@ from typing import Any
 import orjson
 
 from .limits import MAX_EXPERTS, MAX_LAYERS
+from .sanitize import brief
 
 __all__ = [
     "Load", "Progress", "Ready", "Begin", "Done", "Error", "Route", "Resident", "Unknown",
@@ -74,7 +75,7 @@ def _convert(name: str, v: Any, kind: str) -> Any:
     if kind == "L" and t is list and set(map(type, v)) <= _LIST \
             and set(map(type, chain.from_iterable(v))) <= _INT:  # exactly ints (not bools, floats)
         return v
-    raise _WrongType(f"field {name!r}: expected {_KIND_NAMES[kind]}, got {t.__name__} {v!r:.40}")
+    raise _WrongType(f"field {name!r}: expected {_KIND_NAMES[kind]}, got {t.__name__} {brief(v):.40}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -396,7 +397,7 @@ def _decode_payload(payload: str) -> tuple[Any, str]:
     # after the object: the stdlib decoder accepts both, and it is only used on this rare path.
     try:
         value, end = _std_decoder.raw_decode(payload)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than orjson's 1024 levels
         raise ValueError(f"malformed JSON: {first_err}") from None
     return value, payload[end:].strip()
 

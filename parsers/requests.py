@@ -49,6 +49,8 @@ def parse_request_line(line: str) -> Request | str:
             d = json.loads(line)  # lone surrogates in a prompt: stdlib accepts them
         except ValueError as exc:
             return f"malformed JSON: {exc}"
+        except RecursionError:
+            return "malformed JSON: nested too deep"
     if type(d) is not dict:
         return f"not a JSON object ({type(d).__name__})"
     cmd = d.pop("cmd", None)

@@ -38,9 +38,10 @@ benchmarks/bench_sanitize.py measures it against ``str.translate``.
 from __future__ import annotations
 
 import re
-from typing import Literal
+import reprlib
+from typing import Any, Literal
 
-__all__ = ["sanitize", "SHOWN", "BIDI_CONTROLS"]
+__all__ = ["sanitize", "brief", "SHOWN", "BIDI_CONTROLS"]
 
 #: Bidirectional embedding/override/isolate controls and the directional marks.
 BIDI_CONTROLS: frozenset[int] = frozenset(
@@ -117,3 +118,15 @@ def sanitize(text: str, *, multiline: bool = False, escapes: Literal["show", "st
     if "\r\n" in text:
         text = text.replace("\r\n", "\n")
     return text.translate(table)
+
+
+_BRIEF = reprlib.Repr()
+_BRIEF.maxlevel, _BRIEF.maxdict, _BRIEF.maxlist, _BRIEF.maxstring, _BRIEF.maxother = 6, 32, 32, 200, 200
+
+
+def brief(value: Any) -> str:
+    """A value from outside (a decoded JSON field) as a short ``repr`` for a message or a log line:
+    at most 6 levels deep, 32 items a level, strings cut to 200 characters (``reprlib``). Never
+    raises: ``repr()`` of a list nested 1,000 deep raises ``RecursionError``. Not made safe to
+    draw: that is :func:`sanitize`'s job where the text is drawn."""
+    return _BRIEF.repr(value)

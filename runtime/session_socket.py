@@ -436,6 +436,9 @@ class SessionSocketServer:
         except ValueError as e:
             client.send(_error_line(f"bad request (not JSON): {e}"))
             return
+        except RecursionError:
+            client.send(_error_line("bad request (not JSON): nested too deep"))
+            return
         if not isinstance(obj, dict):
             client.send(_error_line("bad request: not a JSON object"))
             return

@@ -18,6 +18,8 @@ survive:
 --auto N                 no stdin: emit N progress lines at --rate in turns of --turn-len, then exit
 --socket PATH            also serve the session on a Unix socket (bmoe_top.runtime.session_socket)
 --exit-code K            exit status after close/EOF
+--deep N                 after the first turn's first progress line, a BMOE_ROUTE, an unknown record
+                         and a BMOE_PROGRESS field each nested N lists deep
 --route-layers L         also BMOE_ROUTE per token for L layers (top --route-k of --route-experts,
                          skewed, hits from an LRU of --route-slots per layer) and BMOE_RESIDENT
                          every 8 tokens; the progress line's cache_hit_pct is that LRU's
@@ -100,6 +102,7 @@ def main(argv=None) -> int:
     ap.add_argument("--n-predict", type=int, default=16)
     ap.add_argument("--socket", default=None)
     ap.add_argument("--exit-code", type=int, default=0)
+    ap.add_argument("--deep", type=int, default=0)
     ap.add_argument("--n-ctx", type=int, default=4096)
     ap.add_argument("--route-layers", type=int, default=0)
     ap.add_argument("--route-experts", type=int, default=128)
@@ -198,6 +201,11 @@ def main(argv=None) -> int:
                     out.flush()
                 os.kill(os.getpid(), signal.SIGKILL)
             emit("BMOE_PROGRESS " + json.dumps(rec))
+            if first_turn and a.deep and step == 1:
+                nest = "[" * a.deep + "]" * a.deep
+                emit('BMOE_ROUTE {"step":1,"turn":0,"phase":"decode","experts":%s,"hit":%s}' % (nest, nest))
+                emit('BMOE_FUTURE {"x":%s}' % nest)
+                emit('BMOE_PROGRESS {"step":1,"steps":%d,"wall_ms":10.0,"deep":%s}' % (n, nest))
             done = step
         cancelled = cancel.is_set()
         cancel.clear()

@@ -363,3 +363,33 @@ def test_argument_values_are_checked_as_usage_errors(capsys, argv, says):
         code = e.code
     err = capsys.readouterr().err
     assert code == 2 and says in err and "Traceback" not in err, err
+
+
+def deep_transcript(depth: int = 1100) -> str:
+    nest = "[" * depth + "]" * depth
+    return "\n".join([
+        'BMOE_READY {"load_s":1,"arch":"x"}',
+        'BMOE_PROGRESS {"step":1,"steps":2,"wall_ms":10,"text":"a"}',
+        'BMOE_ROUTE {"step":1,"experts":%s}' % nest,
+        'BMOE_FUTURE {"x":%s}' % nest,
+        'BMOE_PROGRESS {"step":2,"steps":2,"wall_ms":10,"text":"ab"}',
+        'BMOE_DONE {"id":1,"tokens":2,"text":"ab"}',
+    ]) + "\n"
+
+
+def test_replay_summary_of_a_line_nested_1100_deep(tmp_path):
+    f = tmp_path / "deep.txt"
+    f.write_text(deep_transcript())
+    r = top("replay", "--summary", str(f))
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr[-800:]
+    assert "token rows: 2  turns: 1  routing rows: 0  problems: 2" in r.stdout
+
+
+def test_launch_once_past_a_line_nested_1100_deep():
+    # the reader thread used to die on it: the DONE after it never came and --once waited forever
+    r = top("launch", "--once", "--json", "-p", "x", "-n", "5", "--", sys.executable, EMITTER, "--deep", "1100",
+            timeout=120)
+    assert r.returncode == 0, r.stderr[-800:]
+    live = json.loads(r.stdout)["live"]
+    assert live["turns"][0]["tokens"] == 5 and live["state"] == "exited"
+    assert sum("depth limit exceeded" in p for p in live["problems"]) == 3

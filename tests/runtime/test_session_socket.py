@@ -314,3 +314,19 @@ def test_replay_of_a_long_turn_is_bounded_and_keeps_the_newest(sock_path):
         c.close()
     finally:
         srv.close()
+
+
+def test_a_request_nested_too_deep_is_answered_and_the_client_stays(sock_path):
+    got: list[dict] = []
+    srv = SessionSocketServer(sock_path, lambda req, c: got.append(req)).start()
+    try:
+        a = RawClient(sock_path)
+        a.lines(1)  # hello
+        a.send(b'{"cmd":"generate","prompt":' + b"[" * 5000 + b"]" * 5000 + b"}\n")
+        (err,) = a.lines(1)
+        assert err.startswith("BMOE_ERROR") and "nested too deep" in err
+        a.send(b'{"cmd":"cancel"}\n')  # the same reader still reads
+        assert until(lambda: got == [{"cmd": "cancel"}])
+        a.close()
+    finally:
+        srv.close()

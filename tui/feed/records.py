@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from bmoe_top.parsers import bmoe_lines as bl
+from bmoe_top.parsers.sanitize import brief
 from bmoe_top.tui.model import RunModel
 
 __all__ = ["DONE_FIELDS", "DONE_SUMMARY", "TTFT_TURN", "RecordFeed"]
@@ -111,7 +112,7 @@ class RecordFeed:
 
     def _unknown(self, rec: bl.Unknown, t: float | None, lineno: int) -> None:
         self._prefix(rec)
-        self.run.add_log(f"BMOE_{rec.tag} {rec.fields}")
+        self.run.add_log(f"BMOE_{rec.tag} {brief(rec.fields)}")
 
     def _ready(self, rec: bl.Ready, t: float | None, lineno: int) -> None:
         self._prefix(rec)
