@@ -57,6 +57,10 @@ if TYPE_CHECKING:
 EXIT_USAGE = 2
 EXIT_FAILED = 1
 
+#: The default deadline of ``launch --once``'s turn (s, ``--turn-timeout``): 256 tokens at 0.5 tok/s
+#: (a large model streaming every expert from flash) take 512 s.
+TURN_TIMEOUT_S = 600.0
+
 
 class Terminated(BaseException):
     """SIGTERM or SIGHUP arrived during a headless command: unwinds it (its ``finally`` blocks close
@@ -286,7 +290,8 @@ def cmd_launch(args: argparse.Namespace) -> int:
         if args.once:
             from bmoe_top.tui.headless import launch_once
 
-            status = _print_outcome(launch_once(src, args.prompt, args.n_predict, args.ready_timeout), args.json)
+            status = _print_outcome(launch_once(src, args.prompt, args.n_predict, args.ready_timeout,
+                                                args.turn_timeout), args.json)
         else:
             from bmoe_top.tui.screens.live import run_live
 
@@ -707,6 +712,9 @@ def build_parser() -> argparse.ArgumentParser:
     lp.add_argument("-m", "--model", help="GGUF for the bundled runtime (default: the demo model)")
     lp.add_argument("--ready-timeout", type=float, default=300.0, metavar="S",
                     help="seconds to wait for BMOE_READY before saying so (default 300)")
+    lp.add_argument("--turn-timeout", type=_positive_float, default=TURN_TIMEOUT_S, metavar="S",
+                    help="with --once: the deadline of the turn, seconds from the request to its end (default "
+                         f"{TURN_TIMEOUT_S:g}); past it the child is closed and --once says what its stdout gave")
     lp.add_argument("--once", action="store_true", help="headless: one generation, print its numbers, exit")
     lp.add_argument("--json", action="store_true", help="with --once: print JSON")
     lp.add_argument("-p", "--prompt", default="Hello", help="with --once: the prompt (default 'Hello')")

@@ -46,9 +46,12 @@ def replay(paths: Sequence[str], allow_mixed: bool = False,
     return open_replay(paths, allow_mixed=allow_mixed, keep_first=keep_first)
 
 
-def launch_once(source: ChildSession, prompt: str, n_predict: int | None, ready_timeout: float) -> Outcome:
-    """One generation on a child session, then the numbers the live screen shows. The source is
-    closed before returning."""
+def launch_once(source: ChildSession, prompt: str, n_predict: int | None, ready_timeout: float,
+                turn_timeout: float) -> Outcome:
+    """One generation on a child session, then the numbers the live screen shows: ``BMOE_READY``
+    within ``ready_timeout`` s of the start, the turn's end within ``turn_timeout`` s of its
+    request (else a failure that says what the child's stdout gave). The source is closed before
+    returning."""
     binding = bind(source)
     run = binding.run
     source.start()
@@ -60,10 +63,12 @@ def launch_once(source: ChildSession, prompt: str, n_predict: int | None, ready_
         if source.state == LiveState.FAILED:
             return fail(source.status().message)
         if not source.wait_state({LiveState.READY, *FINAL_STATES}, ready_timeout):
-            return fail(f"no BMOE_READY from {source.argv[0]} after {ready_timeout:g} s")
+            return fail(f"no BMOE_READY from {source.argv[0]} after {ready_timeout:g} s (--ready-timeout): "
+                        + source.stdout_seen())
         if source.state != LiveState.READY:
             return fail(source.status().message)
         t0 = time.monotonic()
+        lines_before = source.status().lines
         rid = source.generate(prompt, n_predict, clear_kv=True)
         while True:  # the turn's end (DONE or a rejection), or the child's end
             st = source.status()
@@ -71,6 +76,9 @@ def launch_once(source: ChildSession, prompt: str, n_predict: int | None, ready_
                 break
             if st.last_error is not None and st.state == LiveState.READY:
                 break
+            if time.monotonic() - t0 > turn_timeout:
+                return fail(f"no BMOE_DONE within {turn_timeout:g} s of the request (--turn-timeout): "
+                            + source.stdout_seen(lines_before))
             time.sleep(0.02)
         wall = time.monotonic() - t0
     finally:

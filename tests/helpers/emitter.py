@@ -11,6 +11,7 @@ survive:
 --no-ready               never print BMOE_READY (READY timeout)
 --stderr-bytes N         write N bytes to stderr before READY (--stderr-one-line: as ONE line)
 --block-buffered         stdout through a 64 KiB buffer, never flushed until exit
+--buffered-after-ready   BMOE_READY flushed, every later line held in that buffer until exit
 --die-mid-line K         after K progress lines of the first turn, write half a line and SIGKILL itself
 --noise-prefix           put loader noise before BMOE_READY on the same line
 --ignore-term            ignore SIGTERM (close must escalate to SIGKILL)
@@ -92,6 +93,7 @@ def main(argv=None) -> int:
     ap.add_argument("--stderr-bytes", type=int, default=0)
     ap.add_argument("--stderr-one-line", action="store_true")
     ap.add_argument("--block-buffered", action="store_true")
+    ap.add_argument("--buffered-after-ready", action="store_true")
     ap.add_argument("--die-mid-line", type=int, default=-1)
     ap.add_argument("--noise-prefix", action="store_true")
     ap.add_argument("--ignore-term", action="store_true")
@@ -166,6 +168,10 @@ def main(argv=None) -> int:
         return 1
     ready = json.dumps({"load_s": a.ready_delay, "arch": "emitter", "n_ctx": a.n_ctx})
     emit(("llama_model_load: done " if a.noise_prefix else "") + "BMOE_READY " + ready)
+    if a.buffered_after_ready:
+        out.flush()
+        out = os.fdopen(os.dup(1), "w", buffering=65536, encoding="utf-8")
+        flush_each = False
 
     interval = 1.0 / a.rate if a.rate > 0 else 0.0
     router = Router(a.route_layers, a.route_experts, a.route_k, a.route_slots) if a.route_layers else None

@@ -393,3 +393,28 @@ def test_launch_once_past_a_line_nested_1100_deep():
     live = json.loads(r.stdout)["live"]
     assert live["turns"][0]["tokens"] == 5 and live["state"] == "exited"
     assert sum("depth limit exceeded" in p for p in live["problems"]) == 3
+
+
+def test_launch_once_says_what_an_unflushed_child_holds_back():
+    # BMOE_READY flushed, every later line held in the child's stdio buffer until it exits
+    r = top("launch", "--once", "--json", "--turn-timeout", "2", "-p", "x", "-n", "5", "--", sys.executable, EMITTER,
+            "--buffered-after-ready", timeout=120)
+    assert r.returncode == 1
+    err = json.loads(r.stdout)["error"]
+    assert err.startswith("no BMOE_DONE within 2 s of the request (--turn-timeout): no line on stdout since then")
+    assert "without fflush()" in err and "stdbuf -oL" in err
+    assert r.stderr.strip() == f"bmoe-top: {err}"
+    # READY itself held back: the READY wait says so
+    r = top("launch", "--once", "--ready-timeout", "1", "--", sys.executable, EMITTER, "--block-buffered", timeout=120)
+    assert r.returncode == 1 and "(--ready-timeout): no line on stdout yet (0 on stderr)" in r.stderr
+    assert "without fflush()" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_launch_once_turn_timeout_counts_the_lines_that_came():
+    # a slow child that does flush: 2 tokens a second, 60 asked, 5 s allowed
+    r = top("launch", "--once", "--turn-timeout", "5", "-p", "x", "-n", "60", "--", sys.executable, EMITTER,
+            "--rate", "2", timeout=120)
+    assert r.returncode == 1 and "no BMOE_DONE within 5 s of the request (--turn-timeout): " in r.stderr
+    assert re.search(r"\d+ lines? on stdout since then, the newest \d+ s ago", r.stderr), r.stderr
+    r = top("launch", "--once", "--turn-timeout", "0", "--", sys.executable, EMITTER)
+    assert r.returncode == 2 and "--turn-timeout: must be a number above 0" in r.stderr

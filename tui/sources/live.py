@@ -88,6 +88,11 @@ PER_TOKEN_TAGS = ("BMOE_PROGRESS ", "BMOE_ROUTE ", "BMOE_RESIDENT ", "BMOE_LOAD 
 Held = list[tuple[list[str], float]]
 
 
+#: Why a live child's stdout can stay empty while it runs (said when a wait for a line ends).
+UNFLUSHED = ("a child that writes through C stdio to a pipe without fflush() delivers its lines only "
+             "when it exits (flush after each line, or run it under stdbuf -oL)")
+
+
 class LineBatch:
     """The per-token lines of a reader's reads, held up to ``hold_s`` seconds and handed over
     together to ``hand_over(held)`` as ``[(lines, t), ...]`` in arrival order (``t``: unix time of
@@ -451,11 +456,28 @@ class LiveBase:
         st = self._state
         if self._ready_timeout and self._ready is None and st == LiveState.LOADING:
             waited = time.monotonic() - self._t_start
-            return f"no BMOE_READY after {waited:.0f} s (timeout {self.ready_timeout_s:g} s)"
+            return f"no BMOE_READY after {waited:.0f} s (timeout {self.ready_timeout_s:g} s): " + \
+                self._stdout_seen(0, quiet)
         if self._stalled:
             q = quiet if quiet is not None else time.monotonic() - self._t_start
             return f"{st}: no telemetry for {q:.0f} s"
         return self._message
+
+    def stdout_seen(self, since_lines: int = 0) -> str:
+        """What the source's stdout gave after its first ``since_lines`` lines, for a message that
+        says what is missing: ``"no line on stdout yet; <UNFLUSHED>"`` or ``"7 lines on stdout,
+        the newest 12 s ago"``."""
+        with self._lock:
+            quiet = None if self._t_last is None else time.monotonic() - self._t_last
+            return self._stdout_seen(since_lines, quiet)
+
+    def _stdout_seen(self, since_lines: int, quiet: float | None) -> str:
+        n = self._lines - since_lines
+        if n <= 0:
+            return ("no line on stdout yet" if since_lines == 0 else "no line on stdout since then") + \
+                f" ({self._stderr_n} on stderr); {UNFLUSHED}"
+        ago = f", the newest {quiet:.0f} s ago" if quiet is not None else ""
+        return f"{n} line{'s' if n != 1 else ''} on stdout{' since then' if since_lines else ''}{ago}"
 
     @property
     def finished(self) -> bool:
