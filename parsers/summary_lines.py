@@ -5,7 +5,8 @@ Contract: ../shared/seeds/telemetry-contract.md "End-of-run lines" (``=== answer
 ``moe-spec-gate:``, ``stall_s/tok=`` under ``--overlap``) and "CSV sink" (the ``# summary`` keys),
 plus lines real runs print that the contract does not list (``prefill:``, ``compute:``,
 ``moe-overlap:``, ``mode:``, ``moe-waits:``, ``moe-drop:``, the ``moe-cache:`` churn line and
-the auto-budget form).
+the auto-budget form, and bmoe-cli's ``moe-substitute:``, ``moe-rows:``, ``moe-route-ahead:``
+and ``moe-predict:`` lines).
 
 A line of a known kind whose shape drifted from these forms (``generation: 64 tokens in 20.29 s,
 3.15 tok/s``; ``moe-stream: read 1843.2 MiB in 4.1 s (449.6 MiB/s)``) still gives every number it
@@ -73,7 +74,9 @@ class SummaryLine:
 
     ``kind``: "banner" (values {"name": "answer"|"perf"}), "generation", "prefill", "compute",
     "mode", "moe-stream", "moe-cache", "moe-prefetch", "moe-spec-gate", "moe-overlap",
-    "moe-waits", "moe-drop", "sidecar" (values {key: number or string}), or "unparsed" (the line
+    "moe-waits", "moe-drop", "moe-substitute", "moe-rows", "moe-route-ahead", "moe-predict"
+    (a known line may carry no number: values {}), "sidecar" (values {key: number or string}),
+    or "unparsed" (the line
     starts like a summary line but its shape is unknown: values {"kind": <prefix>, "text": line};
     report it, show ``text`` as it is). ``exact``: False when the numbers were read from a drifted
     form by their units (see the module doc). ``raw``: the line as given, stripped.
@@ -87,6 +90,7 @@ class SummaryLine:
 
 _F = r"([-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?nan|[-+]?inf)"
 _I = r"(\d+)"
+_DASH = r"(?:\u2014|--?)"  # bmoe-cli prints an em dash; a log that went through ASCII has - or --
 
 _PATTERNS: dict[str, list[tuple[re.Pattern[str], tuple[str, ...]]]] = {
     "generation": [
@@ -140,6 +144,43 @@ _PATTERNS: dict[str, list[tuple[re.Pattern[str], tuple[str, ...]]]] = {
         (re.compile(rf"moe-drop:\s+{_I}/{_I} routed experts dropped(?: \({_F}%\))?"
                     rf"(?:, threshold {_F})?"),
          ("experts_dropped", "experts_routed", "experts_dropped_pct", "drop_threshold")),
+    ],
+    "moe-substitute": [
+        (re.compile(rf"moe-substitute:\s+{_I}/{_I} reranked slots went to a resident expert"
+                    rf"(?: \({_F}%\))?(?:, margin {_F})?"),
+         ("experts_substituted", "experts_reranked", "experts_substituted_pct", "substitute_margin")),
+    ],
+    "moe-rows": [
+        (re.compile(rf"moe-rows:\s+{_F} MiB of row-gathered table\S* off the resident set, {_F} MiB resident, "
+                    rf"{_I} rows gathered, {_I} reads \({_F} MiB\)"),
+         ("rows_table_mib", "rows_resident_mib", "rows_gathered", "rows_reads", "rows_read_mib")),
+        (re.compile(rf"moe-rows:\s+{_I} FAILED reads"), ("rows_failed_reads",)),
+    ],
+    # bmoe-cli --route-ahead N (BigMoeOnEdge docs/route-ahead.md)
+    "moe-route-ahead": [
+        (re.compile(rf"moe-route-ahead:\s+{_I} layers? early {_DASH} {_I} routings committed, {_I} passed through; "
+                    rf"committed selection agreed with the router on {_F}% of slots"),
+         ("route_ahead_layers", "route_ahead_committed", "route_ahead_passed", "route_ahead_agree_pct")),
+        (re.compile(rf"moe-route-ahead:\s+prediction {_F} ms/token of worker CPU \({_I} GEMVs, {_F} ms each\)"
+                    rf"(?: \+ {_F} ms/token issuing the reads)?(?: \+ {_F} ms/token watchdog)?"),
+         ("route_ahead_cpu_ms/tok", "route_ahead_gemvs", "route_ahead_gemv_ms", "route_ahead_issue_ms/tok",
+          "route_ahead_watchdog_ms/tok")),
+    ],
+    # bmoe-cli --predict-log (BigMoeOnEdge docs/expert-prediction.md): slot overlap and whole
+    # routings of each predictor, then how many routings each was scored on
+    "moe-predict": [
+        (re.compile(rf"moe-predict:\s+stale-gate {_F}% of routed slots \({_F}% whole routings\) \| "
+                    rf"prev-token {_F}% \({_F}%\) \| fresh-gate control {_F}% \({_F}%\)"),
+         ("predict_stale_pct", "predict_stale_exact_pct", "predict_prev_pct", "predict_prev_exact_pct",
+          "predict_control_pct", "predict_control_exact_pct")),
+        (re.compile(rf"moe-predict:\s+stale-2 \(two layers early\) {_F}% of routed slots \({_F}% whole routings\)"),
+         ("predict_stale2_pct", "predict_stale2_exact_pct")),
+        (re.compile(rf"moe-predict:\s+scored {_DASH} stale-gate {_I} routings/{_I} slots, prev-token {_I}/{_I}, "
+                    rf"control {_I}/{_I}; {_I} routings the stale-gate could not rank"),
+         ("predict_stale_routings", "predict_stale_slots", "predict_prev_routings", "predict_prev_slots",
+          "predict_control_routings", "predict_control_slots", "predict_unscored")),
+        # a note with no number (its text goes on over the next lines): known, nothing to read
+        (re.compile(r"moe-predict:\s+the control is below 100%"), ()),
     ],
     "mode": [
         (re.compile(r"mode:\s+(.+)"), ("mode",)),

@@ -153,3 +153,58 @@ def test_transcript_keeps_drifted_numbers_and_lists_unparsed_lines():
     assert tr.summary["read_mib_per_tok"] == pytest.approx(1843.2 / 64)
     assert tr.unparsed == [(4, "moe-newthing: to be decided")]
     assert tr.answer == "answer text"
+
+
+# bmoe-cli's lines as its source prints them (BigMoeOnEdge src/cli: --route-ahead, --predict-log,
+# --substitute, row-gathered tables)
+BMOE_CLI_TAIL = "".join(line + "\n" for line in [
+    'generation: 64 tokens, 0.317 s/token (3.152 tok/s)',
+    'moe-substitute: 12/345 reranked slots went to a resident expert (3.5%), margin 0.10 x score range',
+    'moe-rows: 120 MiB of row-gathered table(s) off the resident set, 3.5 MiB resident, 4096 rows'
+    ' gathered, 77 reads (1.2 MiB)',
+    "moe-rows: 3 FAILED reads \u2014 this run's output is not trustworthy",
+    'moe-route-ahead: 1 layers early \u2014 1234 routings committed, 56 passed through; committed'
+    ' selection agreed with the router on 84.7% of slots',
+    'moe-route-ahead: prediction 3.2 ms/token of worker CPU (4567 GEMVs, 0.012 ms each) + 0.4 ms/token'
+    ' issuing the reads + 0.1 ms/token watchdog, both on the eval thread',
+    'moe-predict: stale-gate 78.8% of routed slots (31.2% whole routings) | prev-token 55.0% (12.0%) |'
+    ' fresh-gate control 97.0% (90.0%)',
+    'moe-predict: stale-2 (two layers early) 70.1% of routed slots (20.0% whole routings)',
+    'moe-predict: scored \u2014 stale-gate 4000 routings/32000 slots, prev-token 4100/32800, control'
+    ' 4200/33600; 48 routings the stale-gate could not rank',
+    "moe-predict: the control is below 100%, so this model's expert selection is not raw-logit",
+    '             ranking (an added selection bias, or group-limited routing). The stale-gate',
+    "             figure understates the method by about the control's own gap.",
+    '  layer   stale    prev   ctrl   routings',
+    '      0       -    40.0  100.0          0',
+    '      1    80.0    60.0  100.0        500',
+])
+
+
+def test_bmoe_cli_route_ahead_predict_substitute_and_rows_lines_are_read():
+    from bmoe_top.parsers.transcript import parse_transcript
+
+    tr = parse_transcript(BMOE_CLI_TAIL.encode())
+    assert tr.problems == [] and tr.unparsed == []
+    kinds = [sl.kind for _n, sl in tr.summary_lines]
+    assert kinds == ["generation", "moe-substitute", "moe-rows", "moe-rows", "moe-route-ahead", "moe-route-ahead",
+                     "moe-predict", "moe-predict", "moe-predict", "moe-predict"]
+    assert tr.summary == pytest.approx({
+        "tokens": 64, "s_per_tok": 0.317, "tok_s": 3.152,
+        "experts_substituted": 12, "experts_reranked": 345, "experts_substituted_pct": 3.5, "substitute_margin": 0.1,
+        "rows_table_mib": 120, "rows_resident_mib": 3.5, "rows_gathered": 4096, "rows_reads": 77,
+        "rows_read_mib": 1.2, "rows_failed_reads": 3,
+        "route_ahead_layers": 1, "route_ahead_committed": 1234, "route_ahead_passed": 56,
+        "route_ahead_agree_pct": 84.7, "route_ahead_cpu_ms/tok": 3.2, "route_ahead_gemvs": 4567,
+        "route_ahead_gemv_ms": 0.012, "route_ahead_issue_ms/tok": 0.4, "route_ahead_watchdog_ms/tok": 0.1,
+        "predict_stale_pct": 78.8, "predict_stale_exact_pct": 31.2, "predict_prev_pct": 55.0,
+        "predict_prev_exact_pct": 12.0, "predict_control_pct": 97.0, "predict_control_exact_pct": 90.0,
+        "predict_stale2_pct": 70.1, "predict_stale2_exact_pct": 20.0,
+        "predict_stale_routings": 4000, "predict_stale_slots": 32000, "predict_prev_routings": 4100,
+        "predict_prev_slots": 32800, "predict_control_routings": 4200, "predict_control_slots": 33600,
+        "predict_unscored": 48,
+    })
+    # an ASCII copy of the log (the em dash as --) reads the same
+    ascii_tail = BMOE_CLI_TAIL.replace("\u2014", "--")
+    assert parse_transcript(ascii_tail.encode()).summary == tr.summary
+

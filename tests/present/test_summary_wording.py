@@ -42,3 +42,21 @@ def test_the_device_sidecar_is_in_human_units_like_the_run_panel(tmp_path):
     assert device == ["  peak RSS         5.67 GiB", "  CPU temp max     70.2 °C", "  battery max      40.9 °C",
                       "  fan              on"]
     assert "peak_rss_kb" not in text
+
+
+def test_the_run_panel_shows_bmoe_cli_route_ahead_and_prediction(tmp_path):
+    from bmoe_top.tui.headless import replay
+    from bmoe_top.tui.present.summary import run_summary, summary_text
+
+    f = tmp_path / "cli.log"
+    f.write_text("generation: 64 tokens, 0.317 s/token (3.152 tok/s)\n"
+                 "moe-route-ahead: 1 layers early \u2014 1234 routings committed, 56 passed through; committed "
+                 "selection agreed with the router on 84.7% of slots\n"
+                 "moe-predict: stale-gate 78.8% of routed slots (31.2% whole routings) | prev-token 55.0% (12.0%) "
+                 "| fresh-gate control 97.0% (90.0%)\n")
+    run, not_runs = replay([str(f)])
+    assert not_runs == [] and run.problem_count == 0
+    doc = run_summary(run)
+    assert doc["extra"]["route_ahead_agree_pct"] == 84.7 and doc["extra"]["predict_stale_pct"] == 78.8
+    text = summary_text(doc)
+    assert "ahead agreed     84.7 %" in text and "stale-gate hit   78.8 %" in text

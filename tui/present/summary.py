@@ -56,6 +56,9 @@ EXTRA_FIELDS: tuple[tuple[tuple[str, ...], str, str, int], ...] = (
     (("cpu_s/tok", "cpu_s_tok"), "cpu/token", "s", 3),
     (("rss_mib", "rss_MiB"), "RSS", "MiB", 1),
     (("peak_rss_mib", "peak_rss_MiB"), "peak RSS", "MiB", 1),
+    (("route_ahead_agree_pct",), "ahead agreed", "%", 1),
+    (("predict_stale_pct",), "stale-gate hit", "%", 1),
+    (("predict_control_pct",), "predict control", "%", 1),
 )
 
 #: Per-token summary keys the token rows give when the source sends no total (key, ms column).
