@@ -76,9 +76,9 @@ class SummaryLine:
     "mode", "moe-stream", "moe-cache", "moe-prefetch", "moe-spec-gate", "moe-overlap",
     "moe-waits", "moe-drop", "moe-substitute", "moe-rows", "moe-route-ahead", "moe-predict"
     (a known line may carry no number: values {}), "sidecar" (values {key: number or string}),
-    or "unparsed" (the line
-    starts like a summary line but its shape is unknown: values {"kind": <prefix>, "text": line};
-    report it, show ``text`` as it is). ``exact``: False when the numbers were read from a drifted
+    or "unparsed" (the line starts like a summary line but its shape is unknown, or its numbers
+    cannot be read for sure: values {"kind": <prefix>, "text": line[, "why": reason]}; report it,
+    show ``text`` as it is). ``exact``: False when the numbers were read from a drifted
     form by their units (see the module doc). ``raw``: the line as given, stripped.
     """
 
@@ -280,6 +280,57 @@ def _num(s: str) -> float:
     return float(s)
 
 
+# Numbers with a separator between digits, and the forms that decide how a line writes them.
+_SEP_NUM = re.compile(r"(?<![\w.,])\d+(?:[.,]\d+)+")
+_COMMA_THOUSAND = re.compile(r"[1-9]\d{0,2},\d{3}")  # 1,234: thousands, or 1.234 with a decimal comma
+_DOT_THOUSAND = re.compile(r"[1-9]\d{0,2}\.\d{3}")  # 1.234: 1.234, or 1234 grouped by a de_DE locale
+_DOTS_GROUPED = re.compile(r"[1-9]\d{0,2}(?:\.\d{3}){2,}")
+_COMMA_LINE = re.compile(r"(?:[1-9]\d{0,2}(?:\.\d{3})+|\d+)(?:,\d+)?")
+_POINT_LINE = re.compile(r"[1-9]\d{0,2}(?:,\d{3})+(?:\.\d+)?")
+
+
+def _convention(n: str) -> str | None:
+    """Which decimal mark the number ``n`` shows for sure: ``"comma"`` (``0,317``, ``1.234,5``,
+    ``1.234.567``), ``"point"`` (``0.317``, ``1,234.5``, ``1,234,567``), or None (``1,234`` and
+    ``1.234`` read either way)."""
+    c, d = n.count(","), n.count(".")
+    if c and d:
+        return "comma" if n.rfind(",") > n.rfind(".") else "point"
+    if c:
+        return "point" if c > 1 else None if _COMMA_THOUSAND.fullmatch(n) else "comma"
+    if d > 1:
+        return "comma" if _DOTS_GROUPED.fullmatch(n) else None
+    return None if _DOT_THOUSAND.fullmatch(n) else "point"
+
+
+def _commas(s: str) -> tuple[str, str | None]:
+    """``s`` with its numbers in the decimal-point form, or ``(s, why)`` when they cannot be read
+    for sure. A line without a comma between digits is left as it is (a decimal point, the C and
+    Python default). Otherwise the line's numbers decide: one that shows a decimal comma
+    (``0,317 s/token``, a C runtime under a de_DE LC_NUMERIC) makes every ``d,d`` a decimal and
+    every ``.`` between digit groups a thousands mark; one that shows a decimal point (``0.317``,
+    ``1,234,567``) makes every ``,`` a thousands mark. Both at once, a number that fits neither,
+    or only numbers like ``3,152`` (3.152 or 3152) are refused, never read as one of them."""
+    nums = _SEP_NUM.findall(s)
+    if not any("," in n for n in nums):
+        return s, None
+    seen = {c for n in nums if (c := _convention(n)) is not None}
+    if seen == {"comma", "point"}:
+        a = next(n for n in nums if _convention(n) == "comma")
+        b = next(n for n in nums if _convention(n) == "point")
+        return s, f"{a} has a decimal comma and {b} a decimal point: the numbers cannot be read for sure"
+    if "comma" in seen:
+        if (bad := next((n for n in nums if not _COMMA_LINE.fullmatch(n)), None)) is not None:
+            return s, f"{bad} does not fit the line's decimal commas"
+        return _SEP_NUM.sub(lambda m: m.group().replace(".", "").replace(",", "."), s), None
+    if "point" in seen:
+        if (bad := next((n for n in nums if "," in n and not _POINT_LINE.fullmatch(n)), None)) is not None:
+            return s, f"{bad} does not fit the line's thousands separators"
+        return _SEP_NUM.sub(lambda m: m.group().replace(",", ""), s), None
+    n = next(n for n in nums if "," in n)
+    return s, f"{n} could be {n.replace(',', '.')} (a decimal comma) or {n.replace(',', '')} (thousands): not read"
+
+
 def looks_like_summary(line: str) -> bool:
     """True when ``line`` starts like an end-of-run line (banner or ``generation:`` etc.)."""
     line = line.lstrip("\ufeff").strip()
@@ -294,9 +345,12 @@ def parse_summary_line(line: str) -> SummaryLine | None:
     ``stall_s/tok=<s>`` (``--overlap``); bmoe-run's extensions after a line's shape give
     ``decode_tok_s``, ``xfer_mib`` / ``xfer_mib_tok`` and ``hit_pct_since_load`` /
     ``hit_pct_decode`` (docs/telemetry.md "Additive fields"). A drifted form gives the numbers it carries
-    (``exact=False``); a summary-like line without them is ``"unparsed"``. Never raises.
+    (``exact=False``); a summary-like line without them is ``"unparsed"``. Numbers written with
+    decimal commas (``0,317 s/token``, a runtime under a de_DE locale) or thousands separators
+    (``1,234 tokens``, next to a decimal point) are read as such; a line where ``3,152`` could be
+    either is ``"unparsed"`` with its ``why`` (see :func:`_commas`). Never raises.
     """
-    s = line.lstrip("\ufeff").strip()
+    s = raw_s = line.lstrip("\ufeff").strip()
     if not s:
         return None
     m = _BANNER.fullmatch(s)
@@ -313,6 +367,10 @@ def parse_summary_line(line: str) -> SummaryLine | None:
         except ValueError:
             return SummaryLine("sidecar", {key: raw}, raw=s)
     kind = km.group(1)
+    if kind != "mode":
+        s, ambiguous = _commas(s)
+        if ambiguous is not None:
+            return SummaryLine("unparsed", {"kind": kind, "text": raw_s, "why": ambiguous}, raw=raw_s)
     for rx, names in _PATTERNS.get(kind, ()):
         m = rx.match(s)
         if m is None:
@@ -334,13 +392,13 @@ def parse_summary_line(line: str) -> SummaryLine | None:
                 values.update({k: _num(g) for k, g in zip(keys, em.groups())})
                 if kind == "moe-cache" and "cache_hit_pct" in values:
                     values["hit_pct_decode"] = values["cache_hit_pct"]  # the line says it is decode only
-        return SummaryLine(kind, values, raw=s)
+        return SummaryLine(kind, values, raw=raw_s)
     drifted = _drifted(kind, s)
     # prose that happens to start with "generation:" carries one number at most: a drifted summary
     # line carries two (moe-overlap and moe-spec-gate lines have one)
     if len(drifted) >= (1 if kind in ("moe-overlap", "moe-spec-gate") else 2):
-        return SummaryLine(kind, drifted, exact=False, raw=s)
-    return SummaryLine("unparsed", {"kind": kind, "text": s}, raw=s)
+        return SummaryLine(kind, drifted, exact=False, raw=raw_s)
+    return SummaryLine("unparsed", {"kind": kind, "text": raw_s}, raw=raw_s)
 
 
 def _to_float(v: str) -> float | None:

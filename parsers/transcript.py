@@ -185,8 +185,10 @@ def parse_transcript(data: bytes | str) -> Transcript:
             continue
         if s is not None and s.kind == "unparsed":
             tr.unparsed.append((lineno, line))
-            tr.problems.append(Problem(lineno, line, f"looks like a '{s.values['kind']}:' "
-                                                     "end-of-run line but its format is unknown"))
+            why = s.values.get("why")
+            tr.problems.append(Problem(lineno, line, f"'{s.values['kind']}:' end-of-run line not read: {why}" if why
+                                       else f"looks like a '{s.values['kind']}:' end-of-run line but its format "
+                                            "is unknown"))
         tr.text_lines.append(line)
         tr.text_line_numbers.append(lineno)
 

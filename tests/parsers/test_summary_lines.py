@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from bmoe_top.parsers.summary_lines import (
     CANONICAL_KEYS,
@@ -208,3 +210,59 @@ def test_bmoe_cli_route_ahead_predict_substitute_and_rows_lines_are_read():
     ascii_tail = BMOE_CLI_TAIL.replace("\u2014", "--")
     assert parse_transcript(ascii_tail.encode()).summary == tr.summary
 
+
+
+@pytest.mark.parametrize("line,values", [
+    # a C runtime under a de_DE / fr_FR LC_NUMERIC: printf's %.3f writes a decimal comma
+    ("generation: 64 tokens, 0,317 s/token (3,152 tok/s)", {"tokens": 64, "s_per_tok": 0.317, "tok_s": 3.152}),
+    ("prefill: 42 tokens, 6,525 s (6,4 tok/s) | model load 24,419 s | TTFT 30,944 s",
+     {"n_prompt": 42, "prefill_s": 6.525, "prefill_tps": 6.4, "load_s": 24.419, "ttft_s": 30.944}),
+    ("moe-cache: 77,2% hit, resident 2998,5 MiB", {"cache_hit_pct": 77.2, "resident_mib": 2998.5}),
+    # de_DE groups thousands with '.' beside its decimal comma
+    ("generation: 1.234 tokens, 0,317 s/token (3,152 tok/s)", {"tokens": 1234, "s_per_tok": 0.317, "tok_s": 3.152}),
+    # thousands separators beside a decimal point
+    ("generation: 1,234 tokens, 0.317 s/token (3.152 tok/s)", {"tokens": 1234, "s_per_tok": 0.317, "tok_s": 3.152}),
+    ("generation: 1,234,567 tokens, 0.317 s/token (3.152 tok/s)",
+     {"tokens": 1234567, "s_per_tok": 0.317, "tok_s": 3.152}),
+])
+def test_decimal_commas_and_thousands_separators_are_read_as_what_they_are(line, values):
+    sl = parse_summary_line(line)
+    assert sl.values == pytest.approx(values) and sl.raw == line
+
+
+@pytest.mark.parametrize("line,why", [
+    ("generation: 64 tokens, 3,152 s/token", "3,152 could be 3.152 (a decimal comma) or 3152 (thousands)"),
+    ("generation: 64 tokens, 0,317 s/token (3.15 tok/s)",
+     "0,317 has a decimal comma and 3.15 a decimal point: the numbers cannot be read for sure"),
+    ("generation: 64 tokens, 0,317 s/token (1.23.4 tok/s)", "1.23.4 does not fit the line's decimal commas"),
+])
+def test_a_comma_that_could_be_either_is_refused_never_guessed(line, why):
+    sl = parse_summary_line(line)
+    assert sl.kind == "unparsed" and why in sl.values["why"] and sl.values["text"] == line
+
+
+def test_a_refused_line_is_a_problem_that_says_why():
+    from bmoe_top.parsers.transcript import parse_transcript
+
+    tr = parse_transcript(b"generation: 64 tokens, 3,152 s/token\n")
+    assert "tok_s" not in tr.summary and "s_per_tok" not in tr.summary
+    (p,) = tr.problems
+    assert p.reason == "'generation:' end-of-run line not read: 3,152 could be 3.152 (a decimal comma) or 3152 " \
+                       "(thousands): not read"
+
+
+@given(n=st.integers(1, 10**7), a=st.floats(0.0005, 999.0), b=st.floats(0.0005, 9999.0),
+       comma=st.booleans(), group=st.booleans())
+@settings(max_examples=300, deadline=None)
+@example(n=64, a=0.317, b=3.152, comma=True, group=False)  # the reported line
+def test_a_generation_line_is_read_right_or_not_at_all(n, a, b, comma, group):
+    # as a locale writes them: en_US groups with ',' beside a decimal point, de_DE with '.' beside
+    # a decimal comma
+    sa, sb = f"{a:.3f}", f"{b:.3f}"
+    sn = f"{n:,}" if group else str(n)
+    if comma:
+        sa, sb, sn = sa.replace(".", ","), sb.replace(".", ","), sn.replace(",", ".")
+    sl = parse_summary_line(f"generation: {sn} tokens, {sa} s/token ({sb} tok/s)")
+    for key, want in (("tokens", n), ("s_per_tok", float(f"{a:.3f}")), ("tok_s", float(f"{b:.3f}"))):
+        got = sl.values.get(key)
+        assert got is None or got == want, (key, got, want)
