@@ -216,17 +216,25 @@ def parse_transcript(data: bytes | str) -> Transcript:
 def _generations(tr: Transcript) -> None:
     acc = TextAccumulator()
     cur: dict[str, Any] | None = None
+    step: tuple[int, int] | None = None  # (step, line number) of the generation's newest BMOE_PROGRESS
+    gaps: list[Problem] = []
     for rec, lineno in zip(tr.records, tr.record_lines):
         if isinstance(rec, Begin):
             acc.reset()
             cur = {"id": rec.id, "answer": "", "reasoning": "", "done": None, "lineno": lineno}
             tr.generations.append(cur)
+            step = None
         elif isinstance(rec, (Progress, Done)):
             if cur is None or cur["done"] is not None:  # one-shot --progress: no BMOE_BEGIN
                 acc.reset()
                 cur = {"id": None, "answer": "", "reasoning": "", "done": None, "lineno": lineno}
                 tr.generations.append(cur)
+                step = None
             if isinstance(rec, Progress):
+                if type(rec.step) is int:
+                    if step is not None and rec.step > step[0] + 1:
+                        gaps.append(_step_gap(step, rec.step, lineno))
+                    step = (rec.step, lineno)
                 acc.feed(rec)
             else:
                 if rec.text is not None:
@@ -236,6 +244,18 @@ def _generations(tr: Transcript) -> None:
                     cur["id"] = rec.id
             cur["answer"] = acc.text
             cur["reasoning"] = acc.reasoning
+    if gaps:
+        tr.problems = sorted(tr.problems + gaps, key=lambda p: p.lineno)
+
+
+def _step_gap(prev: tuple[int, int], step: int, lineno: int) -> Problem:
+    """The problem of a generation's BMOE_PROGRESS steps that jump from ``prev`` (step, line) to
+    ``step`` at ``lineno``: the lines of the steps between are lost, or other text replaced them."""
+    first, last = prev[0] + 1, step - 1
+    what = f"step {first}" if first == last else f"steps {first}-{last} ({last - first + 1} tokens)"
+    where = "the lines between hold no BMOE_PROGRESS" if lineno > prev[1] + 1 else "no line between"
+    return Problem(lineno, f"step {prev[0]} (line {prev[1]}) then step {step} (line {lineno})",
+                   f"BMOE_PROGRESS {what} missing: {where} (lost, or replaced by other text)")
 
 
 def _inline_answer(tr: Transcript, items: list[tuple[int, str]],

@@ -168,3 +168,21 @@ def test_identity_from_the_ready_line():
     tr = parse_transcript(b'BMOE_READY {"load_s":1.0,"arch":"qwen3moe","n_ctx":512,"model":"m.gguf"}\n')
     assert tr.identity == {"arch": "qwen3moe", "model": "m.gguf"}
     assert parse_transcript(b"just text\n").identity == {}
+
+
+def _prog(step: int, text: str) -> str:
+    return 'BMOE_PROGRESS {"step":%d,"steps":9,"wall_ms":10,"text":"%s"}' % (step, text)
+
+
+def test_a_progress_line_replaced_by_text_is_a_step_gap_problem():
+    lines = [_prog(1, "a"), _prog(2, "ab"), "some plain text where step 3 was", _prog(4, "abcd"),
+             _prog(5, "abcde"), _prog(8, "abcdefgh"),  # 6 and 7 gone without a trace
+             'BMOE_DONE {"id":1,"tokens":8,"text":"abcdefgh"}',
+             _prog(1, "x"), _prog(2, "xy")]  # the next generation starts again at 1: no gap
+    tr = parse_transcript(("\n".join(lines) + "\n").encode())
+    assert [(p.lineno, p.reason) for p in tr.problems] == [
+        (4, "BMOE_PROGRESS step 3 missing: the lines between hold no BMOE_PROGRESS (lost, or replaced by other text)"),
+        (6, "BMOE_PROGRESS steps 6-7 (2 tokens) missing: no line between (lost, or replaced by other text)"),
+    ]
+    assert tr.problems[0].text == "step 2 (line 2) then step 4 (line 4)"
+    assert len(tr.generations) == 2 and tr.generations[0]["answer"] == "abcdefgh"  # the good lines still count
