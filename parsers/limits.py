@@ -19,6 +19,9 @@ Why these numbers (the largest MoE models released by mid-2026, with room to spa
   most :data:`MAX_CSV_CELLS` = 2^27 float64 cells (1 GiB; a 1,000,000-token, 22-column file is 22 Mi).
 * ``/metrics`` series bmoe-top does not know are kept (listed on screen, kept in JSON) up to
   :data:`MAX_OTHER_SAMPLES` samples a scrape.
+* bytes of one expert (or of a layer's dense part) as a route trace states them: DeepSeek-V3's
+  experts are 44 MB at 8 bits; :data:`MAX_TENSOR_BYTES` = 1 TiB is 25,000 times that, and 1024
+  layers x 4096 experts of it still sum within an int64.
 * a ``/metrics`` body: llama-server's and bmoe-run's expositions are tens of KiB even with hundreds
   of layers; :data:`MAX_METRICS_BODY_MB` = 16 MiB is the default cap (``attach --max-body-mb``).
 """
@@ -34,6 +37,7 @@ __all__ = [
     "MAX_CSV_CELLS",
     "MAX_OTHER_SAMPLES",
     "MAX_METRICS_BODY_MB",
+    "MAX_TENSOR_BYTES",
     "dims_problem",
     "int_within",
 ]
@@ -46,6 +50,7 @@ MAX_CSV_COLUMNS = 1024
 MAX_CSV_CELLS = 1 << 27
 MAX_OTHER_SAMPLES = 10_000
 MAX_METRICS_BODY_MB = 16.0
+MAX_TENSOR_BYTES = 1 << 40
 
 _CAPS = {"n_layer": (MAX_LAYERS, "layers"), "n_expert": (MAX_EXPERTS, "experts"),
          "top_k": (MAX_TOP_K, "top-k slots")}

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from .limits import MAX_EXPERTS, MAX_LAYERS, MAX_TOP_K, dims_problem
+from .limits import MAX_EXPERTS, MAX_LAYERS, MAX_TENSOR_BYTES, MAX_TOP_K, dims_problem, int_within
 from .textio import Problem
 from .token_csv import parse_kv_comment, read_numeric_csv
 
@@ -101,11 +101,16 @@ def load_route_trace(data: bytes) -> RouteTrace:
     for lineno, _row, text in nc.comments:
         kv = parse_kv_comment(text)
         if "layer" in kv and len(kv) > 1:
-            try:
-                il = int(kv.pop("layer"))
-                layer_info[il] = {k: int(v) for k, v in kv.items()}
-            except ValueError:
-                problems.append(Problem(lineno, "# " + text, "layer header with a non-integer value"))
+            kv_layer = kv.pop("layer")
+            il = int_within(kv_layer, MAX_LAYERS - 1)
+            sizes = {k: int_within(v, MAX_TENSOR_BYTES) for k, v in kv.items()}
+            unsized = [k for k, v in sizes.items() if v is None]
+            if il is None or unsized:
+                refused = (f"layer={kv_layer[:40]} is not a layer from 0 to {MAX_LAYERS - 1}" if il is None else
+                           f"{unsized[0]}={kv[unsized[0]][:40]} is not a size from 0 to 1 TiB (parsers/limits.py)")
+                problems.append(Problem(lineno, "# " + text, f"layer header refused: {refused}"))
+            else:
+                layer_info[il] = {k: v for k, v in sizes.items() if v is not None}
             continue
         if kv:
             for k, v in kv.items():
@@ -152,13 +157,13 @@ def load_route_trace(data: bytes) -> RouteTrace:
         eb = col("expert_bytes")
         if eb is not None:
             with np.errstate(invalid="ignore"):
-                big |= keep & np.isfinite(eb) & (np.abs(eb) > 2**62)
+                big |= keep & np.isfinite(eb) & ((eb > MAX_TENSOR_BYTES) | (eb < -1))
         nbig = int(big.sum())
         if nbig:
             keep &= ~big
             problems.append(Problem(0, "", f"{nbig} route row(s) dropped: a layer, expert or slot over the caps "
-                                           f"({MAX_LAYERS} layers, {MAX_EXPERTS} experts, top-k {MAX_TOP_K}; "
-                                           "parsers/limits.py) or an integer out of range"))
+                                           f"({MAX_LAYERS} layers, {MAX_EXPERTS} experts, top-k {MAX_TOP_K}, "
+                                           "expert_bytes 1 TiB; parsers/limits.py) or an integer out of range"))
 
     def ints(name: str, missing: int, dtype: type[np.integer[Any]] = np.int32) -> np.ndarray:
         cv = col(name) if n else None

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import numpy as np
-from helpers import FIXTURES
+import pytest
+from helpers import FIXTURES, synth
 
 from bmoe_top.parsers.route_trace import (
     PHASE_DECODE,
@@ -83,3 +84,24 @@ def test_optional_columns_missing():
     assert t.residency.tolist() == [-1, -1] and np.isnan(t.weight).all()
     steps, share = hit_matrix(t)  # residency not recorded: no hit data at all
     assert steps.size == 0
+
+
+@pytest.mark.parametrize("value", ["1000000000000000000000", "1e21", "-5", "1.5", "nan"])
+def test_a_layer_size_out_of_range_is_refused_with_one_line(value):
+    data = synth.route_trace(8, n_layer=4).replace(b"# layer=2 expert_bytes=1048576",
+                                                   b"# layer=2 expert_bytes=" + value.encode())
+    tr = load_route_trace(data)
+    assert 2 not in tr.layer_info and tr.layer_info[1] == {"expert_bytes": 1048576, "dense_bytes": 4194304}
+    (p,) = tr.problems
+    assert p.lineno == 5 and p.reason == (f"layer header refused: expert_bytes={value} is not a size from 0 to 1 TiB "
+                                          "(parsers/limits.py)")
+    assert tr.n_rows == 4 * 2 * 12  # every row still counts
+
+
+def test_a_row_size_over_the_cap_drops_that_row():
+    lines = synth.route_trace(8, n_layer=4).decode().splitlines()
+    i = next(i for i, x in enumerate(lines) if x.endswith(",1048576"))
+    lines[i] = lines[i][: -len("1048576")] + "1000000000000000000000"
+    tr = load_route_trace(("\n".join(lines) + "\n").encode())
+    assert tr.n_rows == 4 * 2 * 12 - 1 and int(tr.expert_bytes.max()) == 1048576
+    assert any("expert_bytes 1 TiB" in p.reason for p in tr.problems)

@@ -212,3 +212,15 @@ def test_compare_two_real_csvs(real_runs, capsys) -> None:
     assert {w["tokens"] for w in doc["warmup"]} == {67, 1469}
     hit = next(m for m in doc["metrics"] if m["metric"] == "hit_pct")
     assert hit["deltas"][0]["verdict"] == "differs"
+
+
+def test_whatif_refuses_an_expert_size_out_of_range_with_one_line(tmp_path, capsys):
+    trace = tmp_path / "huge.route.csv"
+    trace.write_bytes(synth.route_trace(16, seed=5).replace(b"# layer=3 expert_bytes=1048576",
+                                                           b"# layer=3 expert_bytes=1000000000000000000000"))
+    code, out, err = cli(capsys, "whatif", "--json", str(trace))  # was an OverflowError traceback
+    assert code == 0 and err == ""
+    doc = orjson.loads(out)
+    assert f"{trace}: line 6: layer header refused: expert_bytes=1000000000000000000000 is not a size from 0 to " \
+           "1 TiB (parsers/limits.py)" in doc["input"]["notes"]
+    assert doc["sizes_known"] is False  # that layer's size is unknown: budgets are expert slots
