@@ -193,7 +193,7 @@ def read_layout(path: str | os.PathLike[str]) -> ModelLayout:
 
     Raises :class:`ModelError` (one clear line) for: a missing or unreadable file, a file that
     is not GGUF, a truncated or damaged file, a missing shard, a model with no expert tensors
-    (dense), inconsistent expert counts.
+    (dense), inconsistent expert counts (``expert_used_count`` above ``expert_count`` included).
     """
     p = Path(path)
     _check_file(p)
@@ -208,6 +208,9 @@ def read_layout(path: str | os.PathLike[str]) -> ModelLayout:
     if n_layer <= 0 or n_layer > 4096 or n_expert < 0 or n_expert > 65536:
         raise ModelError(f"GGUF metadata out of range ({arch}.block_count={n_layer}, "
                          f"{arch}.expert_count={n_expert}): {p}")
+    if n_used > n_expert:  # llama.cpp aborts the process on it (GGML_ASSERT in its top-k)
+        raise ModelError(f"GGUF metadata inconsistent: {arch}.expert_used_count={n_used} is more than "
+                         f"{arch}.expert_count={n_expert} (a token cannot use more experts than a layer has): {p}")
     layout = ModelLayout(
         path=p.resolve(),
         arch=arch,

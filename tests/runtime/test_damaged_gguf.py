@@ -3,6 +3,7 @@ parsers/gguf_layout.py), never a traceback."""
 
 from __future__ import annotations
 
+import struct
 import subprocess
 import sys
 
@@ -24,3 +25,31 @@ def test_cli_says_truncated_and_exits_2(model, tmp_path):
     assert p.returncode == 2
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1 and "truncated" in lines[0] and lines[0].startswith("bmoe-run: error:")
+
+
+def with_u32(model, key: str, value: int, out):
+    """A copy of ``model`` whose u32 metadata ``key`` says ``value``."""
+    data = bytearray(model.read_bytes())
+    name = key.encode()
+    i = data.find(struct.pack("<Q", len(name)) + name) + 8 + len(name)
+    assert struct.unpack_from("<I", data, i)[0] == 4  # GGUF type u32
+    struct.pack_into("<I", data, i + 4, value)
+    out.write_bytes(bytes(data))
+    return out
+
+
+def test_more_experts_used_than_a_layer_has_is_refused_before_llama_cpp(model, tmp_path):
+    bad = with_u32(model, "qwen3moe.expert_used_count", 64, tmp_path / "used64.gguf")  # of 8 experts
+    with pytest.raises(ModelError, match=r"expert_used_count=64 is more than qwen3moe.expert_count=8"):
+        read_layout(bad)
+    why = ("GGUF metadata inconsistent: qwen3moe.expert_used_count=64 is more than qwen3moe.expert_count=8 "
+           "(a token cannot use more experts than a layer has)")
+    # llama.cpp's GGML_ASSERT aborted both (exit 134, a gdb backtrace on stderr)
+    for argv, code, prefix in (([str(bad), "-n", "2", "--quiet", "--cache-mb", "0"], 2, "bmoe-run: error: "),
+                               (["serve", "-m", str(bad), "--port", "0", "--cache-mb", "0"], 1, "bmoe-run serve: ")):
+        if argv[0] != "serve":
+            argv = ["-m", *argv]
+        p = subprocess.run([sys.executable, "-m", "bmoe_top.runtime.cli", *argv], capture_output=True, text=True,
+                           timeout=120)
+        lines = p.stderr.strip().splitlines()
+        assert p.returncode == code and lines == [f"{prefix}{why}: {bad}"], p.stderr[-2000:]
