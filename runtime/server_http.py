@@ -33,10 +33,11 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import os
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -115,10 +116,66 @@ def _raw_error(status: int, message: str) -> bytes:
             f"content-length: {len(body)}\r\nconnection: close\r\n\r\n").encode() + body
 
 
+class _Every:
+    """A line said at most once a second, with the count of what happened since it was last said
+    (what happened after the last line is said a second later). Called on the event loop."""
+
+    def __init__(self, say: Callable[[str], None], text: Callable[[int], str]) -> None:
+        self._say, self._text = say, text
+        self._n = 0
+        self._next = 0.0
+        self._later: asyncio.TimerHandle | None = None
+
+    def __call__(self, n: int = 1) -> None:
+        self._n += n
+        now = time.monotonic()
+        if now >= self._next:
+            self._flush()
+        elif self._later is None:
+            self._later = asyncio.get_running_loop().call_later(self._next - now, self._flush)
+
+    def _flush(self) -> None:
+        self._later = None
+        if self._n:
+            self._say(self._text(self._n))
+            self._n, self._next = 0, time.monotonic() + 1.0
+
+
+#: Descriptors kept free beside the connections (the /health answer's own socket, the audit log,
+#: the model's files, the connections accepted before their protocol has started): the open-file
+#: limit minus these bounds the connections.
+FD_RESERVE = 64
+#: Connections asyncio accepts in one go (uvicorn's ``backlog`` is also the accept batch: at 2048 a
+#: burst was accepted before any connection could close an idle one, past the open-file limit).
+ACCEPT_BATCH = 16
+#: The kernel's queue of connections waiting for accept().
+LISTEN_BACKLOG = 2048
+
+
+def connection_budget(reserve: int = FD_RESERVE) -> int | None:
+    """How many connections fit under the soft open-file limit with the descriptors open now and
+    ``reserve`` more (None when the limit is unknown or unlimited)."""
+    import resource
+
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return None
+    try:
+        in_use = len(os.listdir("/proc/self/fd"))
+    except OSError:
+        return None
+    return max(1, soft - in_use - reserve)
+
+
 class _Protocol(HttpToolsProtocol):
     """uvicorn's httptools protocol plus the head limits: a first-request idle timeout (uvicorn arms
     its keep-alive timer only after a response), a header timeout from a request's first byte,
-    a head size cap, and the open-connection count for ``/metrics``. ``front`` is set per server."""
+    a head size cap, and the open-connection count for ``/metrics``. ``front`` is set per server.
+
+    At the descriptor budget (:func:`connection_budget`) a new connection closes the connection
+    that has been idle longest (no request being answered: waiting for a head, or kept alive
+    between two), as nginx drains its keep-alive connections when it runs out: a flood of idle
+    connections can then never use up the open-file limit, and ``/health`` is still accepted."""
 
     front: HttpFront
 
@@ -127,9 +184,17 @@ class _Protocol(HttpToolsProtocol):
         self._header_timer: asyncio.TimerHandle | None = None
         self._head_bytes = 0
         self._in_head = False
+        self._active_t = time.monotonic()
         # nothing sent yet: the same idle timeout as between two requests
         self.timeout_keep_alive_task = self.loop.call_later(self.timeout_keep_alive, self.timeout_keep_alive_handler)
+        budget = self.front.fd_budget
+        if budget is not None and len(self.connections) > budget:
+            self.front.drain_idle(len(self.connections) - budget, keep=self)
         self.front.connections_changed(len(self.connections))
+
+    def idle(self) -> bool:
+        """No request being answered: waiting for a head, or kept alive between two."""
+        return (self.cycle is None or self.cycle.response_complete) and not self.pipeline
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._stop_header_timer()
@@ -168,6 +233,7 @@ class _Protocol(HttpToolsProtocol):
         super().on_headers_complete()
 
     def data_received(self, data: bytes) -> None:
+        self._active_t = time.monotonic()
         was_in_head = self._in_head
         super().data_received(data)
         if self._in_head:  # the head is still incomplete: count what came (a head begun here counts whole)
@@ -186,6 +252,16 @@ def _bearer(scope: Scope) -> str | None:
     return got
 
 
+class _Uvicorn(uvicorn.Server):
+    """uvicorn, its listening sockets' kernel queue set back to :data:`LISTEN_BACKLOG` after start
+    (its ``backlog`` setting is the accept batch, :data:`ACCEPT_BATCH`)."""
+
+    async def startup(self, sockets: list[Any] | None = None) -> None:
+        await super().startup(sockets)
+        for sock in sockets or ():
+            sock.listen(LISTEN_BACKLOG)
+
+
 class HttpFront:
     """The HTTP server of one :class:`~bmoe_top.runtime.server.Server`: binds at construction
     (``OSError`` when it cannot), :meth:`start` runs uvicorn on its own thread, :meth:`stop`
@@ -197,7 +273,7 @@ class HttpFront:
         self.srv = srv
         self.limits: Limits = srv.limits
         fam = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
-        self.sock = socket.create_server((host.strip("[]"), port), family=fam, backlog=2048)
+        self.sock = socket.create_server((host.strip("[]"), port), family=fam, backlog=LISTEN_BACKLOG)
         self.sock.set_inheritable(False)
         self.port = int(self.sock.getsockname()[1])
         self._created = time.time()
@@ -208,14 +284,46 @@ class HttpFront:
                                      proxy_headers=False, log_config=None, log_level="warning", access_log=False,
                                      server_header=False,
                                      timeout_keep_alive=self.limits.timeout_keep_alive,
-                                     timeout_graceful_shutdown=10, backlog=2048)
-        self.uv = uvicorn.Server(self.config)
+                                     timeout_graceful_shutdown=10, backlog=ACCEPT_BATCH)
+        self.uv = _Uvicorn(self.config)
         self.thread = threading.Thread(target=self._serve_thread, name="bmoe-http", daemon=True)
         self._started = threading.Event()
+        self.fd_budget = connection_budget()
+        self.drained = _Every(srv.log, lambda n: f"bmoe-run serve: at the open-file limit: closed {n} idle "
+                                                 f"connection{'s' if n != 1 else ''} (the longest idle) to keep "
+                                                 f"accepting (at most {self.fd_budget} connections)")
+        self._emfile = _Every(srv.log, lambda n: f"bmoe-run serve: cannot accept connections: out of file "
+                                                 f"descriptors (EMFILE); {n} refused accept{'s' if n != 1 else ''} "
+                                                 "since the last report")
 
     # -- life cycle --------------------------------------------------------------------------
+    def _on_loop_error(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        """asyncio's handler, but an accept that fails for want of descriptors (something else used
+        them, or the limit was lowered) is one line a second with a count (Python 3.11's loop
+        reports it once per accept-batch slot, with a traceback each), and it makes room: the
+        longest idle connections close and the budget is counted again from the descriptors open now."""
+        if context.get("message") == "socket.accept() out of system resource":
+            self._emfile()
+            conns = self.uv.server_state.connections
+            free = connection_budget()  # what the limit leaves now, beside the connections open
+            self.fd_budget = max(1, len(conns) + (free if free is not None else -ACCEPT_BATCH))
+            self.drain_idle(len(conns) - self.fd_budget)
+        else:
+            loop.default_exception_handler(context)
+
+    def drain_idle(self, n: int, keep: Any = None) -> None:
+        """Close the ``n`` connections idle longest (not ``keep``), said once a second."""
+        idle = sorted((p for p in self.uv.server_state.connections
+                       if p is not keep and isinstance(p, _Protocol) and p.idle() and not p.transport.is_closing()),
+                      key=lambda p: p._active_t)[:max(0, n)]
+        for p in idle:
+            p.transport.close()
+        if idle:
+            self.drained(len(idle))
+
     def _serve_thread(self) -> None:
         async def main() -> None:
+            asyncio.get_running_loop().set_exception_handler(self._on_loop_error)
             self._started.set()
             await self.uv.serve(sockets=[self.sock])
 

@@ -17,6 +17,7 @@ import os
 import resource
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import httpx
@@ -296,3 +297,55 @@ def test_cancelled_requests_keep_the_exact_sum(strict):
     assert strict.stop() == 0
     run = read_audit_file(strict.audit).runs[-1]
     assert run.exit is not None and len(run.requests) >= 3 and check_exact_sum(run) == []
+
+
+def _limit_lines(s: Serve) -> list[str]:
+    return [ln for ln in s.err_lines if "open-file limit" in ln or "EMFILE" in ln]
+
+
+def test_health_answers_at_the_open_file_limit(tiny):
+    # a hard limit of 256 descriptors and 600 idle connections: the longest idle ones are closed
+    # to keep accepting, said once a second (the loop used to log 2,048 tracebacks per failed
+    # accept batch, 190 MB in 100 s, and /health never got a descriptor)
+    def few_files():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
+
+    s = Serve(tiny, "--timeout-keep-alive", "300", "--timeout-header", "300", preexec_fn=few_files)
+    held: list[Raw] = []
+    try:
+        held += [Raw(s.url) for _ in range(600)]
+        with httpx.Client(trust_env=False, timeout=5.0) as c:
+            for _ in range(20):
+                assert c.get(s.url + "/health", headers={"Connection": "close"}).status_code == 200
+        n_conn = scrape_value(s.url, "bmoe:http_connections")
+        assert n_conn is not None and n_conn < 256
+        lines = wait_until(lambda: [ln for ln in _limit_lines(s) if "closed" in ln], what="the limit said")
+        assert "idle connection" in lines[0] and "(the longest idle) to keep accepting" in lines[0]
+    finally:
+        for h in held:
+            h.close()
+        assert s.stop() == 0
+    assert "Traceback" not in "".join(s.err_lines) and len(_limit_lines(s)) <= 10
+
+
+def test_emfile_from_a_lowered_limit_is_one_line_a_second(tiny):
+    s = Serve(tiny, "--timeout-keep-alive", "300", "--timeout-header", "300")
+    held: list[Raw] = []
+    try:
+        n = len(os.listdir(f"/proc/{s.proc.pid}/fd"))
+        resource.prlimit(s.proc.pid, resource.RLIMIT_NOFILE, (n + 200, n + 200))  # under the budget it counted
+        t0 = time.monotonic()
+        held += [Raw(s.url) for _ in range(600)]
+        with httpx.Client(trust_env=False, timeout=30.0) as c:
+            for _ in range(20):
+                assert c.get(s.url + "/health", headers={"Connection": "close"}).status_code == 200
+        wait_until(lambda: any("EMFILE" in ln for ln in s.err_lines), what="the EMFILE line")
+        took = time.monotonic() - t0
+        emfile = [ln for ln in s.err_lines if "EMFILE" in ln]
+        assert len(emfile) <= took + 2  # once a second at most, each with its count
+        assert emfile[0].startswith("bmoe-run serve: cannot accept connections: out of file descriptors (EMFILE); ")
+    finally:
+        for h in held:
+            h.close()
+        assert s.stop() == 0
+    assert "Traceback" not in "".join(s.err_lines) and sum(map(len, s.err_lines)) < 20_000
