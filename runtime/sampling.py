@@ -11,6 +11,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+#: The largest magnitude a penalised logit keeps (the largest double).
+_BIG = float(np.finfo(np.float64).max)
+
 
 @dataclass(frozen=True)
 class Sampling:
@@ -57,10 +60,16 @@ class Sampling:
             ids = np.unique(np.asarray(recent[-self.repeat_last_n:], dtype=np.int64))
             ids = ids[(ids >= 0) & (ids < x.size)]
             v = x[ids]
-            x[ids] = np.where(v > 0, v / self.repeat_penalty, v * self.repeat_penalty)
+            with np.errstate(over="ignore"):  # a penalty of 1e-300 takes a logit past the doubles: the largest
+                x[ids] = np.clip(np.where(v > 0, v / self.repeat_penalty, v * self.repeat_penalty), -_BIG, _BIG)
         if self.temperature == 0.0:
             return int(np.argmax(x))
-        x /= self.temperature
+        with np.errstate(over="ignore", invalid="ignore"):
+            scaled = x / self.temperature
+            if np.isfinite(scaled).all():
+                x = scaled
+            else:  # a temperature so small (1e-320) that the logits overflow: shift first, then only the top stays
+                x = (x - np.max(x)) / self.temperature
         if self.top_k and self.top_k < x.size:
             kth = np.partition(x, -self.top_k)[-self.top_k]
             x[x < kth] = -np.inf

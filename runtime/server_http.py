@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import os
+import secrets
 import threading
 import time
 import uuid
@@ -461,35 +462,66 @@ class HttpFront:
         return req
 
     def _sampling(self, req: dict[str, Any]) -> Sampling | None:
-        """The request's sampling fields over the server's defaults (None: none given)."""
-        names = {"temperature": ("temperature", float), "top_k": ("top_k", int), "top_p": ("top_p", float),
-                 "repeat_penalty": ("repeat_penalty", float), "repeat_last_n": ("repeat_last_n", int),
-                 "seed": ("seed", int)}
+        """The request's sampling fields over the server's defaults (None: none given). Each is
+        checked as llama-server reads it: ``temperature`` a number (0 = greedy), ``top_k`` and
+        ``repeat_last_n`` integers (``repeat_last_n`` -1 = the whole context), ``top_p`` and
+        ``repeat_penalty`` numbers, ``seed`` an integer (-1 = a random seed); any other type or
+        a value out of range is 400 with the field's name and why."""
         given: dict[str, Any] = {}
-        for key, (attr, kind) in names.items():
+        for key in ("temperature", "top_p", "repeat_penalty"):
             v = req.get(key)
-            if v is None:
-                continue
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or (kind is int and not isinstance(v, int)):
-                raise HttpError(400, f'"{key}" must be a number')
-            given[attr] = kind(v)
+            if v is not None:
+                if isinstance(v, bool) or not isinstance(v, (int, float)):
+                    raise HttpError(400, f'"{key}" must be a number, got {_kind(v)}')
+                given[key] = float(v)
+        for key in ("top_k", "repeat_last_n", "seed"):
+            v = req.get(key)
+            if v is not None:
+                if isinstance(v, bool) or not isinstance(v, int):
+                    raise HttpError(400, f'"{key}" must be an integer, got {_kind(v)}')
+                given[key] = v
+        if given.get("repeat_last_n") == -1:
+            given["repeat_last_n"] = self.srv.engine.n_ctx
+        seed = given.get("seed")
+        if seed == -1:
+            given["seed"] = secrets.randbits(32)
+        elif seed is not None and seed < 0:
+            raise HttpError(400, f'"seed" must be -1 (a random seed) or a non-negative integer, got {seed}')
         if not given:
             return None
         try:
             return replace(self.srv.engine.sampling, **given)
-        except ValueError as exc:
-            raise HttpError(400, str(exc)) from None
+        except ValueError as exc:  # "top-p must be in (0, 1]": said with the request's own name
+            name, _, why = str(exc).partition(" must ")
+            key = name.replace("-", "_")
+            raise HttpError(400, f'"{key}" must {why}, got {req.get(key)!r}' if key in given else str(exc)) from None
 
     @staticmethod
-    def _int(req: dict[str, Any], *keys: str, default: int) -> int:
+    def _int(req: dict[str, Any], *keys: str, default: int, low: int | None = None) -> int:
+        """The first of ``keys`` the request gives, an integer of at least ``low``; ``default``
+        when none is given. 400 for another type or a smaller value."""
         for k in keys:
             v = req.get(k)
             if v is None:
                 continue
             if isinstance(v, bool) or not isinstance(v, int):
-                raise HttpError(400, f'"{k}" must be an integer')
+                raise HttpError(400, f'"{k}" must be an integer, got {_kind(v)}')
+            if low is not None and v < low:
+                raise HttpError(400, f'"{k}" must be at least {low}' + (" (-1: no limit)" if low == -1 else "")
+                                + f", got {v}")
             return v
         return default
+
+    @staticmethod
+    def _bool(req: dict[str, Any], key: str, name: str | None = None) -> bool:
+        """``key`` as true or false (absent or null: false); 400 naming it ``name`` (default
+        ``key``) for another type (``"false"`` is a string, not false)."""
+        v = req.get(key)
+        if v is None:
+            return False
+        if not isinstance(v, bool):
+            raise HttpError(400, f'"{name or key}" must be true or false, got {_kind(v)}')
+        return v
 
     @staticmethod
     def _stop(req: dict[str, Any]) -> list[str]:
@@ -600,8 +632,8 @@ class HttpFront:
         prompt = req.get("prompt")
         if not isinstance(prompt, str):
             raise HttpError(400, '"prompt" must be a string')
-        n_predict = self._int(req, "n_predict", "max_tokens", default=-1)
-        stream = bool(req.get("stream", False))
+        n_predict = self._int(req, "n_predict", "max_tokens", default=-1, low=-1)
+        stream = self._bool(req, "stream")
         sampling, stop = self._sampling(req), self._stop(req)
         await self._check(prompt, n_predict)
         job, events = self._submit(prompt, n_predict, stream, sampling, stop)
@@ -675,10 +707,12 @@ class HttpFront:
     async def _oai(self, request: Request, req: dict[str, Any], prompt: str, chat: bool) -> Response:
         if self._int(req, "n", default=1) != 1:
             raise HttpError(400, '"n" must be 1 (one model, one slot)')
-        n_predict = self._int(req, "max_completion_tokens", "max_tokens", "n_predict", default=-1)
-        stream = bool(req.get("stream", False))
+        n_predict = self._int(req, "max_completion_tokens", "max_tokens", "n_predict", default=-1, low=-1)
+        stream = self._bool(req, "stream")
         opts = req.get("stream_options")
-        include_usage = isinstance(opts, dict) and bool(opts.get("include_usage"))
+        if opts is not None and not isinstance(opts, dict):
+            raise HttpError(400, f'"stream_options" must be an object, got {_kind(opts)}')
+        include_usage = opts is not None and self._bool(opts, "include_usage", "stream_options.include_usage")
         sampling, stop = self._sampling(req), self._stop(req)
         await self._check(prompt, n_predict)
         job, events = self._submit(prompt, n_predict, stream, sampling, stop)
@@ -738,6 +772,17 @@ class HttpFront:
         return Response(orjson.dumps({"id": rid, "object": obj, "created": created, "model": model,
                                       "choices": [ch], "usage": _usage(res), "timings": _timings(res)}),
                         media_type=JSON)
+
+
+def _kind(v: Any) -> str:
+    """A JSON value's kind and a short form of it, for a 400's reason (``string "false"``)."""
+    if isinstance(v, bool):
+        return f"{str(v).lower()}"
+    if isinstance(v, str):
+        return f"string {orjson.dumps(v[:40]).decode()}"
+    if isinstance(v, (int, float)):
+        return f"number {v!r}"
+    return "an object" if isinstance(v, dict) else "a list" if isinstance(v, list) else type(v).__name__
 
 
 def _sse(obj: dict[str, Any]) -> bytes:
