@@ -184,6 +184,8 @@ class _Protocol(HttpToolsProtocol):
         super().connection_made(transport)
         self._header_timer: asyncio.TimerHandle | None = None
         self._head_bytes = 0
+        self._head_parsed = 0
+        self._head_refused = False
         self._in_head = False
         self._active_t = time.monotonic()
         # nothing sent yet: the same idle timeout as between two requests
@@ -225,13 +227,36 @@ class _Protocol(HttpToolsProtocol):
         super().on_message_begin()
         self._in_head = True
         self._head_bytes = 0
+        self._head_parsed = 0
+        self._head_refused = False
         self._stop_header_timer()
         self._header_timer = self.loop.call_later(self.front.limits.timeout_header, self._header_timeout)
+
+    # the head's size, counted on what the parser hands over: a head that ends in the read that
+    # passes the cap is refused too (counting reads alone missed a 70 KB head sent in two)
+    def on_url(self, url: bytes) -> None:
+        self._head_parsed += len(url)
+        super().on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._head_parsed += len(name) + len(value) + 4  # ": " and CRLF
+        super().on_header(name, value)
 
     def on_headers_complete(self) -> None:
         self._in_head = False
         self._stop_header_timer()
+        if self._head_parsed > self.front.limits.max_header_bytes:
+            self._head_refused = True  # no request is started; data_received answers 431
+            return
         super().on_headers_complete()
+
+    def on_body(self, body: bytes) -> None:
+        if not self._head_refused:
+            super().on_body(body)
+
+    def on_message_complete(self) -> None:
+        if not self._head_refused:
+            super().on_message_complete()
 
     def data_received(self, data: bytes) -> None:
         self._active_t = time.monotonic()
@@ -239,8 +264,8 @@ class _Protocol(HttpToolsProtocol):
         super().data_received(data)
         if self._in_head:  # the head is still incomplete: count what came (a head begun here counts whole)
             self._head_bytes = self._head_bytes + len(data) if was_in_head else len(data)
-            if self._head_bytes > self.front.limits.max_header_bytes:
-                self._refuse(431, f"request head larger than {self.front.limits.max_header_bytes} bytes", "header")
+        if self._head_refused or (self._in_head and self._head_bytes > self.front.limits.max_header_bytes):
+            self._refuse(431, f"request head larger than {self.front.limits.max_header_bytes} bytes", "header")
 
 
 def _bearer(scope: Scope) -> str | None:
