@@ -25,6 +25,12 @@ written so that a failed write is an exception at once, never a lost line and an
 
 :class:`OutputFileError` is an ``OSError`` (``errno``, ``filename``) whose message is one sentence:
 ``cannot write run.csv: the disk is full (ENOSPC)``. This module imports nothing of the project.
+
+Standard output is an output too: :func:`guard_stdout` wraps ``sys.stdout`` for a command's
+duration so that a failed write or flush raises :class:`OutputFileError` for ``standard output``
+(a ``BrokenPipeError``, the reader going away, stays what it is), and :func:`drop_stdout` sends
+what is still buffered for it to ``/dev/null``, so the interpreter's own last flush cannot fail
+again ("Exception ignored ... OSError" and exit status 120).
 docs/architecture.md "Output files".
 """
 
@@ -33,12 +39,19 @@ from __future__ import annotations
 import errno as _errno
 import os
 import stat
+import sys
 import tempfile
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from types import TracebackType
+from typing import IO, Any
 
-__all__ = ["OutputFileError", "OutputFile", "check_output", "open_output", "output_error", "place_file", "temp_beside",
-           "write_atomic"]
+__all__ = ["STDOUT", "OutputFileError", "OutputFile", "check_output", "drop_stdout", "guard_stdout", "open_output",
+           "output_error", "place_file", "temp_beside", "write_atomic"]
+
+#: How an error writing standard output names it.
+STDOUT = "standard output"
 
 _REASONS = {
     _errno.ENOSPC: "the disk is full",
@@ -361,3 +374,55 @@ def _unlink(path: str) -> None:
         os.unlink(path)
     except OSError:
         pass
+
+
+class _GuardedStream:
+    """``sys.stdout`` whose ``write`` / ``flush`` raise :class:`OutputFileError` for a write error."""
+
+    def __init__(self, inner: IO[str]) -> None:
+        self.inner = inner
+
+    def write(self, s: str) -> int:
+        try:
+            return self.inner.write(s)
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            raise output_error(STDOUT, exc) from None
+
+    def flush(self) -> None:
+        try:
+            self.inner.flush()
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            raise output_error(STDOUT, exc) from None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+@contextmanager
+def guard_stdout() -> Iterator[None]:
+    """``with guard_stdout():`` -- ``sys.stdout`` guarded (see the module docstring) inside,
+    restored after."""
+    saved = sys.stdout
+    sys.stdout = _GuardedStream(saved)
+    try:
+        yield
+    finally:
+        sys.stdout = saved
+
+
+def drop_stdout() -> None:
+    """After standard output failed: what is still buffered for it, and anything written later,
+    goes to ``/dev/null`` (the file descriptor under ``sys.stdout`` is replaced; a stream without
+    one, such as a test's capture, is left alone), so no later flush fails again."""
+    try:
+        fd = sys.stdout.fileno()
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, fd)
+        os.close(null)
+    except (OSError, ValueError):
+        pass
+

@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from typing import Any, NoReturn
 
-from bmoe_top.outfile import OutputFileError, check_output
+from bmoe_top.outfile import STDOUT, OutputFileError, check_output, drop_stdout, guard_stdout
 
 from .sampling import Sampling, add_sampling_args, sampling_from_args
 
@@ -139,7 +139,18 @@ def _fail(msg: str, code: int = USAGE_ERR) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """``bmoe-run`` and its sub-commands. A write error on standard output (``> /dev/full``) is
+    one line on stderr and exit status 1, for every command."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    with guard_stdout():
+        try:
+            return _main(argv)
+        except OutputFileError as e:  # standard output (make-model's line, --help): see guard_stdout
+            drop_stdout()
+            return _fail(str(e), 1)
+
+
+def _main(argv: list[str]) -> int:
     if argv and argv[0] in SUBCOMMANDS:
         return int(SUBCOMMANDS[argv[0]](argv[1:]) or 0)
     args = build_parser().parse_args(argv)
@@ -183,14 +194,23 @@ def _run(args: argparse.Namespace) -> int:
             sinks = _Sinks(args, eng, flags, stack)
             lines = _TokenLines(args, eng, ext, sinks)
             if args.session:
-                return _session(args, eng, emit, lines, sinks, stack)
-            return _one_shot(args, eng, emit, lines, sinks, prompt)
+                code = _session(args, eng, emit, lines, sinks, stack)
+            else:
+                code = _one_shot(args, eng, emit, lines, sinks, prompt)
+        if emit.error is not None and not isinstance(emit.error, BrokenPipeError):
+            # the lines could not be written (a full disk behind `> file`): the run's output is lost
+            drop_stdout()
+            err = emit.error
+            return _fail(str(err) if isinstance(err, OutputFileError) else f"cannot write standard output: {err}", 1)
+        return code
     except _Fail as f:
         if f.fatal_line and args.session:
             emit.line(error_line(None, True, str(f)))
         return _fail(str(f), f.code)
-    except OutputFileError as e:  # a --csv / --route-trace write failed during the run: loud, exit 1
-        if args.session:
+    except OutputFileError as e:  # a --csv / --route-trace (or standard output) write failed: loud, exit 1
+        if e.path == STDOUT:
+            drop_stdout()
+        elif args.session:
             emit.line(error_line(None, True, str(e)))
         return _fail(str(e), 1)
 

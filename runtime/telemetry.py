@@ -43,13 +43,21 @@ def _r(x: float, nd: int = 3) -> float:
 
 class Emitter:
     """Thread-safe line writer: each line is written whole and flushed; ``also`` gets a copy
-    (e.g. a session-socket broadcast). Broken pipes are remembered (``broken``), never raised."""
+    (e.g. a session-socket broadcast). A failed write is remembered, never raised: ``broken``,
+    and ``error`` the first exception (a ``BrokenPipeError`` when the reader went away, an
+    ``OSError`` such as ENOSPC for a full disk behind ``> file``)."""
 
     def __init__(self, out: IO[str] | None = None, also: Callable[[str], None] | None = None):
         self.out = out if out is not None else sys.stdout
         self.also = also
         self.lock = threading.Lock()
         self.broken = False
+        self.error: BaseException | None = None
+
+    def _failed(self, exc: BaseException) -> None:
+        self.broken = True
+        if self.error is None:
+            self.error = exc
 
     def line(self, s: str) -> None:
         with self.lock:
@@ -57,8 +65,8 @@ class Emitter:
                 try:
                     self.out.write(s + "\n")
                     self.out.flush()
-                except (BrokenPipeError, ValueError, OSError):
-                    self.broken = True
+                except (ValueError, OSError) as exc:
+                    self._failed(exc)
             if self.also is not None:
                 try:
                     self.also(s)
@@ -73,8 +81,8 @@ class Emitter:
             try:
                 self.out.write(s)
                 self.out.flush()
-            except (BrokenPipeError, ValueError, OSError):
-                self.broken = True
+            except (ValueError, OSError) as exc:
+                self._failed(exc)
 
 
 def bmoe(tag: str, obj: dict) -> str:

@@ -47,6 +47,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from bmoe_top.outfile import STDOUT, OutputFileError, drop_stdout, guard_stdout
 from bmoe_top.parsers.limits import MAX_METRICS_BODY_MB
 from bmoe_top.parsers.recording import load_recording
 
@@ -777,9 +778,15 @@ def main(argv: list[str] | None = None) -> int:
     before = _end_on_signals() if getattr(args, "once", False) or getattr(args, "summary", False) else {}
     _apply_look(args)
     try:
-        if args.cmd is None:
-            return default_main(args)
-        return int(args.func(args))
+        with guard_stdout():
+            if args.cmd is None:
+                return default_main(args)
+            return int(args.func(args))
+    except OutputFileError as e:  # standard output itself (`> /dev/full`): one line, status 1
+        if e.path != STDOUT:
+            raise
+        drop_stdout()
+        return _die(str(e), EXIT_FAILED)
     except Terminated as t:
         return 128 + t.signum
     except KeyboardInterrupt:

@@ -418,3 +418,14 @@ def test_launch_once_turn_timeout_counts_the_lines_that_came():
     assert re.search(r"\d+ lines? on stdout since then, the newest \d+ s ago", r.stderr), r.stderr
     r = top("launch", "--once", "--turn-timeout", "0", "--", sys.executable, EMITTER)
     assert r.returncode == 2 and "--turn-timeout: must be a number above 0" in r.stderr
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full")
+@pytest.mark.parametrize("args", [["replay", "--summary"], ["replay", "--summary", "--json"]])
+def test_a_full_standard_output_is_one_line_and_status_1(tmp_path, args):
+    f = tmp_path / "run.csv"
+    f.write_bytes(synth.token_csv(20))
+    with open("/dev/full", "w") as full:
+        r = subprocess.run([str(BMOE_TOP), *args, str(f)], stdout=full, stderr=subprocess.PIPE, text=True,
+                           timeout=60)
+    assert r.returncode == 1 and r.stderr == "bmoe-top: cannot write standard output: the disk is full (ENOSPC)\n"

@@ -169,3 +169,25 @@ def test_the_audit_log_is_appended_never_truncated_and_a_read_only_folder_fails(
                         str(ro / "a.jsonl")], capture_output=True, text=True, timeout=120)
     line = one_line(r)
     assert r.returncode == 1 and "cannot write the audit log" in line and "read-only (EROFS)" in line, line
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full")
+@pytest.mark.parametrize("argv", [["--progress"], [], ["--progress", "--session"], ["--route-telemetry"]])
+def test_a_full_standard_output_is_one_line_and_status_1(tiny, argv):
+    # `bmoe-run --progress > /dev/full` ended silently with 1, or 0 with --session (the lines were lost)
+    with open("/dev/full", "w") as full:
+        p = subprocess.run([*RUN, "-m", str(tiny), "-p", "hi", "-n", "3", "-c", "256", "--quiet", *argv],
+                           stdout=full, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=120)
+    assert p.returncode == 1
+    mine = [ln for ln in p.stderr.splitlines() if ln.startswith("bmoe-run")]
+    assert mine == ["bmoe-run: error: cannot write standard output: the disk is full (ENOSPC)"], p.stderr[-1500:]
+    assert "Exception ignored" not in p.stderr and "Traceback" not in p.stderr
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full")
+def test_make_model_with_a_full_standard_output(tmp_path):
+    with open("/dev/full", "w") as full:
+        p = subprocess.run([*RUN, "make-model", str(tmp_path / "m.gguf"), "--preset", "tiny"], stdout=full,
+                           stderr=subprocess.PIPE, text=True, timeout=300)
+    assert p.returncode == 1 and p.stderr == "bmoe-run: error: cannot write standard output: the disk is full " \
+                                              "(ENOSPC)\n"
