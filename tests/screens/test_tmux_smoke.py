@@ -159,3 +159,29 @@ def test_a_replay_in_a_terminal_of_no_run_quits_1_and_of_one_bad_file_quits_1_af
         assert t.wait_dead() == "1"
     finally:
         t.close()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGQUIT])
+def test_a_killed_bmoe_top_takes_its_loading_child_with_it(sig):
+    # the child is still loading (no READY; stdin unread, so EOF does not end it) when bmoe-top is
+    # killed without a chance to close it: it was left running with PID 1 as its parent
+    from helpers import EMITTER
+    from helpers.waits import alive, until
+
+    t = Tmux("bmoe-k")
+    child = None
+    t.start(f"exec {shlex.quote(str(BMOE_TOP))} launch -- {shlex.quote(sys.executable)} {shlex.quote(EMITTER)} "
+            "--no-ready")
+    try:
+        t.wait_screen("loading")
+        pid = int(t.fmt("#{pane_pid}"))
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        assert len(children) == 1
+        child = int(children[0])
+        os.kill(pid, sig)
+        t.wait_dead()
+        assert until(lambda: not alive(child)), f"the child outlived bmoe-top ({sig.name})"
+    finally:
+        t.close()
+        if child is not None and alive(child):
+            os.kill(child, signal.SIGKILL)

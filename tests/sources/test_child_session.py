@@ -4,6 +4,7 @@ stdout, SIGTERM ignored, grandchild, missing executable, parent killed)."""
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -233,6 +234,33 @@ def test_parent_killed_child_exits_on_stdin_eof(tmp_path):
     finally:
         if p.poll() is None:
             p.kill()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGQUIT])
+@pytest.mark.parametrize("child_args", [["--no-ready"], ["--no-ready", "--ignore-term"]])
+def test_a_child_that_never_reads_stdin_dies_with_its_parent(tmp_path, sig, child_args):
+    # the child loads (no READY, stdin never read): EOF on its stdin does not end it, and a parent
+    # killed by SIGKILL or SIGQUIT runs no code; it was left running with PID 1 as its parent
+    script = tmp_path / "parent.py"
+    script.write_text(textwrap.dedent(f"""
+        import sys, time
+        from bmoe_top.tui.sources.child_session import ChildSession
+        s = ChildSession([sys.executable, {EMITTER!r}, *{child_args!r}]).start()
+        print(s.pid, flush=True)
+        time.sleep(600)
+    """))
+    p = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    try:
+        child = int(p.stdout.readline())
+        assert alive(child)
+        p.send_signal(sig)
+        p.wait()
+        assert until(lambda: not alive(child)), f"the child outlived its parent ({signal.Signals(sig).name})"
+    finally:
+        if p.poll() is None:
+            p.kill()
+        if alive(child):
+            os.kill(child, signal.SIGKILL)
 
 
 def test_the_lines_of_one_read_are_one_batch_and_a_failing_line_loses_no_neighbour():

@@ -12,7 +12,12 @@
   pipe deadlocks the child once it fills), ``os.read`` in 64 KiB chunks, lines split
   here (a line of megabytes is fine); the stdout lines of one chunk are one batch, per-token
   lines held up to ``hold_s`` (:class:`~bmoe_top.tui.sources.live.LineBatch`);
-- ``PYTHONUNBUFFERED=1`` in its environment (line-flushed output from Python children).
+- ``PYTHONUNBUFFERED=1`` in its environment (line-flushed output from Python children);
+- on Linux, the kernel kills it when bmoe-top dies without a chance to close it (SIGKILL, SIGQUIT,
+  a crash of the interpreter: ``PR_SET_PDEATHSIG``), so no path that ends bmoe-top leaves it
+  running with PID 1 as its parent. The signal follows the thread that started the child:
+  :meth:`ChildSession.start` sets it only from the main thread (bmoe-top's, which lives as long as
+  the process); the child's own children are not covered by it (``close`` ends the whole group).
 
 stdout lines are parsed with ``bmoe_top.parsers.bmoe_lines.parse_line`` (a protocol record
 after other text on the same line still yields the record) and each record goes to
@@ -30,14 +35,16 @@ No Textual import. Protocol: docs/telemetry.md "Session mode".
 from __future__ import annotations
 
 import atexit
+import ctypes
 import os
 import queue
 import signal
 import subprocess
+import sys
 import threading
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import orjson
@@ -116,6 +123,7 @@ class ChildSession(LiveBase):
                 close_fds=True,
                 env=self._env,
                 cwd=self._cwd,
+                preexec_fn=_die_with_parent(),
             )
         except OSError as e:
             self._set_state(LiveState.FAILED, f"cannot start {self.argv[0]}: {e.strerror or e}")
@@ -323,6 +331,30 @@ class ChildSession(LiveBase):
         for th in self._readers:
             th.join(timeout=2.0)
         self._stop.set()
+
+
+def _die_with_parent() -> Callable[[], None] | None:
+    """For ``Popen(preexec_fn=...)``: in the child, before exec, ask the kernel for SIGKILL when
+    this process's main thread ends (``PR_SET_PDEATHSIG``), and end at once if it already has.
+    None off Linux and off the main thread (the signal would follow a thread that may end first).
+    The C function is looked up here, in the parent: the child only calls it."""
+    if not sys.platform.startswith("linux") or threading.current_thread() is not threading.main_thread():
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def in_child() -> None:
+        prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        if os.getppid() != parent:  # bmoe-top died between fork and prctl
+            os._exit(1)
+
+    return in_child
+
+
+_PR_SET_PDEATHSIG = 1
 
 
 def _signame(n: int) -> str:
