@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers.gguf_edit import with_u32
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -68,3 +69,12 @@ def test_gguf_layout_bad_files(tmp_path):
     (tmp_path / "trunc.gguf").write_bytes(b"GGUF\x03\x00")
     with pytest.raises(ModelError):
         read_layout(tmp_path / "trunc.gguf")
+
+
+def test_more_experts_used_than_a_layer_has_is_one_line(model, tmp_path):
+    # llama.cpp aborts the process on it (GGML_ASSERT): the reader refuses it before
+    bad = with_u32(model, "qwen3moe.expert_used_count", 64, tmp_path / "used64.gguf")  # of 8 experts
+    with pytest.raises(ModelError, match=r"^GGUF metadata inconsistent: qwen3moe.expert_used_count=64 is more than "
+                                         r"qwen3moe.expert_count=8 \(a token cannot use more experts than a layer "
+                                         r"has\): "):
+        read_layout(bad)
