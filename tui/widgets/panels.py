@@ -399,6 +399,7 @@ def _extends(old: _Para, new: _Para) -> bool:
 
 
 _WORD_REST = re.compile(r"\S*\s*")
+_NON_SPACE = re.compile(r"\S")
 
 
 class _Wrapped:
@@ -418,9 +419,10 @@ class TailWrap:
 
     Rich breaks a paragraph greedily (``rich._wrap.divide_line``): where a line starts depends only
     on the text before it, so every line start of a paragraph is still one when text is added at
-    its end; and the lines from a start that is not inside white space are the lines of the text
-    from there on, unless the word there fits a line only without its trailing white space (Rich
-    then folds that white space onto a line of its own: wrapped again from an earlier line). Cut
+    its end; and the lines from a start where a word starts are the lines of the text from there
+    on, as are those from a start inside a folded word, unless the rest of that word fits a line
+    only without its trailing white space (Rich then folds that white space onto lines of its own:
+    wrapped again from an earlier line). Cut
     back (the cursor moved to an earlier token), the lines that end before its last word stay, so
     a paragraph is wrapped again from a line start a panel's height before that. Held: the
     paragraphs of the last repaint only (the panel's lines, plus a few), dropped when the size or
@@ -516,10 +518,14 @@ class TailWrap:
     @staticmethod
     def _restarts(plain: str, r: int, width: int) -> bool:
         """Whether the lines of ``plain`` from its line start ``r`` are the lines of
-        ``plain[r:]``: the word (or the rest of a folded word) there starts with a character
-        that is not white space, and does not fit a line only without its trailing white space."""
+        ``plain[r:]``: a word starts there (white space before it, a word before that), which Rich
+        places on a line of its own as it places the first word; or the rest of a folded word
+        starts there with a character that is not white space and does not fit a line only
+        without its trailing white space (Rich's fold puts that white space on lines of its own)."""
         if plain[r].isspace():
             return False
+        if plain[r - 1].isspace() and _NON_SPACE.search(plain, 0, r) is not None:
+            return True
         m = _WORD_REST.match(plain, r)
         assert m is not None  # \S*\s* matches the empty string
         rest = m.group(0)
