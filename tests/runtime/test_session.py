@@ -172,9 +172,20 @@ def test_session_socket_broadcast_and_requests(model, tmp_path):
     assert any(isinstance(r, Ready) for r in got) and got[-1].id == 9 and got[-1].tokens == 3
     d, _ = s.until(Done)  # the same turn on stdout
     assert d.text == got[-1].text
+    # EOF on stdin does not end a socket session: a request left without its newline runs at EOF,
+    # and a socket request sent after its answer runs too (a close at EOF would be queued before it)
+    s.p.stdin.write('{"cmd": "generate", "id": 11, "prompt": "hi", "n_predict": 2}')
     s.p.stdin.close()
-    time.sleep(0.3)
-    assert s.p.poll() is None  # EOF on stdin does not end a socket session
+    d, _ = s.until(Done)
+    assert d.id == 11
+    f.write(json.dumps({"cmd": "generate", "id": 12, "prompt": "hi", "n_predict": 2}).encode() + b"\n")
+    f.flush()
+    while True:
+        ln = f.readline().decode()
+        assert ln, "the session ended at EOF on stdin"
+        if isinstance(r := parse_line(ln.rstrip("\n")), Done) and r.id == 12:
+            break
+    assert s.p.poll() is None
     f.write(b'{"cmd":"close"}\n')
     f.flush()
     assert s.p.wait(timeout=30) == 0

@@ -60,7 +60,7 @@ async def test_audit_screen_follows_the_file(tmp_path):
         return text if word in text else ""
 
     async with app.run_test(size=(130, 36)) as pilot:
-        await pilot.pause(0.2)
+        await pilot_until(pilot, lambda: panel_with("tiny"), "the load of pid 7 in the panel")
         table = app.query_one("#requests", DataTable)
         assert table.row_count == 0
         with open(p, "ab") as f:

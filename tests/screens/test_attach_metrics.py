@@ -169,12 +169,12 @@ async def test_screen_keeps_updating_under_the_command_palette(srv):
     poller = MetricsPoller(srv.url, interval=0.05, timeout=2)
     app = metrics_app(poller, fps=30)
     async with app.run_test(size=(100, 30)) as pilot:
-        await pilot.pause(0.2)
+        await pilot_until(pilot, lambda: app.main.state.n_ok >= 1, "a first scrape")
         await pilot.press("ctrl+p")
-        await pilot.pause(0.4)  # refresh ticks while another screen is active: no NoMatches
+        n = app.main.state.n_ok
+        # refresh ticks while another screen is active: no NoMatches
+        await pilot_until(pilot, lambda: app.main.state.n_ok >= n + 2, "two scrapes under the palette")
         await pilot.press("escape")
-        await pilot.pause(0.2)
-        assert app.main.state.n_ok >= 2
         await pilot.press("f")
         await pilot.press("r")
     assert not poller.is_alive() or poller.join(2) is None

@@ -29,8 +29,8 @@ async def test_the_default_demo_streams_in_slow_motion_and_its_cache_warms():
             await pilot_until(pilot, lambda: src.state == "ready", "ready", limit=300)
             box = app.query_one("#prompt", Input)
             assert box.value == DEMO_PROMPT and app.focused is box
-            await pilot.pause(0.3)
-            assert "press Enter to send the prompt below" in str(app.query_one("#live-status", Static).render())
+            await pilot_until(pilot, lambda: "press Enter to send the prompt below"
+                              in str(app.query_one("#live-status", Static).render()), "the status line's hint")
             await pilot.press("enter")  # the demo's prompt is already in the box
             await pilot_until(pilot, lambda: run.n_tokens >= 48, "48 tokens", limit=300)
             # slow motion: the view trails the live run and says so
@@ -40,11 +40,10 @@ async def test_the_default_demo_streams_in_slow_motion_and_its_cache_warms():
             assert app.focused is box and box.value == ""  # ready for the next prompt
             await pilot.press("end")  # one key to real time, even in the (empty) prompt box
             assert pb.speed == 1.0 and pb.speed_index == SPEEDS.index(1.0) and pb.follow
-            await pilot.pause(0.3)
-            assert pb.cursor == run.n_tokens or pb.cursor >= 48
+            await pilot_until(pilot, lambda: pb.cursor == run.n_tokens or pb.cursor >= 48, "the cursor at real time")
             assert "End: real time" not in screen.title_text(120).plain
-            await pilot_until(pilot, lambda: src.status().turns_done == 1, "the turn's end", limit=900)
-            await pilot.pause(0.3)
+            await pilot_until(pilot, lambda: src.status().turns_done == 1 and run.turns[-1].done, "the turn's end",
+                              limit=900)
             done = dict(run.turns[-1].done)
             hit = np.asarray(run.tokens.view("cache_hit_pct"), dtype=np.float64)
     finally:

@@ -35,8 +35,9 @@ async def test_the_footer_offers_the_keys_that_work_where_the_focus_is():
             await pilot_until(pilot, lambda: src.state == "ready", 'src.state == "ready"')
             box = app.query_one("#prompt", Input)
             assert app.focused is box
-            await pilot.pause(0.2)
-            inside = footer_actions(app)
+            # the box's keys (ctrl+n: new chat) are in the footer
+            inside = await pilot_until(pilot, lambda: "toggle_chat" in footer_actions(app) and footer_actions(app),
+                                       "the prompt box's keys in the footer")
             assert "zoom_in" not in inside and "zoom_out" not in inside and "toggle_play" not in inside
             pb = app.main.playback
             zoom = pb.per_col
@@ -45,9 +46,8 @@ async def test_the_footer_offers_the_keys_that_work_where_the_focus_is():
             box.value = ""
             await pilot.press("escape")  # nothing generating: leaves the box
             assert app.focused is None
-            await pilot.pause(0.2)
-            outside = footer_actions(app)
-            assert {"zoom_in", "zoom_out", "toggle_play"} <= outside
+            await pilot_until(pilot, lambda: {"zoom_in", "zoom_out", "toggle_play"} <= footer_actions(app),
+                              "the screen's keys in the footer")
     finally:
         src.close()
 
@@ -58,10 +58,8 @@ async def test_the_real_runs_cache_warm_up_shows_at_120_columns():
     assert run.tokens.n == 1469
     app = BmoeTopApp(ReplayScreen(run, title="real"))
     async with app.run_test(size=(120, 40)) as pilot:
-        await pilot.pause(0.3)
         strip = app.screen.query_one(OverviewStrip)
-        width = strip.size.width
-        assert width >= 60
+        width = await pilot_until(pilot, lambda: strip.size.width >= 60 and strip.size.width, "the strip's layout")
         rows = [ln.text for ln in strip.build(width, strip.size.height)]
         hit_row = next(r for r in rows if "hit %" in r)
         spark = strip.look.g.spark

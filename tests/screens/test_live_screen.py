@@ -50,8 +50,7 @@ async def test_live_app_over_emitter_full_loop():
     app = live_app(src, title="emitter")
     async with app.run_test(size=(160, 48)) as pilot:
         assert await wait_for(pilot, lambda: src.state == "ready")
-        await pilot.pause(0.2)
-        assert "ready" in status_text(app) and "emitter" in status_text(app)
+        assert await wait_for(pilot, lambda: "ready" in status_text(app) and "emitter" in status_text(app))
         # turn 1: new chat
         await send_prompt(pilot, app, "hello", 30)
         assert await wait_for(pilot, lambda: app.main.run_model.n_tokens >= 5)
@@ -93,10 +92,8 @@ async def test_live_app_shows_aborted_child_with_exit_code():
         assert await wait_for(pilot, lambda: src.state == "ready")
         await send_prompt(pilot, app, "x", 20)
         assert await wait_for(pilot, lambda: src.state == "aborted")
-        await pilot.pause(0.3)
-        text = status_text(app)
-        assert "aborted" in text and "SIGKILL" in text
-        assert app.main.run_model.status == "aborted"
+        assert await wait_for(pilot, lambda: app.main.run_model.status == "aborted"), app.main.run_model.status
+        assert await wait_for(pilot, lambda: "aborted" in status_text(app) and "SIGKILL" in status_text(app))
         assert app.main.run_model.problem_count >= 1  # the truncated last line
         # what it had stays on screen
         assert app.main.run_model.n_tokens == 2
@@ -107,8 +104,7 @@ async def test_live_app_ready_timeout_message():
     app = live_app(src, title="never ready")
     async with app.run_test(size=(140, 40)) as pilot:
         assert await wait_for(pilot, lambda: src.status().ready_timeout)
-        await pilot.pause(0.3)
-        assert "no BMOE_READY" in status_text(app)
+        assert await wait_for(pilot, lambda: "no BMOE_READY" in status_text(app)), status_text(app)
     src.close(timeout=0.2)
     assert not alive(src.pid)
 
@@ -172,14 +168,13 @@ async def test_live_app_attach_keeps_screen_when_runtime_goes_away_and_reconnect
             p.send_signal(signal.SIGKILL)
             p.wait()
             assert await wait_for(pilot, lambda: src.state == "disconnected", 10)
-            await pilot.pause(0.3)
-            assert "disconnected" in status_text(app) and "runtime" in status_text(app)
+            shown = await wait_for(pilot, lambda: "disconnected" in status_text(app) and "runtime" in status_text(app))
+            assert shown, status_text(app)
             assert app.main.run_model.n_tokens == n  # what it had stays on screen
             os.unlink(sock)
             p = start()
             assert await wait_for(pilot, lambda: src.state == "ready" and src.status().connects == 2, 20)
-            await pilot.pause(0.3)
-            assert "connects 2" in status_text(app)
+            assert await wait_for(pilot, lambda: "connects 2" in status_text(app)), status_text(app)
             await pilot.press("ctrl+q")
     finally:
         src.close()
@@ -253,20 +248,19 @@ async def test_arrow_then_end_follows_live_and_the_next_turn_is_followed():
         assert await wait_for(pilot, lambda: src.state == "ready")
         await send_prompt(pilot, app, "one", 12)
         assert await wait_for(pilot, lambda: src.state == "ready" and src.status().turns_done == 1)
-        await pilot.pause(0.2)
-        assert pb.state() == "live" and "● live" in app.query_one("#title").plain
+        assert await wait_for(pilot, lambda: "● live" in app.query_one("#title").plain)
+        assert pb.state() == "live"
         await pilot.press("escape")  # leave the prompt box: the arrows move the selection
         await pilot.press("left")
         assert pb.state() == "paused" and pb.sel == run.n_tokens - 2
-        await pilot.pause(0.2)
-        assert "paused" in app.query_one("#title").plain
+        assert await wait_for(pilot, lambda: "paused" in app.query_one("#title").plain)
         await pilot.press("end")
         assert pb.state() == "live" and pb.follow and pb.selected is None
         await send_prompt(pilot, app, "two", 12)
         assert await wait_for(pilot, lambda: src.state == "ready" and src.status().turns_done == 2)
-        await pilot.pause(0.3)
+        assert await wait_for(pilot, lambda: run.n_tokens >= 24 and pb.cursor == run.n_tokens)
         n = run.n_tokens
-        assert n >= 24 and pb.state() == "live" and pb.cursor == n and pb.sel == n - 1
+        assert pb.state() == "live" and pb.sel == n - 1
         # every time view draws the same window, ending at the newest token
         for wid in ("#overview-strip", "#breakdown", "#trends"):
             view = app.query_one(wid)

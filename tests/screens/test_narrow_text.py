@@ -90,8 +90,8 @@ async def test_the_footer_keeps_whole_keys_and_ends_at_the_palette_key():
         async with app.run_test(size=(80, 24)) as pilot:
             await pilot_until(pilot, lambda: src.state == "ready", "ready")
             await pilot.press("escape")  # out of the prompt box: the screen's keys, more than fit
-            await pilot.pause(0.3)
-            last = screen_text(app).split("\n")[-1]
+            last = await pilot_until(pilot, lambda: "zoom" in (ln := screen_text(app).split("\n")[-1]) and ln,
+                                     "the screen's keys in the footer")
             assert last.rstrip().endswith("^p palette"), last  # was '^p paletten'
             keys = [k for k in app.screen.query(FooterKey) if not k.has_class("-command-palette")]
             assert sum(key_width(k, True) for k in keys) <= 80 - len("▏^p palette ")

@@ -99,8 +99,7 @@ async def test_playback_keys(csv_run):
             await pilot.press("right_square_bracket")
         await pilot.press("space")
         assert pb.playing and pb.state() == "replay"
-        await pilot.pause(0.5)
-        assert pb.cursor > 1
+        await pilot_until(pilot, lambda: pb.cursor > 1, "the cursor playing forward")
         await pilot.press("p")  # p pauses too (the tabs are on 1-4)
         assert not pb.playing and pb.state() == "paused"
         # help lists every key, on ? and on F1; keys for the same action share one row
@@ -236,9 +235,8 @@ async def test_text_tab_shows_the_answer_when_opened(tmp_path):
     app = replay_app(run, "t")
     async with app.run_test(size=(140, 40)) as pilot:
         await pilot.press("2")
-        await pilot.pause(0.3)
         full = app.query_one("#answer-full")
-        assert "The router picks" in str(full.render())
+        await pilot_until(pilot, lambda: "The router picks" in str(full.render()), "the answer in the Text tab")
 
 
 @pytest.mark.parametrize("size", [(59, 24), (80, 14)])

@@ -33,16 +33,16 @@ async def test_trends_say_no_data_yet_until_the_first_token_then_only_what_the_s
     try:
         async with app.run_test(size=(200, 60)) as pilot:
             await pilot_until(pilot, lambda: src.state == "ready", 'src.state == "ready"')
-            await pilot.pause(0.2)
-            before = " ".join(trend_lines(app))
+            before = await pilot_until(pilot, lambda: "no data yet" in (t := " ".join(trend_lines(app))) and t,
+                                       "the trends drawn")
             assert "no data yet: tok/s, hit %, read" in before and "not in this source" not in before
             box = app.query_one("#prompt", Input)
             box.value = "hello"
             await pilot.press("enter")
             run = app.main.run_model
             await pilot_until(pilot, lambda: run.tokens.n >= 5, 'run.tokens.n >= 5')
-            await pilot.pause(0.2)
-            lines = trend_lines(app)
+            lines = await pilot_until(pilot, lambda: "no data yet" not in " ".join(ls := trend_lines(app)) and ls,
+                                      "the trends drawn from the tokens")
             drawn = [ln.split("│")[0].strip() for ln in lines if "│" in ln]
             assert {"tok/s", "hit %", "read"} <= set(drawn), lines
             absent = [ln for ln in lines if "not in this source" in ln]
@@ -58,8 +58,8 @@ async def test_a_phone_runs_memory_series_are_trends_on_the_shared_token_axis():
     run = open_paths([str(PHONE_RUN)])
     app = BmoeTopApp(ReplayScreen(run, title="phone"))
     async with app.run_test(size=(200, 60)) as pilot:
-        await pilot.pause(0.3)
-        lines = trend_lines(app)
+        lines = await pilot_until(pilot, lambda: app.screen.query_one(TrendChart).size.width and trend_lines(app),
+                                  "the trends laid out")
         rows = {ln.split("│")[0].strip(): ln for ln in lines if "│" in ln and ln.split("│")[0].strip()}
         assert {"rss", "avail", "swap"} <= set(rows), list(rows)
         assert "GiB" in rows["rss"] or "MiB" in rows["rss"]

@@ -14,6 +14,7 @@ from pathlib import Path
 import orjson
 import pytest
 from helpers import EMITTER
+from helpers.waits import wait_until
 
 from bmoe_top.parsers import bmoe_lines as bl
 from bmoe_top.parsers.recording import load_recording, parse_recording
@@ -74,7 +75,7 @@ def test_recording_survives_a_crash_of_bmoe_top(tmp_path):
     p = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
     try:
         assert p.stdout.readline().strip() == "go"
-        time.sleep(0.5)
+        wait_until(lambda: path.read_bytes().count(b"BMOE_PROGRESS") > 50, what="51 recorded tokens")
         p.send_signal(signal.SIGKILL)
         p.wait()
     finally:
