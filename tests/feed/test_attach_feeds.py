@@ -68,7 +68,7 @@ def test_metrics_intervals_are_token_rows(srv):
     run = bind(p, RunModel()).run
     p.scrape_once()
     assert run.tokens.n == 0 and run.status == "ok" and run.row_unit == "interval"
-    time.sleep(0.02)
+    time.sleep(0.02)  # not a wait: the clock moves between two scrapes (a rate needs it)
     p.scrape_once()
     tok = run.tokens
     assert tok.n == 1
@@ -78,14 +78,14 @@ def test_metrics_intervals_are_token_rows(srv):
     assert tok.last("tok_s") > 0 and tok.last("t") == pytest.approx(time.time(), abs=5)
     assert not tok.has("stall_ms")  # not exported: NaN, never 0
     assert run.hit_matrix()[:, 0].tolist() == pytest.approx([20 / 40, 40 / 60])
-    time.sleep(0.02)
+    time.sleep(0.02)  # not a wait: the clock moves between two scrapes
     p.scrape_once()  # an idle interval: a row whose per-token means are missing
     assert tok.n == 2 and math.isnan(tok.last("wall_ms")) and tok.last("tokens_in_interval") == 0
     assert np.isnan(run.hit_matrix()[:, 1]).all()  # no lookups in the interval
-    time.sleep(0.02)
+    time.sleep(0.02)  # not a wait: the clock moves between two scrapes
     p.scrape_once()  # restart: a new baseline, no row (never a negative one)
     assert tok.n == 2 and p.state.n_resets == 1 and metrics_document(p.state, run)["rates"]["reset"] is True
-    time.sleep(0.02)
+    time.sleep(0.02)  # not a wait: the clock moves between two scrapes
     p.scrape_once()
     assert tok.n == 3 and tok.last("tokens_in_interval") == 5 and tok.last("wall_ms") == pytest.approx(8.0)
     assert np.all(np.nan_to_num(tok.view("wall_ms")) >= 0)

@@ -34,7 +34,7 @@ def test_ok_rates_then_restart_baseline(srv):
     run = bind(p, RunModel()).run
     p.scrape_once()
     assert p.state.status == "ok" and metrics_document(p.state, run)["rates"] is None
-    time.sleep(0.05)
+    time.sleep(0.05)  # not a wait: the clock moves between two scrapes (a rate needs it)
     d = p.scrape_once()
     assert d.hit_pct == pytest.approx(90.0) and d.tok_s > 0 and not d.reset
     d = p.scrape_once()
