@@ -7,11 +7,20 @@ of RAM in every bmoe-run process, which uses none of it (the expert budget is in
 package is not imported yet, it is registered without running its ``__init__``; the first name
 asked of it that the bindings do not have runs the real ``__init__`` into the same module (PEP 562
 ``__getattr__``), so ``from llama_cpp import Llama`` elsewhere in the process still works.
+
+ggml's CPU backend runs its compute threads through OpenMP (libgomp, loaded with the bindings),
+and a thread that reaches one of the barriers between a token's graph nodes first spins for the
+others by default. On cores that other processes also use (bmoe-top's screen beside its runtime,
+a loaded machine) the spinning thread holds the core the late one needs: 128 demo tokens on 2
+threads took 83-96 s instead of 1.7-2.5 s with passive waiting, on 2 cores with a load average
+of 11. So ``OMP_WAIT_POLICY`` is ``PASSIVE`` unless the user set it (libgomp reads it once, when
+it is loaded).
 """
 
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 from typing import Any
 
@@ -19,6 +28,7 @@ __all__ = ["L"]
 
 
 def _bindings() -> Any:
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     if "llama_cpp" not in sys.modules:
         spec = importlib.util.find_spec("llama_cpp")
         if spec is None or spec.loader is None:
