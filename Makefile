@@ -20,7 +20,10 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(VENV)/bin/bmoe-top $(ARGS)
 
+# llama-server is built (with progress) before the tests that drive it, once per machine; without
+# cmake or a compiler those tests skip.
 test: $(STAMP)
+	$(PY) tools/llama_server.py build --optional
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 check: lint types layers test

@@ -1,6 +1,7 @@
 """Build a stock ``llama-server`` once from the llama.cpp that the pinned llama-cpp-python vendors.
 
     python tools/llama_server.py build     # (make llama-server) build it into the user cache if missing
+    python tools/llama_server.py build --optional   # (make test) the same, or say why not and exit 0
     python tools/llama_server.py path      # print where the binary is (or would be)
     python tools/llama_server.py check     # exit 0 when it is built, 1 when not, 3 when no compiler
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import fcntl
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -78,12 +80,34 @@ def missing_tools() -> list[str]:
     return out
 
 
-def _run(cmd: list[str], log, cwd: Path | None = None) -> None:
+#: a build step's progress: Ninja's ``[12/206]``, Make's ``[ 45%]``
+_STEP = re.compile(r"^\[\s*(?:(\d+)/(\d+)|(\d+)%)\]")
+
+
+def _run(cmd: list[str], log, cwd: Path | None = None, progress=None) -> None:
+    """Run ``cmd`` with its output into ``log``; ``progress(percent)`` at each tenth of the way
+    its build steps report."""
     log.write(f"$ {' '.join(cmd)}\n")
     log.flush()
-    r = subprocess.run(cmd, cwd=cwd, stdout=log, stderr=subprocess.STDOUT)
-    if r.returncode != 0:
-        raise RuntimeError(f"{cmd[0]} {cmd[1] if len(cmd) > 1 else ''} failed (exit {r.returncode}); see {log.name}")
+    if progress is None:
+        r = subprocess.run(cmd, cwd=cwd, stdout=log, stderr=subprocess.STDOUT)
+        code = r.returncode
+    else:
+        shown = 0
+        with subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              errors="replace") as p:
+            assert p.stdout is not None
+            for line in p.stdout:
+                log.write(line)
+                m = _STEP.match(line)
+                if m:
+                    pct = int(m[1]) * 100 // int(m[2]) if m[1] else int(m[3])
+                    if pct >= shown + 10:
+                        shown = pct - pct % 10
+                        progress(pct)
+            code = p.wait()
+    if code != 0:
+        raise RuntimeError(f"{cmd[0]} {cmd[1] if len(cmd) > 1 else ''} failed (exit {code}); see {log.name}")
 
 
 def _safe_extract(tar: tarfile.TarFile, dest: Path) -> None:
@@ -133,7 +157,8 @@ def build(jobs: int | None = None, quiet: bool = False) -> Path:
                 gen = ["-G", "Ninja"] if shutil.which("ninja") else []
                 _run(["cmake", "-S", str(src), "-B", str(bld), *gen, *CMAKE_FLAGS], log)
                 say(f"building {BINARY} with {n} jobs (a few minutes)")
-                _run(["cmake", "--build", str(bld), "--target", BINARY, "-j", str(n)], log)
+                _run(["cmake", "--build", str(bld), "--target", BINARY, "-j", str(n)], log,
+                     progress=None if quiet else lambda pct: say(f"building: {pct}%"))
                 built = bld / "bin" / BINARY
                 if not built.is_file():
                     raise RuntimeError(f"the build produced no {built}; see {log_path}")
@@ -152,6 +177,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="llama_server.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("action", choices=["build", "path", "check"])
     ap.add_argument("-j", "--jobs", type=int, default=None, help="build jobs (default: all cores)")
+    ap.add_argument("--optional", action="store_true",
+                    help="build: when the build tools are missing, say so and exit 0 (the tests that drive it skip)")
     args = ap.parse_args(argv)
     if args.action == "path":
         print(binary_path())
@@ -160,6 +187,11 @@ def main(argv: list[str] | None = None) -> int:
         if binary_path().is_file():
             return 0
         return 3 if missing_tools() else 1
+    missing = missing_tools()
+    if args.optional and missing and not binary_path().is_file():
+        print(f"llama-server: not built (missing {', '.join(missing)}); the tests that drive it will skip",
+              file=sys.stderr)
+        return 0
     try:
         print(build(jobs=args.jobs))
     except RuntimeError as exc:
