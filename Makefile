@@ -9,7 +9,7 @@ STAMP := $(VENV)/.bmoe-installed
 # which read packages from disk rather than through the editable install's import hook.
 VIEW := build/pkgview
 
-.PHONY: run test check lint types layers view bench llama-server clean
+.PHONY: run test fuzz check lint types layers view bench llama-server clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,10 +21,15 @@ run: $(STAMP)
 	$(VENV)/bin/bmoe-top $(ARGS)
 
 # llama-server is built (with progress) before the tests that drive it, once per machine; without
-# cmake or a compiler those tests skip.
+# cmake or a compiler those tests skip. Hypothesis runs its "gate" profile: the same examples every run.
 test: $(STAMP)
 	$(PY) tools/llama_server.py build --optional
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# Hypothesis explores: random seeds and ten times the examples (tests/conftest.py); every case it
+# finds becomes an @example of its test, with the fix.
+fuzz: $(STAMP)
+	$(PY) -m pytest -m hypothesis --hypothesis-profile=fuzz --hypothesis-show-statistics $(PYTEST_ARGS)
 
 check: lint types layers test
 
