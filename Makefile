@@ -9,6 +9,10 @@ STAMP := $(VENV)/.bmoe-installed
 # which read packages from disk rather than through the editable install's import hook.
 VIEW := build/pkgview
 
+# Test processes (pytest-xdist): one per core by default; JOBS=0 runs the tests in one process.
+JOBS ?= auto
+XDIST := -n $(JOBS) --dist loadfile
+
 .PHONY: run test fuzz check lint types layers view bench llama-server clean
 
 $(STAMP): pyproject.toml
@@ -24,12 +28,12 @@ run: $(STAMP)
 # cmake or a compiler those tests skip. Hypothesis runs its "gate" profile: the same examples every run.
 test: $(STAMP)
 	$(PY) tools/llama_server.py build --optional
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest $(XDIST) $(PYTEST_ARGS)
 
 # Hypothesis explores: random seeds and ten times the examples (tests/conftest.py); every case it
 # finds becomes an @example of its test, with the fix.
 fuzz: $(STAMP)
-	$(PY) -m pytest -m hypothesis --hypothesis-profile=fuzz --hypothesis-show-statistics $(PYTEST_ARGS)
+	$(PY) -m pytest $(XDIST) -m hypothesis --hypothesis-profile=fuzz --hypothesis-show-statistics $(PYTEST_ARGS)
 
 check: lint types layers test
 

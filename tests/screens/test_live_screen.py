@@ -287,10 +287,10 @@ async def test_at_80x24_an_attach_to_a_missing_socket_says_why(tmp_path):
     src = SessionSocketClient(str(tmp_path / "missing.sock"))
     app = live_app(src, title="attach missing.sock")
     async with app.run_test(size=(80, 24)) as pilot:
-        def words() -> str:  # the reason may wrap (the line takes up to 3 rows)
-            return " ".join(screen_text(app).split())
+        def letters() -> str:  # the reason may wrap, inside a word too (the line takes up to 3 rows)
+            return "".join(screen_text(app).split())
 
-        assert await wait_for(pilot, lambda: "missing.sock (no socket)" in words()), screen_text(app)
+        assert await wait_for(pilot, lambda: "missing.sock(nosocket)" in letters()), screen_text(app)
     src.close()
 
 
