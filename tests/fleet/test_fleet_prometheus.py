@@ -167,23 +167,27 @@ def test_rates_and_ratios_agree_with_the_instances_own_counters(fleet, client):
     a = fleet.serves["a"]
     for i in range(3):  # warm-up: each counter starts the window above what the burst adds
         complete(a.url, f"Warm the cache {i}", 24)
-    s0 = scrape(a.url)
-    settle(fleet, "a", s0.get("tokens_predicted"))
     tok_sel = f'llamacpp:tokens_predicted_total{{instance="{fleet.target("a")}"}}'
-    [(_, pts)] = fleet.prom.raw(f"{tok_sel}[1m]", time.time())
-    t_first_c0 = min(t for t, v in pts if v == s0.get("tokens_predicted"))
     r_min = 8 * S
-    # r_min of stored samples at the pre-burst value, so that the window below holds no older one
-    fleet.prom.wait_sample_after(f'up{{instance="{fleet.target("a")}"}}', t_first_c0 + r_min)
-    b0 = time.time()
-    r = complete(a.url, "The burst that the fleet must see", 24)
-    b1 = time.time()
-    assert r.status_code == 200
-    s1 = scrape(a.url)
-    d = {k: s1.get(k) - s0.get(k) for k in ("tokens_predicted", "prompt_tokens", "hits", "misses", "upload_bytes",
-                                             "timed_tokens", "wall_s", "compute_s", "mgmt_s")}
+    warm = ("hits", "misses", "timed_tokens", "wall_s")
+    for _ in range(5):  # a burst slower than the whole warm-up (wall_s, on a loaded machine) warms it further
+        s0 = scrape(a.url)
+        settle(fleet, "a", s0.get("tokens_predicted"))
+        [(_, pts)] = fleet.prom.raw(f"{tok_sel}[1m]", time.time())
+        t_first_c0 = min(t for t, v in pts if v == s0.get("tokens_predicted"))
+        # r_min of stored samples at the pre-burst value, so that the window below holds no older one
+        fleet.prom.wait_sample_after(f'up{{instance="{fleet.target("a")}"}}', t_first_c0 + r_min)
+        b0 = time.time()
+        r = complete(a.url, "The burst that the fleet must see", 24)
+        b1 = time.time()
+        assert r.status_code == 200
+        s1 = scrape(a.url)
+        d = {k: s1.get(k) - s0.get(k) for k in ("tokens_predicted", "prompt_tokens", "hits", "misses",
+                                                 "upload_bytes", "timed_tokens", "wall_s", "compute_s", "mgmt_s")}
+        if all(s0.get(k) >= d[k] for k in warm):
+            break
     assert d["tokens_predicted"] == 24 and d["hits"] + d["misses"] > 0
-    for k in ("hits", "misses", "timed_tokens", "wall_s"):
+    for k in warm:
         assert s0.get(k) >= d[k], f"warm-up left {k} below the burst's increase"
     at = b1 + 2 * S
     settle(fleet, "a", s1.get("tokens_predicted"))
