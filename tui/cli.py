@@ -494,7 +494,7 @@ def cmd_fleet(args: argparse.Namespace) -> int:
         if not window > 0:
             raise ValueError(f"--window must be > 0, got {args.window!r}")
         if args.once:
-            from bmoe_top.tui.fleet.headless import exit_code, fleet_once
+            from bmoe_top.tui.headless import exit_code, fleet_once
             from bmoe_top.tui.present.numbers import print_json
 
             doc = fleet_once(args.prometheus, selector=args.selector, window_s=window, instance=args.instance,

@@ -6,24 +6,30 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from bmoe_top.parsers.limits import MAX_METRICS_BODY_MB
 from bmoe_top.tui.feed.bind import bind
 from bmoe_top.tui.feed.files import open_replay
+from bmoe_top.tui.fleet.drill import DrillDown
+from bmoe_top.tui.fleet.session import TABLE_POINTS, FleetSession
+from bmoe_top.tui.fleet.table import FleetTable
 from bmoe_top.tui.model import RunModel, Status
 from bmoe_top.tui.present.audit import audit_document
+from bmoe_top.tui.present.fleet import FleetDocument, fleet_document
 from bmoe_top.tui.present.live import failure_document, live_document
 from bmoe_top.tui.present.metrics import metrics_document
 from bmoe_top.tui.sources.child_session import ChildSession
 from bmoe_top.tui.sources.events import FINAL_STATES, LiveState
 from bmoe_top.tui.sources.metrics_poll import MetricsPoller
+from bmoe_top.tui.sources.prometheus import PromError, PrometheusClient
 from bmoe_top.tui.sources.session_socket import SessionSocketClient
 from bmoe_top.tui.sources.tail import FileTail
 
-__all__ = ["Outcome", "audit_once", "exit_code", "launch_once", "metrics_once", "replay", "session_once"]
+__all__ = ["Outcome", "audit_once", "exit_code", "fleet_once", "launch_once", "metrics_once", "replay",
+           "session_once"]
 
 
 @dataclass(slots=True)
@@ -154,6 +160,35 @@ def audit_once(path: str | os.PathLike[str]) -> dict[str, Any]:
     return audit_document(binding)
 
 
-def exit_code(doc: dict[str, Any]) -> int:
-    """0 when the source answered (``ok``), 1 otherwise: for ``--once`` in scripts."""
-    return 0 if doc.get("status") == Status.OK else 1
+def fleet_once(url: str, selector: str = "", window_s: float = 300.0, instance: str | None = None,
+               job: str | None = None, api_key: str | None = None, timeout: float = 10.0,
+               points: int = TABLE_POINTS, at: float | None = None) -> FleetDocument:
+    """One refresh of the fleet table through the Prometheus at ``url`` (the instances
+    ``selector`` picks, at ``at``; ``None`` = now), and with ``instance`` its drill-down:
+    :func:`~bmoe_top.tui.present.fleet.fleet_document` (docs/fleet.md "Headless"). Never raises
+    for Prometheus trouble: ``status`` (and ``drill_error``) say what went wrong; ``ValueError``
+    only for a URL or window that cannot be used at all."""
+    table: FleetTable | None = None
+    drill: DrillDown | None = None
+    error = drill_error = None
+    with PrometheusClient(url, timeout=timeout, api_key=api_key) as client:
+        session = FleetSession(client, selector=selector, window_s=window_s, points=points)
+        try:
+            table = session.refresh(at)
+        except PromError as exc:
+            error = exc
+        if instance is not None and table is not None:
+            try:
+                drill = session.drill(instance, job=job, at=table.at)
+            except PromError as exc:
+                drill_error = exc
+    return fleet_document(prometheus=url, selector=selector, window_s=window_s, table=table, error=error,
+                          drill=drill, drill_error=drill_error, instance=instance)
+
+
+def exit_code(doc: Mapping[str, Any]) -> int:
+    """0 when the source answered (``ok``) and, for a fleet document asked for an instance, its
+    drill-down came back; 1 otherwise: for ``--once`` in scripts."""
+    if doc.get("status") != Status.OK:
+        return 1
+    return 1 if doc.get("instance") is not None and doc.get("drill") is None else 0

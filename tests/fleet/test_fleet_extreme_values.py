@@ -16,7 +16,7 @@ import orjson
 import pytest
 from helpers.scripted_prometheus import ScriptedPrometheus
 
-from bmoe_top.tui.fleet.headless import fleet_once
+from bmoe_top.tui.headless import fleet_once
 from bmoe_top.tui.present.numbers import to_json
 from bmoe_top.tui.widgets.fleet_table import spark_text
 

@@ -29,10 +29,10 @@ from helpers.prometheus import WAIT_S, Prometheus, free_port, need_prometheus
 from helpers.serve import Serve, complete, scrape, scrape_value
 
 from bmoe_top.parsers.prom import MIB
-from bmoe_top.tui.fleet.headless import exit_code, fleet_once
 from bmoe_top.tui.fleet.queries import COLUMNS
 from bmoe_top.tui.fleet.session import FleetSession
 from bmoe_top.tui.fleet.table import CellState, FleetTable, InstanceState
+from bmoe_top.tui.headless import exit_code, fleet_once
 from bmoe_top.tui.sources.prometheus import PrometheusClient
 
 S = 1.0  # the scrape interval of the generated config

@@ -16,7 +16,6 @@ import numpy as np
 import orjson
 import pytest
 
-from bmoe_top.tui.fleet.document import fleet_document
 from bmoe_top.tui.fleet.drill import build_drill
 from bmoe_top.tui.fleet.queries import COLUMN_SERIES, COLUMNS
 from bmoe_top.tui.fleet.table import (
@@ -29,6 +28,7 @@ from bmoe_top.tui.fleet.table import (
     filter_rows,
     sort_rows,
 )
+from bmoe_top.tui.present.fleet import fleet_document
 from bmoe_top.tui.sources.prometheus import PromError, PromErrorKind, QueryResult, RangeResult, RangeSeries, Sample
 
 GOLDEN = Path(__file__).parent / "golden"

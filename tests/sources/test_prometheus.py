@@ -14,6 +14,7 @@ import pytest
 from helpers.exporters import StrataMoeExporter
 from helpers.prometheus import Prometheus, free_port
 
+from bmoe_top.tui.present.fleet import error_document
 from bmoe_top.tui.sources.prometheus import (
     PromError,
     PromErrorKind,
@@ -184,7 +185,7 @@ def test_empty_result_is_empty_when_a_series_is_required(client):
 
 
 def test_error_kinds_as_json(client):
-    d = _err(client.query, "up{").as_dict()
+    d = error_document(_err(client.query, "up{"))
     assert d["kind"] == "bad_data" and d["query"] == "up{" and d["http_status"] == 400
 
 

@@ -4,6 +4,7 @@
 window; ``table`` turns range-query answers into the instances table (typed cells with ages,
 sparkline arrays, the worst-instance ranking); ``drill`` turns them into one instance's time
 panels and per-layer hit heatmap; ``session`` asks Prometheus (through
-:class:`bmoe_top.tui.sources.prometheus.PrometheusClient`) and builds both; ``document`` is the
-``bmoe-top fleet --once --json`` document. No Textual, no Rich.
+:class:`bmoe_top.tui.sources.prometheus.PrometheusClient`) and builds both. The
+``bmoe-top fleet --once --json`` document is :mod:`bmoe_top.tui.present.fleet`, its headless
+entry :func:`bmoe_top.tui.headless.fleet_once`. No Textual, no Rich.
 """

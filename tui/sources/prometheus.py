@@ -101,11 +101,6 @@ class PromError(Exception):
         self.error_type = error_type
         self.body = body
 
-    def as_dict(self) -> dict[str, Any]:
-        """JSON-ready: ``kind``, ``message``, ``query``, ``http_status``, ``error_type``, ``body``."""
-        return {"kind": self.kind.value, "message": self.message, "query": self.query,
-                "http_status": self.http_status, "error_type": self.error_type, "body": self.body}
-
 
 @dataclass(frozen=True, slots=True)
 class Sample:
