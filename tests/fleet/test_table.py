@@ -133,8 +133,11 @@ def test_down_rows_keep_their_last_good_values_with_age():
     b = t.row("b:1")
     assert b.state is InstanceState.DOWN and b.last_up_age_s == 20
     assert b.cells["tok_s"].value == 4 and b.cells["tok_s"].age_s == 20  # at the last up point, not after
+    assert b.cells["tok_s"].state is CellState.STALE  # old values say so, with their age
+    assert b.cells["stall_share"].state is CellState.STALE and b.cells["stall_share"].value == 25
     c = t.row("c:1")
     assert c.state is InstanceState.GONE and c.last_up_age_s == 30 and c.cells["tok_s"].value == 1
+    assert c.cells["tok_s"].state is CellState.STALE and c.cells["tok_s"].age_s == 30
     d = t.row("d:1")
     assert d.state is InstanceState.DOWN and d.last_up_age_s is None
     assert all(cell.state in (CellState.NO_DATA, CellState.ERROR) for cell in d.cells.values())

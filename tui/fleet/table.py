@@ -12,8 +12,9 @@ at which ``up`` was 1 (the last good values, with their age). Absent is never 0:
 * ``ok``: a number at the reference point (0 is a real zero, e.g. tok/s of an idle instance);
 * ``undefined``: Prometheus computed NaN/Inf there (a ratio with nothing to divide by: no
   lookups, no generated token in the rate window);
-* ``stale``: the series has no point at the reference point but had one earlier in the window:
-  the newest earlier value, with its age;
+* ``stale``: a value older than the table's time, with its age: every number of a down or gone
+  row (read at its last up point), or, when the series has no point at the reference point but
+  had one earlier in the window, the newest earlier value;
 * ``not_exported``: the instance was up in the window and exported series in it, but not the
   ones this column reads (a stock llama-server has no ``llamacpp:moe_cache_*``; a runtime without
   bmoe's time sums has no split);
@@ -212,11 +213,13 @@ def _by_key(result: RangeResult, grid: Grid) -> dict[Key, tuple[np.ndarray, np.n
     return out
 
 
-def _cell(vals: np.ndarray, have: np.ndarray, ref: int, t: np.ndarray, at: float) -> Cell:
+def _cell(vals: np.ndarray, have: np.ndarray, ref: int, t: np.ndarray, at: float, old: bool = False) -> Cell:
+    """The cell read at grid point ``ref``; ``old``: ``ref`` is not the newest point (a down row's
+    last good values): a number there is ``stale``, with its age."""
     if have[ref]:
         v = float(vals[ref])
         if math.isfinite(v):
-            return Cell(v, CellState.OK, at - float(t[ref]))
+            return Cell(v, CellState.STALE if old else CellState.OK, at - float(t[ref]))
         return Cell(None, CellState.UNDEFINED, at - float(t[ref]))
     earlier = np.flatnonzero(have[:ref])
     if earlier.size:
@@ -323,7 +326,7 @@ def build_table(*, selector: str, at: float, window_s: float, grid: Grid, rate_i
                 continue
             vals, have = got
             spark[c.key] = np.where(np.isfinite(vals), vals, np.nan)
-            cells[c.key] = Cell(None, CellState.NO_DATA) if ref is None else _cell(vals, have, ref, t, at)
+            cells[c.key] = Cell(None, CellState.NO_DATA) if ref is None else _cell(vals, have, ref, t, at, ref != last)
         cells["stall_share"] = _ratio_cell(cells["flash_ms"], cells["wall_ms"])
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             share = 100.0 * spark["flash_ms"] / spark["wall_ms"]
