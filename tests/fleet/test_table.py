@@ -23,6 +23,7 @@ from bmoe_top.tui.fleet.table import (
     FleetState,
     Grid,
     InstanceState,
+    RankMemory,
     align,
     build_table,
     filter_rows,
@@ -163,6 +164,41 @@ def test_worst_first_down_then_stall_then_hit():
     assert t.worst is t.rows[0] and t.rows[0].flags[0] == "down"
     assert "highest_stall" in t.row("a:1").flags and "lowest_hit" in t.row("f:1").flags
     assert t.row("c:1").flags == ("gone",)
+
+
+def _ranked_table(values: dict[str, tuple[float, float]], memory: RankMemory, down: str | None = None):
+    """A table of up instances with (stall share %, hit %) each (down: that one stopped)."""
+    up = result(*(series("bmoe", i, [1, 1, 1, 1, 1, 0 if i == down else 1]) for i in values))
+    per = {c.key: result() for c in COLUMNS}
+    per["wall_ms"] = result(*(series("bmoe", i, [10.0] * 6) for i in values))
+    per["flash_ms"] = result(*(series("bmoe", i, [s / 10] * 6) for i, (s, _h) in values.items()))
+    per["hit_pct"] = result(*(series("bmoe", i, [h] * 6) for i, (_s, h) in values.items()))
+    return build_table(selector="", at=AT, window_s=50.0, grid=GRID, rate_interval_s=11.0, scrape_interval_s=1.0,
+                       up=up, columns=per, memory=memory)
+
+
+def test_worst_first_moves_rows_only_on_a_real_change():
+    base = {"a:1": (40.0, 60.0), "b:1": (38.0, 70.0), "c:1": (36.0, 65.0), "d:1": (10.0, 90.0)}
+    memory = RankMemory()
+    first = [r.instance for r in _ranked_table(base, memory).rows]
+    assert first == ["a:1", "b:1", "c:1", "d:1"]
+    # a 1 s scrape's noise: every share and hit % moves by up to 4 points, every refresh, in turn
+    for k in range(30):
+        noisy = {i: (s + 4.0 * math.sin(k + 2 * j), h - 4.0 * math.cos(k + j)) for j, (i, (s, h)) in
+                 enumerate(base.items())}
+        t = _ranked_table(noisy, memory)
+        assert [r.instance for r in t.rows] == first, k
+        assert t.rows[0].flags == ("highest_stall", "lowest_hit")  # by the values it ranks by
+    # without the memory, the same noise reorders (what the hysteresis is for)
+    assert [r.instance for r in _ranked_table(noisy, RankMemory()).rows] != first
+    # a real change moves the row at once: c's stall share doubles; b stops
+    changed = {**base, "c:1": (72.0, 65.0)}
+    assert [r.instance for r in _ranked_table(changed, memory).rows] == ["c:1", "a:1", "b:1", "d:1"]
+    down = [r.instance for r in _ranked_table(changed, memory, down="b:1").rows]
+    assert down == ["b:1", "c:1", "a:1", "d:1"]
+    # the memory holds only the rows of the last ranking
+    _ranked_table({"a:1": (1.0, 99.0)}, memory)
+    assert set(memory.values) == {("bmoe", "a:1")}
 
 
 def test_sort_and_filter_keep_absent_last():

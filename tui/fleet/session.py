@@ -27,7 +27,7 @@ from collections.abc import Callable
 
 from bmoe_top.tui.fleet import queries as q
 from bmoe_top.tui.fleet.drill import DrillDown, build_drill
-from bmoe_top.tui.fleet.table import FleetTable, Grid, build_table
+from bmoe_top.tui.fleet.table import FleetTable, Grid, RankMemory, build_table
 from bmoe_top.tui.sources.prometheus import (
     PromError,
     PromErrorKind,
@@ -56,7 +56,9 @@ class FleetSession:
     ``selector``: PromQL label matchers (``{job="bmoe"}``; empty = every series);
     ``window_s``: the span of the sparklines and the drill-down (s); ``points``: sparkline
     points in the table; ``clock``: wall-clock time (Unix s: Prometheus' time base).
-    ``scrape_interval_s`` is the interval the last refresh used (``None`` before one)."""
+    ``scrape_interval_s`` is the interval the last refresh used (``None`` before one);
+    ``ranking`` what the rows were last ranked by (successive refreshes rank worst first with
+    hysteresis: :class:`~bmoe_top.tui.fleet.table.RankMemory`)."""
 
     def __init__(self, client: PrometheusClient, selector: str = "", window_s: float = 300.0,
                  points: int = TABLE_POINTS, clock: Callable[[], float] = time.time):
@@ -68,6 +70,7 @@ class FleetSession:
         self.points = max(2, min(int(points), q.MAX_POINTS))
         self.clock = clock
         self.scrape_interval_s: float | None = None
+        self.ranking = RankMemory()
         self._intervals: dict[frozenset[tuple[str, str]], tuple[float, float]] = {}
 
     def _scrape_interval(self, keys: frozenset[tuple[str, str]]) -> float:
@@ -125,7 +128,8 @@ class FleetSession:
         exported_now = self._instant(exprs["exported"], at)
         return build_table(selector=self.selector, at=at, window_s=self.window_s, grid=grid, rate_interval_s=rng,
                            scrape_interval_s=scrape, up=up, columns=cols, restarts=restarts,
-                           exported_now=exported_now, queries=exprs, n_queries=self.client.n_requests - n0)
+                           exported_now=exported_now, queries=exprs, n_queries=self.client.n_requests - n0,
+                           memory=self.ranking)
 
     def refresher(self, on_result: Callable[[FleetTable], None], on_error: Callable[[PromError], None],
                   every: float = 0.0, refresh: Callable[[], FleetTable] | None = None,

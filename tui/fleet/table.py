@@ -26,7 +26,8 @@ at which ``up`` was 1 (the last good values, with their age). Absent is never 0:
 Sparklines: ``row.spark[key]`` is a float64 array on ``table.t`` with NaN where the series had
 no value (absent or undefined). The worst-instance ranking orders rows: down (or gone) first,
 then the highest stall share (flash wait / wall), then the lowest hit %; ``row.flags`` marks the
-down rows and the instances with the highest stall share and the lowest hit %.
+down rows and the instances with the highest stall share and the lowest hit %. Across refreshes
+it ranks with hysteresis (:class:`RankMemory`): a row moves only on a real change.
 """
 
 from __future__ import annotations
@@ -52,6 +53,8 @@ __all__ = [
     "align",
     "build_table",
     "rank_rows",
+    "RankMemory",
+    "RANK_BAND",
     "sort_rows",
     "filter_rows",
     "column_keys",
@@ -265,11 +268,13 @@ def _restarts(res: QueryResult | PromError | None) -> dict[Key, int]:
 def build_table(*, selector: str, at: float, window_s: float, grid: Grid, rate_interval_s: float,
                 scrape_interval_s: float, up: RangeResult, columns: Mapping[str, RangeResult | PromError],
                 restarts: QueryResult | PromError | None = None, exported_now: QueryResult | PromError | None = None,
-                queries: Mapping[str, str] | None = None, n_queries: int = 0) -> FleetTable:
+                queries: Mapping[str, str] | None = None, n_queries: int = 0,
+                memory: RankMemory | None = None) -> FleetTable:
     """The table from the answers asked on ``grid`` (its ``end`` is ``at``): ``up`` (the
     ``up`` query), ``columns`` (key -> answer or error; a key of ``COLUMNS`` missing here is an
     error too), ``restarts`` (an instant query: per-instance counts), ``exported_now`` (the
-    ``exported_query`` answer: without it no cell says ``not_exported``)."""
+    ``exported_query`` answer: without it no cell says ``not_exported``); ``memory``: the
+    previous refreshes' ranking, for worst first with hysteresis (:func:`rank_rows`)."""
     t = grid.t
     up_by = _by_key(up, grid)
     col_by: dict[str, dict[Key, tuple[np.ndarray, np.ndarray]]] = {}
@@ -334,7 +339,7 @@ def build_table(*, selector: str, at: float, window_s: float, grid: Grid, rate_i
         rows.append(InstanceRow(job=key[0], instance=key[1], state=state,
                                 last_up_age_s=None if ref is None else at - float(t[ref]),
                                 restarts=n_restarts.get(key), cells=cells, spark=spark))
-    rank_rows(rows)
+    rank_rows(rows, memory)
     return FleetTable(selector=selector, at=at, window_s=window_s, step_s=grid.step, rate_interval_s=rate_interval_s,
                       scrape_interval_s=scrape_interval_s, t=t, rows=rows, queries=dict(queries or {}),
                       errors=errors, warnings=warnings, n_queries=n_queries)
@@ -345,19 +350,52 @@ def _num(row: InstanceRow, key: str) -> float | None:
     return c.value if c is not None and c.state in (CellState.OK, CellState.STALE) else None
 
 
-def rank_rows(rows: list[InstanceRow]) -> None:
+#: A ranked value moves a row only when it changed by more than this (percentage points) since the
+#: value the row was last ranked by: a 1 s scrape's noise must not reorder the table.
+RANK_BAND = {"stall_share": 5.0, "hit_pct": 5.0}
+
+
+class RankMemory:
+    """What each row was last ranked by, so that worst-first ranks with hysteresis: a row's stall
+    share and hit % count as unchanged while they stay within :data:`RANK_BAND` of the values it
+    was last ranked by, and rows that rank equal keep their previous order. A change of state
+    (up, down, gone) or of a value past the band moves the row at once. Holds only the rows of the
+    last ranking (bounded by the fleet)."""
+
+    def __init__(self) -> None:
+        self.values: dict[Key, dict[str, float | None]] = {}
+        self.order: dict[Key, int] = {}
+
+    def ranked(self, row: InstanceRow) -> dict[str, float | None]:
+        """The values ``row`` ranks by now (the remembered ones while within the band)."""
+        old = self.values.get(row.key, {})
+        out: dict[str, float | None] = {}
+        for key, band in RANK_BAND.items():
+            v = _num(row, key)
+            p = old.get(key)
+            out[key] = p if v is not None and p is not None and abs(v - p) <= band else v
+        return out
+
+
+def rank_rows(rows: list[InstanceRow], memory: RankMemory | None = None) -> None:
     """Order ``rows`` in place worst first and set ``rank`` and ``flags``: down/gone first, then
-    the highest stall share, then the lowest hit %; ties by job and instance."""
-    shares = [s for r in rows if (s := _num(r, "stall_share")) is not None]
-    hits = [h for r in rows if (h := _num(r, "hit_pct")) is not None]
+    the highest stall share, then the lowest hit %; ties by the previous order (with ``memory``),
+    then by job and instance. With ``memory`` the values rank with hysteresis
+    (:class:`RankMemory`), and ``memory`` is updated to this ranking."""
+    mem = memory if memory is not None else RankMemory()
+    by_key = {r.key: mem.ranked(r) for r in rows}
+    shares = [s for v in by_key.values() if (s := v["stall_share"]) is not None]
+    hits = [h for v in by_key.values() if (h := v["hit_pct"]) is not None]
     top_share = max(shares) if len(shares) > 1 else None
     low_hit = min(hits) if len(hits) > 1 else None
+    last = len(mem.order)
 
-    def sort_key(r: InstanceRow) -> tuple[int, float, float, str, str]:
+    def sort_key(r: InstanceRow) -> tuple[int, float, float, int, str, str]:
         bad = r.state in (InstanceState.DOWN, InstanceState.GONE)
-        s = _num(r, "stall_share")
-        h = _num(r, "hit_pct")
-        return (0 if bad else 1, -(s if s is not None else -1.0), h if h is not None else 101.0, r.job, r.instance)
+        v = by_key[r.key]
+        s, h = v["stall_share"], v["hit_pct"]
+        return (0 if bad else 1, -(s if s is not None else -1.0), h if h is not None else 101.0,
+                mem.order.get(r.key, last), r.job, r.instance)
 
     rows.sort(key=sort_key)
     for i, r in enumerate(rows, 1):
@@ -367,11 +405,14 @@ def rank_rows(rows: list[InstanceRow]) -> None:
             flags.append("down")
         elif r.state is InstanceState.GONE:
             flags.append("gone")
-        if top_share is not None and _num(r, "stall_share") == top_share:
+        v = by_key[r.key]
+        if top_share is not None and v["stall_share"] == top_share:
             flags.append("highest_stall")
-        if low_hit is not None and _num(r, "hit_pct") == low_hit:
+        if low_hit is not None and v["hit_pct"] == low_hit:
             flags.append("lowest_hit")
         r.flags = tuple(flags)
+    mem.values = by_key
+    mem.order = {r.key: i for i, r in enumerate(rows)}
 
 
 def sort_rows(rows: Iterable[InstanceRow], key: str, descending: bool = False) -> list[InstanceRow]:
