@@ -493,13 +493,14 @@ def cmd_fleet(args: argparse.Namespace) -> int:
         window = float(args.window) if args.window.replace(".", "", 1).isdigit() else parse_duration(args.window)
         if not window > 0:
             raise ValueError(f"--window must be > 0, got {args.window!r}")
+        labels = _labels(args.label or [])
         if args.once:
             from bmoe_top.tui.headless import exit_code, fleet_once
             from bmoe_top.tui.present.numbers import print_json
 
             doc = fleet_once(args.prometheus, selector=args.selector, window_s=window, instance=args.instance,
-                             job=args.job, api_key=args.api_key, timeout=args.timeout, points=args.points,
-                             at=args.at)
+                             job=args.job, labels=labels, api_key=args.api_key, timeout=args.timeout,
+                             points=args.points, at=args.at)
             print_json(doc)
             return exit_code(doc)
         require_url(args.prometheus)  # a usage error is told before the terminal refusal
@@ -508,9 +509,21 @@ def cmd_fleet(args: argparse.Namespace) -> int:
         from bmoe_top.tui.screens.fleet import run_fleet
 
         args.window_s = window
+        args.labels = labels
         return run_fleet(args)
     except ValueError as e:
         return _die(f"fleet: {e}")
+
+
+def _labels(items: list[str]) -> dict[str, str]:
+    """``--label NAME=VALUE`` items as a dict; ``ValueError`` for an item without ``=`` or a name."""
+    out = {}
+    for item in items:
+        name, eq, value = item.partition("=")
+        if not eq or not name.strip():
+            raise ValueError(f"--label wants NAME=VALUE, got {item!r}")
+        out[name.strip()] = value
+    return out
 
 
 def add_fleet_parser(sub: Any) -> None:
@@ -523,6 +536,9 @@ def add_fleet_parser(sub: Any) -> None:
     f.add_argument("--instance", metavar="X", help="also the drill-down of this instance (its instance label); "
                                                    "on the screen: open on it")
     f.add_argument("--job", metavar="J", help="with --instance: its job, when one address serves several")
+    f.add_argument("--label", action="append", metavar="NAME=VALUE",
+                   help="with --instance: another label of its target, when two Prometheus servers hold an "
+                        "instance of that name (e.g. prometheus=west); repeatable")
     f.add_argument("--points", type=int, default=120, metavar="N", help="sparkline points (default 120)")
     f.add_argument("--at", type=float, metavar="T", help="the table's time, Unix seconds (default now)")
     f.add_argument("--api-key", help="bearer token, for a Prometheus behind an authenticating proxy")

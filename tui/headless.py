@@ -162,9 +162,11 @@ def audit_once(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 def fleet_once(url: str, selector: str = "", window_s: float = 300.0, instance: str | None = None,
                job: str | None = None, api_key: str | None = None, timeout: float = 10.0,
-               points: int = TABLE_POINTS, at: float | None = None) -> FleetDocument:
+               points: int = TABLE_POINTS, at: float | None = None,
+               labels: Mapping[str, str] | None = None) -> FleetDocument:
     """One refresh of the fleet table through the Prometheus at ``url`` (the instances
-    ``selector`` picks, at ``at``; ``None`` = now), and with ``instance`` its drill-down:
+    ``selector`` picks, at ``at``; ``None`` = now), and with ``instance`` (of ``job``, with
+    these other ``labels``) its drill-down:
     :func:`~bmoe_top.tui.present.fleet.fleet_document` (docs/fleet.md "Headless"). Never raises
     for Prometheus trouble: ``status`` (and ``drill_error``) say what went wrong; ``ValueError``
     only for a URL or window that cannot be used at all."""
@@ -179,7 +181,7 @@ def fleet_once(url: str, selector: str = "", window_s: float = 300.0, instance: 
             error = exc
         if instance is not None and table is not None:
             try:
-                drill = session.drill(instance, job=job, at=table.at)
+                drill = session.drill(instance, job=job, at=table.at, labels=labels)
             except PromError as exc:
                 drill_error = exc
     return fleet_document(prometheus=url, selector=selector, window_s=window_s, table=table, error=error,

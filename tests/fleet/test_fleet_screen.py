@@ -226,7 +226,7 @@ async def test_error_states_are_shown_as_such(fleet, tmp_path):
         await pilot.pause()
         status = bad.status_text().plain
         assert bad.view_state() == "error" and "⚠ error" in bad.title_text().plain
-        assert "bad_data" in status and "query: max by (job, instance) (up{job=bmoe})" in status
+        assert "bad_data" in status and "query: last_over_time(up{job=bmoe}[1m])" in status
     empty = FleetScreen(fleet.prom.url, '{job="no-such-job"}', 60)
     async with BmoeTopApp(empty).run_test(size=SIZE) as pilot:
         await pilot_until(pilot, lambda: empty.state.error is not None, "the empty answer")
@@ -314,6 +314,7 @@ async def test_stopped_instance_shows_down_within_two_scrape_intervals(fleet):
     (["--prometheus", "http://127.0.0.1:9", "--window", "0"], "--window must be > 0"),
     (["--prometheus", "http://127.0.0.1:9", "--window", "five"], "not a Prometheus duration"),
     (["--prometheus", "http://127.0.0.1:9", "--once"], "--once needs --json"),
+    (["--prometheus", "http://127.0.0.1:9", "--instance", "x", "--label", "west"], "--label wants NAME=VALUE"),
 ])
 def test_cli_usage_errors_are_one_line(argv, why):
     p = subprocess.run([sys.executable, "-m", "bmoe_top.tui.cli", "fleet", *argv], capture_output=True, timeout=120,

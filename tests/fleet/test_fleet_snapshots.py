@@ -66,7 +66,7 @@ def test_table(snap_compare, prom, size):
 
 @pytest.mark.parametrize("size", SIZES)
 def test_drill_down(snap_compare, prom, size):
-    screen = table_screen(prom, drill=("bmoe", "10.0.0.2:8080"))  # the slow one
+    screen = table_screen(prom, drill=("bmoe", "10.0.0.2:8080", {}))  # the slow one
 
     async def drilled(pilot):
         d = await pilot_until(pilot, lambda: isinstance(pilot.app.screen, FleetDrillScreen) and pilot.app.screen.last

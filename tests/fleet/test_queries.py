@@ -86,3 +86,26 @@ def test_range_durations_are_whole_milliseconds():
     expr = q.column_query(q.COLUMN_BY_KEY["tok_s"], "", 2.5004)
     assert "[2s501ms]" in expr
     assert not math.isnan(parse_duration("2s501ms"))
+
+
+@pytest.mark.parametrize(("value", "want"), [(1.0, 1.0), (300 / 301, 1.0), (300 / 299, 1.0), (10 / 9, 1.0),
+                                             (10 / 11, 1.0), (15.0, 15.0), (300 / 19, 15.0), (1.5, 1.5),
+                                             (7.0, 7.0), (42.0, 42.0), (0.0, None), (math.inf, None),
+                                             (math.nan, None)])
+def test_interval_estimate_reads_round_numbers(value, want):
+    assert q.interval_estimate(value) == want
+
+
+def test_interval_query_counts_samples_of_targets_older_than_its_window():
+    text = q.interval_query('{job="bmoe"}')
+    parts = text.split(" or ")
+    assert len(parts) == len(q.ESTIMATE_WINDOWS_S) and q.ESTIMATE_WINDOWS_S == tuple(sorted(q.ESTIMATE_WINDOWS_S,
+                                                                                               reverse=True))
+    assert parts[0] == 'max(300 / count_over_time(up{job="bmoe"}[300s]) and up{job="bmoe"} offset 300s)'
+
+
+def test_grouping_labels_reach_every_aggregation():
+    by = ("job", "instance", "prometheus")
+    for text in (*q.column_queries("", 4.0, by=by).values(), q.up_query("", by=by),
+                 q.restarts_query("", 60.0, by=by), q.exported_query("", 60.0, by=by)):
+        assert "by (job, instance, prometheus" in text and "by (job, instance)" not in text, text

@@ -27,6 +27,7 @@ from bmoe_top.tui.fleet.table import (
     align,
     build_table,
     filter_rows,
+    grouping,
     sort_rows,
 )
 from bmoe_top.tui.present.fleet import fleet_document
@@ -199,6 +200,35 @@ def test_worst_first_moves_rows_only_on_a_real_change():
     # the memory holds only the rows of the last ranking
     _ranked_table({"a:1": (1.0, 99.0)}, memory)
     assert set(memory.values) == {("bmoe", "a:1")}
+
+
+def test_two_prometheus_servers_holding_one_instance_name_stay_two_rows():
+    """Two Prometheus servers with their external_labels writing into one store: the label that
+    differs between two targets of one job and instance is a grouping label, so the rows never
+    merge; labels that never tell two targets apart are not."""
+    targets = [{"__name__": "up", "job": "bmoe", "instance": "node:8080", "prometheus": p, "env": "prod"}
+               for p in ("east", "west")] + [{"job": "bmoe", "instance": "solo:1", "prometheus": "east", "env": "prod"}]
+    by = grouping(targets)
+    assert by == ("job", "instance", "prometheus")
+    assert grouping(targets[1:]) == ("job", "instance")  # nothing shared: job and instance suffice
+    up = result(series("bmoe", "node:8080", [1] * 6, prometheus="east"),
+                series("bmoe", "node:8080", [1, 1, 1, 1, 0, 0], prometheus="west"),
+                series("bmoe", "solo:1", [1] * 6, prometheus="east"))
+    cols = {c.key: result() for c in COLUMNS}
+    cols["tok_s"] = result(series("bmoe", "node:8080", [5.0] * 6, prometheus="east"),
+                           series("bmoe", "node:8080", [9.0] * 6, prometheus="west"))
+    t = build_table(selector="", at=AT, window_s=50.0, grid=GRID, rate_interval_s=11.0, scrape_interval_s=1.0,
+                    up=up, columns=cols, by=by)
+    assert len(t.rows) == 3 and t.by == by
+    east, west = t.row("node:8080", labels={"prometheus": "east"}), t.row("node:8080", labels={"prometheus": "west"})
+    assert east.key == ("bmoe", "node:8080", "east") and west.key == ("bmoe", "node:8080", "west")
+    assert east.state is InstanceState.UP and east.cells["tok_s"].value == 5.0
+    assert west.state is InstanceState.DOWN and west.cells["tok_s"].value == 9.0
+    assert [r.key for r in filter_rows(t.rows, "WEST")] == [west.key]
+    doc = fleet_document(prometheus="u", selector="", window_s=50.0, table=t)["table"]
+    assert doc["by"] == ["job", "instance", "prometheus"]
+    assert [(r["instance"], r["labels"]) for r in doc["instances"][:2]] == [
+        ("node:8080", {"prometheus": "west"}), ("node:8080", {"prometheus": "east"})]
 
 
 def test_sort_and_filter_keep_absent_last():

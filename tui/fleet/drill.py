@@ -40,7 +40,8 @@ class DrillDown:
     window although they may be exported; ``errors``: key -> the :class:`PromError` of that
     query (``layers``, ``totals``, ``exported`` included); ``first_t``: the earliest grid time
     with any value (``None`` when empty); ``queries``: key -> PromQL; ``n_queries``: requests
-    made."""
+    made; ``labels``: the target's other grouping labels (which Prometheus, when two hold an
+    instance of this name)."""
 
     job: str
     instance: str
@@ -62,6 +63,7 @@ class DrillDown:
     queries: dict[str, str] = field(default_factory=dict)
     errors: dict[str, PromError] = field(default_factory=dict)
     n_queries: int = 0
+    labels: dict[str, str] = field(default_factory=dict)
 
 
 def _one(res: RangeResult, grid: Grid) -> np.ndarray | None:
@@ -97,16 +99,17 @@ def build_drill(*, job: str, instance: str, at: float, window_s: float, grid: Gr
                 columns: Mapping[str, RangeResult | PromError], layer_hits: RangeResult | PromError,
                 layer_misses: RangeResult | PromError, totals: QueryResult | PromError,
                 exported_now: QueryResult | PromError | None = None, queries: Mapping[str, str] | None = None,
-                n_queries: int = 0) -> DrillDown:
+                n_queries: int = 0, labels: Mapping[str, str] | None = None) -> DrillDown:
     """The drill-down from the answers asked on ``grid`` for one instance (``exported_now``: the
-    ``exported_query`` answer, as for :func:`~bmoe_top.tui.fleet.table.build_table`)."""
+    ``exported_query`` answer, as for :func:`~bmoe_top.tui.fleet.table.build_table`; ``labels``:
+    the target's other grouping labels, which the queries matched)."""
     errors: dict[str, PromError] = {}
     series: dict[str, np.ndarray] = {}
     not_exported: list[str] = []
     no_data: list[str] = []
     if isinstance(exported_now, PromError):
         errors["exported"] = exported_now
-    known = names_by_key(exported_now).get((job, instance))
+    known = names_by_key(exported_now).get((job, instance))  # one target: the queries matched its labels
     nan = np.full(grid.n, np.nan)
     if isinstance(up, PromError):
         errors["up"] = up
@@ -161,4 +164,4 @@ def build_drill(*, job: str, instance: str, at: float, window_s: float, grid: Gr
                      not_exported=not_exported, no_data=no_data, layers=layers, layer_hits=h, layer_misses=m,
                      layer_hit_pct=pct,
                      totals=tot, first_t=float(t[first[0]]) if first.size else None, queries=dict(queries or {}),
-                     errors=errors, n_queries=n_queries)
+                     errors=errors, n_queries=n_queries, labels=dict(labels or {}))

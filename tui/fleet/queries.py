@@ -1,8 +1,10 @@
 """The PromQL behind every fleet column, and how the step and the rate window are chosen.
 
 Every column is one PromQL expression over all selected instances at once, grouped
-``by (job, instance)``, so a refresh costs a fixed number of queries whatever the fleet's size
-(docs/fleet.md lists them). The series are those of moe-cache-reference.md "Server metrics"
+``by (job, instance)`` (plus the labels that tell two scrape targets of one job and instance
+apart, e.g. the ``external_labels`` of several Prometheus servers writing into one store:
+:data:`BY` and the ``by`` argument), so a refresh costs a fixed number of queries whatever the
+fleet's size (docs/fleet.md lists them). The series are those of moe-cache-reference.md "Server metrics"
 (``llamacpp:moe_cache_*``), llama-server's own request/token series, and bmoe-run's per-token
 time sums (``bmoe:token_*_seconds_total``, docs/metrics.md). A runtime that lacks a series
 simply yields no sample for that column: the table says "not exported", never 0.
@@ -18,6 +20,7 @@ per layer, never read per expert.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from string import Template
 
@@ -33,6 +36,11 @@ __all__ = [
     "exported",
     "DERIVED",
     "UP_QUERY",
+    "BY",
+    "by_text",
+    "instances_query",
+    "interval_query",
+    "interval_estimate",
     "MAX_POINTS",
     "matchers",
     "label_matcher",
@@ -50,7 +58,14 @@ __all__ = [
 #: A series never has more points than this (Prometheus refuses above 11,000 per series).
 MAX_POINTS = 2000
 
+#: The grouping labels of a row: one per (job, instance), and more when two targets share them.
+BY: tuple[str, ...] = ("job", "instance")
 _BY = "job, instance"
+
+
+def by_text(by: Sequence[str]) -> str:
+    """``("job", "instance", "prometheus")`` -> ``job, instance, prometheus``."""
+    return ", ".join(by)
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,7 +195,8 @@ def choose_step(window_s: float, scrape_s: float, max_points: int = MAX_POINTS) 
     return math.ceil(round(step * 1000.0, 6)) / 1000.0
 
 
-def _fill(template: str, sel: str, range_s: float | str | None = None, by: str = _BY) -> str:
+def _fill(template: str, sel: str, range_s: float | str | None = None, by: str | Sequence[str] = _BY) -> str:
+    by = by if isinstance(by, str) else by_text(by)
     subs = {"sel": sel, "by": by}
     if range_s is not None:
         subs["r"] = range_s if isinstance(range_s, str) else format_duration(range_s)
@@ -193,26 +209,65 @@ def column_text(col: Column, sel: str, range_text: str, by: str = _BY) -> str:
     return _fill(col.template, sel, range_text, by)
 
 
-def column_query(col: Column, selector: str, range_s: float, *extra: str) -> str:
-    """``col``'s PromQL for ``selector`` (+ ``extra`` matchers) with a rate range of ``range_s``."""
-    return _fill(col.template, matchers(selector, *extra), range_s)
+def column_query(col: Column, selector: str, range_s: float, *extra: str, by: Sequence[str] = BY) -> str:
+    """``col``'s PromQL for ``selector`` (+ ``extra`` matchers) with a rate range of ``range_s``,
+    grouped ``by``."""
+    return _fill(col.template, matchers(selector, *extra), range_s, by)
 
 
-def column_queries(selector: str, range_s: float, *extra: str, drill: bool = False) -> dict[str, str]:
+def column_queries(selector: str, range_s: float, *extra: str, drill: bool = False,
+                   by: Sequence[str] = BY) -> dict[str, str]:
     """Every column's PromQL (with ``drill``, the drill-down's own columns too): key -> query."""
-    return {c.key: column_query(c, selector, range_s, *extra) for c in COLUMNS + (DRILL_COLUMNS if drill else ())}
+    return {c.key: column_query(c, selector, range_s, *extra, by=by)
+            for c in COLUMNS + (DRILL_COLUMNS if drill else ())}
 
 
-def up_query(selector: str, *extra: str) -> str:
-    return _fill(UP_QUERY, matchers(selector, *extra))
+def instances_query(selector: str, window_s: float, *extra: str) -> str:
+    """Every scrape target the selector picks that has an ``up`` sample in the window, with all
+    its labels (which labels tell two targets apart) and its last ``up``."""
+    return _fill("last_over_time(up$sel[$r])", matchers(selector, *extra), window_s)
 
 
-def restarts_query(selector: str, window_s: float, *extra: str) -> str:
+def up_query(selector: str, *extra: str, by: Sequence[str] = BY) -> str:
+    return _fill(UP_QUERY, matchers(selector, *extra), by=by)
+
+
+#: Windows over which the scrape interval is estimated from the stored ``up`` samples, longest
+#: first: the first for which some target is older than the window answers.
+ESTIMATE_WINDOWS_S = (300, 60, 10)
+
+
+def interval_query(selector: str) -> str:
+    """The longest scrape interval among the targets, estimated from the stored samples, for a
+    store that does not say it (no targets list: VictoriaMetrics, a long-term store): the window
+    divided by the number of ``up`` samples in it, among the targets already stored a window ago
+    (a younger target has fewer samples and would read longer); the longest window first."""
+    sel = matchers(selector)
+    return " or ".join(f"max({w} / count_over_time(up{sel}[{w}s]) and up{sel} offset {w}s)"
+                       for w in ESTIMATE_WINDOWS_S)
+
+
+#: Scrape intervals people set (s): an estimate within :data:`SNAP` of one reads as it.
+ROUND_INTERVALS = (0.1, 0.2, 0.25, 0.5, 1.0, 2.0, 2.5, 3.0, 5.0, 10.0, 15.0, 20.0, 30.0, 60.0, 120.0, 300.0)
+SNAP = 0.15
+
+
+def interval_estimate(value: float) -> float | None:
+    """The estimate's answer as the interval it most likely is: the nearest of
+    :data:`ROUND_INTERVALS` when within 15 % of it (one sample more or less in a 10 s window
+    reads 0.91 or 1.1 for 1 s), else rounded to two significant digits; ``None`` unless > 0."""
+    if not (value > 0 and math.isfinite(value)):
+        return None
+    near = min(ROUND_INTERVALS, key=lambda r: abs(math.log(value / r)))
+    return near if abs(value / near - 1.0) <= SNAP else float(f"{value:.2g}")
+
+
+def restarts_query(selector: str, window_s: float, *extra: str, by: Sequence[str] = BY) -> str:
     """Restarts per instance over the window: changes of ``process_start_time_seconds`` (bmoe-run,
     and any exporter with a process collector), else counter resets of ``llamacpp:n_decode_total``."""
     sel = matchers(selector, *extra)
     return _fill("sum by ($by) (changes(process_start_time_seconds$sel[$r])) or "
-                 "sum by ($by) (resets(llamacpp:n_decode_total$sel[$r]))", sel, window_s)
+                 "sum by ($by) (resets(llamacpp:n_decode_total$sel[$r]))", sel, window_s, by)
 
 
 def layer_queries(selector: str, range_s: float, *extra: str) -> dict[str, str]:
@@ -223,14 +278,14 @@ def layer_queries(selector: str, range_s: float, *extra: str) -> dict[str, str]:
                             "layer")}
 
 
-def exported_query(selector: str, window_s: float, *extra: str) -> str:
+def exported_query(selector: str, window_s: float, *extra: str, by: Sequence[str] = BY) -> str:
     """Which of the columns' series each instance exported in the window: one sample per (job,
     instance, series name). Tells "not exported" from "no value yet" (a rate needs two samples);
     read over the window (``last_over_time`` keeps the name), so a down instance, which exports
     nothing now, still says what it exported while it was up."""
     name_re = '__name__=~"' + "|".join(COLUMN_SERIES) + '"'
-    return _fill("count by (job, instance, __name__) (last_over_time($sel[$r]))",
-                 matchers(selector, name_re, *extra), window_s)
+    return _fill("count by ($by, __name__) (last_over_time($sel[$r]))", matchers(selector, name_re, *extra),
+                 window_s, by)
 
 
 def exported(col: Column, names: set[str]) -> bool:

@@ -4,11 +4,14 @@
 selector and the window. ``refresh(at)`` makes the table's requests in order and builds the
 :class:`~bmoe_top.tui.fleet.table.FleetTable`; ``drill(instance, at)`` makes the drill-down's and
 builds the :class:`~bmoe_top.tui.fleet.drill.DrillDown`. Requests per refresh (docs/fleet.md):
-one instant ``up`` query (which instances the selector picks; none is an ``empty`` error), the
-targets list when the scrape interval must be re-read (every minute, or when the set of
-instances changes; plus the configuration when no target reports an interval), one range query
-for ``up`` and one per column (14), two instant queries (the restarts, and which series each
-instance exports): 18 (19 when the interval is re-read). A drill-down: the instant ``up``, then
+one instant query of the targets (every ``up`` series in the window with its labels: which
+instances the selector picks, none is an ``empty`` error, and which labels tell two targets of
+one job and instance apart: :func:`~bmoe_top.tui.fleet.table.grouping`), the targets list when
+the scrape interval must be re-read (every minute, or when the set of instances changes; plus
+the configuration when no target reports an interval, and an estimate from the stored samples
+when the server has neither: a long-term store), one range query for ``up`` and one per column
+(14), two instant queries (the restarts, and which series each instance exports): 18 (19 or 20
+when the interval is re-read). A drill-down: the instant targets query, then
 ``up``, every column and the drill-down's own two (``io_ms``, ``stall_ms``), two per-layer
 queries and two instant ones (totals, exported series), on a grid of at most
 :data:`~bmoe_top.tui.fleet.queries.MAX_POINTS` points: 22 (23 when the interval is re-read).
@@ -23,11 +26,11 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from bmoe_top.tui.fleet import queries as q
 from bmoe_top.tui.fleet.drill import DrillDown, build_drill
-from bmoe_top.tui.fleet.table import FleetTable, Grid, RankMemory, build_table
+from bmoe_top.tui.fleet.table import FleetTable, Grid, RankMemory, build_table, grouping
 from bmoe_top.tui.sources.prometheus import (
     PromError,
     PromErrorKind,
@@ -38,7 +41,7 @@ from bmoe_top.tui.sources.prometheus import (
     require_series,
 )
 
-__all__ = ["FleetSession", "DEFAULT_SCRAPE_S", "TABLE_POINTS"]
+__all__ = ["FleetSession", "DEFAULT_SCRAPE_S", "TABLE_POINTS", "aligned"]
 
 #: Assumed when neither the targets nor the configuration state an interval: Prometheus' default.
 DEFAULT_SCRAPE_S = 60.0
@@ -73,12 +76,18 @@ class FleetSession:
         self.ranking = RankMemory()
         self._intervals: dict[frozenset[tuple[str, str]], tuple[float, float]] = {}
 
-    def _scrape_interval(self, keys: frozenset[tuple[str, str]]) -> float:
-        """The scrape interval of these instances, re-read when older than ``INTERVAL_TTL_S``."""
+    def _scrape_interval(self, keys: frozenset[tuple[str, str]], at: float) -> float:
+        """The scrape interval of these instances, re-read when older than ``INTERVAL_TTL_S``:
+        the targets' (or the configuration's), else estimated from the stored samples (a store
+        without a targets list: :func:`~bmoe_top.tui.fleet.queries.interval_query`)."""
         now = time.monotonic()
         known = self._intervals.get(keys)
         if known is None or now - known[1] > INTERVAL_TTL_S:
-            iv = self.client.scrape_interval(keys)
+            iv = self._told_interval(keys)
+            if iv is None:
+                res = self._instant(q.interval_query(self.selector), at)
+                if isinstance(res, QueryResult) and res.samples:
+                    iv = q.interval_estimate(res.samples[0].v)
             known = (iv if iv and iv > 0 else DEFAULT_SCRAPE_S, now)
             if len(self._intervals) > 64:
                 self._intervals.clear()
@@ -86,11 +95,23 @@ class FleetSession:
         self.scrape_interval_s = known[0]
         return known[0]
 
-    def _instances(self, at: float, *extra: str) -> tuple[str, frozenset[tuple[str, str]]]:
-        expr = q.up_query(self.selector, *extra)
+    def _told_interval(self, keys: frozenset[tuple[str, str]]) -> float | None:
+        """The interval the targets list (or the configuration) states; ``None`` when the server
+        states none or has no such API (a 404 or an empty answer from a long-term store)."""
+        try:
+            return self.client.scrape_interval(keys)
+        except PromError as exc:
+            if exc.kind in _FATAL:
+                raise
+            return None
+
+    def _instances(self, at: float, *extra: str) -> tuple[str, list[dict[str, str]]]:
+        """The targets' label sets (every target with an ``up`` sample in the window); raises
+        :class:`PromError` ``empty`` when there is none."""
+        expr = q.instances_query(self.selector, self.window_s, *extra)
         res = require_series(self.client.query(expr, at))
         assert isinstance(res, QueryResult)
-        return expr, frozenset((s.labels.get("job", ""), s.labels.get("instance", "")) for s in res.samples)
+        return expr, [dict(s.labels) for s in res.samples]
 
     def _range(self, expr: str, grid: Grid) -> RangeResult | PromError:
         try:
@@ -109,27 +130,33 @@ class FleetSession:
             return exc
 
     def refresh(self, at: float | None = None) -> FleetTable:
-        """The instances table at ``at`` (Unix s; ``None`` = now). Raises :class:`PromError`."""
+        """The instances table at ``at`` (Unix s; ``None`` = now, the newest multiple of the step:
+        :func:`aligned`). Raises :class:`PromError`."""
+        live = at is None
         at = self.clock() if at is None else float(at)
         n0 = self.client.n_requests
-        up_expr, keys = self._instances(at)
-        scrape = self._scrape_interval(keys)
+        targets_expr, targets = self._instances(at)
+        by = grouping(targets)
+        scrape = self._scrape_interval(_pairs(targets), at)
         step = q.choose_step(self.window_s, scrape, self.points)
         rng = q.rate_interval(scrape, step)
+        if live:
+            at = aligned(at, step)
         grid = Grid.ending_at(at, self.window_s, step)
-        exprs = {"up": up_expr, **q.column_queries(self.selector, rng)}
-        up = self._range(up_expr, grid)
+        exprs = {"targets": targets_expr, "up": q.up_query(self.selector, by=by),
+                 **q.column_queries(self.selector, rng, by=by)}
+        up = self._range(exprs["up"], grid)
         if isinstance(up, PromError):
             raise up
         cols = {c.key: self._range(exprs[c.key], grid) for c in q.COLUMNS}
-        exprs["restarts"] = q.restarts_query(self.selector, self.window_s)
-        exprs["exported"] = q.exported_query(self.selector, self.window_s)
+        exprs["restarts"] = q.restarts_query(self.selector, self.window_s, by=by)
+        exprs["exported"] = q.exported_query(self.selector, self.window_s, by=by)
         restarts = self._instant(exprs["restarts"], at)
         exported_now = self._instant(exprs["exported"], at)
         return build_table(selector=self.selector, at=at, window_s=self.window_s, grid=grid, rate_interval_s=rng,
                            scrape_interval_s=scrape, up=up, columns=cols, restarts=restarts,
                            exported_now=exported_now, queries=exprs, n_queries=self.client.n_requests - n0,
-                           memory=self.ranking)
+                           memory=self.ranking, by=by)
 
     def refresher(self, on_result: Callable[[FleetTable], None], on_error: Callable[[PromError], None],
                   every: float = 0.0, refresh: Callable[[], FleetTable] | None = None,
@@ -141,23 +168,34 @@ class FleetSession:
                              min_interval=lambda: self.scrape_interval_s, on_exit=on_exit)
 
     def drill(self, instance: str, job: str | None = None, at: float | None = None,
-              align: bool = False) -> DrillDown:
-        """``instance``'s drill-down at ``at`` (``job`` narrows it when one address serves
-        several jobs). ``align``: end the grid at the newest multiple of the step at or before
-        ``at`` (the drill's ``at`` then is that time), so that the grids of successive drills
+              labels: Mapping[str, str] | None = None) -> DrillDown:
+        """``instance``'s drill-down at ``at`` (``job``, ``labels`` narrow it when one address
+        serves several jobs, or two Prometheus servers hold an instance of that name: without
+        them the first such target, by its labels). ``at`` ``None``: now, the newest multiple of
+        the step (:func:`aligned`; the drill's ``at``), so that the grids of successive drills
         share their points (a screen appends the new ones). Raises :class:`PromError` (``empty``
         when the selector picks no such instance)."""
+        live = at is None
         at = self.clock() if at is None else float(at)
         n0 = self.client.n_requests
         extra = [q.label_matcher("instance", instance)]
         if job is not None:
             extra.append(q.label_matcher("job", job))
-        up_expr, keys = self._instances(at, *extra)
-        scrape = self._scrape_interval(keys)
+        extra += [q.label_matcher(k, v) for k, v in (labels or {}).items()]
+        _, targets = self._instances(at, *extra)
+        by = grouping(targets)
+        first = min(targets, key=lambda t: tuple(t.get(b, "") for b in by))
+        job_name = first.get("job", "")
+        if job is None:
+            extra.append(q.label_matcher("job", job_name))
+        pinned = {b: first.get(b, "") for b in by[2:]}
+        extra += [q.label_matcher(k, v) for k, v in pinned.items()]
+        up_expr = q.up_query(self.selector, *extra)
+        scrape = self._scrape_interval(_pairs(targets), at)
         step = q.choose_step(self.window_s, scrape)
         rng = q.rate_interval(scrape, step)
-        if align:
-            at = math.floor(round(at / step, 6)) * step
+        if live:
+            at = aligned(at, step)
         grid = Grid.ending_at(at, self.window_s, step)
         exprs = {"up": up_expr, **q.column_queries(self.selector, rng, *extra, drill=True)}
         layer_exprs = q.layer_queries(self.selector, rng, *extra)
@@ -171,8 +209,18 @@ class FleetSession:
         lm = self._range(exprs["layer_misses"], grid)
         totals = self._instant(exprs["totals"], at)
         exported_now = self._instant(exprs["exported"], at)
-        job_name = job if job is not None else sorted(keys)[0][0]
         return build_drill(job=job_name, instance=instance, at=at, window_s=self.window_s, grid=grid,
                            rate_interval_s=rng, scrape_interval_s=scrape, up=up, columns=cols, layer_hits=lh,
                            layer_misses=lm, totals=totals, exported_now=exported_now, queries=exprs,
-                           n_queries=self.client.n_requests - n0)
+                           n_queries=self.client.n_requests - n0, labels={**(labels or {}), **pinned})
+
+
+def aligned(at: float, step: float) -> float:
+    """The newest multiple of ``step`` at or before ``at`` (Unix s): where a live grid ends, so
+    that successive refreshes on one step share their points (and a store that caches range
+    queries on step multiples, VictoriaMetrics, can answer from its cache)."""
+    return math.floor(round(at / step, 6)) * step
+
+
+def _pairs(targets: list[dict[str, str]]) -> frozenset[tuple[str, str]]:
+    return frozenset((t.get("job", ""), t.get("instance", "")) for t in targets)

@@ -1,4 +1,8 @@
-"""The instances table: one row per (job, instance) from the columns' range-query answers.
+"""The instances table: one row per scrape target from the columns' range-query answers.
+
+A row is a (job, instance), and more labels when two targets share those: several Prometheus
+servers writing into one store with their ``external_labels`` (:func:`grouping`), so that two
+instances of one name under two Prometheus servers stay two rows.
 
 Pure: :func:`build_table` takes the answers (:class:`~bmoe_top.tui.sources.prometheus.RangeResult`
 per column, or the :class:`~bmoe_top.tui.sources.prometheus.PromError` its query raised) and the
@@ -39,7 +43,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from bmoe_top.tui.fleet.queries import COLUMNS, DERIVED, exported
+from bmoe_top.tui.fleet.queries import BY, COLUMNS, DERIVED, exported
 from bmoe_top.tui.sources.prometheus import PromError, QueryResult, RangeResult, RangeSeries
 
 __all__ = [
@@ -59,6 +63,8 @@ __all__ = [
     "filter_rows",
     "column_keys",
     "names_by_key",
+    "grouping",
+    "Key",
 ]
 
 
@@ -88,7 +94,8 @@ class InstanceState(enum.StrEnum):
     UNKNOWN = "unknown"  # series without an up series (not scraped by this Prometheus: federated, pushed)
 
 
-Key = tuple[str, str]
+#: A row's identity: the values of the table's grouping labels (job, instance, then the others).
+Key = tuple[str, ...]
 
 
 @dataclass(slots=True)
@@ -98,7 +105,8 @@ class InstanceRow:
     ``restarts`` in the window (``None`` when nothing says), ``cells`` (every column key and
     every derived key -> :class:`Cell`), ``spark`` (the same keys plus ``up`` -> array on the
     table's ``t``), ``rank`` (1 = worst), ``flags`` (``down``, ``gone``, ``highest_stall``,
-    ``lowest_hit``)."""
+    ``lowest_hit``), ``labels`` (the other grouping labels, e.g. ``{"prometheus": "east"}``:
+    empty unless two targets share a job and an instance)."""
 
     job: str
     instance: str
@@ -109,10 +117,11 @@ class InstanceRow:
     spark: dict[str, np.ndarray]
     rank: int = 0
     flags: tuple[str, ...] = ()
+    labels: dict[str, str] = field(default_factory=dict)
 
     @property
     def key(self) -> Key:
-        return (self.job, self.instance)
+        return (self.job, self.instance, *self.labels.values())
 
     def value(self, key: str) -> float | None:
         return self.cells[key].value
@@ -148,7 +157,8 @@ class FleetTable:
     ``t`` the sparklines' time grid; ``window_s``, ``step_s``, ``rate_interval_s`` (the
     ``rate()`` range), ``scrape_interval_s``; ``queries`` (key -> PromQL, ``up`` and
     ``restarts`` included); ``errors`` (column key -> the :class:`PromError` of its query);
-    ``warnings`` (Prometheus' own); ``n_queries`` (requests this refresh made)."""
+    ``warnings`` (Prometheus' own); ``n_queries`` (requests this refresh made); ``by`` (the
+    grouping labels: :func:`grouping`)."""
 
     selector: str
     at: float
@@ -162,10 +172,14 @@ class FleetTable:
     errors: dict[str, PromError] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     n_queries: int = 0
+    by: tuple[str, ...] = BY
 
-    def row(self, instance: str, job: str | None = None) -> InstanceRow | None:
+    def row(self, instance: str, job: str | None = None, labels: Mapping[str, str] | None = None
+            ) -> InstanceRow | None:
+        """The first row (in rank order) of ``instance`` (and ``job``, and ``labels``)."""
         for r in self.rows:
-            if r.instance == instance and (job is None or r.job == job):
+            if r.instance == instance and (job is None or r.job == job) and \
+                    (labels is None or all(r.labels.get(k) == v for k, v in labels.items())):
                 return r
         return None
 
@@ -180,8 +194,22 @@ def column_keys() -> list[str]:
     return [c.key for c in COLUMNS] + list(DERIVED)
 
 
-def _key(labels: Mapping[str, str]) -> Key:
-    return (labels.get("job", ""), labels.get("instance", ""))
+def _key(labels: Mapping[str, str], by: tuple[str, ...] = BY) -> Key:
+    return tuple(labels.get(b, "") for b in by)
+
+
+def grouping(label_sets: Iterable[Mapping[str, str]]) -> tuple[str, ...]:
+    """The grouping labels of a fleet's rows, from its targets' ``up`` label sets: ``job``,
+    ``instance``, then (sorted) every label whose value differs between two targets of one job
+    and instance (the ``external_labels`` of two Prometheus servers writing into one store)."""
+    first: dict[tuple[str, str], Mapping[str, str]] = {}
+    extra: set[str] = set()
+    for labels in label_sets:
+        k = (labels.get("job", ""), labels.get("instance", ""))
+        seen = first.setdefault(k, labels)
+        if seen is not labels:
+            extra |= {n for n in set(seen) | set(labels) if seen.get(n) != labels.get(n)}
+    return BY + tuple(sorted(extra - {"__name__", *BY}))
 
 
 def align(series: RangeSeries, grid: Grid) -> tuple[np.ndarray, np.ndarray]:
@@ -201,11 +229,11 @@ def align(series: RangeSeries, grid: Grid) -> tuple[np.ndarray, np.ndarray]:
     return vals, have
 
 
-def _by_key(result: RangeResult, grid: Grid) -> dict[Key, tuple[np.ndarray, np.ndarray]]:
+def _by_key(result: RangeResult, grid: Grid, by: tuple[str, ...]) -> dict[Key, tuple[np.ndarray, np.ndarray]]:
     out: dict[Key, tuple[np.ndarray, np.ndarray]] = {}
     for s in result.series:
         vals, have = align(s, grid)
-        k = _key(s.labels)
+        k = _key(s.labels, by)
         if k in out:  # two label sets folded onto one key: keep the first point at each step
             pv, ph = out[k]
             take = have & ~ph
@@ -246,12 +274,12 @@ def _ratio_cell(num: Cell, den: Cell) -> Cell:
     return Cell(100.0 * num.value / den.value, state, max(num.age_s or 0.0, den.age_s or 0.0))
 
 
-def names_by_key(res: QueryResult | PromError | None) -> dict[Key, set[str]]:
+def names_by_key(res: QueryResult | PromError | None, by: tuple[str, ...] = BY) -> dict[Key, set[str]]:
     """The series names each instance exports, from the ``exported_query`` answer."""
     out: dict[Key, set[str]] = {}
     if isinstance(res, QueryResult):
         for s in res.samples:
-            out.setdefault(_key(s.labels), set()).add(s.labels.get("__name__", ""))
+            out.setdefault(_key(s.labels, by), set()).add(s.labels.get("__name__", ""))
     return out
 
 
@@ -259,31 +287,32 @@ def names_by_key(res: QueryResult | PromError | None) -> dict[Key, set[str]]:
 _EXACT = float(2 ** 53)
 
 
-def _restarts(res: QueryResult | PromError | None) -> dict[Key, int]:
+def _restarts(res: QueryResult | PromError | None, by: tuple[str, ...]) -> dict[Key, int]:
     if not isinstance(res, QueryResult):
         return {}
-    return {_key(s.labels): int(s.v) for s in res.samples if 0.0 <= s.v <= _EXACT and s.v.is_integer()}
+    return {_key(s.labels, by): int(s.v) for s in res.samples if 0.0 <= s.v <= _EXACT and s.v.is_integer()}
 
 
 def build_table(*, selector: str, at: float, window_s: float, grid: Grid, rate_interval_s: float,
                 scrape_interval_s: float, up: RangeResult, columns: Mapping[str, RangeResult | PromError],
                 restarts: QueryResult | PromError | None = None, exported_now: QueryResult | PromError | None = None,
                 queries: Mapping[str, str] | None = None, n_queries: int = 0,
-                memory: RankMemory | None = None) -> FleetTable:
+                memory: RankMemory | None = None, by: tuple[str, ...] = BY) -> FleetTable:
     """The table from the answers asked on ``grid`` (its ``end`` is ``at``): ``up`` (the
     ``up`` query), ``columns`` (key -> answer or error; a key of ``COLUMNS`` missing here is an
     error too), ``restarts`` (an instant query: per-instance counts), ``exported_now`` (the
     ``exported_query`` answer: without it no cell says ``not_exported``); ``memory``: the
-    previous refreshes' ranking, for worst first with hysteresis (:func:`rank_rows`)."""
+    previous refreshes' ranking, for worst first with hysteresis (:func:`rank_rows`); ``by``: the
+    grouping labels the queries used (:func:`grouping`)."""
     t = grid.t
-    up_by = _by_key(up, grid)
+    up_by = _by_key(up, grid, by)
     col_by: dict[str, dict[Key, tuple[np.ndarray, np.ndarray]]] = {}
     errors: dict[str, PromError] = {}
     warnings = list(up.warnings)
     for c in COLUMNS:
         res = columns.get(c.key)
         if isinstance(res, RangeResult):
-            col_by[c.key] = _by_key(res, grid)
+            col_by[c.key] = _by_key(res, grid, by)
             warnings += [w for w in res.warnings if w not in warnings]
         elif isinstance(res, PromError):
             errors[c.key] = res
@@ -291,11 +320,11 @@ def build_table(*, selector: str, at: float, window_s: float, grid: Grid, rate_i
         errors["restarts"] = restarts
     if isinstance(exported_now, PromError):
         errors["exported"] = exported_now
-    names = names_by_key(exported_now)
+    names = names_by_key(exported_now, by)
     keys: set[Key] = set(up_by)
-    for by in col_by.values():
-        keys |= set(by)
-    n_restarts = _restarts(restarts)
+    for per_key in col_by.values():
+        keys |= set(per_key)
+    n_restarts = _restarts(restarts, by)
     rows = []
     last = grid.n - 1
     for key in keys:
@@ -338,11 +367,12 @@ def build_table(*, selector: str, at: float, window_s: float, grid: Grid, rate_i
         spark["stall_share"] = np.where(np.isfinite(share) & (spark["wall_ms"] > 0), share, np.nan)
         rows.append(InstanceRow(job=key[0], instance=key[1], state=state,
                                 last_up_age_s=None if ref is None else at - float(t[ref]),
-                                restarts=n_restarts.get(key), cells=cells, spark=spark))
+                                restarts=n_restarts.get(key), cells=cells, spark=spark,
+                                labels=dict(zip(by[2:], key[2:]))))
     rank_rows(rows, memory)
     return FleetTable(selector=selector, at=at, window_s=window_s, step_s=grid.step, rate_interval_s=rate_interval_s,
                       scrape_interval_s=scrape_interval_s, t=t, rows=rows, queries=dict(queries or {}),
-                      errors=errors, warnings=warnings, n_queries=n_queries)
+                      errors=errors, warnings=warnings, n_queries=n_queries, by=by)
 
 
 def _num(row: InstanceRow, key: str) -> float | None:
@@ -390,12 +420,12 @@ def rank_rows(rows: list[InstanceRow], memory: RankMemory | None = None) -> None
     low_hit = min(hits) if len(hits) > 1 else None
     last = len(mem.order)
 
-    def sort_key(r: InstanceRow) -> tuple[int, float, float, int, str, str]:
+    def sort_key(r: InstanceRow) -> tuple[int, float, float, int, Key]:
         bad = r.state in (InstanceState.DOWN, InstanceState.GONE)
         v = by_key[r.key]
         s, h = v["stall_share"], v["hit_pct"]
         return (0 if bad else 1, -(s if s is not None else -1.0), h if h is not None else 101.0,
-                mem.order.get(r.key, last), r.job, r.instance)
+                mem.order.get(r.key, last), r.key)
 
     rows.sort(key=sort_key)
     for i, r in enumerate(rows, 1):
@@ -431,9 +461,13 @@ def sort_rows(rows: Iterable[InstanceRow], key: str, descending: bool = False) -
 
 
 def filter_rows(rows: Iterable[InstanceRow], text: str) -> list[InstanceRow]:
-    """Rows whose instance or job contains ``text`` (case-insensitive; empty keeps all)."""
+    """Rows whose instance, job or other grouping label contains ``text`` (case-insensitive;
+    empty keeps all)."""
     needle = text.strip().lower()
-    return [r for r in rows if not needle or needle in r.instance.lower() or needle in r.job.lower()]
+    if not needle:
+        return list(rows)
+    return [r for r in rows if needle in r.instance.lower() or needle in r.job.lower()
+            or any(needle in v.lower() for v in r.labels.values())]
 
 
 class FleetState:

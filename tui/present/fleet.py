@@ -76,6 +76,7 @@ class ColumnDoc(TypedDict):
 class InstanceDoc(TypedDict):
     job: str
     instance: str
+    labels: dict[str, str]
     state: str
     rank: int
     flags: list[str]
@@ -88,6 +89,7 @@ class InstanceDoc(TypedDict):
 class WorstDoc(TypedDict):
     job: str
     instance: str
+    labels: dict[str, str]
     flags: list[str]
 
 
@@ -97,6 +99,7 @@ class TableDoc(TypedDict):
     step_s: float
     rate_interval_s: float
     scrape_interval_s: float
+    by: list[str]
     queries_per_refresh: int
     queries: dict[str, str]
     errors: dict[str, ErrorDoc]
@@ -109,6 +112,7 @@ class TableDoc(TypedDict):
 class DrillDoc(TypedDict):
     job: str
     instance: str
+    labels: dict[str, str]
     at: float
     window_s: float
     step_s: float
@@ -172,7 +176,7 @@ def columns_document() -> list[ColumnDoc]:
 
 
 def _row(r: InstanceRow) -> InstanceDoc:
-    return {"job": r.job, "instance": r.instance, "state": r.state.value, "rank": r.rank,
+    return {"job": r.job, "instance": r.instance, "labels": dict(r.labels), "state": r.state.value, "rank": r.rank,
             "flags": list(r.flags), "last_up_age_s": _num(r.last_up_age_s), "restarts": r.restarts,
             "cells": {k: _cell(r.cells[k]) for k in column_keys()},
             "spark": {k: _arr(v) for k, v in r.spark.items()}}
@@ -184,19 +188,19 @@ def table_document(table: FleetTable) -> TableDoc:
     return {
         "at": table.at, "window_s": table.window_s, "step_s": table.step_s,
         "rate_interval_s": table.rate_interval_s, "scrape_interval_s": table.scrape_interval_s,
-        "queries_per_refresh": table.n_queries, "queries": dict(table.queries),
+        "by": list(table.by), "queries_per_refresh": table.n_queries, "queries": dict(table.queries),
         "errors": {k: error_document(e) for k, e in table.errors.items()}, "warnings": list(table.warnings),
         "t": table.t.tolist(),
         "instances": [_row(r) for r in table.rows],
         "worst": None if worst is None else {"job": worst.job, "instance": worst.instance,
-                                             "flags": list(worst.flags)},
+                                             "labels": dict(worst.labels), "flags": list(worst.flags)},
     }
 
 
 def drill_document(d: DrillDown) -> DrillDoc:
     """The drill-down's numbers: times and rules, time series, heatmap, totals, queries."""
     return {
-        "job": d.job, "instance": d.instance, "at": d.at, "window_s": d.window_s,
+        "job": d.job, "instance": d.instance, "labels": dict(d.labels), "at": d.at, "window_s": d.window_s,
         "step_s": d.step_s, "rate_interval_s": d.rate_interval_s, "scrape_interval_s": d.scrape_interval_s,
         "first_t": d.first_t, "queries_per_refresh": d.n_queries, "queries": dict(d.queries),
         "errors": {k: error_document(e) for k, e in d.errors.items()},

@@ -119,9 +119,9 @@ class FleetScreen(Screen[None]):
     """The instances table (see the module docstring).
 
     ``url``, ``selector``, ``window_s``, ``points``, ``api_key``, ``timeout``: as
-    ``bmoe-top fleet``; ``at``: show that time only (Unix s); ``drill``: (job or None, instance)
-    to drill into once the table is shown; ``fps``: polls of the refresh thread's results per
-    second; ``label``: what the title calls the Prometheus (default its URL). ``state``
+    ``bmoe-top fleet``; ``at``: show that time only (Unix s); ``drill``: (job or None, instance,
+    other labels of its target) to drill into once the table is shown; ``fps``: polls of the
+    refresh thread's results per second; ``label``: what the title calls the Prometheus (default its URL). ``state``
     (:class:`~bmoe_top.tui.fleet.table.FleetState`): the last good table and the newest error;
     ``shown``: the rows drawn, in order."""
 
@@ -150,7 +150,8 @@ class FleetScreen(Screen[None]):
 
     def __init__(self, url: str, selector: str = "", window_s: float = 300.0, *, points: int = TABLE_POINTS,
                  api_key: str | None = None, timeout: float = 10.0, at: float | None = None,
-                 drill: tuple[str | None, str] | None = None, fps: float = 10.0, label: str | None = None) -> None:
+                 drill: tuple[str | None, str, dict[str, str]] | None = None, fps: float = 10.0,
+                 label: str | None = None) -> None:
         super().__init__()
         self.url = url
         self.label = url if label is None else label
@@ -228,9 +229,9 @@ class FleetScreen(Screen[None]):
             self.draw_table()
         self.draw_status()
         if self.pending_drill is not None and self.state.table is not None:
-            job, inst = self.pending_drill
+            job, inst, labels = self.pending_drill
             self.pending_drill = None
-            self.open_drill(job, inst)
+            self.open_drill(job, inst, labels)
 
     def view_state(self) -> str:
         """``connecting``, ``live``, ``paused``, ``disconnected``, ``error`` or ``fixed``."""
@@ -424,14 +425,16 @@ class FleetScreen(Screen[None]):
 
     def action_drill(self) -> None:
         sel = self.query_one(FleetTableView).selected
-        if sel is not None:
-            self.open_drill(sel[0], sel[1])
+        row = next((r for r in self.shown if r.key == sel), None)
+        if row is not None:
+            self.open_drill(row.job, row.instance, row.labels)
 
-    def open_drill(self, job: str | None, instance: str) -> None:
-        """Push the drill-down of ``instance`` (of ``job``; None: the one job it is in)."""
+    def open_drill(self, job: str | None, instance: str, labels: dict[str, str] | None = None) -> None:
+        """Push the drill-down of ``instance`` (of ``job``, with these other grouping ``labels``;
+        None: the first target of that name)."""
         self.app.push_screen(FleetDrillScreen(self.url, self.selector, self.window_s, instance, job,
                                               api_key=self.api_key, timeout=self.timeout, at=self.at,
-                                              fps=self.fps))
+                                              fps=self.fps, labels=labels))
 
     def action_help(self) -> None:
         self.app.push_screen(HelpScreen(keys_help(type(self))))
@@ -470,10 +473,11 @@ class FleetDrillScreen(AttachScreen):
 
     def __init__(self, url: str, selector: str, window_s: float, instance: str, job: str | None = None, *,
                  api_key: str | None = None, timeout: float = 10.0, at: float | None = None,
-                 fps: float = 10.0) -> None:
+                 fps: float = 10.0, labels: dict[str, str] | None = None) -> None:
         self.url = url
         self.instance = instance
         self.job = job
+        self.labels = dict(labels or {})
         self.at = at
         self.started_at = time.time()
         run = RunModel(LIVE)
@@ -486,14 +490,15 @@ class FleetDrillScreen(AttachScreen):
         self._lock = threading.Lock()
         self._thread: RefreshThread[DrillDown] | None = None
         self._jumped = False
-        name = sanitize(instance) + (f" ({sanitize(job)})" if job else "")
+        name = sanitize(" ".join([instance, *(f"{k}={v}" for k, v in self.labels.items())])) + \
+            (f" ({sanitize(job)})" if job else "")
         super().__init__(run, title=f"fleet {name}", fps=fps)
         if at is not None:
             self.playback.follow = False  # one fixed time: no live edge to follow
 
     # -- the source ------------------------------------------------------------------------------
     def _drill(self) -> DrillDown:
-        d = self.session.drill(self.instance, self.job, at=self.at, align=self.at is None)
+        d = self.session.drill(self.instance, self.job, at=self.at, labels=self.labels)
         if self.at is not None and self._thread is not None:
             self._thread.pause()
         return d
@@ -563,6 +568,7 @@ class FleetDrillScreen(AttachScreen):
         if d is None:
             return rows
         rows.append(("job", sanitize(d.job), ""))
+        rows += [(sanitize(k), sanitize(v), "") for k, v in d.labels.items()]
         rows.append(("now (rate window)", "", "section"))
         for label, key, digits, unit in NOW_ROWS:
             rows.append((label, *_series_now(d, key, digits, unit)))
@@ -608,7 +614,8 @@ def run_fleet(args: Any) -> int:
 
     screen = FleetScreen(args.prometheus, args.selector, args.window_s, points=args.points, api_key=args.api_key,
                          timeout=args.timeout, at=args.at,
-                         drill=(args.job, args.instance) if args.instance else None, fps=float(args.fps or 10.0))
+                         drill=(args.job, args.instance, args.labels) if args.instance else None,
+                         fps=float(args.fps or 10.0))
     app = BmoeTopApp(screen)
     app.run()
     return app.return_code or 0

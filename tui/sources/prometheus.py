@@ -374,12 +374,18 @@ class PrometheusClient:
         return QueryResult(query=expr, at=at, samples=decode_vector(data, expr), warnings=warnings)
 
     def query_range(self, expr: str, start: float, end: float, step: float) -> RangeResult:
-        """Range query ``expr`` from ``start`` to ``end`` (Unix s) every ``step`` s.
-        Raises :class:`PromError` (``bad_data`` when Prometheus refuses the resolution)."""
+        """Range query ``expr`` from ``start`` to ``end`` (Unix s) every ``step`` s, on exactly
+        that grid (an ``end`` off the step's multiples asks a store that would round it not to:
+        VictoriaMetrics' ``nocache=1``). Raises :class:`PromError` (``bad_data`` when Prometheus
+        refuses the resolution)."""
         # the step as a duration: Prometheus truncates a float step to whole milliseconds
         # ("1.009" -> 1008 ms), which would put its points off the grid asked for
         form = {"query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": format_duration(step),
                 "timeout": self._eval_timeout()}
+        if not _on_step(end, step):
+            # VictoriaMetrics moves a range of 50 points or more onto multiples of the step (for
+            # its cache) unless told not to; Prometheus ignores the parameter
+            form["nocache"] = "1"
         data, warnings = self._request("query_range", form, query=expr)
         return RangeResult(query=expr, start=start, end=end, step=step, series=decode_matrix(data, expr),
                            warnings=warnings)
@@ -428,6 +434,12 @@ class PrometheusClient:
         glob, per_job = self.config_scrape_intervals()
         job_ivs = [per_job[j] for j in jobs if j in per_job]
         return max(job_ivs) if job_ivs else glob
+
+
+def _on_step(t: float, step: float) -> bool:
+    """Whether ``t`` is a multiple of ``step`` (to the millisecond)."""
+    ms, step_ms = round(t * 1000.0), math.ceil(round(step * 1000.0, 6))
+    return step_ms > 0 and ms % step_ms == 0
 
 
 def _opt_duration(v: Any) -> float | None:

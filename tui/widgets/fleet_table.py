@@ -26,7 +26,7 @@ from rich.text import Text
 from textual.widgets import DataTable
 
 from bmoe_top.parsers.sanitize import sanitize
-from bmoe_top.tui.fleet.table import Cell, CellState, InstanceRow, InstanceState
+from bmoe_top.tui.fleet.table import Cell, CellState, InstanceRow, InstanceState, Key
 from bmoe_top.tui.present.numbers import fmt
 from bmoe_top.tui.widgets.palette import EIGHTHS, NO_DATA_GLYPH
 
@@ -177,7 +177,7 @@ def row_values(row: InstanceRow) -> dict[str, tuple[str, str]]:
     bad = row.state in (InstanceState.DOWN, InstanceState.GONE)
     out: dict[str, tuple[str, str]] = {
         "instance": (("✖ " if bad else "  ") + sanitize(row.instance), DOWN_STYLE if bad else "bold"),
-        "job": (sanitize(row.job), ""),
+        "job": (sanitize(" ".join([row.job, *(f"{k}={v}" for k, v in row.labels.items())])), ""),
         "state": _state(row),
         "resident": _pair(row.cells["resident_mib"], row.cells["budget_mib"], 2),
         "requests": _pair(row.cells["requests_processing"], row.cells["requests_deferred"], 0),
@@ -257,9 +257,10 @@ def header_label(c: ViewColumn, sort: str, descending: bool) -> Text:
     return Text(c.label + mark, style="bold" if mark else "", no_wrap=True)
 
 
-def row_key(job: str, instance: str) -> str:
-    """The DataTable key of an instance's row: job and instance (an address may serve two jobs)."""
-    return f"{job}\x00{instance}"
+def row_key(*key: str) -> str:
+    """The DataTable key of an instance's row: its job, instance and other grouping labels (an
+    address may serve two jobs; two Prometheus servers may hold an instance of one name)."""
+    return "\x00".join(key)
 
 
 class FleetTableView(DataTable[Text]):
@@ -272,7 +273,7 @@ class FleetTableView(DataTable[Text]):
         # the cursor row keeps its cells' colours (a down row stays red under the cursor)
         super().__init__(cursor_type="row", fixed_columns=1, zebra_stripes=False,
                          cursor_foreground_priority="renderable", **kw)  # type: ignore[arg-type]
-        self.keys: list[tuple[str, str]] = []
+        self.keys: list[Key] = []
         self._shape: tuple[object, ...] | None = None
         self._headers: tuple[str, bool] | None = None
 
@@ -291,8 +292,9 @@ class FleetTableView(DataTable[Text]):
         self.refresh()
 
     @property
-    def selected(self) -> tuple[str, str] | None:
-        """(job, instance) under the cursor, or ``None`` when the table is empty."""
+    def selected(self) -> Key | None:
+        """The key of the row under the cursor (job, instance, ...), or ``None`` when the table is
+        empty."""
         if not self.keys or not 0 <= self.cursor_row < len(self.keys):
             return None
         return self.keys[self.cursor_row]
@@ -301,13 +303,13 @@ class FleetTableView(DataTable[Text]):
         """Draw ``rows`` in this order; the cursor stays on the instance it was on."""
         values = [row_values(r) for r in rows]
         widths = column_widths(values, sparks, self._headers[0] if self._headers else "")
-        keys = [(r.job, r.instance) for r in rows]
+        keys = [r.key for r in rows]
         shape = (tuple(keys), sparks, tuple(widths.values()))
         cells = [row_cells(r, v, widths, sparks) for r, v in zip(rows, values)]
         if shape == self._shape:  # same rows, order and widths: the cells change in place
             for r, row_cells_ in zip(rows, cells):
                 for c, cell in zip(VIEW_COLUMNS, row_cells_):
-                    self.update_cell(row_key(r.job, r.instance), c.key, cell)
+                    self.update_cell(row_key(*r.key), c.key, cell)
             return
         selected = self.selected
         scroll_x = self.scroll_x
@@ -319,7 +321,7 @@ class FleetTableView(DataTable[Text]):
             col.width = col.content_width = widths[c.key]
             col.auto_width = False
         for r, row_cells_ in zip(rows, cells):
-            self.add_row(*row_cells_, height=2 if sparks else 1, key=row_key(r.job, r.instance))
+            self.add_row(*row_cells_, height=2 if sparks else 1, key=row_key(*r.key))
         if selected in keys:
             self.move_cursor(row=keys.index(selected), animate=False)
         if scroll_x:
