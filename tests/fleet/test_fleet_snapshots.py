@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import orjson
 import pytest
 from helpers.fleet_data import AT, SNAPSHOT_FLEET, snapshot_blocks
@@ -109,3 +110,32 @@ async def test_label_values_are_drawn_inert(prom):
         assert "\x1b" not in cell and "edge␛[31m-7:8080" in cell
         await pilot.press("slash", "e", "d", "g", "e", "enter")
         assert view.keys == [("bmoe", evil)] and "\x1b" not in screen.title_text().plain
+
+
+def test_a_fleet_past_the_detail_rows_reads_the_same_numbers(prom):
+    """Read as a large fleet (instant queries for every row, range queries for the rows in
+    detail only), the generated fleet's table has the same rows in the same order and the same
+    cells as read whole in detail; the rows outside the detail have no sparklines."""
+    from bmoe_top.tui.fleet.session import FleetSession
+    from bmoe_top.tui.sources.prometheus import PrometheusClient
+
+    with PrometheusClient(prom.url, timeout=60) as client:
+        whole = FleetSession(client, window_s=WINDOW_S).refresh(at=AT)
+        large = FleetSession(client, window_s=WINDOW_S, detail_rows=2).refresh(at=AT)
+        picked = FleetSession(client, window_s=WINDOW_S, detail_rows=2).refresh(
+            at=AT, detail=lambda rows: [r.key for r in rows if r.job == "llama"])
+    assert len(whole.detail) == len(whole.rows) == len(SNAPSHOT_FLEET)
+    assert [r.key for r in large.rows] == [r.key for r in whole.rows]
+    assert large.detail == {r.key for r in whole.rows[:2]}  # worst first: the down one and the next
+    assert large.n_queries > whole.n_queries and "exported" in large.queries  # the stock server lacks columns
+    for w, g in zip(whole.rows, large.rows):
+        assert (g.state, g.flags, g.restarts) == (w.state, w.flags, w.restarts), w.instance
+        if g.key in large.detail:
+            assert g.cells == w.cells and g.last_up_age_s == w.last_up_age_s, w.instance
+            assert all(np.array_equal(g.spark[k], w.spark[k], equal_nan=True) for k in w.spark)
+        else:
+            assert g.spark == {}
+            for k, cell in w.cells.items():  # an up row's value now is the same number; no earlier one
+                stale = cell.state is CellState.STALE and g.cells[k].state is CellState.NO_DATA
+                assert g.cells[k] == cell or stale, (w.instance, k)
+    assert picked.detail == {("llama", "10.0.0.9:8080")} and picked.row("10.0.0.9:8080").spark

@@ -1,9 +1,9 @@
-"""A generated fleet for a real Prometheus: OpenMetrics text of every series ``bmoe-run serve``
-(or a stock llama-server) exports, one sample per second, turned into TSDB blocks by ``promtool
-tsdb create-blocks-from openmetrics`` (Debian's prometheus package). A Prometheus started on
-those blocks (``tests/helpers/prometheus.py``, ``data=``) answers the fleet's queries with the
-same numbers every time when they are evaluated at a fixed time (``--at``): what the snapshot
-tests and the benchmark read.
+"""A generated fleet for a real Prometheus or VictoriaMetrics: every series ``bmoe-run serve`` (or
+a stock llama-server) exports, one sample per second (or every few), as OpenMetrics text turned
+into TSDB blocks by ``promtool tsdb create-blocks-from openmetrics`` (Debian's prometheus package),
+or as VictoriaMetrics' JSON line import. A store holding it (``tests/helpers/prometheus.py``)
+answers the fleet's queries with the same numbers every time when they are evaluated at a fixed
+time (``--at``): what the snapshot tests and the benchmark read.
 
 Each :class:`Inst` has closed-form rates (no random numbers: the same text on every machine and
 numpy version): generated tokens per second with a slow wave, a hit share, the share of the
@@ -13,12 +13,13 @@ sample).
 
 from __future__ import annotations
 
-import itertools
-import math
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+import numpy as np
+import orjson
 
 from bmoe_top.parsers.prom import SERIES
 from bmoe_top.runtime.metrics import RESIDENT_SERIES
@@ -74,52 +75,89 @@ def _counter_rate(key: str, inst: Inst, il: int, n_layer: int) -> tuple[float, f
     }.get(key, (0.0, 0.0))
 
 
-def _gauge(key: str, inst: Inst, k: int, r: float, t0: int) -> float:
-    resident = min(inst.slots, 8 + k // 8)
-    return {"hit_ratio": inst.hit, "slots": inst.slots, "cache_bytes": inst.slots * EXPERT_BYTES,
-            "prompt_tokens_seconds": r * 2, "predicted_tokens_seconds": r,
-            "requests_processing": 1 if k % 60 < 45 else 0, "requests_deferred": (k // 30) % 3,
-            "process_start": t0 - 3600, "resident": resident,
-            "resident_bytes": resident * EXPERT_BYTES}.get(key, 0.0)
+def _gauge(key: str, inst: Inst, k: np.ndarray, r: np.ndarray, t0: int) -> np.ndarray:
+    """Gauge ``key`` at the seconds ``k`` from the start, ``r`` the tokens/s then."""
+    resident = np.minimum(inst.slots, 8 + k // 8).astype(np.float64)
+    const = {"hit_ratio": inst.hit, "slots": inst.slots, "cache_bytes": inst.slots * EXPERT_BYTES,
+             "process_start": t0 - 3600}
+    if key in const:
+        return np.full(k.size, float(const[key]))
+    return {"prompt_tokens_seconds": r * 2, "predicted_tokens_seconds": r,
+            "requests_processing": np.where(k % 60 < 45, 1.0, 0.0), "requests_deferred": ((k // 30) % 3) * 1.0,
+            "resident": resident, "resident_bytes": resident * EXPERT_BYTES}.get(key, np.zeros(k.size))
 
 
-def write_openmetrics(path: Path, insts: Sequence[Inst], t0: int, n_t: int, n_layer: int = 4) -> int:
-    """Every series of ``insts`` at ``n_t`` one-second samples from ``t0`` (Unix s) into ``path``;
-    the number of samples written."""
-    ts = [str(t0 + k) for k in range(n_t)]
-    lines = 0
-    # per instance and second: generated tokens per second (a slow wave), until it is down
-    per: list[list[float]] = []
-    for i in insts:
-        n_alive = n_t if i.down_at is None else min(n_t, int(i.down_at))
-        per.append([i.tok_s * (1.0 + 0.5 * math.sin(2 * math.pi * k / 120.0 + i.phase)) for k in range(n_alive)])
+def _specs(keys: Collection[str] | None) -> list[tuple[str, str, str, bool]]:
     specs = [(s.key, s.name, s.type, s.per_layer) for s in SERIES]
     specs += [("resident", RESIDENT_SERIES[0][0], "gauge", False),
               ("resident_bytes", RESIDENT_SERIES[1][0], "gauge", False)]
-    with open(path, "w") as f:
-        for key, name, typ, per_layer in specs:
-            base = name[:-6] if typ == "counter" else name
-            f.write(f"# TYPE {base} {typ}\n")
-            for inst, tok in zip(insts, per):
-                if inst.kind == "stock" and key not in STOCK:
-                    continue
-                lab = f'job="{_esc(inst.job)}",instance="{_esc(inst.instance)}"'
-                labsets = [(f'{lab},layer="{il}"', il) for il in range(n_layer)] if per_layer else [(lab, -1)]
-                for labels, il in labsets:
-                    if typ == "counter":
-                        per_tok, const = _counter_rate(key, inst, il, n_layer)
-                        vals = list(itertools.accumulate(r * per_tok + const for r in tok))
-                    else:
-                        vals = [_gauge(key, inst, k, r, t0) for k, r in enumerate(tok)]
-                    f.write("".join(f"{name}{{{labels}}} {v:.6f} {t}\n" for v, t in zip(vals, ts)))
-                    lines += len(vals)
-        f.write("# TYPE up gauge\n")
+    return [sp for sp in specs if keys is None or sp[0] in keys]
+
+
+def fleet_series(insts: Sequence[Inst], t0: int, n_t: int, n_layer: int = 4, every: int = 1,
+                 keys: Collection[str] | None = None) -> Iterator[tuple[str, str, dict[str, str], np.ndarray]]:
+    """Every series of ``insts`` over ``n_t`` seconds from ``t0`` (Unix s), one sample every
+    ``every`` s: (series name, type, labels, values on those seconds; an instance's values stop
+    when it is down); then ``up`` (0 once down). ``keys``: only these of
+    :data:`bmoe_top.parsers.prom.SERIES` (and the resident gauges); ``up`` always."""
+    sec = np.arange(n_t)
+    # per instance and second: generated tokens per second (a slow wave), until it is down
+    per = []
+    for i in insts:
+        n_alive = n_t if i.down_at is None else min(n_t, int(i.down_at))
+        per.append(i.tok_s * (1.0 + 0.5 * np.sin(2 * np.pi * sec[:n_alive] / 120.0 + i.phase)))
+    for key, name, typ, per_layer in _specs(keys):
         for inst, tok in zip(insts, per):
-            lab = f'job="{_esc(inst.job)}",instance="{_esc(inst.instance)}"'
-            f.write("".join(f"up{{{lab}}} {1 if k < len(tok) else 0} {t}\n" for k, t in enumerate(ts)))
-            lines += n_t
+            if inst.kind == "stock" and key not in STOCK:
+                continue
+            base = {"job": inst.job, "instance": inst.instance}
+            for il in range(n_layer) if per_layer else (-1,):
+                labels = {**base, "layer": str(il)} if il >= 0 else base
+                if typ == "counter":
+                    per_tok, const = _counter_rate(key, inst, il, n_layer)
+                    vals = np.cumsum(tok * per_tok + const)
+                else:
+                    vals = _gauge(key, inst, sec[:tok.size], tok, t0)
+                yield name, typ, labels, vals[::every]
+    for inst, tok in zip(insts, per):
+        yield "up", "gauge", {"job": inst.job, "instance": inst.instance}, \
+            np.where(sec < tok.size, 1.0, 0.0)[::every]
+
+
+def write_openmetrics(path: Path, insts: Sequence[Inst], t0: int, n_t: int, n_layer: int = 4) -> int:
+    """Every series of ``insts`` at ``n_t`` one-second samples from ``t0`` (Unix s) into ``path``
+    (OpenMetrics text, for ``promtool``); the number of samples written."""
+    ts = [str(t0 + k) for k in range(n_t)]
+    lines = 0
+    family = ""
+    with open(path, "w") as f:
+        for name, typ, labels, vals in fleet_series(insts, t0, n_t, n_layer):
+            base = name[:-6] if typ == "counter" else name
+            if base != family:
+                f.write(f"# TYPE {base} {typ}\n")
+                family = base
+            lab = ",".join(f'{k}="{_esc(v)}"' for k, v in labels.items())
+            fmt = "{:.6f}" if name != "up" else "{:.0f}"
+            f.write("".join(f"{name}{{{lab}}} {fmt.format(v)} {t}\n" for v, t in zip(vals.tolist(), ts)))
+            lines += vals.size
         f.write("# EOF\n")
     return lines
+
+
+def write_import(path: Path, insts: Sequence[Inst], t0: int, n_t: int, n_layer: int = 4, every: int = 1,
+                 keys: Collection[str] | None = None) -> int:
+    """The same series in VictoriaMetrics' JSON line import format (one line per series: its
+    labels, values and millisecond timestamps; ``/api/v1/import``), one sample every ``every`` s;
+    the number of samples written."""
+    n = 0
+    ms = (t0 + np.arange(n_t)[::every]) * 1000
+    with open(path, "wb") as f:
+        for name, _typ, labels, vals in fleet_series(insts, t0, n_t, n_layer, every, keys):
+            f.write(orjson.dumps({"metric": {"__name__": name, **labels}, "values": np.ascontiguousarray(vals),
+                                  "timestamps": ms[:vals.size].copy()}, option=orjson.OPT_SERIALIZE_NUMPY))
+            f.write(b"\n")
+            n += vals.size
+    return n
 
 
 def make_blocks(promtool: str, om: Path, data: Path) -> None:

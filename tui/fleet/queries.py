@@ -20,7 +20,8 @@ per layer, never read per expert.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from string import Template
 
@@ -44,6 +45,8 @@ __all__ = [
     "MAX_POINTS",
     "matchers",
     "label_matcher",
+    "values_matcher",
+    "detail_matchers",
     "rate_interval",
     "choose_step",
     "column_query",
@@ -167,6 +170,19 @@ def label_matcher(name: str, value: str) -> str:
     """``name="value"`` with the value escaped as a PromQL string (``\\``, ``"``, newline)."""
     v = value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
     return f'{name}="{v}"'
+
+
+def values_matcher(name: str, values: Iterable[str]) -> str:
+    """``name=~"v1|v2"``: exactly these values (each a literal: its regular-expression characters
+    escaped; PromQL anchors the expression at both ends)."""
+    return label_matcher(name, "|".join(sorted({re.escape(v) for v in values}))).replace("=", "=~", 1)
+
+
+def detail_matchers(by: Sequence[str], keys: Iterable[Sequence[str]]) -> list[str]:
+    """Matchers that pick the rows of ``keys`` (values of the grouping labels ``by``): one
+    ``=~`` per label (a superset when two labels vary together; the caller keeps its keys)."""
+    keys = list(keys)
+    return [values_matcher(b, (k[i] for k in keys)) for i, b in enumerate(by)]
 
 
 def matchers(selector: str, *extra: str) -> str:

@@ -24,13 +24,26 @@ the other columns still count.
 
 from __future__ import annotations
 
+import functools
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from bmoe_top.tui.fleet import queries as q
 from bmoe_top.tui.fleet.drill import DrillDown, build_drill
-from bmoe_top.tui.fleet.table import FleetTable, Grid, RankMemory, build_table, grouping
+from bmoe_top.tui.fleet.table import (
+    FleetTable,
+    Grid,
+    InstanceRow,
+    Key,
+    Now,
+    RankMemory,
+    build_table,
+    grouping,
+    missing_keys,
+    vector,
+    with_detail,
+)
 from bmoe_top.tui.sources.prometheus import (
     PromError,
     PromErrorKind,
@@ -41,12 +54,17 @@ from bmoe_top.tui.sources.prometheus import (
     require_series,
 )
 
-__all__ = ["FleetSession", "DEFAULT_SCRAPE_S", "TABLE_POINTS", "aligned"]
+__all__ = ["FleetSession", "DEFAULT_SCRAPE_S", "DETAIL_ROWS", "TABLE_POINTS", "Chooser", "aligned"]
 
 #: Assumed when neither the targets nor the configuration state an interval: Prometheus' default.
 DEFAULT_SCRAPE_S = 60.0
 #: Points of a table sparkline (the drill-down uses up to ``queries.MAX_POINTS``).
 TABLE_POINTS = 120
+#: Rows read in detail (range queries: sparklines, ages) in a refresh of a large fleet; a fleet
+#: up to this size is read in detail whole.
+DETAIL_ROWS = 100
+#: Picks the rows to read in detail from the rows ranked worst first (their keys, in order).
+Chooser = Callable[[list[InstanceRow]], Iterable[Key]]
 #: Seconds a learned scrape interval is trusted before the targets are read again.
 INTERVAL_TTL_S = 60.0
 
@@ -64,7 +82,7 @@ class FleetSession:
     hysteresis: :class:`~bmoe_top.tui.fleet.table.RankMemory`)."""
 
     def __init__(self, client: PrometheusClient, selector: str = "", window_s: float = 300.0,
-                 points: int = TABLE_POINTS, clock: Callable[[], float] = time.time):
+                 points: int = TABLE_POINTS, clock: Callable[[], float] = time.time, detail_rows: int = DETAIL_ROWS):
         if not window_s > 0:
             raise ValueError(f"window must be > 0 s, got {window_s!r}")
         self.client = client
@@ -72,6 +90,7 @@ class FleetSession:
         self.window_s = float(window_s)
         self.points = max(2, min(int(points), q.MAX_POINTS))
         self.clock = clock
+        self.detail_rows = max(1, int(detail_rows))
         self.scrape_interval_s: float | None = None
         self.ranking = RankMemory()
         self._intervals: dict[frozenset[tuple[str, str]], tuple[float, float]] = {}
@@ -129,9 +148,13 @@ class FleetSession:
                 raise
             return exc
 
-    def refresh(self, at: float | None = None) -> FleetTable:
+    def refresh(self, at: float | None = None, detail: Chooser | None = None) -> FleetTable:
         """The instances table at ``at`` (Unix s; ``None`` = now, the newest multiple of the step:
-        :func:`aligned`). Raises :class:`PromError`."""
+        :func:`aligned`). A fleet of up to ``detail_rows`` targets is read in detail (range
+        queries: sparklines, ages, a down row's last good values); a larger one is read by
+        instant queries (every row's values now) and in detail for ``detail_rows`` rows at most:
+        the ones ``detail`` picks from the rows ranked worst first (default: the first). Raises
+        :class:`PromError`."""
         live = at is None
         at = self.clock() if at is None else float(at)
         n0 = self.client.n_requests
@@ -144,19 +167,47 @@ class FleetSession:
             at = aligned(at, step)
         grid = Grid.ending_at(at, self.window_s, step)
         exprs = {"targets": targets_expr, "up": q.up_query(self.selector, by=by),
-                 **q.column_queries(self.selector, rng, by=by)}
-        up = self._range(exprs["up"], grid)
-        if isinstance(up, PromError):
-            raise up
-        cols = {c.key: self._range(exprs[c.key], grid) for c in q.COLUMNS}
-        exprs["restarts"] = q.restarts_query(self.selector, self.window_s, by=by)
-        exprs["exported"] = q.exported_query(self.selector, self.window_s, by=by)
+                 **q.column_queries(self.selector, rng, by=by),
+                 "restarts": q.restarts_query(self.selector, self.window_s, by=by)}
+        keys = {tuple(t.get(b, "") for b in by) for t in targets}
+        build = functools.partial(build_table, selector=self.selector, at=at, window_s=self.window_s, grid=grid,
+                                  rate_interval_s=rng, scrape_interval_s=scrape, by=by, queries=exprs)
+        if len(keys) <= self.detail_rows:  # the whole fleet in detail
+            up = self._range(exprs["up"], grid)
+            if isinstance(up, PromError):
+                raise up
+            cols = {c.key: self._range(exprs[c.key], grid) for c in q.COLUMNS}
+            restarts = self._instant(exprs["restarts"], at)
+            exprs["exported"] = q.exported_query(self.selector, self.window_s, by=by)
+            exported_now = self._instant(exprs["exported"], at)
+            return build(up=up, columns=cols, restarts=restarts, exported_now=exported_now,
+                         n_queries=self.client.n_requests - n0, memory=self.ranking)
+        up_now = self._instant(exprs["up"], at)
+        if isinstance(up_now, PromError):
+            raise up_now
+        answers = {c.key: self._instant(exprs[c.key], at) for c in q.COLUMNS}
+        now = Now(up=vector(up_now, by), columns={k: vector(res, by) for k, res in answers.items()}, targets=keys,
+                  warnings=list(dict.fromkeys(w for res in (up_now, *answers.values())
+                                              if isinstance(res, QueryResult) for w in res.warnings)))
         restarts = self._instant(exprs["restarts"], at)
-        exported_now = self._instant(exprs["exported"], at)
-        return build_table(selector=self.selector, at=at, window_s=self.window_s, grid=grid, rate_interval_s=rng,
-                           scrape_interval_s=scrape, up=up, columns=cols, restarts=restarts,
-                           exported_now=exported_now, queries=exprs, n_queries=self.client.n_requests - n0,
-                           memory=self.ranking, by=by)
+        # which series a row exports tells "not exported" from "no data" for a cell without a
+        # value now: asked for those rows only (none in a fleet where every row has every value)
+        lacking = missing_keys(now)
+        found: QueryResult | PromError | None = None
+        if lacking:
+            narrow = q.detail_matchers(by, lacking) if len(lacking) <= 4 * self.detail_rows else []
+            exprs["exported"] = q.exported_query(self.selector, self.window_s, *narrow, by=by)
+            found = self._instant(exprs["exported"], at)
+        table = build(restarts=restarts, exported_now=found, now=now, memory=self.ranking.copy())
+        chosen = [k for k in (detail or _first)(table.rows) if k in keys][: self.detail_rows]
+        if not chosen:
+            table.n_queries = self.client.n_requests - n0
+            return table
+        extra = q.detail_matchers(by, chosen)
+        up_detail = self._range(q.up_query(self.selector, *extra, by=by), grid)
+        cols = {c.key: self._range(q.column_query(c, self.selector, rng, *extra, by=by), grid) for c in q.COLUMNS}
+        return with_detail(table, grid, up=up_detail, columns=cols, detail=chosen, exported_now=found,
+                           memory=self.ranking, n_queries=self.client.n_requests - n0)
 
     def refresher(self, on_result: Callable[[FleetTable], None], on_error: Callable[[PromError], None],
                   every: float = 0.0, refresh: Callable[[], FleetTable] | None = None,
@@ -220,6 +271,10 @@ def aligned(at: float, step: float) -> float:
     that successive refreshes on one step share their points (and a store that caches range
     queries on step multiples, VictoriaMetrics, can answer from its cache)."""
     return math.floor(round(at / step, 6)) * step
+
+
+def _first(rows: list[InstanceRow]) -> list[Key]:
+    return [r.key for r in rows]
 
 
 def _pairs(targets: list[dict[str, str]]) -> frozenset[tuple[str, str]]:

@@ -36,10 +36,12 @@ it ranks with hysteresis (:class:`RankMemory`): a row moves only on a real chang
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -65,6 +67,10 @@ __all__ = [
     "names_by_key",
     "grouping",
     "Key",
+    "Now",
+    "missing_keys",
+    "vector",
+    "with_detail",
 ]
 
 
@@ -77,10 +83,10 @@ class CellState(enum.StrEnum):
     ERROR = "error"
 
 
-@dataclass(frozen=True, slots=True)
-class Cell:
+class Cell(NamedTuple):
     """``value`` (``None`` unless ``ok`` or ``stale``), ``state``, ``age_s`` (seconds from the
-    value's point to the table's time; ``None`` when there is no point)."""
+    value's point to the table's time; ``None`` when there is no point). A named tuple: a large
+    fleet's table holds one per instance and column."""
 
     value: float | None
     state: CellState
@@ -158,7 +164,8 @@ class FleetTable:
     ``rate()`` range), ``scrape_interval_s``; ``queries`` (key -> PromQL, ``up`` and
     ``restarts`` included); ``errors`` (column key -> the :class:`PromError` of its query);
     ``warnings`` (Prometheus' own); ``n_queries`` (requests this refresh made); ``by`` (the
-    grouping labels: :func:`grouping`)."""
+    grouping labels: :func:`grouping`); ``detail`` (the keys of the rows read in detail, with
+    sparklines: every row of a fleet up to ``FleetSession.detail_rows``)."""
 
     selector: str
     at: float
@@ -173,6 +180,7 @@ class FleetTable:
     warnings: list[str] = field(default_factory=list)
     n_queries: int = 0
     by: tuple[str, ...] = BY
+    detail: frozenset[Key] = frozenset()
 
     def row(self, instance: str, job: str | None = None, labels: Mapping[str, str] | None = None
             ) -> InstanceRow | None:
@@ -195,7 +203,9 @@ def column_keys() -> list[str]:
 
 
 def _key(labels: Mapping[str, str], by: tuple[str, ...] = BY) -> Key:
-    return tuple(labels.get(b, "") for b in by)
+    if by == BY:
+        return (labels.get("job", ""), labels.get("instance", ""))
+    return tuple([labels.get(b, "") for b in by])
 
 
 def grouping(label_sets: Iterable[Mapping[str, str]]) -> tuple[str, ...]:
@@ -293,22 +303,132 @@ def _restarts(res: QueryResult | PromError | None, by: tuple[str, ...]) -> dict[
     return {_key(s.labels, by): int(s.v) for s in res.samples if 0.0 <= s.v <= _EXACT and s.v.is_integer()}
 
 
-def build_table(*, selector: str, at: float, window_s: float, grid: Grid, rate_interval_s: float,
-                scrape_interval_s: float, up: RangeResult, columns: Mapping[str, RangeResult | PromError],
-                restarts: QueryResult | PromError | None = None, exported_now: QueryResult | PromError | None = None,
-                queries: Mapping[str, str] | None = None, n_queries: int = 0,
-                memory: RankMemory | None = None, by: tuple[str, ...] = BY) -> FleetTable:
-    """The table from the answers asked on ``grid`` (its ``end`` is ``at``): ``up`` (the
-    ``up`` query), ``columns`` (key -> answer or error; a key of ``COLUMNS`` missing here is an
-    error too), ``restarts`` (an instant query: per-instance counts), ``exported_now`` (the
-    ``exported_query`` answer: without it no cell says ``not_exported``); ``memory``: the
-    previous refreshes' ranking, for worst first with hysteresis (:func:`rank_rows`); ``by``: the
-    grouping labels the queries used (:func:`grouping`)."""
+@dataclass(frozen=True, slots=True)
+class Now:
+    """Instant answers at the table's time for the whole fleet (a fleet larger than the rows read
+    in detail), each by key (:func:`vector`): ``up`` (the ``up`` query: up or down now; a target
+    without a sample now is gone), ``columns`` (key -> the column's values now, or its error),
+    ``targets`` (every target in the window, gone ones included), ``warnings``."""
+
+    up: dict[Key, float] | PromError
+    columns: Mapping[str, dict[Key, float] | PromError]
+    targets: Collection[Key] = ()
+    warnings: list[str] = field(default_factory=list)
+
+
+def vector(res: QueryResult | PromError, by: tuple[str, ...]) -> dict[Key, float] | PromError:
+    """An instant answer's values by key (two label sets folded onto one key: the first); an
+    error as it is."""
+    if isinstance(res, PromError):
+        return res
+    out: dict[Key, float] = {}
+    for s in res.samples:
+        out.setdefault(_key(s.labels, by), s.v)
+    return out
+
+
+def missing_keys(now: Now) -> set[Key]:
+    """The targets (keys) without a value now in some column whose query answered."""
+    out: set[Key] = set()
+    for got in now.columns.values():
+        if not isinstance(got, PromError) and len(got) < len(now.targets):
+            out |= {k for k in now.targets if k not in got}
+    return out
+
+
+def _range_row(key: Key, up_by: Mapping[Key, tuple[np.ndarray, np.ndarray]],
+               col_by: Mapping[str, Mapping[Key, tuple[np.ndarray, np.ndarray]]], errors: Mapping[str, PromError],
+               names: Mapping[Key, set[str]], grid: Grid, at: float) -> tuple[InstanceState, float | None,
+                                                                                dict[str, Cell], dict[str, np.ndarray]]:
+    """A row read in detail: its state, last-up age, cells and sparklines from the range answers."""
     t = grid.t
-    up_by = _by_key(up, grid, by)
+    last = grid.n - 1
+    spark: dict[str, np.ndarray] = {}
+    ref: int | None
+    if key in up_by:
+        uv, uh = up_by[key]
+        spark["up"] = uv
+        ups = np.flatnonzero(uh & (uv == 1))
+        ref = int(ups[-1]) if ups.size else None
+        if uh[last] and uv[last] == 1:
+            state = InstanceState.UP
+        elif uh[last]:
+            state = InstanceState.DOWN
+        else:
+            state = InstanceState.GONE
+    else:
+        spark["up"] = np.full(grid.n, np.nan)
+        state = InstanceState.UNKNOWN
+        ref = last
+    cells: dict[str, Cell] = {}
+    for c in COLUMNS:
+        if c.key in errors or c.key not in col_by:
+            cells[c.key] = Cell(None, CellState.ERROR)
+            spark[c.key] = np.full(grid.n, np.nan)
+            continue
+        got = col_by[c.key].get(key)
+        if got is None:
+            known = names.get(key)
+            missing = ref is not None and known is not None and not exported(c, known)
+            cells[c.key] = Cell(None, CellState.NOT_EXPORTED if missing else CellState.NO_DATA)
+            spark[c.key] = np.full(grid.n, np.nan)
+            continue
+        vals, have = got
+        spark[c.key] = np.where(np.isfinite(vals), vals, np.nan)
+        cells[c.key] = Cell(None, CellState.NO_DATA) if ref is None else _cell(vals, have, ref, t, at, ref != last)
+    cells["stall_share"] = _ratio_cell(cells["flash_ms"], cells["wall_ms"])
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        share = 100.0 * spark["flash_ms"] / spark["wall_ms"]
+    spark["stall_share"] = np.where(np.isfinite(share) & (spark["wall_ms"] > 0), share, np.nan)
+    return state, None if ref is None else at - float(t[ref]), cells, spark
+
+
+_UNDEF, _STALE_UNKNOWN = Cell(None, CellState.UNDEFINED), Cell(None, CellState.STALE)
+_ERROR, _NOT_EXPORTED, _NO_DATA = Cell(None, CellState.ERROR), Cell(None, CellState.NOT_EXPORTED), \
+    Cell(None, CellState.NO_DATA)
+
+
+def _now_row(key: Key, up_now: Mapping[Key, float] | None, cols_now: Mapping[str, Mapping[Key, float]],
+             errors: Mapping[str, PromError], names: Mapping[Key, set[str]]) -> tuple[InstanceState, float | None,
+                                                                                       dict[str, Cell]]:
+    """A row read from the instant answers only: its state, last-up age (0 when up, else not
+    read) and cells. A number of a row that is not up now is stale, of an unknown age."""
+    if up_now is None:
+        state = InstanceState.UNKNOWN
+    elif key not in up_now:
+        state = InstanceState.GONE
+    else:
+        state = InstanceState.UP if up_now[key] == 1 else InstanceState.DOWN
+    up = state in (InstanceState.UP, InstanceState.UNKNOWN)
+    cells: dict[str, Cell] = {}
+    known = names.get(key)
+    for c in COLUMNS:
+        got = cols_now.get(c.key)
+        if got is None or c.key in errors:
+            cells[c.key] = _ERROR
+            continue
+        v = got.get(key)
+        if v is None:
+            cells[c.key] = _NOT_EXPORTED if up and known is not None and not exported(c, known) else _NO_DATA
+        elif not math.isfinite(v):
+            cells[c.key] = _UNDEF if up else _STALE_UNKNOWN
+        elif up:
+            cells[c.key] = Cell(v, CellState.OK, 0.0)
+        else:
+            cells[c.key] = Cell(v, CellState.STALE)
+    cells["stall_share"] = _ratio_cell(cells["flash_ms"], cells["wall_ms"])
+    return state, 0.0 if state is InstanceState.UP else None, cells
+
+
+def _range_answers(up: RangeResult | PromError | None, columns: Mapping[str, RangeResult | PromError], grid: Grid,
+                   by: tuple[str, ...]) -> tuple[dict[Key, tuple[np.ndarray, np.ndarray]],
+                                                 dict[str, dict[Key, tuple[np.ndarray, np.ndarray]]],
+                                                 dict[str, PromError], list[str]]:
+    """The range answers per key on the grid: ``up``, each column, the errors, the warnings."""
+    up_by = _by_key(up, grid, by) if isinstance(up, RangeResult) else {}
     col_by: dict[str, dict[Key, tuple[np.ndarray, np.ndarray]]] = {}
-    errors: dict[str, PromError] = {}
-    warnings = list(up.warnings)
+    errors: dict[str, PromError] = {"up": up} if isinstance(up, PromError) else {}
+    warnings = list(up.warnings) if isinstance(up, RangeResult) else []
     for c in COLUMNS:
         res = columns.get(c.key)
         if isinstance(res, RangeResult):
@@ -316,63 +436,96 @@ def build_table(*, selector: str, at: float, window_s: float, grid: Grid, rate_i
             warnings += [w for w in res.warnings if w not in warnings]
         elif isinstance(res, PromError):
             errors[c.key] = res
+    return up_by, col_by, errors, warnings
+
+
+def build_table(*, selector: str, at: float, window_s: float, grid: Grid, rate_interval_s: float,
+                scrape_interval_s: float, up: RangeResult | None = None,
+                columns: Mapping[str, RangeResult | PromError] | None = None,
+                restarts: QueryResult | PromError | None = None, exported_now: QueryResult | PromError | None = None,
+                queries: Mapping[str, str] | None = None, n_queries: int = 0, memory: RankMemory | None = None,
+                by: tuple[str, ...] = BY, now: Now | None = None) -> FleetTable:
+    """The table from the answers asked on ``grid`` (its ``end`` is ``at``): ``up`` (the
+    ``up`` query), ``columns`` (key -> answer or error; a key of ``COLUMNS`` missing here is an
+    error too), ``restarts`` (an instant query: per-instance counts), ``exported_now`` (the
+    ``exported_query`` answer: without it no cell says ``not_exported``); ``memory``: the
+    previous refreshes' ranking, for worst first with hysteresis (:func:`rank_rows`); ``by``: the
+    grouping labels the queries used (:func:`grouping`).
+
+    With range answers (``up``, ``columns``) of the whole fleet every row is read in detail: its
+    sparklines, a stale value's age, a down row's last good values. With ``now`` instead (a
+    large fleet) every row is read from the instant answers: its values now, no sparklines
+    (``spark`` empty), until :func:`with_detail` reads some in detail."""
+    errors: dict[str, PromError] = {}
     if isinstance(restarts, PromError):
         errors["restarts"] = restarts
     if isinstance(exported_now, PromError):
         errors["exported"] = exported_now
     names = names_by_key(exported_now, by)
-    keys: set[Key] = set(up_by)
-    for per_key in col_by.values():
-        keys |= set(per_key)
     n_restarts = _restarts(restarts, by)
     rows = []
-    last = grid.n - 1
-    for key in keys:
-        spark: dict[str, np.ndarray] = {}
-        ref: int | None
-        if key in up_by:
-            uv, uh = up_by[key]
-            spark["up"] = uv
-            ups = np.flatnonzero(uh & (uv == 1))
-            ref = int(ups[-1]) if ups.size else None
-            if uh[last] and uv[last] == 1:
-                state = InstanceState.UP
-            elif uh[last]:
-                state = InstanceState.DOWN
-            else:
-                state = InstanceState.GONE
-        else:
-            spark["up"] = np.full(grid.n, np.nan)
-            state = InstanceState.UNKNOWN
-            ref = last
-        cells: dict[str, Cell] = {}
+    if now is None:
+        if up is None:
+            raise ValueError("build_table needs the range answers or the instant ones (now)")
+        up_by, col_by, range_errors, warnings = _range_answers(up, columns or {}, grid, by)
+        errors.update(range_errors)
+        keys: set[Key] = set(up_by)
+        for per_key in col_by.values():
+            keys |= set(per_key)
+        for key in keys:
+            state, last_up, cells, spark = _range_row(key, up_by, col_by, errors, names, grid, at)
+            rows.append(InstanceRow(job=key[0], instance=key[1], state=state, last_up_age_s=last_up,
+                                    restarts=n_restarts.get(key), cells=cells, spark=spark,
+                                    labels=dict(zip(by[2:], key[2:]))))
+    else:
+        warnings = list(now.warnings)
+        up_now = None if isinstance(now.up, PromError) else now.up
+        if isinstance(now.up, PromError):
+            errors["up"] = now.up
+        cols_now: dict[str, dict[Key, float]] = {}
         for c in COLUMNS:
-            if c.key in errors or c.key not in col_by:
-                cells[c.key] = Cell(None, CellState.ERROR)
-                spark[c.key] = np.full(grid.n, np.nan)
-                continue
-            got = col_by[c.key].get(key)
-            if got is None:
-                known = names.get(key)
-                missing = ref is not None and known is not None and not exported(c, known)
-                cells[c.key] = Cell(None, CellState.NOT_EXPORTED if missing else CellState.NO_DATA)
-                spark[c.key] = np.full(grid.n, np.nan)
-                continue
-            vals, have = got
-            spark[c.key] = np.where(np.isfinite(vals), vals, np.nan)
-            cells[c.key] = Cell(None, CellState.NO_DATA) if ref is None else _cell(vals, have, ref, t, at, ref != last)
-        cells["stall_share"] = _ratio_cell(cells["flash_ms"], cells["wall_ms"])
-        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            share = 100.0 * spark["flash_ms"] / spark["wall_ms"]
-        spark["stall_share"] = np.where(np.isfinite(share) & (spark["wall_ms"] > 0), share, np.nan)
-        rows.append(InstanceRow(job=key[0], instance=key[1], state=state,
-                                last_up_age_s=None if ref is None else at - float(t[ref]),
-                                restarts=n_restarts.get(key), cells=cells, spark=spark,
-                                labels=dict(zip(by[2:], key[2:]))))
+            res_now = now.columns.get(c.key)
+            if isinstance(res_now, PromError):
+                errors[c.key] = res_now
+            elif res_now is not None:
+                cols_now[c.key] = res_now
+        keys = set(now.targets) | set(up_now or ())
+        for per_now in cols_now.values():
+            keys |= set(per_now)
+        for key in keys:
+            state, last_up, cells = _now_row(key, up_now, cols_now, errors, names)
+            rows.append(InstanceRow(job=key[0], instance=key[1], state=state, last_up_age_s=last_up,
+                                    restarts=n_restarts.get(key), cells=cells, spark={},
+                                    labels=dict(zip(by[2:], key[2:]))))
     rank_rows(rows, memory)
     return FleetTable(selector=selector, at=at, window_s=window_s, step_s=grid.step, rate_interval_s=rate_interval_s,
-                      scrape_interval_s=scrape_interval_s, t=t, rows=rows, queries=dict(queries or {}),
-                      errors=errors, warnings=warnings, n_queries=n_queries, by=by)
+                      scrape_interval_s=scrape_interval_s, t=grid.t, rows=rows, queries=dict(queries or {}),
+                      errors=errors, warnings=warnings, n_queries=n_queries, by=by,
+                      detail=frozenset(keys) if now is None else frozenset())
+
+
+def with_detail(table: FleetTable, grid: Grid, *, up: RangeResult | PromError,
+                columns: Mapping[str, RangeResult | PromError], detail: Collection[Key],
+                exported_now: QueryResult | PromError | None = None, memory: RankMemory | None = None,
+                n_queries: int | None = None) -> FleetTable:
+    """``table`` (read from instant answers) with the rows of ``detail`` read again from range
+    answers asked for those rows on its ``grid``: their sparklines, ages and a down row's last
+    good values. Ranked again (with ``memory``); errors of the range queries join the table's."""
+    up_by, col_by, errors, warnings = _range_answers(up, columns, grid, table.by)
+    names = names_by_key(exported_now, table.by)
+    keep = set(detail) & set(up_by)
+    rows = []
+    for r in table.rows:
+        if r.key in keep:
+            state, last_up, cells, spark = _range_row(r.key, up_by, col_by, errors, names, grid, table.at)
+            r = InstanceRow(job=r.job, instance=r.instance, state=state, last_up_age_s=last_up, restarts=r.restarts,
+                            cells=cells, spark=spark, labels=r.labels)
+        rows.append(r)
+    rank_rows(rows, memory)
+    return dataclasses.replace(table, rows=rows, errors={**table.errors, **errors},
+                               warnings=table.warnings + [w for w in warnings if w not in table.warnings],
+                               n_queries=table.n_queries if n_queries is None else n_queries,
+                               detail=frozenset(keep))
 
 
 def _num(row: InstanceRow, key: str) -> float | None:
@@ -396,14 +549,21 @@ class RankMemory:
         self.values: dict[Key, dict[str, float | None]] = {}
         self.order: dict[Key, int] = {}
 
-    def ranked(self, row: InstanceRow) -> dict[str, float | None]:
-        """The values ``row`` ranks by now (the remembered ones while within the band)."""
-        old = self.values.get(row.key, {})
+    def copy(self) -> RankMemory:
+        """A copy to rank with that leaves this memory as it is."""
+        out = RankMemory()
+        out.values, out.order = dict(self.values), dict(self.order)
+        return out
+
+    def ranked(self, row: InstanceRow, key: Key | None = None) -> dict[str, float | None]:
+        """The values ``row`` (its ``key``) ranks by now (the remembered ones while within the
+        band)."""
+        old = self.values.get(row.key if key is None else key, {})
         out: dict[str, float | None] = {}
-        for key, band in RANK_BAND.items():
-            v = _num(row, key)
-            p = old.get(key)
-            out[key] = p if v is not None and p is not None and abs(v - p) <= band else v
+        for name, band in RANK_BAND.items():
+            v = _num(row, name)
+            p = old.get(name)
+            out[name] = p if v is not None and p is not None and abs(v - p) <= band else v
         return out
 
 
@@ -413,36 +573,39 @@ def rank_rows(rows: list[InstanceRow], memory: RankMemory | None = None) -> None
     then by job and instance. With ``memory`` the values rank with hysteresis
     (:class:`RankMemory`), and ``memory`` is updated to this ranking."""
     mem = memory if memory is not None else RankMemory()
-    by_key = {r.key: mem.ranked(r) for r in rows}
+    keyed = [(r.key, r) for r in rows]
+    by_key = {k: mem.ranked(r, k) for k, r in keyed}
     shares = [s for v in by_key.values() if (s := v["stall_share"]) is not None]
     hits = [h for v in by_key.values() if (h := v["hit_pct"]) is not None]
     top_share = max(shares) if len(shares) > 1 else None
     low_hit = min(hits) if len(hits) > 1 else None
     last = len(mem.order)
+    bad = (InstanceState.DOWN, InstanceState.GONE)
 
-    def sort_key(r: InstanceRow) -> tuple[int, float, float, int, Key]:
-        bad = r.state in (InstanceState.DOWN, InstanceState.GONE)
-        v = by_key[r.key]
+    def sort_key(item: tuple[Key, InstanceRow]) -> tuple[int, float, float, int, Key]:
+        k, r = item
+        v = by_key[k]
         s, h = v["stall_share"], v["hit_pct"]
-        return (0 if bad else 1, -(s if s is not None else -1.0), h if h is not None else 101.0,
-                mem.order.get(r.key, last), r.key)
+        return (0 if r.state in bad else 1, -(s if s is not None else -1.0), h if h is not None else 101.0,
+                mem.order.get(k, last), k)
 
-    rows.sort(key=sort_key)
-    for i, r in enumerate(rows, 1):
+    keyed.sort(key=sort_key)
+    rows[:] = [r for _, r in keyed]
+    for i, (k, r) in enumerate(keyed, 1):
         r.rank = i
         flags = []
         if r.state is InstanceState.DOWN:
             flags.append("down")
         elif r.state is InstanceState.GONE:
             flags.append("gone")
-        v = by_key[r.key]
+        v = by_key[k]
         if top_share is not None and v["stall_share"] == top_share:
             flags.append("highest_stall")
         if low_hit is not None and v["hit_pct"] == low_hit:
             flags.append("lowest_hit")
         r.flags = tuple(flags)
     mem.values = by_key
-    mem.order = {r.key: i for i, r in enumerate(rows)}
+    mem.order = {k: i for i, (k, _r) in enumerate(keyed)}
 
 
 def sort_rows(rows: Iterable[InstanceRow], key: str, descending: bool = False) -> list[InstanceRow]:

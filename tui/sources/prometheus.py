@@ -38,7 +38,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, NamedTuple, TypeVar
 
 import httpx
 import numpy as np
@@ -102,10 +102,10 @@ class PromError(Exception):
         self.body = body
 
 
-@dataclass(frozen=True, slots=True)
-class Sample:
+class Sample(NamedTuple):
     """One element of an instant vector: its labels (``__name__`` included when Prometheus keeps
-    it), the evaluation time ``t`` (Unix s) and the value ``v``."""
+    it), the evaluation time ``t`` (Unix s) and the value ``v``. A named tuple: a fleet's answer
+    holds one per instance and column, made at the cost of a tuple."""
 
     labels: Mapping[str, str]
     t: float
@@ -244,8 +244,10 @@ def decode_answer(status_code: int, body: bytes, query: str | None = None) -> tu
 
 
 def _labels(m: Any) -> dict[str, str]:
-    if not isinstance(m, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in m.items()):
+    # a JSON object's keys are strings: its values are what to check (join refuses a non-string)
+    if type(m) is not dict:
         raise TypeError("labels are not a string map")
+    "".join(m.values())
     return m
 
 
