@@ -35,14 +35,14 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
-from textual.widgets import DataTable, Input, Static
+from textual.widgets import Input, Static
 
 from bmoe_top.parsers.sanitize import sanitize
 from bmoe_top.tui.feed.fleet import DrillFeed
 from bmoe_top.tui.fleet.drill import DrillDown
 from bmoe_top.tui.fleet.queries import COLUMN_BY_KEY, DERIVED
 from bmoe_top.tui.fleet.session import TABLE_POINTS, FleetSession
-from bmoe_top.tui.fleet.table import CellState, FleetState, FleetTable, InstanceRow, filter_rows, sort_rows
+from bmoe_top.tui.fleet.table import CellState, FleetState, FleetTable, InstanceRow, Key, filter_rows, sort_rows
 from bmoe_top.tui.model import LIVE, RunModel
 from bmoe_top.tui.screens.attach import AttachScreen
 from bmoe_top.tui.screens.modals import HelpScreen
@@ -75,11 +75,11 @@ STATE_INDICATOR = {
 DISCONNECTED = frozenset({PromErrorKind.UNREACHABLE, PromErrorKind.TIMEOUT})
 
 LEGEND = ("wall = compute + flash wait + mgmt, ms per token   ✖ down   ▲ highest stall share   ▼ lowest hit %   "
-          "(12s) stale: newest value, its age   · no value   not exported: no such series")
+          "(12s) stale: newest value, its age   · no value   not exported: no such series   ←/→ more columns")
 
 #: Keys a focused filter box keeps for itself.
 TYPING_ACTIONS = frozenset({"sort_next", "sort_prev", "invert", "worst", "refresh_now", "toggle_pause",
-                            "toggle_sparks", "help", "quit", "filter"})
+                            "toggle_sparks", "help", "quit", "filter", "columns"})
 
 _LABELS = {c.sort: c.label for c in VIEW_COLUMNS}
 
@@ -143,6 +143,8 @@ class FleetScreen(Screen[None]):
         Binding("r", "refresh_now", "refresh now"),
         Binding("space", "toggle_pause", "pause"),
         Binding("v", "toggle_sparks", "sparklines", show=False),
+        Binding("left", "columns(-1)", "columns to the left", show=False),
+        Binding("right", "columns(1)", "columns to the right", show=False),
         Binding("escape", "clear_filter", "clear the filter", show=False),
         Binding("question_mark,h,f1", "help", "help"),
         Binding("q", "quit", "quit"),
@@ -173,6 +175,10 @@ class FleetScreen(Screen[None]):
         self.user_paused = False
         self.shown: list[InstanceRow] = []
         self.n_applied = 0
+        #: What the screen shows, for the refresh thread: (sort, descending, filter, first row on
+        #: screen, rows on screen); a tuple, replaced whole.
+        self.view_spec: tuple[str, bool, str, int, int] = ("rank", False, "", 0, 30)
+        self._asked_detail = False
         self._inbox: collections.deque[FleetTable | PromError] = collections.deque()
         self._thread: RefreshThread[FleetTable] | None = None
         self._title_key: Hashable = None
@@ -210,10 +216,20 @@ class FleetScreen(Screen[None]):
             self._thread.refresh_now()
 
     def _refresh(self) -> FleetTable:
-        table = self.session.refresh(self.at)
+        table = self.session.refresh(self.at, detail=self._choose)
         if self.at is not None and self._thread is not None:
             self._thread.pause()  # one time, shown once
         return table
+
+    def _choose(self, rows: list[InstanceRow]) -> list[Key]:
+        """On the refresh thread: the rows of a large fleet to read in detail, the ones the
+        screen shows (its sort, filter and scroll: :attr:`view_spec`) and a page on each side."""
+        sort, descending, text, first, n = self.view_spec
+        shown = filter_rows(rows, text)
+        if sort != "rank":
+            shown = sort_rows(shown, sort, descending)
+        start = max(0, first - n)
+        return [r.key for r in shown[start:start + self.session.detail_rows]]
 
     # ---------------------------------------------------------------------------- repaint loop
     def tick(self) -> None:
@@ -227,6 +243,7 @@ class FleetScreen(Screen[None]):
                 self.state.fail(item, time.time())
         if changed:
             self.draw_table()
+        self.follow_view()
         self.draw_status()
         if self.pending_drill is not None and self.state.table is not None:
             job, inst, labels = self.pending_drill
@@ -258,6 +275,23 @@ class FleetScreen(Screen[None]):
         view.set_sort(self.sort, self.descending)
         view.show(self.shown, sparks=self.sparks)
         self.n_applied += 1
+        self._asked_detail = False
+        self.follow_view()
+
+    def follow_view(self) -> None:
+        """Tell the refresh thread what is on screen (:attr:`view_spec`); when rows on screen were
+        not read in detail (scrolled to, sorted or filtered up), ask for a refresh now (never
+        sooner than the scrape interval)."""
+        if not self.is_attached:
+            return
+        view = self.query_one(FleetTableView)
+        vis = view.visible_rows()
+        self.view_spec = (self.sort, self.descending, self.filter_text, vis.start, max(1, len(vis)))
+        table = self.state.table
+        if self.sparks and table is not None and not self._asked_detail and self._thread is not None and \
+                any(view.rows[i].key not in table.detail for i in vis):
+            self._asked_detail = True
+            self._thread.refresh_now()
 
     def title_text(self) -> Text:
         st = self.state
@@ -368,9 +402,9 @@ class FleetScreen(Screen[None]):
     def action_worst(self) -> None:
         self.set_sort("rank")
 
-    @on(DataTable.HeaderSelected)
-    def _header(self, event: DataTable.HeaderSelected) -> None:
-        col = next(c for c in VIEW_COLUMNS if c.key == event.column_key.value)
+    @on(FleetTableView.HeaderClicked)
+    def _header(self, event: FleetTableView.HeaderClicked) -> None:
+        col = event.column
         if col.sort == self.sort:
             self.set_sort(col.sort, not self.descending)
         else:
@@ -389,6 +423,9 @@ class FleetScreen(Screen[None]):
                 self._thread.resume()
                 self._thread.refresh_now()
         self.draw_status(force=True)
+
+    def action_columns(self, step: int) -> None:
+        self.query_one(FleetTableView).action_columns(step)
 
     def action_toggle_sparks(self) -> None:
         self.sparks = not self.sparks
@@ -419,13 +456,18 @@ class FleetScreen(Screen[None]):
             self._resort()
         self.query_one(FleetTableView).focus()
 
-    @on(DataTable.RowSelected)
-    def _row_selected(self, event: DataTable.RowSelected) -> None:
-        self.action_drill()
+    @on(FleetTableView.Selected)
+    def _row_selected(self, event: FleetTableView.Selected) -> None:
+        self.drill_key(event.key)
 
     def action_drill(self) -> None:
         sel = self.query_one(FleetTableView).selected
-        row = next((r for r in self.shown if r.key == sel), None)
+        if sel is not None:
+            self.drill_key(sel)
+
+    def drill_key(self, key: Key) -> None:
+        table = self.state.table
+        row = table.row(key[1], key[0], dict(zip(table.by[2:], key[2:]))) if table is not None else None
         if row is not None:
             self.open_drill(row.job, row.instance, row.labels)
 

@@ -1,15 +1,18 @@
 """The fleet's instances table: one row per instance, a column per number, each with a sparkline
 of the window under it (docs/fleet.md "The screen").
 
-:class:`FleetTableView` is a Textual ``DataTable`` (row cursor, header click, a fixed instance
-column, horizontal scroll) filled from :class:`~bmoe_top.tui.fleet.table.InstanceRow` rows in
-the order the screen decided (sorted, filtered). The cells are built by the pure functions
-here: :func:`cell_text` (a cell's number, or the word for why there is none: ``not exported``,
-``no data``, ``undefined``, ``error``, never 0; a stale value with its age), :func:`spark_text`
-(the window folded into the column's width, ``·`` where there was no value) and
-:func:`row_cells` (with sparklines, "not exported" takes the cell's two lines). Label values
-(instance, job) are drawn through :func:`bmoe_top.parsers.sanitize.sanitize`, never parsed as
-markup.
+:class:`FleetTableView` is a line-API widget (a row cursor, header clicks, the instance column
+fixed, the others scrolled sideways a whole column at a time) over
+:class:`~bmoe_top.tui.fleet.table.InstanceRow` rows in the order the screen decided (sorted,
+filtered): it builds and draws only the rows on screen, so 5,000 rows cost what 20 do. The cells
+are built by the pure functions here: :func:`cell_text` (a cell's number, or the word for why
+there is none: ``not exported``, ``no data``, ``undefined``, ``error``, never 0; a stale value
+with its age), :func:`spark_text` (the window folded into the column's width, ``·`` where there
+was no value) and :func:`cell_lines` (with sparklines, "not exported" takes the cell's two
+lines). Text is shown whole, or shortened with a rule (:func:`shorten`: ``10.0.…:8080``), or its
+column is left out whole; the header says how many columns are hidden on each side
+(:func:`layout`). Label values (instance, job) are drawn through
+:func:`bmoe_top.parsers.sanitize.sanitize`, never parsed as markup.
 
 The worst instances stand out: a down or gone row has its instance and state in bold red with
 ``✖``; the highest stall share and the lowest hit % are marked ``▲`` / ``▼`` in bold.
@@ -17,21 +20,33 @@ The worst instances stand out: a down or gone row has its instance and state in 
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import numpy as np
+from rich.cells import cell_len
+from rich.style import Style
 from rich.text import Text
-from textual.widgets import DataTable
+from textual import events
+from textual.binding import Binding, BindingType
+from textual.filter import LineFilter
+from textual.geometry import Region, Size
+from textual.message import Message
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
 
 from bmoe_top.parsers.sanitize import sanitize
 from bmoe_top.tui.fleet.table import Cell, CellState, InstanceRow, InstanceState, Key
 from bmoe_top.tui.present.numbers import fmt
+from bmoe_top.tui.widgets.base import ascii_strip, look_of, truecolor_filters
+from bmoe_top.tui.widgets.lines import blank, strip
 from bmoe_top.tui.widgets.palette import EIGHTHS, NO_DATA_GLYPH
 
-__all__ = ["ViewColumn", "VIEW_COLUMNS", "SORT_KEYS", "FleetTableView", "cell_text", "spark_text", "age_text",
-           "row_cells", "num_text", "value_of", "STATE_WORDS"]
+__all__ = ["ViewColumn", "VIEW_COLUMNS", "SORT_KEYS", "FleetTableView", "Layout", "cell_text", "cell_lines",
+           "spark_text", "age_text", "layout", "row_cells", "num_text", "shorten", "value_of", "STATE_WORDS"]
 
 #: Narrowest a sparkline gets (cells).
 SPARK_MIN = 7
@@ -214,31 +229,41 @@ def _sub(row: InstanceRow, key: str) -> str:
     return ""
 
 
+def cell_lines(row: InstanceRow, c: ViewColumn, value: tuple[str, str], w: int,
+               sparks: bool) -> list[tuple[str, str]]:
+    """One cell's lines, each (text of ``w`` cells, style): the value (numbers right-aligned; the
+    instance and the job shortened with a rule when wider than ``w``: :func:`shorten`), and with
+    ``sparks`` the sparkline of the window under it ("not exported" takes both lines, so the
+    column stays as narrow as its numbers)."""
+    text, style = value
+    if sparks and text == STATE_WORDS[CellState.NOT_EXPORTED]:
+        return [("not".rjust(w), style), ("exported".rjust(w), style)]
+    if c.spark is None or c.key == "state":
+        line = shorten(text, w)
+        line += " " * (w - cell_len(line))
+    else:
+        line = text.rjust(w)
+    out = [(line, style)]
+    if sparks:
+        if c.spark is not None:
+            arr = row.spark.get(c.spark)
+            style_s = (UP_STYLE if arr is not None and np.nanmin(arr) == 1 else DOWN_STYLE) \
+                if c.key == "state" and arr is not None and np.isfinite(arr).any() else SPARK_STYLE
+            out.append((spark_text(arr, w, c.scale), style_s))
+        else:
+            out.append((shorten(_sub(row, c.key), w).ljust(w), ABSENT_STYLE))
+    return out
+
+
 def row_cells(row: InstanceRow, values: dict[str, tuple[str, str]], widths: dict[str, int],
               sparks: bool) -> list[Text]:
-    """The row's cells in :data:`VIEW_COLUMNS` order: the value (numbers right-aligned), and
-    with ``sparks`` the sparkline of the window on a second line."""
+    """The row's cells in :data:`VIEW_COLUMNS` order, as Rich text (:func:`cell_lines`, one line
+    each)."""
     cells = []
     for c in VIEW_COLUMNS:
-        text, style = values[c.key]
-        w = widths[c.key]
-        under = None
-        if sparks and text == STATE_WORDS[CellState.NOT_EXPORTED]:
-            text, under = "not", "exported"  # two lines: the column stays as narrow as its numbers
-        line = text.ljust(w) if c.spark is None or c.key == "state" else text.rjust(w)
-        t = Text(line, style=style, no_wrap=True, overflow="ellipsis")
-        if under is not None:
-            t.append("\n" + under.rjust(w), style=style)
-        elif sparks:
-            if c.spark is not None:
-                arr = row.spark.get(c.spark)
-                spark = spark_text(arr, w, c.scale)
-                style_s = (UP_STYLE if arr is not None and np.nanmin(arr) == 1 else DOWN_STYLE) \
-                    if c.key == "state" and arr is not None and np.isfinite(arr).any() else SPARK_STYLE
-                t.append("\n")
-                t.append(spark, style=style_s)
-            else:
-                t.append("\n" + _sub(row, c.key).ljust(w), style=ABSENT_STYLE)
+        t = Text(no_wrap=True)
+        for i, (line, style) in enumerate(cell_lines(row, c, values[c.key], widths[c.key], sparks)):
+            t.append(("\n" if i else "") + line, style=style)
         cells.append(t)
     return cells
 
@@ -258,71 +283,335 @@ def header_label(c: ViewColumn, sort: str, descending: bool) -> Text:
 
 
 def row_key(*key: str) -> str:
-    """The DataTable key of an instance's row: its job, instance and other grouping labels (an
-    address may serve two jobs; two Prometheus servers may hold an instance of one name)."""
+    """A row's key as one string: its job, instance and other grouping labels (an address may
+    serve two jobs; two Prometheus servers may hold an instance of one name)."""
     return "\x00".join(key)
 
 
-class FleetTableView(DataTable[Text]):
-    """The instances table (see the module docstring). ``show(rows, ...)`` redraws it keeping
-    the cursor on the same instance; ``keys`` are the shown rows' (job, instance) in order."""
+def shorten(text: str, width: int) -> str:
+    """``text`` whole when it takes at most ``width`` cells; else its head and its tail around
+    ``…`` (the tail, a port or a label's value, is what tells two names apart), never a word cut
+    without a mark; nothing when ``width`` < 1."""
+    if cell_len(text) <= width:
+        return text
+    if width < 1:
+        return ""
+    tail_w = (width - 1 + 1) // 2
+    head_w = width - 1 - tail_w
+    head, tail = "", ""
+    for ch in text:
+        if cell_len(head + ch) > head_w:
+            break
+        head += ch
+    for ch in reversed(text):
+        if cell_len(ch + tail) > tail_w:
+            break
+        tail = ch + tail
+    return head + "…" + tail
 
-    DEFAULT_CSS = "FleetTableView { height: 1fr; }"
 
-    def __init__(self, **kw: object) -> None:
-        # the cursor row keeps its cells' colours (a down row stays red under the cursor)
-        super().__init__(cursor_type="row", fixed_columns=1, zebra_stripes=False,
-                         cursor_foreground_priority="renderable", **kw)  # type: ignore[arg-type]
-        self.keys: list[Key] = []
-        self._shape: tuple[object, ...] | None = None
-        self._headers: tuple[str, bool] | None = None
+#: Cells between two columns.
+GAP = 2
+#: The instance column takes at most this share of the width; longer names are shortened.
+NAME_SHARE = 0.4
+#: The fixed column (always drawn) and the ones that scroll sideways, whole.
+FIXED, SCROLLED = VIEW_COLUMNS[0], VIEW_COLUMNS[1:]
 
-    def on_mount(self) -> None:
-        for c in VIEW_COLUMNS:
-            self.add_column(header_label(c, "rank", False), key=c.key)
 
-    def set_sort(self, sort: str, descending: bool) -> None:
-        """Mark the sorted column in the header."""
-        if self._headers == (sort, descending):
-            return
-        self._headers = (sort, descending)
-        for c in VIEW_COLUMNS:
-            self.columns[c.key].label = header_label(c, sort, descending)  # type: ignore[index]
-        self._require_update_dimensions = True
-        self.refresh()
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """The columns drawn at a width: ``columns`` ((column, width, x) each, the fixed one first),
+    ``hidden_left`` and ``hidden_right`` (scrolled columns not drawn, on each side), ``right_x``
+    (where the right marker starts)."""
+
+    columns: tuple[tuple[ViewColumn, int, int], ...]
+    hidden_left: int
+    hidden_right: int
+    right_x: int
+
+
+def layout(widths: dict[str, int], width: int, first: int) -> Layout:
+    """Which whole columns fit in ``width`` cells with the scrolled ones starting at index
+    ``first`` of :data:`SCROLLED`: a column is drawn whole or not at all, and a marker on each
+    side says how many are hidden there (``‹2``, ``3 more ›``)."""
+    name_w = min(widths[FIXED.key], max(len(FIXED.label), int(width * NAME_SHARE)))
+    cols: list[tuple[ViewColumn, int, int]] = [(FIXED, name_w, 0)]
+    left = len(f"‹{first} ") if first else GAP
+    x = name_w + left
+    rest = SCROLLED[first:]
+    drawn = 0
+    for i, c in enumerate(rest):
+        w = widths[c.key]
+        more = len(rest) - i - 1
+        room = width - (len(f"  {more} more ›") if more else 0)
+        if x + w > room:
+            break
+        cols.append((c, w, x))
+        x += w + GAP
+        drawn += 1
+    return Layout(tuple(cols), first, len(rest) - drawn, x - GAP if drawn else x)
+
+
+class FleetTableView(ScrollView, can_focus=True):
+    """The instances table (see the module docstring), drawing only the rows on screen.
+
+    ``show(rows, sparks)`` sets the rows in the order the screen decided (kept by reference:
+    nothing is drawn or measured until a row is on screen); the cursor stays on the instance it
+    was on. Up/down, page up/down, home/end move the cursor; left/right scroll the columns
+    sideways one whole column at a time (the instance column stays); Enter or a click on the
+    cursor row posts :class:`Selected`, a click on a header :class:`HeaderClicked`. A column's
+    width is its header's, its widest value on screen so far and, with sparklines,
+    ``SPARK_MIN``; it never shrinks while the rows keep their sparkline setting."""
+
+    DEFAULT_CSS = "FleetTableView { height: 1fr; overflow-x: hidden; }"
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("up", "cursor(-1)", "up", show=False),
+        Binding("down", "cursor(1)", "down", show=False),
+        Binding("pageup", "page(-1)", "page up", show=False),
+        Binding("pagedown", "page(1)", "page down", show=False),
+        Binding("home", "edge(-1)", "first row", show=False),
+        Binding("end", "edge(1)", "last row", show=False),
+        Binding("left", "columns(-1)", "columns left", show=False),
+        Binding("right", "columns(1)", "columns right", show=False),
+        Binding("enter", "select", "drill down", show=False),
+    ]
+
+    class Selected(Message):
+        """Enter, or a click on the cursor row: ``key`` of the row."""
+
+        def __init__(self, key: Key) -> None:
+            super().__init__()
+            self.key = key
+
+    class HeaderClicked(Message):
+        """A click on the header of ``column``."""
+
+        def __init__(self, column: ViewColumn) -> None:
+            super().__init__()
+            self.column = column
+
+    def __init__(self, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.rows: list[InstanceRow] = []
+        self.cursor_row = 0
+        self.first_col = 0
+        self.sparks = True
+        self.sort: tuple[str, bool] = ("rank", False)
+        self._index: dict[Key, int] = {}
+        self._values: dict[Key, dict[str, tuple[str, str]]] = {}
+        self._widths = self._header_widths()
+        self._layout: Layout | None = None
+
+    # -- what is shown ------------------------------------------------------------------------------
+    @property
+    def keys(self) -> list[Key]:
+        """The shown rows' keys, in order."""
+        return [r.key for r in self.rows]
+
+    @property
+    def row_height(self) -> int:
+        return 2 if self.sparks else 1
 
     @property
     def selected(self) -> Key | None:
         """The key of the row under the cursor (job, instance, ...), or ``None`` when the table is
         empty."""
-        if not self.keys or not 0 <= self.cursor_row < len(self.keys):
-            return None
-        return self.keys[self.cursor_row]
+        return self.rows[self.cursor_row].key if 0 <= self.cursor_row < len(self.rows) else None
 
     def show(self, rows: Sequence[InstanceRow], sparks: bool = True) -> None:
-        """Draw ``rows`` in this order; the cursor stays on the instance it was on."""
-        values = [row_values(r) for r in rows]
-        widths = column_widths(values, sparks, self._headers[0] if self._headers else "")
-        keys = [r.key for r in rows]
-        shape = (tuple(keys), sparks, tuple(widths.values()))
-        cells = [row_cells(r, v, widths, sparks) for r, v in zip(rows, values)]
-        if shape == self._shape:  # same rows, order and widths: the cells change in place
-            for r, row_cells_ in zip(rows, cells):
-                for c, cell in zip(VIEW_COLUMNS, row_cells_):
-                    self.update_cell(row_key(*r.key), c.key, cell)
-            return
+        """Show ``rows`` in this order; the cursor stays on the instance it was on."""
         selected = self.selected
-        scroll_x = self.scroll_x
-        self.clear()
-        self._shape = shape
-        self.keys = keys
-        for c in VIEW_COLUMNS:  # the widths are known: set now, not measured later (on idle)
-            col = self.columns[c.key]  # type: ignore[index]
-            col.width = col.content_width = widths[c.key]
-            col.auto_width = False
-        for r, row_cells_ in zip(rows, cells):
-            self.add_row(*row_cells_, height=2 if sparks else 1, key=row_key(*r.key))
-        if selected in keys:
-            self.move_cursor(row=keys.index(selected), animate=False)
-        if scroll_x:
-            self.call_after_refresh(self.scroll_to, x=scroll_x, animate=False)
+        if sparks != self.sparks:
+            self._widths = self._header_widths(sparks)
+        self.sparks = sparks
+        self.rows = list(rows)
+        self._index = {r.key: i for i, r in enumerate(self.rows)}
+        self._values.clear()
+        if selected in self._index:
+            self.cursor_row = self._index[selected]
+        self.cursor_row = max(0, min(self.cursor_row, len(self.rows) - 1))
+        self.virtual_size = Size(self.size.width, 1 + len(self.rows) * self.row_height)
+        self._scroll_cursor_into_view()
+        self.refresh()
+
+    def set_sort(self, sort: str, descending: bool) -> None:
+        """Mark the sorted column in the header."""
+        if self.sort != (sort, descending):
+            self.sort = (sort, descending)
+            self._widths = {k: max(w, self._header_widths()[k]) for k, w in self._widths.items()}
+            self.refresh()
+
+    def visible_rows(self) -> range:
+        """The indexes of the rows on screen."""
+        first = int(self.scroll_y) // self.row_height
+        n = -(-max(0, self.scrollable_content_region.height - 1) // self.row_height) + 1
+        return range(first, min(len(self.rows), first + n))
+
+    def row_values(self, i: int) -> dict[str, tuple[str, str]]:
+        """Column key -> (text, style) of row ``i``'s value line, built once per :meth:`show`."""
+        r = self.rows[i]
+        got = self._values.get(r.key)
+        if got is None:
+            got = self._values[r.key] = row_values(r)
+        return got
+
+    def get_row(self, key: Key | str) -> list[Text]:
+        """The cells of the row of ``key`` (a key, or :func:`row_key` of one) as drawn, in
+        :data:`VIEW_COLUMNS` order."""
+        k = tuple(key.split("\x00")) if isinstance(key, str) else key
+        i = self._index[k]
+        return row_cells(self.rows[i], self.row_values(i), self._widths, self.sparks)
+
+    def header_x(self, key: str) -> int | None:
+        """Where the header of column ``key`` starts on screen (``None`` when it is not drawn)."""
+        lay = self._current_layout()
+        return next((x for c, _w, x in lay.columns if c.key == key), None)
+
+    def move_cursor(self, row: int) -> None:
+        """Put the cursor on row ``row`` and scroll it into view."""
+        if self.rows:
+            self.cursor_row = max(0, min(row, len(self.rows) - 1))
+            self._scroll_cursor_into_view()
+            self.refresh()
+
+    # -- keys and the mouse -------------------------------------------------------------------------
+    def action_cursor(self, step: int) -> None:
+        self.move_cursor(self.cursor_row + step)
+
+    def action_page(self, step: int) -> None:
+        page = max(1, (self.scrollable_content_region.height - 1) // self.row_height)
+        self.move_cursor(self.cursor_row + step * page)
+
+    def action_edge(self, step: int) -> None:
+        self.move_cursor(0 if step < 0 else len(self.rows) - 1)
+
+    def action_columns(self, step: int) -> None:
+        lay = self._current_layout()
+        if step > 0 and not lay.hidden_right:
+            return
+        self.first_col = max(0, min(len(SCROLLED) - 1, self.first_col + step))
+        self._layout = None
+        self.refresh()
+
+    def action_select(self) -> None:
+        if self.selected is not None:
+            self.post_message(self.Selected(self.selected))
+
+    def on_click(self, event: events.Click) -> None:
+        if event.y == 0:
+            for c, w, x in self._current_layout().columns:
+                if x <= event.x < x + w:
+                    self.post_message(self.HeaderClicked(c))
+            return
+        i = (int(self.scroll_y) + event.y - 1) // self.row_height
+        if 0 <= i < len(self.rows):
+            if i == self.cursor_row:
+                self.action_select()
+            else:
+                self.move_cursor(i)
+
+    def on_resize(self) -> None:
+        self._layout = None
+        self.virtual_size = Size(self.size.width, 1 + len(self.rows) * self.row_height)
+
+    # -- drawing ------------------------------------------------------------------------------------
+    def _header_widths(self, sparks: bool | None = None) -> dict[str, int]:
+        sparks = self.sparks if sparks is None else sparks
+        sort = self.sort[0] if hasattr(self, "sort") else ""
+        return {c.key: max(len(c.label) + (2 if c.sort == sort else 0), SPARK_MIN if sparks and c.spark else 0)
+                for c in VIEW_COLUMNS}
+
+    def _measure(self) -> None:
+        """Widen the columns for the rows on screen (never narrower than before)."""
+        word = STATE_WORDS[CellState.NOT_EXPORTED]
+        grew = False
+        for i in self.visible_rows():
+            for c in VIEW_COLUMNS:
+                text = self.row_values(i)[c.key][0]
+                w = len("exported") if self.sparks and text == word else cell_len(text)
+                if w > self._widths[c.key]:
+                    self._widths[c.key] = w
+                    grew = True
+        if grew:
+            self._layout = None
+
+    def _current_layout(self) -> Layout:
+        if self._layout is None:
+            if self.first_col and layout(self._widths, self.size.width, 0).hidden_right == 0:
+                self.first_col = 0  # everything fits again: no column hidden on the left
+            self._layout = layout(self._widths, self.size.width, self.first_col)
+        return self._layout
+
+    def _scroll_cursor_into_view(self) -> None:
+        h = self.scrollable_content_region.height
+        if h <= 1 or not self.rows:
+            return
+        top = self.cursor_row * self.row_height
+        bottom = top + self.row_height
+        y = int(self.scroll_y)
+        if top < y:
+            self.scroll_to(y=top, animate=False, immediate=True)
+        elif bottom > y + h - 1:
+            self.scroll_to(y=bottom - (h - 1), animate=False, immediate=True)
+
+    def render_lines(self, crop: Region) -> list[Strip]:
+        self._measure()
+        return super().render_lines(crop)
+
+    def get_line_filters(self) -> Sequence[LineFilter]:
+        return truecolor_filters(look_of(self), super().get_line_filters())
+
+    def render_line(self, y: int) -> Strip:
+        width = self.size.width
+        look = look_of(self)
+        lay = self._current_layout()
+        if y == 0:
+            line = self._header(lay, width)
+        else:
+            i, sub = divmod(int(self.scroll_y) + y - 1, self.row_height)
+            line = self._row_line(i, sub, lay, width, look.window) if i < len(self.rows) else blank(width)
+        return ascii_strip(line) if look.ascii else line
+
+    def _header(self, lay: Layout, width: int) -> Strip:
+        parts: list[tuple[str, Style]] = []
+        x = 0
+        sort, desc = self.sort
+        for c, w, cx in lay.columns:
+            if cx > x:
+                gap = f"‹{lay.hidden_left} " if x and lay.hidden_left and c is not FIXED and \
+                    x == lay.columns[0][1] else ""
+                parts.append((gap.ljust(cx - x), _style(MARK_STYLE)))
+            label = header_label(c, sort, desc)
+            parts.append((shorten(label.plain, w).ljust(w), _style(str(label.style) or "bold")))
+            x = cx + w
+        if lay.hidden_right:
+            parts.append((f"  {lay.hidden_right} more ›".rjust(max(0, width - x)), _style(MARK_STYLE)))
+        return strip(parts, width)
+
+    def _row_line(self, i: int, sub: int, lay: Layout, width: int, cursor: Style) -> Strip:
+        row = self.rows[i]
+        values = self.row_values(i)
+        under = cursor if i == self.cursor_row else None
+        parts: list[tuple[str, Style]] = []
+        x = 0
+        for c, w, cx in lay.columns:
+            if cx > x:
+                parts.append((" " * (cx - x), _style("", under)))
+            lines = cell_lines(row, c, values[c.key], w, self.sparks)
+            text, style = lines[sub] if sub < len(lines) else (" " * w, "")
+            parts.append((text, _style(style, under)))
+            x = cx + w
+        if x < width:
+            parts.append((" " * (width - x), _style("", under)))
+        return strip(parts, width)
+
+
+MARK_STYLE = "bold #e5c07b"
+
+
+@functools.lru_cache(maxsize=512)
+def _style(spec: str, under: Style | None = None) -> Style:
+    """A style from its text (``bold #e06c75``), on the cursor's background when ``under``."""
+    st = Style.parse(spec) if spec else Style()
+    return st + under if under is not None else st
