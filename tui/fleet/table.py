@@ -39,13 +39,13 @@ from __future__ import annotations
 import dataclasses
 import enum
 import math
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import numpy as np
 
-from bmoe_top.tui.fleet.queries import BY, COLUMNS, DERIVED, exported
+from bmoe_top.tui.fleet.queries import BY, COLUMN_BY_KEY, COLUMNS, DERIVED, exported
 from bmoe_top.tui.sources.prometheus import PromError, QueryResult, RangeResult, RangeSeries
 
 __all__ = [
@@ -69,7 +69,7 @@ __all__ = [
     "Key",
     "Now",
     "missing_keys",
-    "vector",
+    "NowCells",
     "with_detail",
 ]
 
@@ -119,15 +119,16 @@ class InstanceRow:
     state: InstanceState
     last_up_age_s: float | None
     restarts: int | None
-    cells: dict[str, Cell]
+    cells: Mapping[str, Cell]
     spark: dict[str, np.ndarray]
     rank: int = 0
     flags: tuple[str, ...] = ()
     labels: dict[str, str] = field(default_factory=dict)
+    key: Key = field(init=False, repr=False, compare=False)
 
-    @property
-    def key(self) -> Key:
-        return (self.job, self.instance, *self.labels.values())
+    def __post_init__(self) -> None:
+        # made once: sorting, filtering and the screen's index read it for every row at every key
+        self.key = (self.job, self.instance, *self.labels.values()) if self.labels else (self.job, self.instance)
 
     def value(self, key: str) -> float | None:
         return self.cells[key].value
@@ -199,7 +200,10 @@ class FleetTable:
 
 def column_keys() -> list[str]:
     """Every cell key in display order: the queried columns, then the derived ones."""
-    return [c.key for c in COLUMNS] + list(DERIVED)
+    return list(_CELL_KEYS)
+
+
+_CELL_KEYS = tuple([c.key for c in COLUMNS] + list(DERIVED))
 
 
 def _key(labels: Mapping[str, str], by: tuple[str, ...] = BY) -> Key:
@@ -306,7 +310,7 @@ def _restarts(res: QueryResult | PromError | None, by: tuple[str, ...]) -> dict[
 @dataclass(frozen=True, slots=True)
 class Now:
     """Instant answers at the table's time for the whole fleet (a fleet larger than the rows read
-    in detail), each by key (:func:`vector`): ``up`` (the ``up`` query: up or down now; a target
+    in detail), each by key (``PrometheusClient.query_keyed``): ``up`` (the ``up`` query: up or down now; a target
     without a sample now is gone), ``columns`` (key -> the column's values now, or its error),
     ``targets`` (every target in the window, gone ones included), ``warnings``."""
 
@@ -314,17 +318,6 @@ class Now:
     columns: Mapping[str, dict[Key, float] | PromError]
     targets: Collection[Key] = ()
     warnings: list[str] = field(default_factory=list)
-
-
-def vector(res: QueryResult | PromError, by: tuple[str, ...]) -> dict[Key, float] | PromError:
-    """An instant answer's values by key (two label sets folded onto one key: the first); an
-    error as it is."""
-    if isinstance(res, PromError):
-        return res
-    out: dict[Key, float] = {}
-    for s in res.samples:
-        out.setdefault(_key(s.labels, by), s.v)
-    return out
 
 
 def missing_keys(now: Now) -> set[Key]:
@@ -388,36 +381,58 @@ _ERROR, _NOT_EXPORTED, _NO_DATA = Cell(None, CellState.ERROR), Cell(None, CellSt
     Cell(None, CellState.NO_DATA)
 
 
-def _now_row(key: Key, up_now: Mapping[Key, float] | None, cols_now: Mapping[str, Mapping[Key, float]],
-             errors: Mapping[str, PromError], names: Mapping[Key, set[str]]) -> tuple[InstanceState, float | None,
-                                                                                       dict[str, Cell]]:
-    """A row read from the instant answers only: its state, last-up age (0 when up, else not
-    read) and cells. A number of a row that is not up now is stale, of an unknown age."""
-    if up_now is None:
-        state = InstanceState.UNKNOWN
-    elif key not in up_now:
-        state = InstanceState.GONE
-    else:
-        state = InstanceState.UP if up_now[key] == 1 else InstanceState.DOWN
-    up = state in (InstanceState.UP, InstanceState.UNKNOWN)
-    cells: dict[str, Cell] = {}
-    known = names.get(key)
-    for c in COLUMNS:
-        got = cols_now.get(c.key)
-        if got is None or c.key in errors:
-            cells[c.key] = _ERROR
-            continue
-        v = got.get(key)
+class NowCells(Mapping[str, Cell]):
+    """A row's cells read from the instant answers, each made when it is read (a large fleet's
+    rows are mostly never drawn: 5,000 rows x 15 cells would otherwise be 75,000 objects each
+    refresh for the garbage collector to walk). ``cols``: each column's key -> its values now
+    (``None`` when its query failed), shared by the table's rows; ``up``: whether the row is up
+    (else its numbers are stale, of an unknown age); ``known``: the series it exports (``None``:
+    not asked)."""
+
+    __slots__ = ("_key", "_cols", "_up", "_known")
+
+    def __init__(self, key: Key, cols: Mapping[str, Mapping[Key, float] | None], up: bool,
+                 known: set[str] | None) -> None:
+        self._key, self._cols, self._up, self._known = key, cols, up, known
+
+    def __getitem__(self, ck: str) -> Cell:
+        if ck == "stall_share":
+            return _ratio_cell(self["flash_ms"], self["wall_ms"])
+        got = self._cols[ck]  # KeyError for a key that is no column
+        if got is None:
+            return _ERROR
+        v = got.get(self._key)
+        up = self._up
         if v is None:
-            cells[c.key] = _NOT_EXPORTED if up and known is not None and not exported(c, known) else _NO_DATA
-        elif not math.isfinite(v):
-            cells[c.key] = _UNDEF if up else _STALE_UNKNOWN
-        elif up:
-            cells[c.key] = Cell(v, CellState.OK, 0.0)
-        else:
-            cells[c.key] = Cell(v, CellState.STALE)
-    cells["stall_share"] = _ratio_cell(cells["flash_ms"], cells["wall_ms"])
-    return state, 0.0 if state is InstanceState.UP else None, cells
+            known = self._known
+            return _NOT_EXPORTED if up and known is not None and not exported(COLUMN_BY_KEY[ck], known) \
+                else _NO_DATA
+        if v - v != 0.0:  # NaN or infinite: nothing to divide by
+            return _UNDEF if up else _STALE_UNKNOWN
+        return Cell(v, CellState.OK, 0.0) if up else Cell(v, CellState.STALE)
+
+    def number(self, ck: str) -> float | None:
+        """The number of cell ``ck`` (what ``ok`` and ``stale`` cells hold), else ``None``:
+        what sorting and ranking read, without making the cell."""
+        if ck == "stall_share":
+            c = self[ck]
+            return c.value
+        got = self._cols.get(ck)
+        v = None if got is None else got.get(self._key)
+        return v if v is not None and v - v == 0.0 else None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(_CELL_KEYS)
+
+    def __len__(self) -> int:
+        return len(_CELL_KEYS)
+
+
+def _now_state(key: Key, up_now: Mapping[Key, float] | None) -> InstanceState:
+    if up_now is None:
+        return InstanceState.UNKNOWN
+    u = up_now.get(key)
+    return InstanceState.GONE if u is None else InstanceState.UP if u == 1 else InstanceState.DOWN
 
 
 def _range_answers(up: RangeResult | PromError | None, columns: Mapping[str, RangeResult | PromError], grid: Grid,
@@ -492,11 +507,16 @@ def build_table(*, selector: str, at: float, window_s: float, grid: Grid, rate_i
         keys = set(now.targets) | set(up_now or ())
         for per_now in cols_now.values():
             keys |= set(per_now)
+        cols: dict[str, Mapping[Key, float] | None] = {
+            c.key: None if c.key in errors else cols_now.get(c.key) for c in COLUMNS}
+        no_labels: dict[str, str] = {}
         for key in keys:
-            state, last_up, cells = _now_row(key, up_now, cols_now, errors, names)
-            rows.append(InstanceRow(job=key[0], instance=key[1], state=state, last_up_age_s=last_up,
-                                    restarts=n_restarts.get(key), cells=cells, spark={},
-                                    labels=dict(zip(by[2:], key[2:]))))
+            state = _now_state(key, up_now)
+            is_up = state is InstanceState.UP or state is InstanceState.UNKNOWN
+            rows.append(InstanceRow(job=key[0], instance=key[1], state=state,
+                                    last_up_age_s=0.0 if state is InstanceState.UP else None,
+                                    restarts=n_restarts.get(key), cells=NowCells(key, cols, is_up, names.get(key)),
+                                    spark={}, labels=dict(zip(by[2:], key[2:])) if len(by) > 2 else no_labels))
     rank_rows(rows, memory)
     return FleetTable(selector=selector, at=at, window_s=window_s, step_s=grid.step, rate_interval_s=rate_interval_s,
                       scrape_interval_s=scrape_interval_s, t=grid.t, rows=rows, queries=dict(queries or {}),
@@ -529,13 +549,20 @@ def with_detail(table: FleetTable, grid: Grid, *, up: RangeResult | PromError,
 
 
 def _num(row: InstanceRow, key: str) -> float | None:
-    c = row.cells.get(key)
-    return c.value if c is not None and c.state in (CellState.OK, CellState.STALE) else None
+    """The number of a cell (``ok`` or ``stale``), else ``None``."""
+    cells = row.cells
+    if type(cells) is NowCells:
+        return cells.number(key)
+    c = cells.get(key)
+    return c.value if c is not None and (c.state is CellState.OK or c.state is CellState.STALE) else None
 
 
 #: A ranked value moves a row only when it changed by more than this (percentage points) since the
 #: value the row was last ranked by: a 1 s scrape's noise must not reorder the table.
 RANK_BAND = {"stall_share": 5.0, "hit_pct": 5.0}
+
+
+_BANDS = tuple(RANK_BAND.items())
 
 
 class RankMemory:
@@ -558,11 +585,11 @@ class RankMemory:
     def ranked(self, row: InstanceRow, key: Key | None = None) -> dict[str, float | None]:
         """The values ``row`` (its ``key``) ranks by now (the remembered ones while within the
         band)."""
-        old = self.values.get(row.key if key is None else key, {})
+        old = self.values.get(row.key if key is None else key)
         out: dict[str, float | None] = {}
-        for name, band in RANK_BAND.items():
+        for name, band in _BANDS:
             v = _num(row, name)
-            p = old.get(name)
+            p = None if old is None else old.get(name)
             out[name] = p if v is not None and p is not None and abs(v - p) <= band else v
         return out
 
@@ -618,9 +645,10 @@ def sort_rows(rows: Iterable[InstanceRow], key: str, descending: bool = False) -
         have = [r for r in rows if getattr(r, key) is not None]
         return sorted(have, key=lambda r: getattr(r, key), reverse=descending) + \
             [r for r in rows if getattr(r, key) is None]
-    have = [r for r in rows if _num(r, key) is not None]
-    rest = [r for r in rows if _num(r, key) is None]
-    return sorted(have, key=lambda r: _num(r, key) or 0.0, reverse=descending) + rest
+    nums = [(_num(r, key), r) for r in rows]
+    numbered = [(v, r) for v, r in nums if v is not None]
+    numbered.sort(key=lambda vr: vr[0], reverse=descending)
+    return [r for _v, r in numbered] + [r for v, r in nums if v is None]
 
 
 def filter_rows(rows: Iterable[InstanceRow], text: str) -> list[InstanceRow]:

@@ -24,6 +24,7 @@ time, refreshed once.
 from __future__ import annotations
 
 import collections
+import gc
 import threading
 import time
 from collections.abc import Hashable, Sequence
@@ -129,7 +130,6 @@ class FleetScreen(Screen[None]):
     FleetScreen { layout: vertical; }
     #fleet-status { height: auto; max-height: 4; padding: 0 1; background: $panel; }
     #fleet-filter { dock: bottom; display: none; }
-    #fleet-filter.shown { display: block; }
     #fleet-legend { height: 1; padding: 0 1; color: $text-muted; }
     """
 
@@ -243,6 +243,7 @@ class FleetScreen(Screen[None]):
                 self.state.fail(item, time.time())
         if changed:
             self.draw_table()
+            _freeze_once()
         self.follow_view()
         self.draw_status()
         if self.pending_drill is not None and self.state.table is not None:
@@ -433,7 +434,7 @@ class FleetScreen(Screen[None]):
 
     def action_filter(self) -> None:
         box = self.query_one("#fleet-filter", Input)
-        box.add_class("shown")
+        box.display = True  # shown and hidden inline: a class would match the stylesheet again
         box.value = self.filter_text
         box.focus()
 
@@ -444,14 +445,15 @@ class FleetScreen(Screen[None]):
 
     @on(Input.Submitted, "#fleet-filter")
     def _filter_done(self, event: Input.Submitted) -> None:
-        self.query_one("#fleet-filter", Input).remove_class("shown")
+        self.query_one("#fleet-filter", Input).display = False
         self.query_one(FleetTableView).focus()
 
     def action_clear_filter(self) -> None:
         box = self.query_one("#fleet-filter", Input)
-        box.remove_class("shown")
-        if self.filter_text or box.value:
-            box.value = ""
+        box.display = False
+        if box.value:
+            box.value = ""  # its Changed message clears the filter and draws the table again
+        elif self.filter_text:
             self.filter_text = ""
             self._resort()
         self.query_one(FleetTableView).focus()
@@ -483,6 +485,22 @@ class FleetScreen(Screen[None]):
 
     def action_quit(self) -> None:
         self.app.exit()
+
+
+_frozen = False
+
+
+def _freeze_once() -> None:
+    """Once per process, when the first table is drawn: collect, then move every object alive
+    (the app's widgets, styles, code: some 60,000, alive for good) out of the cyclic garbage
+    collector's walks (:func:`gc.freeze`). A full collection then walks the fleet's objects only
+    (33 ms became 10 ms with 5,000 rows), where it came as 60 ms pauses on keys. Frozen objects
+    are still freed when their last reference goes."""
+    global _frozen
+    if not _frozen:
+        _frozen = True
+        gc.collect()
+        gc.freeze()
 
 
 def _flag_text(row: InstanceRow, flag: str) -> str:

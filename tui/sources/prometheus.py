@@ -5,7 +5,8 @@ through PromQL ``query`` and ``query_range`` (docs/fleet.md). This module is the
 requests, answers decoded into small typed results, and every failure classified. What to ask
 and how to read the answers is :mod:`bmoe_top.tui.fleet`. No Textual, no Rich.
 
-* :class:`PrometheusClient`: ``query(expr, at)`` -> :class:`QueryResult` (instant vector),
+* :class:`PrometheusClient`: ``query(expr, at)`` -> :class:`QueryResult` (instant vector;
+  ``query_keyed(expr, at, by)`` -> :class:`KeyedResult`, its values by some labels' values),
   ``query_range(expr, start, end, step)`` -> :class:`RangeResult` (one :class:`RangeSeries`
   per label set, times and values as float64 arrays), ``targets()`` -> :class:`Target` list,
   ``config_scrape_intervals()`` -> the configured intervals, ``scrape_interval(...)``.
@@ -52,6 +53,7 @@ __all__ = [
     "PromError",
     "Sample",
     "QueryResult",
+    "KeyedResult",
     "RangeSeries",
     "RangeResult",
     "Target",
@@ -60,6 +62,7 @@ __all__ = [
     "require_series",
     "decode_answer",
     "decode_vector",
+    "decode_keyed",
     "decode_matrix",
     "parse_duration",
     "format_duration",
@@ -120,6 +123,17 @@ class QueryResult:
     query: str
     at: float | None
     samples: list[Sample]
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class KeyedResult:
+    """An instant query's answer by key (:meth:`PrometheusClient.query_keyed`): ``values`` (the
+    values of the grouping labels -> the sample's value), ``at``, ``warnings``."""
+
+    query: str
+    at: float | None
+    values: dict[tuple[str, ...], float]
     warnings: list[str] = field(default_factory=list)
 
 
@@ -271,6 +285,27 @@ def decode_vector(data: Any, expr: str = "") -> list[Sample]:
     raise PromError(PromErrorKind.MALFORMED, f"instant query answered with a {rtype!r}", query=expr)
 
 
+def decode_keyed(data: Any, by: tuple[str, ...], expr: str = "") -> dict[tuple[str, ...], float]:
+    """An instant query's ``data`` (a ``vector``) -> its values by the values of the labels
+    ``by`` (``""`` for a label a sample lacks; two samples of one key: the first); raises
+    :class:`PromError` ``malformed`` for any other shape."""
+    out: dict[tuple[str, ...], float] = {}
+    try:
+        if data["resultType"] != "vector":
+            raise PromError(PromErrorKind.MALFORMED, f"instant query answered with a {data['resultType']!r}",
+                            query=expr)
+        pair = by == ("job", "instance")
+        for e in data["result"]:
+            m = e["metric"]
+            k = (m.get("job", ""), m.get("instance", "")) if pair else tuple([m.get(b, "") for b in by])
+            "".join(k)  # every label value a string
+            if k not in out:
+                out[k] = _float(e["value"][1])
+    except (KeyError, IndexError, TypeError, ValueError, OverflowError, AttributeError) as exc:
+        raise _malformed(exc, expr) from exc
+    return out
+
+
 def decode_matrix(data: Any, expr: str = "") -> list[RangeSeries]:
     """A range query's ``data`` (``matrix``) -> series (times and values as float64 arrays);
     raises :class:`PromError` ``malformed`` for any other shape."""
@@ -374,6 +409,16 @@ class PrometheusClient:
             form["time"] = f"{at:.3f}"
         data, warnings = self._request("query", form, query=expr)
         return QueryResult(query=expr, at=at, samples=decode_vector(data, expr), warnings=warnings)
+
+    def query_keyed(self, expr: str, at: float | None, by: tuple[str, ...]) -> KeyedResult:
+        """Instant query ``expr`` at ``at``, its values by the values of the labels ``by`` (a
+        fleet's column: one value per instance, without a sample object each). Raises
+        :class:`PromError`."""
+        form = {"query": expr, "timeout": self._eval_timeout()}
+        if at is not None:
+            form["time"] = f"{at:.3f}"
+        data, warnings = self._request("query", form, query=expr)
+        return KeyedResult(query=expr, at=at, values=decode_keyed(data, by, expr), warnings=warnings)
 
     def query_range(self, expr: str, start: float, end: float, step: float) -> RangeResult:
         """Range query ``expr`` from ``start`` to ``end`` (Unix s) every ``step`` s, on exactly

@@ -165,17 +165,18 @@ def spark_text(v: np.ndarray | None, width: int, scale: tuple[float, float] | No
     if v is None or width <= 0 or not np.isfinite(v).any():
         return " " * max(0, width)
     b = spark_bins(v, width)
-    fin = b[np.isfinite(b)]
-    lo, hi = scale if scale is not None else (min(0.0, float(fin.min())), float(fin.max()))
+    fin = np.isfinite(b)
+    lo, hi = scale if scale is not None else (min(0.0, float(b[fin].min())), float(b[fin].max()))
     # in halves: the span of -1e308 .. 1e308 is no float, half of it is
     span = hi / 2 - lo / 2 if hi > lo else 1.0
-    out = []
-    for x in b.tolist():
-        if not math.isfinite(x):
-            out.append(NO_DATA_GLYPH)
-        else:
-            out.append(EIGHTHS[1 + int(round(min(1.0, max(0.0, (x / 2 - lo / 2) / span)) * 7))])
-    return "".join(out)
+    with np.errstate(invalid="ignore", over="ignore"):
+        level = np.rint(np.clip((b / 2 - lo / 2) / span, 0.0, 1.0) * 7)
+    idx = np.where(fin, np.nan_to_num(level), 8).astype(np.int64)
+    return "".join(_SPARK_GLYPHS[idx].tolist())
+
+
+#: The sparkline's glyphs by level (0: the bottom .. 7: the top) and 8: no value.
+_SPARK_GLYPHS = np.array([*EIGHTHS[1:], NO_DATA_GLYPH])
 
 
 def _state(row: InstanceRow) -> tuple[str, str]:
@@ -399,9 +400,11 @@ class FleetTableView(ScrollView, can_focus=True):
         self.sparks = True
         self.sort: tuple[str, bool] = ("rank", False)
         self._index: dict[Key, int] = {}
-        self._values: dict[Key, dict[str, tuple[str, str]]] = {}
+        # per row key: (the row object they were made of, its value texts / its drawn lines)
+        self._values: dict[Key, tuple[InstanceRow, dict[str, tuple[str, str]]]] = {}
         self._widths = self._header_widths()
         self._layout: Layout | None = None
+        self._strips: dict[tuple[Key, bool], tuple[InstanceRow, list[Strip]]] = {}
 
     # -- what is shown ------------------------------------------------------------------------------
     @property
@@ -427,7 +430,11 @@ class FleetTableView(ScrollView, can_focus=True):
         self.sparks = sparks
         self.rows = list(rows)
         self._index = {r.key: i for i, r in enumerate(self.rows)}
-        self._values.clear()
+        # what was made of rows that stay (the same objects: a filter or a sort, not a refresh) stays
+        self._values = {k: v for k, v in self._values.items() if k in self._index and
+                        self.rows[self._index[k]] is v[0]}
+        self._strips = {k: v for k, v in self._strips.items() if k[0] in self._index and
+                        self.rows[self._index[k[0]]] is v[0]}
         if selected in self._index:
             self.cursor_row = self._index[selected]
         self.cursor_row = max(0, min(self.cursor_row, len(self.rows) - 1))
@@ -440,6 +447,7 @@ class FleetTableView(ScrollView, can_focus=True):
         if self.sort != (sort, descending):
             self.sort = (sort, descending)
             self._widths = {k: max(w, self._header_widths()[k]) for k, w in self._widths.items()}
+            self._layout = None
             self.refresh()
 
     def visible_rows(self) -> range:
@@ -452,9 +460,9 @@ class FleetTableView(ScrollView, can_focus=True):
         """Column key -> (text, style) of row ``i``'s value line, built once per :meth:`show`."""
         r = self.rows[i]
         got = self._values.get(r.key)
-        if got is None:
-            got = self._values[r.key] = row_values(r)
-        return got
+        if got is None or got[0] is not r:
+            got = self._values[r.key] = (r, row_values(r))
+        return got[1]
 
     def get_row(self, key: Key | str) -> list[Text]:
         """The cells of the row of ``key`` (a key, or :func:`row_key` of one) as drawn, in
@@ -492,6 +500,7 @@ class FleetTableView(ScrollView, can_focus=True):
             return
         self.first_col = max(0, min(len(SCROLLED) - 1, self.first_col + step))
         self._layout = None
+        self._strips.clear()
         self.refresh()
 
     def action_select(self) -> None:
@@ -513,6 +522,7 @@ class FleetTableView(ScrollView, can_focus=True):
 
     def on_resize(self) -> None:
         self._layout = None
+        self._strips.clear()
         self.virtual_size = Size(self.size.width, 1 + len(self.rows) * self.row_height)
 
     # -- drawing ------------------------------------------------------------------------------------
@@ -535,12 +545,14 @@ class FleetTableView(ScrollView, can_focus=True):
                     grew = True
         if grew:
             self._layout = None
+            self._strips.clear()
 
     def _current_layout(self) -> Layout:
         if self._layout is None:
             if self.first_col and layout(self._widths, self.size.width, 0).hidden_right == 0:
                 self.first_col = 0  # everything fits again: no column hidden on the left
             self._layout = layout(self._widths, self.size.width, self.first_col)
+            self._strips.clear()
         return self._layout
 
     def _scroll_cursor_into_view(self) -> None:
@@ -570,7 +582,14 @@ class FleetTableView(ScrollView, can_focus=True):
             line = self._header(lay, width)
         else:
             i, sub = divmod(int(self.scroll_y) + y - 1, self.row_height)
-            line = self._row_line(i, sub, lay, width, look.window) if i < len(self.rows) else blank(width)
+            if i >= len(self.rows):
+                return blank(width)
+            row = self.rows[i]
+            at = (row.key, i == self.cursor_row)
+            cached = self._strips.get(at)
+            if cached is None or cached[0] is not row:
+                cached = self._strips[at] = (row, self._row_lines(i, lay, width, look.window))
+            line = cached[1][sub]
         return ascii_strip(line) if look.ascii else line
 
     def _header(self, lay: Layout, width: int) -> Strip:
@@ -589,22 +608,25 @@ class FleetTableView(ScrollView, can_focus=True):
             parts.append((f"  {lay.hidden_right} more ›".rjust(max(0, width - x)), _style(MARK_STYLE)))
         return strip(parts, width)
 
-    def _row_line(self, i: int, sub: int, lay: Layout, width: int, cursor: Style) -> Strip:
+    def _row_lines(self, i: int, lay: Layout, width: int, cursor: Style) -> list[Strip]:
+        """Row ``i``'s lines (its values, and its sparklines when shown)."""
         row = self.rows[i]
         values = self.row_values(i)
         under = cursor if i == self.cursor_row else None
-        parts: list[tuple[str, Style]] = []
+        parts: list[list[tuple[str, Style]]] = [[] for _ in range(self.row_height)]
         x = 0
         for c, w, cx in lay.columns:
-            if cx > x:
-                parts.append((" " * (cx - x), _style("", under)))
-            lines = cell_lines(row, c, values[c.key], w, self.sparks)
-            text, style = lines[sub] if sub < len(lines) else (" " * w, "")
-            parts.append((text, _style(style, under)))
+            cells = cell_lines(row, c, values[c.key], w, self.sparks)
+            for sub, out in enumerate(parts):
+                if cx > x:
+                    out.append((" " * (cx - x), _style("", under)))
+                text, style = cells[sub] if sub < len(cells) else (" " * w, "")
+                out.append((text, _style(style, under)))
             x = cx + w
         if x < width:
-            parts.append((" " * (width - x), _style("", under)))
-        return strip(parts, width)
+            for out in parts:
+                out.append((" " * (width - x), _style("", under)))
+        return [strip(out, width) for out in parts]
 
 
 MARK_STYLE = "bold #e5c07b"
