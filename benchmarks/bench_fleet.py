@@ -268,7 +268,7 @@ def bench_screen(url: str, n: int, at: float, rounds: int) -> float:
 
 
 # ----------------------------------------------------------------------------------------- keys
-async def keys_and_memory(url: str, n: int, at: float, loops: int) -> None:
+async def keys_and_memory(url: str, n: int, at: float, loops: int) -> bool:
     screen = FleetScreen(url, selector(n), WINDOW_S, at=at)
     app = BmoeTopApp(screen)
     async with app.run_test(size=SCREEN_SIZE) as pilot:
@@ -283,13 +283,17 @@ async def keys_and_memory(url: str, n: int, at: float, loops: int) -> None:
             screen._compositor.render_update(full=True)
             return (time.process_time() - c0) * 1000.0
 
-        typed = [await key("slash")] + [await key(ch) for ch in "10.0.7"] + [await key("escape")]
-        sorts = [await key(k) for k in ("s", "s", "s", "s", "i", "w", "greater_than_sign", "less_than_sign", "w")]
-        moves = [await key(k) for k in ("pagedown", "pagedown", "end", "home", "right", "left")]
-        print(f"  keys on {n:,} rows: filter '/10.0.7' + Escape, per key: median {statistics.median(typed):.1f} ms, "
-              f"max {max(typed):.1f} ms; sort keys (s, i, w, >, <): median {statistics.median(sorts):.1f} ms, "
-              f"max {max(sorts):.1f} ms; moves: max {max(moves):.1f} ms  (goal: < 100 ms a key) "
-              f"{'OK' if max(typed + sorts + moves) < 100 else 'MISSED'}")
+        names = {"slash": "/", "escape": "Esc", "greater_than_sign": ">", "less_than_sign": "<"}
+        typed = [("slash", await key("slash"))] + [(ch, await key(ch)) for ch in "10.0.7"] + \
+            [("escape", await key("escape"))]
+        sorts = [(k, await key(k)) for k in ("s", "s", "s", "s", "i", "w", "greater_than_sign", "less_than_sign", "w")]
+        moves = [(k, await key(k)) for k in ("pagedown", "pagedown", "end", "home", "right", "left")]
+        every = typed + sorts + moves
+        keys_ok = max(ms for _k, ms in every) < 100
+        print(f"  keys on {n:,} rows, CPU ms each until the screen is rendered again (goal: < 100 ms a key) "
+              f"{'OK' if keys_ok else 'MISSED'}:")
+        for what, group in (("filter", typed), ("sort", sorts), ("moves", moves)):
+            print(f"    {what + ':':<8}" + "  ".join(f"{names.get(k, k)} {ms:.0f}" for k, ms in group))
         # memory: the fleet refreshed and drawn in a loop, as the screen does once per scrape interval
         session = FleetSession(PrometheusClient(url, timeout=300), selector=selector(n), window_s=WINDOW_S)
         choose = screen_chooser(22)
@@ -306,6 +310,7 @@ async def keys_and_memory(url: str, n: int, at: float, loops: int) -> None:
         print(f"  memory over {loops} refreshes of {n:,} rows (refreshed and drawn, {cpu:.0f} ms CPU each): RSS "
               f"{rss[0]:.1f} MiB after {loops // 10 + 1}, {rss[1]:.1f} MiB after {loops}: "
               f"{(rss[1] - rss[0]) * 1024 / max(1, loops - loops // 10 - 1):+.1f} KiB per refresh")
+    return keys_ok
 
 
 def _rss_mib() -> float:
@@ -321,7 +326,11 @@ def main() -> int:
     ap.add_argument("--sizes", default="50,500,5000", help="fleet sizes (default 50,500,5000)")
     ap.add_argument("--scrape", type=int, default=15, help="seconds between samples (default 15)")
     ap.add_argument("--loops", type=int, default=240, help="refreshes of the memory loop (default 240)")
+    ap.add_argument("--keys", nargs=4, metavar=("URL", "N", "AT", "LOOPS"), help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.keys:
+        url, n, at_text, n_loops = args.keys
+        return 0 if asyncio.run(keys_and_memory(url, int(n), float(at_text), int(n_loops))) else 1
     if VICTORIA is None:
         print("bench_fleet: victoria-metrics is not installed (apt-get install victoria-metrics); skipped")
         return 0
@@ -354,7 +363,11 @@ def main() -> int:
                 total = goals[n]["table"] + goals[n]["screen"]
                 print(f"  the screen's refresh (table + drawing): CPU {total:.0f} ms (goal: < 1000 ms) "
                       f"{'OK' if total < 1000 else 'MISSED'}")
-            asyncio.run(keys_and_memory(vm.url, max(sizes), at, loops))
+            # in a process of its own, as the app runs: not beside the screens measured above
+            p = subprocess.run([sys.executable, __file__, "--keys", vm.url, str(max(sizes)), str(at), str(loops)],
+                               timeout=7200)
+            if p.returncode:
+                return p.returncode
             big = goals[max(sizes)]
             ok = big["table"] + big["screen"] < 1000 and big["once"] < 2000
             return 0 if ok else 1

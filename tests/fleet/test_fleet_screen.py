@@ -117,8 +117,10 @@ async def test_every_instance_shows_with_live_numbers(fleet):
 
             def live():
                 r = row_of(screen, a)
+                idle = row_of(screen, fleet.target("c"))  # a rate needs two samples: c's first may still miss one
                 return r is not None and len(screen.shown) == 3 and r.cells["tok_s"].state is CellState.OK \
-                    and r.cells["tok_s"].value > 0 and r.cells["requests_processing"].value == 1
+                    and r.cells["tok_s"].value > 0 and r.cells["requests_processing"].value == 1 \
+                    and idle is not None and idle.cells["tok_s"].state is CellState.OK
 
             await pilot_until(pilot, live, "instance a generating, on the screen")
             await pilot.pause()

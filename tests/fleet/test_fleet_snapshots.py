@@ -117,6 +117,7 @@ def test_a_fleet_past_the_detail_rows_reads_the_same_numbers(prom):
     detail only), the generated fleet's table has the same rows in the same order and the same
     cells as read whole in detail; the rows outside the detail have no sparklines."""
     from bmoe_top.tui.fleet.session import FleetSession
+    from bmoe_top.tui.present.fleet import fleet_document
     from bmoe_top.tui.sources.prometheus import PrometheusClient
 
     with PrometheusClient(prom.url, timeout=60) as client:
@@ -139,3 +140,23 @@ def test_a_fleet_past_the_detail_rows_reads_the_same_numbers(prom):
                 stale = cell.state is CellState.STALE and g.cells[k].state is CellState.NO_DATA
                 assert g.cells[k] == cell or stale, (w.instance, k)
     assert picked.detail == {("llama", "10.0.0.9:8080")} and picked.row("10.0.0.9:8080").spark
+    doc = fleet_document(prometheus=prom.url, selector="", window_s=WINDOW_S, table=large)["table"]
+    assert doc["detail_rows"] == 2 and [bool(r["spark"]) for r in doc["instances"]] == [True, True, False, False, False]
+    assert doc["instances"][2]["cells"] == {k: {"value": c.value, "state": c.state.value, "age_s": c.age_s}
+                                            for k, c in large.rows[2].cells.items()}
+
+
+async def test_the_title_leaves_out_whole_parts_never_cuts_one(prom):
+    screen = table_screen(prom)
+    async with BmoeTopApp(screen).run_test(size=SIZES["narrow"]) as pilot:
+        await pilot_until(pilot, lambda: screen.n_applied, "the table")
+        whole = screen.title_text().plain
+        assert "window 5m" in whole and whole.endswith("sorted worst first")
+        for width in (78, 60):
+            fit = screen.title_text(width).plain
+            assert len(fit) <= width and fit.startswith("bmoe-top  fleet") and "◆ fixed time" in fit, width
+            assert all(part in whole for part in fit.split("  ") if part), fit  # each part whole
+        tight = screen.title_text(40).plain  # what is read, shortened with a rule
+        assert len(tight) <= 40 and "…" in tight and "◆ fixed time" in tight
+        assert screen.title_text(110).plain.endswith("sorted worst first")  # the sort goes after the rules
+        assert screen.title_text(78).plain.endswith("5 instances")

@@ -100,6 +100,7 @@ class TableDoc(TypedDict):
     rate_interval_s: float
     scrape_interval_s: float
     by: list[str]
+    detail_rows: int
     queries_per_refresh: int
     queries: dict[str, str]
     errors: dict[str, ErrorDoc]
@@ -183,12 +184,15 @@ def _row(r: InstanceRow) -> InstanceDoc:
 
 
 def table_document(table: FleetTable) -> TableDoc:
-    """The table: its times and rules, the queries behind it, the rows in rank order, the worst."""
+    """The table: its times and rules, the queries behind it, the rows in rank order (a row not
+    read in detail, in a fleet past ``FleetSession.detail_rows``, has no sparklines: ``spark``
+    empty; ``detail_rows`` counts the others), the worst."""
     worst = table.worst
     return {
         "at": table.at, "window_s": table.window_s, "step_s": table.step_s,
         "rate_interval_s": table.rate_interval_s, "scrape_interval_s": table.scrape_interval_s,
-        "by": list(table.by), "queries_per_refresh": table.n_queries, "queries": dict(table.queries),
+        "by": list(table.by), "detail_rows": len(table.detail),
+        "queries_per_refresh": table.n_queries, "queries": dict(table.queries),
         "errors": {k: error_document(e) for k, e in table.errors.items()}, "warnings": list(table.warnings),
         "t": table.t.tolist(),
         "instances": [_row(r) for r in table.rows],

@@ -31,6 +31,7 @@ from collections.abc import Hashable, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
+from rich.cells import cell_len
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
@@ -56,6 +57,7 @@ from bmoe_top.tui.widgets.fleet_table import (
     age_text,
     cell_text,
     num_text,
+    shorten,
 )
 from bmoe_top.tui.widgets.footer import FittingFooter
 from bmoe_top.tui.widgets.palette import STATUS_STYLE
@@ -294,32 +296,46 @@ class FleetScreen(Screen[None]):
             self._asked_detail = True
             self._thread.refresh_now()
 
-    def title_text(self) -> Text:
+    def title_text(self, width: int | None = None) -> Text:
+        """The title: what is read and its state, then its numbers; at ``width`` cells the
+        parts that do not fit are left out whole, the least needed first (the window's rules,
+        the selector, the table's age, the sort), never cut."""
         st = self.state
         word, style = STATE_INDICATOR[self.view_state()]
-        t = Text("bmoe-top  fleet ", style="bold")
-        t.append(sanitize(self.label))
+        label = sanitize(self.label)
+        parts: list[tuple[int, Text]] = [(0, Text("bmoe-top  fleet ", style="bold") + Text(label))]
         if self.selector:
-            t.append("  " + sanitize(self.selector), style="#abb2bf")
-        t.append("  ")
-        t.append(word, style=style)
-        t.append(" ")
+            parts.append((5, Text("  " + sanitize(self.selector), style="#abb2bf")))
+        parts.append((0, Text("  ") + Text(word, style=style) + Text(" ")))
         table = st.table
         if table is not None:
             n = len(table.rows)
-            t.append(f"  {n} instance{'s' if n != 1 else ''}")
+            count = Text(f"  {n} instance{'s' if n != 1 else ''}")
             if self.filter_text:
-                t.append(f" ({len(self.shown)} shown)", style="#e5c07b")
-            t.append(f"  window {format_duration(table.window_s)}, step {format_duration(table.step_s)}, "
-                     f"scrape {format_duration(table.scrape_interval_s)}, "
-                     f"rate [{format_duration(table.rate_interval_s)}]", style="#7f848e")
+                count.append(f" ({len(self.shown)} shown)", style="#e5c07b")
+            parts.append((1, count))
+            parts.append((6, Text(f"  window {format_duration(table.window_s)}, step {format_duration(table.step_s)}, "
+                                  f"scrape {format_duration(table.scrape_interval_s)}, "
+                                  f"rate [{format_duration(table.rate_interval_s)}]", style="#7f848e")))
             if self.at is not None:
-                t.append(f"  at {_utc(table.at)}", style="#61afef")
+                parts.append((3, Text(f"  at {_utc(table.at)}", style="#61afef")))
             else:
-                t.append(f"  table {age_text(st.age_s(time.time()))} old", style="#7f848e")
+                parts.append((4, Text(f"  table {age_text(st.age_s(time.time()))} old", style="#7f848e")))
         sort = "worst first" if self.sort == "rank" else f"by {_LABELS.get(self.sort, self.sort)} " + (
             "▼" if self.descending else "▲")
-        t.append(f"  sorted {sort}", style="#7f848e")
+        parts.append((2, Text(f"  sorted {sort}", style="#7f848e")))
+        if width is not None:
+            for drop in (6, 5, 4, 3, 2, 1):
+                if sum(p.cell_len for _, p in parts) <= width:
+                    break
+                parts = [(k, p) for k, p in parts if k != drop]
+            over = sum(p.cell_len for _, p in parts) - width
+            if over > 0:  # what is read, shortened with a rule
+                room = max(1, cell_len(label) - over)
+                parts[0] = (0, Text("bmoe-top  fleet ", style="bold") + Text(shorten(label, room)))
+        t = Text()
+        for _, p in parts:
+            t.append_text(p)
         return t
 
     def status_text(self) -> Text:
@@ -363,11 +379,12 @@ class FleetScreen(Screen[None]):
             return
         st = self.state
         key = (self.view_state(), st.n_ok, st.n_failed, id(st.error), self.sort, self.descending, self.filter_text,
-               len(self.shown), None if self.at is not None else int(time.time()))
+               len(self.shown), None if self.at is not None else int(time.time()), self.size.width)
         if key == self._title_key and not force:
             return
         self._title_key = key
-        self.query_one("#title", Static).update(self.title_text())
+        title = self.query_one("#title", Static)
+        self.query_one("#title", Static).update(self.title_text(title.content_region.width or None))
         self.query_one("#fleet-status", Static).update(self.status_text())
 
     # --------------------------------------------------------------------------------- actions
