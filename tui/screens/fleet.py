@@ -468,12 +468,10 @@ class FleetScreen(Screen[None]):
     def action_clear_filter(self) -> None:
         box = self.query_one("#fleet-filter", Input)
         box.display = False
-        if box.value:
-            box.value = ""  # its Changed message clears the filter and draws the table again
-        elif self.filter_text:
+        self.query_one(FleetTableView).focus()
+        if self.filter_text:  # the box keeps its text until opened again (action_filter sets it)
             self.filter_text = ""
             self._resort()
-        self.query_one(FleetTableView).focus()
 
     @on(FleetTableView.Selected)
     def _row_selected(self, event: FleetTableView.Selected) -> None:
