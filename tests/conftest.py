@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import importlib
+import os
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -57,6 +59,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         own = test._hypothesis_internal_use_settings  # where @given keeps the test's settings
         if own.max_examples != fuzz.max_examples:
             test._hypothesis_internal_use_settings = settings(own, max_examples=own.max_examples * FUZZ_FACTOR)
+#: No test reads or writes the user's settings: the config folder (platformdirs, XDG on Linux) is a
+#: folder of this session's, for this process and every child it starts.
+_CONFIG_HOME = tempfile.TemporaryDirectory(prefix="bmoe-test-config-")
+os.environ["XDG_CONFIG_HOME"] = _CONFIG_HOME.name
+
+
+@pytest.fixture(autouse=True)
+def _no_settings_between_tests():
+    """The settings a command line gave an app (``BmoeTopApp.settings_store``) end with the test."""
+    yield
+    app = sys.modules.get("bmoe_top.tui.app")
+    if app is not None:
+        app.BmoeTopApp.settings_store = None
 
 
 @pytest.fixture

@@ -12,19 +12,26 @@ exception inside the app ends it with exit status 1.
 
 from __future__ import annotations
 
+import errno
 import gc
 import os
+import time
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Any, ClassVar
 
 from rich.segment import Segment
 from rich.style import Style
 from textual.app import App, SystemCommand
+from textual.binding import Binding, BindingType
 from textual.color import Color
 from textual.filter import ANSIToTruecolor, LineFilter, Monochrome, NoColor
 from textual.screen import Screen
 from textual.scrollbar import ScrollBar, ScrollBarRender
 
+from bmoe_top.outfile import OutputFileError, write_atomic
+from bmoe_top.parsers.sanitize import sanitize
+from bmoe_top.tui.settings import Problem, Settings, SettingsStore
 from bmoe_top.tui.widgets.base import ascii_cells
 from bmoe_top.tui.widgets.lines import MemoTruecolor
 from bmoe_top.tui.widgets.palette import Look
@@ -70,6 +77,10 @@ ExpertMap { height: 1fr; min-height: 4; border-top: solid $primary-darken-3; }
 .-tiny #body, .-tiny Footer, .-tiny #title, .-tiny #live-status, .-tiny #attach-status,
 .-tiny #prompt-bar { display: none; }
 .-tiny #too-small { display: block; height: 1fr; content-align: center middle; }
+
+/* panel groups the settings leave out ([panels]) */
+.-no-trends TrendChart, .-no-answer #answer-side { display: none; }
+.-no-maps LayerHeatmap, .-no-maps ExpertMap { display: none !important; }
 
 /* ASCII: line-drawing borders in ASCII */
 .-ascii #side { border-right: ascii $primary-darken-2; }
@@ -149,10 +160,20 @@ class BmoeTopApp(App[int]):
     views are queried on it even while a modal or the command palette is open.
 
     ``look``: how to draw (None: :meth:`Look.detect` from this terminal, ``NO_COLOR``, the
-    locale and :attr:`force_ascii`)."""
+    locale, :attr:`force_ascii` and the settings' colour scale).
+
+    Settings (docs/user-guide.md "Settings"): the app reads :attr:`settings_store` (the command
+    line's, else defaults kept in memory: tests never touch a settings file) and its screens keep
+    what a key changes with :meth:`remember`; the theme is kept when the palette changes it;
+    problems the file had are shown once the screen is up. ``ctrl+s`` (and the palette's
+    Screenshot) saves an SVG of the screen into the settings' screenshot folder, else the
+    working directory, and says where."""
 
     CSS = CSS
     TITLE = "bmoe-top"
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("ctrl+s", "screenshot", "screenshot", show=False, priority=True),
+    ]
     #: ``--ascii`` (the command line sets it): ASCII glyphs whatever the locale.
     force_ascii: ClassVar[bool | None] = None
     #: ``--refresh S`` (the command line sets it): seconds between repaints of the views while
@@ -163,20 +184,42 @@ class BmoeTopApp(App[int]):
     own_process: ClassVar[bool] = False
     #: Young-generation thresholds while the app runs (:func:`gc.set_threshold`).
     GC_THRESHOLDS: ClassVar[tuple[int, int, int]] = (20_000, 20, 100)
+    #: The settings (the command line sets it: the file ``--config`` names or the user's, or none
+    #: with ``--no-config``); None: each app keeps the defaults in memory.
+    settings_store: ClassVar[SettingsStore | None] = None
 
     def __init__(self, main: Screen[None], look: Look | None = None) -> None:
         self._memo_filters: dict[int, MemoTruecolor] = {}  # id of Textual's filter -> its wrapper
         self._no_color_filter = NoColorFilter()  # instead of Textual's Monochrome under NO_COLOR
         self._ascii_filter = AsciiFilter()
+        self.store = self.settings_store if self.settings_store is not None else SettingsStore(None)
         super().__init__()
         self.main = main
         self._look = look
+        self.last_screenshot: Path | None = None
+
+    @classmethod
+    def startup_settings(cls) -> Settings:
+        """The settings a screen starts from (before its app exists: screens are built first)."""
+        return cls.settings_store.settings if cls.settings_store is not None else Settings()
+
+    @property
+    def settings(self) -> Settings:
+        """The settings in use (what the file said, and what was changed since)."""
+        return self.store.settings
+
+    def remember(self, name: str, value: Any) -> None:
+        """Keep ``"section.key"`` = ``value`` for the next start (:meth:`SettingsStore.set`); a
+        file that cannot be written is said once."""
+        said = self.store.set(name, value)
+        if said is not None:
+            self.notify(said, severity="warning", timeout=6)
 
     @property
     def look(self) -> Look:
         if self._look is None:
             self._look = Look.detect(self.console.color_system, no_color=self.no_color, ascii=self.force_ascii,
-                                     environ=os.environ)
+                                     scale=self.settings.look.colour_scale, environ=os.environ)
         return self._look
 
     @look.setter
@@ -186,6 +229,52 @@ class BmoeTopApp(App[int]):
 
     def on_mount(self) -> None:
         self._apply_look_classes()
+        theme = self.settings.look.theme
+        if theme != self.theme:
+            if theme in self.available_themes:
+                self.theme = theme
+            else:
+                self.store.problems.append(_theme_problem(theme))
+        self.theme_changed_signal.subscribe(self, self._theme_changed)
+        if self.store.problems:
+            self.call_after_refresh(self._say_problems)
+
+    def _theme_changed(self, theme: Any) -> None:
+        self.remember("look.theme", self.theme)
+
+    def _say_problems(self) -> None:
+        """What the settings file had wrong, once the screen is up (also on stderr at start)."""
+        lines = [str(p) for p in self.store.problems]
+        shown = lines[:3] + ([f"... and {len(lines) - 3} more (listed on stderr)"] if len(lines) > 3 else [])
+        where = sanitize(str(self.store.path)) if self.store.path is not None else "settings"
+        self.notify("\n".join(shown), title=f"settings: {where}", severity="warning", timeout=10, markup=False)
+
+    # ------------------------------------------------------------------------------ screenshots
+    def screenshot_folder(self) -> Path:
+        """Where screenshots go: the settings' folder (``~`` expanded), else the working directory."""
+        folder = self.settings.screenshots.folder
+        return Path(os.path.expanduser(folder)) if folder else Path.cwd()
+
+    def action_screenshot(self, filename: str | None = None, path: str | None = None) -> None:
+        """Save an SVG of the screen (``ctrl+s``, the palette's Screenshot) as
+        ``bmoe-top-YYYYmmdd-HHMMSS.svg`` in :meth:`screenshot_folder` (``path``: there instead),
+        never over an existing file or through a link, and say where, or why not."""
+        folder = Path(path) if path else self.screenshot_folder()
+        stem = filename or time.strftime("bmoe-top-%Y%m%d-%H%M%S")
+        svg = self.export_screenshot().encode("utf-8")
+        for i in range(100):
+            target = folder / (f"{stem}.svg" if i == 0 else f"{stem}-{i}.svg")
+            try:
+                write_atomic(target, svg)
+            except OutputFileError as e:
+                if e.errno == errno.EEXIST and not filename:  # the next free name
+                    continue
+                self.notify(sanitize(str(e)), title="screenshot not saved", severity="error", timeout=8,
+                            markup=False)
+                return
+            self.last_screenshot = target
+            self.notify(sanitize(str(target)), title="screenshot saved", timeout=6, markup=False)
+            return
 
     def on_ready(self) -> None:
         """Once the first screen is drawn (:attr:`own_process` only): what exists now lives as
@@ -237,5 +326,12 @@ class BmoeTopApp(App[int]):
             yield SystemCommand(title, help_text, callback)
         has_keys = any(title.startswith("Keys") for title, _h, _c in own)
         for command in super().get_system_commands(screen):
-            if not (has_keys and command.title == "Keys"):
+            if command.title == "Screenshot":
+                yield SystemCommand("Screenshot", f"ctrl+s: an SVG of the screen into {self.screenshot_folder()}",
+                                    lambda: self.set_timer(0.1, self.action_screenshot))
+            elif not (has_keys and command.title == "Keys"):
                 yield command
+
+
+def _theme_problem(theme: str) -> Problem:
+    return Problem(f"[look] theme = {sanitize(theme)!r}: not a theme of this Textual; the default is used")

@@ -139,6 +139,44 @@ def _apply_look(args: argparse.Namespace) -> None:
         BmoeTopApp.refresh_s = args.refresh
 
 
+#: Options that make a command print text instead of opening a screen (no settings are read).
+TEXT_OPTIONS = ("once", "summary", "json", "md", "csv", "strp")
+
+
+def _opens_screen(args: argparse.Namespace) -> bool:
+    return not any(getattr(args, k, None) for k in TEXT_OPTIONS)
+
+
+def _apply_settings(args: argparse.Namespace) -> int | None:
+    """The settings file of a command that opens a screen (docs/user-guide.md "Settings"): the
+    one ``--config FILE`` names, the user's (``platformdirs``), or none with ``--no-config``; what
+    it has wrong is one line each on stderr (the screen says it again). None, or the exit status
+    of a ``--config`` that cannot be used (a folder, a folder that does not exist)."""
+    config, no_config = getattr(args, "config", None), getattr(args, "no_config", False)
+    if config is not None and no_config:
+        return _die("--config and --no-config exclude each other")
+    if not _opens_screen(args):
+        return None
+    from bmoe_top.tui.app import BmoeTopApp
+    from bmoe_top.tui.settings import default_path, load
+
+    if no_config:
+        path = None
+    elif config is not None:
+        path = Path(config)
+        if not config or path.is_dir():
+            return _die(f"--config {config}: it is a directory, not a settings file", EXIT_FAILED)
+        if not path.parent.is_dir():
+            return _die(f"--config {config}: the folder {path.parent} does not exist", EXIT_FAILED)
+    else:
+        path = default_path()
+    store = load(path)
+    for problem in store.problems:
+        print(f"bmoe-top: settings {path}: {problem}", file=sys.stderr)
+    BmoeTopApp.settings_store = store
+    return None
+
+
 def runtime_command(model: str | None = None, extra: list[str] | None = None) -> list[str]:
     """The bundled runtime's session command line:
     ``bmoe-run --session --route-telemetry --temp 0.7 --top-p 0.95 --repeat-penalty 1.1 [-m MODEL]``."""
@@ -410,11 +448,21 @@ def _live_common(p: argparse.ArgumentParser) -> None:
 
 
 def _ascii_flag(p: argparse.ArgumentParser, refresh: bool = True) -> None:
-    """``--ascii`` (and ``--refresh`` for the run screens) after a sub-command too
+    """The flags of every command that opens a screen, after a sub-command too: ``--ascii``,
+    ``--config FILE``, ``--no-config`` (and ``--refresh`` for the run screens)
     (``bmoe-top replay --ascii PATH``, ``bmoe-top whatif --ascii TRACE``)."""
     p.add_argument("--ascii", action="store_true", default=argparse.SUPPRESS, help="ASCII glyphs only")
+    _config_flags(p, argparse.SUPPRESS)
     if refresh:
         p.add_argument("--refresh", type=_refresh_s, default=argparse.SUPPRESS, metavar="S", help=REFRESH_HELP)
+
+
+def _config_flags(p: argparse.ArgumentParser, default: Any = None) -> None:
+    p.add_argument("--config", metavar="FILE", default=default,
+                   help="the settings file to read and keep changes in (default: settings.toml in the user's "
+                        "config folder, e.g. ~/.config/bmoe-top/)")
+    p.add_argument("--no-config", action="store_true", default=default if default is not None else False,
+                   help="read no settings file and keep nothing (the defaults)")
 
 
 #: What ``--refresh`` does, for every parser that takes it.
@@ -709,6 +757,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="screen ticks per second: replay frames, and how soon a key shows (default 10)")
     p.add_argument("--refresh", type=_refresh_s, default=None, metavar="S", help=REFRESH_HELP)
     p.add_argument("--ascii", action="store_true", help="ASCII glyphs only (also chosen when the locale has no UTF-8)")
+    _config_flags(p)
     sub = p.add_subparsers(dest="cmd")
 
     r = sub.add_parser("replay", help="replay recorded runs (CSV, transcripts, route traces, recordings)")
@@ -793,6 +842,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     before = _end_on_signals() if getattr(args, "once", False) or getattr(args, "summary", False) else {}
     _apply_look(args)
+    if (bad := _apply_settings(args)) is not None:
+        return bad
     try:
         with guard_stdout():
             if args.cmd is None:

@@ -46,7 +46,7 @@ from bmoe_top.tui.playback import Playback, PlayState
 from bmoe_top.tui.present.summary import mode_words
 from bmoe_top.tui.screens.modals import HelpScreen, ModeScreen, SeekScreen
 from bmoe_top.tui.widgets.banner import Banner
-from bmoe_top.tui.widgets.base import RunView, ascii_text, look_of
+from bmoe_top.tui.widgets.base import RunView, ascii_text, look_of, remember, settings_of
 from bmoe_top.tui.widgets.charts import BreakdownChart, OverviewStrip, TokenSelected, TrendChart
 from bmoe_top.tui.widgets.footer import FittingFooter
 from bmoe_top.tui.widgets.grids import ExpertMap, LayerHeatmap
@@ -161,8 +161,9 @@ class RunScreen(Screen[None]):
             self.playback.open_finished()
         self.source_title = title
         self.fps = fps
+        kept = BmoeTopApp.startup_settings()
         if refresh is None:
-            refresh = BmoeTopApp.refresh_s if BmoeTopApp.refresh_s is not None else REFRESH_S
+            refresh = BmoeTopApp.refresh_s if BmoeTopApp.refresh_s is not None else kept.view.refresh_s
         self.refresh_s = max(REFRESH_STEPS[0], float(refresh))
         self._last_tick = time.monotonic()
         self._title_key: tuple[Any, ...] | None = None
@@ -179,7 +180,7 @@ class RunScreen(Screen[None]):
         self._layout = ""
         self._empty: dict[str, bool] = {}
         self.search_queries: dict[str, str] = {}  # the `/` query of each tab (a table's filter is its own)
-        self.show_experts_compact = False
+        self.show_experts_compact = kept.view.compact_map == "experts"
         self._header_cache: tuple[tuple[Any, ...], list[tuple[str, Style]]] | None = None
 
     # ---------------------------------------------------------------------------------- layout
@@ -241,6 +242,7 @@ class RunScreen(Screen[None]):
             tabs.can_focus = False  # the arrow keys move the selection, not the tabs
         for scroll in self.query(VerticalScroll):
             scroll.can_focus = False
+        self._apply_settings()
         frame_s = 1.0 / max(1.0, self.fps)
         # one of the two ticks at a time (:meth:`_pace`): frames while something animates, else the base
         self._base_timer = self.set_interval(max(BASE_TICK_S, frame_s), self.tick)
@@ -251,6 +253,18 @@ class RunScreen(Screen[None]):
 
     def after_mount(self) -> None:
         """What a mode screen does once the shared timer, layout and first paint are up."""
+
+    def _apply_settings(self) -> None:
+        """The kept settings this screen draws with: the maps' fold and the panel groups shown."""
+        kept = settings_of(self)
+        for w in (*self.query(LayerHeatmap), *self.query(ExpertMap)):
+            w.fold = kept.view.fold_maps
+        for group in ("trends", "answer", "maps"):
+            self.set_class(not getattr(kept.panels, group), f"-no-{group}")
+
+    def remember(self, name: str, value: Any) -> None:
+        """Keep a setting a key changed for the next start (``BmoeTopApp.remember``)."""
+        remember(self, name, value)
 
     def on_resize(self, event: events.Resize) -> None:
         self.apply_layout(event.size.width, event.size.height)
@@ -612,6 +626,7 @@ class RunScreen(Screen[None]):
 
     def _set_refresh(self, seconds: float) -> None:
         self.refresh_s = seconds
+        self.remember("view.refresh_s", seconds)
         self.notify(f"views repaint every {seconds:g} s while data streams ({{ less often, }} more often)",
                     timeout=2)
         self.refresh_views()
@@ -649,19 +664,23 @@ class RunScreen(Screen[None]):
                     else "playback runs through turns")
 
     def action_toggle_fold(self) -> None:
+        fold = not settings_of(self).view.fold_maps
         for w in (*self.query(LayerHeatmap), *self.query(ExpertMap)):
-            w.fold = not w.fold
+            w.fold = fold
+        self.remember("view.fold_maps", fold)
 
     def action_cycle_palette(self) -> None:
         look = look_of(self).next_scale()
         app = self.app
         if isinstance(app, BmoeTopApp):
             app.look = look
+        self.remember("look.colour_scale", look.scale)
         self.notify(f"palette: {look.scale}" + (" (not colour-blind safe)" if look.scale == "classic" else ""))
         self.refresh_views(force=True)
 
     def action_swap_map(self) -> None:
         self.show_experts_compact = not self.show_experts_compact
+        self.remember("view.compact_map", "experts" if self.show_experts_compact else "tokens")
         self.apply_layout(self.size.width, self.size.height)
         self.refresh_views(force=True)
 

@@ -24,11 +24,12 @@ from textual.widget import Widget
 
 from bmoe_top.tui.model import RowUnit, RunModel
 from bmoe_top.tui.playback import Playback
+from bmoe_top.tui.settings import Settings
 from bmoe_top.tui.widgets.lines import FrameCache, MemoTruecolor, blank
 from bmoe_top.tui.widgets.palette import Look
 
 __all__ = ["DEFAULT_LOOK", "RunView", "absent_phrase", "ascii_cells", "ascii_strip", "ascii_text", "look_of",
-           "truecolor_filters"]
+           "remember", "settings_of", "truecolor_filters"]
 
 DEFAULT_LOOK = Look()
 
@@ -41,7 +42,8 @@ _ASCII = str.maketrans({
     "Δ": "d", "±": "+", "≈": "~", "•": "*", "┤": "+", "┬": "+", "├": "+", "┼": "+", "┄": "-", "╎": "!",
     "┆": ":", "▕": "]", "▏": "|", "▎": "|", "░": ":", "▒": "=", "▓": "#", "✚": "+", "○": "@", "□": "=",
     "◇": "%", "★": "*", "◆": "&", "✖": "x", "↑": "^", "↓": "v", "┌": "+", "┐": "+", "┘": "+", "━": "-",
-    "┃": "|", "╭": "+", "╮": "+", "⏎": "<", "⇥": ">",
+    "┃": "|", "╭": "+", "╮": "+", "⏎": "<", "⇥": ">", "−": "-", "‐": "-", "‑": "-", "‒": "-", "⁄": "/",
+    "√": "v", "÷": "/", "∞": "8", "⚠": "!", "✔": "v", "✓": "v",
 })
 
 
@@ -93,6 +95,26 @@ def look_of(widget: Widget) -> Look:
         return DEFAULT_LOOK
     look = getattr(app, "look", None)
     return look if isinstance(look, Look) else DEFAULT_LOOK
+
+
+def settings_of(widget: Widget) -> Settings:
+    """The settings of the app ``widget`` runs in (the defaults outside one)."""
+    try:
+        got = getattr(widget.app, "settings", None)
+    except Exception:  # not mounted: no active app
+        return Settings()
+    return got if isinstance(got, Settings) else Settings()
+
+
+def remember(widget: Widget, name: str, value: Any) -> None:
+    """Keep setting ``name`` (``"section.key"``) = ``value`` through the app ``widget`` runs in
+    (``BmoeTopApp.remember``); nothing outside one."""
+    try:
+        keep = getattr(widget.app, "remember", None)
+    except Exception:
+        return
+    if callable(keep):
+        keep(name, value)
 
 
 def truecolor_filters(look: Look, filters: Sequence[LineFilter]) -> Sequence[LineFilter]:

@@ -1,0 +1,146 @@
+"""Settings that persist (docs/user-guide.md "Settings"): a key changes a setting on a screen, the
+app is started again over the same file, and the setting is there; ``--config FILE`` and
+``--no-config``; a damaged file is one line on stderr and a notice on the screen, never a traceback."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import synth
+
+from bmoe_top.tui.app import BmoeTopApp
+from bmoe_top.tui.feed.files import open_paths
+from bmoe_top.tui.screens.replay import ReplayScreen
+from bmoe_top.tui.settings import SettingsStore, load
+from bmoe_top.tui.widgets.charts import TrendChart
+from bmoe_top.tui.widgets.grids import ExpertMap, LayerHeatmap
+
+BMOE_TOP = Path(sys.executable).with_name("bmoe-top")
+
+
+@pytest.fixture
+def csv_run(tmp_path):
+    p = tmp_path / "run.csv"
+    p.write_bytes(synth.token_csv(64))
+    return [str(p)]
+
+
+def start(path: Path, csv_run: list[str]) -> BmoeTopApp:
+    """A new bmoe-top over the settings file ``path``, as the command line starts one."""
+    BmoeTopApp.settings_store = load(path)
+    return BmoeTopApp(ReplayScreen(open_paths(csv_run), title="kept"))
+
+
+async def test_keys_that_change_a_setting_are_kept_for_the_next_start(tmp_path, csv_run):
+    path = tmp_path / "settings.toml"
+    app = start(path, csv_run)
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = app.main
+        assert screen.refresh_s == 1.0 and app.look.scale == "viridis"
+        await pilot.press("right_curly_bracket")  # } refresh more often: 0.5 s
+        await pilot.press("c")  # cividis
+        await pilot.press("f")  # the maps scroll instead of folding
+        await pilot.pause()
+        assert screen.refresh_s == 0.5 and app.look.scale == "cividis"
+        assert all(not m.fold for m in (*app.query(LayerHeatmap), *app.query(ExpertMap)))
+        app.theme = "nord"  # what the palette's "Change theme" does
+        await pilot.pause()
+    assert path.is_file()
+    again = start(path, csv_run)
+    async with again.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        assert again.main.refresh_s == 0.5 and again.look.scale == "cividis" and again.theme == "nord"
+        assert all(not m.fold for m in (*again.query(LayerHeatmap), *again.query(ExpertMap)))
+        await pilot.press("f")
+        await pilot.pause()
+    third = start(path, csv_run)
+    async with third.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        assert all(m.fold for m in (*third.query(LayerHeatmap), *third.query(ExpertMap)))
+
+
+async def test_the_compact_layouts_map_is_kept(tmp_path, csv_run):
+    path = tmp_path / "settings.toml"
+    app = start(path, csv_run)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("m")
+        await pilot.pause()
+        assert app.main.has_class("-experts")
+    again = start(path, csv_run)
+    async with again.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        assert again.main.has_class("-experts") and again.query_one(ExpertMap).display
+
+
+async def test_panels_the_file_leaves_out_are_not_shown(tmp_path, csv_run):
+    path = tmp_path / "settings.toml"
+    path.write_text("[panels]\ntrends = false\n")
+    app = start(path, csv_run)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        assert not app.query_one(TrendChart).display
+        assert app.query_one(LayerHeatmap).display
+
+
+async def test_no_file_keeps_nothing_and_a_damaged_one_is_said_on_screen(tmp_path, csv_run):
+    BmoeTopApp.settings_store = SettingsStore(None)  # --no-config
+    app = BmoeTopApp(ReplayScreen(open_paths(csv_run), title="none"))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("c")
+        await pilot.pause()
+        assert app.look.scale == "cividis"
+    assert list(tmp_path.glob("*.toml")) == []
+    path = tmp_path / "settings.toml"
+    path.write_text('[look]\ncolour_scale = "rainbow"\ntheme = "no-such-theme"\n[view]\nrefresh_s = 5.0\n')
+    app = start(path, csv_run)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        await pilot.pause()
+        said = [n.message for n in app._notifications]
+        assert any("colour_scale" in m and "rainbow" in m and "theme" in m for m in said), said
+        assert app.main.refresh_s == 5.0 and app.look.scale == "viridis"
+
+
+def test_config_flags_on_the_command_line(tmp_path, capsys):
+    from bmoe_top.tui.cli import _apply_settings, build_parser
+
+    path = tmp_path / "mine.toml"
+    path.write_text("[view]\nrefresh_s = 0.01\nfold_maps = false\n")
+    for argv in (["--config", str(path), "replay", "x.csv"], ["replay", "x.csv", "--config", str(path)]):
+        assert _apply_settings(build_parser().parse_args(argv)) is None
+        store = BmoeTopApp.settings_store
+        assert store is not None and store.path == path and store.settings.view.fold_maps is False
+        err = capsys.readouterr().err.splitlines()
+        assert err == [f"bmoe-top: settings {path}: line 2: [view] refresh_s = 0.01: must be a number of seconds "
+                       "from 0.1 to 10; the default 1.0 is used"]
+    assert _apply_settings(build_parser().parse_args(["replay", "x.csv", "--no-config"])) is None
+    assert BmoeTopApp.settings_store is not None and BmoeTopApp.settings_store.path is None
+    # a text form reads no settings
+    BmoeTopApp.settings_store = None
+    assert _apply_settings(build_parser().parse_args(["replay", "--summary", "x.csv", "--config", str(path)])) is None
+    assert BmoeTopApp.settings_store is None
+    for argv, code, said in ((["--config", str(path), "--no-config", "replay", "x.csv"], 2, "exclude each other"),
+                             (["replay", "x.csv", "--config", str(tmp_path)], 1, "it is a directory"),
+                             (["replay", "x.csv", "--config", str(tmp_path / "no" / "s.toml")], 1, "does not exist")):
+        assert _apply_settings(build_parser().parse_args(argv)) == code
+        assert said in capsys.readouterr().err
+
+
+def test_a_damaged_default_file_is_one_line_on_stderr_never_a_traceback(tmp_path):
+    config = tmp_path / "xdg"
+    (config / "bmoe-top").mkdir(parents=True)
+    (config / "bmoe-top" / "settings.toml").write_bytes(b"[view\nrefresh_s = \xff\n[look]\ncolour_scale = 3\n")
+    csv = tmp_path / "run.csv"
+    csv.write_bytes(synth.token_csv(8))
+    env = {"XDG_CONFIG_HOME": str(config), "PATH": "/usr/bin:/bin"}
+    out = subprocess.run([str(BMOE_TOP), "replay", str(csv)], capture_output=True, text=True, timeout=60, env=env)
+    lines = out.stderr.splitlines()
+    assert "Traceback" not in out.stderr
+    assert [ln.split(": ", 2)[2] for ln in lines[:3]] == [
+        "line 1: not a setting (Expected ']' at the end of a table declaration): [view; skipped",
+        "line 2: not UTF-8 text; skipped",
+        'line 4: [look] colour_scale = 3: must be one of viridis, cividis, classic; the default "viridis" is used']
+    assert out.returncode == 2 and "not a terminal" in lines[-1]
