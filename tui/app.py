@@ -203,6 +203,16 @@ class BmoeTopApp(App[int]):
         """The settings a screen starts from (before its app exists: screens are built first)."""
         return cls.settings_store.settings if cls.settings_store is not None else Settings()
 
+    @classmethod
+    def settings_problem(cls, name: str, value: str, choices: Iterable[str], default: str) -> None:
+        """A kept name a screen does not know (``"section.key"`` = ``value``, not one of
+        ``choices``): one line with the others, shown once the screen is up."""
+        if cls.settings_store is not None:
+            section, _, key = name.partition(".")
+            cls.settings_store.problems.append(Problem(
+                f"[{section}] {key} = {sanitize(value)!r}: must be one of {', '.join(choices)}; the default "
+                f"{default!r} is used"))
+
     @property
     def settings(self) -> Settings:
         """The settings in use (what the file said, and what was changed since)."""

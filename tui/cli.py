@@ -530,6 +530,10 @@ def _refresh_s(text: str) -> float:
     return v
 
 
+#: The fleet's window without ``--window`` (the screen: the settings' ``[fleet] window``).
+FLEET_WINDOW = "5m"
+
+
 def cmd_fleet(args: argparse.Namespace) -> int:
     """``bmoe-top fleet``: the instances a Prometheus scrapes (docs/fleet.md), on the screen or
     with ``--once --json`` as one document."""
@@ -537,6 +541,10 @@ def cmd_fleet(args: argparse.Namespace) -> int:
 
     if args.once and not args.json:
         return _die("fleet: --once needs --json (--once --json prints the document; without --once, the screen)")
+    if args.window is None:  # the screen's kept window; the document's is always the default
+        from bmoe_top.tui.app import BmoeTopApp
+
+        args.window = BmoeTopApp.startup_settings().fleet.window if not args.once else FLEET_WINDOW
     try:
         window = float(args.window) if args.window.replace(".", "", 1).isdigit() else parse_duration(args.window)
         if not window > 0:
@@ -580,7 +588,9 @@ def add_fleet_parser(sub: Any) -> None:
                                    "(PromQL query/query_range). docs/fleet.md.")
     f.add_argument("--prometheus", required=True, metavar="URL", help="the Prometheus server, e.g. http://127.0.0.1:9090")
     f.add_argument("--selector", default="", metavar="S", help='PromQL label matchers, e.g. \'{job="bmoe"}\'')
-    f.add_argument("--window", default="5m", metavar="D", help="span of the sparklines and the drill-down (default 5m)")
+    f.add_argument("--window", default=None, metavar="D",
+                   help=f"span of the sparklines and the drill-down (default {FLEET_WINDOW}; the screen: the "
+                        "settings' [fleet] window)")
     f.add_argument("--instance", metavar="X", help="also the drill-down of this instance (its instance label); "
                                                    "on the screen: open on it")
     f.add_argument("--job", metavar="J", help="with --instance: its job, when one address serves several")

@@ -144,3 +144,103 @@ def test_a_damaged_default_file_is_one_line_on_stderr_never_a_traceback(tmp_path
         "line 2: not UTF-8 text; skipped",
         'line 4: [look] colour_scale = 3: must be one of viridis, cividis, classic; the default "viridis" is used']
     assert out.returncode == 2 and "not a terminal" in lines[-1]
+
+
+# ------------------------------------------------------------------------------ the other screens
+def whatif_app(tmp_path: Path) -> BmoeTopApp:
+    from bmoe_top.tui.jobs.whatif import analyse_input, load_whatif
+    from bmoe_top.tui.screens.whatif import whatif_app
+
+    (tmp_path / "run.route.csv").write_bytes(synth.route_trace(48, seed=5))
+    (tmp_path / "run.csv").write_bytes(synth.token_csv(48, seed=6))
+    inp = load_whatif([str(tmp_path / "run.route.csv"), str(tmp_path / "run.csv")])
+    report, replay = analyse_input(inp)
+    return whatif_app(inp, report, replay, "whatif")
+
+
+async def test_whatif_keeps_its_chart_choices_and_table_sorts(tmp_path):
+    from bmoe_top.tui.widgets.tables import SortTable
+
+    path = tmp_path / "settings.toml"
+    BmoeTopApp.settings_store = load(path)
+    app = whatif_app(tmp_path)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.pause()
+        await pilot.press("y", "a", "z", "2")
+        await pilot.pause()
+        s = app.main
+        table = s.query_one("#policy-table", SortTable)
+        table.data_table.focus()
+        await pilot.press("s", "s")
+        assert s.all_policies and s.whole_bank and table.sort_col == 1
+        sorted_by = (table.table.columns[1].key, table.descending)
+    BmoeTopApp.settings_store = load(path)
+    again = whatif_app(tmp_path)
+    async with again.run_test(size=(160, 48)) as pilot:
+        await pilot.pause()
+        s = again.main
+        assert s.all_policies and s.whole_bank and s._lower_metrics()[s.metric] == "io"
+        await pilot.press("2")
+        await pilot.pause()
+        table = s.query_one("#policy-table", SortTable)
+        assert (table.table.columns[table.sort_col].key, table.descending) == sorted_by
+        assert "sorted by" in str(table.query_one(".sort-head").render())
+
+
+async def test_compare_keeps_its_token_metric(tmp_path):
+    from bmoe_top.tui.analysis.compare import compare
+    from bmoe_top.tui.jobs import compare as J
+    from bmoe_top.tui.screens.compare import TOKEN_METRICS, compare_app
+
+    paths = []
+    for i in range(2):
+        p = tmp_path / f"r{i}.csv"
+        p.write_bytes(synth.token_csv(50, seed=20 + i))
+        paths.append(str(p))
+
+    def make() -> BmoeTopApp:
+        loaded = J.load_arms(J.parse_arms(paths, []))
+        return compare_app(loaded, compare(J.arm_inputs(loaded)), "compare")
+
+    path = tmp_path / "settings.toml"
+    BmoeTopApp.settings_store = load(path)
+    app = make()
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.press("y")
+        await pilot.pause()
+    BmoeTopApp.settings_store = load(path)
+    again = make()
+    async with again.run_test(size=(160, 48)) as pilot:
+        await pilot.pause()
+        assert TOKEN_METRICS[again.main.metric][0] == "flash"
+    path.write_text('[compare]\ntoken_metric = "tokens"\n')
+    BmoeTopApp.settings_store = load(path)
+    third = make()
+    async with third.run_test(size=(160, 48)) as pilot:
+        await pilot.pause()
+        await pilot.pause()
+        said = " ".join(n.message for n in third._notifications)
+        assert "[compare] token_metric = 'tokens': must be one of wall_ms, flash, cache_hit_pct" in said
+        assert third.main.metric == 0
+
+
+async def test_fleet_keeps_its_sort_and_sparklines(tmp_path):
+    from bmoe_top.tui.screens.fleet import FleetScreen
+
+    path = tmp_path / "settings.toml"
+
+    def make() -> BmoeTopApp:
+        BmoeTopApp.settings_store = load(path)
+        # nothing listens on port 9: the table stays empty, the keys work all the same
+        return BmoeTopApp(FleetScreen("http://127.0.0.1:9", timeout=0.5))
+
+    app = make()
+    async with app.run_test(size=(160, 40)) as pilot:
+        await pilot.press("s", "s", "i", "v")
+        await pilot.pause()
+        kept = (app.main.sort, app.main.descending)
+        assert kept[0] != "rank" and not app.main.sparks
+    again = make()
+    async with again.run_test(size=(160, 40)) as pilot:
+        await pilot.pause()
+        assert (again.main.sort, again.main.descending) == kept and not again.main.sparks

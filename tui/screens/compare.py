@@ -33,6 +33,7 @@ from bmoe_top.tui.present.compare import (
     warmup_table,
 )
 from bmoe_top.tui.screens.analysis_modals import AnalysisHelp, binding_rows
+from bmoe_top.tui.widgets.base import remember
 from bmoe_top.tui.widgets.curves import CurveChart, CurveMark, CurvePlot
 from bmoe_top.tui.widgets.footer import FittingFooter
 from bmoe_top.tui.widgets.palette import KIND_STYLE
@@ -95,7 +96,11 @@ class CompareScreen(Screen[None]):
         super().__init__()
         self.arms, self.c = arms, c
         self.source_title = title
-        self.metric = 0
+        kept = BmoeTopApp.startup_settings().compare.token_metric
+        names = [m[0] for m in TOKEN_METRICS]
+        self.metric = names.index(kept) if kept in names else 0
+        if kept not in names:
+            BmoeTopApp.settings_problem("compare.token_metric", kept, names, names[0])
         self.run_index = 0
 
     def compose(self) -> ComposeResult:
@@ -228,6 +233,7 @@ class CompareScreen(Screen[None]):
 
     def action_cycle_metric(self) -> None:
         self.metric += 1
+        remember(self, "compare.token_metric", TOKEN_METRICS[self.metric % len(TOKEN_METRICS)][0])
         self.refresh_views()
 
     def action_next_run(self) -> None:

@@ -40,6 +40,7 @@ from textual.screen import Screen
 from textual.widgets import Input, Static
 
 from bmoe_top.parsers.sanitize import sanitize
+from bmoe_top.tui.app import BmoeTopApp
 from bmoe_top.tui.feed.fleet import DrillFeed
 from bmoe_top.tui.fleet.drill import DrillDown
 from bmoe_top.tui.fleet.queries import COLUMN_BY_KEY, DERIVED
@@ -49,6 +50,7 @@ from bmoe_top.tui.model import LIVE, RunModel
 from bmoe_top.tui.screens.attach import AttachScreen
 from bmoe_top.tui.screens.modals import HelpScreen
 from bmoe_top.tui.sources.prometheus import PromError, PromErrorKind, PrometheusClient, RefreshThread, format_duration
+from bmoe_top.tui.widgets.base import remember
 from bmoe_top.tui.widgets.fleet_table import (
     SORT_KEYS,
     STATE_WORDS,
@@ -170,10 +172,14 @@ class FleetScreen(Screen[None]):
         self.client = PrometheusClient(url, timeout=timeout, api_key=api_key)
         self.session = FleetSession(self.client, selector=selector, window_s=window_s, points=points)
         self.state = FleetState()
-        self.sort = "rank"
-        self.descending = False
+        kept = BmoeTopApp.startup_settings().fleet
+        sorts = ("rank", *SORT_KEYS)
+        self.sort = kept.sort if kept.sort in sorts else "rank"
+        if kept.sort not in sorts:
+            BmoeTopApp.settings_problem("fleet.sort", kept.sort, sorts, "rank")
+        self.descending = kept.descending
         self.filter_text = ""
-        self.sparks = True
+        self.sparks = kept.sparklines
         self.user_paused = False
         self.shown: list[InstanceRow] = []
         self.n_applied = 0
@@ -403,6 +409,8 @@ class FleetScreen(Screen[None]):
         ``rank``); ``descending`` default: numbers high first, names a to z."""
         self.sort = sort
         self.descending = (sort not in ("instance", "job", "state", "rank")) if descending is None else descending
+        remember(self, "fleet.sort", sort)
+        remember(self, "fleet.descending", self.descending)
         self._resort()
 
     def action_sort_next(self, step: int = 1) -> None:
@@ -447,6 +455,7 @@ class FleetScreen(Screen[None]):
 
     def action_toggle_sparks(self) -> None:
         self.sparks = not self.sparks
+        remember(self, "fleet.sparklines", self.sparks)
         self.draw_table()
 
     def action_filter(self) -> None:
@@ -685,8 +694,6 @@ def _series_now(d: DrillDown, key: str, digits: int, unit: str) -> tuple[str, st
 def run_fleet(args: Any) -> int:
     """``bmoe-top fleet --prometheus URL ...`` interactive (the parsed arguments of the CLI).
     Returns the exit status."""
-    from bmoe_top.tui.app import BmoeTopApp
-
     screen = FleetScreen(args.prometheus, args.selector, args.window_s, points=args.points, api_key=args.api_key,
                          timeout=args.timeout, at=args.at,
                          drill=(args.job, args.instance, args.labels) if args.instance else None,

@@ -46,6 +46,7 @@ from bmoe_top.tui.present.whatif import (
     summary_rows,
 )
 from bmoe_top.tui.screens.analysis_modals import AnalysisHelp, PathScreen, binding_rows
+from bmoe_top.tui.widgets.base import remember
 from bmoe_top.tui.widgets.curves import CurveChart, CurveMark, CurvePlot, CurveSeries
 from bmoe_top.tui.widgets.footer import FittingFooter
 from bmoe_top.tui.widgets.palette import KIND_STYLE
@@ -127,10 +128,15 @@ class WhatIfScreen(Screen[None]):
                                                    [report.recommended_budget_mib]]))
         start = report.run_budget_mib if report.run_budget_mib is not None else report.recommended_budget_mib
         self.index = self._nearest(start)
-        self.metric = 0  # index into LOWER for the lower chart (or the only one, with hit % first)
+        kept = BmoeTopApp.startup_settings().whatif
+        lower = self._lower_metrics()
+        # index into LOWER for the lower chart (or the only one, with hit % first)
+        self.metric = lower.index(kept.metric) if kept.metric in lower else 0
+        if kept.metric not in (names := [m[0] for m in LOWER]):
+            BmoeTopApp.settings_problem("whatif.metric", kept.metric, names, names[0])
         self.narrow_metric = 0  # narrow: 0 = hit %, then LOWER
-        self.all_policies = False
-        self.whole_bank = False  # x axis: the whole bank, or the interesting part (``z``)
+        self.all_policies = kept.all_policies
+        self.whole_bank = kept.whole_bank  # x axis: the whole bank, or the interesting part (``z``)
         self._alloc_cache: dict[int, tuple[list[int], float, float]] = {}
 
     # ---------------------------------------------------------------------------------- layout
@@ -392,16 +398,20 @@ class WhatIfScreen(Screen[None]):
             self.narrow_metric += 1
         else:
             self.metric += 1
+            lower = self._lower_metrics()
+            remember(self, "whatif.metric", lower[self.metric % len(lower)])
         self.refresh_views()
 
     def action_toggle_policies(self) -> None:
         self.all_policies = not self.all_policies
+        remember(self, "whatif.all_policies", self.all_policies)
         self.notify("all policies" if self.all_policies else
                     "main policies: " + ", ".join(POLICY_SHORT[p] for p in POLICY_ORDER if p in MAIN_POLICIES))
         self.refresh_views()
 
     def action_toggle_zoom(self) -> None:
         self.whole_bank = not self.whole_bank
+        remember(self, "whatif.whole_bank", self.whole_bank)
         self.refresh_views()
 
     def action_tab(self, tab: str) -> None:

@@ -1,6 +1,7 @@
 """A table of a :class:`bmoe_top.tui.present.tables.Table` that sorts and filters: ``s`` sorts by
 the next column (or click a header), ``S`` reverses, ``/`` opens the filter box (rows containing
 the text in any cell), escape in the box clears it. Sorting puts absent values last either way.
+The sort is kept in the settings (``[sort.TABLE]``, the table's id) and used at the next start.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from textual.containers import Vertical
 from textual.widgets import DataTable, Input, Static
 
 from bmoe_top.tui.present.tables import Row, Table, filter_rows, sort_rows
+from bmoe_top.tui.settings import SortSetting
+from bmoe_top.tui.widgets.base import remember, settings_of
 from bmoe_top.tui.widgets.palette import KIND_STYLE
 from bmoe_top.tui.widgets.panels import safe_text
 
@@ -60,15 +63,31 @@ class SortTable(Vertical):
         yield Static(classes="sort-note")
 
     def on_mount(self) -> None:
+        self._kept_sort()
         self.populate()
 
     def set_table(self, table: Table) -> None:
-        """Show ``table`` (keeping the sort and the filter)."""
+        """Show ``table`` (keeping the sort and the filter; new columns: the kept sort, if any)."""
         same_cols = self.table is not None and [c.key for c in self.table.columns] == [c.key for c in table.columns]
         self.table = table
         if not same_cols:
             self.sort_col = None
+            self._kept_sort()
         self.populate(rebuild_columns=not same_cols)
+
+    @property
+    def settings_name(self) -> str:
+        """The table's name in the settings (``[sort.NAME]``): its id."""
+        return self.id or ""
+
+    def _kept_sort(self) -> None:
+        """The sort the settings keep for this table, when it names one of its columns."""
+        kept = settings_of(self).sort.get(self.settings_name) if self.settings_name else None
+        if kept is None or self.table is None:
+            return
+        keys = [c.key for c in self.table.columns]
+        if kept.column in keys:
+            self.sort_col, self.descending = keys.index(kept.column), kept.descending
 
     @property
     def data_table(self) -> DataTable[Text]:
@@ -156,6 +175,8 @@ class SortTable(Vertical):
             descending = self.table.columns[col].numeric
         self.sort_col, self.descending = col, descending
         self.populate()
+        if self.settings_name:
+            remember(self, f"sort.{self.settings_name}", SortSetting(self.table.columns[col].key, descending))
 
     def action_sort_next(self) -> None:
         if self.table is None:
