@@ -244,3 +244,47 @@ async def test_fleet_keeps_its_sort_and_sparklines(tmp_path):
     async with again.run_test(size=(160, 40)) as pilot:
         await pilot.pause()
         assert (again.main.sort, again.main.descending) == kept and not again.main.sparks
+
+
+# ------------------------------------------------------------------------------ screenshots
+async def test_ctrl_s_saves_a_screenshot_in_the_working_directory_and_says_where(tmp_path, csv_run, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    BmoeTopApp.settings_store = SettingsStore(None)
+    app = BmoeTopApp(ReplayScreen(open_paths(csv_run), title="shot"))
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.press("ctrl+s")
+        await pilot.pause()
+        shot = app.last_screenshot
+        assert shot is not None and shot.parent == tmp_path and shot.suffix == ".svg"
+        assert shot.read_text().startswith("<svg") and "bmoe-top" in shot.read_text()
+        said = [n for n in app._notifications if n.title == "screenshot saved"]
+        assert said and str(shot) in said[-1].message
+        await pilot.press("ctrl+s")  # a second one in the same second: a new name, the first kept
+        await pilot.pause()
+        assert app.last_screenshot != shot and shot.is_file() and len(list(tmp_path.glob("*.svg"))) == 2
+
+
+async def test_the_palettes_screenshot_goes_to_the_settings_folder(tmp_path, csv_run):
+    folder = tmp_path / "shots"
+    folder.mkdir()
+    path = tmp_path / "settings.toml"
+    path.write_text(f'[screenshots]\nfolder = "{folder}"\n')
+    app = start(path, csv_run)
+    async with app.run_test(size=(100, 30)) as pilot:
+        command = next(c for c in app.get_system_commands(app.screen) if c.title == "Screenshot")
+        assert str(folder) in command.help
+        command.callback()
+        await pilot.pause(0.3)
+        assert app.last_screenshot is not None and app.last_screenshot.parent == folder
+        assert not any(n.severity == "error" for n in app._notifications)
+
+
+async def test_a_screenshot_folder_that_does_not_exist_is_said_not_a_crash(tmp_path, csv_run):
+    path = tmp_path / "settings.toml"
+    path.write_text(f'[screenshots]\nfolder = "{tmp_path / "gone"}"\n')
+    app = start(path, csv_run)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.press("ctrl+s")
+        await pilot.pause()
+        errors = [n for n in app._notifications if n.title == "screenshot not saved"]
+        assert errors and "the folder does not exist" in errors[0].message and app.last_screenshot is None
