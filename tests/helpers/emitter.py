@@ -21,6 +21,9 @@ survive:
 --exit-code K            exit status after close/EOF
 --deep N                 after the first turn's first progress line, a BMOE_ROUTE, an unknown record
                          and a BMOE_PROGRESS field each nested N lists deep
+--enforce-ctx            reject a generate whose context (4 tokens a prompt, kept across turns unless
+                         clear_kv) plus n_predict exceeds --n-ctx, in bmoe-run's words
+--hide-ctx               READY does not say n_ctx
 --route-layers L         also BMOE_ROUTE per token for L layers (top --route-k of --route-experts,
                          skewed, hits from an LRU of --route-slots per layer) and BMOE_RESIDENT
                          every 8 tokens; the progress line's cache_hit_pct is that LRU's
@@ -106,6 +109,8 @@ def main(argv=None) -> int:
     ap.add_argument("--exit-code", type=int, default=0)
     ap.add_argument("--deep", type=int, default=0)
     ap.add_argument("--n-ctx", type=int, default=4096)
+    ap.add_argument("--enforce-ctx", action="store_true")
+    ap.add_argument("--hide-ctx", action="store_true")
     ap.add_argument("--route-layers", type=int, default=0)
     ap.add_argument("--route-experts", type=int, default=128)
     ap.add_argument("--route-k", type=int, default=8)
@@ -166,7 +171,7 @@ def main(argv=None) -> int:
     if a.no_ready:
         time.sleep(3600)
         return 1
-    ready = json.dumps({"load_s": a.ready_delay, "arch": "emitter", "n_ctx": a.n_ctx})
+    ready = json.dumps({"load_s": a.ready_delay, "arch": "emitter", **({} if a.hide_ctx else {"n_ctx": a.n_ctx})})
     emit(("llama_model_load: done " if a.noise_prefix else "") + "BMOE_READY " + ready)
     if a.buffered_after_ready:
         out.flush()
@@ -264,9 +269,15 @@ def main(argv=None) -> int:
                 emit("BMOE_ERROR " + json.dumps({"id": rid, "fatal": False, "msg": "prompt rejected"}))
                 continue
             cancel.clear()
+            n = int(req.get("n_predict") or a.n_predict)
+            held = 4 + (0 if req.get("clear_kv", True) else n_past)
+            if a.enforce_ctx and held + n > a.n_ctx:
+                msg = f"prompt ({held} tokens in context) plus n_predict ({n}) exceeds n_ctx ({a.n_ctx})"
+                emit("BMOE_ERROR " + json.dumps({"id": rid, "fatal": False, "msg": msg}))
+                continue
             if req.get("clear_kv", True):
                 n_past = 0
-            n_past = turn(rid, int(req.get("n_predict") or a.n_predict), first, n_past)
+            n_past = turn(rid, n, first, n_past)
             first = False
     out.flush()
     if server is not None:

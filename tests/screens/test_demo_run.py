@@ -10,6 +10,7 @@ import sys
 
 import numpy as np
 from helpers import EMITTER
+from helpers.prompt import send_prompt
 from helpers.waits import pilot_until
 from textual.widgets import Input, Static
 
@@ -46,6 +47,15 @@ async def test_the_default_demo_streams_in_slow_motion_and_its_cache_warms():
                               limit=900)
             done = dict(run.turns[-1].done)
             hit = np.asarray(run.tokens.view("cache_hit_pct"), dtype=np.float64)
+            # the next prompt: the conversation and 1,024 more tokens would not fit n_ctx, so it
+            # starts a new chat (said once) instead of being refused
+            await send_prompt(pilot, app, DEMO_PROMPT)
+            await pilot_until(pilot, lambda: run.n_tokens >= DEMO_N_PREDICT + 8, "the second turn's tokens",
+                              limit=300)
+            assert src.status().last_error is None
+            assert len([n for n in app._notifications if "starts a new chat" in n.message]) == 1
+            await pilot.press("ctrl+x")
+            await pilot_until(pilot, lambda: src.status().turns_done == 2, "the second turn cancelled", limit=120)
     finally:
         src.close()
     assert done["tokens"] == DEMO_N_PREDICT and len(hit) == DEMO_N_PREDICT

@@ -63,7 +63,7 @@ async def test_live_app_over_emitter_full_loop():
         assert app.main.new_chat is False
         # a turn far longer than the test: it is still generating when Esc arrives, however late the
         # app sees its tokens on a loaded machine
-        await send_prompt(pilot, app, "more", 100_000)
+        await send_prompt(pilot, app, "more", 4_000)  # 40 s, and the chat holds it (n_ctx 4096)
         assert await wait_for(pilot, lambda: src.state == "generating" and app.main.run_model.n_tokens >= 35)
         await pilot.press("escape")  # cancel mid-turn
         assert await wait_for(pilot, lambda: src.state == "ready" and src.status().turns_done == 2)
@@ -134,10 +134,13 @@ async def test_live_app_over_real_runtime(tmp_path):
         await pilot.press("escape")
         assert await wait_for(pilot, lambda: src.status().turns_done == 3, 30)
         assert run.turns[-1].cancelled
-        # rejected (too long for n_ctx), still usable
+        # more than n_ctx holds: cut to what fits (said), a new chat, and the runtime takes it
         await send_prompt(pilot, app, "x", 100000)
-        assert await wait_for(pilot, lambda: src.status().last_error is not None, 30)
-        assert src.state == "ready"
+        assert await wait_for(pilot, lambda: run.n_tokens >= 20, 60)
+        assert src.status().last_error is None
+        assert any("does not fit the context (n_ctx 512)" in n.message for n in app._notifications)
+        await pilot.press("ctrl+x")
+        assert await wait_for(pilot, lambda: src.status().turns_done == 4 and src.state == "ready", 30)
         await pilot.press("ctrl+q")
     assert src.close() == 0
     assert not alive(src.pid)

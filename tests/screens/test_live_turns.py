@@ -10,7 +10,7 @@ from helpers.prompt import send_prompt
 from helpers.waits import pilot_until
 from textual.widgets import DataTable, Input
 
-from bmoe_top.tui.screens.live import live_app
+from bmoe_top.tui.screens.live import CONTEXT_MARGIN, live_app
 from bmoe_top.tui.sources.child_session import ChildSession
 
 
@@ -97,5 +97,63 @@ async def test_the_tab_ctrl_keys_work_from_the_prompt_box():
             await pilot.pause()
             assert tabs.active == tab, key
             assert box.value == ""
+        await pilot.press("ctrl+q")
+    src.close()
+
+
+def notes(app, part: str) -> list[str]:
+    return [n.message for n in app._notifications if part in n.message]
+
+
+async def test_a_conversation_that_would_not_fit_the_context_starts_a_new_chat_said_once():
+    """The demo's second 1,024-token turn on n_ctx 2048, in small: each turn fills most of the
+    context, and the next prompt goes as a new chat instead of being refused."""
+    src = ChildSession([sys.executable, EMITTER, "--rate", "500", "--n-ctx", "64", "--enforce-ctx"])
+    app = live_app(src, title="emitter", n_predict=40)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot_until(pilot, lambda: src.state == "ready", "ready")
+        for turn in (1, 2, 3):
+            await send_prompt(pilot, app, "# ")
+            await pilot_until(pilot, lambda t=turn: src.status().turns_done == t and src.state == "ready",
+                              f"turn {turn} done")
+            assert src.status().last_error is None
+        assert len(notes(app, "starts a new chat")) == 2  # turns 2 and 3, once each
+        with app.main.run_model.lock:
+            assert [t.done["tokens"] for t in app.main.run_model.turns] == [40, 40, 40]
+        await pilot.press("ctrl+q")
+    src.close()
+
+
+async def test_a_source_that_does_not_say_n_ctx_is_sent_again_as_a_new_chat_and_its_error_shows_once():
+    src = ChildSession([sys.executable, EMITTER, "--rate", "500", "--n-ctx", "64", "--enforce-ctx", "--hide-ctx"])
+    app = live_app(src, title="emitter", n_predict=40)
+    async with app.run_test(size=(160, 48)) as pilot:
+        screen = app.main
+        await pilot_until(pilot, lambda: src.state == "ready", "ready")
+        await send_prompt(pilot, app, "first")
+        await pilot_until(pilot, lambda: src.status().turns_done == 1 and src.state == "ready", "turn 1")
+        await send_prompt(pilot, app, "second")  # 4 + 44 + 40 > 64: refused, then sent as a new chat
+        await pilot_until(pilot, lambda: src.status().turns_done == 2 and src.state == "ready", "turn 2")
+        assert len(notes(app, "sent again as a new chat")) == 1
+        # a turn no chat can hold is refused: the error once on the status line, the prompt back in the box
+        await send_prompt(pilot, app, "third", 100)
+        await pilot_until(pilot, lambda: src.status().last_error is not None and src.state == "ready", "refused")
+        await pilot_until(pilot, lambda: app.query_one("#prompt", Input).value == "third", "the prompt back")
+        line = screen._status_text().plain
+        assert line.count("exceeds n_ctx (64)") == 1, line
+        await pilot.press("ctrl+q")
+    src.close()
+
+
+async def test_an_n_predict_no_chat_can_hold_is_cut_to_what_fits():
+    src = ChildSession([sys.executable, EMITTER, "--rate", "500", "--n-ctx", "64", "--enforce-ctx"])
+    app = live_app(src, title="emitter", n_predict=100)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot_until(pilot, lambda: src.state == "ready", "ready")
+        await send_prompt(pilot, app, "# ")
+        await pilot_until(pilot, lambda: src.status().turns_done == 1 and src.state == "ready", "turn 1")
+        assert src.status().last_error is None and len(notes(app, "does not fit the context")) == 1
+        with app.main.run_model.lock:
+            assert app.main.run_model.turns[0].done["tokens"] == 64 - 2 - CONTEXT_MARGIN  # "# " is 2 bytes
         await pilot.press("ctrl+q")
     src.close()

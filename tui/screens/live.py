@@ -31,6 +31,7 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal
 from textual.widgets import DataTable, Input, Label, Static, TabPane
 
+from bmoe_top.parsers.limits import int_within
 from bmoe_top.tui.app import BmoeTopApp
 from bmoe_top.tui.feed.bind import bind
 from bmoe_top.tui.model import LIVE, RunModel
@@ -56,6 +57,12 @@ TURN_COLUMNS = ("turn", "id", "tokens", "tok/s", "prefill s", "n_prompt", "n_pas
 #: What the empty prompt box says: both things Escape does there.
 PROMPT_PLACEHOLDER = "Enter generates · Escape cancels it, else leaves the box"
 
+
+#: Tokens a runtime may add to a prompt besides its text (BOS, a chat template's markers): the
+#: margin the prompt box keeps when it fits a turn into the context.
+CONTEXT_MARGIN = 16
+#: The largest context a source's n_ctx or n_past is read as (tokens).
+MAX_CONTEXT = 1 << 30
 
 #: States of a live source in which nothing needs explaining: the status line may stay hidden in
 #: the compact layout (every other state says why on it: failed, aborted, connecting, ...).
@@ -145,9 +152,10 @@ class LiveScreen(RunScreen):
         self._turn_rows: list[tuple[str, ...]] = []
         self._live_at = 0.0  # monotonic time the status line was last looked at
         self._live_line: Static | None = None  # the status line, looked up once
-        #: (turns done when it was sent, text) of the prompt sent last, until it is answered: a
-        #: prompt the runtime rejects goes back into an empty box instead of being lost
-        self._unanswered: tuple[int, str] | None = None
+        #: (turns done when it was sent, text, n_predict, clear_kv) of the prompt sent last, until
+        #: it is answered: a prompt the runtime rejects goes back into an empty box instead of
+        #: being lost (or, rejected for the context while continuing a chat, goes again as a new one)
+        self._unanswered: tuple[int, str, int, bool] | None = None
 
     @property
     def is_replay(self) -> bool:
@@ -242,11 +250,9 @@ class LiveScreen(RunScreen):
             hint = "press Enter to send the prompt below, or type your own" if self.initial_prompt else \
                 "type a prompt below and press Enter"
             t.append("   " + hint, style=look.accent)
-        if st.last_error:
+        if st.last_error and st.last_error not in (st.message or ""):  # a rejection is its message already
             t.append(" · last error: ", style=dim)
             t.append_text(safe_text(st.last_error[:80], alert, multiline=False))
-            if "n_ctx" in st.last_error and not self.new_chat and not self.is_replay:
-                t.append("  ctrl+n: a new chat starts from an empty context", style=look.accent)
         if st.stderr_lines:
             t.append(f" · stderr {st.stderr_lines} lines (ctrl+l)", style=dim)
         if st.kind == "socket":
@@ -337,25 +343,72 @@ class LiveScreen(RunScreen):
         if n <= 0:
             self.notify("n_predict must be > 0", severity="warning")
             return
-        if self.source.generate(prompt, n, clear_kv=self.new_chat) is None:
+        fitted = self._fit_context(prompt, n)
+        if fitted is None:
+            return
+        n, clear_kv = fitted
+        if self.source.generate(prompt, n, clear_kv=clear_kv) is None:
             self.notify("not sent: the runtime is not reachable", severity="error")
             return
-        self._unanswered = (self.source.status().turns_done, prompt)
+        self._unanswered = (self.source.status().turns_done, prompt, n, clear_kv)
         event.input.value = ""
         self.new_chat = False  # the next prompt continues this chat unless toggled
         self.playback.go_live()  # the user asked for this turn: show it
         self.refresh_views()
         self.update_live()
 
+    def _context_held(self) -> tuple[int | None, int | None]:
+        """(n_ctx from READY, the context the conversation holds after its last turn: that turn's
+        ``n_past``), each None when the source did not say."""
+        run = self.run_model
+        with run.lock:
+            n_ctx = run.ready.get("n_ctx") if run.ready else None
+            last = next((t.done for t in reversed(run.turns) if t.done is not None), None)
+            used = last.get("n_past") if last is not None else None
+        return int_within(n_ctx, MAX_CONTEXT, 1), int_within(used, MAX_CONTEXT)
+
+    def _fit_context(self, prompt: str, n: int) -> tuple[int, bool] | None:
+        """(n_predict, clear_kv) for ``prompt``: a conversation that would not fit the context
+        with it (its last ``n_past`` + the prompt + ``n``) starts a new chat, and an ``n`` that
+        does not fit even a new chat is cut to what does; each said once. A prompt counts as its
+        bytes (a token is at least one) + :data:`CONTEXT_MARGIN`. None (said) when the prompt
+        alone fills the context. A source that does not say its n_ctx is sent as asked (a
+        rejection for the context is retried as a new chat)."""
+        clear_kv = self.new_chat
+        n_ctx, used = self._context_held()
+        if n_ctx is None:
+            return n, clear_kv
+        size = len(prompt.encode("utf-8")) + CONTEXT_MARGIN  # tokens <= bytes, + what the runtime adds
+        if not clear_kv and used is not None and used + size + n > n_ctx:
+            clear_kv = True
+            self.notify(f"the conversation ({used:,} tokens) and this turn would not fit the context (n_ctx "
+                        f"{n_ctx:,}): this prompt starts a new chat", timeout=6)
+        if size + n > n_ctx:
+            fit = n_ctx - size
+            if fit <= 0:
+                self.notify(f"the prompt alone fills the context (n_ctx {n_ctx:,}): not sent", severity="warning")
+                return None
+            self.notify(f"n_predict {n:,} does not fit the context (n_ctx {n_ctx:,}) with this prompt: "
+                        f"{fit:,} tokens this turn", timeout=6)
+            n = fit
+        return n, clear_kv
+
     def _restore_rejected(self, st: Any) -> None:
         """The prompt sent last comes back into the box (when the box is empty) if the runtime
-        rejected it; any answer, or the source going away, forgets it."""
+        rejected it, unless the rejection was for the context and the prompt continued a chat:
+        then it is sent again as a new chat (said once). Any answer, or the source going away,
+        forgets it."""
         assert self._unanswered is not None
-        done_before, text = self._unanswered
+        done_before, text, n, clear_kv = self._unanswered
         if st.turns_done > done_before or st.state not in (LiveState.READY, LiveState.GENERATING):
             self._unanswered = None
         elif st.state == LiveState.READY and st.message.startswith("request rejected"):
             self._unanswered = None
+            if "n_ctx" in st.message and not clear_kv and self.source.generate(text, n, clear_kv=True) is not None:
+                self._unanswered = (done_before, text, n, True)
+                self.notify("the conversation did not fit the context: the prompt was sent again as a new chat",
+                            timeout=6)
+                return
             box = self.query_one("#prompt", Input)
             if not box.value:
                 box.value = text
