@@ -20,6 +20,11 @@ Original pace (1x) comes from the line timestamps (``t``, recordings) for a repl
 tokens' own ``wall_ms`` for a live run (slow motion shows the tokens' own time stretched, never
 the gaps between turns); without either, 100 ms per row. ``MAX`` speed moves through the run as
 fast as the screen repaints (1 % of the run per tick, at least one row).
+
+Playing on from an earlier row of a live run that still streams catches up: the run grows at its
+own pace, so at 1x the view would trail it forever. On top of its pace the view gains a share of
+the run time it trails by (the gap closes with a time constant of :data:`CATCH_UP_S`, at most
+doubling the pace), and within :data:`LIVE_SLACK_MS` of the newest row it follows live again.
 """
 
 from __future__ import annotations
@@ -32,7 +37,8 @@ import numpy as np
 
 from bmoe_top.tui.model import RunModel, Series
 
-__all__ = ["COARSE", "SPEEDS", "PlayState", "Playback", "TokenWindow", "ZOOM_MAX", "fit_zoom"]
+__all__ = ["CATCH_UP_S", "COARSE", "LIVE_SLACK_MS", "SPEEDS", "PlayState", "Playback", "TokenWindow", "ZOOM_MAX",
+           "fit_zoom"]
 
 SPEEDS: tuple[float, ...] = (0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 64.0, 256.0, math.inf)
 #: Index of 1x in :data:`SPEEDS`.
@@ -41,6 +47,12 @@ ONE_X = SPEEDS.index(1.0)
 ZOOM_MAX = 1 << 24
 #: Rows per column from which the views read the tiered history rather than the rows.
 COARSE = 64
+#: Seconds in which a view playing on toward a live run's newest row closes its gap by 1 - 1/e
+#: (beyond its pace, at most as much again as the pace).
+CATCH_UP_S = 2.0
+#: Run time (ms) behind the newest row at which a view playing on toward it follows live again:
+#: a live source hands its token lines over in batches of up to 0.25 s.
+LIVE_SLACK_MS = 300.0
 
 
 class PlayState(StrEnum):
@@ -470,7 +482,14 @@ class Playback:
             self.cursor = min(n, self.cursor + max(1, n // 100))
             return
         d = self._durations_ms()
-        self._clock += dt_s * 1000.0 * self.speed
+        step = dt_s * 1000.0 * self.speed
+        if self.playing and self.live_source:
+            gap = float(d[self.cursor:n].sum()) - self._clock  # run time (ms) behind the newest row
+            step += min(step, gap * (1.0 - math.exp(-dt_s / CATCH_UP_S)))
+            if gap - step <= LIVE_SLACK_MS:
+                self.cursor, self._clock = n, 0.0
+                return
+        self._clock += step
         while self.cursor < n and self._clock >= d[self.cursor]:
             self._clock -= d[self.cursor]
             self.cursor += 1

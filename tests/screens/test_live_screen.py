@@ -324,10 +324,10 @@ def test_space_after_home_on_a_live_view_plays_on_from_there():
     assert pb.state() == "paused" and pb.sel == 0
     pb.toggle()  # space: play on from token 1 (it went back to the newest token)
     assert pb.state() == "replay" and pb.cursor <= 2 and not pb.follow
-    pb.tick(0.5)  # at 1x a 20 ms token: 25 more tokens in half a second
-    assert 20 <= pb.cursor <= 30 and pb.playing
+    pb.tick(0.5)  # at 1x a 20 ms token: 25 more tokens in half a second, and up to as many again to catch up
+    assert 25 <= pb.cursor <= 52 and pb.playing
     pb.toggle()  # space again pauses where it is
-    assert pb.state() == "paused" and pb.sel < 30
+    assert pb.state() == "paused" and pb.sel < 53
     pb.toggle()
     run.add_token_rows({"step": np.arange(101, 111, dtype=float), "wall_ms": np.full(10, 20.0)}, 10)  # still live
     for _ in range(40):

@@ -316,7 +316,8 @@ class RunScreen(Screen[None]):
             elif behind:  # faster than 1x, trailing: catching up
                 out.append((f" {pb.speed_label()} ({behind:,} behind, catching up)", look.dim))
         elif st == PlayState.PLAYING and pb.live_source:  # playing on from an earlier token: live again at the newest
-            out.append((f"{g.playing} playing {pb.speed_label()} ({pb.n - pb.cursor:,} behind)", look.accent))
+            out.append((f"{g.playing} playing {pb.speed_label()} ({pb.n - pb.cursor:,} behind, catching up)",
+                        look.accent))
             out.append((" · End: live", look.dim))
         elif st == PlayState.PLAYING:
             out.append((f"{g.playing} replay {pb.speed_label()}", look.accent))
