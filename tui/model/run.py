@@ -53,7 +53,8 @@ from bmoe_top.tui.model.routes import ExpertCounts, LayerShares, RoutesReader, R
 from bmoe_top.tui.model.status import RowUnit, Status
 from bmoe_top.tui.model.turns import ProblemEntry, Turn
 
-__all__ = ["BASE_COLUMNS", "KEEP_ALL", "LIVE", "MAX_ALERTS", "MAX_PROBLEMS", "Retention", "RunModel", "safe"]
+__all__ = ["BASE_COLUMNS", "KEEP_ALL", "LIVE", "MAX_ALERTS", "MAX_PROBLEMS", "Retention", "RunModel", "robust_top",
+           "safe"]
 
 #: Token columns every run has (NaN when the source did not send them).
 BASE_COLUMNS = (
@@ -803,15 +804,26 @@ class RunModel:
         return self.expert_aggregates(stop).last
 
     def wall_scale(self) -> float:
-        """A y scale for per-token wall time (ms): the 98th percentile of ``wall_ms`` over the rows
+        """A y scale for per-token wall time (ms): :func:`robust_top` of ``wall_ms`` over the rows
         held at full resolution (1.0 when there is none)."""
         with self.lock:
             held = (self._tokens.n, self._tokens.start)  # rows are append-only: these say what is held
             if self._wall_scale[0] == held:
                 return self._wall_scale[1]
-            wall = self._tokens.view("wall_ms", self._tokens.start)
-            finite = wall[np.isfinite(wall)]
-            top = float(np.percentile(finite, 98)) if finite.size else 1.0
-            top = top if top > 0 and math.isfinite(top) else 1.0
+            top = robust_top(self._tokens.view("wall_ms", self._tokens.start))
             self._wall_scale = (held, top)
             return top
+
+
+def robust_top(values: np.ndarray) -> float:
+    """The top of a y scale for ``values`` (NaN ignored) that a few outliers do not set: the 98th
+    percentile, or the far-outlier fence Q3 + 3 x IQR when that is lower (a cold cache's first
+    tokens at 300 ms over a run of 5-30 ms tokens would leave the bars a row tall). 1.0 when
+    nothing is finite and positive."""
+    v = np.asarray(values, dtype=np.float64)
+    finite = v[np.isfinite(v)]
+    if not finite.size:
+        return 1.0
+    q1, q3, p98 = np.percentile(finite, (25, 75, 98))
+    top = float(min(p98, q3 + 3.0 * (q3 - q1)))
+    return top if top > 0 and math.isfinite(top) else (float(p98) if p98 > 0 else 1.0)

@@ -20,6 +20,7 @@ from textual import events
 from textual.strip import Strip
 
 from bmoe_top.tui.model import RunModel
+from bmoe_top.tui.model.run import robust_top
 from bmoe_top.tui.playback import Playback, TokenWindow
 from bmoe_top.tui.present.numbers import MISSING, mib, ms, sig
 from bmoe_top.tui.widgets.base import RunView, absent_phrase
@@ -270,9 +271,12 @@ class BreakdownChart(TimeView):
     """Stacked bar per column: wall = compute + flash wait + mgmt (ms per token).
 
     Flash wait is ``io_ms`` in serial runs and ``stall_ms`` under overlap (lane-busy ``io_ms`` is
-    never stacked on wall). The y scale (ms, with ticks) is the 98th percentile of wall over the
-    rows held, fixed while playing; taller bars are clipped with a marker. The selected token's
-    column is marked; its values are read out on the right.
+    never stacked on wall). The y scale (ms, with ticks) is :func:`~bmoe_top.tui.model.run.robust_top`
+    of wall over the rows held (the 98th percentile, or the far-outlier fence when lower), fixed
+    while playing; taller bars are clipped with a marker and the legend counts them. A token too
+    short for the smallest step a look draws (an eighth of a cell, a cell in ASCII) still shows a
+    minimum mark at the base, never nothing. The selected token's column is marked; its values
+    are read out on the right.
     """
 
     DEFAULT_CSS = "BreakdownChart { height: 14; }"
@@ -302,12 +306,14 @@ class BreakdownChart(TimeView):
         per = f" · mean per column ({w.zoom_label()})" if w.per_col >= 1.5 else ""
         unit = run.row_unit
         per_row = "" if unit == "token" else f" (ms/token, mean per {unit})"
-        head = self._legend(look, has_mgmt, flash, per_row, per, gut + cols)
+        k = min(w.used, len(parts["wall"]))
+        over = int(np.count_nonzero(parts["wall"][:k] > top * 1.0001))
+        clip_note = f" · {g.clip} {over:,} over {sig(top, 3)} ms" if over else ""
+        head = self._legend(look, has_mgmt, flash, per_row, per, gut + cols, clip_note)
         head_len = sum(seg.cell_length for seg in head)
         lines = [Strip([*head, Segment(" " * max(0, gut + cols - head_len), BLANK),
                         Segment(" " + readout[0][0][: right - 1].ljust(right - 1), readout[0][1])])]
         # a live run's routing can be a token ahead of its token line: bars for the rows held
-        k = min(w.used, len(parts["wall"]))
         cells = self._bar_codes(parts, top, rows, k, look)
         codes, table = cells
         sel_col = w.col_of(sel)
@@ -353,12 +359,13 @@ class BreakdownChart(TimeView):
 
     @staticmethod
     def _binned_top(wall: np.ndarray) -> float:
-        finite = wall[np.isfinite(wall)]
-        return float(np.percentile(finite, 98)) if finite.size else 1.0
+        return robust_top(wall)
 
     @staticmethod
-    def _legend(look: Look, has_mgmt: bool, flash: str, per_row: str, per: str, width: int) -> list[Segment]:
-        """The legend, as long as fits ``width``: each series' glyph and name in its colour."""
+    def _legend(look: Look, has_mgmt: bool, flash: str, per_row: str, per: str, width: int,
+                clip_note: str = "") -> list[Segment]:
+        """The legend, as long as fits ``width``: each series' glyph and name in its colour, and
+        ``clip_note`` (how many bars the scale clips) when it fits too."""
         fg, st = look.series_glyph, look.series
         emph = Style(bold=True) if look.colors == "mono" else BLANK
 
@@ -377,9 +384,10 @@ class BreakdownChart(TimeView):
             [part("compute", "comp"), (" ", BLANK), part("flash", "flash"), (" ", BLANK),
              part("mgmt", "mgmt") if has_mgmt else ("", BLANK)],
         ]
-        for opt in options:
-            if sum(len(t) for t, _ in opt) <= width:
-                return [Segment(t, s_) for t, s_ in opt if t]
+        for note in ([(clip_note, look.warn)], []) if clip_note else ([],):
+            for opt in options:
+                if sum(len(t) for t, _ in opt + note) <= width:
+                    return [Segment(t, s_) for t, s_ in opt + note if t]
         return [Segment(t, s_) for t, s_ in options[-1] if t][: max(1, width)]
 
     @staticmethod
@@ -418,6 +426,9 @@ class BreakdownChart(TimeView):
         code = np.where(series > 0, series * 100 + fill * 10 + upper, 0)
         missing = ~np.isfinite(wall)
         code[rows - 1, missing] = 9
+        # a token too short for one step of this look: a minimum mark at the base, never nothing
+        tiny = ~missing & (b3 == 0) & (np.nan_to_num(wall) > 0)
+        code[rows - 1, tiny] = 7
         clipped = b3 > rows * q
         code[0, clipped & ~missing] = 8
         uniq, inv = np.unique(code, return_inverse=True)
@@ -430,6 +441,9 @@ class BreakdownChart(TimeView):
             return " ", BLANK
         if code == 9:
             return look.no_data
+        if code == 7:  # under one step: the lowest mark there is
+            eighths = look.g.eighths
+            return (eighths[1] if eighths else "_"), look.series["compute"]
         if code == 8:
             return look.g.clip, Style(bold=True) if look.colors == "mono" else Style(color="bright_white"
                                                                                        if look.colors == "16"
@@ -441,7 +455,9 @@ class BreakdownChart(TimeView):
         if not eighths or fill >= 8:
             return look.series_glyph[name] if not eighths else look.g.full, st
         if look.colors == "mono":
-            return (look.series_glyph[name] if fill >= 4 else " "), BLANK
+            if upper:  # two series share the cell: the texture of the one filling most of it
+                return look.series_glyph[name if fill >= 4 else _SERIES[upper - 1]], BLANK
+            return eighths[fill], BLANK  # the bar's top: its height to the eighth, without a texture
         bg = look.series[_SERIES[upper - 1]].color if upper else None
         return eighths[fill], Style(color=st.color, bgcolor=bg)
 
