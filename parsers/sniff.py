@@ -32,7 +32,7 @@ from .textio import decode_bytes, guess_encoding, split_text
 from .token_csv import KNOWN_TOKEN_COLUMNS, find_header
 from .transcript import is_loader_noise
 
-__all__ = ["sniff", "sniff_reason", "KINDS", "RUN_KINDS"]
+__all__ = ["sniff", "sniff_reason", "KINDS", "RUN_KINDS", "TEXT_NOT_A_RUN"]
 
 KINDS = ("token_csv", "route_trace", "transcript", "sidecar", "recording", "requests", "audit",
          "strp", "unknown")
@@ -175,6 +175,12 @@ def sniff(data: bytes, name: str = "") -> str:
     return "unknown"
 
 
+#: Why text is not a recorded run (:func:`sniff_reason`, and a transcript that measures nothing).
+TEXT_NOT_A_RUN = ("text with none of the formats bmoe-top reads (a CSV header with step and a timing column, "
+                  "a route-trace header, BMOE_ lines, end-of-run summary lines, key=value lines): not a "
+                  "recorded run")
+
+
 def sniff_reason(data: bytes, name: str = "") -> tuple[str, str]:
     """``(kind, reason)``: :func:`sniff`'s kind, and for "unknown" one sentence saying why the data is
     not a recorded run (for an exit message or a banner); "" for the other kinds. Never raises."""
@@ -192,6 +198,4 @@ def sniff_reason(data: bytes, name: str = "") -> tuple[str, str]:
     if first.startswith("{"):
         return kind, ("JSON lines, but not a recording (t/src/line), session requests (cmd) or an audit log "
                       "(event load/ready/request/exit): not a recorded run")
-    return kind, ("text with none of the formats bmoe-top reads (a CSV header with step and a timing column, "
-                  "a route-trace header, BMOE_ lines, end-of-run summary lines, key=value lines): not a "
-                  "recorded run")
+    return kind, TEXT_NOT_A_RUN

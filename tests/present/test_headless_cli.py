@@ -34,6 +34,7 @@ def test_launch_once_json_on_an_emitter_and_record(tmp_path):
     assert out["live"]["state"] == "exited" and out["live"]["exit_code"] == 0
     assert out["live"]["turns"][0]["tokens"] == 7 and out["derived"]["token_rows"] == 7
     assert out["tokens"] == 7 and out["meta"]["arch"] == "emitter"
+    assert out["meta"]["n_ctx"] == 4096  # a number, not the text "4096"
     assert out["turns"] == 1 and out["status"] == "done"
     lines = [json.loads(x) for x in rec.read_text().splitlines()]
     assert sum(x["src"] == "stdout" and "BMOE_PROGRESS" in x["line"] for x in lines) == 7
@@ -274,8 +275,8 @@ def test_launch_once_of_bmoe_run_shows_every_figure_it_sends(tiny):
     assert isinstance(extra["cache_evictions"], int) and isinstance(extra["cache_rereads"], int)
     assert extra["peak_rss_mib"] >= extra["rss_mib"] > 0
     meta = doc["meta"]
-    assert meta["io_threads"] == "1" and int(meta["threads"]) >= 1 and meta["o_direct"] in ("True", "False")
-    assert float(meta["expert_bank_MiB"]) > 0
+    assert meta["io_threads"] == 1 and meta["threads"] >= 1 and meta["o_direct"] in ("True", "False")
+    assert meta["expert_bank_MiB"] > 0 and meta["n_ctx"] > 0  # numbers, not their text
     r = top("launch", "--once", "-p", "hi", "-n", "4", *child, timeout=120)
     assert r.returncode == 0, r.stderr
     labels = {re.split(r"\s{2,}", ln.strip())[0] for ln in r.stdout.splitlines() if ln.startswith("  ")}
@@ -429,3 +430,33 @@ def test_a_full_standard_output_is_one_line_and_status_1(tmp_path, args):
         r = subprocess.run([str(BMOE_TOP), *args, str(f)], stdout=full, stderr=subprocess.PIPE, text=True,
                            timeout=60)
     assert r.returncode == 1 and r.stderr == "bmoe-top: cannot write standard output: the disk is full (ENOSPC)\n"
+
+
+BMOE_CLI_HELP = """usage: bmoe-cli [options]
+
+  -m, --model FNAME        model path (default: models/7B/ggml-model-f16.gguf)
+  -p, --prompt PROMPT      prompt to start generation with
+  -n, --n-predict N        number of tokens to predict (default: -1, -1 = infinity)
+  -c, --ctx-size N         size of the prompt context (default: 4096, 0 = loaded from model)
+  --moe-stream             stream expert weights from flash
+  --moe-cache-mb N         expert cache budget in MiB (default: 0 = off)
+  --arm NAME=FILES         a named arm
+"""
+
+
+@pytest.mark.parametrize("what", ["bmoe-top --help", "bmoe-top --version", "bmoe-cli --help", "notes"])
+@pytest.mark.parametrize("name", ["out.txt", "out.log"])
+def test_replay_summary_refuses_text_that_is_not_a_run(tmp_path, what, name):
+    if what.startswith("bmoe-top"):
+        text = top(what.split()[1]).stdout
+    elif what == "bmoe-cli --help":
+        text = BMOE_CLI_HELP
+    else:
+        text = "Tried the demo today.\nThe cache warms up fast.\n"
+    path = tmp_path / name
+    path.write_text(text)
+    for args in (["replay", "--summary", str(path)], ["replay", "--summary", "--json", str(path)]):
+        r = top(*args)
+        assert r.returncode == 1 and r.stdout == "", (what, r.stdout[:200])
+        lines = r.stderr.splitlines()
+        assert len(lines) == 1 and "not a recorded run" in lines[0] and "Traceback" not in r.stderr

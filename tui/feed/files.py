@@ -26,10 +26,10 @@ from bmoe_top.parsers.bmoe_lines import Load, Progress, Ready, parse_line
 from bmoe_top.parsers.recording import PROTOCOL_SOURCES, Recording, parse_recording, request_of
 from bmoe_top.parsers.requests import parse_requests
 from bmoe_top.parsers.route_trace import RouteTrace, load_route_trace
-from bmoe_top.parsers.sniff import sniff, sniff_reason
+from bmoe_top.parsers.sniff import TEXT_NOT_A_RUN, sniff, sniff_reason
 from bmoe_top.parsers.strp import StrpError, parse_strp
 from bmoe_top.parsers.token_csv import TokenTable, load_token_csv
-from bmoe_top.parsers.transcript import Transcript, parse_transcript
+from bmoe_top.parsers.transcript import Transcript, is_loader_noise, parse_transcript
 from bmoe_top.tui.feed.audit import load_audit
 from bmoe_top.tui.feed.loader_log import loader_facts
 from bmoe_top.tui.feed.records import RecordFeed
@@ -422,6 +422,19 @@ def _describe(facts: Mapping[str, str]) -> str:
     return ", ".join(parts)
 
 
+def measures_a_run(tr: Transcript) -> bool:
+    """Whether a text capture holds anything of a run: BMOE lines, end-of-run lines, a number in a
+    ``key=value`` line, or a loader log line. Prose alone (a ``--help`` or ``--version`` output, a
+    ``.txt`` of notes) does not: its summary would be every field missing."""
+    if tr.records or tr.summary or tr.info or tr.unparsed:
+        return True
+    if any(sl.kind != "sidecar" for _n, sl in tr.summary_lines):
+        return True
+    if any(_number(v) is not None for v in tr.sidecar.values()):
+        return True
+    return any(is_loader_noise(line) for line in tr.text_lines)
+
+
 def load_data(run: RunModel, data: bytes, source: str, kind: str | None = None, parsed: Any = None) -> str:
     """Add one file's content to ``run`` (``kind``/``parsed`` when the caller sniffed and parsed it
     already); returns the sniffed kind. A file that is not a recorded run becomes a problem and an
@@ -480,9 +493,11 @@ def open_replay(paths: Sequence[str], run: RunModel | None = None, *, allow_mixe
         if not data.strip(b" \t\r\n\x00"):  # an empty .csv sniffs as a CSV by its name; it holds no run
             kind, why = "unknown", "the file is empty: not a recorded run"
         feed = FILE_FEEDS.get(kind)
+        parsed = feed.parse(data) if feed is not None else None
+        if isinstance(parsed, Transcript) and not measures_a_run(parsed):
+            kind, why, feed, parsed = "unknown", TEXT_NOT_A_RUN, None, None
         if feed is None:
             not_runs.append((str(p), why))
-        parsed = feed.parse(data) if feed is not None else None
         loaded.append((str(p), data, kind, parsed, run_facts(kind, parsed)))
     kept: list[tuple[str, bytes, str, Any, Mapping[str, str]]] = []
     for entry in loaded:

@@ -8,6 +8,7 @@ the whole run, also when only the newest rows are held at full resolution).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -15,7 +16,7 @@ from bmoe_top.tui.model import RunModel, Status
 from bmoe_top.tui.present.numbers import MISSING, count, fmt, mib, num, safe_rows, sig, text_line, whole
 
 __all__ = ["EXTRA_FIELDS", "FLAG_KEYS", "MODE_WORDS", "SUMMARY_FIELDS", "device_rows", "mode_words", "run_panel_rows",
-           "run_summary", "summary_rows", "summary_text"]
+           "run_summary", "summary_rows", "summary_text", "typed_meta"]
 
 #: The run panel's summary rows: (key, label, unit). ``--summary`` prints the same keys.
 SUMMARY_FIELDS = (
@@ -75,6 +76,27 @@ _DEFINED_LABELS = {"read_mib_per_tok": ("xfer_mib_tok", "xfer_MiB/tok", "payload
 #: Run-header flags the run panel lists.
 FLAG_KEYS = ("moe_stream", "cache_mb", "io_threads", "o_direct", "overlap", "prefetch", "threads", "n_ctx",
              "cache_auto", "force_cache", "dense_weights", "drop_cold_frac")
+
+
+#: Run-header entries that are names, kept as text whatever they look like.
+NAME_META = frozenset({"model", "arch", "format", "profile", "resident_from", "recording_source", "name", "audit_pids"})
+_INT = re.compile(r"-?(?:0|[1-9][0-9]*)")
+_FLOAT = re.compile(r"-?(?:0|[1-9][0-9]*)\.[0-9]+")
+
+
+def typed_meta(meta: Mapping[str, str]) -> dict[str, str | int | float]:
+    """The run header for a JSON document: an entry written as a whole number or a decimal that
+    reads back as itself (``n_ctx=2048``, ``expert_bank_MiB=12.0``) is a number, a name
+    (:data:`NAME_META`) and anything else stays text; the text forms print the same either way."""
+    out: dict[str, str | int | float] = {}
+    for k, v in meta.items():
+        if k not in NAME_META and _INT.fullmatch(v):
+            out[k] = int(v)
+        elif k not in NAME_META and _FLOAT.fullmatch(v) and repr(float(v)) == v:
+            out[k] = float(v)
+        else:
+            out[k] = v
+    return out
 
 
 def run_summary(run: RunModel) -> dict[str, Any]:
@@ -139,7 +161,7 @@ def run_summary(run: RunModel) -> dict[str, Any]:
             "summary_extra": dict(run.summary_extra),
             "summary_notes": dict(run.summary_notes),
             "absent": dict(run.absent),
-            "meta": dict(run.meta),
+            "meta": typed_meta(run.meta),
             "mode": None if mode == "none" else mode,
             "mode_reason": why,
             "derived": derived,
