@@ -378,7 +378,13 @@ def cmd_attach(args: argparse.Namespace) -> int:
 
 
 def _attach_network(args: argparse.Namespace) -> int:
-    """--metrics / --audit: the headless documents, or the attach screens."""
+    """--metrics / --audit: the headless documents, or the attach screens. A ``--metrics`` value
+    that is not an http(s) URL is a usage error (2), told before anything is asked."""
+    if args.metrics is not None:
+        from bmoe_top.tui.sources.http_client import check_url
+
+        if (why := check_url(args.metrics)) is not None:
+            return _die(f"attach --metrics {args.metrics}: {why}")
     if args.once:
         from bmoe_top.tui.headless import audit_once, exit_code, metrics_once
         from bmoe_top.tui.present.numbers import print_lines, to_json

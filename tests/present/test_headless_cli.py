@@ -460,3 +460,12 @@ def test_replay_summary_refuses_text_that_is_not_a_run(tmp_path, what, name):
         assert r.returncode == 1 and r.stdout == "", (what, r.stdout[:200])
         lines = r.stderr.splitlines()
         assert len(lines) == 1 and "not a recorded run" in lines[0] and "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("extra", [["--once", "--json"], ["--once"], []])
+@pytest.mark.parametrize("url", ["notaurl", "ftp://127.0.0.1/metrics", "http://"])
+def test_attach_metrics_with_a_value_that_is_not_a_url_is_a_usage_error(url, extra):
+    r = top("attach", "--metrics", url, *extra)
+    assert r.returncode == 2 and r.stdout == "", (r.returncode, r.stdout[:200])
+    lines = r.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"bmoe-top: attach --metrics {url}: "), r.stderr
