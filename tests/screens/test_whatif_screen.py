@@ -4,6 +4,8 @@ the screen, the help, the narrow layout; and the real 48-layer trace with T and 
 
 from __future__ import annotations
 
+import html
+import re
 from pathlib import Path
 
 import pytest
@@ -170,3 +172,34 @@ async def test_ctrl_c_quits_whatif_at_once(tmp_path) -> None:
         await pilot.press("ctrl+c")  # before: Textual's "press ctrl+q to quit" notice, and the app ran on
         await pilot.pause()
     assert app.return_code == 0 and not app.is_running
+
+
+async def test_ascii_text_has_a_stand_in_for_every_character_and_the_profile_dialog_is_whole(tmp_path, monkeypatch):
+    """``whatif --ascii`` at a width that shows the side panel: every character drawn has an ASCII
+    stand-in (``Belady − LRU`` read ``Belady ? LRU``); the footer names ``y`` once; the ``w``
+    dialog's question is shown whole (it was cut at ``... hottest first) for bm``)."""
+    from helpers.hostile import screen_text
+
+    from bmoe_top.tui.app import BmoeTopApp
+    from bmoe_top.tui.widgets.base import ascii_cells
+
+    monkeypatch.setattr(BmoeTopApp, "force_ascii", True)
+    app = synthetic_app(tmp_path)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.pause()
+        text = screen_text(app)
+        assert "Belady - LRU" in ascii_cells(text) and "Belady ? LRU" not in ascii_cells(text)
+        unmapped = sorted({ch for ch in text if not ch.isascii() and ascii_cells(ch) == "?"})
+        assert unmapped == [], unmapped
+        assert " y y " not in text and "y metric" in text
+        await pilot.press("w")
+        await pilot.pause()
+        assert isinstance(app.screen, PathScreen)
+        await pilot.pause()
+        # what the terminal shows, the modal over the screen (the SVG a screenshot is)
+        dialog = html.unescape("".join(re.findall(r"<text[^>]*>(.*?)</text>", app.export_screenshot())))
+        dialog = dialog.replace("\xa0", " ")
+        # wrapped over two lines of the box, each whole
+        assert "Write an STRP profile (experts by lookups, hottest first) for" in dialog
+        assert "bmoe-run --moe-cache-profile, to:" in dialog
+

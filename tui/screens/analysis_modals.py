@@ -10,7 +10,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen, Screen
-from textual.widgets import Input, Label, Static
+from textual.widgets import Input, Static
 
 from bmoe_top.tui.widgets.panels import safe_text
 
@@ -24,6 +24,7 @@ class PathScreen(ModalScreen[str | None]):
     PathScreen { align: center middle; }
     #path-box { width: 70; max-width: 95%; height: auto; border: round $primary; padding: 1 2;
                 background: $surface; }
+    #path-prompt { width: 100%; height: auto; }
     """
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "cancel")]
 
@@ -34,7 +35,7 @@ class PathScreen(ModalScreen[str | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="path-box"):
-            yield Label(safe_text(self.prompt))
+            yield Static(safe_text(self.prompt), id="path-prompt")  # wraps in the box (a Label is cut)
             yield Input(value=self.default, id="path-input")
 
     @on(Input.Submitted)

@@ -101,7 +101,7 @@ class WhatIfScreen(Screen[None]):
         Binding("end", "cursor_to('end')", "whole bank", show=False, priority=True),
         Binding("r", "cursor_to('run')", "run's budget"),
         Binding("b", "cursor_to('recommended')", "recommended"),
-        Binding("y", "cycle_metric", "y metric"),
+        Binding("y", "cycle_metric", "metric"),
         Binding("a", "toggle_policies", "all/main policies"),
         Binding("z", "toggle_zoom", "zoom"),
         Binding("w", "write_profile", "write profile"),
