@@ -38,6 +38,8 @@ def reference_answer_text(run: RunModel, cursor: int, look: Look | None = None,
         turn_at_cursor = run.tokens.view("turn", last, last + 1)[0] if has_end and last >= 0 else float("nan")
         many = len(run.turns) > 1
         visible = [t for t in run.turns if not (n and t.first_token > cursor)]
+        # a turn's last row: the row before the next turn's first (the newest turn: the run's last)
+        last_row = {t.index: nxt.first_token - 1 for t, nxt in zip(run.turns, run.turns[1:])}
         for turn in reversed(visible):
             out = Text()
             if many or turn.prompt:
@@ -46,9 +48,11 @@ def reference_answer_text(run: RunModel, cursor: int, look: Look | None = None,
             if turn.prompt:
                 out.append_text(safe_text("> " + turn.prompt.strip() + "\n", prompt_style, multiline=True))
             end = turn.text_len
-            if not full and has_end and cursor > 0 and last >= turn.first_token and turn_at_cursor == turn.index:
-                if end_at_cursor == end_at_cursor:  # not NaN
-                    end = min(end, int(end_at_cursor))
+            inside = not full and has_end and cursor > 0 and last >= turn.first_token and turn_at_cursor == turn.index
+            if inside and end_at_cursor == end_at_cursor:  # not NaN
+                end = min(end, int(end_at_cursor))
+            # how the turn ended is said once the cursor reaches its end, not at a token inside it
+            ended = not inside or last >= last_row.get(turn.index, n - 1)
             if max_chars is not None and end > max_chars:
                 text = "…" + (turn.text_tail(max_chars) if end == turn.text_len else turn.text_prefix(end)[-max_chars:])
             else:
@@ -56,9 +60,9 @@ def reference_answer_text(run: RunModel, cursor: int, look: Look | None = None,
             if turn.reasoning:
                 out.append_text(safe_text(turn.reasoning.rstrip() + "\n", dim, multiline=True))
             out.append_text(safe_text(text, multiline=True))
-            if turn.cancelled:
+            if turn.cancelled and ended:
                 out.append(" [cancelled]", style=alert)
-            if turn.error:
+            if turn.error and ended:
                 out.append_text(safe_text(f"\n[error: {turn.error}]", alert, multiline=True))
             out.append("\n")
             parts.append(out)

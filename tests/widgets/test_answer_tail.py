@@ -231,3 +231,16 @@ async def test_a_repaint_of_the_changed_rows_draws_what_a_full_repaint_draws():
         assert partial > 60
         shown = [line.text.strip() for line in tail.render_lines(region)]
         assert "w59" in " ".join(shown) and "w60" not in " ".join(shown)  # the seek back to token 60
+
+
+def test_a_cancelled_turn_says_so_at_its_end_not_at_the_selected_token():
+    run = RunModel()
+    run.ensure_turn()
+    for i in range(10):
+        run.append_answer(f"w{i} ", "")
+        run.add_token_row({"wall_ms": 10.0, "turn": 0, "text_end": float(run.turns[0].text_len)})
+    run.finish_turn({"tokens": 10}, cancelled=True)
+    for cursor, says in ((4, False), (9, False), (10, True)):
+        text = answer_text(run, cursor).plain
+        assert ("[cancelled]" in text) is says, (cursor, text)
+        assert " ".join(text.split()).endswith("w9 [cancelled]" if says else f"w{cursor - 1}")

@@ -283,6 +283,8 @@ def _answer_blocks(run: RunModel, cursor: int, look: Look | None,
         turn_at_cursor = run.tokens.view("turn", last, last + 1)[0] if has_end and last >= 0 else float("nan")
         many = len(run.turns) > 1
         visible = [t for t in run.turns if not (n and t.first_token > cursor)]
+        # a turn's last row: the row before the next turn's first (the newest turn: the run's last)
+        last_row = {t.index: nxt.first_token - 1 for t, nxt in zip(run.turns, run.turns[1:])}
         for turn in reversed(visible):
             pieces: list[_Piece] = []
             if many or turn.prompt:
@@ -291,15 +293,17 @@ def _answer_blocks(run: RunModel, cursor: int, look: Look | None,
             if turn.prompt:
                 pieces.append(("> " + turn.prompt.strip() + "\n", prompt_style, True))
             end = turn.text_len
-            if not full and has_end and cursor > 0 and last >= turn.first_token and turn_at_cursor == turn.index:
-                if end_at_cursor == end_at_cursor:  # not NaN
-                    end = min(end, int(end_at_cursor))
+            inside = not full and has_end and cursor > 0 and last >= turn.first_token and turn_at_cursor == turn.index
+            if inside and end_at_cursor == end_at_cursor:  # not NaN
+                end = min(end, int(end_at_cursor))
+            # how the turn ended is said once the cursor reaches its end, not at a token inside it
+            ended = not inside or last >= last_row.get(turn.index, n - 1)
             if turn.reasoning:
                 pieces.append((turn.reasoning.rstrip() + "\n", dim, True))
             pieces.append((turn.text if end == turn.text_len else turn.text_prefix(end), "", True))
-            if turn.cancelled:
+            if turn.cancelled and ended:
                 pieces.append((" [cancelled]", alert, False))
-            if turn.error:
+            if turn.error and ended:
                 pieces.append((f"\n[error: {turn.error}]", alert, True))
             pieces.append(("\n", "", False))
             out.append((turn.index, pieces))
