@@ -89,6 +89,8 @@ ExpertMap { height: 1fr; min-height: 4; border-top: solid $primary-darken-3; }
 /* ...and none of Textual's chrome in box characters: the tab bar's underline (the active tab
    keeps its own style) and the command-palette key's left rule */
 .-ascii Underline { display: none; }
+/* ...so the active tab is marked by itself: reversed and bold (without colour nothing else tells) */
+.-ascii Tab.-active { text-style: bold reverse; }
 .-ascii FooterKey.-command-palette { border-left: none; }
 """
 

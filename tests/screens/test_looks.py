@@ -172,3 +172,31 @@ async def test_no_color_expert_map_of_a_real_run_shows_residency(real_runs, monk
                 assert seg.style is None or (seg.style.color in (None, Color.default()) and
                                              seg.style.bgcolor in (None, Color.default())), seg
         assert set(drawn) <= {res, out, never} and {res, out} <= set(drawn), set(drawn)
+
+
+async def test_the_active_tab_is_marked_under_no_color_in_ascii(monkeypatch):
+    """NO_COLOR with --ascii: the tab bar's underline (box characters) is not drawn, so the active
+    tab is reversed and bold, and only it (it had no marker at all)."""
+    monkeypatch.setenv("NO_COLOR", "1")
+    monkeypatch.setattr(BmoeTopApp, "force_ascii", True)
+    app = BmoeTopApp(ReplayScreen(_run(), title="tabs"))
+
+    def tab_styles() -> dict[str, tuple[bool, bool]]:
+        for strip in app.screen._compositor.render_strips():
+            if "Overview" in "".join(s.text for s in strip):
+                segs = list(strip)
+                for f in app.get_line_filters():
+                    segs = f.apply(segs, app.screen.styles.background)
+                return {s.text.strip(): (bool(s.style and s.style.reverse), bool(s.style and s.style.bold))
+                        for s in segs if s.text.strip() in ("Overview", "Text", "Log", "Problems")}
+        raise AssertionError("no tab bar")
+
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        assert app.look.ascii and app.look.colors == "mono"
+        assert tab_styles() == {"Overview": (True, True), "Text": (False, False), "Log": (False, False),
+                                "Problems": (False, False)}
+        await pilot.press("2")
+        await pilot.pause()
+        styles = tab_styles()
+        assert styles["Text"] == (True, True) and styles["Overview"] == (False, False)
