@@ -24,6 +24,7 @@ Two pure steps, no network, no threads:
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, TypeGuard
@@ -42,6 +43,7 @@ __all__ = [
     "MetricsDelta",
     "parse_exposition",
     "compute_delta",
+    "split_series",
     "MIB",
 ]
 
@@ -264,6 +266,20 @@ def _series_text(name: str, labels: dict[str, str]) -> str:
 
 def _escape(v: str) -> str:
     return v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+_LABEL_PAIR = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"')
+_UNESCAPE = re.compile(r"\\(.)")
+
+
+def split_series(text: str) -> tuple[str, dict[str, str]]:
+    """A series as :attr:`PromSnapshot.others` names it (``name{a="x",b="y"}``) -> ``(name,
+    {label: value})``, the values unescaped; a name without labels -> ``(name, {})``. Never raises."""
+    name, brace, rest = text.partition("{")
+    if not brace:
+        return text, {}
+    return name, {m.group(1): _UNESCAPE.sub(lambda e: "\n" if e.group(1) == "n" else e.group(1), m.group(2))
+                  for m in _LABEL_PAIR.finditer(rest)}
 
 
 _Labels = tuple[tuple[str, str], ...]

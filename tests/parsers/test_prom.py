@@ -6,13 +6,17 @@ import math
 
 import orjson
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from bmoe_top.parsers.prom import (
     SERIES,
     SERIES_BY_KEY,
     PromFormatError,
+    _series_text,
     compute_delta,
     parse_exposition,
+    split_series,
 )
 
 
@@ -317,3 +321,10 @@ def test_absurd_layer_label_is_refused_and_allocates_nothing():
     assert s.bad_lines and "cap" in s.bad_lines[0][1] and s.bad_lines[0][0] == 2
     d = compute_delta(s, parse_exposition(text, 1))
     assert len(d.layer_hit_pct) == 2
+
+
+@given(name=st.from_regex(r"[a-zA-Z_:][a-zA-Z0-9_:]{0,20}", fullmatch=True),
+       labels=st.dictionaries(st.from_regex(r"[a-zA-Z_][a-zA-Z0-9_]{0,8}", fullmatch=True),
+                              st.text(max_size=12), max_size=4))
+def test_split_series_reads_back_what_a_series_is_named(name, labels):
+    assert split_series(_series_text(name, labels)) == (name, labels)

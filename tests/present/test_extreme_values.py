@@ -102,3 +102,29 @@ def test_replay_summary_json_with_a_huge_token_count(tmp_path):
     r = subprocess.run([top, "replay", "--summary", "--json", str(f)], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and r.stderr == "", r.stderr[-500:]
     assert orjson.loads(r.stdout)["tokens"] == 1e23
+
+
+def test_other_series_of_one_metric_are_told_apart_by_their_labels():
+    """Five series of one metric the panel does not know: one row names the metric, one row per
+    series names only the labels that differ (they all read ``bmoe:http_rejected_total{…`` cut
+    to the side panel's width)."""
+    reasons = ["too_large", "bad_json", "unauthorized", "rate_limited", "busy"]
+    text = "# TYPE bmoe:http_rejected_total counter\n" + "".join(
+        f'bmoe:http_rejected_total{{code="400",reason="{r}"}} {i}\n' for i, r in enumerate(reasons))
+    text += "# TYPE other_gauge gauge\nother_gauge 2.5\n"
+    snap = parse_exposition(text.encode())
+    run = RunModel()
+    doc = {"other_series": dict(sorted(snap.others.items())), "status": "ok"}
+    rows = metrics_panel_rows({**metrics_document_stub(run), **doc})
+    start = next(i for i, (label, _v, kind) in enumerate(rows) if label.startswith("other series"))
+    got = [(label, value) for label, value, _k in rows[start + 1:]]
+    assert got[0] == ("bmoe:http_rejected_total", "5 series")
+    assert sorted(got[1:6]) == sorted((f"  reason={r}", str(i)) for i, r in enumerate(reasons))
+    assert got[6] == ("other_gauge", "2.50")
+    assert all(len(label) <= 30 for label, _v in got)
+
+
+def metrics_document_stub(run: RunModel) -> dict:
+    from bmoe_top.tui.sources.metrics_poll import PollState
+
+    return metrics_document(PollState(url="http://127.0.0.1:9/metrics"), run)

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from bmoe_top.parsers.prom import SERIES, SERIES_BY_KEY, TIME_KEYS, PromSnapshot, hit_pct_total
+from bmoe_top.parsers.prom import SERIES, SERIES_BY_KEY, TIME_KEYS, PromSnapshot, hit_pct_total, split_series
 from bmoe_top.tui.feed.metrics import NOT_EXPORTED, PROMPT_CACHED
 from bmoe_top.tui.model import RunModel
 from bmoe_top.tui.present.numbers import MISSING, count, fmt, num, safe_rows, text_line, whole
@@ -301,8 +301,41 @@ def metrics_panel_rows(doc: dict[str, Any]) -> list[tuple[str, str, str]]:
     others = doc.get("other_series") or {}
     if others:
         sec(f"other series ({len(others)})")
-        for name, v in list(others.items())[:OTHER_ROWS]:
-            row(name, fmt(v, 2) if v is None or not float(v).is_integer() else count(v))
-        if len(others) > OTHER_ROWS:
-            row("", f"… {len(others) - OTHER_ROWS} more (all in --once --json)")
+        shown = _other_rows(others, row)
+        if len(others) > shown:
+            row("", f"… {len(others) - shown} more (all in --once --json)")
     return safe_rows(out)
+
+
+def _other_rows(others: dict[str, float | None], row: Any) -> int:
+    """The series the panel does not know, up to :data:`OTHER_ROWS` rows: a metric with one series
+    on one row (``name{labels}``), a metric with several as its name, then one row per series
+    labelled by the labels that tell them apart (``reason=too_large``): five series of one
+    metric all read ``bmoe:http_rejected_total{…`` once the label was cut to the panel's width.
+    Returns the series shown."""
+    groups: dict[str, list[tuple[dict[str, str], float | None]]] = {}
+    for key, v in others.items():
+        name, labels = split_series(key)
+        groups.setdefault(name, []).append((labels, v))
+
+    def value(v: float | None) -> str:
+        return fmt(v, 2) if v is None or not float(v).is_integer() else count(v)
+
+    shown = rows = 0
+    for name, series in groups.items():
+        if rows >= OTHER_ROWS:
+            break
+        if len(series) == 1:
+            labels, v = series[0]
+            inner = ",".join(f'{k}="{x}"' for k, x in labels.items())
+            row(f"{name}{{{inner}}}" if labels else name, value(v))
+            shown, rows = shown + 1, rows + 1
+            continue
+        keys = sorted({k for labels, _v in series for k in labels})
+        differ = [k for k in keys if len({labels.get(k) for labels, _v in series}) > 1] or keys
+        row(name, f"{len(series)} series")
+        rows += 1
+        for labels, v in series[: max(1, OTHER_ROWS - rows)]:
+            row("  " + " ".join(f"{k}={labels.get(k, '')}" for k in differ), value(v))
+            shown, rows = shown + 1, rows + 1
+    return shown
