@@ -12,6 +12,7 @@ from textual.widgets import DataTable
 from bmoe_top.tui.app import BmoeTopApp
 from bmoe_top.tui.screens.attach_audit import AuditAttachScreen
 from bmoe_top.tui.sources.tail import FileTail
+from bmoe_top.tui.widgets.tables import SortTable
 
 
 def audit_app(tail, **kw) -> BmoeTopApp:
@@ -61,7 +62,7 @@ async def test_audit_screen_follows_the_file(tmp_path):
 
     async with app.run_test(size=(130, 36)) as pilot:
         await pilot_until(pilot, lambda: panel_with("tiny"), "the load of pid 7 in the panel")
-        table = app.query_one("#requests", DataTable)
+        table = app.query_one("#requests DataTable", DataTable)
         assert table.row_count == 0
         with open(p, "ab") as f:
             f.write(req(7, 6, 4, 4 << 20, 6, 4, 4 << 20, 1, 3))
@@ -81,8 +82,19 @@ async def test_audit_screen_follows_the_file(tmp_path):
         assert "exited" in panel and "exact sum" in panel and "holds" in panel
         assert "60.0 %" in panel  # 9 hits / 15 lookups
         assert table.row_count == 2
-        row = table.get_row_at(0)
+        row = [str(c) for c in table.get_row_at(0)]
         assert row[0] == "7" and row[5] == "200.0" and row[8] == "60.0"  # 10 tokens in 50 ms, 6/(6+4)
+        # the table sorts: s by the next column, S reverses, a header click by that column
+        table.focus()
+        sort = app.query_one("#requests", SortTable)
+        await pilot.press(*"s" * 10)  # the tenth column: the request's hits, most first
+        assert sort.sort_col == 9 and sort.descending
+        assert [str(table.get_row_at(r)[9]) for r in range(2)] == ["6", "3"]
+        await pilot.press("S")
+        assert [str(table.get_row_at(r)[9]) for r in range(2)] == ["3", "6"]
+        await pilot.click("#requests DataTable", offset=(2, 0))  # the first column's header: pid
+        await pilot.pause()
+        assert sort.sort_col == 0
         # the '/' filter keeps the rows any cell of which holds the query, and gives them all back
         screen = app.main
         screen.search_queries["requests-tab"] = "no such request"
@@ -134,9 +146,9 @@ async def test_audit_screen_over_a_real_server_log(tmp_path):
     try:
         async with app.run_test(size=(130, 36)) as pilot:
             n = complete(s.url, "the audit screen shows this request", 16).json()["tokens_predicted"]
-            table = app.query_one("#requests", DataTable)
+            table = app.query_one("#requests DataTable", DataTable)
             await pilot_until(pilot, lambda: table.row_count == 1, "the request's row")  # never a duration
-            assert table.get_row_at(0)[4] == str(n)
+            assert str(table.get_row_at(0)[4]) == str(n)
             s.stop()
             panel = await pilot_until(pilot, lambda: (lambda p: p if "exited" in p else "")(
                 plain(app.query_one("#attach-panel").content)), "the exit in the panel")

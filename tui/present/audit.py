@@ -3,7 +3,7 @@ the selected process run's panel rows and the Requests table rows (docs/metrics.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from bmoe_top.parsers.audit import AuditRecord, AuditRun, check_exact_sum
@@ -11,8 +11,10 @@ from bmoe_top.tui.feed.audit import obj
 from bmoe_top.tui.feed.bind import TailBinding
 from bmoe_top.tui.present.numbers import MISSING, fmt, safe_rows, text_line
 from bmoe_top.tui.present.summary import run_summary
+from bmoe_top.tui.present.tables import Column, Row, SortKey, Table, number_key
 
-__all__ = ["REQUEST_COLUMNS", "audit_document", "audit_run_rows", "request_row", "runs_index"]
+__all__ = ["REQUEST_COLUMNS", "REQUEST_KEYS", "audit_document", "audit_run_rows", "request_row", "requests_table",
+           "runs_index"]
 
 REQUEST_COLUMNS = ("pid", "task", "time", "n_prompt", "n_gen", "gen tok/s", "prompt ms", "gen ms",
                    "hit %", "hits", "misses", "from profile", "read MiB")
@@ -139,6 +141,28 @@ def audit_run_rows(binding: TailBinding, selected: int) -> list[tuple[str, str, 
         for il, (a, _p, b) in sorted(lh.items()):
             row(f"L{il}", fmt(100.0 * a / (a + b), 1, "%") if a + b else "no lookups")
     return safe_rows(out)
+
+
+#: The Requests table's column keys (kept sorts name them), beside :data:`REQUEST_COLUMNS`, and the
+#: field of a request's ``done`` each sorts by (None: its text).
+REQUEST_KEYS = ("pid", "task", "time", "n_prompt", "n_gen", "tok_s", "t_prompt_ms", "t_gen_ms", "cache_hit_pct",
+                "req_hits", "req_misses", "req_hits_profile", "read_mib")
+
+
+def requests_table(dones: Sequence[Mapping[str, Any]]) -> Table:
+    """The Requests tab as a sortable table: one row per request (:func:`request_row`'s cells),
+    each number sorted as a number, absent values last."""
+    rows = []
+    for d in dones:
+        cells = request_row(d)
+        keys: list[SortKey] = []
+        for key, cell in zip(REQUEST_KEYS, cells):
+            v = d.get("req_bytes_upload") if key == "read_mib" else d.get(key)
+            keys.append(cell if key in ("task", "time") else number_key(v if isinstance(v, (int, float)) else None))
+        rows.append(Row(cells, tuple(keys)))
+    columns = tuple(Column(key, label, numeric=key not in ("task", "time"))
+                    for key, label in zip(REQUEST_KEYS, REQUEST_COLUMNS))
+    return Table("requests", columns, tuple(rows))
 
 
 def request_row(done: Mapping[str, Any]) -> tuple[str, ...]:

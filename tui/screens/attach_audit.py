@@ -11,7 +11,7 @@ newest ``load``/``exit`` record) and the run panel are the shared widgets.
 The attach adds a status line (file, records, pids, corrupt lines, rotations/truncations), an
 audit-run panel for the selected run (``n``/``N`` cycle through runs; newest first: pid, state,
 cache, counters since load, the exact-sum check once the run exited, per-layer hit %) and a
-Requests tab (every request, all pids; ``ctrl+r`` shows it).
+Requests tab (every request, all pids; ``ctrl+r`` shows it; ``s``/``S`` or a header click sort it).
 """
 
 from __future__ import annotations
@@ -23,16 +23,17 @@ from typing import ClassVar
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.widgets import DataTable, TabPane
+from textual.widgets import TabPane
 
 from bmoe_top.tui.app import BmoeTopApp
 from bmoe_top.tui.feed.bind import bind
 from bmoe_top.tui.model import LIVE, RunModel, Status
-from bmoe_top.tui.present.audit import REQUEST_COLUMNS, audit_run_rows, request_row, runs_index
+from bmoe_top.tui.present.audit import audit_run_rows, requests_table, runs_index
 from bmoe_top.tui.screens.attach import AttachScreen
 from bmoe_top.tui.sources.tail import FileTail
 from bmoe_top.tui.widgets.base import look_of
 from bmoe_top.tui.widgets.panels import safe_text
+from bmoe_top.tui.widgets.tables import SortTable
 
 __all__ = ["AuditAttachScreen", "run_audit_attach"]
 
@@ -55,13 +56,11 @@ class AuditAttachScreen(AttachScreen):
         self.start_tail = start_tail
         self.selected = -1  # index into the audit runs; -1 = newest
         self._rows = 0
-        self._request_rows: list[tuple[str, ...]] = []
+        self._requests: list[dict[str, object]] = []  # each request turn's end record, in order
         super().__init__(self.binding.run, title=f"attach --audit {tail.path}", fps=fps)
 
     def compose_tabs(self) -> ComposeResult:
-        table: DataTable[str] = DataTable(id="requests", zebra_stripes=True, cursor_type="row")
-        table.add_columns(*REQUEST_COLUMNS)
-        yield TabPane("Requests", table, id="requests-tab")
+        yield TabPane("Requests", SortTable(requests_table([]), id="requests"), id="requests-tab")
 
     def start_source(self) -> None:
         if self.start_tail and not self.tail.is_alive():
@@ -105,7 +104,8 @@ class AuditAttachScreen(AttachScreen):
         self._fill_requests()
 
     def _fill_requests(self) -> None:
-        """Append a row per new request turn (a finished request never changes)."""
+        """The Requests table with every request turn so far (a finished request never changes;
+        the table keeps its sort, kept in the settings as ``[sort.requests]``, and its filter)."""
         tables = self.query("#requests")
         if not tables:
             return
@@ -113,18 +113,17 @@ class AuditAttachScreen(AttachScreen):
         with run.lock:
             new = [dict(t.done) for t in run.turns if t.index >= self._rows and t.done is not None]
             self._rows = run.turn_count
-        table = tables.first(DataTable)
-        for d in new:
-            row = tuple(str(x) for x in request_row(d))
-            self._request_rows.append(row)
-            if self.row_matches(row, "requests-tab"):
-                table.add_row(*row)
+        if new:
+            self._requests.extend(new)
+            tables.first(SortTable).set_table(requests_table(self._requests))
 
     def filter_table(self, tab: str, query: str) -> None:
         if tab != "requests-tab":
             super().filter_table(tab, query)
             return
-        self.show_rows(self.query_one("#requests", DataTable), self._request_rows, "requests-tab")
+        table = self.query_one("#requests", SortTable)
+        table.filter_text = query
+        table.populate(rebuild_columns=False)
 
     def action_select_run(self, step: int) -> None:
         n = len(self.feed.runs.runs)
