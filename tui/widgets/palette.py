@@ -27,13 +27,16 @@ from dataclasses import dataclass, field
 import numpy as np
 from rich.style import Style
 
+from bmoe_top.tui.settings import COLOUR_SCALES
+
 __all__ = [
     "BLANK", "COLOR_MODES", "DIM", "EIGHTHS", "KIND_STYLE", "LABEL", "Look", "NO_DATA_GLYPH", "SCALES",
     "STATUS_STYLE", "TITLE", "locale_is_utf8",
 ]
 
 COLOR_MODES = ("truecolor", "16", "mono")
-SCALES = ("viridis", "cividis", "classic")
+#: The maps' colour scales, in the order ``c`` steps through them (the settings' names).
+SCALES = COLOUR_SCALES
 
 BLANK = Style()
 
