@@ -257,7 +257,7 @@ class BmoeTopApp(App[int]):
     def _say_problems(self) -> None:
         """What the settings file had wrong, once the screen is up (also on stderr at start)."""
         lines = [str(p) for p in self.store.problems]
-        shown = lines[:3] + ([f"... and {len(lines) - 3} more (listed on stderr)"] if len(lines) > 3 else [])
+        shown = lines[:3] + ([f"... and {len(lines) - 3} more"] if len(lines) > 3 else [])
         where = sanitize(str(self.store.path)) if self.store.path is not None else "settings"
         self.notify("\n".join(shown), title=f"settings: {where}", severity="warning", timeout=10, markup=False)
 
