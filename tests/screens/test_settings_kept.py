@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from helpers import synth
+from helpers.waits import pilot_until
 
 from bmoe_top.tui.app import BmoeTopApp
 from bmoe_top.tui.feed.files import open_paths
@@ -274,8 +275,8 @@ async def test_the_palettes_screenshot_goes_to_the_settings_folder(tmp_path, csv
         command = next(c for c in app.get_system_commands(app.screen) if c.title == "Screenshot")
         assert str(folder) in command.help
         command.callback()
-        await pilot.pause(0.3)
-        assert app.last_screenshot is not None and app.last_screenshot.parent == folder
+        shot = await pilot_until(pilot, lambda: app.last_screenshot, "the screenshot written")
+        assert shot.parent == folder
         assert not any(n.severity == "error" for n in app._notifications)
 
 

@@ -119,7 +119,7 @@ def test_no_color_replay_renders_and_quits_0(tmp_path, size):
     try:
         t.start(f"exec {shlex.quote(str(BMOE_TOP))} replay {shlex.quote(str(csv))} {shlex.quote(str(route))}",
                 size, {"NO_COLOR": "1"})
-        s = t.wait_screen("compute", 60)  # the breakdown's legend: the views drew
+        s = t.wait_screen("mgmt", 60)  # the breakdown's legend ("comp" when it counts clipped bars): the views drew
         assert "ended" in s and "whole run" in s and "token 120/120" in s and "Traceback" not in s
         # no colour at all (it sent greys as 256-colour codes); bold, dim and reverse stay
         raw = t("capture-pane", "-p", "-e", "-t", "main")
