@@ -109,7 +109,8 @@ async def test_label_values_are_drawn_inert(prom):
         cell = view.get_row(row_key("bmoe", evil))[0].plain
         assert "\x1b" not in cell and "edge␛[31m-7:8080" in cell
         await pilot.press("slash", "e", "d", "g", "e", "enter")
-        assert view.keys == [("bmoe", evil)] and "\x1b" not in screen.title_text().plain
+        await pilot_until(pilot, lambda: view.keys == [("bmoe", evil)], "the filtered table")
+        assert "\x1b" not in screen.title_text().plain
 
 
 def test_a_fleet_past_the_detail_rows_reads_the_same_numbers(prom):
