@@ -160,3 +160,49 @@ def test_counts_added_one_row_at_a_time_equal_the_same_counts_added_in_blocks(se
         for name in ("hits", "lookups"):
             assert np.array_equal(a.arr[name][:, : a.n], b.arr[name][:, : b.n])
             assert np.array_equal(a.open[name], b.open[name])
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.lists(st.integers(1, 90), min_size=1, max_size=12))
+def test_blocks_folded_at_once_equal_the_same_blocks_folded_one_by_one(seed, batches):
+    """A file's rows fold their base blocks in one call (``fold_blocks``): every level (drops of
+    the oldest buckets, the whole-run level's halvings, the open buckets) ends exactly as when
+    the same blocks fold one at a time, as live rows do."""
+    from bmoe_top.tui.model.history import ColumnHistory, column_stats
+
+    rng = np.random.default_rng(seed)
+    def fine(a, b):
+        return column_stats(np.zeros((2, 0)))
+    one = ColumnHistory(fine, lambda: 0, 2, capacity=8, base_rows=4, fanout=4)
+    many = ColumnHistory(fine, lambda: 0, 2, capacity=8, base_rows=4, fanout=4)
+    for k in batches:
+        rows = rng.normal(size=(2, 4 * k))
+        rows[rng.random(rows.shape) < 0.1] = np.nan  # absent values
+        rows[1, : 4 * int(rng.integers(0, k + 1))] = np.nan  # a column absent for whole blocks
+        blocks = column_stats(rows.reshape(2 * k, 4))  # per block: [2 * k] stats, column-major
+        for j in range(k):
+            one.fold(column_stats(rows[:, 4 * j: 4 * j + 4]))
+        many.fold_blocks({key: v.reshape(2, k) for key, v in blocks.items()})
+    assert one.folded == many.folded
+    for a, b in zip(one._all_levels(), many._all_levels()):
+        assert (a.width, a.first, a.n) == (b.width, b.first, b.n)
+        for name in ("count", "sum", "min", "max"):
+            assert np.array_equal(a.arr[name], b.arr[name], equal_nan=True), name
+            assert np.array_equal(a.open[name], b.open[name], equal_nan=True), name
+
+
+def test_a_file_keeps_only_the_columns_it_has_without_a_copy():
+    """A file's columns are kept as they are: no storage for a column the file does not have
+    (it reads as absent, never as zero), no copy of the ones it has."""
+    wall = np.arange(1000, dtype=np.float64)
+    tc = TokenColumns(["step", "wall_ms", "io_ms", "stall_ms"])
+    tc.extend({"wall_ms": wall, "io_ms": np.full(1000, np.nan)}, 1000, adopt=True)
+    assert tc.nbytes == wall.nbytes
+    assert np.shares_memory(tc.view("wall_ms"), wall)
+    assert not tc.has("io_ms") and not tc.has("stall_ms") and np.isnan(tc.view("io_ms")).all()
+    assert tc.stats("io_ms").count == 0 and math.isnan(tc.stats("io_ms").mean)
+    tc.append({"wall_ms": 5.0, "io_ms": 1.0})  # rows after the file's are stored as usual
+    assert tc.n == 1001 and tc.view("io_ms")[-1] == 1.0 and np.isnan(tc.view("io_ms")[0])
+    assert tc.view("wall_ms")[999] == 999.0 and tc.last("wall_ms") == 5.0
+    s = tc.series(["wall_ms", "io_ms"], bins=10)
+    assert s.count["wall_ms"].sum() == 1001 and s.count["io_ms"].sum() == 1

@@ -58,7 +58,7 @@ def load_token_table(run: RunModel, table: TokenTable, source: str) -> None:
         n = table.n_rows
         cols: dict[str, Any] = {("read_mib" if k == "read_bytes" else k): (v / _MIB if k == "read_bytes" else v)
                                 for k, v in table.columns.items()}
-        base = run.add_token_rows(cols, n)
+        base = run.add_token_rows(cols, n, adopt=True)  # the parsed table is not written after this
         turn_col = cols.get("turn")
         if turn_col is not None and n and not np.all(np.isnan(turn_col[:n])):
             tv = np.nan_to_num(turn_col[:n], nan=-1)

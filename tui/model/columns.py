@@ -105,7 +105,9 @@ class TokenColumns:
     """Named float64 columns of rows ``0 .. n-1`` (see the module docstring).
 
     ``window``: keep at least the newest ``window`` rows at full resolution, fold older ones into
-    the history only (None: keep every row). Reading methods see every appended row.
+    the history only (None: keep every row). Reading methods see every appended row. A column no
+    row has carried a value for has no storage (it reads as NaN: absent); a file's columns given
+    to :meth:`extend` with ``adopt`` are kept as they are, without a copy.
     """
 
     def __init__(self, names: Iterable[str] = (), *, window: int | None = None,
@@ -115,10 +117,10 @@ class TokenColumns:
         self._names: list[str] = []
         self._index: dict[str, int] = {}
         self._cap = 1024 if window is None else min(1024, 2 * window)
-        self._a: F64 = np.full((0, self._cap), np.nan)
+        self._cols: list[F64 | None] = []  # per column: rows _start .. _start + _cap, None = never sent
         self._start = 0  # first row held at full resolution (a multiple of base_rows)
-        self._stored = 0  # rows in _a (global rows _start .. _start + _stored - 1)
-        self._pending: list[list[float]] = []  # appended rows not yet moved into _a
+        self._stored = 0  # rows in the columns (global rows _start .. _start + _stored - 1)
+        self._pending: list[list[float]] = []  # appended rows not yet moved into the columns
         self._n = 0
         self._seen: set[int] = set()
         #: (column, lo) -> (hi, stats of rows [lo, hi)): a repeated or extended query over held
@@ -151,15 +153,27 @@ class TokenColumns:
         i = self._index.get(name)
         return i is not None and i in self._seen
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the full-resolution rows held (the columns' storage, pending rows aside)."""
+        return sum(c.nbytes for c in self._cols if c is not None)
+
     def _add(self, name: str) -> int:
         i = len(self._names)
         self._names.append(name)
         self._index[name] = i
-        self._a = np.concatenate([self._a, np.full((1, self._cap), np.nan)], axis=0)
+        self._cols.append(None)
         for row in self._pending:
             row.append(math.nan)
         self.history.grow_channels(len(self._names))
         return i
+
+    def _storage(self, i: int) -> F64:
+        """Column ``i``'s storage, made (NaN: absent) the first time a value arrives for it."""
+        col = self._cols[i]
+        if col is None:
+            col = self._cols[i] = np.full(self._cap, np.nan)
+        return col
 
     # -- writes --------------------------------------------------------------------------------
     def append(self, row: Mapping[str, float | int | None]) -> int:
@@ -181,33 +195,48 @@ class TokenColumns:
         self._n += 1
         if self._n % self._base == 0:
             self._flush()
-            self._fold_ready()
+            if self._window is not None:
+                self._fold_ready()
         return i_row
 
-    def extend(self, columns: Mapping[str, Sequence[float] | F64], n: int) -> None:
-        """Append ``n`` rows given as whole columns (length ``n`` each)."""
+    def extend(self, columns: Mapping[str, Sequence[float] | F64], n: int, adopt: bool = False) -> None:
+        """Append ``n`` rows given as whole columns (length ``n`` each; a column not given, or
+        all NaN, is absent in these rows). ``adopt``: the rows are the first and the store keeps
+        every row, so float64 arrays are kept as they are instead of copied (the caller never
+        writes them afterwards)."""
         if n <= 0:
             return
         self._flush()
         for name in columns:
             if name not in self._index:
                 self._add(name)
+        given = {self._index[name]: np.asarray(arr, dtype=np.float64)[:n] for name, arr in columns.items()}
+        sent = {i for i, vals in given.items() if i in self._seen or not np.isnan(vals).all()}
+        if adopt and self._window is None and self._n == 0 and self._stored == 0:
+            for i in sent:
+                vals = given[i]
+                if vals.ndim != 1 or len(vals) != n:
+                    break
+            else:
+                for i in sent:
+                    self._cols[i] = given[i]
+                    self._seen.add(i)
+                self._cap = self._stored = self._n = n
+                return
         self._reserve(n)
         j = self._stored
-        for name, arr in columns.items():
-            vals = np.asarray(arr, dtype=np.float64)[:n]
-            i = self._index[name]
-            self._a[i, j:j + n] = vals
-            if i not in self._seen and not np.all(np.isnan(vals)):
-                self._seen.add(i)
+        for i in sent:
+            self._storage(i)[j:j + n] = given[i]
+            self._seen.add(i)
         self._stored += n
         self._n += n
-        self._fold_ready()
+        if self._window is not None:
+            self._fold_ready()
 
     def _reserve(self, k: int) -> None:
-        """Room for ``k`` more rows in _a. With a window, storage grows to twice the window and
-        then the oldest rows (already folded into the history) are dropped down to the window, so
-        rows move once per ``window`` appends."""
+        """Room for ``k`` more rows. With a window, storage grows to twice the window and then the
+        oldest rows (already folded into the history) are dropped down to the window, so rows move
+        once per ``window`` appends."""
         need = self._stored + k
         if need <= self._cap:
             return
@@ -218,18 +247,23 @@ class TokenColumns:
             drop = keep_from - self._start
             if drop > 0:
                 kept = self._stored - drop
-                self._a[:, :kept] = self._a[:, drop:self._stored]
-                self._a[:, kept:] = np.nan
+                for col in self._cols:
+                    if col is not None:
+                        col[:kept] = col[drop:self._stored]
+                        col[kept:] = np.nan
                 self._stored = kept
                 self._start = keep_from
                 need -= drop
         if need > self._cap:
-            cap = self._cap
+            cap = max(self._cap, 16)
             while cap < need:
                 cap *= 2
-            a = np.full((len(self._names), cap), np.nan)
-            a[:, : self._stored] = self._a[:, : self._stored]
-            self._a, self._cap = a, cap
+            for i, col in enumerate(self._cols):
+                if col is not None:
+                    grown = np.full(cap, np.nan)
+                    grown[: self._stored] = col[: self._stored]
+                    self._cols[i] = grown
+            self._cap = cap
 
     def _flush(self) -> None:
         """Move buffered rows into the numpy columns."""
@@ -240,29 +274,65 @@ class TokenColumns:
         self._reserve(k)
         j = self._stored
         block = np.array(p, dtype=np.float64)  # [k, columns]
-        self._a[:, j:j + k] = block.T
+        for i in self._seen:
+            self._storage(i)[j:j + k] = block[:, i]
         self._stored += k
         p.clear()
 
     def _fold_ready(self) -> None:
-        """Fold every complete base block of held rows into the history."""
+        """Fold every complete base block of held rows into the history: one block at a time as
+        live rows arrive, every block at once after a file's rows (a store that keeps every row
+        folds when the history is first read)."""
         h = self.history
-        while h.folded + self._base <= self._start + self._stored:
-            a = h.folded - self._start
-            h.fold(column_stats(self._a[:, a:a + self._base]))
+        self._flush()
+        a = h.folded
+        b = self._start + self._stored
+        b -= (b - a) % self._base
+        if b - a == self._base:
+            h.fold(column_stats(self._held(a, b)))
+        elif b > a:
+            h.fold_blocks(self._block_stats(a, b))
+
+    def _held(self, a: int, b: int) -> F64:
+        """Rows ``[a, b)`` (held) of every column as a ``[channels, rows]`` block (NaN rows for
+        a column never sent)."""
+        out = np.full((len(self._cols), max(0, b - a)), np.nan)
+        for i, col in enumerate(self._cols):
+            if col is not None:
+                out[i] = col[a - self._start: b - self._start]
+        return out
+
+    def _block_stats(self, a: int, b: int) -> Stats:
+        """:func:`~bmoe_top.tui.model.history.column_stats` of each base block of rows ``[a, b)``
+        (held; ``b - a`` a multiple of ``base_rows``): ``[channels, blocks]``, column by column."""
+        k = (b - a) // self._base
+        ch = len(self._cols)
+        out: Stats = {"count": np.zeros((ch, k)), "sum": np.zeros((ch, k)), "min": np.full((ch, k), np.nan),
+                      "max": np.full((ch, k), np.nan)}
+        for i, col in enumerate(self._cols):
+            if col is None:
+                continue
+            x = col[a - self._start: b - self._start].reshape(k, self._base)
+            st = column_stats(x)
+            for key in out:
+                out[key][i] = st[key]
+        return out
 
     # -- the history's view of full rows --------------------------------------------------------
     def _fine(self, a: int, b: int) -> Stats:
         self._flush()
         a = max(a, self._start)
-        b = min(b, self._start + self._stored)
-        return column_stats(self._a[:, a - self._start: max(a, b) - self._start])
+        b = max(a, min(b, self._start + self._stored))
+        return column_stats(self._held(a, b))
 
     def _fine_bins(self, lo: I64, hi: I64) -> Stats:
         self._flush()
-        lo = np.clip(lo, self._start, self._start + self._stored) - self._start
-        hi = np.clip(hi, self._start, self._start + self._stored) - self._start
-        return column_stats_bins(self._a[:, : self._stored], lo, np.maximum(lo, hi))
+        end = self._start + self._stored
+        lo = np.clip(lo, self._start, end)
+        hi = np.maximum(lo, np.clip(hi, self._start, end))
+        a = int(lo.min()) if len(lo) else self._start
+        b = int(hi.max()) if len(hi) else a
+        return column_stats_bins(self._held(a, b), lo - a, hi - a)
 
     # -- reads ---------------------------------------------------------------------------------
     def view(self, name: str, lo: int = 0, hi: int | None = None) -> F64:
@@ -272,16 +342,17 @@ class TokenColumns:
         hi = self._n if hi is None else max(0, min(hi, self._n))
         lo = max(0, min(lo, hi))
         i = self._index.get(name)
-        if i is None:
+        col = None if i is None else self._cols[i]
+        if col is None:
             return np.full(hi - lo, np.nan)
         if lo >= self._start:
-            v = self._a[i, lo - self._start: hi - self._start].view()
+            v = col[lo - self._start: hi - self._start].view()
             v.flags.writeable = False
             return v
         out = np.full(hi - lo, np.nan)
         a = max(lo, self._start)
         if hi > a:
-            out[a - lo:] = self._a[i, a - self._start: hi - self._start]
+            out[a - lo:] = col[a - self._start: hi - self._start]
         return out
 
     def last(self, name: str) -> float:
@@ -291,7 +362,8 @@ class TokenColumns:
             return math.nan
         if self._pending:
             return float(self._pending[-1][i])
-        return float(self._a[i, self._stored - 1])
+        col = self._cols[i]
+        return math.nan if col is None else float(col[self._stored - 1])
 
     def stats(self, name: str, lo: int = 0, hi: int | None = None) -> ColumnStats:
         """Exact count/sum/min/max of ``name`` over rows ``[lo, hi)`` (default the whole run).
@@ -308,13 +380,15 @@ class TokenColumns:
                 done, st = memo
             else:
                 done, st = lo, ColumnStats(0, 0.0, math.nan, math.nan)
-            if done < hi:
-                q = column_stats(self._a[i: i + 1, done - self._start: hi - self._start])  # the one column asked for
+            col = self._cols[i]
+            if done < hi and col is not None:
+                q = column_stats(col[None, done - self._start: hi - self._start])  # the one column asked for
                 st = st + ColumnStats(int(q["count"][0]), float(q["sum"][0]), float(q["min"][0]), float(q["max"][0]))
                 if len(self._stats_memo) >= STATS_MEMO:
                     self._stats_memo.clear()
                 self._stats_memo[(i, lo)] = (hi, st)
             return st
+        self._fold_ready()
         edges, _w = self.history.plan(lo, hi, 1, self._n)
         q = self.history.query(np.array([edges[0], edges[-1]], dtype=np.int64))
         return ColumnStats(int(q["count"][i, 0]), float(q["sum"][i, 0]), float(q["min"][i, 0]),
@@ -324,7 +398,7 @@ class TokenColumns:
         """Count/sum/min/max of each column in about ``bins`` bins over rows ``[lo, hi)`` (default
         the whole run), from the finest resolution that still holds ``lo`` (see
         :meth:`~bmoe_top.tui.model.history.ColumnHistory.plan`): exact per bin."""
-        self._flush()
+        self._fold_ready()
         hi = self._n if hi is None else min(hi, self._n)
         edges, width = self.history.plan(lo, hi, bins, self._n)
         q = self.history.query(edges)

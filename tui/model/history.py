@@ -137,6 +137,72 @@ class _Level:
         self.n = half
         self.width *= 2
 
+    def add_blocks(self, blocks: Stats, b0: int, base: int) -> None:
+        """Merge the consecutive base buckets ``b0, b0 + 1, ...`` (``base`` rows each; ``[channels,
+        k]`` per statistic) in order: the same buckets, values, drops and halvings as one
+        :meth:`merge_open` per base bucket (and :meth:`complete_open` at each bucket's end), with
+        numpy work per slot of a bucket instead of per base bucket."""
+        k = next(iter(blocks.values())).shape[1]
+        pos = 0
+        while pos < k:
+            m = self.width // base  # base buckets per bucket of this level
+            slot0 = (b0 + pos) % m
+            take = k - pos
+            if self.whole_run:  # up to the bucket that fills the level (it halves there)
+                take = min(take, (self.capacity - self.n) * m - slot0)
+            nb = (slot0 + take + m - 1) // m  # buckets touched; the first is the open one
+            acc: Stats = {}
+            for key, s in self.stats.items():
+                a = np.full((self.open[key].shape[0], nb), s.identity)
+                a[:, 0] = self.open[key]
+                acc[key] = a
+            # slot by slot, so each bucket merges its base buckets in row order, as merge_open does
+            for j in (range(m) if take >= m else [(slot0 + i) % m for i in range(take)]):
+                q0 = 0 if j >= slot0 else 1
+                q1 = (take + slot0 - j + m - 1) // m
+                if q1 <= q0:
+                    continue
+                i0 = pos + q0 * m + j - slot0
+                for key, s in self.stats.items():
+                    part = acc[key][:, q0:q1]
+                    s.op(part, blocks[key][:, i0:i0 + (q1 - q0 - 1) * m + 1:m], out=part)
+            done = (slot0 + take) // m
+            self._store({key: a[:, :done] for key, a in acc.items()}, done)
+            for key, s in self.stats.items():
+                if done < nb:
+                    self.open[key][:] = acc[key][:, done]
+                else:
+                    self.open[key].fill(s.identity)
+            if self.whole_run and self.n == self.capacity:
+                self._halve()
+            pos += take
+
+    def _store(self, values: Stats, c: int) -> None:
+        """Store ``c`` complete buckets after the last one, dropping the oldest as
+        :meth:`complete_open` does one by one (a level that is not whole-run holds ``capacity + 1``
+        to ``2 * capacity`` of them once full)."""
+        if not c:
+            return
+        t = self.n + c
+        if self.whole_run or t <= self.alloc - 1:
+            for key in self.stats:
+                self.arr[key][:, self.n:t] = values[key]
+            self.n = t
+            return
+        cap = self.capacity
+        keep = cap + (t - 2 * cap - 1) % cap + 1
+        for key, s in self.stats.items():
+            a = self.arr[key]
+            if keep > c:
+                old = keep - c
+                a[:, :old] = a[:, self.n - old:self.n]
+                a[:, old:keep] = values[key]
+            else:
+                a[:, :keep] = values[key][:, c - keep:]
+            a[:, keep:] = s.identity
+        self.first += t - keep
+        self.n = keep
+
     def add_at(self, bucket: int, values: Stats) -> None:
         """Merge ``values`` into bucket ``bucket`` when this level holds it (complete or open)."""
         if bucket == self.open_id:
@@ -325,6 +391,18 @@ class ColumnHistory(_History):
             if self.folded % lv.width == 0:
                 lv.complete_open()
 
+    def fold_blocks(self, blocks: Stats) -> None:
+        """Fold ``k`` base blocks at once (``[channels, k]`` each: the statistics of rows
+        ``[folded + j * base_rows, folded + (j + 1) * base_rows)``): the same levels as ``k``
+        calls of :meth:`fold`."""
+        k = next(iter(blocks.values())).shape[1]
+        if not k:
+            return
+        b0 = self.folded // self.base_rows
+        for lv in self._all_levels():
+            lv.add_blocks(blocks, b0, self.base_rows)
+        self.folded += k * self.base_rows
+
 
 class CountHistory(_History):
     """Cache hits and lookups per layer (a channel) per bucket of rows.
@@ -376,16 +454,23 @@ class CountHistory(_History):
 
 def column_stats(block: F64) -> Stats:
     """Count/sum/min/max per channel of a ``[channels, rows]`` block (NaN = absent)."""
-    present = ~np.isnan(block)
     if block.shape[1] == 0:
         z = np.zeros(block.shape[0])
         return {"count": z, "sum": z.copy(), "min": z + np.nan, "max": z + np.nan}
-    return {
-        "count": present.sum(axis=1).astype(np.float64),
-        "sum": np.where(present, block, 0.0).sum(axis=1),
-        "min": np.fmin.reduce(block, axis=1),
-        "max": np.fmax.reduce(block, axis=1),
-    }
+    # a channel with every value present (the usual one): three passes and no copy; the channels
+    # whose sum is NaN hold an absent value and are counted value by value
+    total = block.sum(axis=1)
+    out = {"count": np.full(block.shape[0], float(block.shape[1])), "sum": total,
+           "min": np.minimum.reduce(block, axis=1), "max": np.maximum.reduce(block, axis=1)}
+    gaps = np.flatnonzero(np.isnan(total))
+    if len(gaps):
+        sub = block[gaps]
+        present = ~np.isnan(sub)
+        out["count"][gaps] = present.sum(axis=1)
+        out["sum"][gaps] = np.where(present, sub, 0.0).sum(axis=1)
+        out["min"][gaps] = np.fmin.reduce(sub, axis=1)
+        out["max"][gaps] = np.fmax.reduce(sub, axis=1)
+    return out
 
 
 def column_stats_bins(block: F64, lo: I64, hi: I64) -> Stats:

@@ -545,8 +545,10 @@ class RunModel:
             self._touch()
             return i
 
-    def add_token_rows(self, columns: Mapping[str, Sequence[float] | F64], n: int) -> int:
-        """Append ``n`` token rows given as columns (length ``n`` each); returns the first row's index."""
+    def add_token_rows(self, columns: Mapping[str, Sequence[float] | F64], n: int, adopt: bool = False) -> int:
+        """Append ``n`` token rows given as columns (length ``n`` each); returns the first row's index.
+        ``adopt``: a file's float64 columns are kept without a copy when they are the run's first
+        rows (the caller never writes them afterwards; :meth:`TokenColumns.extend`)."""
         with self.lock:
             first = self.tokens.n
             io, wall, stall = columns.get("io_ms"), columns.get("wall_ms"), columns.get("stall_ms")
@@ -556,7 +558,7 @@ class RunModel:
                         np.asarray(io, dtype=np.float64)[:n] > np.asarray(wall, dtype=np.float64)[:n] * 1.0001))
                 if stall is not None:
                     self._stall_positive += int(np.count_nonzero(np.asarray(stall, dtype=np.float64)[:n] > 0))
-            self._tokens.extend(columns, n)
+            self._tokens.extend(columns, n, adopt=adopt)
             self._touch()
             return first
 
