@@ -1,6 +1,6 @@
 /* The native number reader of read_numeric_csv (parsers/token_csv.py, loaded by
  * parsers/csv_native.py): a run of well-formed rows (every line exactly ncol numbers, nothing
- * else) straight into column-major float64 storage.
+ * else) straight into float64 columns, one array per column.
  *
  * A number accepted is [+-]? digits* (dec digits*)? ([eE] [+-]? digits+)? with at least one
  * mantissa digit. It is converted here when its digits fit 2^53 and its decimal exponent is within
@@ -12,24 +12,29 @@
 
 #define MALFORMED (-1)   /* a byte, a field count or a number form that is not a well-formed row */
 #define FIXUPS_FULL (-2) /* more inexact numbers than the fix-up table holds */
+#define NO_ROOM (-3)     /* more lines than the columns have rows for */
 
 static const double P10[23] = {
     1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11,
     1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22,
 };
 
-/* Read buf[0:n] (whole lines, ending with LF) into out[col * stride + row0 + i]. delim/dec: the
- * field separator and decimal mark. Numbers not converted here are NaN in out and listed in fix
- * as (row, column, first byte, end byte), at most fixcap of them; *nfix says how many. Returns
- * the rows read, MALFORMED or FIXUPS_FULL. out must have room for every line of buf from row0. */
-int64_t bmoe_csv_rows(const uint8_t *buf, int64_t n, int ncol, int delim, int dec, double *out,
-                      int64_t stride, int64_t row0, int64_t *fix, int64_t fixcap, int64_t *nfix) {
+/* Read buf[0:n] (whole lines, ending with LF) into cols[col][row0 + i]. delim/dec: the field
+ * separator and decimal mark. Numbers not converted here are NaN in cols and listed in fix as
+ * (row, column, first byte, end byte), at most fixcap of them; *nfix says how many. Returns the
+ * rows read, MALFORMED, FIXUPS_FULL or NO_ROOM (a line past row cap - 1; nothing is written there). */
+int64_t bmoe_csv_rows(const uint8_t *buf, int64_t n, int ncol, int delim, int dec, double *const *cols,
+                      int64_t row0, int64_t cap, int64_t *fix, int64_t fixcap, int64_t *nfix) {
     *nfix = 0;
     if (n <= 0 || buf[n - 1] != '\n')
         return MALFORMED;
     int64_t i = 0, row = row0, nf = 0;
     int col = 0;
     while (i < n) {
+        if (row >= cap) {
+            *nfix = nf;
+            return NO_ROOM;
+        }
         int64_t start = i;
         int neg = 0;
         if (buf[i] == '-') {
@@ -104,7 +109,7 @@ int64_t bmoe_csv_rows(const uint8_t *buf, int64_t n, int ncol, int delim, int de
             nf++;
             v = __builtin_nan("");
         }
-        out[(int64_t)col * stride + row] = neg ? -v : v;
+        cols[col][row] = neg ? -v : v;
         uint8_t c = buf[i++];
         if (c == delim) {
             col++;

@@ -10,17 +10,19 @@ from __future__ import annotations
 
 import ctypes
 import subprocess
+from collections.abc import Sequence
 from importlib import resources
 
 import numpy as np
 
 from bmoe_top.cbuild import build
 
-__all__ = ["FIXUPS_FULL", "MALFORMED", "Reader", "native_error", "reader"]
+__all__ = ["FIXUPS_FULL", "MALFORMED", "NO_ROOM", "Reader", "native_error", "reader"]
 
 #: Reader.rows' refusals (a non-negative result is the number of rows read)
 MALFORMED = -1  # a byte, a field count or a number form that is not a well-formed row
 FIXUPS_FULL = -2  # more inexact numbers than the fix-up table holds
+NO_ROOM = -3  # more lines than the columns have rows for
 
 _reader: Reader | None = None
 _tried = False
@@ -40,17 +42,23 @@ class Reader:
         fn.restype = ctypes.c_int64
         self._fn = fn
 
-    def rows(self, chunk: bytes, ncol: int, delim: int, dec: int, out: np.ndarray, row0: int,
-             fix: np.ndarray) -> tuple[int, int]:
+    def rows(self, chunk: bytes, ncol: int, delim: int, dec: int, out: np.ndarray | Sequence[np.ndarray],
+             row0: int, fix: np.ndarray) -> tuple[int, int]:
         """Read ``chunk`` (whole lines, ending with LF; every line ``ncol`` numbers separated by
-        the byte ``delim``, decimal mark ``dec``) into ``out[0:ncol, row0:row0 + rows]``
-        (``out``: C-contiguous float64, one row per column, room for every line). Numbers that
-        need ``float()`` are NaN in ``out`` and listed in ``fix`` (int64 (k, 4): row, column,
-        first byte, end byte). Returns (rows read, or MALFORMED, or FIXUPS_FULL; fix-ups used)."""
-        assert out.flags.c_contiguous and out.dtype == np.float64 and fix.flags.c_contiguous
+        the byte ``delim``, decimal mark ``dec``) into rows ``row0 .. row0 + rows`` of the columns
+        ``out``: a C-contiguous float64 ``(ncol, rows)`` array, or ``ncol`` contiguous float64
+        arrays. Numbers that need ``float()`` are NaN in ``out`` and listed in ``fix`` (int64
+        (k, 4): row, column, first byte, end byte). Returns (rows read, or MALFORMED, FIXUPS_FULL
+        or NO_ROOM when the columns are shorter than the lines; fix-ups used)."""
+        cols = list(out)
+        assert len(cols) >= ncol and fix.flags.c_contiguous and fix.dtype == np.int64
+        for c in cols[:ncol]:
+            assert c.dtype == np.float64 and c.flags.c_contiguous
+        cap = min(c.shape[0] for c in cols[:ncol])
+        ptrs = (ctypes.c_void_p * ncol)(*(c.ctypes.data for c in cols[:ncol]))
         nfix = ctypes.c_int64(0)  # per call: threads share this reader, and the call runs without the GIL
-        got = self._fn(chunk, len(chunk), ncol, delim, dec, out.ctypes.data, out.shape[1], row0,
-                       fix.ctypes.data, fix.shape[0], ctypes.byref(nfix))
+        got = self._fn(chunk, len(chunk), ncol, delim, dec, ptrs, row0, cap, fix.ctypes.data, fix.shape[0],
+                       ctypes.byref(nfix))
         return int(got), int(nfix.value)
 
 

@@ -124,11 +124,10 @@ def load_route_trace(data: bytes) -> RouteTrace:
         elif text:
             meta.setdefault("format", text)
     names = nc.header
-    mat = nc.matrix
-    n = mat.shape[0]
+    n = nc.n_rows
 
     def col(name: str) -> np.ndarray | None:
-        return mat[:, names.index(name)] if name in names else None
+        return nc.columns[names.index(name)] if name in names else None
 
     required = [c for c in ("step", "layer", "expert") if c not in names]
     if required:

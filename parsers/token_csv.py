@@ -37,13 +37,15 @@ benchmarks/bench_csv_load.py compares with pyarrow.
 from __future__ import annotations
 
 import bisect
+import codecs
 import csv
 import math
+import os
 import re
 import struct
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 import orjson
@@ -71,6 +73,8 @@ INTEGER_COLUMNS: frozenset[str] = frozenset({
 _DIM_KEYS = ("n_layer", "n_expert", "n_expert_used")
 
 _CHUNK = 1 << 18  # bytes of numeric body handed to the fast parser at once
+_READ = 1 << 22  # bytes read from a file at once
+_HEAD_BYTES = 1 << 26  # the most of a file's top searched for its header (the rest is body)
 _SAMPLE_ROWS = 200  # data rows looked at to learn the file's width and number format
 _HEAD_LINES = 10_000  # lines searched for the first data row (the rest is body, read line by line)
 _KV = re.compile(r"([^\s=]+)=(\S*)")
@@ -478,25 +482,26 @@ def _merge_decimal(cells: list[str], ncol: int, int_cols: frozenset[int],
 # the body
 
 class _Columns:
-    """Column-major float64 storage filled block by block; grows in rows and columns."""
+    """Float64 columns, one array each, filled block by block; grow in rows (one column at a time,
+    so growing never holds a second copy of the table) and in columns. Rows past ``n`` are not
+    written, so room reserved ahead costs address space, not memory."""
 
-    __slots__ = ("data", "n")
+    __slots__ = ("cols", "cap", "n")
 
     def __init__(self, ncol: int, cap: int) -> None:
-        self.data = np.empty((max(ncol, 0), max(cap, 16)), dtype=np.float64)
+        self.cap = max(cap, 16)
+        self.cols = [np.empty(self.cap, dtype=np.float64) for _ in range(max(ncol, 0))]
         self.n = 0
 
     @property
     def ncol(self) -> int:
-        return int(self.data.shape[0])
+        return len(self.cols)
 
     def widen(self, ncol: int) -> None:
-        if ncol <= self.ncol:
-            return
-        grown = np.empty((ncol, self.data.shape[1]), dtype=np.float64)
-        grown[: self.ncol, : self.n] = self.data[:, : self.n]
-        grown[self.ncol:, : self.n] = np.nan
-        self.data = grown
+        while len(self.cols) < ncol:
+            col = np.empty(self.cap, dtype=np.float64)
+            col[: self.n] = np.nan
+            self.cols.append(col)
 
     def add(self, block: np.ndarray) -> None:
         k, w = block.shape
@@ -505,27 +510,28 @@ class _Columns:
         if w > self.ncol:
             self.widen(w)
         self.reserve(k)
-        self.data[:w, self.n: self.n + k] = block.T
+        for j in range(w):
+            self.cols[j][self.n: self.n + k] = block[:, j]
         self.took(k, w)
 
     def reserve(self, k: int) -> None:
         """Room for ``k`` more rows."""
-        if self.n + k > self.data.shape[1]:
-            grown = np.empty((self.ncol, max(2 * self.data.shape[1], self.n + k)), dtype=np.float64)
-            grown[:, : self.n] = self.data[:, : self.n]
-            self.data = grown
+        if self.n + k > self.cap:
+            self.cap = max(2 * self.cap, self.n + k)
+            for j, col in enumerate(self.cols):
+                grown = np.empty(self.cap, dtype=np.float64)
+                grown[: self.n] = col[: self.n]
+                self.cols[j] = grown
 
     def took(self, k: int, w: int) -> None:
         """Count ``k`` rows of ``w`` columns written in place after the last row."""
-        if w < self.ncol:
-            self.data[w:, self.n: self.n + k] = np.nan
+        for col in self.cols[w:]:
+            col[self.n: self.n + k] = np.nan
         self.n += k
 
-    def finish(self) -> np.ndarray:
-        """(ncol, n) array whose rows are each one contiguous column."""
-        if self.n < 0.8 * self.data.shape[1]:
-            return np.ascontiguousarray(self.data[:, : self.n])
-        return self.data[:, : self.n]
+    def finish(self) -> list[np.ndarray]:
+        """The columns, ``n`` rows each (views: the rows never written are never touched)."""
+        return [col[: self.n] for col in self.cols]
 
 
 def _fast_block(chunk: bytes, ncol: int) -> np.ndarray | None:
@@ -548,14 +554,16 @@ def _fast_block(chunk: bytes, ncol: int) -> np.ndarray | None:
 
 
 def _native_block(rdr: csv_native.Reader, chunk: bytes, ncol: int, delim: int, dec: int,
-                  cols: _Columns) -> tuple[np.ndarray | None, bool]:
+                  cols: _Columns) -> tuple[int | None, bool]:
     """Read complete lines of well-formed rows with the native reader (parsers/csv_native.c)
-    straight into ``cols`` after its last row, not yet counted: (the (rows, ncol) view written,
-    False), or (None, retry) when refused; ``retry`` is True when the rows are well formed but
-    hold more long numbers than the reader fixes up (the orjson reader takes those)."""
-    cols.reserve(chunk.count(b"\n"))
+    straight into ``cols`` after its last row, not yet counted: (the rows written, False), or
+    (None, retry) when refused; ``retry`` is True when the rows are well formed but hold more long
+    numbers than the reader fixes up (the orjson reader takes those)."""
     fix = np.empty((_NATIVE_FIXUPS, 4), dtype=np.int64)
-    got, nfix = rdr.rows(chunk, ncol, delim, dec, cols.data, cols.n, fix)
+    got, nfix = rdr.rows(chunk, ncol, delim, dec, cols.cols, cols.n, fix)
+    if got == csv_native.NO_ROOM:
+        cols.reserve(chunk.count(b"\n"))
+        got, nfix = rdr.rows(chunk, ncol, delim, dec, cols.cols, cols.n, fix)
     if got < 0:
         return None, got == csv_native.FIXUPS_FULL
     for r, c, a, b in fix[:nfix].tolist():
@@ -563,8 +571,8 @@ def _native_block(rdr: csv_native.Reader, chunk: bytes, ncol: int, delim: int, d
         v = float(cell.replace(",", ".") if dec == 0x2C else cell)
         if math.isinf(v):
             return None, False  # a number but not a finite one: the line reader reports it
-        cols.data[c, r] = v
-    return cols.data[:ncol, cols.n: cols.n + got].T, False
+        cols.cols[c][r] = v
+    return got, False
 
 
 class _Body:
@@ -732,22 +740,100 @@ def _prepare(data: bytes) -> bytes:
     return data
 
 
+class _Input:
+    """A CSV's bytes as blocks of whole lines, each as :func:`_prepare` makes a whole file (UTF-8,
+    LF line ends, a final LF). ``bytes`` are one block; a binary file is read :data:`_READ` bytes
+    at a time, never whole (its encoding is guessed from its first 4 KiB, a CRLF split between two
+    reads is one line end). ``size``: the input's bytes (0 when not known), to size the columns."""
+
+    def __init__(self, data: bytes | bytearray | memoryview | BinaryIO) -> None:
+        if isinstance(data, (bytes, bytearray, memoryview)):
+            data = bytes(data)
+            self.size = len(data)
+            self._blocks: Iterator[bytes] = iter([_prepare(data)] if data else [])
+            return
+        try:
+            self.size = max(0, os.fstat(data.fileno()).st_size - data.tell())
+        except (OSError, AttributeError, ValueError):
+            self.size = 0
+        self._blocks = self._read(data)
+
+    @staticmethod
+    def _read(f: BinaryIO) -> Iterator[bytes]:
+        raw = f.read(_READ)
+        if not raw:
+            return
+        name, bom = guess_encoding(raw[:4096])
+        dec = None if name == "utf-8" else codecs.getincrementaldecoder(name)(errors="replace")
+        raw = raw[bom:]
+        partial: list[bytes] = []  # the last line so far, not yet ended (a CR held back at its end)
+        while True:
+            nxt = f.read(_READ)
+            final = not nxt
+            text = dec.decode(raw, final).encode("utf-8", "surrogatepass") if dec is not None else raw
+            if partial:
+                partial.append(text)
+                text = b"".join(partial)
+                partial = []
+            held = not final and text.endswith(b"\r")  # its LF may start the next read
+            if held:
+                text = text[:-1]
+            if b"\r" in text:
+                text = text.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+            if final:
+                if text and not text.endswith(b"\n"):
+                    text += b"\n"
+                if text:
+                    yield text
+                return
+            cut = text.rfind(b"\n") + 1
+            if cut:
+                yield text[:cut] if cut < len(text) else text
+            if cut < len(text):
+                partial.append(text[cut:])
+            if held:
+                partial.append(b"\r")
+            raw = nxt
+
+    def head(self) -> bytes:
+        """The first blocks, up to the line where :func:`find_header` stops looking (or all)."""
+        parts: list[bytes] = []
+        lines = size = 0
+        for block in self._blocks:
+            parts.append(block)
+            lines += block.count(b"\n")
+            size += len(block)
+            if lines > _HEAD_LINES + _SAMPLE_ROWS or size >= _HEAD_BYTES:
+                break
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    def rest(self) -> Iterator[bytes]:
+        """The blocks after :meth:`head`."""
+        return self._blocks
+
+
 @dataclass(slots=True)
 class NumericCsv:
     """What :func:`read_numeric_csv` found: the ``header`` names (extras as ``unnamed_<n>``);
     ``comments`` as (lineno, row index of the next data row, text after '#'), in file order;
-    the data as a float64 ``matrix`` (n_rows x n_cols, NaN = absent or bad cell; ``matrix.T`` is
-    C-contiguous, one column per row); ``problems``; ``header_lineno`` (0 = no header line)."""
+    the data as float64 ``columns``, one contiguous array of ``n_rows`` per name (NaN = absent
+    or bad cell); ``problems``; ``header_lineno`` (0 = no header line)."""
 
     header: list[str]
     comments: list[tuple[int, int, str]]
-    matrix: np.ndarray
+    columns: list[np.ndarray]
     problems: list[Problem]
     header_lineno: int = 0
     #: (first row, its line, the line of every row or None when one row a line) per block read
     blocks: list[tuple[int, int, list[int] | None]] = field(default_factory=list)
     #: cells read as missing because they were numbers but not finite
     impossible: int = 0
+    #: the input holds nothing but white space (known when there is no header)
+    blank: bool = False
+
+    @property
+    def n_rows(self) -> int:
+        return len(self.columns[0]) if self.columns else 0
 
     def lineno(self, row: int) -> int:
         """The file line the data row ``row`` was read from (0 when not known)."""
@@ -760,33 +846,133 @@ class NumericCsv:
         return lines[row - row0] if row - row0 < len(lines) else 0
 
 
+class _Rows:
+    """The body of a CSV, block after block: comment lines wherever they are, well-formed chunks
+    through the native or the orjson reader, any other chunk line by line (:class:`_Body`), into
+    one :class:`_Columns` up to :data:`~.limits.MAX_CSV_CELLS`; past the cap, lines are counted
+    (and named in one problem) and comments still read."""
+
+    def __init__(self, head: CsvHead, body: _Body, cols: _Columns, ncol: int, problems: list[Problem],
+                 comments: list[tuple[int, int, str]]) -> None:
+        self.head, self.body, self.cols, self.ncol = head, body, cols, ncol
+        self.problems, self.comments = problems, comments
+        self.blocks: list[tuple[int, int, list[int] | None]] = []
+        self.lineno = head.body_lineno
+        self.fast = head.decimal == ""
+        self.translate = head.decimal == "comma"
+        self.native = csv_native.reader() if self.fast or self.translate else None
+        self.delim, self.dec = ord(head.delim), ord("," if self.translate else ".")
+        self.left_out: list[int] = []  # [first line, last line] of the rows past the cell cap
+
+    def scan(self, data: bytes, pos: int = 0) -> None:
+        """Read the whole lines ``data[pos:]`` (the line numbers go on from the last block)."""
+        n = len(data)
+        cols, body, ncol = self.cols, self.body, self.ncol
+        while pos < n:
+            if data[pos] == 0x23:  # '#': a comment line, wherever it is
+                nl = data.find(b"\n", pos)
+                end = n if nl < 0 else nl + 1
+                self.comments.append((self.lineno, cols.n, data[pos:end].decode("utf-8", "replace")[1:].strip()))
+                pos, self.lineno = end, self.lineno + 1
+                continue
+            end = min(pos + _CHUNK, n)
+            if end < n:
+                nl = data.find(b"\n", end)
+                end = n if nl < 0 else nl + 1
+            hashmark = data.find(b"#", pos, end)  # memchr: numeric rows never hold one
+            while hashmark >= 0 and data[hashmark - 1] != 0x0A:
+                hashmark = data.find(b"#", hashmark + 1, end)
+            if hashmark >= 0:
+                end = hashmark  # the run of rows stops at the comment line
+            if self.left_out:  # past the cap: the lines are counted, not read
+                k = data.count(b"\n", pos, end)
+                self.left_out[1] = self.lineno + k - 1
+                self.lineno += k
+                pos = end
+                continue
+            chunk = data[pos:end]
+            block: np.ndarray | None = None
+            got: int | None = None
+            retry = True
+            if self.native is not None:
+                got, retry = _native_block(self.native, chunk, ncol, self.delim, self.dec, cols)
+            if got is None and (self.fast or self.translate) and retry:
+                fchunk = (chunk.replace(b",", b".").replace(self.head.delim.encode(), b",") if self.translate
+                          else chunk)
+                block = _fast_block(fchunk, ncol)
+            row_lines: list[int] | None = None
+            if got is None and block is None:
+                rows = body.lines(chunk, self.lineno, cols.n)
+                width = max((len(r) for r in rows), default=0)
+                block = np.full((len(rows), max(width, 1)), np.nan)
+                for i, r in enumerate(rows):
+                    block[i, : len(r)] = r
+                nlines = chunk.count(b"\n")
+                row_lines = body.row_lines
+                if rows:
+                    self.blocks.append((cols.n, self.lineno, row_lines))
+            else:
+                nlines = got if got is not None else block.shape[0]  # type: ignore[union-attr]
+                self.blocks.append((cols.n, self.lineno, None))  # a well-formed chunk: one row a line
+                if ncol > len(self.head.header):
+                    body.ragged.setdefault(("long", ncol), [0, self.lineno, chunk[:200].decode("utf-8", "replace")
+                                                            .split("\n", 1)[0]])[0] += nlines
+            k = got if got is not None else block.shape[0]  # type: ignore[union-attr]
+            width = ncol if got is not None else block.shape[1]  # type: ignore[union-attr]
+            room = max(0, MAX_CSV_CELLS // max(cols.ncol, width, 1) - cols.n)
+            if k > room:
+                first = (self.lineno + room if row_lines is None
+                         else row_lines[room] if room < len(row_lines) else self.lineno + nlines)
+                self.left_out = [first, self.lineno + nlines - 1]
+                k = room
+                if block is not None:
+                    block = block[:room]
+            if got is not None:
+                cols.took(k, ncol)
+            elif block is not None:
+                cols.add(block)
+            self.lineno += nlines
+            pos = end
+
+    def finish(self) -> None:
+        if self.left_out:
+            first, last = self.left_out
+            cap = MAX_CSV_CELLS // max(self.cols.ncol, 1)
+            why = (f"lines {first:,} to {last:,} ({last - first + 1:,} lines) left out: the table is over the cap "
+                   f"of {MAX_CSV_CELLS:,} cells ({cap:,} rows of {self.cols.ncol} columns, parsers/limits.py); "
+                   "the comment lines among and after them (# summary) are read")
+            self.problems.append(Problem(first, "", why))
+
+
 def read_numeric_csv(
-    data: bytes,
+    data: bytes | BinaryIO,
     converters: dict[str, Callable[[str], float]] | None = None,
     known: frozenset[str] = frozenset(),
     default_header: Callable[[int], Sequence[str] | None] | None = None,
 ) -> NumericCsv:
-    """Read a comment-headed numeric CSV (token CSV, route trace) into a float64 matrix.
+    """Read a comment-headed numeric CSV (token CSV, route trace) into float64 columns.
 
-    Lines starting with ``#`` are comments wherever they are (never data rows). The header, the
-    delimiter and the decimal mark are found by :func:`find_header` (``known``: the format's column
-    names, used to repair a damaged header; ``default_header(width)``: names for a headerless
-    body). A cell that is not a number is NaN and a Problem (the row still counts); ``converters``
-    maps a column name to a function for non-numeric cells (e.g. "decode" -> 1.0). A row with
-    fewer fields than the header keeps them (NaN for the rest); extra fields become columns. A
-    repeat of the header, blank lines and lines of NUL bytes are skipped. The matrix holds at most
-    :data:`~.limits.MAX_CSV_CELLS` cells (rows after that are dropped with a Problem). Never raises
-    on bad content. Module doc: every repair.
+    ``data``: the file's bytes, or a binary file read in blocks (never whole: memory holds the
+    columns and one block). Lines starting with ``#`` are comments wherever they are (never data
+    rows). The header, the delimiter and the decimal mark are found by :func:`find_header`
+    (``known``: the format's column names, used to repair a damaged header;
+    ``default_header(width)``: names for a headerless body). A cell that is not a number is NaN
+    and a Problem (the row still counts); ``converters`` maps a column name to a function for
+    non-numeric cells (e.g. "decode" -> 1.0). A row with fewer fields than the header keeps them
+    (NaN for the rest); extra fields become columns. A repeat of the header, blank lines and lines
+    of NUL bytes are skipped. The columns hold at most :data:`~.limits.MAX_CSV_CELLS` cells: the
+    lines of rows after that are left out and named in one Problem, and the comments among and
+    after them are still read. Never raises on bad content (a read error of the file is raised).
+    Module doc: every repair.
     """
-    if not isinstance(data, bytes):
-        data = bytes(data)
-    data = _prepare(data)
-    head = find_header(data, known, default_header)
+    src = _Input(data)
+    first = src.head()
+    head = find_header(first, known, default_header)
     problems = list(head.problems)
     comments: list[tuple[int, int, str]] = [(ln, 0, t) for ln, t in head.comments]
     header = list(head.header)
     if not header:
-        return NumericCsv([], comments, np.empty((0, 0), dtype=np.float64), problems, head.header_lineno)
+        return NumericCsv([], comments, [], problems, head.header_lineno, blank=not first.strip())
     if len(header) > MAX_CSV_COLUMNS:
         problems.append(Problem(head.header_lineno, "", f"header has {len(header)} columns: columns beyond "
                                                          f"{MAX_CSV_COLUMNS} dropped (the column cap)"))
@@ -798,75 +984,21 @@ def read_numeric_csv(
     if head.decimal != "split" and head.width > len(header):
         fast_ncol = min(head.width, MAX_CSV_COLUMNS)  # every row has more fields: the fast path takes them
     body.width = fast_ncol
-    n = len(data)
-    pos, lineno = head.body, head.body_lineno
     # rows expected: the body's bytes over the first rows' mean length (+10 %), so the columns are
     # filled in place and returned without a copy
     line_len = (sum(len(r) + 1 for r in head.sample) / len(head.sample)) if head.sample else 8.0
-    est = int((n - pos) / max(line_len, 2.0) * 1.1) + 64
+    est = int(max(src.size - head.body, len(first) - head.body) / max(line_len, 2.0) * 1.1) + 64
     cols = _Columns(max(fast_ncol, len(header)), min(est, MAX_CSV_CELLS // max(1, fast_ncol)))
-    blocks: list[tuple[int, int, list[int] | None]] = []
-    fast = head.decimal == ""
-    translate = head.decimal == "comma"
-    native = csv_native.reader() if fast or translate else None
-    delim, dec = ord(head.delim), ord("," if translate else ".")
-    over = False
-    while pos < n and not over:
-        if data[pos] == 0x23:  # '#': a comment line, wherever it is
-            nl = data.find(b"\n", pos)
-            end = n if nl < 0 else nl + 1
-            comments.append((lineno, cols.n, data[pos:end].decode("utf-8", "replace")[1:].strip()))
-            pos, lineno = end, lineno + 1
-            continue
-        end = min(pos + _CHUNK, n)
-        if end < n:
-            nl = data.find(b"\n", end)
-            end = n if nl < 0 else nl + 1
-        hashmark = data.find(b"#", pos, end)  # memchr: numeric rows never hold one
-        while hashmark >= 0 and data[hashmark - 1] != 0x0A:
-            hashmark = data.find(b"#", hashmark + 1, end)
-        if hashmark >= 0:
-            end = hashmark  # the run of rows stops at the comment line
-        chunk = data[pos:end]
-        block, in_place, retry = None, False, True
-        if native is not None:
-            block, retry = _native_block(native, chunk, fast_ncol, delim, dec, cols)
-            in_place = block is not None
-        if block is None and (fast or translate) and retry:
-            fchunk = chunk.replace(b",", b".").replace(head.delim.encode(), b",") if translate else chunk
-            block = _fast_block(fchunk, fast_ncol)
-        if block is None:
-            rows = body.lines(chunk, lineno, cols.n)
-            width = max((len(r) for r in rows), default=0)
-            block = np.full((len(rows), max(width, 1)), np.nan)
-            for i, r in enumerate(rows):
-                block[i, : len(r)] = r
-            nlines = chunk.count(b"\n")
-            if rows:
-                blocks.append((cols.n, lineno, body.row_lines))
-        else:
-            nlines = block.shape[0]  # a well-formed chunk: one row a line
-            blocks.append((cols.n, lineno, None))
-            if fast_ncol > len(header):
-                body.ragged.setdefault(("long", fast_ncol), [0, lineno, chunk[:200].decode("utf-8", "replace")
-                                                             .split("\n", 1)[0]])[0] += nlines
-        room = MAX_CSV_CELLS // max(cols.ncol, block.shape[1], 1) - cols.n
-        if block.shape[0] > room:
-            problems.append(Problem(lineno, "", f"rows from line {lineno} on dropped: the table is over "
-                                                f"the cap of {MAX_CSV_CELLS} cells (parsers/limits.py)"))
-            block = block[: max(room, 0)]
-            over = True
-        if in_place:
-            cols.took(block.shape[0], fast_ncol)
-        else:
-            cols.add(block)
-        lineno += nlines
-        pos = end
+    rows = _Rows(head, body, cols, fast_ncol, problems, comments)
+    rows.scan(first, head.body)
+    del first
+    for block in src.rest():
+        rows.scan(block)
+    rows.finish()
     names = header + [f"unnamed_{j + 1}" for j in range(len(header), cols.ncol)]
     body.finish(names)
     comments.sort(key=lambda c: c[0])
-    matrix = cols.finish().T
-    return NumericCsv(names, comments, matrix, problems, head.header_lineno, blocks, body.impossible)
+    return NumericCsv(names, comments, cols.finish(), problems, head.header_lineno, rows.blocks, body.impossible)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -918,8 +1050,9 @@ def _contract_header(width: int) -> Sequence[str] | None:
     return TOKEN_COLUMNS[:width] if 7 <= width <= len(TOKEN_COLUMNS) else None
 
 
-def load_token_csv(data: bytes) -> TokenTable:
-    """Parse a per-token CSV (``--csv`` sink) from its bytes. Never raises on bad content.
+def load_token_csv(data: bytes | BinaryIO) -> TokenTable:
+    """Parse a per-token CSV (``--csv`` sink) from its bytes or a binary file (read in blocks, never
+    whole: :func:`read_numeric_csv`). Never raises on bad content.
 
     Returns a :class:`TokenTable`; columns are contiguous float64 arrays of shape (n_rows,) keyed by
     header name (a duplicated name keeps its first column; the others get ``name.2`` etc.). Damaged
@@ -958,10 +1091,9 @@ def load_token_csv(data: bytes) -> TokenTable:
             others.append(text)
     meta = {k: v for k, v in meta.items() if not (k in _DIM_KEYS and v == "")}
     if not nc.header:
-        if data.strip() and not problems:
+        if not nc.blank and not problems:
             problems.append(Problem(0, "", "no header row (expected column names such as step,wall_ms,...)"))
         return TokenTable(meta, [], {}, 0, summaries, problems, others)
-    mat = nc.matrix.T  # (n_cols, n_rows): each row one contiguous column
     columns: dict[str, np.ndarray] = {}
     names: list[str] = []
     for j, name in enumerate(nc.header):
@@ -970,11 +1102,11 @@ def load_token_csv(data: bytes) -> TokenTable:
         while key in columns:
             key = f"{name}.{dup}"
             dup += 1
-        columns[key] = mat[j]
+        columns[key] = nc.columns[j]
         names.append(key)
     impossible = nc.impossible + sum(_drop_impossible(key, columns[key], nc, problems)
                                      for key in names if key in VALID_RANGES)
-    return TokenTable(meta, names, columns, int(nc.matrix.shape[0]), summaries, problems, others, impossible)
+    return TokenTable(meta, names, columns, nc.n_rows, summaries, problems, others, impossible)
 
 
 _DAY_MS = 86_400_000.0

@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -34,7 +34,7 @@ from bmoe_top.tui.feed.audit import load_audit
 from bmoe_top.tui.feed.loader_log import loader_facts
 from bmoe_top.tui.feed.records import RecordFeed
 from bmoe_top.tui.model import RunModel, Status
-from bmoe_top.tui.sources.files import ReplayError, read_path
+from bmoe_top.tui.sources.files import ReplayError, is_blank, open_path, read_path, read_sample
 
 __all__ = ["FILE_FEEDS", "LOAD_ORDER", "FileFeed", "MixedRunsError", "identity_conflict", "load_data",
            "log_facts", "open_paths", "open_replay", "run_facts", "step_collision"]
@@ -277,11 +277,14 @@ def _strp(run: RunModel, data: bytes, source: str) -> None:
 @dataclass(frozen=True, slots=True)
 class FileFeed:
     """How one format is loaded: ``parse(data)`` -> a parsed object, ``apply(run, parsed, source)``
-    adds it to the run, ``identity(parsed)`` the run it says it is from (``model``, ``arch``)."""
+    adds it to the run, ``identity(parsed)`` the run it says it is from (``model``, ``arch``);
+    ``stream(file)``, when the format has it, parses an open binary file in blocks (a file is then
+    never held whole, and has no size limit)."""
 
     parse: Callable[[bytes], Any]
     apply: Callable[[RunModel, Any, str], None]
     identity: Callable[[Any], Mapping[str, str]] = lambda _parsed: {}
+    stream: Callable[[BinaryIO], Any] | None = None
 
 
 def _raw(data: bytes) -> bytes:
@@ -290,7 +293,7 @@ def _raw(data: bytes) -> bytes:
 
 #: Sniffed kind -> its :class:`FileFeed`.
 FILE_FEEDS: dict[str, FileFeed] = {
-    "token_csv": FileFeed(load_token_csv, load_token_table, lambda t: t.identity),
+    "token_csv": FileFeed(load_token_csv, load_token_table, lambda t: t.identity, load_token_csv),
     "route_trace": FileFeed(load_route_trace, load_trace, lambda t: t.identity),
     "transcript": FileFeed(parse_transcript, load_transcript_into, _transcript_identity),
     "sidecar": FileFeed(parse_transcript, _sidecar),
@@ -488,14 +491,22 @@ def open_replay(paths: Sequence[str], run: RunModel | None = None, *, allow_mixe
     loaded: list[tuple[str, bytes, str, Any, Mapping[str, str]]] = []
     not_runs: list[tuple[str, str]] = []
     for p in paths:
-        data = read_path(p)
+        # the kind from the file's ends; a format read in blocks never holds the file whole
+        data, size = read_sample(p)
         kind, why = sniff_reason(data, str(p))
-        if not data.strip(b" \t\r\n\x00"):  # an empty .csv sniffs as a CSV by its name; it holds no run
+        if is_blank(p, data, size):  # an empty .csv sniffs as a CSV by its name; it holds no run
             kind, why = "unknown", "the file is empty: not a recorded run"
         feed = FILE_FEEDS.get(kind)
-        parsed = feed.parse(data) if feed is not None else None
-        if isinstance(parsed, Transcript) and not measures_a_run(parsed):
-            kind, why, feed, parsed = "unknown", TEXT_NOT_A_RUN, None, None
+        parsed = None
+        if feed is not None:
+            if feed.stream is not None:
+                with open_path(p) as f:
+                    parsed = feed.stream(f)
+            else:
+                data = read_path(p)
+                parsed = feed.parse(data)
+            if isinstance(parsed, Transcript) and not measures_a_run(parsed):
+                kind, why, feed, parsed = "unknown", TEXT_NOT_A_RUN, None, None
         if feed is None:
             not_runs.append((str(p), why))
         loaded.append((str(p), data, kind, parsed, run_facts(kind, parsed)))
