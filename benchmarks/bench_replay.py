@@ -58,8 +58,9 @@ print(len(cols["step"]))
 ROWS = re.compile(rb'"token_rows": (\d+)')
 
 
-def run_child(argv: list[str]) -> tuple[float, float, bytes]:
-    """(wall s, peak RSS MiB, stdout) of a child process, reaped by wait4 for its own usage."""
+def run_child(argv: list[str]) -> tuple[float, float, float, bytes]:
+    """(wall s, peak RSS MiB, CPU s (user + system, every thread), stdout) of a child process,
+    reaped by wait4 for its own usage."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         t0 = time.perf_counter()
         p = subprocess.Popen(argv, stdout=out, stderr=err)
@@ -70,7 +71,7 @@ def run_child(argv: list[str]) -> tuple[float, float, bytes]:
             err.seek(0)
             raise SystemExit(f"{' '.join(argv[:4])} failed ({p.returncode}): {err.read().decode()[-800:]}")
         out.seek(0)
-        return wall, ru.ru_maxrss / 1024, out.read()
+        return wall, ru.ru_maxrss / 1024, ru.ru_utime + ru.ru_stime, out.read()
 
 
 def first_screen(path: str) -> float:
@@ -112,7 +113,7 @@ def main() -> int:
         **({"replay screen, first full screen": None} if a.screen else {}),
     }
     ours, arrow = "bmoe-top replay --summary --json", "pyarrow.csv"
-    results: dict[int, dict[str, list[tuple[float, float]]]] = {}
+    results: dict[int, dict[str, list[tuple[float, float, float]]]] = {}
     print(f"bench_replay: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the start "
           f"(a shared machine: other jobs run beside these); {a.rounds} interleaved rounds per size")
     for n in sizes:
@@ -120,18 +121,18 @@ def main() -> int:
         if not path.exists():
             generate(str(path), n)
         size_mib = path.stat().st_size / 2**20
-        res: dict[str, list[tuple[float, float]]] = {k: [] for k in tools}
+        res: dict[str, list[tuple[float, float, float]]] = {k: [] for k in tools}
         for _round in range(a.rounds):
             for name, argv in tools.items():
                 if argv is None:
-                    res[name].append((first_screen(str(path)), float("nan")))
+                    res[name].append((first_screen(str(path)), float("nan"), float("nan")))
                     continue
                 extra = [str(path)] if name == ours else [str(path), ",".join(NAMES)]
-                wall, rss, out = run_child(argv + extra)
+                wall, rss, cpu, out = run_child(argv + extra)
                 got = int(ROWS.search(out).group(1)) if name == ours else int(out.split()[-1])  # type: ignore[union-attr]
                 if got != n:
                     raise SystemExit(f"{name} read {got} rows of {n}")
-                res[name].append((wall, rss))
+                res[name].append((wall, rss, cpu))
         results[n] = res
         cols_mib = n * len(NAMES) * 8 / 2**20
         print(f"\n{n:,} rows ({size_mib:,.0f} MiB file; numeric columns {cols_mib:,.1f} MiB), "
@@ -139,11 +140,15 @@ def main() -> int:
         for name, vals in res.items():
             w = statistics.median(v[0] for v in vals)
             rss = statistics.median(v[1] for v in vals)
-            rss_s = "" if rss != rss else f"  peak RSS {rss:8,.0f} MiB ({rss / cols_mib:5.2f}x the columns)"
+            cpu = statistics.median(v[2] for v in vals)
+            rss_s = "" if rss != rss else (f"  CPU {cpu:6.2f} s  peak RSS {rss:8,.0f} MiB "
+                                           f"({rss / cols_mib:5.2f}x the columns)")
             print(f"  {name:34s} {w:7.2f} s{rss_s}")
         ratio = statistics.median(o[0] / p[0] for o, p in zip(res[ours], res[arrow]))
         mem = statistics.median(o[1] / p[1] for o, p in zip(res[ours], res[arrow]))
-        print(f"  RATIO summary / pyarrow: time {ratio:.2f}x, peak RSS {mem:.2f}x (medians of per-round ratios)")
+        cr = statistics.median(o[2] / p[2] for o, p in zip(res[ours], res[arrow]))
+        print(f"  RATIO summary / pyarrow: time {ratio:.2f}x, CPU {cr:.2f}x, peak RSS {mem:.2f}x "
+              "(medians of per-round ratios)")
         if have_polars:
             pr = statistics.median(o[0] / p[0] for o, p in zip(res[ours], res["polars.read_csv"]))
             print(f"  RATIO summary / polars: time {pr:.2f}x")

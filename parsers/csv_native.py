@@ -12,12 +12,13 @@ import ctypes
 import subprocess
 from collections.abc import Sequence
 from importlib import resources
+from typing import TypeAlias
 
 import numpy as np
 
 from bmoe_top.cbuild import build
 
-__all__ = ["FIXUPS_FULL", "MALFORMED", "NO_ROOM", "Reader", "native_error", "reader"]
+__all__ = ["FIXUPS_FULL", "MALFORMED", "NO_ROOM", "Buffer", "Reader", "native_error", "reader"]
 
 #: Reader.rows' refusals (a non-negative result is the number of rows read)
 MALFORMED = -1  # a byte, a field count or a number form that is not a well-formed row
@@ -29,20 +30,23 @@ _tried = False
 native_error: str | None = None
 
 _I64P = ctypes.POINTER(ctypes.c_int64)
+#: what a chunk may be: any object with the buffer protocol of bytes
+Buffer: TypeAlias = bytes | bytearray | memoryview
 
 
 class Reader:
     """``bmoe_csv_rows`` of the compiled library (the GIL is released while it runs; one reader
-    serves every thread)."""
+    serves every thread). A chunk is any buffer (bytes, a memoryview of a
+    mapped file): it is read in place, never copied."""
 
     def __init__(self, lib: ctypes.CDLL) -> None:
         fn = lib.bmoe_csv_rows
-        fn.argtypes = [ctypes.c_char_p, ctypes.c_int64, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_void_p,
+        fn.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_void_p,
                        ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, _I64P]
         fn.restype = ctypes.c_int64
         self._fn = fn
 
-    def rows(self, chunk: bytes, ncol: int, delim: int, dec: int, out: np.ndarray | Sequence[np.ndarray],
+    def rows(self, chunk: Buffer, ncol: int, delim: int, dec: int, out: np.ndarray | Sequence[np.ndarray],
              row0: int, fix: np.ndarray) -> tuple[int, int]:
         """Read ``chunk`` (whole lines, ending with LF; every line ``ncol`` numbers separated by
         the byte ``delim``, decimal mark ``dec``) into rows ``row0 .. row0 + rows`` of the columns
@@ -54,11 +58,12 @@ class Reader:
         assert len(cols) >= ncol and fix.flags.c_contiguous and fix.dtype == np.int64
         for c in cols[:ncol]:
             assert c.dtype == np.float64 and c.flags.c_contiguous
-        cap = min(c.shape[0] for c in cols[:ncol])
+        cap = min((c.shape[0] for c in cols[:ncol]), default=0)
+        buf = np.frombuffer(chunk, dtype=np.uint8)
         ptrs = (ctypes.c_void_p * ncol)(*(c.ctypes.data for c in cols[:ncol]))
         nfix = ctypes.c_int64(0)  # per call: threads share this reader, and the call runs without the GIL
-        got = self._fn(chunk, len(chunk), ncol, delim, dec, ptrs, row0, cap, fix.ctypes.data, fix.shape[0],
-                       ctypes.byref(nfix))
+        got = self._fn(buf.ctypes.data, len(buf), ncol, delim, dec, ptrs, row0, cap, fix.ctypes.data,
+                       fix.shape[0], ctypes.byref(nfix))
         return int(got), int(nfix.value)
 
 

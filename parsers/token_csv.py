@@ -39,13 +39,14 @@ from __future__ import annotations
 import bisect
 import codecs
 import csv
+import io
 import math
 import os
 import re
 import struct
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO
+from typing import Any
 
 import numpy as np
 import orjson
@@ -74,6 +75,7 @@ _DIM_KEYS = ("n_layer", "n_expert", "n_expert_used")
 
 _CHUNK = 1 << 18  # bytes of numeric body handed to the fast parser at once
 _READ = 1 << 22  # bytes read from a file at once
+_WINDOW = 8  # chunks the native reader may read at once (with a pmap)
 _HEAD_BYTES = 1 << 26  # the most of a file's top searched for its header (the rest is body)
 _SAMPLE_ROWS = 200  # data rows looked at to learn the file's width and number format
 _HEAD_LINES = 10_000  # lines searched for the first data row (the rest is body, read line by line)
@@ -90,6 +92,8 @@ _NUMBER_BYTES = b"0123456789.-+eE"
 # every byte of a well-formed numeric chunk after deleting _NUMBER_BYTES is ',' or '\n'
 _SHAPE = bytes(c if c in b",\n" else ord("x") for c in range(256))
 _NAN = float("nan")
+#: a ``map`` whose calls may run at once (``ThreadPoolExecutor.map``)
+Pmap = Callable[[Callable[[int], tuple[int, int]], Iterable[int]], Iterable[tuple[int, int]]]
 _NATIVE_FIXUPS = 4096  # long numbers fixed up per chunk before the orjson reader takes the chunk
 
 
@@ -553,7 +557,7 @@ def _fast_block(chunk: bytes, ncol: int) -> np.ndarray | None:
         return None
 
 
-def _native_block(rdr: csv_native.Reader, chunk: bytes, ncol: int, delim: int, dec: int,
+def _native_block(rdr: csv_native.Reader, chunk: csv_native.Buffer, ncol: int, delim: int, dec: int,
                   cols: _Columns) -> tuple[int | None, bool]:
     """Read complete lines of well-formed rows with the native reader (parsers/csv_native.c)
     straight into ``cols`` after its last row, not yet counted: (the rows written, False), or
@@ -562,17 +566,23 @@ def _native_block(rdr: csv_native.Reader, chunk: bytes, ncol: int, delim: int, d
     fix = np.empty((_NATIVE_FIXUPS, 4), dtype=np.int64)
     got, nfix = rdr.rows(chunk, ncol, delim, dec, cols.cols, cols.n, fix)
     if got == csv_native.NO_ROOM:
-        cols.reserve(chunk.count(b"\n"))
+        cols.reserve(bytes(chunk).count(b"\n"))
         got, nfix = rdr.rows(chunk, ncol, delim, dec, cols.cols, cols.n, fix)
     if got < 0:
         return None, got == csv_native.FIXUPS_FULL
+    return _fixed_up(chunk, got, nfix, fix, dec, cols), False
+
+
+def _fixed_up(chunk: csv_native.Buffer, got: int, nfix: int, fix: np.ndarray, dec: int, cols: _Columns) -> int | None:
+    """The numbers the native reader left to ``float()`` (``fix[:nfix]``) written; ``got`` (the
+    rows read), or None when one is not finite (the line reader reports it)."""
     for r, c, a, b in fix[:nfix].tolist():
-        cell = chunk[a:b].decode("ascii")
+        cell = bytes(chunk[a:b]).decode("ascii")
         v = float(cell.replace(",", ".") if dec == 0x2C else cell)
         if math.isinf(v):
-            return None, False  # a number but not a finite one: the line reader reports it
+            return None
         cols.cols[c][r] = v
-    return got, False
+    return got
 
 
 class _Body:
@@ -741,31 +751,72 @@ def _prepare(data: bytes) -> bytes:
 
 
 class _Input:
-    """A CSV's bytes as blocks of whole lines, each as :func:`_prepare` makes a whole file (UTF-8,
-    LF line ends, a final LF). ``bytes`` are one block; a binary file is read :data:`_READ` bytes
-    at a time, never whole (its encoding is guessed from its first 4 KiB, a CRLF split between two
-    reads is one line end). ``size``: the input's bytes (0 when not known), to size the columns."""
+    """A CSV's bytes as :func:`_prepare` makes them (UTF-8, LF line ends, a final LF), in pieces of
+    whole lines ``(buffer, start, stop)``, never the whole of a file at once: ``bytes`` are one
+    piece; a UTF-8 file with LF line ends is read into one buffer :data:`_READ` bytes at a time
+    (a piece is read before the next read reuses the buffer); any other file (UTF-16, CR line
+    ends) is read as blocks of text, its encoding guessed from its first 4 KiB, a CRLF split
+    between two reads one line end. ``size``: the input's bytes (0 when not known), to size the
+    columns."""
 
-    def __init__(self, data: bytes | bytearray | memoryview | BinaryIO) -> None:
+    def __init__(self, data: bytes | bytearray | memoryview | io.BufferedIOBase) -> None:
         if isinstance(data, (bytes, bytearray, memoryview)):
             data = bytes(data)
             self.size = len(data)
-            self._blocks: Iterator[bytes] = iter([_prepare(data)] if data else [])
+            first = _prepare(data)
+            self._pieces: Iterator[tuple[bytes | bytearray, int, int]] = iter(())
+            self._first = first
             return
         try:
             self.size = max(0, os.fstat(data.fileno()).st_size - data.tell())
         except (OSError, AttributeError, ValueError):
             self.size = 0
-        self._blocks = self._read(data)
+        self._pieces = self._read(data)
+        parts: list[bytes] = []
+        lines = size = 0
+        for piece, a, b in self._pieces:
+            parts.append(bytes(piece[a:b]) if a or b < len(piece) or not isinstance(piece, bytes) else piece)
+            lines += parts[-1].count(b"\n")
+            size += b - a
+            if lines > _HEAD_LINES + _SAMPLE_ROWS or size >= _HEAD_BYTES:
+                break
+        self._first = parts[0] if len(parts) == 1 else b"".join(parts)
 
     @staticmethod
-    def _read(f: BinaryIO) -> Iterator[bytes]:
-        raw = f.read(_READ)
-        if not raw:
+    def _read(f: io.BufferedIOBase) -> Iterator[tuple[bytes | bytearray, int, int]]:
+        buf = bytearray(_READ)
+        have = f.readinto(buf) or 0
+        if not have:
             return
-        name, bom = guess_encoding(raw[:4096])
-        dec = None if name == "utf-8" else codecs.getincrementaldecoder(name)(errors="replace")
-        raw = raw[bom:]
+        name, start = guess_encoding(bytes(buf[:4096]))
+        if name != "utf-8":
+            yield from _Input._text(f, bytes(buf[start:have]), codecs.getincrementaldecoder(name)(errors="replace"))
+            return
+        while True:
+            if buf.find(b"\r", start, have) >= 0:  # CR line ends: the text reader from here
+                yield from _Input._text(f, bytes(buf[start:have]), None)
+                return
+            last = buf.rfind(b"\n", start, have) + 1
+            if last:
+                yield buf, start, last
+                start = last
+            rest = have - start
+            if rest == len(buf):  # a line longer than the buffer
+                buf.extend(bytes(len(buf)))
+            buf[:rest] = buf[start:have]
+            with memoryview(buf) as view:
+                got = f.readinto(view[rest:]) or 0
+            if not got:
+                if rest:
+                    yield bytes(buf[:rest]) + b"\n", 0, rest + 1
+                return
+            start, have = 0, rest + got
+
+    @staticmethod
+    def _text(f: io.BufferedIOBase, raw: bytes,
+              dec: codecs.IncrementalDecoder | None) -> Iterator[tuple[bytes, int, int]]:
+        """Blocks of whole lines from ``raw`` and the rest of ``f``, decoded by ``dec`` (None:
+        UTF-8 as it is), CR and CRLF line ends made LF."""
         partial: list[bytes] = []  # the last line so far, not yet ended (a CR held back at its end)
         while True:
             nxt = f.read(_READ)
@@ -784,11 +835,11 @@ class _Input:
                 if text and not text.endswith(b"\n"):
                     text += b"\n"
                 if text:
-                    yield text
+                    yield text, 0, len(text)
                 return
             cut = text.rfind(b"\n") + 1
             if cut:
-                yield text[:cut] if cut < len(text) else text
+                yield text, 0, cut
             if cut < len(text):
                 partial.append(text[cut:])
             if held:
@@ -796,20 +847,15 @@ class _Input:
             raw = nxt
 
     def head(self) -> bytes:
-        """The first blocks, up to the line where :func:`find_header` stops looking (or all)."""
-        parts: list[bytes] = []
-        lines = size = 0
-        for block in self._blocks:
-            parts.append(block)
-            lines += block.count(b"\n")
-            size += len(block)
-            if lines > _HEAD_LINES + _SAMPLE_ROWS or size >= _HEAD_BYTES:
-                break
-        return parts[0] if len(parts) == 1 else b"".join(parts)
+        """The first lines, up to where :func:`find_header` stops looking (or all)."""
+        return self._first
 
-    def rest(self) -> Iterator[bytes]:
-        """The blocks after :meth:`head`."""
-        return self._blocks
+    def body(self, offset: int) -> Iterator[tuple[bytes | bytearray, int, int]]:
+        """``(buffer, start, stop)``: the lines from byte ``offset`` of :meth:`head` to the end."""
+        first, self._first = self._first, b""
+        yield first, offset, len(first)
+        del first
+        yield from self._pieces
 
 
 @dataclass(slots=True)
@@ -847,13 +893,17 @@ class NumericCsv:
 
 
 class _Rows:
-    """The body of a CSV, block after block: comment lines wherever they are, well-formed chunks
+    """The body of a CSV, piece after piece: comment lines wherever they are, well-formed chunks
     through the native or the orjson reader, any other chunk line by line (:class:`_Body`), into
     one :class:`_Columns` up to :data:`~.limits.MAX_CSV_CELLS`; past the cap, lines are counted
-    (and named in one problem) and comments still read."""
+    (and named in one problem) and comments still read. With ``pmap`` (a ``map`` whose calls may
+    run at once, such as a thread pool's: the native reader runs without the GIL) the native reader
+    reads up to :data:`_WINDOW` chunks of a run of rows at once, each at the rows its lines take
+    when every line is a row; a chunk that is not (a damaged line) is read again on its own, and so
+    are the chunks after it when it changed the row count."""
 
     def __init__(self, head: CsvHead, body: _Body, cols: _Columns, ncol: int, problems: list[Problem],
-                 comments: list[tuple[int, int, str]]) -> None:
+                 comments: list[tuple[int, int, str]], pmap: Pmap | None) -> None:
         self.head, self.body, self.cols, self.ncol = head, body, cols, ncol
         self.problems, self.comments = problems, comments
         self.blocks: list[tuple[int, int, list[int] | None]] = []
@@ -861,78 +911,130 @@ class _Rows:
         self.fast = head.decimal == ""
         self.translate = head.decimal == "comma"
         self.native = csv_native.reader() if self.fast or self.translate else None
+        self.pmap = pmap if self.native is not None else None
         self.delim, self.dec = ord(head.delim), ord("," if self.translate else ".")
         self.left_out: list[int] = []  # [first line, last line] of the rows past the cell cap
 
-    def scan(self, data: bytes, pos: int = 0) -> None:
-        """Read the whole lines ``data[pos:]`` (the line numbers go on from the last block)."""
-        n = len(data)
-        cols, body, ncol = self.cols, self.body, self.ncol
-        while pos < n:
-            if data[pos] == 0x23:  # '#': a comment line, wherever it is
-                nl = data.find(b"\n", pos)
-                end = n if nl < 0 else nl + 1
-                self.comments.append((self.lineno, cols.n, data[pos:end].decode("utf-8", "replace")[1:].strip()))
-                pos, self.lineno = end, self.lineno + 1
-                continue
-            end = min(pos + _CHUNK, n)
-            if end < n:
-                nl = data.find(b"\n", end)
-                end = n if nl < 0 else nl + 1
+    @staticmethod
+    def _count(data: bytes | bytearray, a: int, e: int) -> int:
+        return data.count(b"\n", a, e)
+
+    def scan(self, data: bytes | bytearray, pos: int, stop: int) -> None:
+        """Read the whole lines ``data[pos:stop]`` (the line numbers go on from the last piece)."""
+        with memoryview(data) as view:
+            while pos < stop:
+                if data[pos] == 0x23:  # '#': a comment line, wherever it is
+                    nl = data.find(b"\n", pos, stop)
+                    end = stop if nl < 0 else nl + 1
+                    text = bytes(data[pos:end]).decode("utf-8", "replace")[1:].strip()
+                    self.comments.append((self.lineno, self.cols.n, text))
+                    pos, self.lineno = end, self.lineno + 1
+                    continue
+                plan = self._plan(data, pos, stop)
+                pre = self._parallel(data, view, plan) if self.pmap is not None and len(plan) > 1 else None
+                for i, (a, e) in enumerate(plan):
+                    row0 = self.cols.n
+                    self._chunk(data, view, a, e, None if pre is None else pre[i])
+                    if pre is not None and self.cols.n - row0 != pre[i][2]:
+                        pre = None  # the rows after this chunk are not where they were read to
+                pos = plan[-1][1]
+
+    def _plan(self, data: bytes | bytearray, pos: int, stop: int) -> list[tuple[int, int]]:
+        """The next chunks of rows from ``pos`` (``_CHUNK`` bytes each, ending at a line end),
+        up to a comment line; up to :data:`_WINDOW` of them when they may be read at once."""
+        plan: list[tuple[int, int]] = []
+        most = _WINDOW if self.pmap is not None and not self.left_out else 1
+        while pos < stop and len(plan) < most and data[pos] != 0x23:
+            end = min(pos + _CHUNK, stop)
+            if end < stop:
+                nl = data.find(b"\n", end, stop)
+                end = stop if nl < 0 else nl + 1
             hashmark = data.find(b"#", pos, end)  # memchr: numeric rows never hold one
             while hashmark >= 0 and data[hashmark - 1] != 0x0A:
                 hashmark = data.find(b"#", hashmark + 1, end)
             if hashmark >= 0:
                 end = hashmark  # the run of rows stops at the comment line
-            if self.left_out:  # past the cap: the lines are counted, not read
-                k = data.count(b"\n", pos, end)
-                self.left_out[1] = self.lineno + k - 1
-                self.lineno += k
-                pos = end
-                continue
-            chunk = data[pos:end]
-            block: np.ndarray | None = None
-            got: int | None = None
-            retry = True
-            if self.native is not None:
-                got, retry = _native_block(self.native, chunk, ncol, self.delim, self.dec, cols)
-            if got is None and (self.fast or self.translate) and retry:
+            plan.append((pos, end))
+            pos = end
+        return plan
+
+    def _parallel(self, data: bytes | bytearray, view: memoryview, plan: list[tuple[int, int]]
+                  ) -> list[tuple[int, int, int, np.ndarray]]:
+        """Each chunk of ``plan`` read by the native reader at once (``pmap``), each at the rows it
+        takes when every line is a row: ``(rows read or a refusal, fix-ups used, lines, fix-ups)``."""
+        rdr, cols, ncol = self.native, self.cols, self.ncol
+        assert rdr is not None and self.pmap is not None
+        lines = [self._count(data, a, e) for a, e in plan]
+        cols.reserve(sum(lines))
+        row0 = np.cumsum([cols.n, *lines[:-1]]).tolist()
+        fixes = [np.empty((_NATIVE_FIXUPS, 4), dtype=np.int64) for _ in plan]
+
+        def read(i: int) -> tuple[int, int]:
+            a, e = plan[i]
+            return rdr.rows(view[a:e], ncol, self.delim, self.dec, cols.cols, row0[i], fixes[i])
+
+        got = list(self.pmap(read, range(len(plan))))  # every call ends before the columns change again
+        return [(g, nf, k, fx) for (g, nf), k, fx in zip(got, lines, fixes)]
+
+    def _chunk(self, data: bytes | bytearray, view: memoryview, a: int, e: int,
+               pre: tuple[int, int, int, np.ndarray] | None) -> None:
+        """The rows of ``data[a:e]`` (whole lines, no comment line first) into the columns; ``pre``:
+        the native reader's result for them, read at the columns' next row (see :meth:`_parallel`)."""
+        cols, body, ncol = self.cols, self.body, self.ncol
+        if self.left_out:  # past the cap: the lines are counted, not read
+            k = self._count(data, a, e)
+            self.left_out[1] = self.lineno + k - 1
+            self.lineno += k
+            return
+        block: np.ndarray | None = None
+        got: int | None = None
+        retry = True
+        if pre is not None:  # read already (_parallel)
+            if pre[0] >= 0:
+                got, retry = _fixed_up(view[a:e], pre[0], pre[1], pre[3], self.dec, cols), False
+            else:
+                retry = pre[0] == csv_native.FIXUPS_FULL
+        elif self.native is not None:
+            got, retry = _native_block(self.native, view[a:e], ncol, self.delim, self.dec, cols)
+        chunk = b""
+        if got is None:
+            chunk = bytes(data[a:e])
+            if (self.fast or self.translate) and retry:
                 fchunk = (chunk.replace(b",", b".").replace(self.head.delim.encode(), b",") if self.translate
                           else chunk)
                 block = _fast_block(fchunk, ncol)
-            row_lines: list[int] | None = None
-            if got is None and block is None:
-                rows = body.lines(chunk, self.lineno, cols.n)
-                width = max((len(r) for r in rows), default=0)
-                block = np.full((len(rows), max(width, 1)), np.nan)
-                for i, r in enumerate(rows):
-                    block[i, : len(r)] = r
-                nlines = chunk.count(b"\n")
-                row_lines = body.row_lines
-                if rows:
-                    self.blocks.append((cols.n, self.lineno, row_lines))
-            else:
-                nlines = got if got is not None else block.shape[0]  # type: ignore[union-attr]
-                self.blocks.append((cols.n, self.lineno, None))  # a well-formed chunk: one row a line
-                if ncol > len(self.head.header):
-                    body.ragged.setdefault(("long", ncol), [0, self.lineno, chunk[:200].decode("utf-8", "replace")
-                                                            .split("\n", 1)[0]])[0] += nlines
-            k = got if got is not None else block.shape[0]  # type: ignore[union-attr]
-            width = ncol if got is not None else block.shape[1]  # type: ignore[union-attr]
-            room = max(0, MAX_CSV_CELLS // max(cols.ncol, width, 1) - cols.n)
-            if k > room:
-                first = (self.lineno + room if row_lines is None
-                         else row_lines[room] if room < len(row_lines) else self.lineno + nlines)
-                self.left_out = [first, self.lineno + nlines - 1]
-                k = room
-                if block is not None:
-                    block = block[:room]
-            if got is not None:
-                cols.took(k, ncol)
-            elif block is not None:
-                cols.add(block)
-            self.lineno += nlines
-            pos = end
+        row_lines: list[int] | None = None
+        if got is None and block is None:
+            rows = body.lines(chunk, self.lineno, cols.n)
+            width = max((len(r) for r in rows), default=0)
+            block = np.full((len(rows), max(width, 1)), np.nan)
+            for i, r in enumerate(rows):
+                block[i, : len(r)] = r
+            nlines = chunk.count(b"\n")
+            row_lines = body.row_lines
+            if rows:
+                self.blocks.append((cols.n, self.lineno, row_lines))
+        else:
+            nlines = got if got is not None else block.shape[0]  # type: ignore[union-attr]
+            self.blocks.append((cols.n, self.lineno, None))  # a well-formed chunk: one row a line
+            if ncol > len(self.head.header):
+                first = bytes(data[a:min(e, a + 200)]).decode("utf-8", "replace").split("\n", 1)[0]
+                body.ragged.setdefault(("long", ncol), [0, self.lineno, first])[0] += nlines
+        k = got if got is not None else block.shape[0]  # type: ignore[union-attr]
+        width = ncol if got is not None else block.shape[1]  # type: ignore[union-attr]
+        room = max(0, MAX_CSV_CELLS // max(cols.ncol, width, 1) - cols.n)
+        if k > room:
+            first_left = (self.lineno + room if row_lines is None
+                          else row_lines[room] if room < len(row_lines) else self.lineno + nlines)
+            self.left_out = [first_left, self.lineno + nlines - 1]
+            k = room
+            if block is not None:
+                block = block[:room]
+        if got is not None:
+            cols.took(k, ncol)
+        elif block is not None:
+            cols.add(block)
+        self.lineno += nlines
 
     def finish(self) -> None:
         if self.left_out:
@@ -945,15 +1047,18 @@ class _Rows:
 
 
 def read_numeric_csv(
-    data: bytes | BinaryIO,
+    data: bytes | io.BufferedIOBase,
     converters: dict[str, Callable[[str], float]] | None = None,
     known: frozenset[str] = frozenset(),
     default_header: Callable[[int], Sequence[str] | None] | None = None,
+    pmap: Pmap | None = None,
 ) -> NumericCsv:
     """Read a comment-headed numeric CSV (token CSV, route trace) into float64 columns.
 
-    ``data``: the file's bytes, or a binary file read in blocks (never whole: memory holds the
-    columns and one block). Lines starting with ``#`` are comments wherever they are (never data
+    ``data``: the file's bytes, or a binary file (mapped, or read in blocks: never held whole, so
+    memory holds the columns and one block). ``pmap``: a ``map`` whose calls may run at once (a
+    thread pool's): runs of well-formed rows are then read several chunks at a time; the result
+    is the same. Lines starting with ``#`` are comments wherever they are (never data
     rows). The header, the delimiter and the decimal mark are found by :func:`find_header`
     (``known``: the format's column names, used to repair a damaged header;
     ``default_header(width)``: names for a headerless body). A cell that is not a number is NaN
@@ -989,11 +1094,10 @@ def read_numeric_csv(
     line_len = (sum(len(r) + 1 for r in head.sample) / len(head.sample)) if head.sample else 8.0
     est = int(max(src.size - head.body, len(first) - head.body) / max(line_len, 2.0) * 1.1) + 64
     cols = _Columns(max(fast_ncol, len(header)), min(est, MAX_CSV_CELLS // max(1, fast_ncol)))
-    rows = _Rows(head, body, cols, fast_ncol, problems, comments)
-    rows.scan(first, head.body)
+    rows = _Rows(head, body, cols, fast_ncol, problems, comments, pmap)
     del first
-    for block in src.rest():
-        rows.scan(block)
+    for piece, start, stop in src.body(head.body):
+        rows.scan(piece, start, stop)
     rows.finish()
     names = header + [f"unnamed_{j + 1}" for j in range(len(header), cols.ncol)]
     body.finish(names)
@@ -1050,16 +1154,17 @@ def _contract_header(width: int) -> Sequence[str] | None:
     return TOKEN_COLUMNS[:width] if 7 <= width <= len(TOKEN_COLUMNS) else None
 
 
-def load_token_csv(data: bytes | BinaryIO) -> TokenTable:
+def load_token_csv(data: bytes | io.BufferedIOBase, pmap: Pmap | None = None) -> TokenTable:
     """Parse a per-token CSV (``--csv`` sink) from its bytes or a binary file (read in blocks, never
-    whole: :func:`read_numeric_csv`). Never raises on bad content.
+    whole; ``pmap``: a thread pool's ``map``, see :func:`read_numeric_csv`). Never raises on bad
+    content.
 
     Returns a :class:`TokenTable`; columns are contiguous float64 arrays of shape (n_rows,) keyed by
     header name (a duplicated name keeps its first column; the others get ``name.2`` etc.). Damaged
     files: the module doc. A file without a header row whose body is as wide as the contract's
     7-9 columns gets the contract's names; otherwise its columns are ``unnamed_<n>`` and a Problem.
     """
-    nc = read_numeric_csv(data, known=KNOWN_TOKEN_COLUMNS, default_header=_contract_header)
+    nc = read_numeric_csv(data, known=KNOWN_TOKEN_COLUMNS, default_header=_contract_header, pmap=pmap)
     problems = nc.problems
     meta: dict[str, str] = {}
     summaries: list[dict[str, Any]] = []

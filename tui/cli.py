@@ -130,6 +130,17 @@ def _terminal_refused(command: str = "run") -> int | None:
     return _die(f"standard output is not a terminal: the screen needs one. For text, use {TEXT_FORMS[command]}")
 
 
+#: Sub-commands whose ``--json`` alone prints instead of opening a screen (the others take it with
+#: ``--once``).
+_JSON_PRINTS = frozenset({"replay", "compare", "whatif"})
+
+
+def _headless(args: argparse.Namespace) -> bool:
+    """The command prints and exits without a screen (the app and Textual are then never loaded)."""
+    return bool(getattr(args, "once", False) or getattr(args, "summary", False)
+                or (getattr(args, "json", False) and args.cmd in _JSON_PRINTS))
+
+
 def _apply_look(args: argparse.Namespace) -> None:
     from bmoe_top.tui.app import BmoeTopApp
 
@@ -849,15 +860,16 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """The ``bmoe-top`` command (``argv`` None: the program's own command line, and the app it
     runs owns the process: :attr:`~bmoe_top.tui.app.BmoeTopApp.own_process`)."""
-    if argv is None:
-        from bmoe_top.tui.app import BmoeTopApp
-
-        BmoeTopApp.own_process = True
-        argv = sys.argv[1:]
-    argv = _join_list_values(list(argv))
+    own_process = argv is None
+    argv = _join_list_values(sys.argv[1:] if argv is None else list(argv))
     args = build_parser().parse_args(argv)
     before = _end_on_signals() if getattr(args, "once", False) or getattr(args, "summary", False) else {}
-    _apply_look(args)
+    if not _headless(args):
+        if own_process:
+            from bmoe_top.tui.app import BmoeTopApp
+
+            BmoeTopApp.own_process = True
+        _apply_look(args)
     if (bad := _apply_settings(args)) is not None:
         return bad
     try:

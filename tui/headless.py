@@ -8,25 +8,23 @@ import os
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bmoe_top.parsers.limits import MAX_METRICS_BODY_MB
-from bmoe_top.tui.feed.bind import bind
 from bmoe_top.tui.feed.files import open_replay
 from bmoe_top.tui.fleet.drill import DrillDown
 from bmoe_top.tui.fleet.session import TABLE_POINTS, FleetSession
 from bmoe_top.tui.fleet.table import FleetTable
 from bmoe_top.tui.model import RunModel, Status
-from bmoe_top.tui.present.audit import audit_document
 from bmoe_top.tui.present.fleet import FleetDocument, fleet_document
-from bmoe_top.tui.present.live import failure_document, live_document
-from bmoe_top.tui.present.metrics import metrics_document
-from bmoe_top.tui.sources.child_session import ChildSession
-from bmoe_top.tui.sources.events import FINAL_STATES, LiveState
-from bmoe_top.tui.sources.metrics_poll import MetricsPoller
 from bmoe_top.tui.sources.prometheus import PromError, PrometheusClient
-from bmoe_top.tui.sources.session_socket import SessionSocketClient
-from bmoe_top.tui.sources.tail import FileTail
+
+if TYPE_CHECKING:
+    from bmoe_top.tui.sources.child_session import ChildSession
+    from bmoe_top.tui.sources.session_socket import SessionSocketClient
+
+# The live twins import their sources and documents when called: ``replay --summary`` (a file
+# read in a fresh process) loads none of the live, metrics or socket code.
 
 __all__ = ["Outcome", "audit_once", "exit_code", "fleet_once", "launch_once", "metrics_once", "replay",
            "session_once"]
@@ -58,6 +56,10 @@ def launch_once(source: ChildSession, prompt: str, n_predict: int | None, ready_
     within ``ready_timeout`` s of the start, the turn's end within ``turn_timeout`` s of its
     request (else a failure that says what the child's stdout gave). The source is closed before
     returning."""
+    from bmoe_top.tui.feed.bind import bind
+    from bmoe_top.tui.present.live import failure_document, live_document
+    from bmoe_top.tui.sources.events import FINAL_STATES, LiveState
+
     binding = bind(source)
     run = binding.run
     source.start()
@@ -101,6 +103,10 @@ def session_once(source: SessionSocketClient, prompt: str | None, n_predict: int
                  timeout: float) -> Outcome:
     """Connect, take the replayed state (and run one prompt), then the numbers the live screen
     shows. The source is closed (detached) before returning."""
+    from bmoe_top.tui.feed.bind import bind
+    from bmoe_top.tui.present.live import failure_document, live_document
+    from bmoe_top.tui.sources.events import LiveState
+
     binding = bind(source)
     run = binding.run
     source.start()
@@ -138,6 +144,10 @@ def metrics_once(url: str, api_key: str | None = None, timeout: float = 5.0, int
     ``slots``: also read ``/slots``):
     :func:`~bmoe_top.tui.present.metrics.metrics_document`. Never raises for network, HTTP or
     format trouble: ``status`` says what went wrong."""
+    from bmoe_top.tui.feed.bind import bind
+    from bmoe_top.tui.present.metrics import metrics_document
+    from bmoe_top.tui.sources.metrics_poll import MetricsPoller
+
     poller = MetricsPoller(url, interval=max(interval, 0.05), timeout=timeout, api_key=api_key, slots=slots,
                            max_body_mb=max_body_mb)
     binding = bind(poller)
@@ -154,6 +164,10 @@ def metrics_once(url: str, api_key: str | None = None, timeout: float = 5.0, int
 def audit_once(path: str | os.PathLike[str]) -> dict[str, Any]:
     """The audit log at ``path`` read to its current end (complete lines only):
     :func:`~bmoe_top.tui.present.audit.audit_document`."""
+    from bmoe_top.tui.feed.bind import bind
+    from bmoe_top.tui.present.audit import audit_document
+    from bmoe_top.tui.sources.tail import FileTail
+
     tail = FileTail(path)
     binding = bind(tail)
     tail.read_to_end()

@@ -1,12 +1,14 @@
 """A per-token CSV read from a file in blocks (never whole) gives exactly what its bytes give: the
 same rows, problems, comments and summaries, wherever a block ends (inside a line, between the CR
-and the LF of a line end, inside a UTF-16 character); and a file over the cell cap keeps its
-``# summary`` and names the lines it left out."""
+and the LF of a line end, inside a UTF-16 character), and with chunks read by threads at once
+(a damaged chunk, and the ones after it when it changed the row count, read again on their own);
+and a file over the cell cap keeps its ``# summary`` and names the lines it left out."""
 
 from __future__ import annotations
 
 import codecs
 import io
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -18,6 +20,7 @@ from bmoe_top.parsers import token_csv as tc
 from bmoe_top.parsers.token_csv import load_token_csv
 
 pytestmark = pytest.mark.usefixtures("both_readers")
+POOL = ThreadPoolExecutor(2)
 
 # past the lines the header search reads, so the body goes on in blocks after the first read
 N = 12_000
@@ -64,6 +67,8 @@ def test_a_file_read_in_blocks_gives_what_its_bytes_give(damage, form, read, fin
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(tc, "_READ", read)
         same(load_token_csv(io.BytesIO(data)), whole)
+        mp.setattr(tc, "_CHUNK", 2048)  # several chunks a window, read at once by two threads
+        same(load_token_csv(io.BytesIO(data), pmap=POOL.map), whole)
     assert whole.n_rows >= N - len(damage)
 
 

@@ -14,10 +14,11 @@ run (the banner, and ``replay --summary`` exits non-zero with the reason), never
 
 from __future__ import annotations
 
+import io
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, BinaryIO
+from typing import Any
 
 import numpy as np
 
@@ -34,7 +35,7 @@ from bmoe_top.tui.feed.audit import load_audit
 from bmoe_top.tui.feed.loader_log import loader_facts
 from bmoe_top.tui.feed.records import RecordFeed
 from bmoe_top.tui.model import RunModel, Status
-from bmoe_top.tui.sources.files import ReplayError, is_blank, open_path, read_path, read_sample
+from bmoe_top.tui.sources.files import ReplayError, is_blank, open_path, read_path, read_sample, reader_map
 
 __all__ = ["FILE_FEEDS", "LOAD_ORDER", "FileFeed", "MixedRunsError", "identity_conflict", "load_data",
            "log_facts", "open_paths", "open_replay", "run_facts", "step_collision"]
@@ -284,7 +285,7 @@ class FileFeed:
     parse: Callable[[bytes], Any]
     apply: Callable[[RunModel, Any, str], None]
     identity: Callable[[Any], Mapping[str, str]] = lambda _parsed: {}
-    stream: Callable[[BinaryIO], Any] | None = None
+    stream: Callable[[io.BufferedIOBase], Any] | None = None
 
 
 def _raw(data: bytes) -> bytes:
@@ -293,7 +294,8 @@ def _raw(data: bytes) -> bytes:
 
 #: Sniffed kind -> its :class:`FileFeed`.
 FILE_FEEDS: dict[str, FileFeed] = {
-    "token_csv": FileFeed(load_token_csv, load_token_table, lambda t: t.identity, load_token_csv),
+    "token_csv": FileFeed(load_token_csv, load_token_table, lambda t: t.identity,
+                          lambda f: load_token_csv(f, pmap=reader_map())),
     "route_trace": FileFeed(load_route_trace, load_trace, lambda t: t.identity),
     "transcript": FileFeed(parse_transcript, load_transcript_into, _transcript_identity),
     "sidecar": FileFeed(parse_transcript, _sidecar),

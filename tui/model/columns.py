@@ -211,7 +211,7 @@ class TokenColumns:
             if name not in self._index:
                 self._add(name)
         given = {self._index[name]: np.asarray(arr, dtype=np.float64)[:n] for name, arr in columns.items()}
-        sent = {i for i, vals in given.items() if i in self._seen or not np.isnan(vals).all()}
+        sent = {i for i, vals in given.items() if i in self._seen or _any_value(vals)}
         if adopt and self._window is None and self._n == 0 and self._stored == 0:
             for i in sent:
                 vals = given[i]
@@ -412,3 +412,8 @@ class TokenColumns:
                 else:
                     out[k][name] = q[k][i].copy()
         return Series(edges, width, out["count"], out["sum"], out["min"], out["max"])
+
+
+def _any_value(vals: F64) -> bool:
+    """At least one value is present (not NaN); the first one usually says so."""
+    return bool(len(vals)) and (not math.isnan(vals[0]) or not np.isnan(vals).all())

@@ -69,6 +69,8 @@ PROBLEM_TEXT = 200
 LOG_LINES = 5000
 #: Alerts kept (the banner shows the newest; all are counted).
 MAX_ALERTS = 100
+#: Rows a file's columns are compared in at a time (bounded temporaries).
+_BLOCK_ROWS = 1 << 16
 #: Routing batches (a live token's BMOE_ROUTE line each) held before they go into the route store
 #: even when nothing reads them.
 PENDING_ROUTES = 64
@@ -554,8 +556,10 @@ class RunModel:
             io, wall, stall = columns.get("io_ms"), columns.get("wall_ms"), columns.get("stall_ms")
             with np.errstate(invalid="ignore"):
                 if io is not None and wall is not None:
-                    self._io_over_wall += int(np.count_nonzero(
-                        np.asarray(io, dtype=np.float64)[:n] > np.asarray(wall, dtype=np.float64)[:n] * 1.0001))
+                    io_a, wall_a = np.asarray(io, dtype=np.float64)[:n], np.asarray(wall, dtype=np.float64)[:n]
+                    for a in range(0, n, _BLOCK_ROWS):  # in blocks: no temporary as long as the run
+                        b = a + _BLOCK_ROWS
+                        self._io_over_wall += int(np.count_nonzero(io_a[a:b] > wall_a[a:b] * 1.0001))
                 if stall is not None:
                     self._stall_positive += int(np.count_nonzero(np.asarray(stall, dtype=np.float64)[:n] > 0))
             self._tokens.extend(columns, n, adopt=adopt)

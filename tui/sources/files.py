@@ -3,14 +3,18 @@ the open file for a parser that reads in blocks; each error as one clear sentenc
 
 from __future__ import annotations
 
+import io
 import os
 import re
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any
 
-__all__ = ["MAX_FILE_BYTES", "SAMPLE_BYTES", "ReplayError", "is_blank", "open_path", "read_path", "read_sample"]
+__all__ = ["MAX_FILE_BYTES", "SAMPLE_BYTES", "ReplayError", "is_blank", "open_path", "read_path", "read_sample",
+           "reader_map"]
 
 #: Files bigger than this are refused rather than read whole (2 GiB); a parser that reads in
 #: blocks (:func:`open_path`) has no such limit.
@@ -20,6 +24,8 @@ SAMPLE_BYTES = 64 * 1024
 
 _BLOCK = 1 << 22
 _FILLED = re.compile(rb"[^ \t\r\n\x00]")
+_POOL: ThreadPoolExecutor | None = None
+_POOL_LOCK = threading.Lock()
 
 
 class ReplayError(Exception):
@@ -92,7 +98,7 @@ def is_blank(path: str | os.PathLike[str], sample: bytes, size: int) -> bool:
 
 
 @contextmanager
-def open_path(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
+def open_path(path: str | os.PathLike[str]) -> Iterator[io.BufferedReader]:
     """``path`` open for reading in binary (for a parser that reads it in blocks); an error
     opening or reading it is a :class:`ReplayError`."""
     p = Path(path)
@@ -102,3 +108,17 @@ def open_path(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
             yield f
     except OSError as e:
         raise _refused(p, e) from None
+
+
+def reader_map() -> Callable[[Callable[[Any], Any], Iterable[Any]], Iterator[Any]] | None:
+    """``map`` over the file readers' threads (one per CPU, at most 4; made once), for a parser
+    whose native reader runs without the GIL (``parsers.token_csv.read_numeric_csv``'s ``pmap``);
+    None on one CPU."""
+    global _POOL
+    workers = min(os.cpu_count() or 1, 4)
+    if workers < 2:
+        return None
+    with _POOL_LOCK:
+        if _POOL is None:
+            _POOL = ThreadPoolExecutor(workers, thread_name_prefix="bmoe-file-reader")
+    return _POOL.map
