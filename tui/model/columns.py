@@ -32,6 +32,8 @@ __all__ = ["ColumnStats", "ColumnsReader", "Series", "TokenColumns"]
 
 #: Ranges whose statistics a column store remembers before it starts again (bounded memory).
 STATS_MEMO = 256
+#: Base blocks a file's rows are folded into the history in at a time (bounded temporaries).
+_FOLD_BLOCKS = 1 << 14
 
 
 @dataclass(frozen=True, slots=True)
@@ -290,8 +292,10 @@ class TokenColumns:
         b -= (b - a) % self._base
         if b - a == self._base:
             h.fold(column_stats(self._held(a, b)))
-        elif b > a:
-            h.fold_blocks(self._block_stats(a, b))
+            return
+        slab = self._base * _FOLD_BLOCKS
+        for lo in range(a, b, slab):  # in slabs: the blocks' statistics stay small beside the rows
+            h.fold_blocks(self._block_stats(lo, min(b, lo + slab)))
 
     def _held(self, a: int, b: int) -> F64:
         """Rows ``[a, b)`` (held) of every column as a ``[channels, rows]`` block (NaN rows for
@@ -307,13 +311,13 @@ class TokenColumns:
         (held; ``b - a`` a multiple of ``base_rows``): ``[channels, blocks]``, column by column."""
         k = (b - a) // self._base
         ch = len(self._cols)
-        out: Stats = {"count": np.zeros((ch, k)), "sum": np.zeros((ch, k)), "min": np.full((ch, k), np.nan),
-                      "max": np.full((ch, k), np.nan)}
+        out: Stats = {key: np.empty((ch, k)) for key in ("count", "sum", "min", "max")}
         for i, col in enumerate(self._cols):
-            if col is None:
+            if col is None:  # never sent: no value in any block
+                out["count"][i] = out["sum"][i] = 0.0
+                out["min"][i] = out["max"][i] = np.nan
                 continue
-            x = col[a - self._start: b - self._start].reshape(k, self._base)
-            st = column_stats(x)
+            st = column_stats(col[a - self._start: b - self._start].reshape(k, self._base))
             for key in out:
                 out[key][i] = st[key]
         return out
