@@ -29,7 +29,7 @@ import orjson
 from .bmoe_lines import BadLine, TextLine, parse_line
 from .summary_lines import parse_summary_line
 from .textio import decode_bytes, guess_encoding, split_text
-from .token_csv import KNOWN_TOKEN_COLUMNS, find_header
+from .token_csv import KNOWN_TOKEN_COLUMNS, find_header, headerless_contract
 from .transcript import is_loader_noise
 
 __all__ = ["sniff", "sniff_reason", "KINDS", "RUN_KINDS", "TEXT_NOT_A_RUN"]
@@ -69,6 +69,8 @@ def _csv_sniff(text: str) -> str | None:
             return "route_trace"
         if low.startswith("bmoe_metrics"):
             return "token_csv"
+    if not head.header_lineno and head.body_lineno <= 64 and headerless_contract(head):
+        return "token_csv"  # no header: the loader names a body as wide as the contract's columns
     if not head.header_lineno or head.header_lineno > 64:
         return None
     stray = sum(1 for p in head.problems if "stray line" in p.reason)
@@ -192,7 +194,7 @@ def sniff_reason(data: bytes, name: str = "") -> tuple[str, str]:
     raw = data[:4096]
     if guess_encoding(raw)[0] == "utf-8" and b"\x00" in raw:
         rest = _NULS.sub(b"", raw)
-        if len(_CONTROL.findall(rest)) > max(4, len(rest) // 100) or not rest.strip():
+        if len(_CONTROL.findall(rest)) > max(4, len(rest) // 100) or (not rest.strip() and len(data) <= 4096):
             return kind, "binary data that is none of the formats bmoe-top reads (not STRP): not a recorded run"
     first = next((ln.strip() for ln in split_text(decode_bytes(data[:_SAMPLE])) if ln.strip()), "")
     if first.startswith("{"):

@@ -57,7 +57,8 @@ from .summary_lines import canonical_summary
 from .textio import Problem, decode_bytes, guess_encoding
 
 __all__ = ["TokenTable", "load_token_csv", "NumericCsv", "read_numeric_csv", "parse_kv_comment",
-           "find_header", "CsvHead", "TOKEN_COLUMNS", "KNOWN_TOKEN_COLUMNS", "INTEGER_COLUMNS", "VALID_RANGES"]
+           "find_header", "headerless_contract", "CsvHead", "TOKEN_COLUMNS", "KNOWN_TOKEN_COLUMNS",
+           "INTEGER_COLUMNS", "VALID_RANGES"]
 
 #: The contract's columns, in the order the runtime writes them (7 original + stall_ms, mgmt_ms).
 TOKEN_COLUMNS: tuple[str, ...] = ("step", "steps", "wall_ms", "io_ms", "compute_ms", "read_bytes",
@@ -150,14 +151,9 @@ def _not_finite(cell: str) -> bool:
     return v - v != 0.0
 
 
-def _best_delim(line: str) -> str:
-    return max(_DELIMS, key=lambda d: (line.count(d), d == ","))
-
-
-def _is_data(line: str, delim: str | None = None) -> bool:
-    """The first data row of a file: more of its cells are numbers than are not (empty cells count
-    for neither). Later rows need only as many numbers as other cells (:meth:`_Body.row`)."""
-    d = delim or _best_delim(line)
+def _numbers(line: str, d: str) -> tuple[int, int]:
+    """(cells that are numbers, cells that are not) of ``line`` split at ``d`` (a decimal comma
+    counts as a decimal mark unless ``d`` is the comma; empty cells count for neither)."""
     good = bad = 0
     for c in _cells(line, d):
         if not c:
@@ -166,6 +162,23 @@ def _is_data(line: str, delim: str | None = None) -> bool:
             bad += 1
         else:
             good += 1
+    return good, bad
+
+
+def _best_delim(line: str) -> str:
+    """The delimiter of a data row: the one whose cells are most often numbers, then the most
+    frequent one, then the comma. ``1;1,25;2,25`` is split at the semicolons: as many commas, but
+    split at them no cell is a number."""
+    def score(d: str) -> tuple[int, int, bool]:
+        good, bad = _numbers(line, d) if d in line else (0, 1)
+        return good - bad, line.count(d), d == ","
+    return max(_DELIMS, key=score)
+
+
+def _is_data(line: str, delim: str | None = None) -> bool:
+    """The first data row of a file: more of its cells are numbers than are not (empty cells count
+    for neither). Later rows need only as many numbers as other cells (:meth:`_Body.row`)."""
+    good, bad = _numbers(line, delim or _best_delim(line))
     return good > bad
 
 
@@ -1152,6 +1165,19 @@ class TokenTable:
 
 def _contract_header(width: int) -> Sequence[str] | None:
     return TOKEN_COLUMNS[:width] if 7 <= width <= len(TOKEN_COLUMNS) else None
+
+
+def headerless_contract(head: CsvHead) -> bool:
+    """A body without a header (``head`` from :func:`find_header`) that :func:`load_token_csv`
+    reads under the contract's names: as wide as its 7 to 9 columns (nine in ten sampled rows;
+    the first may be the end of a line cut by a zero-filled block), every cell of every sampled
+    row a number (sniffing: such a file is a per-token CSV)."""
+    rows = [_cells(row, head.delim) for row in head.sample if "\x00" not in row]
+    if head.header_lineno or _contract_header(head.width) is None or not rows:
+        return False
+    comma = head.delim != ","
+    full = sum(1 for cells in rows if len(cells) == head.width)
+    return full >= 0.9 * len(rows) and all(_number(c, comma) is not None for cells in rows for c in cells)
 
 
 def load_token_csv(data: bytes | io.BufferedIOBase, pmap: Pmap | None = None) -> TokenTable:
