@@ -27,6 +27,9 @@ survive:
 --route-layers L         also BMOE_ROUTE per token for L layers (top --route-k of --route-experts,
                          skewed, hits from an LRU of --route-slots per layer) and BMOE_RESIDENT
                          every 8 tokens; the progress line's cache_hit_pct is that LRU's
+--route-cycle P          route the first P tokens, then repeat those P lines (cheap at any rate)
+--delta-text             progress lines carry this token's text (delta_text), not the answer so far
+--warm N                 the first N progress lines of the session unpaced, then --rate
 
 Run: ``python tests/helpers/emitter.py [options]``.
 """
@@ -115,6 +118,9 @@ def main(argv=None) -> int:
     ap.add_argument("--route-experts", type=int, default=128)
     ap.add_argument("--route-k", type=int, default=8)
     ap.add_argument("--route-slots", type=int, default=40)
+    ap.add_argument("--route-cycle", type=int, default=0)
+    ap.add_argument("--delta-text", action="store_true")
+    ap.add_argument("--warm", type=int, default=0)
     a = ap.parse_args(argv)
 
     if a.ignore_term:
@@ -180,6 +186,19 @@ def main(argv=None) -> int:
 
     interval = 1.0 / a.rate if a.rate > 0 else 0.0
     router = Router(a.route_layers, a.route_experts, a.route_k, a.route_slots) if a.route_layers else None
+    routes: list[tuple[str, float, int]] = []  # --route-cycle: (line after the step, hit %, misses)
+    pace = {"lines": 0}  # progress lines so far (the first --warm are unpaced)
+
+    def route_line(step: int) -> tuple[str, float, int]:
+        assert router is not None
+        if a.route_cycle and len(routes) >= a.route_cycle:
+            tail, pct, misses = routes[(step - 1) % a.route_cycle]
+            return '{"step": %d' % step + tail, pct, misses
+        r = router.route(step)
+        line = json.dumps(r)
+        if a.route_cycle:
+            routes.append((line[line.index(","):], router.hit_pct(), router.last_misses))
+        return line, router.hit_pct(), router.last_misses
 
     def turn(rid, n: int, first_turn: bool, n_past: int) -> int:
         emit("BMOE_BEGIN " + json.dumps({"id": rid}))
@@ -189,20 +208,25 @@ def main(argv=None) -> int:
         for step in range(1, n + 1):
             if cancel.is_set():
                 break
-            due = t_start + step * interval
-            d = due - time.monotonic()
-            if d > 0:
-                time.sleep(d)
+            pace["lines"] += 1
+            if pace["lines"] <= a.warm:
+                t_start = time.monotonic() - step * interval  # unpaced; the rate holds from the last one
+            else:
+                due = t_start + step * interval
+                d = due - time.monotonic()
+                if d > 0:
+                    time.sleep(d)
             text += f"w{step} "
             if step % 7 == 1:
                 emit("BMOE_LOAD " + json.dumps({"mb": 1.5, "ms": 2.0}))
             rec = {"step": step, "steps": n, "wall_ms": 10.0, "io_ms": 2.0, "compute_ms": 7.5,
                    "mgmt_ms": 0.5, "stall_ms": 0.0, "read_mb": 1.5 if step % 7 == 1 else 0.0,
-                   "cache_hit_pct": 90.0, "text": text, "t_emit": time.time()}
+                   "cache_hit_pct": 90.0, "t_emit": time.time(),
+                   **({"delta_text": f"w{step} "} if a.delta_text else {"text": text})}
             if router is not None:
-                emit("BMOE_ROUTE " + json.dumps(router.route(step)))
-                rec["cache_hit_pct"] = router.hit_pct()
-                misses = router.last_misses
+                line, pct, misses = route_line(step)
+                emit("BMOE_ROUTE " + line)
+                rec["cache_hit_pct"] = pct
                 rec.update(io_ms=0.4 * misses, wall_ms=8.0 + 0.4 * misses, read_mb=0.5 * misses)
                 if step % 8 == 0:
                     emit("BMOE_RESIDENT " + json.dumps(router.resident(step)))
