@@ -130,3 +130,38 @@ def test_a_session_socket_reader_holds_the_same_way_and_loses_no_line(tmp_path):
     finally:
         cl.close()
         srv.close()
+
+
+def test_a_large_hand_over_lets_go_of_the_batch_between_tokens():
+    """A whole turn held and handed over at once (here 1,000 tokens, over 2,000 lines) is written in
+    ``batch()`` holds of at most BATCH_LINES lines and one token's, each ending after a token's
+    progress line, so the screen reads the run between them: at 3,000 tokens/s one hand-over of
+    0.25 s of lines held the run's lock for up to 1.4 s and the screen stood still."""
+    from contextlib import contextmanager
+
+    from bmoe_top.tui.sources.live import BATCH_LINES
+
+    sink = Sink()
+    holds: list[list] = []
+
+    @contextmanager
+    def batch():
+        start = len(sink.records)
+        yield
+        holds.append([r for r, _t in sink.records[start:]])
+
+    s = ChildSession([sys.executable, EMITTER, "--rate", "100000", "--route-layers", "2", "--route-experts", "8",
+                      "--route-k", "2"], on_record=sink.rec, on_event=sink.ev, hold_s=NEVER)
+    s.connect(batch=batch)
+    s.start()
+    try:
+        assert until(lambda: s.state == LiveState.READY, 30)
+        s.generate("hello", 1000)
+        assert until(lambda: s.status().turns_done == 1, 60)
+    finally:
+        s.close()
+    per_token = [h for h in holds if any(isinstance(r, bl.Progress) for r in h)]
+    assert sum(isinstance(r, bl.Progress) for h in per_token for r in h) == 1000
+    assert len(per_token) >= sum(map(len, per_token)) // (BATCH_LINES + 4) >= 8
+    for h in per_token[:-1]:
+        assert len(h) <= BATCH_LINES + 4 and isinstance(h[-1], bl.Progress)

@@ -19,8 +19,10 @@ sink fails on is reported, its neighbours still count. A reader holds the per-to
 (``BMOE_PROGRESS``, ``BMOE_ROUTE``, ``BMOE_RESIDENT``, ``BMOE_LOAD``) of its reads for up to
 :data:`HOLD_S` and hands them over together (:class:`LineBatch`): a token's lines cost a fraction
 when several go through the parser and the model at once, and nothing draws them sooner (the
-title and the answer's tail follow every half second). Any other line hands over what is held,
-then itself, at once, in order; every line keeps the time its read arrived.
+title and the answer's tail follow every half second); a large hand-over goes in ``batch()``
+holds of :data:`BATCH_LINES` lines or :data:`BATCH_S` seconds, each ending with a whole token.
+Any other line hands over what is held, then itself, at once, in order; every line keeps the
+time its read arrived.
 
 The state machine (:class:`~bmoe_top.tui.sources.events.LiveState`)::
 
@@ -70,7 +72,8 @@ from bmoe_top.tui.sources.events import (
 )
 from bmoe_top.tui.sources.recorder import Recorder
 
-__all__ = ["HOLD_S", "InputWait", "LineBatch", "LiveBase", "LiveStatus", "RecordSink", "LineSink", "EventSink"]
+__all__ = ["BATCH_LINES", "BATCH_S", "HOLD_S", "InputWait", "LineBatch", "LiveBase", "LiveStatus", "RecordSink",
+           "LineSink", "EventSink"]
 
 RecordSink = Callable[[Any, float], None]
 LineSink = Callable[[str, float], None]
@@ -82,6 +85,12 @@ MAX_LINE_CHARS = 16 * 1024 * 1024
 STDERR_KEEP_CHARS = 4096
 #: Seconds a reader holds per-token lines before it hands them over (:class:`LineBatch`).
 HOLD_S = 0.25
+#: Lines handed over under one hold of ``batch()`` at most (and the rest of a token's): at 3,000
+#: tokens/s a :data:`HOLD_S` hand-over is over 2,000 lines, and under one hold of the run's lock
+#: the screen stood still for up to 1.4 s while they went in.
+BATCH_LINES = 256
+#: Seconds of a hand-over under one hold of ``batch()`` at most (and the rest of a token's).
+BATCH_S = 0.02
 #: The tags whose lines a reader may hold: one token's records, never a state change.
 PER_TOKEN_TAGS = ("BMOE_PROGRESS ", "BMOE_ROUTE ", "BMOE_RESIDENT ", "BMOE_LOAD ")
 
@@ -387,11 +396,24 @@ class LiveBase:
 
     def _held_lines(self, held: Held, on_line: Callable[[str, float], Any]) -> None:
         """The lines of several reads (a :class:`LineBatch` hand-over), each through
-        ``on_line(line, t)`` with its read's time, inside one ``batch()``."""
-        with self._batch():
-            for lines, t in held:
-                for line in lines:
+        ``on_line(line, t)`` with its read's time, in ``batch()`` holds of :data:`BATCH_LINES`
+        lines or :data:`BATCH_S` seconds and the rest of a token (a hold ends after a
+        ``BMOE_PROGRESS`` line), so a reader that fell behind never keeps the run from the screen
+        for long."""
+        it = ((line, t) for lines, t in held for line in lines)
+        more = True
+        while more:
+            more = False
+            with self._batch():
+                n, end = 0, time.monotonic() + BATCH_S
+                for line, t in it:
                     on_line(line, t)
+                    n += 1
+                    if line.startswith("BMOE_PROGRESS ") and (n >= BATCH_LINES or time.monotonic() > end):
+                        more = True
+                        break
+            if more:
+                time.sleep(0)  # let go of the GIL too: a thread waiting for the lock takes it now
 
     def _protocol_line(self, line: str, t: float, src: str = "stdout", *, record: bool = True) -> Any:
         """Parse one stdout/socket line, move the state machine, hand the record to the sink."""
