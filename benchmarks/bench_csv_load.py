@@ -1,6 +1,7 @@
 """CSV load: a generated 1,000,000-row 9-column per-token CSV into numpy columns.
 
-Compares ``load_token_csv`` with ``pyarrow.csv.read_csv`` on the same file (pyarrow is installed
+Compares ``load_token_csv`` (reading the open file in blocks, its native reader on replay's
+reader threads, as ``bmoe-top replay`` does) with ``pyarrow.csv.read_csv`` on the same file (pyarrow is installed
 for this benchmark only: ``.venv/bin/pip install pyarrow``; not a project dependency), and
 reports RSS after loading, measured in a fresh subprocess against the same process before
 loading (modules imported, nothing read). Goals: within 3x of pyarrow (wall time, pyarrow with its
@@ -24,6 +25,7 @@ import time
 import numpy as np
 
 from bmoe_top.parsers.token_csv import load_token_csv
+from bmoe_top.tui.sources.files import reader_map
 
 HEADER = "step,steps,wall_ms,io_ms,compute_ms,read_bytes,cache_hit_pct,stall_ms,mgmt_ms"
 
@@ -61,12 +63,11 @@ def rss():
         got = dict(line.split(':', 1) for line in f if line.startswith(('VmRSS', 'RssAnon', 'RssFile')))
     return [int(got[k].split()[0]) / 1024 for k in ('VmRSS', 'RssAnon', 'RssFile')]
 from bmoe_top.parsers import token_csv
+from bmoe_top.tui.sources.files import reader_map
 gc.collect()
 base = rss()
 with open(sys.argv[1], 'rb') as f:
-    data = f.read()
-t = token_csv.load_token_csv(data)
-del data
+    t = token_csv.load_token_csv(f, pmap=reader_map())
 gc.collect()
 print(*base, *rss(), t.n_rows, sum(c.nbytes for c in t.columns.values()) / 2**20)
 """
@@ -97,7 +98,7 @@ def main(argv=None) -> int:
 
         def ours():
             with open(path, "rb") as f:
-                return load_token_csv(f.read())
+                return load_token_csv(f, pmap=reader_map())
 
         def arrow(threads: bool = True):
             ro = pacsv.ReadOptions(use_threads=threads)
