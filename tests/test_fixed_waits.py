@@ -60,6 +60,8 @@ def fixed_waits_then_asserts(src: str) -> list[tuple[int, int]]:
             if not _fixed_wait(st) or MARK in lines[st.lineno - 1]:
                 continue
             for nxt in block[i + 1:]:
+                if isinstance(nxt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                    continue  # defined here, run later: its asserts do not follow the wait
                 if isinstance(nxt, (ast.While, ast.For, ast.AsyncFor)) or _fixed_wait(nxt):
                     break
                 asserts = [n for n in ast.walk(nxt) if isinstance(n, ast.Assert) and not _waits(n.test)]
@@ -105,5 +107,12 @@ async def t(pilot, app, src):
     assert src.n > 2
     time.sleep(0.02)  # not a wait: the clock moves between two scrapes
     assert src.scrape().rate > 0
+
+def emitter(a):
+    time.sleep(a.delay)
+
+    def later(step):
+        assert step > 0
+        return step
 '''
     assert fixed_waits_then_asserts(fine) == []
