@@ -69,16 +69,31 @@ def test_a_session_turn():
     assert run.problem_count == 1 and run.problems[0].lineno == 12 and run.problems[0].source == "test"
 
 
-def test_error_marks_its_turn_and_one_shot_tokens_open_a_turn():
+def test_a_rejected_request_is_turn_less_and_one_shot_tokens_open_a_turn():
+    progress = ('BMOE_PROGRESS {"step":1,"steps":1,"wall_ms":1.0,"io_ms":0.5,"compute_ms":0.5,"mgmt_ms":0.0,'
+                '"stall_ms":0.0,"read_mb":0.0,"cache_hit_pct":-1.0,"delta_text":"a"}')
     run = feed_lines([
-        'BMOE_PROGRESS {"step":1,"steps":1,"wall_ms":1.0,"io_ms":0.5,"compute_ms":0.5,"mgmt_ms":0.0,'
-        '"stall_ms":0.0,"read_mb":0.0,"cache_hit_pct":-1.0,"delta_text":"a"}',
+        progress,
         'BMOE_BEGIN {"id":9}',
         'BMOE_ERROR {"id":9,"fatal":false,"msg":"prompt plus n_predict exceeds n_ctx"}',
+        'BMOE_BEGIN {"id":10}',
+        progress,
     ])
-    assert [t.id for t in run.turns] == [None, 9] and run.turns[0].text == "a"
-    assert run.turns[1].error == "prompt plus n_predict exceeds n_ctx"
+    # the refused request opened no turn: the next one is turn 2 and its token is labelled so
+    assert [t.id for t in run.turns] == [None, 10] and run.turn_count == 2 and run.turns[0].text == "a"
+    assert run.tokens.view("turn").tolist() == [0.0, 1.0]
+    (r,) = run.turnless
+    assert (r.id, r.status, r.reason, r.after) == (9, "rejected", "prompt plus n_predict exceeds n_ctx", 1)
     assert any("BMOE_ERROR id=9" in line for line in run.log)
+
+
+def test_an_error_after_tokens_stays_on_its_turn():
+    run = feed_lines([
+        'BMOE_BEGIN {"id":4}',
+        'BMOE_PROGRESS {"step":1,"steps":4,"wall_ms":1.0,"delta_text":"a"}',
+        'BMOE_ERROR {"id":4,"fatal":true,"msg":"decode failed"}',
+    ])
+    assert [t.id for t in run.turns] == [4] and run.turns[0].error == "decode failed" and not run.turnless
 
 
 def test_a_pair_cut_between_records_reaches_the_turn_whole():

@@ -105,6 +105,44 @@ def test_turns_text_in_pieces_and_the_request_prompt():
     assert run.ensure_turn() is t
 
 
+def test_a_request_refused_before_its_first_token_is_turn_less():
+    run = RunModel()
+    run.note_request({"cmd": "generate", "id": 3, "prompt": "too long"})
+    run.begin_turn(id=1)
+    run.add_token_row({"wall_ms": 1.0})
+    run.finish_turn({"tokens": 1})
+    run.begin_turn(id=3, prompt="too long")
+    v = run.version
+    assert run.reject_request(3, "prompt + n_predict exceeds the session n_ctx (4096)")
+    assert run.version > v and run.turn_count == 1 and [t.id for t in run.turns] == [1]
+    (r,) = run.turnless
+    assert (r.id, r.prompt, r.status, r.after) == (3, "too long", "rejected", 1)
+    assert r.reason.startswith("prompt + n_predict")
+    # the next turn takes the number the refused request did not use
+    assert run.begin_turn(id=4).index == 1
+    # a turn that produced something keeps its error: it ran
+    run.add_token_row({"wall_ms": 1.0})
+    assert not run.reject_request(4, "decode failed", fatal=True)
+    assert run.turns[-1].error == "decode failed" and len(run.turnless) == 1
+    # an error for a request that is not the newest turn's changes no turn
+    assert not run.reject_request(99, "?") and run.turn_count == 2
+    run.begin_turn(id=5)
+    assert run.reject_request(5, "backend lost", fatal=True) and run.turnless[-1].status == "failed"
+    run.add_turnless(6, "p", "unanswered")
+    assert run.turnless[-1].after == 2 and run.turnless[-1].reason == ""
+    with pytest.raises(ValueError, match="turn-less status"):
+        run.add_turnless(7, None, "lost")
+
+
+def test_a_turn_matched_to_its_request_gets_its_id_and_prompt():
+    run = RunModel()
+    t = run.begin_turn(first_token=0)
+    run.set_turn_request(t, 12, "hello")
+    assert (t.id, t.prompt) == (12, "hello")
+    run.set_turn_request(t, 12, "other")
+    assert t.prompt == "hello"  # a prompt it has is kept
+
+
 def test_a_finished_turn_keeps_its_text_as_one_string():
     run = RunModel()
     t = run.begin_turn()

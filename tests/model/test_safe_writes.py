@@ -37,13 +37,15 @@ def test_every_text_write_is_safe():
     run.begin_turn(id=7)
     run.set_turn_error(7, HOSTILE)
     run.finish_turn({"msg": HOSTILE, "tokens": 3})
+    run.begin_turn(id=8)
+    run.reject_request(8, HOSTILE)
     run.add_alert(HOSTILE)
     run.set_absent({"tok_s": HOSTILE})
     run.set_summary_notes({"tok_s": HOSTILE})
     texts = [*run.meta.keys(), *run.meta.values(), run.status_detail, *run.sources, *run.log,
              *run.summary_extra.keys(), *run.summary_extra.values(), *run.sidecar.values(), str(run.ready["arch"]),
              str(run.turns[-1].error), str(run.turns[-1].done["msg"]), *run.alerts, *run.absent.values(),
-             *run.summary_notes.values()]
+             *run.summary_notes.values(), run.turnless[-1].reason]
     p = run.problems[0]
     texts += [p.source, p.text, p.reason]
     assert all(clean(t) for t in texts), [t for t in texts if not clean(t)]

@@ -224,7 +224,8 @@ class RecordFeed:
         self._prefix(rec)
         msg = rec.msg or "(no message)"
         self.run.add_log(f"BMOE_ERROR id={rec.id} fatal={rec.fatal}: {msg}")
-        self.run.set_turn_error(rec.id, msg)
+        if self.run.reject_request(rec.id, msg, fatal=bool(rec.fatal)):
+            self._new_turn()  # refused before its first token: no turn
 
     def _route(self, rec: bl.Route, t: float | None, lineno: int) -> None:
         self._prefix(rec)

@@ -51,7 +51,7 @@ from bmoe_top.tui.model.columns import ColumnsReader, ColumnStats, Series, Token
 from bmoe_top.tui.model.history import CAPACITY, F64, I64
 from bmoe_top.tui.model.routes import ExpertCounts, LayerShares, RoutesReader, RouteStore
 from bmoe_top.tui.model.status import RowUnit, Status
-from bmoe_top.tui.model.turns import ProblemEntry, Turn
+from bmoe_top.tui.model.turns import TURNLESS_STATUSES, ProblemEntry, Turn, TurnlessRequest
 
 __all__ = ["BASE_COLUMNS", "KEEP_ALL", "LIVE", "MAX_ALERTS", "MAX_PROBLEMS", "Retention", "RunModel", "robust_top",
            "safe"]
@@ -173,6 +173,7 @@ class RunModel:
         self._wall_scale: tuple[tuple[int, int], float] = ((-1, -1), 1.0)
         self._turns: list[Turn] = []
         self._turn_count = 0
+        self._turnless: list[TurnlessRequest] = []
         self._problems: list[ProblemEntry] = []
         self._problem_count = 0
         self._log: deque[str] = deque(maxlen=LOG_LINES)
@@ -299,6 +300,12 @@ class RunModel:
     def turn_count(self) -> int:
         """Turns of the whole run (the kept ones are the newest)."""
         return self._turn_count
+
+    @property
+    def turnless(self) -> Sequence[TurnlessRequest]:
+        """Requests that generated no turn (rejected, failed before their first token, unanswered),
+        oldest first; each says how many turns came before it."""
+        return self._turnless
 
     @property
     def problems(self) -> Sequence[ProblemEntry]:
@@ -703,6 +710,46 @@ class RunModel:
             t._text.compact()  # a finished turn's text is one string: no per-token pieces kept
             t._reasoning.compact()
             self._touch()
+
+    def set_turn_request(self, turn: Turn, request_id: int | None, prompt: str | None) -> None:
+        """Name the request a turn answered (a CSV's turn matched to its request): its id, and its
+        prompt when the turn has none yet."""
+        with self.lock:
+            turn._id = request_id
+            if prompt is not None and turn._prompt is None:
+                turn._prompt = prompt
+            self._touch()
+
+    def add_turnless(self, request_id: int | None, prompt: str | None, status: str, reason: str = "") -> None:
+        """Keep a request that generated no turn (:class:`TurnlessRequest`), placed after the turns
+        so far. ``status`` is one of :data:`TURNLESS_STATUSES` (ValueError otherwise)."""
+        if status not in TURNLESS_STATUSES:
+            raise ValueError(f"turn-less status {status!r} is not one of {', '.join(TURNLESS_STATUSES)}")
+        with self.lock:
+            self._turnless.append(TurnlessRequest(request_id, prompt, status, safe(reason) if reason else "",
+                                                  self._turn_count))
+            cap = self.retention.requests
+            if cap is not None and len(self._turnless) > 2 * cap:
+                del self._turnless[:-cap]
+            self._touch()
+
+    def reject_request(self, request_id: int | None, message: str, *, fatal: bool = False) -> bool:
+        """A ``BMOE_ERROR`` for request ``request_id``. When the newest turn is that request's
+        (its ``BMOE_BEGIN`` opened it) and holds nothing yet (no token row, no text, no end record),
+        the runtime refused it before its first token: the turn is withdrawn and the request kept
+        turn-less (``rejected``, or ``failed`` when ``fatal``) with its prompt and ``message``;
+        returns True. Otherwise the error belongs to a turn that ran (:meth:`set_turn_error`);
+        returns False."""
+        with self.lock:
+            t = self._turns[-1] if self._turns else None
+            if (t is None or request_id is None or t.id != request_id or t.done is not None or t.text_len
+                    or t.reasoning or t.first_token != self._tokens.n):
+                self.set_turn_error(request_id, message)
+                return False
+            self._turns.pop()
+            self._turn_count -= 1
+            self.add_turnless(request_id, t.prompt, "failed" if fatal else "rejected", message)
+            return True
 
     def set_turn_error(self, request_id: int | None, message: str) -> None:
         """A rejected or failed request: attach the message to its turn when it is the newest."""

@@ -10,7 +10,7 @@ from typing import Any
 
 from bmoe_top.parsers.bmoe_lines import TextBuffer
 
-__all__ = ["ProblemEntry", "Turn"]
+__all__ = ["TURNLESS_STATUSES", "ProblemEntry", "Turn", "TurnlessRequest"]
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 
@@ -89,6 +89,30 @@ class Turn:
     def __repr__(self) -> str:
         return (f"Turn(index={self._index}, id={self._id}, first_token={self._first_token}, "
                 f"text_len={len(self._text)}, done={'yes' if self._done is not None else 'no'})")
+
+
+#: What became of a request that generated no turn: ``rejected`` (``BMOE_ERROR`` with fatal false:
+#: the runtime refused it before its first token and the session stays usable), ``failed`` (fatal
+#: before its first token: the process ends), ``unanswered`` (a request log's request that no
+#: response in the files answers).
+TURNLESS_STATUSES = ("rejected", "failed", "unanswered")
+
+
+@dataclass(frozen=True, slots=True)
+class TurnlessRequest:
+    """A session request that generated no turn (so no token, no turn number).
+
+    ``id`` the request id (None when the source gives none); ``prompt`` as sent (None when no
+    request log or recording gave it); ``status`` one of :data:`TURNLESS_STATUSES`; ``reason`` the
+    runtime's message, one line safe to draw ("" for an unanswered request); ``after`` how many
+    turns of the run came before it (its place among them).
+    """
+
+    id: int | None
+    prompt: str | None
+    status: str
+    reason: str
+    after: int
 
 
 @dataclass(frozen=True, slots=True)
