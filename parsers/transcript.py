@@ -10,7 +10,7 @@ Where the answer comes from, in order:
 
 1. an ``=== answer ===`` block (``--progress`` mode), up to ``=== perf ===``;
 2. the BMOE records: the cumulative ``text`` / ``delta_text`` of ``BMOE_PROGRESS`` (or
-   ``BMOE_DONE.text``) of the last generation (each generation is in ``generations``);
+   ``BMOE_DONE.text``) of the last generation that has text (each generation is in ``generations``);
 3. otherwise (no-progress mode) the text lines before the first summary line, minus
    llama.cpp/bmoe loader lines. The CLI echoes the prompt without a newline before generating:
    text that precedes loader output or ``<think>`` on the first text line becomes ``prompt``.
@@ -26,7 +26,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from .bmoe_lines import BadLine, Begin, Done, Progress, Ready, Record, TextAccumulator, TextLine, parse_line
+from .bmoe_lines import BadLine, Begin, Done, Error, Progress, Ready, Record, TextAccumulator, TextLine, parse_line
 from .summary_lines import SummaryLine, derive_summary, parse_summary_line
 from .textio import Problem, decode_bytes, split_text
 
@@ -62,8 +62,10 @@ class Transcript:
     ``prompt`` (None when not detectable) as described in the module doc; ``text_lines`` every
     line that is not a protocol or summary line, with ``text_line_numbers`` (parallel) (a
     protocol line's ``prefix`` text is included); ``summary_lines`` (lineno, SummaryLine);
-    ``generations`` one dict per generation: {"id", "answer", "reasoning", "done": Done | None,
-    "lineno"}; ``unparsed`` (lineno, text) of the lines that look like end-of-run lines of an
+    ``generations`` one dict per ``BMOE_BEGIN`` (or one-shot generation), in order: {"id", "answer",
+    "reasoning", "tokens": its ``BMOE_PROGRESS`` count, "done": Done | None, "error": the
+    ``BMOE_ERROR`` for it or None, "lineno"} (a request refused before its first token has an
+    error, no tokens and no done); ``unparsed`` (lineno, text) of the lines that look like end-of-run lines of an
     unknown shape (shown as they are; each is also a problem); ``problems`` bad lines.
     """
 
@@ -193,8 +195,8 @@ def parse_transcript(data: bytes | str) -> Transcript:
         tr.text_line_numbers.append(lineno)
 
     _generations(tr)
-    if not tr.summary and tr.generations and tr.generations[-1]["done"] is not None:
-        done = tr.generations[-1]["done"]
+    done = next((g["done"] for g in reversed(tr.generations) if g["done"] is not None), None)
+    if not tr.summary and done is not None:  # the last generation that ended (a refused one did not)
         for src, dst in _DONE_TO_SUMMARY:
             v = getattr(done, src)
             if v is not None:
@@ -205,7 +207,7 @@ def parse_transcript(data: bytes | str) -> Transcript:
         tr.answer = "\n".join(line for _, line in answer_items).strip("\n")
         tr.answer, tr.reasoning = split_reasoning(tr.answer)
     elif any(g["answer"] or g["reasoning"] for g in tr.generations):
-        g = tr.generations[-1]
+        g = next(g for g in reversed(tr.generations) if g["answer"] or g["reasoning"])
         tr.answer, think = split_reasoning(g["answer"])
         tr.reasoning = g["reasoning"] or think
     else:
@@ -221,16 +223,20 @@ def _generations(tr: Transcript) -> None:
     for rec, lineno in zip(tr.records, tr.record_lines):
         if isinstance(rec, Begin):
             acc.reset()
-            cur = {"id": rec.id, "answer": "", "reasoning": "", "done": None, "lineno": lineno}
+            cur = _generation(rec.id, lineno)
             tr.generations.append(cur)
             step = None
+        elif isinstance(rec, Error):
+            if cur is not None and cur["done"] is None and cur["error"] is None and cur["id"] == rec.id:
+                cur["error"] = rec
         elif isinstance(rec, (Progress, Done)):
-            if cur is None or cur["done"] is not None:  # one-shot --progress: no BMOE_BEGIN
+            if cur is None or cur["done"] is not None or cur["error"] is not None:  # one-shot: no BMOE_BEGIN
                 acc.reset()
-                cur = {"id": None, "answer": "", "reasoning": "", "done": None, "lineno": lineno}
+                cur = _generation(None, lineno)
                 tr.generations.append(cur)
                 step = None
             if isinstance(rec, Progress):
+                cur["tokens"] += 1
                 if type(rec.step) is int:
                     if step is not None and rec.step > step[0] + 1:
                         gaps.append(_step_gap(step, rec.step, lineno))
@@ -246,6 +252,11 @@ def _generations(tr: Transcript) -> None:
             cur["reasoning"] = acc.reasoning
     if gaps:
         tr.problems = sorted(tr.problems + gaps, key=lambda p: p.lineno)
+
+
+def _generation(request_id: int | None, lineno: int) -> dict[str, Any]:
+    return {"id": request_id, "answer": "", "reasoning": "", "tokens": 0, "done": None, "error": None,
+            "lineno": lineno}
 
 
 def _step_gap(prev: tuple[int, int], step: int, lineno: int) -> Problem:

@@ -186,3 +186,20 @@ def test_a_progress_line_replaced_by_text_is_a_step_gap_problem():
     ]
     assert tr.problems[0].text == "step 2 (line 2) then step 4 (line 4)"
     assert len(tr.generations) == 2 and tr.generations[0]["answer"] == "abcdefgh"  # the good lines still count
+
+
+def test_a_session_stdout_says_which_request_was_refused_and_the_last_end_is_its_summary():
+    from helpers.cli_session import SessionRequest, cli_session, six_requests
+
+    reqs = six_requests()
+    run = cli_session([*reqs, SessionRequest(7, "x" * 20, outcome="rejected", n_predict=4096)])
+    tr = parse_transcript(run.stdout)
+    gens = [(g["id"], g["tokens"], g["done"] is not None, g["error"] is not None) for g in tr.generations]
+    assert gens == [(1, 9, True, False), (2, 6, True, False), (3, 11, True, False), (4, 0, False, True),
+                    (5, 7, True, False), (6, 5, True, False), (7, 0, False, True)]
+    assert tr.generations[3]["error"].msg.startswith("prompt + n_predict exceeds the session n_ctx (4096)")
+    # the refused last request has no end: the summary is the last generation that ended (id 6)
+    six = next(e for e in run.expected if e["id"] == 6)
+    assert tr.summary["tokens"] == 5 and tr.summary["tok_s"] == six["tok_s"]
+    assert tr.answer == tr.generations[5]["answer"] == "#6 w2 w3 w4 w5"  # the refused one has no answer
+    assert not tr.problems
