@@ -56,7 +56,7 @@ from .limits import MAX_CSV_CELLS, MAX_CSV_COLUMNS, dims_problem
 from .summary_lines import canonical_summary
 from .textio import Problem, decode_bytes, guess_encoding
 
-__all__ = ["TokenTable", "load_token_csv", "NumericCsv", "read_numeric_csv", "parse_kv_comment",
+__all__ = ["TokenTable", "load_token_csv", "generated_turns", "NumericCsv", "read_numeric_csv", "parse_kv_comment",
            "find_header", "headerless_contract", "CsvHead", "TOKEN_COLUMNS", "KNOWN_TOKEN_COLUMNS",
            "INTEGER_COLUMNS", "VALID_RANGES"]
 
@@ -1161,6 +1161,43 @@ class TokenTable:
     def column(self, name: str) -> np.ndarray | None:
         """The column called ``name``, or None when the file does not have it."""
         return self.columns.get(name)
+
+
+def generated_turns(table: TokenTable) -> tuple[list[int], str | None]:
+    """The generated turns of a per-token CSV: the first row of each, in order (the position is the
+    turn's 0-based number), and why the ``turn`` column could not be read as a turn counter (None
+    when it could, or when there is none).
+
+    bmoe-cli's ``turn`` counts generated turns from 0 and moves on after each ``# summary``; a
+    turn with no row (cancelled before its first token) still has its ``# summary`` and skips a
+    number, so turn ``k`` starts at the first row labelled ``k`` or more (or at the end), and
+    ``summaries[j]`` is turn ``j``'s. A missing cell takes the row before it. A column that goes
+    back, holds a fraction, or numbers more turns than its rows and summaries can hold is split
+    where it changes instead (and the reason says so). Without a ``turn`` column, ``# summary``
+    lines inside the rows split the turns; no row and no summary: no turn.
+    """
+    n = table.n_rows
+    n_summ = len(table.summaries)
+    col = table.columns.get("turn")
+    if col is None or not n or np.isnan(col[:n]).all():
+        ends = [min(max(int(s.get("row", n)), 0), n) for s in table.summaries]
+        starts = [0, *ends[:-1]] if ends else ([0] if n else [])
+        if ends and ends[-1] < n:  # rows after the last summary: a turn without its end
+            starts.append(ends[-1])
+        return [max(starts[: i + 1]) for i in range(len(starts))], None
+    tv = col[:n].copy()
+    ok = ~np.isnan(tv)
+    tv = tv[np.maximum.accumulate(np.where(ok, np.arange(n), 0))]  # a missing cell: the row before it
+    tv[: int(np.argmax(ok))] = tv[int(np.argmax(ok))]  # leading missing cells: the first value
+    changes = np.flatnonzero(np.r_[True, tv[1:] != tv[:-1]])
+    top = int(tv.max()) if np.isfinite(tv).all() else -1
+    if top < 0 or (np.diff(tv) < 0).any() or (tv != np.floor(tv)).any() or top + 1 > len(changes) + n_summ:
+        return [int(x) for x in changes], ("the turn column is not a counter of turns from 0 (it goes back, holds "
+                                           "a fraction or skips more turns than the file has summaries): turns "
+                                           "are split where it changes")
+    count = max(top + 1, n_summ)
+    firsts = np.searchsorted(tv, np.arange(count, dtype=np.float64), side="left")
+    return [int(x) for x in firsts], None
 
 
 def _contract_header(width: int) -> Sequence[str] | None:

@@ -61,6 +61,7 @@ async def test_one_run_from_its_three_files(real_runs):
 
 def test_requests_file_lists_prompts(real_runs):
     run = open_paths([str(real_runs / "bigmoeonedge-2026-07-22" / "session-requests.jsonl")])
-    assert len(run.turns) == 15  # 15 generate requests, then close
-    assert run.requests[-1]["cmd"] == "close"
-    assert "Janet" in run.turns[0].prompt and "\n" in run.turns[0].prompt
+    # 15 generate requests, then close: no response in the file, so no turn, each request listed
+    assert not run.turns and [r.status for r in run.turnless] == ["unanswered"] * 15
+    assert [r.id for r in run.turnless] == list(range(15)) and run.requests[-1]["cmd"] == "close"
+    assert "Janet" in run.turnless[0].prompt and "\n" in run.turnless[0].prompt

@@ -121,3 +121,49 @@ def test_duplicate_column_names_are_kept_apart():
 def test_only_a_summary_word_makes_a_summary_line():
     t = load_token_csv(b"# summary_version=2\nstep\n1\n# summary tokens=1\n")
     assert t.meta == {"summary_version": "2"} and len(t.summaries) == 1
+
+
+def _turn_csv(turns: list[float], summaries_after: list[int]) -> bytes:
+    """A CSV whose rows carry ``turns`` and with a ``# summary`` after each row index listed."""
+    lines = ["step,wall_ms,turn"]
+    for i, t in enumerate(turns):
+        if i in summaries_after:
+            lines += [f"# summary tokens={summaries_after.count(i)}"] * summaries_after.count(i)
+        lines.append(f"{i + 1},10,{'' if t != t else int(t) if t == int(t) else t}")
+    lines += [f"# summary tokens={summaries_after.count(len(turns))}"] * summaries_after.count(len(turns))
+    return ("\n".join(lines) + "\n").encode()
+
+
+def test_the_turn_column_counts_generated_turns_and_each_summary_is_its_turns():
+    from helpers.cli_session import cli_session, six_requests
+
+    t = load_token_csv(cli_session(six_requests()).csv)
+    starts, why = tc.generated_turns(t)
+    # six requests, the fourth refused: five generated turns of 9, 6, 11, 7 and 5 tokens
+    assert why is None and starts == [0, 9, 15, 26, 33] and len(t.summaries) == 5
+    assert [s["summary"]["tokens"] for s in t.summaries] == [9, 6, 11, 7, 5]
+    # a turn cancelled before its first token has its summary and no row: turn 1 is empty
+    t = load_token_csv(_turn_csv([0, 0, 2, 2], [2, 2, 4]))
+    assert tc.generated_turns(t) == ([0, 2, 2], None)
+    # the newest turn still running: rows after the last summary
+    t = load_token_csv(_turn_csv([0, 1, 1], [1]))
+    assert tc.generated_turns(t) == ([0, 1], None)
+    # a missing cell belongs to the turn of the row before it
+    t = load_token_csv(_turn_csv([0, float("nan"), 1], [2, 3]))
+    assert tc.generated_turns(t) == ([0, 2], None)
+
+
+def test_a_turn_column_that_is_no_counter_splits_where_it_changes_and_says_so():
+    for turns in ([0, 1, 0], [3, 3, 4], [0, 0.5, 1]):
+        starts, why = tc.generated_turns(load_token_csv(_turn_csv(turns, [])))
+        assert why is not None and "not a counter" in why, turns
+        assert starts == [0] + [i for i in range(1, 3) if turns[i] != turns[i - 1]]
+
+
+def test_without_a_turn_column_the_summaries_split_the_turns():
+    one = load_token_csv(b"step,wall_ms\n1,10\n2,10\n# summary tokens=2\n")
+    assert tc.generated_turns(one) == ([0], None)
+    two = load_token_csv(b"step,wall_ms\n1,10\n# summary tokens=1\n1,10\n2,10\n# summary tokens=2\n")
+    assert tc.generated_turns(two) == ([0, 1], None)
+    assert tc.generated_turns(load_token_csv(b"step,wall_ms\n1,10\n")) == ([0], None)
+    assert tc.generated_turns(load_token_csv(b"step,wall_ms\n")) == ([], None)

@@ -20,6 +20,7 @@ from pathlib import Path
 import orjson
 import pytest
 from helpers import EMITTER, synth
+from helpers.cli_session import cli_session, six_requests
 from helpers.documents import masked
 from helpers.golden import check_golden
 from helpers.scripted_http import Scripted, exposition
@@ -62,6 +63,8 @@ def audit_log() -> bytes:
 def test_replay_summary_of_every_format(tmp_path, capsys):
     import numpy as np
 
+    session = cli_session(six_requests())
+
     files = {
         "csv_and_route": [("run.csv", synth.token_csv(40)), ("run.route.csv", synth.route_trace(40))],
         "overlap_csv": [("ov.csv", synth.token_csv(24, overlap=True))],
@@ -69,6 +72,9 @@ def test_replay_summary_of_every_format(tmp_path, capsys):
         "recording": [("s.rec.jsonl", synth.session_recording(turns=3, n=8))],
         "recording_additive": [("r.rec.jsonl", synth.session_recording(turns=2, n=8, additive=True))],
         "audit": [("a.jsonl", audit_log())],
+        # a bmoe-cli --session run of six requests, the fourth refused: its three files, any order
+        "cli_session": [("session-requests.jsonl", session.requests), ("bmoe-session.csv", session.csv),
+                        ("session.stdout", session.stdout)],
     }
     counts = np.zeros((4, 16), dtype=np.int64)
     counts[:, :4] = np.arange(4, 0, -1)
@@ -114,7 +120,8 @@ def test_attach_session_once(tmp_path, capsys):
         code, doc = run_cli(capsys, "attach", "--session", sock, "--once", "--json", "-p", "hi", "-n", "4")
         assert code == 0 and doc["live"]["turns"][-1]["tokens"] == 4
         assert doc["ttft_s"] > 0
-        ids = ["live.request_id", "live.turns.*.id"]  # a socket client numbers its requests from its pid
+        # a socket client numbers its requests from its pid
+        ids = ["live.request_id", "live.turns.*.id", "turn_list.*.id"]
         check_golden(GOLDEN / "attach_session_once.json", masked(doc, places(tmp_path), [*ids, "ttft_s"]))
     finally:
         p.stdin.close()

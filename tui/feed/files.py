@@ -23,17 +23,18 @@ from typing import Any
 import numpy as np
 
 from bmoe_top.parsers.audit import parse_audit_records
-from bmoe_top.parsers.bmoe_lines import Load, Progress, Ready, parse_line
+from bmoe_top.parsers.bmoe_lines import Begin, Done, Error, Load, Progress, Ready, parse_line
 from bmoe_top.parsers.recording import PROTOCOL_SOURCES, Recording, parse_recording, request_of
 from bmoe_top.parsers.requests import parse_requests
 from bmoe_top.parsers.route_trace import RouteTrace, load_route_trace
 from bmoe_top.parsers.sniff import TEXT_NOT_A_RUN, sniff, sniff_reason
 from bmoe_top.parsers.strp import StrpError, parse_strp
-from bmoe_top.parsers.token_csv import TokenTable, load_token_csv
+from bmoe_top.parsers.token_csv import TokenTable, generated_turns, load_token_csv
 from bmoe_top.parsers.transcript import Transcript, is_loader_noise, parse_transcript
 from bmoe_top.tui.feed.audit import load_audit
 from bmoe_top.tui.feed.loader_log import loader_facts
 from bmoe_top.tui.feed.records import RecordFeed
+from bmoe_top.tui.feed.session_files import attach_requests, merge_transcript
 from bmoe_top.tui.model import RunModel, Status
 from bmoe_top.tui.sources.files import ReplayError, is_blank, open_path, read_path, read_sample, reader_map
 
@@ -50,38 +51,27 @@ def _replay(run: RunModel) -> None:
 
 
 def load_token_table(run: RunModel, table: TokenTable, source: str) -> None:
-    """The per-token CSV sink (docs/telemetry.md "CSV sink"): token rows, turns from the ``turn``
-    column (else one turn, split by ``# summary`` lines), each turn's ``# summary``, the newest
-    summary as the run's."""
+    """The per-token CSV sink (docs/telemetry.md "CSV sink"): token rows, one turn per generated
+    turn (:func:`~bmoe_top.parsers.token_csv.generated_turns`: the ``turn`` column's 0-based
+    counter, else one turn, split by ``# summary`` lines), each turn's ``# summary``, the newest
+    summary as the run's. A CSV turn has no request id: the session's stdout or request log gives
+    it (:mod:`bmoe_top.tui.feed.session_files`)."""
     with run.lock:
         run.add_source(source)
         run.update_meta(table.meta)
         n = table.n_rows
         cols: dict[str, Any] = {("read_mib" if k == "read_bytes" else k): (v / _MIB if k == "read_bytes" else v)
                                 for k, v in table.columns.items()}
+        starts, why = generated_turns(table)  # read before the run adopts the table's columns
         base = run.add_token_rows(cols, n, adopt=True)  # the parsed table is not written after this
-        turn_col = cols.get("turn")
-        if turn_col is not None and n and not np.all(np.isnan(turn_col[:n])):
-            tv = np.nan_to_num(turn_col[:n], nan=-1)
-            starts = np.flatnonzero(np.r_[True, tv[1:] != tv[:-1]])
-            ids = tv[starts]
-        else:
-            starts = np.array([0]) if n else np.array([], dtype=int)
-            ids = np.zeros(len(starts))
-            # several `# summary` lines without a turn column also split turns
-            rows = [s.get("row", n) for s in table.summaries]
-            cuts = sorted({r for r in rows[:-1] if 0 < r < n})
-            if cuts:
-                starts = np.array([0, *cuts])
-                ids = np.arange(len(starts), dtype=float)
-        if not run.turns or run.turns[-1].first_token != base:
-            for s, tid in zip(starts, ids):
-                run.begin_turn(id=int(tid), first_token=base + int(s))
+        if why is not None:
+            run.add_problem(source, 0, "turn", why)
+        turns = [run.begin_turn(first_token=base + s) for s in starts]
         extra: dict[str, str] = {}
         for j, summ in enumerate(table.summaries):
             canon = summ.get("summary", {})
-            if j < len(run.turns):
-                run.finish_turn(canon, turn=run.turns[j])
+            if j < len(turns):
+                run.finish_turn(canon, turn=turns[j])
             extra.update({k: v for k, v in summ.get("raw", {}).items() if k not in canon})
         run.update_summary_extra(extra)
         if table.summaries:
@@ -118,26 +108,37 @@ def load_trace(run: RunModel, trace: RouteTrace, source: str) -> None:
         _replay(run)
 
 
+#: The records of a transcript that a CSV of the same run already turned into token rows and turns.
+_TURN_RECORDS = (Progress, Load, Begin, Done, Error)
+
+
 def load_transcript_into(run: RunModel, tr: Transcript, source: str) -> None:
-    """A whole stdout capture or console log: its BMOE records (token rows only when no CSV of
-    the same run gave them), end-of-run numbers (only filling gaps after a CSV), sidecar, answer,
-    reasoning and prompt, log lines and problems."""
+    """A whole stdout capture or console log: its BMOE records (token rows and turns only when no
+    CSV of the same run gave them; else its generations go into the CSV's turns:
+    :func:`~bmoe_top.tui.feed.session_files.merge_transcript`), end-of-run numbers (only filling
+    gaps after a CSV), sidecar, answer, reasoning and prompt, log lines and problems."""
     with run.lock:
         run.add_source(source)
         had_tokens = run.tokens.n > 0
+        merging = bool(run.turns)  # a CSV of the same run opened its turns (with or without token rows)
         feed = RecordFeed(run, source)
         for rec, ln in zip(tr.records, tr.record_lines):
-            if had_tokens and isinstance(rec, (Progress, Load)):
-                continue  # the CSV of the same run already gave the token rows
+            if merging and isinstance(rec, _TURN_RECORDS):
+                continue  # merged below
             feed.apply(rec, lineno=ln)
-        run.update_summary(tr.summary, fill_only=had_tokens)
+        if merging:
+            merge_transcript(run, tr, source)
+        run.update_summary(tr.summary, fill_only=had_tokens or merging)
         run.update_meta(log_facts(tr.text_lines), overwrite=False)
         run.update_sidecar(tr.sidecar)
-        if not any(t.text_len or t.reasoning for t in run.turns):
-            turn = run.ensure_turn()
+        if (tr.answer or tr.reasoning or tr.prompt or tr.summary or run.turns) and \
+                not any(t.text_len or t.reasoning for t in run.turns):
+            turn = run.ensure_turn()  # a one-shot log's text or numbers: its turn (refused requests alone: none)
             run.set_answer(tr.answer or None, tr.reasoning or None, turn=turn)
             if tr.prompt and not turn.prompt:
                 run.set_prompt(tr.prompt, turn=turn)
+        if not merging and tr.summary_lines and tr.summary and len(run.turns) == 1 and run.turns[0].done is None:
+            run.finish_turn(tr.summary, turn=run.turns[0])  # a one-shot run: its end-of-run lines end its turn
         run.add_log_lines(tr.text_lines)
         for p in tr.problems:
             run.add_problem(source, p.lineno, p.text, p.reason)
@@ -227,15 +228,15 @@ def _audit_identity(data: bytes) -> dict[str, str]:
 
 
 def _requests(run: RunModel, parsed: tuple[list[Any], list[Any]], source: str) -> None:
-    """Session requests JSONL: each ``generate`` becomes a (not yet answered) turn with its prompt."""
+    """Session requests JSONL: every request is noted; once every file is loaded each ``generate``
+    request gives its turn (or turn-less request) its prompt
+    (:func:`~bmoe_top.tui.feed.session_files.attach_requests`)."""
     reqs, problems = parsed
     with run.lock:
         run.add_source(source)
         for r in reqs:
             run.note_request({"cmd": r.cmd, "id": r.id, "prompt": r.prompt, "n_predict": r.n_predict,
                               "think": r.think, "clear_kv": r.clear_kv})
-            if r.cmd == "generate" and not run.tokens.n:
-                run.begin_turn(id=r.id, prompt=r.prompt, first_token=0)
         for p in problems:
             run.add_problem(source, p.lineno, p.text, p.reason)
         _replay(run)
@@ -306,7 +307,7 @@ FILE_FEEDS: dict[str, FileFeed] = {
 }
 
 #: Token rows first (CSV, recording), then the route trace, then logs: logs then only add what is
-#: missing. Kinds not listed come last.
+#: missing. Kinds not listed come last (a request log: its prompts are matched once all are in).
 LOAD_ORDER = {"token_csv": 0, "recording": 0, "route_trace": 1, "transcript": 2}
 
 
@@ -357,19 +358,28 @@ def run_facts(kind: str, parsed: Any) -> dict[str, str]:
     """What a parsed file says about the run it is from: ``model`` and ``arch`` (the file's
     ``identity``), ``n_layer`` and ``n_expert`` when its header or ``BMOE_READY`` states them (never
     guessed from the rows), and the end-of-run ``tokens``, ``n_prompt``, ``load_s``, ``prefill_s``
-    of its last summary. Values as text; a key the file does not state is absent."""
+    of its last summary (of a file of several turns, ``load_s`` alone). Values as text; a key the
+    file does not state is absent."""
     feed = FILE_FEEDS.get(kind)
     if feed is None or parsed is None:
         return {}
     out = dict(feed.identity(parsed))
     if isinstance(parsed, TokenTable):
-        out.update(_facts_of(parsed.meta, parsed.summary))
+        out.update(_facts_of(parsed.meta, _run_wide(parsed.summary, len(parsed.summaries))))
     elif isinstance(parsed, RouteTrace):
         out.update(_facts_of(parsed.meta, {}))
     elif isinstance(parsed, Transcript):
         ready = _ready_of(parsed.records)
-        out.update(_facts_of(ready.extra if ready is not None else {}, parsed.summary))
+        out.update(_facts_of(ready.extra if ready is not None else {},
+                             _run_wide(parsed.summary, len(parsed.generations))))
     return out
+
+
+def _run_wide(summary: Mapping[str, Any], turns: int) -> Mapping[str, Any]:
+    """The end-of-run numbers that hold for the whole run: of a file of several turns (a session)
+    only the model load; its last turn's tokens and prefill are not the other file's last when one
+    of the two ends earlier (session_files compares them turn by turn)."""
+    return summary if turns <= 1 else {k: v for k, v in summary.items() if k == "load_s"}
 
 
 def identity_conflict(a: Mapping[str, str], b: Mapping[str, str]) -> str | None:
@@ -536,5 +546,6 @@ def open_replay(paths: Sequence[str], run: RunModel | None = None, *, allow_mixe
     kept.sort(key=lambda x: LOAD_ORDER.get(x[2], 3))
     for p, data, kind, parsed, _facts in kept:
         load_data(run, data, p, kind, parsed)
+    attach_requests(run)
     _replay(run)
     return run, not_runs

@@ -38,7 +38,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import chain
 from types import MappingProxyType
 from typing import Any
@@ -720,18 +720,29 @@ class RunModel:
                 turn._prompt = prompt
             self._touch()
 
-    def add_turnless(self, request_id: int | None, prompt: str | None, status: str, reason: str = "") -> None:
-        """Keep a request that generated no turn (:class:`TurnlessRequest`), placed after the turns
-        so far. ``status`` is one of :data:`TURNLESS_STATUSES` (ValueError otherwise)."""
+    def add_turnless(self, request_id: int | None, prompt: str | None, status: str, reason: str = "",
+                     after: int | None = None) -> None:
+        """Keep a request that generated no turn (:class:`TurnlessRequest`), placed after ``after``
+        turns (default: the turns so far). ``status`` is one of :data:`TURNLESS_STATUSES`
+        (ValueError otherwise)."""
         if status not in TURNLESS_STATUSES:
             raise ValueError(f"turn-less status {status!r} is not one of {', '.join(TURNLESS_STATUSES)}")
         with self.lock:
             self._turnless.append(TurnlessRequest(request_id, prompt, status, safe(reason) if reason else "",
-                                                  self._turn_count))
+                                                  self._turn_count if after is None else after))
             cap = self.retention.requests
             if cap is not None and len(self._turnless) > 2 * cap:
                 del self._turnless[:-cap]
             self._touch()
+
+    def set_turnless_prompt(self, index: int, prompt: str) -> None:
+        """Give the turn-less request at ``index`` (of :attr:`turnless`) its prompt (a request log
+        matched to it), when it has none yet."""
+        with self.lock:
+            r = self._turnless[index]
+            if r.prompt is None:
+                self._turnless[index] = replace(r, prompt=prompt)
+                self._touch()
 
     def reject_request(self, request_id: int | None, message: str, *, fatal: bool = False) -> bool:
         """A ``BMOE_ERROR`` for request ``request_id``. When the newest turn is that request's
@@ -751,11 +762,14 @@ class RunModel:
             self.add_turnless(request_id, t.prompt, "failed" if fatal else "rejected", message)
             return True
 
-    def set_turn_error(self, request_id: int | None, message: str) -> None:
-        """A rejected or failed request: attach the message to its turn when it is the newest."""
+    def set_turn_error(self, request_id: int | None, message: str, *, turn: Turn | None = None) -> None:
+        """A failed request: attach the message to ``turn``, else to the newest turn when it is
+        request ``request_id``'s."""
         with self.lock:
-            if self._turns and request_id is not None and self._turns[-1].id == request_id:
-                self._turns[-1]._error = safe(message)
+            if turn is None and self._turns and request_id is not None and self._turns[-1].id == request_id:
+                turn = self._turns[-1]
+            if turn is not None:
+                turn._error = safe(message)
                 self._touch()
 
     # ------------------------------------------------------------------------------ derived reads

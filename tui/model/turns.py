@@ -3,14 +3,14 @@ keeps them. Both are read-only outside the model: the model's write API changes 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
 from bmoe_top.parsers.bmoe_lines import TextBuffer
 
-__all__ = ["TURNLESS_STATUSES", "ProblemEntry", "Turn", "TurnlessRequest"]
+__all__ = ["TURNLESS_STATUSES", "ProblemEntry", "Turn", "TurnlessRequest", "in_session_order"]
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 
@@ -113,6 +113,22 @@ class TurnlessRequest:
     status: str
     reason: str
     after: int
+
+
+def in_session_order(turns: Sequence[Turn], turnless: Sequence[TurnlessRequest]) -> list[Turn | TurnlessRequest]:
+    """Turns and turn-less requests in the order the session took them: a turn-less request
+    before the turn numbered after it (:attr:`TurnlessRequest.after`); equal places keep their
+    order."""
+    rest = sorted(turnless, key=lambda r: r.after)
+    out: list[Turn | TurnlessRequest] = []
+    j = 0
+    for t in turns:
+        while j < len(rest) and rest[j].after <= t.index:
+            out.append(rest[j])
+            j += 1
+        out.append(t)
+    out.extend(rest[j:])
+    return out
 
 
 @dataclass(frozen=True, slots=True)

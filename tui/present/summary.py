@@ -14,6 +14,7 @@ from typing import Any
 
 from bmoe_top.tui.model import RunModel, Status
 from bmoe_top.tui.present.numbers import MISSING, count, fmt, mib, num, safe_rows, sig, text_line, whole
+from bmoe_top.tui.present.turns import is_session, turn_list, turns_text
 
 __all__ = ["EXTRA_FIELDS", "FLAG_KEYS", "MODE_WORDS", "SUMMARY_FIELDS", "device_rows", "mode_words", "run_panel_rows",
            "run_summary", "summary_rows", "summary_text", "typed_meta"]
@@ -99,7 +100,7 @@ def typed_meta(meta: Mapping[str, str]) -> dict[str, str | int | float]:
     return out
 
 
-def run_summary(run: RunModel) -> dict[str, Any]:
+def run_summary(run: RunModel, *, turns: bool = True) -> dict[str, Any]:
     """The numbers the run panel shows, as JSON-ready data (None = missing from the source).
     ``derived`` covers the token rows of the source's current process only
     (``run.epoch_start``: after a server restart the dead process's rows no longer count);
@@ -108,7 +109,9 @@ def run_summary(run: RunModel) -> dict[str, Any]:
     ``extra`` the :data:`EXTRA_FIELDS` the source gave (while a turn runs, the figures its newest
     token carries for the run so far); ``absent`` the keys the source cannot give
     with the words shown instead; ``summary_notes`` how a figure is counted; ``alerts`` the lines
-    the banner shows; ``mode`` is None when the rows carry no per-token time."""
+    the banner shows; ``mode`` is None when the rows carry no per-token time; ``turn_list``
+    every request of the run (:func:`~bmoe_top.tui.present.turns.turn_list`; left out with
+    ``turns=False``: the run panel shows the numbers alone)."""
     with run.lock:
         s: dict[str, Any] = {key: num(run.summary.get(key)) for key, _, _ in SUMMARY_FIELDS}
         for key in ("tokens", "n_prompt"):
@@ -155,7 +158,7 @@ def run_summary(run: RunModel) -> dict[str, Any]:
         if run.budget_mib is not None:
             derived["budget_mib"] = run.budget_mib
         mode, why = run.mode()
-        return {
+        doc = {
             **s,
             "extra": extra,
             "summary_extra": dict(run.summary_extra),
@@ -178,6 +181,9 @@ def run_summary(run: RunModel) -> dict[str, Any]:
             "row_unit": run.row_unit,
             "sources": list(run.sources),
         }
+        if turns:
+            doc["turn_list"] = turn_list(run)
+        return doc
 
 
 #: The hit rate of a run the source says had no expert cache (a hit rate of -1).
@@ -260,6 +266,8 @@ def summary_text(s: Mapping[str, Any]) -> str:
         lines.append(f"  {label:<16} {text}")
     lines.append(f"token rows: {s['derived']['token_rows']}  turns: {s['turns']}  "
                  f"routing rows: {s['routing_rows']}  problems: {s['problems']}")
+    if is_session(s.get("turn_list", ())):
+        lines.extend(turns_text(s["turn_list"]))
     dev = device_rows(s["sidecar"])
     if dev:
         lines.append("device:")
@@ -333,7 +341,7 @@ def run_panel_rows(run: RunModel, cursor: int, playing: str = "") -> list[tuple[
     """The run panel: (label, value, kind) rows; kind ``missing`` (the source did not send it),
     ``derived`` (from the token rows), ``name`` (the model), ``problem``, or ``""``. ``cursor`` is
     the rows shown (playback), ``playing`` a label after it (e.g. ``"▶ 4x"``)."""
-    s = run_summary(run)
+    s = run_summary(run, turns=False)
     meta = s["meta"]
     out: list[tuple[str, str, str]] = []
 
