@@ -65,7 +65,8 @@ class Transcript:
     ``generations`` one dict per ``BMOE_BEGIN`` (or one-shot generation), in order: {"id", "answer",
     "reasoning", "tokens": its ``BMOE_PROGRESS`` count, "done": Done | None, "error": the
     ``BMOE_ERROR`` for it or None, "lineno"} (a request refused before its first token has an
-    error, no tokens and no done); ``unparsed`` (lineno, text) of the lines that look like end-of-run lines of an
+    error, no tokens and no done; one refused before its ``BMOE_BEGIN``, after ``BMOE_READY``, is a
+    generation of its own); ``unparsed`` (lineno, text) of the lines that look like end-of-run lines of an
     unknown shape (shown as they are; each is also a problem); ``problems`` bad lines.
     """
 
@@ -219,6 +220,7 @@ def _generations(tr: Transcript) -> None:
     acc = TextAccumulator()
     cur: dict[str, Any] | None = None
     step: tuple[int, int] | None = None  # (step, line number) of the generation's newest BMOE_PROGRESS
+    ready = False  # an error before BMOE_READY is the session's, not a request's
     gaps: list[Problem] = []
     for rec, lineno in zip(tr.records, tr.record_lines):
         if isinstance(rec, Begin):
@@ -229,6 +231,12 @@ def _generations(tr: Transcript) -> None:
         elif isinstance(rec, Error):
             if cur is not None and cur["done"] is None and cur["error"] is None and cur["id"] == rec.id:
                 cur["error"] = rec
+            elif ready and type(rec.id) is int:  # refused before its BMOE_BEGIN (bmoe-run checks first)
+                refused = _generation(rec.id, lineno)  # beside the generation in flight, if one is
+                refused["error"] = rec
+                tr.generations.append(refused)
+        elif isinstance(rec, Ready):
+            ready = True
         elif isinstance(rec, (Progress, Done)):
             if cur is None or cur["done"] is not None or cur["error"] is not None:  # one-shot: no BMOE_BEGIN
                 acc.reset()

@@ -87,6 +87,27 @@ def test_a_rejected_request_is_turn_less_and_one_shot_tokens_open_a_turn():
     assert any("BMOE_ERROR id=9" in line for line in run.log)
 
 
+def test_a_request_refused_before_its_begin_is_turn_less_once_the_session_is_ready():
+    run = RunModel()
+    run.note_request({"cmd": "generate", "id": 3, "prompt": "far too long"})
+    feed = RecordFeed(run, "test")
+    feed.apply(parse_line('BMOE_ERROR {"id":0,"fatal":true,"msg":"cannot open the model"}'))
+    assert not run.turnless  # before BMOE_READY: the session's error, no request's
+    feed.apply(parse_line('BMOE_READY {"load_s":1.0,"arch":"qwen3moe","n_ctx":64}'))
+    feed.apply(parse_line('BMOE_ERROR {"id":3,"fatal":false,"msg":"prompt + n_predict exceeds n_ctx"}'))
+    feed.apply(parse_line('BMOE_ERROR {"id":null,"fatal":false,"msg":"malformed JSON request"}'))
+    (r,) = run.turnless  # bmoe-run checks a request before its BMOE_BEGIN
+    assert (r.id, r.prompt, r.status, r.after) == (3, "far too long", "rejected", 0) and not run.turns
+    # refused while another request generates: that turn keeps its tokens, its text and its end
+    for line in ('BMOE_BEGIN {"id":4}', 'BMOE_PROGRESS {"step":1,"steps":2,"delta_text":"a"}',
+                 'BMOE_ERROR {"id":5,"fatal":false,"msg":"generate: \'prompt\' must be a string"}',
+                 'BMOE_PROGRESS {"step":2,"steps":2,"delta_text":"b"}', 'BMOE_DONE {"id":4,"tokens":2,"tok_s":5.0}'):
+        feed.apply(parse_line(line))
+    (t,) = run.turns
+    assert (t.id, t.text, t.done["tokens"], t.error, run.tokens.n) == (4, "ab", 2, None, 2)
+    assert [(r.id, r.after) for r in run.turnless] == [(3, 0), (5, 1)]
+
+
 def test_an_error_after_tokens_stays_on_its_turn():
     run = feed_lines([
         'BMOE_BEGIN {"id":4}',

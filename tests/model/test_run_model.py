@@ -124,12 +124,16 @@ def test_a_request_refused_before_its_first_token_is_turn_less():
     run.add_token_row({"wall_ms": 1.0})
     assert not run.reject_request(4, "decode failed", fatal=True)
     assert run.turns[-1].error == "decode failed" and len(run.turnless) == 1
-    # an error for a request that is not the newest turn's changes no turn
-    assert not run.reject_request(99, "?") and run.turn_count == 2
+    # an error for a request that is not the newest turn's changes no turn: before READY it is the
+    # session's; once ready, a request refused before its BMOE_BEGIN (bmoe-run) is turn-less
+    assert not run.reject_request(99, "?") and run.turn_count == 2 and len(run.turnless) == 1
+    run.set_ready({"arch": "qwen3moe"})
+    assert run.reject_request(99, "too long") and run.turnless[-1].id == 99 and run.turn_count == 2
+    assert not run.reject_request(None, "malformed request")
     run.begin_turn(id=5)
     assert run.reject_request(5, "backend lost", fatal=True) and run.turnless[-1].status == "failed"
     run.add_turnless(6, "p", "unanswered")
-    assert run.turnless[-1].after == 2 and run.turnless[-1].reason == ""
+    assert run.turnless[-1].after == 2 and run.turnless[-1].reason == "" and len(run.turnless) == 4
     with pytest.raises(ValueError, match="turn-less status"):
         run.add_turnless(7, None, "lost")
 

@@ -203,3 +203,29 @@ def test_a_session_stdout_says_which_request_was_refused_and_the_last_end_is_its
     assert tr.summary["tokens"] == 5 and tr.summary["tok_s"] == six["tok_s"]
     assert tr.answer == tr.generations[5]["answer"] == "#6 w2 w3 w4 w5"  # the refused one has no answer
     assert not tr.problems
+
+
+def test_a_request_refused_before_its_begin_is_a_generation_of_its_own():
+    tr = parse_transcript(
+        'BMOE_ERROR {"id":0,"fatal":true,"msg":"cannot open"}\n'
+        'BMOE_READY {"load_s":1.0,"arch":"qwen3moe","n_ctx":64}\n'
+        'BMOE_BEGIN {"id":1}\nBMOE_PROGRESS {"step":1,"steps":1,"delta_text":"a"}\n'
+        'BMOE_DONE {"id":1,"tokens":1,"tok_s":5.0}\n'
+        'BMOE_ERROR {"id":2,"fatal":false,"msg":"prompt + n_predict exceeds n_ctx"}\n'
+        'BMOE_ERROR {"id":null,"fatal":false,"msg":"malformed JSON request"}\n')
+    assert [(g["id"], g["tokens"], g["done"] is not None, g["error"] is not None) for g in tr.generations] == [
+        (1, 1, True, False), (2, 0, False, True)]
+
+
+def test_a_request_refused_while_another_generates_leaves_that_generation_whole():
+    # bmoe-run's reader thread refuses a malformed request at once, between the tokens of the one
+    # in flight: the running generation keeps its id, its tokens and its end
+    tr = parse_transcript(
+        'BMOE_READY {"load_s":1.0,"arch":"qwen3moe","n_ctx":64}\n'
+        'BMOE_BEGIN {"id":1}\nBMOE_PROGRESS {"step":1,"steps":2,"delta_text":"a"}\n'
+        'BMOE_ERROR {"id":2,"fatal":false,"msg":"generate: \'prompt\' must be a string"}\n'
+        'BMOE_PROGRESS {"step":2,"steps":2,"delta_text":"b"}\n'
+        'BMOE_DONE {"id":1,"tokens":2,"tok_s":5.0}\n')
+    assert [(g["id"], g["tokens"], g["done"] is not None, g["error"] is not None) for g in tr.generations] == [
+        (1, 2, True, False), (2, 0, False, True)]
+    assert tr.generations[0]["answer"] == "ab" and not tr.problems

@@ -747,19 +747,27 @@ class RunModel:
     def reject_request(self, request_id: int | None, message: str, *, fatal: bool = False) -> bool:
         """A ``BMOE_ERROR`` for request ``request_id``. When the newest turn is that request's
         (its ``BMOE_BEGIN`` opened it) and holds nothing yet (no token row, no text, no end record),
-        the runtime refused it before its first token: the turn is withdrawn and the request kept
-        turn-less (``rejected``, or ``failed`` when ``fatal``) with its prompt and ``message``;
-        returns True. Otherwise the error belongs to a turn that ran (:meth:`set_turn_error`);
-        returns False."""
+        or no turn is (a runtime that refuses before ``BMOE_BEGIN``, as bmoe-run does) and the session
+        is ready, the runtime refused it before its first token: the empty turn is withdrawn and
+        the request kept turn-less (``rejected``, or ``failed`` when ``fatal``) with its prompt (the
+        turn's, else the noted request's) and ``message``; returns True. An error of a turn that
+        ran stays on it (:meth:`set_turn_error`), and an error of no request (no id, or before the
+        session is ready) is neither; returns False."""
         with self.lock:
             t = self._turns[-1] if self._turns else None
-            if (t is None or request_id is None or t.id != request_id or t.done is not None or t.text_len
-                    or t.reasoning or t.first_token != self._tokens.n):
-                self.set_turn_error(request_id, message)
+            if request_id is None or (t is None or t.id != request_id) and self._ready is None:
                 return False
-            self._turns.pop()
-            self._turn_count -= 1
-            self.add_turnless(request_id, t.prompt, "failed" if fatal else "rejected", message)
+            if t is not None and t.id == request_id:
+                if t.done is not None or t.text_len or t.reasoning or t.first_token != self._tokens.n:
+                    self.set_turn_error(request_id, message)
+                    return False
+                self._turns.pop()
+                self._turn_count -= 1
+                prompt = t.prompt
+            else:
+                req = self.find_request(request_id)
+                prompt = req.get("prompt") if req is not None and isinstance(req.get("prompt"), str) else None
+            self.add_turnless(request_id, prompt, "failed" if fatal else "rejected", message)
             return True
 
     def set_turn_error(self, request_id: int | None, message: str, *, turn: Turn | None = None) -> None:
