@@ -136,6 +136,11 @@ def test_a_request_refused_before_its_first_token_is_turn_less():
     assert run.turnless[-1].after == 2 and run.turnless[-1].reason == "" and len(run.turnless) == 4
     with pytest.raises(ValueError, match="turn-less status"):
         run.add_turnless(7, None, "lost")
+    # a live model keeps the newest requests without a turn and counts them all
+    live = RunModel(Retention(requests=2))
+    for i in range(7):
+        live.add_turnless(i, None, "rejected")
+    assert live.turnless_count == 7 and [r.id for r in live.turnless] == [3, 4, 5, 6]
 
 
 def test_a_turn_matched_to_its_request_gets_its_id_and_prompt():

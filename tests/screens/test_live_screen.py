@@ -74,6 +74,11 @@ async def test_live_app_over_emitter_full_loop():
         await send_prompt(pilot, app, "REJECT this", 5)
         assert await wait_for(pilot, lambda: src.status().last_error == "prompt rejected")
         assert await wait_for(pilot, lambda: src.state == "ready")
+        # a request without a turn: a row that says so and why, no turn number; the turns are still 2
+        assert await wait_for(pilot, lambda: table.row_count == 3)
+        refused = table.get_row_at(2)
+        assert refused[0] == "-" and refused[-1] == "rejected: prompt rejected"
+        assert app.main.run_model.turn_count == 2 and app.main.run_model.turnless[-1].prompt == "REJECT this"
         # the rejected prompt is back in the box, to edit and send again (before: erased)
         box = app.query_one("#prompt", Input)
         assert await wait_for(pilot, lambda: box.value == "REJECT this")
@@ -373,3 +378,24 @@ def _live_screen():
     from bmoe_top.tui.screens.live import LiveScreen
 
     return LiveScreen(ChildSession([sys.executable, EMITTER]))
+
+
+async def test_a_request_refused_while_a_turn_runs_is_listed_after_that_turn():
+    """bmoe-run refuses a malformed request at once, while another generates: its row waits for
+    the running turn's row (the table keeps the session's order), and the table holds each once."""
+    src = ChildSession([sys.executable, EMITTER, "--rate", "500"], stall_after_s=5.0)
+    app = live_app(src, title="order")
+    async with app.run_test(size=(160, 48)) as pilot:
+        assert await wait_for(pilot, lambda: src.state == "ready")
+        run, screen = app.main.run_model, app.main
+        run.note_request({"cmd": "generate", "id": 8, "prompt": 42})
+        run.begin_turn(id=7, prompt="first")
+        assert run.reject_request(8, "generate: 'prompt' must be a string")
+        table = app.query_one("#turns-table", DataTable)
+        screen.update_turns()
+        assert table.row_count == 0  # turn 1 still runs
+        run.finish_turn({"id": 7, "tokens": 0, "tok_s": 1.0})
+        screen.update_turns()
+        screen.update_turns()
+        assert [table.get_row_at(i)[:2] for i in range(table.row_count)] == [["1", "7"], ["-", "8"]]
+        assert table.get_row_at(1)[-1] == "rejected: generate: 'prompt' must be a string"

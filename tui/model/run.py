@@ -174,6 +174,7 @@ class RunModel:
         self._turns: list[Turn] = []
         self._turn_count = 0
         self._turnless: list[TurnlessRequest] = []
+        self._turnless_count = 0
         self._problems: list[ProblemEntry] = []
         self._problem_count = 0
         self._log: deque[str] = deque(maxlen=LOG_LINES)
@@ -306,6 +307,11 @@ class RunModel:
         """Requests that generated no turn (rejected, failed before their first token, unanswered),
         oldest first; each says how many turns came before it."""
         return self._turnless
+
+    @property
+    def turnless_count(self) -> int:
+        """Requests without a turn over the whole run (the kept ones, :attr:`turnless`, are the newest)."""
+        return self._turnless_count
 
     @property
     def problems(self) -> Sequence[ProblemEntry]:
@@ -730,6 +736,7 @@ class RunModel:
         with self.lock:
             self._turnless.append(TurnlessRequest(request_id, prompt, status, safe(reason) if reason else "",
                                                   self._turn_count if after is None else after))
+            self._turnless_count += 1
             cap = self.retention.requests
             if cap is not None and len(self._turnless) > 2 * cap:
                 del self._turnless[:-cap]

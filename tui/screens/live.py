@@ -20,6 +20,7 @@ the turns table; ctrl+q quits from anywhere, q outside the prompt box.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import signal
 import time
 from typing import Any, ClassVar
@@ -148,6 +149,7 @@ class LiveScreen(RunScreen):
         self.new_chat = True
         self.exit_signal: int | None = None
         self._turns_seen = 0
+        self._turnless_seen = 0  # requests refused so far (their rows are in the table)
         self._status_key: tuple[Any, ...] | None = None
         self._turn_rows: list[tuple[str, ...]] = []
         self._live_at = 0.0  # monotonic time the status line was last looked at
@@ -290,32 +292,44 @@ class LiveScreen(RunScreen):
 
     def update_turns(self) -> None:
         """Append a row per newly finished turn (a finished turn never changes; only the newest
-        can still be running)."""
+        can still be running) and per request the runtime refused (no turn: ``-`` and its reason),
+        in the order the session took them."""
         run = self.run_model
         with run.lock:
             turns = list(run.turns)
             upto = len(turns) - 1 if turns and turns[-1].done is None else len(turns)
-            new = [(t.index, dict(t.done), t.cancelled) for t in turns[:upto]
-                   if t.index >= self._turns_seen and t.done is not None]
+            new: list[tuple[tuple[int, int], tuple[str, ...]]] = [
+                ((t.index, 1), self._turn_row(t.index, dict(t.done), t.cancelled, run))
+                for t in turns[:upto] if t.index >= self._turns_seen and t.done is not None]
             if upto:
                 self._turns_seen = max(self._turns_seen, turns[upto - 1].index + 1)
-            n_ctx = run.ready.get("n_ctx") if run.ready else None
+            kept = run.turnless
+            unseen = kept[max(0, len(kept) - (run.turnless_count - self._turnless_seen)):]
+            # a request refused while a turn runs waits for that turn's row (it came after it)
+            refused = list(itertools.takewhile(lambda r: r.after <= self._turns_seen, unseen))
+            self._turnless_seen += len(refused)
+            new += [((r.after, 0), ("-", _request_id(r.id), *["-"] * 8, f"{r.status}: {r.reason}" if r.reason
+                                    else r.status)) for r in refused]
         if not new:
             return
         table = self.query_one("#turns-table", DataTable)
-        for index, d, cancelled in new:
-            fill = (100.0 * d["n_past"] / n_ctx) if (d.get("n_past") is not None and n_ctx) else None
-            hit = d.get("cache_hit_pct")
-            row = (
-                str(index + 1), _request_id(d.get("id")), fmt(d.get("tokens"), 0), sig3(d.get("tok_s"), 3),
-                fmt(d.get("prefill_s"), 3), fmt(d.get("n_prompt"), 0), fmt(d.get("n_past"), 0), fmt(fill, 1),
-                "no cache" if hit == -1 else fmt(hit, 1),
-                f"{mib(d.get('cache_resident_mib'))}/{mib(d.get('cache_budget_mib'))}",
-                "cancelled" if cancelled else "done",
-            )
+        for _where, row in sorted(new, key=lambda x: x[0]):
             self._turn_rows.append(row)
             if self.row_matches(row, "turns"):
                 table.add_row(*row)
+
+    @staticmethod
+    def _turn_row(index: int, d: dict[str, Any], cancelled: bool, run: RunModel) -> tuple[str, ...]:
+        n_ctx = run.ready.get("n_ctx") if run.ready else None
+        fill = (100.0 * d["n_past"] / n_ctx) if (d.get("n_past") is not None and n_ctx) else None
+        hit = d.get("cache_hit_pct")
+        return (
+            str(index + 1), _request_id(d.get("id")), fmt(d.get("tokens"), 0), sig3(d.get("tok_s"), 3),
+            fmt(d.get("prefill_s"), 3), fmt(d.get("n_prompt"), 0), fmt(d.get("n_past"), 0), fmt(fill, 1),
+            "no cache" if hit == -1 else fmt(hit, 1),
+            f"{mib(d.get('cache_resident_mib'))}/{mib(d.get('cache_budget_mib'))}",
+            "cancelled" if cancelled else "done",
+        )
 
     def filter_table(self, tab: str, query: str) -> None:
         if tab != "turns":
