@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 from helpers import synth
+from helpers.hostile import screen_text
 from helpers.waits import pilot_until
 from textual.widgets import Static
 
@@ -353,3 +354,42 @@ async def test_a_replay_opens_on_the_whole_run_at_its_end_at_any_width(csv_run, 
         assert (w.lo, w.hi) == (0, 64)
         pb.toggle()  # space: plays from the first token (called here: no tick moves it before the check)
         assert pb.playing and pb.cursor == 0
+
+
+async def test_a_session_replay_lists_its_requests_with_their_prompts_in_a_turns_tab(tmp_path):
+    from helpers.cli_session import cli_session, six_requests
+    from textual.widgets import DataTable, TabbedContent
+
+    s = cli_session(six_requests())
+    paths = []
+    for name, data in (("r.jsonl", s.requests), ("s.stdout", s.stdout), ("s.csv", s.csv)):
+        (tmp_path / name).write_bytes(data)
+        paths.append(str(tmp_path / name))
+    app = replay_app(open_paths(paths), "session")
+    async with app.run_test(size=(160, 44)) as pilot:
+        await pilot.press("5")
+        assert app.query_one("#tabs", TabbedContent).active == "turns"
+        assert ("Tab: Turns", "5") in [c[:2] for c in app.main.commands()]  # ctrl+p offers it too
+        table = app.query_one("#turns-table", DataTable)
+        await pilot_until(pilot, lambda: table.row_count == 6, "the six requests")
+        rows = [table.get_row_at(i) for i in range(6)]
+        assert [r[0] for r in rows] == ["1", "2", "3", "-", "4", "5"] and [r[1] for r in rows] == list("123456")
+        assert rows[0][5].endswith("How many are left?") and rows[0][6] == "done"
+        assert rows[3][6].startswith("rejected: prompt + n_predict exceeds the session n_ctx")
+        await pilot.press("slash", *"rejected", "enter")  # / filters the table
+        await pilot_until(pilot, lambda: table.row_count == 1, "the filtered table")
+        assert table.get_row_at(0)[1] == "4"
+        await pilot.press("escape", "2")  # the Text tab: each turn under its prompt (the request log's)
+        await pilot_until(pilot, lambda: "── turn 4 (id 5)" in screen_text(app), "the Text tab")
+        text = screen_text(app)
+        assert "> Solve this grade-school" in text and "── turn 1 (id 1)" in text
+
+
+async def test_a_one_shot_replay_has_no_turns_tab(csv_run):
+    from textual.widgets import TabbedContent
+
+    app = replay_app(open_paths(csv_run), "one")
+    async with app.run_test(size=(140, 40)) as pilot:
+        await pilot.press("5")  # no such tab: nothing happens
+        assert not app.query("#turns-table") and app.query_one("#tabs", TabbedContent).active == "overview"
+        assert "Tab: Turns" not in [c[0] for c in app.main.commands()]
