@@ -62,3 +62,46 @@ def test_the_extensions_are_read_only_where_a_line_carries_them():
     gen = parse_summary_line("generation: 8 tokens, 0.0010 s/token (1033.55 tok/s) per-token wall; "
                              "1051.39 tok/s in llama_decode alone")
     assert gen is not None and gen.exact and gen.values["decode_tok_s"] == 1051.39 and gen.values["tok_s"] == 1033.55
+
+
+def test_a_real_session_with_a_refused_request_replays_as_one_set_of_turns(real_runs, tmp_path):
+    """bmoe-run --session over the first six requests of a real benchmark driver's request log
+    (../shared), the fifth too long for the context: its CSV (a turn column from 0, a # summary per
+    turn), its stdout (the refusal comes before any BMOE_BEGIN) and the request log, in any order,
+    give five turns and one refused request, each with its real prompt."""
+    import itertools
+
+    import orjson
+
+    from bmoe_top.runtime.models import make_model
+
+    real = (real_runs / "bigmoeonedge-2026-07-22" / "session-requests.jsonl").read_bytes().splitlines()
+    reqs = [orjson.loads(line) for line in real[:6]]
+    for r in reqs:
+        if r["id"] != 4:
+            r["n_predict"] = 8  # byte tokens: id 4 keeps its real 400, and 685 + 400 exceed -c 720
+    log = tmp_path / "session-requests.jsonl"
+    log.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in [*reqs, {"cmd": "close"}]))
+    model = make_model(tmp_path / "tiny.gguf", preset="tiny", qtype="q8_0", seed=7)
+    csv, stdout = tmp_path / "session.csv", tmp_path / "session.stdout"
+    with log.open("rb") as stdin:
+        r = subprocess.run([str(BMOE_RUN), "-m", str(model), "--session", "--quiet", "-c", "720", "-t", "2",
+                            "--csv", str(csv)], stdin=stdin, capture_output=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    stdout.write_bytes(r.stdout)
+    assert b'BMOE_ERROR {"id":4' in r.stdout and b'BMOE_BEGIN {"id":4}' not in r.stdout
+    done = {d["id"]: d for d in (orjson.loads(line.split(b" ", 1)[1]) for line in r.stdout.splitlines()
+                                 if line.startswith(b"BMOE_DONE "))}
+    want = [(None, 4, "rejected") if rq["id"] == 4 else (t, rq["id"], "done")
+            for t, rq in zip([1, 2, 3, 4, None, 5], reqs)]
+    for paths in itertools.permutations([csv, stdout, log]):
+        s = run_summary(open_paths([str(p) for p in paths]))
+        got = s["turn_list"]
+        assert [(e["turn"], e["id"], e["status"]) for e in got] == want, paths
+        assert [e["prompt"] for e in got] == [rq["prompt"] for rq in reqs] and not s["alerts"]
+        for e in got:
+            if e["turn"] is not None:
+                d = done[e["id"]]
+                assert (e["tokens"], e["tok_s"], e["cache_hit_pct"]) == (8, d["tok_s"], d["cache_hit_pct"])
+        assert got[4]["reason"].startswith("prompt (685 tokens in context) plus n_predict (400) exceeds n_ctx")
+        assert s["turns"] == 5

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from bmoe_top.tui.feed.files import MixedRunsError, open_paths
 from bmoe_top.tui.model import RunModel, Turn, in_session_order
+from bmoe_top.tui.present.turns import turn_list
 
 KINDS = ("csv", "stdout", "requests")
 NAMES = {"csv": "bmoe-session.csv", "stdout": "session.stdout", "requests": "session-requests.jsonl"}
@@ -173,4 +174,7 @@ def test_the_real_session_files_each_alone_and_together(real_runs):
         # one generated turn of 1,469 tokens and 15 requests: not the same session, and it is said
         assert both.turn_count == 1 and both.turns[0].prompt is None and not both.turnless
         (alert,) = both.alerts
-        assert "15 generate requests, the CSV 1 turns" in alert
+        assert "15 generate requests, the CSV 1 turn: " in alert
+        (turn,) = turn_list(both)  # the turn's own figures, from its # summary
+        assert (turn["turn"], turn["id"], turn["tokens"], turn["tok_s"], turn["cache_hit_pct"]) == (
+            1, None, 1469, 3.938, 77.2)

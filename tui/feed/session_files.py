@@ -32,6 +32,11 @@ from bmoe_top.tui.model import RunModel, Turn, TurnlessRequest, in_session_order
 __all__ = ["attach_requests", "merge_transcript"]
 
 
+def _many(n: int, noun: str) -> str:
+    """``n`` and ``noun``, plural but for one: "1 turn", "15 generate requests"."""
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
+
+
 def _refused(g: Mapping[str, Any]) -> bool:
     """A generation the session refused before its first token (an error, no token, no end)."""
     return g["error"] is not None and not g["tokens"] and g["done"] is None
@@ -95,10 +100,10 @@ def merge_transcript(run: RunModel, tr: Transcript, source: str) -> None:
                     differs.append(f"turn {turn.index + 1} (id {g['id']}): {why}")
             k += 1
         if k != len(turns) and tr.generations:  # a log without BMOE records says nothing of turns
-            more = (f"the CSV has {len(turns):,} turns, {name} {k:,} generated (BMOE_BEGIN not refused): "
+            more = (f"the CSV has {_many(len(turns), 'turn')}, {name} {k:,} generated (BMOE_BEGIN not refused): "
                     f"turn {k + 1}{f'-{len(turns)}' if len(turns) > k + 1 else ''} has no request id"
                     if len(turns) > k else
-                    f"{name} has {k:,} generated turns, the CSV {len(turns):,}: turn {len(turns) + 1}"
+                    f"{name} has {_many(k, 'generated turn')}, the CSV {len(turns):,}: turn {len(turns) + 1}"
                     f"{f'-{k}' if k > len(turns) + 1 else ''} has no token rows")
             differs.insert(0, more)
         if differs:
@@ -130,7 +135,8 @@ def attach_requests(run: RunModel) -> None:
                 for t, r in zip(turns, reqs):
                     run.set_turn_request(t, r.get("id"), _prompt(r))
             else:
-                run.add_alert(f"the request log has {len(reqs):,} generate requests, the CSV {len(turns):,} turns: "
+                run.add_alert(f"the request log has {_many(len(reqs), 'generate request')}, the CSV "
+                              f"{_many(len(turns), 'turn')}: "
                               "which turn answers which request needs the session's stdout (BMOE_BEGIN ids; a "
                               "refused request has no turn), so no prompt is attached")
             return
