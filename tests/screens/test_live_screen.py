@@ -213,6 +213,9 @@ async def test_live_app_plays_a_recording_turn_by_turn(tmp_path):
         assert await wait_for(pilot, lambda: src.player.paused_at_turn.is_set(), 10)
         assert await wait_for(pilot, lambda: "paused at a turn" in status_text(app))
         assert app.main.run_model.n_tokens == 5 and len(app.query("#prompt")) == 0
+        # the title says what follows the newest token: a recording, not a live run
+        title = app.main.title_text().plain
+        assert "playing a recording" in title and " live" not in title.split("·")[0], title
         # a recording has no chat to start and nothing to cancel: ctrl+n is not offered (it was,
         # and did nothing)
         keys = {b.binding.key for b in app.active_bindings.values() if b.enabled}

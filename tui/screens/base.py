@@ -296,6 +296,10 @@ class RunScreen(Screen[None]):
         """The source's own state for the title (the live screen says ready / generating)."""
         return ""
 
+    def following_word(self, look: Look) -> str:
+        """The title's state while the view follows the newest token of its source."""
+        return f"{look.g.live} live"
+
     def state_parts(self, look: Look) -> list[tuple[str, Style]]:
         """The honest state indicator: live / paused / replay (speed) / ended / disconnected."""
         pb, run, g = self.playback, self.model, look.g
@@ -308,7 +312,7 @@ class RunScreen(Screen[None]):
             if st == PlayState.PAUSED:
                 out.append((f" {g.paused} paused", look.warn))
         elif st == PlayState.LIVE:
-            out.append((f"{g.live} live", look.good + Style(bold=True)))
+            out.append((self.following_word(look), look.good + Style(bold=True)))
             behind = pb.behind
             if pb.speed < 1.0:
                 out.append((f" {pb.speed_label()}" + (f" ({behind:,} behind)" if behind else ""), look.warn))

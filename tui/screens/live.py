@@ -47,6 +47,7 @@ from bmoe_top.tui.sources.replay import RecordingSource
 from bmoe_top.tui.widgets.base import look_of
 from bmoe_top.tui.widgets.inputs import SteadyInput
 from bmoe_top.tui.widgets.live_whatif import LiveWhatIfPanel
+from bmoe_top.tui.widgets.palette import Look
 from bmoe_top.tui.widgets.panels import safe_text
 
 __all__ = ["LiveScreen", "PROMPT_PLACEHOLDER", "PromptInput", "QUIET_STATES", "TURN_COLUMNS", "live_app",
@@ -231,6 +232,10 @@ class LiveScreen(RunScreen):
 
     def status_word(self) -> str:
         return str(self.source.state)
+
+    def following_word(self, look: Look) -> str:
+        """``bmoe-top play``: the newest token is the recording's, played at its pace, not a run's."""
+        return f"{look.g.playing} playing a recording" if self.is_replay else super().following_word(look)
 
     def _status_text(self) -> Text:
         look = look_of(self)

@@ -46,7 +46,8 @@ class SeekScreen(ModalScreen[int | None]):
 
 HELP_FOOTNOTE = """
 State (title): ● live (following the newest token; slow motion trails it and catches up),
-❚❚ paused, ▶ replay at its speed, ■ ended, ✖ disconnected. End returns to live, in real time.
+❚❚ paused, ▶ replay at its speed, ▶ playing a recording (bmoe-top play), ■ ended,
+✖ disconnected. End returns to live, in real time.
 
 Overview, top to bottom on one token axis (column j is the same tokens in each):
 the whole run (the window marked under it), wall = compute + flash wait + mgmt per token,
