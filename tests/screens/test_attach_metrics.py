@@ -119,11 +119,13 @@ async def test_screen_live_against_bmoe_run_serve(tmp_path):
             t.start()
             while t.is_alive():
                 await pilot.pause(0.1)
-            await pilot.pause(0.4)
-            poller.stop()  # freeze the picture: no row arrives between the reads below
-            poller.join(5)
             screen = app.main
             n = done["tokens_predicted"]
+            # the scrape after the request's end may come late on a busy machine: wait for its row
+            await pilot_until(pilot, lambda: np.nansum(screen.model.tokens.view("tokens_in_interval")) == n,
+                              "the row of the scrape after the request's end")
+            poller.stop()  # freeze the picture: no row arrives between the reads below
+            poller.join(5)
             # the cursor follows the newest row at every tick, the repaint comes at the next fast
             # tick: wait for the panel that shows the last scrape too
             await pilot_until(pilot, lambda: screen.playback.cursor == screen.model.tokens.n and not screen._stale
