@@ -322,3 +322,24 @@ def test_lookups_from_bytes() -> None:
     assert any("n_expert taken as 4" in n for n in notes2) and any("expert slots" in n for n in notes2)
     with pytest.raises(ValueError, match="not a route trace"):
         from_bytes(b"step,wall_ms,io_ms,compute_ms\n1,2,3,4\n", "x.csv")
+
+
+@SETTINGS
+@given(lk=traces(), chunk=st.integers(1, 9))
+def test_lru_state_compacted_log_changes_nothing(lk: Lookups, chunk: int) -> None:
+    """A log of a few lookups, compacted again and again, and the trace fed in pieces: the same
+    hit flags and counts as one feed with room for everything."""
+    budgets = np.arange(0, lk.bank_bytes + 2, dtype=np.int64)
+    whole = C.LruState(lk.n_items, lk.n_layer, lk.item_bytes, budgets)
+    want = np.zeros((lk.n, budgets.shape[0]), dtype=np.uint8)
+    whole.feed(lk.item, lk.batch_first(), lk.decode, hit_out=want)
+    small = C.LruState(lk.n_items, lk.n_layer, lk.item_bytes, budgets, chunk=chunk)
+    got = np.zeros_like(want)
+    bf = lk.batch_first()
+    cut = lk.n_batches // 2
+    small.feed(lk.item, bf, lk.decode, 0, cut, hit_out=got)
+    small.feed(lk.item, bf, lk.decode, cut, lk.n_batches, hit_out=got)
+    assert np.array_equal(got, want)
+    for a, b in zip(small.counts(), whole.counts()):
+        assert np.array_equal(a, b)
+    assert lk.n <= lk.n_items + chunk or small.compactions > 0

@@ -110,3 +110,39 @@ def test_feed_tokens_rejects_bad_input_and_feeds_nothing() -> None:
     with pytest.raises(ValueError):
         live.feed_tokens([[[0, 1], [1, 2]], [[1, 9], [0, 1]]])
     assert live.curve().decode_lookups == 0 and live.decode_tokens == 0
+
+
+def test_live_state_stays_bounded_and_the_curve_exact_over_the_whole_run() -> None:
+    """48 layers x top-8: 1,200 tokens are 460,800 lookups, seven times the log's room, so the
+    log is compacted again and again. The memory the replay holds (numpy's allocations, traced)
+    does not grow from token 300 to token 1,200, and the curve still equals the offline replay of
+    every token fed since the start."""
+    import gc
+    import tracemalloc
+
+    from helpers.routing import SCALE_LAYER_BYTES, zipf_routing
+
+    routing = zipf_routing(1200, seed=3)
+    live = LiveLru(48, 128, SCALE_LAYER_BYTES, points=64)
+    live.feed_tokens(routing[:5])
+    size0 = live.state_bytes()
+    tracemalloc.start()
+    try:
+        live.feed_tokens(routing[5:300])
+        gc.collect()
+        held_300 = tracemalloc.get_traced_memory()[0]
+        for t in range(300, 1200, 50):
+            live.feed_tokens(routing[t:t + 50])
+        gc.collect()
+        held_1200 = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    assert live.state_bytes() == size0
+    assert live._state.compactions >= 5
+    assert held_1200 - held_300 < 64 * 1024, (held_300, held_1200)
+    off = C.lru_curve(from_routing(routing, SCALE_LAYER_BYTES, 128), live.budgets)
+    cur = live.curve()
+    assert np.array_equal(cur.decode_hits, off.decode_hits)
+    assert np.array_equal(cur.hit_bytes, off.hit_bytes)
+    assert np.array_equal(cur.layer_hits, off.layer_hits)
+    assert cur.decode_tokens == 1200

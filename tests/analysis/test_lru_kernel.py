@@ -53,11 +53,12 @@ def _miss_flags(st_: LruState) -> np.ndarray:
 
 
 def _compare(item: np.ndarray, bfirst: np.ndarray, size: np.ndarray, budgets: np.ndarray, decode: np.ndarray,
-             layer: np.ndarray, n_layer: int, cuts: list[int], flags: bool) -> None:
+             n_layer: int, cuts: list[int], flags: bool) -> None:
     n_items, nb, n_batches = size.shape[0], budgets.shape[0], bfirst.shape[0] - 1
     max_batch = int(np.diff(bfirst).max())
     ref = _ref_state(n_items, n_layer, nb, n_batches, max_batch)
-    new = LruState(n_items, n_layer, size, budgets, n_batches, max_batch)
+    new = LruState(n_items, n_layer, size, budgets)
+    layer = new.lay[item]  # the state knows an item's layer: item // (n_items // n_layer)
     rows = item.shape[0] if flags else 0
     out_ref = np.zeros((rows, nb), dtype=np.uint8)
     out_new = np.zeros((rows, nb), dtype=np.uint8)
@@ -66,10 +67,12 @@ def _compare(item: np.ndarray, bfirst: np.ndarray, size: np.ndarray, budgets: np
         lru_feed_reference(item, bfirst, b0, b1, decode, layer, size, budgets, ref["last_batch"], ref["last_rpos"],
                            ref["status"], ref["fen"], ref["over"], ref["bover"], ref["scal"], ref["stage"],
                            ref["hit_dec"], ref["hit_pre"], ref["hitb_dec"], ref["hit_layer"], out_ref)
-        new.feed(item, bfirst, b0, b1, decode, layer, out_new if flags else None)
+        new.feed(item, bfirst, decode, b0, b1, out_new if flags else None)
         seen = ref["last_batch"] >= 0
         assert np.array_equal(_miss_flags(new)[seen], ref["status"][seen])
-    for name in ("hit_dec", "hit_pre", "hitb_dec", "hit_layer", "last_batch", "last_rpos", "fen", "scal"):
+    assert new.compactions == 0  # the log's batch ids are the reference's
+    assert np.array_equal(new.fen[: n_batches + 1], ref["fen"])  # a node's sum does not depend on the capacity
+    for name in ("hit_dec", "hit_pre", "hitb_dec", "hit_layer", "last_batch", "last_rpos", "scal"):
         assert np.array_equal(getattr(new, name), ref[name]), name
     assert np.array_equal(new.over, ref["over"])
     over = ref["over"] == 1
@@ -92,9 +95,7 @@ def test_range_kernel_equals_the_per_budget_kernel(seed: int, n_items: int, n_ba
     size = rng.integers(0 if zero_sizes else 1, 6, n_items).astype(np.int64)
     budgets = np.unique(np.append(rng.integers(0, budget_top + 1, n_budgets), 0 if rng.random() < 0.7 else 1))
     decode = rng.random(item.shape[0]) < 0.7
-    n_layer = 3
-    layer = rng.integers(0, n_layer, item.shape[0]).astype(np.int64)
-    _compare(item, bfirst, size, budgets.astype(np.int64), decode, layer, n_layer, cuts, flags)
+    _compare(item, bfirst, size, budgets.astype(np.int64), decode, 3, cuts, flags)
 
 
 def test_range_kernel_equals_the_per_budget_kernel_at_the_live_shape() -> None:
@@ -108,5 +109,5 @@ def test_range_kernel_equals_the_per_budget_kernel_at_the_live_shape() -> None:
     bank = int(lb.sum()) * n_expert
     budgets = np.unique(np.append(np.linspace(0, bank, 257).astype(np.int64), bank))
     bf = lk.batch_first()
-    _compare(lk.item, bf, lk.item_bytes, budgets, lk.decode, lk.layer, n_layer,
-             list(range(n_layer, lk.n_batches, n_layer)), False)
+    _compare(lk.item, bf, lk.item_bytes, budgets, lk.decode, n_layer, list(range(n_layer, lk.n_batches, n_layer)),
+             False)

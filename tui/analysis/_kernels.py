@@ -24,6 +24,7 @@ from typing import Any, TypeVar, cast
 import numba
 import numpy as np
 import numpy.typing as npt
+from numba.cpython.unsafe.numbers import leading_zeros, trailing_zeros
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -55,11 +56,13 @@ def _missed(status: U8, srange: I64, x: int, j: int, bj: int) -> int:
 
 
 @jit
-def lru_feed(item: I64, bfirst: I64, b0: int, b1: int, decode: B1, layer: I64, size: I64, budgets: I64,
+def lru_feed(item: I64, bfirst: I64, b0: int, b1: int, decode: B1, lay: I64, size: I64, budgets: I64,
              last_batch: I64, last_rpos: I64, status: U8, srange: I64, fen: I64, over: U8, bover: I64,
              scal: I64, stage: U8, hit_dec: I64, hit_pre: I64, hitb_dec: I64, hit_layer: I64,
-             hit_out: U8) -> None:
-    """One-pass LRU at every budget: feed batches ``b0 .. b1-1``.
+             hit_out: U8, out_shift: int) -> None:
+    """One-pass LRU at every budget: feed batches ``b0 .. b1-1`` of the lookup log ``item``
+    (``bfirst`` the batches' starts in it; ``decode`` per lookup; ``lay`` int64 [n_items] each
+    item's layer).
 
     State (updated in place): ``last_batch``/``last_rpos`` int64 [n_items] the batch and position
     of each item's last lookup (-1 = never); ``srange`` int64 [n_items, 3] and ``status`` uint8
@@ -71,8 +74,8 @@ def lru_feed(item: I64, bfirst: I64, b0: int, b1: int, decode: B1, layer: I64, s
     batch); ``scal`` see ``S_*``; ``stage`` uint8 [max batch lookups, n_budgets] scratch. Outputs
     (added to): difference arrays over budgets (int64 [n_budgets + 1]; a cumulative sum gives the
     count at each budget) of decode hits, prefill hits, decode hit bytes, and per layer decode
-    hits (int64 [n_layer, n_budgets + 1]); ``hit_out`` uint8 [n, n_budgets] per-lookup hit flags
-    when it has n rows (else untouched).
+    hits (int64 [n_layer, n_budgets + 1]); ``hit_out`` uint8 [rows, n_budgets] per-lookup hit
+    flags, lookup i of the log in row ``i + out_shift`` (untouched when it has no rows).
 
     An item's stack depth at budget B is the bytes of the items looked up since its own last
     lookup (a Fenwick suffix sum over batches), plus its own bytes, plus the bytes of the other
@@ -85,7 +88,7 @@ def lru_feed(item: I64, bfirst: I64, b0: int, b1: int, decode: B1, layer: I64, s
     """
     nb = budgets.shape[0]
     cap = fen.shape[0] - 1
-    per_lookup = hit_out.shape[0] == item.shape[0]
+    per_lookup = hit_out.shape[0] > 0
     jz = 0  # the first budget > 0
     while jz < nb and budgets[jz] <= 0:
         jz += 1
@@ -178,7 +181,7 @@ def lru_feed(item: I64, bfirst: I64, b0: int, b1: int, decode: B1, layer: I64, s
         for i in range(s, e):
             x = item[i]
             r = i - s
-            lay = layer[i]
+            ly = lay[x]
             dec = decode[i]
             sz = size[x]
             jlo = rng[r, 0]
@@ -193,13 +196,13 @@ def lru_feed(item: I64, bfirst: I64, b0: int, b1: int, decode: B1, layer: I64, s
                             hit_dec[j + 1] -= 1
                             hitb_dec[j] += sz
                             hitb_dec[j + 1] -= sz
-                            hit_layer[lay, j] += 1
-                            hit_layer[lay, j + 1] -= 1
+                            hit_layer[ly, j] += 1
+                            hit_layer[ly, j + 1] -= 1
                         else:
                             hit_pre[j] += 1
                             hit_pre[j + 1] -= 1
                         if per_lookup:
-                            hit_out[i, j] = 1
+                            hit_out[i + out_shift, j] = 1
             j0 = max(jhi, jz)  # the hit range [j0, nb)
             if j0 < nb:
                 if dec:
@@ -207,14 +210,14 @@ def lru_feed(item: I64, bfirst: I64, b0: int, b1: int, decode: B1, layer: I64, s
                     hit_dec[nb] -= 1
                     hitb_dec[j0] += sz
                     hitb_dec[nb] -= sz
-                    hit_layer[lay, j0] += 1
-                    hit_layer[lay, nb] -= 1
+                    hit_layer[ly, j0] += 1
+                    hit_layer[ly, nb] -= 1
                 else:
                     hit_pre[j0] += 1
                     hit_pre[nb] -= 1
                 if per_lookup:
                     for j in range(j0, nb):
-                        hit_out[i, j] = 1
+                        hit_out[i + out_shift, j] = 1
         for j in range(jl):
             anymiss = False
             for r in range(e - s):
@@ -252,261 +255,429 @@ def lru_feed(item: I64, bfirst: I64, b0: int, b1: int, decode: B1, layer: I64, s
 
 
 # -- per-budget policies -------------------------------------------------------------------------
-# Each keeps ``cached`` uint8 [n_items] and ``resident`` bytes around the batch skeleton of
-# ``policy_run``; the policy is a small integer (the kernel is compiled once for all of them).
-# LFU and Belady keep their cached items in buckets (doubly linked lists per lookup count, or per
-# next-use batch), so every step is O(1) but for skipping empty buckets.
+# FIFO, SIEVE, LFU and Belady have no inclusion property under the runtime's rules (LFU and
+# Belady have one with experts of one size, not with several; FIFO and SIEVE never), so each
+# budget is replayed on its own: one kernel call per (policy, budget), on a thread each (the
+# kernels release the GIL). Every step is O(1) but for a word-at-a-time search of a bitmap:
+# LFU keeps its cached items in buckets per lookup count, Belady in buckets per next decode use,
+# and a bitmap of the non-empty buckets (64 buckets a word, a word per 64 words above it) finds
+# the least (LFU) or farthest (Belady) one. A batch is one layer of one phase (``Lookups``), so a
+# batch's layer, phase and expert size are read once. ``item`` is any integer array (int16 when
+# the items fit: a quarter of the memory traffic of int64 over a trace replayed once per budget);
+# ``lay`` int64 [n_items] each item's layer. Outputs: ``hd``/``hb`` int64 [n_budgets] decode hits
+# and their bytes, ``hl`` int64 [n_layer, n_budgets] decode hits per layer, column ``j``.
 
 POLICY_LFU = 0
 POLICY_SIEVE = 1
 POLICY_BELADY = 2
 POLICY_FIFO = 3
 
+U64 = npt.NDArray[np.uint64]
+_clz = cast(Callable[[Any], int], leading_zeros)  # numba's count of leading / trailing zero bits
+_ctz = cast(Callable[[Any], int], trailing_zeros)
+_ONE = np.uint64(1)
+_ALL = np.uint64(0xFFFFFFFFFFFFFFFF)
+
+
+def _inline(fn: F) -> F:
+    """A helper inlined into its caller's IR (no call, so no reference counting of its arrays)."""
+    return cast(F, numba.njit(cache=True, nogil=True, inline="always")(fn))
+
 
 @jit
-def policy_run(policy: int, item: I64, bfirst: I64, decode: B1, layer: I64, size: I64, budgets: I64,
-               next_use: I64, hit_dec: I64, hitb_dec: I64, hit_layer: I64) -> None:
-    """Replay every budget through one policy. ``next_use`` int64 [n]: the batch of the next
-    decode lookup of the same item (``n_batches`` if none; Belady only). Outputs per budget
-    (int64 [n_budgets], [n_layer, n_budgets]): decode hits, decode hit bytes, per-layer decode hits.
+def bitmap_levels(n_bits: int) -> I64:
+    """Offsets of the levels of a bitmap over ``n_bits`` buckets (level 0 first, one word per 64
+    bits; level l + 1 has a bit per word of level l), then the total words."""
+    words = max(1, (n_bits + 63) // 64)
+    n_lev = 1
+    w = words
+    while w > 1:
+        w = (w + 63) // 64
+        n_lev += 1
+    off = np.zeros(n_lev + 1, dtype=np.int64)
+    w = words
+    for lvl in range(n_lev):
+        off[lvl + 1] = off[lvl] + w
+        w = (w + 63) // 64
+    return off
 
-    LFU: evict the fewest lookups since the trace began; ties: the least recently touched, in the
-    runtime's order (a batch's hits, then its misses). SIEVE: a FIFO queue with a visited bit;
-    the hand walks from the oldest entry, clears visited bits and evicts the first unvisited one
-    (Zhang et al., NSDI'24). FIFO: evict the oldest insertion. Belady: evict the entry whose next
-    decode lookup is farthest ahead; ties: the one whose key was set last.
-    """
+
+@_inline
+def _bit_set(bits: U64, off: I64, k: int) -> None:
+    for lvl in range(off.shape[0] - 1):
+        w = off[lvl] + (k >> 6)
+        was = bits[w]
+        bits[w] = was | (_ONE << np.uint64(k & 63))
+        if was != 0:
+            return
+        k >>= 6
+
+
+@_inline
+def _bit_clear(bits: U64, off: I64, k: int) -> None:
+    for lvl in range(off.shape[0] - 1):
+        w = off[lvl] + (k >> 6)
+        bits[w] &= ~(_ONE << np.uint64(k & 63))
+        if bits[w] != 0:
+            return
+        k >>= 6
+
+
+@_inline
+def _bit_prev(bits: U64, off: I64, k: int) -> int:
+    """The largest set bit <= ``k`` (-1 if none)."""
+    nlev = off.shape[0] - 1
+    lvl = 0
+    while True:
+        if k < 0:
+            return -1
+        sh = np.uint64(k & 63)
+        mask = _ALL if sh == 63 else (_ONE << (sh + _ONE)) - _ONE
+        word = bits[off[lvl] + (k >> 6)] & mask
+        if word != 0:
+            k = ((k >> 6) << 6) | (63 - int(_clz(word)))
+            break
+        lvl += 1
+        if lvl == nlev:
+            return -1
+        k = (k >> 6) - 1
+    while lvl > 0:
+        lvl -= 1
+        k = (k << 6) | (63 - int(_clz(bits[off[lvl] + k])))
+    return k
+
+
+@_inline
+def _bit_next(bits: U64, off: I64, k: int) -> int:
+    """The smallest set bit >= ``k`` (-1 if none)."""
+    nlev = off.shape[0] - 1
+    lvl = 0
+    while True:
+        w = k >> 6
+        if off[lvl] + w >= off[lvl + 1]:
+            return -1
+        word = bits[off[lvl] + w] & (_ALL << np.uint64(k & 63))
+        if word != 0:
+            k = (w << 6) | int(_ctz(word))
+            break
+        lvl += 1
+        if lvl == nlev:
+            return -1
+        k = w + 1
+    while lvl > 0:
+        lvl -= 1
+        k = (k << 6) | int(_ctz(bits[off[lvl] + k]))
+    return k
+
+
+@_inline
+def _down4(heap: I64, key: I64, n: int, i: int) -> None:
+    """Sift entry ``i`` of a 4-ary min-heap of ``n`` entries down to its place."""
+    x = heap[i]
+    k = key[i]
+    while True:
+        c = 4 * i + 1
+        if c >= n:
+            break
+        m = c
+        mk = key[c]
+        for d in range(c + 1, min(c + 4, n)):
+            if key[d] < mk:
+                m = d
+                mk = key[d]
+        if mk >= k:
+            break
+        heap[i] = heap[m]
+        key[i] = mk
+        i = m
+    heap[i] = x
+    key[i] = k
+
+
+@_inline
+def _push4(heap: I64, key: I64, n: int, x: int, k: int) -> None:
+    """Add ``x`` with key ``k`` to a 4-ary min-heap of ``n`` entries."""
+    i = n
+    while i > 0:
+        p = (i - 1) >> 2
+        if key[p] <= k:
+            break
+        heap[i] = heap[p]
+        key[i] = key[p]
+        i = p
+    heap[i] = x
+    key[i] = k
+
+
+@jit
+def lfu_budget(item: npt.NDArray[np.integer[Any]], bfirst: I64, decode: B1, lay: I64, size: I64, bud: int,
+               j: int, hd: I64, hb: I64, hl: I64) -> None:
+    """LFU at ``bud`` bytes: evict the fewest lookups since the trace began (counts survive
+    eviction); ties: the least recently touched, in the runtime's order (a batch's hits in
+    routing order, then its misses). A 4-ary min-heap of (count, touch) keys, one entry per cached
+    item; a hit only counts and stamps its item (a key never shrinks), the entry's key is renewed
+    when it reaches the top, so hot items cost nothing."""
     n_items = size.shape[0]
     n_batches = bfirst.shape[0] - 1
-    nbuck = n_batches + 2
     cached = np.zeros(n_items, dtype=np.uint8)
-    prot = np.zeros(n_items, dtype=np.int64)
+    prot = np.full(n_items, -1, dtype=np.int64)
     count = np.zeros(n_items, dtype=np.int64)
-    visited = np.zeros(n_items, dtype=np.uint8)
-    nxt = np.zeros(n_items, dtype=np.int64)  # queue toward newer
-    prv = np.zeros(n_items, dtype=np.int64)  # queue toward older
-    bk = np.zeros(n_items, dtype=np.int64)  # the item's bucket (-1 = none)
-    bn = np.zeros(n_items, dtype=np.int64)
-    bp = np.zeros(n_items, dtype=np.int64)
-    bh = np.zeros(nbuck, dtype=np.int64)
-    bt = np.zeros(nbuck, dtype=np.int64)
-    miss = np.zeros(n_items, dtype=np.int64)
-    words = np.zeros(nbuck // 64 + 1, dtype=np.uint64)  # Belady: bit k set = bucket k not empty
-    one = np.uint64(1)
-    bel = policy == POLICY_BELADY
-    lfu = policy == POLICY_LFU
-    for j in range(budgets.shape[0]):
-        bud = budgets[j]
-        cached[:] = 0
-        prot[:] = -1
-        count[:] = 0
-        visited[:] = 0
-        bk[:] = -1
-        bh[:] = -1
-        bt[:] = -1
-        resident = 0
-        n_cached = 0
-        head = -1  # newest
-        tail = -1  # oldest
-        hand = -1
-        lo = 0  # LFU: no cached item has a count below lo
-        words[:] = 0
-        for b in range(n_batches):
-            s = bfirst[b]
-            e = bfirst[b + 1]
-            nmiss = 0
-            need = 0
-            for i in range(s, e):
-                x = item[i]
-                prot[x] = b
-                count[x] += 1
-                if cached[x] == 1:
-                    if decode[i]:
-                        hit_dec[j] += 1
-                        hitb_dec[j] += size[x]
-                        hit_layer[layer[i], j] += 1
-                    if lfu:
-                        kk = bk[x]  # unlink x from its bucket
-                        if bp[x] != -1:
-                            bn[bp[x]] = bn[x]
-                        else:
-                            bh[kk] = bn[x]
-                        if bn[x] != -1:
-                            bp[bn[x]] = bp[x]
-                        else:
-                            bt[kk] = bp[x]
-                        bk[x] = -1
-                        kk = count[x]  # x at the tail of bucket kk (taken last)
-                        bk[x] = kk
-                        bn[x] = -1
-                        bp[x] = bt[kk]
-                        if bt[kk] != -1:
-                            bn[bt[kk]] = x
-                        else:
-                            bh[kk] = x
-                        bt[kk] = x
-                    elif bel:
-                        kk = bk[x]  # unlink x from its bucket
-                        if bp[x] != -1:
-                            bn[bp[x]] = bn[x]
-                        else:
-                            bh[kk] = bn[x]
-                        if bn[x] != -1:
-                            bp[bn[x]] = bp[x]
-                        else:
-                            bt[kk] = bp[x]
-                        bk[x] = -1
-                        if bh[kk] == -1:
-                            words[kk >> 6] &= ~(one << np.uint64(kk & 63))
-                        k = next_use[i]
-                        kk = k  # x at the head of bucket kk (taken first)
-                        bk[x] = kk
-                        bp[x] = -1
-                        bn[x] = bh[kk]
-                        if bh[kk] != -1:
-                            bp[bh[kk]] = x
-                        else:
-                            bt[kk] = x
-                        bh[kk] = x
-                        words[kk >> 6] |= one << np.uint64(kk & 63)
-                    elif policy == POLICY_SIEVE:
-                        visited[x] = 1
-                else:
-                    miss[nmiss] = i
-                    nmiss += 1
-                    need += size[x]
-            if nmiss == 0 or bud == 0:
+    touch = np.zeros(n_items, dtype=np.int64)
+    heap = np.zeros(n_items, dtype=np.int64)
+    key = np.zeros(n_items, dtype=np.int64)
+    miss = np.zeros(n_items + 1, dtype=np.int64)
+    aside = np.zeros(n_items, dtype=np.int64)
+    hits = 0
+    hbytes = 0
+    hn = 0
+    resident = 0
+    for b in range(n_batches):
+        s = bfirst[b]
+        e = bfirst[b + 1]
+        x0 = int(item[s])
+        sz = size[x0]
+        nmiss = 0
+        for i in range(s, e):
+            x = int(item[i])
+            prot[x] = b
+            count[x] += 1
+            c = int(cached[x])
+            touch[x] += c * (s + i - touch[x])  # a hit: 2s + its place, before the batch's misses
+            miss[nmiss] = i
+            nmiss += 1 - c
+        nh = (e - s) - nmiss
+        if decode[s]:
+            hits += nh
+            hbytes += nh * sz
+            hl[lay[x0], j] += nh
+        if nmiss == 0:
+            continue
+        need = nmiss * sz
+        na = 0
+        while resident + need > bud and hn > 0:
+            x = heap[0]
+            cur = (count[x] << 32) | touch[x]
+            if key[0] != cur:  # counted since it was keyed: a larger key, further down
+                key[0] = cur
+                _down4(heap, key, hn, 0)
                 continue
-            live = n_cached - (e - s - nmiss)
-            # evict until the misses fit (never this batch's entries)
-            if lfu:
-                k = lo
-                while resident + need > bud and live > 0:
-                    x = bh[k]
-                    while x != -1 and prot[x] == b:
-                        x = bn[x]
-                    if x == -1:
-                        k += 1  # empty, or only this batch's entries
-                        continue
-                    kk = bk[x]  # unlink x from its bucket
-                    if bp[x] != -1:
-                        bn[bp[x]] = bn[x]
+            hn -= 1
+            if hn > 0:
+                heap[0] = heap[hn]
+                key[0] = key[hn]
+                _down4(heap, key, hn, 0)
+            if prot[x] == b:
+                aside[na] = x  # this batch's hit: kept
+                na += 1
+                continue
+            cached[x] = 0
+            resident -= size[x]
+        for r in range(na):
+            x = aside[r]
+            _push4(heap, key, hn, x, (count[x] << 32) | touch[x])
+            hn += 1
+        for r in range(nmiss):
+            i = miss[r]
+            x = int(item[i])
+            cached[x] = 1
+            resident += sz
+            touch[x] = 2 * s + (e - s) + (i - s)  # after the batch's hits, in routing order
+            _push4(heap, key, hn, x, (count[x] << 32) | touch[x])
+            hn += 1
+    hd[j] = hits
+    hb[j] = hbytes
+
+
+@jit
+def belady_budget(item: npt.NDArray[np.integer[Any]], bfirst: I64, decode: B1, lay: I64, size: I64, bud: int,
+                  j: int, next_use: npt.NDArray[np.integer[Any]], hd: I64, hb: I64, hl: I64) -> None:
+    """Belady at ``bud`` bytes: evict the entry whose next decode lookup (``next_use`` [n], its
+    batch; ``n_batches`` = none) is farthest ahead; ties: the one whose key was set last. Buckets
+    per next-use batch, each a stack (newest key first); bucket b holds only entries looked up in
+    decode batch b, so that batch empties it: a decode hit needs no unlink (a prefill hit keeps
+    its key and goes to the top of its bucket)."""
+    n_items = size.shape[0]
+    n_batches = bfirst.shape[0] - 1
+    cached = np.zeros(n_items, dtype=np.uint8)
+    prot = np.full(n_items, -1, dtype=np.int64)
+    bn = np.zeros(n_items, dtype=np.int64)  # next older key in the bucket
+    bk = np.zeros(n_items, dtype=np.int64)  # the bucket
+    bh = np.full(n_batches + 1, -1, dtype=np.int64)
+    off = bitmap_levels(n_batches + 1)
+    bits = np.zeros(off[-1], dtype=np.uint64)
+    miss = np.zeros(n_items, dtype=np.int64)
+    hits = 0
+    hbytes = 0
+    resident = 0
+    n_cached = 0
+    for b in range(n_batches):
+        s = bfirst[b]
+        e = bfirst[b + 1]
+        x0 = int(item[s])
+        sz = size[x0]
+        dec = decode[s]
+        if bh[b] != -1:  # its entries are this (decode) batch's hits: each gets a new key below
+            bh[b] = -1
+            _bit_clear(bits, off, b)
+        nh = 0
+        nmiss = 0
+        for i in range(s, e):
+            x = int(item[i])
+            prot[x] = b
+            if cached[x] == 1:
+                nh += 1
+                if not dec:  # a prefill lookup keeps its next decode use: to the top of its bucket
+                    k = bk[x]
+                    y = bh[k]
+                    if y == x:
+                        bh[k] = bn[x]
                     else:
-                        bh[kk] = bn[x]
-                    if bn[x] != -1:
-                        bp[bn[x]] = bp[x]
-                    else:
-                        bt[kk] = bp[x]
-                    bk[x] = -1
-                    cached[x] = 0
-                    n_cached -= 1
-                    resident -= size[x]
-                    live -= 1
-                while lo < nbuck - 1 and bh[lo] == -1 and lo < k:
-                    lo += 1
-            elif bel:
-                k = n_batches  # the farthest next use first (n_batches: never looked up again)
-                while resident + need > bud and live > 0:
-                    # the highest non-empty bucket <= k, through the bitmap of non-empty buckets
-                    w = k >> 6
-                    m = words[w] & ((one << np.uint64(k & 63)) | ((one << np.uint64(k & 63)) - one))
-                    while m == 0:
-                        w -= 1
-                        m = words[w]
-                    k = w << 6
-                    while m > 1:
-                        m >>= one
-                        k += 1
-                    x = bh[k]
-                    while x != -1 and prot[x] == b:
-                        x = bn[x]
-                    if x == -1:
-                        k -= 1  # only this batch's entries here
-                        continue
-                    kk = bk[x]  # unlink x from its bucket
-                    if bp[x] != -1:
-                        bn[bp[x]] = bn[x]
-                    else:
-                        bh[kk] = bn[x]
-                    if bn[x] != -1:
-                        bp[bn[x]] = bp[x]
-                    else:
-                        bt[kk] = bp[x]
-                    bk[x] = -1
-                    if bh[kk] == -1:
-                        words[kk >> 6] &= ~(one << np.uint64(kk & 63))
-                    cached[x] = 0
-                    n_cached -= 1
-                    resident -= size[x]
-                    live -= 1
+                        while bn[y] != x:
+                            y = bn[y]
+                        bn[y] = bn[x]
+                    if bh[k] == -1:
+                        _bit_clear(bits, off, k)
+                k = int(next_use[i])
+                if bh[k] == -1:
+                    _bit_set(bits, off, k)
+                bn[x] = bh[k]
+                bh[k] = x
+                bk[x] = k
             else:
-                # queue policies: walk from the oldest entry
-                while resident + need > bud and live > 0:
-                    if hand == -1:
-                        hand = tail
-                    x = hand
-                    if policy == POLICY_FIFO:
-                        x = tail
-                        while prot[x] == b:
-                            x = nxt[x]
-                    elif prot[x] == b or visited[x] == 1:
-                        if prot[x] != b:
-                            visited[x] = 0
-                        hand = nxt[x]
-                        continue
-                    # evict x
+                miss[nmiss] = i
+                nmiss += 1
+        if dec:
+            hits += nh
+            hbytes += nh * sz
+            hl[lay[x0], j] += nh
+        if nmiss == 0:
+            continue
+        need = nmiss * sz
+        live = n_cached - nh
+        k = n_batches
+        while resident + need > bud and live > 0:
+            k = _bit_prev(bits, off, k)
+            x = bh[k]
+            p = -1
+            while x != -1 and prot[x] == b:
+                p = x
+                x = bn[x]
+            if x == -1:
+                k -= 1  # only this batch's entries here
+                continue
+            if p == -1:
+                bh[k] = bn[x]
+                if bh[k] == -1:
+                    _bit_clear(bits, off, k)
+            else:
+                bn[p] = bn[x]
+            cached[x] = 0
+            n_cached -= 1
+            resident -= size[x]
+            live -= 1
+        for r in range(nmiss):
+            i = miss[r]
+            x = int(item[i])
+            cached[x] = 1
+            n_cached += 1
+            resident += sz
+            k = int(next_use[i])
+            if bh[k] == -1:
+                _bit_set(bits, off, k)
+            bn[x] = bh[k]
+            bh[k] = x
+            bk[x] = k
+    hd[j] = hits
+    hb[j] = hbytes
+
+
+@jit
+def queue_budget(sieve: bool, item: npt.NDArray[np.integer[Any]], bfirst: I64, decode: B1, lay: I64, size: I64,
+                 bud: int, j: int, hd: I64, hb: I64, hl: I64) -> None:
+    """FIFO (evict the oldest insertion; hits change nothing) or, with ``sieve``, SIEVE (a FIFO
+    queue with a visited bit: the hand walks from the oldest entry, clears visited bits and evicts
+    the first entry not visited since it last passed; Zhang et al., NSDI'24) at ``bud`` bytes."""
+    n_items = size.shape[0]
+    n_batches = bfirst.shape[0] - 1
+    cached = np.zeros(n_items, dtype=np.uint8)
+    visited = np.zeros(n_items, dtype=np.uint8)
+    prot = np.full(n_items, -1, dtype=np.int64)
+    nxt = np.zeros(n_items, dtype=np.int64)  # toward newer
+    prv = np.zeros(n_items, dtype=np.int64)  # toward older
+    miss = np.zeros(n_items + 1, dtype=np.int64)
+    hits = 0
+    hbytes = 0
+    resident = 0
+    n_cached = 0
+    head = -1  # newest
+    tail = -1  # oldest
+    hand = -1
+    for b in range(n_batches):
+        s = bfirst[b]
+        e = bfirst[b + 1]
+        x0 = int(item[s])
+        sz = size[x0]
+        nmiss = 0
+        for i in range(s, e):
+            x = int(item[i])
+            prot[x] = b
+            c = int(cached[x])
+            visited[x] |= c
+            miss[nmiss] = i
+            nmiss += 1 - c
+        nh = (e - s) - nmiss
+        if decode[s]:
+            hits += nh
+            hbytes += nh * sz
+            hl[lay[x0], j] += nh
+        if nmiss == 0:
+            continue
+        need = nmiss * sz
+        live = n_cached - nh
+        while resident + need > bud and live > 0:
+            if sieve:
+                if hand == -1:
+                    hand = tail
+                x = hand
+                if prot[x] == b or visited[x] == 1:
+                    if prot[x] != b:
+                        visited[x] = 0
                     hand = nxt[x]
-                    if prv[x] != -1:
-                        nxt[prv[x]] = nxt[x]
-                    else:
-                        tail = nxt[x]
-                    if nxt[x] != -1:
-                        prv[nxt[x]] = prv[x]
-                    else:
-                        head = prv[x]
-                    cached[x] = 0
-                    n_cached -= 1
-                    resident -= size[x]
-                    live -= 1
-            for q in range(nmiss):
-                i = miss[q]
-                x = item[i]
-                cached[x] = 1
-                n_cached += 1
-                resident += size[x]
-                if lfu:
-                    k = count[x]
-                    kk = k  # x at the tail of bucket kk (taken last)
-                    bk[x] = kk
-                    bn[x] = -1
-                    bp[x] = bt[kk]
-                    if bt[kk] != -1:
-                        bn[bt[kk]] = x
-                    else:
-                        bh[kk] = x
-                    bt[kk] = x
-                    if k < lo:
-                        lo = k
-                elif bel:
-                    kk = next_use[i]  # x at the head of bucket kk (taken first)
-                    bk[x] = kk
-                    bp[x] = -1
-                    bn[x] = bh[kk]
-                    if bh[kk] != -1:
-                        bp[bh[kk]] = x
-                    else:
-                        bt[kk] = x
-                    bh[kk] = x
-                    words[kk >> 6] |= one << np.uint64(kk & 63)
-                else:
-                    visited[x] = 0
-                    prv[x] = head
-                    nxt[x] = -1
-                    if head != -1:
-                        nxt[head] = x
-                    head = x
-                    if tail == -1:
-                        tail = x
+                    continue
+                hand = nxt[x]
+            else:
+                x = tail
+                while prot[x] == b:
+                    x = nxt[x]
+            p = prv[x]
+            q = nxt[x]
+            if p != -1:
+                nxt[p] = q
+            else:
+                tail = q
+            if q != -1:
+                prv[q] = p
+            else:
+                head = p
+            cached[x] = 0
+            n_cached -= 1
+            resident -= size[x]
+            live -= 1
+        for r in range(nmiss):
+            x = int(item[miss[r]])
+            cached[x] = 1
+            visited[x] = 0
+            n_cached += 1
+            resident += sz
+            prv[x] = head
+            nxt[x] = -1
+            if head != -1:
+                nxt[head] = x
+            head = x
+            if tail == -1:
+                tail = x
+    hd[j] = hits
+    hb[j] = hbytes
 
 
 @jit
@@ -603,3 +774,17 @@ def lru_direct_hits(item: I64, bfirst: I64, size: I64, budget: int, hit_out: U8)
                 head = x
                 if tail == -1:
                     tail = x
+
+
+@jit
+def next_decode_use(item: I64, bfirst: I64, decode: B1, n_items: int, out: npt.NDArray[np.integer[Any]]) -> None:
+    """``out[i]``: the batch of the next **decode** lookup of lookup ``i``'s item (``n_batches``
+    if none): one backward pass."""
+    n_batches = bfirst.shape[0] - 1
+    nxt = np.full(n_items, n_batches, dtype=np.int64)
+    for b in range(n_batches - 1, -1, -1):
+        for i in range(bfirst[b], bfirst[b + 1]):
+            out[i] = nxt[item[i]]
+        for i in range(bfirst[b], bfirst[b + 1]):
+            if decode[i]:
+                nxt[item[i]] = b

@@ -16,8 +16,12 @@ of the hottest experts from a train part, scored on a test part), ``lru_layer_eq
 
 from __future__ import annotations
 
+import os
 from collections import OrderedDict
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -28,7 +32,7 @@ from . import _kernels as K
 from .lookups import Lookups, layer_lookups, with_profile
 
 __all__ = ["Curve", "LruState", "POLICIES", "dense_budgets", "sweep_budgets", "lru_curve", "lru_hit_flags",
-           "replay_lru", "policy_curve", "static_curve", "static_ranking", "layer_curves",
+           "replay_lru", "policy_curve", "policy_curves", "workers", "static_curve", "static_ranking", "layer_curves",
            "lru_profile_curve", "compulsory_decode_misses", "strp_from_lookups", "MIB"]
 
 MIB = 1024 * 1024
@@ -96,6 +100,14 @@ class Curve:
             raise ValueError(f"read bandwidth must be > 0 MiB/s (got {read_mib_s})")
         return self.read_mib_per_token / read_mib_s
 
+    def select(self, budgets: npt.ArrayLike) -> Curve:
+        """The curve at ``budgets`` (bytes, each one of this curve's): exact, since a replay at
+        one budget does not depend on the others. Raises KeyError for a budget not replayed."""
+        idx = [self.at(int(x)) for x in np.asarray(budgets, dtype=np.int64).reshape(-1)]
+        return Curve(self.policy, self.budgets[idx], self.decode_hits[idx], self.hit_bytes[idx],
+                     self.layer_hits[:, idx], self.decode_lookups, self.decode_bytes, self.layer_lookups,
+                     self.decode_tokens, self.note)
+
     def at(self, budget: int) -> int:
         """Index of ``budget`` (bytes) in ``budgets``. Raises KeyError if it was not replayed."""
         j = int(np.searchsorted(self.budgets, budget))
@@ -143,55 +155,138 @@ def _totals(lk: Lookups) -> tuple[int, int, I64]:
 
 
 class LruState:
-    """The one-pass LRU replay at every budget of ``budgets``, resumable batch by batch.
+    """The one-pass LRU replay at every budget of ``budgets`` (int64 bytes, ascending), fed batch
+    by batch: :meth:`feed` any number of times, :meth:`counts` at any moment.
 
-    ``feed(lk_item, bfirst, ...)`` is internal; use :func:`lru_curve` (a whole trace) or
-    :class:`bmoe_top.tui.analysis.live.LiveLru` (token by token). Memory: n_items x n_budgets bytes.
+    The state does not grow with the lookups fed: per item its last lookup (batch, place) and
+    whether it missed at each budget (uint8 [n_items, n_budgets]), and a log of the batches that
+    are still some item's last batch (the kernel reads an item's batch-mates there), which
+    :meth:`_compact` renumbers when it fills (dead batches dropped, a Fenwick tree over the
+    live ones rebuilt). Memory: about n_items x n_budgets bytes plus ``chunk`` lookups.
     """
 
-    def __init__(self, n_items: int, n_layer: int, item_bytes: I64, budgets: I64, batch_capacity: int,
-                 max_batch: int):
-        nb = budgets.shape[0]
-        self.budgets = budgets
-        self.size = item_bytes
+    def __init__(self, n_items: int, n_layer: int, item_bytes: npt.ArrayLike, budgets: npt.ArrayLike,
+                 chunk: int = 1 << 16):
+        b = np.asarray(budgets, dtype=np.int64).reshape(-1)
+        nb = b.shape[0]
+        self.budgets = b
+        self.n_items = n_items
+        self.size = np.asarray(item_bytes, dtype=np.int64).reshape(-1)
+        if self.size.shape[0] != n_items:
+            raise ValueError(f"{self.size.shape[0]} item sizes for {n_items} items")
+        self.n_expert = max(1, n_items // max(1, n_layer))
+        self.lay = np.minimum(np.arange(n_items, dtype=np.int64) // self.n_expert, max(0, n_layer - 1))
         self.last_batch = np.full(n_items, -1, dtype=np.int64)
         self.last_rpos = np.zeros(n_items, dtype=np.int64)
         self.status = np.ones((n_items, nb), dtype=np.uint8)
         self.srange = np.tile(np.array([0, nb, nb], dtype=np.int64), (n_items, 1))  # never looked up: all miss
-        self.fen = np.zeros(max(1, batch_capacity) + 1, dtype=np.int64)
         self.over = np.zeros(nb, dtype=np.uint8)
         self.bover = np.zeros(nb, dtype=np.int64)
         self.scal = np.zeros(K.N_SCALARS, dtype=np.int64)
-        self.stage = np.zeros((max(1, max_batch), nb), dtype=np.uint8)
+        self.stage = np.zeros((1, nb), dtype=np.uint8)
         self.hit_dec = np.zeros(nb + 1, dtype=np.int64)
         self.hit_pre = np.zeros(nb + 1, dtype=np.int64)
         self.hitb_dec = np.zeros(nb + 1, dtype=np.int64)
-        self.hit_layer = np.zeros((n_layer, nb + 1), dtype=np.int64)
+        self.hit_layer = np.zeros((max(1, n_layer), nb + 1), dtype=np.int64)
+        self.chunk = max(1, int(chunk))
+        # the log: live batches' lookups, then the batches being fed; room for every item once
+        # (each is a live member of exactly one batch) and a chunk
+        cap_l = n_items + self.chunk
+        self.log_item = np.zeros(cap_l, dtype=np.int64)
+        self.log_dec = np.zeros(cap_l, dtype=np.bool_)
+        self.log_bf = np.zeros(cap_l + 1, dtype=np.int64)
+        self.fen = np.zeros(cap_l + 1, dtype=np.int64)
+        self.n_log = 0  # batches in the log
+        self.fed_batches = 0
+        self.compactions = 0
 
-    def grow(self, batch_capacity: int, max_batch: int) -> None:
-        """Room for ``batch_capacity`` batches of up to ``max_batch`` lookups (keeps the state)."""
-        if batch_capacity + 1 > self.fen.shape[0]:
-            cap = max(batch_capacity, 2 * (self.fen.shape[0] - 1))
-            # rebuild the Fenwick tree from the items' last batches: node i holds the bytes of
-            # the batches (i - lowbit(i), i], a difference of two prefix sums
-            seen = self.last_batch >= 0
-            point = np.zeros(cap + 1, dtype=np.int64)
-            np.add.at(point, self.last_batch[seen] + 1, self.size[seen])
-            prefix = np.cumsum(point)
-            i = np.arange(cap + 1, dtype=np.int64)
-            fen = prefix - prefix[i - (i & -i)]
-            fen[0] = 0
-            self.fen = fen
-        if max_batch > self.stage.shape[0]:
-            self.stage = np.zeros((max_batch, self.budgets.shape[0]), dtype=np.uint8)
+    def nbytes(self) -> int:
+        """Bytes of the state's arrays (constant: it never grows with the lookups fed)."""
+        return sum(int(a.nbytes) for a in (self.last_batch, self.last_rpos, self.status, self.srange, self.over,
+                                            self.bover, self.stage, self.hit_dec, self.hit_pre, self.hitb_dec,
+                                            self.hit_layer, self.log_item, self.log_dec, self.log_bf, self.fen,
+                                            self.lay, self.size))
 
-    def feed(self, item: I64, bfirst: I64, b0: int, b1: int, decode: npt.NDArray[np.bool_], layer: I64,
-             hit_out: U8 | None = None) -> None:
-        """Replay batches ``b0 .. b1-1`` of the lookup log ``item`` (``bfirst`` their starts)."""
+    def _compact(self) -> None:
+        """Keep only the log's live batches (some item's last batch), each with its live members
+        in routing order, renumbered 0..m-1 in order; rebuild the Fenwick tree over them."""
+        seen = np.flatnonzero(self.last_batch >= 0)
+        order = seen[np.lexsort((self.last_rpos[seen], self.last_batch[seen]))]
+        old = self.last_batch[order]
+        live, first, counts = np.unique(old, return_index=True, return_counts=True)
+        m = int(live.shape[0])
+        self.log_item[: order.shape[0]] = order
+        self.log_bf[0] = 0
+        self.log_bf[1: m + 1] = np.cumsum(counts)
+        new_id = np.repeat(np.arange(m, dtype=np.int64), counts)
+        self.last_batch[order] = new_id
+        # a budget holding an oversized batch compares batch ids: the first live batch at or
+        # after it gives the same answer for every live batch
+        self.bover[:] = np.searchsorted(live, self.bover, side="left")
+        point = np.zeros(self.fen.shape[0], dtype=np.int64)
+        np.add.at(point, new_id + 1, self.size[order])
+        prefix = np.cumsum(point)
+        i = np.arange(self.fen.shape[0], dtype=np.int64)
+        self.fen[:] = prefix - prefix[i - (i & -i)]  # node i: the batches (i - lowbit(i), i]
+        self.fen[0] = 0
+        self.n_log = m
+        self.compactions += 1
+
+    def feed(self, item: npt.ArrayLike, bfirst: npt.ArrayLike, decode: npt.ArrayLike, b0: int = 0,
+             b1: int | None = None, hit_out: U8 | None = None) -> None:
+        """Replay batches ``b0 .. b1-1`` (default: all) of the lookups ``item`` (any integers,
+        item ids) whose batches start at ``bfirst`` [n_batches + 1] (indices into ``item``);
+        ``decode`` bool per lookup. ``hit_out`` uint8 [n, n_budgets]: per-lookup hit flags, row
+        = the lookup's index in ``item``. Raises ValueError for an item id out of range."""
+        it = np.asarray(item)
+        bf = np.asarray(bfirst, dtype=np.int64)
+        dec = np.asarray(decode, dtype=np.bool_)
+        stop = bf.shape[0] - 1 if b1 is None else b1
         out = hit_out if hit_out is not None else np.zeros((0, self.budgets.shape[0]), dtype=np.uint8)
-        K.lru_feed(item, bfirst, b0, b1, decode, layer, self.size, self.budgets, self.last_batch, self.last_rpos,
-                   self.status, self.srange, self.fen, self.over, self.bover, self.scal, self.stage, self.hit_dec,
-                   self.hit_pre, self.hitb_dec, self.hit_layer, out)
+        b = b0
+        while b < stop:
+            # as many batches as fit a chunk (at least one: a batch larger than a chunk alone)
+            s = int(bf[b])
+            e = int(np.searchsorted(bf, s + self.chunk, side="right")) - 1
+            e = min(max(e, b + 1), stop)
+            n_new = int(bf[e]) - s
+            start = int(self.log_bf[self.n_log])
+            if start + n_new > self.log_item.shape[0] or self.n_log + (e - b) + 1 > self.fen.shape[0] - 1:
+                self._compact()
+                start = int(self.log_bf[self.n_log])
+                if start + n_new > self.log_item.shape[0] or self.n_log + (e - b) + 1 > self.fen.shape[0] - 1:
+                    self._room(start + n_new, self.n_log + (e - b) + 1)
+            chunk_items = it[s: s + n_new]
+            if n_new and (int(chunk_items.min()) < 0 or int(chunk_items.max()) >= self.n_items):
+                raise ValueError(f"an item id outside 0..{self.n_items - 1}")
+            self.log_item[start: start + n_new] = chunk_items
+            self.log_dec[start: start + n_new] = dec[s: s + n_new]
+            nb0 = self.n_log
+            self.log_bf[nb0 + 1: nb0 + 1 + (e - b)] = bf[b + 1: e + 1] - s + start
+            widest = int(np.diff(bf[b: e + 1]).max())
+            if widest > self.stage.shape[0]:
+                self.stage = np.zeros((widest, self.budgets.shape[0]), dtype=np.uint8)
+            K.lru_feed(self.log_item, self.log_bf, nb0, nb0 + (e - b), self.log_dec, self.lay, self.size, self.budgets,
+                       self.last_batch, self.last_rpos, self.status, self.srange, self.fen, self.over, self.bover,
+                       self.scal, self.stage, self.hit_dec, self.hit_pre, self.hitb_dec, self.hit_layer, out,
+                       s - start)
+            self.n_log += e - b
+            self.fed_batches += e - b
+            b = e
+
+    def _room(self, lookups: int, batches: int) -> None:
+        """Grow the log for one batch wider than a chunk (kept for the state's life)."""
+        cap = max(lookups, batches) + self.chunk
+        for name in ("log_item", "log_dec"):
+            old = getattr(self, name)
+            new = np.zeros(cap, dtype=old.dtype)
+            new[: old.shape[0]] = old
+            setattr(self, name, new)
+        bf = np.zeros(cap + 1, dtype=np.int64)
+        bf[: self.log_bf.shape[0]] = self.log_bf
+        self.log_bf = bf
+        self.fen = np.zeros(cap + 1, dtype=np.int64)
+        self._compact()
 
     def counts(self) -> tuple[I64, I64, I64, I64]:
         """(decode hits, prefill hits, decode hit bytes, per-layer decode hits) at each budget."""
@@ -200,14 +295,9 @@ class LruState:
                 np.cumsum(self.hit_layer, axis=1)[:, :nb])
 
 
-def _max_batch(bfirst: I64) -> int:
-    return int(np.diff(bfirst).max()) if bfirst.shape[0] > 1 else 1
-
-
 def _lru_state(lk: Lookups, budgets: I64, hit_out: U8 | None = None) -> LruState:
-    bf = lk.batch_first()
-    st = LruState(lk.n_items, lk.n_layer, lk.item_bytes, budgets, lk.n_batches, _max_batch(bf))
-    st.feed(lk.item, bf, 0, lk.n_batches, lk.decode, lk.layer, hit_out)
+    st = LruState(lk.n_items, lk.n_layer, lk.item_bytes, budgets)
+    st.feed(lk.item, lk.batch_first(), lk.decode, hit_out=hit_out)
     return st
 
 
@@ -271,50 +361,98 @@ def replay_lru(lk: Lookups, budget: int) -> U8:
     return hits
 
 
-def _next_use(lk: Lookups) -> I64:
-    """int64 [n]: the batch of the next **decode** lookup of the same item (``n_batches`` if
+def _next_use(lk: Lookups) -> npt.NDArray[np.int32]:
+    """int32 [n]: the batch of the next **decode** lookup of the same item (``n_batches`` if
     none). Only decode hits are scored, so a prefill lookup is no reason to keep an expert."""
-    n = lk.n
-    out = np.full(n, lk.n_batches, dtype=np.int64)
-    if n == 0:
-        return out
-    order = np.lexsort((np.arange(n), lk.item))  # by item, then lookup order
-    it = lk.item[order]
-    bt = lk.batch[order]
-    dpos = np.flatnonzero(lk.decode[order])
-    k = np.searchsorted(dpos, np.arange(n), side="right")
-    has = k < dpos.shape[0]
-    cand = dpos[np.minimum(k, max(0, dpos.shape[0] - 1))] if dpos.size else np.zeros(n, dtype=np.int64)
-    ok = has & (it[cand] == it)
-    out[order] = np.where(ok, bt[cand], lk.n_batches)
+    out = np.empty(lk.n, dtype=np.int32)
+    K.next_decode_use(lk.item, lk.batch_first(), lk.decode, lk.n_items, out)
     return out
 
 
-def policy_curve(lk: Lookups, policy: str, budgets: npt.ArrayLike) -> Curve:
-    """Replay ``policy`` (``lfu``, ``fifo``, ``sieve``, ``belady``) at each budget (bytes).
+def _compact_items(lk: Lookups) -> npt.NDArray[np.integer[Any]]:
+    """``lk.item`` in the narrowest integer type that holds every item id: the per-budget
+    kernels read the whole trace once per budget, so its bytes are their memory traffic."""
+    return lk.item.astype(np.int16 if lk.n_items <= np.iinfo(np.int16).max else np.int32)
+
+
+#: the policies replayed one budget at a time, and the kernel of each
+_PER_BUDGET = ("lfu", "fifo", "sieve", "belady")
+
+
+def workers() -> int:
+    """Threads the per-budget replays run on: the CPUs this process may use."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def policy_curves(lk: Lookups, policies: Sequence[str], budgets: npt.ArrayLike,
+                  threads: int | None = None) -> dict[str, Curve]:
+    """Replay each of ``policies`` (``lru``, ``lfu``, ``fifo``, ``sieve``, ``belady``) at each
+    budget (bytes). LRU is one pass over the trace for every budget (:func:`lru_curve`); the
+    others replay each budget on its own, every (policy, budget) pair a task on ``threads``
+    threads (default :func:`workers`): the same numbers on any number of threads.
 
     Belady evicts the expert whose next decode lookup is farthest ahead (prefill lookups are not
     scored, so they are no reason to keep an expert). With experts of one size this is the
     optimum under the runtime's rules (a batch's experts must all be cached); with several sizes
-    it is the classic farthest-next-use ceiling estimate. Raises ValueError for an unknown policy or bad budgets.
-    """
-    codes = {"lfu": K.POLICY_LFU, "sieve": K.POLICY_SIEVE, "belady": K.POLICY_BELADY, "fifo": K.POLICY_FIFO}
-    if policy == "lru":
-        return lru_curve(lk, budgets)
-    if policy not in codes:
-        raise ValueError(f"unknown policy {policy!r}; choose one of lru, {', '.join(codes)}")
+    it is the classic farthest-next-use ceiling estimate. Raises ValueError for an unknown policy
+    or bad budgets."""
+    unknown = [p for p in policies if p != "lru" and p not in _PER_BUDGET]
+    if unknown:
+        raise ValueError(f"unknown policy {unknown[0]!r}; choose one of lru, {', '.join(_PER_BUDGET)}")
     b = _check_budgets(budgets)
+    if lk.n >= 1 << 31:
+        raise ValueError(f"{lk.n} lookups: the per-budget replays take at most 2^31")
+    out: dict[str, Curve] = {}
+    if "lru" in policies:
+        out["lru"] = lru_curve(lk, b)
+    todo = [p for p in _PER_BUDGET if p in policies]
+    if not todo:
+        return {p: out[p] for p in policies}
     nb = b.shape[0]
-    hd = np.zeros(nb, dtype=np.int64)
-    hb = np.zeros(nb, dtype=np.int64)
-    hl = np.zeros((lk.n_layer, nb), dtype=np.int64)
-    nu = _next_use(lk) if policy == "belady" else np.zeros(lk.n, dtype=np.int64)
-    K.policy_run(codes[policy], lk.item, lk.batch_first(), lk.decode, lk.layer, lk.item_bytes, b, nu, hd, hb, hl)
+    item = _compact_items(lk)
+    bf = lk.batch_first()
+    lay = np.repeat(np.arange(lk.n_layer, dtype=np.int64), lk.n_expert)
+    nu = _next_use(lk) if "belady" in todo else np.zeros(0, dtype=np.int32)
+    res = {p: (np.zeros(nb, dtype=np.int64), np.zeros(nb, dtype=np.int64), np.zeros((lk.n_layer, nb), dtype=np.int64))
+           for p in todo}
+
+    def run(p: str, j: int) -> None:
+        hd, hb, hl = res[p]
+        args = (item, bf, lk.decode, lay, lk.item_bytes, int(b[j]), j)
+        if p == "lfu":
+            K.lfu_budget(*args, hd, hb, hl)
+        elif p == "belady":
+            K.belady_budget(*args, nu, hd, hb, hl)
+        else:
+            K.queue_budget(p == "sieve", *args, hd, hb, hl)
+
+    # budget 0 is no cache: no hits. The costliest first (Belady, LFU; small budgets miss most)
+    tasks = [(p, j) for p in ("belady", "lfu", "sieve", "fifo") if p in todo for j in range(nb) if b[j] > 0]
+    n_threads = min(len(tasks), threads or workers())
+    if n_threads <= 1:
+        for p, j in tasks:
+            run(p, j)
+    else:
+        with ThreadPoolExecutor(n_threads) as pool:
+            for f in [pool.submit(run, p, j) for p, j in tasks]:
+                f.result()
     dl, db, ll = _totals(lk)
     note = ""
-    if policy == "belady" and np.unique(lk.layer_bytes()[lk.moe_layers()]).size > 1:
+    if "belady" in todo and np.unique(lk.layer_bytes()[lk.moe_layers()]).size > 1:
         note = "experts of several sizes: farthest-next-use is a ceiling estimate, not a proven optimum"
-    return Curve(policy, b, hd, hb, hl, dl, db, ll, lk.n_decode_tokens, note)
+    for name in todo:
+        hd, hb, hl = res[name]
+        out[name] = Curve(name, b, hd, hb, hl, dl, db, ll, lk.n_decode_tokens, note if name == "belady" else "")
+    return {name: out[name] for name in policies}
+
+
+def policy_curve(lk: Lookups, policy: str, budgets: npt.ArrayLike) -> Curve:
+    """One policy of :func:`policy_curves` (``lru``, ``lfu``, ``fifo``, ``sieve``, ``belady``) at
+    each budget (bytes). Raises ValueError for an unknown policy or bad budgets."""
+    return policy_curves(lk, (policy,), budgets)[policy]
 
 
 def static_ranking(train: Lookups) -> I64:

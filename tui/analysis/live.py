@@ -22,7 +22,9 @@ class LiveLru:
 
     ``layer_bytes`` int [n_layer] one expert's bytes per layer (0 = a layer without MoE).
     Cost: one compiled call per :meth:`feed_tokens` over its tokens' n_layer x k lookups
-    (benchmarks/bench_cachesim.py measures it). Not thread-safe: feed from one thread.
+    (benchmarks/bench_cachesim.py measures it). Memory: :meth:`state_bytes`, the same after a
+    million tokens as after one (the curve stays exact over the whole run: the replay keeps per
+    expert its last lookup, not the lookups). Not thread-safe: feed from one thread.
     """
 
     def __init__(self, n_layer: int, n_expert: int, layer_bytes: npt.ArrayLike,
@@ -50,35 +52,15 @@ class LiveLru:
                 raise ValueError("budgets must be byte counts >= 0")
             b = np.unique(np.concatenate([b, more]))
         self.budgets = b
-        self._cap = 1024
-        self._item = np.zeros(self._cap * 8, dtype=np.int64)
-        self._dec = np.zeros(self._cap * 8, dtype=np.bool_)
-        self._lay = np.zeros(self._cap * 8, dtype=np.int64)
-        self._bfirst = np.zeros(self._cap + 1, dtype=np.int64)
-        self._n = 0
-        self._nb = 0
         self.decode_tokens = 0
         self.decode_lookups = 0
         self.decode_bytes = 0
         self.layer_lookups = np.zeros(n_layer, dtype=np.int64)
-        self._state = LruState(n_layer * n_expert, n_layer, self.item_bytes, b, self._cap, n_expert)
+        self._state = LruState(n_layer * n_expert, n_layer, self.item_bytes, b)
 
-    def _room(self, lookups: int, batches: int) -> None:
-        need_l = self._n + lookups
-        if need_l > self._item.shape[0]:
-            cap = max(need_l, 2 * self._item.shape[0])
-            for name in ("_item", "_dec", "_lay"):
-                old = getattr(self, name)
-                new = np.zeros(cap, dtype=old.dtype)
-                new[: self._n] = old[: self._n]
-                setattr(self, name, new)
-        need_b = self._nb + batches
-        if need_b + 1 > self._bfirst.shape[0]:
-            cap = max(need_b + 1, 2 * self._bfirst.shape[0])
-            new = np.zeros(cap, dtype=np.int64)
-            new[: self._nb + 1] = self._bfirst[: self._nb + 1]
-            self._bfirst = new
-            self._state.grow(cap, self.n_expert)
+    def state_bytes(self) -> int:
+        """Bytes the replay holds: constant over the run (about n_layer x n_expert x budgets)."""
+        return self._state.nbytes() + int(self.layer_lookups.nbytes)
 
     def _feed(self, routing: I64, decode: bool) -> None:
         """``routing`` int64 [tokens, n_layer, k]: one batch per layer over all its tokens."""
@@ -108,20 +90,10 @@ class LiveLru:
         nl = int(counts.sum())
         if nl == 0:
             return
-        self._room(nl, batches.shape[0])
         items = (row_layer[:, None] * self.n_expert + rows)[keep]
-        lay = np.repeat(row_layer, counts)
-        s = self._n
-        self._item[s:s + nl] = items
-        self._dec[s:s + nl] = decode
-        self._lay[s:s + nl] = lay
-        b0 = self._nb
-        self._bfirst[b0 + 1:b0 + 1 + batches.shape[0]] = s + np.cumsum(counts[batches])
-        self._n += nl
-        self._nb += batches.shape[0]
-        if int(counts.max()) > self._state.stage.shape[0]:
-            self._state.grow(self._bfirst.shape[0] - 1, int(counts.max()))
-        self._state.feed(self._item, self._bfirst, b0, self._nb, self._dec, self._lay)
+        bfirst = np.zeros(batches.shape[0] + 1, dtype=np.int64)
+        bfirst[1:] = np.cumsum(counts[batches])
+        self._state.feed(items, bfirst, np.full(nl, decode, dtype=np.bool_))
         if decode:
             # a token whose every layer is empty is not a token of the replay (as fed alone)
             self.decode_tokens += int((counts.reshape(-1, self.n_layer).sum(axis=1) > 0).sum())

@@ -16,6 +16,7 @@ layer's expert bytes (the sum of its gate/up/down slices: runtime/gguf_layout.py
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -197,6 +198,44 @@ def from_route_trace(trace: RouteTrace, prefill_batch: int | None = None) -> Loo
                         n_layer, n_expert, top_k, prefill_batch, known)
 
 
+#: decode tokens per chunk of :func:`from_routing` (bounds its temporaries)
+_TOKEN_CHUNK = 2048
+
+
+def _decode_lookups(dec: npt.NDArray[np.integer[Any]], n_expert: int, batch0: int
+                    ) -> tuple[list[I64], list[I64], list[I64], int, int]:
+    """The decode lookups of ``dec`` [tokens, n_layer, k] in replay order (token, then layer,
+    then slot; each batch's experts unique in order of first appearance, ids < 0 dropped), in
+    chunks of :data:`_TOKEN_CHUNK` tokens: (item, batch, token) chunks, batches, tokens."""
+    n_tok, n_layer, k = dec.shape
+    items: list[I64] = []
+    batches: list[I64] = []
+    tokens: list[I64] = []
+    nb = batch0
+    nt = 0
+    row_layer = np.tile(np.arange(n_layer, dtype=np.int64), min(n_tok, _TOKEN_CHUNK))
+    later = np.triu(np.ones((k, k), dtype=bool), 1)
+    for c0 in range(0, n_tok, _TOKEN_CHUNK):
+        rows = np.asarray(dec[c0:c0 + _TOKEN_CHUNK], dtype=np.int64).reshape(-1, k)
+        keep = rows >= 0
+        if k > 1:  # a slot repeating an earlier slot of its row is no second lookup
+            keep &= ~((rows[:, :, None] == rows[:, None, :]) & later[None, :, :]).any(axis=1)
+        if keep.any() and int(rows[keep].max()) >= n_expert:
+            raise ValueError(f"expert id {int(rows[keep].max())} >= n_expert {n_expert}")
+        per_row = keep.sum(axis=1)
+        is_batch = per_row > 0
+        bid = nb + np.cumsum(is_batch) - 1
+        per_tok = is_batch.reshape(-1, n_layer).any(axis=1)
+        tid = nt + np.cumsum(per_tok) - 1
+        rl = row_layer[: rows.shape[0]]
+        items.append((rl[:, None] * n_expert + rows)[keep])
+        batches.append(np.repeat(bid, per_row))
+        tokens.append(np.repeat(np.repeat(tid, n_layer), per_row))
+        nb += int(is_batch.sum())
+        nt += int(per_tok.sum())
+    return items, batches, tokens, nb - batch0, nt
+
+
 def from_routing(decode_routing: npt.ArrayLike, layer_bytes: npt.ArrayLike, n_expert: int,
                  prefill_routing: npt.ArrayLike | None = None, prefill_batch: int | None = None,
                  sizes_known: bool = True) -> Lookups:
@@ -205,39 +244,49 @@ def from_routing(decode_routing: npt.ArrayLike, layer_bytes: npt.ArrayLike, n_ex
     ``decode_routing``: int array [n_tokens, n_layer, k] of expert ids (-1 = no expert: a layer
     without MoE); ``prefill_routing``: the same for the prompt's tokens (one batch, or chunks of
     ``prefill_batch`` tokens); ``layer_bytes``: int [n_layer] one expert's bytes per layer.
+    The decode tokens are read in chunks: no temporary grows past a chunk's lookups.
     Raises ValueError on a shape mismatch or an expert id >= ``n_expert``.
     """
-    dec = np.asarray(decode_routing, dtype=np.int64)
+    dec = np.asarray(decode_routing)
+    if not np.issubdtype(dec.dtype, np.integer):
+        dec = dec.astype(np.int64)
     if dec.ndim != 3:
         raise ValueError(f"decode routing must be [tokens, layers, k], got shape {dec.shape}")
     n_tok, n_layer, k = dec.shape
     lb = np.asarray(layer_bytes, dtype=np.int64).reshape(-1)
     if lb.shape[0] != n_layer:
         raise ValueError(f"{lb.shape[0]} layer sizes for {n_layer} layers")
-    parts = []
+    item_bytes = np.repeat(lb, n_expert).astype(np.int64)
+    pre_lk: Lookups | None = None
     if prefill_routing is not None:
         pre = np.asarray(prefill_routing, dtype=np.int64)
         if pre.ndim != 3 or pre.shape[1] != n_layer:
             raise ValueError(f"prefill routing must be [tokens, {n_layer}, k], got shape {pre.shape}")
-        parts.append((pre, PHASE_PREFILL))
-    parts.append((dec, 1))
-    cols: list[list[I64]] = [[], [], [], []]
-    for arr, ph in parts:
-        t, l_, s = np.meshgrid(np.arange(arr.shape[0]), np.arange(n_layer), np.arange(arr.shape[2]), indexing="ij")
-        e = arr.reshape(-1)
+        t, l_, _s = np.meshgrid(np.arange(pre.shape[0]), np.arange(n_layer), np.arange(pre.shape[2]), indexing="ij")
+        e = pre.reshape(-1)
         ok = e >= 0
-        cols[0].append(np.full(int(ok.sum()), ph, dtype=np.int64))
-        cols[1].append(t.reshape(-1)[ok].astype(np.int64) + (0 if ph == PHASE_PREFILL else 1 << 30))
-        cols[2].append(l_.reshape(-1)[ok].astype(np.int64))
-        cols[3].append(e[ok])
-    phase, step, layer, expert = (np.concatenate(c) for c in cols)
-    if expert.size and int(expert.max()) >= n_expert:
-        raise ValueError(f"expert id {int(expert.max())} >= n_expert {n_expert}")
-    turn = np.zeros(phase.shape[0], dtype=np.int64)
-    rec = np.full(phase.shape[0], -1, dtype=np.int8)
-    item_bytes = np.repeat(lb, n_expert).astype(np.int64)
-    return _from_arrays(turn, phase, step, layer, expert, rec, item_bytes, n_layer, n_expert, k,
-                        prefill_batch, sizes_known)
+        if ok.any() and int(e[ok].max()) >= n_expert:
+            raise ValueError(f"expert id {int(e[ok].max())} >= n_expert {n_expert}")
+        m = int(ok.sum())
+        pre_lk = _from_arrays(np.zeros(m, dtype=np.int64), np.full(m, PHASE_PREFILL, dtype=np.int64),
+                              t.reshape(-1)[ok].astype(np.int64), l_.reshape(-1)[ok].astype(np.int64), e[ok],
+                              np.full(m, -1, dtype=np.int8), item_bytes, n_layer, n_expert, k, prefill_batch,
+                              sizes_known)
+    b0 = pre_lk.n_batches if pre_lk is not None else 0
+    items, batches, tokens, _nb, n_dec = _decode_lookups(dec, n_expert, b0)
+    if pre_lk is not None and pre_lk.n:
+        items.insert(0, pre_lk.item)
+        batches.insert(0, pre_lk.batch)
+        tokens.insert(0, pre_lk.token)
+    item = np.concatenate(items) if items else np.zeros(0, dtype=np.int64)
+    del items
+    batch = np.concatenate(batches) if batches else np.zeros(0, dtype=np.int64)
+    del batches
+    token = np.concatenate(tokens) if tokens else np.zeros(0, dtype=np.int64)
+    del tokens
+    decode = token >= 0
+    return Lookups(item, batch, decode, token, np.full(item.shape[0], -1, dtype=np.int8), item_bytes, n_layer,
+                   n_expert, k, n_dec, sizes_known)
 
 
 def from_routing_bin(rb: RoutingBin, n_expert: int, layer_bytes: npt.ArrayLike | None = None,

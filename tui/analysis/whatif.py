@@ -176,11 +176,15 @@ def analyse(lk: Lookups, budgets: npt.ArrayLike | None = None, run_budget: int |
     if budgets is None:  # the default sweep also holds the recommended budget
         b = np.unique(np.append(b, rec))
     lc = C.layer_curves(lk)  # the per-layer curves: partitioned policies and the allocation
+    lru = lru_all.select(b)  # the dense axis holds every sweep budget
+    replayed = C.policy_curves(lk, [p for p in policies if p in ("lfu", "fifo", "sieve", "belady")], b)
     curves: list[C.Curve] = []
     train_tokens = 0
     for p in policies:
-        if p in ("lru", "lfu", "fifo", "sieve", "belady"):
-            curves.append(C.policy_curve(lk, p, b))
+        if p == "lru":
+            curves.append(lru)
+        elif p in replayed:
+            curves.append(replayed[p])
         elif p in ("static", "lru_profile"):
             try:
                 train, test = split_decode(lk, train_fraction)
@@ -192,7 +196,6 @@ def analyse(lk: Lookups, budgets: npt.ArrayLike | None = None, run_budget: int |
         else:
             curves.append(layer_partitioned_curve(lk, b, lc, by_allocation=p == "lru_layer_alloc"))
     by = {c.policy: c for c in curves}
-    lru = by.get("lru") or C.lru_curve(lk, b)
     bel = by.get("belady")
     gap = _floats(bel.decode_hit_pct - lru.decode_hit_pct) if bel is not None else []
     focus = run_budget if run_budget is not None else rec
