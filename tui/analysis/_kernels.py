@@ -43,7 +43,12 @@ def jit(fn: F) -> F:
     return cast(F, numba.njit(cache=True, nogil=True)(fn))
 
 
-@jit
+def _inline(fn: F) -> F:
+    """A helper inlined into its caller's IR (no call, so no reference counting of its arrays)."""
+    return cast(F, numba.njit(cache=True, nogil=True, inline="always")(fn))
+
+
+@_inline
 def _missed(status: U8, srange: I64, x: int, j: int, bj: int) -> int:
     """1 if item ``x``'s last lookup missed at budget ``j`` (of ``bj`` bytes), from its ranges
     ``srange[x]`` = (jl, lo, hi): written out in ``status`` below jl and in [lo, hi), a miss in
@@ -279,11 +284,6 @@ _ONE = np.uint64(1)
 _ALL = np.uint64(0xFFFFFFFFFFFFFFFF)
 
 
-def _inline(fn: F) -> F:
-    """A helper inlined into its caller's IR (no call, so no reference counting of its arrays)."""
-    return cast(F, numba.njit(cache=True, nogil=True, inline="always")(fn))
-
-
 @jit
 def bitmap_levels(n_bits: int) -> I64:
     """Offsets of the levels of a bitmap over ``n_bits`` buckets (level 0 first, one word per 64
@@ -510,6 +510,7 @@ def belady_budget(item: npt.NDArray[np.integer[Any]], bfirst: I64, decode: B1, l
     hbytes = 0
     resident = 0
     n_cached = 0
+    top = 0  # no bucket above it is in use
     for b in range(n_batches):
         s = bfirst[b]
         e = bfirst[b + 1]
@@ -538,6 +539,7 @@ def belady_budget(item: npt.NDArray[np.integer[Any]], bfirst: I64, decode: B1, l
                     if bh[k] == -1:
                         _bit_clear(bits, off, k)
                 k = int(next_use[i])
+                top = max(top, k)
                 if bh[k] == -1:
                     _bit_set(bits, off, k)
                 bn[x] = bh[k]
@@ -554,7 +556,8 @@ def belady_budget(item: npt.NDArray[np.integer[Any]], bfirst: I64, decode: B1, l
             continue
         need = nmiss * sz
         live = n_cached - nh
-        k = n_batches
+        k = _bit_prev(bits, off, top)
+        top = k  # the farthest bucket in use: nothing above it
         while resident + need > bud and live > 0:
             k = _bit_prev(bits, off, k)
             x = bh[k]
@@ -582,6 +585,7 @@ def belady_budget(item: npt.NDArray[np.integer[Any]], bfirst: I64, decode: B1, l
             n_cached += 1
             resident += sz
             k = int(next_use[i])
+            top = max(top, k)
             if bh[k] == -1:
                 _bit_set(bits, off, k)
             bn[x] = bh[k]
@@ -681,18 +685,18 @@ def queue_budget(sieve: bool, item: npt.NDArray[np.integer[Any]], bfirst: I64, d
 
 
 @jit
-def static_hits(item: I64, decode: B1, layer: I64, size: I64, budgets: I64, rank_bytes: I64,
-                hit_dec: I64, hitb_dec: I64, hit_layer: I64) -> None:
+def static_hits(item: npt.NDArray[np.integer[Any]], decode: B1, lay: I64, size: I64, budgets: I64,
+                rank_bytes: I64, hit_dec: I64, hitb_dec: I64, hit_layer: I64) -> None:
     """A static profile: the items whose cumulative bytes in rank order (``rank_bytes`` int64
     [n_items], the bytes of the profile up to and including the item; a large number when the
-    item is unranked) fit the budget are resident for the whole replay, nothing else is kept."""
+    item is unranked) fit the budget are resident for the whole replay, nothing else is kept.
+    Outputs are difference arrays over budgets (int64 [n_budgets + 1], per layer [n_layer,
+    n_budgets + 1]: a cumulative sum gives the counts); ``lay`` int64 [n_items] each item's layer."""
     nb = budgets.shape[0]
-    for i in range(item.shape[0]):
-        if not decode[i]:
-            continue
-        x = item[i]
+    first = np.empty(size.shape[0], dtype=np.int64)  # each item's first budget holding it
+    for x in range(size.shape[0]):
         rb = rank_bytes[x]
-        j = 0  # first budget >= rb (binary search from 0)
+        j = 0  # first budget >= rb (binary search)
         fh = nb
         while j < fh:
             fm = (j + fh) >> 1
@@ -700,10 +704,14 @@ def static_hits(item: I64, decode: B1, layer: I64, size: I64, budgets: I64, rank
                 j = fm + 1
             else:
                 fh = fm
-        for jj in range(j, nb):
-            hit_dec[jj] += 1
-            hitb_dec[jj] += size[x]
-            hit_layer[layer[i], jj] += 1
+        first[x] = j
+    for i in range(item.shape[0]):
+        if decode[i]:
+            x = int(item[i])
+            j = first[x]
+            hit_dec[j] += 1
+            hitb_dec[j] += size[x]
+            hit_layer[lay[x], j] += 1
 
 
 @jit
@@ -788,3 +796,47 @@ def next_decode_use(item: I64, bfirst: I64, decode: B1, n_items: int, out: npt.N
         for i in range(bfirst[b], bfirst[b + 1]):
             if decode[i]:
                 nxt[item[i]] = b
+
+
+@jit
+def compulsory_decode(item: npt.NDArray[np.integer[Any]], decode: B1, n_items: int) -> int:
+    """Decode lookups that are their item's first lookup."""
+    seen = np.zeros(n_items, dtype=np.uint8)
+    out = 0
+    for i in range(item.shape[0]):
+        x = int(item[i])
+        if seen[x] == 0:
+            seen[x] = 1
+            if decode[i]:
+                out += 1
+    return out
+
+
+@jit
+def reuse_gaps(item: npt.NDArray[np.integer[Any]], decode: B1, token: I64, n_items: int,
+               out: npt.NDArray[np.int64]) -> int:
+    """Decode tokens between consecutive decode lookups of an item, into ``out`` (room for every
+    decode lookup); returns how many."""
+    last = np.full(n_items, -1, dtype=np.int64)
+    m = 0
+    for i in range(item.shape[0]):
+        if decode[i]:
+            x = int(item[i])
+            if last[x] >= 0:
+                out[m] = token[i] - last[x]
+                m += 1
+            last[x] = token[i]
+    return m
+
+
+@jit
+def uniform_batches(item: npt.NDArray[np.integer[Any]], bfirst: I64, decode: B1, lay: I64) -> bool:
+    """True when every batch's lookups share one layer and one phase."""
+    for b in range(bfirst.shape[0] - 1):
+        s = bfirst[b]
+        ly = lay[int(item[s])]
+        d = decode[s]
+        for i in range(s + 1, bfirst[b + 1]):
+            if lay[int(item[i])] != ly or decode[i] != d:
+                return False
+    return True

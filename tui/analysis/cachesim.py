@@ -16,12 +16,13 @@ of the hottest experts from a train part, scored on a test part), ``lru_layer_eq
 
 from __future__ import annotations
 
+import functools
 import os
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -29,16 +30,18 @@ import numpy.typing as npt
 from bmoe_top.parsers.strp import StrpProfile, profile_from_counts
 
 from . import _kernels as K
-from .lookups import Lookups, layer_lookups, with_profile
+from .lookups import Lookups, profile_fill
 
 __all__ = ["Curve", "LruState", "POLICIES", "dense_budgets", "sweep_budgets", "lru_curve", "lru_hit_flags",
-           "replay_lru", "policy_curve", "policy_curves", "workers", "static_curve", "static_ranking", "layer_curves",
+           "replay_lru", "policy_curve", "policy_curves", "plan_policy_curves", "plan_layer_curves", "Plan",
+           "run_tasks", "workers", "static_curve", "static_ranking", "layer_curves",
            "lru_profile_curve", "compulsory_decode_misses", "strp_from_lookups", "MIB"]
 
 MIB = 1024 * 1024
 I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]
 U8 = npt.NDArray[np.uint8]
+T = TypeVar("T")
 
 #: policy name -> what it models (docs/analysis.md "Policies")
 POLICIES: dict[str, str] = {
@@ -147,11 +150,9 @@ def sweep_budgets(lk: Lookups, n: int = 50, extra: npt.ArrayLike = ()) -> I64:
 
 
 def _totals(lk: Lookups) -> tuple[int, int, I64]:
-    dec = lk.decode
-    dl = int(dec.sum())
-    db = int(lk.item_bytes[lk.item[dec]].sum())
-    ll = np.bincount(lk.layer[dec], minlength=lk.n_layer).astype(np.int64)
-    return dl, db, ll
+    """(decode lookups, their bytes, decode lookups per layer)."""
+    dec, _every = lk.item_counts()
+    return int(dec.sum()), int((dec * lk.item_bytes).sum()), dec.reshape(lk.n_layer, lk.n_expert).sum(axis=1)
 
 
 class LruState:
@@ -387,6 +388,80 @@ def workers() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+@dataclass(frozen=True, slots=True)
+class Plan(Generic[T]):
+    """Work split into ``tasks`` (callables that release the GIL while they compute, so they can
+    run on threads in any order) and ``finish``, which assembles the result once all have run."""
+
+    tasks: list[Callable[[], None]]
+    finish: Callable[[], T]
+
+
+def run_tasks(tasks: Sequence[Callable[[], None]], threads: int | None = None) -> None:
+    """Run ``tasks`` on ``threads`` threads (default :func:`workers`), in the given order as
+    threads free up (put the longest first); returns when all are done, raising the first error."""
+    n_threads = min(len(tasks), threads or workers())
+    if n_threads <= 1:
+        for t in tasks:
+            t()
+        return
+    with ThreadPoolExecutor(n_threads) as pool:
+        for f in [pool.submit(t) for t in tasks]:
+            f.result()
+
+
+def plan_policy_curves(lk: Lookups, policies: Sequence[str], budgets: npt.ArrayLike) -> Plan[dict[str, Curve]]:
+    """:func:`policy_curves` as a :class:`Plan`: a task per (policy, budget), the costliest first
+    (Belady, LFU, then the queues; small budgets miss most), and LRU's one pass as one task."""
+    unknown = [p for p in policies if p != "lru" and p not in _PER_BUDGET]
+    if unknown:
+        raise ValueError(f"unknown policy {unknown[0]!r}; choose one of lru, {', '.join(_PER_BUDGET)}")
+    b = _check_budgets(budgets)
+    if lk.n >= 1 << 31:
+        raise ValueError(f"{lk.n} lookups: the per-budget replays take at most 2^31")
+    todo = [p for p in _PER_BUDGET if p in policies]
+    out: dict[str, Curve] = {}
+    tasks: list[Callable[[], None]] = []
+    if "lru" in policies:
+        tasks.append(lambda: out.__setitem__("lru", lru_curve(lk, b)))
+    nb = b.shape[0]
+    res = {p: (np.zeros(nb, dtype=np.int64), np.zeros(nb, dtype=np.int64), np.zeros((lk.n_layer, nb), dtype=np.int64))
+           for p in todo}
+    if todo:
+        lay = np.repeat(np.arange(lk.n_layer, dtype=np.int64), lk.n_expert)
+        if not K.uniform_batches(lk.item, lk.batch_first(), lk.decode, lay):
+            raise ValueError("a batch mixes layers or phases: lookups must come from the lookups constructors")
+        item = _compact_items(lk)
+        bf = lk.batch_first()
+        nu = _next_use(lk) if "belady" in todo else np.zeros(0, dtype=np.int32)
+
+        def run(p: str, j: int) -> None:
+            hd, hb, hl = res[p]
+            args = (item, bf, lk.decode, lay, lk.item_bytes, int(b[j]), j)
+            if p == "lfu":
+                K.lfu_budget(*args, hd, hb, hl)
+            elif p == "belady":
+                K.belady_budget(*args, nu, hd, hb, hl)
+            else:
+                K.queue_budget(p == "sieve", *args, hd, hb, hl)
+
+        # budget 0 is no cache: no hits
+        tasks += [functools.partial(run, p, j) for p in ("belady", "lfu", "sieve", "fifo") if p in todo
+                  for j in range(nb) if b[j] > 0]
+
+    def finish() -> dict[str, Curve]:
+        dl, db, ll = _totals(lk)
+        note = ""
+        if "belady" in todo and np.unique(lk.layer_bytes()[lk.moe_layers()]).size > 1:
+            note = "experts of several sizes: farthest-next-use is a ceiling estimate, not a proven optimum"
+        for name in todo:
+            hd, hb, hl = res[name]
+            out[name] = Curve(name, b, hd, hb, hl, dl, db, ll, lk.n_decode_tokens, note if name == "belady" else "")
+        return {name: out[name] for name in policies}
+
+    return Plan(tasks, finish)
+
+
 def policy_curves(lk: Lookups, policies: Sequence[str], budgets: npt.ArrayLike,
                   threads: int | None = None) -> dict[str, Curve]:
     """Replay each of ``policies`` (``lru``, ``lfu``, ``fifo``, ``sieve``, ``belady``) at each
@@ -397,56 +472,11 @@ def policy_curves(lk: Lookups, policies: Sequence[str], budgets: npt.ArrayLike,
     Belady evicts the expert whose next decode lookup is farthest ahead (prefill lookups are not
     scored, so they are no reason to keep an expert). With experts of one size this is the
     optimum under the runtime's rules (a batch's experts must all be cached); with several sizes
-    it is the classic farthest-next-use ceiling estimate. Raises ValueError for an unknown policy
-    or bad budgets."""
-    unknown = [p for p in policies if p != "lru" and p not in _PER_BUDGET]
-    if unknown:
-        raise ValueError(f"unknown policy {unknown[0]!r}; choose one of lru, {', '.join(_PER_BUDGET)}")
-    b = _check_budgets(budgets)
-    if lk.n >= 1 << 31:
-        raise ValueError(f"{lk.n} lookups: the per-budget replays take at most 2^31")
-    out: dict[str, Curve] = {}
-    if "lru" in policies:
-        out["lru"] = lru_curve(lk, b)
-    todo = [p for p in _PER_BUDGET if p in policies]
-    if not todo:
-        return {p: out[p] for p in policies}
-    nb = b.shape[0]
-    item = _compact_items(lk)
-    bf = lk.batch_first()
-    lay = np.repeat(np.arange(lk.n_layer, dtype=np.int64), lk.n_expert)
-    nu = _next_use(lk) if "belady" in todo else np.zeros(0, dtype=np.int32)
-    res = {p: (np.zeros(nb, dtype=np.int64), np.zeros(nb, dtype=np.int64), np.zeros((lk.n_layer, nb), dtype=np.int64))
-           for p in todo}
-
-    def run(p: str, j: int) -> None:
-        hd, hb, hl = res[p]
-        args = (item, bf, lk.decode, lay, lk.item_bytes, int(b[j]), j)
-        if p == "lfu":
-            K.lfu_budget(*args, hd, hb, hl)
-        elif p == "belady":
-            K.belady_budget(*args, nu, hd, hb, hl)
-        else:
-            K.queue_budget(p == "sieve", *args, hd, hb, hl)
-
-    # budget 0 is no cache: no hits. The costliest first (Belady, LFU; small budgets miss most)
-    tasks = [(p, j) for p in ("belady", "lfu", "sieve", "fifo") if p in todo for j in range(nb) if b[j] > 0]
-    n_threads = min(len(tasks), threads or workers())
-    if n_threads <= 1:
-        for p, j in tasks:
-            run(p, j)
-    else:
-        with ThreadPoolExecutor(n_threads) as pool:
-            for f in [pool.submit(run, p, j) for p, j in tasks]:
-                f.result()
-    dl, db, ll = _totals(lk)
-    note = ""
-    if "belady" in todo and np.unique(lk.layer_bytes()[lk.moe_layers()]).size > 1:
-        note = "experts of several sizes: farthest-next-use is a ceiling estimate, not a proven optimum"
-    for name in todo:
-        hd, hb, hl = res[name]
-        out[name] = Curve(name, b, hd, hb, hl, dl, db, ll, lk.n_decode_tokens, note if name == "belady" else "")
-    return {name: out[name] for name in policies}
+    it is the classic farthest-next-use ceiling estimate. Raises ValueError for an unknown policy,
+    bad budgets, or a batch that mixes layers or phases."""
+    plan = plan_policy_curves(lk, policies, budgets)
+    run_tasks(plan.tasks, threads)
+    return plan.finish()
 
 
 def policy_curve(lk: Lookups, policy: str, budgets: npt.ArrayLike) -> Curve:
@@ -476,11 +506,13 @@ def static_curve(train: Lookups, test: Lookups, budgets: npt.ArrayLike) -> Curve
     rank_bytes = np.full(test.n_items, 1 << 62, dtype=np.int64)
     rank_bytes[ids] = np.cumsum(test.item_bytes[ids])
     nb = b.shape[0]
-    hd = np.zeros(nb, dtype=np.int64)
-    hb = np.zeros(nb, dtype=np.int64)
-    hl = np.zeros((test.n_layer, nb), dtype=np.int64)
+    hd = np.zeros(nb + 1, dtype=np.int64)
+    hb = np.zeros(nb + 1, dtype=np.int64)
+    hl = np.zeros((test.n_layer, nb + 1), dtype=np.int64)
     # the fill stops at the first expert that does not fit (runtime/expert_cache.py ``preload``)
-    K.static_hits(test.item, test.decode, test.layer, test.item_bytes, b, rank_bytes, hd, hb, hl)
+    lay = np.repeat(np.arange(test.n_layer, dtype=np.int64), test.n_expert)
+    K.static_hits(test.item, test.decode, lay, test.item_bytes, b, rank_bytes, hd, hb, hl)
+    hd, hb, hl = np.cumsum(hd)[:nb], np.cumsum(hb)[:nb], np.cumsum(hl, axis=1)[:, :nb]
     dl, db, ll = _totals(test)
     return Curve("static", b, hd, hb, hl, dl, db, ll, test.n_decode_tokens,
                  f"profile from {train.n_decode_tokens} train tokens, scored on {test.n_decode_tokens} test tokens")
@@ -491,9 +523,15 @@ def lru_profile_curve(train: Lookups, test: Lookups, budgets: npt.ArrayLike) -> 
     ``bmoe-run --moe-cache-profile`` runs: the profile decides the start, LRU the rest."""
     if (train.n_layer, train.n_expert) != (test.n_layer, test.n_expert):
         raise ValueError("train and test traces have different n_layer x n_expert")
-    c = lru_curve(with_profile(test, static_ranking(train)), budgets)
-    return Curve("lru_profile", c.budgets, c.decode_hits, c.hit_bytes, c.layer_hits, c.decode_lookups,
-                 c.decode_bytes, c.layer_lookups, c.decode_tokens,
+    b = _check_budgets(budgets)
+    st = LruState(test.n_items, test.n_layer, test.item_bytes, b)
+    # the fill: one uncounted lookup per profiled expert, coldest first (lookups.with_profile)
+    fill = profile_fill(test, static_ranking(train))
+    st.feed(fill, np.arange(fill.shape[0] + 1, dtype=np.int64), np.zeros(fill.shape[0], dtype=np.bool_))
+    st.feed(test.item, test.batch_first(), test.decode)
+    hd, _hp, hb, hl = st.counts()
+    dl, db, ll = _totals(test)
+    return Curve("lru_profile", b, hd, hb, hl, dl, db, ll, test.n_decode_tokens,
                  f"profile from {train.n_decode_tokens} train tokens, scored on {test.n_decode_tokens} test tokens")
 
 
@@ -510,28 +548,49 @@ class LayerCurves:
     moe_layers: I64 = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
 
-def layer_curves(lk: Lookups) -> LayerCurves:
-    """One LRU per layer replayed at every slot count (one pass per layer)."""
+def plan_layer_curves(lk: Lookups) -> Plan[LayerCurves]:
+    """:func:`layer_curves` as a :class:`Plan`: a task per MoE layer."""
     lb = lk.layer_bytes()
     hits = np.zeros((lk.n_layer, lk.n_expert + 1), dtype=np.int64)
     hbytes = np.zeros((lk.n_layer, lk.n_expert + 1), dtype=np.int64)
     moe = lk.moe_layers()
-    for il in moe.tolist():
-        sub = layer_lookups(lk, il)
-        b = np.arange(lk.n_expert + 1, dtype=np.int64) * int(lb[il])
-        st = _lru_state(sub, b)
+    bf = lk.batch_first()
+    blay = (lk.item[bf[:-1]] // lk.n_expert).astype(np.int16 if lk.n_layer <= np.iinfo(np.int16).max else np.int64)
+    order = np.argsort(blay, kind="stable")  # a radix sort for 16-bit keys
+    edges = np.searchsorted(blay[order], np.arange(lk.n_layer + 1))
+
+    def run(il: int) -> None:
+        sel = order[edges[il]:edges[il + 1]]
+        lens = bf[sel + 1] - bf[sel]
+        sbf = np.zeros(sel.shape[0] + 1, dtype=np.int64)
+        np.cumsum(lens, out=sbf[1:])
+        idx = np.repeat(bf[sel] - sbf[:-1], lens) + np.arange(int(sbf[-1]), dtype=np.int64)
+        size = int(lb[il])
+        st = LruState(lk.n_expert, 1, np.full(lk.n_expert, size, dtype=np.int64),
+                      np.arange(lk.n_expert + 1, dtype=np.int64) * size)
+        st.feed(lk.item[idx] - il * lk.n_expert, sbf, lk.decode[idx])
         hd, _hp, hb, _hl = st.counts()
         hits[il] = hd
         hbytes[il] = hb
-    _dl, _db, ll = _totals(lk)
-    return LayerCurves(hits, hbytes, ll, lb, moe)
+
+    def finish() -> LayerCurves:
+        return LayerCurves(hits, hbytes, _totals(lk)[2], lb, moe)
+
+    return Plan([functools.partial(run, il) for il in moe.tolist()], finish)
+
+
+def layer_curves(lk: Lookups, threads: int | None = None) -> LayerCurves:
+    """One LRU per layer replayed at every slot count: the batches grouped by layer in one
+    stable sort, then one pass per layer over its own lookups (a task each, on ``threads``)."""
+    plan = plan_layer_curves(lk)
+    run_tasks(plan.tasks, threads)
+    return plan.finish()
 
 
 def compulsory_decode_misses(lk: Lookups) -> int:
     """Decode lookups of experts never looked up before (no cache can hit them): the
     compulsory-miss ceiling is ``100 * (1 - this / decode lookups)`` %."""
-    _, first = np.unique(lk.item, return_index=True)
-    return int(lk.decode[first].sum())
+    return int(K.compulsory_decode(lk.item, lk.decode, lk.n_items))
 
 
 def strp_from_lookups(lk: Lookups, slots: int = 0) -> StrpProfile:

@@ -5,6 +5,7 @@ sizes its per-layer caches). docs/analysis.md "Per layer".
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -62,6 +63,14 @@ class Allocation:
 
 def _hull(hits: I64) -> list[int]:
     """Vertices (slot counts) of the upper concave hull of (c, hits[c]), c = 0..n."""
+    return list(_hull_of(np.ascontiguousarray(hits, dtype=np.int64).tobytes()))
+
+
+@functools.lru_cache(maxsize=4096)
+def _hull_of(raw: bytes) -> tuple[int, ...]:
+    """:func:`_hull` of the int64 curve ``raw``: the what-if allocates at every sweep budget over
+    the same layer curves, so each layer's hull is computed once."""
+    hits = np.frombuffer(raw, dtype=np.int64)
     pts: list[int] = []
     for c in range(hits.shape[0]):
         while len(pts) >= 2:
@@ -72,7 +81,7 @@ def _hull(hits: I64) -> list[int]:
             else:
                 break
         pts.append(c)
-    return pts
+    return tuple(pts)
 
 
 def _greedy(lc: LayerCurves, budget: int) -> I64:

@@ -15,8 +15,8 @@ layer's expert bytes (the sum of its gate/up/down slices: runtime/gguf_layout.py
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -26,7 +26,7 @@ from bmoe_top.parsers.routing_bin import RoutingBin, looks_like_routing_bin, par
 from bmoe_top.parsers.sniff import sniff
 
 __all__ = ["Lookups", "from_route_trace", "from_routing", "from_routing_bin", "from_route_rows", "layer_lookups",
-           "split_decode", "with_profile", "from_bytes"]
+           "split_decode", "with_profile", "profile_fill", "from_bytes"]
 
 I64 = npt.NDArray[np.int64]
 I8 = npt.NDArray[np.int8]
@@ -38,11 +38,14 @@ class Lookups:
     """Cache lookups in replay order. All per-lookup arrays have length ``n`` (lookups):
 
     ``item`` int64 ``layer * n_expert + expert``; ``batch`` int64 batch index (0-based,
-    non-decreasing, no gaps); ``decode`` bool (False = a prefill lookup); ``token`` int64 the
+    non-decreasing, no gaps; a batch is one layer of one phase: its lookups share a layer and
+    ``decode``); ``decode`` bool (False = a prefill lookup); ``token`` int64 the
     decode token's ordinal 0..``n_decode_tokens``-1 (-1 for prefill lookups); ``recorded_hit``
     int8 the hit flag the run recorded (1 hit, 0 miss, -1 not recorded). ``item_bytes`` int64
     [n_layer * n_expert]: bytes of each item (1 per item when ``sizes_known`` is False: the
-    budget is then in expert slots). ``top_k`` experts per token per layer.
+    budget is then in expert slots). ``top_k`` experts per token per layer. The arrays are
+    never changed in place: what is derived from them is computed once (:meth:`batch_first`,
+    :meth:`item_counts`).
     """
 
     item: I64
@@ -56,6 +59,7 @@ class Lookups:
     top_k: int
     n_decode_tokens: int
     sizes_known: bool = True
+    _memo: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def n(self) -> int:
@@ -80,11 +84,23 @@ class Lookups:
 
     def batch_first(self) -> I64:
         """int64 [n_batches + 1]: index of each batch's first lookup, then ``n``."""
-        out = np.empty(self.n_batches + 1, dtype=np.int64)
-        if self.n:
-            out[:-1] = np.searchsorted(self.batch, np.arange(self.n_batches), side="left")
-        out[-1] = self.n
-        return out
+        out = self._memo.get("batch_first")
+        if out is None:
+            out = np.empty(self.n_batches + 1, dtype=np.int64)
+            if self.n:
+                out[:-1] = np.searchsorted(self.batch, np.arange(self.n_batches), side="left")
+            out[-1] = self.n
+            self._memo["batch_first"] = out
+        return cast(I64, out)
+
+    def item_counts(self) -> tuple[I64, I64]:
+        """(decode lookups, all lookups) per item: int64 [n_items] each."""
+        got = self._memo.get("item_counts")
+        if got is None:
+            every = np.bincount(self.item, minlength=self.n_items).astype(np.int64)
+            dec = np.bincount(self.item, weights=self.decode, minlength=self.n_items).astype(np.int64)
+            got = self._memo["item_counts"] = (dec, every)
+        return cast(tuple[I64, I64], got)
 
     def layer_bytes(self) -> I64:
         """int64 [n_layer]: one expert's bytes per layer."""
@@ -92,8 +108,9 @@ class Lookups:
 
     def moe_layers(self) -> I64:
         """Layers that have at least one decode lookup (or any lookup when there is no decode)."""
-        sel = self.decode if self.decode.any() else np.ones(self.n, dtype=bool)
-        return np.unique(self.layer[sel])
+        dec, every = self.item_counts()
+        per = (dec if dec.any() else every).reshape(self.n_layer, self.n_expert).sum(axis=1)
+        return np.flatnonzero(per).astype(np.int64)
 
     @property
     def bank_bytes(self) -> int:
@@ -110,7 +127,7 @@ class Lookups:
 
     @property
     def n_decode_lookups(self) -> int:
-        return int(self.decode.sum())
+        return int(self.item_counts()[0].sum())
 
 
 def _from_arrays(turn: I64, phase: I64, step: I64, layer: I64, expert: I64, recorded: I8,
@@ -358,35 +375,43 @@ def layer_lookups(lk: Lookups, layer: int) -> Lookups:
 
 def split_decode(lk: Lookups, train_fraction: float) -> tuple[Lookups, Lookups]:
     """(train, test): the prefill and the first ``train_fraction`` of the decode tokens, and the
-    remaining decode tokens (token ordinals renumbered from 0). Raises ValueError unless
-    0 < train_fraction < 1 and both parts get at least one decode token."""
+    remaining decode tokens (token ordinals renumbered from 0). The parts are slices of ``lk``'s
+    arrays (a batch never straddles the cut: the test part starts at a token's first lookup).
+    Raises ValueError unless 0 < train_fraction < 1 and both parts get at least one decode token."""
     if not 0.0 < train_fraction < 1.0:
         raise ValueError(f"train fraction must be between 0 and 1 (got {train_fraction})")
     cut = int(round(lk.n_decode_tokens * train_fraction))
     if cut < 1 or cut >= lk.n_decode_tokens:
         raise ValueError(f"{lk.n_decode_tokens} decode tokens cannot be split at {train_fraction:g}")
-    first_test = int(np.flatnonzero(lk.token == cut)[0])
-    idx = np.arange(lk.n)
-    tr = _take(lk, idx < first_test)
-    te = _take(lk, idx >= first_test)
-    te = Lookups(te.item, te.batch, te.decode, np.where(te.token >= 0, te.token - cut, -1), te.recorded_hit,
-                 te.item_bytes, te.n_layer, te.n_expert, te.top_k, lk.n_decode_tokens - cut, te.sizes_known)
-    tr = Lookups(tr.item, tr.batch, tr.decode, tr.token, tr.recorded_hit, tr.item_bytes, tr.n_layer,
-                 tr.n_expert, tr.top_k, cut, tr.sizes_known)
+    f = int(np.argmax(lk.token == cut))  # the test part's first lookup
+    b_cut = int(lk.batch[f])
+    tr = Lookups(lk.item[:f], lk.batch[:f], lk.decode[:f], lk.token[:f], lk.recorded_hit[:f], lk.item_bytes,
+                 lk.n_layer, lk.n_expert, lk.top_k, cut, lk.sizes_known)
+    tok = lk.token[f:]
+    te = Lookups(lk.item[f:], lk.batch[f:] - b_cut, lk.decode[f:], np.where(tok >= 0, tok - cut, -1),
+                 lk.recorded_hit[f:], lk.item_bytes, lk.n_layer, lk.n_expert, lk.top_k, lk.n_decode_tokens - cut,
+                 lk.sizes_known)
     return tr, te
 
 
-def with_profile(lk: Lookups, pairs: npt.ArrayLike) -> Lookups:
-    """``lk`` preceded by a cache fill from a profile (``pairs`` int [n, 2] (layer, expert),
-    hottest first), as ``bmoe-run --moe-cache-profile`` fills it (runtime/moe_cache.py
-    ``prefill_from``): one uncounted lookup per pair, coldest first, so that under LRU at any
-    budget the cache starts with the hottest pairs that fit, the hottest most recent. Pairs of
-    layers without experts are skipped, as the runtime skips them."""
+def profile_fill(lk: Lookups, pairs: npt.ArrayLike) -> I64:
+    """The items a cache fill from a profile looks up (``pairs`` int [n, 2] (layer, expert),
+    hottest first), coldest first, as ``bmoe-run --moe-cache-profile`` fills it
+    (runtime/moe_cache.py ``prefill_from``): pairs outside the model or of layers without experts
+    are skipped, as the runtime skips them."""
     p = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
     ok = (p[:, 0] >= 0) & (p[:, 0] < lk.n_layer) & (p[:, 1] >= 0) & (p[:, 1] < lk.n_expert)
     p = p[ok]
-    ids = p[:, 0] * lk.n_expert + p[:, 1]
-    ids = ids[lk.item_bytes[ids] > 0][::-1]
+    ids: I64 = p[:, 0] * lk.n_expert + p[:, 1]
+    out: I64 = ids[lk.item_bytes[ids] > 0][::-1].copy()
+    return out
+
+
+def with_profile(lk: Lookups, pairs: npt.ArrayLike) -> Lookups:
+    """``lk`` preceded by a cache fill from a profile (:func:`profile_fill`): one uncounted
+    lookup per pair, coldest first, so that under LRU at any budget the cache starts with the
+    hottest pairs that fit, the hottest most recent."""
+    ids = profile_fill(lk, pairs)
     m = int(ids.shape[0])
     return Lookups(np.concatenate([ids, lk.item]), np.concatenate([np.arange(m, dtype=np.int64), lk.batch + m]),
                    np.concatenate([np.zeros(m, dtype=bool), lk.decode]),

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import _kernels as K
 from .lookups import Lookups
 
 __all__ = ["Skew", "routing_skew"]
@@ -35,10 +36,8 @@ class Skew:
 
 def routing_skew(lk: Lookups) -> Skew:
     """Skew statistics of the decode lookups of ``lk`` (all NaN/0 without decode lookups)."""
-    dec = lk.decode
-    items = lk.item[dec]
-    toks = lk.token[dec]
-    counts = np.bincount(items, minlength=lk.n_items).reshape(lk.n_layer, lk.n_expert)
+    dec, _every = lk.item_counts()
+    counts = dec.reshape(lk.n_layer, lk.n_expert)
     per_layer = counts.sum(axis=1)
     moe = np.flatnonzero(per_layer)
     emax = float(np.log2(lk.n_expert)) if lk.n_expert > 1 else 0.0
@@ -51,10 +50,9 @@ def routing_skew(lk: Lookups) -> Skew:
     p = c / tot[:, None]
     with np.errstate(divide="ignore", invalid="ignore"):
         ent = -np.where(p > 0, p * np.log2(p), 0.0).sum(axis=1)
-    order = np.lexsort((toks, items))
-    it, tk = items[order], toks[order]
-    same = it[1:] == it[:-1]
-    gaps = (tk[1:] - tk[:-1])[same].astype(np.float64)
+    # decode tokens between consecutive decode lookups of each expert (one compiled pass)
+    gaps = np.empty(int(dec.sum()), dtype=np.int64)
+    gaps = gaps[: K.reuse_gaps(lk.item, lk.decode, lk.token, lk.n_items, gaps)]
     routed = counts[counts > 0]
     return Skew(
         unique_experts=int((counts > 0).sum()),

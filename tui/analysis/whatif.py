@@ -171,28 +171,42 @@ def analyse(lk: Lookups, budgets: npt.ArrayLike | None = None, run_budget: int |
     b = C._check_budgets(np.concatenate([np.asarray(b, dtype=np.float64).reshape(-1),
                                          np.asarray(extra, dtype=np.float64)]))
     dense = np.unique(np.concatenate([C.dense_budgets(lk, dense_points), b]))
-    lru_all = C.lru_curve(lk, dense)
+    # two rounds of tasks on every CPU: LRU over the dense axis (it picks the recommended
+    # budget, which the sweep holds) beside the per-layer curves, then every policy at the sweep
+    box: dict[str, C.Curve] = {}
+    layer_plan = C.plan_layer_curves(lk)  # partitioned policies and the allocation
+    C.run_tasks([lambda: box.__setitem__("lru_all", C.lru_curve(lk, dense)), *layer_plan.tasks])
+    lru_all = box["lru_all"]
+    lc = layer_plan.finish()
     rec = recommend_budget(lru_all)
     if budgets is None:  # the default sweep also holds the recommended budget
         b = np.unique(np.append(b, rec))
-    lc = C.layer_curves(lk)  # the per-layer curves: partitioned policies and the allocation
     lru = lru_all.select(b)  # the dense axis holds every sweep budget
-    replayed = C.policy_curves(lk, [p for p in policies if p in ("lfu", "fifo", "sieve", "belady")], b)
-    curves: list[C.Curve] = []
+    plan = C.plan_policy_curves(lk, [p for p in policies if p in ("lfu", "fifo", "sieve", "belady")], b)
+    tasks = list(plan.tasks)
     train_tokens = 0
+    if "static" in policies or "lru_profile" in policies:
+        try:
+            train, test = split_decode(lk, train_fraction)
+        except ValueError:
+            pass  # too few tokens to split: no profile curves
+        else:
+            train_tokens = train.n_decode_tokens
+            if "lru_profile" in policies:
+                tasks.insert(0, lambda: box.__setitem__("lru_profile", C.lru_profile_curve(train, test, b)))
+            if "static" in policies:
+                tasks.append(lambda: box.__setitem__("static", C.static_curve(train, test, b)))
+    C.run_tasks(tasks)
+    replayed = plan.finish()
+    curves: list[C.Curve] = []
     for p in policies:
         if p == "lru":
             curves.append(lru)
         elif p in replayed:
             curves.append(replayed[p])
         elif p in ("static", "lru_profile"):
-            try:
-                train, test = split_decode(lk, train_fraction)
-            except ValueError:
-                continue  # too few tokens to split: no profile curves
-            train_tokens = train.n_decode_tokens
-            fn = C.static_curve if p == "static" else C.lru_profile_curve
-            curves.append(fn(train, test, b))
+            if p in box:
+                curves.append(box[p])
         else:
             curves.append(layer_partitioned_curve(lk, b, lc, by_allocation=p == "lru_layer_alloc"))
     by = {c.policy: c for c in curves}
