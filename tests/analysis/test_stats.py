@@ -139,3 +139,74 @@ def test_percentiles() -> None:
     x = np.arange(101, dtype=float)
     assert S.percentiles(x) == [50.0, 95.0, 99.0]
     assert all(math.isnan(v) for v in S.percentiles([float("nan")]))
+
+
+def _series(rng: np.random.Generator, n: int, kind: str) -> np.ndarray:
+    """Per-token-like series: AR(1) noise, heavy ties (values on a coarse grid), or a step."""
+    if kind == "ties":
+        return np.round(rng.normal(100, 5, n)) / 2
+    if kind == "step":
+        return np.where(np.arange(n) < n // 3, 150.0, 100.0) + rng.normal(0, 1, n)
+    e = rng.normal(0, 10, n)
+    x = np.empty(n)
+    x[0] = 100
+    for i in range(1, n):
+        x[i] = 100 + 0.6 * (x[i - 1] - 100) + e[i]
+    return x
+
+
+@pytest.mark.parametrize("kind", ["ar1", "ties", "step"])
+@pytest.mark.parametrize("n", [2, 3, 7, 50, 333, 2000])
+def test_bootstrap_intervals_equal_the_gathered_resamples(kind: str, n: int) -> None:
+    """Block sums and order statistics read without building a resample give the intervals the
+    gathered resamples gave (tests/helpers/bootstrap_reference.py), for the mean, tok/s and the
+    percentiles, one series and the difference of two: asked alone, or wanted together first
+    and drawn once for all (as compare asks)."""
+    from helpers import bootstrap_reference as ref
+
+    rng = np.random.default_rng(n * 7 + len(kind))
+    x, y = _series(rng, n, kind), _series(rng, n + n // 3, kind) + 3
+    stats = ((S.mean_stat, ref.mean_rows), (S.rate_stat, ref.rate_rows),
+             (S.percentile_stat(50.0), ref.percentile_rows(50.0)), (S.percentile_stat(95.0), ref.percentile_rows(95.0)),
+             (S.percentile_stat(99.0), ref.percentile_rows(99.0)), (S.percentile_stat(0.0), ref.percentile_rows(0.0)),
+             (S.percentile_stat(100.0), ref.percentile_rows(100.0)))
+    together = {block: (S.Bootstrap(300, 3), S.Bootstrap(300, 5)) for block in (None, 1, 4)}
+    for block, (one, two) in together.items():
+        for stat, _r in stats:
+            one.want_mean(x, stat, block)
+            two.want_diff(x, y, stat, block)
+            two.want_mean(y, stat, block)
+    for stat, rstat in stats:
+        for block, (one, two) in together.items():
+            want = ref.interval_mean(x, resamples=300, block=block, seed=3, stat=rstat)
+            for boot in (S.Bootstrap(300, 3), one):
+                iv = boot.interval_mean(x, stat=stat, block=block)
+                assert (iv.estimate, iv.low, iv.high) == pytest.approx(want, rel=1e-12, abs=1e-12), (stat, block)
+            want = ref.interval_diff(x, y, resamples=300, block=block, seed=5, stat=rstat)
+            for boot in (S.Bootstrap(300, 5), two):
+                d = boot.interval_diff(x, y, stat=stat, block=block)
+                assert (d.estimate, d.low, d.high) == pytest.approx(want, rel=1e-12, abs=1e-12), (stat, block)
+            want = ref.interval_mean(y, resamples=300, block=block, seed=5, stat=rstat)
+            iv = two.interval_mean(y, stat=stat, block=block)
+            assert (iv.estimate, iv.low, iv.high) == pytest.approx(want, rel=1e-12, abs=1e-12), (stat, block)
+    want = ref.interval_mean(x, seed=0)
+    iv = S.block_bootstrap_mean(x)
+    assert (iv.estimate, iv.low, iv.high) == pytest.approx(want, rel=1e-12, abs=1e-12)
+
+
+def test_bootstrap_percentile_band_and_its_fallback_agree(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Bands of ranks too narrow for most resamples (no margin for their spread): those are
+    counted over every rank instead, and every resample's percentile equals np.percentile of the
+    gathered resample, inside its band or not."""
+    rng = np.random.default_rng(4)
+    x = np.concatenate([np.full(40, 150.0), np.full(60, 100.0)]) + rng.normal(0, 1, 100)
+    n, block = x.shape[0], 20
+    starts = rng.integers(0, n - block + 1, size=(200, 5))
+    idx = (starts[:, :, None] + np.arange(block)[None, None, :]).reshape(200, -1)[:, :n]
+    qs = (30.0, 50.0, 70.0)
+    for sigmas in (0.0, 6.0):
+        monkeypatch.setattr(S, "_BAND_SIGMAS", sigmas)
+        out, wide = S._quantiles([(x, q, "x") for q in qs], starts, block, n)
+        assert (wide > 0) == (sigmas == 0.0)
+        for j, q in enumerate(qs):
+            assert np.array_equal(out[:, j], np.percentile(x[idx], q, axis=1))

@@ -312,8 +312,33 @@ def _judge(change_pct: float, significant: bool, lower_is_better: bool) -> str:
     return "better" if (change_pct < 0) == lower_is_better else "worse"
 
 
+def _steady(arms: Sequence[ArmInput], splits: list[list[int]], column: str) -> list[list[F64 | None]]:
+    """Per arm, per run: the finite values of ``column`` after the run's warm-up split (None
+    when the run has no such column)."""
+    out: list[list[F64 | None]] = []
+    for arm, sp in zip(arms, splits):
+        runs: list[F64 | None] = []
+        for run, s in zip(arm.runs, sp):
+            c = _col(run, column)
+            runs.append(None if c is None else c[s:][np.isfinite(c[s:])])
+        out.append(runs)
+    return out
+
+
+def _want(boot: S.Bootstrap, series: list[list[F64 | None]], stat: S.Statistic) -> None:
+    """Tell ``boot`` the intervals :func:`_timing_row` will ask for (arms of one run)."""
+    for runs in series:
+        if len(runs) == 1 and runs[0] is not None:
+            boot.want_mean(runs[0], stat)
+    for j in range(1, len(series)):
+        if len(series[0]) == 1 and len(series[j]) == 1:
+            a0, b0 = series[0][0], series[j][0]
+            if a0 is not None and b0 is not None:
+                boot.want_diff(a0, b0, stat)
+
+
 def _timing_row(metric: str, label: str, unit: str, arms: Sequence[ArmInput], series: list[list[F64 | None]],
-                lower: bool, alpha: float, floor: float, conf: float, seed: int,
+                lower: bool, alpha: float, floor: float, conf: float, boot: S.Bootstrap,
                 stat: S.Statistic = S.mean_stat) -> MetricRow | None:
     """``series[a][r]``: run r of arm a's steady values (per token) of the metric, or None; a
     run's value is ``stat`` of its series (the mean, tok/s, a percentile)."""
@@ -328,7 +353,7 @@ def _timing_row(metric: str, label: str, unit: str, arms: Sequence[ArmInput], se
         fin = [v for v in pr if math.isfinite(v)]
         lo = hi = _nan()
         if len(runs) == 1 and runs[0] is not None and runs[0].size >= 2:
-            iv = S.block_bootstrap_mean(runs[0], conf, seed=seed, stat=stat)
+            iv = boot.interval_mean(runs[0], conf, stat)
             lo, hi = iv.low, iv.high
         values.append(ArmValue(arm.name, len(runs), float(np.median(fin)) if fin else _nan(), lo, hi, pr))
         run_vals.append(fin)
@@ -344,7 +369,7 @@ def _timing_row(metric: str, label: str, unit: str, arms: Sequence[ArmInput], se
             a0, b0 = a_runs[0], b_runs[0]
             if a0 is None or b0 is None or a0.size < 2 or b0.size < 2:
                 continue
-            iv = S.block_bootstrap_diff(a0, b0, conf, seed=seed, stat=stat)
+            iv = boot.interval_diff(a0, b0, conf, stat)
             pct = _pct(iv.estimate, base.center)
             size = _size_pct(iv.estimate, base.center)
             sig = (iv.low > 0 or iv.high < 0) and abs(size) > floor
@@ -436,33 +461,24 @@ def compare(arms: Sequence[ArmInput], noise_floor_pct: float = S.NOISE_FLOOR_PCT
                                   S.lag1(w[split:])))
         splits.append(row)
     metrics: list[MetricRow] = []
+    # the timing rows: each per-token column's steady mean, then tok/s and the wall percentiles
+    # of the steady tokens (one number per run)
+    specs: list[tuple[str, str, str, list[list[F64 | None]], bool, S.Statistic]] = []
     for name, label in TIMING_COLUMNS.items():
-        series: list[list[F64 | None]] = []
-        for arm, sp in zip(arms, splits):
-            runs: list[F64 | None] = []
-            for run, s in zip(arm.runs, sp):
-                c = _col(run, name)
-                runs.append(None if c is None else c[s:][np.isfinite(c[s:])])
-            series.append(runs)
-        r = _timing_row(name, label, "ms/token", arms, series, True, alpha, noise_floor_pct, confidence, seed)
-        if r is not None:
-            metrics.append(r)
-    # tok/s and wall percentiles of the steady tokens, one number per run
-    wall_steady: list[list[F64 | None]] = []
-    for arm, sp in zip(arms, splits):
-        row2: list[F64 | None] = []
-        for run, s in zip(arm.runs, sp):
-            w = _col(run, "wall_ms")
-            row2.append(None if w is None else w[s:][np.isfinite(w[s:])])
-        wall_steady.append(row2)
-
+        specs.append((name, label, "ms/token", _steady(arms, splits, name), True, S.mean_stat))
+    wall_steady = _steady(arms, splits, "wall_ms")
     for key, label, unit, lower, stat in (("tok_s", "tok/s (steady)", "tok/s", False, S.rate_stat),
                                           ("p50", "wall p50 (steady)", "ms", True, S.percentile_stat(50.0)),
                                           ("p95", "wall p95 (steady)", "ms", True, S.percentile_stat(95.0)),
                                           ("p99", "wall p99 (steady)", "ms", True, S.percentile_stat(99.0))):
-        r2 = _timing_row(key, label, unit, arms, wall_steady, lower, alpha, noise_floor_pct, confidence, seed, stat)
-        if r2 is not None:
-            metrics.append(r2)
+        specs.append((key, label, unit, wall_steady, lower, stat))
+    boot = S.Bootstrap(seed=seed)  # one draw of resamples per run serves every row
+    for _k, _l, _u, series, _lower, stat in specs:
+        _want(boot, series, stat)
+    for key, label, unit, series, lower, stat in specs:
+        r = _timing_row(key, label, unit, arms, series, lower, alpha, noise_floor_pct, confidence, boot, stat)
+        if r is not None:
+            metrics.append(r)
     for key, label in (("prefill_s", "prefill"), ("load_s", "load"), ("ttft_s", "TTFT")):
         vals = [[_summary(run, key) for run in arm.runs] for arm in arms]
         r3 = _scalar_row(key, label, "s", arms, vals, True, "timing", alpha, noise_floor_pct, confidence)

@@ -9,27 +9,34 @@
 * :func:`verdict`: the ``~`` rule: a change counts only if p < alpha AND it exceeds the noise floor.
 * :func:`min_runs`: runs per arm a test (4) or a 95% interval (6) needs.
 * :func:`block_bootstrap_diff`: one run per arm: a within-run interval for the difference of
-  steady means by a moving-block bootstrap (per-token wall times are autocorrelated).
+  steady means by a moving-block bootstrap (per-token wall times are autocorrelated); its
+  resamples' means and percentiles come from compiled block sums and order statistics
+  (tui/analysis/_resample.py), never from the resamples themselves.
 * :func:`percentiles`.
 
-Only numpy and the standard library: scipy is used by the tests to check these.
+numpy, numba and the standard library: scipy is used by the tests to check these.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
-from collections.abc import Callable
+import os
+from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from statistics import NormalDist
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 __all__ = ["Mser", "mser5", "mann_whitney", "MannWhitney", "Shift", "hodges_lehmann", "verdict",
            "min_runs", "Interval", "block_bootstrap_diff", "block_bootstrap_mean", "percentiles", "lag1",
-           "NOISE_FLOOR_PCT", "ALPHA", "Statistic", "mean_stat", "rate_stat", "percentile_stat"]
+           "NOISE_FLOOR_PCT", "ALPHA", "Statistic", "mean_stat", "rate_stat", "percentile_stat", "Bootstrap"]
 
 F64 = npt.NDArray[np.float64]
+I64 = npt.NDArray[np.int64]
 #: a change smaller than this share of the baseline is reported as ``~`` (noise), percent
 NOISE_FLOOR_PCT = 2.0
 #: significance level of the Mann-Whitney test
@@ -37,8 +44,12 @@ ALPHA = 0.05
 
 
 def _finite(x: npt.ArrayLike) -> F64:
-    a = np.asarray(x, dtype=np.float64).reshape(-1)
-    return a[np.isfinite(a)]
+    """The finite values of ``x`` (``x`` itself when all are)."""
+    a = np.asarray(x, dtype=np.float64)
+    if a.ndim != 1:
+        a = a.reshape(-1)
+    ok = np.isfinite(a)
+    return a if ok.all() else a[ok]
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,88 +257,345 @@ def _block_len(n: int) -> int:
     return max(1, int(round(n ** (1.0 / 3.0))))
 
 
-#: a statistic of series: float [m, n] (m series of n values) -> float [m]
-Statistic = Callable[[F64], F64]
+@dataclass(frozen=True, slots=True)
+class Statistic:
+    """A statistic of series: ``kind`` ``mean``, ``rate`` (tokens per second of per-token
+    milliseconds: 1000 / mean, NaN when the mean is not positive) or ``percentile`` (the ``q``-th,
+    numpy's linear interpolation, as :func:`percentiles`). Called on float [m, n] (m series of n
+    values) it gives float [m]; the bootstrap computes it for its resamples without building them."""
+
+    kind: str
+    q: float = 0.0
+
+    def __call__(self, rows: F64) -> F64:
+        if self.kind == "percentile":
+            out: F64 = np.percentile(rows, self.q, axis=1)
+            return out
+        m: F64 = rows.mean(axis=1)
+        if self.kind == "mean":
+            return m
+        with np.errstate(divide="ignore", invalid="ignore"):
+            rate: F64 = np.where(m > 0, 1000.0 / m, np.nan)
+        return rate
 
 
-def mean_stat(rows: F64) -> F64:
-    """The mean of each series."""
-    out: F64 = rows.mean(axis=1)
-    return out
-
-
-def rate_stat(rows: F64) -> F64:
-    """Tokens per second of each series of per-token milliseconds: 1000 / mean (NaN when the
-    mean is not positive)."""
-    m = rows.mean(axis=1)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        out: F64 = np.where(m > 0, 1000.0 / m, np.nan)
-    return out
+#: the mean of each series
+mean_stat = Statistic("mean")
+#: tokens per second of each series of per-token milliseconds
+rate_stat = Statistic("rate")
 
 
 def percentile_stat(q: float) -> Statistic:
     """The ``q``-th percentile of each series (linear interpolation, as :func:`percentiles`)."""
-    def stat(rows: F64) -> F64:
-        out: F64 = np.percentile(rows, q, axis=1)
-        return out
-
-    return stat
+    if not 0.0 <= q <= 100.0:
+        raise ValueError(f"a percentile is between 0 and 100 (got {q})")
+    return Statistic("percentile", float(q))
 
 
-#: resampled values held at once by the bootstrap (rows x tokens), to bound its memory
-_CHUNK_VALUES = 1 << 22
+#: block starts drawn at once (rows x blocks), to bound the memory of a draw
+_CHUNK_STARTS = 1 << 21
+#: standard deviations of a resample's count below a percentile that its band of ranks spans: at
+#: 3.5 about 1 resample in 2,000 falls outside and is counted over every rank (O(n), exact too)
+_BAND_SIGMAS = 3.5
+
+#: where a draw sits in its generator's stream: (resamples, blocks, bound) of each draw before it
+Stream = tuple[tuple[int, int, int], ...]
 
 
-def _mbb_stats(a: F64, block: int, resamples: int, rng: np.random.Generator, stat: Statistic) -> F64:
-    """``stat`` of ``resamples`` moving-block bootstrap series of ``a`` (same length)."""
-    n = a.shape[0]
-    nb = -(-n // block)
-    starts = rng.integers(0, n - block + 1, size=(resamples, nb))
-    out = np.empty(resamples, dtype=np.float64)
-    step = max(1, _CHUNK_VALUES // max(1, nb * block))
+def _chunks(rng: np.random.Generator, resamples: int, nb: int, hi: int
+            ) -> Iterator[tuple[int, npt.NDArray[np.int64]]]:
+    """The starts ``rng.integers(0, hi, size=(resamples, nb))`` would give, drawn a few rows at a
+    time (the same numbers: the generator fills rows in order)."""
+    step = max(1, _CHUNK_STARTS // max(1, nb))
     for i in range(0, resamples, step):
-        s = starts[i:i + step]
-        idx = (s[:, :, None] + np.arange(block)[None, None, :]).reshape(s.shape[0], -1)[:, :n]
-        out[i:i + step] = stat(a[idx])
-    return out
+        yield i, rng.integers(0, hi, size=(min(step, resamples - i), nb))
+
+
+def _cpus() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def _key(a: F64) -> tuple[int, bytes]:
+    """A series' identity by content (a request and a later question name the same values)."""
+    return a.shape[0], hashlib.blake2b(np.ascontiguousarray(a).data, digest_size=16).digest()
+
+
+@dataclass(frozen=True, slots=True)
+class _Group:
+    """Resamples drawn once: ``n`` values in blocks of ``block``, at ``before`` in the stream."""
+
+    before: Stream
+    n: int
+    block: int
+
+
+class Bootstrap:
+    """Moving-block bootstrap values of many series at once, for one seed and ``resamples``.
+
+    A resample's starts depend only on the seed, the draws made before from the same generator,
+    the series' length and the block length; :meth:`want_mean` and :meth:`want_diff` name what
+    :meth:`interval_mean` and :meth:`interval_diff` will be asked, and the first question draws
+    each group of starts once and computes every wanted statistic of its series from a table of
+    per-block sums and counts (tok/s is 1000 / the mean), a thread per group. A question nobody
+    wanted is computed when asked. The numbers equal building every resample and reducing it.
+    Memory per group: its starts (int32 when they fit) and a table row per block start."""
+
+    def __init__(self, resamples: int = 2000, seed: int = 0):
+        self.resamples = resamples
+        self.seed = seed
+        self._want: dict[_Group, dict[tuple[object, ...], tuple[F64, Statistic]]] = {}
+        self._vals: dict[tuple[object, ...], F64] = {}
+        self._states: dict[Stream, Mapping[str, Any]] = {}
+        self._ids: dict[int, tuple[F64, tuple[int, bytes]]] = {}
+        self._orders: dict[object, tuple[F64, npt.NDArray[np.int32]]] = {}
+
+    def _key(self, a: F64) -> tuple[int, bytes]:
+        """A series' identity by content, hashed once per array (kept alive here, so its id is
+        not reused while this bootstrap lives)."""
+        got = self._ids.get(id(a))
+        if got is None:
+            got = self._ids[id(a)] = (a, _key(a))
+        return got[1]
+
+    def _request(self, a: F64, block: int, before: Stream, stat: Statistic) -> tuple[object, ...]:
+        key = (_group(a.shape[0], block, before), self._key(a), stat)
+        if key not in self._vals:
+            self._want.setdefault(key[0], {})[key] = (a, stat)
+        return key
+
+    def _plan_mean(self, x: F64, block: int | None) -> tuple[int, Stream]:
+        return min(x.shape[0], block or _block_len(x.shape[0])), ()
+
+    def _plan_diff(self, x: F64, y: F64, block: int | None) -> tuple[int, int, Stream]:
+        bl = block or max(_block_len(x.shape[0]), _block_len(y.shape[0]))
+        bx, by = min(bl, x.shape[0]), min(bl, y.shape[0])
+        return bx, by, ((self.resamples, -(-x.shape[0] // bx), x.shape[0] - bx + 1),)
+
+    def want_mean(self, x: npt.ArrayLike, stat: Statistic = mean_stat, block: int | None = None) -> None:
+        """:meth:`interval_mean` of ``x`` will be asked (series of fewer than 2 values: ignored)."""
+        a = _finite(x)
+        if a.shape[0] >= 2:
+            bl, before = self._plan_mean(a, block)
+            self._request(a, bl, before, stat)
+
+    def want_diff(self, x: npt.ArrayLike, y: npt.ArrayLike, stat: Statistic = mean_stat,
+                  block: int | None = None) -> None:
+        """:meth:`interval_diff` of ``x`` and ``y`` will be asked."""
+        a, b = _finite(x), _finite(y)
+        if a.shape[0] >= 2 and b.shape[0] >= 2:
+            bx, by, first = self._plan_diff(a, b, block)
+            self._request(a, bx, (), stat)
+            self._request(b, by, first, stat)
+
+    def _values(self, key: tuple[object, ...]) -> F64:
+        if key not in self._vals:
+            # every wanted group, a thread each (the loops release the GIL), the streams' first
+            # draws first: a later draw starts from their generator's state when it is there
+            # (else it draws them again itself)
+            todo = sorted(self._want.items(), key=lambda kv: len(kv[0].before))
+            self._want = {}
+            n_threads = min(len(todo), _cpus())
+            if n_threads <= 1:
+                for g, reqs in todo:
+                    self._run(g, reqs)
+            else:
+                with ThreadPoolExecutor(n_threads) as pool:
+                    for f in [pool.submit(self._run, g, reqs) for g, reqs in todo]:
+                        f.result()
+        return self._vals[key]
+
+    def _generator(self, before: Stream) -> np.random.Generator:
+        """``default_rng(seed)`` advanced past the draws ``before`` (from a kept state if any)."""
+        rng = np.random.default_rng(self.seed)
+        done = 0
+        for i in range(len(before), 0, -1):
+            st = self._states.get(before[:i])
+            if st is not None:
+                rng.bit_generator.state = st
+                done = i
+                break
+        for r, nb, hi in before[done:]:
+            for _ in _chunks(rng, r, nb, hi):
+                pass
+        return rng
+
+    def _run(self, g: _Group, reqs: dict[tuple[object, ...], tuple[F64, Statistic]]) -> None:
+        from . import _resample as R
+
+        n, block = g.n, g.block
+        nb = -(-n // block)
+        hi = n - block + 1
+        last = n - (nb - 1) * block
+        rng = self._generator(g.before)
+        starts = np.empty((self.resamples, nb), dtype=np.int32 if hi < 2**31 else np.int64)
+        for i, part in _chunks(rng, self.resamples, nb, hi):
+            starts[i:i + part.shape[0]] = part
+        self._states[(*g.before, (self.resamples, nb, hi))] = rng.bit_generator.state
+        # a table row per block start: each distinct series' block sum (means; tok/s is 1000 /
+        # the mean), then each percentile's counts: one read per block serves every statistic
+        sums: dict[tuple[int, bytes], int] = {}
+        series: list[F64] = []
+        for a, st in reqs.values():
+            sk = self._key(a)
+            if st.kind in ("mean", "rate") and sk not in sums:
+                sums[sk] = len(series)
+                series.append(a)
+        quant = [(k, a, st) for k, (a, st) in reqs.items() if st.kind == "percentile"]
+        m, nq = len(series), len(quant)
+        sums_t = np.empty((hi, m), dtype=np.float64)
+        slast = np.empty((n - last + 1, m), dtype=np.float64)
+        for c, a in enumerate(series):
+            R.block_sums(a, block, last, sums_t[:, c], slast[:, c])
+        counts = np.empty((hi, 3 * nq), dtype=np.int32)
+        clast = np.empty((n - last + 1, 3 * nq), dtype=np.int32)
+        sv, rank, band_lo, band_w, brank = _bands([(a, st.q, self._key(a)) for _k, a, st in quant], block, last,
+                                                  counts, clast, self._orders)
+        means = np.empty((self.resamples, m), dtype=np.float64)
+        qvals = np.empty((self.resamples, nq), dtype=np.float64)
+        R.group_pass(sums_t, slast, counts, clast, sv, rank, np.array([st.q for _k, _a, st in quant], dtype=np.float64),
+                     band_lo, band_w, brank, starts, block, n, means, qvals)
+        del sums_t, slast, counts, clast
+        for k, (a, st) in reqs.items():
+            if st.kind == "percentile":
+                continue
+            mean = means[:, sums[self._key(a)]]
+            if st.kind == "mean":
+                self._vals[k] = mean.copy()
+            else:
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    self._vals[k] = np.where(mean > 0, 1000.0 / mean, np.nan)
+        for j, (k, _a, _st) in enumerate(quant):
+            self._vals[k] = qvals[:, j].copy()
+
+    def interval_mean(self, x: npt.ArrayLike, confidence: float = 0.95, stat: Statistic = mean_stat,
+                      block: int | None = None) -> Interval:
+        """:func:`block_bootstrap_mean` of ``x`` with this bootstrap's draws."""
+        a = _finite(x)
+        if a.shape[0] < 2:
+            raise ValueError("an interval needs at least 2 values")
+        bl, before = self._plan_mean(a, block)
+        vals = self._values(self._request(a, bl, before, stat))
+        q = (1.0 - confidence) / 2.0
+        return Interval(float(stat(a[None, :])[0]), float(np.nanquantile(vals, q)),
+                        float(np.nanquantile(vals, 1 - q)), confidence, bl, self.resamples, "moving-block bootstrap")
+
+    def interval_diff(self, x: npt.ArrayLike, y: npt.ArrayLike, confidence: float = 0.95,
+                      stat: Statistic = mean_stat, block: int | None = None) -> Interval:
+        """:func:`block_bootstrap_diff` of ``x`` and ``y`` with this bootstrap's draws."""
+        a, b = _finite(x), _finite(y)
+        if a.shape[0] < 2 or b.shape[0] < 2:
+            raise ValueError("an interval needs at least 2 values in each series")
+        bx, by, first = self._plan_diff(a, b, block)
+        ka, kb = self._request(a, bx, (), stat), self._request(b, by, first, stat)
+        dd = self._values(kb) - self._values(ka)
+        q = (1.0 - confidence) / 2.0
+        est = float(stat(b[None, :])[0] - stat(a[None, :])[0])
+        bl = block or max(_block_len(a.shape[0]), _block_len(b.shape[0]))
+        return Interval(est, float(np.nanquantile(dd, q)), float(np.nanquantile(dd, 1 - q)), confidence, bl,
+                        self.resamples, "moving-block bootstrap")
+
+
+def _group(n: int, block: int, before: Stream) -> _Group:
+    return _Group(before, n, block)
+
+
+def _bands(wanted: list[tuple[F64, float, object]], block: int, last: int, table: npt.NDArray[np.int32],
+           tlast: npt.NDArray[np.int32],
+           orders: dict[object, tuple[F64, npt.NDArray[np.int32]]] | None = None
+           ) -> tuple[F64, npt.NDArray[np.int32], I64, I64, npt.NDArray[np.int32]]:
+    """For each (series, percentile q, the series' identity) of ``wanted`` (all of length n):
+    the series sorted and each value's rank, a band of ranks around the order statistics q needs
+    (as wide as a resample's spread needs), and per block start s, in ``table`` [n - block + 1,
+    3 n_q] (``tlast`` for the last, shorter block), columns 3j..3j+2: the block's values ranked
+    below band j, where its values in the band start in the band's list, and how many. Returns
+    (sv, rank, band_lo, band_w, brank) for ``_resample.group_pass``."""
+    nq = len(wanted)
+    n = wanted[0][0].shape[0] if nq else 0
+    nb = -(-n // block) if nq else 0
+    sv = np.empty((nq, n), dtype=np.float64)
+    rank = np.empty((nq, n), dtype=np.int32)
+    band_lo = np.zeros(nq, dtype=np.int64)
+    band_w = np.zeros(nq, dtype=np.int64)
+    ranks: list[npt.NDArray[np.int32]] = []
+    orders = {} if orders is None else orders
+    for j, (a, q, sk) in enumerate(wanted):
+        if sk not in orders:  # a series is sorted once
+            order = np.argsort(a, kind="stable")
+            rk = np.empty(n, dtype=np.int32)
+            rk[order] = np.arange(n, dtype=np.int32)
+            orders[sk] = (a[order], rk)
+        sv[j], rank[j] = orders[sk]
+        k1 = min(n - 1, int(np.floor((n - 1) * (q / 100.0))))
+        k2 = min(n - 1, k1 + 1)
+        # the band: a resample's count of values ranked below k1 varies with its nb blocks'
+        # counts, whose variance every window of the series gives; _BAND_SIGMAS deviations each side
+        below_k = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(rank[j] < k1, out=below_k[1:])
+        w_k = below_k[block:] - below_k[:-block]
+        spread = float(np.sqrt(nb * float(w_k.var()))) if w_k.size > 1 else float(block)
+        margin = int(_BAND_SIGMAS * spread) + block + 1
+        lo_r, hi_r = max(0, k1 - margin), min(n, k2 + 1 + margin)
+        inside = (rank[j] >= lo_r) & (rank[j] < hi_r)
+        below = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(rank[j] < lo_r, out=below[1:])
+        inband = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(inside, out=inband[1:])
+        for t, length in ((table, block), (tlast, last)):
+            m = n - length + 1
+            t[:, 3 * j] = below[length:length + m] - below[:m]
+            t[:, 3 * j + 1] = inband[:m]
+            t[:, 3 * j + 2] = inband[length:length + m] - inband[:m]
+        band_lo[j], band_w[j] = lo_r, hi_r - lo_r
+        ranks.append((rank[j][inside] - lo_r).astype(np.int32))
+    brank = np.zeros((nq, max([1, *(int(r.shape[0]) for r in ranks)])), dtype=np.int32)
+    for j, rk in enumerate(ranks):
+        brank[j, : rk.shape[0]] = rk
+    return sv, rank, band_lo, band_w, brank
+
+
+def _quantiles(wanted: list[tuple[F64, float, object]], starts: npt.NDArray[np.integer[Any]], block: int, n: int
+               ) -> tuple[F64, int]:
+    """Percentile ``q`` of every resample of each (series, q, its identity) in ``wanted`` (all of
+    length n), and how many (resample, percentile) fell outside their band and were counted over
+    every rank."""
+    from . import _resample as R
+
+    nb = starts.shape[1]
+    last = n - (nb - 1) * block
+    nq = len(wanted)
+    table = np.empty((n - block + 1, 3 * nq), dtype=np.int32)
+    tlast = np.empty((n - last + 1, 3 * nq), dtype=np.int32)
+    sv, rank, band_lo, band_w, brank = _bands(wanted, block, last, table, tlast)
+    out = np.empty((starts.shape[0], nq), dtype=np.float64)
+    nothing = np.empty((n - block + 1, 0), dtype=np.float64)
+    qs = np.array([q for _a, q, _k in wanted], dtype=np.float64)
+    wide = R.group_pass(nothing, nothing, table, tlast, sv, rank, qs, band_lo, band_w, brank, starts, block, n,
+                        np.empty((starts.shape[0], 0)), out)
+    return out, int(wide)
 
 
 def block_bootstrap_mean(x: npt.ArrayLike, confidence: float = 0.95, resamples: int = 2000,
                          block: int | None = None, seed: int = 0, stat: Statistic = mean_stat) -> Interval:
-    """Within-run interval of one series' mean (or another ``stat``: :func:`rate_stat`,
+    """Within-run interval of one series' mean (or another ``stat``: :data:`rate_stat`,
     :func:`percentile_stat`) by a moving-block bootstrap (blocks of ``block`` consecutive
     values, default n^(1/3): keeps the autocorrelation a plain bootstrap would destroy).
-    Percentile interval; deterministic for a ``seed``. Raises ValueError with fewer than 2
-    values."""
-    a = _finite(x)
-    if a.shape[0] < 2:
-        raise ValueError("an interval needs at least 2 values")
-    bl = min(a.shape[0], block or _block_len(a.shape[0]))
-    vals = _mbb_stats(a, bl, resamples, np.random.default_rng(seed), stat)
-    q = (1.0 - confidence) / 2.0
-    return Interval(float(stat(a[None, :])[0]), float(np.nanquantile(vals, q)), float(np.nanquantile(vals, 1 - q)),
-                    confidence, bl, resamples, "moving-block bootstrap")
+    Percentile interval; deterministic for a ``seed``. Cost: O(n) once, then O(n / block) per
+    resample (and a band of values near a percentile); :class:`Bootstrap` shares the draws of
+    many series. Raises ValueError with fewer than 2 values."""
+    return Bootstrap(resamples, seed).interval_mean(x, confidence, stat, block)
 
 
 def block_bootstrap_diff(a: npt.ArrayLike, b: npt.ArrayLike, confidence: float = 0.95, resamples: int = 2000,
                          block: int | None = None, seed: int = 0, stat: Statistic = mean_stat) -> Interval:
     """Within-run interval of ``stat(b) - stat(a)`` (default the means) for one run per arm:
-    each series resampled by moving blocks on its own (see :func:`block_bootstrap_mean`). It
-    covers the token-to-token noise inside the two runs, not what differs between runs (order,
-    thermal drift, the machine's other load). Raises ValueError with fewer than 2 values in a
-    series."""
-    x, y = _finite(a), _finite(b)
-    if x.shape[0] < 2 or y.shape[0] < 2:
-        raise ValueError("an interval needs at least 2 values in each series")
-    bl = block or max(_block_len(x.shape[0]), _block_len(y.shape[0]))
-    rng = np.random.default_rng(seed)
-    ma = _mbb_stats(x, min(bl, x.shape[0]), resamples, rng, stat)
-    mb = _mbb_stats(y, min(bl, y.shape[0]), resamples, rng, stat)
-    dd = mb - ma
-    q = (1.0 - confidence) / 2.0
-    est = float(stat(y[None, :])[0] - stat(x[None, :])[0])
-    return Interval(est, float(np.nanquantile(dd, q)), float(np.nanquantile(dd, 1 - q)), confidence, bl, resamples,
-                    "moving-block bootstrap")
+    each series resampled by moving blocks on its own (see :func:`block_bootstrap_mean`; one
+    generator, ``a``'s draws first). It covers the token-to-token noise inside the two runs, not
+    what differs between runs (order, thermal drift, the machine's other load). Raises
+    ValueError with fewer than 2 values in a series."""
+    return Bootstrap(resamples, seed).interval_diff(a, b, confidence, stat, block)
 
 
 def percentiles(x: npt.ArrayLike, qs: tuple[float, ...] = (50.0, 95.0, 99.0)) -> list[float]:
