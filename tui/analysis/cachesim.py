@@ -30,6 +30,7 @@ import numpy.typing as npt
 from bmoe_top.parsers.strp import StrpProfile, profile_from_counts
 
 from . import _kernels as K
+from . import policies as P
 from .lookups import Lookups, profile_fill
 
 __all__ = ["Curve", "LruState", "POLICIES", "dense_budgets", "sweep_budgets", "lru_curve", "lru_hit_flags",
@@ -43,18 +44,8 @@ F64 = npt.NDArray[np.float64]
 U8 = npt.NDArray[np.uint8]
 T = TypeVar("T")
 
-#: policy name -> what it models (docs/analysis.md "Policies")
-POLICIES: dict[str, str] = {
-    "lru": "least recently used: bmoe-run's cache",
-    "lfu": "least frequently used (lookups since the start; ties: least recent)",
-    "fifo": "first in, first out",
-    "sieve": "SIEVE: FIFO with a visited bit and a moving hand",
-    "belady": "Belady: evict the expert needed farthest ahead (offline ceiling)",
-    "static": "static profile of the hottest experts (train part), nothing else kept",
-    "lru_profile": "LRU filled at load from the train part's profile (bmoe-run --moe-cache-profile)",
-    "lru_layer_equal": "one LRU per layer, budget split evenly",
-    "lru_layer_alloc": "one LRU per layer, budget allocated greedily by each layer's curve",
-}
+#: policy name -> what it models (the registry: tui/analysis/policies.py)
+POLICIES: dict[str, str] = {p.name: p.description for p in P.POLICIES}
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -376,8 +367,8 @@ def _compact_items(lk: Lookups) -> npt.NDArray[np.integer[Any]]:
     return lk.item.astype(np.int16 if lk.n_items <= np.iinfo(np.int16).max else np.int32)
 
 
-#: the policies replayed one budget at a time, and the kernel of each
-_PER_BUDGET = ("lfu", "fifo", "sieve", "belady")
+#: the policies replayed one budget at a time (their kernel: ``_kernels.POLICY_*`` = ``Policy.code``)
+_PER_BUDGET = tuple(p.name for p in P.POLICIES if p.replay == "per_budget")
 
 
 def workers() -> int:
@@ -433,20 +424,22 @@ def plan_policy_curves(lk: Lookups, policies: Sequence[str], budgets: npt.ArrayL
             raise ValueError("a batch mixes layers or phases: lookups must come from the lookups constructors")
         item = _compact_items(lk)
         bf = lk.batch_first()
-        nu = _next_use(lk) if "belady" in todo else np.zeros(0, dtype=np.int32)
+        nu = _next_use(lk) if any(P.KERNEL_CODES[p] == K.POLICY_BELADY for p in todo) else np.zeros(0, dtype=np.int32)
 
         def run(p: str, j: int) -> None:
             hd, hb, hl = res[p]
             args = (item, bf, lk.decode, lay, lk.item_bytes, int(b[j]), j)
-            if p == "lfu":
+            code = P.KERNEL_CODES[p]
+            if code == K.POLICY_LFU:
                 K.lfu_budget(*args, hd, hb, hl)
-            elif p == "belady":
+            elif code == K.POLICY_BELADY:
                 K.belady_budget(*args, nu, hd, hb, hl)
             else:
-                K.queue_budget(p == "sieve", *args, hd, hb, hl)
+                K.queue_budget(code == K.POLICY_SIEVE, *args, hd, hb, hl)
 
-        # budget 0 is no cache: no hits
-        tasks += [functools.partial(run, p, j) for p in ("belady", "lfu", "sieve", "fifo") if p in todo
+        # budget 0 is no cache: no hits. The costliest kernels first (Belady, LFU)
+        cost = {K.POLICY_BELADY: 0, K.POLICY_LFU: 1, K.POLICY_SIEVE: 2, K.POLICY_FIFO: 3}
+        tasks += [functools.partial(run, p, j) for p in sorted(todo, key=lambda p: cost[P.KERNEL_CODES[p]])
                   for j in range(nb) if b[j] > 0]
 
     def finish() -> dict[str, Curve]:

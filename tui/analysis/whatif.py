@@ -14,6 +14,7 @@ import numpy as np
 import numpy.typing as npt
 
 from . import cachesim as C
+from . import policies as P
 from .layers import LayerRow, allocate, layer_partitioned_curve, layer_table
 from .lookups import Lookups, split_decode
 from .skew import Skew, routing_skew
@@ -22,8 +23,8 @@ __all__ = ["PolicyPoints", "RecordedCheck", "AllocationSummary", "WhatIf", "Repl
            "recommend_budget", "DEFAULT_POLICIES"]
 
 MIB = C.MIB
-DEFAULT_POLICIES = ("lru", "lfu", "fifo", "sieve", "static", "lru_profile", "lru_layer_equal", "lru_layer_alloc",
-                    "belady")
+#: every policy of the registry (tui/analysis/policies.py), in its order
+DEFAULT_POLICIES = P.NAMES
 
 
 def _floats(a: npt.ArrayLike) -> list[float]:
@@ -163,9 +164,7 @@ def analyse(lk: Lookups, budgets: npt.ArrayLike | None = None, run_budget: int |
     """
     if lk.n_decode_lookups == 0:
         raise ValueError("the trace has no decode lookups: nothing to score")
-    unknown = [p for p in policies if p not in C.POLICIES]
-    if unknown:
-        raise ValueError(f"unknown policy {unknown[0]!r}; choose from {', '.join(C.POLICIES)}")
+    kinds = {p: P.policy(p).replay for p in policies}  # raises ValueError for an unknown one
     extra = [run_budget] if run_budget is not None else []
     b = C.sweep_budgets(lk) if budgets is None else np.asarray(budgets, dtype=np.float64)
     b = C._check_budgets(np.concatenate([np.asarray(b, dtype=np.float64).reshape(-1),
@@ -182,10 +181,10 @@ def analyse(lk: Lookups, budgets: npt.ArrayLike | None = None, run_budget: int |
     if budgets is None:  # the default sweep also holds the recommended budget
         b = np.unique(np.append(b, rec))
     lru = lru_all.select(b)  # the dense axis holds every sweep budget
-    plan = C.plan_policy_curves(lk, [p for p in policies if p in ("lfu", "fifo", "sieve", "belady")], b)
+    plan = C.plan_policy_curves(lk, [p for p in policies if kinds[p] == "per_budget"], b)
     tasks = list(plan.tasks)
     train_tokens = 0
-    if "static" in policies or "lru_profile" in policies:
+    if any(k == "profile" for k in kinds.values()):
         try:
             train, test = split_decode(lk, train_fraction)
         except ValueError:
@@ -200,11 +199,11 @@ def analyse(lk: Lookups, budgets: npt.ArrayLike | None = None, run_budget: int |
     replayed = plan.finish()
     curves: list[C.Curve] = []
     for p in policies:
-        if p == "lru":
+        if kinds[p] == "one_pass":
             curves.append(lru)
-        elif p in replayed:
+        elif kinds[p] == "per_budget":
             curves.append(replayed[p])
-        elif p in ("static", "lru_profile"):
+        elif kinds[p] == "profile":
             if p in box:
                 curves.append(box[p])
         else:

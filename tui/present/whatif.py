@@ -17,6 +17,7 @@ import numpy as np
 import numpy.typing as npt
 import orjson
 
+from bmoe_top.tui.analysis.policies import POLICIES
 from bmoe_top.tui.present.numbers import fmt
 from bmoe_top.tui.present.tables import Column, Row, Table, number_key
 
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
     from bmoe_top.tui.analysis.whatif import Replay, WhatIf
 
 __all__ = ["WhatIfInput", "whatif_document", "policy_table", "layer_table_rows", "skew_rows", "summary_rows",
-           "LiveView", "HIT_DEFINITION", "POLICY_ORDER", "POLICY_SHORT", "MIB", "WhatIfDocument", "WhatIfReportDoc",
+           "LiveView", "HIT_DEFINITION", "MIB", "WhatIfDocument", "WhatIfReportDoc",
            "WhatIfInputDoc", "ProfileDoc", "WhatIfProfileDocument"]
 
 MIB = 1 << 20
@@ -33,15 +34,6 @@ MIB = 1 << 20
 HIT_DEFINITION = ("decode hits / decode lookups: bmoe-run's hit % (its BMOE_DONE cache_hit_pct and moe-cache: "
                   "line); prefill lookups change the cache but are not counted. bmoe-cli's moe-cache: line and "
                   "CSV summary also count the prompt as misses: compare them with 'with the prompt'")
-#: the order policies are listed and drawn in (the ceiling last)
-POLICY_ORDER = ("lru", "lfu", "fifo", "sieve", "static", "lru_profile", "lru_layer_equal", "lru_layer_alloc",
-                "belady")
-#: short names for the tables and the chart legend
-POLICY_SHORT = {
-    "lru": "LRU", "lfu": "LFU", "fifo": "FIFO", "sieve": "SIEVE", "static": "static profile",
-    "lru_profile": "LRU + profile", "lru_layer_equal": "LRU per layer (even)",
-    "lru_layer_alloc": "LRU per layer (allocated)", "belady": "Belady (ceiling)",
-}
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -239,15 +231,15 @@ def policy_table(report: WhatIf, budget_mib: float) -> Table:
     MiB read per token, flash I/O s/token (when the bandwidth is known), the gap to Belady."""
     unit = "slots" if not report.sizes_known else "MiB"
     by = {c.policy: c for c in report.curves}
-    bel = by.get("belady")
+    bel = next((by[p.name] for p in POLICIES if p.ceiling and p.name in by), None)
     bel_hit = _at(bel.decode_hit_pct, bel.budgets_mib, budget_mib) if bel else math.nan
     cols = [Column("policy", "policy", False), Column("hit", "decode hit %", short="hit %"),
             Column("read", f"{'slots' if unit == 'slots' else 'MiB'} read/token", short=f"{unit}/token"),
             Column("io", "flash I/O s/token", short="I/O s/tok"), Column("gap", "Belady − policy", short="to Belady"),
             Column("what", "what it models", False)]
     rows = []
-    for p in POLICY_ORDER:
-        c = by.get(p)
+    for pol in POLICIES:
+        c = by.get(pol.name)
         if c is None:
             continue
         h = _at(c.decode_hit_pct, c.budgets_mib, budget_mib)
@@ -255,9 +247,9 @@ def policy_table(report: WhatIf, budget_mib: float) -> Table:
         io = _at(c.io_s_per_token, c.budgets_mib, budget_mib) if c.io_s_per_token else math.nan
         gap = bel_hit - h
         label = c.label + (f" ({c.note})" if c.note else "")
-        rows.append(Row((POLICY_SHORT.get(p, p), _pct(h), fmt(r, 1), fmt(io, 3), fmt(gap, 2, "pt"), label),
-                        (POLICY_SHORT.get(p, p), number_key(h), number_key(r), number_key(io), number_key(gap), label),
-                        "good" if p == "belady" else ""))
+        rows.append(Row((pol.label, _pct(h), fmt(r, 1), fmt(io, 3), fmt(gap, 2, "pt"), label),
+                        (pol.label, number_key(h), number_key(r), number_key(io), number_key(gap), label),
+                        "good" if pol.ceiling else ""))
     where = f"at {fmt(budget_mib, 0)} {unit}; "
     note = where + (f"flash I/O at {fmt(report.read_mib_s, 0)} MiB/s (the run's read bandwidth, serial reads)"
                     if report.read_mib_s else "flash I/O: no read bandwidth known (the run's log, or --read-mib-s)")

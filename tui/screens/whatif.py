@@ -30,6 +30,7 @@ from textual.widgets import Input, Static, TabbedContent, TabPane
 
 from bmoe_top.outfile import OutputFileError
 from bmoe_top.tui.analysis.layers import allocate
+from bmoe_top.tui.analysis.policies import MAIN, NAMES, POLICIES
 from bmoe_top.tui.analysis.whatif import Replay, WhatIf
 from bmoe_top.tui.app import BmoeTopApp
 from bmoe_top.tui.jobs.whatif import write_profile
@@ -37,8 +38,6 @@ from bmoe_top.tui.present.numbers import fmt
 from bmoe_top.tui.present.whatif import (
     HIT_DEFINITION,
     MIB,
-    POLICY_ORDER,
-    POLICY_SHORT,
     WhatIfInput,
     layer_table_rows,
     policy_table,
@@ -53,11 +52,7 @@ from bmoe_top.tui.widgets.palette import KIND_STYLE
 from bmoe_top.tui.widgets.panels import safe_text
 from bmoe_top.tui.widgets.tables import SortTable
 
-__all__ = ["WhatIfScreen", "run_whatif", "whatif_app", "MAIN_POLICIES"]
-
-#: the policies shown when ``a`` narrows the chart (the runtime's, the profile, the layer
-#: allocation and the ceiling)
-MAIN_POLICIES = frozenset({"lru", "static", "lru_layer_alloc", "belady"})
+__all__ = ["WhatIfScreen", "run_whatif", "whatif_app"]
 #: lower-chart metrics ``y`` cycles through: (key, title, unit)
 LOWER = (("read", "MiB read per token", "MiB"), ("io", "flash I/O per token (estimated)", "s"))
 
@@ -199,11 +194,12 @@ class WhatIfScreen(Screen[None]):
 
     def _series(self, metric: str) -> tuple[CurveSeries, ...]:
         out = []
-        for i, p in enumerate(POLICY_ORDER):
+        for i, pol in enumerate(POLICIES):
+            p = pol.name
             c = self.by.get(p)
             if c is None:
                 continue
-            if p == "lru":
+            if pol.replay == "one_pass":
                 c = self.report.lru_all  # every budget, not only the sweep's
             if metric == "hit":
                 y = c.decode_hit_pct
@@ -213,12 +209,12 @@ class WhatIfScreen(Screen[None]):
                 if not c.io_s_per_token:
                     continue
                 y = c.io_s_per_token
-            out.append(CurveChart.series_from(p, POLICY_SHORT.get(p, p), c.budgets_mib, y, i))
+            out.append(CurveChart.series_from(p, pol.label, c.budgets_mib, y, i))
         return tuple(out)
 
     def _plot(self, metric: str) -> CurvePlot:
         r = self.report
-        hidden = frozenset() if self.all_policies else frozenset(p for p in POLICY_ORDER if p not in MAIN_POLICIES)
+        hidden = frozenset() if self.all_policies else frozenset(NAMES) - MAIN
         shade = f"below T: LRU hits ~0%, cache off is strictly better (LRU hits 0 below {fmt(r.zero_hit_below_mib, 0)})"
         common = dict(x_label="cache budget", x_unit=self.unit, marks=self._marks(), shade_below=r.token_cycle_mib,
                       shade_label=shade, cursor=self.budget_mib, x_min=0.0, x_max=self.x_max(), hidden=hidden)
@@ -406,7 +402,7 @@ class WhatIfScreen(Screen[None]):
         self.all_policies = not self.all_policies
         remember(self, "whatif.all_policies", self.all_policies)
         self.notify("all policies" if self.all_policies else
-                    "main policies: " + ", ".join(POLICY_SHORT[p] for p in POLICY_ORDER if p in MAIN_POLICIES))
+                    "main policies: " + ", ".join(p.label for p in POLICIES if p.main))
         self.refresh_views()
 
     def action_toggle_zoom(self) -> None:
