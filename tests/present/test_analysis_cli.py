@@ -161,7 +161,7 @@ def test_compare_outputs_golden(tmp_path, capsys) -> None:
     check_golden(GOLDEN / "compare_cli.json", masked(doc, {str(tmp_path): "<tmp>"}))
     check_typed(doc, CompareDocument)
     code, md, _ = cli(capsys, "compare", "--md", a0, b0)
-    assert code == 0 and md.startswith("| metric | Δ r2 | verdict | r0 | r2 | unit |")
+    assert code == 0 and md.startswith("| metric | Δ r2 | verdict | r0 | r2 | 95% CI of Δ | p |")
     assert "Warm-up (MSER-5): r0 steady from token" in md
     check_golden_text(GOLDEN / "compare_cli.md", md)
     code, text, _ = cli(capsys, "compare", "--csv", f"{a0},{a1}", "vs", f"{b0},{b1}")
@@ -205,7 +205,7 @@ def test_compare_two_real_csvs(real_runs, capsys) -> None:
     b = real_runs / "bigmoeonedge-2026-07-22" / "bmoe-20260722-142300.csv"
     code, md, err = cli(capsys, "compare", "--md", str(a), str(b))
     assert code == 0, err
-    assert "| wall per token |" in md and "within-run only" in md
+    assert "| wall per token [ms/tok] |" in md and "within-run only" in md
     assert "steady from token 5 of 1469" in md
     code, out, _ = cli(capsys, "compare", "--json", str(a), str(b))
     doc = orjson.loads(out)

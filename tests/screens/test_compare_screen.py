@@ -44,10 +44,10 @@ async def test_summary_sort_filter_and_banner(tmp_path) -> None:
         assert WITHIN_RUN_LABEL in text_of(app, "#cmp-banner")
         assert "warm-up (MSER-5)" in text_of(app, "#cmp-advice") and "steady from token" in text_of(app, "#cmp-advice")
         table = app.main.query_one("#summary-table", SortTable)
-        assert [r.cells[0] for r in table.shown] == [m.label for m in c.metrics]
-        wall = next(r for r in table.shown if r.cells[0] == "wall per token")
-        d = next(m for m in c.metrics if m.metric == "wall_ms").deltas[0]
-        assert wall.cells[1] == (P.delta_text(d)) and wall.cells[2] == d.verdict
+        assert [r.cells[0] for r in table.shown] == [P.metric_label(m) for m in c.metrics]
+        wall = next(r for r in table.shown if r.cells[0] == "wall per token [ms/tok]")
+        m = next(m for m in c.metrics if m.metric == "wall_ms")
+        assert wall.cells[1] == P.delta_text(m.deltas[0], m.unit) and wall.cells[2] == m.deltas[0].verdict
         table.data_table.focus()
         await pilot.press("s")  # sort by metric name
         labels = [r.cells[0] for r in table.shown]
@@ -57,8 +57,8 @@ async def test_summary_sort_filter_and_banner(tmp_path) -> None:
         assert keys == sorted(keys, reverse=True)
         await pilot.press("slash", *"wall")
         await pilot.pause()
-        assert {r.cells[0] for r in table.shown} == {"wall per token", "wall p50 (steady)", "wall p95 (steady)",
-                                                     "wall p99 (steady)"}
+        assert {r.cells[0] for r in table.shown} == {"wall per token [ms/tok]", "wall p50 (steady) [ms]",
+                                                     "wall p95 (steady) [ms]", "wall p99 (steady) [ms]"}
         await pilot.press("escape")
         await pilot.pause()
         assert len(table.shown) == len(c.metrics)
@@ -140,8 +140,8 @@ async def test_two_real_csvs(real_runs) -> None:
         table = app.main.query_one("#summary-table", SortTable)
         rows = {r.cells[0]: r for r in table.shown}
         assert rows["decode hit %"].cells[2] == "differs"
-        assert rows["wall per token"].cells[2] in ("better", "worse", "~")
-        assert "peak RSS" in rows and "MemAvailable low point" in rows
+        assert rows["wall per token [ms/tok]"].cells[2] in ("better", "worse", "~")
+        assert "peak RSS [MiB]" in rows and "MemAvailable low point [MiB]" in rows
 
 
 async def test_ctrl_c_quits_compare_at_once(tmp_path) -> None:
@@ -154,8 +154,8 @@ async def test_ctrl_c_quits_compare_at_once(tmp_path) -> None:
 
 
 async def test_real_csvs_at_80x24_show_both_values_and_the_delta(real_runs) -> None:
-    """``compare`` of the two real CSVs at 80x24: the Summary shows the metric, the delta, the
-    verdict and both runs' values (headed by what tells the runs apart); only the unit, the
+    """``compare`` of the two real CSVs at 80x24: the Summary shows the metric with its unit, the
+    delta, the verdict and both runs' values (headed by what tells the runs apart); only the
     interval and p may be hidden. The table has the keys: → and ← do not switch tabs."""
     from helpers.hostile import screen_text
 
@@ -169,10 +169,12 @@ async def test_real_csvs_at_80x24_show_both_values_and_the_delta(real_runs) -> N
         base, other = c.arms
         assert keys[:3] == ["metric", f"delta:{other}", f"verdict:{other}"], keys
         assert {f"value:{base}", f"value:{other}"} <= set(keys), keys
-        assert set(table.hidden) <= {"unit", f"{c.confidence:.0%} CI of Δ", "p"}, table.hidden
+        assert set(table.hidden) <= {f"{c.confidence:.0%} CI of Δ", "p"}, table.hidden
+        # the arms are named by what differs in their run headers, headed by what tells them apart
+        assert c.arms == ["--dense-weights anon", "--dense-weights ahwb"]
         labels = [str(col.label) for col in table.data_table.columns.values()]
-        assert "1-090406" in " ".join(labels) and "2-142300" in " ".join(labels), labels
-        wall = next(r for r in table.shown if r.cells[0] == "wall per token")
+        assert "…non" in labels and "…hwb" in labels, labels
+        wall = next(r for r in table.shown if r.cells[0] == "wall per token [ms/tok]")
         text = screen_text(app)
         for cell in wall.cells[3:5]:  # both runs' values, drawn whole
             assert cell and cell in text, (cell, text)

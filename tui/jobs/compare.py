@@ -21,7 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from bmoe_top.tui.model import RunModel
-from bmoe_top.tui.present.compare import LoadedArm, LoadedRun
+from bmoe_top.tui.present.compare import LoadedArm, LoadedRun, arm_names
 from bmoe_top.tui.sources.files import ReplayError
 
 if TYPE_CHECKING:
@@ -36,10 +36,12 @@ class CompareError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class ArmSpec:
-    """An arm as given: ``name`` and its runs, each a list of files."""
+    """An arm as given: ``name`` and its runs, each a list of files; ``named`` when the name was
+    given (``--arm NAME=...``), else :func:`load_arms` names it by what differs between arms."""
 
     name: str
     runs: list[list[str]]
+    named: bool = False
 
 
 def _split(text: str, sep: str) -> list[str]:
@@ -65,8 +67,8 @@ def parse_arms(positional: Sequence[str], named: Sequence[str] = ()) -> list[Arm
     """Arms from the command line: each positional argument is an arm (the word ``vs`` between
     them is a separator), each ``NAME=RUNS`` of ``named`` a named arm; runs are separated by
     ``,`` and files of one run joined by ``+`` (a path containing them is taken whole when it
-    exists). Unnamed arms are called after their first file. Raises CompareError with fewer
-    than two arms or an empty one."""
+    exists). Unnamed arms are called after their first file until :func:`load_arms` reads what
+    differs between them. Raises CompareError with fewer than two arms or an empty one."""
     arms: list[ArmSpec] = []
     for p in positional:
         if p.lower() == "vs":
@@ -80,16 +82,22 @@ def parse_arms(positional: Sequence[str], named: Sequence[str] = ()) -> list[Arm
         name, sep, spec = n.partition("=")
         if not sep or not name.strip() or not spec.strip():
             raise CompareError(f"--arm wants NAME=FILES, got {n!r}")
-        arms.append(ArmSpec(name.strip(), _runs(spec.strip())))
+        arms.append(ArmSpec(name.strip(), _runs(spec.strip()), named=True))
     if len(arms) < 2:
         raise CompareError("a comparison needs at least two arms: bmoe-top compare A B, A1,A2 vs B1,B2, "
                            "or --arm NAME=FILES twice")
+    names = _distinct([a.name for a in arms])
+    return [ArmSpec(n, a.runs, a.named) for n, a in zip(names, arms)]
+
+
+def _distinct(names: Sequence[str]) -> list[str]:
+    """``names`` with a repeated one numbered (``x``, ``x #2``)."""
     seen: dict[str, int] = {}
     out = []
-    for a in arms:
-        k = seen.get(a.name, 0)
-        seen[a.name] = k + 1
-        out.append(ArmSpec(a.name if not k else f"{a.name} #{k + 1}", a.runs))
+    for n in names:
+        k = seen.get(n, 0)
+        seen[n] = k + 1
+        out.append(n if not k else f"{n} #{k + 1}")
     return out
 
 
@@ -153,7 +161,13 @@ def load_arms(specs: Sequence[ArmSpec]) -> list[LoadedArm]:
                                    "or a recording is needed for timing)")
             arm.runs.append(LoadedRun(name, list(files), model, run_from_model(model, name)))
         out.append(arm)
-    return out
+    # arms not named on the command line: by the run-header settings that differ between them,
+    # else their folders (present/compare.py arm_names)
+    auto = arm_names([[dict(r.model.meta) for r in a.runs] for a in out],
+                     [[str(Path(r.files[0]).resolve().parent.name) for r in a.runs] for a in out],
+                     [_stem(spec.runs[0][0]) for spec in specs])
+    names = _distinct([spec.name if spec.named else auto[i] for i, spec in enumerate(specs)])
+    return [LoadedArm(n, a.runs) for n, a in zip(names, out)]
 
 
 def arm_inputs(arms: Sequence[LoadedArm]) -> list[ArmInput]:

@@ -11,7 +11,7 @@ import csv
 import io
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypedDict
 
@@ -27,7 +27,8 @@ if TYPE_CHECKING:
     from bmoe_top.tui.analysis.compare import Comparison, Delta, MetricRow, RunInput
 
 __all__ = ["LoadedArm", "LoadedRun", "comparison_document", "comparison_markdown", "comparison_csv",
-           "summary_table", "warmup_table", "token_table", "token_series", "delta_text", "entry_rows",
+           "summary_table", "warmup_table", "token_table", "token_series", "delta_text", "metric_label", "arm_names",
+           "entry_rows",
            "short_names", "VERDICT_KIND", "CompareDocument", "ComparisonDoc"]
 
 #: verdict -> row kind (styles: bmoe_top.tui.widgets.palette.KIND_STYLE)
@@ -56,24 +57,46 @@ def _fmt_value(v: float, unit: str) -> str:
     return fmt(v, digits)
 
 
-def delta_text(d: Delta) -> str:
-    """A delta as the tables print it: ``-9.4%`` when better or worse, and for an exact metric
-    that differs (the verdict beside it says ``differs``: the cell stays narrow enough for 80
-    columns), ``~`` when within the noise, ``same`` for exact metrics, ``?`` when no test was
-    possible."""
-    if d.verdict in ("better", "worse"):
-        # from a baseline of 0 there is no percentage: the change itself
-        return f"{d.change_pct:+.1f}%" if math.isfinite(d.change_pct) else f"{d.change:+.4g} (from 0)"
-    if d.verdict == "differs":
-        return f"{d.change_pct:+.1f}%" if math.isfinite(d.change_pct) else "differs"
-    return d.verdict
+#: the unit of a percentage: its changes are in percentage points, never a percent of a percent
+PERCENT = "%"
 
 
-def _interval_text(d: Delta, base: float) -> str:
-    """The delta's interval in percent of the baseline value (in the metric's unit from a baseline
-    of 0, which has no percentages)."""
+#: units written shorter in a metric's name (the summary's first column is never left out)
+_UNIT_IN_NAME = {"ms/token": "ms/tok"}
+
+
+def metric_label(m: MetricRow) -> str:
+    """The metric's name with its unit (``wall per token [ms/tok]``) unless the name already
+    says it (``tok/s (steady)``, ``decode hit %``): a table too narrow for every column still
+    shows what a number counts."""
+    if not m.unit or m.unit in m.label:
+        return m.label
+    return f"{m.label} [{_UNIT_IN_NAME.get(m.unit, m.unit)}]"
+
+
+def delta_text(d: Delta, unit: str = "") -> str:
+    """A delta as the tables print it: the change in percent of the baseline (``-9.4%``), in
+    points for a metric that is itself a percentage (``+35.5 pt``), in the metric's unit from a
+    baseline of 0 (``+132.6 (from 0)``). The verdict beside it says whether it counts (``~``
+    within the noise still shows the change's size: the Hodges-Lehmann shift with several runs);
+    ``same`` for exact metrics that agree, ``?`` when there is no change to show."""
+    if d.verdict == "same":
+        return "same"
+    if not math.isfinite(d.change):
+        return "?"
+    if unit == PERCENT:
+        return f"{d.change:+.1f} pt"
+    # from a baseline of 0 there is no percentage: the change itself
+    return f"{d.change_pct:+.1f}%" if math.isfinite(d.change_pct) else f"{d.change:+.4g} (from 0)"
+
+
+def _interval_text(d: Delta, base: float, unit: str = "") -> str:
+    """The delta's interval in percent of the baseline value (in points for a percentage; in the
+    metric's unit from a baseline of 0, which has no percentages)."""
     if not (math.isfinite(d.low) and math.isfinite(d.high) and math.isfinite(base)):
         return ""
+    if unit == PERCENT:
+        return f"[{d.low:+.1f} pt, {d.high:+.1f} pt]"
     if not base:
         return f"[{d.low:+.4g}, {d.high:+.4g}]"
     return f"[{100 * d.low / base:+.1f}%, {100 * d.high / base:+.1f}%]"
@@ -101,29 +124,30 @@ def short_names(names: Sequence[str], width: int = 10) -> dict[str, str]:
 
 
 def summary_table(c: Comparison) -> Table:
-    """One row per metric: per other arm its delta against the baseline (``~`` within the noise)
-    and verdict first (the answer), then each arm's value (with several runs, the median of its
-    runs' values; ``±`` half the within-run interval with one run), the unit, and per other arm
-    the delta's interval (percent of the baseline) and p."""
+    """One row per metric, named with its unit: per other arm its delta against the baseline and
+    the verdict first (the answer: ``~`` when within the noise, the change's size beside it),
+    then each arm's value (with several runs, the median of its runs' values; ``±`` half the
+    within-run interval with one run), and per other arm the delta's interval (percent of the
+    baseline, points for a percentage) and p."""
     short = short_names(c.arms)
     cols = [Column("metric", "metric", False)]
     for a in c.arms[1:]:
         cols += [Column(f"delta:{a}", f"Δ {a}", short=f"Δ {short[a]}"), Column(f"verdict:{a}", "verdict", False)]
     for a in c.arms:
         cols.append(Column(f"value:{a}", a, short=short[a]))
-    # narrow: the interval goes first, then p, then the unit (the values and the delta stay)
-    cols.append(Column("unit", "unit", False, drop=1))
+    # narrow: the interval goes first, then p (the values, the delta and the metric with its unit stay)
     for a in c.arms[1:]:
         cols += [Column(f"ci:{a}", f"{c.confidence:.0%} CI of Δ", False, short="CI of Δ", drop=3),
                  Column(f"p:{a}", "p", drop=2)]
     rows = []
     for m in c.metrics:
-        cells = [m.label]
-        keys: list[float | str] = [m.label]
+        name = metric_label(m)
+        cells = [name]
+        keys: list[float | str] = [name]
         kind = ""
         for d in m.deltas:
-            cells += [delta_text(d), d.verdict]
-            keys += [number_key(d.change_pct), d.verdict]
+            cells += [delta_text(d, m.unit), d.verdict]
+            keys += [number_key(d.change if m.unit == PERCENT else d.change_pct), d.verdict]
             kind = kind or VERDICT_KIND.get(d.verdict, "")
         for v in m.values:
             t = _fmt_value(v.center, m.unit)
@@ -131,17 +155,40 @@ def summary_table(c: Comparison) -> Table:
                 t += f" ±{_fmt_value((v.high - v.low) / 2, m.unit)}"
             cells.append(t)
             keys.append(number_key(v.center))
-        cells.append(m.unit)
-        keys.append(m.unit)
         for d in m.deltas:
-            cells += [_interval_text(d, m.values[0].center), _p_text(d)]
+            cells += [_interval_text(d, m.values[0].center, m.unit), _p_text(d)]
             keys += [number_key(d.low), number_key(d.p)]
         rows.append(Row(tuple(cells), tuple(keys), kind))
     labels = sorted({d.label for m in c.metrics for d in m.deltas if d.label})
-    note = f"~ = within the noise: p ≥ {c.alpha:g} or under the {c.noise_floor_pct:g}% noise floor"
+    note = (f"~ = within the noise (p ≥ {c.alpha:g} or under the {c.noise_floor_pct:g}% noise floor): the change "
+            "beside it is not established; a percentage's change is in points (pt)")
     if labels:
         note += "; " + "; ".join(labels)
     return Table("summary", tuple(cols), tuple(rows), note)
+
+
+def arm_names(settings: Sequence[Sequence[Mapping[str, str]]], folders: Sequence[Sequence[str]],
+              fallback: Sequence[str]) -> list[str]:
+    """Names for arms that were not given one, by what differs between them: the run-header
+    settings (``settings[a][r]``, each run's ``key=value`` header) whose value is the same in
+    all of an arm's runs and differs between arms (``--cache-mb 3`` and ``--cache-mb 10``; at
+    most two), else the folder that holds each arm's runs (``folders[a][r]``) when the arms'
+    differ, else ``fallback[a]`` (the first file's name); ``(N runs)`` after an arm of several."""
+    common: list[dict[str, str]] = []
+    for runs in settings:
+        keep = dict(runs[0]) if runs else {}
+        for other in runs[1:]:
+            keep = {k: v for k, v in keep.items() if other.get(k) == v}
+        keep.pop("format", None)
+        common.append(keep)
+    keys = [k for k in common[0] if all(k in c for c in common) and len({c[k] for c in common}) > 1] if common else []
+    if keys:
+        base = [" ".join(f"--{k.replace('_', '-')} {c[k]}" for k in keys[:2]) for c in common]
+    else:
+        where = [sorted(set(f)) for f in folders]
+        distinct = all(len(w) == 1 and w[0] for w in where) and len({w[0] for w in where}) == len(where)
+        base = [w[0] for w in where] if distinct else list(fallback)
+    return [b + (f" ({len(runs)} runs)" if len(runs) > 1 else "") for b, runs in zip(base, settings)]
 
 
 def warmup_table(c: Comparison) -> Table:

@@ -1,0 +1,81 @@
+"""compare's views: a percentage's change is in points, a change within the noise still shows
+its size, arms are named by what differs between them, and a metric keeps its unit however
+narrow the table gets."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from helpers import synth
+
+from bmoe_top.tui.analysis.compare import ArmInput, RunInput, compare
+from bmoe_top.tui.jobs import compare as J
+from bmoe_top.tui.present import compare as P
+
+
+def _runs(rng: np.random.Generator, name: str, mean: float, n: int, hit: float) -> list[RunInput]:
+    return [RunInput(f"{name}{i}", {"wall_ms": mean + rng.normal(0, 0.02 * mean, 80)}, {"hit_pct": hit})
+            for i in range(n)]
+
+
+def _row(c, metric: str):
+    return next(r for r in P.summary_table(c).rows if r.keys[0] == P.metric_label(next(
+        m for m in c.metrics if m.metric == metric)))
+
+
+def test_a_hit_rate_change_is_in_points() -> None:
+    """59.7 -> 95.2 % is +35.5 points, not +59.5 % (a relative change of a percentage)."""
+    rng = np.random.default_rng(1)
+    c = compare([ArmInput("a", _runs(rng, "a", 100.0, 1, 59.7)), ArmInput("b", _runs(rng, "b", 100.0, 1, 95.2))])
+    hit = next(m for m in c.metrics if m.metric == "hit_pct")
+    assert P.delta_text(hit.deltas[0], hit.unit) == "+35.5 pt"
+    assert "+35.5 pt" in _row(c, "hit_pct").cells and "+59.5%" not in _row(c, "hit_pct").cells
+
+
+def test_a_change_within_the_noise_still_shows_its_size() -> None:
+    """Three runs per arm cannot reach p < 0.05: tok/s 2.21 -> 7.13 is still '~', but its
+    Hodges-Lehmann shift is shown beside the verdict (it was a bare '~')."""
+    rng = np.random.default_rng(2)
+    a = ArmInput("a", _runs(rng, "a", 1000 / 2.21, 3, 50.0))
+    b = ArmInput("b", _runs(rng, "b", 1000 / 7.13, 3, 50.0))
+    c = compare([a, b])
+    tok = next(m for m in c.metrics if m.metric == "tok_s")
+    d = tok.deltas[0]
+    assert d.verdict == "~"
+    row = _row(c, "tok_s")
+    assert row.cells[1] == P.delta_text(d, tok.unit) and row.cells[1].startswith("+2") and row.cells[2] == "~"
+    wall = _row(c, "wall_ms")
+    assert wall.cells[1].startswith("-") and wall.cells[1].endswith("%")
+
+
+def _csv(path: Path, cache_mb: int, seed: int) -> str:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(synth.token_csv(40, seed=seed).replace(b"cache_mb=64", f"cache_mb={cache_mb}".encode()))
+    return str(path)
+
+
+def test_arms_are_named_by_what_differs_between_them(tmp_path: Path) -> None:
+    """Three runs an arm, files c3_1.. and c10_1..: the arms are '--cache-mb 3' and '--cache-mb
+    10' (the run headers' difference), not 'c3_1 (3 runs)'; with the same headers, the folders."""
+    a = ",".join(_csv(tmp_path / f"c3_{i}.csv", 3, i) for i in range(1, 4))
+    b = ",".join(_csv(tmp_path / f"c10_{i}.csv", 10, 10 + i) for i in range(1, 4))
+    arms = J.load_arms(J.parse_arms([a, b]))
+    assert [x.name for x in arms] == ["--cache-mb 3 (3 runs)", "--cache-mb 10 (3 runs)"]
+    a = _csv(tmp_path / "before" / "run.csv", 64, 1)
+    b = _csv(tmp_path / "after" / "run.csv", 64, 2)
+    assert [x.name for x in J.load_arms(J.parse_arms([a, b]))] == ["before", "after"]
+    named = J.load_arms(J.parse_arms([], [f"base={a}", f"new={b}"]))
+    assert [x.name for x in named] == ["base", "new"]
+
+
+def test_every_metric_carries_its_unit() -> None:
+    """At 80 columns the unit column was the first left out, so '47.9' stood without 'ms/token':
+    the unit is in the metric's name, which is never left out."""
+    rng = np.random.default_rng(3)
+    c = compare([ArmInput("a", _runs(rng, "a", 100.0, 1, 50.0)), ArmInput("b", _runs(rng, "b", 90.0, 1, 60.0))])
+    t = P.summary_table(c)
+    assert "unit" not in [col.key for col in t.columns]
+    names = [r.cells[0] for r in t.rows]
+    assert "wall per token [ms/tok]" in names and "wall p50 (steady) [ms]" in names
+    assert "tok/s (steady)" in names and "decode hit %" in names  # the unit is already in the name
