@@ -75,7 +75,10 @@ def parse_routing_bin(data: bytes, n_expert: int | None = None, n_layer: int | N
     emax = min(EXPERT_MAX, n_expert) if n_expert else EXPERT_MAX
     lmax = min(LAYER_MAX, n_layer) if n_layer else LAYER_MAX
     problems: list[Problem] = []
-    # a fast path for the common file whose records all have the same k
+    # a fast path for the common file whose records all have the same k: its records are kept as
+    # a count (no per-record objects), the general walk's in lists
+    n_fast = 0
+    k0 = 0
     offsets: list[int] = []
     ks: list[int] = []
     pos = 0
@@ -91,8 +94,7 @@ def parse_routing_bin(data: bytes, n_expert: int | None = None, n_layer: int | N
         ids = words[:, 2:2 + k0]
         good &= ((ids >= 0) & (ids < emax)).all(axis=1)
         first_bad = int(np.argmin(good)) if not good.all() else m
-        offsets = list(range(0, first_bad * rec, rec))
-        ks = [k0] * first_bad
+        n_fast = first_bad
         pos = first_bad * rec
         idx = first_bad
     # the general walk (different k, or past the fast path's first odd record)
@@ -116,23 +118,25 @@ def parse_routing_bin(data: bytes, n_expert: int | None = None, n_layer: int | N
         ks.append(k)
         pos += size
         idx += 1
-    nr = len(offsets)
-    k_arr = np.asarray(ks, dtype=np.int64)
+    fast_rec = 8 + 8 * k0
+    off = np.concatenate([np.arange(n_fast, dtype=np.int64) * fast_rec, np.asarray(offsets, dtype=np.int64)])
+    k_arr = np.concatenate([np.full(n_fast, k0, dtype=np.int64), np.asarray(ks, dtype=np.int64)])
+    nr = int(off.shape[0])
     k_max = int(k_arr.max()) if nr else 0
     experts = np.full((nr, k_max), -1, dtype=np.int32)
     weights = np.full((nr, k_max), np.nan, dtype=np.float32)
     layer = np.zeros(nr, dtype=np.int64)
-    if nr and (k_arr == k_max).all() and np.array_equal(np.diff(offsets), np.full(nr - 1, 8 + 8 * k_max)):
+    if nr and (k_arr == k_max).all() and (np.diff(off) == 8 + 8 * k_max).all():
         rec = 8 + 8 * k_max
-        words = np.frombuffer(data, dtype="<i4", count=nr * rec // 4, offset=offsets[0]).reshape(nr, rec // 4)
+        words = np.frombuffer(data, dtype="<i4", count=nr * rec // 4, offset=int(off[0])).reshape(nr, rec // 4)
         layer = words[:, 0].astype(np.int64)
         experts[:] = words[:, 2:2 + k_max]
         weights[:] = words[:, 2 + k_max:].view("<f4")
     else:
-        for r, (off, k) in enumerate(zip(offsets, ks)):
-            layer[r] = int(np.frombuffer(data, dtype="<i4", count=1, offset=off)[0])
-            experts[r, :k] = np.frombuffer(data, dtype="<i4", count=k, offset=off + 8)
-            weights[r, :k] = np.frombuffer(data, dtype="<f4", count=k, offset=off + 8 + 4 * k)
+        for r, (o, k) in enumerate(zip(off.tolist(), k_arr.tolist())):
+            layer[r] = int(np.frombuffer(data, dtype="<i4", count=1, offset=o)[0])
+            experts[r, :k] = np.frombuffer(data, dtype="<i4", count=k, offset=o + 8)
+            weights[r, :k] = np.frombuffer(data, dtype="<f4", count=k, offset=o + 8 + 4 * k)
     # token = occurrence of the record within its layer
     token = np.zeros(nr, dtype=np.int64)
     if nr:

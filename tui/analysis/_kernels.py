@@ -263,10 +263,11 @@ def lru_feed(item: I64, bfirst: I64, b0: int, b1: int, decode: B1, lay: I64, siz
 # FIFO, SIEVE, LFU and Belady have no inclusion property under the runtime's rules (LFU and
 # Belady have one with experts of one size, not with several; FIFO and SIEVE never), so each
 # budget is replayed on its own: one kernel call per (policy, budget), on a thread each (the
-# kernels release the GIL). Every step is O(1) but for a word-at-a-time search of a bitmap:
-# LFU keeps its cached items in buckets per lookup count, Belady in buckets per next decode use,
-# and a bitmap of the non-empty buckets (64 buckets a word, a word per 64 words above it) finds
-# the least (LFU) or farthest (Belady) one. A batch is one layer of one phase (``Lookups``), so a
+# kernels release the GIL). No step grows with the trace: FIFO and SIEVE keep a queue, LFU a
+# 4-ary min-heap whose keys are renewed only when they reach the top, Belady buckets per next
+# decode use and a bitmap of the non-empty ones (64 buckets a word, a word per 64 words above it)
+# to find the farthest in a few word operations. The policy codes are the registry's
+# (tui/analysis/policies.py ``Policy.code``). A batch is one layer of one phase (``Lookups``), so a
 # batch's layer, phase and expert size are read once. ``item`` is any integer array (int16 when
 # the items fit: a quarter of the memory traffic of int64 over a trace replayed once per budget);
 # ``lay`` int64 [n_items] each item's layer. Outputs: ``hd``/``hb`` int64 [n_budgets] decode hits
@@ -814,7 +815,7 @@ def compulsory_decode(item: npt.NDArray[np.integer[Any]], decode: B1, n_items: i
 
 @jit
 def reuse_gaps(item: npt.NDArray[np.integer[Any]], decode: B1, token: I64, n_items: int,
-               out: npt.NDArray[np.int64]) -> int:
+               out: npt.NDArray[np.integer[Any]]) -> int:
     """Decode tokens between consecutive decode lookups of an item, into ``out`` (room for every
     decode lookup); returns how many."""
     last = np.full(n_items, -1, dtype=np.int64)

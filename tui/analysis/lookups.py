@@ -316,10 +316,8 @@ def from_routing_bin(rb: RoutingBin, n_expert: int, layer_bytes: npt.ArrayLike |
     if rb.n_records == 0:
         raise ValueError("the routing trace has no records")
     nl = max(rb.n_layer, n_layer or 0)
-    routing = rb.routing()
-    if routing.shape[1] < nl:
-        pad = np.full((routing.shape[0], nl - routing.shape[1], routing.shape[2]), -1, dtype=np.int64)
-        routing = np.concatenate([routing, pad], axis=1)
+    routing = np.full((rb.n_tokens, nl, rb.k_max), -1, dtype=np.int32)  # int32: half of rb.routing()'s bytes
+    routing[rb.token, rb.layer, :] = rb.experts
     known = layer_bytes is not None
     lb = np.asarray(layer_bytes, dtype=np.int64) if known else np.ones(nl, dtype=np.int64)
     return from_routing(routing, lb, n_expert, sizes_known=known)

@@ -5,8 +5,10 @@ any cache can do. docs/analysis.md "Routing skew".
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from . import _kernels as K
 from .lookups import Lookups
@@ -51,8 +53,11 @@ def routing_skew(lk: Lookups) -> Skew:
     with np.errstate(divide="ignore", invalid="ignore"):
         ent = -np.where(p > 0, p * np.log2(p), 0.0).sum(axis=1)
     # decode tokens between consecutive decode lookups of each expert (one compiled pass)
-    gaps = np.empty(int(dec.sum()), dtype=np.int64)
+    gaps: npt.NDArray[np.integer[Any]] = np.empty(int(dec.sum()), dtype=np.int32 if lk.n_decode_tokens < 2**31
+                                                   else np.int64)
     gaps = gaps[: K.reuse_gaps(lk.item, lk.decode, lk.token, lk.n_items, gaps)]
+    held: Any = gaps  # integers: np.percentile interpolates them as the floats they equal
+    reuse = [float(v) for v in np.percentile(held, [50.0, 90.0])] if gaps.size else [float("nan")] * 2
     routed = counts[counts > 0]
     return Skew(
         unique_experts=int((counts > 0).sum()),
@@ -60,7 +65,7 @@ def routing_skew(lk: Lookups) -> Skew:
         top8_share_pct=float(100.0 * (top / tot).mean()),
         entropy_bits=float(ent.mean()),
         entropy_max_bits=emax,
-        reuse_tokens_p50=float(np.percentile(gaps, 50)) if gaps.size else float("nan"),
-        reuse_tokens_p90=float(np.percentile(gaps, 90)) if gaps.size else float("nan"),
+        reuse_tokens_p50=reuse[0],
+        reuse_tokens_p90=reuse[1],
         never_reused_pct=float(100.0 * (routed == 1).sum() / routed.size),
     )
