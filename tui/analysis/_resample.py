@@ -32,10 +32,10 @@ def jit(fn: F) -> F:
 
 
 @jit
-def block_sums(a: F64, block: int, last: int, w: F64, wl: F64) -> None:
-    """``w`` [n - block + 1]: the sum of ``a[s:s + block]`` for every start s; ``wl`` [n - last
-    + 1]: of ``a[s:s + last]``. From double-double prefix sums (TwoSum: the rounding errors of the
-    running sum kept beside it), so each is right to about one rounding."""
+def block_sums(a: F64, block: int, w: F64) -> None:
+    """``w`` [n - block + 1]: the sum of ``a[s:s + block]`` for every start s, from double-double
+    prefix sums (TwoSum: the rounding errors of the running sum kept beside it), so each is
+    right to about one rounding."""
     n = a.shape[0]
     hi = np.empty(n + 1, dtype=np.float64)
     lo = np.empty(n + 1, dtype=np.float64)
@@ -53,8 +53,6 @@ def block_sums(a: F64, block: int, last: int, w: F64, wl: F64) -> None:
         lo[i + 1] = err
     for i in range(n - block + 1):
         w[i] = (hi[i + block] - hi[i]) + (lo[i + block] - lo[i])
-    for i in range(n - last + 1):
-        wl[i] = (hi[i + last] - hi[i]) + (lo[i + last] - lo[i])
 
 
 @jit
@@ -75,21 +73,21 @@ def _order_stats(cnt: I64, stamp: I64, r: int, width: int, k1: int, k2: int) -> 
 
 
 @jit
-def group_pass(sums: F64, slast: F64, counts: I32, clast: I32, sv: F64, rank: I32, qs: F64, band_lo: I64,
+def group_pass(sums: F64, counts: I32, last_sums: F64, band_of: I64, sv: F64, rank: I32, qs: F64, band_lo: I64,
                band_w: I64, brank: I32, starts: Starts, block: int, n: int, means: F64, quants: F64) -> int:
     """Every statistic of every resample of a group of series resampled with the same
     ``starts`` [R, nb], one read of each table's row per block.
 
     ``sums`` [n - block + 1, m] per block start s the block's sum of each of m series (from
-    :func:`block_sums`), ``slast`` the same for the last, shorter block; ``counts`` [n - block +
-    1, 3 n_q] (``clast`` for the last block) per percentile j: the block's values ranked below
-    j's band, where the block's values in the band start in ``brank[j]``, and how many. Outputs
-    ``means`` [R, m] (each series' block sums added in order, compensated) and ``quants`` [R,
-    n_q]: numpy's ``linear`` percentile ``qs[j]`` of series j's resample (``sv`` [n_q, n] the
-    series sorted, ``rank`` [n_q, n] each value's place; band j the ranks [``band_lo[j]``, +
-    ``band_w[j]``), ``brank`` [n_q, width] its values' ranks less ``band_lo[j]`` in the order of
-    their positions). A resample whose order statistics fall outside the band is counted over
-    every rank instead; returns how many were."""
+    :func:`block_sums`); ``counts`` [n - block + 1, 3 n_q] per percentile j: the block's values
+    ranked below j's band, where the block's values in the band start in ``brank[j]``, and how many.
+    The last block, shorter: its sums in ``last_sums`` [R, m], its values' ranks read from
+    ``rank``. Outputs ``means`` [R, m] (each series' block sums added in order,
+    compensated) and ``quants`` [R, n_q]: numpy's ``linear`` percentile ``qs[j]`` of the resample
+    of series ``band_of[j]`` (``sv`` [n_series, n] each sorted, ``rank`` [n_series, n] each value's
+    place; band j the ranks [``band_lo[j]``, + ``band_w[j]``), ``brank`` [n_q, width] its values'
+    ranks less ``band_lo[j]`` in the order of their positions). A resample whose order statistics
+    fall outside the band is counted over every rank instead; returns how many were."""
     nb = starts.shape[1]
     m = sums.shape[1]
     nq = qs.shape[0]
@@ -121,11 +119,12 @@ def group_pass(sums: F64, slast: F64, counts: I32, clast: I32, sv: F64, rank: I3
     wide = 0
     for r in range(starts.shape[0]):
         sr = starts[r]
+        sl = sr[nb - 1]  # the last block: [sl, sl + last)
         for c in range(m):  # each series' block sums in order, compensated (TwoSum, no branch)
             acc = 0.0
             err = 0.0
             for b in range(nb):
-                v = sums[sr[b], c] if b < nb - 1 else slast[sr[b], c]
+                v = sums[sr[b], c] if b < nb - 1 else last_sums[r, c]
                 t = acc + v
                 bp = t - acc
                 err += (acc - (t - bp)) + (v - bp)
@@ -145,19 +144,24 @@ def group_pass(sums: F64, slast: F64, counts: I32, clast: I32, sv: F64, rank: I3
                 rl[h] = k
                 h += 1 if k > 0 else 0
                 in_c += k
-            s = sr[nb - 1]
-            lo_c += clast[s, 3 * j]
-            k = clast[s, 3 * j + 2]
-            ra[h] = clast[s, 3 * j + 1]
-            rl[h] = k
-            h += 1 if k > 0 else 0
-            in_c += k
+            sj = band_of[j]
+            for t in range(sl, sl + last):  # the last block's values, counted as they come
+                i = rank[sj, t] - band_lo[j]
+                if i < 0:
+                    lo_c += 1
+                elif i < band_w[j]:
+                    in_c += 1
+                    if stamp[j, i] != r:
+                        stamp[j, i] = r
+                        cnt[j, i] = 0
+                    cnt[j, i] += 1
             below[j] = lo_c
             inside[j] = in_c
             hits[j] = h
         for j in range(nq):
             k1 = k1s[j] - below[j]
             k2 = k2s[j] - below[j]
+            sj = band_of[j]
             t1 = -1
             t2 = -1
             if k1 >= 0 and k2 < inside[j]:
@@ -178,13 +182,13 @@ def group_pass(sums: F64, slast: F64, counts: I32, clast: I32, sv: F64, rank: I3
                     full = np.zeros(n + 1, dtype=np.int64)
                     cov = np.zeros(n, dtype=np.int64)
                 for b in range(nb):
-                    s = starts[r, b]
+                    s = sr[b]
                     full[s] += 1
                     full[s + (block if b < nb - 1 else last)] -= 1
                 acc_c = 0
                 for p in range(n):
                     acc_c += full[p]
-                    cov[rank[j, p]] = acc_c
+                    cov[rank[sj, p]] = acc_c
                     full[p] = 0
                 full[n] = 0
                 acc_c = 0
@@ -195,8 +199,8 @@ def group_pass(sums: F64, slast: F64, counts: I32, clast: I32, sv: F64, rank: I3
                     if acc_c > k2s[j]:
                         t2 = i
                         break
-            a = sv[j, t1]
-            bb = sv[j, t2]
+            a = sv[sj, t1]
+            bb = sv[sj, t2]
             diff = bb - a
             g = gammas[j]
             quants[r, j] = bb - diff * (1 - g) if g >= 0.5 else a + diff * g

@@ -320,7 +320,12 @@ def _steady(arms: Sequence[ArmInput], splits: list[list[int]], column: str) -> l
         runs: list[F64 | None] = []
         for run, s in zip(arm.runs, sp):
             c = _col(run, column)
-            runs.append(None if c is None else c[s:][np.isfinite(c[s:])])
+            if c is None:
+                runs.append(None)
+                continue
+            x = c[s:]
+            ok = np.isfinite(x)
+            runs.append(x if ok.all() else x[ok])  # a view when every value counts
         out.append(runs)
     return out
 

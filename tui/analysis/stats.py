@@ -294,6 +294,8 @@ def percentile_stat(q: float) -> Statistic:
 
 #: block starts drawn at once (rows x blocks), to bound the memory of a draw
 _CHUNK_STARTS = 1 << 21
+#: the tables of the groups run side by side stay under this many bytes (else one at a time)
+_PARALLEL_BYTES = 512 << 20
 #: standard deviations of a resample's count below a percentile that its band of ranks spans: at
 #: 3.5 about 1 resample in 2,000 falls outside and is counted over every rank (O(n), exact too)
 _BAND_SIGMAS = 3.5
@@ -397,7 +399,10 @@ class Bootstrap:
             # (else it draws them again itself)
             todo = sorted(self._want.items(), key=lambda kv: len(kv[0].before))
             self._want = {}
-            n_threads = min(len(todo), _cpus())
+            # a group's tables take about 8 bytes a value per mean and 24 per percentile: groups
+            # run side by side only while that stays under _PARALLEL_BYTES
+            size = max((g.n * (8 * len(r) + 24 * len(r)) for g, r in todo), default=0)
+            n_threads = min(len(todo), _cpus(), max(1, _PARALLEL_BYTES // max(1, size)))
             if n_threads <= 1:
                 for g, reqs in todo:
                     self._run(g, reqs)
@@ -429,46 +434,47 @@ class Bootstrap:
         nb = -(-n // block)
         hi = n - block + 1
         last = n - (nb - 1) * block
-        rng = self._generator(g.before)
-        starts = np.empty((self.resamples, nb), dtype=np.int32 if hi < 2**31 else np.int64)
-        for i, part in _chunks(rng, self.resamples, nb, hi):
-            starts[i:i + part.shape[0]] = part
-        self._states[(*g.before, (self.resamples, nb, hi))] = rng.bit_generator.state
         # a table row per block start: each distinct series' block sum (means; tok/s is 1000 /
         # the mean), then each percentile's counts: one read per block serves every statistic
-        sums: dict[tuple[int, bytes], int] = {}
+        sums_of: dict[tuple[int, bytes], int] = {}
         series: list[F64] = []
         for a, st in reqs.values():
             sk = self._key(a)
-            if st.kind in ("mean", "rate") and sk not in sums:
-                sums[sk] = len(series)
+            if st.kind in ("mean", "rate") and sk not in sums_of:
+                sums_of[sk] = len(series)
                 series.append(a)
         quant = [(k, a, st) for k, (a, st) in reqs.items() if st.kind == "percentile"]
         m, nq = len(series), len(quant)
         sums_t = np.empty((hi, m), dtype=np.float64)
-        slast = np.empty((n - last + 1, m), dtype=np.float64)
         for c, a in enumerate(series):
-            R.block_sums(a, block, last, sums_t[:, c], slast[:, c])
+            R.block_sums(a, block, sums_t[:, c])
         counts = np.empty((hi, 3 * nq), dtype=np.int32)
-        clast = np.empty((n - last + 1, 3 * nq), dtype=np.int32)
-        sv, rank, band_lo, band_w, brank = _bands([(a, st.q, self._key(a)) for _k, a, st in quant], block, last,
-                                                  counts, clast, self._orders)
+        band_of, sv, rank, band_lo, band_w, brank = _bands([(a, st.q, self._key(a)) for _k, a, st in quant], block,
+                                                           counts, self._orders)
+        qs = np.array([st.q for _k, _a, st in quant], dtype=np.float64)
         means = np.empty((self.resamples, m), dtype=np.float64)
         qvals = np.empty((self.resamples, nq), dtype=np.float64)
-        R.group_pass(sums_t, slast, counts, clast, sv, rank, np.array([st.q for _k, _a, st in quant], dtype=np.float64),
-                     band_lo, band_w, brank, starts, block, n, means, qvals)
-        del sums_t, slast, counts, clast
+        rng = self._generator(g.before)
+        tail = np.arange(last, dtype=np.int64)
+        for i, part in _chunks(rng, self.resamples, nb, hi):  # the starts a few rows at a time
+            sl = part[:, -1:] + tail[None, :]
+            last_sums = np.stack([a[sl].sum(axis=1) for a in series], axis=1) if m else np.zeros((part.shape[0], 0))
+            j = slice(i, i + part.shape[0])
+            R.group_pass(sums_t, counts, last_sums, band_of, sv, rank, qs, band_lo, band_w, brank, part, block, n,
+                         means[j], qvals[j])
+        self._states[(*g.before, (self.resamples, nb, hi))] = rng.bit_generator.state
+        del sums_t, counts
         for k, (a, st) in reqs.items():
             if st.kind == "percentile":
                 continue
-            mean = means[:, sums[self._key(a)]]
+            mean = means[:, sums_of[self._key(a)]]
             if st.kind == "mean":
                 self._vals[k] = mean.copy()
             else:
                 with np.errstate(divide="ignore", invalid="ignore"):
                     self._vals[k] = np.where(mean > 0, 1000.0 / mean, np.nan)
-        for j, (k, _a, _st) in enumerate(quant):
-            self._vals[k] = qvals[:, j].copy()
+        for j2, (k, _a, _st) in enumerate(quant):
+            self._vals[k] = qvals[:, j2].copy()
 
     def interval_mean(self, x: npt.ArrayLike, confidence: float = 0.95, stat: Statistic = mean_stat,
                       block: int | None = None) -> Interval:
@@ -502,58 +508,62 @@ def _group(n: int, block: int, before: Stream) -> _Group:
     return _Group(before, n, block)
 
 
-def _bands(wanted: list[tuple[F64, float, object]], block: int, last: int, table: npt.NDArray[np.int32],
-           tlast: npt.NDArray[np.int32],
+def _bands(wanted: list[tuple[F64, float, object]], block: int, table: npt.NDArray[np.int32],
            orders: dict[object, tuple[F64, npt.NDArray[np.int32]]] | None = None
-           ) -> tuple[F64, npt.NDArray[np.int32], I64, I64, npt.NDArray[np.int32]]:
-    """For each (series, percentile q, the series' identity) of ``wanted`` (all of length n):
-    the series sorted and each value's rank, a band of ranks around the order statistics q needs
-    (as wide as a resample's spread needs), and per block start s, in ``table`` [n - block + 1,
-    3 n_q] (``tlast`` for the last, shorter block), columns 3j..3j+2: the block's values ranked
-    below band j, where its values in the band start in the band's list, and how many. Returns
-    (sv, rank, band_lo, band_w, brank) for ``_resample.group_pass``."""
+           ) -> tuple[I64, F64, npt.NDArray[np.int32], I64, I64, npt.NDArray[np.int32]]:
+    """For each (series, percentile q, the series' identity) of ``wanted`` (all of length n): a
+    band of ranks around the order statistics q needs (as wide as a resample's spread needs), and
+    per block start s, in ``table`` [n - block + 1, 3 n_q] columns 3j..3j+2: the block's values
+    ranked below band j, where its values in the band start in the band's list, and how many.
+    Returns (the series of each band, each distinct series sorted, their ranks, band_lo, band_w,
+    brank) for ``_resample.group_pass``. ``orders`` keeps each series' sorted values and ranks by
+    identity for the next call."""
     nq = len(wanted)
     n = wanted[0][0].shape[0] if nq else 0
     nb = -(-n // block) if nq else 0
-    sv = np.empty((nq, n), dtype=np.float64)
-    rank = np.empty((nq, n), dtype=np.int32)
+    orders = {} if orders is None else orders
+    ids: dict[object, int] = {}
+    for a, _q, sk in wanted:
+        if sk not in ids:
+            ids[sk] = len(ids)
+            if sk not in orders:  # a series is sorted once
+                order = np.argsort(a, kind="stable")
+                rk = np.empty(n, dtype=np.int32)
+                rk[order] = np.arange(n, dtype=np.int32)
+                orders[sk] = (a[order], rk)
+    sv = np.empty((len(ids), n), dtype=np.float64)
+    rank = np.empty((len(ids), n), dtype=np.int32)
+    for sk, i in ids.items():
+        sv[i], rank[i] = orders[sk]
+    band_of = np.array([ids[sk] for _a, _q, sk in wanted], dtype=np.int64)
     band_lo = np.zeros(nq, dtype=np.int64)
     band_w = np.zeros(nq, dtype=np.int64)
     ranks: list[npt.NDArray[np.int32]] = []
-    orders = {} if orders is None else orders
-    for j, (a, q, sk) in enumerate(wanted):
-        if sk not in orders:  # a series is sorted once
-            order = np.argsort(a, kind="stable")
-            rk = np.empty(n, dtype=np.int32)
-            rk[order] = np.arange(n, dtype=np.int32)
-            orders[sk] = (a[order], rk)
-        sv[j], rank[j] = orders[sk]
+    m = n - block + 1
+    for j, (_a, q, _sk) in enumerate(wanted):
+        rk = rank[band_of[j]]
         k1 = min(n - 1, int(np.floor((n - 1) * (q / 100.0))))
         k2 = min(n - 1, k1 + 1)
         # the band: a resample's count of values ranked below k1 varies with its nb blocks'
         # counts, whose variance every window of the series gives; _BAND_SIGMAS deviations each side
-        below_k = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(rank[j] < k1, out=below_k[1:])
-        w_k = below_k[block:] - below_k[:-block]
+        cum = np.zeros(n + 1, dtype=np.int32)
+        np.cumsum(rk < k1, out=cum[1:])
+        w_k = cum[block:] - cum[:-block]
         spread = float(np.sqrt(nb * float(w_k.var()))) if w_k.size > 1 else float(block)
         margin = int(_BAND_SIGMAS * spread) + block + 1
         lo_r, hi_r = max(0, k1 - margin), min(n, k2 + 1 + margin)
-        inside = (rank[j] >= lo_r) & (rank[j] < hi_r)
-        below = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(rank[j] < lo_r, out=below[1:])
-        inband = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(inside, out=inband[1:])
-        for t, length in ((table, block), (tlast, last)):
-            m = n - length + 1
-            t[:, 3 * j] = below[length:length + m] - below[:m]
-            t[:, 3 * j + 1] = inband[:m]
-            t[:, 3 * j + 2] = inband[length:length + m] - inband[:m]
+        np.cumsum(rk < lo_r, out=cum[1:])
+        table[:, 3 * j] = cum[block:block + m] - cum[:m]
+        inside = (rk >= lo_r) & (rk < hi_r)
+        np.cumsum(inside, out=cum[1:])
+        table[:, 3 * j + 1] = cum[:m]
+        table[:, 3 * j + 2] = cum[block:block + m] - cum[:m]
         band_lo[j], band_w[j] = lo_r, hi_r - lo_r
-        ranks.append((rank[j][inside] - lo_r).astype(np.int32))
+        ranks.append((rk[inside] - lo_r).astype(np.int32))
     brank = np.zeros((nq, max([1, *(int(r.shape[0]) for r in ranks)])), dtype=np.int32)
-    for j, rk in enumerate(ranks):
-        brank[j, : rk.shape[0]] = rk
-    return sv, rank, band_lo, band_w, brank
+    for j, r in enumerate(ranks):
+        brank[j, : r.shape[0]] = r
+    return band_of, sv, rank, band_lo, band_w, brank
 
 
 def _quantiles(wanted: list[tuple[F64, float, object]], starts: npt.NDArray[np.integer[Any]], block: int, n: int
@@ -563,17 +573,13 @@ def _quantiles(wanted: list[tuple[F64, float, object]], starts: npt.NDArray[np.i
     every rank."""
     from . import _resample as R
 
-    nb = starts.shape[1]
-    last = n - (nb - 1) * block
     nq = len(wanted)
     table = np.empty((n - block + 1, 3 * nq), dtype=np.int32)
-    tlast = np.empty((n - last + 1, 3 * nq), dtype=np.int32)
-    sv, rank, band_lo, band_w, brank = _bands(wanted, block, last, table, tlast)
+    band_of, sv, rank, band_lo, band_w, brank = _bands(wanted, block, table)
     out = np.empty((starts.shape[0], nq), dtype=np.float64)
-    nothing = np.empty((n - block + 1, 0), dtype=np.float64)
     qs = np.array([q for _a, q, _k in wanted], dtype=np.float64)
-    wide = R.group_pass(nothing, nothing, table, tlast, sv, rank, qs, band_lo, band_w, brank, starts, block, n,
-                        np.empty((starts.shape[0], 0)), out)
+    wide = R.group_pass(np.empty((n - block + 1, 0)), table, np.empty((starts.shape[0], 0)), band_of, sv, rank, qs,
+                        band_lo, band_w, brank, starts, block, n, np.empty((starts.shape[0], 0)), out)
     return out, int(wide)
 
 
