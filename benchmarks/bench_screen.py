@@ -5,7 +5,10 @@ layer x token heatmap and the layer x expert map, both with a cell cursor.
 Measures, headless at 200 x 60, the median time to re-render every line of the main screen after
 the run model changed (frame caches invalidated), through Textual's own compositor. Baseline in
 the same run, interleaved round by round: the same screen over an empty run (every widget draws
-its "no data" lines), so the ratio is the cost our data adds. Goal: median under 25 ms.
+its "no data" lines) and a bare Textual screen of the same size (one ``Static`` filling the
+200 x 60 screen, given a new 200 x 60 text each frame: what Textual alone spends to draw every cell
+of a frame anew), so the ratios are the cost our data adds and the cost of our screen against
+Textual's own floor. Goal: median under 25 ms.
 Also printed: the thread's CPU time per frame (on a loaded machine the wall time includes waiting
 for a core) and where a frame's time goes, per widget.
 
@@ -24,6 +27,9 @@ from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
+from textual.app import App, ComposeResult
+from textual.content import Content
+from textual.widgets import Static
 
 from bmoe_top.tui.app import BmoeTopApp
 from bmoe_top.tui.model import RunModel
@@ -33,6 +39,7 @@ from bmoe_top.tui.widgets.grids import ExpertMap, LayerHeatmap
 from bmoe_top.tui.widgets.panels import AnswerTail, RunPanel
 
 N_LAYER, N_EXPERT, K = 94, 512, 8
+SIZE = (200, 60)  # the terminal's columns x lines every screen here is measured at
 CHUNK = 2000  # tokens of routing added at a time (bounded memory while building)
 
 
@@ -101,7 +108,7 @@ async def measure(run: RunModel, reps: int, parts: dict[str, list[float]] | None
     screen = ReplayScreen(run, title="bench", fps=1)
     app = BmoeTopApp(screen)
     times = []
-    async with app.run_test(size=(200, 60)) as pilot:
+    async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
         if run.tokens.n:  # a token selected mid-run (its readout), cell cursors on both maps
             screen.playback.seek(run.tokens.n // 2)
@@ -126,6 +133,39 @@ async def measure(run: RunModel, reps: int, parts: dict[str, list[float]] | None
     return times
 
 
+class BareApp(App[None]):
+    """A bare Textual screen: one ``Static`` filling it, no CSS of ours, no widgets of ours."""
+
+    CSS = "Static { width: 1fr; height: 1fr; }"
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="bare")
+
+
+def bare_frame(i: int, width: int, height: int) -> Content:
+    """A frame of ``height`` lines of ``width`` printable ASCII characters, different for every ``i``."""
+    row = "".join(chr(33 + (c * 7 + i) % 94) for c in range(width + height))
+    return Content("\n".join(row[r:r + width] for r in range(height)))
+
+
+async def measure_bare(reps: int, size: tuple[int, int], cpu: list[float] | None = None) -> list[float]:
+    """The frame time of :class:`BareApp` at ``size``: its text replaced, every line drawn anew."""
+    app = BareApp()
+    times = []
+    async with app.run_test(size=size) as pilot:
+        await pilot.pause()
+        static = app.query_one("#bare", Static)
+        frames = [bare_frame(i, *size) for i in range(reps)]
+        for frame in frames:
+            t0, c0 = time.perf_counter(), time.thread_time()
+            static.update(frame)
+            app.screen._compositor.render_update(full=True)
+            times.append((time.perf_counter() - t0) * 1000.0)
+            if cpu is not None:
+                cpu.append((time.thread_time() - c0) * 1000.0)
+    return times
+
+
 async def measure_seeks(run: RunModel, reps: int, stride: int) -> tuple[list[float], list[float]]:
     """Frames right after a seek, alternating forward and backward by ``stride`` tokens around the
     middle of the run (a selected token's expert map counts the routing before it): (forward ms,
@@ -134,7 +174,7 @@ async def measure_seeks(run: RunModel, reps: int, stride: int) -> tuple[list[flo
     app = BmoeTopApp(screen)
     fwd: list[float] = []
     back: list[float] = []
-    async with app.run_test(size=(200, 60)) as pilot:
+    async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
         mid = run.tokens.n // 2
         screen.playback.seek(run.tokens.n)  # the cursor at the end: seeks below select tokens
@@ -164,24 +204,33 @@ def main() -> None:
     print(f"built the run ({a.tokens:,} tokens, {N_LAYER}x{N_EXPERT} routing) in {time.perf_counter() - t0:.1f} s")
     full: list[float] = []
     empty: list[float] = []
+    bare: list[float] = []
+    cpu_bare: list[float] = []
     parts: dict[str, list[float]] = defaultdict(list)
     cpu_full: list[float] = []
     cpu_empty: list[float] = []
     for r in range(a.rounds):  # interleaved: the baseline shares the machine's state with the full screen
+        b = asyncio.run(measure_bare(a.reps, SIZE, cpu=cpu_bare))
         e = asyncio.run(measure(RunModel(), a.reps, cpu=cpu_empty))
         f = asyncio.run(measure(run, a.reps, parts, cpu=cpu_full))
+        bare += b
         empty += e
         full += f
-        print(f"round {r + 1}: empty {statistics.median(e):.1f} ms   full {statistics.median(f):.1f} ms")
-    m_full, m_empty = statistics.median(full), statistics.median(empty)
+        print(f"round {r + 1}: bare Textual {statistics.median(b):.1f} ms   empty {statistics.median(e):.1f} ms   "
+              f"full {statistics.median(f):.1f} ms")
+    m_full, m_empty, m_bare = statistics.median(full), statistics.median(empty), statistics.median(bare)
     print(f"main screen, {a.tokens:,} tokens + {N_LAYER}x{N_EXPERT} map, 200x60: median {m_full:.1f} ms "
           f"(min {min(full):.1f}, max {max(full):.1f})")
-    print(f"baseline, same screen over an empty run:        median {m_empty:.1f} ms")
+    print(f"baseline, a bare Textual screen of 200x60 (one Static, every cell new): median {m_bare:.1f} ms")
+    print(f"the same main screen over an empty run:          median {m_empty:.1f} ms")
     print(f"CPU time of this thread per frame (what a frame costs without waiting for a core on a loaded machine): "
-          f"full median {statistics.median(cpu_full):.1f} ms, empty {statistics.median(cpu_empty):.1f} ms")
+          f"full median {statistics.median(cpu_full):.1f} ms, empty {statistics.median(cpu_empty):.1f} ms, "
+          f"bare Textual {statistics.median(cpu_bare):.1f} ms")
     print("per widget (median ms per frame, frames timed apart from the ones above): " + "  ".join(
         f"{k} {statistics.median(v):.1f}" for k, v in sorted(parts.items(), key=lambda kv: -statistics.median(kv[1]))))
-    print(f"ratio full/empty: {m_full / m_empty:.2f}x   goal: median < 25 ms -> {'OK' if m_full < 25 else 'MISSED'}")
+    cpu_ratio = statistics.median(cpu_full) / statistics.median(cpu_bare)
+    print(f"ratio full/bare Textual: {m_full / m_bare:.2f}x (CPU {cpu_ratio:.2f}x)"
+          f"   full/empty: {m_full / m_empty:.2f}x   goal: median < 25 ms -> {'OK' if m_full < 25 else 'MISSED'}")
     fwd: list[float] = []
     back: list[float] = []
     for _ in range(a.rounds):
