@@ -69,8 +69,13 @@ def test_hodges_lehmann_interval_inverts_the_test(seed: int) -> None:
 
 
 def test_hodges_lehmann_too_few_runs_and_large_samples() -> None:
-    sh = S.hodges_lehmann([1, 2, 3], [4, 5, 6])  # C(6,3) = 20 arrangements: no 95% interval
-    assert sh.shift == 3 and math.isnan(sh.low) and math.isnan(sh.high)
+    # C(6,3) = 20 arrangements: no 95% interval; the widest, every difference's range, is a 90% one
+    sh = S.hodges_lehmann([1, 2, 3], [4, 5, 6])
+    assert sh.shift == 3 and (sh.low, sh.high) == (1, 5) and sh.confidence == pytest.approx(0.9)
+    two = S.hodges_lehmann([1, 2], [4, 6])  # C(4,2) = 6: 67%
+    assert (two.low, two.high) == (2, 5) and two.confidence == pytest.approx(2 / 3)
+    one = S.hodges_lehmann([1], [4])  # one difference: no interval at any confidence worth the name
+    assert one.shift == 3 and math.isnan(one.low) and math.isnan(one.high) and one.confidence == 0.95
     rng = np.random.default_rng(1)
     a, b = rng.normal(0, 1, 60), rng.normal(1, 1, 60)
     big = S.hodges_lehmann(a, b)

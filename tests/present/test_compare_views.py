@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 from helpers import synth
 
 from bmoe_top.tui.analysis.compare import ArmInput, RunInput, compare
@@ -45,6 +46,10 @@ def test_a_change_within_the_noise_still_shows_its_size() -> None:
     assert d.verdict == "~"
     row = _row(c, "tok_s")
     assert row.cells[1] == P.delta_text(d, tok.unit) and row.cells[1].startswith("+2") and row.cells[2] == "~"
+    # and its interval: three runs an arm cannot give 95%, the widest one is 90% and says so
+    ci = row.cells[[col.key for col in P.summary_table(c).columns].index("ci:b")]
+    assert ci.startswith("[+") and ci.endswith("(90%)"), ci
+    assert d.confidence == pytest.approx(0.9) and d.low > 0 and "90% interval: 3 and 3 runs" in d.label
     wall = _row(c, "wall_ms")
     assert wall.cells[1].startswith("-") and wall.cells[1].endswith("%")
 

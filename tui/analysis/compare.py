@@ -198,7 +198,9 @@ class Delta:
     ``change_pct`` of the baseline, its interval [``low``, ``high``] (NaN if none), ``p`` the
     Mann-Whitney p (NaN when not tested), ``verdict``: ``better`` / ``worse`` (significant and
     above the noise floor), ``~`` (not), ``same`` / ``differs`` (deterministic metrics), ``?``
-    (no test possible); ``method`` how; ``label`` what the interval does not cover."""
+    (no test possible); ``method`` how; ``label`` what the interval does not cover;
+    ``confidence`` the interval's (the comparison's, or less when the runs are too few for it:
+    the label says so; NaN without an interval)."""
 
     arm: str
     vs: str
@@ -210,6 +212,7 @@ class Delta:
     verdict: str
     method: str
     label: str
+    confidence: float = math.nan
 
 
 @dataclass(frozen=True, slots=True)
@@ -330,6 +333,16 @@ def _steady(arms: Sequence[ArmInput], splits: list[list[int]], column: str) -> l
     return out
 
 
+def _shift_coverage(sh: S.Shift, conf: float, m: int, n: int) -> tuple[str, float]:
+    """(label, confidence) of a Hodges-Lehmann interval of ``m`` and ``n`` runs: the label says
+    when the runs are too few for ``conf`` and the interval has a lower confidence."""
+    if not math.isfinite(sh.low):
+        return "", _nan()
+    if sh.confidence < conf:
+        return f"{sh.confidence:.0%} interval: {m} and {n} runs cannot give {conf:.0%}", sh.confidence
+    return "", sh.confidence
+
+
 def _want(boot: S.Bootstrap, series: list[list[F64 | None]], stat: S.Statistic) -> None:
     """Tell ``boot`` the intervals :func:`_timing_row` will ask for (arms of one run)."""
     for runs in series:
@@ -380,7 +393,7 @@ def _timing_row(metric: str, label: str, unit: str, arms: Sequence[ArmInput], se
             sig = (iv.low > 0 or iv.high < 0) and abs(size) > floor
             deltas.append(Delta(arms[j].name, arms[0].name, iv.estimate, pct, iv.low, iv.high, _nan(),
                                 _judge(size, sig, lower), f"moving-block bootstrap of tokens (block {iv.block})",
-                                WITHIN_RUN_LABEL))
+                                WITHIN_RUN_LABEL, conf))
             continue
         mw = S.mann_whitney(run_vals[0], run_vals[j])
         sh = S.hodges_lehmann(run_vals[0], run_vals[j], conf)
@@ -388,7 +401,8 @@ def _timing_row(metric: str, label: str, unit: str, arms: Sequence[ArmInput], se
         size = _size_pct(sh.shift, base.center)
         deltas.append(Delta(arms[j].name, arms[0].name, sh.shift, pct, sh.low, sh.high, mw.p,
                             _judge(size, S.verdict(mw.p, size, alpha, floor), lower),
-                            f"Mann-Whitney U ({mw.method}) on run means, Hodges-Lehmann shift", ""))
+                            f"Mann-Whitney U ({mw.method}) on run means, Hodges-Lehmann shift",
+                            *_shift_coverage(sh, conf, len(run_vals[0]), len(run_vals[j]))))
     return MetricRow(metric, label, unit, "timing", lower, values, deltas)
 
 
@@ -423,7 +437,8 @@ def _scalar_row(metric: str, label: str, unit: str, arms: Sequence[ArmInput], va
             size = _size_pct(sh.shift, base.center)
             deltas.append(Delta(arms[j].name, arms[0].name, sh.shift, pct, sh.low, sh.high, mw.p,
                                 _judge(size, S.verdict(mw.p, size, alpha, floor), lower),
-                                f"Mann-Whitney U ({mw.method}) on runs, Hodges-Lehmann shift", ""))
+                                f"Mann-Whitney U ({mw.method}) on runs, Hodges-Lehmann shift",
+                                *_shift_coverage(sh, conf, len(a), len(b))))
         else:
             deltas.append(Delta(arms[j].name, arms[0].name, change, pct, _nan(), _nan(), _nan(), "?", "none",
                                 "one number per run and too few runs for a test"))

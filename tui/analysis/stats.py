@@ -138,6 +138,9 @@ def _u_counts(m: int, n: int) -> list[int]:
 
 
 EXACT_MAX = 400  # m * n at most for the exact distribution
+#: the least confidence a Hodges-Lehmann interval is given at when the samples are too small for
+#: the one asked for (two runs an arm reach 67%, one and one nothing)
+MIN_SHIFT_CONFIDENCE = 0.5
 
 
 def mann_whitney(a: npt.ArrayLike, b: npt.ArrayLike) -> MannWhitney:
@@ -173,8 +176,9 @@ def mann_whitney(a: npt.ArrayLike, b: npt.ArrayLike) -> MannWhitney:
 @dataclass(frozen=True, slots=True)
 class Shift:
     """The Hodges-Lehmann estimate of how much ``b`` is above ``a`` (``shift``, in the data's
-    unit) and its ``confidence`` interval [``low``, ``high``] (NaN when the samples are too small
-    for that confidence: see :func:`min_runs`)."""
+    unit) and its ``confidence`` interval [``low``, ``high``] (with samples too small for the
+    confidence asked for, a lower one: see :func:`hodges_lehmann`; NaN when even that is too
+    low)."""
 
     shift: float
     low: float
@@ -186,7 +190,10 @@ def hodges_lehmann(a: npt.ArrayLike, b: npt.ArrayLike, confidence: float = 0.95)
     """Median of all differences ``b_j - a_i`` and the distribution-free interval from their
     order statistics: [D(k), D(mn+1-k)] with k the largest count such that P(U < k) <= alpha/2
     under the null (exact U distribution for m*n <= 400, else the normal approximation).
-    Raises ValueError when a sample is empty."""
+    When the samples are too small for ``confidence`` (no k >= 1: 3 and 3 values reach 90%,
+    not 95%) the interval is every difference's range [D(1), D(mn)] and the returned
+    ``confidence`` is the one it has, if at least :data:`MIN_SHIFT_CONFIDENCE`, else the
+    interval is NaN. Raises ValueError when a sample is empty."""
     x, y = _finite(a), _finite(b)
     m, n = x.shape[0], y.shape[0]
     if m == 0 or n == 0:
@@ -210,7 +217,12 @@ def hodges_lehmann(a: npt.ArrayLike, b: npt.ArrayLike, confidence: float = 0.95)
         z = NormalDist().inv_cdf(1.0 - alpha / 2.0)
         k = int(math.floor(mn / 2.0 - z * math.sqrt(mn * (m + n + 1) / 12.0)))
     if k < 1:
-        return Shift(shift, float("nan"), float("nan"), confidence)
+        # too few values for that confidence: the widest interval (every difference's range) at
+        # the confidence it has, 1 - 2 / C(m+n, m) without ties (90% with 3 and 3 runs)
+        reach = 1.0 - 2.0 / math.comb(m + n, m)
+        if reach < MIN_SHIFT_CONFIDENCE:
+            return Shift(shift, float("nan"), float("nan"), confidence)
+        return Shift(shift, float(d[0]), float(d[-1]), reach)
     return Shift(shift, float(d[k - 1]), float(d[mn - k]), confidence)
 
 

@@ -90,16 +90,21 @@ def delta_text(d: Delta, unit: str = "") -> str:
     return f"{d.change_pct:+.1f}%" if math.isfinite(d.change_pct) else f"{d.change:+.4g} (from 0)"
 
 
-def _interval_text(d: Delta, base: float, unit: str = "") -> str:
+def _interval_text(d: Delta, base: float, unit: str = "", confidence: float = math.nan) -> str:
     """The delta's interval in percent of the baseline value (in points for a percentage; in the
-    metric's unit from a baseline of 0, which has no percentages)."""
+    metric's unit from a baseline of 0, which has no percentages), its confidence after it when
+    lower than the table's ``confidence`` (``[-62.1%, -58.3%] (90%)``: too few runs for 95%)."""
     if not (math.isfinite(d.low) and math.isfinite(d.high) and math.isfinite(base)):
         return ""
     if unit == PERCENT:
-        return f"[{d.low:+.1f} pt, {d.high:+.1f} pt]"
-    if not base:
-        return f"[{d.low:+.4g}, {d.high:+.4g}]"
-    return f"[{100 * d.low / base:+.1f}%, {100 * d.high / base:+.1f}%]"
+        text = f"[{d.low:+.1f} pt, {d.high:+.1f} pt]"
+    elif not base:
+        text = f"[{d.low:+.4g}, {d.high:+.4g}]"
+    else:
+        text = f"[{100 * d.low / base:+.1f}%, {100 * d.high / base:+.1f}%]"
+    if math.isfinite(d.confidence) and d.confidence < confidence:
+        text += f" ({d.confidence:.0%})"
+    return text
 
 
 def _p_text(d: Delta) -> str:
@@ -156,7 +161,7 @@ def summary_table(c: Comparison) -> Table:
             cells.append(t)
             keys.append(number_key(v.center))
         for d in m.deltas:
-            cells += [_interval_text(d, m.values[0].center, m.unit), _p_text(d)]
+            cells += [_interval_text(d, m.values[0].center, m.unit, c.confidence), _p_text(d)]
             keys += [number_key(d.low), number_key(d.p)]
         rows.append(Row(tuple(cells), tuple(keys), kind))
     labels = sorted({d.label for m in c.metrics for d in m.deltas if d.label})
@@ -323,6 +328,7 @@ class DeltaDoc(TypedDict):
     verdict: str
     method: str
     label: str
+    confidence: Num
 
 
 class MetricRowDoc(TypedDict):
