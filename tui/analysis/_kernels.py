@@ -841,3 +841,47 @@ def uniform_batches(item: npt.NDArray[np.integer[Any]], bfirst: I64, decode: B1,
             if lay[int(item[i])] != ly or decode[i] != d:
                 return False
     return True
+
+
+@jit
+def decode_lookups(dec: npt.NDArray[np.integer[Any]], n_expert: int, batch0: int, item: I64, batch: I64,
+                   token: I64) -> tuple[int, int, int, int]:
+    """The decode lookups of ``dec`` [tokens, n_layer, k] in replay order (token, then layer, then
+    slot; a slot repeating an earlier slot of its row is no second lookup, ids < 0 none): item
+    ``layer * n_expert + id``, batch (one per non-empty row, from ``batch0``) and token (one per
+    token with a lookup, from 0) into ``item``, ``batch``, ``token`` when they have room for
+    every lookup (size 0: only count). Returns (lookups, batches, tokens, largest id kept or -1)."""
+    n_tok, n_layer, k = dec.shape
+    fill = item.shape[0] > 0
+    n = 0
+    nb = batch0
+    nt = 0
+    top = -1
+    for t in range(n_tok):
+        any_row = False
+        for ly in range(n_layer):
+            row_n = 0
+            for s in range(k):
+                e = int(dec[t, ly, s])
+                if e < 0:
+                    continue
+                dup = False
+                for s2 in range(s):
+                    if int(dec[t, ly, s2]) == e:
+                        dup = True
+                        break
+                if dup:
+                    continue
+                top = max(top, e)
+                if fill:
+                    item[n] = ly * n_expert + e
+                    batch[n] = nb
+                    token[n] = nt
+                n += 1
+                row_n += 1
+            if row_n > 0:
+                nb += 1
+                any_row = True
+        if any_row:
+            nt += 1
+    return n, nb - batch0, nt, top

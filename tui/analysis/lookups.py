@@ -24,6 +24,7 @@ import numpy.typing as npt
 from bmoe_top.parsers.route_trace import PHASE_PREFILL, RouteTrace, load_route_trace
 from bmoe_top.parsers.routing_bin import RoutingBin, looks_like_routing_bin, parse_routing_bin
 from bmoe_top.parsers.sniff import sniff
+from bmoe_top.tui.analysis import _kernels as K
 
 __all__ = ["Lookups", "from_route_trace", "from_routing", "from_routing_bin", "from_route_rows", "layer_lookups",
            "split_decode", "with_profile", "profile_fill", "from_bytes"]
@@ -215,42 +216,18 @@ def from_route_trace(trace: RouteTrace, prefill_batch: int | None = None) -> Loo
                         n_layer, n_expert, top_k, prefill_batch, known)
 
 
-#: decode tokens per chunk of :func:`from_routing` (bounds its temporaries)
-_TOKEN_CHUNK = 2048
-
-
-def _decode_lookups(dec: npt.NDArray[np.integer[Any]], n_expert: int, batch0: int
-                    ) -> tuple[list[I64], list[I64], list[I64], int, int]:
+def _decode_lookups(dec: npt.NDArray[np.integer[Any]], n_expert: int, batch0: int) -> tuple[I64, I64, I64, int]:
     """The decode lookups of ``dec`` [tokens, n_layer, k] in replay order (token, then layer,
-    then slot; each batch's experts unique in order of first appearance, ids < 0 dropped), in
-    chunks of :data:`_TOKEN_CHUNK` tokens: (item, batch, token) chunks, batches, tokens."""
-    n_tok, n_layer, k = dec.shape
-    items: list[I64] = []
-    batches: list[I64] = []
-    tokens: list[I64] = []
-    nb = batch0
-    nt = 0
-    row_layer = np.tile(np.arange(n_layer, dtype=np.int64), min(n_tok, _TOKEN_CHUNK))
-    later = np.triu(np.ones((k, k), dtype=bool), 1)
-    for c0 in range(0, n_tok, _TOKEN_CHUNK):
-        rows = np.asarray(dec[c0:c0 + _TOKEN_CHUNK], dtype=np.int64).reshape(-1, k)
-        keep = rows >= 0
-        if k > 1:  # a slot repeating an earlier slot of its row is no second lookup
-            keep &= ~((rows[:, :, None] == rows[:, None, :]) & later[None, :, :]).any(axis=1)
-        if keep.any() and int(rows[keep].max()) >= n_expert:
-            raise ValueError(f"expert id {int(rows[keep].max())} >= n_expert {n_expert}")
-        per_row = keep.sum(axis=1)
-        is_batch = per_row > 0
-        bid = nb + np.cumsum(is_batch) - 1
-        per_tok = is_batch.reshape(-1, n_layer).any(axis=1)
-        tid = nt + np.cumsum(per_tok) - 1
-        rl = row_layer[: rows.shape[0]]
-        items.append((rl[:, None] * n_expert + rows)[keep])
-        batches.append(np.repeat(bid, per_row))
-        tokens.append(np.repeat(np.repeat(tid, n_layer), per_row))
-        nb += int(is_batch.sum())
-        nt += int(per_tok.sum())
-    return items, batches, tokens, nb - batch0, nt
+    then slot; each batch's experts unique in order of first appearance, ids < 0 dropped), two
+    compiled passes (count, then fill: no temporary beyond the result): item, batch and token,
+    and the decode tokens. Raises ValueError for an id >= ``n_expert``."""
+    none = np.zeros(0, dtype=np.int64)
+    n, _nb, _nt, top = K.decode_lookups(dec, n_expert, batch0, none, none, none)
+    if top >= n_expert:
+        raise ValueError(f"expert id {top} >= n_expert {n_expert}")
+    item, batch, token = (np.empty(n, dtype=np.int64) for _ in range(3))
+    _n, _nb, nt, _top = K.decode_lookups(dec, n_expert, batch0, item, batch, token)
+    return item, batch, token, nt
 
 
 def from_routing(decode_routing: npt.ArrayLike, layer_bytes: npt.ArrayLike, n_expert: int,
@@ -261,7 +238,7 @@ def from_routing(decode_routing: npt.ArrayLike, layer_bytes: npt.ArrayLike, n_ex
     ``decode_routing``: int array [n_tokens, n_layer, k] of expert ids (-1 = no expert: a layer
     without MoE); ``prefill_routing``: the same for the prompt's tokens (one batch, or chunks of
     ``prefill_batch`` tokens); ``layer_bytes``: int [n_layer] one expert's bytes per layer.
-    The decode tokens are read in chunks: no temporary grows past a chunk's lookups.
+    The decode tokens are read by a compiled pass: no temporary beyond the lookups.
     Raises ValueError on a shape mismatch or an expert id >= ``n_expert``.
     """
     dec = np.asarray(decode_routing)
@@ -290,17 +267,11 @@ def from_routing(decode_routing: npt.ArrayLike, layer_bytes: npt.ArrayLike, n_ex
                               np.full(m, -1, dtype=np.int8), item_bytes, n_layer, n_expert, k, prefill_batch,
                               sizes_known)
     b0 = pre_lk.n_batches if pre_lk is not None else 0
-    items, batches, tokens, _nb, n_dec = _decode_lookups(dec, n_expert, b0)
+    item, batch, token, n_dec = _decode_lookups(dec, n_expert, b0)
     if pre_lk is not None and pre_lk.n:
-        items.insert(0, pre_lk.item)
-        batches.insert(0, pre_lk.batch)
-        tokens.insert(0, pre_lk.token)
-    item = np.concatenate(items) if items else np.zeros(0, dtype=np.int64)
-    del items
-    batch = np.concatenate(batches) if batches else np.zeros(0, dtype=np.int64)
-    del batches
-    token = np.concatenate(tokens) if tokens else np.zeros(0, dtype=np.int64)
-    del tokens
+        item = np.concatenate([pre_lk.item, item])
+        batch = np.concatenate([pre_lk.batch, batch])
+        token = np.concatenate([pre_lk.token, token])
     decode = token >= 0
     return Lookups(item, batch, decode, token, np.full(item.shape[0], -1, dtype=np.int8), item_bytes, n_layer,
                    n_expert, k, n_dec, sizes_known)
