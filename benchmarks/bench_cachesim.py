@@ -130,7 +130,7 @@ def offline(args: argparse.Namespace) -> None:
     print("what-if set, median of rounds: " + ", ".join(f"{k} {v * 1e3:.0f} ms" for k, v in med.items()))
     print(f"  goal < 1 s: {'met' if med['total'] < 1.0 else 'NOT met'} ({med['total']:.3f} s)")
     o, bp = statistics.median(ours50), statistics.median(base_per)
-    print(f"LRU at 50 budgets: one pass {o * 1e3:.1f} ms; compiled per-budget LRU {bp * 1e3:.0f} ms per budget = "
+    print(f"LRU at 50 budgets: one pass {o * 1e3:.1f} ms; compiled per-budget LRU {bp * 1e3:.2f} ms per budget = "
           f"{50 * bp:.2f} s for 50 -> ratio {50 * bp / o:.1f}x (baseline / one pass, same hits)")
 
     big = synthetic(2604 + 32)
