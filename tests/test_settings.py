@@ -25,6 +25,8 @@ CHANGED = {
     "compare.token_metric": "flash", "alerts.hit_pct_below": 50.0, "alerts.flash_share_pct_above": 40.0,
     "alerts.tok_s_below": 5.0, "alerts.rss_mib_above": 4096.0, "alerts.temp_c_above": 80.0,
     "alerts.quiet_s_above": 30.0, "screenshots.folder": "/tmp/shots",
+    "probe.file": "/m/model.gguf", "probe.slice_bytes": 208896.0, "probe.direct_mb_s": (310.5, 820.0),
+    "probe.buffered_mb_s": (150.25, 400.0),
 }
 
 

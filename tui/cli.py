@@ -14,6 +14,7 @@
     bmoe-top fleet --prometheus URL ... --once --json [--instance X]    headless: the table (and a drill-down)
     bmoe-top compare A B [C ...] | A1,A2 vs B1,B2 | --arm NAME=FILES ...  [--json | --md | --csv]
     bmoe-top whatif TRACE [FILES...] [--json] [--budgets LIST] [--strp OUT [--force]]
+    bmoe-top probe PATH [--json] [--qd-max N] [--slice-bytes B] [--seconds S] [--remember]
 
 ``CMD`` is any program that speaks the session protocol (docs/telemetry.md "Session mode"), e.g.
 ``bmoe-cli --session --progress``; without it, the bundled runtime (:func:`runtime_command`).
@@ -137,7 +138,7 @@ _JSON_PRINTS = frozenset({"replay", "compare", "whatif"})
 
 def _headless(args: argparse.Namespace) -> bool:
     """The command prints and exits without a screen (the app and Textual are then never loaded)."""
-    return bool(getattr(args, "once", False) or getattr(args, "summary", False)
+    return bool(args.cmd == "probe" or getattr(args, "once", False) or getattr(args, "summary", False)
                 or (getattr(args, "json", False) and args.cmd in _JSON_PRINTS))
 
 
@@ -166,7 +167,7 @@ def _apply_settings(args: argparse.Namespace) -> int | None:
     config, no_config = getattr(args, "config", None), getattr(args, "no_config", False)
     if config is not None and no_config:
         return _die("--config and --no-config exclude each other")
-    if not _opens_screen(args):
+    if not _opens_screen(args) or args.cmd == "probe":
         return None
     from bmoe_top.tui.app import BmoeTopApp
     from bmoe_top.tui.settings import default_path, load
@@ -772,6 +773,76 @@ def add_analysis_parsers(sub: Any) -> None:
     w.set_defaults(func=cmd_whatif)
 
 
+def _settings_path(args: argparse.Namespace) -> Path | None:
+    """The settings file a text command keeps a result in: ``--config FILE``, none with
+    ``--no-config``, else the user's (``platformdirs``)."""
+    from bmoe_top.tui.settings import default_path
+
+    if args.no_config:
+        return None
+    return Path(args.config) if args.config is not None else default_path()
+
+
+def cmd_probe(args: argparse.Namespace) -> int:
+    """``bmoe-top probe``: O_DIRECT and buffered read bandwidth at the expert-slice size, per
+    queue depth (docs/user-guide.md "probe")."""
+    from bmoe_top.tui.jobs.probe import MAX_DEPTH, ProbeError, probe, stderr_progress
+    from bmoe_top.tui.present.numbers import print_json, print_lines
+    from bmoe_top.tui.present.probe import probe_document, probe_lines
+
+    if not 1 <= args.qd_max <= MAX_DEPTH:
+        return _die(f"probe: --qd-max {args.qd_max}: must be 1 to {MAX_DEPTH}")
+    if not 0.05 <= args.seconds <= 600:
+        return _die(f"probe: --seconds {args.seconds:g}: must be 0.05 to 600")
+    if args.slice_bytes is not None and args.slice_bytes < 1:
+        return _die(f"probe: --slice-bytes {args.slice_bytes}: must be at least 1")
+    if args.remember and args.no_config:
+        return _die("probe: --remember and --no-config exclude each other")
+    try:
+        result = probe(args.path, args.slice_bytes, qd_max=args.qd_max, seconds=args.seconds,
+                       progress=stderr_progress())
+    except ProbeError as e:
+        return _die(f"probe: {e}", EXIT_FAILED)
+    if result.direct_note:
+        print(f"bmoe-top: probe: {result.direct_note}", file=sys.stderr)
+    if args.json:
+        print_json(probe_document(result))
+    else:
+        print_lines(probe_lines(result))
+    if args.remember:
+        from bmoe_top.tui.settings import load
+
+        store = load(_settings_path(args))
+        values = {"probe.file": os.path.abspath(result.path), "probe.slice_bytes": float(result.slice_bytes),
+                  "probe.direct_mb_s": tuple(d.mb_s for d in result.direct or ()),
+                  "probe.buffered_mb_s": tuple(d.mb_s for d in result.buffered)}
+        if not store.writable:
+            return _die(f"probe: not remembered: {store.problems[0] if store.problems else 'no settings file'}",
+                        EXIT_FAILED)
+        for name, value in values.items():
+            if (failed := store.set(name, value)) is not None:
+                return _die(f"probe: {failed}", EXIT_FAILED)
+        print(f"bmoe-top: probe: remembered in {store.path}", file=sys.stderr)
+    return 0
+
+
+def add_probe_parser(sub: Any) -> None:
+    pr = sub.add_parser("probe", help="read bandwidth of a model file at its expert-slice size, per queue depth",
+                        description="Measure O_DIRECT and buffered (cold) read bandwidth of PATH at the "
+                                    "model's expert-slice size: queue depths 1..N, threads issuing pread at "
+                                    "random 4 KiB-aligned offsets, fio's randread pattern (docs/user-guide.md "
+                                    "\"probe\").")
+    pr.add_argument("path", metavar="PATH", help="the model (GGUF: the slice size is read from it) or any file")
+    pr.add_argument("--json", action="store_true", help="print the result as JSON")
+    pr.add_argument("--qd-max", type=int, default=8, metavar="N", help="queue depths 1..N (default 8)")
+    pr.add_argument("--slice-bytes", type=int, metavar="B", help="bytes per read (default: the GGUF's expert slice)")
+    pr.add_argument("--seconds", type=float, default=1.0, metavar="S", help="seconds per depth and mode (default 1)")
+    pr.add_argument("--remember", action="store_true",
+                    help="keep the result in the settings file's [probe] section for the what-if")
+    _config_flags(pr, argparse.SUPPRESS)
+    pr.set_defaults(func=cmd_probe)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from importlib.metadata import version
 
@@ -854,6 +925,7 @@ def build_parser() -> argparse.ArgumentParser:
     pp.set_defaults(func=cmd_play)
     add_fleet_parser(sub)
     add_analysis_parsers(sub)
+    add_probe_parser(sub)
     return p
 
 

@@ -44,7 +44,8 @@ from bmoe_top.parsers.sanitize import sanitize
 from bmoe_top.tui.sources.prometheus import parse_duration
 
 __all__ = ["AlertSettings", "COLOUR_SCALES", "CompareSettings", "FleetSettings", "LookSettings", "MAX_BYTES",
-           "PanelSettings", "Problem", "ScreenshotSettings", "Settings", "SettingsStore", "SortSetting", "VERSION",
+           "PanelSettings", "ProbeSettings", "Problem", "ScreenshotSettings", "Settings", "SettingsStore",
+           "SortSetting", "VERSION",
            "ViewSettings", "WhatIfSettings", "default_path", "dumps", "entry", "load", "parse"]
 
 #: The file's format version (``version = 1`` at its top). A file of a later version is read for
@@ -111,6 +112,15 @@ def _words(limit: int) -> Check:
         if not isinstance(v, list) or len(v) > limit:
             raise ValueError(f"must be a list of up to {limit} names")
         return tuple(_word(x) for x in v)
+
+    return check
+
+
+def _rates(limit: int, hi: float) -> Check:
+    def check(v: object) -> tuple[float, ...]:
+        if not isinstance(v, list) or len(v) > limit:
+            raise ValueError(f"must be a list of up to {limit} numbers")
+        return tuple(_number(0.0, hi, "")(x) for x in v)
 
     return check
 
@@ -214,6 +224,17 @@ class ScreenshotSettings:
 
 
 @dataclass(frozen=True)
+class ProbeSettings:
+    """``[probe]``: the read bandwidth ``bmoe-top probe PATH --remember`` measured (docs/user-guide.md
+    "probe"), one number per queue depth from 1; the what-if reads it when a run recorded none."""
+
+    file: str = entry("", _text(4096), "the file probed")
+    slice_bytes: float | None = entry(None, _number(1.0, 2.0**40, "of bytes"), "bytes of one expert slice")
+    direct_mb_s: tuple[float, ...] = entry((), _rates(64, 1e7), "O_DIRECT MB/s at queue depth 1, 2, ...")
+    buffered_mb_s: tuple[float, ...] = entry((), _rates(64, 1e7), "buffered (cold) MB/s at queue depth 1, 2, ...")
+
+
+@dataclass(frozen=True)
 class SortSetting:
     """``[sort.TABLE]``: a table's sort (``s``, ``S``, a header click): a column key and its direction."""
 
@@ -224,7 +245,7 @@ class SortSetting:
 #: The sections, in the file's order: name -> section class.
 SECTIONS: dict[str, type] = {"look": LookSettings, "view": ViewSettings, "panels": PanelSettings,
                              "fleet": FleetSettings, "whatif": WhatIfSettings, "compare": CompareSettings,
-                             "alerts": AlertSettings, "screenshots": ScreenshotSettings}
+                             "alerts": AlertSettings, "screenshots": ScreenshotSettings, "probe": ProbeSettings}
 
 
 @dataclass(frozen=True)
@@ -240,6 +261,7 @@ class Settings:
     compare: CompareSettings = field(default_factory=CompareSettings)
     alerts: AlertSettings = field(default_factory=AlertSettings)
     screenshots: ScreenshotSettings = field(default_factory=ScreenshotSettings)
+    probe: ProbeSettings = field(default_factory=ProbeSettings)
     sort: Mapping[str, SortSetting] = field(default_factory=dict)
 
     def get(self, name: str) -> Any:
