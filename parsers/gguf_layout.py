@@ -7,6 +7,11 @@ is ggml's ``nb[2]``). A split model (``name-00001-of-00004.gguf``, llama.cpp's n
 from its first shard: the metadata is there, the tensors may be in any shard (the first one may
 hold metadata only). Every tensor's range is checked against its shard's size, so a truncated
 or damaged file is a :class:`ModelError` naming what is missing, never a numpy error.
+
+Every other tensor (embeddings, attention, norms, the router, shared experts, the output) is a
+dense tensor: :attr:`ModelLayout.dense` lists where each one's bytes are, for a reader that asks
+which parts of the file are in RAM (``bmoe-top attach --pid``, docs/memory.md). Reading the
+layout reads the header and the tensor table only, never the tensors' bytes.
 """
 
 from __future__ import annotations
@@ -52,6 +57,16 @@ class ExpertTensorInfo:
     shard: int = 0
 
 
+@dataclass(frozen=True)
+class TensorRange:
+    """Where one tensor's bytes are: ``[file_offset, file_offset + n_bytes)`` of shard ``shard``."""
+
+    name: str
+    shard: int
+    file_offset: int
+    n_bytes: int
+
+
 @dataclass
 class ModelLayout:
     """Model metadata and the expert tensors of a MoE GGUF (sizes in bytes)."""
@@ -73,6 +88,10 @@ class ModelLayout:
     #: per layer: bytes of the other (dense) tensors of ``blk.<il>.``
     dense_bytes: list[int] = field(default_factory=list)
     name: str = ""
+    #: every tensor that is not an expert tensor, in file order per shard
+    dense: list[TensorRange] = field(default_factory=list)
+    #: bytes of each shard, in order
+    shard_sizes: list[int] = field(default_factory=list)
 
     @property
     def expert_bank_bytes(self) -> int:
@@ -187,13 +206,15 @@ def shard_paths(path: Path, reader: gguf.GGUFReader) -> list[Path]:
     return out
 
 
-def read_layout(path: str | os.PathLike[str]) -> ModelLayout:
+def read_layout(path: str | os.PathLike[str], *, require_moe: bool = True) -> ModelLayout:
     """Read the GGUF header of ``path`` (and of every shard of a split model) and locate every
-    expert tensor.
+    expert tensor and every dense one.
 
     Raises :class:`ModelError` (one clear line) for: a missing or unreadable file, a file that
     is not GGUF, a truncated or damaged file, a missing shard, a model with no expert tensors
-    (dense), inconsistent expert counts (``expert_used_count`` above ``expert_count`` included).
+    (dense; unless ``require_moe`` is False: then its layout has no expert tensors, and
+    ``n_expert`` is what the header says), inconsistent expert counts (``expert_used_count``
+    above ``expert_count`` included).
     """
     p = Path(path)
     _check_file(p)
@@ -229,9 +250,10 @@ def read_layout(path: str | os.PathLike[str]) -> ModelLayout:
         r = reader if shard == 0 else _open_reader(q)
         size = q.stat().st_size
         layout.file_size += size
+        layout.shard_sizes.append(size)
         for t in r.tensors:
             _add_tensor(layout, t, shard, q, size)
-    if not layout.tensors or n_expert <= 1 or n_used <= 0:
+    if require_moe and (not layout.tensors or n_expert <= 1 or n_used <= 0):
         raise ModelError(
             f"not a Mixture-of-Experts model (arch {arch}, no blk.N.ffn_*_exps tensors): {p}"
         )
@@ -262,6 +284,7 @@ def _add_tensor(layout: ModelLayout, t: Any, shard: int, q: Path, size: int) -> 
         layout.layers[il].append(info)
         layout.expert_bytes[il] += info.expert_stride
         return
+    layout.dense.append(TensorRange(name, shard, int(t.data_offset), nbytes))
     b = BLOCK_RE.match(name)
     if b and int(b.group(1)) < layout.n_layer:
         layout.dense_bytes[int(b.group(1))] += nbytes
