@@ -16,12 +16,14 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from bmoe_top.parsers.memory_sample import MemorySample, WatchedFiles
 from bmoe_top.parsers.prom import MetricsDelta, PromSnapshot
 from bmoe_top.parsers.textio import Problem
 from bmoe_top.tui.sources.slots import SlotsReading
 
 __all__ = [
-    "Connected", "Disconnected", "Exited", "FINAL_STATES", "LiveEvent", "LiveState", "NewSession", "PartialLost",
+    "Connected", "Disconnected", "Exited", "FINAL_STATES", "FilesWatched", "LiveEvent", "LiveState", "MemoryEvent",
+    "MemoryNote", "MemorySampled", "NewSession", "PartialLost", "WatchState", "WatchStateChanged",
     "PollEvent", "Problem", "ProblemFound", "ReadyTimeout", "RecordingFailed", "Rejected", "RequestSent", "Rotated",
     "ScrapeFailed", "ScrapeState", "Scraped", "Sinks", "Stalled", "StateChanged", "TailEvent", "TailState",
     "TailStateChanged", "Truncated",
@@ -72,6 +74,20 @@ class ScrapeState(StrEnum):
     DISABLED = "disabled"
     UNAUTHORIZED = "unauthorized"
     MALFORMED = "malformed"
+    ERROR = "error"
+
+
+class WatchState(StrEnum):
+    """A memory watcher's state (``attach --pid``/``--gguf``): nothing read yet; sampling; the
+    process maps no GGUF (yet); the process exited (its files are still sampled); a file was
+    replaced, truncated or damaged (the last good map is kept, the file is tried again every
+    interval); the watch cannot start (no such process, nothing to watch)."""
+
+    STARTING = "starting"
+    OK = "ok"
+    NO_MODEL = "no_model"
+    EXITED = "exited"
+    FILE_ERROR = "file_error"
     ERROR = "error"
 
 
@@ -205,6 +221,43 @@ class ScrapeFailed:
 
 
 PollEvent = Scraped | ScrapeFailed | ProblemFound
+
+
+# -- memory watcher ---------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class WatchStateChanged:
+    """The watcher moved to ``state``; ``detail`` is one line saying why (empty when ok)."""
+
+    state: WatchState
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class FilesWatched:
+    """The model files the watcher samples from now on (a first model, or a changed one)."""
+
+    files: WatchedFiles
+
+
+@dataclass(frozen=True, slots=True)
+class MemorySampled:
+    """One reading (:class:`~bmoe_top.parsers.memory_sample.MemorySample`)."""
+
+    sample: MemorySample
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryNote:
+    """A line about the watch at unix time ``t`` (a figure the kernel refuses, a file replaced,
+    O_DIRECT reads): shown and kept in the log; ``key`` names what it is about, so a view can
+    keep the newest note of each."""
+
+    t: float
+    key: str
+    text: str
+
+
+MemoryEvent = WatchStateChanged | FilesWatched | MemorySampled | MemoryNote | ProblemFound
 
 
 # -- followed file ----------------------------------------------------------------------------------
