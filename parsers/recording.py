@@ -5,8 +5,9 @@ Format (docs/telemetry.md "Recordings"): one JSON object per line, written as ea
     {"t": 1764412345.123456, "src": "stdout", "line": "BMOE_READY {...}"}
 
 ``t`` is unix seconds (float) of arrival, ``src`` where the line came from: ``stdout``/``stderr``
-(a child's pipes), ``socket`` (a session socket), or ``stdin`` (a request bmoe-top sent, kept so
-a replay knows each turn's prompt); ``line`` is the text without its terminator. An object with
+(a child's pipes), ``socket`` (a session socket), ``stdin`` (a request bmoe-top sent, kept so
+a replay knows each turn's prompt), or ``memory`` (a reading of ``attach --pid``/``--gguf``:
+:mod:`bmoe_top.parsers.memory_sample`); ``line`` is the text without its terminator. An object with
 a ``recording`` key and no ``line`` is a header (``source``, ``command``: kept in ``meta``).
 
 This is the one reader of the format: ``bmoe-top replay`` (every line at once) and
@@ -29,7 +30,7 @@ __all__ = ["Entry", "Recording", "PROTOCOL_SOURCES", "SOURCES", "load_recording"
 #: Sources whose lines carry the BMOE protocol.
 PROTOCOL_SOURCES = frozenset({"stdout", "socket"})
 #: Every source a recording line may name.
-SOURCES = PROTOCOL_SOURCES | {"stderr", "stdin"}
+SOURCES = PROTOCOL_SOURCES | {"stderr", "stdin", "memory"}
 
 
 @dataclass(frozen=True, slots=True)
