@@ -9,6 +9,8 @@
     bmoe-top attach --session PATH [-n N] [--record FILE]           a running session, live
     bmoe-top attach --session PATH --once --json [-p PROMPT]        headless: the session's state (+ one prompt)
     bmoe-top attach --metrics URL | --audit FILE [--once --json]     /metrics or an audit log, live or headless
+    bmoe-top attach --pid PID | --gguf FILE [--metrics URL] [--once --json]
+                                                                    the page cache as a tier: any process's GGUF
     bmoe-top play FILE [--speed X] [--turn-by-turn]                 a recording on the live screen, paced
     bmoe-top fleet --prometheus URL [--selector S] [--window 5m] [--instance X]     many runtimes through Prometheus
     bmoe-top fleet --prometheus URL ... --once --json [--instance X]    headless: the table (and a drill-down)
@@ -355,6 +357,10 @@ def cmd_launch(args: argparse.Namespace) -> int:
 
 
 def cmd_attach(args: argparse.Namespace) -> int:
+    if args.pid is not None or args.gguf is not None:
+        return _attach_memory(args)
+    if args.session is None and args.metrics is None and args.audit is None:
+        return _die("attach: give --session PATH, --metrics URL, --audit FILE, --pid PID or --gguf FILE")
     if args.metrics is not None or args.audit is not None:
         if not (args.metrics or args.audit):
             return _die("attach: an empty URL or path")
@@ -387,6 +393,44 @@ def cmd_attach(args: argparse.Namespace) -> int:
     finally:
         src.close()
     return _finish_recording(rec, status)
+
+
+def _attach_memory(args: argparse.Namespace) -> int:
+    """--pid / --gguf (with --metrics: tokens for the per-token figures): the memory screen, or
+    its headless document (docs/memory.md)."""
+    if args.session is not None or args.audit is not None:
+        return _die("attach: --pid and --gguf go with --metrics only, not with --session or --audit")
+    if args.pid is not None and args.pid <= 0:
+        return _die(f"attach: --pid must be a process id above 0, got {args.pid}")
+    if args.metrics is not None and args.pid is None:
+        return _die("attach: --metrics with --gguf needs --pid too (the process whose reads the tokens divide)")
+    if (bad := _record_refused(args)) is not None:
+        return bad
+    if not args.once and (refused := _terminal_refused()) is not None:
+        return refused
+    try:
+        rec = _recorder(args)
+    except OSError as e:
+        return _die(str(e), EXIT_FAILED)
+    if args.once:
+        from bmoe_top.tui.headless import memory_once
+
+        outcome = memory_once(args.pid, args.gguf, args.metrics, interval=args.interval or 0.0,
+                              method=args.residency, api_key=args.api_key,
+                              timeout=args.timeout if args.timeout else 5.0, recorder=rec)
+        if args.json:
+            from bmoe_top.tui.present.numbers import print_json
+
+            print_json(outcome.document)
+        elif outcome.error is None:
+            from bmoe_top.tui.present.numbers import print_lines
+
+            print_lines(outcome.text)
+        status = _die(outcome.error, outcome.status) if outcome.error else outcome.status
+        return _finish_recording(rec, status)
+    from bmoe_top.tui.screens.attach_memory import run_memory_attach
+
+    return _finish_recording(rec, run_memory_attach(args, rec))
 
 
 def _attach_network(args: argparse.Namespace) -> int:
@@ -888,14 +932,22 @@ def build_parser() -> argparse.ArgumentParser:
 
     ap = sub.add_parser("attach", help="attach to a running session (--session SOCK), /metrics (--metrics URL) "
                                        "or an audit log (--audit FILE)")
-    what = ap.add_mutually_exclusive_group(required=True)
+    what = ap.add_mutually_exclusive_group()
     what.add_argument("--session", metavar="PATH", help="Unix socket of bmoe-run --session --session-socket PATH")
-    what.add_argument("--metrics", metavar="URL", help="a /metrics endpoint (bmoe-run serve)")
+    what.add_argument("--metrics", metavar="URL", help="a /metrics endpoint (bmoe-run serve, llama-server "
+                                                       "--metrics); with --pid: the tokens that process generated")
     what.add_argument("--audit", metavar="FILE", help="an audit log to follow like tail -F")
+    ap.add_argument("--pid", type=int, metavar="PID",
+                    help="any process that runs a GGUF model (llama-server, llama-cli, ollama, bmoe-run): the "
+                         "page-cache residency of its expert slices, its faults, reads and RSS (docs/memory.md)")
+    ap.add_argument("--gguf", metavar="FILE", help="a GGUF model's page-cache residency, whatever process uses it")
+    ap.add_argument("--residency", choices=("auto", "cachestat", "mincore"), default="auto",
+                    help="with --pid/--gguf: how residency is asked (default auto: cachestat where the kernel has "
+                         "it, else mincore over a read-only mapping; neither reads the model)")
     ap.add_argument("--api-key", help="with --metrics: bearer token")
     ap.add_argument("--interval", type=float, default=None, metavar="S",
-                    help="with --metrics: seconds between scrapes (default 1; with --once, a second "
-                         "scrape S later fills the rates)")
+                    help="with --metrics, --pid, --gguf: seconds between scrapes or samples (default 1; with "
+                         "--once, a second one S later fills the rates)")
     ap.add_argument("--once", action="store_true", help="headless: print what the screen would show, exit")
     ap.add_argument("--json", action="store_true", help="with --once: print JSON")
     ap.add_argument("-p", "--prompt", default=None, help="with --session --once: send this prompt and wait for its end")

@@ -21,12 +21,13 @@ from bmoe_top.tui.sources.prometheus import PromError, PrometheusClient
 
 if TYPE_CHECKING:
     from bmoe_top.tui.sources.child_session import ChildSession
+    from bmoe_top.tui.sources.recorder import Recorder
     from bmoe_top.tui.sources.session_socket import SessionSocketClient
 
 # The live twins import their sources and documents when called: ``replay --summary`` (a file
 # read in a fresh process) loads none of the live, metrics or socket code.
 
-__all__ = ["Outcome", "audit_once", "exit_code", "fleet_once", "launch_once", "metrics_once", "replay",
+__all__ = ["Outcome", "audit_once", "exit_code", "fleet_once", "launch_once", "memory_once", "metrics_once", "replay",
            "session_once"]
 
 
@@ -208,3 +209,34 @@ def exit_code(doc: Mapping[str, Any]) -> int:
     if doc.get("status") != Status.OK:
         return 1
     return 1 if doc.get("instance") is not None and doc.get("drill") is None else 0
+
+
+def memory_once(pid: int | None, gguf: str | None, metrics: str | None = None, interval: float = 0.0,
+                method: str = "auto", api_key: str | None = None, timeout: float = 5.0,
+                recorder: Recorder | None = None) -> Outcome:
+    """One reading of the memory watcher (``interval`` > 0: two readings that far apart, so the
+    rates and churn are filled): :func:`~bmoe_top.tui.present.memory.memory_document`. Status 0
+    when residency or the process could be read, 1 otherwise (``error``: the one line why)."""
+    from bmoe_top.tui.feed.memory import bind_memory
+    from bmoe_top.tui.present.memory import memory_document, memory_lines
+    from bmoe_top.tui.sources.memory import MemoryWatcher
+    from bmoe_top.tui.sources.metrics_poll import MetricsPoller
+
+    poller = MetricsPoller(metrics, interval=max(interval, 0.05), timeout=timeout, api_key=api_key) \
+        if metrics else None
+    watcher = MemoryWatcher(pid=pid, gguf=gguf, interval=max(interval, 0.05), poller=poller, method=method,
+                            recorder=recorder)
+    model = bind_memory(watcher)
+    try:
+        watcher.sample_once()
+        if interval > 0 and model.state not in ("error",):
+            time.sleep(interval)
+            watcher.sample_once()
+    finally:
+        watcher.close()
+        if poller is not None:
+            poller.client.close()
+    doc = memory_document(model)
+    ok = model.residency is not None or model.figures_at is not None
+    error = None if ok else (model.detail or "nothing could be read")
+    return Outcome(doc, memory_lines(model), 0 if ok else 1, error)

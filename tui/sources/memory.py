@@ -261,6 +261,12 @@ class MemoryWatcher(threading.Thread):
                 self._note("replaced", f"{c.path} now names another file; showing the one process {self.pid} "
                                        f"loaded (inode {c.ino}), read through {c.open_path}", t)
             self._open(c.open_path, c.path, (c.dev, c.ino), t, self.pid, direct is not None)
+        elif self.files is not None and self.files.direct_io != (direct is not None):
+            files = replace(self.files, direct_io=direct is not None)
+            with self.lock:
+                self.files = files
+            self._record(self._encoder.files(files), t)
+            self.sinks.event(FilesWatched(files))
         if direct is not None:
             self._note("direct", f"process {self.pid} reads {os.path.basename(c.path)} with O_DIRECT (fd {direct}): "
                                  "its reads bypass the page cache, so they count as disk reads and leave no "

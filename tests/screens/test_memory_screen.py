@@ -1,0 +1,48 @@
+"""The memory screen (tui/screens/attach_memory.py) on a real watched file, at the smallest and the
+largest terminal: the status says it samples and names the file, the map has a row per layer and
+a cell per expert (the resident experts in the top cell of the ramp), the panel gives the shares,
+``p`` pauses the view."""
+
+from __future__ import annotations
+
+import pytest
+from helpers.pagecache import evict, private_model
+from helpers.waits import wait_until
+
+from bmoe_top.tui.app import BmoeTopApp
+from bmoe_top.tui.screens.attach_memory import MemoryScreen, ResidencyMap, sparkline
+from bmoe_top.tui.sources.memory import MemoryWatcher
+from bmoe_top.tui.widgets.palette import Look
+
+
+def strip_text(s) -> str:
+    return "".join(seg.text for seg in s)
+
+
+@pytest.mark.parametrize("size", [(80, 24), (200, 60)])
+async def test_the_screen_shows_the_map_and_the_panel(tmp_path, size):
+    path = private_model(tmp_path, "tiny")
+    evict(path)
+    watcher = MemoryWatcher(gguf=str(path), interval=0.05)
+    screen = MemoryScreen(watcher, fps=20)
+    app = BmoeTopApp(screen, look=Look(colors="mono", ascii=True))
+    async with app.run_test(size=size) as pilot:
+        wait_until(lambda: screen.model.residency is not None, what="a map")
+        await pilot.pause(0.2)
+        m = screen.query_one(ResidencyMap)
+        lines = [strip_text(s) for s in m._lines]
+        assert lines[0].strip().startswith("experts 0..7")
+        assert [x[:2] for x in lines[1:3]] == ["L0", "L1"] and len(lines) == 3
+        status = str(screen.query_one("#mem-status").render())
+        assert "sampling" in status and path.name in status
+        panel = str(screen.query_one("#mem-panel").render())
+        assert "file resident" in panel and "experts resident" in panel
+        await pilot.press("p")
+        assert screen.paused and "[paused]" in str(screen.query_one("#mem-status").render())
+    watcher.join(10)
+
+
+def test_a_sparkline_shows_absent_as_blank_and_the_top_as_full():
+    import numpy as np
+
+    assert sparkline(np.array([0.0, np.nan, 1.0]), 10, ascii=True, lo=0.0, hi=1.0) == ". %"

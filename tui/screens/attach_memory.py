@@ -1,0 +1,212 @@
+"""``bmoe-top attach --pid PID`` / ``--gguf FILE``: the page cache as a tier of the memory
+hierarchy, live (docs/memory.md).
+
+A :class:`~bmoe_top.tui.sources.memory.MemoryWatcher` thread samples the model's residency and the
+process; :func:`~bmoe_top.tui.feed.memory.bind_memory` writes it into a
+:class:`~bmoe_top.tui.model.memory.MemoryModel`. The screen shows the layer x expert residency map
+(each cell: the share of that expert's slices in the page cache, the hit-share ramp of the other
+maps, layers and experts folded by :func:`~bmoe_top.tui.widgets.grids.fold_rows` when the
+terminal is smaller than the model; churn: how many experts came in and left since the sample
+before), the panel of :func:`~bmoe_top.tui.present.memory.memory_panel_rows`, the history of the
+whole-file share and the read rate, and one status line. ``p`` pauses the view (sampling goes on),
+``q`` quits.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import ClassVar
+
+import numpy as np
+from rich.segment import Segment
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.screen import Screen
+from textual.strip import Strip
+from textual.widget import Widget
+from textual.widgets import Static
+
+from bmoe_top.tui.app import BmoeTopApp
+from bmoe_top.tui.feed.memory import bind_memory
+from bmoe_top.tui.model.memory import MemoryModel
+from bmoe_top.tui.present.memory import MEMORY_STATUS_WORDS, memory_panel_rows
+from bmoe_top.tui.sources.memory import MemoryWatcher
+from bmoe_top.tui.sources.recorder import Recorder
+from bmoe_top.tui.widgets.base import look_of
+from bmoe_top.tui.widgets.grids import fold_rows
+from bmoe_top.tui.widgets.panels import safe_text
+
+__all__ = ["MemoryScreen", "ResidencyMap", "run_memory_attach", "sparkline"]
+
+_SPARK = " ▁▂▃▄▅▆▇█"
+_SPARK_ASCII = " .:-=+*#%"
+
+
+def sparkline(values: np.ndarray, width: int, ascii: bool, lo: float = 0.0, hi: float | None = None) -> str:
+    """The newest ``width`` values as one line of eighth-blocks (``ascii``: ASCII ramp); NaN is a
+    space (absent, not zero)."""
+    v = values[-width:] if width > 0 else values[:0]
+    ramp = _SPARK_ASCII if ascii else _SPARK
+    top = hi if hi is not None else (float(np.nanmax(v)) if v.size and not np.all(np.isnan(v)) else 1.0)
+    span = top - lo if top > lo else 1.0
+    out = []
+    for x in v:
+        if np.isnan(x):
+            out.append(" ")
+        else:
+            out.append(ramp[1 + int(np.clip((x - lo) / span, 0, 1) * (len(ramp) - 2))])
+    return "".join(out)
+
+
+class ResidencyMap(Widget):
+    """The layer x expert map of page-cache residency (line API): one row per layer (or group of
+    layers), one cell per expert (or group), the hit-share ramp for the resident share; a cell of
+    an expert with no slices is the no-data cell."""
+
+    DEFAULT_CSS = "ResidencyMap { height: 1fr; }"
+
+    def __init__(self, model: MemoryModel, **kw: object) -> None:
+        super().__init__(**kw)  # type: ignore[arg-type]
+        self.model = model
+        self._lines: list[Strip] = []
+        self._key: object = None
+
+    def refresh_map(self) -> None:
+        key = (self.model.version, self.size)
+        if key != self._key:
+            self._key = key
+            self._lines = self.build(self.size.width, self.size.height)
+            self.refresh()
+
+    def build(self, width: int, height: int) -> list[Strip]:
+        look = look_of(self)
+        f = self.model.figures()
+        share = f.slice_share
+        if share is None or share.size == 0 or width < 8 or height < 2:
+            why = "no residency map yet" if share is None else "this model has no expert tensors"
+            return [Strip([Segment(why[:width], look.dim)])]
+        n_layer, n_expert = share.shape
+        label_w = 5
+        cols = max(1, width - label_w)
+        ef = -(-n_expert // cols)
+        lf = -(-n_layer // max(1, height - 1))
+        m = fold_rows(share, lf)
+        m = fold_rows(m.T, ef).T
+        bins = look.hit_bin(m)
+        out = [Strip([Segment(f"{'':{label_w}}experts 0..{n_expert - 1}"
+                              + (f" ({ef} per cell)" if ef > 1 else ""), look.dim)])]
+        for i, row in enumerate(bins):
+            segs = [Segment(f"L{i * lf:<{label_w - 1}}", look.label)]
+            for b in row:
+                ch, st = look.no_data if b < 0 else look.hit_cells[b]
+                segs.append(Segment(ch, st))
+            out.append(Strip(segs))
+        return out[:height]
+
+    def render_line(self, y: int) -> Strip:
+        return self._lines[y] if y < len(self._lines) else Strip.blank(self.size.width)
+
+
+class MemoryScreen(Screen[None]):
+    """The memory view over a watcher (started on mount, stopped on unmount)."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("q", "app.quit", "quit"),
+        Binding("p,space", "pause", "pause"),
+    ]
+    DEFAULT_CSS = """
+    MemoryScreen { layout: vertical; }
+    #mem-status { height: 1; }
+    #mem-body { height: 1fr; layout: horizontal; }
+    #mem-panel { width: 42; }
+    #mem-history { height: 3; }
+    """
+
+    def __init__(self, watcher: MemoryWatcher, fps: float = 10.0, start: bool = True) -> None:
+        super().__init__()
+        self.watcher = watcher
+        self.model = bind_memory(watcher)
+        self.fps = fps
+        self.start = start
+        self.paused = False
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="mem-status")
+        with Widget(id="mem-body"):
+            yield ResidencyMap(self.model, id="mem-map")
+            yield Static(id="mem-panel")
+        yield Static(id="mem-history")
+
+    def on_mount(self) -> None:
+        if self.start and not self.watcher.is_alive():
+            self.watcher.start()
+        self.set_interval(1.0 / max(1.0, self.fps), self.tick)
+        self.tick()
+
+    def on_unmount(self) -> None:
+        self.watcher.stop()
+
+    def action_pause(self) -> None:
+        self.paused = not self.paused
+        self.tick(force=True)
+
+    def tick(self, force: bool = False) -> None:
+        if self.paused and not force:
+            return
+        look = look_of(self)
+        m = self.model
+        with m.lock:
+            state, detail, w = m.state, m.detail, m.files
+        st = Text(MEMORY_STATUS_WORDS.get(state, state), style=look.status_style(
+            {"ok": "ok", "starting": "connecting"}.get(state, "error")))
+        if w is not None:
+            st.append_text(safe_text(f"  {w.paths[0]}", look.label, multiline=False))
+            st.append(f"  {w.method}" + (f"  pid {w.pid}" if w.pid else ""), style=look.dim)
+        if detail:
+            st.append_text(safe_text(f"  {detail}", look.warn, multiline=False))
+        if self.paused:
+            st.append("  [paused]", style=look.accent)
+        self.query_one("#mem-status", Static).update(st)
+        self.query_one("#mem-map", ResidencyMap).refresh_map()
+        panel = Text()
+        for k, v in memory_panel_rows(m):
+            panel.append(f"{k:<18}", style=look.label)
+            panel.append(f"{v}\n")
+        with m.lock:
+            notes = [t for _t, t in m.notes.values()][-3:]
+        for n in notes:
+            panel.append_text(safe_text(f"{n}\n", look.dim, multiline=False))
+        self.query_one("#mem-panel", Static).update(panel)
+        width = max(10, self.size.width - 16)
+        with m.lock:
+            _t, share = m.history.column("file_share")
+            _t, reads = m.history.column("read_bytes_per_s")
+        hist = Text()
+        hist.append("file resident  ", style=look.label)
+        hist.append(sparkline(share, width, look.ascii, 0.0, 1.0) + "\n", style=look.trend)
+        hist.append("read/s         ", style=look.label)
+        hist.append(sparkline(reads, width, look.ascii), style=look.trend)
+        self.query_one("#mem-history", Static).update(hist)
+
+
+def run_memory_attach(args: argparse.Namespace, recorder: Recorder | None = None) -> int:
+    """``bmoe-top attach --pid PID | --gguf FILE [--metrics URL] [--interval S]``. Returns the exit
+    status."""
+    from bmoe_top.tui.sources.metrics_poll import MetricsPoller
+
+    interval = float(args.interval or 1.0)
+    poller = MetricsPoller(args.metrics, interval=interval, timeout=max(2.0, min(10.0, 2 * interval)),
+                           api_key=args.api_key) if args.metrics else None
+    watcher = MemoryWatcher(pid=args.pid, gguf=args.gguf, interval=interval, poller=poller, method=args.residency,
+                            recorder=recorder)
+    app = BmoeTopApp(MemoryScreen(watcher, fps=float(args.fps or 10.0)))
+    try:
+        app.run()
+    finally:
+        watcher.stop()
+        if watcher.is_alive():
+            watcher.join(interval + 5)
+        if poller is not None:
+            poller.client.close()
+    return app.return_code or 0
