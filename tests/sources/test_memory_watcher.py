@@ -226,3 +226,19 @@ def test_a_watch_thread_follows_a_process_to_its_end(tmp_path):
         w.stop()
         w.join(30)
     assert not w.is_alive() or m.state == "exited"
+
+
+def test_a_costly_map_is_sampled_less_often_and_a_note_says_so(tmp_path):
+    path = private_model(tmp_path, "tiny")
+    w = MemoryWatcher(gguf=str(path), interval=0.05, cpu_budget=1e-9)
+    m = bind_memory(w)
+    try:
+        first = w.sample_once(paced=True)
+        assert first is not None and first.slices is not None
+        # with a budget of a billionth of a core, any sample costs too much: the next one waits
+        second = w.sample_once(paced=True)
+        assert second is not None and second.slices is None and second.system is not None
+        assert "residency sampled every" in m.notes["pace"][1] and "of a core" in m.notes["pace"][1]
+        assert memory_document(m)["resident"]["per_layer"] is not None  # the map shown is the last one
+    finally:
+        w.close()

@@ -9,7 +9,8 @@ No Textual.
   (``/proc/PID/fdinfo``); with ``gguf``: that file, whatever process uses it;
 * the page-cache residency of every expert slice, of the dense tensors and of each file
   (:class:`~bmoe_top.tui.sources.residency.ModelSampler`: never reading the model, never changing
-  what is resident);
+  what is resident), spaced out when one sample costs more than :data:`CPU_BUDGET` of a core at
+  the interval (a note says how often it is read then);
 * the process's faults, reads and RSS split, the machine's memory and pressure, the cgroup's
   limit and usage (:mod:`bmoe_top.tui.sources.procfs`); with a ``poller`` (``--metrics``), the
   server's generated-token counter, scraped right after the process's counters so the two pair.
@@ -52,10 +53,13 @@ from bmoe_top.tui.sources.procfs import CgroupReader, ProcessGone, ProcReader, r
 from bmoe_top.tui.sources.recorder import Recorder
 from bmoe_top.tui.sources.residency import ModelSampler, ResidencyError, open_model
 
-__all__ = ["REDISCOVER_S", "MemoryWatcher", "ModelCandidate", "find_models"]
+__all__ = ["CPU_BUDGET", "REDISCOVER_S", "MemoryWatcher", "ModelCandidate", "find_models"]
 
 #: Seconds between two looks at which model the process maps (a server may load another).
 REDISCOVER_S = 5.0
+#: The share of one core residency sampling may take: the sample of the map is spaced out when it
+#: costs more than this at the interval (benchmarks/bench_residency.py measures the cost).
+CPU_BUDGET = 0.01
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,13 +137,15 @@ def find_models(reader: ProcReader) -> list[ModelCandidate]:
 class MemoryWatcher(threading.Thread):
     """Daemon thread: one reading every ``interval`` seconds (see the module docstring).
     ``pid`` and/or ``gguf`` say what to watch (at least one); ``method`` is the residency
-    sampler's (``auto``, ``cachestat``, ``mincore``); ``proc_root`` is ``/proc``.
+    sampler's (``auto``, ``cachestat``, ``mincore``); ``proc_root`` is ``/proc``; ``cpu_budget``
+    the share of a core the map's sampling may take (:data:`CPU_BUDGET`).
     :meth:`sample_once` reads once in the caller's thread (headless, tests); :meth:`stop` ends
     the loop within one wait, :meth:`close` releases the files."""
 
     def __init__(self, *, pid: int | None = None, gguf: str | None = None, interval: float = 1.0,
                  poller: MetricsPoller | None = None, recorder: Recorder | None = None, method: str = "auto",
-                 proc_root: str = "/proc", on_event: Callable[[Any], None] | None = None) -> None:
+                 proc_root: str = "/proc", on_event: Callable[[Any], None] | None = None,
+                 cpu_budget: float = CPU_BUDGET) -> None:
         if pid is None and gguf is None:
             raise ValueError("a memory watcher needs a pid or a GGUF file")
         super().__init__(name="bmoe-memory", daemon=True)
@@ -168,6 +174,9 @@ class MemoryWatcher(threading.Thread):
         self._encoder = SampleEncoder()
         self._stop_ev = threading.Event()
         self._tick_lock = threading.Lock()
+        self.cpu_budget = cpu_budget
+        self._cost: float | None = None  # seconds of one residency sample (smoothed)
+        self._next_residency = 0.0  # monotonic time of the next one
 
     # -- wiring -----------------------------------------------------------------------------------
     def connect(self, on_event: Callable[[Any], None]) -> None:
@@ -226,6 +235,7 @@ class MemoryWatcher(threading.Thread):
                              file_pages=tuple(plan.shard_pages), arch=layout.arch, name=layout.name,
                              method=sampler.method, pid=pid, direct_io=direct)
         self._sampler, self._layout, self._model_key = sampler, layout, key
+        self._cost, self._next_residency = None, 0.0
         with self.lock:
             self.files = files
         self._record(self._encoder.files(files), t)
@@ -288,22 +298,25 @@ class MemoryWatcher(threading.Thread):
             self._open(self.gguf, self.gguf, key, t, self.pid, self._direct_io(key) is not None)
 
     # -- one reading ------------------------------------------------------------------------------
-    def sample_once(self) -> MemorySample | None:
+    def sample_once(self, paced: bool = False) -> MemorySample | None:
         """Read once (see the module docstring); returns the sample sent, None when nothing could
-        be read. Never raises for a process, a file or a permission."""
+        be read. ``paced``: the residency map only when its pace allows (the thread's loop); else
+        always. Never raises for a process, a file or a permission."""
         with self._tick_lock:
-            return self._tick()
+            return self._tick(paced)
 
-    def _tick(self) -> MemorySample | None:
+    def _tick(self, paced: bool) -> MemorySample | None:
         t = time.time()
         proc = self._process(t)
         residency_ok = self._residency_files(t)
         counts = None
-        if residency_ok and self._sampler is not None:
+        now = time.monotonic()
+        if residency_ok and self._sampler is not None and (not paced or now >= self._next_residency):
             try:
                 counts = self._sampler.sample()
             except ResidencyError as e:
                 self._file_error(str(e), t)
+            self._pace_residency(now, time.monotonic() - now, t)
         system = system_figures(self.proc_root)
         cgroup = self._cgroup.figures() if self._cgroup is not None else None
         tokens = self._tokens()
@@ -317,6 +330,19 @@ class MemoryWatcher(threading.Thread):
         self._record(self._encoder.sample(s), t)
         self.sinks.event(MemorySampled(s))
         return s
+
+    def _pace_residency(self, now: float, cost: float, t: float) -> None:
+        """The next residency sample: one interval on, or later when one sample costs more than
+        :data:`CPU_BUDGET` of a core at this interval (a 17 GiB model's map costs tens of ms)."""
+        self._cost = cost if self._cost is None else 0.7 * self._cost + 0.3 * cost
+        every = max(self.interval, self._cost / self.cpu_budget)
+        self._next_residency = now + every
+        if every > self.interval * 1.5:
+            self._note("pace", f"residency sampled every {every:.0f} s: one sample of the map costs "
+                               f"{1e3 * self._cost:.0f} ms, kept under {100 * self.cpu_budget:g} % of a core; "
+                               "the process figures every interval", t)
+        elif "pace" in self._notes:
+            self._note("pace", f"residency sampled every interval ({self.interval:g} s)", t)
 
     def _ok(self) -> None:
         if self.pid is not None and self._gone:
@@ -396,7 +422,7 @@ class MemoryWatcher(threading.Thread):
         try:
             while not self._stop_ev.is_set():
                 t0 = time.monotonic()
-                self.sample_once()
+                self.sample_once(paced=True)
                 if self.pid is not None and self._gone and self.gguf is None and self._sampler is None:
                     break  # nothing left to read
                 self._stop_ev.wait(max(0.0, self.interval - (time.monotonic() - t0)))
