@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING, Any
 
 from bmoe_top.outfile import STDOUT, OutputFileError, drop_stdout, guard_stdout
 from bmoe_top.parsers.limits import MAX_METRICS_BODY_MB
-from bmoe_top.parsers.recording import load_recording
+from bmoe_top.parsers.recording import Recording, load_recording
 
 if TYPE_CHECKING:
     from bmoe_top.tui.headless import Outcome
@@ -235,6 +235,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from bmoe_top.tui.sources.files import ReplayError
 
     text = bool(args.summary or args.json)
+    if len(args.paths) == 1 and (code := _replay_memory(args.paths[0], text, bool(args.json), math.inf,
+                                                        args.fps)) is not None:
+        return code
     try:
         # the screen opens on the first file's run, the files of other runs named in its banner
         run, not_runs = replay(args.paths, allow_mixed=args.allow_mixed, keep_first=not text)
@@ -266,6 +269,46 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
     code = run_replay(run, replay_title(args.paths), args.fps)
     return EXIT_FAILED if not_runs and code == 0 else code  # the banner named them; the status says so too
+
+
+def _replay_memory(path: str, text: bool, as_json: bool, speed: float, fps: float,
+                   rec: Recording | None = None) -> int | None:
+    """A recording of ``attach --pid/--gguf --record`` (memory entries only): its last reading's
+    document (``text``) or the memory screen replaying it; None for any other file."""
+    from bmoe_top.tui.screens.attach_memory import memory_entries
+
+    if rec is None:
+        from bmoe_top.parsers.sniff import sniff
+
+        try:
+            with open(path, "rb") as f:
+                if sniff(f.read(1 << 16), path) != "recording":
+                    return None
+            rec = load_recording(path)
+        except OSError:
+            return None  # the run replay says why it cannot read it
+    entries = memory_entries(rec)
+    if entries is None:
+        return None
+    if text:
+        from bmoe_top.tui.feed.memory import replay_memory
+        from bmoe_top.tui.present.memory import memory_document, memory_lines
+        from bmoe_top.tui.present.numbers import print_json, print_lines
+
+        m = replay_memory(entries)
+        if as_json:
+            print_json(memory_document(m))
+        else:
+            print_lines(memory_lines(m))
+        status = 0
+        for p in [*(f"line {q.lineno}: {q.reason}" for q in rec.problems), *m.problems]:
+            status = _die(f"{path}: {p}", EXIT_FAILED)
+        return status
+    if (refused := _terminal_refused()) is not None:
+        return refused
+    from bmoe_top.tui.screens.attach_memory import run_memory_play
+
+    return run_memory_play(entries, speed, path, fps)
 
 
 # --------------------------------------------------------------------------------------- live
@@ -478,6 +521,9 @@ def cmd_play(args: argparse.Namespace) -> int:
         rec = load_recording(args.path)
     except OSError as e:
         return _die(f"cannot read {args.path}: {e.strerror or e}", EXIT_FAILED)
+    if (code := _replay_memory(args.path, False, False, math.inf if args.speed == 0 else args.speed, args.fps,
+                               rec)) is not None:
+        return code
     if not rec.entries:
         first = rec.problems[0] if rec.problems else None
         what = f" ({len(rec.problems)} bad lines; first: line {first.lineno}: {first.reason})" if first else ""

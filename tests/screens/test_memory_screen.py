@@ -9,9 +9,11 @@ import pytest
 from helpers.pagecache import evict, private_model
 from helpers.waits import wait_until
 
+from bmoe_top.parsers.recording import load_recording
 from bmoe_top.tui.app import BmoeTopApp
-from bmoe_top.tui.screens.attach_memory import MemoryScreen, ResidencyMap, sparkline
-from bmoe_top.tui.sources.memory import MemoryWatcher
+from bmoe_top.tui.screens.attach_memory import MemoryScreen, ResidencyMap, memory_entries, sparkline
+from bmoe_top.tui.sources.memory import MemoryPlayer, MemoryWatcher
+from bmoe_top.tui.sources.recorder import Recorder
 from bmoe_top.tui.widgets.palette import Look
 
 
@@ -40,6 +42,26 @@ async def test_the_screen_shows_the_map_and_the_panel(tmp_path, size):
         await pilot.press("p")
         assert screen.paused and "[paused]" in str(screen.query_one("#mem-status").render())
     watcher.join(10)
+
+
+async def test_a_recording_replays_onto_the_screen(tmp_path):
+    path = private_model(tmp_path, "tiny")
+    rec_path = tmp_path / "mem.jsonl"
+    rec = Recorder(rec_path)
+    w = MemoryWatcher(gguf=str(path), recorder=rec)
+    for _ in range(3):
+        w.sample_once()
+    w.close()
+    rec.close()
+    entries = memory_entries(load_recording(rec_path))
+    assert entries is not None and len(entries) == 4
+    screen = MemoryScreen(MemoryPlayer(entries, speed=float("inf")), fps=20)
+    async with BmoeTopApp(screen, look=Look(colors="mono", ascii=True)).run_test(size=(80, 24)) as pilot:
+        wait_until(lambda: screen.model.history.samples == 3, what="the replayed readings")
+        await pilot.pause(0.2)
+        status = str(screen.query_one("#mem-status").render())
+        assert status.startswith("■ replayed") and status.endswith("4 readings")
+        assert [strip_text(s)[:2] for s in screen.query_one(ResidencyMap)._lines[1:]] == ["L0", "L1"]
 
 
 def test_a_sparkline_shows_absent_as_blank_and_the_top_as_full():

@@ -188,6 +188,18 @@ def test_once_json_and_a_recording_that_replays(tmp_path):
     assert len(entries) == 3  # the files, two samples
     replayed = memory_document(replay_memory(entries))
     assert replayed["resident"] == doc["resident"] and replayed["files"] == doc["files"]
+    r = cli("replay", "--json", str(rec))
+    assert r.returncode == 0, r.stderr
+    again = orjson.loads(r.stdout)
+    assert again["resident"] == doc["resident"] and again["status"] == "replayed" and again["samples"] == 2
+    # a damaged line: one line on stderr naming it, exit 1, the readings around it still count
+    lines = rec.read_text().splitlines()
+    bad = orjson.loads(lines[-1])
+    bad["line"] = '{"kind": "sample", "t": 5, "slices": [[1, 2]]}'
+    rec.write_text("\n".join([*lines, orjson.dumps(bad).decode()]) + "\n")
+    r = cli("replay", "--json", str(rec))
+    assert r.returncode == 1 and "entry 4: slices must be 2 lists of 8 counts" in one_line_error(r)
+    assert orjson.loads(r.stdout)["resident"] == doc["resident"]
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to watch as another user (nobody)")

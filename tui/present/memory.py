@@ -20,7 +20,7 @@ __all__ = ["MEMORY_STATUS_WORDS", "SHARE_DIGITS", "memory_document", "memory_lin
 #: How each watcher state reads on the status line.
 MEMORY_STATUS_WORDS = {
     "starting": "… starting", "ok": "● sampling", "no_model": "◔ no GGUF mapped", "exited": "✖ process exited",
-    "file_error": "⚠ file unreadable", "error": "✖ cannot watch",
+    "file_error": "⚠ file unreadable", "error": "✖ cannot watch", "replayed": "■ replayed",
 }
 #: Decimal places of a resident share in the JSON document.
 SHARE_DIGITS = 4

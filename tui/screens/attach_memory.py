@@ -27,19 +27,23 @@ from textual.strip import Strip
 from textual.widget import Widget
 from textual.widgets import Static
 
+from bmoe_top.parsers.recording import Recording
 from bmoe_top.tui.app import BmoeTopApp
 from bmoe_top.tui.feed.memory import bind_memory
 from bmoe_top.tui.model.memory import MemoryModel
 from bmoe_top.tui.present.memory import MEMORY_STATUS_WORDS, memory_panel_rows
-from bmoe_top.tui.sources.memory import MemoryWatcher
+from bmoe_top.tui.sources.memory import MemoryPlayer, MemoryWatcher
 from bmoe_top.tui.sources.recorder import Recorder
 from bmoe_top.tui.widgets.base import look_of
 from bmoe_top.tui.widgets.grids import fold_rows
 from bmoe_top.tui.widgets.panels import safe_text
 
-__all__ = ["MemoryScreen", "ResidencyMap", "run_memory_attach", "sparkline"]
+__all__ = ["MemoryScreen", "ResidencyMap", "memory_entries", "run_memory_attach", "run_memory_play", "sparkline"]
 
 _SPARK = " ▁▂▃▄▅▆▇█"
+#: The watcher's states -> the status styles of the other screens.
+_STATUS_STYLE = {"ok": "ok", "starting": "connecting", "no_model": "waiting", "exited": "exited",
+                 "replayed": "replay", "file_error": "malformed"}
 _SPARK_ASCII = " .:-=+*#%"
 
 
@@ -109,7 +113,9 @@ class ResidencyMap(Widget):
 
 
 class MemoryScreen(Screen[None]):
-    """The memory view over a watcher (started on mount, stopped on unmount)."""
+    """The memory view over a source: a :class:`~bmoe_top.tui.sources.memory.MemoryWatcher` or a
+    :class:`~bmoe_top.tui.sources.memory.MemoryPlayer` (a recording), started on mount, stopped
+    on unmount."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("q", "app.quit", "quit"),
@@ -123,10 +129,10 @@ class MemoryScreen(Screen[None]):
     #mem-history { height: 3; }
     """
 
-    def __init__(self, watcher: MemoryWatcher, fps: float = 10.0, start: bool = True) -> None:
+    def __init__(self, source: MemoryWatcher | MemoryPlayer, fps: float = 10.0, start: bool = True) -> None:
         super().__init__()
-        self.watcher = watcher
-        self.model = bind_memory(watcher)
+        self.watcher = source
+        self.model = bind_memory(source)
         self.fps = fps
         self.start = start
         self.paused = False
@@ -158,8 +164,7 @@ class MemoryScreen(Screen[None]):
         m = self.model
         with m.lock:
             state, detail, w = m.state, m.detail, m.files
-        st = Text(MEMORY_STATUS_WORDS.get(state, state), style=look.status_style(
-            {"ok": "ok", "starting": "connecting"}.get(state, "error")))
+        st = Text(MEMORY_STATUS_WORDS.get(state, state), style=look.status_style(_STATUS_STYLE.get(state, "error")))
         if w is not None:
             st.append_text(safe_text(f"  {w.paths[0]}", look.label, multiline=False))
             st.append(f"  {w.method}" + (f"  pid {w.pid}" if w.pid else ""), style=look.dim)
@@ -209,4 +214,24 @@ def run_memory_attach(args: argparse.Namespace, recorder: Recorder | None = None
             watcher.join(interval + 5)
         if poller is not None:
             poller.client.close()
+    return app.return_code or 0
+
+
+def memory_entries(rec: Recording) -> list[tuple[float | None, str]] | None:
+    """The ``memory`` entries of a recording made by ``attach --pid/--gguf --record``, or None
+    when it holds other lines too (a run's recording)."""
+    if not rec.entries or any(e.src != "memory" for e in rec.entries):
+        return None
+    return [(e.t, e.line) for e in rec.entries]
+
+
+def run_memory_play(entries: list[tuple[float | None, str]], speed: float, name: str, fps: float) -> int:
+    """``bmoe-top replay``/``play`` of a memory recording: the residency history replays onto the
+    memory screen (``speed`` ``inf``: at once). Returns the exit status."""
+    player = MemoryPlayer(entries, speed=speed, name=name)
+    app = BmoeTopApp(MemoryScreen(player, fps=fps))
+    try:
+        app.run()
+    finally:
+        player.stop()
     return app.return_code or 0

@@ -81,7 +81,8 @@ class WatchState(StrEnum):
     """A memory watcher's state (``attach --pid``/``--gguf``): nothing read yet; sampling; the
     process maps no GGUF (yet); the process exited (its files are still sampled); a file was
     replaced, truncated or damaged (the last good map is kept, the file is tried again every
-    interval); the watch cannot start (no such process, nothing to watch)."""
+    interval); the watch cannot start (no such process, nothing to watch); a recording's readings
+    were all replayed."""
 
     STARTING = "starting"
     OK = "ok"
@@ -89,6 +90,7 @@ class WatchState(StrEnum):
     EXITED = "exited"
     FILE_ERROR = "file_error"
     ERROR = "error"
+    REPLAYED = "replayed"
 
 
 class TailState(StrEnum):

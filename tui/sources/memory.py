@@ -36,12 +36,14 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from bmoe_top.parsers.gguf_layout import SPLIT_RE, ModelError, ModelLayout
-from bmoe_top.parsers.memory_sample import MemorySample, ProcessFigures, SampleEncoder, WatchedFiles
+from bmoe_top.parsers.memory_sample import MemorySample, ProcessFigures, SampleDecoder, SampleEncoder, WatchedFiles
 from bmoe_top.parsers.sanitize import sanitize
+from bmoe_top.parsers.textio import Problem
 from bmoe_top.tui.sources.events import (
     FilesWatched,
     MemoryNote,
     MemorySampled,
+    ProblemFound,
     RecordingFailed,
     ScrapeState,
     Sinks,
@@ -53,7 +55,7 @@ from bmoe_top.tui.sources.procfs import CgroupReader, ProcessGone, ProcReader, r
 from bmoe_top.tui.sources.recorder import Recorder
 from bmoe_top.tui.sources.residency import ModelSampler, ResidencyError, open_model
 
-__all__ = ["CPU_BUDGET", "REDISCOVER_S", "MemoryWatcher", "ModelCandidate", "find_models"]
+__all__ = ["CPU_BUDGET", "REDISCOVER_S", "MemoryPlayer", "MemoryWatcher", "ModelCandidate", "find_models"]
 
 #: Seconds between two looks at which model the process maps (a server may load another).
 REDISCOVER_S = 5.0
@@ -429,3 +431,62 @@ class MemoryWatcher(threading.Thread):
         finally:
             self.close()
 
+
+
+class MemoryPlayer(threading.Thread):
+    """A recording's ``memory`` entries (``(t, line)``, in order) sent as the watcher's events
+    (:class:`~bmoe_top.tui.sources.events.FilesWatched`, ``MemorySampled``, ``MemoryNote``; a bad
+    line is a ``ProblemFound`` with its entry number, its neighbours still count), at the recorded
+    pace times ``speed`` (``inf``: at once) by the thread, or all at once by :meth:`play_all`."""
+
+    def __init__(self, entries: list[tuple[float | None, str]], speed: float = 1.0, name: str = "") -> None:
+        super().__init__(name="bmoe-memory-player", daemon=True)
+        self.entries = entries
+        self.speed = speed
+        self.source_name = name
+        self.sinks = Sinks("MemoryPlayer")
+        self.played = 0
+        self._decoder = SampleDecoder()
+        self._stop_ev = threading.Event()
+
+    def connect(self, on_event: Callable[[Any], None]) -> None:
+        self.sinks.on_event = on_event
+
+    def stop(self) -> None:
+        self._stop_ev.set()
+
+    def _send(self, i: int, t: float | None, line: str) -> None:
+        try:
+            got = self._decoder.read(line)
+        except ValueError as e:
+            self.sinks.event(ProblemFound(Problem(i, line, sanitize(str(e))), self.source_name or "memory"))
+            return
+        if isinstance(got, WatchedFiles):
+            self.sinks.event(FilesWatched(got))
+        elif isinstance(got, MemorySample):
+            self.sinks.event(MemorySampled(got))
+        else:
+            nt, text = got
+            self.sinks.event(MemoryNote(nt if nt is not None else (t or 0.0), f"note:{i}", sanitize(text)))
+
+    def play_all(self) -> None:
+        for i, (t, line) in enumerate(self.entries, 1):
+            self._send(i, t, line)
+        self.played = len(self.entries)
+        self.sinks.event(WatchStateChanged(WatchState.REPLAYED, f"{self.played} readings"))
+
+    def run(self) -> None:
+        if self.speed == float("inf"):
+            self.play_all()
+            return
+        self.sinks.event(WatchStateChanged(WatchState.OK, "replaying at the recorded pace"))
+        t0 = time.monotonic()
+        first = next((t for t, _ in self.entries if t is not None), None)
+        for i, (t, line) in enumerate(self.entries, 1):
+            if t is not None and first is not None:
+                due = t0 + (t - first) / self.speed
+                if self._stop_ev.wait(max(0.0, due - time.monotonic())):
+                    return
+            self._send(i, t, line)
+            self.played = i
+        self.sinks.event(WatchStateChanged(WatchState.REPLAYED, f"{self.played} readings"))
