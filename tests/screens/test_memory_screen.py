@@ -68,3 +68,35 @@ def test_a_sparkline_shows_absent_as_blank_and_the_top_as_full():
     import numpy as np
 
     assert sparkline(np.array([0.0, np.nan, 1.0]), 10, ascii=True, lo=0.0, hi=1.0) == ". %"
+
+
+async def test_churn_marks_the_experts_that_came_in_and_left(tmp_path):
+    from helpers.pagecache import make_resident
+
+    from bmoe_top.tui.sources.residency import open_model
+
+    path = private_model(tmp_path, "tiny")
+    _lay, sampler = open_model(str(path))
+    plan = sampler.plan
+    sampler.close()
+    ranges: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    for o, n, s in zip(plan.offsets[0], plan.lengths[0], plan.slots[0]):
+        if s < plan.dense_slot:
+            ranges.setdefault(divmod(int(s), plan.n_expert), []).append((int(o), int(n)))
+    watcher = MemoryWatcher(gguf=str(path))
+    screen = MemoryScreen(watcher, fps=20, start=False)
+    async with BmoeTopApp(screen, look=Look(colors="mono", ascii=True)).run_test(size=(80, 24)) as pilot:
+        watcher.sample_once()  # opens the model: reading its header reads ahead into the tensors
+        evict(path)
+        make_resident(path, [r for k in [(0, 0), (0, 4), (1, 7)] for r in ranges[k]])
+        watcher.sample_once()
+        evict(path)
+        make_resident(path, [r for k in [(0, 4), (1, 2)] for r in ranges[k]])
+        watcher.sample_once()
+        screen.tick(force=True)
+        await pilot.pause(0.1)
+        rows = [strip_text(s)[5:13] for s in screen.query_one(ResidencyMap)._lines[1:3]]
+    # (0, 0) and (1, 7) left; (1, 2) came in; (0, 4) stayed whole (the top of the ramp); a
+    # neighbour of a slice that changed shares a page with it and moves too
+    assert rows[0][0] == "v" and rows[1][7] == "v" and rows[1][2] == "^" and rows[0][4] == "#", rows
+    watcher.close()

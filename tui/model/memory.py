@@ -100,7 +100,7 @@ class MemoryFigures:
       the expert slices span; ``slice_share``: each expert's (``[n_layer, n_expert]``, NaN in a
       layer without experts);
     * ``slices_in``/``slices_out``: experts whose resident pages rose / fell since the sample
-      before (churn);
+      before (churn); ``slice_churn``: which (int8 ``[n_layer, n_expert]``: +1 rose, -1 fell, 0);
     * ``majflt_per_s``, ``read_bytes_per_s``: the process's major faults and bytes it caused to
       be read from storage, per second between the last two samples; ``faults_per_token``,
       ``read_bytes_per_token``: the same deltas over the tokens the server generated between them
@@ -114,6 +114,7 @@ class MemoryFigures:
     slice_share: F64 | None
     slices_in: int | None
     slices_out: int | None
+    slice_churn: NDArray[np.int8] | None
     majflt_per_s: float | None
     read_bytes_per_s: float | None
     tokens_per_s: float | None
@@ -200,6 +201,7 @@ class MemoryModel:
         file_bytes = dense_bytes = None
         share = None
         s_in = s_out = None
+        churn = None
         if w is not None and r is not None and r.slices is not None:
             file_pages = sum(r.files or ())
             file_share = _share(file_pages, w.total_pages)
@@ -211,8 +213,9 @@ class MemoryModel:
             with np.errstate(invalid="ignore", divide="ignore"):
                 share = np.where(w.slice_pages > 0, r.slices / np.maximum(w.slice_pages, 1), np.nan)
             if self.prev_slices is not None and self.prev_slices.shape == r.slices.shape:
-                s_in = int((r.slices > self.prev_slices).sum())
-                s_out = int((r.slices < self.prev_slices).sum())
+                churn = np.sign(r.slices - self.prev_slices).astype(np.int8)
+                s_in = int((churn > 0).sum())
+                s_out = int((churn < 0).sum())
         majflt_s = read_s = tok_s = f_tok = r_tok = None
         a, b = self.prev_figures, self.figures_at
         if a is not None and b is not None and a.proc is not None and b.proc is not None \
@@ -226,7 +229,7 @@ class MemoryModel:
                 f_tok = rate(b.proc.majflt, a.proc.majflt, float(n))
                 r_tok = rate(b.proc.read_bytes, a.proc.read_bytes, float(n))
         return MemoryFigures(file_share, file_bytes, dense_share, dense_bytes, expert_share, share, s_in, s_out,
-                             majflt_s, read_s, tok_s, f_tok, r_tok)
+                             churn, majflt_s, read_s, tok_s, f_tok, r_tok)
 
     @staticmethod
     def _row(f: MemoryFigures, s: MemorySample) -> F64:

@@ -66,7 +66,9 @@ def sparkline(values: np.ndarray, width: int, ascii: bool, lo: float = 0.0, hi: 
 class ResidencyMap(Widget):
     """The layer x expert map of page-cache residency (line API): one row per layer (or group of
     layers), one cell per expert (or group), the hit-share ramp for the resident share; a cell of
-    an expert with no slices is the no-data cell."""
+    an expert with no slices is the no-data cell; churn since the sample before: ``▲`` (``^``) where
+    the expert's resident pages rose, ``▼`` (``v``) where they fell (a group with both keeps its
+    share)."""
 
     DEFAULT_CSS = "ResidencyMap { height: 1fr; }"
 
@@ -98,13 +100,24 @@ class ResidencyMap(Widget):
         m = fold_rows(share, lf)
         m = fold_rows(m.T, ef).T
         bins = look.hit_bin(m)
-        out = [Strip([Segment(f"{'':{label_w}}experts 0..{n_expert - 1}"
-                              + (f" ({ef} per cell)" if ef > 1 else ""), look.dim)])]
+        came = left = np.zeros(bins.shape, dtype=bool)
+        if f.slice_churn is not None:
+            came = fold_rows(fold_rows((f.slice_churn > 0).astype(np.int64), lf, "sum").T, ef, "sum").T > 0
+            left = fold_rows(fold_rows((f.slice_churn < 0).astype(np.int64), lf, "sum").T, ef, "sum").T > 0
+        head = f"{'':{label_w}}experts 0..{n_expert - 1}" + (f" ({ef} per cell)" if ef > 1 else "")
+        up, down = ("^", "v") if look.ascii else ("▲", "▼")
+        legend = [Segment(head, look.dim), Segment(f"  {up} came in", look.good), Segment(f"  {down} left", look.alert)]
+        out = [Strip(legend).crop(0, width)]
         for i, row in enumerate(bins):
             segs = [Segment(f"L{i * lf:<{label_w - 1}}", look.label)]
-            for b in row:
-                ch, st = look.no_data if b < 0 else look.hit_cells[b]
-                segs.append(Segment(ch, st))
+            for j, b in enumerate(row):
+                if came[i, j] and not left[i, j]:
+                    segs.append(Segment(up, look.good))
+                elif left[i, j] and not came[i, j]:
+                    segs.append(Segment(down, look.alert))
+                else:
+                    ch, st = look.no_data if b < 0 else look.hit_cells[b]
+                    segs.append(Segment(ch, st))
             out.append(Strip(segs))
         return out[:height]
 
