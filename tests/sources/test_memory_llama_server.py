@@ -29,7 +29,7 @@ def test_attach_by_pid_to_llama_server_on_the_bench_model(tmp_path):
         try:
             first = w.sample_once()
             with httpx.Client(trust_env=False, timeout=300) as c:
-                r = c.post(ls.url + "/completion", json={"prompt": "Hello", "n_predict": 8})
+                r = c.post(ls.url + "/completion", json={"prompt": "Hello", "n_predict": 8, "ignore_eos": True})
                 assert r.status_code == 200, r.text
             second = w.sample_once()
         finally:
