@@ -103,7 +103,7 @@ def memory_panel_rows(m: MemoryModel) -> list[tuple[str, str]]:
         w, newest, at = m.files, m.newest, m.figures_at
     rows: list[tuple[str, str]] = []
     if w is not None:
-        rows.append(("model", f"{sum(w.sizes) / MIB:,.0f} MiB, {w.n_layer} x {w.n_expert} experts"))
+        rows.append(("model, L x E", f"{sum(w.sizes) / MIB:,.0f} MiB, {w.n_layer} x {w.n_expert}"))
     rows += [("file resident", f"{_pct(f.file_share)} ({_mib(f.file_bytes)})"),
              ("dense resident", _pct(f.dense_share)), ("experts resident", _pct(f.expert_share)),
              ("churn in/out", f"{count(f.slices_in)} / {count(f.slices_out)}")]

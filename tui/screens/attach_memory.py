@@ -8,8 +8,8 @@ process; :func:`~bmoe_top.tui.feed.memory.bind_memory` writes it into a
 maps, layers and experts folded by :func:`~bmoe_top.tui.widgets.grids.fold_rows` when the
 terminal is smaller than the model; churn: how many experts came in and left since the sample
 before), the panel of :func:`~bmoe_top.tui.present.memory.memory_panel_rows`, the history of the
-whole-file share and the read rate, and one status line. ``p`` pauses the view (sampling goes on),
-``q`` quits.
+whole-file share and the read rate, and one status line. ``p`` (space) pauses the view (sampling
+goes on), F1 or ``?`` lists the keys, ``q`` quits; ctrl+p is the command palette.
 """
 
 from __future__ import annotations
@@ -32,9 +32,12 @@ from bmoe_top.tui.app import BmoeTopApp
 from bmoe_top.tui.feed.memory import bind_memory
 from bmoe_top.tui.model.memory import MemoryModel
 from bmoe_top.tui.present.memory import MEMORY_STATUS_WORDS, memory_panel_rows
+from bmoe_top.tui.screens.fleet import keys_help
+from bmoe_top.tui.screens.modals import HelpScreen
 from bmoe_top.tui.sources.memory import MemoryPlayer, MemoryWatcher
 from bmoe_top.tui.sources.recorder import Recorder
 from bmoe_top.tui.widgets.base import look_of
+from bmoe_top.tui.widgets.footer import FittingFooter
 from bmoe_top.tui.widgets.grids import fold_rows
 from bmoe_top.tui.widgets.panels import safe_text
 
@@ -70,7 +73,7 @@ class ResidencyMap(Widget):
     the expert's resident pages rose, ``▼`` (``v``) where they fell (a group with both keeps its
     share)."""
 
-    DEFAULT_CSS = "ResidencyMap { height: 1fr; }"
+    DEFAULT_CSS = "ResidencyMap { height: 1fr; width: 1fr; }"
 
     def __init__(self, model: MemoryModel, **kw: object) -> None:
         super().__init__(**kw)  # type: ignore[arg-type]
@@ -106,7 +109,9 @@ class ResidencyMap(Widget):
             left = fold_rows(fold_rows((f.slice_churn < 0).astype(np.int64), lf, "sum").T, ef, "sum").T > 0
         head = f"{'':{label_w}}experts 0..{n_expert - 1}" + (f" ({ef} per cell)" if ef > 1 else "")
         up, down = ("^", "v") if look.ascii else ("▲", "▼")
-        legend = [Segment(head, look.dim), Segment(f"  {up} came in", look.good), Segment(f"  {down} left", look.alert)]
+        legend = [Segment(head, look.dim)]
+        if len(head) + 19 <= width:  # the churn legend whole, or not at all
+            legend += [Segment(f"  {up} came in", look.good), Segment(f"  {down} left", look.alert)]
         out = [Strip(legend).crop(0, width)]
         for i, row in enumerate(bins):
             segs = [Segment(f"L{i * lf:<{label_w - 1}}", look.label)]
@@ -131,8 +136,10 @@ class MemoryScreen(Screen[None]):
     on unmount."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("q", "app.quit", "quit"),
         Binding("p,space", "pause", "pause"),
+        Binding("question_mark,f1", "help", "help", key_display="F1"),
+        Binding("q", "app.quit", "quit"),
+        Binding("ctrl+c", "app.quit", "quit", show=False, priority=True),
     ]
     DEFAULT_CSS = """
     MemoryScreen { layout: vertical; }
@@ -156,6 +163,7 @@ class MemoryScreen(Screen[None]):
             yield ResidencyMap(self.model, id="mem-map")
             yield Static(id="mem-panel")
         yield Static(id="mem-history")
+        yield FittingFooter(compact=True)
 
     def on_mount(self) -> None:
         if self.start and not self.watcher.is_alive():
@@ -165,6 +173,9 @@ class MemoryScreen(Screen[None]):
 
     def on_unmount(self) -> None:
         self.watcher.stop()
+
+    def action_help(self) -> None:
+        self.app.push_screen(HelpScreen(keys_help(type(self))))
 
     def action_pause(self) -> None:
         self.paused = not self.paused
