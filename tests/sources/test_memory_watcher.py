@@ -18,6 +18,7 @@ import orjson
 import pytest
 from helpers.mapper import Mapper
 from helpers.pagecache import evict, fincore_pages, private_model
+from helpers.procs import stop_process
 from helpers.waits import wait_until
 
 from bmoe_top.parsers.recording import load_recording
@@ -254,3 +255,21 @@ def test_a_costly_map_is_sampled_less_often_and_a_note_says_so(tmp_path):
         assert memory_document(m)["resident"]["per_layer"] is not None  # the map shown is the last one
     finally:
         w.close()
+
+
+def test_attach_to_bmoe_run_finds_the_model_it_reads_with_o_direct(tmp_path):
+    path = private_model(tmp_path, "tiny")
+    proc = subprocess.Popen([sys.executable, "-m", "bmoe_top.runtime.cli", "-m", str(path), "--session", "-c", "256"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    w = MemoryWatcher(pid=proc.pid)
+    m = bind_memory(w)
+    try:
+        assert proc.stdout is not None
+        wait_until(lambda: "BMOE_READY" in proc.stdout.readline(), what="bmoe-run ready")
+        w.sample_once()
+        assert w.files is not None and w.files.paths == (str(path),), m.detail
+        assert w.files.direct_io and "O_DIRECT" in m.notes["direct"][1]
+        assert memory_document(m)["model"]["direct_io"] is True
+    finally:
+        w.close()
+        stop_process(proc)

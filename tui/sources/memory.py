@@ -318,7 +318,8 @@ class MemoryWatcher(threading.Thread):
                 counts = self._sampler.sample()
             except ResidencyError as e:
                 self._file_error(str(e), t)
-            self._pace_residency(now, time.monotonic() - now, t)
+            if paced:
+                self._pace_residency(now, time.monotonic() - now, t)
         system = system_figures(self.proc_root)
         cgroup = self._cgroup.figures() if self._cgroup is not None else None
         tokens = self._tokens()
@@ -340,7 +341,8 @@ class MemoryWatcher(threading.Thread):
         every = max(self.interval, self._cost / self.cpu_budget)
         self._next_residency = now + every
         if every > self.interval * 1.5:
-            self._note("pace", f"residency sampled every {every:.0f} s: one sample of the map costs "
+            shown = f"{every:.0f}" if every >= 10 else f"{every:.1f}"
+            self._note("pace", f"residency sampled every {shown} s: one sample of the map costs "
                                f"{1e3 * self._cost:.0f} ms, kept under {100 * self.cpu_budget:g} % of a core; "
                                "the process figures every interval", t)
         elif "pace" in self._notes:
