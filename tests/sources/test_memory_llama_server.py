@@ -7,11 +7,14 @@ the server generated between two samples."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import httpx
 from helpers.llama_server import LlamaServer, llama_server_binary
 from helpers.pagecache import private_model
 
 from bmoe_top.parsers.gguf_layout import read_layout
+from bmoe_top.parsers.procfs import parse_kb
 from bmoe_top.tui.feed.memory import bind_memory
 from bmoe_top.tui.present.memory import memory_document
 from bmoe_top.tui.sources.memory import MemoryWatcher
@@ -32,6 +35,9 @@ def test_attach_by_pid_to_llama_server_on_the_bench_model(tmp_path):
                 r = c.post(ls.url + "/completion", json={"prompt": "Hello", "n_predict": 8, "ignore_eos": True})
                 assert r.status_code == 200, r.text
             second = w.sample_once()
+            pid = ls.proc.pid
+            rollup = parse_kb(Path(f"/proc/{pid}/smaps_rollup").read_text())
+            status = parse_kb(Path(f"/proc/{pid}/status").read_text())
         finally:
             w.close()
             poller.client.close()
@@ -46,6 +52,11 @@ def test_attach_by_pid_to_llama_server_on_the_bench_model(tmp_path):
     p = doc["process"]
     assert p["comm"].startswith("llama-server") and p["rss_file"] > 0 and p["rss_anon"] > 0
     assert p["rss"] >= p["rss_anon"] + p["rss_file"] - 4096 * 1024
+    # the kernel's counters (status, what the watcher reads) and the page-table walk (smaps_rollup)
+    # count the same pages; the counters are kept per thread and may lag by 64 pages a thread
+    slack = 64 * 4096 * (status["Threads"] + 1)
+    assert abs(status["RssAnon"] - rollup["Anonymous"]) <= slack
+    assert abs(status["VmRSS"] - rollup["Rss"]) <= slack
     assert second.tokens is not None and first.tokens is not None and second.tokens - first.tokens == 8
     assert p["faults_per_token"] is not None and p["read_bytes_per_token"] is not None
     assert p["faults_per_token"] == (second.proc.majflt - first.proc.majflt) / 8
