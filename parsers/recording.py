@@ -25,7 +25,8 @@ import orjson
 
 from .textio import Problem, iter_lines
 
-__all__ = ["Entry", "Recording", "PROTOCOL_SOURCES", "SOURCES", "load_recording", "parse_recording", "request_of"]
+__all__ = ["Entry", "Recording", "PROTOCOL_SOURCES", "SOURCES", "load_recording", "memory_entries", "parse_recording",
+           "request_of"]
 
 #: Sources whose lines carry the BMOE protocol.
 PROTOCOL_SOURCES = frozenset({"stdout", "socket"})
@@ -129,3 +130,12 @@ def request_of(entry: Entry) -> dict[str, Any] | None:
 def load_recording(path: str | os.PathLike[str]) -> Recording:
     """Read and parse a recording file (``OSError`` for a missing or unreadable file)."""
     return parse_recording(Path(path).read_bytes())
+
+
+def memory_entries(rec: Recording) -> list[tuple[float | None, str]] | None:
+    """``(t, line)`` of every entry of a recording made by ``attach --pid/--gguf --record`` (all of
+    ``src`` ``memory``: docs/memory.md "Recording"), or None when it holds other lines too (a
+    run's recording) or none."""
+    if not rec.entries or any(e.src != "memory" for e in rec.entries):
+        return None
+    return [(e.t, e.line) for e in rec.entries]

@@ -275,15 +275,18 @@ def _replay_memory(path: str, text: bool, as_json: bool, speed: float, fps: floa
                    rec: Recording | None = None) -> int | None:
     """A recording of ``attach --pid/--gguf --record`` (memory entries only): its last reading's
     document (``text``) or the memory screen replaying it; None for any other file."""
-    from bmoe_top.tui.screens.attach_memory import memory_entries
+    from bmoe_top.parsers.recording import memory_entries, parse_recording
 
     if rec is None:
         from bmoe_top.parsers.sniff import sniff
 
         try:
             with open(path, "rb") as f:
-                if sniff(f.read(1 << 16), path) != "recording":
-                    return None
+                head = f.read(1 << 16)
+            # a run's recording is told by its first lines and read once, by the run replay
+            if sniff(head, path) != "recording" or \
+                    memory_entries(parse_recording(head[:head.rfind(b"\n") + 1])) is None:
+                return None
             rec = load_recording(path)
         except OSError:
             return None  # the run replay says why it cannot read it

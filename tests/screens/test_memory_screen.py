@@ -9,9 +9,9 @@ import pytest
 from helpers.pagecache import evict, private_model
 from helpers.waits import wait_until
 
-from bmoe_top.parsers.recording import load_recording
+from bmoe_top.parsers.recording import load_recording, memory_entries
 from bmoe_top.tui.app import BmoeTopApp
-from bmoe_top.tui.screens.attach_memory import MemoryScreen, ResidencyMap, memory_entries, sparkline
+from bmoe_top.tui.screens.attach_memory import MemoryScreen, ResidencyMap, sparkline
 from bmoe_top.tui.sources.memory import MemoryPlayer, MemoryWatcher
 from bmoe_top.tui.sources.recorder import Recorder
 from bmoe_top.tui.widgets.palette import Look

@@ -27,7 +27,6 @@ from textual.strip import Strip
 from textual.widget import Widget
 from textual.widgets import Static
 
-from bmoe_top.parsers.recording import Recording
 from bmoe_top.tui.app import BmoeTopApp
 from bmoe_top.tui.feed.memory import bind_memory
 from bmoe_top.tui.model.memory import MemoryModel
@@ -41,7 +40,7 @@ from bmoe_top.tui.widgets.footer import FittingFooter
 from bmoe_top.tui.widgets.grids import fold_rows
 from bmoe_top.tui.widgets.panels import safe_text
 
-__all__ = ["MemoryScreen", "ResidencyMap", "memory_entries", "run_memory_attach", "run_memory_play", "sparkline"]
+__all__ = ["MemoryScreen", "ResidencyMap", "run_memory_attach", "run_memory_play", "sparkline"]
 
 _SPARK = " ▁▂▃▄▅▆▇█"
 #: The watcher's states -> the status styles of the other screens.
@@ -239,14 +238,6 @@ def run_memory_attach(args: argparse.Namespace, recorder: Recorder | None = None
         if poller is not None:
             poller.client.close()
     return app.return_code or 0
-
-
-def memory_entries(rec: Recording) -> list[tuple[float | None, str]] | None:
-    """The ``memory`` entries of a recording made by ``attach --pid/--gguf --record``, or None
-    when it holds other lines too (a run's recording)."""
-    if not rec.entries or any(e.src != "memory" for e in rec.entries):
-        return None
-    return [(e.t, e.line) for e in rec.entries]
 
 
 def run_memory_play(entries: list[tuple[float | None, str]], speed: float, name: str, fps: float) -> int:
