@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 from helpers.pagecache import evict, private_model
-from helpers.waits import wait_until
+from helpers.waits import pilot_until
 
 from bmoe_top.parsers.recording import load_recording, memory_entries
 from bmoe_top.tui.app import BmoeTopApp
@@ -29,9 +29,9 @@ async def test_the_screen_shows_the_map_and_the_panel(tmp_path, size):
     screen = MemoryScreen(watcher, fps=20)
     app = BmoeTopApp(screen, look=Look(colors="mono", ascii=True))
     async with app.run_test(size=size) as pilot:
-        wait_until(lambda: screen.model.residency is not None, what="a map")
-        await pilot.pause(0.2)
         m = screen.query_one(ResidencyMap)
+        await pilot_until(pilot, lambda: screen.model.residency is not None and len(m._lines) == 3
+                          and "sampling" in str(screen.query_one("#mem-status").render()), "the map drawn")
         lines = [strip_text(s) for s in m._lines]
         assert lines[0].strip().startswith("experts 0..7")
         assert [x[:2] for x in lines[1:3]] == ["L0", "L1"] and len(lines) == 3
@@ -40,7 +40,8 @@ async def test_the_screen_shows_the_map_and_the_panel(tmp_path, size):
         panel = str(screen.query_one("#mem-panel").render())
         assert "file resident" in panel and "experts resident" in panel
         await pilot.press("p")
-        assert screen.paused and "[paused]" in str(screen.query_one("#mem-status").render())
+        await pilot_until(pilot, lambda: "[paused]" in str(screen.query_one("#mem-status").render()), "paused")
+        assert screen.paused
     watcher.join(10)
 
 
@@ -57,8 +58,10 @@ async def test_a_recording_replays_onto_the_screen(tmp_path):
     assert entries is not None and len(entries) == 4
     screen = MemoryScreen(MemoryPlayer(entries, speed=float("inf")), fps=20)
     async with BmoeTopApp(screen, look=Look(colors="mono", ascii=True)).run_test(size=(80, 24)) as pilot:
-        wait_until(lambda: screen.model.history.samples == 3, what="the replayed readings")
-        await pilot.pause(0.2)
+        await pilot_until(pilot, lambda: screen.model.history.samples == 3
+                          and len(screen.query_one(ResidencyMap)._lines) == 3
+                          and str(screen.query_one("#mem-status").render()).startswith("■ replayed"),
+                          "the replayed readings")
         status = str(screen.query_one("#mem-status").render())
         assert status.startswith("■ replayed") and status.endswith("4 readings")
         assert [strip_text(s)[:2] for s in screen.query_one(ResidencyMap)._lines[1:]] == ["L0", "L1"]
