@@ -1,22 +1,22 @@
 """The native number reader of :func:`~.token_csv.read_numeric_csv` (``csv_native.c`` next to this
-file, compiled once with the system C compiler into the user cache dir by bmoe_top/cbuild.py).
+file, the C extension ``bmoe_top.parsers._csv_native`` compiled when the package is installed:
+bmoe_top/native_ext.py).
 
-:func:`reader` returns :class:`Reader`, or None when there is no compiler or the build failed
-(:data:`native_error` says why); read_numeric_csv then reads every well-formed chunk with orjson.
+:func:`reader` returns :class:`Reader`, or None when the library was not built (no C compiler at
+install) or is stale (:data:`native_error` says why); read_numeric_csv then reads every
+well-formed chunk with orjson.
 Both give every number exactly as ``float()`` does. docs/telemetry.md "Per-token CSV".
 """
 
 from __future__ import annotations
 
 import ctypes
-import subprocess
 from collections.abc import Sequence
-from importlib import resources
 from typing import TypeAlias
 
 import numpy as np
 
-from bmoe_top.cbuild import build
+from bmoe_top.native_ext import load
 
 __all__ = ["FIXUPS_FULL", "MALFORMED", "NO_ROOM", "Buffer", "Reader", "native_error", "reader"]
 
@@ -68,13 +68,12 @@ class Reader:
 
 
 def reader() -> Reader | None:
-    """The compiled reader, built the first time it is asked for; None without a compiler."""
+    """The compiled reader, loaded the first time it is asked for; None when it was not built."""
     global _reader, _tried, native_error
     if not _tried:
         _tried = True
         try:
-            src = (resources.files("bmoe_top.parsers") / "csv_native.c").read_text(encoding="utf-8")
-            _reader = Reader(ctypes.CDLL(str(build("csv_native", src))))
-        except (OSError, subprocess.SubprocessError) as e:
+            _reader = Reader(load("bmoe_top.parsers._csv_native"))
+        except OSError as e:
             native_error = str(e)
     return _reader

@@ -1,4 +1,4 @@
-/* The native half of bmoe-run's streaming path (runtime/native.py builds and loads it).
+/* The native half of bmoe-run's streaming path (runtime/native.py loads it; bmoe_native.h is the contract).
  *
  * 1. bmoe_eval_cb: llama.cpp's eval callback. The scheduler asks it about every graph node
  *    (hundreds per token); it answers natively and calls Python only for the routing nodes
@@ -36,36 +36,63 @@
 #include <time.h>
 #include <unistd.h>
 
-/* ---- eval callback ------------------------------------------------------------------------ */
+#include "bmoe_native.h"
 
-typedef bool (*bmoe_py_cb)(void *t, bool ask, void *ud);
+/* ---- the contract tables (bmoe_native.h) -------------------------------------------------------- */
 
-struct bmoe_cache;
+#define FIELD(s, f) {#f, offsetof(struct s, f), sizeof(((struct s *) 0)->f)}
+#define VALUE(v) {#v, (size_t) (v), 0}
 
-struct bmoe_hook {
-    bmoe_py_cb py;
-    void *py_ud;
-    size_t name_offset, ne_offset, nb_offset, data_offset; /* struct ggml_tensor field offsets */
-    int mode;          /* 0 idle, 1 capture (everything to Python), 2 route */
-    int want_weights;  /* route: materialize the routing weights too */
-    int skip_resident; /* route: every expert is resident */
-    int fast_hits;     /* route: all-resident one-token layers skip Python */
-    int n_layer, n_expert;
-    const uint8_t *resident; /* [n_layer * n_expert]: 1 = resident */
-    uint64_t *layer_hits;    /* [n_layer]: hits counted here, since load */
-    int32_t *touch;          /* (layer | kind << 16, expert) pairs logged here, for the LRU */
-    int touch_cap, n_touch;
-    int fast_misses;           /* route: one-token layers with misses are served here (cache set) */
-    struct bmoe_cache *cache;  /* the native LRU mirror and the layers' tensors, or NULL */
-    size_t src_offset, type_offset; /* struct ggml_tensor field offsets */
+static const struct bmoe_field hook_fields[] = {
+    FIELD(bmoe_hook, py), FIELD(bmoe_hook, py_ud), FIELD(bmoe_hook, name_offset), FIELD(bmoe_hook, ne_offset),
+    FIELD(bmoe_hook, nb_offset), FIELD(bmoe_hook, data_offset), FIELD(bmoe_hook, mode),
+    FIELD(bmoe_hook, want_weights), FIELD(bmoe_hook, skip_resident), FIELD(bmoe_hook, fast_hits),
+    FIELD(bmoe_hook, n_layer), FIELD(bmoe_hook, n_expert), FIELD(bmoe_hook, resident), FIELD(bmoe_hook, layer_hits),
+    FIELD(bmoe_hook, touch), FIELD(bmoe_hook, touch_cap), FIELD(bmoe_hook, n_touch), FIELD(bmoe_hook, fast_misses),
+    FIELD(bmoe_hook, cache), FIELD(bmoe_hook, src_offset), FIELD(bmoe_hook, type_offset),
 };
 
-/* log kinds (high half of the layer word) */
-#define LOG_HIT 0     /* a routed expert was resident: moved to the recent end */
-#define LOG_MISS 1    /* a routed expert was not resident (routing order) */
-#define LOG_EVICT 2   /* an expert left the LRU (its pages were given back) */
-#define LOG_INSERT 3  /* a missed expert was read and entered the recent end */
-#define LOG_PREFETCH 4 /* an expert predicted for this layer was read and entered the recent end */
+static const struct bmoe_field job_fields[] = {
+    FIELD(bmoe_job, fd), FIELD(bmoe_job, direct), FIELD(bmoe_job, off), FIELD(bmoe_job, len), FIELD(bmoe_job, dst),
+};
+
+static const struct bmoe_field mode_values[] = {
+    VALUE(BMOE_MODE_IDLE), VALUE(BMOE_MODE_CAPTURE), VALUE(BMOE_MODE_ROUTE),
+};
+
+static const struct bmoe_field log_values[] = {
+    VALUE(BMOE_LOG_HIT), VALUE(BMOE_LOG_MISS), VALUE(BMOE_LOG_EVICT), VALUE(BMOE_LOG_INSERT), VALUE(BMOE_LOG_PREFETCH),
+};
+
+#define ROWS(a) (sizeof(a) / sizeof((a)[0]))
+
+const struct bmoe_field *bmoe_struct_fields(const char *name, size_t *n, size_t *size) {
+    if (strcmp(name, "bmoe_hook") == 0) {
+        *n = ROWS(hook_fields);
+        *size = sizeof(struct bmoe_hook);
+        return hook_fields;
+    }
+    if (strcmp(name, "bmoe_job") == 0) {
+        *n = ROWS(job_fields);
+        *size = sizeof(struct bmoe_job);
+        return job_fields;
+    }
+    return NULL;
+}
+
+const struct bmoe_field *bmoe_enum_values(const char *name, size_t *n) {
+    if (strcmp(name, "bmoe_mode") == 0) {
+        *n = ROWS(mode_values);
+        return mode_values;
+    }
+    if (strcmp(name, "bmoe_log_kind") == 0) {
+        *n = ROWS(log_values);
+        return log_values;
+    }
+    return NULL;
+}
+
+/* ---- eval callback ------------------------------------------------------------------------ */
 
 static bool miss_layer(struct bmoe_hook *h, void *t, int il);
 
@@ -103,8 +130,8 @@ static bool fast_layer(struct bmoe_hook *h, void *t, int il) {
 
 bool bmoe_eval_cb(void *t, bool ask, void *ud) {
     struct bmoe_hook *h = (struct bmoe_hook *) ud;
-    if (h->mode == 1) return h->py(t, ask, h->py_ud);
-    if (h->mode != 2) return ask ? false : true;
+    if (h->mode == BMOE_MODE_CAPTURE) return h->py(t, ask, h->py_ud);
+    if (h->mode != BMOE_MODE_ROUTE) return ask ? false : true;
     const char *name = (const char *) t + h->name_offset;
     if (strncmp(name, "ffn_moe_", 8) != 0) return ask ? false : h->py(t, ask, h->py_ud);
     if (strncmp(name + 8, "topk-", 5) == 0) {
@@ -141,14 +168,6 @@ bool bmoe_eval_cb(void *t, bool ask, void *ud) {
 #define ALIGN 4096u
 #define BOUNCE (1u << 20)
 #define DEPTH 16
-
-struct bmoe_job {
-    int fd;
-    int direct;
-    uint64_t off;
-    uint64_t len;
-    char *dst;
-};
 
 struct slot { /* one read in flight */
     struct iocb cb;
@@ -653,8 +672,6 @@ void bmoe_cache_sync(struct bmoe_cache *c, const int32_t *ids, int n, int64_t bu
     c->resident_bytes = resident_bytes;
 }
 
-void bmoe_cache_set_budget(struct bmoe_cache *c, int64_t budget) { c->budget = budget; }
-
 /* counters since the last call: io_ns, mgmt_ns, read_bytes, xfer_bytes, reads, moved_pages; then
  * zeroed */
 void bmoe_cache_take(struct bmoe_cache *c, int64_t *out) {
@@ -726,7 +743,7 @@ static int grow_jobs(struct bmoe_cache *c, int need) {
 
 /* give back the pages of every victim (after all of them left: a page two victims share goes) */
 /* The first nv of c->victims leave the LRU: unlinked, no longer resident, their bytes off the
-   cache's total, each logged (LOG_EVICT) for the Python LRU's replay. Their pages are given back
+   cache's total, each logged (BMOE_LOG_EVICT) for the Python LRU's replay. Their pages are given back
    (or moved) by release_victims_into. */
 static void evict_victims(struct bmoe_hook *h, struct bmoe_cache *c, uint8_t *res, int nv, int ne) {
     for (int v = 0; v < nv; ++v) {
@@ -734,7 +751,7 @@ static void evict_victims(struct bmoe_hook *h, struct bmoe_cache *c, uint8_t *re
         lru_unlink(c, id);
         res[id] = 0;
         c->resident_bytes -= c->ebytes[id / ne];
-        h->touch[h->n_touch++] = (id / ne) | LOG_EVICT << 16;
+        h->touch[h->n_touch++] = (id / ne) | BMOE_LOG_EVICT << 16;
         h->touch[h->n_touch++] = id % ne;
     }
 }
@@ -883,7 +900,7 @@ static bool serve_layer(struct bmoe_hook *h, void *t, int il) {
     for (int64_t i = 0; i < k; ++i) {
         int32_t id = il * ne + ids[i];
         int hit = lres[ids[i]] != 0;
-        h->touch[h->n_touch++] = il | (hit ? LOG_HIT : LOG_MISS) << 16;
+        h->touch[h->n_touch++] = il | (hit ? BMOE_LOG_HIT : BMOE_LOG_MISS) << 16;
         h->touch[h->n_touch++] = ids[i];
         if (hit) {
             lru_unlink(c, id);
@@ -949,7 +966,7 @@ static bool serve_layer(struct bmoe_hook *h, void *t, int il) {
         res[id] = 1;
         lru_push(c, id);
         c->resident_bytes += c->ebytes[il];
-        h->touch[h->n_touch++] = il | LOG_INSERT << 16;
+        h->touch[h->n_touch++] = il | BMOE_LOG_INSERT << 16;
         h->touch[h->n_touch++] = miss[i];
     }
     c->mgmt_ns += now_ns() - t2;
@@ -1080,7 +1097,7 @@ static void pre_settle(struct bmoe_cache *c) {
         res[id] = 1;
         lru_push(c, id);
         c->read_bytes += c->ebytes[il];
-        h->touch[h->n_touch++] = il | LOG_PREFETCH << 16;
+        h->touch[h->n_touch++] = il | BMOE_LOG_PREFETCH << 16;
         h->touch[h->n_touch++] = id % c->n_expert;
     }
     if (nbad) release_victims(h, c, nbad);

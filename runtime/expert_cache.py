@@ -27,11 +27,14 @@ from bmoe_top.parsers.gguf_layout import ModelLayout
 from . import native as native_lib
 from .expert_io import ExpertIOError, ExpertReader, Run
 from .expert_store import ExpertStore, TensorBuffer
-from .native import HookState
+from .native import HookState, LogKind
 
 MIB = 1024 * 1024
 
 __all__ = ["ExpertCache", "TokenCounters", "MIB"]
+
+#: the native log's kinds as plain ints (the replay compares one per logged expert)
+_HIT, _MISS, _EVICT, _PREFETCH = int(LogKind.HIT), int(LogKind.MISS), int(LogKind.EVICT), int(LogKind.PREFETCH)
 
 
 @dataclass
@@ -244,8 +247,8 @@ class ExpertCache:
                 word, e = t[i], t[i + 1]
                 il, kind = word & 0xFFFF, word >> 16
                 key = (il, e)
-                if kind == 0 or kind == 1:  # a routed expert: a hit (to the recent end) or a miss
-                    hit = 1 - kind
+                if kind == _HIT or kind == _MISS:  # a routed expert (hits go to the recent end)
+                    hit = 1 if kind == _HIT else 0
                     if hit:
                         lru.move_to_end(key)
                         if pending and key in pending:
@@ -264,16 +267,16 @@ class ExpertCache:
                     else:
                         r[0].append(e)
                         r[1].append(hit)
-                elif kind == 2:  # evicted (pages given back natively)
+                elif kind == _EVICT:  # pages given back or moved natively
                     self.resident_bytes -= lru.pop(key)
                     self.evictions += 1
                     self._spec_pending.discard(key)
-                else:  # read and resident (3: a miss, 4: predicted by the early prefetch)
+                else:  # read and resident: INSERT (a miss) or PREFETCH (predicted by the early prefetch)
                     eb = self.layout.expert_bytes[il]
                     lru[key] = eb
                     self.resident_bytes += eb
                     self._ever.add(key)
-                    if kind == 4:
+                    if kind == _PREFETCH:
                         pending.add(key)
                         self.spec_experts += 1
                         self.spec_bytes += eb

@@ -1,33 +1,53 @@
-"""The native half of the streaming path (``bmoe_native.c`` next to this file): the eval-callback
-shim with its fast paths, and the pool of read lanes.
+"""The native half of the streaming path: the eval-callback shim with its fast paths, the read
+lanes and the expert LRU mirror (``bmoe_native.c``; the contract it shares with this module is
+``bmoe_native.h``).
 
-It is compiled once with the system C compiler (the one that built llama-cpp-python) into the
-user cache dir, named by a hash of the source (bmoe_top/cbuild.py). Without a compiler, or with
-``BMOE_NATIVE_HOOK=0``, :func:`library` returns None and the runtime uses its pure-Python
-callback and reader (same tokens, slower).
+The library is the C extension ``bmoe_top.runtime._bmoe_native``, compiled when the package is
+installed (bmoe_top/native_ext.py). At load, :func:`library` compares the ctypes structures and
+enums below with the library's own tables (every field's name, offset and size, each structure's
+size, each enum value) and refuses a library that disagrees. Without the library (no C compiler
+at install), or with ``BMOE_NATIVE_HOOK=0``, :func:`library` returns None and the runtime uses its
+pure-Python callback and reader (same tokens, slower).
 """
 
 from __future__ import annotations
 
 import ctypes
+import enum
 import os
-import subprocess
-from importlib import resources
 from typing import Any
 
-from bmoe_top.cbuild import build
+from bmoe_top.native_ext import load
 
 from .ggml_struct import GGMLTensor
 
-__all__ = ["HookState", "Job", "ReadPool", "library", "native_error"]
+__all__ = ["HookState", "Job", "LogKind", "Mode", "ReadPool", "check_contract", "library", "native_error"]
 
 _lib: Any = None
 _tried = False
 native_error: str | None = None
 
 
+class Mode(enum.IntEnum):
+    """``enum bmoe_mode``: what the callback does (``HookState.mode``)."""
+
+    IDLE = 0
+    CAPTURE = 1
+    ROUTE = 2
+
+
+class LogKind(enum.IntEnum):
+    """``enum bmoe_log_kind``: the kind of a native log entry (the high half of its layer word)."""
+
+    HIT = 0  # a routed expert was resident: moved to the recent end
+    MISS = 1  # a routed expert was not resident
+    EVICT = 2  # an expert left the LRU
+    INSERT = 3  # a missed expert was read and entered the recent end
+    PREFETCH = 4  # an expert predicted for the next layer was read and entered the recent end
+
+
 class HookState(ctypes.Structure):
-    """``struct bmoe_hook`` (bmoe_native.c): the callback's state, shared with Python."""
+    """``struct bmoe_hook``: the callback's state, shared with Python."""
 
     _fields_ = [
         ("py", ctypes.c_void_p),
@@ -67,13 +87,51 @@ class Job(ctypes.Structure):
                 ("len", ctypes.c_uint64), ("dst", ctypes.c_void_p)]
 
 
-def _source() -> str:
-    return (resources.files("bmoe_top.runtime") / "bmoe_native.c").read_text(encoding="utf-8")
+class _Field(ctypes.Structure):
+    """``struct bmoe_field``: a row of the library's contract tables."""
+
+    _fields_ = [("name", ctypes.c_char_p), ("offset", ctypes.c_size_t), ("size", ctypes.c_size_t)]
+
+
+def _rows(fn: Any, name: str, *extra: Any) -> list[tuple[str, int, int]]:
+    n = ctypes.c_size_t()
+    ptr = fn(name.encode(), ctypes.byref(n), *extra)
+    if not ptr:
+        raise OSError(f"the native library has no table for {name}")
+    return [((r.name or b"").decode(), int(r.offset), int(r.size)) for r in ptr[: n.value]]
+
+
+def check_contract(lib: Any, hook: type[ctypes.Structure] = HookState, job: type[ctypes.Structure] = Job,
+                   mode: type[enum.IntEnum] = Mode, log: type[enum.IntEnum] = LogKind) -> None:
+    """Compare the ctypes structures and enums with the library's tables (bmoe_native.h): field
+    names in order, offsets, sizes, structure sizes, enum names and values. Raises OSError naming
+    the first difference."""
+    lib.bmoe_struct_fields.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_size_t),
+                                       ctypes.POINTER(ctypes.c_size_t)]
+    lib.bmoe_struct_fields.restype = ctypes.POINTER(_Field)
+    lib.bmoe_enum_values.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_size_t)]
+    lib.bmoe_enum_values.restype = ctypes.POINTER(_Field)
+    for cname, cls in (("bmoe_hook", hook), ("bmoe_job", job)):
+        size = ctypes.c_size_t()
+        rows = _rows(lib.bmoe_struct_fields, cname, ctypes.byref(size))
+        ours = [(f[0], getattr(cls, f[0]).offset, getattr(cls, f[0]).size) for f in cls._fields_]
+        for theirs, mine in zip(rows, ours):
+            if theirs != mine:
+                raise OSError(f"struct {cname}: the library has {theirs[0]} at offset {theirs[1]} ({theirs[2]} B), "
+                              f"{cls.__name__} has {mine[0]} at {mine[1]} ({mine[2]} B)")
+        if len(rows) != len(ours) or size.value != ctypes.sizeof(cls):
+            raise OSError(f"struct {cname}: the library has {len(rows)} fields in {size.value} B, "
+                          f"{cls.__name__} {len(ours)} in {ctypes.sizeof(cls)} B")
+    for cname, prefix, en in (("bmoe_mode", "BMOE_MODE_", mode), ("bmoe_log_kind", "BMOE_LOG_", log)):
+        theirs_v = {name.removeprefix(prefix): value for name, value, _ in _rows(lib.bmoe_enum_values, cname)}
+        mine_v = {m.name: int(m.value) for m in en}
+        if theirs_v != mine_v:
+            raise OSError(f"enum {cname}: the library has {theirs_v}, {en.__name__} {mine_v}")
 
 
 def library() -> Any:
-    """The compiled library (ctypes CDLL), or None (disabled, no compiler, build failed:
-    :data:`native_error` says why)."""
+    """The compiled library (ctypes CDLL), or None (disabled, not built, built from other sources,
+    or its contract differs from this module's: :data:`native_error` says why)."""
     global _lib, _tried, native_error
     if _tried:
         return _lib
@@ -82,8 +140,9 @@ def library() -> Any:
         native_error = "disabled by BMOE_NATIVE_HOOK=0"
         return None
     try:
-        lib: Any = ctypes.CDLL(str(build("bmoe_native", _source(), ("-pthread",))))
-    except (OSError, subprocess.SubprocessError) as e:
+        lib: Any = load("bmoe_top.runtime._bmoe_native")
+        check_contract(lib)
+    except OSError as e:
         native_error = str(e)
         return None
     lib.bmoe_eval_cb.restype = ctypes.c_bool

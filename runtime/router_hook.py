@@ -59,9 +59,6 @@ def read_weights(t: GGMLTensor) -> np.ndarray:
     return np.array(arr, dtype=np.float32, copy=True)
 
 
-MODE_IDLE, MODE_CAPTURE, MODE_ROUTE = 0, 1, 2
-
-
 class RouterHook:
     """Owns the eval callback objects (keep a reference for the context's lifetime).
 
@@ -103,7 +100,7 @@ class RouterHook:
     def mode(self, m: str) -> None:
         self._mode = m
         if self.native:
-            self.state.mode = {"idle": MODE_IDLE, "capture": MODE_CAPTURE, "route": MODE_ROUTE}[m]
+            self.state.mode = {"idle": native.Mode.IDLE, "capture": native.Mode.CAPTURE, "route": native.Mode.ROUTE}[m]
 
     @property
     def want_weights(self) -> bool:
