@@ -253,8 +253,8 @@ class Engine:
 
     # -- start-up steps ------------------------------------------------------------------------
     def _load_model(self, repack: bool) -> None:
-        """Load the model. Streaming: through :class:`ExpertSink` (expert bytes are never kept
-        resident); fully resident: llama.cpp's mmap. Expert tensors keep the file's layout (no
+        """Load the model. Streaming: through :class:`ExpertSink` (expert bytes are neither read
+        nor kept resident); fully resident: llama.cpp's mmap. Expert tensors keep the file's layout (no
         weight repacking unless ``repack``, which exists only to show the refusal; it loads
         with mmap)."""
         route_llama_log(self.quiet)
@@ -263,18 +263,26 @@ class Engine:
         mp.load_mode = L.LLAMA_LOAD_MODE_MMAP
         mp.lazy_mode = L.LLAMA_LAZY_MODE_OFF
         mp.use_extra_bufts = bool(repack)
+        load_paths = None
         if self.stream and not repack:
             try:
-                self.expert_sink = ExpertSink()
+                self.expert_sink = ExpertSink(self.layout)
+                load_paths = self.expert_sink.load_paths()
             except SinkError as e:
                 print(f"bmoe-run: loading with mmap (the whole file is resident while loading): {e}",
                       file=sys.stderr, flush=True)
+                self.expert_sink = None
+            except OSError as e:
+                raise ModelError(f"cannot read {self.model_path}: {e.strerror or e}") from None
             else:
                 self.expert_sink.apply(mp)
         try:
-            self.model = LlamaModel(self.model_path, mp, keep=(self.expert_sink,))
+            self.model = LlamaModel(self.model_path, mp, keep=(self.expert_sink,), load_paths=load_paths)
         except RuntimeError as e:
             raise EngineError(str(e)) from None
+        finally:
+            if self.expert_sink is not None:
+                self.expert_sink.loaded()
         self.n_vocab = self.model.n_vocab
 
     def _create_context(self, n_ctx: int, n_batch: int | None, flash_attn: bool | None) -> None:

@@ -1,20 +1,26 @@
-"""Load a model without keeping its expert bytes: the memory half of streaming.
+"""Load a model without reading or keeping its expert bytes: the memory half of streaming.
 
 llama.cpp 0.3.36 maps a model file with ``MAP_POPULATE`` (``llama_mmap``: only files holding
 tensors an architecture marks ``TENSOR_READ_LAZY`` escape it, and no MoE expert tensor is marked),
-so an mmap load makes the whole file resident, and a plain read (``LLAMA_LOAD_MODE_NONE``) copies
-every tensor into RAM. Either way the peak RSS of the process is the whole model, whatever the
-expert budget. :class:`ExpertSink` avoids it with the public model parameters:
+so an mmap load reads the whole file and makes it resident, and a plain read
+(``LLAMA_LOAD_MODE_NONE``) copies every tensor into RAM. Either way the load reads every expert
+byte from the disk and the peak RSS of the process is the whole model, whatever the expert
+budget. :class:`ExpertSink` avoids both with the public model parameters:
 
-* ``load_mode = LLAMA_LOAD_MODE_NONE`` (no mapping of the file);
+* **a skeleton of the file**: llama.cpp loads (``LLAMA_LOAD_MODE_NONE``) a copy of each shard in
+  memory (``memfd_create``) that holds the header and every dense tensor's bytes, the expert
+  tensors' ranges being holes (``/proc/self/fd/N``, through ``llama_model_load_from_splits``):
+  reading a hole reads zeros from no page, so no expert byte comes from the disk or lands in the
+  page cache; the skeleton is dropped once the model is loaded;
 * ``tensor_buft_overrides``: every ``blk.N.ffn_*_exps.weight`` goes to a buffer type of ours. It is
   a copy of ggml's own ``CPU_Mapped`` host buffer type (``ggml_backend_cpu_buffer_from_ptr``)
-  whose ``alloc_buffer`` places the buffer in an anonymous mapping we own, so its tensors are
-  ordinary host tensors, never repacked;
-* ``progress_callback``: llama.cpp calls it before reading each tensor and once at the end; each
-  call gives back (``MADV_DONTNEED``) every page of those mappings. At most one expert tensor is
-  resident at a time while loading, none afterwards: streaming then points the expert tensors at
-  the expert store and the sink is never read again.
+  whose ``alloc_buffer`` reserves the buffer's addresses and maps one small shared window
+  (``WINDOW_BYTES``, a ``memfd``) over and over across them (populated at once: no page fault while
+  loading), so its tensors are ordinary host tensors, never repacked, and the zeros llama.cpp
+  reads into them all land in the same few pages. Streaming then points the expert tensors at the
+  expert store and the window's pages are given back;
+* ``progress_callback`` (called before each tensor is read) measures the sink with
+  ``BMOE_MEASURE_LOAD=1``.
 
 The copied buffer type relies on the layout of ``struct ggml_backend_buffer_type`` (six interface
 function pointers, the device, the context: ggml-backend-impl.h of the pinned ggml); it is
@@ -30,9 +36,7 @@ import os
 import pathlib
 from typing import Any
 
-import numpy as np
-
-from bmoe_top.parsers.gguf_layout import EXPERT_PATTERN
+from bmoe_top.parsers.gguf_layout import EXPERT_PATTERN, ModelLayout
 
 from .llama_lib import L
 
@@ -80,21 +84,79 @@ def _ggml_base() -> Any:
     return lib
 
 
-class ExpertSink:
-    """The buffer type, override list and progress callback of a load that keeps no expert bytes.
+PAGE = mmap.PAGESIZE
+#: the shared window the sink's addresses map, at least (a buffer maps it at most MAX_WINDOWS times)
+WINDOW_BYTES = 1 << 20
+MAX_WINDOWS = 4096
 
-    Use :meth:`apply` on a ``llama_model_params`` (and keep this object alive for the model's
-    lifetime). With ``measure`` (default: the test hook ``BMOE_MEASURE_LOAD=1``)
-    :attr:`peak_resident` is the most sink bytes found resident (``mincore``) at one progress
-    call: about one expert tensor. Raises :class:`SinkError` when ggml's buffer type does not match.
+_LIBC = ctypes.CDLL(None, use_errno=True)
+_LIBC.mmap.restype = ctypes.c_void_p
+_LIBC.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+_LIBC.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+_LIBC.munmap.restype = ctypes.c_int
+_MAP_FAILED = ctypes.c_void_p(-1).value
+_PROT_NONE = 0
+_MAP_FIXED = 0x10
+_MAP_NORESERVE = 0x4000
+_MAP_POPULATE = 0x8000
+
+
+def _round_up(x: int, a: int) -> int:
+    return (x + a - 1) // a * a
+
+
+def _skeleton(path: pathlib.Path, holes: list[tuple[int, int]]) -> int:
+    """A memfd with the bytes of ``path`` outside ``holes`` ([start, end) ranges), the holes
+    left unwritten (they read as zeros and use no page). Raises OSError."""
+    fd = os.memfd_create(f"bmoe-skeleton-{path.name}"[:240], os.MFD_CLOEXEC)
+    try:
+        src = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            size = os.fstat(src).st_size
+            pos = 0
+            for a, b in [*sorted(holes), (size, size)]:
+                while pos < a:
+                    os.lseek(fd, pos, os.SEEK_SET)
+                    n = os.sendfile(fd, src, pos, a - pos)
+                    if n <= 0:
+                        raise OSError(f"{path} ends at byte {pos}, before its header says")
+                    pos += n
+                pos = max(pos, b)
+            os.ftruncate(fd, size)
+        finally:
+            os.close(src)
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
+
+
+class ExpertSink:
+    """The skeleton files, buffer type, override list and progress callback of a load that reads
+    and keeps no expert bytes.
+
+    ``layout``: the model's expert tensors (their ranges are the skeleton's holes). Use
+    :meth:`apply` on a ``llama_model_params`` and load :meth:`load_paths` (keep this object alive
+    for the model's lifetime; :meth:`loaded` once the model is loaded). With ``measure`` (default:
+    the test hook ``BMOE_MEASURE_LOAD=1``) :attr:`peak_resident` is the most sink bytes found
+    resident at one progress call (the window) and :attr:`files_seen` the files open then.
+    Raises :class:`SinkError` when ggml's buffer type does not match.
     """
 
-    def __init__(self, measure: bool | None = None) -> None:
+    def __init__(self, layout: ModelLayout, measure: bool | None = None) -> None:
         self.lib = _ggml_base()
+        self.layout = layout
         self.measure = os.environ.get("BMOE_MEASURE_LOAD") == "1" if measure is None else bool(measure)
-        self._maps: list[mmap.mmap] = []
+        self._spans: list[tuple[int, int]] = []  # (address, bytes) reserved for each buffer
+        self._window = os.memfd_create("bmoe-expert-sink", os.MFD_CLOEXEC)
+        self.window_bytes = 0
+        self._skeletons: list[int] = []
         self.peak_resident = 0
         self.calls = 0
+        #: measure mode: the files the process had open at the progress calls (what llama.cpp read)
+        self.files_seen: set[str] = set()
+        #: bytes the skeletons hold (the dense tensors and the headers)
+        self.skeleton_bytes = 0
         self._alloc_cb = _ALLOC_FN(self._alloc)
         self._progress_cb = L.llama_progress_callback(self._progress)
         self.buft = self._make_buffer_type()
@@ -107,10 +169,10 @@ class ExpertSink:
     # -- the buffer type -------------------------------------------------------------------------
     def _make_buffer_type(self) -> _BufferType:
         lib = self.lib
-        probe = mmap.mmap(-1, mmap.PAGESIZE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        probe = mmap.mmap(-1, PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
         anchor = ctypes.c_char.from_buffer(probe)
         try:
-            buf = lib.ggml_backend_cpu_buffer_from_ptr(ctypes.addressof(anchor), mmap.PAGESIZE)
+            buf = lib.ggml_backend_cpu_buffer_from_ptr(ctypes.addressof(anchor), PAGE)
             src = lib.ggml_backend_buffer_get_type(buf)
             lib.ggml_backend_buffer_free(buf)
         finally:
@@ -131,54 +193,88 @@ class ExpertSink:
             raise SinkError("the copied buffer type is not a host buffer type")
         if lib.ggml_backend_buft_get_alignment(mine) != lib.ggml_backend_buft_get_alignment(src):
             raise SinkError("the copied buffer type has another alignment")
-        n = len(self._maps)
-        buf = lib.ggml_backend_buft_alloc_buffer(mine, 2 * mmap.PAGESIZE)
-        ok = bool(buf) and len(self._maps) == n + 1 and lib.ggml_backend_buffer_get_base(buf) == self._base(-1)
+        n = len(self._spans)
+        buf = lib.ggml_backend_buft_alloc_buffer(mine, 2 * PAGE)
+        ok = bool(buf) and len(self._spans) == n + 1 and lib.ggml_backend_buffer_get_base(buf) == self._spans[-1][0]
         if buf:
             lib.ggml_backend_buffer_free(buf)
-        if self._maps[n:]:
-            self._maps.pop().close()
+        for a, size in self._spans[n:]:
+            _LIBC.munmap(a, size)
+        del self._spans[n:]
         if not ok:
             raise SinkError("an allocation through the copied buffer type did not land in the sink")
 
-    @staticmethod
-    def _addr(m: mmap.mmap) -> int:
-        a = ctypes.c_char.from_buffer(m)
-        try:
-            return ctypes.addressof(a)
-        finally:
-            del a
-
-    def _base(self, i: int) -> int:
-        return self._addr(self._maps[i])
-
     def _alloc(self, _buft: int, size: int) -> int:
-        """``alloc_buffer``: a CPU buffer over a fresh anonymous mapping (pages cost nothing until
-        llama.cpp writes them)."""
+        """``alloc_buffer``: a CPU buffer over ``size`` reserved bytes that map the shared window
+        again and again (its pages are populated: nothing faults while llama.cpp reads); 0 (no
+        buffer: llama.cpp reports the failure) when the memory cannot be mapped."""
         try:
-            m = mmap.mmap(-1, max(mmap.PAGESIZE, size), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-        except OSError:
+            return self._map_buffer(size)
+        except Exception:  # noqa: BLE001 - must never escape a ctypes callback
             return 0
-        self._maps.append(m)
-        return int(self.lib.ggml_backend_cpu_buffer_from_ptr(self._addr(m), size) or 0)
+
+    def _map_buffer(self, size: int) -> int:
+        n = _round_up(max(PAGE, size), PAGE)
+        w = min(n, max(WINDOW_BYTES, _round_up(-(-n // MAX_WINDOWS), PAGE)))
+        if w > self.window_bytes:
+            try:
+                os.ftruncate(self._window, w)
+            except OSError:
+                return 0
+            self.window_bytes = w
+        base = _LIBC.mmap(None, n, _PROT_NONE, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | _MAP_NORESERVE, -1, 0)
+        if base in (None, _MAP_FAILED):
+            return 0
+        rw = mmap.PROT_READ | mmap.PROT_WRITE
+        for off in range(0, n, w):
+            got = _LIBC.mmap(base + off, min(w, n - off), rw, mmap.MAP_SHARED | _MAP_FIXED | _MAP_POPULATE,
+                             self._window, 0)
+            if got != base + off:
+                _LIBC.munmap(base, n)
+                return 0
+        self._spans.append((base, n))
+        return int(self.lib.ggml_backend_cpu_buffer_from_ptr(base, size) or 0)
 
     # -- loading -----------------------------------------------------------------------------------
+    def load_paths(self) -> list[str]:
+        """The files llama.cpp loads, one per shard: the skeletons (made on the first call).
+        Raises OSError when a shard cannot be read."""
+        if not self._skeletons:
+            holes: list[list[tuple[int, int]]] = [[] for _ in self.layout.paths]
+            for info in self.layout.tensors.values():
+                holes[info.shard].append((info.file_offset, info.file_offset + info.n_bytes))
+            for path, h in zip(self.layout.paths, holes):
+                self._skeletons.append(_skeleton(path, h))
+            self.skeleton_bytes = sum(os.fstat(fd).st_blocks * 512 for fd in self._skeletons)
+        return [f"/proc/self/fd/{fd}" for fd in self._skeletons]
+
+    def loaded(self) -> None:
+        """The model is loaded: the skeletons' pages go (llama.cpp has copied the dense tensors)."""
+        for fd in self._skeletons:
+            os.close(fd)
+        self._skeletons = []
+
     def _progress(self, _progress: float, _ud: object) -> bool:
-        """Before each tensor is read (and once at the end): release every sink page."""
+        """Before each tensor is read (and once at the end)."""
         self.calls += 1
         if self.measure:
             self.peak_resident = max(self.peak_resident, self.resident_bytes())
-        self.release()
+            for fd in os.listdir("/proc/self/fd"):
+                try:
+                    self.files_seen.add(os.readlink(f"/proc/self/fd/{fd}"))
+                except OSError:
+                    pass
         return True
 
     def release(self) -> None:
-        """Give back every page of the sink (its contents are never needed again)."""
-        for m in self._maps:
-            m.madvise(mmap.MADV_DONTNEED)
+        """Give back the window's pages (the expert tensors point elsewhere now); the sink's
+        addresses stay mapped and read as zeros."""
+        os.ftruncate(self._window, 0)
+        os.ftruncate(self._window, self.window_bytes)
 
     def resident_bytes(self) -> int:
-        """Bytes of the sink in RAM now (``mincore``; a page only read counts too)."""
-        return sum(_resident_bytes(m) for m in self._maps)
+        """Bytes of the sink in RAM now (the window's pages)."""
+        return os.fstat(self._window).st_blocks * 512
 
     def apply(self, params: Any) -> None:
         """Set the load mode, the override list and the progress callback on ``params``."""
@@ -188,31 +284,18 @@ class ExpertSink:
         params.progress_callback_user_data = None
 
     def spans(self) -> list[tuple[int, int]]:
-        """[start, end) addresses of the sink's mappings."""
-        return [(self._addr(m), self._addr(m) + len(m)) for m in self._maps]
+        """[start, end) addresses of the sink's buffers."""
+        return [(a, a + n) for a, n in self._spans]
 
     def mapped_bytes(self) -> int:
-        return sum(len(m) for m in self._maps)
+        return sum(n for _, n in self._spans)
 
     def close(self) -> None:
         """Unmap the sink (after the model that points into it is freed)."""
-        for m in self._maps:
-            try:
-                m.close()
-            except (BufferError, ValueError):
-                pass
-        self._maps = []
-
-
-_LIBC = ctypes.CDLL(None, use_errno=True)
-_LIBC.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
-_LIBC.mincore.restype = ctypes.c_int
-
-
-def _resident_bytes(m: mmap.mmap) -> int:
-    """Bytes of ``m`` in RAM now (``mincore``)."""
-    n = (len(m) + mmap.PAGESIZE - 1) // mmap.PAGESIZE
-    vec = (ctypes.c_ubyte * n)()
-    if _LIBC.mincore(ExpertSink._addr(m), len(m), vec) != 0:
-        return 0
-    return int((np.frombuffer(memoryview(vec), dtype=np.uint8) & 1).sum()) * mmap.PAGESIZE
+        self.loaded()
+        for a, n in self._spans:
+            _LIBC.munmap(a, n)
+        self._spans = []
+        if self._window >= 0:
+            os.close(self._window)
+            self._window = -1

@@ -50,16 +50,23 @@ class LlamaModel:
     """A loaded ``llama_model`` (``ptr``) and its vocabulary (``vocab``, ``n_vocab``).
 
     ``params`` is a ``llama_model_params``; objects it points to (override arrays, callbacks)
-    must stay alive until the load returns, which ``keep`` guarantees. Raises ``RuntimeError``
+    must stay alive until the load returns, which ``keep`` guarantees. ``load_paths``: the files
+    llama.cpp reads instead of ``path`` (one per shard, in order; the expert sink's skeletons),
+    ``path`` then names the model in messages. Raises ``RuntimeError``
     when llama.cpp cannot load the file. ``stack`` frees the model, after everything registered
     on it later (the context).
     """
 
-    def __init__(self, path: str | os.PathLike[str], params: Any, keep: Sequence[object] = ()) -> None:
+    def __init__(self, path: str | os.PathLike[str], params: Any, keep: Sequence[object] = (),
+                 load_paths: Sequence[str] | None = None) -> None:
         self.path = os.fspath(path)
         self.stack = ExitStack()
         self._keep = list(keep)
-        ptr = L.llama_model_load_from_file(os.fsencode(self.path), params)
+        if load_paths is None:
+            ptr = L.llama_model_load_from_file(os.fsencode(self.path), params)
+        else:
+            arr = (ctypes.c_char_p * len(load_paths))(*[os.fsencode(p) for p in load_paths])
+            ptr = L.llama_model_load_from_splits(arr, len(load_paths), params)
         if not ptr:
             raise RuntimeError(f"llama.cpp could not load {self.path} (see its log with --verbose)")
         self.ptr = ptr
