@@ -90,6 +90,9 @@ class GGMLLib:
             ("ggml_backend_buffer_get_base", [vp], vp),
             ("ggml_backend_buffer_get_size", [vp], sz),
             ("ggml_backend_buffer_is_host", [vp], ctypes.c_bool),
+            ("ggml_quantize_chunk", [ctypes.c_int, vp, vp, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, vp], sz),
+            ("ggml_row_size", [ctypes.c_int, ctypes.c_int64], sz),
+            ("ggml_blck_size", [ctypes.c_int], ctypes.c_int64),
         ]:
             fn = getattr(lib, name)
             fn.argtypes = args
@@ -97,6 +100,20 @@ class GGMLLib:
 
     def type_name(self, t: int) -> str:
         return (self.lib.ggml_type_name(t) or b"?").decode()
+
+    def row_size(self, t: int, n_per_row: int) -> int:
+        """Bytes of one row of ``n_per_row`` values of ggml type ``t``."""
+        return int(self.lib.ggml_row_size(t, n_per_row))
+
+    def block_size(self, t: int) -> int:
+        """Values per quantization block of ggml type ``t``."""
+        return int(self.lib.ggml_blck_size(t))
+
+    def quantize(self, t: int, src: Any, dst: Any, rows: int, n_per_row: int) -> None:
+        """``ggml_quantize_chunk``: ``rows`` rows of float32 ``src`` (C-contiguous numpy) into
+        ``dst`` (uint8, ``rows * row_size`` bytes), no importance matrix."""
+        assert src.flags.c_contiguous and dst.flags.c_contiguous and dst.nbytes >= rows * self.row_size(t, n_per_row)
+        self.lib.ggml_quantize_chunk(t, src.ctypes.data, dst.ctypes.data, 0, rows, n_per_row, None)
 
     def buffer_info(self, buf: int) -> tuple[str, int, int, bool]:
         """(name, base address, size in bytes, is_host) of a ``ggml_backend_buffer``."""

@@ -51,6 +51,8 @@ from .vocab import EOS_ID, N_VOCAB, byte_vocab
 __all__ = [
     "ARCH",
     "DEFAULT_QTYPE",
+    "POOLED_PRESETS",
+    "POOLED_QTYPES",
     "PRESETS",
     "QTYPES",
     "ModelShape",
@@ -61,6 +63,7 @@ __all__ = [
     "split_gguf",
     "tensor_layout",
     "write_f32_gguf",
+    "write_pooled_gguf",
 ]
 
 ARCH = "qwen3moe"
@@ -119,7 +122,15 @@ PRESETS: dict[str, ModelShape] = {
     # I/O benchmarks: 8 layers x 64 experts of 1.5 MiB f32 each (~300 MiB of q8_0 experts).
     "bench": ModelShape(n_embd=768, n_layer=8, n_head=8, n_head_kv=4, head_dim=96,
                         n_expert=64, n_expert_used=4, n_ff_exp=256, n_ctx_train=2048),
+    # the runtime benchmark at the size users run: 16 layers x 128 experts, top-8, 2.36 M weights
+    # an expert (a 2.5 GiB Q4_K expert bank, 4.7 GiB in q8_0); written by the pooled writer.
+    "large": ModelShape(n_embd=1024, n_layer=16, n_head=8, n_head_kv=4, head_dim=128,
+                        n_expert=128, n_expert_used=8, n_ff_exp=768, n_ctx_train=4096),
 }
+
+#: presets written by :func:`write_pooled_gguf` (quantized rows drawn from a pool) rather than as
+#: f32 quantized by llama.cpp: an f32 file of "large" would be 19 GiB and take tens of minutes
+POOLED_PRESETS = frozenset({"large"})
 
 
 def tensor_layout(shape: ModelShape) -> list[tuple[str, tuple[int, ...]]]:
@@ -150,24 +161,15 @@ def tensor_layout(shape: ModelShape) -> list[tuple[str, tuple[int, ...]]]:
     return out
 
 
-def write_f32_gguf(path: str | os.PathLike[str], shape: ModelShape,
-                   tensor_fn: Callable[[str, tuple[int, ...]], np.ndarray], *,
-                   name: str = "bmoe synthetic moe", extra_kv: dict[str, str] | None = None) -> Path:
-    """Write an f32 qwen3moe GGUF at ``path`` (overwritten), one tensor at a time.
-
-    ``tensor_fn(name, numpy_shape)`` returns each tensor (converted to contiguous float32; its
-    shape must equal the layout's). Peak memory is one tensor. Keys written: ``general.*``, every
-    ``qwen3moe.*`` hyper-parameter llama.cpp reads (incl. ``expert_count``,
-    ``expert_used_count``, ``expert_feed_forward_length``) and the byte tokenizer.
-    Raises ValueError when a tensor has the wrong shape.
-    """
+def _gguf_writer(path: Path, shape: ModelShape, name: str, extra_kv: dict[str, str] | None, file_type: int):
+    """A ``gguf.GGUFWriter`` at ``path`` with every key of a qwen3moe model of ``shape`` and the
+    byte tokenizer written (the tensors are the caller's)."""
     import gguf
 
-    path = Path(path)
     s = shape
     w = gguf.GGUFWriter(path, ARCH)
     w.add_name(name)
-    w.add_file_type(int(gguf.LlamaFileType.ALL_F32))
+    w.add_file_type(file_type)
     w.add_context_length(s.n_ctx_train)
     w.add_embedding_length(s.n_embd)
     w.add_block_count(s.n_layer)
@@ -192,7 +194,25 @@ def write_f32_gguf(path: str | os.PathLike[str], shape: ModelShape,
     w.add_add_bos_token(False)
     for key, value in (extra_kv or {}).items():
         w.add_string(key, value)
-    layout = tensor_layout(s)
+    return w
+
+
+def write_f32_gguf(path: str | os.PathLike[str], shape: ModelShape,
+                   tensor_fn: Callable[[str, tuple[int, ...]], np.ndarray], *,
+                   name: str = "bmoe synthetic moe", extra_kv: dict[str, str] | None = None) -> Path:
+    """Write an f32 qwen3moe GGUF at ``path`` (overwritten), one tensor at a time.
+
+    ``tensor_fn(name, numpy_shape)`` returns each tensor (converted to contiguous float32; its
+    shape must equal the layout's). Peak memory is one tensor. Keys written: ``general.*``, every
+    ``qwen3moe.*`` hyper-parameter llama.cpp reads (incl. ``expert_count``,
+    ``expert_used_count``, ``expert_feed_forward_length``) and the byte tokenizer.
+    Raises ValueError when a tensor has the wrong shape.
+    """
+    import gguf
+
+    path = Path(path)
+    w = _gguf_writer(path, shape, name, extra_kv, int(gguf.LlamaFileType.ALL_F32))
+    layout = tensor_layout(shape)
     for tname, tshape in layout:
         n = int(np.prod(tshape))
         w.add_tensor_info(tname, tshape, np.dtype(np.float32), n * 4)
@@ -205,6 +225,84 @@ def write_f32_gguf(path: str | os.PathLike[str], shape: ModelShape,
             w.close()
             raise ValueError(f"tensor {tname}: shape {arr.shape}, expected {tshape}")
         w.write_tensor_data(arr)
+    w.close()
+    return path
+
+
+#: qtypes the pooled writer takes: ggml_type of the quantized tensors, GGUF general.file_type
+POOLED_QTYPES: dict[str, tuple[int, int]] = {
+    "q8_0": (8, 7), "q4_0": (2, 2), "q4_k": (12, 15), "q5_k": (13, 17), "q6_k": (14, 18),
+}
+#: rows of each pool (per row length): an expert's rows are drawn from it
+POOL_ROWS = 8192
+
+
+def write_pooled_gguf(path: str | os.PathLike[str], shape: ModelShape, qtype: str, seed: int, *,
+                      name: str = "bmoe synthetic moe", extra_kv: dict[str, str] | None = None) -> Path:
+    """Write a quantized qwen3moe GGUF at ``path`` (overwritten) without an f32 copy.
+
+    Every weight matrix but the router is ``qtype`` (one ggml type for all of them, quantized by
+    ggml's own ``ggml_quantize_chunk``): the small ones (token embeddings, output head) from f32
+    random weights as :func:`make_model`'s; the large ones (attention, experts) row by row from a
+    pool of :data:`POOL_ROWS` quantized random rows per row length, each row of each tensor drawn
+    at random (experts share rows but no two are alike). The router and norms stay f32. Peak
+    memory is one tensor; a multi-GiB model takes the time of writing it. Same arguments, same
+    bytes. Raises ValueError for a qtype not in :data:`POOLED_QTYPES` or rows not a multiple of
+    the type's block size.
+    """
+    from .ggml_struct import GGMLLib
+
+    if qtype not in POOLED_QTYPES:
+        raise ValueError(f"the pooled writer takes {', '.join(POOLED_QTYPES)}, not {qtype!r}")
+    gtype, ftype = POOLED_QTYPES[qtype]
+    ggml = GGMLLib()
+    path = Path(path)
+    f32 = _random_tensor_fn(shape, seed)
+    index = {n: i for i, (n, _) in enumerate(tensor_layout(shape))}
+    pools: dict[int, np.ndarray] = {}
+
+    def quantize(arr: np.ndarray) -> np.ndarray:
+        rows, n_per_row = int(np.prod(arr.shape[:-1])), int(arr.shape[-1])
+        out = np.empty((rows, ggml.row_size(gtype, n_per_row)), dtype=np.uint8)
+        ggml.quantize(gtype, np.ascontiguousarray(arr, dtype=np.float32), out, rows, n_per_row)
+        return out
+
+    def pool(n_per_row: int) -> np.ndarray:
+        if n_per_row not in pools:
+            rng = np.random.default_rng([seed, 1 << 20, n_per_row])
+            pools[n_per_row] = quantize(rng.standard_normal((POOL_ROWS, n_per_row), dtype=np.float32)
+                                        * np.float32(1.0 / np.sqrt(n_per_row)))
+        return pools[n_per_row]
+
+    def tensor(tname: str, tshape: tuple[int, ...]) -> tuple[np.ndarray, int | None]:
+        if len(tshape) == 1 or tname.endswith("ffn_gate_inp.weight"):
+            return f32(tname, tshape), None
+        if tname in ("token_embd.weight", "output.weight"):
+            return quantize(f32(tname, tshape)).reshape(*tshape[:-1], -1), gtype
+        rows = pool(tshape[-1])
+        pick = np.random.default_rng([seed, index[tname]]).integers(0, POOL_ROWS, int(np.prod(tshape[:-1])))
+        return rows[pick].reshape(*tshape[:-1], -1), gtype
+
+    import gguf
+
+    w = _gguf_writer(path, shape, name, extra_kv, ftype)
+    layout = tensor_layout(shape)
+    for tname, tshape in layout:
+        if len(tshape) == 1 or tname.endswith("ffn_gate_inp.weight"):
+            w.add_tensor_info(tname, tshape, np.dtype(np.float32), int(np.prod(tshape)) * 4)
+            continue
+        if tshape[-1] % ggml.block_size(gtype):
+            w.close()
+            raise ValueError(f"tensor {tname}: rows of {tshape[-1]} are not a multiple of the {qtype} block")
+        row = ggml.row_size(gtype, tshape[-1])
+        w.add_tensor_info(tname, (*tshape[:-1], row), np.dtype(np.uint8), int(np.prod(tshape[:-1])) * row,
+                          raw_dtype=gguf.GGMLQuantizationType(gtype))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_ti_data_to_file()
+    for tname, tshape in layout:
+        arr, _ = tensor(tname, tshape)
+        w.write_tensor_data(np.ascontiguousarray(arr))
     w.close()
     return path
 
@@ -280,11 +378,13 @@ def make_model(out_path: str | os.PathLike[str], preset: str = "demo", qtype: st
                seed: int = 0, *, quiet: bool = True, force: bool = True) -> Path:
     """Write a deterministic random-weight qwen3moe GGUF to ``out_path`` and return its path.
 
-    ``preset``: ``tiny`` | ``demo`` | ``bench`` (:data:`PRESETS`); ``qtype``: a key of
-    :data:`QTYPES`. The f32 file is written next to ``out_path`` and quantized by llama.cpp; the
-    result is moved to ``out_path`` in one rename (``bmoe_top.outfile.place_file``), so a reader
-    never sees a partial file. ``force`` (the default for a caller that chose the path) replaces
-    an existing file, False refuses it (``make-model`` without ``--force``); a symbolic link at
+    ``preset``: ``tiny`` | ``demo`` | ``bench`` | ``large`` (:data:`PRESETS`); ``qtype``: a key of
+    :data:`QTYPES` (of :data:`POOLED_QTYPES` for ``large``). The f32 file is written next to
+    ``out_path`` and quantized by llama.cpp (``large``: written quantized by
+    :func:`write_pooled_gguf`, a few seconds a GiB); the result is moved to ``out_path`` in one
+    rename (``bmoe_top.outfile.place_file``), so a reader never sees a partial file. ``force``
+    (the default for a caller that chose the path) replaces an existing file, False refuses it
+    (``make-model`` without ``--force``); a symbolic link at
     ``out_path`` is always refused. Same arguments => same bytes. Raises ValueError for an unknown
     preset/qtype, ``OutputFileError`` (an OSError) when the file cannot be written.
     """
@@ -292,17 +392,22 @@ def make_model(out_path: str | os.PathLike[str], preset: str = "demo", qtype: st
         raise ValueError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
     if qtype not in QTYPES:
         raise ValueError(f"unknown qtype {qtype!r}; choose one of {', '.join(QTYPES)}")
+    if preset in POOLED_PRESETS and qtype not in POOLED_QTYPES:
+        raise ValueError(f"the {preset} preset takes --qtype {', '.join(POOLED_QTYPES)}, not {qtype!r}")
     out = Path(out_path)
     shape = PRESETS[preset]
     out.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_f32 = temp_beside(out, force=force, suffix=".f32.tmp")
     os.close(fd)
     tmp_final = tmp_f32
+    name = f"bmoe synthetic moe {preset} seed {seed}"
+    kv = {"bmoe.preset": preset, "bmoe.generator": f"make-model v{GENERATOR_VERSION}"}
     try:
-        write_f32_gguf(tmp_f32, shape, _random_tensor_fn(shape, seed),
-                       name=f"bmoe synthetic moe {preset} seed {seed}",
-                       extra_kv={"bmoe.preset": preset, "bmoe.generator": f"make-model v{GENERATOR_VERSION}"})
-        if QTYPES[qtype] is not None:
+        if preset in POOLED_PRESETS:
+            write_pooled_gguf(tmp_f32, shape, qtype, seed, name=name, extra_kv=kv)
+        else:
+            write_f32_gguf(tmp_f32, shape, _random_tensor_fn(shape, seed), name=name, extra_kv=kv)
+        if QTYPES[qtype] is not None and preset not in POOLED_PRESETS:
             fd, tmp_final = temp_beside(out, force=force, suffix=f".{qtype}.tmp")
             os.close(fd)
             quantize_gguf(tmp_f32, tmp_final, qtype, quiet=quiet)
@@ -431,7 +536,7 @@ def split_gguf(src: str | os.PathLike[str], out: str | os.PathLike[str], max_ten
 
 
 def models_main(argv: Sequence[str] | None = None) -> int:
-    """``bmoe-run make-model [--preset demo|bench|tiny | --arch NAME [--fused]] [--qtype Q] [--seed N] OUT.gguf``.
+    """``bmoe-run make-model [--preset demo|bench|tiny|large | --arch NAME [--fused]] [--qtype Q] [--seed N] OUT.gguf``.
 
     Writes the model, prints one summary line on stdout and returns 0; on bad input prints one
     ``bmoe-run make-model: error: ...`` line on stderr and returns 2 (argparse usage errors) or 1.

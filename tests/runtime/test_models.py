@@ -175,3 +175,50 @@ def test_write_f32_gguf_rejects_wrong_shape(tmp_path: Path) -> None:
     shape = PRESETS["tiny"]
     with pytest.raises(ValueError, match="token_embd.weight"):
         models.write_f32_gguf(tmp_path / "bad.gguf", shape, lambda name, s: np.zeros((3, 3), np.float32))
+
+
+# -- the pooled writer (the large preset's: quantized rows drawn from a pool, no f32 file) ---------
+def test_pooled_writer_is_deterministic_and_quantized(tmp_path: Path) -> None:
+    shape = PRESETS["tiny"]
+    a = models.write_pooled_gguf(tmp_path / "a.gguf", shape, "q8_0", seed=4)
+    b = models.write_pooled_gguf(tmp_path / "b.gguf", shape, "q8_0", seed=4)
+    c = models.write_pooled_gguf(tmp_path / "c.gguf", shape, "q8_0", seed=5)
+    assert a.read_bytes() == b.read_bytes() and a.read_bytes() != c.read_bytes()
+    reader = gguf.GGUFReader(str(a))
+    types = {t.name: t.tensor_type for t in reader.tensors}
+    assert types["blk.0.ffn_up_exps.weight"] == gguf.GGMLQuantizationType.Q8_0
+    assert types["blk.0.attn_q.weight"] == gguf.GGMLQuantizationType.Q8_0
+    assert types["blk.0.ffn_gate_inp.weight"] == gguf.GGMLQuantizationType.F32  # the router stays f32
+    assert types["blk.0.attn_norm.weight"] == gguf.GGMLQuantizationType.F32
+    up = next(t for t in reader.tensors if t.name == "blk.1.ffn_up_exps.weight")
+    experts = np.asarray(up.data).reshape(shape.n_expert, -1)
+    assert len({e.tobytes() for e in experts}) == shape.n_expert  # no two experts alike
+
+
+def test_pooled_model_decodes_and_streams_like_resident(tmp_path: Path) -> None:
+    from bmoe_top.runtime.engine import Engine
+
+    path = models.write_pooled_gguf(tmp_path / "pooled.gguf", PRESETS["tiny"], "q8_0", seed=2)
+    assert len(llama_greedy(path, PROMPT, 8, stop_at_eos=False)) == 8
+    kw = dict(n_ctx=256, n_batch=64, n_threads=2)
+    with Engine(path, stream=False, **kw) as e:
+        want = e.generate("pooled rows", 12).tokens
+    with Engine(path, cache_mb=0.2, force_cache=True, **kw) as e:
+        assert e.generate("pooled rows", 12).tokens == want
+
+
+def test_pooled_writer_refuses_what_it_cannot_write(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="pooled writer takes"):
+        models.write_pooled_gguf(tmp_path / "x.gguf", PRESETS["tiny"], "f16", seed=0)
+    with pytest.raises(ValueError, match="not a multiple of the q4_k block"):  # tiny's 128-wide rows
+        models.write_pooled_gguf(tmp_path / "y.gguf", PRESETS["tiny"], "q4_k", seed=0)
+    bad = _run_cli("--preset", "large", "--qtype", "f16", str(tmp_path / "z.gguf"))
+    assert bad.returncode == 1 and "the large preset takes --qtype" in bad.stderr
+    assert not (tmp_path / "z.gguf").exists()
+
+
+def test_the_large_preset_is_a_multi_gib_moe() -> None:
+    s = PRESETS["large"]
+    assert s.n_layer >= 16 and s.n_expert == 128 and s.n_expert_used in (4, 8)
+    bank = s.n_layer * s.n_expert * s.expert_params() * 144 / 256  # Q4_K: 144 bytes per 256 weights
+    assert bank >= 2 * 2**30
