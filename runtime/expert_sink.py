@@ -14,13 +14,14 @@ budget. :class:`ExpertSink` avoids both with the public model parameters:
   page cache; the skeleton is dropped once the model is loaded;
 * ``tensor_buft_overrides``: every ``blk.N.ffn_*_exps.weight`` goes to a buffer type of ours. It is
   a copy of ggml's own ``CPU_Mapped`` host buffer type (``ggml_backend_cpu_buffer_from_ptr``)
-  whose ``alloc_buffer`` reserves the buffer's addresses and maps one small shared window
-  (``WINDOW_BYTES``, a ``memfd``) over and over across them (populated at once: no page fault while
-  loading), so its tensors are ordinary host tensors, never repacked, and the zeros llama.cpp
-  reads into them all land in the same few pages. Streaming then points the expert tensors at the
-  expert store and the window's pages are given back;
-* ``progress_callback`` (called before each tensor is read) measures the sink with
-  ``BMOE_MEASURE_LOAD=1``.
+  whose ``alloc_buffer`` places the buffer in an anonymous mapping we own, backed by transparent
+  huge pages where the kernel allows (``MADV_HUGEPAGE``: one page fault and one release per
+  2 MiB instead of 512, which a virtual machine makes dear), so its tensors are ordinary host
+  tensors, never repacked;
+* ``progress_callback``: llama.cpp calls it before reading each tensor and once at the end; each
+  call gives every page of the sink back. So at most one expert tensor (of zeros) is resident at a
+  time while loading, none afterwards: streaming then points the expert tensors at the expert
+  store and the sink is never read again.
 
 The copied buffer type relies on the layout of ``struct ggml_backend_buffer_type`` (six interface
 function pointers, the device, the context: ggml-backend-impl.h of the pinned ggml); it is
@@ -35,6 +36,8 @@ import mmap
 import os
 import pathlib
 from typing import Any
+
+import numpy as np
 
 from bmoe_top.parsers.gguf_layout import EXPERT_PATTERN, ModelLayout
 
@@ -85,24 +88,6 @@ def _ggml_base() -> Any:
 
 
 PAGE = mmap.PAGESIZE
-#: the shared window the sink's addresses map, at least (a buffer maps it at most MAX_WINDOWS times)
-WINDOW_BYTES = 1 << 20
-MAX_WINDOWS = 4096
-
-_LIBC = ctypes.CDLL(None, use_errno=True)
-_LIBC.mmap.restype = ctypes.c_void_p
-_LIBC.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
-_LIBC.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-_LIBC.munmap.restype = ctypes.c_int
-_MAP_FAILED = ctypes.c_void_p(-1).value
-_PROT_NONE = 0
-_MAP_FIXED = 0x10
-_MAP_NORESERVE = 0x4000
-_MAP_POPULATE = 0x8000
-
-
-def _round_up(x: int, a: int) -> int:
-    return (x + a - 1) // a * a
 
 
 def _skeleton(path: pathlib.Path, holes: list[tuple[int, int]]) -> int:
@@ -139,17 +124,15 @@ class ExpertSink:
     :meth:`apply` on a ``llama_model_params`` and load :meth:`load_paths` (keep this object alive
     for the model's lifetime; :meth:`loaded` once the model is loaded). With ``measure`` (default:
     the test hook ``BMOE_MEASURE_LOAD=1``) :attr:`peak_resident` is the most sink bytes found
-    resident at one progress call (the window) and :attr:`files_seen` the files open then.
-    Raises :class:`SinkError` when ggml's buffer type does not match.
+    resident at one progress call (about one expert tensor) and :attr:`files_seen` the files open
+    then. Raises :class:`SinkError` when ggml's buffer type does not match.
     """
 
     def __init__(self, layout: ModelLayout, measure: bool | None = None) -> None:
         self.lib = _ggml_base()
         self.layout = layout
         self.measure = os.environ.get("BMOE_MEASURE_LOAD") == "1" if measure is None else bool(measure)
-        self._spans: list[tuple[int, int]] = []  # (address, bytes) reserved for each buffer
-        self._window = os.memfd_create("bmoe-expert-sink", os.MFD_CLOEXEC)
-        self.window_bytes = 0
+        self._maps: list[mmap.mmap] = []
         self._skeletons: list[int] = []
         self.peak_resident = 0
         self.calls = 0
@@ -193,47 +176,41 @@ class ExpertSink:
             raise SinkError("the copied buffer type is not a host buffer type")
         if lib.ggml_backend_buft_get_alignment(mine) != lib.ggml_backend_buft_get_alignment(src):
             raise SinkError("the copied buffer type has another alignment")
-        n = len(self._spans)
+        n = len(self._maps)
         buf = lib.ggml_backend_buft_alloc_buffer(mine, 2 * PAGE)
-        ok = bool(buf) and len(self._spans) == n + 1 and lib.ggml_backend_buffer_get_base(buf) == self._spans[-1][0]
+        ok = bool(buf) and len(self._maps) == n + 1 and lib.ggml_backend_buffer_get_base(buf) == self._base(-1)
         if buf:
             lib.ggml_backend_buffer_free(buf)
-        for a, size in self._spans[n:]:
-            _LIBC.munmap(a, size)
-        del self._spans[n:]
+        if self._maps[n:]:
+            self._maps.pop().close()
         if not ok:
             raise SinkError("an allocation through the copied buffer type did not land in the sink")
 
-    def _alloc(self, _buft: int, size: int) -> int:
-        """``alloc_buffer``: a CPU buffer over ``size`` reserved bytes that map the shared window
-        again and again (its pages are populated: nothing faults while llama.cpp reads); 0 (no
-        buffer: llama.cpp reports the failure) when the memory cannot be mapped."""
+    @staticmethod
+    def _addr(m: mmap.mmap) -> int:
+        a = ctypes.c_char.from_buffer(m)
         try:
-            return self._map_buffer(size)
-        except Exception:  # noqa: BLE001 - must never escape a ctypes callback
-            return 0
+            return ctypes.addressof(a)
+        finally:
+            del a
 
-    def _map_buffer(self, size: int) -> int:
-        n = _round_up(max(PAGE, size), PAGE)
-        w = min(n, max(WINDOW_BYTES, _round_up(-(-n // MAX_WINDOWS), PAGE)))
-        if w > self.window_bytes:
-            try:
-                os.ftruncate(self._window, w)
-            except OSError:
-                return 0
-            self.window_bytes = w
-        base = _LIBC.mmap(None, n, _PROT_NONE, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | _MAP_NORESERVE, -1, 0)
-        if base in (None, _MAP_FAILED):
+    def _base(self, i: int) -> int:
+        return self._addr(self._maps[i])
+
+    def _alloc(self, _buft: int, size: int) -> int:
+        """``alloc_buffer``: a CPU buffer over a fresh anonymous mapping (pages cost nothing until
+        llama.cpp writes them; huge pages where the kernel allows)."""
+        try:
+            m = mmap.mmap(-1, max(PAGE, size), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        except OSError:
             return 0
-        rw = mmap.PROT_READ | mmap.PROT_WRITE
-        for off in range(0, n, w):
-            got = _LIBC.mmap(base + off, min(w, n - off), rw, mmap.MAP_SHARED | _MAP_FIXED | _MAP_POPULATE,
-                             self._window, 0)
-            if got != base + off:
-                _LIBC.munmap(base, n)
-                return 0
-        self._spans.append((base, n))
-        return int(self.lib.ggml_backend_cpu_buffer_from_ptr(base, size) or 0)
+        if hasattr(mmap, "MADV_HUGEPAGE"):
+            try:
+                m.madvise(mmap.MADV_HUGEPAGE)
+            except OSError:
+                pass  # no transparent huge pages here: 4 KiB pages, as without the advice
+        self._maps.append(m)
+        return int(self.lib.ggml_backend_cpu_buffer_from_ptr(self._addr(m), size) or 0)
 
     # -- loading -----------------------------------------------------------------------------------
     def load_paths(self) -> list[str]:
@@ -255,7 +232,7 @@ class ExpertSink:
         self._skeletons = []
 
     def _progress(self, _progress: float, _ud: object) -> bool:
-        """Before each tensor is read (and once at the end)."""
+        """Before each tensor is read (and once at the end): release every sink page."""
         self.calls += 1
         if self.measure:
             self.peak_resident = max(self.peak_resident, self.resident_bytes())
@@ -264,17 +241,17 @@ class ExpertSink:
                     self.files_seen.add(os.readlink(f"/proc/self/fd/{fd}"))
                 except OSError:
                     pass
+        self.release()
         return True
 
     def release(self) -> None:
-        """Give back the window's pages (the expert tensors point elsewhere now); the sink's
-        addresses stay mapped and read as zeros."""
-        os.ftruncate(self._window, 0)
-        os.ftruncate(self._window, self.window_bytes)
+        """Give back every page of the sink (its contents are never needed again)."""
+        for m in self._maps:
+            m.madvise(mmap.MADV_DONTNEED)
 
     def resident_bytes(self) -> int:
-        """Bytes of the sink in RAM now (the window's pages)."""
-        return os.fstat(self._window).st_blocks * 512
+        """Bytes of the sink in RAM now (``mincore``; a page only read counts too)."""
+        return sum(_resident_bytes(m) for m in self._maps)
 
     def apply(self, params: Any) -> None:
         """Set the load mode, the override list and the progress callback on ``params``."""
@@ -284,18 +261,32 @@ class ExpertSink:
         params.progress_callback_user_data = None
 
     def spans(self) -> list[tuple[int, int]]:
-        """[start, end) addresses of the sink's buffers."""
-        return [(a, a + n) for a, n in self._spans]
+        """[start, end) addresses of the sink's mappings."""
+        return [(self._addr(m), self._addr(m) + len(m)) for m in self._maps]
 
     def mapped_bytes(self) -> int:
-        return sum(n for _, n in self._spans)
+        return sum(len(m) for m in self._maps)
 
     def close(self) -> None:
         """Unmap the sink (after the model that points into it is freed)."""
         self.loaded()
-        for a, n in self._spans:
-            _LIBC.munmap(a, n)
-        self._spans = []
-        if self._window >= 0:
-            os.close(self._window)
-            self._window = -1
+        for m in self._maps:
+            try:
+                m.close()
+            except (BufferError, ValueError):
+                pass
+        self._maps = []
+
+
+_LIBC = ctypes.CDLL(None, use_errno=True)
+_LIBC.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+_LIBC.mincore.restype = ctypes.c_int
+
+
+def _resident_bytes(m: mmap.mmap) -> int:
+    """Bytes of ``m`` in RAM now (``mincore``)."""
+    n = (len(m) + PAGE - 1) // PAGE
+    vec = (ctypes.c_ubyte * n)()
+    if _LIBC.mincore(ExpertSink._addr(m), len(m), vec) != 0:
+        return 0
+    return int((np.frombuffer(memoryview(vec), dtype=np.uint8) & 1).sum()) * PAGE
