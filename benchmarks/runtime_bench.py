@@ -1,95 +1,434 @@
-"""bmoe-run against its own baselines, measured in the same run: the rows of docs/runtime.md
-"Benchmarks".
+"""bmoe-run against bmoe-cli and stock llama.cpp with mmap, measured in the same interleaved rounds:
+the tables of docs/runtime.md "Benchmarks".
 
-For each bench model (the ``bench`` preset in Q4_K_M and q8_0, made with ``make_model``):
+For each model (``--models``, made with ``bmoe-run make-model`` in ``--dir`` when missing; default
+the ``bench`` preset in Q4_K_M and q8_0, the ``demo`` preset in q8_0 and the ``large`` preset in
+Q4_K, three sizes up to a 2.5 GiB expert bank), every row runs as child processes:
 
-* **bare loop**: llama.cpp alone in this process (mmap load, ``llama_decode`` and llama.cpp's
-  greedy sampler chain, no eval callback, no Python per token beyond the two calls);
-* **resident**: ``Engine(stream=False)``; goal: tok/s >= 0.98x the bare loop;
-* **streamed** rows: the cache holds every expert, 50% and 25% of the expert bank, cache off, cache
-  off with 2 read lanes; goal: streamed/resident >= the C++ runtime's ratio (``CPP_RATIOS``).
-  "Every expert" is timed on a warm cache (the whole bank read before the timed tokens: the
-  cache's steady state; how the C++ bench times that row is not known here); "allcold" is the same
-  budget from a cold cache, so its first tokens' reads are inside the timing (no C++ figure).
-  "50e1"/"25e1" are the 50% and 25% rows with ``--early-prefetch 1`` (the same-run A/B of
-  docs/runtime.md "How streaming works", step 6; off by default). Every other streamed run starts from a cold cache,
-  as a fresh process would (the prompt's prefill, untimed, fills it first);
-* **serial limit** (cache off): a token cannot be faster than the resident compute plus its
-  page-aligned expert reads at ``dd iflag=direct bs=1M`` bandwidth; goal: 0.7x of it;
-* **cold reads**: the cache-off read bandwidth against ``dd iflag=direct`` at the same request
-  size; goal: >= 0.8x;
-* **peak RSS** of the whole process, load included (``/usr/bin/time -v`` of a ``bmoe-run`` child,
-  or its VmHWM); goal: 25% of the bank < 0.5x of resident.
+* rows: ``resident`` (bmoe-run ``--no-moe-stream``; bmoe-cli without ``--moe-stream``),
+  ``all`` (a budget that holds every expert, from a cold cache), ``50`` and ``25`` (% of the expert
+  bank), ``off`` (no cache) and ``off2`` (no cache, 2 read lanes); budgets in whole MiB, as bmoe-cli
+  reads them, one read lane unless the row says 2;
+* runtimes: **bmoe-run** (``python -m bmoe_top.runtime.cli``), **bmoe-cli** when ``BMOE_CLI`` names
+  the binary (docs/runtime.md "Against bmoe-cli, measured here" builds it), and **mmap**: the
+  stock ``llama-server`` this project builds (``tools/llama_server.py``, ``make llama-server``;
+  ``--load-mode mmap --no-repack``, one slot, greedy) in a memory cgroup (v1 or v2) limited to
+  bmoe-run's peak RSS in the same row and round (unlimited in the resident row). The mmap rows run
+  at the model's device readahead (recorded) and, as root, again from a loop device set to
+  128 KiB (an ext4 image in ``--dir`` holding a copy of the model, read with direct I/O so the
+  image's own page cache does not serve it): a thrashing mmap reads a readahead window per page
+  fault, so its figures hold for one disk setting only;
+* every streamed and mmap run starts cold: the model's pages are dropped from the page cache
+  first (``posix_fadvise(DONTNEED)``; the share still cached is printed); resident runs start warm;
+* per run: tok/s (bmoe-run: per-token wall; bmoe-cli: its ``generation:`` figure; mmap: the
+  server's decode timing), peak RSS of the process (``wait4``; the server's VmHWM), bytes read
+  from the disk per generated token after the first (``/proc/PID/io`` ``read_bytes``, from the first
+  generated piece to the end: a win that comes from extra RAM shows as fewer bytes), bmoe-run's
+  and bmoe-cli's model load seconds, and whether the text equals bmoe-run's resident text.
 
-Rows run interleaved (the order rotates every round), several rounds; a row's ratio is the median
-of its per-round ratios to the resident run of the same round, and "best" compares each row's
-fastest round (on a shared machine, the rounds nobody else disturbed). tok/s is over the decode loop
-(per-token wall, sampling included); ``dec tok/s`` counts the ``llama_decode`` calls alone
-(bmoe-cli's definition). With ``BMOE_CLI=/path/to/bmoe-cli`` the rows resident, all (from a cold
-cache), 50, 25, off and off2 also run on that binary and on ``bmoe-run`` as child processes, back
-to back in each round with the same whole-MiB budgets: bmoe-run/bmoe-cli tok/s is printed per row,
-and each runtime's streamed/resident ratio (``--peer-only``: that comparison alone). How to build
-the binary: docs/runtime.md "Against bmoe-cli, measured here".
+Rounds are interleaved: each round runs every row (the row order rotates), each row bmoe-run first
+(its peak RSS sets the mmap row's limit), then the others in an order that rotates. Figures are
+medians over rounds; a ratio is the median of the per-round ratios.
 
-Usage: ``python benchmarks/runtime_bench.py [--tokens 128] [--rounds 5] [--threads 2] [--dir DIR]
-[--qtypes q4_k,q8_0] [--peer-only]``. On a shared machine every figure moves: say so when quoting them.
+In the same process, before the child runs (``--inproc-rounds``, 0 to skip): the bare llama.cpp
+loop (mmap load, ``llama_decode`` and llama.cpp's greedy sampler) against ``Engine(stream=False)``,
+interleaved: resident / bare tok/s and the host's work per token around ``llama_decode`` (per-token
+wall minus the ``llama_decode`` call, in each).
+
+Usage::
+
+    BMOE_CLI=/path/to/bmoe-cli python benchmarks/runtime_bench.py [--models large-q4_k,...]
+        [--rows resident,all,50,25,off,off2] [--tokens 128] [--mmap-tokens 32] [--rounds 5]
+        [--threads 2] [--dir DIR] [--inproc-rounds 5] [--no-loop] [--json OUT]
+
+On a quiet 2-core machine the default (four models, 5 rounds) takes about an hour, most of it the
+large model's mmap rows at 25 % and cache off; ``--models large-q4_k --rounds 5`` about 35 minutes.
+On a shared machine every figure moves: say so when quoting them.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import ctypes
 import json
+import mmap
 import os
 import re
+import shutil
+import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 MIB = 1024 * 1024
 PROMPT = "Benchmarks measure what users feel: tokens per second and bytes per second."
-QTYPE_NAMES = {"q4_k": "Q4_K_M", "q8_0": "q8_0"}
-#: the C++ runtime's streamed/resident tok/s on the bench preset (128 greedy tokens, -t 2)
-CPP_RATIOS = {
-    "all": {"q4_k": 0.82, "q8_0": 0.73},
-    "50": {"q4_k": 0.73, "q8_0": 0.63},
-    "25": {"q4_k": 0.54, "q8_0": 0.45},
-    "off": {"q4_k": 0.062, "q8_0": 0.061},
-    "off2": {"q4_k": 0.094},
-}
-ROWS = ("bare", "resident", "all", "allcold", "50", "25", "50e1", "25e1", "off", "off2")
-LABELS = {"bare": "bare llama.cpp loop", "resident": "resident (--no-moe-stream)",
-          "all": "cache holds every expert", "allcold": "every expert fits, cold start",
-          "50": "50% of the expert bank", "25": "25% of the expert bank",
-          "50e1": "50%, --early-prefetch 1", "25e1": "25%, --early-prefetch 1",
-          "off": "cache off", "off2": "cache off, 2 read threads"}
+MODELS = ("bench-q4_k", "bench-q8_0", "demo-q8_0", "large-q4_k")
+ROWS = ("resident", "all", "50", "25", "off", "off2")
+LABELS = {"resident": "resident", "all": "every expert fits", "50": "50% of the bank", "25": "25% of the bank",
+          "off": "cache off", "off2": "cache off, 2 lanes"}
+QTYPE_NAMES = {"q4_k": "Q4_K", "q8_0": "q8_0"}
+
+
+# -- child processes ----------------------------------------------------------------------------------
+#: runs one command: joins a cgroup (when given) in the forked child before exec; reports the child's
+#: pid at once, then its /proc/PID/io (read while it is a zombie) and its rusage, as JSON lines on the fd
+#: its first argument names
+LAUNCHER = r"""
+import json, os, sys
+out, procs, cmd = int(sys.argv[1]), sys.argv[2], sys.argv[3:]
+pid = os.fork()
+if pid == 0:
+    if procs:
+        with open(procs, "w") as f:
+            f.write(str(os.getpid()))
+    os.execvp(cmd[0], cmd)
+os.write(out, (json.dumps({"pid": pid}) + "\n").encode())
+os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+io = {}
+with open(f"/proc/{pid}/io") as f:
+    for line in f:
+        k, v = line.split(":")
+        io[k] = int(v)
+_, status, ru = os.wait4(pid, 0)
+os.write(out, (json.dumps({"io": io, "status": status, "maxrss_kib": ru.ru_maxrss}) + "\n").encode())
+"""
+
+
+def read_io(pid: int) -> dict[str, int]:
+    """``/proc/PID/io`` as numbers (empty when the process is gone)."""
+    try:
+        with open(f"/proc/{pid}/io") as f:
+            return {k: int(v) for k, v in (line.split(":") for line in f)}
+    except OSError:
+        return {}
 
 
 @dataclass
-class RowRuns:
-    tok_s: list[float] = field(default_factory=list)
-    dec_tok_s: list[float] = field(default_factory=list)
-    ratio: list[float] = field(default_factory=list)  # to the resident run of the same round
-    mib_tok: list[float] = field(default_factory=list)
-    xfer_mib_tok: list[float] = field(default_factory=list)
-    hit_pct: list[float] = field(default_factory=list)
-    mgmt_ms: list[float] = field(default_factory=list)
-    io_ms: list[float] = field(default_factory=list)
-    read_mib_s: list[float] = field(default_factory=list)
-    req_kib: list[float] = field(default_factory=list)
-    s_tok: list[float] = field(default_factory=list)
-    tokens: list[list[int]] = field(default_factory=list)
-    rss_mib: float | None = None
+class Run:
+    """One run of one runtime on one row."""
+
+    tok_s: float = float("nan")
+    dec_tok_s: float = float("nan")  # bmoe-run: llama_decode alone (bmoe-cli's definition)
+    peak_rss_mib: float = float("nan")
+    disk_mib_tok: float = float("nan")  # bytes read from the disk per generated token after the first
+    disk_mib_total: float = float("nan")
+    load_s: float = float("nan")
+    n_tokens: int = 0
+    text: str = ""
+    error: str = ""
 
 
-def med(xs: list[float]) -> float:
-    return statistics.median(xs) if xs else float("nan")
+def run_cli(cmd: list[str], procs: str = "", timeout: float = 1800) -> Run:
+    """Run a bmoe-run/bmoe-cli one-shot command (the prompt, then the answer inline, then a blank line
+    and the summary) through :data:`LAUNCHER`; the disk bytes are counted from the first generated
+    piece (the first byte of output past the prompt) to the end."""
+    r_fd, w_fd = os.pipe()
+    p = subprocess.Popen([sys.executable, "-S", "-c", LAUNCHER, str(w_fd), procs, *cmd], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, pass_fds=(w_fd,), bufsize=0)
+    os.close(w_fd)
+    rep = os.fdopen(r_fd, "rb")
+    pid = json.loads(rep.readline())["pid"]
+    out = bytearray()
+    io0: dict[str, int] = {}
+    t_end = time.monotonic() + timeout
+    assert p.stdout is not None
+    while True:
+        chunk = p.stdout.read(1 << 14) if io0 else p.stdout.read(1)
+        if not chunk:
+            break
+        out += chunk
+        if not io0 and len(out) > len(PROMPT.encode()):
+            io0 = read_io(pid)
+        if time.monotonic() > t_end:
+            p.kill()
+            break
+    err = p.stderr.read().decode(errors="replace") if p.stderr else ""
+    end = json.loads(rep.readline() or b"{}")
+    p.wait()
+    run = Run()
+    text = out.decode(errors="replace")
+    if end.get("status", 1) != 0 or "generation:" not in text:
+        run.error = (err.strip().splitlines() or [f"exit status {end.get('status')}"])[-1][:200]
+        return run
+    run.peak_rss_mib = end["maxrss_kib"] / 1024
+    body, _, summary = text.rpartition("\n\ngeneration:")
+    run.text = body[len(PROMPT):]
+    summary = "generation:" + summary
+    m = re.search(r"generation:\s+(\d+) tokens?, [\d.]+ s/token \(([\d.]+) tok/s\)", summary)
+    if m:
+        run.n_tokens, run.tok_s = int(m.group(1)), float(m.group(2))
+    m = re.search(r"([\d.]+) tok/s in llama_decode alone", summary)
+    run.dec_tok_s = float(m.group(1)) if m else run.tok_s
+    m = re.search(r"model load ([\d.]+) s", summary)
+    if m:
+        run.load_s = float(m.group(1))
+    io1 = end.get("io", {})
+    if io1:
+        run.disk_mib_total = io1["read_bytes"] / MIB
+        if io0 and run.n_tokens > 1:
+            run.disk_mib_tok = (io1["read_bytes"] - io0["read_bytes"]) / MIB / (run.n_tokens - 1)
+    return run
 
 
-# -- the bare loop ---------------------------------------------------------------------------------
+# -- the mmap baseline: a stock llama-server ----------------------------------------------------------
+def llama_server_binary() -> Path | None:
+    """The llama-server ``make llama-server`` builds (None when it is not built)."""
+    spec_path = Path(__file__).resolve().parent.parent / "tools" / "llama_server.py"
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bmoe_llama_server_tool", spec_path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    exe = mod.binary_path()
+    return exe if exe.is_file() else None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def run_mmap(exe: Path, model: Path, tokens: int, threads: int, n_ctx: int, procs: str = "",
+             timeout: float = 900) -> Run:
+    """One stock llama-server (mmap, no repacking, one slot) in the cgroup ``procs`` names, one
+    greedy completion streamed; tok/s from the server's decode timing (or from the tokens received
+    when it runs out of ``timeout``), disk bytes from the first token to the end, peak RSS from its
+    VmHWM."""
+    import httpx
+
+    port = _free_port()
+    cmd = [str(exe), "-m", str(model), "--host", "127.0.0.1", "--port", str(port), "-c", str(n_ctx),
+           "-t", str(threads), "-np", "1", "--load-mode", "mmap", "--no-repack", "--no-webui"]
+    r_fd, w_fd = os.pipe()
+    p = subprocess.Popen([sys.executable, "-S", "-c", LAUNCHER, str(w_fd), procs, *cmd], stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL, pass_fds=(w_fd,))
+    os.close(w_fd)
+    rep = os.fdopen(r_fd, "rb")
+    pid = json.loads(rep.readline())["pid"]
+    run = Run()
+    url = f"http://127.0.0.1:{port}"
+    t0 = time.monotonic()
+    try:
+        with httpx.Client(timeout=httpx.Timeout(timeout, connect=5)) as c:
+            while True:
+                if p.poll() is not None:
+                    run.error = "llama-server exited while loading"
+                    return run
+                try:
+                    if c.get(url + "/health").status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                if time.monotonic() - t0 > timeout:
+                    run.error = "llama-server did not become ready"
+                    return run
+                time.sleep(0.05)
+            run.load_s = time.monotonic() - t0
+            body = {"prompt": PROMPT, "n_predict": tokens, "temperature": 0, "top_k": 1, "cache_prompt": False,
+                    "stream": True}
+            io0: dict[str, int] = {}
+            stamps: list[float] = []
+            parts: list[str] = []
+            timings: dict = {}
+            t_end = time.monotonic() + timeout
+            with c.stream("POST", url + "/completion", json=body) as resp:
+                for line in resp.iter_lines():
+                    if not line.startswith("data: "):
+                        continue
+                    d = json.loads(line[6:])
+                    if d.get("content"):
+                        if not io0:
+                            io0 = read_io(pid)
+                        stamps.append(time.monotonic())
+                        parts.append(d["content"])
+                    if d.get("stop"):
+                        timings = d.get("timings", {})
+                        break
+                    if time.monotonic() > t_end:
+                        break
+            io1 = read_io(pid)
+            run.text = "".join(parts)
+            run.n_tokens = int(timings.get("predicted_n", len(stamps)))
+            if timings.get("predicted_per_second"):
+                run.tok_s = run.dec_tok_s = float(timings["predicted_per_second"])
+            elif len(stamps) > 1:
+                run.tok_s = run.dec_tok_s = (len(stamps) - 1) / (stamps[-1] - stamps[0])
+            if io0 and io1 and run.n_tokens > 1:
+                run.disk_mib_tok = (io1["read_bytes"] - io0["read_bytes"]) / MIB / (run.n_tokens - 1)
+            run.disk_mib_total = io1.get("read_bytes", 0) / MIB
+            with open(f"/proc/{pid}/status") as f:
+                hwm = [ln for ln in f if ln.startswith("VmHWM:")]
+            run.peak_rss_mib = int(hwm[0].split()[1]) / 1024 if hwm else float("nan")
+    except (httpx.HTTPError, OSError, ValueError) as e:
+        run.error = f"{type(e).__name__}: {e}"[:200]
+    finally:
+        if p.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, 15)
+        p.wait(timeout=60)
+        rep.close()
+    return run
+
+
+# -- the machine: cgroups, the page cache, readahead, a loop device -----------------------------------
+class MemoryCgroup:
+    """Memory cgroups under this process's own (v1, or v2 where the memory controller can be
+    delegated): :meth:`make` one limited to ``limit`` bytes, whose ``cgroup.procs`` the launcher
+    writes the child's pid into; :meth:`drop` removes it."""
+
+    def __init__(self) -> None:
+        self.base: Path | None = None
+        self.v2 = False
+        self.why = ""
+        self._n = 0
+        try:
+            lines = Path("/proc/self/cgroup").read_text().splitlines()
+        except OSError as e:
+            self.why = str(e)
+            return
+        for line in lines:
+            _, ctrls, path = line.split(":", 2)
+            if "memory" in ctrls.split(","):
+                for root in (Path("/sys/fs/cgroup/memory"), Path("/sys/fs/cgroup")):
+                    d = root / path.lstrip("/")
+                    if (d / "memory.limit_in_bytes").exists():
+                        self.base = d
+                        return
+        for line in lines:
+            if line.startswith("0::"):
+                for root in (Path("/sys/fs/cgroup"), Path("/sys/fs/cgroup/unified")):
+                    d = root / line[3:].lstrip("/")
+                    if (d / "cgroup.subtree_control").exists() and "memory" in (d / "cgroup.controllers").read_text():
+                        try:
+                            (d / "cgroup.subtree_control").write_text("+memory")
+                        except OSError as e:
+                            self.why = f"cannot enable the memory controller under {d}: {e}"
+                            continue
+                        self.base, self.v2 = d, True
+                        return
+        self.why = self.why or "no memory cgroup this process can create groups in"
+
+    def make(self, limit: int | None) -> Path:
+        assert self.base is not None
+        self._n += 1
+        d = self.base / f"bmoe-bench-{os.getpid()}-{self._n}"
+        d.mkdir()
+        if limit is not None:
+            (d / ("memory.max" if self.v2 else "memory.limit_in_bytes")).write_text(str(int(limit)))
+        return d
+
+    def drop(self, d: Path) -> None:
+        if not self.v2:
+            with contextlib.suppress(OSError):
+                (d / "memory.force_empty").write_text("0")
+        for _ in range(50):
+            try:
+                d.rmdir()
+                return
+            except OSError:
+                time.sleep(0.1)
+
+
+def drop_cache(path: Path) -> float:
+    """Drop ``path``'s pages from the page cache (``posix_fadvise(DONTNEED)``); returns the share of
+    its pages still cached (``mincore``)."""
+    import numpy as np
+
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        size = os.fstat(fd).st_size
+        m = mmap.mmap(fd, size, prot=mmap.PROT_READ)
+    finally:
+        os.close(fd)
+    try:
+        view = np.frombuffer(m, dtype=np.uint8)
+        n = (size + mmap.PAGESIZE - 1) // mmap.PAGESIZE
+        vec = np.zeros(n, dtype=np.uint8)
+        libc = ctypes.CDLL(None)
+        libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+        rc = libc.mincore(ctypes.c_void_p(view.ctypes.data), ctypes.c_size_t(size), ctypes.c_void_p(vec.ctypes.data))
+        del view
+        return float((vec & 1).mean()) if rc == 0 else float("nan")
+    finally:
+        m.close()
+
+
+def warm_cache(path: Path) -> None:
+    """Read ``path`` through the page cache (the resident rows start warm, every runtime alike)."""
+    with open(path, "rb") as f:
+        while f.read(64 * MIB):
+            pass
+
+
+def readahead_kb(path: Path) -> int | None:
+    """``read_ahead_kb`` of the block device that holds ``path`` (None when it cannot be found)."""
+    st = os.stat(path)
+    d = Path(f"/sys/dev/block/{os.major(st.st_dev)}:{os.minor(st.st_dev)}")
+    for q in (d / "queue" / "read_ahead_kb", d.resolve().parent / "queue" / "read_ahead_kb"):
+        with contextlib.suppress(OSError):
+            return int(q.read_text())
+    return None
+
+
+@contextlib.contextmanager
+def loop_copy(model: Path, workdir: Path, ra_kb: int = 128) -> Iterator[Path | None]:
+    """A copy of ``model`` on an ext4 loop device (direct I/O to its image, readahead ``ra_kb``),
+    as root; yields its path, or None (not root, or a tool failed: the reason is printed). The
+    image stays in ``workdir`` for the next run."""
+    if os.geteuid() != 0 or not all(shutil.which(t) for t in ("losetup", "mkfs.ext4", "mount")):
+        print("  (no loop device: needs root, losetup, mkfs.ext4 and mount)")
+        yield None
+        return
+    img = workdir / f"{model.stem}.ext4"
+    mnt = Path(tempfile.mkdtemp(prefix="bmoe-loop-"))
+    dev = ""
+    try:
+        stamp = workdir / f"{model.stem}.ext4.ok"
+        want = f"{model.stat().st_size} {model.stat().st_mtime_ns}"
+        fresh = not (img.exists() and stamp.exists() and stamp.read_text() == want)
+        if fresh:
+            stamp.unlink(missing_ok=True)
+            with open(img, "wb") as f:
+                f.truncate(model.stat().st_size + 256 * MIB)
+            subprocess.run(["mkfs.ext4", "-q", "-F", str(img)], check=True, capture_output=True)
+        dev = subprocess.run(["losetup", "--find", "--show", "--direct-io=on", str(img)], check=True,
+                             capture_output=True, text=True).stdout.strip()
+        subprocess.run(["mount", dev, str(mnt)], check=True, capture_output=True)
+        copy = mnt / model.name
+        if fresh:
+            shutil.copyfile(model, copy)
+            os.sync()
+            stamp.write_text(want)
+        Path(f"/sys/block/{Path(dev).name}/queue/read_ahead_kb").write_text(str(ra_kb))
+        yield copy
+    except (OSError, subprocess.CalledProcessError) as e:
+        print(f"  (no loop device: {e})")
+        yield None
+    finally:
+        subprocess.run(["umount", str(mnt)], capture_output=True)
+        if dev:
+            subprocess.run(["losetup", "-d", dev], capture_output=True)
+        with contextlib.suppress(OSError):
+            mnt.rmdir()
+
+
+def dd_direct(path: Path) -> float:
+    """MiB/s of ``dd iflag=direct bs=1M`` over ``path`` (the disk's sequential bandwidth)."""
+    p = subprocess.run(["dd", f"if={path}", "of=/dev/null", "iflag=direct", "bs=1M"], capture_output=True, text=True)
+    m = re.search(r"(\d+) bytes .*? copied, ([\d.e-]+) s", p.stderr)
+    return int(m.group(1)) / MIB / float(m.group(2)) if m else float("nan")
+
+
+# -- the in-process part: the bare llama.cpp loop against the resident Engine -------------------------
 class BareLoop:
     """llama.cpp alone: mmap load, one context, the greedy sampler chain; nothing else per token."""
 
@@ -112,7 +451,8 @@ class BareLoop:
         L.llama_sampler_chain_add(self.smpl, L.llama_sampler_init_greedy())
         self.one = (L.llama_token * 1)()
 
-    def run(self, prompt: str, n: int) -> tuple[list[int], float]:
+    def run(self, prompt: str, n: int) -> tuple[list[int], float, float]:
+        """(tokens, seconds of the loop, seconds in llama_decode)."""
         L = self.L
         b = prompt.encode()
         buf = (L.llama_token * (len(b) + 16))()
@@ -120,6 +460,7 @@ class BareLoop:
         L.llama_memory_clear(L.llama_get_memory(self.ctx), True)
         L.llama_decode(self.ctx, L.llama_batch_get_one(buf, k))
         out: list[int] = []
+        dec = 0.0
         t0 = time.perf_counter()
         for _ in range(n):
             tok = L.llama_sampler_sample(self.smpl, self.ctx, -1)
@@ -127,8 +468,10 @@ class BareLoop:
                 break
             out.append(tok)
             self.one[0] = tok
+            td = time.perf_counter()
             L.llama_decode(self.ctx, L.llama_batch_get_one(self.one, 1))
-        return out, time.perf_counter() - t0
+            dec += time.perf_counter() - td
+        return out, time.perf_counter() - t0, dec
 
     def close(self) -> None:
         L = self.L
@@ -137,337 +480,238 @@ class BareLoop:
         L.llama_model_free(self.model)
 
 
-# -- rows -----------------------------------------------------------------------------------------
-def row_flags(row: str, bank_mib: float) -> list[str]:
-    """bmoe-run / bmoe-cli flags of a row (besides model, prompt, tokens, threads)."""
-    every = ["--cache-mb", f"{bank_mib + 1:.1f}"]
-    return {"resident": ["--no-moe-stream"], "all": every, "allcold": every,
-            "50": ["--cache-mb", f"{bank_mib * 0.5:.2f}"], "25": ["--cache-mb", f"{bank_mib * 0.25:.2f}"],
-            "50e1": ["--cache-mb", f"{bank_mib * 0.5:.2f}", "--early-prefetch", "1"],
-            "25e1": ["--cache-mb", f"{bank_mib * 0.25:.2f}", "--early-prefetch", "1"],
-            "off": ["--cache-mb", "0"], "off2": ["--cache-mb", "0", "--io-threads", "2"]}[row]
-
-
-def make_engine(row: str, model: str, bank_mib: float, n_ctx: int, threads: int):
+def in_process(model: Path, tokens: int, rounds: int, threads: int, n_ctx: int) -> dict:
+    """Bare loop against ``Engine(stream=False)`` in this process, interleaved: tok/s, the ratio,
+    and the host's microseconds per token outside ``llama_decode`` in each."""
     from bmoe_top.runtime.engine import Engine
 
-    kw = dict(n_ctx=n_ctx, n_threads=threads, quiet=True)
-    if row == "resident":
-        return Engine(model, stream=False, **kw)
-    if row in ("all", "allcold"):
-        return Engine(model, cache_mb=bank_mib + 1, **kw)
-    if row in ("50", "25"):
-        return Engine(model, cache_mb=bank_mib * int(row) / 100, **kw)
-    if row in ("50e1", "25e1"):
-        return Engine(model, cache_mb=bank_mib * int(row[:2]) / 100, early_prefetch=1, **kw)
-    return Engine(model, cache_mb=0, io_threads=2 if row == "off2" else 1, **kw)
-
-
-def timed_rows(model: str, rows: list[str], tokens: int, rounds: int, threads: int, n_ctx: int) -> dict[str, RowRuns]:
-    from bmoe_top.parsers.gguf_layout import read_layout
-
-    bank_mib = read_layout(model).expert_bank_bytes / MIB
-    engines = {r: make_engine(r, model, bank_mib, n_ctx, threads) for r in rows if r != "bare"}
-    bare = BareLoop(model, n_ctx, threads) if "bare" in rows else None
-    out = {r: RowRuns() for r in rows}
-    for e in engines.values():  # warm every engine once (page cache for the dense weights, code)
-        e.generate(PROMPT, 4)
-    if bare is not None:
-        bare.run(PROMPT, 4)
+    eng = Engine(model, stream=False, n_ctx=n_ctx, n_threads=threads, quiet=True)
+    bare = BareLoop(str(model), n_ctx, threads)
+    eng.generate(PROMPT, 4)
+    bare.run(PROMPT, 4)
+    got: dict[str, list[float]] = {"bare": [], "resident": [], "ratio": [], "bare_host_us": [], "res_host_us": []}
+    same = True
     for rnd in range(rounds):
-        order = rows[rnd % len(rows):] + rows[: rnd % len(rows)]
-        this: dict[str, float] = {}
-        for r in order:
-            rr = out[r]
-            if r == "bare":
-                assert bare is not None
-                toks, dt = bare.run(PROMPT, tokens)
-                rr.tokens.append(toks)
-                rr.tok_s.append(len(toks) / dt)
-                this[r] = len(toks) / dt
-                continue
-            e = engines[r]
-            if e.cache is not None:
-                e.cache.clear()  # a cold start, as a fresh process
-                if r == "all":
-                    e.cache.preload()  # the steady state is timed; the cold start is the row "allcold"
-            res = e.generate(PROMPT, tokens)
-            n = max(1, res.n_tokens)
-            rr.tokens.append(res.tokens)
-            this[r] = res.n_tokens / res.decode_s
-            rr.tok_s.append(this[r])
-            rr.dec_tok_s.append(res.decode_tok_s)
-            rr.s_tok.append(res.decode_s / n)
-            rr.mib_tok.append(res.read_bytes / MIB / n)
-            rr.xfer_mib_tok.append(res.xfer_bytes / MIB / n)
-            rr.hit_pct.append(res.hit_pct)
-            rr.mgmt_ms.append(res.mgmt_s / n * 1e3)
-            rr.io_ms.append(res.io_s / n * 1e3)
-            if res.io_s > 0:
-                rr.read_mib_s.append(res.xfer_bytes / MIB / res.io_s)
-            if res.n_reads:
-                rr.req_kib.append(res.xfer_bytes / res.n_reads / 1024)
-        if "resident" in this:
-            for r, v in this.items():
-                out[r].ratio.append(v / this["resident"])
-        print(f"  round {rnd + 1}/{rounds}: " + " ".join(f"{r}={this[r]:.1f}" for r in rows), flush=True)
-    for e in engines.values():
-        e.close()
-    if bare is not None:
-        bare.close()
+        order = ("bare", "resident") if rnd % 2 == 0 else ("resident", "bare")
+        this = {}
+        for name in order:
+            if name == "bare":
+                toks, dt, dec = bare.run(PROMPT, tokens)
+                this["bare"] = len(toks) / dt
+                got["bare_host_us"].append((dt - dec) / max(1, len(toks)) * 1e6)
+                bare_toks = toks
+            else:
+                res = eng.generate(PROMPT, tokens)
+                this["resident"] = res.n_tokens / res.decode_s
+                got["res_host_us"].append((res.decode_s - res.decode_call_s) / max(1, res.n_tokens) * 1e6)
+                res_toks = res.tokens
+        same = same and bare_toks == res_toks
+        got["bare"].append(this["bare"])
+        got["resident"].append(this["resident"])
+        got["ratio"].append(this["resident"] / this["bare"])
+    eng.close()
+    bare.close()
+    out = {k: statistics.median(v) for k, v in got.items()}
+    out["same_tokens"] = same
     return out
 
 
-# -- processes: peak RSS and the C++ peer ---------------------------------------------------------
-TIME = "/usr/bin/time"
-
-
-def run_child(cmd: list[str]) -> tuple[str, float]:
-    """Run ``cmd``; (stdout, peak RSS of the whole child process in MiB). Measured by
-    ``/usr/bin/time -v`` when present (its own small process forks the child, so the figure is
-    the child's alone: a fork of this large process would carry this process's peak into the
-    child's ``getrusage`` until ``exec``), else from the child's VmHWM in its CSV ``# summary``."""
-    if os.path.exists(TIME):
-        p = subprocess.run([TIME, "-v", *cmd], capture_output=True, text=True, errors="replace")
-        if p.returncode != 0:
-            raise RuntimeError(f"{cmd[0]} exited {p.returncode}: {' '.join(cmd)}")
-        m = re.search(r"Maximum resident set size \(kbytes\): (\d+)", p.stderr)
-        return p.stdout, (int(m.group(1)) / 1024.0 if m else float("nan"))
-    with tempfile.TemporaryDirectory() as td:
-        csv = os.path.join(td, "run.csv")
-        p = subprocess.run([*cmd, "--csv", csv], capture_output=True, text=True, errors="replace")
-        if p.returncode != 0:
-            raise RuntimeError(f"{cmd[0]} exited {p.returncode}: {' '.join(cmd)}")
-        m = re.search(r"peak_rss_MiB=([\d.]+)", Path(csv).read_text())
-        return p.stdout, (float(m.group(1)) if m else float("nan"))
-
-
-def cli_cmd(binary: list[str], model: str, row: str, bank_mib: float, tokens: int, threads: int,
-            n_ctx: int, peer: bool = False, whole_mib: bool = False) -> list[str]:
-    """The command line of one row; ``peer``: for bmoe-cli, which takes whole MiB, streams only
-    with ``--moe-stream``, defaults to 4 read lanes and refuses budgets under 1,500 MiB without
-    ``--force-cache``; ``whole_mib``: budgets rounded to whole MiB, as bmoe-cli reads them)."""
-    flags = row_flags(row, bank_mib)
-    if peer or whole_mib:
-        flags = [f"{float(f):.0f}" if flags[i - 1:i] == ["--cache-mb"] else f for i, f in enumerate(flags)]
+# -- rows ------------------------------------------------------------------------------------------------
+def row_flags(row: str, bank_mib: float, peer: bool) -> list[str]:
+    """The flags of a row for bmoe-run (``peer`` False) or bmoe-cli: whole-MiB budgets for both;
+    bmoe-cli streams only with ``--moe-stream`` and refuses budgets under 1,500 MiB without
+    ``--force-cache``."""
+    if row == "resident":
+        return [] if peer else ["--no-moe-stream"]
+    mib = {"all": bank_mib + 1, "50": bank_mib * 0.5, "25": bank_mib * 0.25}.get(row, 0.0)
+    flags = ["--cache-mb", f"{mib:.0f}", "--io-threads", "2" if row == "off2" else "1"]
     if peer:
-        if row == "resident":
-            flags = []
-        else:
-            flags = ["--moe-stream", "--force-cache", *flags]
-            if "--io-threads" not in flags:
-                flags += ["--io-threads", "1"]
-    return [*binary, "-m", model, "-p", PROMPT, "-n", str(tokens), "-t", str(threads), "-c", str(n_ctx), *flags]
+        flags = ["--moe-stream", "--force-cache", *flags]
+    elif row in ("50", "25"):
+        flags.append("--force-cache")
+    return flags
 
 
-def cli_tok_s(stdout: str) -> float:
-    """tok/s of a ``generation:`` line (bmoe-cli: the decode calls; bmoe-run: per-token wall)."""
-    m = re.search(r"generation:\s+\d+ tokens?, [\d.]+ s/token \(([\d.]+) tok/s\)", stdout)
-    return float(m.group(1)) if m else float("nan")
-
-
-def decode_tok_s(stdout: str) -> float:
-    """bmoe-run's ``llama_decode``-only tok/s (bmoe-cli's definition), from its ``generation:`` line."""
-    m = re.search(r"([\d.]+) tok/s in llama_decode alone", stdout)
-    return float(m.group(1)) if m else float("nan")
-
-
-def bmoe_run() -> list[str]:
+def bmoe_run_cmd() -> list[str]:
     return [sys.executable, "-m", "bmoe_top.runtime.cli"]
 
 
-def peak_rss(model: str, rows: list[str], tokens: int, threads: int, n_ctx: int) -> dict[str, float]:
+def common_args(model: Path, tokens: int, threads: int, n_ctx: int) -> list[str]:
+    return ["-m", str(model), "-p", PROMPT, "-n", str(tokens), "-t", str(threads), "-c", str(n_ctx)]
+
+
+@dataclass
+class Cell:
+    runs: list[Run] = field(default_factory=list)
+    ratios: list[float] = field(default_factory=list)  # bmoe-run tok/s over this runtime's, per round
+
+
+def ensure_model(d: Path, name: str) -> Path:
+    preset, qtype = name.split("-", 1)
+    path = d / f"{name}.gguf"
+    if not path.exists():
+        from bmoe_top.runtime.models import make_model
+
+        print(f"making {path} ...", flush=True)
+        make_model(path, preset=preset, qtype=qtype)
+    return path
+
+
+def bench_model(path: Path, args: argparse.Namespace, cli: str | None, server: Path | None,
+                cg: MemoryCgroup) -> dict:
     from bmoe_top.parsers.gguf_layout import read_layout
 
-    bank_mib = read_layout(model).expert_bank_bytes / MIB
-    out = {}
-    for r in rows:
-        if r in ("bare", "allcold", "50e1", "25e1"):  # the budgets of "all", "50", "25": same peak
-            continue
-        _, out[r] = run_child([*cli_cmd(bmoe_run(), model, r, bank_mib, tokens, threads, n_ctx), "--quiet"])
-    return out
+    lay = read_layout(path)
+    bank = lay.expert_bank_bytes / MIB
+    rows = [r for r in args.rows.split(",") if r in ROWS]
+    print(f"\n{path.stem}: {lay.n_layer} layers x {lay.n_expert} experts, top-{lay.n_expert_used}, expert bank "
+          f"{bank:.0f} MiB, file {lay.file_size / MIB:.0f} MiB", flush=True)
+    ra = readahead_kb(path)
+    print(f"  disk: read_ahead_kb {ra} (the model's device), dd iflag=direct bs=1M {dd_direct(path):.0f} MiB/s",
+          flush=True)
+    result: dict = {"model": path.stem, "bank_mib": bank, "file_mib": lay.file_size / MIB, "read_ahead_kb": ra}
+    if args.inproc_rounds:
+        ip = in_process(path, args.tokens, args.inproc_rounds, args.threads, args.ctx)
+        print(f"  in process: bare llama.cpp loop {ip['bare']:.1f} tok/s, resident Engine {ip['resident']:.1f} "
+              f"tok/s = {ip['ratio']:.3f} of it; host work per token outside llama_decode: bare "
+              f"{ip['bare_host_us']:.0f} us, Engine {ip['res_host_us']:.0f} us; same tokens {ip['same_tokens']}",
+              flush=True)
+        result["in_process"] = ip
+    runtimes = ["run"] + (["cli"] if cli else []) + (["mmap"] if server and cg.base else [])
+    if server is None:
+        print("  (no mmap baseline: llama-server is not built; make llama-server)")
+    elif cg.base is None:
+        print(f"  (no mmap baseline: {cg.why})")
+    with contextlib.ExitStack() as stack:
+        loop = stack.enter_context(loop_copy(path, path.parent)) if "mmap" in runtimes and args.loop else None
+        if loop is not None:
+            runtimes.append("mmap128")
+        cells = {(r, rt): Cell() for r in rows for rt in runtimes}
+        cached: list[float] = []
+        for rnd in range(args.rounds):
+            for row in rows[rnd % len(rows):] + rows[: rnd % len(rows)]:
+                others = runtimes[1:]
+                k = rnd % max(1, len(others))
+                order = ["run"] + others[k:] + others[:k]
+                this: dict[str, Run] = {}
+                for rt in order:
+                    src = loop if rt == "mmap128" and loop is not None else path
+                    if row == "resident":
+                        warm_cache(src)
+                    else:
+                        cached.append(drop_cache(src))
+                    if rt == "run":
+                        cmd = [*bmoe_run_cmd(), *common_args(path, args.tokens, args.threads, args.ctx),
+                               *row_flags(row, bank, peer=False), "--quiet"]
+                        run = run_cli(cmd)
+                    elif rt == "cli":
+                        assert cli is not None
+                        run = run_cli([cli, *common_args(path, args.tokens, args.threads, args.ctx),
+                                       *row_flags(row, bank, peer=True)])
+                    else:
+                        assert server is not None
+                        limit = None if row == "resident" else this["run"].peak_rss_mib * MIB
+                        model = loop if rt == "mmap128" and loop is not None else path
+                        d = cg.make(limit if limit == limit else None)
+                        try:
+                            run = run_mmap(server, model, args.mmap_tokens, args.threads, args.ctx,
+                                           procs=str(d / "cgroup.procs"), timeout=args.mmap_timeout)
+                        finally:
+                            cg.drop(d)
+                    this[rt] = run
+                    cells[(row, rt)].runs.append(run)
+                for rt, run in this.items():
+                    if rt != "run":
+                        cells[(row, rt)].ratios.append(this["run"].tok_s / run.tok_s if run.tok_s else float("nan"))
+                print(f"  round {rnd + 1} {row:>8}: " + "  ".join(
+                    f"{rt} {r.tok_s:.1f} tok/s {r.peak_rss_mib:.0f} MiB" + (f" [{r.error}]" if r.error else "")
+                    for rt, r in this.items()), flush=True)
+    result["cached_after_drop_max"] = max(cached) if cached else None
+    result["rows"] = report(path.stem, rows, runtimes, cells, args)
+    return result
 
 
-#: rows compared with bmoe-cli (it has no warm-cache preload and no early prefetch)
-PEER_ROWS = ("resident", "all", "50", "25", "off", "off2")
+def med(xs: list[float]) -> float:
+    xs = [x for x in xs if x == x]
+    return statistics.median(xs) if xs else float("nan")
 
 
-def versus_cli(cli: str, model: str, rows: list[str], tokens: int, rounds: int, threads: int,
-               n_ctx: int) -> dict[str, dict[str, float]]:
-    """bmoe-run against bmoe-cli, both as child processes, every row of a round run by both back
-    to back (which goes first alternates by round), medians over rounds. Per row: ``run_cli``
-    bmoe-run per-token wall / bmoe-cli tok/s, ``dec_cli`` bmoe-run ``llama_decode`` alone /
-    bmoe-cli (the same definition), and each runtime's own streamed/resident ratio of the round
-    (``run_ratio``, ``cli_ratio``; resident must be among ``rows``)."""
-    from bmoe_top.parsers.gguf_layout import read_layout
-
-    bank_mib = read_layout(model).expert_bank_bytes / MIB
-    todo = [r for r in PEER_ROWS if r in rows]
-    got: dict[str, dict[str, list[float]]] = {r: {"run": [], "dec": [], "cli": []} for r in todo}
-    for rnd in range(rounds):
-        for r in todo[rnd % len(todo):] + todo[: rnd % len(todo)]:
-            pair = [(bmoe_run(), "run"), ([cli], "cli")]
-            if rnd % 2:
-                pair.reverse()
-            for binary, name in pair:
-                extra = ["--quiet"] if name == "run" else []
-                out, _ = run_child([*cli_cmd(binary, model, r, bank_mib, tokens, threads, n_ctx, peer=name == "cli",
-                                            whole_mib=True),
-                                    *extra])
-                got[r][name].append(cli_tok_s(out))
-                if name == "run":
-                    got[r]["dec"].append(decode_tok_s(out))
-        print(f"  peer round {rnd + 1}/{rounds}: " + " ".join(
-            f"{r}={got[r]['run'][-1]:.1f}/{got[r]['cli'][-1]:.1f}" for r in todo), flush=True)
-    out: dict[str, dict[str, float]] = {}
-    for r in todo:
-        g = got[r]
-        out[r] = {"run_cli": med([a / b for a, b in zip(g["run"], g["cli"])]),
-                  "dec_cli": med([a / b for a, b in zip(g["dec"], g["cli"])])}
-        if "resident" in got:
-            res = got["resident"]
-            out[r]["run_ratio"] = med([a / b for a, b in zip(g["run"], res["run"])])
-            out[r]["cli_ratio"] = med([a / b for a, b in zip(g["cli"], res["cli"])])
-    return out
-
-
-# -- the disk ---------------------------------------------------------------------------------------
-def dd_direct(path: str, bs: int, count: int | None = None) -> float:
-    """MiB/s of ``dd iflag=direct bs=BS`` over ``path`` (bytes and seconds from dd's report)."""
-    cmd = ["dd", f"if={path}", "of=/dev/null", "iflag=direct", f"bs={bs}"]
-    if count:
-        cmd.append(f"count={count}")
-    p = subprocess.run(cmd, capture_output=True, text=True, check=True)
-    m = re.search(r"(\d+) bytes .*? copied, ([\d.e-]+) s", p.stderr)
-    if not m:
-        raise RuntimeError(f"cannot parse dd output: {p.stderr!r}")
-    return int(m.group(1)) / MIB / float(m.group(2))
-
-
-# -- report -----------------------------------------------------------------------------------------
-def report(qtype: str, model: str, runs: dict[str, RowRuns], tokens: int, rounds: int, threads: int) -> dict:
-    from bmoe_top.parsers.gguf_layout import read_layout
-
-    lay = read_layout(model)
-    name = QTYPE_NAMES.get(qtype, qtype)
-    print(f"\n{name} bench preset: {lay.expert_bank_bytes / MIB:.1f} MiB expert bank, {tokens} greedy tokens, "
-          f"-t {threads}, {rounds} rounds interleaved, medians")
-    hdr = (f"{'row':<28} {'tok/s':>7} {'best':>7} {'dec tok/s':>9} {'MiB/tok':>8} {'pages':>7} {'hit%dec':>7} "
-           f"{'mgmt ms':>7} {'RSS MiB':>7} {'ratio':>6} {'best':>6}  goal")
+def report(name: str, rows: list[str], runtimes: list[str], cells: dict[tuple[str, str], Cell],
+           args: argparse.Namespace) -> dict:
+    cols = {"run": "bmoe-run", "cli": "bmoe-cli", "mmap": "mmap", "mmap128": "mmap 128K"}
+    others = runtimes[1:]
+    print(f"\n{name}: {args.tokens} greedy tokens (mmap {args.mmap_tokens}), -t {args.threads}, {args.rounds} rounds "
+          "interleaved, medians; ratio = bmoe-run tok/s over the other's, median of the rounds")
+    hdr = f"{'row':<20} {'bmoe-run':>9}" + "".join(f" {cols[o]:>10} {'ratio':>7}" for o in others)
     print(hdr)
     print("-" * len(hdr))
-    summary: dict[str, dict] = {}
-    for r, rr in runs.items():
-        res_best = max(runs["resident"].tok_s) if "resident" in runs else float("nan")
-        if r == "bare":
-            ratio = med([a / b for a, b in zip(runs["resident"].tok_s, rr.tok_s)]) if "resident" in runs else None
-            best = res_best / max(rr.tok_s)
-            goal = "resident/bare >= 0.98"
-            ratio_txt = f"{ratio:.3f}" if ratio else ""
-        elif r == "resident":
-            ratio, best, goal, ratio_txt = None, 1.0, "", "1.000"
-        else:
-            ratio = med(rr.ratio)
-            best = max(rr.tok_s) / res_best
-            cpp = CPP_RATIOS.get(r, {}).get(qtype)
-            goal = f">= {cpp} (C++)" if cpp else "(no C++ figure)"
-            ratio_txt = f"{ratio:.3f}"
-        hit = med(rr.hit_pct)
-        hit_txt = "-" if not rr.hit_pct or hit < 0 else f"{hit:.1f}"
-        rss = f"{rr.rss_mib:.0f}" if rr.rss_mib else "-"
-        def cell(xs: list[float], fmt: str) -> str:
-            return format(med(xs), fmt) if xs else "-"
-        print(f"{LABELS[r]:<28} {cell(rr.tok_s, '7.1f')} {max(rr.tok_s):7.1f} {cell(rr.dec_tok_s, '9.1f')} "
-              f"{cell(rr.mib_tok, '8.3f')} {cell(rr.xfer_mib_tok, '7.3f')} {hit_txt:>7} {cell(rr.mgmt_ms, '7.3f')} "
-              f"{rss:>7} {ratio_txt:>6} {best:6.3f}  {goal}")
-        summary[r] = {"tok_s": med(rr.tok_s), "dec_tok_s": med(rr.dec_tok_s), "mib_tok": med(rr.mib_tok),
-                      "xfer_mib_tok": med(rr.xfer_mib_tok), "hit_pct_decode": hit, "mgmt_ms_tok": med(rr.mgmt_ms),
-                      "rss_mib": rr.rss_mib, "ratio": ratio, "ratio_of_bests": best, "tok_s_runs": rr.tok_s}
-    same = all(t == runs["resident"].tokens[0] for r, rr in runs.items() for t in rr.tokens) if "resident" in runs \
-        else None
-    print(f"every row produced the same tokens: {same}")
-    summary["identical"] = same
-    if "off" in runs and "resident" in runs:
-        dd1m = statistics.median(dd_direct(model, 1 << 20) for _ in range(3))
-        off = runs["off"]
-        compute_s = med(runs["resident"].s_tok)
-        read_s = med(off.xfer_mib_tok) / dd1m
-        limit = 1.0 / (compute_s + read_s)
-        ratio = med(off.tok_s) / limit
-        print(f"cache off serial limit: {limit:.1f} tok/s = compute {compute_s * 1e3:.2f} ms (resident) + "
-              f"{med(off.xfer_mib_tok):.2f} MiB at dd iflag=direct bs=1M {dd1m:.0f} MiB/s ({read_s * 1e3:.2f} ms); "
-              f"bmoe-run {med(off.tok_s):.1f} tok/s = {ratio:.3f} of it (goal >= 0.7)")
-        req = int(round(med(off.req_kib))) * 1024 if off.req_kib else 1 << 20
-        req = max(4096, req // 4096 * 4096)
-        count = max(16, int(lay.file_size // req // 2))
-        dd_req = statistics.median(dd_direct(model, req, count) for _ in range(3))
-        ours = med(off.read_mib_s)
-        print(f"cold reads (cache off, 1 lane): {ours:.0f} MiB/s in {req // 1024} KiB requests vs dd iflag=direct "
-              f"bs={req // 1024}k {dd_req:.0f} MiB/s = {ours / dd_req:.3f} (goal >= 0.8)")
-        summary["serial_limit"] = {"limit_tok_s": limit, "ratio": ratio, "dd_1m_mib_s": dd1m,
-                                   "compute_ms": compute_s * 1e3, "read_ms": read_s * 1e3}
-        summary["cold_reads"] = {"mib_s": ours, "request_kib": req // 1024, "dd_mib_s": dd_req,
-                                 "ratio": ours / dd_req}
-        if "off2" in runs:
-            o2 = med(runs["off2"].read_mib_s)
-            print(f"cold reads (cache off, 2 lanes): {o2:.0f} MiB/s = {o2 / dd_req:.3f} of dd at the same size")
-    if runs.get("25") and runs["25"].rss_mib and runs.get("resident") and runs["resident"].rss_mib:
-        q = runs["25"].rss_mib / runs["resident"].rss_mib
-        print(f"peak RSS of the whole process, load included: 25% {runs['25'].rss_mib:.0f} MiB / resident "
-              f"{runs['resident'].rss_mib:.0f} MiB = {q:.3f} (goal < 0.5)")
-        summary["rss_25_over_resident"] = q
-    return summary
+    out: dict = {}
+    base_text = next((r.text for r in cells[("resident", "run")].runs if r.text), None) if "resident" in rows else None
+    for row in rows:
+        run = cells[(row, "run")]
+        line = f"{LABELS[row]:<20} {med([r.tok_s for r in run.runs]):9.2f}"
+        out[row] = {"run": summarize(run)}
+        for o in others:
+            c = cells[(row, o)]
+            line += f" {med([r.tok_s for r in c.runs]):10.2f} {med(c.ratios):7.3f}"
+            out[row][o] = summarize(c)
+        print(line)
+    print(f"\n{'row':<20} " + " ".join(f"{cols[r] + ' RSS':>13}" for r in runtimes) + "   disk MiB/token: "
+          + " ".join(f"{cols[r]:>9}" for r in runtimes))
+    for row in rows:
+        line = f"{LABELS[row]:<20} " + " ".join(f"{med([r.peak_rss_mib for r in cells[(row, rt)].runs]):13.0f}"
+                                                 for rt in runtimes)
+        line += "                   " + " ".join(f"{med([r.disk_mib_tok for r in cells[(row, rt)].runs]):9.3f}"
+                                                 for rt in runtimes)
+        print(line)
+    loads = {rt: med([r.load_s for row in rows for r in cells[(row, rt)].runs if row != "resident"])
+             for rt in runtimes if rt in ("run", "cli")}
+    print("model load s (streamed rows, medians): " + ", ".join(f"{cols[k]} {v:.2f}" for k, v in loads.items()))
+    # the mmap runs make fewer tokens, and the server holds back a last incomplete UTF-8 character
+    same = {rt: all((r.text == base_text) if not rt.startswith("mmap") else base_text.startswith(r.text)
+                    for row in rows for r in cells[(row, rt)].runs)
+            for rt in runtimes} if base_text is not None else {}
+    print("same text as bmoe-run resident in every run (mmap: its first tokens): "
+          + ", ".join(f"{cols[k]} {v}" for k, v in same.items()))
+    out["load_s"] = loads
+    out["same_text"] = same
+    return out
+
+
+def summarize(c: Cell) -> dict:
+    return {"tok_s": med([r.tok_s for r in c.runs]), "dec_tok_s": med([r.dec_tok_s for r in c.runs]),
+            "ratio": med(c.ratios) if c.ratios else None, "peak_rss_mib": med([r.peak_rss_mib for r in c.runs]),
+            "disk_mib_tok": med([r.disk_mib_tok for r in c.runs]), "load_s": med([r.load_s for r in c.runs]),
+            "errors": [r.error for r in c.runs if r.error], "runs": [asdict(r) | {"text": None} for r in c.runs]}
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default=",".join(MODELS), help="preset-qtype names (made in --dir when missing)")
+    ap.add_argument("--rows", default=",".join(ROWS))
     ap.add_argument("--tokens", type=int, default=128)
+    ap.add_argument("--mmap-tokens", type=int, default=32,
+                    help="tokens of the mmap baseline (it thrashes when limited)")
+    ap.add_argument("--mmap-timeout", type=float, default=600, help="seconds an mmap run may take")
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--inproc-rounds", type=int, default=5, help="rounds of the bare loop against resident (0: skip)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--ctx", type=int, default=512)
-    ap.add_argument("--dir", default=None, help="where the bench models are (made when missing)")
-    ap.add_argument("--qtypes", default="q4_k,q8_0")
-    ap.add_argument("--rows", default=",".join(ROWS))
-    ap.add_argument("--no-rss", action="store_true", help="skip the peak-RSS child runs")
-    ap.add_argument("--peer-only", action="store_true",
-                    help="with BMOE_CLI: only the comparison with bmoe-cli (child processes)")
+    ap.add_argument("--dir", default=None, help="where the models (and loop images) are kept")
+    ap.add_argument("--no-loop", dest="loop", action="store_false", help="skip the 128 KiB loop-device mmap runs")
+    ap.add_argument("--json", default=None, help="also write the results as JSON here")
     args = ap.parse_args(argv)
-    if args.dir is None:
-        with tempfile.TemporaryDirectory(prefix="bmoe-bench-") as td:
-            return _bench(Path(td), args)
-    d = Path(args.dir)
+    d = Path(args.dir) if args.dir else Path(tempfile.gettempdir()) / "bmoe-bench-models"
     d.mkdir(parents=True, exist_ok=True)
-    return _bench(d, args)
-
-
-def _bench(d: Path, args: argparse.Namespace) -> int:
-    from bmoe_top.runtime.models import make_model
-
-    rows = [r for r in args.rows.split(",") if r in ROWS]
-    results = {}
     cli = os.environ.get("BMOE_CLI")
-    for qtype in args.qtypes.split(","):
-        model = d / f"bench-{qtype}.gguf"
-        if not model.exists():
-            make_model(model, preset="bench", qtype=qtype)
-        print(f"{QTYPE_NAMES.get(qtype, qtype)}: {model}", flush=True)
-        results[qtype] = {}
-        if not args.peer_only:
-            runs = timed_rows(str(model), rows, args.tokens, args.rounds, args.threads, args.ctx)
-            if not args.no_rss:
-                for r, mib in peak_rss(str(model), rows, args.tokens, args.threads, args.ctx).items():
-                    runs[r].rss_mib = mib
-            results[qtype] = report(qtype, str(model), runs, args.tokens, args.rounds, args.threads)
-        if cli:
-            vs = versus_cli(cli, str(model), rows, args.tokens, args.rounds, args.threads, args.ctx)
-            print(f"{QTYPE_NAMES.get(qtype, qtype)} against bmoe-cli ({cli}; child processes, whole-MiB budgets, "
-                  f"medians over {args.rounds} rounds):")
-            print(f"  {'row':<28} {'run/cli':>8} {'dec/cli':>8} {'run: row/res':>13} {'cli: row/res':>13}")
-            for r, v in vs.items():
-                print(f"  {LABELS[r]:<28} {v['run_cli']:8.3f} {v['dec_cli']:8.3f} "
-                      f"{v.get('run_ratio', float('nan')):13.3f} {v.get('cli_ratio', float('nan')):13.3f}")
-            results[qtype]["vs_bmoe_cli"] = vs
+    server = llama_server_binary()
+    cg = MemoryCgroup()
+    print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}; bmoe-cli: {cli or '-'}; "
+          f"llama-server: {server or '-'}; memory cgroup: {cg.base or cg.why} ({'v2' if cg.v2 else 'v1'})", flush=True)
+    results = [bench_model(ensure_model(d, name), args, cli, server, cg) for name in args.models.split(",")]
     print(json.dumps(results, default=float))
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, default=float, indent=1))
     return 0
 
 
