@@ -50,6 +50,7 @@ static const struct bmoe_field hook_fields[] = {
     FIELD(bmoe_hook, n_layer), FIELD(bmoe_hook, n_expert), FIELD(bmoe_hook, resident), FIELD(bmoe_hook, layer_hits),
     FIELD(bmoe_hook, touch), FIELD(bmoe_hook, touch_cap), FIELD(bmoe_hook, n_touch), FIELD(bmoe_hook, fast_misses),
     FIELD(bmoe_hook, cache), FIELD(bmoe_hook, src_offset), FIELD(bmoe_hook, type_offset),
+    FIELD(bmoe_hook, layer_misses), FIELD(bmoe_hook, ever),
 };
 
 static const struct bmoe_field job_fields[] = {
@@ -568,6 +569,7 @@ struct bmoe_cache {
     long page;
     /* counters since the last take (Python moves them into its counters) */
     int64_t io_ns, mgmt_ns, read_bytes, xfer_bytes, reads;
+    int64_t evictions, rereads, misses;
     /* scratch */
     struct bmoe_job *jobs;
     int jobs_cap;
@@ -672,8 +674,8 @@ void bmoe_cache_sync(struct bmoe_cache *c, const int32_t *ids, int n, int64_t bu
     c->resident_bytes = resident_bytes;
 }
 
-/* counters since the last call: io_ns, mgmt_ns, read_bytes, xfer_bytes, reads, moved_pages; then
- * zeroed */
+/* counters since the last call: io_ns, mgmt_ns, read_bytes, xfer_bytes, reads, moved_pages,
+ * evictions, rereads, misses served; then zeroed. out[9]: the resident bytes now. */
 void bmoe_cache_take(struct bmoe_cache *c, int64_t *out) {
     out[0] = c->io_ns;
     out[1] = c->mgmt_ns;
@@ -681,7 +683,19 @@ void bmoe_cache_take(struct bmoe_cache *c, int64_t *out) {
     out[3] = c->xfer_bytes;
     out[4] = c->reads;
     out[5] = c->moved_pages;
+    out[6] = c->evictions;
+    out[7] = c->rereads;
+    out[8] = c->misses;
+    out[9] = c->resident_bytes;
     c->io_ns = c->mgmt_ns = c->read_bytes = c->xfer_bytes = c->reads = c->moved_pages = 0;
+    c->evictions = c->rereads = c->misses = 0;
+}
+
+/* the LRU order (ids il*n_expert+e, least recent first) into out[0..cap); returns how many */
+int bmoe_cache_order(const struct bmoe_cache *c, int32_t *out, int cap) {
+    int n = 0;
+    for (int32_t id = c->head; id >= 0 && n < cap; id = c->next[id]) out[n++] = id;
+    return n;
 }
 
 void bmoe_cache_free(struct bmoe_cache *c) {
@@ -750,6 +764,7 @@ static void evict_victims(struct bmoe_hook *h, struct bmoe_cache *c, uint8_t *re
         int32_t id = c->victims[v];
         lru_unlink(c, id);
         res[id] = 0;
+        c->evictions++;
         c->resident_bytes -= c->ebytes[id / ne];
         h->touch[h->n_touch++] = (id / ne) | BMOE_LOG_EVICT << 16;
         h->touch[h->n_touch++] = id % ne;
@@ -961,8 +976,12 @@ static bool serve_layer(struct bmoe_hook *h, void *t, int il) {
         return false;
     }
     c->read_bytes += need;
+    c->misses += nm;
+    h->layer_misses[il] += (uint64_t) nm;
     for (int i = 0; i < nm; ++i) {
         int32_t id = il * ne + miss[i];
+        c->rereads += h->ever[id];
+        h->ever[id] = 1;
         res[id] = 1;
         lru_push(c, id);
         c->resident_bytes += c->ebytes[il];
@@ -1095,6 +1114,7 @@ static void pre_settle(struct bmoe_cache *c) {
             continue;
         }
         res[id] = 1;
+        h->ever[id] = 1;
         lru_push(c, id);
         c->read_bytes += c->ebytes[il];
         h->touch[h->n_touch++] = il | BMOE_LOG_PREFETCH << 16;

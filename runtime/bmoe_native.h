@@ -53,6 +53,8 @@ struct bmoe_hook {
     int fast_misses;           /* route: one-token layers with misses are served here (cache set) */
     struct bmoe_cache *cache;  /* the native LRU mirror and the layers' tensors, or NULL */
     size_t src_offset, type_offset; /* struct ggml_tensor field offsets */
+    uint64_t *layer_misses;   /* [n_layer]: misses served here, since load */
+    uint8_t *ever;            /* [n_layer * n_expert]: 1 = was resident once (a miss on it is a re-read) */
 };
 
 /* read len bytes at off of fd into dst (direct: fd is O_DIRECT) */
@@ -91,6 +93,7 @@ int bmoe_cache_tensor(struct bmoe_cache *c, int il, void *addr, uint64_t file_of
                       uint64_t map_size, int fd, int direct);
 void bmoe_cache_sync(struct bmoe_cache *c, const int32_t *ids, int n, int64_t budget, int64_t resident_bytes);
 void bmoe_cache_take(struct bmoe_cache *c, int64_t *out);
+int bmoe_cache_order(const struct bmoe_cache *c, int32_t *out, int cap);
 int bmoe_cache_prefetch(struct bmoe_cache *c, int m, const int32_t *next_layer);
 void bmoe_cache_settle(struct bmoe_cache *c);
 void bmoe_cache_free(struct bmoe_cache *c);

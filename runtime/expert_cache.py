@@ -91,7 +91,9 @@ class ExpertCache:
         self.overlap = bool(overlap or prefetch > 0)
         self.prefetch = int(prefetch) if prefetch else (1 if overlap else 0)
         self.layer_bufs: list[list[TensorBuffer]] = store.layer_bufs
-        self.lru: OrderedDict[tuple[int, int], int] = OrderedDict()  # (il, e) -> bytes
+        self._lru: OrderedDict[tuple[int, int], int] = OrderedDict()  # (il, e) -> bytes; see :attr:`lru`
+        #: the native LRU mirror changed the order since the Python LRU was last pulled from it
+        self._lru_stale = False
         self.resident_bytes = 0
         self.inflight: dict[tuple[int, int], tuple[Future, int]] = {}
         self.inflight_bytes = 0
@@ -108,7 +110,6 @@ class ExpertCache:
         self.spec_experts = 0
         self.spec_useful = 0
         self.rereads = 0  # misses on experts that had been resident before (evicted, read again)
-        self._ever: set[tuple[int, int]] = set()
         self._spec_pending: set[tuple[int, int]] = set()  # prefetched, not yet routed
         self._spec_lock = threading.Lock()
         self._spec_busy = 0.0
@@ -124,8 +125,12 @@ class ExpertCache:
         # (layer, expert), the hits it counted per layer, the (layer, expert) pairs it touched
         self._n_expert = layout.n_expert
         self._flags = (ctypes.c_uint8 * (layout.n_layer * layout.n_expert))()
+        #: 1 = was resident once (a miss on it is a re-read), per (layer, expert)
+        self._ever = (ctypes.c_uint8 * (layout.n_layer * layout.n_expert))()
         self._native_hits = (ctypes.c_uint64 * layout.n_layer)()
         self._native_seen = [0] * layout.n_layer
+        self._native_misses = (ctypes.c_uint64 * layout.n_layer)()
+        self._native_mseen = [0] * layout.n_layer
         k = max(1, layout.n_expert_used)
         self._touch = (ctypes.c_int32 * (2 * (6 * layout.n_layer * k + layout.n_layer * layout.n_expert) + 16))()
         self.native: HookState | None = None
@@ -134,7 +139,10 @@ class ExpertCache:
         self._clib: Any = None
         #: the Python LRU changed outside the native log since the mirror was last synced
         self._c_dirty = True
-        self._ctake = (ctypes.c_int64 * 6)()
+        self._ctake = (ctypes.c_int64 * 10)()
+        self._corder: Any = None  # the buffer bmoe_cache_order fills
+        #: the per-layer routing of the layers the native callback served is wanted (tok.route)
+        self._route_wanted = False
         #: let the native callback serve one-token layers with misses too (when it can)
         self.native_misses = True
         #: misses the native callback served (read and admitted) since load
@@ -152,13 +160,24 @@ class ExpertCache:
         self.streamed_bytes = sum(layout.expert_bytes[il] * layout.n_expert
                                   for il in range(layout.n_layer) if self.layer_bufs[il])
 
+    @property
+    def lru(self) -> OrderedDict[tuple[int, int], int]:
+        """The LRU: (layer, expert) -> bytes, least recently used first. While the native callback
+        serves the layers it holds the order; it is pulled from there when asked for."""
+        if self._lru_stale:
+            self._pull_native_order()
+        return self._lru
+
     # -- the native fast paths -----------------------------------------------------------------
     def attach_native(self, state: HookState) -> None:
-        """Share the resident flags, hit counters and touch log with the native callback."""
+        """Share the resident flags, hit and miss counters, the re-read flags and the touch log
+        with the native callback."""
         state.n_layer = self.layout.n_layer
         state.n_expert = self.layout.n_expert
         state.resident = ctypes.addressof(self._flags)
         state.layer_hits = ctypes.addressof(self._native_hits)
+        state.layer_misses = ctypes.addressof(self._native_misses)
+        state.ever = ctypes.addressof(self._ever)
         state.touch = ctypes.addressof(self._touch)
         state.touch_cap = len(self._touch)
         state.n_touch = 0
@@ -213,6 +232,7 @@ class ExpertCache:
             arr = (ctypes.c_int32 * len(nxt))(*nxt)
             self._c_prefetch = m if self._clib.bmoe_cache_prefetch(self._ccache, m, arr) == 0 else 0
         st.fast_misses = int(misses)
+        self._route_wanted = route_wanted
         whole = (fast and not route_wanted and self.budget is None
                  and self.resident_bytes >= self.streamed_bytes)
         st.skip_resident = int(whole)
@@ -222,65 +242,46 @@ class ExpertCache:
         """Give the native mirror the Python LRU's order, the budget and the resident bytes."""
         assert self._clib is not None and self._ccache is not None
         ne = self._n_expert
-        ids = (ctypes.c_int32 * max(1, len(self.lru)))(*[il * ne + e for il, e in self.lru])
+        lru = self.lru
+        ids = (ctypes.c_int32 * max(1, len(lru)))(*[il * ne + e for il, e in lru])
         budget = -1 if self.budget is None else int(self.budget)
-        self._clib.bmoe_cache_sync(self._ccache, ids, len(self.lru), budget, int(self.resident_bytes))
+        self._clib.bmoe_cache_sync(self._ccache, ids, len(lru), budget, int(self.resident_bytes))
         self._c_dirty = False
 
+    def _pull_native_order(self) -> None:
+        """The Python LRU takes the native mirror's order (what is resident is the same: the
+        resident flags are shared)."""
+        self._lru_stale = False
+        if self._ccache is None:
+            return
+        n_all = self.layout.n_layer * self._n_expert
+        if self._corder is None:
+            self._corder = (ctypes.c_int32 * max(1, n_all))()
+        n = self._clib.bmoe_cache_order(self._ccache, self._corder, n_all)
+        ne, eb = self._n_expert, self.layout.expert_bytes
+        ids = self._corder[:n]
+        self._lru = OrderedDict(((i // ne, i % ne), eb[i // ne]) for i in ids)
+
     def _replay_native(self) -> None:
-        """Apply what the native callback did since the last call, in order: LRU touches (hits),
-        misses, evictions and the missed experts it read; then its hit counts and read and time
-        counters (into this token's and the cumulative counters)."""
+        """Take in what the native callback did since the last call: its counters (hits and misses
+        per layer, evictions, re-reads, bytes, time, the resident bytes), the LRU order (pulled from
+        the native mirror when next asked for) and, from its log, the per-layer routing when it is
+        wanted and the early prefetch's reads."""
         st = self.native
         if st is None:
             return
         if self._c_prefetch:
             self._clib.bmoe_cache_settle(self._ccache)
-        n = st.n_touch
         tok = self.tok
-        pending = self._spec_pending
+        n = st.n_touch
+        served = bool(st.fast_misses) and self._ccache is not None  # the mirror kept the LRU order
         if n:
-            t = self._touch
-            lru = self.lru
-            route = tok.route
-            for i in range(0, n, 2):
-                word, e = t[i], t[i + 1]
-                il, kind = word & 0xFFFF, word >> 16
-                key = (il, e)
-                if kind == _HIT or kind == _MISS:  # a routed expert (hits go to the recent end)
-                    hit = 1 if kind == _HIT else 0
-                    if hit:
-                        lru.move_to_end(key)
-                        if pending and key in pending:
-                            pending.discard(key)
-                            self.spec_useful += 1
-                    else:
-                        self.native_misses_served += 1
-                        tok.misses += 1
-                        self.misses += 1
-                        self.layer_misses[il] += 1
-                        if key in self._ever:
-                            self.rereads += 1
-                    r = route.get(il)
-                    if r is None:
-                        route[il] = ([e], [hit])
-                    else:
-                        r[0].append(e)
-                        r[1].append(hit)
-                elif kind == _EVICT:  # pages given back or moved natively
-                    self.resident_bytes -= lru.pop(key)
-                    self.evictions += 1
-                    self._spec_pending.discard(key)
-                else:  # read and resident: INSERT (a miss) or PREFETCH (predicted by the early prefetch)
-                    eb = self.layout.expert_bytes[il]
-                    lru[key] = eb
-                    self.resident_bytes += eb
-                    self._ever.add(key)
-                    if kind == _PREFETCH:
-                        pending.add(key)
-                        self.spec_experts += 1
-                        self.spec_bytes += eb
-                        tok.spec_bytes += eb
+            if served:
+                self._lru_stale = True
+                if self._route_wanted or self._c_prefetch:
+                    self._read_log(n, move=False)
+            else:
+                self._read_log(n, move=True)
             st.n_touch = 0
         if self._ccache is not None:
             c = self._ctake
@@ -293,8 +294,15 @@ class ExpertCache:
                 self.read_bytes += c[2]
                 tok.xfer_bytes += c[3]
                 tok.reads += c[4]
-        hits = self._native_hits
-        seen = self._native_seen
+            self.evictions += c[6]
+            self.rereads += c[7]
+            self.native_misses_served += c[8]
+            self.misses += c[8]
+            tok.misses += c[8]
+            if served and n:
+                self.resident_bytes = c[9]
+        hits, seen = self._native_hits, self._native_seen
+        mlayer, mseen = self._native_misses, self._native_mseen
         for il in self.layout.moe_layers:
             d = hits[il] - seen[il]
             if d:
@@ -302,6 +310,45 @@ class ExpertCache:
                 self.layer_hits[il] += d
                 self.hits += d
                 tok.hits += d
+            d = mlayer[il] - mseen[il]
+            if d:
+                mseen[il] = mlayer[il]
+                self.layer_misses[il] += d
+
+    def _read_log(self, n: int, move: bool) -> None:
+        """The native log's ``n`` words: the per-layer routing (``tok.route``), the early
+        prefetch's reads and useful hits, and (``move``: the native mirror did not keep the order)
+        the hits' moves to the LRU's recent end."""
+        t = self._touch
+        tok = self.tok
+        route = tok.route
+        pending = self._spec_pending
+        lru = self.lru if move else None
+        for i in range(0, n, 2):
+            word, e = t[i], t[i + 1]
+            il, kind = word & 0xFFFF, word >> 16
+            if kind == _HIT or kind == _MISS:
+                hit = 1 if kind == _HIT else 0
+                if hit:
+                    if lru is not None:
+                        lru.move_to_end((il, e))
+                    if pending and (il, e) in pending:
+                        pending.discard((il, e))
+                        self.spec_useful += 1
+                r = route.get(il)
+                if r is None:
+                    route[il] = ([e], [hit])
+                else:
+                    r[0].append(e)
+                    r[1].append(hit)
+            elif kind == _EVICT:
+                pending.discard((il, e))
+            elif kind == _PREFETCH:
+                eb = self.layout.expert_bytes[il]
+                pending.add((il, e))
+                self.spec_experts += 1
+                self.spec_bytes += eb
+                tok.spec_bytes += eb
 
     def _holds(self, il: int, e: int) -> bool:
         """Expert ``e`` of layer ``il`` has bytes in its pages: resident or being read."""
@@ -418,7 +465,7 @@ class ExpertCache:
             else:
                 look.hit_flags.append(0)
                 look.missing.append(e)
-                if key in self._ever:
+                if self._ever[il * self._n_expert + e]:
                     self.rereads += 1
             if key in self._spec_pending:
                 self._spec_pending.discard(key)
@@ -489,7 +536,7 @@ class ExpertCache:
             key = (il, e)
             self.lru[key] = ebytes
             self.resident_bytes += ebytes
-            self._ever.add(key)
+            self._ever[il * self._n_expert + e] = 1
             self._flags[il * self._n_expert + e] = 1
 
     def end_decode(self) -> None:
@@ -583,7 +630,7 @@ class ExpertCache:
         self.lru[key] = b
         self.resident_bytes += b
         self._c_dirty = True
-        self._ever.add(key)
+        self._ever[key[0] * self._n_expert + key[1]] = 1
         self._flags[key[0] * self._n_expert + key[1]] = 1
 
     def _integrate_done(self) -> None:
@@ -650,7 +697,7 @@ class ExpertCache:
         self.lru[key] = eb
         self.resident_bytes += eb
         self.read_bytes += eb
-        self._ever.add(key)
+        self._ever[il * self._n_expert + e] = 1
         self._flags[il * self._n_expert + e] = 1
         return eb
 

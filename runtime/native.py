@@ -71,6 +71,8 @@ class HookState(ctypes.Structure):
         ("cache", ctypes.c_void_p),
         ("src_offset", ctypes.c_size_t),
         ("type_offset", ctypes.c_size_t),
+        ("layer_misses", ctypes.c_void_p),
+        ("ever", ctypes.c_void_p),
     ]
 
     @classmethod
@@ -164,6 +166,8 @@ def library() -> Any:
     lib.bmoe_cache_sync.restype = None
     lib.bmoe_cache_take.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int64)]
     lib.bmoe_cache_take.restype = None
+    lib.bmoe_cache_order.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
+    lib.bmoe_cache_order.restype = ctypes.c_int
     lib.bmoe_cache_prefetch.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]
     lib.bmoe_cache_prefetch.restype = ctypes.c_int
     lib.bmoe_cache_settle.argtypes = [ctypes.c_void_p]
