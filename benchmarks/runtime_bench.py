@@ -20,11 +20,13 @@ Q4_K, three sizes up to a 2.5 GiB expert bank), every row runs as child processe
   fault, so its figures hold for one disk setting only;
 * every streamed and mmap run starts cold: the model's pages are dropped from the page cache
   first (``posix_fadvise(DONTNEED)``; the share still cached is printed); resident runs start warm;
-* per run: tok/s (bmoe-run: per-token wall; bmoe-cli: its ``generation:`` figure; mmap: the
-  server's decode timing), peak RSS of the process (``wait4``; the server's VmHWM), bytes read
-  from the disk per generated token after the first (``/proc/PID/io`` ``read_bytes``, from the first
-  generated piece to the end: a win that comes from extra RAM shows as fewer bytes), bmoe-run's
-  and bmoe-cli's model load seconds, and whether the text equals bmoe-run's resident text.
+* per run: tok/s as each runtime defines its decode rate (bmoe-run: ``llama_decode`` calls alone,
+  and the per-token wall beside it, which adds sampling and printing; bmoe-cli: its
+  ``generation:`` figure, the ``llama_decode`` calls alone; mmap: the server's decode timing), peak
+  RSS of the process (``wait4``; the server's VmHWM), bytes read from the disk per generated token
+  after the first (``/proc/PID/io`` ``read_bytes``, from the first generated piece to the end: a
+  win that comes from extra RAM shows as fewer bytes), bmoe-run's and bmoe-cli's model load
+  seconds, and whether the text equals bmoe-run's resident text.
 
 Rounds are interleaved: each round runs every row (the row order rotates), each row bmoe-run first
 (its peak RSS sets the mmap row's limit), then the others in an order that rotates. Figures are
@@ -543,7 +545,7 @@ def common_args(model: Path, tokens: int, threads: int, n_ctx: int) -> list[str]
 @dataclass
 class Cell:
     runs: list[Run] = field(default_factory=list)
-    ratios: list[float] = field(default_factory=list)  # bmoe-run tok/s over this runtime's, per round
+    ratios: list[float] = field(default_factory=list)  # bmoe-run decode tok/s over this runtime's, per round
 
 
 def ensure_model(d: Path, name: str) -> Path:
@@ -622,11 +624,14 @@ def bench_model(path: Path, args: argparse.Namespace, cli: str | None, server: P
                     cells[(row, rt)].runs.append(run)
                 for rt, run in this.items():
                     if rt != "run":
-                        cells[(row, rt)].ratios.append(this["run"].tok_s / run.tok_s if run.tok_s else float("nan"))
+                        cells[(row, rt)].ratios.append(this["run"].dec_tok_s / run.dec_tok_s if run.dec_tok_s
+                                                       else float("nan"))
                 print(f"  round {rnd + 1} {row:>8}: " + "  ".join(
-                    f"{rt} {r.tok_s:.1f} tok/s {r.peak_rss_mib:.0f} MiB" + (f" [{r.error}]" if r.error else "")
+                    f"{rt} {r.dec_tok_s:.1f} tok/s {r.peak_rss_mib:.0f} MiB" + (f" [{r.error}]" if r.error else "")
                     for rt, r in this.items()), flush=True)
     result["cached_after_drop_max"] = max(cached) if cached else None
+    if cached:
+        print(f"  page cache after each drop: at most {100 * max(cached):.1f} % of the file still cached")
     result["rows"] = report(path.stem, rows, runtimes, cells, args)
     return result
 
@@ -641,19 +646,20 @@ def report(name: str, rows: list[str], runtimes: list[str], cells: dict[tuple[st
     cols = {"run": "bmoe-run", "cli": "bmoe-cli", "mmap": "mmap", "mmap128": "mmap 128K"}
     others = runtimes[1:]
     print(f"\n{name}: {args.tokens} greedy tokens (mmap {args.mmap_tokens}), -t {args.threads}, {args.rounds} rounds "
-          "interleaved, medians; ratio = bmoe-run tok/s over the other's, median of the rounds")
-    hdr = f"{'row':<20} {'bmoe-run':>9}" + "".join(f" {cols[o]:>10} {'ratio':>7}" for o in others)
+          "interleaved, medians; decode tok/s (llama_decode alone; bmoe-run's per-token wall beside it); "
+          "ratio = bmoe-run over the other, median of the rounds")
+    hdr = f"{'row':<20} {'bmoe-run':>9} {'(wall)':>8}" + "".join(f" {cols[o]:>10} {'ratio':>7}" for o in others)
     print(hdr)
     print("-" * len(hdr))
     out: dict = {}
     base_text = next((r.text for r in cells[("resident", "run")].runs if r.text), None) if "resident" in rows else None
     for row in rows:
         run = cells[(row, "run")]
-        line = f"{LABELS[row]:<20} {med([r.tok_s for r in run.runs]):9.2f}"
+        line = f"{LABELS[row]:<20} {med([r.dec_tok_s for r in run.runs]):9.2f} {med([r.tok_s for r in run.runs]):8.2f}"
         out[row] = {"run": summarize(run)}
         for o in others:
             c = cells[(row, o)]
-            line += f" {med([r.tok_s for r in c.runs]):10.2f} {med(c.ratios):7.3f}"
+            line += f" {med([r.dec_tok_s for r in c.runs]):10.2f} {med(c.ratios):7.3f}"
             out[row][o] = summarize(c)
         print(line)
     print(f"\n{'row':<20} " + " ".join(f"{cols[r] + ' RSS':>13}" for r in runtimes) + "   disk MiB/token: "
