@@ -287,13 +287,12 @@ class ExpertCache:
             c = self._ctake
             self._clib.bmoe_cache_take(self._ccache, c)
             self.pages_moved += c[5]
-            if c[4]:
-                tok.io_s += c[0] / 1e9
-                tok.mgmt_s += c[1] / 1e9
-                tok.read_bytes += c[2]
-                self.read_bytes += c[2]
-                tok.xfer_bytes += c[3]
-                tok.reads += c[4]
+            tok.io_s += c[0] / 1e9
+            tok.mgmt_s += c[1] / 1e9  # the all-hit layers' LRU moves too
+            tok.read_bytes += c[2]
+            self.read_bytes += c[2]
+            tok.xfer_bytes += c[3]
+            tok.reads += c[4]
             self.evictions += c[6]
             self.rereads += c[7]
             self.native_misses_served += c[8]
