@@ -131,8 +131,9 @@ def run_cli(cmd: list[str], procs: str = "", timeout: float = 1800) -> Run:
     and the summary) through :data:`LAUNCHER`; the disk bytes are counted from the first generated
     piece (the first byte of output past the prompt) to the end."""
     r_fd, w_fd = os.pipe()
+    errf = tempfile.TemporaryFile()  # a file, not a pipe: a child's log must never fill a pipe nobody reads
     p = subprocess.Popen([sys.executable, "-S", "-c", LAUNCHER, str(w_fd), procs, *cmd], stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, pass_fds=(w_fd,), bufsize=0)
+                         stderr=errf, pass_fds=(w_fd,), bufsize=0)
     os.close(w_fd)
     rep = os.fdopen(r_fd, "rb")
     pid = json.loads(rep.readline())["pid"]
@@ -150,9 +151,12 @@ def run_cli(cmd: list[str], procs: str = "", timeout: float = 1800) -> Run:
         if time.monotonic() > t_end:
             p.kill()
             break
-    err = p.stderr.read().decode(errors="replace") if p.stderr else ""
     end = json.loads(rep.readline() or b"{}")
     p.wait()
+    rep.close()
+    errf.seek(0)
+    err = errf.read().decode(errors="replace")
+    errf.close()
     run = Run()
     text = out.decode(errors="replace")
     if end.get("status", 1) != 0 or "generation:" not in text:
@@ -677,7 +681,8 @@ def report(name: str, rows: list[str], runtimes: list[str], cells: dict[tuple[st
     same = {rt: all((r.text == base_text) if not rt.startswith("mmap") else base_text.startswith(r.text)
                     for row in rows for r in cells[(row, rt)].runs)
             for rt in runtimes} if base_text is not None else {}
-    print("same text as bmoe-run resident in every run (mmap: its first tokens): "
+    print("same text as bmoe-run resident in every run (mmap: its first tokens; the server is built without "
+          "-march=native, so its sums may round otherwise): "
           + ", ".join(f"{cols[k]} {v}" for k, v in same.items()))
     out["load_s"] = loads
     out["same_text"] = same
