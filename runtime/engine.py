@@ -267,15 +267,15 @@ class Engine:
         if self.stream and not repack:
             try:
                 self.expert_sink = ExpertSink(self.layout)
-                load_paths = self.expert_sink.load_paths()
             except SinkError as e:
                 print(f"bmoe-run: loading with mmap (the whole file is resident while loading): {e}",
                       file=sys.stderr, flush=True)
-                self.expert_sink = None
-            except OSError as e:
-                raise ModelError(f"cannot read {self.model_path}: {e.strerror or e}") from None
             else:
                 self.expert_sink.apply(mp)
+                try:
+                    load_paths = self.expert_sink.load_paths()
+                except OSError:
+                    pass  # no skeleton (a file-size limit, no memory): llama.cpp reads the file itself
         try:
             self.model = LlamaModel(self.model_path, mp, keep=(self.expert_sink,), load_paths=load_paths)
         except RuntimeError as e:

@@ -11,7 +11,9 @@ budget. :class:`ExpertSink` avoids both with the public model parameters:
   memory (``memfd_create``) that holds the header and every dense tensor's bytes, the expert
   tensors' ranges being holes (``/proc/self/fd/N``, through ``llama_model_load_from_splits``):
   reading a hole reads zeros from no page, so no expert byte comes from the disk or lands in the
-  page cache; the skeleton is dropped once the model is loaded;
+  page cache; the skeleton is dropped once the model is loaded (where it cannot be made, e.g.
+  under a small ``RLIMIT_FSIZE``, which memfd writes obey, llama.cpp reads the file itself and
+  the sink below still keeps at most one expert tensor);
 * ``tensor_buft_overrides``: every ``blk.N.ffn_*_exps.weight`` goes to a buffer type of ours. It is
   a copy of ggml's own ``CPU_Mapped`` host buffer type (``ggml_backend_cpu_buffer_from_ptr``)
   whose ``alloc_buffer`` places the buffer in an anonymous mapping we own, backed by transparent
@@ -215,13 +217,18 @@ class ExpertSink:
     # -- loading -----------------------------------------------------------------------------------
     def load_paths(self) -> list[str]:
         """The files llama.cpp loads, one per shard: the skeletons (made on the first call).
-        Raises OSError when a shard cannot be read."""
+        Raises OSError when a shard cannot be read or a skeleton cannot be written (nothing is
+        left open then)."""
         if not self._skeletons:
             holes: list[list[tuple[int, int]]] = [[] for _ in self.layout.paths]
             for info in self.layout.tensors.values():
                 holes[info.shard].append((info.file_offset, info.file_offset + info.n_bytes))
-            for path, h in zip(self.layout.paths, holes):
-                self._skeletons.append(_skeleton(path, h))
+            try:
+                for path, h in zip(self.layout.paths, holes):
+                    self._skeletons.append(_skeleton(path, h))
+            except OSError:
+                self.loaded()
+                raise
             self.skeleton_bytes = sum(os.fstat(fd).st_blocks * 512 for fd in self._skeletons)
         return [f"/proc/self/fd/{fd}" for fd in self._skeletons]
 

@@ -58,3 +58,27 @@ def test_sink_load_gives_the_resident_tokens(model):
         assert e.expert_sink is not None
         got = e.generate("The sink", 10).tokens
     assert got == want
+
+
+FALLBACK = r"""
+import json, resource, sys
+resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))  # a skeleton (a memfd write) cannot be made
+from bmoe_top.runtime.engine import Engine
+e = Engine(sys.argv[1], n_ctx=256, n_batch=64, n_threads=2, cache_mb=1e6, flash_attn=False)
+print(json.dumps({"files": sorted(e.expert_sink.files_seen), "peak": e.expert_sink.peak_resident,
+                  "biggest": max(i.n_bytes for i in e.layout.tensors.values()),
+                  "tokens": e.generate("The sink", 10).tokens}))
+"""
+
+
+def test_without_a_skeleton_llama_cpp_reads_the_file_into_the_sink(model):
+    from bmoe_top.runtime.engine import Engine
+
+    p = subprocess.run([sys.executable, "-c", FALLBACK, str(model)], capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "BMOE_MEASURE_LOAD": "1"})
+    assert p.returncode == 0 and p.stderr == "", p.stderr[-800:]
+    r = json.loads(p.stdout.strip().splitlines()[-1])
+    assert str(model) in r["files"] and not any(f.startswith("/memfd:bmoe-skeleton") for f in r["files"])
+    assert 0 < r["peak"] <= r["biggest"] + (2 << 20)
+    with Engine(model, stream=False, n_ctx=256, n_batch=64, n_threads=2, flash_attn=False) as e:
+        assert r["tokens"] == e.generate("The sink", 10).tokens
