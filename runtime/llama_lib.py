@@ -8,19 +8,20 @@ package is not imported yet, it is registered without running its ``__init__``; 
 asked of it that the bindings do not have runs the real ``__init__`` into the same module (PEP 562
 ``__getattr__``), so ``from llama_cpp import Llama`` elsewhere in the process still works.
 
-ggml's CPU backend runs its compute threads through OpenMP (libgomp, loaded with the bindings),
-and a thread that reaches one of the barriers between a token's graph nodes first spins for the
-others by default. On cores that other processes also use (bmoe-top's screen beside its runtime,
-a loaded machine) the spinning thread holds the core the late one needs: 128 demo tokens on 2
-threads took 83-96 s instead of 1.7-2.5 s with passive waiting, on 2 cores with a load average
-of 11. So ``OMP_WAIT_POLICY`` is ``PASSIVE`` unless the user set it (libgomp reads it once, when
-it is loaded).
+ggml's CPU backend runs its compute threads through OpenMP (libgomp, loaded with the bindings):
+every graph node ends at an OpenMP barrier (a few hundred a token). bmoe-run leaves libgomp's own
+waiting as it is (a thread spins briefly at a barrier, then sleeps), as stock llama.cpp does: with
+the cores to itself (bench model, 128 tokens, 2 threads) it decodes at 391 tok/s resident and 258
+at 50 % of the expert bank, where ``OMP_WAIT_POLICY=PASSIVE`` (a futex sleep and wake at every
+barrier) gives 82 and 73. On cores other processes crowd (a load average of 6-12 on 2 cores) the
+spinning thread holds the core the late one needs and passive waiting is 15-40x faster; the user
+says so with ``OMP_WAIT_POLICY=PASSIVE``, which the test suite sets (docs/runtime.md "Threads").
+libgomp reads the variable once, when it is loaded.
 """
 
 from __future__ import annotations
 
 import importlib.util
-import os
 import sys
 from typing import Any
 
@@ -28,7 +29,6 @@ __all__ = ["L"]
 
 
 def _bindings() -> Any:
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     if "llama_cpp" not in sys.modules:
         spec = importlib.util.find_spec("llama_cpp")
         if spec is None or spec.loader is None:

@@ -11,6 +11,12 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, is_hypothesis_test, settings
 
+# llama.cpp's OpenMP threads wait passively at their barriers in every test and every child a test
+# starts (bmoe-run, serve, make-model): the suite shares its cores with its own workers and other
+# jobs, where a spinning thread holds the core the late one needs (docs/runtime.md "Threads"). Set
+# before any test imports llama.cpp's bindings: libgomp reads it once, when it is loaded.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 TESTS = Path(__file__).resolve().parent
 if str(TESTS) not in sys.path:
     sys.path.insert(0, str(TESTS))
