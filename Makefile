@@ -8,7 +8,7 @@ STAMP := $(VENV)/.bmoe-installed
 # The C extensions (bmoe_top/native_ext.py), built by setup.py at install; rebuilt when a source changes.
 NATIVE := $(VENV)/.bmoe-native
 NATIVE_SRC := setup.py bmoe_top/native_ext.py bmoe_top/native_tag.c runtime/bmoe_native.c runtime/bmoe_native.h \
-	parsers/csv_native.c
+	parsers/csv_native.c tui/sources/residency_native.c
 # The installed layout (bmoe_top.parsers = parsers/, ...) as a tree of links, for the type and layer checks,
 # which read packages from disk rather than through the editable install's import hook.
 VIEW := build/pkgview

@@ -1,11 +1,13 @@
 """bmoe-top's C extensions: what is compiled at install and how the code finds it.
 
-Two small C libraries are built by ``setup.py`` when the package is installed (``pip install``,
+Three small C libraries are built by ``setup.py`` when the package is installed (``pip install``,
 ``make``), as extension modules of the package, and loaded with ctypes:
 
 * ``bmoe_top.runtime._bmoe_native``: the runtime's eval callback, read lanes and expert LRU
   (runtime/bmoe_native.c, its contract runtime/bmoe_native.h; docs/runtime.md "How streaming works");
-* ``bmoe_top.parsers._csv_native``: the CSV reader of well-formed chunks (parsers/csv_native.c).
+* ``bmoe_top.parsers._csv_native``: the CSV reader of well-formed chunks (parsers/csv_native.c);
+* ``bmoe_top.tui.sources._residency_native``: the page-cache residency loops over byte ranges
+  (tui/sources/residency_native.c; docs/memory.md).
 
 Without a C compiler at install the build is skipped and :func:`load` raises OSError: the callers
 then run their pure-Python paths (same results, slower). Each library carries a tag of the sources
@@ -46,6 +48,7 @@ class Extension:
 EXTENSIONS = (
     Extension("bmoe_top.runtime._bmoe_native", ("runtime/bmoe_native.c",), ("runtime/bmoe_native.h",), ("-pthread",)),
     Extension("bmoe_top.parsers._csv_native", ("parsers/csv_native.c",)),
+    Extension("bmoe_top.tui.sources._residency_native", ("tui/sources/residency_native.c",)),
 )
 
 

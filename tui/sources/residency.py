@@ -9,8 +9,9 @@ the model or changing what is resident (docs/memory.md "How residency is sampled
 * ``mincore``: over a ``PROT_READ``, ``MAP_SHARED`` mapping of the whole file that is never
   touched (no ``MAP_POPULATE``, no ``madvise``): the kernel looks each page up in the page cache.
 
-Both run in a small C loop (``residency_native.c``, built once by :mod:`bmoe_top.cbuild`);
-without a C compiler, ``mincore`` is called from Python and summed with numpy (slower, the same
+Both run in a small C loop (``residency_native.c``, the extension
+``bmoe_top.tui.sources._residency_native`` built at install: :mod:`bmoe_top.native_ext`); without
+a C compiler, ``mincore`` is called from Python and summed with numpy (slower, the same
 counts). ``method="auto"`` takes ``cachestat`` where the kernel has it.
 
 Permission: the kernel answers for a file only to a caller who owns it, may write it, or has
@@ -30,14 +31,12 @@ import ctypes
 import errno
 import mmap
 import os
-import subprocess
 from dataclasses import dataclass
-from importlib import resources
 
 import numpy as np
 from numpy.typing import NDArray
 
-from bmoe_top.cbuild import build
+from bmoe_top.native_ext import load
 from bmoe_top.parsers.gguf_layout import ModelError, ModelLayout, read_layout
 from bmoe_top.parsers.residency import ResidencyPlan, fold_counts, plan_residency
 
@@ -69,20 +68,19 @@ _N = ctypes.c_int64
 
 
 def _lib() -> ctypes.CDLL | None:
-    """The compiled helper, built the first time it is asked for; None without a compiler
-    (:data:`native_error` says why)."""
+    """The compiled helper, loaded the first time it is asked for; None when it was not built
+    (no C compiler at install) or is stale (:data:`native_error` says why)."""
     global _native, _tried, native_error
     if not _tried:
         _tried = True
         try:
-            src = (resources.files("bmoe_top.tui.sources") / "residency_native.c").read_text(encoding="utf-8")
-            lib = ctypes.CDLL(str(build("residency_native", src, ("-Wall", "-Werror"))))
+            lib = load("bmoe_top.tui.sources._residency_native")
             lib.bmoe_cachestat_ranges.argtypes = [ctypes.c_int, _N, _P, _P, _P]
             lib.bmoe_cachestat_ranges.restype = _N
             lib.bmoe_mincore_ranges.argtypes = [_P, _N, _N, _N, _P, _P, _P, _P]
             lib.bmoe_mincore_ranges.restype = _N
             _native = lib
-        except (OSError, subprocess.SubprocessError) as e:
+        except OSError as e:
             native_error = str(e)
     return _native
 
