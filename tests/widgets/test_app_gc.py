@@ -53,15 +53,14 @@ async def test_an_app_in_a_shared_process_leaves_the_collector_alone(csv_run, re
 
 
 def test_the_program_owns_its_process_and_a_call_with_arguments_does_not():
-    """``bmoe-top`` as a program sets the policy; ``main([...])`` from a test does not."""
+    """``bmoe-top`` as a program sets the policy for a command that opens a screen (a replay of a
+    file that does not exist gets that far); ``main([...])`` from a test does not."""
     code = ("import sys; from bmoe_top.tui import cli; from bmoe_top.tui.app import BmoeTopApp; "
-            "sys.argv = ['bmoe-top', '--version']\n"
-            "try:\n    cli.main()\nexcept SystemExit:\n    pass\n"
-            "print(BmoeTopApp.own_process)")
+            "sys.argv = ['bmoe-top', 'replay', '/nonexistent/x.csv']\n"
+            "print(cli.main(), BmoeTopApp.own_process)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert out.stdout.strip().splitlines()[-1] == "True", out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "1 True", out.stderr
     from bmoe_top.tui.cli import main
 
-    with pytest.raises(SystemExit):
-        main(["--version"])
+    assert main(["replay", "/nonexistent/x.csv"]) == 1
     assert BmoeTopApp.own_process is False
