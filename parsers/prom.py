@@ -45,9 +45,14 @@ __all__ = [
     "compute_delta",
     "split_series",
     "MIB",
+    "PROMPT_CACHED",
 ]
 
 MIB = 1024 * 1024
+
+#: llama-server's counter of prompt tokens reused from its cache (not in :data:`SERIES`: read
+#: from the series kept unnamed, ``PromSnapshot.others``).
+PROMPT_CACHED = "llamacpp:prompt_tokens_cached_total"
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,6 +201,15 @@ class PromSnapshot:
             if d:
                 n = max(n, max(d) + 1)
         return n
+
+    def detail(self) -> str:
+        """What a good scrape's status line adds about the body, one line (``""`` when nothing):
+        it came JSON-quoted, and how many lines did not parse (the first one's number)."""
+        parts = ["body was JSON-quoted; decoded once"] if self.json_quoted else []
+        if self.bad_lines:
+            n = len(self.bad_lines)
+            parts.append(f"{n} bad line{'s' if n > 1 else ''} (first: line {self.bad_lines[0][0]})")
+        return "; ".join(parts)
 
 
 @dataclass(slots=True)

@@ -66,7 +66,8 @@ def launch_once(source: ChildSession, prompt: str, n_predict: int | None, ready_
     source.start()
 
     def fail(msg: str) -> Outcome:
-        return Outcome(failure_document(msg, run, source.status()), [], 1, msg)
+        binding.publish()
+        return Outcome(failure_document(msg, run), [], 1, msg)
 
     try:
         if source.state == LiveState.FAILED:
@@ -93,7 +94,8 @@ def launch_once(source: ChildSession, prompt: str, n_predict: int | None, ready_
     finally:
         source.close()
     st = source.status()
-    doc = live_document(st, run, rid, wall_s=round(wall, 3))
+    binding.publish()
+    doc = live_document(run, rid, wall_s=round(wall, 3))
     done = doc["live"]["turns"]
     ok = bool(done) and st.state == LiveState.EXITED and st.last_error is None
     text = [f"live: {st.message}; turns {len(done)}; error: {st.last_error or 'none'}"]
@@ -117,7 +119,8 @@ def session_once(source: SessionSocketClient, prompt: str | None, n_predict: int
             st = source.status()
             after = f" after {timeout:g} s" if timeout > 0 else ""
             msg = f"no session on {source.path}{after} ({st.message})"
-            return Outcome(failure_document(msg, run, st), [], 1, msg)
+            binding.publish()
+            return Outcome(failure_document(msg, run), [], 1, msg)
         time.sleep(0.2)  # let the replay of the current state arrive
         if prompt is not None:
             source.wait_state(LiveState.READY, timeout)
@@ -131,7 +134,8 @@ def session_once(source: SessionSocketClient, prompt: str | None, n_predict: int
                     break
                 time.sleep(0.02)
         st = source.status()
-        doc = live_document(st, run, rid)
+        binding.publish()
+        doc = live_document(run, rid)
     finally:
         source.close()
     ok = st.state in (LiveState.READY, LiveState.GENERATING) and not (prompt and st.last_error)
@@ -159,7 +163,7 @@ def metrics_once(url: str, api_key: str | None = None, timeout: float = 5.0, int
             poller.scrape_once()
     finally:
         poller.client.close()
-    return metrics_document(poller.state, binding.run)
+    return metrics_document(binding.run)
 
 
 def audit_once(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -172,7 +176,7 @@ def audit_once(path: str | os.PathLike[str]) -> dict[str, Any]:
     tail = FileTail(path)
     binding = bind(tail)
     tail.read_to_end()
-    return audit_document(binding)
+    return audit_document(binding.run)
 
 
 def fleet_once(url: str, selector: str = "", window_s: float = 300.0, instance: str | None = None,

@@ -84,7 +84,7 @@ def test_metrics_intervals_are_token_rows(srv):
     assert np.isnan(run.hit_matrix()[:, 1]).all()  # no lookups in the interval
     time.sleep(0.02)  # not a wait: the clock moves between two scrapes
     p.scrape_once()  # restart: a new baseline, no row (never a negative one)
-    assert tok.n == 2 and p.state.n_resets == 1 and metrics_document(p.state, run)["rates"]["reset"] is True
+    assert tok.n == 2 and p.state.n_resets == 1 and metrics_document(run)["rates"]["reset"] is True
     time.sleep(0.02)  # not a wait: the clock moves between two scrapes
     p.scrape_once()
     assert tok.n == 3 and tok.last("tokens_in_interval") == 5 and tok.last("wall_ms") == pytest.approx(8.0)
@@ -94,7 +94,7 @@ def test_metrics_intervals_are_token_rows(srv):
     assert s["tokens"] == 9 and s["cache_hit_pct"] == pytest.approx(75.0) and s["s_per_tok"] == pytest.approx(0.008)
     assert s["io_s_tok"] == pytest.approx(0.002) and s["stall_s_tok"] is None
     # the headless twin's rates are the newest row of the run model
-    h = metrics_document(p.state, run)
+    h = metrics_document(run)
     assert h["rates"]["token_ms"]["wall"] == pytest.approx(8.0) and h["rates"]["token_ms"]["stall"] is None
     assert h["rates"]["layer_hit_pct"] == pytest.approx([50.0, 100 * 10 / 15])
     assert h["run"]["tokens"] == 9 and h["intervals"] == 3

@@ -163,10 +163,10 @@ def test_the_additive_fields_bmoe_run_sends_reach_the_summary(tmp_path):
     assert extra["majflt/tok"] == 2.0 and math.isclose(extra["cpu_s/tok"], 0.09)
     assert extra["rss_mib"] == 230.0 and extra["peak_rss_mib"] == 240.0
     rows = {label: text for label, text, _kind in summary_rows(s)}
-    assert rows["TTFT/turn"] == "0.150 s" and rows["hit decode"] == "60.0 %" and rows["hit since load"] == "56.0 %"
+    assert rows["TTFT/turn"] == "150 ms" and rows["hit decode"] == "60.0 %" and rows["hit since load"] == "56.0 %"
     assert rows["payload/tok"] == "0.500 MiB" and rows["aligned/tok"] == "0.562 MiB"  # 3 significant digits
     assert rows["evictions"] == "7" and rows["re-reads"] == "3" and rows["peak RSS"] == "240 MiB"
-    assert rows["majflt/token"] == "2.0" and rows["cpu/token"] == "0.090 s"
+    assert rows["majflt/token"] == "2.00" and rows["cpu/token"] == "90.0 ms"
 
 
 def test_ttft_is_measured_from_the_request_when_the_runtime_does_not_send_it():
@@ -200,8 +200,8 @@ def test_a_contract_only_session_shows_prefill_rate_and_per_token_times_from_its
     assert math.isclose(d["compute_s_tok"], 0.044) and math.isclose(d["io_s_tok"], 0.005)
     assert math.isclose(d["prefill_tps"], 50.0)
     rows = {label: (text, kind) for label, text, kind in summary_rows(s)}
-    assert rows["compute/token"] == ("0.044 s (from token rows)", "derived")
-    assert rows["flash io/token"] == ("0.0050 s (from token rows)", "derived")
+    assert rows["compute/token"] == ("44.0 ms (from token rows)", "derived")
+    assert rows["flash io/token"] == ("5.00 ms (from token rows)", "derived")
     assert rows["prefill tok/s"][1] == "derived"
 
 

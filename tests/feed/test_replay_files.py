@@ -272,7 +272,7 @@ def test_impossible_values_are_problems_an_alert_and_not_in_the_numbers(tmp_path
     from bmoe_top.tui.widgets.palette import Look
     from bmoe_top.tui.widgets.panels import header_parts
 
-    assert "flash 40%" in [text for text, _ in header_parts(run, Look())]
+    assert "flash/wall 40.0 %" in [text for text, _ in header_parts(run, Look())]
 
 
 def test_a_request_log_alone_has_no_summary_to_print(tmp_path, capsys):

@@ -195,6 +195,7 @@ def test_attach_metrics_unreachable(snap_compare, size):
     async def unreachable(pilot):
         poller.scrape_once()
         poller.state.next_attempt_mono = None  # the retry countdown counts down with the clock: not drawn here
+        screen.binding.publish()  # the poller's state into the run model the screen reads
         await settle(pilot, screen)
 
     try:

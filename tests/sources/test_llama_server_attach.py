@@ -76,7 +76,7 @@ def test_counts_at_request_end_and_live_progress_from_slots(slots_server):
             until(lambda first=first: (busy_slot(url) or {"task": None, "n": 0})["n"] >= first["n"] + 20
                      or (busy_slot(url) or {"task": None})["task"] != first["task"])
             poller.scrape_once()
-            doc = metrics_document(poller.state, run)
+            doc = metrics_document(run)
             r = doc["rates"]
             if r and r["counted_at_end"] and r["slot_tokens"]:
                 break
@@ -130,7 +130,7 @@ def test_a_restart_is_seen_by_its_start_header_even_when_counters_grew():
             d = poller.scrape_once()
             assert d is not None and d.reset  # a new baseline although no counter went down
             assert poller.state.start_time != first_start and poller.state.n_resets == 1
-            doc = metrics_document(poller.state, run)
+            doc = metrics_document(run)
             assert doc["rates"] == {"interval_s": d.dt_s, "reset": True} and doc["restarts"] == 1
             s = run_summary(run)
             assert s["tokens"] == done["tokens_predicted"]  # the new process's totals only
@@ -138,7 +138,7 @@ def test_a_restart_is_seen_by_its_start_header_even_when_counters_grew():
             assert s["derived"].get("tok_s") is None  # no rate of the dead process beside the new tokens
             complete(b.url, "def d(", 5)
             poller.scrape_once()
-            assert run.tokens.n == 2 and metrics_document(poller.state, run)["rates"]["reset"] is False
+            assert run.tokens.n == 2 and metrics_document(run)["rates"]["reset"] is False
         finally:
             b.stop()
     finally:
@@ -162,8 +162,8 @@ def test_tok_s_counts_tokens_over_the_time_that_made_them(llama_server):
     if v["tokens_predicted_seconds"] > 0:
         assert s["tok_s"] < v["tokens_predicted"] / v["tokens_predicted_seconds"]  # the old, one-step-short figure
     assert s["summary_notes"]["tok_s"].startswith("per stream")
-    labels = [label for label, _t, _k in summary_rows(s)]
-    assert "tok/s/stream" in labels
+    rows = {label: text for label, text, _k in summary_rows(s)}
+    assert rows["tok/s (since start)"].endswith(" per stream")
     poller.client.close()
 
 
@@ -176,7 +176,7 @@ def test_unknown_series_cached_prompts_counts_and_gauges(llama_server):
     poller.scrape_once()
     complete(llama_server.url, prompt, 3)
     poller.scrape_once()
-    doc = metrics_document(poller.state, run)
+    doc = metrics_document(run)
     tot = doc["totals"]
     assert isinstance(tot["tokens_predicted"], int) and isinstance(tot["prompt_tokens"], int)  # counts: integers
     assert isinstance(tot["requests_processing"], int)
@@ -187,8 +187,10 @@ def test_unknown_series_cached_prompts_counts_and_gauges(llama_server):
     assert "llamacpp:n_busy_slots_per_decode" in others and "llamacpp:prompt_tokens_cached_total" in others
     rows = metrics_panel_rows(doc)
     labels = [label for label, _v, _k in rows]
-    assert labels[labels.index("prompt") + 1] == "prompt cached"  # beside the prompt numbers since start
-    assert labels[labels.index("prompt tok/s") + 1] == "prompt cached"  # and in the interval
+    # beside the prompt numbers since start, and in the interval (each label names its scope)
+    assert labels[labels.index("prompt") + 1] == "prompt cached"
+    at = next(i for i, label in enumerate(labels) if label.startswith("prompt tok/s (all slots, "))
+    assert labels[at + 1] == "prompt cached"
     assert any(label.startswith("other series") for label in labels)
     assert any(label == "llamacpp:n_busy_slots_per_decode" for label in labels)
     assert doc["rates"]["prompt_cached"] is not None and doc["rates"]["prompt_cached"] > 0
@@ -196,8 +198,9 @@ def test_unknown_series_cached_prompts_counts_and_gauges(llama_server):
     assert s["extra"]["n_prompt_cached"] == tot["prompt_tokens_cached"]
     assert ("prompt cached", f"{tot['prompt_tokens_cached']:,} tok", "") in summary_rows(s)
     # a value the server does not export reads one way everywhere
-    assert ("hit %", "not exported", "missing") in rows and ("hits", "not exported", "missing") in rows
+    assert ("hits", "not exported", "missing") in rows
+    assert any(label.startswith("hit (") and v == "not exported" for label, v, _k in rows)
     panel = dict((label, v) for label, v, _k in summary_rows(s))
-    assert panel["read"] == "not exported" and panel["cache hit"] == "not exported"
+    assert panel["read (since start)"] == "not exported" and panel["cache hit"] == "not exported"
     assert s["mode"] is None  # no per-token times: no mode
     poller.client.close()

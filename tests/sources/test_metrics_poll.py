@@ -33,7 +33,7 @@ def test_ok_rates_then_restart_baseline(srv):
     p = MetricsPoller(srv.url, interval=0.05, timeout=2)
     run = bind(p, RunModel()).run
     p.scrape_once()
-    assert p.state.status == "ok" and metrics_document(p.state, run)["rates"] is None
+    assert p.state.status == "ok" and metrics_document(run)["rates"] is None
     time.sleep(0.05)  # not a wait: the clock moves between two scrapes (a rate needs it)
     d = p.scrape_once()
     assert d.hit_pct == pytest.approx(90.0) and d.tok_s > 0 and not d.reset
@@ -41,7 +41,7 @@ def test_ok_rates_then_restart_baseline(srv):
     assert d.reset and d.tok_s is None  # restart: new baseline, no negative rate
     d = p.scrape_once()
     assert not d.reset and d.hit_pct == pytest.approx(75.0)
-    s = metrics_document(p.state, run)
+    s = metrics_document(run)
     assert s["restarts"] == 1 and s["totals"]["hits"] == 35
     assert "llamacpp:moe_cache_swaps_total" in s["not_exported"]
     assert s["totals"].get("swaps") is None
@@ -93,7 +93,7 @@ def test_read_timeout_while_health_answers_is_busy_and_keeps_the_values(srv):
     assert p.state.last is not None and p.state.last.values["hits"] == 10  # the last values stay
     assert p.state.stale_s() is not None and p.state.stale_s() >= 0.3  # aged from the last good scrape
     assert p.next_wait() == pytest.approx(0.05)  # a busy server is asked again every interval, no backoff
-    doc = metrics_document(p.state, run)
+    doc = metrics_document(run)
     assert doc["status"] == "busy" and doc["totals"]["hits"] == 10 and doc["stale_s"] >= 0.3
     line = "".join(t for t, _k in status_parts(doc))  # the status line says it, not "unreachable"
     assert line.startswith("◔ busy  metrics stale for ") and " s (the last values are kept)" in line
@@ -164,7 +164,7 @@ def test_json_quoted_body_flagged(srv):
     p.scrape_once()
     assert p.state.status == "ok" and p.state.json_quoted
     assert "JSON-quoted" in p.state.detail
-    assert metrics_document(p.state, run)["totals"]["hits"] == 7
+    assert metrics_document(run)["totals"]["hits"] == 7
     p.client.close()
 
 

@@ -102,7 +102,7 @@ def test_live_append_truncate_rotate_no_loss_no_repeat(tmp_path):
         tail.join(2)
     got = seqs(b)
     assert sorted(got) == list(range(1, 35)), got  # nothing lost, nothing repeated
-    s = audit_document(b)
+    s = audit_document(b.run)
     assert s["pids"] == [11, 22, 33, 44] and s["bad_lines"] == 1
     assert s["runs"][0]["state"] == "exited" and len(s["runs"][0]["requests"]) == 11
 

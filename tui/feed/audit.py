@@ -11,13 +11,16 @@ file (``bmoe-top attach --audit``) and a replayed one (``bmoe-top replay a.jsonl
   ``n_prompt``, ``n_gen``, ``t_prompt_ms``, ``t_gen_ms``, ``req_*``) and one token row (the run's
   rows are requests): per generated token ``wall_ms`` (t_gen_ms / n_gen) and ``read_mib``,
   ``cache_hit_pct`` (the context counters since load), ``t``, ``turn``, ``pid``, ``n_gen``,
-  ``n_prompt``, ``prompt_ms``, ``tok_s``, ``req_hit_pct``;
+  ``t_gen_ms`` (beside ``n_gen``: the rows' tokens over their generation time), ``n_prompt``,
+  ``prompt_ms``, ``tok_s``, ``req_hit_pct``;
 * ``exit``: that pid's per-layer hits/misses since its ``load`` on its last request row (an audit
   log has per-layer counts only at load and exit);
 * a bad line: a problem with its line number; every record: one log line.
 
-It also keeps the records grouped by process run (``runs``) and the corrupt lines (``bad``), for
-the attach panel and the headless document. :meth:`flush` refreshes the run summary.
+It also keeps the records grouped by process run (``runs``) and the corrupt lines (``bad``), and
+publishes them into the run model as a frozen :class:`~bmoe_top.tui.model.health.AuditIndex` (the
+attach panel and the headless document read the model alone). :meth:`flush` refreshes the run
+summary (the newest process run since its load: ``RunModel.summary_scope``).
 """
 
 from __future__ import annotations
@@ -26,14 +29,18 @@ from typing import Any
 
 import numpy as np
 
-from bmoe_top.parsers.audit import REQ_COUNTERS, AuditRecord, AuditRuns
+from bmoe_top.parsers.audit import REQ_COUNTERS, AuditRecord, AuditRun, AuditRuns, check_exact_sum
 from bmoe_top.parsers.prom import MIB
 from bmoe_top.tui.model import RowUnit, RunModel, Status
+from bmoe_top.tui.model.health import AuditIndex, AuditRunView
+from bmoe_top.tui.model.quantities import Scope
 
-__all__ = ["AuditFeed", "load_audit"]
+__all__ = ["AuditFeed", "load_audit", "request_doc", "run_view"]
 
 #: Corrupt lines kept in :attr:`AuditFeed.bad` (all are counted).
 BAD_KEPT = 200
+#: Corrupt lines the published index lists (the newest).
+BAD_SHOWN = 20
 
 
 class AuditFeed:
@@ -47,7 +54,11 @@ class AuditFeed:
         self.bad: list[tuple[int, int, str]] = []  # (file generation, line number, message)
         self._base: dict[int, dict[int, tuple[int, int]]] = {}  # pid -> layer -> (hits, misses) at load
         self._last_row: dict[int, int] = {}  # pid -> its newest request row
+        # per process run (by its index in runs.runs): its request rows so far, what its view was
+        # built from, and the view (a run that did not change keeps its view)
+        self._views: list[tuple[list[dict[str, Any]], tuple[Any, ...], AuditRunView]] = []
         run.set_row_unit(RowUnit.REQUEST)
+        run.set_summary_scope(Scope.SINCE_LOAD)
         if source:
             run.add_source(source)
 
@@ -84,6 +95,8 @@ class AuditFeed:
                     added += 1
             if added:
                 self.flush()
+            else:
+                self.publish()
         return added
 
     def lost_partial(self, lineno: int, partial: bytes, why: str) -> None:
@@ -93,6 +106,26 @@ class AuditFeed:
         self.bad.append((0, lineno, msg))
         del self.bad[:-BAD_KEPT]
         self.run.add_problem(self.source, lineno, partial[:200].decode("utf-8", "replace"), msg)
+        self.publish()
+
+    def publish(self) -> None:
+        """The process runs and the bad lines into the run model (``RunModel.audit_index``)."""
+        runs = self.runs.runs
+        views = self._views
+        for i, r in enumerate(runs):
+            key = (len(r.requests), r.load is not None, r.ready is not None, r.exit is not None)
+            if i < len(views) and views[i][1] == key:
+                continue
+            rows = views[i][0] if i < len(views) else []
+            rows.extend(request_doc(x) for x in r.requests[len(rows):])
+            view = run_view(r, tuple(rows))
+            if i < len(views):
+                views[i] = (rows, key, view)
+            else:
+                views.append((rows, key, view))
+        self.run.set_audit_index(AuditIndex(
+            records=self.runs.n_records, bad_lines=self.n_bad, bad=tuple(self.bad[-BAD_SHOWN:]),
+            pids=tuple(self.runs.pids()), runs=tuple(v for _rows, _key, v in views)))
 
     def status(self, tail_status: Status, detail: str) -> tuple[Status, str]:
         """The run's status from the follower's (``tail_status``): ``malformed`` when the file has
@@ -195,6 +228,7 @@ class AuditFeed:
             "read_mib": b / MIB / n if n is not None and b is not None else None,
             "cache_hit_pct": 100.0 * ch / (ch + cm) if ch is not None and cm is not None and ch + cm else None,
             "req_hit_pct": req_hit, "tok_s": tok_s, "n_gen": n_raw if isinstance(n_raw, int) else None,
+            "t_gen_ms": tg if n is not None else None,
             "n_prompt": d.get("n_prompt") if isinstance(d.get("n_prompt"), int) else None,
             "prompt_ms": tp,
         })
@@ -247,6 +281,50 @@ class AuditFeed:
                 summ["budget_mib"] = cache["bytes"] / MIB
                 run.set_cache_mib(budget_mib=summ["budget_mib"])
             run.update_summary(summ, replace=True)
+            run.set_summary_scope(Scope.SINCE_LOAD, f"pid {last.pid}")
+            self.publish()
+
+
+def request_doc(r: AuditRecord) -> dict[str, Any]:
+    """One ``request`` record as a row of the audit document: its line, time, slot, task, token
+    counts and times, ``gen_tok_s`` (``1000 * n_gen / t_gen_ms``), the ``req_*`` counters and
+    ``hit_pct`` (of the request's lookups)."""
+    d = r.data
+    hits, misses = d.get("req_hits"), d.get("req_misses")
+    n, tg = d.get("n_gen"), d.get("t_gen_ms")
+    return {
+        "line": r.lineno, "time": r.time, "slot": d.get("slot"), "task": d.get("task"),
+        "n_prompt": d.get("n_prompt"), "n_gen": n, "t_prompt_ms": d.get("t_prompt_ms"), "t_gen_ms": tg,
+        "gen_tok_s": (1000.0 * n / tg if isinstance(n, int) and isinstance(tg, (int, float)) and tg > 0 else None),
+        "req_hits": hits, "req_hits_profile": d.get("req_hits_profile"), "req_misses": misses,
+        "req_bytes_upload": d.get("req_bytes_upload"), "req_bytes_cpu": d.get("req_bytes_cpu"),
+        "hit_pct": (100.0 * hits / (hits + misses) if isinstance(hits, int) and isinstance(misses, int)
+                    and hits + misses > 0 else None),
+    }
+
+
+def run_view(run: AuditRun, requests: tuple[dict[str, Any], ...]) -> AuditRunView:
+    """One process run as the frozen view the run model keeps (``requests``: its rows)."""
+    load = run.load.data if run.load else {}
+    model = obj(load.get("model"))
+    cache = obj(load.get("cache"))
+    prof = load.get("profile")
+    perf = run.exit.data.get("perf") if run.exit else None
+    load_ms = load.get("load_ms")
+    n_layer = model.get("n_layer")
+    return AuditRunView(
+        pid=run.pid, state="exited" if run.exit else ("ready" if run.ready else "loading"),
+        first_line=run.first_lineno, model=model.get("name") or model.get("path"),
+        n_layer=n_layer if isinstance(n_layer, int) else None,
+        cache_slots=cache.get("slots"), cache_prefilled=cache.get("prefilled"),
+        cache_bytes=cache["bytes"] if isinstance(cache.get("bytes"), int) else None,
+        profile=dict(prof) if isinstance(prof, dict) else None,
+        load_ms=float(load_ms) if isinstance(load_ms, (int, float)) else None,
+        counters=run.counters(), layer_hits=run.layer_hits(),
+        resident={k: tuple(v) for k, v in sorted(run.resident().items())},
+        perf=dict(perf) if isinstance(perf, dict) else None,
+        exact_sum=tuple(check_exact_sum(run)) if run.exit is not None and run.ready is not None else None,
+        requests=requests)
 
 
 def obj(v: Any) -> dict[str, Any]:

@@ -18,8 +18,9 @@ from typing import Any, overload
 
 from bmoe_top.tui.feed.audit import AuditFeed
 from bmoe_top.tui.feed.live import SINK_WHERE, LiveFeed
-from bmoe_top.tui.feed.metrics import MetricsFeed
+from bmoe_top.tui.feed.metrics import MetricsFeed, scrape_health
 from bmoe_top.tui.model import LIVE, RunModel, Status
+from bmoe_top.tui.model.health import TailHealth
 from bmoe_top.tui.sources.events import (
     PartialLost,
     ProblemFound,
@@ -56,10 +57,17 @@ class MetricsBinding:
             ScrapeFailed: self.feed.failed,
             ProblemFound: self._problem,
         }
+        self.publish()
         poller.connect(self.event)
 
     def event(self, ev: Any) -> None:
-        self.events[type(ev)](ev)
+        with self.run.lock:  # the rows and the poller's state change together for a reader
+            self.events[type(ev)](ev)
+            self.publish()
+
+    def publish(self) -> None:
+        """The poller's state into the run model (``RunModel.scrape_health``)."""
+        self.run.set_scrape_health(scrape_health(self.poller.state))
 
     def _problem(self, ev: ProblemFound) -> None:
         p = ev.problem
@@ -91,11 +99,17 @@ class TailBinding:
 
     def event(self, ev: Any) -> None:
         self.events[type(ev)](ev)
+        self._status()
 
     def _status(self) -> None:
-        with self.tail.lock:
-            status, detail = TAIL_STATUS[self.tail.status], self.tail.detail
-        self.run.set_status(*self.feed.status(status, detail))
+        """The run's status and the file's health (``RunModel.tail_health``) from the follower."""
+        t = self.tail
+        with t.lock:
+            health = TailHealth(path=str(t.path), state=str(t.status), detail=t.detail, rotations=t.n_rotations,
+                                truncations=t.n_truncations)
+        with self.run.lock:
+            self.run.set_status(*self.feed.status(TAIL_STATUS[t.status], health.detail))
+            self.run.set_tail_health(health)
 
     def _state(self, ev: TailStateChanged) -> None:
         self._status()

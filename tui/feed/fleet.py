@@ -27,8 +27,9 @@ import numpy as np
 
 from bmoe_top.parsers.prom import MIB, PromSnapshot
 from bmoe_top.parsers.sanitize import sanitize
-from bmoe_top.tui.feed.metrics import totals_summary
+from bmoe_top.tui.feed.metrics import summary_notes, totals_summary
 from bmoe_top.tui.model import RowUnit, RunModel, Status
+from bmoe_top.tui.model.quantities import Scope
 from bmoe_top.tui.sources.prometheus import PromError, PromErrorKind
 
 __all__ = ["DrillData", "DrillFeed", "ERROR_STATUS", "step_row", "STEP_COLUMNS"]
@@ -114,6 +115,7 @@ class DrillFeed:
         self.last: DrillData | None = None
         self.last_t: float | None = None
         run.set_row_unit(RowUnit.INTERVAL)
+        run.set_summary_scope(Scope.SINCE_START)  # the run panel's figures: the counters' totals
         run.set_status(Status.CONNECTING, "")
         if name:
             run.add_source(sanitize(name))
@@ -152,7 +154,9 @@ class DrillFeed:
             budget = _newest(d.series.get("budget_mib"), hi)
             if budget is not None:
                 values["cache_bytes"] = budget * MIB
-            summary: dict[str, float | int | None] = dict(totals_summary(PromSnapshot(t=d.at, values=values)))
+            totals = PromSnapshot(t=d.at, values=values)
+            summary: dict[str, float | int | None] = dict(totals_summary(totals))
+            run.set_summary_notes(summary_notes(totals))
             resident = _newest(d.series.get("resident_mib"), hi)
             summary["resident_mib"] = resident
             run.update_summary(summary)

@@ -15,6 +15,7 @@ from typing import Any
 from bmoe_top.tui.feed.loader_log import loader_facts
 from bmoe_top.tui.feed.records import RecordFeed
 from bmoe_top.tui.model import RunModel, Status
+from bmoe_top.tui.model.health import SessionHealth
 from bmoe_top.tui.sources.events import (
     Connected,
     Disconnected,
@@ -29,9 +30,9 @@ from bmoe_top.tui.sources.events import (
     Stalled,
     StateChanged,
 )
-from bmoe_top.tui.sources.live import LiveBase
+from bmoe_top.tui.sources.live import LiveBase, LiveStatus
 
-__all__ = ["LIVE_STATUS", "LiveFeed"]
+__all__ = ["LIVE_STATUS", "LiveFeed", "session_health"]
 
 #: A live source's state -> the run's status.
 LIVE_STATUS: dict[LiveState, Status] = {
@@ -50,6 +51,19 @@ LIVE_STATUS: dict[LiveState, Status] = {
 
 #: Where a problem comes from when a sink failed (it also gets a log line).
 SINK_WHERE = frozenset({"record", "stderr", "event", "lines"})
+#: The source kind of a recording played at its pace (``RecordingSource``): nothing is live.
+RECORDING_KIND = "recording"
+
+
+def session_health(st: LiveStatus) -> SessionHealth:
+    """A live source's status as the frozen snapshot the run model keeps."""
+    ready = st.ready
+    return SessionHealth(
+        kind=st.kind, state=str(st.state), message=st.message, exit_code=st.exit_code,
+        ready=None if ready is None else {"load_s": ready.load_s, "arch": ready.arch, "n_ctx": ready.n_ctx},
+        last_error=st.last_error, turns_done=st.turns_done,
+        problems=tuple(f"line {p.lineno}: {p.reason}" for p in st.problems),
+        recording=st.kind == RECORDING_KIND)
 
 
 class LiveFeed:
@@ -74,6 +88,7 @@ class LiveFeed:
         }
         run.add_source(source.describe())
         run.set_status(LIVE_STATUS[source.state], "")
+        self.publish()
         # the lines of one read are written under one hold of the run's lock (re-entrant)
         source.connect(self.record, on_stderr=self.stderr, on_event=self.event, batch=lambda: run.lock)
 
@@ -91,7 +106,13 @@ class LiveFeed:
                 run.update_meta(facts, overwrite=False)
 
     def event(self, ev: Any) -> None:
-        self.events[type(ev)](ev)
+        with self.run.lock:
+            self.events[type(ev)](ev)
+            self.publish()
+
+    def publish(self) -> None:
+        """The source's status into the run model (``RunModel.session_health``)."""
+        self.run.set_session_health(session_health(self.source.status()))
 
     def _state(self, ev: StateChanged) -> None:
         self.run.set_status(LIVE_STATUS[ev.state], ev.message)

@@ -18,14 +18,17 @@ import math
 
 import numpy as np
 
-from bmoe_top.parsers.prom import MIB, TIME_KEYS, MetricsDelta, PromSnapshot, hit_pct_total
+from bmoe_top.parsers.prom import MIB, PROMPT_CACHED, TIME_KEYS, MetricsDelta, PromSnapshot, hit_pct_total
 from bmoe_top.tui.model import RowUnit, RunModel, Status
+from bmoe_top.tui.model.health import ScrapeHealth, SlotView
 from bmoe_top.tui.model.history import F64
+from bmoe_top.tui.model.quantities import NOT_EXPORTED, Scope
 from bmoe_top.tui.sources.events import Scraped, ScrapeFailed, ScrapeState
+from bmoe_top.tui.sources.metrics_poll import PollState
 from bmoe_top.tui.sources.slots import SlotsReading
 
 __all__ = ["INTERVAL_COLUMNS", "NOT_EXPORTED", "PROMPT_CACHED", "SCRAPE_STATUS", "SUMMARY_SERIES", "MetricsFeed",
-           "absent_keys", "interval_row", "layer_counts", "summary_notes", "totals_summary"]
+           "absent_keys", "interval_row", "layer_counts", "scrape_health", "summary_notes", "totals_summary"]
 
 #: The poller's state -> the run's status.
 SCRAPE_STATUS: dict[ScrapeState, Status] = {
@@ -46,12 +49,6 @@ INTERVAL_COLUMNS = ("interval_s", "tokens_in_interval", "tok_s", "prompt_tok_s",
                     "read_mib_s", "cpu_mib_s", "swaps", "processing", "deferred", "counted_at_end",
                     "slot_tokens", "slot_tok_s", "prompt_cached")
 
-#: What a value the server does not export reads as (the one wording, screen and JSON).
-NOT_EXPORTED = "not exported"
-
-#: llama-server's counter of prompt tokens reused from its cache (not in ``parsers.prom.SERIES``:
-#: read from the series bmoe-top keeps unnamed, ``PromSnapshot.others``).
-PROMPT_CACHED = "llamacpp:prompt_tokens_cached_total"
 
 #: Run-summary key -> the series it needs (any one of them): a key whose series the server does
 #: not export reads "not exported" on the run panel. Keys no ``/metrics`` carries map to ().
@@ -80,6 +77,7 @@ class MetricsFeed:
         self.scrapes = 0
         self.restarts = 0
         run.set_row_unit(RowUnit.INTERVAL)
+        run.set_summary_scope(Scope.SINCE_START)
         run.set_status(Status.CONNECTING, "")
         if url:
             run.add_source(f"metrics: {url}")
@@ -98,12 +96,7 @@ class MetricsFeed:
                 hits, misses = layer_counts(ev.previous, snap) if ev.previous is not None else (None, None)
                 if hits is not None and misses is not None:
                     run.add_layer_counts(i, hits, misses)
-            detail = "body was JSON-quoted; decoded once" if snap.json_quoted else ""
-            if snap.bad_lines:
-                n = len(snap.bad_lines)
-                detail = (detail + "; " if detail else "") + \
-                    f"{n} bad line{'s' if n > 1 else ''} (first: line {snap.bad_lines[0][0]})"
-            run.set_status(Status.OK, detail)
+            run.set_status(Status.OK, snap.detail())
             n_layer = snap.layer_count()
             if n_layer:
                 run.set_dims(n_layer=n_layer, grow=True)
@@ -115,6 +108,22 @@ class MetricsFeed:
 
     def failed(self, ev: ScrapeFailed) -> None:
         self.run.set_status(SCRAPE_STATUS[ev.state], ev.detail)
+
+
+def scrape_health(state: PollState) -> ScrapeHealth:
+    """The poller's bookkeeping as the frozen snapshot the run model keeps
+    (:class:`~bmoe_top.tui.model.health.ScrapeHealth`), read under the state's lock."""
+    with state.lock:
+        slots = state.slots
+        return ScrapeHealth(
+            url=state.url, state=str(state.status), detail=state.detail, http_status=state.http_status,
+            scrapes_ok=state.n_ok, scrapes_failed=state.n_fail, restarts=state.n_resets, limit=state.limit,
+            start_time=state.start_time, last_ok_mono=state.last_ok_mono, retry_at_mono=state.next_attempt_mono,
+            json_quoted=state.json_quoted, bad_lines=tuple(state.bad_lines), proxy_note=state.proxy_note,
+            slots=None if slots is None else tuple(
+                SlotView(id=x.id, processing=x.processing, task=x.task, n_decoded=x.n_decoded, n_prompt=x.n_prompt)
+                for x in slots.slots),
+            slots_note=state.slots_note, snapshot=state.last, delta=state.last_delta)
 
 
 def _finite(v: float | None) -> float | None:

@@ -2,7 +2,7 @@
 
 :func:`dashboard` returns the dashboard JSON (``docs/grafana/bmoe-fleet.json`` is its output): the
 instances table (one instant query per column, merged per instance), a time series panel per
-column (one line per instance), the stall share, ``up``, and the per-layer hit % heatmap of one
+column (one line per instance), the flash wait share, ``up``, and the per-layer hit % heatmap of one
 instance (``$drill``). Every counter is read with ``rate(...[$__rate_interval])``: Grafana's
 interval follows the same rule as bmoe-top's (at least four scrape intervals and one step plus
 one scrape interval) provided the data source's "Scrape interval" setting is the real one.
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bmoe_top.tui.fleet.queries import COLUMN_BY_KEY, COLUMNS, column_text, label_matcher
+from bmoe_top.tui.fleet.queries import COLUMN_BY_KEY, COLUMNS, DERIVED, column_text, label_matcher
 
 __all__ = ["dashboard", "SELECTOR", "RATE"]
 
@@ -30,8 +30,13 @@ def _refid(i: int) -> str:
     return chr(ord("A") + i) if i < 26 else "A" + chr(ord("A") + i - 26)
 
 
+#: The flash wait share's header (the catalogue's ``fleet.stall_share``: flash wait / wall, %).
+SHARE = DERIVED["stall_share"][0]
+
+
 def stall_share_text(sel: str, range_text: str) -> str:
-    """The stall share (flash wait / wall, %) as one PromQL expression."""
+    """The flash wait share (flash wait / wall, %: io in serial I/O, stall under overlap) as one
+    PromQL expression."""
     flash = column_text(COLUMN_BY_KEY["flash_ms"], sel, range_text)
     wall = column_text(COLUMN_BY_KEY["wall_ms"], sel, range_text)
     return f"100 * ({flash}) / ({wall})"
@@ -69,7 +74,7 @@ def dashboard() -> dict[str, Any]:
     ref = _refid(len(COLUMNS) + 1)
     table_targets.append({"refId": ref, "datasource": _DS, "expr": stall_share_text(SELECTOR, RATE), "instant": True,
                           "format": "table"})
-    rename[f"Value #{ref}"] = "stall %"
+    rename[f"Value #{ref}"] = SHARE
     panels.append({
         "id": 1, "type": "table", "title": "Instances", "datasource": _DS,
         "description": "One row per instance: the numbers of bmoe-top fleet (docs/fleet.md). An empty cell is a "
@@ -82,14 +87,14 @@ def dashboard() -> dict[str, Any]:
              "properties": [{"id": "mappings", "value": [{"type": "value", "options": {
                  "0": {"text": "down", "color": "red"}, "1": {"text": "up", "color": "green"}}}]},
                  {"id": "custom.cellOptions", "value": {"type": "color-background"}}]}]},
-        "options": {"sortBy": [{"displayName": "stall %", "desc": True}]},
+        "options": {"sortBy": [{"displayName": SHARE, "desc": True}]},
     })
     pid = 2
     y = 9
     items: list[tuple[str, str, str, str]] = [
         (c.label, column_text(c, SELECTOR, RATE), _UNITS.get(c.unit, "short"), " or ".join(
             "+".join(alt) for alt in c.needs)) for c in COLUMNS]
-    items.append(("stall % (flash wait / wall)", stall_share_text(SELECTOR, RATE), "percent",
+    items.append((f"{SHARE} (flash wait / wall)", stall_share_text(SELECTOR, RATE), "percent",
                   "bmoe:token_*_seconds_total"))
     items.append(("up", f"max by (job, instance) (up{SELECTOR})", "short", "up"))
     for n, (title, expr, unit, needs) in enumerate(items):

@@ -25,6 +25,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from string import Template
 
+from bmoe_top.tui.model.quantities import Quantity, q
 from bmoe_top.tui.sources.prometheus import format_duration
 
 __all__ = [
@@ -52,6 +53,7 @@ __all__ = [
     "column_query",
     "column_queries",
     "column_text",
+    "header",
     "up_query",
     "restarts_query",
     "layer_queries",
@@ -91,65 +93,35 @@ class Column:
         return tuple(dict.fromkeys(n for alt in self.needs for n in alt))
 
 
-def _rate(name: str) -> str:
-    return f"sum by ($by) (rate({name}$sel[$r]))"
+#: Units a column's header leaves out (a count of what the label names).
+_QUIET_UNITS = frozenset({"requests"})
+#: How a header writes a unit.
+_SHORT_UNITS = {"ms/token": "ms/tok", "% of wall": "%"}
 
 
-def _per_token(name: str) -> str:
-    return f"1000 * {_rate(name)} / {_rate('bmoe:timed_tokens_total')}"
+def header(x: Quantity) -> str:
+    """A fleet column's header from its catalogue quantity: its label and its unit
+    (``hit %``, ``read MiB/s``, ``wall ms/tok``; ``tok/s``, ``processing``)."""
+    unit = _SHORT_UNITS.get(x.unit, x.unit)
+    return x.label if x.unit in x.label or x.unit in _QUIET_UNITS else f"{x.label} {unit}"
 
 
-_TIMED = "bmoe:timed_tokens_total"
-_WALL = "bmoe:token_wall_seconds_total"
-_COMPUTE = "bmoe:token_compute_seconds_total"
-_MGMT = "bmoe:token_mgmt_seconds_total"
+def _column(key: str) -> Column:
+    x = q(key)
+    return Column(x.field, header(x), x.unit, x.needs, x.promql)
 
-COLUMNS: tuple[Column, ...] = (
-    Column("tok_s", "tok/s", "tok/s", (("llamacpp:tokens_predicted_total",),),
-           _rate("llamacpp:tokens_predicted_total")),
-    Column("prompt_tok_s", "prompt tok/s", "tok/s", (("llamacpp:prompt_tokens_total",),),
-           _rate("llamacpp:prompt_tokens_total")),
-    Column("hit_pct", "hit %", "%", (("llamacpp:moe_cache_hits_total", "llamacpp:moe_cache_misses_total"),),
-           f"100 * {_rate('llamacpp:moe_cache_hits_total')} / ({_rate('llamacpp:moe_cache_hits_total')} + "
-           f"{_rate('llamacpp:moe_cache_misses_total')})"),
-    Column("read_mib_s", "read MiB/s", "MiB/s", (("llamacpp:moe_cache_upload_bytes_total",),),
-           f"{_rate('llamacpp:moe_cache_upload_bytes_total')} / 1048576"),
-    # wall = compute + flash wait + mgmt, each in ms per generated token. bmoe-run's time sums
-    # when exported; else llama-server's own generation time (wall only, no split).
-    Column("wall_ms", "wall ms/tok", "ms/token",
-           ((_WALL, _TIMED), ("llamacpp:tokens_predicted_seconds_total", "llamacpp:tokens_predicted_total")),
-           f"{_per_token(_WALL)} or "
-           f"1000 * {_rate('llamacpp:tokens_predicted_seconds_total')} / {_rate('llamacpp:tokens_predicted_total')}"),
-    Column("compute_ms", "compute ms/tok", "ms/token", ((_COMPUTE, _TIMED),), _per_token(_COMPUTE)),
-    # flash wait = what the wall spent waiting for expert reads: io_ms in serial mode, stall_ms
-    # under overlap; both are wall - compute - mgmt, compute being the telemetry contract's
-    # residual. clamp_min only removes float rounding below 0.
-    Column("flash_ms", "flash wait ms/tok", "ms/token", ((_WALL, _COMPUTE, _MGMT, _TIMED),),
-           f"clamp_min(1000 * ({_rate(_WALL)} - {_rate(_COMPUTE)} - {_rate(_MGMT)}) / {_rate(_TIMED)}, 0)"),
-    Column("mgmt_ms", "mgmt ms/tok", "ms/token", ((_MGMT, _TIMED),), _per_token(_MGMT)),
-    # resident / budget: what the cache holds now (bmoe-run's gauges, docs/metrics.md) and its size
-    Column("resident_experts", "resident experts", "experts", (("llamacpp:moe_cache_resident",),),
-           "sum by ($by) (llamacpp:moe_cache_resident$sel)"),
-    Column("resident_mib", "resident MiB", "MiB", (("llamacpp:moe_cache_resident_bytes",),),
-           "sum by ($by) (llamacpp:moe_cache_resident_bytes$sel) / 1048576"),
-    Column("budget_experts", "budget experts", "experts", (("llamacpp:moe_cache_slots",),),
-           "sum by ($by) (llamacpp:moe_cache_slots$sel)"),
-    Column("budget_mib", "budget MiB", "MiB", (("llamacpp:moe_cache_bytes",),),
-           "sum by ($by) (llamacpp:moe_cache_bytes$sel) / 1048576"),
-    Column("requests_processing", "processing", "requests", (("llamacpp:requests_processing",),),
-           "sum by ($by) (llamacpp:requests_processing$sel)"),
-    Column("requests_deferred", "deferred", "requests", (("llamacpp:requests_deferred",),),
-           "sum by ($by) (llamacpp:requests_deferred$sel)"),
-)
+
+#: The table's columns: the catalogue's ``fleet.*`` quantities (bmoe_top.tui.model.quantities),
+#: their PromQL and the series they need read there. wall = compute + flash wait + mgmt, each in
+#: ms per generated token.
+COLUMNS: tuple[Column, ...] = tuple(_column(f"fleet.{k}") for k in (
+    "tok_s", "prompt_tok_s", "hit_pct", "read_mib_s", "wall_ms", "compute_ms", "flash_ms", "mgmt_ms",
+    "resident_experts", "resident_mib", "budget_experts", "budget_mib", "requests_processing",
+    "requests_deferred"))
 
 #: Columns only the drill-down asks: the two flash terms apart, so its breakdown knows the mode
 #: (serial: the flash wait is ``io_ms``; overlap: ``stall_ms``, ``io_ms`` being lane-busy time).
-DRILL_COLUMNS: tuple[Column, ...] = (
-    Column("io_ms", "io ms/tok", "ms/token", (("bmoe:token_io_seconds_total", _TIMED),),
-           _per_token("bmoe:token_io_seconds_total")),
-    Column("stall_ms", "stall ms/tok", "ms/token", (("bmoe:token_stall_seconds_total", _TIMED),),
-           _per_token("bmoe:token_stall_seconds_total")),
-)
+DRILL_COLUMNS: tuple[Column, ...] = (_column("fleet.io_ms"), _column("fleet.stall_ms"))
 
 #: Every series a column (of the table or the drill-down) reads.
 COLUMN_SERIES: tuple[str, ...] = tuple(dict.fromkeys(n for c in COLUMNS + DRILL_COLUMNS for n in c.series))
@@ -158,8 +130,8 @@ COLUMN_BY_KEY: dict[str, Column] = {c.key: c for c in COLUMNS + DRILL_COLUMNS}
 
 #: Columns computed from others, per point, without a query: key -> (label, unit, doc).
 DERIVED: dict[str, tuple[str, str, str]] = {
-    "stall_share": ("stall %", "% of wall", "flash_ms / wall_ms * 100: the share of the token's wall spent waiting "
-                                            "for expert reads"),
+    x.field: (header(x), x.unit, f"{x.formula}: {x.definition[0].lower()}{x.definition[1:]}")
+    for x in (q("fleet.stall_share"),)
 }
 
 #: ``up`` per instance: 1 when its last scrape succeeded, 0 when it failed.

@@ -29,9 +29,10 @@ at which ``up`` was 1 (the last good values, with their age). Absent is never 0:
 
 Sparklines: ``row.spark[key]`` is a float64 array on ``table.t`` with NaN where the series had
 no value (absent or undefined). The worst-instance ranking orders rows: down (or gone) first,
-then the highest stall share (flash wait / wall), then the lowest hit %; ``row.flags`` marks the
-down rows and the instances with the highest stall share and the lowest hit %. Across refreshes
-it ranks with hysteresis (:class:`RankMemory`): a row moves only on a real change.
+then the highest flash wait share (flash wait / wall, the ``stall_share`` column), then the lowest
+hit %; ``row.flags`` marks the down rows and the instances with the highest flash wait share and
+the lowest hit %. Across refreshes it ranks with hysteresis (:class:`RankMemory`): a row moves
+only on a real change.
 """
 
 from __future__ import annotations
@@ -566,8 +567,8 @@ _BANDS = tuple(RANK_BAND.items())
 
 
 class RankMemory:
-    """What each row was last ranked by, so that worst-first ranks with hysteresis: a row's stall
-    share and hit % count as unchanged while they stay within :data:`RANK_BAND` of the values it
+    """What each row was last ranked by, so that worst-first ranks with hysteresis: a row's flash
+    wait share and hit % count as unchanged while they stay within :data:`RANK_BAND` of the values it
     was last ranked by, and rows that rank equal keep their previous order. A change of state
     (up, down, gone) or of a value past the band moves the row at once. Holds only the rows of the
     last ranking (bounded by the fleet)."""
@@ -596,7 +597,7 @@ class RankMemory:
 
 def rank_rows(rows: list[InstanceRow], memory: RankMemory | None = None) -> None:
     """Order ``rows`` in place worst first and set ``rank`` and ``flags``: down/gone first, then
-    the highest stall share, then the lowest hit %; ties by the previous order (with ``memory``),
+    the highest flash wait share, then the lowest hit %; ties by the previous order (with ``memory``),
     then by job and instance. With ``memory`` the values rank with hysteresis
     (:class:`RankMemory`), and ``memory`` is updated to this ranking."""
     mem = memory if memory is not None else RankMemory()

@@ -48,7 +48,9 @@ from numpy.typing import NDArray
 
 from bmoe_top.parsers.sanitize import sanitize
 from bmoe_top.tui.model.columns import ColumnsReader, ColumnStats, Series, TokenColumns
+from bmoe_top.tui.model.health import AuditIndex, ScrapeHealth, SessionHealth, TailHealth
 from bmoe_top.tui.model.history import CAPACITY, F64, I64
+from bmoe_top.tui.model.quantities import Scope
 from bmoe_top.tui.model.routes import ExpertCounts, LayerShares, RoutesReader, RouteStore
 from bmoe_top.tui.model.status import RowUnit, Status
 from bmoe_top.tui.model.turns import TURNLESS_STATUSES, ProblemEntry, Turn, TurnlessRequest
@@ -187,6 +189,11 @@ class RunModel:
         self._epochs = 1
         self._io_over_wall = 0  # tokens whose io_ms exceeds wall_ms (lane-busy time: overlap)
         self._stall_positive = 0  # tokens with stall_ms > 0
+        self._summary_scope: tuple[Scope | None, str] = (None, "")
+        self._scrape_health: ScrapeHealth | None = None
+        self._tail_health: TailHealth | None = None
+        self._audit_index: AuditIndex | None = None
+        self._session_health: SessionHealth | None = None
 
     # ---------------------------------------------------------------------------- read access
     @property
@@ -356,6 +363,35 @@ class RunModel:
         return MappingProxyType(self._summary_notes)
 
     @property
+    def summary_scope(self) -> tuple[Scope | None, str]:
+        """What the source's own summary figures cover, as the source's feed says it: a
+        :class:`~bmoe_top.tui.model.quantities.Scope` (``SINCE_START`` for a ``/metrics`` server's
+        totals, ``SINCE_LOAD`` for an audit log's newest process run) and a detail (``pid 4242``);
+        ``(None, "")`` when the feed does not say (the run panel then names the last finished turn
+        or the run)."""
+        return self._summary_scope
+
+    @property
+    def scrape_health(self) -> ScrapeHealth | None:
+        """The ``/metrics`` poller as of its newest scrape or failure (None for other sources)."""
+        return self._scrape_health
+
+    @property
+    def tail_health(self) -> TailHealth | None:
+        """The followed file (None for other sources)."""
+        return self._tail_health
+
+    @property
+    def audit_index(self) -> AuditIndex | None:
+        """An audit log's process runs and bad lines (None for other sources)."""
+        return self._audit_index
+
+    @property
+    def session_health(self) -> SessionHealth | None:
+        """A live session's state (None for other sources)."""
+        return self._session_health
+
+    @property
     def epoch_start(self) -> int:
         """The first token row of the source's current process: rows before it belong to a
         process that restarted (:meth:`new_epoch`); figures derived from the token rows use the
@@ -486,6 +522,42 @@ class RunModel:
             new = {safe(k): safe(v) for k, v in notes.items()}
             if new != self._summary_notes:
                 self._summary_notes = new
+                self._touch()
+
+    def set_summary_scope(self, scope: Scope | None, detail: str = "") -> None:
+        """Say what the summary figures cover (:attr:`summary_scope`)."""
+        with self.lock:
+            new = (scope, safe(detail))
+            if new != self._summary_scope:
+                self._summary_scope = new
+                self._touch()
+
+    def set_scrape_health(self, health: ScrapeHealth) -> None:
+        """Publish the poller's state (a frozen snapshot: docs/architecture.md "Source health")."""
+        with self.lock:
+            if health != self._scrape_health:
+                self._scrape_health = health
+                self._touch()
+
+    def set_tail_health(self, health: TailHealth) -> None:
+        """Publish the followed file's state."""
+        with self.lock:
+            if health != self._tail_health:
+                self._tail_health = health
+                self._touch()
+
+    def set_audit_index(self, index: AuditIndex) -> None:
+        """Publish an audit log's process runs and bad lines."""
+        with self.lock:
+            if index is not self._audit_index:
+                self._audit_index = index
+                self._touch()
+
+    def set_session_health(self, health: SessionHealth) -> None:
+        """Publish a live session's state."""
+        with self.lock:
+            if health != self._session_health:
+                self._session_health = health
                 self._touch()
 
     def new_epoch(self) -> None:

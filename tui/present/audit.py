@@ -1,80 +1,63 @@
-"""What the audit attach screen shows, as data: the ``attach --audit --once --json`` document,
-the selected process run's panel rows and the Requests table rows (docs/metrics.md "Audit log")."""
+"""What the audit attach screen shows, as data, from the run model alone (its ``audit_index`` and
+``tail_health``, published by the feeds: docs/architecture.md "Source health"): the ``attach
+--audit --once --json`` document, the selected process run's panel rows and the Requests table
+rows (docs/metrics.md "Audit log")."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from bmoe_top.parsers.audit import AuditRecord, AuditRun, check_exact_sum
-from bmoe_top.tui.feed.audit import obj
-from bmoe_top.tui.feed.bind import TailBinding
-from bmoe_top.tui.present.numbers import MISSING, fmt, safe_rows, text_line
+from bmoe_top.tui.model import RunModel
+from bmoe_top.tui.model.health import AuditIndex, AuditRunView, TailHealth
+from bmoe_top.tui.model.quantities import q
+from bmoe_top.tui.present.numbers import MISSING, count, fmt, safe_rows, show, text_line
 from bmoe_top.tui.present.summary import run_summary
 from bmoe_top.tui.present.tables import Column, Row, SortKey, Table, number_key
 
 __all__ = ["REQUEST_COLUMNS", "REQUEST_KEYS", "audit_document", "audit_run_rows", "request_row", "requests_table",
            "runs_index"]
 
-REQUEST_COLUMNS = ("pid", "task", "time", "n_prompt", "n_gen", "gen tok/s", "prompt ms", "gen ms",
-                   "hit %", "hits", "misses", "from profile", "read MiB")
+#: The Requests table's columns: each number names its unit (and its scope: one request).
+REQUEST_COLUMNS = ("pid", "task", "time", "prompt tok", "gen tok", q("request.tok_s").label,
+                   f"{q('request.prompt_ms').label} ms", f"{q('request.gen_ms').label} ms",
+                   f"{q('request.hit_pct').label} %", "hits", "misses", "from profile",
+                   f"{q('request.read_mib').label} MiB")
 
 
-def _req_row(r: AuditRecord) -> dict[str, Any]:
-    d = r.data
-    hits, misses = d.get("req_hits"), d.get("req_misses")
-    n, tg = d.get("n_gen"), d.get("t_gen_ms")
-    return {
-        "line": r.lineno, "time": r.time, "slot": d.get("slot"), "task": d.get("task"),
-        "n_prompt": d.get("n_prompt"), "n_gen": n, "t_prompt_ms": d.get("t_prompt_ms"), "t_gen_ms": tg,
-        "gen_tok_s": (1000.0 * n / tg if isinstance(n, int) and isinstance(tg, (int, float)) and tg > 0 else None),
-        "req_hits": hits, "req_hits_profile": d.get("req_hits_profile"), "req_misses": misses,
-        "req_bytes_upload": d.get("req_bytes_upload"), "req_bytes_cpu": d.get("req_bytes_cpu"),
-        "hit_pct": (100.0 * hits / (hits + misses) if isinstance(hits, int) and isinstance(misses, int)
-                    and hits + misses > 0 else None),
-    }
-
-
-def _run_doc(run: AuditRun) -> dict[str, Any]:
-    c = run.counters()
+def _run_doc(v: AuditRunView) -> dict[str, Any]:
+    c = v.counters
     h, m = c.get("hits"), c.get("misses")
-    load = run.load.data if run.load else {}
-    model = obj(load.get("model"))
-    cache = obj(load.get("cache"))
-    per_layer = {str(il): None if lh + lm == 0 else 100.0 * lh / (lh + lm)
-                 for il, (lh, _lhp, lm) in sorted(run.layer_hits().items())}
     return {
-        "pid": run.pid,
-        "state": "exited" if run.exit else ("ready" if run.ready else "loading"),
-        "first_line": run.first_lineno,
-        "model": model.get("name") or model.get("path"),
-        "n_layer": model.get("n_layer"),
-        "cache_slots": cache.get("slots"), "cache_prefilled": cache.get("prefilled"),
-        "counters": c,
+        "pid": v.pid, "state": v.state, "first_line": v.first_line, "model": v.model, "n_layer": v.n_layer,
+        "cache_slots": v.cache_slots, "cache_prefilled": v.cache_prefilled,
+        "counters": dict(c),
         "hit_pct": None if h is None or m is None or h + m == 0 else 100.0 * h / (h + m),
-        "requests": [_req_row(r) for r in run.requests],
-        "layer_hit_pct": per_layer,
-        "resident": {str(k): v for k, v in sorted(run.resident().items())},
-        "perf": run.exit.data.get("perf") if run.exit else None,
-        "exact_sum": check_exact_sum(run) if run.exit is not None and run.ready is not None else None,
+        "requests": [dict(r) for r in v.requests],
+        "layer_hit_pct": {str(il): None if lh + lm == 0 else 100.0 * lh / (lh + lm)
+                          for il, (lh, _lhp, lm) in sorted(v.layer_hits.items())},
+        "resident": {str(k): list(x) for k, x in v.resident.items()},
+        "perf": None if v.perf is None else dict(v.perf),
+        "exact_sum": None if v.exact_sum is None else list(v.exact_sum),
     }
 
 
-def audit_document(binding: TailBinding) -> dict[str, Any]:
+def audit_document(run: RunModel) -> dict[str, Any]:
     """``path``, ``status`` (``ok``; ``waiting`` when the file does not exist; ``malformed`` when
     it has lines but no audit record; ``error``) and ``detail``, ``records``, ``bad_lines`` (count)
     and ``bad`` (the newest 20: generation, line, error), ``rotations``, ``truncations``, ``pids``,
     ``runs`` (per process run: pid, state, model, counters, hit %, requests table, per-layer hit %,
     resident experts, perf, and ``exact_sum``: the reference's property, a list of problems that
     is empty when it holds, None before the run exited) and ``run`` (the run summary)."""
-    tail, feed, run = binding.tail, binding.feed, binding.run
-    with run.lock, tail.lock:
+    with run.lock:
+        tail = run.tail_health or TailHealth()
+        idx = run.audit_index or AuditIndex()
         return {
             "path": tail.path, "status": run.status, "detail": run.status_detail,
-            "records": feed.runs.n_records, "bad_lines": feed.n_bad,
-            "bad": [{"generation": g, "line": n, "error": m} for g, n, m in feed.bad[-20:]],
-            "rotations": tail.n_rotations, "truncations": tail.n_truncations,
-            "pids": feed.runs.pids(), "runs": [_run_doc(r) for r in feed.runs.runs], "run": run_summary(run),
+            "records": idx.records, "bad_lines": idx.bad_lines,
+            "bad": [{"generation": g, "line": n, "error": m} for g, n, m in idx.bad],
+            "rotations": tail.rotations, "truncations": tail.truncations,
+            "pids": list(idx.pids), "runs": [_run_doc(v) for v in idx.runs], "run": run_summary(run),
         }
 
 
@@ -84,10 +67,11 @@ def runs_index(n_runs: int, selected: int) -> int:
     return i % n_runs if n_runs else 0
 
 
-def audit_run_rows(binding: TailBinding, selected: int) -> list[tuple[str, str, str]]:
+def audit_run_rows(run: RunModel, selected: int) -> list[tuple[str, str, str]]:
     """The attach panel for the selected process run (``selected`` indexes the runs; -1 = newest):
     (label, value, kind) rows; kind ``section``, ``missing``, ``good``/``bad`` (the exact-sum check),
-    or ``""``."""
+    or ``""``. The counters are the process run's since its load (the heading says so, and the
+    labels another scope shares: ``hit (since load)``)."""
     out: list[tuple[str, str, str]] = []
 
     def sec(name: str) -> None:
@@ -97,49 +81,51 @@ def audit_run_rows(binding: TailBinding, selected: int) -> list[tuple[str, str, 
         v = str(value)
         out.append((label, v, MISSING if v == MISSING else ""))
 
-    with binding.run.lock:
-        runs = binding.feed.runs.runs
-        if not runs:
-            return [("run", "no records yet", MISSING)]
-        idx = runs_index(len(runs), selected)
-        run = runs[idx]
-        load = run.load.data if run.load else {}
-        model = obj(load.get("model"))
-        cache = obj(load.get("cache"))
-        prof = load.get("profile")
-        c = run.counters()
-        lh = run.layer_hits()
-        exact = check_exact_sum(run) if run.exit is not None and run.ready is not None else None
-        perf = run.exit.data.get("perf") if run.exit else None
-        n_runs, n_requests = len(runs), len(run.requests)
-    sec(f"run {idx + 1}/{n_runs}")
-    row("pid", run.pid)
-    row("state", "exited" if run.exit else ("ready" if run.ready else "loading"))
-    row("model", model.get("name") or model.get("path") or MISSING)
-    row("layers", model.get("n_layer", MISSING))
-    row("cache slots", cache.get("slots", MISSING))
-    row("prefilled", cache.get("prefilled", MISSING))
-    row("cache", fmt(cache["bytes"] / 1048576, 1, "MiB") if isinstance(cache.get("bytes"), int) else MISSING)
-    row("profile", (prof.get("error") or f"{prof.get('path')} ({prof.get('bytes')} B)") if isinstance(prof, dict)
+    with run.lock:
+        idx = run.audit_index
+    runs = idx.runs if idx is not None else ()
+    if not runs:
+        return [("run", "no records yet", MISSING)]
+    i = runs_index(len(runs), selected)
+    v = runs[i]
+    c = v.counters
+    prof = v.profile
+    sec(f"run {i + 1}/{len(runs)}")
+    row("pid", v.pid)
+    row("state", v.state)
+    row("model", v.model or MISSING)
+    row("layers", v.n_layer if v.n_layer is not None else MISSING)
+    row("cache slots", v.cache_slots if v.cache_slots is not None else MISSING)
+    row("prefilled", v.cache_prefilled if v.cache_prefilled is not None else MISSING)
+    cache = q("since_load.cache_bytes")
+    row(cache.label, show(cache, v.cache_bytes))
+    row("profile", (prof.get("error") or f"{prof.get('path')} ({prof.get('bytes')} B)") if prof is not None
         else "none")
-    row("load", fmt(load.get("load_ms"), 0, "ms") if load else MISSING)
-    sec("counters since load")
+    load = q("since_load.load_ms")
+    row(load.label, show(load, v.load_ms))
+    sec(f"counters {q('since_load.hit_pct').words()} (pid {v.pid})")
     h, m = c.get("hits"), c.get("misses")
-    row("hit %", fmt(100.0 * h / (h + m), 1, "%") if h is not None and m is not None and h + m > 0 else MISSING)
+    hit = q("since_load.hit_pct")
+    row(hit.screen_label(), show(hit, 100.0 * h / (h + m)) if h is not None and m is not None and h + m > 0
+        else MISSING)
     for k in ("hits", "hits_profile", "misses", "swaps"):
-        row(k.replace("_", " "), fmt(c.get(k), 0))
-    up = c.get("bytes_upload")
-    row("read", fmt(up / 1048576, 1, "MiB") if up is not None else MISSING)
-    row("requests", n_requests)
-    if isinstance(perf, Mapping):
-        row("gen tok/s", fmt(perf.get("gen_tps"), 1))
-        row("prompt tok/s", fmt(perf.get("prompt_tps"), 1))
-    if exact is not None:
-        out.append(("exact sum", "holds" if not exact else "; ".join(exact[:2]), "good" if not exact else "bad"))
-    if lh:
-        sec("layer hit % (" + ("exit" if run.exit else "load") + ")")
-        for il, (a, _p, b) in sorted(lh.items()):
-            row(f"L{il}", fmt(100.0 * a / (a + b), 1, "%") if a + b else "no lookups")
+        row(k.replace("_", " "), count(c.get(k)))
+    read = q("since_load.bytes_upload")
+    row(read.screen_label(), show(read, c.get("bytes_upload")))
+    reqs = q("since_load.requests")
+    row(reqs.label, count(len(v.requests)))
+    if v.perf is not None:
+        for key in ("since_load.gen_tps", "since_load.prompt_tps"):
+            qty = q(key)
+            row(qty.screen_label(), show(qty, v.perf.get(qty.field)))
+    if v.exact_sum is not None:
+        out.append(("exact sum", "holds" if not v.exact_sum else "; ".join(v.exact_sum[:2]),
+                    "good" if not v.exact_sum else "bad"))
+    if v.layer_hits:
+        layer = q("since_load.layer_hit_pct")
+        sec(f"{layer.label} % (" + ("exit" if v.state == "exited" else "load") + ")")
+        for il, (a, _p, b) in sorted(v.layer_hits.items()):
+            row(f"L{il}", show(layer, 100.0 * a / (a + b)) if a + b else "no lookups")
     return safe_rows(out)
 
 

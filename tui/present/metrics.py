@@ -16,13 +16,20 @@ from typing import Any
 
 import numpy as np
 
-from bmoe_top.parsers.prom import SERIES, SERIES_BY_KEY, TIME_KEYS, PromSnapshot, hit_pct_total, split_series
-from bmoe_top.tui.feed.metrics import NOT_EXPORTED, PROMPT_CACHED
-from bmoe_top.tui.model import RunModel
-from bmoe_top.tui.present.numbers import MISSING, count, fmt, num, safe_rows, text_line, whole
+from bmoe_top.parsers.prom import (
+    PROMPT_CACHED,
+    SERIES,
+    SERIES_BY_KEY,
+    TIME_KEYS,
+    PromSnapshot,
+    hit_pct_total,
+    split_series,
+)
+from bmoe_top.tui.model import RunModel, Status
+from bmoe_top.tui.model.health import ScrapeHealth
+from bmoe_top.tui.model.quantities import NOT_EXPORTED, q
+from bmoe_top.tui.present.numbers import MISSING, count, fmt, num, safe_rows, show, text_line, whole
 from bmoe_top.tui.present.summary import run_summary
-from bmoe_top.tui.sources.events import ScrapeState
-from bmoe_top.tui.sources.metrics_poll import PollState
 
 __all__ = ["COUNT_KEYS", "LIMIT_WORDS", "NOT_EXPORTED", "OTHER_ROWS", "STATUS_WORDS", "gauge_window",
            "metrics_document", "metrics_panel_rows", "newest_rates", "not_exported", "status_parts"]
@@ -51,6 +58,12 @@ OTHER_ROWS = 12
 RATE_BASIS = "all slots: the tokens the counter gained over the interval's wall time"
 SLOT_BASIS = "all slots: counter gain + change of the tokens the processing slots hold (/slots), over the interval"
 AT_END = "this server counts tokens when a request ends: requests are processing, the counter did not move"
+
+#: The "since start" rows of the attach panel: catalogue keys, in order.
+SINCE_START_ROWS = ("since_start.tokens_predicted", "since_start.prompt_tokens", "since_start.hits",
+                    "since_start.hits_profile", "since_start.misses", "since_start.upload_bytes",
+                    "since_start.swaps", "since_start.slots", "since_start.prefilled", "since_start.cache_bytes",
+                    "since_start.requests_processing", "since_start.requests_deferred")
 
 
 def not_exported(s: PromSnapshot) -> list[str]:
@@ -105,36 +118,38 @@ def newest_rates(run: RunModel, n_layer: int) -> dict[str, Any] | None:
         }
 
 
-def metrics_document(state: PollState, run: RunModel, now: float | None = None) -> dict[str, Any]:
-    """The numbers the metrics attach screen shows: ``url``, ``status`` and ``detail``,
-    ``http_status``, ``scrapes_ok``/``scrapes_failed``, ``restarts``, ``start_time`` (the server's
-    process start as it says it), ``stale_s`` (age of the last good scrape; None before one),
-    ``retry_in_s`` (the countdown to the next attempt after a failure), ``limit`` (the limit that
-    ended the newest scrape: ``"deadline"`` (``--timeout``) or ``"body_size"`` (``--max-body-mb``),
-    else None), ``json_quoted``,
-    ``bad_lines``, ``notes`` (the parser's, e.g. a duplicate series), ``proxy_note``, ``intervals``
-    (rows); ``run`` (the run summary: totals since the server started); ``totals`` (every exported
-    series by key, counts as integers, the throughput gauges under a key that says their window,
-    ``hit_pct`` since start, ``layer_hit_pct``, ``prompt_tokens_cached``), ``gauge_window``,
-    ``n_layer``, ``not_exported`` (series names); ``other_series`` / ``other_types`` (every series
-    bmoe-top does not know, ``name{labels}`` -> value); ``slots`` (the ``/slots`` reading, or None;
-    ``slots_note`` why not); ``rates`` (None after one scrape; ``{"reset": true}`` when the newest
-    scrape started a new baseline; else :func:`newest_rates`)."""
-    with state.lock:
-        s, d = state.last, state.last_delta
-        slots = state.slots
+def metrics_document(run: RunModel, now: float | None = None) -> dict[str, Any]:
+    """The numbers the metrics attach screen shows, from the run model alone (its
+    ``scrape_health``, published by the feed: docs/architecture.md "Source health"): ``url``,
+    ``status`` and ``detail``, ``http_status``, ``scrapes_ok``/``scrapes_failed``, ``restarts``,
+    ``start_time`` (the server's process start as it says it), ``stale_s`` (age of the last good
+    scrape; None before one; ``now``: ``time.monotonic()``), ``retry_in_s`` (the countdown to the
+    next attempt after a failure), ``limit`` (the limit that ended the newest scrape:
+    ``"deadline"`` (``--timeout``) or ``"body_size"`` (``--max-body-mb``), else None),
+    ``json_quoted``, ``bad_lines``, ``notes`` (the parser's, e.g. a duplicate series),
+    ``proxy_note``, ``intervals`` (rows); ``run`` (the run summary: totals since the server
+    started); ``totals`` (every exported series by key, counts as integers, the throughput
+    gauges under a key that says their window, ``hit_pct`` since start, ``layer_hit_pct``,
+    ``prompt_tokens_cached``), ``gauge_window``, ``n_layer``, ``not_exported`` (series names);
+    ``other_series`` / ``other_types`` (every series bmoe-top does not know, ``name{labels}`` ->
+    value); ``slots`` (the ``/slots`` reading, or None; ``slots_note`` why not); ``rates`` (None
+    after one scrape; ``{"reset": true}`` when the newest scrape started a new baseline; else
+    :func:`newest_rates`)."""
+    with run.lock:
+        h = run.scrape_health or ScrapeHealth()
+        s, d = h.snapshot, h.delta
         out: dict[str, Any] = {
-            "url": state.url, "status": state.status, "detail": state.detail, "http_status": state.http_status,
-            "scrapes_ok": state.n_ok, "scrapes_failed": state.n_fail, "restarts": state.n_resets,
-            "start_time": state.start_time, "stale_s": _round(state.stale_s(now)),
-            "retry_in_s": _round(state.retry_in(now)), "limit": state.limit,
-            "json_quoted": state.json_quoted, "bad_lines": [{"line": n, "error": m} for n, m in state.bad_lines],
+            "url": h.url, "status": h.state, "detail": h.detail, "http_status": h.http_status,
+            "scrapes_ok": h.scrapes_ok, "scrapes_failed": h.scrapes_failed, "restarts": h.restarts,
+            "start_time": h.start_time, "stale_s": _round(h.stale_s(now)), "retry_in_s": _round(h.retry_in(now)),
+            "limit": h.limit,
+            "json_quoted": h.json_quoted, "bad_lines": [{"line": n, "error": m} for n, m in h.bad_lines],
             "notes": list(s.notes) if s is not None else [],
-            "proxy_note": state.proxy_note, "intervals": run.tokens.n, "run": run_summary(run),
-            "slots": None if slots is None else [
+            "proxy_note": h.proxy_note, "intervals": run.tokens.n, "run": run_summary(run),
+            "slots": None if h.slots is None else [
                 {"id": x.id, "processing": x.processing, "task": x.task, "n_decoded": x.n_decoded,
-                 "n_prompt": x.n_prompt} for x in slots.slots],
-            "slots_note": state.slots_note,
+                 "n_prompt": x.n_prompt} for x in h.slots],
+            "slots_note": h.slots_note,
         }
         if s is None:
             out["totals"] = None
@@ -155,8 +170,8 @@ def metrics_document(state: PollState, run: RunModel, now: float | None = None) 
         if lh is not None and lm is not None:
             per: list[float | None] = []
             for il in range(n_layer):
-                h, m = lh.get(il), lm.get(il)
-                per.append(None if h is None or m is None or h + m <= 0 else num(100.0 * h / (h + m)))
+                a, b = lh.get(il), lm.get(il)
+                per.append(None if a is None or b is None or a + b <= 0 else num(100.0 * a / (a + b)))
             tot["layer_hit_pct"] = per
         else:
             tot["layer_hit_pct"] = None
@@ -187,16 +202,16 @@ def status_parts(doc: dict[str, Any]) -> list[tuple[str, str]]:
     status = str(doc.get("status") or "")
     out: list[tuple[str, str]] = [(STATUS_WORDS.get(status, status), "status")]
     stale = doc.get("stale_s")
-    if status == ScrapeState.BUSY and stale is not None:
+    if status == Status.BUSY and stale is not None:
         out.append((f"  metrics stale for {stale:.0f} s (the last values are kept)", "alert"))
     if doc.get("limit"):
         out.append((f"  limit hit: {LIMIT_WORDS.get(doc['limit'], doc['limit'])}", "alert"))
     if doc.get("detail"):
         out.append((f"  {doc['detail']}", "detail"))
-    if status not in (ScrapeState.OK, ScrapeState.BUSY, ScrapeState.CONNECTING) and stale is not None:
+    if status not in (Status.OK, Status.BUSY, Status.CONNECTING) and stale is not None:
         out.append((f"  (showing the last good scrape, {stale:.0f} s old)", "alert"))
     retry = doc.get("retry_in_s")
-    if retry is not None and status != ScrapeState.OK:
+    if retry is not None and status != Status.OK:
         out.append((f"  retry in {math.ceil(retry):.0f} s", "dim"))
     out.append((f"  scrapes {doc.get('scrapes_ok', 0)} ok / {doc.get('scrapes_failed', 0)} failed", "dim"))
     if doc.get("json_quoted"):
@@ -210,14 +225,17 @@ def status_parts(doc: dict[str, Any]) -> list[tuple[str, str]]:
 
 def metrics_panel_rows(doc: dict[str, Any]) -> list[tuple[str, str, str]]:
     """The attach panel from :func:`metrics_document`: (label, value, kind) rows; kind ``section``
-    for a heading, ``missing`` for a value the server does not send or export, else ``""``. The
-    interval's gen tok/s is for all slots, and says when the server counts tokens at a request's
-    end; with ``/slots`` the live progress is beside it; prompt tokens reused from the cache sit
-    beside the prompt numbers; the series bmoe-top does not know are listed last."""
+    for a heading, ``missing`` for a value the server does not send or export, else ``""``. Labels
+    and formats are the catalogue's (``bmoe_top.tui.model.quantities``): a label another scope
+    shares says its scope (``tok/s (all slots, 1.0 s)``, ``hit (since start)``). The interval's
+    tok/s is for all slots, and says when the server counts tokens at a request's end; with
+    ``/slots`` the live progress is beside it; prompt tokens reused from the cache sit beside the
+    prompt numbers; the series bmoe-top does not know are listed last."""
     ne = set(doc.get("not_exported") or [])
     tot = doc.get("totals")
     r = doc.get("rates")
     out: list[tuple[str, str, str]] = []
+    span = {"interval": show(q("interval.length"), r["interval_s"])} if r and r.get("interval_s") is not None else {}
 
     def sec(name: str) -> None:
         out.append((name, "", "section"))
@@ -228,68 +246,65 @@ def metrics_panel_rows(doc: dict[str, Any]) -> list[tuple[str, str, str]]:
     def exported(series_key: str) -> bool:
         return tot is None or SERIES_BY_KEY[series_key].name not in ne
 
-    def rate(key: str, series_key: str, digits: int = 1, unit: str = "") -> str:
+    def rate(key: str, series_key: str) -> None:
+        qty = q(key)
+        label = qty.screen_label(**span)
         if not exported(series_key):
-            return NOT_EXPORTED
+            return row(label, NOT_EXPORTED)
         if r is None:
-            return MISSING
+            return row(label, MISSING)
         if r.get("reset"):
-            return "restart: new baseline"
-        if r.get(key) is None and key == "hit_pct" and tot is not None:
-            return "idle (no lookups)"
-        if digits == 0:
-            return count(r.get(key), unit)
-        return fmt(r.get(key), digits, unit)
+            return row(label, "restart: new baseline")
+        v = r.get(qty.field)
+        if v is None and key == "interval.hit_pct" and tot is not None:
+            return row(label, "idle (no lookups)")
+        return row(label, show(qty, v))
 
-    def total(key: str, unit: str = "", scale: float = 1.0, digits: int = 1) -> str:
+    def total(key: str) -> None:
+        qty = q(key)
+        label = qty.screen_label()
         if tot is None:
-            return MISSING
-        if not exported(key):
-            return NOT_EXPORTED
-        v = tot.get(key)
-        if v is None:
-            return MISSING
-        if key in COUNT_KEYS:
-            return count(v, unit)
-        return fmt(v * scale, digits, unit)
+            return row(label, MISSING)
+        if not exported(qty.field):
+            return row(label, NOT_EXPORTED)
+        return row(label, show(qty, tot.get(qty.field)))
 
     sec("interval")
-    row("length", fmt(r["interval_s"], 1, "s") if r else MISSING)
-    row("gen tok/s", rate("tok_s", "tokens_predicted") + (" (all slots)" if r and r.get("tok_s") is not None else ""))
+    row(q("interval.length").label, show(q("interval.length"), r["interval_s"]) if r else MISSING)
+    rate("interval.tok_s", "tokens_predicted")
     if r and r.get("counted_at_end"):
         row("", "server counts at request end")
     if r and r.get("slot_tok_s") is not None:
-        row("live tok/s", fmt(r["slot_tok_s"], 1) + " (/slots)")
-    row("prompt tok/s", rate("prompt_tok_s", "prompt_tokens"))
+        qty = q("interval.slot_tok_s")
+        row(qty.screen_label(**span), show(qty, r["slot_tok_s"]))
+    rate("interval.prompt_tok_s", "prompt_tokens")
     if r and r.get("prompt_cached") is not None:
-        row("prompt cached", count(r["prompt_cached"], "tok"))
-    row("hit %", rate("hit_pct", "hits", 1, "%"))
-    row("read", rate("read_mib_s", "upload_bytes", 2, "MiB/s"))
-    row("swaps", rate("swaps", "swaps", 0))
+        qty = q("interval.prompt_cached")
+        row(qty.screen_label(**span), show(qty, r["prompt_cached"]))
+    rate("interval.hit_pct", "hits")
+    rate("interval.read_mib_s", "upload_bytes")
+    rate("interval.swaps", "swaps")
     sec("since start")
-    row("hit %", fmt(tot.get("hit_pct"), 1, "%") if tot else MISSING)
-    row("generated", total("tokens_predicted", "tok"))
-    row("prompt", total("prompt_tokens", "tok"))
+    hit = q("since_start.hit_pct")
+    row(hit.screen_label(), show(hit, tot.get("hit_pct")) if tot else MISSING)
+    total("since_start.tokens_predicted")
+    total("since_start.prompt_tokens")
     if tot is not None:
         cached = tot.get("prompt_tokens_cached")
-        row("prompt cached", NOT_EXPORTED if cached is None else count(cached, "tok"))
-    for key, label, unit, scale in (
-        ("hits", "hits", "", 1.0), ("hits_profile", "from profile", "", 1.0), ("misses", "misses", "", 1.0),
-        ("upload_bytes", "read", "MiB", 1 / 1048576), ("swaps", "swaps", "", 1.0),
-        ("slots", "slots", "", 1.0), ("prefilled", "prefilled", "", 1.0),
-        ("cache_bytes", "cache", "MiB", 1 / 1048576),
-        ("requests_processing", "processing", "", 1.0), ("requests_deferred", "queued", "", 1.0),
-    ):
-        row(label, total(key, unit, scale))
+        qty = q("summary.n_prompt_cached")
+        row(qty.screen_label(), NOT_EXPORTED if cached is None else show(qty, cached))
+    for key in SINCE_START_ROWS[2:]:
+        total(key)
     slots = doc.get("slots")
     if slots:
         busy = [x for x in slots if x.get("processing")]
-        row("slots busy", f"{len(busy)} of {len(slots)}")
+        row(q("slots.busy").label, f"{len(busy)} of {len(slots)}")
         for x in busy[:4]:
             row(f"slot {x['id']}", f"task {x.get('task')}: {count(x.get('n_decoded'), 'tok')} so far")
     elif doc.get("slots_note"):
         row("slots", doc["slots_note"])
-    sec("ms per token")
+    per = q("interval.token_ms")
+    sec(f"{per.label} ({per.words(**span)})")
     tm = (r or {}).get("token_ms") or {}
     for k in TIME_KEYS:
         if not exported(k + "_s"):

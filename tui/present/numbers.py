@@ -19,9 +19,10 @@ from typing import IO, Any
 import orjson
 
 from bmoe_top.parsers.sanitize import SHOWN, sanitize
+from bmoe_top.tui.model.quantities import Form, Quantity
 
-__all__ = ["MISSING", "count", "fmt", "mib", "ms", "num", "print_json", "print_lines", "safe_rows", "sig", "text_line",
-           "to_json", "whole"]
+__all__ = ["MISSING", "count", "diff", "fmt", "mib", "ms", "num", "print_json", "print_lines", "safe_rows", "show",
+           "sig", "size", "text_line", "to_json", "unit_text", "whole"]
 
 #: What a value the source did not send reads as.
 MISSING = "missing"
@@ -87,13 +88,78 @@ def mib(v: float | int | None, digits: int = 3) -> str:
 
 
 def ms(v: float | int | None, digits: int = 3) -> str:
-    """A duration given in ms: ``245 ms``, ``12.3 ms``, ``0.412 ms``; from 10 s up in s (``12.5 s``)."""
+    """The one duration formatter, for a duration given in ms: ``245 ms``, ``12.3 ms``,
+    ``0.412 ms``; from 1 s up in s (``1.23 s``, ``12.5 s``)."""
     if _missing(v):
         return MISSING
     x = float(v)  # type: ignore[arg-type]
-    if abs(x) >= 10_000:
+    if abs(x) >= 1000:
         return sig(x / 1000.0, digits, "s")
     return sig(x, digits, "ms")
+
+
+def size(v: float | int | None) -> str:
+    """The one size formatter for a size given in bytes: MiB, GiB, TiB as :func:`mib` shows them."""
+    if _missing(v):
+        return MISSING
+    return mib(float(v) / 1048576.0)  # type: ignore[arg-type]
+
+
+#: Count units a value shows (the other counts are the nouns their labels name: hits, experts).
+_COUNT_UNITS = {"tokens": "tok"}
+
+
+def unit_text(quantity: Quantity) -> str:
+    """The unit a value of ``quantity`` shows after it (``""`` when its label already says it:
+    ``tok/s``, or a count of what the label names)."""
+    if quantity.form is Form.COUNT:
+        return _COUNT_UNITS.get(quantity.unit, "")
+    if quantity.unit and quantity.unit in quantity.label:
+        return ""
+    return quantity.unit
+
+
+def show(quantity: Quantity, v: float | int | None) -> str:
+    """``v`` as the catalogue says ``quantity`` is shown (``bmoe_top.tui.model.quantities.Form``),
+    with its unit; ``missing`` when the source did not send it (None or NaN)."""
+    if _missing(v):
+        return MISSING
+    x = float(v)  # type: ignore[arg-type]
+    form, unit = quantity.form, unit_text(quantity)
+    if form is Form.COUNT:
+        return count(x, unit)
+    if form is Form.MIB:
+        return mib(x)
+    if form is Form.BYTES:
+        return size(x)
+    if form is Form.PCT:
+        return fmt(x, 1, "%")
+    if form in (Form.MS, Form.SECONDS):
+        text = ms(x * 1000.0 if form is Form.SECONDS else x)
+        per = quantity.unit.partition("/")[2]
+        return f"{text}/{'tok' if per == 'token' else per}" if per else text
+    if form is Form.CELSIUS:
+        return f"{x:.1f} °C"
+    if form is Form.MIB_RATE:
+        return sig(x, 3, "MiB/s")
+    return sig(x, 3, unit)
+
+
+def diff(quantity: Quantity, a: float | int | None, b: float | int | None) -> str:
+    """The change from ``a`` to ``b``: a percentage's in points (``+35.5 pt``, never a relative
+    change of a percentage), any other quantity's as its signed difference in its own form and
+    the relative change (``+4.92 tok/s (+223 %)``)."""
+    if _missing(a) or _missing(b):
+        return MISSING
+    x, y = float(a), float(b)  # type: ignore[arg-type]
+    d = y - x
+    if quantity.form is Form.PCT:
+        return f"{d:+.1f} pt"
+    sign = "+" if d >= 0 else "-"
+    text = sign + show(quantity, abs(d))
+    if quantity.form is Form.RATE and quantity.unit not in text:
+        text += f" {quantity.unit}"
+    return text + (f" ({100.0 * d / abs(x):+.0f} %)" if x else "")
 
 
 def num(v: Any) -> float | None:

@@ -3,7 +3,9 @@
 
 ``summary`` holds the source's own end-of-run numbers (CSV ``# summary``, summary lines,
 ``BMOE_DONE``, ``/metrics`` totals); ``derived`` what bmoe-top computed from the token rows (over
-the whole run, also when only the newest rows are held at full resolution).
+the whole run, also when only the newest rows are held at full resolution). Labels, units and
+formats are the catalogue's (``bmoe_top.tui.model.quantities``: the ``summary.*`` quantities);
+``summary_scope`` says what the source's figures cover (the run panel's heading).
 """
 
 from __future__ import annotations
@@ -13,59 +15,41 @@ from collections.abc import Mapping
 from typing import Any
 
 from bmoe_top.tui.model import RunModel, Status
-from bmoe_top.tui.present.numbers import MISSING, count, fmt, mib, num, safe_rows, sig, text_line, whole
+from bmoe_top.tui.model.quantities import Quantity, q, quantities
+from bmoe_top.tui.present.numbers import MISSING, fmt, mib, num, safe_rows, show, text_line, whole
 from bmoe_top.tui.present.turns import is_session, turn_list, turns_text
 
 __all__ = ["EXTRA_FIELDS", "FLAG_KEYS", "MODE_WORDS", "SUMMARY_FIELDS", "device_rows", "mode_words", "run_panel_rows",
-           "run_summary", "summary_rows", "summary_text", "typed_meta"]
+           "run_summary", "scope_words", "summary_rows", "summary_text", "typed_meta"]
 
+#: The run panel's summary rows, in order (catalogue keys ``summary.<key>``).
+_MAIN = ("tokens", "tok_s", "s_per_tok", "read_mib", "read_mib_per_tok", "cache_hit_pct", "resident_mib", "budget_mib",
+         "n_prompt", "prefill_s", "prefill_tps", "load_s", "ttft_s", "compute_s_tok", "io_s_tok", "stall_s_tok",
+         "mgmt_s_tok")
 #: The run panel's summary rows: (key, label, unit). ``--summary`` prints the same keys.
-SUMMARY_FIELDS = (
-    ("tokens", "tokens", ""),
-    ("tok_s", "tok/s", ""),
-    ("s_per_tok", "s/token", "s"),
-    ("read_mib", "read", "MiB"),
-    ("read_mib_per_tok", "read/token", "MiB"),
-    ("cache_hit_pct", "cache hit", "%"),
-    ("resident_mib", "resident", "MiB"),
-    ("budget_mib", "budget", "MiB"),
-    ("n_prompt", "prompt tokens", ""),
-    ("prefill_s", "prefill", "s"),
-    ("prefill_tps", "prefill tok/s", ""),
-    ("load_s", "load", "s"),
-    ("ttft_s", "TTFT", "s"),
-    ("compute_s_tok", "compute/token", "s"),
-    ("io_s_tok", "flash io/token", "s"),
-    ("stall_s_tok", "stall/token", "s"),
-    ("mgmt_s_tok", "mgmt/token", "s"),
-)
+SUMMARY_FIELDS: tuple[tuple[str, str, str], ...] = tuple((k, q(f"summary.{k}").label, q(f"summary.{k}").unit)
+                                                          for k in _MAIN)
+_SUMMARY_Q: dict[str, Quantity] = {k: q(f"summary.{k}") for k in _MAIN}
 
 #: Rows shown only when the source gives the value: (keys the sources spell it with, label, unit,
 #: digits). The two definitions of hit % and of MiB per token are named (docs/telemetry.md
 #: "Additive fields"): bmoe-cli's figures are since load / page-aligned, bmoe-run's contract fields
 #: decode only / payload; a source that sends only one of them keeps the contract label above.
-EXTRA_FIELDS: tuple[tuple[tuple[str, ...], str, str, int], ...] = (
-    (("n_prompt_cached",), "prompt cached", "tok", 0),
-    (("hit_pct_decode",), "hit decode", "%", 1),
-    (("hit_pct_since_load",), "hit since load", "%", 1),
-    (("xfer_mib_tok", "xfer_MiB/tok"), "aligned/tok", "MiB", 2),
-    (("xfer_mib", "xfer_MiB"), "read aligned", "MiB", 1),
-    (("decode_tok_s", "decode_tok/s"), "decode tok/s", "", 1),
-    (("cache_evictions",), "evictions", "", 0),
-    (("cache_rereads",), "re-reads", "", 0),
-    (("cache_rereads/tok",), "re-reads/token", "", 2),
-    (("majflt/tok",), "majflt/token", "", 1),
-    (("cpu_s/tok", "cpu_s_tok"), "cpu/token", "s", 3),
-    (("rss_mib", "rss_MiB"), "RSS", "MiB", 1),
-    (("peak_rss_mib", "peak_rss_MiB"), "peak RSS", "MiB", 1),
-    (("route_ahead_agree_pct",), "ahead agreed", "%", 1),
-    (("predict_stale_pct",), "stale-gate hit", "%", 1),
-    (("predict_control_pct",), "predict control", "%", 1),
-)
+_EXTRA_SPELLINGS = {"xfer_mib_tok": ("xfer_mib_tok", "xfer_MiB/tok"), "xfer_mib": ("xfer_mib", "xfer_MiB"),
+                    "decode_tok_s": ("decode_tok_s", "decode_tok/s"), "cpu_s/tok": ("cpu_s/tok", "cpu_s_tok"),
+                    "rss_mib": ("rss_mib", "rss_MiB"), "peak_rss_mib": ("peak_rss_mib", "peak_rss_MiB")}
+_EXTRA_Q: tuple[Quantity, ...] = tuple(x for x in quantities("summary.") if x.field not in _MAIN)
+EXTRA_FIELDS: tuple[tuple[tuple[str, ...], str, str, int], ...] = tuple(
+    (_EXTRA_SPELLINGS.get(x.field, (x.field,)), x.label, x.unit, 0 if x.form.value == "count" else 2)
+    for x in _EXTRA_Q)
 
 #: Per-token summary keys the token rows give when the source sends no total (key, ms column).
 _PER_TOKEN_COLUMNS = (("compute_s_tok", "compute_ms"), ("io_s_tok", "io_ms"), ("stall_s_tok", "stall_ms"),
                       ("mgmt_s_tok", "mgmt_ms"))
+
+#: The source's figures a run knows by its first token (shown for a row before the newest one of
+#: a one-turn run: they cover no row after it).
+_AT_START = frozenset({"n_prompt", "prefill_s", "prefill_tps", "load_s", "ttft_s", "budget_mib", "resident_mib"})
 
 #: Extra figures a token row carries that hold for the run so far (shown before the turn's end).
 _LIVE_EXTRA = frozenset({"hit_pct_decode", "hit_pct_since_load", "rss_mib"})
@@ -100,47 +84,77 @@ def typed_meta(meta: Mapping[str, str]) -> dict[str, str | int | float]:
     return out
 
 
-def run_summary(run: RunModel, *, turns: bool = True) -> dict[str, Any]:
+def scope_words(run: RunModel, stop: int | None = None) -> str:
+    """What the run panel's numbers cover, in words (its heading): the source's own figures'
+    scope (``since start`` for a ``/metrics`` server, ``since load (pid 42)`` for an audit log's
+    newest process run), else the last finished turn of a run of several (``turn 3``, ``turn 3
+    (last finished)``), ``run so far`` while it runs, ``run``; with ``stop`` (the rows shown end
+    before the newest: slow motion, a selected row) the rows up to it (``tokens 1-199``)."""
+    with run.lock:
+        unit = str(run.row_unit)
+        if stop is not None:
+            return f"{unit}s {min(run.epoch_start, stop) + 1:,}-{stop:,}"
+        scope, detail = run.summary_scope
+        if scope is not None:
+            return str(scope) + (f" ({detail})" if detail else "")
+        finished = [t for t in run.turns if t.done is not None]
+        newest = run.turns[-1] if run.turns else None
+        if finished and run.turn_count > 1:  # the source's numbers are its last finished turn's
+            t = finished[-1]
+            return f"turn {t.index + 1}" + ("" if t is newest else " (last finished)")
+        return "run so far" if run.status.live else "run"
+
+
+def run_summary(run: RunModel, stop: int | None = None, *, turns: bool = True) -> dict[str, Any]:
     """The numbers the run panel shows, as JSON-ready data (None = missing from the source).
     ``derived`` covers the token rows of the source's current process only
-    (``run.epoch_start``: after a server restart the dead process's rows no longer count);
+    (``run.epoch_start``: after a server restart the dead process's rows no longer count), up to
+    row ``stop`` (default: every row; with a ``stop`` before the newest row the source's own
+    figures, which cover rows after it, are left out: every figure is the rows' up to it);
     ``derived`` also holds the cache's ``resident_mib`` / ``budget_mib`` as the source said them
     last (a token, a load record), for the rows before the first end record;
     ``extra`` the :data:`EXTRA_FIELDS` the source gave (while a turn runs, the figures its newest
     token carries for the run so far); ``absent`` the keys the source cannot give
-    with the words shown instead; ``summary_notes`` how a figure is counted; ``alerts`` the lines
-    the banner shows; ``mode`` is None when the rows carry no per-token time; ``turn_list``
-    every request of the run (:func:`~bmoe_top.tui.present.turns.turn_list`; left out with
-    ``turns=False``: the run panel shows the numbers alone)."""
+    with the words shown instead; ``summary_notes`` how a figure is counted; ``summary_scope``
+    what the source's figures cover (:func:`scope_words`); ``alerts`` the lines the banner shows;
+    ``mode`` is None when the rows carry no per-token time; ``upto`` the ``stop`` when it applied;
+    ``turn_list`` every request of the run (:func:`~bmoe_top.tui.present.turns.turn_list`; left
+    out with ``turns=False``: the run panel shows the numbers alone)."""
     with run.lock:
-        s: dict[str, Any] = {key: num(run.summary.get(key)) for key, _, _ in SUMMARY_FIELDS}
+        n = run.tokens.n
+        upto = stop if stop is not None and 0 < stop < n else None
+        n = upto if upto is not None else n
+        own: Mapping[str, Any] = run.summary
+        if upto is not None:  # the source's figures that cover rows after the viewed one are left out
+            own = {k: v for k, v in own.items() if k in _AT_START and run.turn_count <= 1}
+        own_extra: Mapping[str, Any] = run.summary_extra if upto is None else {}
+        s: dict[str, Any] = {key: num(own.get(key)) for key, _, _ in SUMMARY_FIELDS}
         for key in ("tokens", "n_prompt"):
             s[key] = whole(s[key])
         extra: dict[str, Any] = {}
         for keys, _label, _unit, digits in EXTRA_FIELDS:
             for k in keys:
-                v = num(run.summary.get(k))
+                v = num(own.get(k))
                 if v is None:
-                    v = num(run.summary_extra.get(k))
-                if v is None and k in _LIVE_EXTRA and run.tokens.has(k):
-                    v = num(run.tokens.last(k))  # while the turn runs: its newest token's figure
+                    v = num(own_extra.get(k))
+                if v is None and k in _LIVE_EXTRA and run.tokens.has(k) and n:
+                    v = num(run.tokens.view(k, n - 1, n)[0])  # the newest token's figure (so far)
                 if v is not None:
                     extra[keys[0]] = whole(v) if digits == 0 and float(v).is_integer() else v
                     break
-        n = run.tokens.n
         lo = min(run.epoch_start, n)
         rows = n - lo
         derived: dict[str, Any] = {"token_rows": n}
         if run.epoch_start:
             derived["epoch_rows"] = rows
         if rows:
-            wall = run.column_stats("wall_ms", lo)
+            wall = run.column_stats("wall_ms", lo, n)
             mean_wall = num(wall.mean) if wall.count else None
             derived["mean_wall_ms"] = mean_wall
             derived["tok_s"] = (1000.0 / mean_wall) if mean_wall else None
-            read = run.column_stats("read_mib", lo)
+            read = run.column_stats("read_mib", lo, n)
             derived["read_mib"] = num(read.sum) if run.tokens.has("read_mib") and read.count else None
-            derived["cache_hit_pct"] = num(run.tokens.last("cache_hit_pct"))
+            derived["cache_hit_pct"] = num(run.tokens.view("cache_hit_pct", n - 1, n)[0])
             derived["tokens"] = rows
             if mean_wall:
                 derived["s_per_tok"] = mean_wall / 1000.0
@@ -148,7 +162,7 @@ def run_summary(run: RunModel, *, turns: bool = True) -> dict[str, Any]:
                 derived["read_mib_per_tok"] = derived["read_mib"] / rows
             for key, column in _PER_TOKEN_COLUMNS:  # a source without these totals still times each token
                 if run.tokens.has(column):
-                    st = run.column_stats(column, lo)
+                    st = run.column_stats(column, lo, n)
                     if st.count:
                         derived[key] = num(st.mean / 1000.0)
         if s.get("prefill_tps") is None and s.get("n_prompt") and s.get("prefill_s"):
@@ -161,8 +175,10 @@ def run_summary(run: RunModel, *, turns: bool = True) -> dict[str, Any]:
         doc = {
             **s,
             "extra": extra,
-            "summary_extra": dict(run.summary_extra),
+            "summary_extra": dict(own_extra),
             "summary_notes": dict(run.summary_notes),
+            "summary_scope": scope_words(run, upto),
+            **({"upto": upto} if upto is not None else {}),
             "absent": dict(run.absent),
             "meta": typed_meta(run.meta),
             "mode": None if mode == "none" else mode,
@@ -194,23 +210,26 @@ def summary_rows(s: Mapping[str, Any]) -> list[tuple[str, str, str]]:
     """The run panel's summary rows from :func:`run_summary`: (label, text, kind); kind ``""`` for
     the source's own number, ``derived`` for what the token rows give when the source has no
     end-of-run number (still streaming, or a source without a summary), ``missing`` when neither
-    exists (the text is the source's own word for it when it has one: ``not exported``). A label
-    says how a figure is counted when the source says (``tok/s per stream``, ``TTFT/turn``, ``read/tok
-    payload``); then the :data:`EXTRA_FIELDS` the source gave. ``replay --summary`` prints exactly
-    these rows."""
+    exists (the text is the source's own word for it when it has one: ``not exported``). Labels
+    are the catalogue's; one that another scope shares names this one (``tok/s (since start)``,
+    ``read (turn 3)``: ``summary_scope``). A label or value says how a figure is counted when the
+    source says (``50.0 per stream``, ``TTFT/turn``, ``read payload``); then the
+    :data:`EXTRA_FIELDS` the source gave. ``replay --summary`` prints exactly these rows."""
     rows = []
     derived = s["derived"]
     extra = s.get("extra") or {}
     absent = s.get("absent") or {}
     notes = s.get("summary_notes") or {}
+    words = {"summary": (s.get("summary_scope") or "run").split(" (")[0]}  # the heading says the detail
     live = s.get("status") in (Status.GENERATING, Status.LOADING)
     from_file = s.get("status") == Status.REPLAY  # a recorded file: what it lacks it never had
-    for key, label, unit in SUMMARY_FIELDS:
+    for key, _label, _unit in SUMMARY_FIELDS:
+        qty = _SUMMARY_Q[key]
+        label = qty.screen_label(**words)
         v = s.get(key)
         kind = ""
-        if notes.get(key, "").startswith("per stream"):
-            label = "tok/s/stream" if key == "tok_s" else "s/tok/stream"
-        elif key == "ttft_s" and notes.get(key, "").startswith("per turn"):
+        per_stream = notes.get(key, "").startswith("per stream")
+        if key == "ttft_s" and notes.get(key, "").startswith("per turn"):
             label = "TTFT/turn"  # without the model load bmoe-cli's TTFT adds
         named = _DEFINED_LABELS.get(key)
         if named is not None and (named[0] in extra or named[1] in extra):
@@ -229,26 +248,22 @@ def summary_rows(s: Mapping[str, Any]) -> list[tuple[str, str, str]]:
         if key == "cache_hit_pct" and v < 0:
             rows.append((label, NO_CACHE, kind))
             continue
-        if key in ("tokens", "n_prompt"):
-            text = count(v)
-        elif unit == "MiB":
-            text = mib(v)
-        elif key in ("tok_s", "prefill_tps"):
-            text = sig(v, 3)
-        else:
-            text = fmt(v, 3 if unit == "s" else 1, unit)
-        if kind:
+        if key == "stall_s_tok" and not v and s.get("mode") == "serial":
+            rows.append((label, "none (serial I/O)", kind))
+            continue
+        text = show(qty, v) + (" per stream" if per_stream else "")
+        if kind and not s.get("upto"):  # (the heading of rows up to a viewed one says where they end)
             text += " (so far)" if live else " (from token rows)"
         rows.append((label, text, kind))
-    for keys, label, unit, digits in EXTRA_FIELDS:
-        v = extra.get(keys[0])
+    for x in _EXTRA_Q:
+        v = extra.get(_EXTRA_SPELLINGS.get(x.field, (x.field,))[0])
         if v is None:
             continue
-        if keys[0].startswith("hit_pct") and v < 0:  # -1: no cache
+        label = x.screen_label(**words)
+        if x.field.startswith("hit_pct") and v < 0:  # -1: no cache
             rows.append((label, NO_CACHE, ""))
         else:
-            text = count(v, unit) if digits == 0 else mib(v) if unit == "MiB" else fmt(v, digits, unit)
-            rows.append((label, text, ""))
+            rows.append((label, show(x, v), ""))
     return rows
 
 
@@ -340,8 +355,13 @@ def device_rows(sidecar: Mapping[str, str]) -> list[tuple[str, str, str]]:
 def run_panel_rows(run: RunModel, cursor: int, playing: str = "") -> list[tuple[str, str, str]]:
     """The run panel: (label, value, kind) rows; kind ``missing`` (the source did not send it),
     ``derived`` (from the token rows), ``name`` (the model), ``problem``, or ``""``. ``cursor`` is
-    the rows shown (playback), ``playing`` a label after it (e.g. ``"▶ 4x"``)."""
-    s = run_summary(run, turns=False)
+    the rows shown (playback): before the newest row the numbers are the rows' up to it (the
+    heading says so: ``tokens 1-199``), as the title's and the views' are; ``playing`` a label
+    after the position (e.g. ``"▶ 4x"``). A live source's newest row (the runtime's head) is named
+    once, in the title; the position row says the row shown."""
+    n = run.tokens.n
+    upto = cursor if 0 < cursor < n else None
+    s = run_summary(run, stop=upto, turns=False)
     meta = s["meta"]
     out: list[tuple[str, str, str]] = []
 
@@ -363,16 +383,10 @@ def run_panel_rows(run: RunModel, cursor: int, playing: str = "") -> list[tuple[
     detail = s["status_detail"]
     status = detail if detail and detail.startswith(s["status"]) else s["status"] + (f" — {detail}" if detail else "")
     row("status", status)
-    row(str(s["row_unit"]), f"{cursor:,} / {s['derived']['token_rows']:,}" + (f"  {playing}" if playing else ""))
+    position = f"{cursor:,}" if run.status.live else f"{cursor:,} / {n:,}"
+    row(str(s["row_unit"]), position + (f"  {playing}" if playing else ""))
     out.append(("", "", ""))
-    with run.lock:
-        finished = [t for t in run.turns if t.done is not None]
-        newest = run.turns[-1] if run.turns else None
-    if finished and run.turn_count > 1:  # the source's numbers are its last finished turn's
-        t = finished[-1]
-        out.append((f"turn {t.index + 1}" + ("" if t is newest else " (last finished)"), "", "section"))
-    else:
-        out.append(("run so far" if run.status.live else "run", "", "section"))
+    out.append((s["summary_scope"], "", "section"))
     for label, text, kind in summary_rows(s):
         row(label, text, kind)
     dev = device_rows(s["sidecar"])

@@ -28,6 +28,7 @@ from textual.widgets import TabPane
 from bmoe_top.tui.app import BmoeTopApp
 from bmoe_top.tui.feed.bind import bind
 from bmoe_top.tui.model import LIVE, RunModel, Status
+from bmoe_top.tui.model.health import AuditIndex, TailHealth
 from bmoe_top.tui.present.audit import audit_run_rows, requests_table, runs_index
 from bmoe_top.tui.screens.attach import AttachScreen
 from bmoe_top.tui.sources.tail import FileTail
@@ -73,12 +74,11 @@ class AuditAttachScreen(AttachScreen):
         return (self.model.version, self.selected)
 
     def status_text(self) -> Text:
-        run, feed, tail = self.model, self.feed, self.tail
-        with run.lock, tail.lock:
+        run = self.model
+        with run.lock:
             status, detail = run.status, run.status_detail
-            n_rec, n_bad, rot, trunc = feed.runs.n_records, feed.n_bad, tail.n_rotations, tail.n_truncations
-            pids = feed.runs.pids()
-            last_bad = feed.bad[-1] if feed.bad else None
+            idx = run.audit_index or AuditIndex()
+            tail = run.tail_health or TailHealth()
         look = look_of(self)
         if status == Status.MALFORMED:
             st = Text("⚠ no audit record in this file yet (not an audit log?)", style=look.status_style("malformed"))
@@ -87,17 +87,19 @@ class AuditAttachScreen(AttachScreen):
             st = Text(words, style=look.status_style(str(status)))
         if detail:
             st.append_text(safe_text(f"  {detail}", look.label, multiline=False))
-        st.append(f"  records {n_rec}  pids {', '.join(map(str, pids)) or '—'}", style=look.label)
-        if n_bad:
+        st.append(f"  records {idx.records}  pids {', '.join(map(str, idx.pids)) or '—'}", style=look.label)
+        if idx.bad_lines:
+            n_bad = idx.bad_lines
             st.append(f"  {n_bad} corrupt line{'s' if n_bad > 1 else ''} skipped", style=look.warn)
-            if last_bad:
+            if idx.bad:
+                last_bad = idx.bad[-1]
                 st.append_text(safe_text(f" (last: line {last_bad[1]}: {last_bad[2][:60]})", look.dim, multiline=False))
-        if rot or trunc:
-            st.append(f"  rotated {rot}×, truncated {trunc}×", style=look.dim)
+        if tail.rotations or tail.truncations:
+            st.append(f"  rotated {tail.rotations}×, truncated {tail.truncations}×", style=look.dim)
         return st
 
     def panel_rows(self) -> Sequence[tuple[str, str, str]]:
-        return audit_run_rows(self.binding, self.selected)
+        return audit_run_rows(self.model, self.selected)
 
     def update_attach(self, force: bool = False) -> None:
         super().update_attach(force)
@@ -126,7 +128,8 @@ class AuditAttachScreen(AttachScreen):
         table.populate(rebuild_columns=False)
 
     def action_select_run(self, step: int) -> None:
-        n = len(self.feed.runs.runs)
+        idx = self.model.audit_index
+        n = len(idx.runs) if idx is not None else 0
         if n:
             self.selected = (runs_index(n, self.selected) + step) % n
         self.update_attach(force=True)

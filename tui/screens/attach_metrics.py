@@ -43,7 +43,6 @@ class MetricsAttachScreen(AttachScreen):
                  run: RunModel | None = None) -> None:
         self.binding = bind(poller, run if run is not None else RunModel(LIVE))
         self.poller = poller
-        self.state = poller.state
         self.start_poller = start_poller
         super().__init__(self.binding.run, title=f"attach {poller.url}", fps=fps)
 
@@ -61,12 +60,13 @@ class MetricsAttachScreen(AttachScreen):
         look = look_of(self)
         part_style = {"detail": look.label, "alert": look.alert, "dim": look.dim, "warn": look.warn}
         t = Text()
-        for text, kind in status_parts(metrics_document(self.state, self.model)):
-            t.append(text, style=look.status_style(str(self.state.status)) if kind == "status" else part_style[kind])
+        doc = metrics_document(self.model)
+        for text, kind in status_parts(doc):
+            t.append(text, style=look.status_style(str(doc["status"])) if kind == "status" else part_style[kind])
         return t
 
     def panel_rows(self) -> Sequence[tuple[str, str, str]]:
-        return metrics_panel_rows(metrics_document(self.state, self.model))
+        return metrics_panel_rows(metrics_document(self.model))
 
     def action_scrape_now(self) -> None:
         self.poller.scrape_now()

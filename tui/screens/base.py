@@ -354,7 +354,10 @@ class RunScreen(Screen[None]):
             t.append(f" · {word}", style=look.status_style(word))
         unit = run.row_unit
         n = pb.n
-        if pb.selected is not None or not pb.follow:
+        if n and pb.live_source and (pb.selected is not None or pb.behind):
+            # the viewed row, and the runtime's newest row named once as such
+            pos = f"  {unit} {pb.sel + 1:,} · runtime at {n:,}"
+        elif pb.selected is not None or not pb.follow:
             pos = f"  {unit} {pb.sel + 1:,}/{n:,}" if n else f"  no {unit}s"
         else:
             pos = f"  {unit}s {n:,}"
@@ -385,15 +388,18 @@ class RunScreen(Screen[None]):
         return t
 
     def _header_parts(self, look: Look) -> list[tuple[str, Style]]:
-        """:func:`header_parts`, computed again only when what it reads changed: the token rows
-        (appended, or folded into history), the cache and device numbers, the status. Its sums
-        run over the whole run, so a repaint for any other reason (a log line, a key) reuses them."""
+        """:func:`header_parts` as of the viewed row (the title follows the views: in slow motion
+        and after a seek its numbers are the viewed row's), computed again only when what it
+        reads changed: the viewed row, the token rows (appended, or folded into history), the
+        cache and device numbers, the status. Its sums run over the whole run, so a repaint for
+        any other reason (a log line, a key) reuses them."""
         run = self.model
+        stop = self.playback.sel + 1
         with run.lock:
-            key = (run.tokens.n, run.tokens.start, run.turn_count, str(run.status), run.resident_mib,
+            key = (stop, run.tokens.n, run.tokens.start, run.turn_count, str(run.status), run.resident_mib,
                    run.budget_mib, len(run.summary), len(run.sidecar), look)
         if self._header_cache is None or self._header_cache[0] != key:
-            self._header_cache = (key, header_parts(run, look))
+            self._header_cache = (key, header_parts(run, look, stop=stop if stop > 0 else None))
         return self._header_cache[1]
 
     def quiet_seconds(self) -> float | None:

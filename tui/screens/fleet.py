@@ -5,7 +5,7 @@
 refreshed by a :class:`~bmoe_top.tui.sources.prometheus.RefreshThread` over a
 :class:`~bmoe_top.tui.fleet.session.FleetSession` (never faster than the scrape interval): sort
 by any column (keys, or a click on its header), ``/`` filter, worst first by default (down,
-then the highest stall share, then the lowest hit %), a refresh-now key, a pause key. The title
+then the highest flash wait share, then the lowest hit %), a refresh-now key, a pause key. The title
 says the state (``● live``, ``❚❚ paused``, ``✖ disconnected``, ``⚠ error``, ``◆ fixed time``);
 the status line says why a refresh failed (unreachable, timeout, bad_data with its query,
 execution, too many samples, an empty result) while the table keeps its last good values with
@@ -47,6 +47,8 @@ from bmoe_top.tui.fleet.queries import COLUMN_BY_KEY, DERIVED
 from bmoe_top.tui.fleet.session import TABLE_POINTS, FleetSession
 from bmoe_top.tui.fleet.table import CellState, FleetState, FleetTable, InstanceRow, Key, filter_rows, sort_rows
 from bmoe_top.tui.model import LIVE, RunModel
+from bmoe_top.tui.model.quantities import Quantity, q
+from bmoe_top.tui.present.numbers import show
 from bmoe_top.tui.screens.attach import AttachScreen
 from bmoe_top.tui.screens.modals import HelpScreen
 from bmoe_top.tui.sources.prometheus import PromError, PromErrorKind, PrometheusClient, RefreshThread, format_duration
@@ -58,7 +60,6 @@ from bmoe_top.tui.widgets.fleet_table import (
     FleetTableView,
     age_text,
     cell_text,
-    num_text,
     shorten,
 )
 from bmoe_top.tui.widgets.footer import FittingFooter
@@ -79,7 +80,7 @@ STATE_INDICATOR = {
 #: Errors that mean Prometheus cannot be reached (the others: it answered, with an error).
 DISCONNECTED = frozenset({PromErrorKind.UNREACHABLE, PromErrorKind.TIMEOUT})
 
-LEGEND = ("wall = compute + flash wait + mgmt, ms per token   ✖ down   ▲ highest stall share   ▼ lowest hit %   "
+LEGEND = ("wall = compute + flash wait + mgmt, ms per token   ✖ down   ▲ highest flash wait share   ▼ lowest hit %   "
           "(12s) stale: newest value, its age   · no value   not exported: no such series   ←/→ more columns")
 
 #: Keys a focused filter box keeps for itself.
@@ -531,18 +532,17 @@ def _flag_text(row: InstanceRow, flag: str) -> str:
     if flag in ("down", "gone"):
         return f"{flag} (last up {age_text(row.last_up_age_s)} ago)" if row.last_up_age_s is not None else flag
     if flag == "highest_stall":
-        return f"highest stall share {cell_text(row.cells['stall_share'])[0]} %"
+        return f"highest flash wait share {cell_text(row.cells['stall_share'])[0]} %"
     if flag == "lowest_hit":
         return f"lowest hit % {cell_text(row.cells['hit_pct'])[0]}"
     return flag
 
 
-#: The drill-down side panel's "now" rows: (label, cell key, digits, unit).
-NOW_ROWS = (("tok/s", "tok_s", 1, ""), ("prompt tok/s", "prompt_tok_s", 1, ""), ("hit %", "hit_pct", 1, "%"),
-            ("read", "read_mib_s", 2, "MiB/s"), ("wall", "wall_ms", 1, "ms/tok"), ("compute", "compute_ms", 1, "ms"),
-            ("flash wait", "flash_ms", 1, "ms"), ("mgmt", "mgmt_ms", 2, "ms"), ("stall", "stall_share", 1, "%"),
-            ("resident", "resident_mib", 2, "MiB"), ("budget", "budget_mib", 2, "MiB"),
-            ("processing", "requests_processing", 0, ""), ("deferred", "requests_deferred", 0, ""))
+#: The drill-down side panel's "now" rows: catalogue keys (``bmoe_top.tui.model.quantities``); each
+#: label a tok/s, a share or an amount of another scope shares names its scope (the rate window).
+NOW_ROWS = ("fleet.tok_s", "fleet.prompt_tok_s", "fleet.hit_pct", "fleet.read_mib_s", "fleet.wall_ms",
+            "fleet.compute_ms", "fleet.flash_ms", "fleet.mgmt_ms", "fleet.stall_share", "fleet.resident_mib",
+            "fleet.budget_mib", "fleet.requests_processing", "fleet.requests_deferred")
 
 
 class FleetDrillScreen(AttachScreen):
@@ -653,9 +653,11 @@ class FleetDrillScreen(AttachScreen):
             return rows
         rows.append(("job", sanitize(d.job), ""))
         rows += [(sanitize(k), sanitize(v), "") for k, v in d.labels.items()]
-        rows.append(("now (rate window)", "", "section"))
-        for label, key, digits, unit in NOW_ROWS:
-            rows.append((label, *_series_now(d, key, digits, unit)))
+        window = format_duration(d.rate_interval_s)
+        rows.append((f"now (rate window {window})", "", "section"))
+        for key in NOW_ROWS:
+            x = q(key)
+            rows.append((x.screen_label(window=window), *_series_now(d, x)))
         if d.not_exported:
             names = ", ".join(COLUMN_BY_KEY[k].label for k in d.not_exported if k in COLUMN_BY_KEY)
             rows.append(("not exported", names, "missing"))
@@ -674,8 +676,10 @@ class FleetDrillScreen(AttachScreen):
         self.app.push_screen(HelpScreen(keys_help(type(self))))
 
 
-def _series_now(d: DrillDown, key: str, digits: int, unit: str) -> tuple[str, str]:
-    """The newest value of a drill-down series, with its age when older than the newest step."""
+def _series_now(d: DrillDown, x: Quantity) -> tuple[str, str]:
+    """The newest value of the drill-down series of quantity ``x``, with its age when older than
+    the newest step."""
+    key = x.field
     a = d.series.get(key)
     if key in d.not_exported:
         return STATE_WORDS[CellState.NOT_EXPORTED], "missing"
@@ -685,7 +689,7 @@ def _series_now(d: DrillDown, key: str, digits: int, unit: str) -> tuple[str, st
     if not ok.size:
         return STATE_WORDS[CellState.NO_DATA], "missing"
     j = int(ok[-1])
-    text = f"{num_text(float(a[j]), digits)} {unit}".rstrip()
+    text = show(x, float(a[j]))
     if j < a.size - 1:
         text += f" ({age_text(float(d.t[-1] - d.t[j]))} old)"
     return text, ""

@@ -309,12 +309,7 @@ class MetricsPoller(threading.Thread):
             elif snap.values.get("process_start") is not None:
                 st.start_time = f"{snap.values['process_start']:.0f}"
             st.prev, st.last = st.last, snap
-            detail = "body was JSON-quoted; decoded once" if snap.json_quoted else ""
-            if snap.bad_lines:
-                n = len(snap.bad_lines)
-                detail = (detail + "; " if detail else "") + \
-                    f"{n} bad line{'s' if n > 1 else ''} (first: line {snap.bad_lines[0][0]})"
-            st.status, st.detail, st.http_status = ScrapeState.OK, sanitize(detail), http_status
+            st.status, st.detail, st.http_status = ScrapeState.OK, sanitize(snap.detail()), http_status
             st.limit = None
             st.json_quoted = st.json_quoted or snap.json_quoted
             st.bad_lines = [(n, sanitize(m)) for n, m in snap.bad_lines]

@@ -183,11 +183,13 @@ class RunView(Widget):
     def _only_data_changed(self, key: Hashable) -> bool:
         """True when only the data moved since the last painted key: the run's version, and the
         cursor while it follows the newest row (the user did not move anything): such repaints may
-        wait for :attr:`min_interval`."""
+        wait for :attr:`min_interval`. A slow-motion view that trails the newest row moves its
+        cursor on its own: every view follows it at once (one viewed row on the whole screen)."""
         old = self._polled
         if not (isinstance(key, tuple) and isinstance(old, tuple) and len(key) == len(old)):
             return False
-        return key[2:] == old[2:] and (key[1] == old[1] or self.playback.follow)
+        pb = self.playback
+        return key[2:] == old[2:] and (key[1] == old[1] or (pb.follow and not pb.behind))
 
     @property
     def row_unit(self) -> RowUnit:

@@ -15,7 +15,7 @@ column is left out whole; the header says how many columns are hidden on each si
 :func:`bmoe_top.parsers.sanitize.sanitize`, never parsed as markup.
 
 The worst instances stand out: a down or gone row has its instance and state in bold red with
-``✖``; the highest stall share and the lowest hit % are marked ``▲`` / ``▼`` in bold.
+``✖``; the highest flash wait share and the lowest hit % are marked ``▲`` / ``▼`` in bold.
 """
 
 from __future__ import annotations
@@ -97,7 +97,7 @@ VIEW_COLUMNS: tuple[ViewColumn, ...] = (
     _col("compute_ms", "= compute"),
     _col("flash_ms", "+ flash"),
     _col("mgmt_ms", "+ mgmt", 2),
-    _col("stall_share", "stall %", scale=(0.0, 100.0)),
+    _col("stall_share", "flash %", scale=(0.0, 100.0)),
     ViewColumn("resident", "res/budget MiB", "resident_mib", "resident_mib", 2),
     ViewColumn("requests", "proc/defer", "requests_processing", "requests_processing", 0),
 )

@@ -27,9 +27,10 @@ from textual.widget import Widget
 from textual.widgets import Static
 
 from bmoe_top.parsers.sanitize import sanitize
-from bmoe_top.tui.model import RunModel
+from bmoe_top.tui.model import RowUnit, RunModel
+from bmoe_top.tui.model.quantities import q
 from bmoe_top.tui.playback import Playback
-from bmoe_top.tui.present.numbers import MISSING, mib, sig
+from bmoe_top.tui.present.numbers import MISSING, mib, show
 from bmoe_top.tui.present.summary import run_panel_rows
 from bmoe_top.tui.widgets.base import ascii_strip, look_of, truecolor_filters
 from bmoe_top.tui.widgets.lines import FrameCache, blank
@@ -116,7 +117,9 @@ class RunPanel(Widget):
         look = self.look
         rows = self.rows()
         width = max(20, width)
-        lw = min(14 if width >= 36 else 11, max(len(r[0]) for r in rows if r[2] != "section")) + 1
+        # labels that name their scope (``tok/s (since start)``) get up to half the width
+        lw = min(min(20, max(14, width // 2)) if width >= 36 else 11,
+                 max(len(r[0]) for r in rows if r[2] != "section")) + 1
         vw = max(8, width - lw)
         out: list[Strip] = []
         prev, made = self._row_lines, {}
@@ -190,36 +193,75 @@ class TitleLine(Widget):
         return self._line[1]
 
 
-def header_parts(run: RunModel, look: Look) -> list[tuple[str, Style]]:
-    """The run's numbers for a one-line header: tok/s, hit %, flash share of wall, MiB per token,
-    resident/budget, memory and temperature when known; each labelled (``run``: the whole run;
-    ``last 32``: the newest tokens of a live run)."""
+#: Rows the title's rates cover while a source is live (the newest up to the viewed one).
+RECENT_ROWS = 32
+
+
+def _recent_rate(run: RunModel, lo: int, hi: int) -> tuple[float, str] | None:
+    """The title's tok/s over rows ``[lo, hi)`` (the catalogue's ``recent.tok_s``) and the words
+    after it: token rows, tokens over their own wall time; interval rows, the tokens every slot
+    generated over the intervals' time (``all slots``); request rows, the requests' tokens over
+    their generation time."""
+    tok = run.tokens
+    unit = run.row_unit
+    if unit == RowUnit.INTERVAL and tok.has("tokens_in_interval") and tok.has("interval_s"):
+        n_tok, span = run.column_stats("tokens_in_interval", lo, hi), run.column_stats("interval_s", lo, hi)
+        return (n_tok.sum / span.sum, "(all slots)") if span.count and span.sum > 0 else None
+    if unit == RowUnit.REQUEST and tok.has("n_gen") and tok.has("t_gen_ms"):
+        n_tok, gen = run.column_stats("n_gen", lo, hi), run.column_stats("t_gen_ms", lo, hi)
+        return (1000.0 * n_tok.sum / gen.sum, "") if gen.count and gen.sum > 0 else None
+    if unit == RowUnit.TOKEN and tok.has("wall_ms"):
+        wall = run.column_stats("wall_ms", lo, hi)
+        return (1000.0 * wall.count / wall.sum, "") if wall.count and wall.sum > 0 else None
+    return None
+
+
+def _at(run: RunModel, name: str, stop: int) -> float:
+    """Column ``name`` at row ``stop - 1`` (NaN when absent or not held)."""
+    return float(run.tokens.view(name, stop - 1, stop)[0]) if stop > 0 and run.tokens.has(name) else math.nan
+
+
+def header_parts(run: RunModel, look: Look, stop: int | None = None) -> list[tuple[str, Style]]:
+    """The run's numbers for a one-line header as of row ``stop`` (the viewed row + 1; default
+    the newest), each read from the catalogue (``recent.*``, ``token.cache_hit_pct``): tok/s, flash
+    share of wall and MiB per token over the newest rows up to it (its first part names them:
+    ``last 32:`` while the source is live, ``run:`` for a whole finished run, ``tokens 1-199:``
+    for a finished run viewed before its end), the hit rate reached there (``so far``),
+    resident/budget, memory and temperature when known."""
     out: list[tuple[str, Style]] = []
     with run.lock:
-        n = run.tokens.n
-        tok = run.tokens
+        total = run.tokens.n
+        n = total if stop is None else max(0, min(stop, total))
         live = run.status.live
-        lo = max(0, n - 32) if live else 0
-        scope = "last 32" if live and n > 32 else "run"
+        lo = max(0, n - RECENT_ROWS) if live else 0
+        unit = str(run.row_unit)
+        if live and n > RECENT_ROWS:
+            scope = q("recent.tok_s").words(n=RECENT_ROWS) + (f" {unit}s" if unit != "token" else "")
+        else:
+            scope = "run" if n == total or live else f"{unit}s 1-{n:,}"
         flash_part = None
-        if n and tok.has("wall_ms"):
+        rate = _recent_rate(run, lo, n) if n else None
+        if rate is not None:
+            out.append((f"{show(q('recent.tok_s'), rate[0])} tok/s" + (f" {rate[1]}" if rate[1] else ""), look.label))
+        if n and run.tokens.has("wall_ms"):
             wall = run.column_stats("wall_ms", lo, n)
-            if wall.count and wall.sum > 0:
-                out.append((f"{sig(1000.0 * wall.count / wall.sum)} tok/s", look.label))
-                mode, _ = run.mode()
-                flash = run.column_stats("stall_ms" if mode == "overlap" else "io_ms", lo, n)
-                if flash.count:  # means: a token whose wall is missing (impossible, unread) counts in neither
-                    share = (flash.sum / flash.count) / (wall.sum / wall.count)
-                    flash_part = (f"flash {100.0 * share:.0f}%", look.series["flash"])
-        hit = tok.last("cache_hit_pct") if n else math.nan
+            mode, _ = run.mode()
+            flash = run.column_stats("stall_ms" if mode == "overlap" else "io_ms", lo, n)
+            if wall.count and wall.sum > 0 and flash.count:
+                # means: a token whose wall is missing (impossible, unread) counts in neither
+                share = 100.0 * (flash.sum / flash.count) / (wall.sum / wall.count)
+                flash_part = (f"{q('recent.flash_pct').label} {show(q('recent.flash_pct'), share)}",
+                              look.series["flash"])
+        hit = _at(run, "cache_hit_pct", n)
         if math.isfinite(hit):
-            out.append(("no cache" if hit < 0 else f"hit {hit:.1f}%", look.label))
+            hq = q("token.cache_hit_pct")
+            out.append(("no cache" if hit < 0 else f"{hq.label} {show(hq, hit)} {hq.words()}", look.label))
         if flash_part:
             out.append(flash_part)
-        if n and tok.has("read_mib"):
+        if n and run.tokens.has("read_mib"):
             read = run.column_stats("read_mib", lo, n)
             if read.count:
-                out.append((f"{mib(read.sum / read.count)}/tok", look.label))
+                out.append((f"{show(q('recent.read_mib_tok'), read.sum / read.count)}/tok", look.label))
         res_v = run.resident_mib if run.resident_mib is not None else run.summary.get("resident_mib")
         bud_v = run.budget_mib if run.budget_mib is not None else run.summary.get("budget_mib")
         if res_v is not None and bud_v is not None:
@@ -228,10 +270,10 @@ def header_parts(run: RunModel, look: Look) -> list[tuple[str, Style]]:
             out.append((f"cache {mib(res_v)} (budget {MISSING})", look.label))
         elif bud_v is not None:
             out.append((f"cache budget {mib(bud_v)}", look.label))
-        rss = tok.last("rss_mib") if n else math.nan
+        rss = _at(run, "rss_mib", n)
         if math.isfinite(rss):
             out.append((f"rss {mib(rss)}", look.label))
-        avail = tok.last("mem_available_mib") if n else math.nan
+        avail = _at(run, "mem_available_mib", n)
         if math.isfinite(avail):
             out.append((f"avail {mib(avail)}", look.label))
         side = run.sidecar
