@@ -36,6 +36,7 @@ from bmoe_top.parsers.limits import int_within
 from bmoe_top.tui.app import BmoeTopApp
 from bmoe_top.tui.feed.bind import bind
 from bmoe_top.tui.model import LIVE, RunModel
+from bmoe_top.tui.model.quantities import q
 from bmoe_top.tui.playback import SPEEDS
 from bmoe_top.tui.present.numbers import MISSING, fmt, mib
 from bmoe_top.tui.present.numbers import sig as sig3
@@ -53,8 +54,11 @@ from bmoe_top.tui.widgets.panels import safe_text
 __all__ = ["LiveScreen", "PROMPT_PLACEHOLDER", "PromptInput", "QUIET_STATES", "TURN_COLUMNS", "live_app",
            "needs_attention", "run_live"]
 
-TURN_COLUMNS = ("turn", "id", "tokens", "tok/s", "prefill s", "n_prompt", "n_past", "ctx %",
-                "hit %", "resident/budget MiB", "end")
+#: The Turns table's columns: one row per turn; each number is the catalogue's ``turn.*``
+#: quantity (``bmoe_top.tui.model.quantities``), headed by its label and unit.
+TURN_COLUMNS = ("turn", "id", q("turn.tokens").label, q("turn.tok_s").label, f"{q('turn.prefill_s').label} s",
+                "n_prompt", "n_past", f"{q('turn.ctx_pct').label} %", f"{q('turn.hit_pct').label} %",
+                "resident/budget MiB", "end")
 
 #: What the empty prompt box says: both things Escape does there.
 PROMPT_PLACEHOLDER = "Enter generates · Escape cancels it, else leaves the box"

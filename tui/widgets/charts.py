@@ -20,6 +20,7 @@ from textual import events
 from textual.strip import Strip
 
 from bmoe_top.tui.model import RunModel
+from bmoe_top.tui.model.quantities import q
 from bmoe_top.tui.model.run import robust_top
 from bmoe_top.tui.playback import Playback, TokenWindow
 from bmoe_top.tui.present.numbers import MISSING, mib, ms, sig
@@ -504,15 +505,16 @@ class BreakdownChart(TimeView):
 
 # ======================================================================================== trends
 #: (label, column or derived name, unit, fixed scale)
+#: Each is the catalogue's ``token.*`` quantity of that column (``bmoe_top.tui.model.quantities``).
 TRENDS: tuple[tuple[str, str, str, tuple[float, float] | None], ...] = (
-    ("tok/s", "tok_s", "", None),
-    ("hit %", "cache_hit_pct", "%", (0.0, 100.0)),
-    ("read", "read_mib", "MiB", None),
-    ("rss", "rss_mib", "MiB", None),
-    ("avail", "mem_available_mib", "MiB", None),
-    ("swap", "swap_mib", "MiB", None),
-    ("majflt", "majflt", "", None),
-    ("cpu", "cpu_ms", "ms", None),
+    (q("token.tok_s").label, "tok_s", "", None),
+    (f"{q('token.cache_hit_pct').label} %", "cache_hit_pct", "%", (0.0, 100.0)),
+    (q("token.read_mib").label, "read_mib", "MiB", None),
+    (q("token.rss_mib").label, "rss_mib", "MiB", None),
+    (q("token.mem_available_mib").label, "mem_available_mib", "MiB", None),
+    (q("token.swap_mib").label, "swap_mib", "MiB", None),
+    (q("token.majflt").label, "majflt", "", None),
+    (q("token.cpu_ms").label, "cpu_ms", "ms", None),
 )
 
 

@@ -39,6 +39,7 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from bmoe_top.parsers.sanitize import sanitize
+from bmoe_top.tui.fleet.queries import COLUMN_BY_KEY
 from bmoe_top.tui.fleet.table import Cell, CellState, InstanceRow, InstanceState, Key
 from bmoe_top.tui.present.numbers import fmt
 from bmoe_top.tui.widgets.base import ascii_strip, look_of, truecolor_filters
@@ -89,15 +90,15 @@ VIEW_COLUMNS: tuple[ViewColumn, ...] = (
     ViewColumn("instance", "instance", "instance"),
     ViewColumn("job", "job", "job"),
     ViewColumn("state", "state", "state", "up", scale=(0.0, 1.0)),
-    _col("tok_s", "tok/s"),
-    _col("prompt_tok_s", "prompt tok/s"),
-    _col("hit_pct", "hit %", scale=(0.0, 100.0)),
-    _col("read_mib_s", "read MiB/s", 2),
+    _col("tok_s", COLUMN_BY_KEY["tok_s"].label),
+    _col("prompt_tok_s", COLUMN_BY_KEY["prompt_tok_s"].label),
+    _col("hit_pct", COLUMN_BY_KEY["hit_pct"].label, scale=(0.0, 100.0)),
+    _col("read_mib_s", COLUMN_BY_KEY["read_mib_s"].label, 2),
     _col("wall_ms", "wall ms"),
     _col("compute_ms", "= compute"),
     _col("flash_ms", "+ flash"),
     _col("mgmt_ms", "+ mgmt", 2),
-    _col("stall_share", "flash %", scale=(0.0, 100.0)),
+    _col("stall_share", "flash %", scale=(0.0, 100.0)),  # the short header of flash/wall %
     ViewColumn("resident", "res/budget MiB", "resident_mib", "resident_mib", 2),
     ViewColumn("requests", "proc/defer", "requests_processing", "requests_processing", 0),
 )
