@@ -5,7 +5,8 @@ keys, the bind check, then a :class:`~bmoe_top.runtime.server.Server` with its
 ``--api-key KEY`` / ``--api-key-file FILE`` (one key per line): every endpoint but ``/health``
 needs ``Authorization: Bearer KEY`` (or ``X-Api-Key: KEY``), else 401. A non-loopback ``--host``
 without a key is refused unless ``--insecure``. ``--moe-cache-audit FILE``, ``--moe-cache-profile
-FILE``, ``--moe-cache-adaptive``: see docs/metrics.md and moe-cache-reference.md.
+FILE``, ``--moe-cache-adaptive``: see docs/metrics.md and moe-cache-reference.md. ``--csv FILE``:
+the per-token CSV sink (docs/telemetry.md, docs/metrics.md "The per-token CSV").
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ import socket
 import stat
 import sys
 import threading
+
+from bmoe_top.outfile import check_output
 
 from .audit import AuditError, AuditWriter
 from .sampling import add_sampling_args, sampling_from_args
@@ -131,6 +134,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--moe-cache-adaptive", action="store_true",
                     default=os.environ.get("LLAMA_ARG_MOE_CACHE_ADAPTIVE", "") not in ("", "0"),
                     help="heat-based swaps of experts into the cache while generating")
+    ap.add_argument("--csv", metavar="FILE", default=None,
+                    help="per-token CSV sink (docs/telemetry.md): every request's tokens, a # summary per request")
     ap.add_argument("--metrics", action="store_true", help="accepted for llama-server compatibility (always on)")
     ap.add_argument("-v", "--verbose", action="store_true", help="llama.cpp's log to stderr")
     add_sampling_args(ap)
@@ -176,6 +181,12 @@ def serve_main(argv: list[str] | None = None) -> int:
         except AuditError as exc:
             print(f"bmoe-run serve: cannot write the audit log: {exc}", file=sys.stderr)
             return 1
+    if args.csv:
+        try:
+            check_output(args.csv)
+        except OSError as exc:
+            print(f"bmoe-run serve: {exc}", file=sys.stderr)
+            return 1
     engine_kw = dict(model_path=model, n_ctx=args.n_ctx, n_threads=args.threads, n_batch=args.n_batch,
                      cache_mb=args.cache_mb, stream=not args.no_moe_stream, io_threads=args.io_threads,
                      o_direct=not args.no_odirect, overlap=args.overlap, prefetch=args.prefetch,
@@ -192,7 +203,7 @@ def serve_main(argv: list[str] | None = None) -> int:
     try:
         srv = Server(args.host, args.port, front=HttpFront, limits=limits, api_keys=keys,
                      audit_path=args.moe_cache_audit, profile_path=args.moe_cache_profile,
-                     adaptive=args.moe_cache_adaptive, engine_kw=engine_kw)
+                     adaptive=args.moe_cache_adaptive, engine_kw=engine_kw, csv_path=args.csv)
     except (OSError, OverflowError, ValueError) as exc:
         print(f"bmoe-run serve: cannot listen on {args.host}:{args.port}: {getattr(exc, 'strerror', None) or exc}",
               file=sys.stderr)
@@ -223,7 +234,7 @@ def serve_main(argv: list[str] | None = None) -> int:
         srv.shutdown()
         for s, h in old.items():
             signal.signal(s, h)
-    return 1 if srv.audit_error else 0
+    return 1 if srv.audit_error or srv.csv_error else 0
 
 
 if __name__ == "__main__":  # pragma: no cover

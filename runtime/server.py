@@ -8,7 +8,9 @@ request. The HTTP side (uvicorn + Starlette, the endpoints and every limit) is
 :mod:`bmoe_top.runtime.server_http`; it hands requests over with :meth:`Server.submit` and gets
 the tokens back through the job's event queue, so a scrape or ``/health`` never touches the engine.
 The command line, the keys and the bind check are :mod:`bmoe_top.runtime.serve`'s, which builds
-a :class:`Server` with its HTTP front.
+a :class:`Server` with its HTTP front. ``csv_path``: the per-token CSV sink of ``bmoe-run``
+(docs/telemetry.md), one row per generated token of every request in the order the worker ran
+them, a ``# summary`` line per request.
 """
 
 from __future__ import annotations
@@ -124,11 +126,14 @@ class Server:
     def __init__(self, host: str, port: int, *, front: Callable[[Server, str, int], Front], limits: Any,
                  api_keys: list[str] | tuple[str, ...] = (), audit_path: str | None = None,
                  profile_path: str | None = None, adaptive: bool = False, engine_kw: dict | None = None,
-                 log=None):
+                 log=None, csv_path: str | None = None):
         self.host = host
         self.api_keys = tuple(k for k in api_keys if k)
         self.audit = AuditWriter(audit_path) if audit_path else None
         self.audit_error: str | None = None
+        self.csv_path = csv_path
+        self.csv: Any = None  # runtime.telemetry.CsvSink once the engine is loaded
+        self.csv_error: str | None = None
         self.profile_path = profile_path
         self.adaptive = adaptive
         self.engine_kw = dict(engine_kw or {})
@@ -194,6 +199,14 @@ class Server:
         elif self.adaptive and self.ext.adaptive:
             self.log("impl: adaptive MoE cache without a profile starts empty and fills itself while generating")
         has_cache = eng.cache is not None and not eng.cache.no_cache
+        if self.csv_path:
+            from .telemetry import CsvSink
+
+            kw = self.engine_kw
+            self.csv = CsvSink(self.csv_path, eng, {
+                "moe_stream": eng.stream, "cache_mb": kw.get("cache_mb"), "force_cache": bool(kw.get("force_cache")),
+                "io_threads": kw.get("io_threads"), "o_direct": bool(kw.get("o_direct")),
+                "overlap": bool(kw.get("overlap")), "prefetch": kw.get("prefetch"), "n_predict": "request"})
         self.metrics.configure(moe_layers=self.ext.moe_layers, cache=has_cache)
         self.metrics.update(cache=self.ext.counters())
         lay = eng.layout
@@ -250,8 +263,29 @@ class Server:
                         perf=perf)
             if self.ext.adaptive:
                 self.log(f"llama_moe_cache: adaptive: {self.ext.swaps} experts swapped in")
+        self._close_csv()
         if self.engine is not None:
             self.engine.close()
+
+    def _csv(self, fn, *a) -> None:
+        """A write to the ``--csv`` sink; the first error is logged and kept (the exit status says it)."""
+        if self.csv is None or self.csv_error is not None:
+            return
+        try:
+            fn(*a)
+        except OSError as exc:
+            self.csv_error = str(exc)
+            self.log(f"bmoe-run serve: error: cannot write --csv: {exc}; the server exits with status 1")
+
+    def _close_csv(self) -> None:
+        if self.csv is not None:
+            csv, self.csv = self.csv, None
+            try:
+                csv.close()
+            except OSError as exc:
+                if self.csv_error is None:
+                    self.csv_error = str(exc)
+                    self.log(f"bmoe-run serve: error: cannot write --csv: {exc}; the server exits with status 1")
 
     # -- requests --------------------------------------------------------------------------------
     def submit(self, prompt: str, n_predict: int, stream: bool, post: Callable[[str, Any], None], *,
@@ -317,6 +351,8 @@ class Server:
 
             def on_token(st, job: Job = job) -> None:
                 ext.after_token()
+                if self.csv is not None:
+                    self._csv(self.csv.row, st)
                 m.add(tokens_predicted=1, tokens_predicted_seconds=st.wall_ms / 1000.0, n_decode=1, timed_tokens=1,
                       wall_s=st.wall_ms / 1000.0, io_s=st.io_ms / 1000.0, stall_s=st.stall_ms / 1000.0,
                       mgmt_s=st.mgmt_ms / 1000.0, compute_s=st.compute_ms / 1000.0)
@@ -345,6 +381,8 @@ class Server:
                 self._current = None
                 job.state = "done"
                 m.update(cache=after, requests_processing=0, requests_deferred=len(self._waiting))
+            if res is not None and self.csv is not None:
+                self._csv(self.csv.summary, eng, res)
             if res is not None or after.audit_counters() != before.audit_counters():
                 n_prompt = res.n_prompt if res else 0
                 n_gen = res.n_tokens if res else 0

@@ -297,6 +297,27 @@ def test_audit_symlink_and_bad_path_refused_at_start(tiny, tmp_path):
     assert target.read_text() == "keep me\n"
 
 
+def test_csv_sink_refuses_what_it_would_overwrite_and_writes_one_row_per_token(tiny, tmp_path):
+    existing = tmp_path / "run.csv"
+    existing.write_text("keep me\n")
+    r = subprocess.run([PY, "-m", "bmoe_top.runtime.cli", "serve", "-m", str(tiny), "--port", "0",
+                        "--csv", str(existing)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and "already exists" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert existing.read_text() == "keep me\n"
+    csv = tmp_path / "serve.csv"
+    s = Serve(tiny, "--cache-mb", "0.5", "--csv", str(csv))
+    try:
+        for i, n in enumerate((5, 7)):
+            assert httpx.post(s.url + "/completion", json={"prompt": f"request {i}", "n_predict": n},
+                              trust_env=False, timeout=60).status_code == 200
+        tokens = scrape(s.url).values["tokens_predicted"]
+    finally:
+        assert s.stop() == 0
+    lines = csv.read_text().splitlines()
+    rows = [ln for ln in lines if ln and not ln.startswith("#")][1:]  # after the column names
+    assert len(rows) == tokens and sum(ln.startswith("# summary ") for ln in lines) == 2
+
+
 def test_audit_write_error_is_loud_and_exits_1(tiny, tmp_path):
     audit = tmp_path / "a.jsonl"
     audit.write_bytes(b"")
