@@ -19,6 +19,7 @@ from bmoe_top.tui.present.catalogue_doc import numbers_section, rewrite
 from bmoe_top.tui.present.live import live_document
 from bmoe_top.tui.present.metrics import metrics_document, metrics_panel_rows, status_parts
 from bmoe_top.tui.present.numbers import diff, ms, show, size
+from bmoe_top.tui.present.summary import run_panel_rows
 from bmoe_top.tui.sources.metrics_poll import MetricsPoller
 
 SERVE_BODY = """\
@@ -142,3 +143,24 @@ def test_the_user_guide_table_is_the_catalogue(tmp_path):
     copy.write_text(page.read_text().replace(q("summary.tok_s").not_, "something else"))
     assert not rewrite(copy, check=True)
     assert rewrite(copy) is False and rewrite(copy, check=True)
+
+
+def test_the_run_panel_before_the_newest_row_is_that_rows():
+    """Viewed before its newest row, the run panel's numbers are the rows' up to it (heading
+    ``tokens 1-10``): the source's end figures covering later rows are left out, the cache is as
+    the viewed row says it, and the position does not repeat a live source's head."""
+    run = RunModel()
+    for i in range(40):
+        run.add_token_row({"wall_ms": 10.0 + i, "read_mib": 1.0, "cache_hit_pct": float(i), "resident_mib": 1.0 + i})
+    run.set_cache_mib(resident_mib=40.0, budget_mib=64.0)
+    run.update_summary({"tokens": 40, "tok_s": 33.0, "n_prompt": 7})
+    rows = {label: value for label, value, _k in run_panel_rows(run, 10)}
+    text = [label for label, _v, kind in run_panel_rows(run, 10) if kind == "section"]
+    assert "tokens 1-10" in text
+    assert rows["tokens"] == "10 tok" and rows["cache hit"] == "9.0 %" and rows["resident"] == "10.0 MiB"
+    assert rows["tok/s (tokens 1-10)"] == show(q("summary.tok_s"), 1000.0 / 14.5)  # mean wall of rows 1-10
+    assert rows["prompt tokens"] == "7 tok"  # known by the first token of a one-turn run
+    assert rows["token"] == "10 / 40"
+    at_end = {label: value for label, value, _k in run_panel_rows(run, 40)}
+    assert at_end["tokens"] == "40 tok" and at_end["tok/s (run)"] == "33.0"
+    assert at_end["resident"] == "40.0 MiB (from token rows)"  # the newest the source said

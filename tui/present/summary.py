@@ -49,7 +49,7 @@ _PER_TOKEN_COLUMNS = (("compute_s_tok", "compute_ms"), ("io_s_tok", "io_ms"), ("
 
 #: The source's figures a run knows by its first token (shown for a row before the newest one of
 #: a one-turn run: they cover no row after it).
-_AT_START = frozenset({"n_prompt", "prefill_s", "prefill_tps", "load_s", "ttft_s", "budget_mib", "resident_mib"})
+_AT_START = frozenset({"n_prompt", "prefill_s", "prefill_tps", "load_s", "ttft_s", "budget_mib"})
 
 #: Extra figures a token row carries that hold for the run so far (shown before the turn's end).
 _LIVE_EXTRA = frozenset({"hit_pct_decode", "hit_pct_since_load", "rss_mib"})
@@ -167,8 +167,12 @@ def run_summary(run: RunModel, stop: int | None = None, *, turns: bool = True) -
                         derived[key] = num(st.mean / 1000.0)
         if s.get("prefill_tps") is None and s.get("n_prompt") and s.get("prefill_s"):
             derived["prefill_tps"] = s["n_prompt"] / s["prefill_s"]
-        if run.resident_mib is not None:  # the cache as the source said it last (a token, a load record)
-            derived["resident_mib"] = run.resident_mib
+        resident = run.resident_mib  # the cache as the source said it last (a token, a load record)
+        if upto is not None:  # ... or at the viewed row, when the rows carry it (else not known there)
+            at = num(run.tokens.view("resident_mib", n - 1, n)[0]) if run.tokens.has("resident_mib") else None
+            resident = at
+        if resident is not None:
+            derived["resident_mib"] = resident
         if run.budget_mib is not None:
             derived["budget_mib"] = run.budget_mib
         mode, why = run.mode()

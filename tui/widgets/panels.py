@@ -263,6 +263,9 @@ def header_parts(run: RunModel, look: Look, stop: int | None = None) -> list[tup
             if read.count:
                 out.append((f"{show(q('recent.read_mib_tok'), read.sum / read.count)}/tok", look.label))
         res_v = run.resident_mib if run.resident_mib is not None else run.summary.get("resident_mib")
+        if n < total:  # a row before the newest: the cache as that row says it, when the rows carry it
+            at = _at(run, "resident_mib", n)
+            res_v = at if math.isfinite(at) else None
         bud_v = run.budget_mib if run.budget_mib is not None else run.summary.get("budget_mib")
         if res_v is not None and bud_v is not None:
             out.append((f"cache {mib(res_v)}/{mib(bud_v)}", look.label))
