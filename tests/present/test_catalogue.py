@@ -12,6 +12,7 @@ from helpers import REPO
 
 from bmoe_top.parsers.prom import parse_exposition
 from bmoe_top.tui.feed.bind import bind
+from bmoe_top.tui.fleet.queries import DERIVED
 from bmoe_top.tui.model import RunModel
 from bmoe_top.tui.model.quantities import CATALOGUE, SHARED_LABELS, Form, Scope, q
 from bmoe_top.tui.present.audit import audit_document, audit_run_rows
@@ -19,7 +20,7 @@ from bmoe_top.tui.present.catalogue_doc import numbers_section, rewrite
 from bmoe_top.tui.present.live import live_document
 from bmoe_top.tui.present.metrics import metrics_document, metrics_panel_rows, status_parts
 from bmoe_top.tui.present.numbers import diff, ms, show, size
-from bmoe_top.tui.present.summary import run_panel_rows
+from bmoe_top.tui.present.summary import run_panel_rows, run_summary, summary_rows
 from bmoe_top.tui.sources.metrics_poll import MetricsPoller
 
 SERVE_BODY = """\
@@ -164,3 +165,18 @@ def test_the_run_panel_before_the_newest_row_is_that_rows():
     at_end = {label: value for label, value, _k in run_panel_rows(run, 40)}
     assert at_end["tokens"] == "40 tok" and at_end["tok/s (run)"] == "33.0"
     assert at_end["resident"] == "40.0 MiB (from token rows)"  # the newest the source said
+
+
+def test_a_serial_run_has_no_stall_only_flash_wait():
+    """A serial instance showed ``stall 20.9 %`` beside ``stall/token 0.000 s``: serial I/O has
+    no stall, the share of wall spent on expert reads is flash wait (io there)."""
+    run = RunModel()
+    for _ in range(8):
+        run.add_token_row({"wall_ms": 10.0, "io_ms": 2.09, "stall_ms": 0.0, "mgmt_ms": 0.1, "compute_ms": 7.81})
+    s = run_summary(run)
+    assert s["mode"] == "serial"
+    rows = {label: value for label, value, _k in summary_rows(s)}
+    assert rows["stall/token"] == "none (serial I/O)" and rows["flash io/token"].startswith("2.09 ms")
+    share = q("fleet.stall_share")
+    assert share.screen_label(window="4s") == "flash/wall (4s)" and "stall" not in share.label
+    assert DERIVED["stall_share"][0] == "flash/wall %"
