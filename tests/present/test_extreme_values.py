@@ -42,7 +42,7 @@ def document(first: bytes, second: bytes) -> dict:
     p.apply(parse_exposition(first, 1.0))
     p.apply(parse_exposition(second, 2.0))
     p.client.close()
-    return metrics_document(p.state, run)
+    return metrics_document(run)
 
 
 def kept_or_absent(doc_value, sent: float) -> bool:

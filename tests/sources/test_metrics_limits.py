@@ -46,7 +46,7 @@ def test_a_declared_body_over_the_cap_is_refused_unread(srv):
     assert "198,000,000 bytes (Content-Length)" in st.detail and "--max-body-mb" in st.detail
     wait_until(body.ended.is_set, what="the server sees the client go")
     assert body.broken and body.sent < 198_000_000
-    doc = metrics_document(st, run)
+    doc = metrics_document(run)
     assert doc["limit"] == "body_size" and doc["totals"] is None
     line = "".join(t for t, _k in status_parts(doc))
     assert "limit hit: body size cap (--max-body-mb)" in line
@@ -65,11 +65,11 @@ def test_an_endless_chunked_body_stops_at_the_cap_and_the_last_values_stay(srv):
     assert "over the 1 MiB body cap" in p.state.detail
     wait_until(endless.ended.is_set, what="the server sees the client go")
     assert endless.broken
-    doc = metrics_document(p.state, run)
+    doc = metrics_document(run)
     assert doc["totals"]["hits"] == 10  # the last good scrape is kept
     srv.answers = [(200, exposition(20, 10, 6).encode(), 0)]
     p.scrape_once()  # the next good scrape clears the limit
-    assert p.state.status == "ok" and p.state.limit is None and metrics_document(p.state, run)["limit"] is None
+    assert p.state.status == "ok" and p.state.limit is None and metrics_document(run)["limit"] is None
     p.client.close()
 
 
@@ -86,7 +86,7 @@ def test_a_trickled_body_ends_at_the_deadline_of_the_whole_scrape(srv):
     assert "/health answers" in p.state.detail
     wait_until(trickle.ended.is_set, what="the server sees the client go")
     assert trickle.broken and trickle.sent < 1_000_000
-    line = "".join(t for t, _k in status_parts(metrics_document(p.state, run)))
+    line = "".join(t for t, _k in status_parts(metrics_document(run)))
     assert "limit hit: scrape deadline (--timeout)" in line
     p.client.close()
 
