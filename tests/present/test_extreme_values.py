@@ -115,16 +115,10 @@ def test_other_series_of_one_metric_are_told_apart_by_their_labels():
     snap = parse_exposition(text.encode())
     run = RunModel()
     doc = {"other_series": dict(sorted(snap.others.items())), "status": "ok"}
-    rows = metrics_panel_rows({**metrics_document_stub(run), **doc})
+    rows = metrics_panel_rows({**metrics_document(run), **doc})
     start = next(i for i, (label, _v, kind) in enumerate(rows) if label.startswith("other series"))
     got = [(label, value) for label, value, _k in rows[start + 1:]]
     assert got[0] == ("bmoe:http_rejected_total", "5 series")
     assert sorted(got[1:6]) == sorted((f"  reason={r}", str(i)) for i, r in enumerate(reasons))
     assert got[6] == ("other_gauge", "2.50")
     assert all(len(label) <= 30 for label, _v in got)
-
-
-def metrics_document_stub(run: RunModel) -> dict:
-    from bmoe_top.tui.sources.metrics_poll import PollState
-
-    return metrics_document(PollState(url="http://127.0.0.1:9/metrics"), run)
