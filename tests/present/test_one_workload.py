@@ -100,8 +100,15 @@ async def test_one_workload_reads_the_same_everywhere(tiny, tmp_path, capsys):
         a = cli(capsys, "attach", "--audit", str(audit), "--once", "--json")
         ra = cli(capsys, "replay", "--summary", "--json", str(audit))
         c = cli(capsys, "replay", "--summary", "--json", str(csv))
-        f = cli(capsys, "fleet", "--prometheus", prom.url, "--once", "--json", "--window", "2m",
-                "--instance", target)
+
+        def fleet_with_final_counters() -> dict | None:
+            # a live grid ends on a multiple of its step: the drill-down sees the final scrape
+            # once a grid point falls after it
+            doc = cli(capsys, "fleet", "--prometheus", prom.url, "--once", "--json", "--window", "2m",
+                      "--instance", target)
+            return doc if (doc["drill"] or {}).get("totals", {}).get("tokens_predicted") == T else None
+
+        f = wait_until(fleet_with_final_counters, what="a drill-down grid point after the final scrape", every=0.5)
 
         # -- counters and sums: exactly ------------------------------------------------------------
         tot, audit_run, drill = m["totals"], a["runs"][-1], f["drill"]["totals"]
