@@ -37,6 +37,7 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
 from textual.timer import Timer
+from textual.widget import Widget
 from textual.widgets import DataTable, Input, Static, TabbedContent, TabPane, Tabs
 
 from bmoe_top.parsers.sanitize import sanitize
@@ -48,6 +49,7 @@ from bmoe_top.tui.screens.modals import HelpScreen, ModeScreen, SeekScreen
 from bmoe_top.tui.widgets.banner import Banner
 from bmoe_top.tui.widgets.base import RunView, ascii_text, look_of, remember, settings_of
 from bmoe_top.tui.widgets.charts import BreakdownChart, OverviewStrip, TokenSelected, TrendChart
+from bmoe_top.tui.widgets.focus import PaneTabs, shown_focus_chain
 from bmoe_top.tui.widgets.footer import FittingFooter
 from bmoe_top.tui.widgets.grids import ExpertMap, LayerHeatmap
 from bmoe_top.tui.widgets.inputs import SteadyInput
@@ -195,7 +197,7 @@ class RunScreen(Screen[None]):
                     yield RunPanel(self.model, self.playback, id="run-panel")
                 if self.SHOW_ANSWER:
                     yield AnswerTail(self.model, self.playback, id="answer-side")
-            with TabbedContent(id="tabs", initial="overview"):
+            with PaneTabs(id="tabs", initial="overview"):
                 with TabPane("Overview", id="overview"):
                     with Vertical(id="main"):
                         yield OverviewStrip(self.model, self.playback, id="overview-strip")
@@ -253,6 +255,11 @@ class RunScreen(Screen[None]):
 
     def after_mount(self) -> None:
         """What a mode screen does once the shared timer, layout and first paint are up."""
+
+    @property
+    def focus_chain(self) -> list[Widget]:
+        """Tab's stops: the focusable widgets drawn on screen (:func:`shown_focus_chain`)."""
+        return shown_focus_chain(super().focus_chain)
 
     def _apply_settings(self) -> None:
         """The kept settings this screen draws with: the maps' fold and the panel groups shown."""

@@ -35,6 +35,7 @@ from bmoe_top.tui.present.compare import (
 from bmoe_top.tui.screens.analysis_modals import AnalysisHelp, binding_rows
 from bmoe_top.tui.widgets.base import remember
 from bmoe_top.tui.widgets.curves import CurveChart, CurveMark, CurvePlot
+from bmoe_top.tui.widgets.focus import PaneTabs
 from bmoe_top.tui.widgets.footer import FittingFooter
 from bmoe_top.tui.widgets.palette import KIND_STYLE
 from bmoe_top.tui.widgets.panels import safe_text
@@ -106,7 +107,7 @@ class CompareScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         yield Static(id="cmp-title")
         yield Static(id="cmp-banner")
-        with TabbedContent(id="cmp-tabs", initial="summary"):
+        with PaneTabs(id="cmp-tabs", initial="summary"):
             with TabPane("Summary", id="summary"), Vertical():
                 yield SortTable(summary_table(self.c), id="summary-table")
                 yield Static(id="cmp-advice")

@@ -130,7 +130,8 @@ class LiveScreen(RunScreen):
     """
 
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("escape", "escape", "cancel / leave", show=False, priority=True),
+        Binding("escape", "escape", "leave the box or map (the prompt box while generating: cancel)", show=False,
+                priority=True),
         Binding("ctrl+x,ctrl+c", "cancel_generation", "cancel", show=False, priority=True),
         Binding("ctrl+n", "toggle_chat", "new chat/continue", priority=True),
         Binding("ctrl+t", "goto_tab('turns')", "turns", priority=True),
@@ -454,9 +455,13 @@ class LiveScreen(RunScreen):
             self.notify("nothing is generating: q (outside the prompt box) or ctrl+q quits", timeout=3)
 
     def action_escape(self) -> None:
-        """Escape: cancel the generation in flight, else leave the prompt box or a map (so q, ?,
-        space and the arrows work again)."""
-        if not self._cancel() and self.focused is not None:
+        """Escape: in the prompt box while a turn generates, cancel it; anywhere else leave what
+        has the focus (the prompt box, a map, a table: q, ?, space and the arrows work again),
+        never cancelling work (ctrl+c / ctrl+x cancel from anywhere)."""
+        focused = self.focused
+        if isinstance(focused, PromptInput) and self._cancel():
+            return
+        if focused is not None:
             self.set_focus(None)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:

@@ -47,6 +47,7 @@ from bmoe_top.tui.present.whatif import (
 from bmoe_top.tui.screens.analysis_modals import AnalysisHelp, PathScreen, binding_rows
 from bmoe_top.tui.widgets.base import remember
 from bmoe_top.tui.widgets.curves import CurveChart, CurveMark, CurvePlot, CurveSeries
+from bmoe_top.tui.widgets.focus import PaneTabs
 from bmoe_top.tui.widgets.footer import FittingFooter
 from bmoe_top.tui.widgets.palette import KIND_STYLE
 from bmoe_top.tui.widgets.panels import safe_text
@@ -138,7 +139,7 @@ class WhatIfScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         yield Static(id="wi-title")
         with Horizontal(id="wi-body"):
-            with TabbedContent(id="wi-tabs", initial="curves"):
+            with PaneTabs(id="wi-tabs", initial="curves"):
                 with TabPane("Curves", id="curves"), Vertical():
                     yield CurveChart(id="chart-a")
                     yield CurveChart(id="chart-b")

@@ -110,10 +110,14 @@ class GridView(TimeView):
         hv = (self.hover.row, self.hover.col) if self.hover else None
         return (*base, self.fold, self.cursor.row, self.cursor.col, hv, self.top, self.has_focus)
 
-    def on_focus(self) -> None:
-        self.poll(force=True)
+    def allow_focus(self) -> bool:
+        """A map with nothing to show (its one line says why) is no Tab stop: no cell to move to."""
+        return self.can_focus and not getattr(self, "empty", False)
 
-    def on_blur(self) -> None:
+    def watch_has_focus(self, _focused: bool) -> None:
+        """The title's focus mark follows the focus (the Focus event came before ``has_focus``
+        was set: the mark was drawn one repaint late, or never while nothing else moved)."""
+        super().watch_has_focus(_focused)
         self.poll(force=True)
 
     def action_leave(self) -> None:
