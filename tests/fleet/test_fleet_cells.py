@@ -10,7 +10,7 @@ import pytest
 from rich.text import Text
 
 from bmoe_top.tui.fleet.table import Cell, CellState, InstanceRow, InstanceState, column_keys
-from bmoe_top.tui.screens.fleet import FleetDrillScreen, FleetScreen, error_text, keys_help
+from bmoe_top.tui.screens.fleet import FleetDrillScreen, FleetScreen, error_text
 from bmoe_top.tui.sources.prometheus import PromError, PromErrorKind
 from bmoe_top.tui.widgets.fleet_table import (
     SPARK_MIN,
@@ -24,6 +24,7 @@ from bmoe_top.tui.widgets.fleet_table import (
     spark_text,
     value_of,
 )
+from bmoe_top.tui.widgets.keymap import help_rows
 
 
 def test_a_cell_says_its_number_or_why_not():
@@ -100,8 +101,10 @@ def test_every_error_kind_is_one_sanitised_line(kind):
 
 
 def test_help_lists_the_keys():
-    rows = dict(keys_help(FleetScreen))
-    assert rows["/"] == "filter" and rows["s / >"] == "sort by next column" and rows["w"] == "worst first"
-    assert rows["r"] == "refresh now" and rows["space"] == "pause" and rows["? / h / f1"] == "help"
-    drill = dict(keys_help(FleetDrillScreen))
-    assert drill["escape"] == "back to the table" and "space" in drill  # the shared playback keys too
+    rows = dict(help_rows(FleetScreen.KEYS))
+    assert rows["/"] == "filter the rows" and rows["s / >"] == "sort by the next column"
+    assert rows["w"].startswith("worst first") and rows["r"] == "refresh now"
+    assert rows["space"] == "pause / resume the refresh" and rows["? / h / F1"].startswith("help")
+    assert not any("Focus" in d or "Copy" in d for d in rows.values())  # Textual's own words: not this screen's
+    drill = dict(r for r in help_rows(FleetDrillScreen.KEYS) if not r[1].startswith("on a map"))
+    assert drill["Escape"] == "back to the table" and "space / p" in drill  # the shared playback keys too

@@ -367,13 +367,15 @@ async def test_the_turns_table_shows_a_request_id_as_sent():
 
 def test_the_help_lists_each_key_once_as_the_live_screen_answers_it():
     """ctrl+c cancels on a live screen: the help said cancel, quit and Textual's "Copy selected
-    text" for it; Tab said "Focus Next" where it moves the cell cursor between the maps."""
+    text" for it; Tab said "Focus Next". A map's own keys are listed as such ("on a map: ")."""
     rows = _live_screen().key_rows()
-    keys = [k for keyset, _desc in rows for k in keyset.split(" / ")]
+    keys = [k for keyset, desc in rows if not desc.startswith(("on a map", "in a table"))
+            for k in keyset.split(" / ")]
     assert len(keys) == len(set(keys)), rows
-    desc = dict(rows)
-    assert desc["ctrl+x / ctrl+c"] == "cancel" and desc["c"] == "next colour scale"
-    assert "cell cursor" in desc["tab / shift+tab"]
+    desc = dict(r for r in rows if not r[1].startswith("on a map"))
+    assert desc["ctrl+x / ctrl+c"] == "cancel the generation" and desc["c"] == "next colour scale"
+    assert "next map" in desc["Tab"] and desc["Escape"].startswith("leave")
+    assert ("Escape", "on a map: leave the map") in rows
     assert not any("Copy" in d or "Focus" in d for _k, d in rows)
 
 

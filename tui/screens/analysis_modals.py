@@ -9,12 +9,12 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical, VerticalScroll
-from textual.screen import ModalScreen, Screen
+from textual.screen import ModalScreen
 from textual.widgets import Input, Static
 
 from bmoe_top.tui.widgets.panels import safe_text
 
-__all__ = ["PathScreen", "AnalysisHelp", "binding_rows"]
+__all__ = ["PathScreen", "AnalysisHelp"]
 
 
 class PathScreen(ModalScreen[str | None]):
@@ -71,13 +71,3 @@ class AnalysisHelp(ModalScreen[None]):
     def action_close(self) -> None:
         self.dismiss(None)
 
-
-def binding_rows(screen: Screen[None]) -> list[tuple[str, str]]:
-    """(keys, description) of a screen's own bindings, in order."""
-    rows = []
-    for b in type(screen).BINDINGS:
-        if isinstance(b, Binding):
-            keys = (b.key.replace("question_mark", "?").replace("slash", "/").replace("shift+", "shift ")
-                    .replace(",", " / "))
-            rows.append((keys, b.description))
-    return rows

@@ -22,7 +22,7 @@ from typing import ClassVar
 
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.binding import Binding, BindingType
+from textual.binding import BindingType
 from textual.widgets import TabPane
 
 from bmoe_top.tui.app import BmoeTopApp
@@ -31,10 +31,12 @@ from bmoe_top.tui.model import LIVE, RunModel, Status
 from bmoe_top.tui.model.health import AuditIndex, TailHealth
 from bmoe_top.tui.present.audit import audit_run_rows, requests_table, runs_index
 from bmoe_top.tui.screens.attach import AttachScreen
+from bmoe_top.tui.screens.base import RunScreen
 from bmoe_top.tui.sources.tail import FileTail
 from bmoe_top.tui.widgets.base import look_of
+from bmoe_top.tui.widgets.keymap import Key, bindings, footer_first, merged
 from bmoe_top.tui.widgets.panels import safe_text
-from bmoe_top.tui.widgets.tables import SortTable
+from bmoe_top.tui.widgets.tables import TABLE_KEYS, SortTable
 
 __all__ = ["AuditAttachScreen", "run_audit_attach"]
 
@@ -43,11 +45,15 @@ class AuditAttachScreen(AttachScreen):
     """The shared views over a followed audit file's run model (the tail is given; ``start_tail``
     starts its thread on mount)."""
 
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("n", "select_run(1)", "next run"),
-        Binding("N,shift+n", "select_run(-1)", "previous run"),
-        Binding("ctrl+r", "goto_tab('requests-tab')", "requests"),
-    ]
+    KEYS: ClassVar[tuple[Key, ...]] = merged((
+        Key("n", "select_run(1)", "the next run of the audit log", footer="next run", title="Next run"),
+        Key("N", "select_run(-1)", "the previous run of the audit log", footer="previous run",
+            title="Previous run"),
+        Key("ctrl+r", "goto_tab('requests-tab')", "the Requests tab", scope="anywhere", footer="requests",
+            title="Tab: Requests"),
+        *TABLE_KEYS,
+    ), RunScreen.KEYS)
+    BINDINGS: ClassVar[list[BindingType]] = bindings(footer_first(KEYS, 3))
 
     def __init__(self, tail: FileTail, fps: float = 10.0, start_tail: bool = True,
                  run: RunModel | None = None) -> None:

@@ -19,15 +19,17 @@ from collections.abc import Hashable, Sequence
 from typing import ClassVar
 
 from rich.text import Text
-from textual.binding import Binding, BindingType
+from textual.binding import BindingType
 
 from bmoe_top.tui.app import BmoeTopApp
 from bmoe_top.tui.feed.bind import bind
 from bmoe_top.tui.model import LIVE, RunModel
 from bmoe_top.tui.present.metrics import STATUS_WORDS, metrics_document, metrics_panel_rows, status_parts
 from bmoe_top.tui.screens.attach import AttachScreen
+from bmoe_top.tui.screens.base import RunScreen
 from bmoe_top.tui.sources.metrics_poll import MetricsPoller
 from bmoe_top.tui.widgets.base import look_of
+from bmoe_top.tui.widgets.keymap import Key, bindings, footer_first, merged
 
 __all__ = ["MetricsAttachScreen", "STATUS_WORDS", "run_metrics_attach"]
 
@@ -37,7 +39,10 @@ class MetricsAttachScreen(AttachScreen):
     """The shared views over a poller's run model (the poller is given: tests aim it at any
     server). ``start_poller``: start its thread on mount (tests may drive ``scrape_once``)."""
 
-    BINDINGS: ClassVar[list[BindingType]] = [Binding("r", "scrape_now", "scrape now")]
+    KEYS: ClassVar[tuple[Key, ...]] = merged((
+        Key("r", "scrape_now", "scrape the metrics now", footer="scrape now", title="Scrape now"),
+    ), RunScreen.KEYS)
+    BINDINGS: ClassVar[list[BindingType]] = bindings(footer_first(KEYS, 1))
 
     def __init__(self, poller: MetricsPoller, fps: float = 10.0, start_poller: bool = True,
                  run: RunModel | None = None) -> None:

@@ -33,7 +33,7 @@ from rich.style import Style
 from rich.text import Text
 from textual import events, on
 from textual.app import ComposeResult
-from textual.binding import Binding, BindingType
+from textual.binding import BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
 from textual.timer import Timer
@@ -45,14 +45,15 @@ from bmoe_top.tui.app import BmoeTopApp
 from bmoe_top.tui.model import RunModel, Status
 from bmoe_top.tui.playback import Playback, PlayState
 from bmoe_top.tui.present.summary import mode_words
-from bmoe_top.tui.screens.modals import HelpScreen, ModeScreen, SeekScreen
+from bmoe_top.tui.screens.modals import HELP_FOOTNOTE, HelpScreen, ModeScreen, SeekScreen
 from bmoe_top.tui.widgets.banner import Banner
 from bmoe_top.tui.widgets.base import RunView, ascii_text, look_of, remember, settings_of
 from bmoe_top.tui.widgets.charts import BreakdownChart, OverviewStrip, TokenSelected, TrendChart
 from bmoe_top.tui.widgets.focus import PaneTabs, shown_focus_chain
 from bmoe_top.tui.widgets.footer import FittingFooter
-from bmoe_top.tui.widgets.grids import ExpertMap, LayerHeatmap
+from bmoe_top.tui.widgets.grids import GRID_KEYS, ExpertMap, LayerHeatmap
 from bmoe_top.tui.widgets.inputs import SteadyInput
+from bmoe_top.tui.widgets.keymap import FOCUS_KEYS, Key, bindings, help_rows, key_label, parse_action
 from bmoe_top.tui.widgets.palette import Look
 from bmoe_top.tui.widgets.panels import (
     AnswerPanel,
@@ -113,37 +114,49 @@ class RunScreen(Screen[None]):
     (:meth:`~bmoe_top.tui.playback.Playback.open_finished`).
     """
 
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("space", "toggle_play", "pause"),
-        Binding("p", "toggle_play", "pause", show=False),
-        Binding("left", "step(-1)", "◀ token", show=False),
-        Binding("right", "step(1)", "token ▶", show=False),
-        Binding("shift+left,pageup", "step(-50)", "◀◀ 50", show=False),
-        Binding("shift+right,pagedown", "step(50)", "50 ▶▶", show=False),
-        Binding("home", "jump_start", "first", show=False),
-        Binding("end", "jump_end", "live/end"),
-        Binding("plus,equals_sign", "zoom_in", "zoom in"),
-        Binding("minus", "zoom_out", "out"),
-        Binding("0", "zoom_fit", "whole run", show=False),
-        Binding("left_square_bracket,less_than_sign", "slower", "slower", show=False),
-        Binding("right_square_bracket,greater_than_sign", "faster", "faster", show=False),
-        Binding("left_curly_bracket", "refresh_slower", "refresh less often", show=False),
-        Binding("right_curly_bracket", "refresh_faster", "refresh more often", show=False),
-        Binding("g", "seek", "seek", show=False),
-        Binding("slash", "search", "search"),
-        Binding("f", "toggle_fold", "fold", show=False),
-        Binding("t", "toggle_turn_by_turn", "turn by turn", show=False),
-        Binding("c", "cycle_palette", "next colour scale", show=False),
-        Binding("m", "swap_map", "other map", show=False),
-        Binding("d", "mode_detail", "mode", show=False),
-        Binding("1", "tab('overview')", "overview", show=False),
-        Binding("2", "tab('text')", "text", show=False),
-        Binding("3", "tab('log')", "log", show=False),
-        Binding("4", "tab('problems')", "problems", show=False),
-        Binding("f1,question_mark", "help", "help", key_display="F1"),
-        Binding("q", "quit", "quit"),
-        Binding("ctrl+c", "quit", "quit", show=False, priority=True),
-    ]
+    #: The screen's keys (:mod:`bmoe_top.tui.widgets.keymap`): its bindings, help, footer and
+    #: palette entries are made from it; a mode screen's table is its own rows merged over these.
+    KEYS: ClassVar[tuple[Key, ...]] = (
+        Key("space,p", "toggle_play", "pause / resume the playback", footer="pause", title="Pause / resume"),
+        Key("left", "step(-1)", "select the previous token", title="Previous token"),
+        Key("right", "step(1)", "select the next token", title="Next token"),
+        Key("shift+left,pageup", "step(-50)", "50 tokens back"),
+        Key("shift+right,pagedown", "step(50)", "50 tokens on"),
+        Key("home", "jump_start", "the first token", title="First token"),
+        Key("end", "jump_end", "follow live (in real time), or the last token", footer="live/end",
+            title="Follow live / last token"),
+        Key("plus,equals_sign", "zoom_in", "zoom in: half as many tokens per column", footer="zoom in",
+            title="Zoom in"),
+        Key("minus", "zoom_out", "zoom out: twice as many tokens per column", footer="out", title="Zoom out"),
+        Key("0", "zoom_fit", "zoom to the whole run", title="Zoom to the whole run"),
+        Key("left_square_bracket,less_than_sign", "slower", "slower playback (under 1x a live view trails)",
+            title="Slower playback / slow motion"),
+        Key("right_square_bracket,greater_than_sign", "faster", "faster playback", title="Faster playback"),
+        Key("left_curly_bracket", "refresh_slower", "refresh less often", title="Refresh less often"),
+        Key("right_curly_bracket", "refresh_faster", "refresh more often", title="Refresh more often"),
+        Key("g", "seek", "seek to a token by its number", title="Seek to a token…"),
+        Key("slash", "search", "search the text / filter the table", footer="search",
+            title="Search the text / filter a table"),
+        Key("f", "toggle_fold", "fold / scroll the layer maps", title="Fold / scroll the layer maps"),
+        Key("t", "toggle_turn_by_turn", "turn by turn playback", title="Turn by turn playback"),
+        Key("c", "cycle_palette", "next colour scale", title="Palette: next colour scale"),
+        Key("m", "swap_map", "other map (compact layout)", title="Other map (compact layout)"),
+        Key("d", "mode_detail", "mode details (wall-time breakdown)", title="Mode details (wall-time breakdown)"),
+        Key("1", "tab('overview')", "the Overview tab", title="Tab: Overview"),
+        Key("2", "tab('text')", "the Text tab", title="Tab: Text"),
+        Key("3", "tab('log')", "the Log tab", title="Tab: Log"),
+        Key("4", "tab('problems')", "the Problems tab", title="Tab: Problems"),
+        Key("f1,question_mark", "help", "help: the keys of this screen", footer="help", title="Keys (help)"),
+        Key("q", "quit", "quit", footer="quit", title="Quit"),
+        Key("ctrl+c", "quit", "quit", scope="anywhere", palette=False),
+        Key("ctrl+s", "app.screenshot", "save a screenshot (SVG)", scope="anywhere", palette=False),
+        *FOCUS_KEYS,
+        *GRID_KEYS,
+    )
+    BINDINGS: ClassVar[list[BindingType]] = bindings(KEYS)
+
+    #: What the help says under the keys: the screen's parts and what its marks mean.
+    HELP_NOTES: ClassVar[str] = HELP_FOOTNOTE
 
     #: Nothing takes the focus on its own: the arrow keys move the selection (a focused tab bar
     #: would take them); the live screen focuses its prompt box itself.
@@ -799,64 +812,27 @@ class RunScreen(Screen[None]):
 
     # ------------------------------------------------------------------------------ help
     def key_rows(self) -> list[tuple[str, str]]:
-        """(keys, what they do) for the help screen: each key once, as the screen answers it (a
-        mode's own binding before the shared one: ctrl+c cancels on a live screen), keys bound to
-        the same action with the same words in one row ("q / ctrl+c"); Textual's own bindings are
-        left out but for Tab, which moves the cell cursor from map to map here."""
-        rows: dict[tuple[str, str], list[str]] = {}
-        seen: set[str] = set()
-        for cls in type(self).__mro__:  # a mode's own keys first, then the shared ones
-            if not cls.__module__.startswith("bmoe_top."):
-                continue
-            for b in cls.__dict__.get("BINDINGS", ()):
-                if not isinstance(b, Binding):
-                    continue
-                for key in b.key.split(","):
-                    if key in seen:
-                        continue
-                    seen.add(key)
-                    rows.setdefault((b.action, b.description), []).append(key_label(key))
-        rows.setdefault(("focus", "cell cursor on the next / previous map"), []).extend(["tab", "shift+tab"])
-        return [(" / ".join(keys), desc) for (_action, desc), keys in rows.items()]
+        """(keys, what they do) for the help screen, from :attr:`KEYS`: each key once, as the
+        screen answers it (a mode's own key before the shared one: ctrl+c cancels on a live
+        screen)."""
+        return help_rows(self.KEYS)
 
     def action_help(self) -> None:
-        self.app.push_screen(HelpScreen(self.key_rows()))
+        self.app.push_screen(HelpScreen(self.key_rows(), self.HELP_NOTES))
 
     def commands(self) -> list[tuple[str, str, Any]]:
-        """The screen's own actions for the command palette: (title, help, callback)."""
-        pb = self.playback
-        out: list[tuple[str, str, Any]] = [
-            ("Follow live / last token", "End: the newest token (live, in real time) or the end",
-             self.action_jump_end),
-            ("Pause / resume", "space or p", self.action_toggle_play),
-            ("Seek to a token…", "g: select a token by its number", self.action_seek),
-            ("First token", "Home", self.action_jump_start),
-            ("Zoom in", "+: half as many tokens per column", self.action_zoom_in),
-            ("Zoom out", "-: twice as many tokens per column", self.action_zoom_out),
-            ("Zoom to the whole run", "0", self.action_zoom_fit),
-            ("Fold / scroll the layer maps", "f", self.action_toggle_fold),
-            ("Palette: next colour scale", f"c (now {look_of(self).scale})", self.action_cycle_palette),
-            ("Mode details (wall-time breakdown)", "d", self.action_mode_detail),
-            ("Search the text / filter a table", "/", self.action_search),
-            ("Turn by turn playback", "t", self.action_toggle_turn_by_turn),
-            ("Refresh less often", f"{{ (now every {self.refresh_s:g} s)", self.action_refresh_slower),
-            ("Refresh more often", f"}} (now every {self.refresh_s:g} s)", self.action_refresh_faster),
-            ("Faster playback", f"] (now {pb.speed_label()})", self.action_faster),
-            ("Slower playback / slow motion", "[ (0.5x, 0.25x, 0.1x trail a live run)", self.action_slower),
-            ("Keys (help)", "F1 or ?", self.action_help),
-        ]
-        for tab_id, name, key in (("overview", "Overview", "1"), ("text", "Text", "2"), ("log", "Log", "3"),
-                                  ("problems", "Problems", "4")):
-            out.append((f"Tab: {name}", key, lambda t=tab_id: self.action_tab(t)))
+        """The screen's own actions for the command palette, from :attr:`KEYS`: (title, keys,
+        callback); an action this screen does not offer now (:meth:`check_action`) is left out."""
+        out: list[tuple[str, str, Any]] = []
+        for k in self.KEYS:
+            if k.palette and k.scope in ("screen", "anywhere"):
+                _ns, name, _args = parse_action(k.action)
+                if self.check_action(name, ()) is False:
+                    continue
+                out.append((k.palette_title, key_label(k.keys),
+                            lambda a=k.action: self.app.call_later(self.run_action, a)))
         return out
 
 
-def key_label(key: str) -> str:
-    names = {"question_mark": "?", "equals_sign": "=", "plus": "+", "minus": "-", "slash": "/",
-             "left_square_bracket": "[", "right_square_bracket": "]", "less_than_sign": "<",
-             "greater_than_sign": ">", "left_curly_bracket": "{", "right_curly_bracket": "}",
-             "space": "space", "pageup": "PgUp", "pagedown": "PgDn", "f1": "F1"}
-    return " / ".join(names.get(k, k) for k in key.split(","))
 
-
-__all__ += ["GONE", "TYPING_KEYS", "key_label"]
+__all__ += ["GONE", "TYPING_KEYS"]

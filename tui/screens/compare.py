@@ -17,7 +17,7 @@ import numpy as np
 from rich.text import Text
 from textual import events
 from textual.app import ComposeResult
-from textual.binding import Binding, BindingType
+from textual.binding import BindingType
 from textual.containers import Vertical, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import DataTable, Input, Static, TabbedContent, TabPane
@@ -32,14 +32,15 @@ from bmoe_top.tui.present.compare import (
     token_table,
     warmup_table,
 )
-from bmoe_top.tui.screens.analysis_modals import AnalysisHelp, binding_rows
+from bmoe_top.tui.screens.analysis_modals import AnalysisHelp
+from bmoe_top.tui.widgets import keymap as km
 from bmoe_top.tui.widgets.base import remember
 from bmoe_top.tui.widgets.curves import CurveChart, CurveMark, CurvePlot
 from bmoe_top.tui.widgets.focus import PaneTabs
 from bmoe_top.tui.widgets.footer import FittingFooter
 from bmoe_top.tui.widgets.palette import KIND_STYLE
 from bmoe_top.tui.widgets.panels import safe_text
-from bmoe_top.tui.widgets.tables import SortTable
+from bmoe_top.tui.widgets.tables import TABLE_KEYS, SortTable
 
 __all__ = ["CompareScreen", "compare_app", "run_compare"]
 
@@ -77,21 +78,24 @@ class CompareScreen(Screen[None]):
     #contamination { padding: 0 1; }
     """
 
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("1", "tab('summary')", "summary", show=False),
-        Binding("2", "tab('tokens')", "per token", show=False),
-        Binding("3", "tab('warmup')", "warm-up", show=False),
-        Binding("4", "tab('entry')", "contamination", show=False),
-        # ← / → scroll the tab's table sideways wherever the focus is (on the tab bar they switched
-        # tabs, which 1-4 do)
-        Binding("left", "scroll_table(-1)", "scroll", show=False, priority=True),
-        Binding("right", "scroll_table(1)", "scroll", show=False, priority=True),
-        Binding("y", "cycle_metric", "token metric"),
-        Binding("r", "next_run", "next run"),
-        Binding("question_mark,f1", "help", "help"),
-        Binding("q", "quit", "quit"),
-        Binding("ctrl+c", "quit", "quit", show=False, priority=True),  # not Textual's "press ctrl+q" notice
-    ]
+    KEYS: ClassVar[tuple[km.Key, ...]] = (
+        km.Key("1", "tab('summary')", "the Summary tab", title="Tab: Summary"),
+        km.Key("2", "tab('tokens')", "the Per token tab", title="Tab: Per token"),
+        km.Key("3", "tab('warmup')", "the Warm-up tab", title="Tab: Warm-up"),
+        km.Key("4", "tab('entry')", "the Contamination tab", title="Tab: Contamination"),
+        # ← / → scroll the tab's table sideways wherever the focus is (1-4 switch tabs)
+        km.Key("left", "scroll_table(-1)", "scroll the table left", "anywhere", palette=False),
+        km.Key("right", "scroll_table(1)", "scroll the table right", "anywhere", palette=False),
+        km.Key("y", "cycle_metric", "the next per-token metric", footer="token metric", title="Next token metric"),
+        km.Key("r", "next_run", "per token: the next run of each arm", footer="next run", title="Next run"),
+        km.Key("question_mark,f1", "help", "help: the keys of this screen", footer="help", title="Keys (help)"),
+        km.Key("q", "quit", "quit", footer="quit", title="Quit"),
+        km.Key("ctrl+c", "quit", "quit", "anywhere", palette=False),
+        km.Key("ctrl+s", "app.screenshot", "save a screenshot (SVG)", "anywhere", palette=False),
+        *km.FOCUS_KEYS,
+        *TABLE_KEYS,
+    )
+    BINDINGS: ClassVar[list[BindingType]] = km.bindings(KEYS)
 
     def __init__(self, arms: list[LoadedArm], c: Comparison, *, title: str = "") -> None:
         super().__init__()
@@ -248,7 +252,7 @@ class CompareScreen(Screen[None]):
         self.refresh_views()
 
     def action_help(self) -> None:
-        self.app.push_screen(AnalysisHelp("bmoe-top compare: keys", binding_rows(self), HELP_NOTES))
+        self.app.push_screen(AnalysisHelp("bmoe-top compare: keys", km.help_rows(self.KEYS), HELP_NOTES))
 
     def action_quit(self) -> None:
         self.app.exit()

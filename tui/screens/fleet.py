@@ -35,7 +35,7 @@ from rich.cells import cell_len
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
-from textual.binding import Binding, BindingType
+from textual.binding import BindingType
 from textual.screen import Screen
 from textual.widgets import Input, Static
 
@@ -50,10 +50,13 @@ from bmoe_top.tui.model import LIVE, RunModel
 from bmoe_top.tui.model.quantities import Quantity, q
 from bmoe_top.tui.present.numbers import show
 from bmoe_top.tui.screens.attach import AttachScreen
+from bmoe_top.tui.screens.base import RunScreen
 from bmoe_top.tui.screens.modals import HelpScreen
 from bmoe_top.tui.sources.prometheus import PromError, PromErrorKind, PrometheusClient, RefreshThread, format_duration
+from bmoe_top.tui.widgets import keymap as km
 from bmoe_top.tui.widgets.base import remember
 from bmoe_top.tui.widgets.fleet_table import (
+    FLEET_TABLE_KEYS,
     SORT_KEYS,
     STATE_WORDS,
     VIEW_COLUMNS,
@@ -65,7 +68,7 @@ from bmoe_top.tui.widgets.fleet_table import (
 from bmoe_top.tui.widgets.footer import FittingFooter
 from bmoe_top.tui.widgets.palette import STATUS_STYLE
 
-__all__ = ["FleetScreen", "FleetDrillScreen", "STATE_INDICATOR", "error_text", "keys_help"]
+__all__ = ["FleetScreen", "FleetDrillScreen", "STATE_INDICATOR", "error_text"]
 
 #: The screen's state -> (indicator, style).
 STATE_INDICATOR = {
@@ -82,6 +85,21 @@ DISCONNECTED = frozenset({PromErrorKind.UNREACHABLE, PromErrorKind.TIMEOUT})
 
 LEGEND = ("wall = compute + flash wait + mgmt, ms per token   ✖ down   ▲ highest flash wait share   ▼ lowest hit %   "
           "(12s) stale: newest value, its age   · no value   not exported: no such series   ←/→ more columns")
+
+#: What the fleet's help says under its keys.
+FLEET_NOTES = """
+One row per runtime the Prometheus scrapes, refreshed never faster than its scrape interval.
+Worst first: down, then the highest stall share, then the lowest hit %. A header click sorts by
+that column. A value older than the newest refresh shows its age; · is no value; "not exported":
+the runtime exports no such series. Enter opens the instance over the window (Escape comes back).
+"""
+
+#: What the drill-down's help says under its keys.
+DRILL_NOTES = """
+One instance over the fleet's window, from Prometheus' history (query_range): the wall-time
+breakdown, the trends and the layer heatmap, on the shared token axis. Escape goes back to the
+table; the playback keys move through the window.
+"""
 
 #: Keys a focused filter box keeps for itself.
 TYPING_ACTIONS = frozenset({"sort_next", "sort_prev", "invert", "worst", "refresh_now", "toggle_pause",
@@ -107,20 +125,6 @@ def _utc(t: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
 
 
-def keys_help(screen: type) -> list[tuple[str, str]]:
-    """(keys, what) of a screen class's bindings, its own first."""
-    rows, seen = [], set()
-    for cls in screen.__mro__:
-        for b in cls.__dict__.get("BINDINGS", ()):
-            if not isinstance(b, Binding) or b.key in seen or not b.description:
-                continue
-            seen.add(b.key)
-            keys = (b.key.replace("question_mark", "?").replace("slash", "/").replace("greater_than_sign", ">")
-                    .replace("less_than_sign", "<").replace("space", "space").replace(",", " / "))
-            rows.append((keys, b.description))
-    return rows
-
-
 class FleetScreen(Screen[None]):
     """The instances table (see the module docstring).
 
@@ -138,22 +142,28 @@ class FleetScreen(Screen[None]):
     #fleet-legend { height: 1; padding: 0 1; color: $text-muted; }
     """
 
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("enter", "drill", "drill down", show=False),
-        Binding("slash", "filter", "filter"),
-        Binding("s,greater_than_sign", "sort_next", "sort by next column"),
-        Binding("less_than_sign", "sort_prev", "sort by previous column", show=False),
-        Binding("i", "invert", "invert the sort", show=False),
-        Binding("w", "worst", "worst first"),
-        Binding("r", "refresh_now", "refresh now"),
-        Binding("space", "toggle_pause", "pause"),
-        Binding("v", "toggle_sparks", "sparklines", show=False),
-        Binding("left", "columns(-1)", "columns to the left", show=False),
-        Binding("right", "columns(1)", "columns to the right", show=False),
-        Binding("escape", "clear_filter", "clear the filter", show=False),
-        Binding("question_mark,h,f1", "help", "help"),
-        Binding("q", "quit", "quit"),
-    ]
+    KEYS: ClassVar[tuple[km.Key, ...]] = (
+        km.Key("enter", "drill", "drill into the instance under the cursor", title="Drill down"),
+        km.Key("slash", "filter", "filter the rows", footer="filter", title="Filter"),
+        km.Key("s,greater_than_sign", "sort_next", "sort by the next column", footer="sort by next column",
+               title="Sort by the next column"),
+        km.Key("less_than_sign", "sort_prev", "sort by the previous column", title="Sort by the previous column"),
+        km.Key("i", "invert", "invert the sort", title="Invert the sort"),
+        km.Key("w", "worst", "worst first (down, highest stall share, lowest hit %)", footer="worst first",
+               title="Worst first"),
+        km.Key("r", "refresh_now", "refresh now", footer="refresh now", title="Refresh now"),
+        km.Key("space", "toggle_pause", "pause / resume the refresh", footer="pause", title="Pause / resume"),
+        km.Key("v", "toggle_sparks", "sparklines on / off", title="Sparklines"),
+        km.Key("left", "columns(-1)", "columns to the left", palette=False),
+        km.Key("right", "columns(1)", "columns to the right", palette=False),
+        km.Key("escape", "clear_filter", "clear the filter", title="Clear the filter"),
+        km.Key("question_mark,h,f1", "help", "help: the keys of this screen", footer="help", title="Keys (help)"),
+        km.Key("q", "quit", "quit", footer="quit", title="Quit"),
+        km.Key("ctrl+s", "app.screenshot", "save a screenshot (SVG)", "anywhere", palette=False),
+        *km.FOCUS_KEYS,
+        *FLEET_TABLE_KEYS,
+    )
+    BINDINGS: ClassVar[list[BindingType]] = km.bindings(KEYS)
 
     def __init__(self, url: str, selector: str = "", window_s: float = 300.0, *, points: int = TABLE_POINTS,
                  api_key: str | None = None, timeout: float = 10.0, at: float | None = None,
@@ -506,7 +516,7 @@ class FleetScreen(Screen[None]):
                                               fps=self.fps, labels=labels))
 
     def action_help(self) -> None:
-        self.app.push_screen(HelpScreen(keys_help(type(self))))
+        self.app.push_screen(HelpScreen(km.help_rows(self.KEYS), FLEET_NOTES, "bmoe-top fleet: keys"))
 
     def action_quit(self) -> None:
         self.app.exit()
@@ -550,10 +560,11 @@ class FleetDrillScreen(AttachScreen):
     (:class:`~bmoe_top.tui.feed.fleet.DrillFeed`) fills ``model``; ``started_at``: when this
     screen was made (Unix s), to say how much of the history predates it."""
 
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("escape", "back", "back to the table"),
-        Binding("r", "refresh_now", "refresh now"),
-    ]
+    KEYS: ClassVar[tuple[km.Key, ...]] = km.merged((
+        km.Key("escape", "back", "back to the table", footer="back to the table", title="Back to the table"),
+        km.Key("r", "refresh_now", "refresh now", footer="refresh now", title="Refresh now"),
+    ), RunScreen.KEYS)
+    BINDINGS: ClassVar[list[BindingType]] = km.bindings(km.footer_first(KEYS, 2))
 
     def __init__(self, url: str, selector: str, window_s: float, instance: str, job: str | None = None, *,
                  api_key: str | None = None, timeout: float = 10.0, at: float | None = None,
@@ -673,7 +684,7 @@ class FleetDrillScreen(AttachScreen):
             self._thread.refresh_now()
 
     def action_help(self) -> None:
-        self.app.push_screen(HelpScreen(keys_help(type(self))))
+        self.app.push_screen(HelpScreen(km.help_rows(self.KEYS), DRILL_NOTES, "bmoe-top fleet, one instance: keys"))
 
 
 def _series_now(d: DrillDown, x: Quantity) -> tuple[str, str]:

@@ -47,6 +47,7 @@ from bmoe_top.tui.sources.live import LiveBase, LiveStatus
 from bmoe_top.tui.sources.replay import RecordingSource
 from bmoe_top.tui.widgets.base import look_of
 from bmoe_top.tui.widgets.inputs import SteadyInput
+from bmoe_top.tui.widgets.keymap import Key, bindings, footer_first, merged
 from bmoe_top.tui.widgets.live_whatif import LiveWhatIfPanel
 from bmoe_top.tui.widgets.palette import Look
 from bmoe_top.tui.widgets.panels import safe_text
@@ -127,20 +128,27 @@ class LiveScreen(RunScreen):
     LiveScreen.-compact #prompt-bar { height: 1; }
     LiveScreen.-compact #prompt-bar Label { padding: 0 1; }
     LiveScreen.-compact #prompt-bar Input { border: none; height: 1; padding: 0 1; }
+    /* without a border, the box with the focus says so by its background (reversed under NO_COLOR) */
+    LiveScreen.-compact #prompt-bar Input:focus { background: $accent-darken-2; }
     """
 
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("escape", "escape", "leave the box or map (the prompt box while generating: cancel)", show=False,
-                priority=True),
-        Binding("ctrl+x,ctrl+c", "cancel_generation", "cancel", show=False, priority=True),
-        Binding("ctrl+n", "toggle_chat", "new chat/continue", priority=True),
-        Binding("ctrl+t", "goto_tab('turns')", "turns", priority=True),
-        Binding("ctrl+o", "goto_tab('whatif')", "what-if", priority=True),
-        Binding("ctrl+l", "goto_tab('log')", "log", show=False, priority=True),
-        Binding("ctrl+q", "quit", "quit", show=False, priority=True),
-        Binding("enter,i", "focus_prompt", "prompt", show=False),
-        Binding("n", "next_turn", "next turn", show=False),
-    ]
+    KEYS: ClassVar[tuple[Key, ...]] = merged((
+        Key("escape", "escape", "leave the box or map (in the prompt box while a turn generates: cancel it)",
+            scope="anywhere", palette=False),
+        Key("ctrl+x,ctrl+c", "cancel_generation", "cancel the generation", scope="anywhere",
+            title="Cancel the generation"),
+        Key("ctrl+n", "toggle_chat", "new chat / continue the chat", scope="anywhere", footer="new chat/continue",
+            title="New chat / continue"),
+        Key("ctrl+t", "goto_tab('turns')", "the Turns tab", scope="anywhere", footer="turns", title="Tab: Turns"),
+        Key("ctrl+o", "goto_tab('whatif')", "the What-if tab", scope="anywhere", footer="what-if",
+            title="Tab: What-if"),
+        Key("ctrl+l", "goto_tab('log')", "the Log tab (the runtime's stderr)", scope="anywhere",
+            title="Tab: Log (stderr)"),
+        Key("ctrl+q", "quit", "quit (from a text box too)", scope="anywhere", palette=False),
+        Key("enter,i", "focus_prompt", "the prompt box (a recording: play the next turn)", title="Prompt box"),
+        Key("n", "next_turn", "a recording turn by turn: play the next turn", title="Next turn (recording)"),
+    ), RunScreen.KEYS)
+    BINDINGS: ClassVar[list[BindingType]] = bindings(footer_first(KEYS, 9))
 
     def __init__(self, source: LiveBase, *, title: str = "", n_predict: int = 64, fps: float = 10.0,
                  run: RunModel | None = None, prompt: str = "", speed: float = 1.0) -> None:
@@ -469,16 +477,9 @@ class LiveScreen(RunScreen):
             return False  # Escape closes the search box
         if action in ("toggle_chat", "cancel_generation") and self.is_replay:
             return False  # a recording plays back its turns: no chat to start, nothing to cancel
+        if action == "next_turn" and not self.is_replay:
+            return False
         return super().check_action(action, parameters)
-
-    def commands(self) -> list[tuple[str, str, Any]]:
-        out = super().commands()
-        if not self.is_replay:
-            out += [("Cancel the generation", "Escape / ctrl+x / ctrl+c", self.action_cancel_generation),
-                    ("New chat / continue", "ctrl+n", self.action_toggle_chat),
-                    ("Prompt box", "Enter or i", self.action_focus_prompt)]
-        out += [("Tab: Turns", "ctrl+t", lambda: self.action_tab("turns"))]
-        return out
 
     def action_focus_prompt(self) -> None:
         if isinstance(self.source, RecordingSource):

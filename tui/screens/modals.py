@@ -54,9 +54,9 @@ the whole run (the window marked under it), wall = compute + flash wait + mgmt p
 the trends, and the layer x token hit share; then the layer x expert map as of the
 selected token. Zoomed out, a column is the mean of its tokens.
 
-Maps: Tab moves the focus to a map; the arrows move its cell cursor; the mouse hovers and
-clicks. Fixed colour scales (c: viridis / cividis / classic); · marks a cell with no data;
-a full cell is a resident expert, a dot one that is not."""
+Maps: Tab moves the focus to a map (its title is marked); the arrows move its cell cursor;
+Escape leaves it; the mouse hovers and clicks. Fixed colour scales (c: viridis / cividis /
+classic); · marks a cell with no data; a full cell is a resident expert, a dot one that is not."""
 
 
 class HelpScreen(ModalScreen[None]):
@@ -69,12 +69,14 @@ class HelpScreen(ModalScreen[None]):
     """
     BINDINGS = [Binding("escape,q,question_mark,f1", "dismiss_help", "close")]
 
-    def __init__(self, rows: list[tuple[str, str]]) -> None:
+    def __init__(self, rows: list[tuple[str, str]], notes: str = HELP_FOOTNOTE, title: str = "bmoe-top keys") -> None:
         super().__init__()
         self.rows = rows
+        self.notes = notes
+        self.title_text = title
 
     def compose(self) -> ComposeResult:
-        text = "bmoe-top keys\n\n" + "\n".join(f"  {k:<24} {d}" for k, d in self.rows) + "\n" + HELP_FOOTNOTE
+        text = self.title_text + "\n\n" + "\n".join(f"  {k:<24} {d}" for k, d in self.rows) + "\n" + self.notes
         with VerticalScroll(id="help-box"):
             yield Static(text, markup=False)
 

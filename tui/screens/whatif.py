@@ -23,7 +23,7 @@ from rich.table import Table as RichTable
 from rich.text import Text
 from textual import events, on
 from textual.app import ComposeResult
-from textual.binding import Binding, BindingType
+from textual.binding import BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Input, Static, TabbedContent, TabPane
@@ -44,14 +44,15 @@ from bmoe_top.tui.present.whatif import (
     skew_rows,
     summary_rows,
 )
-from bmoe_top.tui.screens.analysis_modals import AnalysisHelp, PathScreen, binding_rows
+from bmoe_top.tui.screens.analysis_modals import AnalysisHelp, PathScreen
+from bmoe_top.tui.widgets import keymap as km
 from bmoe_top.tui.widgets.base import remember
 from bmoe_top.tui.widgets.curves import CurveChart, CurveMark, CurvePlot, CurveSeries
 from bmoe_top.tui.widgets.focus import PaneTabs
 from bmoe_top.tui.widgets.footer import FittingFooter
 from bmoe_top.tui.widgets.palette import KIND_STYLE
 from bmoe_top.tui.widgets.panels import safe_text
-from bmoe_top.tui.widgets.tables import SortTable
+from bmoe_top.tui.widgets.tables import TABLE_KEYS, SortTable
 
 __all__ = ["WhatIfScreen", "run_whatif", "whatif_app"]
 #: lower-chart metrics ``y`` cycles through: (key, title, unit)
@@ -88,27 +89,35 @@ class WhatIfScreen(Screen[None]):
     WhatIfScreen.short #chart-b { display: none; }
     """
 
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("left", "cursor(-1)", "◀ budget", priority=True),
-        Binding("right", "cursor(1)", "budget ▶", priority=True),
-        Binding("shift+left,pageup", "cursor(-10)", "◀◀ 10", show=False, priority=True),
-        Binding("shift+right,pagedown", "cursor(10)", "10 ▶▶", show=False, priority=True),
-        Binding("home", "cursor_to('start')", "smallest", show=False, priority=True),
-        Binding("end", "cursor_to('end')", "whole bank", show=False, priority=True),
-        Binding("r", "cursor_to('run')", "run's budget"),
-        Binding("b", "cursor_to('recommended')", "recommended"),
-        Binding("y", "cycle_metric", "metric"),
-        Binding("a", "toggle_policies", "all/main policies"),
-        Binding("z", "toggle_zoom", "zoom"),
-        Binding("w", "write_profile", "write profile"),
-        Binding("1", "tab('curves')", "curves", show=False),
-        Binding("2", "tab('policies')", "policies", show=False),
-        Binding("3", "tab('layers')", "layers", show=False),
-        Binding("4", "tab('skew')", "skew", show=False),
-        Binding("question_mark,f1", "help", "help"),
-        Binding("q", "quit", "quit"),
-        Binding("ctrl+c", "quit", "quit", show=False, priority=True),  # not Textual's "press ctrl+q" notice
-    ]
+    KEYS: ClassVar[tuple[km.Key, ...]] = (
+        km.Key("left", "cursor(-1)", "a smaller budget", "anywhere", footer="◀ budget", palette=False),
+        km.Key("right", "cursor(1)", "a larger budget", "anywhere", footer="budget ▶", palette=False),
+        km.Key("shift+left,pageup", "cursor(-10)", "ten budget steps down", "anywhere", palette=False),
+        km.Key("shift+right,pagedown", "cursor(10)", "ten budget steps up", "anywhere", palette=False),
+        km.Key("home", "cursor_to('start')", "the smallest budget", "anywhere", title="Smallest budget"),
+        km.Key("end", "cursor_to('end')", "the whole bank", "anywhere", title="Whole bank"),
+        km.Key("r", "cursor_to('run')", "the run's budget", footer="run's budget", title="The run's budget"),
+        km.Key("b", "cursor_to('recommended')", "the recommended budget", footer="recommended",
+               title="Recommended budget"),
+        km.Key("y", "cycle_metric", "the next metric (hit %, read/token, tok/s)", footer="metric",
+               title="Next metric"),
+        km.Key("a", "toggle_policies", "all policies / the main ones", footer="all/main policies",
+               title="All / main policies"),
+        km.Key("z", "toggle_zoom", "zoom the curves on the budgets that matter", footer="zoom", title="Zoom"),
+        km.Key("w", "write_profile", "write an STRP profile for bmoe-run", footer="write profile",
+               title="Write profile…"),
+        km.Key("1", "tab('curves')", "the Curves tab", title="Tab: Curves"),
+        km.Key("2", "tab('policies')", "the Policies tab", title="Tab: Policies"),
+        km.Key("3", "tab('layers')", "the Layers tab", title="Tab: Layers"),
+        km.Key("4", "tab('skew')", "the Skew tab", title="Tab: Skew"),
+        km.Key("question_mark,f1", "help", "help: the keys of this screen", footer="help", title="Keys (help)"),
+        km.Key("q", "quit", "quit", footer="quit", title="Quit"),
+        km.Key("ctrl+c", "quit", "quit", "anywhere", palette=False),
+        km.Key("ctrl+s", "app.screenshot", "save a screenshot (SVG)", "anywhere", palette=False),
+        *km.FOCUS_KEYS,
+        *TABLE_KEYS,
+    )
+    BINDINGS: ClassVar[list[BindingType]] = km.bindings(KEYS)
     #: actions that belong to the curves (the tables and text boxes keep their keys)
     CURSOR_ACTIONS = frozenset({"cursor", "cursor_to"})
 
@@ -432,7 +441,7 @@ class WhatIfScreen(Screen[None]):
                                         "bmoe-run --moe-cache-profile, to:", default), done)
 
     def action_help(self) -> None:
-        self.app.push_screen(AnalysisHelp("bmoe-top whatif: keys", binding_rows(self), HELP_NOTES))
+        self.app.push_screen(AnalysisHelp("bmoe-top whatif: keys", km.help_rows(self.KEYS), HELP_NOTES))
 
     def action_quit(self) -> None:
         self.app.exit()

@@ -31,7 +31,7 @@ from rich.cells import cell_len
 from rich.style import Style
 from rich.text import Text
 from textual import events
-from textual.binding import Binding, BindingType
+from textual.binding import BindingType
 from textual.filter import LineFilter
 from textual.geometry import Region, Size
 from textual.message import Message
@@ -42,11 +42,13 @@ from bmoe_top.parsers.sanitize import sanitize
 from bmoe_top.tui.fleet.queries import COLUMN_BY_KEY
 from bmoe_top.tui.fleet.table import Cell, CellState, InstanceRow, InstanceState, Key
 from bmoe_top.tui.present.numbers import fmt
+from bmoe_top.tui.widgets import keymap as km
 from bmoe_top.tui.widgets.base import ascii_strip, look_of, truecolor_filters
 from bmoe_top.tui.widgets.lines import blank, strip
 from bmoe_top.tui.widgets.palette import EIGHTHS, NO_DATA_GLYPH
 
-__all__ = ["ViewColumn", "VIEW_COLUMNS", "SORT_KEYS", "FleetTableView", "Layout", "cell_text", "cell_lines",
+__all__ = ["FLEET_TABLE_KEYS", "ViewColumn", "VIEW_COLUMNS", "SORT_KEYS", "FleetTableView", "Layout", "cell_text",
+           "cell_lines",
            "spark_text", "age_text", "layout", "row_cells", "num_text", "shorten", "value_of", "STATE_WORDS"]
 
 #: Narrowest a sparkline gets (cells).
@@ -354,6 +356,20 @@ def layout(widths: dict[str, int], width: int, first: int) -> Layout:
     return Layout(tuple(cols), first, len(rest) - drawn, x - GAP if drawn else x)
 
 
+#: The fleet table's keys while it has the focus (:mod:`bmoe_top.tui.widgets.keymap`).
+FLEET_TABLE_KEYS: tuple[km.Key, ...] = (
+    km.Key("up", "cursor(-1)", "the row above", "fleet-table", palette=False),
+    km.Key("down", "cursor(1)", "the row below", "fleet-table", palette=False),
+    km.Key("pageup", "page(-1)", "a page up", "fleet-table", palette=False),
+    km.Key("pagedown", "page(1)", "a page down", "fleet-table", palette=False),
+    km.Key("home", "edge(-1)", "the first row", "fleet-table", palette=False),
+    km.Key("end", "edge(1)", "the last row", "fleet-table", palette=False),
+    km.Key("left", "columns(-1)", "columns to the left", "fleet-table", palette=False),
+    km.Key("right", "columns(1)", "columns to the right", "fleet-table", palette=False),
+    km.Key("enter", "select", "drill into the row", "fleet-table", palette=False),
+)
+
+
 class FleetTableView(ScrollView, can_focus=True):
     """The instances table (see the module docstring), drawing only the rows on screen.
 
@@ -367,17 +383,7 @@ class FleetTableView(ScrollView, can_focus=True):
 
     DEFAULT_CSS = "FleetTableView { height: 1fr; overflow-x: hidden; }"
 
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("up", "cursor(-1)", "up", show=False),
-        Binding("down", "cursor(1)", "down", show=False),
-        Binding("pageup", "page(-1)", "page up", show=False),
-        Binding("pagedown", "page(1)", "page down", show=False),
-        Binding("home", "edge(-1)", "first row", show=False),
-        Binding("end", "edge(1)", "last row", show=False),
-        Binding("left", "columns(-1)", "columns left", show=False),
-        Binding("right", "columns(1)", "columns right", show=False),
-        Binding("enter", "select", "drill down", show=False),
-    ]
+    BINDINGS: ClassVar[list[BindingType]] = km.bindings(FLEET_TABLE_KEYS, scope=("fleet-table",))
 
     class Selected(Message):
         """Enter, or a click on the cursor row: ``key`` of the row."""

@@ -20,7 +20,7 @@ import numpy as np
 from rich.segment import Segment
 from rich.style import Style
 from textual import events
-from textual.binding import Binding, BindingType
+from textual.binding import BindingType
 from textual.reactive import reactive
 from textual.strip import Strip
 
@@ -28,6 +28,7 @@ from bmoe_top.tui.playback import TokenWindow
 from bmoe_top.tui.present.numbers import mib, ms, sig
 from bmoe_top.tui.widgets.base import absent_phrase
 from bmoe_top.tui.widgets.charts import TimeView, TokenSelected, token_text, token_value
+from bmoe_top.tui.widgets.keymap import Key, bindings
 from bmoe_top.tui.widgets.lines import (
     axis_row,
     axis_unit,
@@ -77,6 +78,16 @@ class Cursor:
     col: int = -1
 
 
+#: A focused map's keys (:mod:`bmoe_top.tui.widgets.keymap`, scope ``map``).
+GRID_KEYS: tuple[Key, ...] = (
+    Key("up", "move(-1, 0)", "cell cursor one layer up", "map", palette=False),
+    Key("down", "move(1, 0)", "cell cursor one layer down", "map", palette=False),
+    Key("left", "move(0, -1)", "cell cursor left", "map", palette=False),
+    Key("right", "move(0, 1)", "cell cursor right", "map", palette=False),
+    Key("escape", "leave", "leave the map", "map", palette=False),
+)
+
+
 class GridView(TimeView):
     """Base of the maps: a title line, rows of layers (folded to fit, or scrolled), a cell cursor
     with a readout in the right margin."""
@@ -84,13 +95,7 @@ class GridView(TimeView):
     can_focus = True
     fold: reactive[bool] = reactive(True)
 
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("up", "move(-1, 0)", "▲ layer", show=False),
-        Binding("down", "move(1, 0)", "▼ layer", show=False),
-        Binding("left", "move(0, -1)", "◀", show=False),
-        Binding("right", "move(0, 1)", "▶", show=False),
-        Binding("escape", "leave", "leave map", show=False),
-    ]
+    BINDINGS: ClassVar[list[BindingType]] = bindings(GRID_KEYS, scope=("map",))
 
     def __init__(self, *a: Any, **kw: Any) -> None:
         super().__init__(*a, **kw)

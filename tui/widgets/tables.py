@@ -12,17 +12,26 @@ from rich.cells import cell_len
 from rich.text import Text
 from textual import events, on
 from textual.app import ComposeResult
-from textual.binding import Binding, BindingType
+from textual.binding import BindingType
 from textual.containers import Vertical
 from textual.widgets import DataTable, Input, Static
 
 from bmoe_top.tui.present.tables import Row, Table, filter_rows, sort_rows
 from bmoe_top.tui.settings import SortSetting
 from bmoe_top.tui.widgets.base import remember, settings_of
+from bmoe_top.tui.widgets.keymap import Key, bindings
 from bmoe_top.tui.widgets.palette import KIND_STYLE
 from bmoe_top.tui.widgets.panels import safe_text
 
-__all__ = ["SortTable"]
+__all__ = ["TABLE_KEYS", "SortTable"]
+
+
+#: A focused sortable table's keys (:mod:`bmoe_top.tui.widgets.keymap`, scope ``table``).
+TABLE_KEYS: tuple[Key, ...] = (
+    Key("s", "sort_next", "sort by the next column", "table", footer="sort", palette=False),
+    Key("S", "sort_reverse", "reverse the sort", "table", palette=False),
+    Key("slash", "filter", "filter the rows", "table", footer="filter", palette=False),
+)
 
 
 class SortTable(Vertical):
@@ -37,11 +46,7 @@ class SortTable(Vertical):
     SortTable > DataTable { height: 1fr; }
     """
 
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("s", "sort_next", "sort"),
-        Binding("S", "sort_reverse", "reverse", show=False),
-        Binding("slash", "filter", "filter"),
-    ]
+    BINDINGS: ClassVar[list[BindingType]] = bindings(TABLE_KEYS, scope=("table",))
 
     def __init__(self, table: Table | None = None, **kw: object) -> None:
         super().__init__(**kw)  # type: ignore[arg-type]
