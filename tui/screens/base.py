@@ -53,7 +53,7 @@ from bmoe_top.tui.widgets.focus import PaneTabs, shown_focus_chain
 from bmoe_top.tui.widgets.footer import FittingFooter
 from bmoe_top.tui.widgets.grids import GRID_KEYS, ExpertMap, LayerHeatmap
 from bmoe_top.tui.widgets.inputs import SteadyInput
-from bmoe_top.tui.widgets.keymap import FOCUS_KEYS, Key, bindings, help_rows, key_label, parse_action
+from bmoe_top.tui.widgets.keymap import DATA_TABLE_KEYS, FOCUS_KEYS, Key, bindings, help_rows, key_label, parse_action
 from bmoe_top.tui.widgets.palette import Look
 from bmoe_top.tui.widgets.panels import (
     AnswerPanel,
@@ -100,6 +100,10 @@ TYPING_KEYS = frozenset({
     "seek", "toggle_fold", "toggle_turn_by_turn", "cycle_palette", "swap_map", "mode_detail", "search",
     "tab", "help", "quit", "refresh_slower", "refresh_faster",
 })
+
+
+#: Actions whose keys move a focused table's cursor instead.
+TABLE_NAV = frozenset({"step", "jump_start", "jump_end", "focus_prompt"})
 
 
 class RunScreen(Screen[None]):
@@ -152,6 +156,7 @@ class RunScreen(Screen[None]):
         Key("ctrl+s", "app.screenshot", "save a screenshot (SVG)", scope="anywhere", palette=False),
         *FOCUS_KEYS,
         *GRID_KEYS,
+        *DATA_TABLE_KEYS,
     )
     BINDINGS: ClassVar[list[BindingType]] = bindings(KEYS)
 
@@ -600,6 +605,8 @@ class RunScreen(Screen[None]):
         the compact layout."""
         if action in TYPING_KEYS and isinstance(self.focused, Input):
             return False
+        if action in TABLE_NAV and isinstance(self.focused, DataTable):
+            return False  # a focused table's own arrows, pages, Home and End (its cursor)
         if action == "swap_map":
             return self._layout.startswith("compact")
         return True

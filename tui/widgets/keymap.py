@@ -21,7 +21,8 @@ from dataclasses import dataclass, replace
 
 from textual.binding import Binding, BindingType
 
-__all__ = ["FOCUS_KEYS", "SCOPES", "Key", "bindings", "footer_first", "help_rows", "key_label", "markdown", "merged",
+__all__ = ["DATA_TABLE_KEYS", "FOCUS_KEYS", "SCOPES", "Key", "bindings", "footer_first", "help_rows", "key_label",
+           "markdown", "merged",
            "parse_action"]
 
 #: Every scope a key may have (see the module docstring), in the order the help lists them.
@@ -85,6 +86,20 @@ class Key:
 FOCUS_KEYS: tuple[Key, ...] = (
     Key("tab", "app.focus_next", "move the focus to the next map, table or box on screen", "focus", palette=False),
     Key("shift+tab", "app.focus_previous", "move the focus to the previous one", "focus", palette=False),
+)
+
+
+#: A focused table's own keys (Textual's DataTable binds them; listed for the help and the tests).
+DATA_TABLE_KEYS: tuple[Key, ...] = (
+    Key("up", "cursor_up", "the row above", "table", palette=False),
+    Key("down", "cursor_down", "the row below", "table", palette=False),
+    Key("left", "cursor_left", "the column to the left", "table", palette=False),
+    Key("right", "cursor_right", "the column to the right", "table", palette=False),
+    Key("pageup", "page_up", "a page up", "table", palette=False),
+    Key("pagedown", "page_down", "a page down", "table", palette=False),
+    Key("home", "scroll_home", "the first row", "table", palette=False),
+    Key("end", "scroll_end", "the last row", "table", palette=False),
+    Key("enter", "select_cursor", "select the row", "table", palette=False),
 )
 
 

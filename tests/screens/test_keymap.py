@@ -1,0 +1,241 @@
+"""Every key of every screen from every focus (tui/widgets/keymap.py): for each screen (live over
+the emitter, replay, attach --metrics, attach --audit, whatif, compare, fleet and its drill-down),
+each widget Tab can reach on each of its tabs (and no focus), and each key of that screen's table,
+pressing the key runs the action the table says (and only it), or, where the key types into a
+focused text box, no action of the screen. The cases come from the tables: a key added to a table
+is tested here without a new line.
+
+The app's action dispatch is watched (every action that runs is recorded, then run); ``quit``
+and ``app.screenshot`` are recorded and not run (they end the app or write a file: each has its
+own tests)."""
+
+from __future__ import annotations
+
+import ast
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from helpers import EMITTER, synth
+from helpers.scripted_http import Scripted
+from helpers.scripted_prometheus import ScriptedPrometheus
+from helpers.waits import pilot_until
+from textual.widget import Widget
+from textual.widgets import DataTable, Input, TabbedContent
+
+from bmoe_top.tui.analysis.compare import compare
+from bmoe_top.tui.app import BmoeTopApp
+from bmoe_top.tui.feed.files import open_paths
+from bmoe_top.tui.jobs import compare as J
+from bmoe_top.tui.jobs.whatif import analyse_input, load_whatif
+from bmoe_top.tui.screens.attach_audit import AuditAttachScreen
+from bmoe_top.tui.screens.attach_metrics import MetricsAttachScreen
+from bmoe_top.tui.screens.compare import compare_app
+from bmoe_top.tui.screens.fleet import FleetDrillScreen, FleetScreen
+from bmoe_top.tui.screens.live import live_app
+from bmoe_top.tui.screens.replay import ReplayScreen
+from bmoe_top.tui.screens.whatif import whatif_app
+from bmoe_top.tui.sources.child_session import ChildSession
+from bmoe_top.tui.sources.metrics_poll import MetricsPoller
+from bmoe_top.tui.sources.tail import FileTail
+from bmoe_top.tui.widgets.fleet_table import FleetTableView
+from bmoe_top.tui.widgets.grids import GridView
+from bmoe_top.tui.widgets.keymap import Key, parse_action
+from bmoe_top.tui.widgets.tables import SortTable
+
+#: Actions recorded but not run (they end the app or write a file; tested elsewhere).
+NOT_RUN = frozenset({"quit", "screenshot", "write_profile"})
+SIZE = (120, 40)
+
+
+def _replay(tmp: Path) -> tuple[BmoeTopApp, Callable[[], None], Callable[[Any], bool]]:
+    (tmp / "run.csv").write_bytes(synth.token_csv(64))
+    (tmp / "run.route.csv").write_bytes(synth.route_trace(64))
+    app = BmoeTopApp(ReplayScreen(open_paths([str(tmp / "run.csv"), str(tmp / "run.route.csv")]), title="r"))
+    return app, lambda: None, lambda app: True
+
+
+def _live(tmp: Path):
+    src = ChildSession([sys.executable, EMITTER, "--rate", "50", "--route-layers", "4", "--route-experts", "16",
+                        "--route-k", "2", "--route-slots", "8"], stall_after_s=5.0)
+    app = live_app(src, title="emitter")
+    return app, lambda: src.close(3), lambda app: src.state == "ready"
+
+
+def _metrics(tmp: Path):
+    srv = Scripted()
+    poller = MetricsPoller(srv.url, interval=0.2, timeout=2)
+    app = BmoeTopApp(MetricsAttachScreen(poller))
+    return app, srv.close, lambda app: app.main.model.version > 0
+
+
+def _audit(tmp: Path):
+    p = tmp / "a.jsonl"
+    base = {"hybrid": False, "hits_profile": 0, "bytes_cpu": 0, "copies": 0, "bytes_copy": 0, "swaps": 0}
+    layers = [{"il": i, "slots": 2, "hits": 4, "hits_profile": 0, "misses": 1, "resident": [0, 1]} for i in (0, 1)]
+    lines = [dict(base, event=e, pid=3, time=f"2026-11-29T12:00:{i:02d}.000Z", hits=1, misses=1, bytes_upload=0,
+                  **({"layers": layers} if e == "load" else {})) for i, e in enumerate(("load", "ready"))]
+    p.write_bytes(b"".join(orjson.dumps(x) + b"\n" for x in lines))
+    tail = FileTail(p, poll_s=0.05)
+    app = BmoeTopApp(AuditAttachScreen(tail))
+    return app, lambda: None, lambda app: app.main.feed.runs.n_records >= 2
+
+
+def _whatif(tmp: Path):
+    (tmp / "run.route.csv").write_bytes(synth.route_trace(48, seed=5))
+    (tmp / "run.csv").write_bytes(synth.token_csv(48, seed=6))
+    inp = load_whatif([str(tmp / "run.route.csv"), str(tmp / "run.csv")])
+    report, replay = analyse_input(inp)
+    return whatif_app(inp, report, replay, "whatif"), lambda: None, lambda app: True
+
+
+def _compare(tmp: Path):
+    files = []
+    for i in range(2):
+        p = tmp / f"r{i}.csv"
+        p.write_bytes(synth.token_csv(50 + 5 * i, seed=20 + i))
+        files.append(str(p))
+    loaded = J.load_arms(J.parse_arms(files, []))
+    return compare_app(loaded, compare(J.arm_inputs(loaded)), "compare"), lambda: None, lambda app: True
+
+
+def _fleet(tmp: Path):
+    prom = ScriptedPrometheus(instances=("127.0.0.1:1", "127.0.0.1:2"))
+    screen = FleetScreen(prom.url, "", 60)
+    return BmoeTopApp(screen), prom.close, lambda app: len(screen.shown) == 2
+
+
+def _drill(tmp: Path):
+    prom = ScriptedPrometheus(instances=("127.0.0.1:1",))
+    return BmoeTopApp(FleetDrillScreen(prom.url, "", 60, "127.0.0.1:1", "bmoe")), prom.close, lambda app: True
+
+
+SCREENS = {"replay": _replay, "live": _live, "attach-metrics": _metrics, "attach-audit": _audit,
+           "whatif": _whatif, "compare": _compare, "fleet": _fleet, "fleet-drill": _drill}
+
+
+def _scope_of(widget: Widget | None) -> str | None:
+    """The key scope a focused widget answers in (None: the screen's keys only)."""
+    if isinstance(widget, GridView):
+        return "map"
+    if isinstance(widget, FleetTableView):
+        return "fleet-table"
+    if widget is not None and any(isinstance(a, (SortTable, DataTable)) for a in widget.ancestors_with_self):
+        return "table"
+    return None
+
+
+def expected(table: tuple[Key, ...], key: str, focus: Widget | None) -> Key | None:
+    """The row of ``table`` that answers ``key`` with ``focus`` focused (None: no action of the
+    screen, the key types into a text box or nothing answers it)."""
+    rows = [k for k in table if key in k.names]
+    for k in rows:
+        if k.scope == "anywhere":
+            return k
+    if isinstance(focus, Input):
+        return None
+    scope = _scope_of(focus)
+    for k in rows:
+        if k.scope == scope:
+            return k
+    for k in rows:
+        if k.scope in ("screen", "focus"):
+            return k
+    return None
+
+
+def _params(args: str) -> tuple[Any, ...]:
+    return ast.literal_eval(f"({args},)") if args else ()
+
+
+async def _settle(pilot, app, screen, focus, tabs: dict[TabbedContent, str], values: dict[Input, str]) -> None:
+    """Back to the state a key is pressed in: no modal, the tab, the text boxes' text, the focus
+    (a pause only when something had to change)."""
+    changed = False
+    while app.screen is not screen and len(app.screen_stack) > 1:
+        app.pop_screen()
+        changed = True
+    close = getattr(screen, "_close_search", None)
+    if close is not None and screen.query("#search.-shown"):
+        close()
+        changed = True
+    for tc, active in tabs.items():
+        if tc.active != active:
+            tc.active = active
+            changed = True
+    for box, value in values.items():
+        if box.value != value:
+            box.value = value
+    if changed:
+        await pilot.pause()
+    if app.focused is not focus:
+        if focus is None:
+            screen.set_focus(None)
+        else:
+            focus.focus()
+        await pilot.pause()
+
+
+@pytest.mark.parametrize("name", list(SCREENS))
+async def test_every_key_does_its_action_from_every_focus(name, tmp_path):
+    app, close, ready = SCREENS[name](tmp_path)
+    ran: list[tuple[str, str, tuple[Any, ...]]] = []
+    dispatch = app._dispatch_action
+
+    async def watched(namespace: Any, action_name: str, params: Any) -> bool:
+        ran.append((type(namespace).__name__, action_name, tuple(params)))
+        if action_name in NOT_RUN:
+            return True
+        return await dispatch(namespace, action_name, params)
+
+    app._dispatch_action = watched  # type: ignore[method-assign]
+    failures: list[str] = []
+    tested = 0
+    try:
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot_until(pilot, lambda: ready(app), f"{name} ready")
+            await pilot.pause(0.2)
+            screen = app.screen
+            table: tuple[Key, ...] = type(screen).KEYS
+            keys = sorted({n for k in table for n in k.names})
+            all_tabs = list(screen.query(TabbedContent))
+            panes = [(tc, [p.id for p in tc.query("TabPane") if p.id]) for tc in all_tabs]
+            states = [({tc: tc.active for tc in all_tabs}, True)]
+            for tc, ids in panes:
+                for pid in ids:
+                    if pid != tc.active:
+                        states.append(({**{t: t.active for t in all_tabs}, tc: pid}, False))
+            values = {box: box.value for box in screen.query(Input)}
+            for tabs, with_none in states:
+                await _settle(pilot, app, screen, None, tabs, values)
+                focuses: list[Widget | None] = ([None] if with_none else []) + [
+                    w for w in screen.focus_chain if not (isinstance(w, Input) and "search" in (w.id or ""))]
+                for focus in focuses:
+                    for key in keys:
+                        await _settle(pilot, app, screen, focus, tabs, values)
+                        ran.clear()
+                        want = expected(table, key, focus)
+                        if want is not None:
+                            ns, act, args = parse_action(want.action)
+                            node = app if ns == "app" else screen
+                            if node.check_action(act, _params(args)) is False:
+                                want = None  # not offered here (a recording has no chat to cancel)
+                        await pilot.press(key)
+                        where = f"{name} tab {sorted(tabs.values())} focus {focus!r} key {key!r}"
+                        if want is None:
+                            mine = [r for r in ran if r[0] == type(screen).__name__]
+                            if mine:
+                                failures.append(f"{where}: expected no screen action, ran {mine}")
+                        else:
+                            _ns, act, args = parse_action(want.action)
+                            got = [(a, p) for _n, a, p in ran]
+                            if got[:1] != [(act, _params(args))] or len(got) > 1 and act not in ("help", "seek"):
+                                failures.append(f"{where}: expected {want.action}, ran {ran}")
+                        tested += 1
+    finally:
+        close()
+    assert not failures, f"{len(failures)} of {tested} cases:\n" + "\n".join(failures[:40])
+    assert tested >= len(keys)
