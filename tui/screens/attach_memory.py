@@ -21,7 +21,7 @@ import numpy as np
 from rich.segment import Segment
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.binding import Binding, BindingType
+from textual.binding import BindingType
 from textual.screen import Screen
 from textual.strip import Strip
 from textual.widget import Widget
@@ -31,10 +31,10 @@ from bmoe_top.tui.app import BmoeTopApp
 from bmoe_top.tui.feed.memory import bind_memory
 from bmoe_top.tui.model.memory import MemoryModel
 from bmoe_top.tui.present.memory import MEMORY_STATUS_WORDS, memory_panel_rows
-from bmoe_top.tui.screens.fleet import keys_help
 from bmoe_top.tui.screens.modals import HelpScreen
 from bmoe_top.tui.sources.memory import MemoryPlayer, MemoryWatcher
 from bmoe_top.tui.sources.recorder import Recorder
+from bmoe_top.tui.widgets import keymap as km
 from bmoe_top.tui.widgets.base import look_of
 from bmoe_top.tui.widgets.footer import FittingFooter
 from bmoe_top.tui.widgets.grids import fold_rows
@@ -129,17 +129,27 @@ class ResidencyMap(Widget):
         return self._lines[y] if y < len(self._lines) else Strip.blank(self.size.width)
 
 
+MEMORY_NOTES = """
+The map: each layer's experts, shaded by the share of each expert slice the page cache holds;
+▲ an expert that came into the page cache since the last sample, ▼ one that left. The panel:
+the process's memory (anonymous and file-backed), its faults and reads per second, the machine's
+available memory and pressure, and the cgroup's limit. docs/memory.md says what each counts.
+"""
+
 class MemoryScreen(Screen[None]):
     """The memory view over a source: a :class:`~bmoe_top.tui.sources.memory.MemoryWatcher` or a
     :class:`~bmoe_top.tui.sources.memory.MemoryPlayer` (a recording), started on mount, stopped
     on unmount."""
 
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("p,space", "pause", "pause"),
-        Binding("question_mark,f1", "help", "help", key_display="F1"),
-        Binding("q", "app.quit", "quit"),
-        Binding("ctrl+c", "app.quit", "quit", show=False, priority=True),
-    ]
+    KEYS: ClassVar[tuple[km.Key, ...]] = (
+        km.Key("p,space", "pause", "pause / resume the view (sampling goes on)", footer="pause",
+               title="Pause / resume"),
+        km.Key("question_mark,f1", "help", "help: the keys of this screen", footer="help", title="Keys (help)"),
+        km.Key("q", "app.quit", "quit", footer="quit", title="Quit"),
+        km.Key("ctrl+c", "app.quit", "quit", "anywhere", palette=False),
+        km.Key("ctrl+s", "app.screenshot", "save a screenshot (SVG)", "anywhere", palette=False),
+    )
+    BINDINGS: ClassVar[list[BindingType]] = km.bindings(KEYS)
     DEFAULT_CSS = """
     MemoryScreen { layout: vertical; }
     #mem-status { height: 1; }
@@ -174,7 +184,7 @@ class MemoryScreen(Screen[None]):
         self.watcher.stop()
 
     def action_help(self) -> None:
-        self.app.push_screen(HelpScreen(keys_help(type(self))))
+        self.app.push_screen(HelpScreen(km.help_rows(self.KEYS), MEMORY_NOTES, "bmoe-top attach --pid: keys"))
 
     def action_pause(self) -> None:
         self.paused = not self.paused
