@@ -46,8 +46,7 @@ async def test_tab_keys_palette_and_clicks_switch_tabs_after_tab_reached_a_map()
             tabs = app.query_one("#tabs", TabbedContent)
             for key, tab in (("ctrl+t", "turns"), ("ctrl+o", "whatif"), ("ctrl+l", "log")):
                 await pilot.press(key)
-                await pilot.pause(0.2)
-                assert tabs.active == tab, (key, tabs.active)
+                await pilot_until(pilot, lambda tab=tab: tabs.active == tab, f"the {tab} tab after {key}")
             # the digit keys, from a map again
             await pilot.press("1")
             await pilot.pause()
@@ -55,8 +54,7 @@ async def test_tab_keys_palette_and_clicks_switch_tabs_after_tab_reached_a_map()
             assert isinstance(app.focused, GridView)
             for key, tab in (("2", "text"), ("3", "log"), ("4", "problems")):
                 await pilot.press(key)
-                await pilot.pause(0.2)
-                assert tabs.active == tab, (key, tabs.active)
+                await pilot_until(pilot, lambda tab=tab: tabs.active == tab, f"the {tab} tab after {key}")
             # the palette's "Tab: Turns", from a map
             await pilot.press("1")
             await pilot.pause()
@@ -64,16 +62,14 @@ async def test_tab_keys_palette_and_clicks_switch_tabs_after_tab_reached_a_map()
             await pilot.pause()
             entry = next(cb for title, _h, cb in app.main.commands() if title == "Tab: Turns")
             entry()
-            await pilot.pause(0.2)
-            assert tabs.active == "turns"
+            await pilot_until(pilot, lambda: tabs.active == "turns", "the Turns tab from the palette")
             # a click on the tab bar, from a map
             await pilot.press("1")
             await pilot.pause()
             app.query_one(ExpertMap).focus()
             await pilot.pause()
             await pilot.click("#tabs Tab#--content-tab-log")
-            await pilot.pause(0.2)
-            assert tabs.active == "log"
+            await pilot_until(pilot, lambda: tabs.active == "log", "the Log tab from a click")
     finally:
         src.close(3)
 
