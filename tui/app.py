@@ -51,27 +51,19 @@ Screen { layout: vertical; }
 TabbedContent { height: 1fr; width: 1fr; }
 TabPane { padding: 0; }
 #log-scroll, #problems-scroll, #text-scroll { height: 1fr; }
-OverviewStrip { height: 3; }
-BreakdownChart { height: 14; }
-LayerHeatmap { height: 1fr; min-height: 4; }
-ExpertMap { height: 1fr; min-height: 4; border-top: solid $primary-darken-3; }
+/* the Overview's views: their heights come from PanelStack (each view's need) */
+ExpertMap { border-top: solid $primary-darken-3; }
 .-empty { height: 1 !important; min-height: 1 !important; max-height: 1 !important; border-top: none !important; }
 #search { display: none; height: 1; border: none; padding: 0 1; }
 #search.-shown { display: block; }
 #too-small { display: none; }
 
-/* compact: one header line, no side panel, no tab bar, one map at a time */
+/* compact: one header line, no side panel, no tab bar */
 .-compact #side { display: none; }
 .-compact #tabs > ContentTabs { display: none; }
 .-compact #live-status, .-compact #attach-status { display: none; }
 /* ...unless it says why something is wrong (a launch that failed, a socket not there yet) */
 .-compact #live-status.-problem, .-compact #attach-status.-problem { display: block; }
-.-compact OverviewStrip { height: 2; }
-.-compact BreakdownChart { height: 1fr; min-height: 4; max-height: 10; }
-.-compact LayerHeatmap { height: 1fr; min-height: 3; }
-.-compact ExpertMap { display: none; }
-.-compact.-experts ExpertMap { display: block; border-top: none; }
-.-compact.-experts LayerHeatmap { display: none; }
 
 /* below the minimum size: say so */
 .-tiny #body, .-tiny Footer, .-tiny #title, .-tiny #live-status, .-tiny #attach-status,

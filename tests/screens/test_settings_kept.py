@@ -63,17 +63,22 @@ async def test_keys_that_change_a_setting_are_kept_for_the_next_start(tmp_path, 
         assert all(m.fold for m in (*third.query(LayerHeatmap), *third.query(ExpertMap)))
 
 
-async def test_the_compact_layouts_map_is_kept(tmp_path, csv_run):
+async def test_the_map_kept_when_only_one_fits_is_kept(tmp_path, csv_run):
     path = tmp_path / "settings.toml"
-    app = start(path, csv_run)
-    async with app.run_test(size=(80, 24)) as pilot:
+    routes = tmp_path / "run.route.csv"
+    routes.write_bytes(synth.route_trace(64, n_layer=8, n_expert=32, seed=4))
+    paths = [*csv_run, str(routes)]
+    app = start(path, paths)
+    async with app.run_test(size=(60, 15)) as pilot:  # the smallest screen: one map fits
+        await pilot.pause()
+        assert app.query_one(LayerHeatmap).display and not app.query_one(ExpertMap).display
         await pilot.press("m")
+        await pilot_until(pilot, lambda: app.query_one(ExpertMap).display, "the expert map shown")
+        assert not app.query_one(LayerHeatmap).display
+    again = start(path, paths)
+    async with again.run_test(size=(60, 15)) as pilot:
         await pilot.pause()
-        assert app.main.has_class("-experts")
-    again = start(path, csv_run)
-    async with again.run_test(size=(80, 24)) as pilot:
-        await pilot.pause()
-        assert again.main.has_class("-experts") and again.query_one(ExpertMap).display
+        assert again.query_one(ExpertMap).display and not again.query_one(LayerHeatmap).display
 
 
 async def test_panels_the_file_leaves_out_are_not_shown(tmp_path, csv_run):

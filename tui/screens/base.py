@@ -47,7 +47,7 @@ from bmoe_top.tui.playback import Playback, PlayState
 from bmoe_top.tui.present.summary import mode_words
 from bmoe_top.tui.screens.modals import HELP_FOOTNOTE, HelpScreen, ModeScreen, SeekScreen
 from bmoe_top.tui.widgets.banner import Banner
-from bmoe_top.tui.widgets.base import RunView, ascii_text, look_of, remember, settings_of
+from bmoe_top.tui.widgets.base import NeedChanged, RunView, ascii_text, look_of, remember, settings_of
 from bmoe_top.tui.widgets.charts import BreakdownChart, OverviewStrip, TokenSelected, TrendChart
 from bmoe_top.tui.widgets.focus import PaneTabs, shown_focus_chain
 from bmoe_top.tui.widgets.footer import FittingFooter
@@ -64,6 +64,7 @@ from bmoe_top.tui.widgets.panels import (
     header_parts,
     safe_text,
 )
+from bmoe_top.tui.widgets.stack import PanelStack
 
 __all__ = ["BASE_TICK_S", "COMPACT", "FAST_S", "MIN_SIZE", "REFRESH_S", "REFRESH_STEPS", "RunScreen"]
 
@@ -71,6 +72,9 @@ __all__ = ["BASE_TICK_S", "COMPACT", "FAST_S", "MIN_SIZE", "REFRESH_S", "REFRESH
 LOG_SHOWN = 2000
 #: The widgets a repaint updates from the run besides the views, in update order.
 PANEL_KINDS: tuple[type, ...] = (Banner, RunPanel, AnswerPanel, AnswerTail, ProblemsPanel)
+#: The panel groups a key hides or shows (``[panels]`` in the settings file), and their keys.
+PANEL_GROUPS = ("trends", "answer", "maps")
+PANEL_KEYS = {"trends": "T", "answer": "A", "maps": "M"}
 #: Below this size the screen says it is too small (columns, rows).
 MIN_SIZE = (60, 15)
 #: Below this size the compact layout is used (columns, rows).
@@ -97,7 +101,7 @@ GONE = frozenset({Status.DISCONNECTED, Status.UNREACHABLE, Status.REFUSED, Statu
 #: Actions whose keys type into a focused text box instead (the footer does not offer them there).
 TYPING_KEYS = frozenset({
     "toggle_play", "step", "jump_start", "jump_end", "zoom_in", "zoom_out", "zoom_fit", "faster", "slower",
-    "seek", "toggle_fold", "toggle_turn_by_turn", "cycle_palette", "swap_map", "mode_detail", "search",
+    "seek", "toggle_fold", "toggle_turn_by_turn", "toggle_panels", "cycle_palette", "swap_map", "mode_detail", "search",
     "tab", "help", "quit", "refresh_slower", "refresh_faster",
 })
 
@@ -144,7 +148,10 @@ class RunScreen(Screen[None]):
         Key("f", "toggle_fold", "fold / scroll the layer maps", title="Fold / scroll the layer maps"),
         Key("t", "toggle_turn_by_turn", "turn by turn playback", title="Turn by turn playback"),
         Key("c", "cycle_palette", "next colour scale", title="Palette: next colour scale"),
-        Key("m", "swap_map", "other map (compact layout)", title="Other map (compact layout)"),
+        Key("m", "swap_map", "other map (while one is left out for want of rows)", title="Other map"),
+        Key("T", "toggle_panels('trends')", "trends on / off", title="Trends on / off"),
+        Key("A", "toggle_panels('answer')", "answer on / off", title="Answer on / off"),
+        Key("M", "toggle_panels('maps')", "maps on / off", title="Maps on / off"),
         Key("d", "mode_detail", "mode details (wall-time breakdown)", title="Mode details (wall-time breakdown)"),
         Key("1", "tab('overview')", "the Overview tab", title="Tab: Overview"),
         Key("2", "tab('text')", "the Text tab", title="Tab: Text"),
@@ -217,7 +224,7 @@ class RunScreen(Screen[None]):
                     yield AnswerTail(self.model, self.playback, id="answer-side")
             with PaneTabs(id="tabs", initial="overview"):
                 with TabPane("Overview", id="overview"):
-                    with Vertical(id="main"):
+                    with PanelStack(id="main"):
                         yield OverviewStrip(self.model, self.playback, id="overview-strip")
                         yield BreakdownChart(self.model, self.playback, id="breakdown")
                         yield TrendChart(self.model, self.playback, id="trends")
@@ -284,8 +291,29 @@ class RunScreen(Screen[None]):
         kept = settings_of(self)
         for w in (*self.query(LayerHeatmap), *self.query(ExpertMap)):
             w.fold = kept.view.fold_maps
-        for group in ("trends", "answer", "maps"):
-            self.set_class(not getattr(kept.panels, group), f"-no-{group}")
+        self._show_groups({group for group in PANEL_GROUPS if not getattr(kept.panels, group)})
+
+    def _show_groups(self, hidden: set[str]) -> None:
+        """Hide the panel groups in ``hidden`` and show the others (the column shares its rows again)."""
+        for group in PANEL_GROUPS:
+            self.set_class(group in hidden, f"-no-{group}")
+        for stack in self.query(PanelStack):
+            stack.hidden = frozenset(hidden)
+            stack.fit()
+
+    def action_toggle_panels(self, group: str) -> None:
+        """Hide or show a panel group (trends, answer, maps), kept in ``[panels]`` for the next start."""
+        shown = not getattr(settings_of(self).panels, group)
+        self.remember(f"panels.{group}", shown)
+        self._show_groups({g for g in PANEL_GROUPS if not getattr(settings_of(self).panels, g)})
+        again = "hides" if shown else "shows"
+        self.notify(f"{group} {'shown' if shown else 'hidden'} ({PANEL_KEYS[group]} {again} them)", timeout=2)
+
+    @on(NeedChanged)
+    def _need_changed(self, event: NeedChanged) -> None:
+        event.stop()
+        for stack in self.query(PanelStack):
+            stack.fit()
 
     def remember(self, name: str, value: Any) -> None:
         """Keep a setting a key changed for the next start (``BmoeTopApp.remember``)."""
@@ -301,19 +329,16 @@ class RunScreen(Screen[None]):
         layout = "tiny" if tiny else ("compact" if compact else "normal")
         self.set_class(tiny, "-tiny")
         self.set_class(compact, "-compact")
-        self.set_class(compact and self.show_experts_compact, "-experts")
         if tiny:
             for w in self.query("#too-small").results(Static):
                 w.update(Text(f"Terminal size too small:\n  width = {width}  height = {height}\n\n"
                               f"Needed for this screen:\n  width = {MIN_SIZE[0]}  height = {MIN_SIZE[1]}",
                               justify="center"))
-        layout_key = f"{layout}-{height < 20}"
-        if layout_key != self._layout:
-            self._layout = layout_key
-            for t in self.query(TrendChart):
-                t.rows_per = 1 if compact else 2
-                t.max_trends = (2 if height < 20 else 3) if compact else 6
-                t.refresh(layout=True)
+        for stack in self.query(PanelStack):
+            stack.compact = compact
+            stack.first = "expert-map" if self.show_experts_compact else "heatmap"
+        if layout != self._layout:
+            self._layout = layout
             self._title_key = None
 
     # ---------------------------------------------------------------------------- the title
@@ -572,7 +597,7 @@ class RunScreen(Screen[None]):
         key = self.change_key()
         self._tick_key = key
         self._update_title(key, force)
-        self._collapse_empty(views)
+        self._collapse_empty((*views, *_tails))
         overview_shown = (tabs.active if tabs is not None else "") == "overview"
         for view in views:
             if overview_shown or force:
@@ -586,8 +611,9 @@ class RunScreen(Screen[None]):
                 lines = list(self.model.log)[-LOG_SHOWN:]
                 logs.update(safe_text("\n".join(lines), multiline=True))
 
-    def _collapse_empty(self, views: Iterable[RunView]) -> None:
-        """A view with nothing to show takes one line (class ``-empty``)."""
+    def _collapse_empty(self, views: Iterable[RunView | AnswerTail]) -> None:
+        """A view with nothing to show takes one line (class ``-empty``); so does the answer's
+        tail of a source without answer text (the run panel above it takes its rows)."""
         for view in views:
             empty = bool(getattr(view, "empty", False))
             vid = view.id or ""
@@ -607,8 +633,9 @@ class RunScreen(Screen[None]):
             return False
         if action in TABLE_NAV and isinstance(self.focused, DataTable):
             return False  # a focused table's own arrows, pages, Home and End (its cursor)
-        if action == "swap_map":
-            return self._layout.startswith("compact")
+        if action == "swap_map":  # only while one map is left out for want of rows
+            return any(stack.heights.get(m) == 0 for stack in self.query(PanelStack)
+                       for m in ("heatmap", "expert-map")) and settings_of(self).panels.maps
         return True
 
     def _moved(self) -> None:
@@ -720,6 +747,8 @@ class RunScreen(Screen[None]):
         self.show_experts_compact = not self.show_experts_compact
         self.remember("view.compact_map", "experts" if self.show_experts_compact else "tokens")
         self.apply_layout(self.size.width, self.size.height)
+        for stack in self.query(PanelStack):
+            stack.fit()
         self.refresh_views(force=True)
 
     def action_mode_detail(self) -> None:

@@ -19,6 +19,7 @@ from rich.segment import Segment
 from rich.text import Text
 from textual.filter import ANSIToTruecolor, LineFilter
 from textual.geometry import Size
+from textual.message import Message
 from textual.strip import Strip
 from textual.widget import Widget
 
@@ -27,9 +28,10 @@ from bmoe_top.tui.playback import Playback
 from bmoe_top.tui.settings import Settings
 from bmoe_top.tui.widgets.lines import FrameCache, MemoTruecolor, blank
 from bmoe_top.tui.widgets.palette import Look
+from bmoe_top.tui.widgets.sizing import Need
 
-__all__ = ["DEFAULT_LOOK", "RunView", "absent_phrase", "ascii_cells", "ascii_strip", "ascii_text", "look_of",
-           "remember", "settings_of", "truecolor_filters"]
+__all__ = ["DEFAULT_LOOK", "NeedChanged", "RunView", "absent_phrase", "ascii_cells", "ascii_strip", "ascii_text",
+           "look_of", "remember", "settings_of", "truecolor_filters"]
 
 DEFAULT_LOOK = Look()
 
@@ -135,12 +137,20 @@ def absent_phrase(run: RunModel, what: str) -> str:
     return f"no {what} in this source"
 
 
+class NeedChanged(Message):
+    """A view's :meth:`RunView.need` changed (it got data, or lost it): its column shares its
+    rows again."""
+
+
 class RunView(Widget):
     """A view of ``run`` at ``playback`` (see the module docstring). Subclasses implement
-    :meth:`build` and may extend :meth:`frame_key`."""
+    :meth:`build` and may extend :meth:`frame_key`; in a column of views
+    (:class:`~bmoe_top.tui.widgets.stack.PanelStack`) :meth:`need` says the rows it asks for."""
 
     #: Repaint at most this often (seconds) while the data changes (0: every poll).
     min_interval = 0.0
+    #: The panel group the ``[panels]`` settings and their keys hide or show ("": always shown).
+    group = ""
 
     def __init__(self, run: RunModel, playback: Playback, **kw: Any) -> None:
         super().__init__(**kw)
@@ -149,6 +159,7 @@ class RunView(Widget):
         self._look: Look | None = None
         self._polled: Hashable = None
         self._painted_at = 0.0
+        self._need_key: Hashable = None
 
     @property
     def look(self) -> Look:
@@ -178,7 +189,26 @@ class RunView(Widget):
         self._polled = key
         self._painted_at = now
         self.refresh()
+        need_key = self.need_key()
+        if need_key != self._need_key:
+            self._need_key = need_key
+            self.post_message(NeedChanged())
         return True
+
+    # -- the rows it asks for -----------------------------------------------------------------------
+    def need(self, compact: bool, first: bool = False) -> Need:
+        """The rows this view asks for in a column of views (:mod:`~bmoe_top.tui.widgets.sizing`);
+        ``compact``: the compact layout; ``first``: it is the map the user keeps when only one
+        fits. By default: one row."""
+        return Need(1, 1)
+
+    def need_key(self) -> Hashable:
+        """What :meth:`need` depends on besides the layout (a change re-shares the column)."""
+        return None
+
+    def fit_rows(self, rows: int) -> None:
+        """The column gave this view ``rows`` rows (a view that draws differently by its height
+        adapts here)."""
 
     def _only_data_changed(self, key: Hashable) -> bool:
         """True when only the data moved since the last painted key: the run's version, and the

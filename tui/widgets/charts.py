@@ -38,6 +38,7 @@ from bmoe_top.tui.widgets.lines import (
     wrap_fields,
 )
 from bmoe_top.tui.widgets.palette import BLANK, Look
+from bmoe_top.tui.widgets.sizing import Need
 
 __all__ = ["BreakdownChart", "OverviewStrip", "TRENDS", "TrendChart", "breakdown_columns", "token_text"]
 
@@ -136,6 +137,10 @@ class OverviewStrip(TimeView):
     the visible window marked under it (and shaded in truecolour). A click moves the window there."""
 
     DEFAULT_CSS = "OverviewStrip { height: 3; }"
+
+    def need(self, compact: bool, first: bool = False) -> Need:
+        rows = 2 if compact else 3
+        return Need(rows, rows, priority=2)
 
     def __init__(self, run: RunModel, playback: Playback, **kw: Any) -> None:
         super().__init__(run, playback, **kw)
@@ -281,6 +286,17 @@ class BreakdownChart(TimeView):
     """
 
     DEFAULT_CSS = "BreakdownChart { height: 14; }"
+
+    #: Rows the breakdown needs at least, and would like, before the spare rows are shared.
+    LEAST, WANT = 4, 10
+
+    def need(self, compact: bool, first: bool = False) -> Need:
+        if self.empty:
+            return Need(1, 1, priority=3)
+        return Need(self.LEAST - compact, self.WANT - 2 * compact, grow=1, priority=3)
+
+    def need_key(self) -> Any:
+        return self.empty
 
     @property
     def empty(self) -> bool:
@@ -549,9 +565,40 @@ class TrendChart(TimeView):
             (have if ok else missing).append(t)
         return have[: self.max_trends], [t[0] for t in missing]
 
+    group = "trends"
+
     def wanted_height(self, width: int) -> int:
         have, missing = self.available()
         return max(1, len(have) * self.rows_per + (1 if missing and self.rows_per > 1 else 0))
+
+    def _counts(self) -> tuple[int, bool]:
+        """(trends the source has, whether some are missing), however many are shown."""
+        shown, self.max_trends = self.max_trends, len(TRENDS)
+        try:
+            have, missing = self.available()
+        finally:
+            self.max_trends = shown
+        return len(have), bool(missing)
+
+    def need(self, compact: bool, first: bool = False) -> Need:
+        """One row at least (one trend, or the line that says none is there); would like two rows
+        a trend (one in the compact layout, three trends at most) and the line of missing ones."""
+        n, missing = self._counts()
+        want = min(n, 3) if compact else 2 * n + missing
+        return Need(1, max(1, want), priority=4)
+
+    def need_key(self) -> Any:
+        return self._counts()
+
+    def fit_rows(self, rows: int) -> None:
+        """Two rows a trend when every trend fits so, else one row a trend, as many as fit."""
+        n, missing = self._counts()
+        if rows >= 2 * n + missing:
+            self.rows_per, self.max_trends = 2, max(1, n)
+        else:
+            self.rows_per, self.max_trends = 1, max(1, rows)
+        self.frame.invalidate()
+        self.refresh()
 
     def poll(self, force: bool = False) -> bool:
         """The base repaint; the height (``auto``: :meth:`wanted_height`) is laid out again when

@@ -41,6 +41,7 @@ from bmoe_top.tui.widgets.lines import (
     wrap_fields,
 )
 from bmoe_top.tui.widgets.palette import BLANK, Look
+from bmoe_top.tui.widgets.sizing import Need
 
 __all__ = ["ExpertMap", "GridView", "LayerHeatmap", "fold_rows"]
 
@@ -103,6 +104,26 @@ class GridView(TimeView):
         self.hover: Cursor | None = None
         self.top = 0  # first layer row drawn (fold off)
         self._geom: tuple[int, int, int, int, int] = (0, 0, 0, 0, 0)  # first row y, rows shown, n rows, f, gut
+
+    group = "maps"
+    #: Layer rows a map keeps on screen at least (layers folded into them beyond that), in the
+    #: full layout and in the compact one.
+    LAYER_ROWS, LAYER_ROWS_COMPACT = 6, 4
+    #: Rows of a map that are not layer rows (title, axis; the expert map's border and foot).
+    CHROME = 2
+
+    def need(self, compact: bool, first: bool = False) -> Need:
+        """Its title and axis and its layer rows (:attr:`LAYER_ROWS`, fewer with fewer layers);
+        it takes a share of the spare rows. The map kept first is the most important panel of
+        the column; a map with nothing to show asks for its one line."""
+        priority = 0 if first else 1
+        if getattr(self, "empty", False):
+            return Need(1, 1, priority=priority)
+        layers = min(max(1, self.run.n_layer or 0), self.LAYER_ROWS_COMPACT if compact else self.LAYER_ROWS)
+        return Need(self.CHROME + layers, self.CHROME + layers, grow=1, priority=priority)
+
+    def need_key(self) -> Any:
+        return (getattr(self, "empty", False), self.run.n_layer)
 
     def watch_fold(self, _old: bool, _new: bool) -> None:
         self.top = 0
@@ -367,6 +388,7 @@ class ExpertMap(GridView):
     hit (the legend says which). An STRP profile shows its ranks instead."""
 
     DEFAULT_CSS = "ExpertMap { height: 1fr; }"
+    CHROME = 4  # the border, the title, the expert axis and the foot
 
     #: While a run streams, the map repaints at most every 2 s: its heat counts every token so far,
     #: so a second's tokens move it little, and it is the costliest view to build and draw (a key,

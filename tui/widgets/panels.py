@@ -646,6 +646,16 @@ class AnswerTail(Widget):
         self.frame = FrameCache(self._build)
         self._drawn: tuple[tuple[int, int], list[Strip]] | None = None  # (size, lines) of the last update
 
+    @property
+    def empty(self) -> bool:
+        """A source that has ended (or never was live) without a line of answer text."""
+        run = self.run
+        if run.status.live:
+            return False
+        with run.lock:
+            blocks, many = _answer_blocks(run, run.tokens.n, None, lines=1)
+        return _blank(blocks, many)
+
     def update_from_run(self, force: bool = False) -> None:
         """Build the lines again when the run, the cursor or the look changed, and repaint only
         the rows whose line changed (a growing line, or every row when the text scrolled up)."""
