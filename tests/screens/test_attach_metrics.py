@@ -128,7 +128,7 @@ async def test_screen_live_against_bmoe_run_serve(tmp_path):
             poller.join(5)
             # the cursor follows the newest row at every tick, the repaint comes at the next fast
             # tick: wait for the panel that shows the last scrape too
-            await pilot_until(pilot, lambda: screen.playback.cursor == screen.model.tokens.n and not screen._stale
+            await pilot_until(pilot, lambda: screen.playback.cursor == screen.model.tokens.n and not screen.clock.stale
                               and f"{n} tok" in plain(app.query_one("#attach-panel").content),
                               "the views' and the panel's repaint at the last row")
             await pilot.pause()

@@ -244,11 +244,11 @@ async def test_the_fast_tier_is_never_slower_than_the_views_refresh(csv_run):
         screen.tick()
         for n in (65, 66):
             run.add_token_row({"wall_ms": 30.0, "io_ms": 5.0})  # only the data moves
-            screen._fast_at -= FAST_S / 2  # older than the refresh interval, younger than FAST_S
-            screen._views_at = screen._fast_at
-            before = screen._fast_at
+            screen.clock.fast_at -= FAST_S / 2  # older than the refresh interval, younger than FAST_S
+            screen.clock.views_at = screen.clock.fast_at
+            before = screen.clock.fast_at
             screen.tick()
-            assert screen._fast_at > before and f"{n:,}" in title_of(app)
+            assert screen.clock.fast_at > before and f"{n:,}" in title_of(app)
 
 
 async def test_the_expert_map_waits_its_min_interval_while_following_and_a_key_repaints_it(csv_run):
@@ -310,7 +310,7 @@ async def test_when_the_views_are_due_the_title_and_the_tail_go_with_them(csv_ru
         screen.refresh_s = NEVER  # between views: the fast tier repaints the tail alone
         title = title_of(app)
         run.add_token_row({"wall_ms": 31.0, "io_ms": 5.0})
-        screen._fast_at -= FAST_S
+        screen.clock.fast_at -= FAST_S
         screen.tick()
         await pilot.pause()
         assert screen.view_polls == polls + 1 and deferred == [1] and title_of(app) == title

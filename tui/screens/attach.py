@@ -92,9 +92,9 @@ class AttachScreen(RunScreen):
     def tick(self) -> None:
         """The shared tick; the status line and the attach panel follow the data at once (a
         scrape or an audit record is a few a second at most), like the title."""
-        seen = self._tick_key
+        seen = self.clock.seen
         super().tick()
-        if self._tick_key is not seen:
+        if self.clock.seen is not seen:
             self.update_attach()
 
     def refresh_views(self, force: bool = False) -> None:

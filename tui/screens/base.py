@@ -17,7 +17,8 @@ repaint every ``refresh`` seconds while data streams (default :data:`REFRESH_S`;
 step through :data:`REFRESH_STEPS`; a replay that plays, and every key, repaint at once), with
 the tail in the same repaint, so the fast tier keeps step with them and the title's token is the
 views' token. A tick with nothing new (the run's version, the playback, the size and the state
-indicator unchanged) does nothing at all.
+indicator unchanged) does nothing at all. Those decisions are :class:`~bmoe_top.tui.screens.clock.RepaintClock`'s
+(no Textual in it), over a :class:`~bmoe_top.tui.screens.clock.ChangeKey`; this screen only carries them out.
 
 Layouts follow the terminal: ``-compact`` under 100 x 30 (no side panel, no tab bar, one header
 line, one map at a time: ``m`` swaps them), ``-tiny`` under 60 x 15 (a message that says so).
@@ -45,6 +46,7 @@ from bmoe_top.tui.app import BmoeTopApp
 from bmoe_top.tui.model import RunModel, Status
 from bmoe_top.tui.playback import Playback, PlayState
 from bmoe_top.tui.present.summary import mode_words
+from bmoe_top.tui.screens.clock import FAST_S, ChangeKey, Repaint, RepaintClock, Scene
 from bmoe_top.tui.screens.modals import HELP_FOOTNOTE, HelpScreen, ModeScreen, SeekScreen
 from bmoe_top.tui.widgets.banner import Banner
 from bmoe_top.tui.widgets.base import NeedChanged, RunView, ascii_text, look_of, remember, settings_of
@@ -81,12 +83,6 @@ MIN_SIZE = (60, 15)
 COMPACT = (100, 30)
 #: Seconds between repaints of the views and panels while data streams (``--refresh``).
 REFRESH_S = 1.0
-#: Seconds between repaints of the title and the answer's tail while only the data moves (new
-#: rows; a key, the playback or a state change repaints them at the next tick); never slower
-#: than the views' ``refresh``. Each is a compositor pass of its own (Textual repaints the box
-#: around everything refreshed together), so twice a second, not four times, halves what the
-#: streaming screen costs beyond its views (docs/architecture.md "Repaint cost").
-FAST_S = 0.5
 #: Seconds between ticks while nothing on the screen animates (a live view following the newest
 #: row at 1x, a replay held still): new rows, a state change and the fast tier need no more, and
 #: each tick costs the event loop a wake-up. A replay that plays or a slow-motion live view ticks
@@ -191,13 +187,10 @@ class RunScreen(Screen[None]):
         kept = BmoeTopApp.startup_settings()
         if refresh is None:
             refresh = BmoeTopApp.refresh_s if BmoeTopApp.refresh_s is not None else kept.view.refresh_s
-        self.refresh_s = max(REFRESH_STEPS[0], float(refresh))
-        self._last_tick = time.monotonic()
-        self._title_key: tuple[Any, ...] | None = None
-        self._tick_key: tuple[Any, ...] | None = None  # what the last tick saw (nothing new: no work)
-        self._stale = False  # the data changed since the views were last polled
-        self._views_at = 0.0  # monotonic time of the last poll of the views
-        self._fast_at = 0.0  # monotonic time of the last repaint of the title
+        #: when what repaints (the views every ``refresh_s``, the title and the tail between them)
+        self.clock = RepaintClock(max(REFRESH_STEPS[0], float(refresh)), now=time.monotonic(),
+                                  title_follows_rows=self.TITLE_FOLLOWS_ROWS)
+        self._title_key: ChangeKey | None = None
         self._base_timer: Timer | None = None
         self._frame_timer: Timer | None = None
         self._animating = False
@@ -464,13 +457,23 @@ class RunScreen(Screen[None]):
         return q if q > self.quiet_after_s else None
 
     # ---------------------------------------------------------------------------- repaint loop
-    def change_key(self) -> tuple[Any, ...]:
+    @property
+    def refresh_s(self) -> float:
+        """Seconds between repaints of the views while data streams (the clock's)."""
+        return self.clock.refresh_s
+
+    @refresh_s.setter
+    def refresh_s(self, seconds: float) -> None:
+        self.clock.refresh_s = seconds
+
+    def change_key(self) -> ChangeKey:
         """What the title and the views draw from, besides the widgets' own state: the run's
         version, the playback, the state indicator, the look and the size."""
         pb = self.playback
-        return (self.model.version, pb.cursor, pb.selected, pb.playing, pb.follow, pb.speed_index, pb.per_col,
-                pb.fit, int(self.quiet_seconds() or 0), pb.turn_by_turn, self.status_word(), look_of(self),
-                self.size)
+        return ChangeKey(self.model.version, pb.cursor, Scene(
+            selected=pb.selected, playing=pb.playing, follow=pb.follow, speed_index=pb.speed_index,
+            per_col=pb.per_col, fit=pb.fit, quiet_s=int(self.quiet_seconds() or 0), turn_by_turn=pb.turn_by_turn,
+            status_word=self.status_word(), look=look_of(self), size=(self.size.width, self.size.height)))
 
     #: The title's numbers follow new rows in the fast tier (a source of a few rows a second);
     #: else they wait for the views' repaint, and new rows alone repaint only the answer's tail.
@@ -483,27 +486,17 @@ class RunScreen(Screen[None]):
         ``refresh`` seconds have passed since their last poll (every tick while a replay or a
         slow-motion live view moves); nothing when nothing changed."""
         now = time.monotonic()
-        dt, self._last_tick = now - self._last_tick, now
-        self.playback.tick(dt)
+        self.playback.tick(self.clock.elapsed(now))
         key = self.change_key()
-        old = self._tick_key
         pb = self.playback
         animating = pb.playing or (pb.follow and pb.speed < 1.0)  # a replay or a slow-motion view moves
         self._pace(animating)
-        views_due = animating or now - self._views_at >= self.refresh_s
-        fast = key != old and (old is None or views_due or now - self._fast_at >= min(FAST_S, self.refresh_s)
-                               or not self._only_data(key, old))
-        if fast:
-            self._tick_key = key
-            self._fast_at = now
-            self._stale = True
-        if self._stale and views_due:
-            # the title and the answer's tail go with the views: one repaint, and the fast tier
-            # keeps step with the views (a tail between them, not two of each)
+        what = self.clock.tick(now, key, animating)
+        if what is Repaint.VIEWS:
             self.refresh_views()
-        elif fast and old is not None and self._only_data(key, old) and not self.TITLE_FOLLOWS_ROWS:
-            self.refresh_tails()  # new rows only: the title's numbers go with the views' next repaint
-        elif fast:
+        elif what is Repaint.TAILS:
+            self.refresh_tails()
+        elif what is Repaint.FAST:
             self.refresh_fast(key)
 
     def _pace(self, animating: bool) -> None:
@@ -516,11 +509,6 @@ class RunScreen(Screen[None]):
             return
         (frames if animating else base).resume()
         (base if animating else frames).pause()
-
-    def _only_data(self, key: tuple[Any, ...], old: tuple[Any, ...]) -> bool:
-        """Whether only the run's rows moved between two :meth:`change_key` values (the version,
-        and the cursor while it follows the newest row)."""
-        return key[2:] == old[2:] and (key[1] == old[1] or self.playback.follow)
 
     def _widgets(self, requery: bool = False) -> tuple[Any, ...]:
         """(title, views, panels, log, tabs, answer tails), looked up once after compose (again
@@ -552,7 +540,7 @@ class RunScreen(Screen[None]):
         during teardown)."""
         return self.is_attached and (self._parts is not None or bool(self.query("#title")))
 
-    def _update_title(self, key: tuple[Any, ...], force: bool = False) -> None:
+    def _update_title(self, key: ChangeKey, force: bool = False) -> None:
         if key != self._title_key or force:
             self._title_key = key
             look = look_of(self)
@@ -560,7 +548,7 @@ class RunScreen(Screen[None]):
             # one line, its size fixed by the CSS: no layout pass (a reflow of the whole screen)
             self._widgets()[0].update(ascii_text(title) if look.ascii else title)
 
-    def refresh_fast(self, key: tuple[Any, ...] | None = None) -> None:
+    def refresh_fast(self, key: ChangeKey | None = None) -> None:
         """The fast tier: the title line, then (after that repaint) the answer's tail. Textual
         repaints the box around everything refreshed together: the title across the top and the
         tail at the bottom of the side would take in every view between them."""
@@ -591,11 +579,9 @@ class RunScreen(Screen[None]):
             return
         self.playback.clamp()
         title, views, panels, logs, tabs, _tails = self._widgets(requery=force)
-        self._stale = False
-        self._views_at = time.monotonic()
         self.view_polls += 1
         key = self.change_key()
-        self._tick_key = key
+        self.clock.views_painted(time.monotonic(), key)
         self._update_title(key, force)
         self._collapse_empty((*views, *_tails))
         overview_shown = (tabs.active if tabs is not None else "") == "overview"

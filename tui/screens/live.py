@@ -229,10 +229,10 @@ class LiveScreen(RunScreen):
     def tick(self) -> None:
         """The shared tick, then the status line when anything changed (and once a second, for
         its "no telemetry for N s")."""
-        seen = self._tick_key
+        seen = self.clock.seen
         super().tick()
         now = time.monotonic()
-        if self._tick_key is not seen or now - self._live_at >= 1.0:
+        if self.clock.seen is not seen or now - self._live_at >= 1.0:
             self._live_at = now
             self.update_live()
 
