@@ -505,13 +505,17 @@ def _attach_network(args: argparse.Namespace) -> int:
     refused = _terminal_refused()
     if refused is not None:
         return refused
+    fps = float(args.fps or 10.0)
     if args.metrics is not None:
-        from bmoe_top.tui.screens.attach_metrics import run_metrics_attach
+        from bmoe_top.tui.screens.attach_metrics import MetricsAttachOptions, run_metrics_attach
 
-        return run_metrics_attach(args)
+        return run_metrics_attach(MetricsAttachOptions(
+            args.metrics, interval_s=float(args.interval or 1.0),
+            timeout_s=float(args.timeout) if args.timeout else None, api_key=args.api_key,
+            slots=bool(getattr(args, "slots", False)), max_body_mb=args.max_body_mb, fps=fps))
     from bmoe_top.tui.screens.attach_audit import run_audit_attach
 
-    return run_audit_attach(args)
+    return run_audit_attach(args.audit, fps=fps)
 
 
 def cmd_play(args: argparse.Namespace) -> int:
@@ -673,11 +677,12 @@ def cmd_fleet(args: argparse.Namespace) -> int:
         require_url(args.prometheus)  # a usage error is told before the terminal refusal
         if (refused := _terminal_refused("fleet")) is not None:
             return refused
-        from bmoe_top.tui.screens.fleet import run_fleet
+        from bmoe_top.tui.screens.fleet import FleetOptions, run_fleet
 
-        args.window_s = window
-        args.labels = labels
-        return run_fleet(args)
+        return run_fleet(FleetOptions(
+            args.prometheus, args.selector, window, points=args.points, api_key=args.api_key,
+            timeout=args.timeout, at=args.at, drill=(args.job, args.instance, labels) if args.instance else None,
+            fps=float(args.fps or 10.0)))
     except ValueError as e:
         return _die(f"fleet: {e}")
 

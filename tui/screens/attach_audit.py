@@ -16,7 +16,6 @@ Requests tab (every request, all pids; ``ctrl+r`` shows it; ``s``/``S`` or a hea
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Hashable, Sequence
 from typing import ClassVar
 
@@ -141,10 +140,11 @@ class AuditAttachScreen(AttachScreen):
         self.update_attach(force=True)
 
 
-def run_audit_attach(args: argparse.Namespace) -> int:
-    """``bmoe-top attach --audit FILE``. Returns the exit status."""
-    tail = FileTail(args.audit, poll_s=0.2)
-    app = BmoeTopApp(AuditAttachScreen(tail, fps=float(args.fps or 10.0)))
+def run_audit_attach(path: str, *, fps: float = 10.0) -> int:
+    """``bmoe-top attach --audit FILE``: follow ``path`` at ``fps`` repaints a second. Returns the
+    exit status."""
+    tail = FileTail(path, poll_s=0.2)
+    app = BmoeTopApp(AuditAttachScreen(tail, fps=fps))
     try:
         app.run()
     finally:

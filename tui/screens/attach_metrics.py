@@ -13,14 +13,15 @@ now. A value the server does not export reads "not exported" / "missing", never 
 
 from __future__ import annotations
 
-import argparse
 import time
 from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
 from typing import ClassVar
 
 from rich.text import Text
 from textual.binding import BindingType
 
+from bmoe_top.parsers.limits import MAX_METRICS_BODY_MB
 from bmoe_top.tui.app import BmoeTopApp
 from bmoe_top.tui.feed.bind import bind
 from bmoe_top.tui.model import LIVE, RunModel
@@ -31,7 +32,7 @@ from bmoe_top.tui.sources.metrics_poll import MetricsPoller
 from bmoe_top.tui.widgets.base import look_of
 from bmoe_top.tui.widgets.keymap import Key, bindings, footer_first, merged
 
-__all__ = ["MetricsAttachScreen", "STATUS_WORDS", "run_metrics_attach"]
+__all__ = ["MetricsAttachOptions", "MetricsAttachScreen", "STATUS_WORDS", "run_metrics_attach"]
 
 #: Styles of the status line's parts (``bmoe_top.tui.present.metrics.status_parts``).
 
@@ -78,14 +79,29 @@ class MetricsAttachScreen(AttachScreen):
         self.refresh_views(force=True)
 
 
-def run_metrics_attach(args: argparse.Namespace) -> int:
+@dataclass(frozen=True, slots=True)
+class MetricsAttachOptions:
+    """``bmoe-top attach --metrics URL``'s options: the scrape ``interval_s`` and ``timeout_s``
+    (None: twice the interval, between 2 and 10 s), the ``api_key``, whether to scrape ``/slots``,
+    the body cap in MiB and the screen's ``fps``."""
+
+    url: str
+    interval_s: float = 1.0
+    timeout_s: float | None = None
+    api_key: str | None = None
+    slots: bool = False
+    max_body_mb: float = MAX_METRICS_BODY_MB
+    fps: float = 10.0
+
+
+def run_metrics_attach(opts: MetricsAttachOptions) -> int:
     """``bmoe-top attach --metrics URL [--interval S] [--timeout S] [--slots] [--api-key KEY]``. Returns
     the exit status."""
-    interval = float(args.interval or 1.0)
-    timeout = float(args.timeout) if args.timeout else max(2.0, min(10.0, 2 * interval))
-    poller = MetricsPoller(args.metrics, interval=interval, timeout=timeout, api_key=args.api_key,
-                           slots=bool(getattr(args, "slots", False)), max_body_mb=args.max_body_mb)
-    app = BmoeTopApp(MetricsAttachScreen(poller, fps=float(args.fps or 10.0)))
+    interval = opts.interval_s
+    timeout = opts.timeout_s if opts.timeout_s else max(2.0, min(10.0, 2 * interval))
+    poller = MetricsPoller(opts.url, interval=interval, timeout=timeout, api_key=opts.api_key,
+                           slots=opts.slots, max_body_mb=opts.max_body_mb)
+    app = BmoeTopApp(MetricsAttachScreen(poller, fps=opts.fps))
     try:
         app.run()
     finally:

@@ -28,7 +28,8 @@ import gc
 import threading
 import time
 from collections.abc import Hashable, Sequence
-from typing import Any, ClassVar
+from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 from rich.cells import cell_len
@@ -68,7 +69,7 @@ from bmoe_top.tui.widgets.fleet_table import (
 from bmoe_top.tui.widgets.footer import FittingFooter
 from bmoe_top.tui.widgets.palette import STATUS_STYLE
 
-__all__ = ["FleetScreen", "FleetDrillScreen", "STATE_INDICATOR", "error_text"]
+__all__ = ["FleetDrillScreen", "FleetOptions", "FleetScreen", "STATE_INDICATOR", "error_text", "run_fleet"]
 
 #: The screen's state -> (indicator, style).
 STATE_INDICATOR = {
@@ -706,13 +707,28 @@ def _series_now(d: DrillDown, x: Quantity) -> tuple[str, str]:
     return text, ""
 
 
-def run_fleet(args: Any) -> int:
-    """``bmoe-top fleet --prometheus URL ...`` interactive (the parsed arguments of the CLI).
-    Returns the exit status."""
-    screen = FleetScreen(args.prometheus, args.selector, args.window_s, points=args.points, api_key=args.api_key,
-                         timeout=args.timeout, at=args.at,
-                         drill=(args.job, args.instance, args.labels) if args.instance else None,
-                         fps=float(args.fps or 10.0))
+@dataclass(frozen=True, slots=True)
+class FleetOptions:
+    """``bmoe-top fleet``'s options: the Prometheus ``url``, the ``selector``, the window in
+    seconds, the points per sparkline, the ``api_key``, the query ``timeout`` (s), a fixed end
+    time ``at`` (epoch s; None: now), ``drill`` (job, instance, labels) to open one instance's
+    drill-down first, and the screen's ``fps``."""
+
+    url: str
+    selector: str = ""
+    window_s: float = 300.0
+    points: int = TABLE_POINTS
+    api_key: str | None = None
+    timeout: float = 10.0
+    at: float | None = None
+    drill: tuple[str | None, str, dict[str, str]] | None = None
+    fps: float = 10.0
+
+
+def run_fleet(opts: FleetOptions) -> int:
+    """``bmoe-top fleet --prometheus URL ...`` interactive. Returns the exit status."""
+    screen = FleetScreen(opts.url, opts.selector, opts.window_s, points=opts.points, api_key=opts.api_key,
+                         timeout=opts.timeout, at=opts.at, drill=opts.drill, fps=opts.fps)
     app = BmoeTopApp(screen)
     app.run()
     return app.return_code or 0
