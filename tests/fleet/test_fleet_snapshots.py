@@ -29,6 +29,8 @@ from bmoe_top.tui.screens.fleet import FleetDrillScreen, FleetScreen
 from bmoe_top.tui.widgets.fleet_table import VIEW_COLUMNS, FleetTableView, row_key, row_values, value_of
 
 SIZES = {"narrow": (80, 24), "wide": (160, 48)}
+#: The snapshots' sizes: the smallest and largest supported and one between.
+SNAP_SIZES = {"narrow": (80, 24), "mid": (120, 40), "wide": (200, 60)}
 WINDOW_S = 300.0
 
 
@@ -54,19 +56,28 @@ def table_screen(prom, **kw) -> FleetScreen:
     return FleetScreen(prom.url, "", WINDOW_S, at=AT, label="prometheus (generated fleet)", **kw)
 
 
-@pytest.mark.parametrize("size", SIZES)
-def test_table(snap_compare, prom, size):
+
+@pytest.fixture(params=["colour", "no-color"])
+def colours(request, monkeypatch) -> str:
+    """Each screen in colour and under NO_COLOR (no-color.org: the environment variable, read when
+    the app is made)."""
+    if request.param == "no-color":
+        monkeypatch.setenv("NO_COLOR", "1")
+    return str(request.param)
+
+@pytest.mark.parametrize("size", SNAP_SIZES)
+def test_table(snap_compare, colours, prom, size):
     screen = table_screen(prom)
 
     async def shown(pilot):
         await pilot_until(pilot, lambda: screen.n_applied, "the table")
         await pilot.pause(0.2)
 
-    assert snap_compare(BmoeTopApp(screen), terminal_size=SIZES[size], run_before=shown)
+    assert snap_compare(BmoeTopApp(screen), terminal_size=SNAP_SIZES[size], run_before=shown)
 
 
-@pytest.mark.parametrize("size", SIZES)
-def test_drill_down(snap_compare, prom, size):
+@pytest.mark.parametrize("size", SNAP_SIZES)
+def test_drill_down(snap_compare, colours, prom, size):
     screen = table_screen(prom, drill=("bmoe", "10.0.0.2:8080", {}))  # the slow one
 
     async def drilled(pilot):
@@ -76,7 +87,7 @@ def test_drill_down(snap_compare, prom, size):
         d.refresh_views(force=True)
         await pilot.pause(0.2)
 
-    assert snap_compare(BmoeTopApp(screen), terminal_size=SIZES[size], run_before=drilled)
+    assert snap_compare(BmoeTopApp(screen), terminal_size=SNAP_SIZES[size], run_before=drilled)
 
 
 async def test_once_json_agrees_with_the_screen(prom):

@@ -25,6 +25,8 @@ from bmoe_top.tui.screens.whatif import whatif_app
 from bmoe_top.tui.widgets.curves import SERIES_LOOK, CurveChart, CurveMark, CurvePlot, CurveSeries
 
 SIZES = {"narrow": (80, 24), "wide": (160, 48)}
+#: The snapshots' sizes: the smallest and largest supported and one between.
+SNAP_SIZES = {"narrow": (80, 24), "mid": (120, 40), "wide": (200, 60)}
 
 
 def whatif(tmp: Path):
@@ -45,23 +47,32 @@ def compared(tmp: Path):
     return compare_app(arms, compare(J.arm_inputs(arms)), "compare arm0 vs arm1")
 
 
-@pytest.mark.parametrize("size", SIZES)
-def test_whatif(snap_compare, size, tmp_path):
-    assert snap_compare(whatif(tmp_path), terminal_size=SIZES[size])
+
+@pytest.fixture(params=["colour", "no-color"])
+def colours(request, monkeypatch) -> str:
+    """Each screen in colour and under NO_COLOR (no-color.org: the environment variable, read when
+    the app is made)."""
+    if request.param == "no-color":
+        monkeypatch.setenv("NO_COLOR", "1")
+    return str(request.param)
+
+@pytest.mark.parametrize("size", SNAP_SIZES)
+def test_whatif(snap_compare, colours, size, tmp_path):
+    assert snap_compare(whatif(tmp_path), terminal_size=SNAP_SIZES[size])
 
 
-@pytest.mark.parametrize("size", SIZES)
-def test_compare(snap_compare, size, tmp_path):
-    assert snap_compare(compared(tmp_path), terminal_size=SIZES[size])
+@pytest.mark.parametrize("size", SNAP_SIZES)
+def test_compare(snap_compare, colours, size, tmp_path):
+    assert snap_compare(compared(tmp_path), terminal_size=SNAP_SIZES[size])
 
 
-@pytest.mark.parametrize("size", SIZES)
-def test_compare_per_token(snap_compare, size, tmp_path):
+@pytest.mark.parametrize("size", SNAP_SIZES)
+def test_compare_per_token(snap_compare, colours, size, tmp_path):
     async def tokens(pilot):
         await pilot.press("2")
         await pilot.pause()
 
-    assert snap_compare(compared(tmp_path), terminal_size=SIZES[size], run_before=tokens)
+    assert snap_compare(compared(tmp_path), terminal_size=SNAP_SIZES[size], run_before=tokens)
 
 
 def test_whatif_ascii_no_color(snap_compare, tmp_path, monkeypatch):

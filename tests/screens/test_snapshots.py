@@ -1,8 +1,8 @@
 """Snapshots (pytest-textual-snapshot) of every mode's screen on deterministic inputs: the replay
 screen; the live screen ready, generating and aborted; the metrics attach screen connected and
-unreachable; the audit attach screen following and waiting; each at a narrow (80x24) and a wide
-(200x60) size; the replay screen also in each look (colour, 16 colours, ASCII, NO_COLOR). The
-live ones run a real child (the emitter) or a real session socket; the attach ones a real poller
+unreachable; the audit attach screen following and waiting; each at 80x24, 120x40 and 200x60,
+in colour and under NO_COLOR; the replay screen also in each look (colour, 16 colours, ASCII,
+mono). The live ones run a real child (the emitter) or a real session socket; the attach ones a real poller
 and a real followed file, driven step by step so nothing depends on timing.
 
 Update after an intended visual change with:
@@ -34,7 +34,7 @@ from bmoe_top.tui.sources.session_socket import SessionSocketClient
 from bmoe_top.tui.sources.tail import FileTail
 from bmoe_top.tui.widgets.palette import Look
 
-SIZES = {"narrow": (80, 24), "wide": (200, 60)}
+SIZES = {"narrow": (80, 24), "mid": (120, 40), "wide": (200, 60)}
 #: The looks a terminal can ask for: 24-bit colour, 16 colours (TERM=linux, screen), ASCII
 #: (--ascii, a locale without UTF-8) and monochrome (NO_COLOR).
 LOOKS = {"colour": Look(), "16": Look(colors="16"), "ascii": Look(colors="16", ascii=True),
@@ -53,6 +53,15 @@ def _run() -> RunModel:
 def replay_app(look: Look | None = None) -> BmoeTopApp:
     return BmoeTopApp(ReplayScreen(_run(), title="replay synthetic.csv"), look=look)
 
+
+
+@pytest.fixture(params=["colour", "no-color"])
+def colours(request, monkeypatch) -> str:
+    """Each screen in colour and under NO_COLOR (no-color.org: the environment variable, read when
+    the app is made)."""
+    if request.param == "no-color":
+        monkeypatch.setenv("NO_COLOR", "1")
+    return str(request.param)
 
 @pytest.mark.parametrize("look", LOOKS)
 @pytest.mark.parametrize("size", SIZES)
@@ -94,7 +103,7 @@ def live_screen(source, title: str) -> LiveScreen:
 
 
 @pytest.mark.parametrize("size", SIZES)
-def test_live_ready(snap_compare, size):
+def test_live_ready(snap_compare, colours, size):
     src = ChildSession([sys.executable, EMITTER, "--rate", "500"])
     screen = live_screen(src, "launch emitter")
 
@@ -109,7 +118,7 @@ def test_live_ready(snap_compare, size):
 
 
 @pytest.mark.parametrize("size", SIZES)
-def test_live_generating(snap_compare, size, tmp_path):
+def test_live_generating(snap_compare, colours, size, tmp_path):
     sock = f"/tmp/bmoe-snap-{os.getpid()}-{size}.sock"
     server = SessionSocketServer(sock, lambda req, client: None).start()
     src = SessionSocketClient(sock, stall_after_s=1e9)
@@ -138,7 +147,7 @@ def test_live_generating(snap_compare, size, tmp_path):
 
 
 @pytest.mark.parametrize("size", SIZES)
-def test_live_aborted(snap_compare, size):
+def test_live_aborted(snap_compare, colours, size):
     src = ChildSession([sys.executable, EMITTER, "--die-mid-line", "3", "--rate", "200"])
     screen = live_screen(src, "launch emitter")
 
@@ -172,7 +181,7 @@ def exposition_with_layers(k: int) -> bytes:
 
 
 @pytest.mark.parametrize("size", SIZES)
-def test_attach_metrics_connected(snap_compare, size):
+def test_attach_metrics_connected(snap_compare, colours, size):
     poller = MetricsPoller(DEAD_URL)
     screen = MetricsAttachScreen(poller, start_poller=False)
 
@@ -188,7 +197,7 @@ def test_attach_metrics_connected(snap_compare, size):
 
 
 @pytest.mark.parametrize("size", SIZES)
-def test_attach_metrics_unreachable(snap_compare, size):
+def test_attach_metrics_unreachable(snap_compare, colours, size):
     poller = MetricsPoller(DEAD_URL, timeout=2)
     screen = MetricsAttachScreen(poller, start_poller=False)
 
@@ -226,7 +235,7 @@ def audit_lines() -> bytes:
 
 
 @pytest.mark.parametrize("size", SIZES)
-def test_attach_audit_following(snap_compare, size, tmp_path, monkeypatch):
+def test_attach_audit_following(snap_compare, colours, size, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # a relative path: the title is the same on every machine
     (tmp_path / "audit.jsonl").write_bytes(audit_lines())
     tail = FileTail("audit.jsonl")
@@ -243,7 +252,7 @@ def test_attach_audit_following(snap_compare, size, tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("size", SIZES)
-def test_attach_audit_waiting(snap_compare, size):
+def test_attach_audit_waiting(snap_compare, colours, size):
     tail = FileTail("/nonexistent/bmoe-top-snapshot/audit.jsonl")
     screen = AuditAttachScreen(tail, start_tail=False)
 
