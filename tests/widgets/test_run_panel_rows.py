@@ -47,3 +47,18 @@ async def test_a_repaint_of_the_changed_rows_draws_what_a_full_repaint_draws():
             assert drawn == [line.text for line in panel.render_lines(region)]
             assert f"{i + 1}" in " ".join(drawn)
         assert repainted == 40 and partial > 30
+
+
+def test_no_label_or_file_name_is_cut_mid_word():
+    """A label wider than its column is shown whole on its own line, the value under it; a file
+    name wider than the value column keeps its start and its extension around one ``…``."""
+    from bmoe_top.tui.widgets.lines import middle_ellipsis
+    from bmoe_top.tui.widgets.palette import Look
+
+    name = "qwen3-30b-a3b-instruct-2507-ud-q4_k_xl-00001-of-00002.gguf"
+    lines = [s.text for s in RunPanel._row_strips("resident/budget", "120 / 512 MiB", "value", 34, 12, 22, Look())]
+    assert lines[0].strip() == "resident/budget" and lines[1].strip() == "120 / 512 MiB"
+    lines = [s.text for s in RunPanel._row_strips("model", name, "value", 34, 12, 22, Look())]
+    assert len(lines) == 1 and lines[0].split()[-1] == middle_ellipsis(name, 22)
+    assert middle_ellipsis(name, 22) == "qwen3-30b-a…00002.gguf" and len(middle_ellipsis(name, 22)) == 22
+    assert middle_ellipsis("short.gguf", 22) == "short.gguf"

@@ -22,7 +22,8 @@ from bmoe_top.tui.playback import TokenWindow
 from bmoe_top.tui.widgets.palette import BLANK
 
 __all__ = ["FrameCache", "MemoTruecolor", "axis_row", "axis_unit", "blank", "fit_label", "fit_text", "fit_words",
-           "gutter_text", "margins", "nice_max", "nice_step", "segments", "segments_from_index", "strip", "wrap_fields"]
+           "gutter_text", "margins", "middle_ellipsis", "nice_max", "nice_step", "segments", "segments_from_index",
+           "strip", "wrap_fields"]
 
 Cell = tuple[str, Style]
 
@@ -87,6 +88,17 @@ def strip(parts: Iterable[tuple[str, Style]], width: int | None = None) -> Strip
         if s.cell_length < width:
             s = Strip([*s, Segment(" " * (width - s.cell_length), BLANK)], width)
     return s
+
+
+def middle_ellipsis(text: str, width: int) -> str:
+    """``text`` if it fits ``width`` cells, else its start and its end around one ``…`` (a file
+    name keeps its extension, a path its last folder): the rule for one word too wide to show."""
+    if len(text) <= width:
+        return text
+    if width <= 1:
+        return "…"[:width]
+    tail = (width - 1) // 2
+    return text[: width - 1 - tail] + "…" + (text[-tail:] if tail else "")
 
 
 def fit_text(options: Sequence[str], width: int) -> str:

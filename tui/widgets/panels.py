@@ -33,7 +33,7 @@ from bmoe_top.tui.playback import Playback
 from bmoe_top.tui.present.numbers import MISSING, mib, show
 from bmoe_top.tui.present.summary import run_panel_rows
 from bmoe_top.tui.widgets.base import ascii_strip, look_of, truecolor_filters
-from bmoe_top.tui.widgets.lines import FrameCache, blank
+from bmoe_top.tui.widgets.lines import FrameCache, blank, fit_words, middle_ellipsis
 from bmoe_top.tui.widgets.palette import BLANK, Look
 
 __all__ = ["AnswerPanel", "AnswerTail", "ProblemsPanel", "RunPanel", "TailWrap", "TitleLine", "answer_tail",
@@ -143,9 +143,14 @@ class RunPanel(Widget):
             st = look.kind_style(kind)
             if len(value) <= vw and value.isprintable() and not value.endswith(" "):
                 parts = [value]  # what textwrap gives for a value that fits, without its cost
-            else:
-                parts = textwrap.wrap(value, vw, break_long_words=True, break_on_hyphens=False) or [""]
-            out = [Strip([Segment(label[: lw - 1].ljust(lw), look.dim), Segment(parts[0], st)])]
+            else:  # wrapped at spaces; a word wider than the column (a file name) keeps its ends
+                words = " ".join(middle_ellipsis(w, vw) for w in value.split(" "))
+                parts = textwrap.wrap(words, vw, break_long_words=False, break_on_hyphens=False) or [""]
+            if len(label) < lw:
+                out = [Strip([Segment(label.ljust(lw), look.dim), Segment(parts[0], st)])]
+            else:  # a label wider than its column: whole on a line of its own, the value under it
+                out = [Strip([Segment(fit_words(label, width) or middle_ellipsis(label, width), look.dim)]),
+                       Strip([Segment(" " * lw, BLANK), Segment(parts[0], st)])]
             out += [Strip([Segment(" " * lw, BLANK), Segment(cont, st)]) for cont in parts[1:]]
         return [ascii_strip(ln) for ln in out] if look.ascii else out
 
