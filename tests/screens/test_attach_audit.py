@@ -180,3 +180,20 @@ async def test_audit_screen_under_the_command_palette_and_keys(tmp_path):
             await pilot.press(k)
         await pilot_until(pilot, lambda: "ready" in plain(app.query_one("#attach-panel").content), "ready shown")
         assert app.main.feed.runs.n_records == 2
+
+
+def test_the_attach_panels_labels_are_whole_and_values_wrap():
+    """A narrow side panel cut labels into ``cache sl…`` and values into ``0 …``: every label is
+    shown whole and each value wraps under its own column."""
+    from rich.console import Console
+
+    from bmoe_top.tui.screens.attach import rows_table
+
+    rows = [("cache slots", "4 (2 busy, 2 idle, 0 waiting for a slot to free up)", "value"),
+            ("resident/budget", "120 / 512 MiB", "value")]
+    console = Console(width=30, record=True, color_system=None)
+    console.print(rows_table(rows))
+    text = console.export_text()
+    assert "…" not in text
+    assert text.splitlines()[0].startswith("cache slots") and "resident/budget 120 / 512 MiB" in text
+    assert " ".join(text.split()).count("waiting for a slot to free up") == 1

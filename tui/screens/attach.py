@@ -29,11 +29,13 @@ __all__ = ["AttachScreen", "rows_table"]
 
 
 def rows_table(rows: Sequence[tuple[str, str, str]], look: Look | None = None) -> Table:
-    """A two-column grid of ``bmoe_top.tui.present`` rows (label, value, kind)."""
+    """A two-column grid of ``bmoe_top.tui.present`` rows (label, value, kind): every label whole
+    (its column as wide as the longest), each value wrapped under its own column."""
     look = look or Look()
     t = Table.grid(padding=(0, 1))
-    t.add_column(style=look.label, no_wrap=True)
-    t.add_column(no_wrap=True, overflow="ellipsis")
+    widest = max((len(label) for label, _value, kind in rows if kind != "section"), default=0)
+    t.add_column(style=look.label, no_wrap=True, min_width=widest)
+    t.add_column(overflow="fold")
     for label, value, kind in rows:
         if kind == "section":
             t.add_row(safe_text(label, look.kind_style("section"), multiline=False), "")
