@@ -474,9 +474,12 @@ def _attach_memory(args: argparse.Namespace) -> int:
             print_lines(outcome.text)
         status = _die(outcome.error, outcome.status) if outcome.error else outcome.status
         return _finish_recording(rec, status)
-    from bmoe_top.tui.screens.attach_memory import run_memory_attach
+    from bmoe_top.tui.screens.attach_memory import MemoryAttachOptions, run_memory_attach
 
-    return _finish_recording(rec, run_memory_attach(args, rec))
+    opts = MemoryAttachOptions(pid=args.pid, gguf=args.gguf, metrics=args.metrics, api_key=args.api_key,
+                               interval_s=float(args.interval or 1.0), method=args.residency,
+                               fps=float(args.fps or 10.0))
+    return _finish_recording(rec, run_memory_attach(opts, rec))
 
 
 def _attach_network(args: argparse.Namespace) -> int:

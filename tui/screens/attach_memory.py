@@ -14,7 +14,7 @@ goes on), F1 or ``?`` lists the keys, ``q`` quits; ctrl+p is the command palette
 
 from __future__ import annotations
 
-import argparse
+from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
@@ -228,17 +228,33 @@ class MemoryScreen(Screen[None]):
         self.query_one("#mem-history", Static).update(hist)
 
 
-def run_memory_attach(args: argparse.Namespace, recorder: Recorder | None = None) -> int:
+@dataclass(frozen=True)
+class MemoryAttachOptions:
+    """``bmoe-top attach --pid PID | --gguf FILE``'s options: the process or the file, the
+    ``/metrics`` URL that gives the tokens (and its ``api_key``), the sampling ``interval_s``, the
+    residency ``method`` (one of ``METHODS`` of :mod:`bmoe_top.tui.sources.residency`) and the
+    screen's ``fps``."""
+
+    pid: int | None = None
+    gguf: str | None = None
+    metrics: str | None = None
+    api_key: str | None = None
+    interval_s: float = 1.0
+    method: str = "auto"
+    fps: float = 10.0
+
+
+def run_memory_attach(opts: MemoryAttachOptions, recorder: Recorder | None = None) -> int:
     """``bmoe-top attach --pid PID | --gguf FILE [--metrics URL] [--interval S]``. Returns the exit
     status."""
     from bmoe_top.tui.sources.metrics_poll import MetricsPoller
 
-    interval = float(args.interval or 1.0)
-    poller = MetricsPoller(args.metrics, interval=interval, timeout=max(2.0, min(10.0, 2 * interval)),
-                           api_key=args.api_key) if args.metrics else None
-    watcher = MemoryWatcher(pid=args.pid, gguf=args.gguf, interval=interval, poller=poller, method=args.residency,
+    interval = opts.interval_s
+    poller = MetricsPoller(opts.metrics, interval=interval, timeout=max(2.0, min(10.0, 2 * interval)),
+                           api_key=opts.api_key) if opts.metrics else None
+    watcher = MemoryWatcher(pid=opts.pid, gguf=opts.gguf, interval=interval, poller=poller, method=opts.method,
                             recorder=recorder)
-    app = BmoeTopApp(MemoryScreen(watcher, fps=float(args.fps or 10.0)))
+    app = BmoeTopApp(MemoryScreen(watcher, fps=opts.fps))
     try:
         app.run()
     finally:
