@@ -40,7 +40,7 @@ from bmoe_top.tui.widgets.footer import FittingFooter
 from bmoe_top.tui.widgets.grids import fold_rows
 from bmoe_top.tui.widgets.panels import safe_text
 
-__all__ = ["MemoryScreen", "ResidencyMap", "run_memory_attach", "run_memory_play", "sparkline"]
+__all__ = ["MemoryAttachOptions", "MemoryScreen", "ResidencyMap", "run_memory_attach", "run_memory_play", "sparkline"]
 
 _SPARK = " ▁▂▃▄▅▆▇█"
 #: The watcher's states -> the status styles of the other screens.
