@@ -100,7 +100,7 @@ async def test_tab_stops_are_widgets_on_screen_and_each_shows_its_focus(tmp_path
     r = tmp_path / "run.route.csv"
     r.write_bytes(synth.route_trace(64))
     app = BmoeTopApp(ReplayScreen(open_paths([str(p), str(r)]), title="r"))
-    async with app.run_test(size=(80, 24)) as pilot:  # compact: one map shown, the other hidden
+    async with app.run_test(size=(80, 24)) as pilot:  # both maps keep their rows (the panel layout)
         await pilot.pause()
         seen = []
         for _ in range(3):
@@ -110,4 +110,9 @@ async def test_tab_stops_are_widgets_on_screen_and_each_shows_its_focus(tmp_path
             assert w is not None and w.is_on_screen and w.region.height > 0, w
             assert "> " in str(w.render_line(0).text) or "▸ " in w.render_line(0).text
             seen.append(w)
-        assert all(isinstance(w, LayerHeatmap) for w in seen)  # the hidden expert map is no Tab stop
+        assert {type(w) for w in seen} == {LayerHeatmap, ExpertMap}
+        await pilot.press("M")  # the maps hidden: no longer Tab stops
+        await pilot_until(pilot, lambda: not any(m.is_on_screen for m in app.query(GridView)), "the maps hidden")
+        await pilot.press("tab")
+        await pilot.pause()
+        assert not isinstance(app.focused, GridView)
