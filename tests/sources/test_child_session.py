@@ -213,8 +213,11 @@ def test_missing_executable_fails_cleanly():
 
 def test_parent_killed_child_exits_on_stdin_eof(tmp_path):
     script = tmp_path / "parent.py"
+    # SIGQUIT's default action in the parent whatever started the suite: a shell's background job
+    # starts with SIGINT and SIGQUIT ignored, and the parent then slept its 600 s out
     script.write_text(textwrap.dedent(f"""
-        import sys, time
+        import signal, sys, time
+        signal.signal(signal.SIGQUIT, signal.SIG_DFL)
         from bmoe_top.tui.sources.child_session import ChildSession
         s = ChildSession([sys.executable, {EMITTER!r}]).start()
         s.wait_state("ready", 10)
@@ -242,8 +245,11 @@ def test_a_child_that_never_reads_stdin_dies_with_its_parent(tmp_path, sig, chil
     # the child loads (no READY, stdin never read): EOF on its stdin does not end it, and a parent
     # killed by SIGKILL or SIGQUIT runs no code; it was left running with PID 1 as its parent
     script = tmp_path / "parent.py"
+    # SIGQUIT's default action in the parent whatever started the suite: a shell's background job
+    # starts with SIGINT and SIGQUIT ignored, and the parent then slept its 600 s out
     script.write_text(textwrap.dedent(f"""
-        import sys, time
+        import signal, sys, time
+        signal.signal(signal.SIGQUIT, signal.SIG_DFL)
         from bmoe_top.tui.sources.child_session import ChildSession
         s = ChildSession([sys.executable, {EMITTER!r}, *{child_args!r}]).start()
         print(s.pid, flush=True)
@@ -254,7 +260,7 @@ def test_a_child_that_never_reads_stdin_dies_with_its_parent(tmp_path, sig, chil
         child = int(p.stdout.readline())
         assert alive(child)
         p.send_signal(sig)
-        p.wait()
+        p.wait(timeout=60)
         assert until(lambda: not alive(child)), f"the child outlived its parent ({signal.Signals(sig).name})"
     finally:
         if p.poll() is None:
