@@ -87,7 +87,8 @@ def test_llama_servers_special_values_work(server):
                  {"repeat_last_n": -1, "repeat_penalty": 1.3},
                  {"repeat_penalty": 1e-300, "temperature": 0.7}):
         r = post(server, "/completion", {"prompt": "hi", "n_predict": 4, **body})
-        assert r.status_code == 200 and r.json()["tokens_predicted"] == 4, (body, r.text)
+        # sampled with a random seed, the end-of-text token may come before the fourth
+        assert r.status_code == 200 and 1 <= r.json()["tokens_predicted"] <= 4, (body, r.text)
     r = post(server, "/v1/chat/completions", {"messages": CHAT, "max_tokens": 3, "stream": False, "seed": -1,
                                               "temperature": 1e-320})
     assert r.status_code == 200 and r.headers["content-type"].startswith("application/json")

@@ -192,8 +192,11 @@ def test_the_attach_panels_labels_are_whole_and_values_wrap():
     rows = [("cache slots", "4 (2 busy, 2 idle, 0 waiting for a slot to free up)", "value"),
             ("resident/budget", "120 / 512 MiB", "value")]
     console = Console(width=30, record=True, color_system=None)
-    console.print(rows_table(rows))
+    console.print(rows_table(rows, width=30))
     text = console.export_text()
     assert "…" not in text
-    assert text.splitlines()[0].startswith("cache slots") and "resident/budget 120 / 512 MiB" in text
+    lines = text.splitlines()
+    assert lines[0].startswith("cache slots") and "resident/budget" in lines  # too wide: a line of its own
+    assert lines[lines.index("resident/budget") + 1].strip() == "120 / 512 MiB"  # the value under its column
     assert " ".join(text.split()).count("waiting for a slot to free up") == 1
+    assert all(len(ln) <= 30 for ln in lines)

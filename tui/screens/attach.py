@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 
-from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.widgets import Static
@@ -23,25 +22,21 @@ from bmoe_top.tui.model import RunModel, Status
 from bmoe_top.tui.screens.base import RunScreen
 from bmoe_top.tui.widgets.base import look_of
 from bmoe_top.tui.widgets.palette import Look
-from bmoe_top.tui.widgets.panels import safe_text
+from bmoe_top.tui.widgets.panels import label_columns, row_strips
 
 __all__ = ["AttachScreen", "rows_table"]
 
 
-def rows_table(rows: Sequence[tuple[str, str, str]], look: Look | None = None) -> Table:
-    """A two-column grid of ``bmoe_top.tui.present`` rows (label, value, kind): every label whole
-    (its column as wide as the longest), each value wrapped under its own column."""
+def rows_table(rows: Sequence[tuple[str, str, str]], look: Look | None = None, width: int = 44) -> Text:
+    """``bmoe_top.tui.present`` rows (label, value, kind) laid out like the run panel's for a panel
+    ``width`` cells wide (:func:`~bmoe_top.tui.widgets.panels.row_strips`): every label whole (on
+    a line of its own when wider than its column), each value wrapped under its own column."""
     look = look or Look()
-    t = Table.grid(padding=(0, 1))
-    widest = max((len(label) for label, _value, kind in rows if kind != "section"), default=0)
-    t.add_column(style=look.label, no_wrap=True, min_width=widest)
-    t.add_column(overflow="fold")
-    for label, value, kind in rows:
-        if kind == "section":
-            t.add_row(safe_text(label, look.kind_style("section"), multiline=False), "")
-        else:
-            t.add_row(safe_text(label, multiline=False), safe_text(value, look.kind_style(kind), multiline=False))
-    return t
+    width = max(20, width)
+    lw, vw = label_columns(rows, width)
+    lines = [Text.assemble(*((seg.text, seg.style or "") for seg in strip))
+             for row in rows for strip in row_strips(*row, width, lw, vw, look)]
+    return Text("\n").join(lines)
 
 
 class AttachScreen(RunScreen):
@@ -106,11 +101,12 @@ class AttachScreen(RunScreen):
     def update_attach(self, force: bool = False) -> None:
         if not self.is_attached or not self.query("#attach-status"):
             return  # before compose / during teardown
-        key = self.attach_key()
+        key = (self.attach_key(), self.query_one("#attach-panel", Static).content_region.width)
         if key == self._attach_key and not force:
             return
         self._attach_key = key
         line = self.query_one("#attach-status", Static)
         line.set_class(self.model.status != Status.OK, "-problem")  # the compact layout shows it then
         line.update(self.status_text())
-        self.query_one("#attach-panel", Static).update(rows_table(self.panel_rows(), look_of(self)))
+        panel = self.query_one("#attach-panel", Static)
+        panel.update(rows_table(self.panel_rows(), look_of(self), panel.content_region.width or 44))

@@ -37,7 +37,7 @@ from bmoe_top.tui.widgets.lines import FrameCache, blank, fit_words, middle_elli
 from bmoe_top.tui.widgets.palette import BLANK, Look
 
 __all__ = ["AnswerPanel", "AnswerTail", "ProblemsPanel", "RunPanel", "TailWrap", "TitleLine", "answer_tail",
-           "answer_text", "header_parts", "safe_text"]
+           "answer_text", "header_parts", "label_columns", "row_strips", "safe_text"]
 
 
 def safe_text(s: str, style: str | Style = "", multiline: bool = True) -> Text:
@@ -117,42 +117,51 @@ class RunPanel(Widget):
         look = self.look
         rows = self.rows()
         width = max(20, width)
-        # labels that name their scope (``tok/s (since start)``) get up to half the width
-        lw = min(min(20, max(14, width // 2)) if width >= 36 else 11,
-                 max(len(r[0]) for r in rows if r[2] != "section")) + 1
-        vw = max(8, width - lw)
+        lw, vw = label_columns(rows, width)
         out: list[Strip] = []
         prev, made = self._row_lines, {}
         for row in rows:
             key = (row, width, lw, look)  # most rows read the same from one repaint to the next
             lines = prev.get(key)
             if lines is None:
-                lines = self._row_strips(*row, width, lw, vw, look)
+                lines = row_strips(*row, width, lw, vw, look)
             made[key] = lines
             out += lines
         self._row_lines = made
         return out
 
-    @staticmethod
-    def _row_strips(label: str, value: str, kind: str, width: int, lw: int, vw: int, look: Look) -> list[Strip]:
-        """One row: its label, then its value wrapped under its own column (``lw`` cells in)."""
-        label, value = sanitize(label), sanitize(value)
-        if kind == "section":
-            out = [Strip([Segment(label[:width], look.kind_style("section"))])]
-        else:
-            st = look.kind_style(kind)
-            if len(value) <= vw and value.isprintable() and not value.endswith(" "):
-                parts = [value]  # what textwrap gives for a value that fits, without its cost
-            else:  # wrapped at spaces; a word wider than the column (a file name) keeps its ends
-                words = " ".join(middle_ellipsis(w, vw) for w in value.split(" "))
-                parts = textwrap.wrap(words, vw, break_long_words=False, break_on_hyphens=False) or [""]
-            if len(label) < lw:
-                out = [Strip([Segment(label.ljust(lw), look.dim), Segment(parts[0], st)])]
-            else:  # a label wider than its column: whole on a line of its own, the value under it
-                out = [Strip([Segment(fit_words(label, width) or middle_ellipsis(label, width), look.dim)]),
-                       Strip([Segment(" " * lw, BLANK), Segment(parts[0], st)])]
-            out += [Strip([Segment(" " * lw, BLANK), Segment(cont, st)]) for cont in parts[1:]]
-        return [ascii_strip(ln) for ln in out] if look.ascii else out
+
+def label_columns(rows: Sequence[tuple[str, str, str]], width: int) -> tuple[int, int]:
+    """The label column (cells, with its gap) and the value column of a panel of ``rows`` drawn
+    ``width`` cells wide: labels that name their scope (``tok/s (since start)``) get up to half
+    the width, and a longer one goes on a line of its own (:func:`row_strips`)."""
+    labels = [len(r[0]) for r in rows if r[2] != "section"]
+    lw = min(min(20, max(14, width // 2)) if width >= 36 else 11, max(labels, default=0)) + 1
+    return lw, max(8, width - lw)
+
+
+def row_strips(label: str, value: str, kind: str, width: int, lw: int, vw: int, look: Look) -> list[Strip]:
+    """One (label, value, kind) row of a panel ``width`` cells wide as strips: the label, then the
+    value wrapped under its own column (``lw`` cells in); a label as wide as its column or wider
+    is whole on a line of its own, the value under it (:func:`label_columns` gives ``lw`` and
+    ``vw``)."""
+    label, value = sanitize(label), sanitize(value)
+    if kind == "section":
+        out = [Strip([Segment(label[:width], look.kind_style("section"))])]
+    else:
+        st = look.kind_style(kind)
+        if len(value) <= vw and value.isprintable() and not value.endswith(" "):
+            parts = [value]  # what textwrap gives for a value that fits, without its cost
+        else:  # wrapped at spaces; a word wider than the column (a file name) keeps its ends
+            words = " ".join(middle_ellipsis(w, vw) for w in value.split(" "))
+            parts = textwrap.wrap(words, vw, break_long_words=False, break_on_hyphens=False) or [""]
+        if len(label) < lw:
+            out = [Strip([Segment(label.ljust(lw), look.dim), Segment(parts[0], st)])]
+        else:  # a label wider than its column: whole on a line of its own, the value under it
+            out = [Strip([Segment(fit_words(label, width) or middle_ellipsis(label, width), look.dim)]),
+                   Strip([Segment(" " * lw, BLANK), Segment(parts[0], st)])]
+        out += [Strip([Segment(" " * lw, BLANK), Segment(cont, st)]) for cont in parts[1:]]
+    return [ascii_strip(ln) for ln in out] if look.ascii else out
 
 
 class TitleLine(Widget):
