@@ -9,7 +9,7 @@ from textual.geometry import Region
 
 from bmoe_top.tui.model import RunModel
 from bmoe_top.tui.playback import Playback
-from bmoe_top.tui.widgets.panels import RunPanel
+from bmoe_top.tui.widgets.panels import RunPanel, row_strips
 
 
 class _PanelApp(App[None]):
@@ -56,9 +56,9 @@ def test_no_label_or_file_name_is_cut_mid_word():
     from bmoe_top.tui.widgets.palette import Look
 
     name = "qwen3-30b-a3b-instruct-2507-ud-q4_k_xl-00001-of-00002.gguf"
-    lines = [s.text for s in RunPanel._row_strips("resident/budget", "120 / 512 MiB", "value", 34, 12, 22, Look())]
+    lines = [s.text for s in row_strips("resident/budget", "120 / 512 MiB", "value", 34, 12, 22, Look())]
     assert lines[0].strip() == "resident/budget" and lines[1].strip() == "120 / 512 MiB"
-    lines = [s.text for s in RunPanel._row_strips("model", name, "value", 34, 12, 22, Look())]
+    lines = [s.text for s in row_strips("model", name, "value", 34, 12, 22, Look())]
     assert len(lines) == 1 and lines[0].split()[-1] == middle_ellipsis(name, 22)
     assert middle_ellipsis(name, 22) == "qwen3-30b-a…00002.gguf" and len(middle_ellipsis(name, 22)) == 22
     assert middle_ellipsis("short.gguf", 22) == "short.gguf"
