@@ -25,7 +25,7 @@ import orjson
 import pytest
 from helpers.exporters import StrataMoeExporter
 from helpers.llama_server import DEMO_MODEL, LlamaServer, llama_server_binary
-from helpers.prometheus import WAIT_S, Prometheus, free_port, need_prometheus
+from helpers.prometheus import WAIT_S, Prometheus, free_port, need_prometheus, wait_table
 from helpers.serve import Serve, complete, scrape, scrape_value
 
 from bmoe_top.parsers.prom import MIB
@@ -89,18 +89,6 @@ def client(fleet):
     yield c
     c.close()
 
-
-def wait_table(session: FleetSession, cond, what: str) -> FleetTable:
-    """Refresh until ``cond(table)`` holds (generous overall timeout: the machine may be loaded)."""
-    t0 = time.monotonic()
-    table = None
-    while time.monotonic() - t0 < WAIT_S:
-        table = session.refresh()
-        if cond(table):
-            return table
-        time.sleep(0.3)
-    raise AssertionError(f"timed out waiting for {what}; last rows: "
-                         f"{[(r.instance, r.state.value) for r in table.rows] if table else None}")
 
 
 def settle(fleet: Fleet, name: str, own_tokens: float) -> float:

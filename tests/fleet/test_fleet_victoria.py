@@ -21,14 +21,14 @@ from dataclasses import dataclass
 import numpy as np
 import orjson
 import pytest
-from helpers.prometheus import WAIT_S, Prometheus, VictoriaMetrics, need_prometheus, need_victoria
+from helpers.prometheus import Prometheus, VictoriaMetrics, need_prometheus, need_victoria, wait_table
 from helpers.serve import Serve, complete, scrape
 from helpers.waits import pilot_until
 
 from bmoe_top.parsers.prom import MIB
 from bmoe_top.tui.app import BmoeTopApp
 from bmoe_top.tui.fleet.session import FleetSession
-from bmoe_top.tui.fleet.table import CellState, FleetTable, InstanceState
+from bmoe_top.tui.fleet.table import CellState, InstanceState
 from bmoe_top.tui.screens.fleet import FleetDrillScreen, FleetScreen
 from bmoe_top.tui.sources.prometheus import PrometheusClient
 from bmoe_top.tui.widgets.fleet_table import FleetTableView
@@ -88,17 +88,6 @@ def client(fleet):
     yield c
     c.close()
 
-
-def wait_table(session: FleetSession, cond, what: str) -> FleetTable:
-    t0 = time.monotonic()
-    table = None
-    while time.monotonic() - t0 < WAIT_S:
-        table = session.refresh()
-        if cond(table):
-            return table
-        time.sleep(0.3)
-    raise AssertionError(f"timed out waiting for {what}; last rows: "
-                         f"{[(r.key, r.state.value) for r in table.rows] if table else None}")
 
 
 def stored(fleet: Fleet, side: dict[str, str], name: str) -> float:

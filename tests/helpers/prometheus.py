@@ -276,3 +276,17 @@ class VictoriaMetrics(Store):
         assert r.status_code == 204, (r.status_code, r.text[:2000])
         r = self.http.get(self.url + "/internal/force_flush")
         assert r.status_code == 200, (r.status_code, r.text[:2000])
+
+
+def wait_table(session: Any, cond: Callable[[Any], bool], what: str) -> Any:
+    """Refresh a ``FleetSession`` until ``cond(table)`` holds, within :data:`WAIT_S` (the machine
+    may be loaded); AssertionError naming ``what`` and the last rows' keys and states."""
+    t0 = time.monotonic()
+    table = None
+    while time.monotonic() - t0 < WAIT_S:
+        table = session.refresh()
+        if cond(table):
+            return table
+        time.sleep(0.3)
+    raise AssertionError(f"timed out waiting for {what}; last rows: "
+                         f"{[(r.key, r.state.value) for r in table.rows] if table else None}")
