@@ -137,10 +137,14 @@ def _terminal_refused(command: str = "run") -> int | None:
 #: ``--once``).
 _JSON_PRINTS = frozenset({"replay", "compare", "whatif"})
 
+#: Options that make a command print text instead of opening a screen.
+_TEXT_OPTIONS = ("once", "summary", "md", "csv", "strp")
 
-def _headless(args: argparse.Namespace) -> bool:
-    """The command prints and exits without a screen (the app and Textual are then never loaded)."""
-    return bool(args.cmd == "probe" or getattr(args, "once", False) or getattr(args, "summary", False)
+
+def _prints(args: argparse.Namespace) -> bool:
+    """The command prints and exits without a screen: the app (and Textual) and the settings file
+    are then never loaded (docs/user-guide.md "Settings")."""
+    return bool(args.cmd == "probe" or any(getattr(args, k, None) for k in _TEXT_OPTIONS)
                 or (getattr(args, "json", False) and args.cmd in _JSON_PRINTS))
 
 
@@ -153,14 +157,6 @@ def _apply_look(args: argparse.Namespace) -> None:
         BmoeTopApp.refresh_s = args.refresh
 
 
-#: Options that make a command print text instead of opening a screen (no settings are read).
-TEXT_OPTIONS = ("once", "summary", "json", "md", "csv", "strp")
-
-
-def _opens_screen(args: argparse.Namespace) -> bool:
-    return not any(getattr(args, k, None) for k in TEXT_OPTIONS)
-
-
 def _apply_settings(args: argparse.Namespace) -> int | None:
     """The settings file of a command that opens a screen (docs/user-guide.md "Settings"): the
     one ``--config FILE`` names, the user's (``platformdirs``), or none with ``--no-config``; what
@@ -169,7 +165,7 @@ def _apply_settings(args: argparse.Namespace) -> int | None:
     config, no_config = getattr(args, "config", None), getattr(args, "no_config", False)
     if config is not None and no_config:
         return _die("--config and --no-config exclude each other")
-    if not _opens_screen(args) or args.cmd == "probe":
+    if _prints(args):
         return None
     from bmoe_top.tui.app import BmoeTopApp
     from bmoe_top.tui.settings import default_path, load
@@ -1045,7 +1041,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = _join_list_values(sys.argv[1:] if argv is None else list(argv))
     args = build_parser().parse_args(argv)
     before = _end_on_signals() if getattr(args, "once", False) or getattr(args, "summary", False) else {}
-    if not _headless(args):
+    if getattr(args, "json", False) and not _prints(args):
+        return _die(f"{args.cmd}: --json needs --once (--once --json prints the document; without --once, the screen)")
+    if not _prints(args):
         if own_process:
             from bmoe_top.tui.app import BmoeTopApp
 

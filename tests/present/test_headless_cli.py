@@ -354,6 +354,9 @@ def test_exit_status_one_scheme_and_inputs_before_the_terminal(tmp_path, args, s
     (["compare", "--fps", "nan", "a", "b"], "--fps: must be between 1 and 100"),
     (["whatif", "--json", "--budgets", "-5,0", "x.route.csv"], "--budgets: '-5' must be a finite number >= 0"),
     (["whatif", "--json", "--budgets", "10,-5", "x.route.csv"], "--budgets: '-5' must be a finite number >= 0"),
+    # --json of a command with a screen needs --once: it opened the screen without a word
+    (["attach", "--metrics", "http://127.0.0.1:9/metrics", "--json"], "attach: --json needs --once"),
+    (["launch", "--json", "--", "true"], "launch: --json needs --once"),
 ])
 def test_argument_values_are_checked_as_usage_errors(capsys, argv, says):
     from bmoe_top.tui.cli import main
@@ -364,6 +367,29 @@ def test_argument_values_are_checked_as_usage_errors(capsys, argv, says):
         code = e.code
     err = capsys.readouterr().err
     assert code == 2 and says in err and "Traceback" not in err, err
+
+
+@pytest.mark.parametrize("argv, prints", [
+    (["replay", "x.csv"], False), (["replay", "--summary", "x.csv"], True), (["replay", "--json", "x.csv"], True),
+    (["compare", "a", "b"], False), (["compare", "--md", "a", "b"], True), (["compare", "--csv", "a", "b"], True),
+    (["whatif", "t.route.csv"], False), (["whatif", "--strp", "o.strp", "t.route.csv"], True),
+    (["probe", "f"], True), (["attach", "--audit", "a.jsonl"], False),
+    (["attach", "--audit", "a.jsonl", "--once"], True),
+    (["fleet", "--prometheus", "http://x", "--once", "--json"], True),
+])
+def test_one_predicate_says_whether_a_command_prints_or_opens_a_screen(tmp_path, argv, prints):
+    """What loads the app and what reads the settings file follow the same definition: a text form
+    (``--md``, ``--csv``, ``--strp`` too) reads no settings, a screen reads them."""
+    from bmoe_top.tui.app import BmoeTopApp
+    from bmoe_top.tui.cli import _apply_settings, _prints, build_parser
+
+    config = tmp_path / "s.toml"
+    config.write_text("[view]\nfold_maps = false\n")
+    args = build_parser().parse_args([*argv, "--config", str(config)])
+    assert _prints(args) is prints
+    BmoeTopApp.settings_store = None
+    assert _apply_settings(args) is None
+    assert (BmoeTopApp.settings_store is None) is prints
 
 
 def deep_transcript(depth: int = 1100) -> str:
