@@ -50,11 +50,12 @@ static const struct bmoe_field hook_fields[] = {
     FIELD(bmoe_hook, n_layer), FIELD(bmoe_hook, n_expert), FIELD(bmoe_hook, resident), FIELD(bmoe_hook, layer_hits),
     FIELD(bmoe_hook, touch), FIELD(bmoe_hook, touch_cap), FIELD(bmoe_hook, n_touch), FIELD(bmoe_hook, fast_misses),
     FIELD(bmoe_hook, cache), FIELD(bmoe_hook, src_offset), FIELD(bmoe_hook, type_offset),
-    FIELD(bmoe_hook, layer_misses), FIELD(bmoe_hook, ever),
+    FIELD(bmoe_hook, layer_misses), FIELD(bmoe_hook, ever), FIELD(bmoe_hook, layer_pagecache),
 };
 
 static const struct bmoe_field job_fields[] = {
     FIELD(bmoe_job, fd), FIELD(bmoe_job, direct), FIELD(bmoe_job, off), FIELD(bmoe_job, len), FIELD(bmoe_job, dst),
+    FIELD(bmoe_job, cached), FIELD(bmoe_job, nowait),
 };
 
 static const struct bmoe_field mode_values[] = {
@@ -270,8 +271,25 @@ static int read_scatter(struct lane *ln, const struct bmoe_job *j) {
     return 0;
 }
 
-static int read_job(struct lane *ln, const struct bmoe_job *j) {
-    if (!j->direct) return read_full(j->fd, j->dst, (size_t) j->len, j->off, (size_t) j->len);
+/* buffered, nowait: what the page cache holds first (RWF_NOWAIT returns it without blocking and
+ * stops at the first page it does not hold: EAGAIN or a short count), then the rest as usual */
+static int read_buffered(struct bmoe_job *j) {
+    size_t got = 0;
+    if (j->nowait) {
+        struct iovec iov = {j->dst, (size_t) j->len};
+        ssize_t n;
+        do {
+            n = preadv2(j->fd, &iov, 1, (off_t) j->off, RWF_NOWAIT);
+        } while (n < 0 && errno == EINTR);
+        if (n > 0) got = (size_t) n;
+        j->cached = got;
+    }
+    if (got == j->len) return 0;
+    return read_full(j->fd, j->dst + got, (size_t) j->len - got, j->off + got, (size_t) j->len - got);
+}
+
+static int read_job(struct lane *ln, struct bmoe_job *j) {
+    if (!j->direct) return read_buffered(j);
     if ((((uintptr_t) j->dst - j->off) & (ALIGN - 1)) == 0 && j->len >= 2 * ALIGN) {
         int rc = read_scatter(ln, j);
         if (rc <= 0) return rc;
@@ -487,6 +505,7 @@ int bmoe_pool_lanes(const struct bmoe_pool *p) { return p->n_lanes; }
 /* Read jobs[0..n) over the lanes. Returns 0, or a negative errno of the first failed job (its
  * index in *err_job); *busy_ns receives the lanes' summed busy time. */
 int bmoe_read(struct bmoe_pool *p, struct bmoe_job *jobs, int n, int64_t *busy_ns, int *err_job) {
+    for (int i = 0; i < n; ++i) jobs[i].cached = 0;
     int lanes = p->n_lanes;
     if (n < lanes) lanes = n < 1 ? 1 : n;
     pthread_mutex_lock(&p->mu);
@@ -541,6 +560,7 @@ struct ctensor {
     uint64_t shift;    /* addr - map_base */
     int fd;
     int direct;
+    int nowait;
 };
 
 #define PRE_MAX 8    /* experts predicted per layer, at most */
@@ -570,7 +590,9 @@ struct bmoe_cache {
     /* counters since the last take (Python moves them into its counters) */
     int64_t io_ns, mgmt_ns, read_bytes, xfer_bytes, reads;
     int64_t evictions, rereads, misses;
+    int64_t pagecache_bytes, pagecache_misses; /* bytes / misses the page cache served (nowait reads) */
     /* scratch */
+    uint8_t *disk; /* [n_expert]: a missed expert some byte of which was not in the page cache */
     struct bmoe_job *jobs;
     int jobs_cap;
     int32_t *victims;
@@ -615,6 +637,7 @@ static void lru_push(struct bmoe_cache *c, int32_t id) {
 }
 
 static void pre_settle(struct bmoe_cache *c);
+static void count_tiers(struct bmoe_hook *h, struct bmoe_cache *c, int il, const int32_t *miss, int nm, int nj);
 
 struct bmoe_cache *bmoe_cache_new(int n_layer, int n_expert, void *pool) {
     if (n_layer <= 0 || n_expert <= 0) return NULL;
@@ -628,6 +651,7 @@ struct bmoe_cache *bmoe_cache_new(int n_layer, int n_expert, void *pool) {
     c->prev = malloc(n * sizeof *c->prev);
     c->next = malloc(n * sizeof *c->next);
     c->victims = malloc(n * sizeof *c->victims);
+    c->disk = calloc((size_t) n_expert, 1);
     c->layer_nt = calloc((size_t) n_layer, sizeof *c->layer_nt);
     c->layer_t = calloc((size_t) n_layer * MAX_TENSORS, sizeof *c->layer_t);
     c->ebytes = calloc((size_t) n_layer, sizeof *c->ebytes);
@@ -635,8 +659,9 @@ struct bmoe_cache *bmoe_cache_new(int n_layer, int n_expert, void *pool) {
     c->page = sysconf(_SC_PAGESIZE);
     c->pid = getpid();
     c->pidfd = (int) syscall(SYS_PIDFD_OPEN_NR, (long) c->pid, 0L);
-    if (!c->prev || !c->next || !c->victims || !c->layer_nt || !c->layer_t || !c->ebytes || c->page <= 0) {
-        free(c->prev); free(c->next); free(c->victims); free(c->layer_nt); free(c->layer_t); free(c->ebytes);
+    if (!c->prev || !c->next || !c->victims || !c->disk || !c->layer_nt || !c->layer_t || !c->ebytes || c->page <= 0) {
+        free(c->prev); free(c->next); free(c->victims); free(c->disk); free(c->layer_nt); free(c->layer_t);
+        free(c->ebytes);
         if (c->pidfd >= 0) close(c->pidfd);
         free(c);
         return NULL;
@@ -647,7 +672,7 @@ struct bmoe_cache *bmoe_cache_new(int n_layer, int n_expert, void *pool) {
 
 /* one expert tensor of layer il; 0, or -1 (too many tensors, bad layer) */
 int bmoe_cache_tensor(struct bmoe_cache *c, int il, void *addr, uint64_t file_off, uint64_t stride, void *map_base,
-                      uint64_t map_size, int fd, int direct) {
+                      uint64_t map_size, int fd, int direct, int nowait) {
     if (il < 0 || il >= c->n_layer || c->layer_nt[il] >= MAX_TENSORS) return -1;
     struct ctensor *x = &c->layer_t[il * MAX_TENSORS + c->layer_nt[il]++];
     x->addr = (char *) addr;
@@ -658,6 +683,7 @@ int bmoe_cache_tensor(struct bmoe_cache *c, int il, void *addr, uint64_t file_of
     x->shift = (uint64_t) ((char *) addr - (char *) map_base);
     x->fd = fd;
     x->direct = direct;
+    x->nowait = nowait;
     c->ebytes[il] += (int64_t) stride;
     return 0;
 }
@@ -675,7 +701,8 @@ void bmoe_cache_sync(struct bmoe_cache *c, const int32_t *ids, int n, int64_t bu
 }
 
 /* counters since the last call: io_ns, mgmt_ns, read_bytes, xfer_bytes, reads, moved_pages,
- * evictions, rereads, misses served; then zeroed. out[9]: the resident bytes now. */
+ * evictions, rereads, misses served; then zeroed. out[9]: the resident bytes now. out[10], out[11]
+ * (since the last call, zeroed): the bytes and the misses the page cache served. */
 void bmoe_cache_take(struct bmoe_cache *c, int64_t *out) {
     out[0] = c->io_ns;
     out[1] = c->mgmt_ns;
@@ -687,6 +714,9 @@ void bmoe_cache_take(struct bmoe_cache *c, int64_t *out) {
     out[7] = c->rereads;
     out[8] = c->misses;
     out[9] = c->resident_bytes;
+    out[10] = c->pagecache_bytes;
+    out[11] = c->pagecache_misses;
+    c->pagecache_bytes = c->pagecache_misses = 0;
     c->io_ns = c->mgmt_ns = c->read_bytes = c->xfer_bytes = c->reads = c->moved_pages = 0;
     c->evictions = c->rereads = c->misses = 0;
 }
@@ -703,8 +733,8 @@ void bmoe_cache_free(struct bmoe_cache *c) {
     pre_settle(c);
     if (c->pre_has_aio) syscall(SYS_io_destroy, c->pre_aio);
     free(c->next_layer); free(c->routers); free(c->logits); free(c->pre_edges);
-    free(c->prev); free(c->next); free(c->victims); free(c->layer_nt); free(c->layer_t); free(c->ebytes);
-    free(c->jobs); free(c->iov);
+    free(c->prev); free(c->next); free(c->victims); free(c->disk); free(c->layer_nt); free(c->layer_t);
+    free(c->ebytes); free(c->jobs); free(c->iov);
     if (c->pidfd >= 0) close(c->pidfd);
     free(c);
 }
@@ -948,6 +978,7 @@ static bool serve_layer(struct bmoe_hook *h, void *t, int il) {
             struct bmoe_job *jb = &c->jobs[nj++];
             jb->fd = x->fd;
             jb->direct = x->direct;
+            jb->nowait = x->nowait;
             jb->off = x->file_off + a;
             jb->len = b - a;
             jb->dst = x->addr + a;
@@ -978,6 +1009,7 @@ static bool serve_layer(struct bmoe_hook *h, void *t, int il) {
     c->read_bytes += need;
     c->misses += nm;
     h->layer_misses[il] += (uint64_t) nm;
+    count_tiers(h, c, il, miss, nm, nj);
     for (int i = 0; i < nm; ++i) {
         int32_t id = il * ne + miss[i];
         c->rereads += h->ever[id];
@@ -990,6 +1022,31 @@ static bool serve_layer(struct bmoe_hook *h, void *t, int il) {
     }
     c->mgmt_ns += now_ns() - t2;
     return true;
+}
+
+/* the tiers of a layer's nm misses after their nj reads: a missed expert came from the page cache
+ * when every byte of its slices did (each read's cached prefix covers the slice), else from disk */
+static void count_tiers(struct bmoe_hook *h, struct bmoe_cache *c, int il, const int32_t *miss, int nm, int nj) {
+    const struct ctensor *t0 = &c->layer_t[il * MAX_TENSORS];
+    if (!t0->nowait) return; /* O_DIRECT: every miss is a disk read */
+    for (int i = 0; i < nm; ++i) c->disk[miss[i]] = 0;
+    for (int q = 0; q < nj; ++q) {
+        const struct bmoe_job *jb = &c->jobs[q];
+        c->pagecache_bytes += (int64_t) jb->cached;
+        for (int s = 0; s < c->layer_nt[il]; ++s) {
+            const struct ctensor *x = &t0[s];
+            if (x->fd != jb->fd || jb->off < x->file_off || jb->off >= x->file_off + x->stride * (uint64_t) c->n_expert)
+                continue;
+            uint64_t e0 = (jb->off - x->file_off) / x->stride, ne = jb->len / x->stride;
+            for (uint64_t e = 0; e < ne; ++e)
+                if (jb->cached < (e + 1) * x->stride) c->disk[e0 + e] = 1;
+            break;
+        }
+    }
+    int pc = 0;
+    for (int i = 0; i < nm; ++i) pc += !c->disk[miss[i]];
+    c->pagecache_misses += pc;
+    if (h->layer_pagecache) h->layer_pagecache[il] += (uint64_t) pc;
 }
 
 /* ---- early prefetch -------------------------------------------------------------------------- */
@@ -1184,6 +1241,8 @@ static void pre_issue(struct bmoe_hook *h, struct bmoe_cache *c, const float *x,
             uint64_t a = (uint64_t) want[i] * xt->stride;
             jb->fd = xt->fd;
             jb->direct = 1;
+            jb->nowait = 0;
+            jb->cached = 0;
             jb->off = xt->file_off + a;
             jb->len = xt->stride;
             jb->dst = xt->addr + a;

@@ -55,15 +55,20 @@ struct bmoe_hook {
     size_t src_offset, type_offset; /* struct ggml_tensor field offsets */
     uint64_t *layer_misses;   /* [n_layer]: misses served here, since load */
     uint8_t *ever;            /* [n_layer * n_expert]: 1 = was resident once (a miss on it is a re-read) */
+    uint64_t *layer_pagecache; /* [n_layer]: misses served here whose every byte the page cache held, since load */
 };
 
-/* read len bytes at off of fd into dst (direct: fd is O_DIRECT) */
+/* read len bytes at off of fd into dst (direct: fd is O_DIRECT). nowait (buffered only): a first
+ * preadv2(RWF_NOWAIT) takes what the page cache holds without blocking, the rest is read as usual;
+ * cached (set by bmoe_read): the bytes that first read returned, 0 with O_DIRECT or without nowait */
 struct bmoe_job {
     int fd;
     int direct;
     uint64_t off;
     uint64_t len;
     char *dst;
+    uint64_t cached;
+    int nowait;
 };
 
 /* one row of a contract table: a field (name, offset, size) or an enum value (name, value, 0) */
@@ -90,7 +95,7 @@ void bmoe_pool_free(struct bmoe_pool *p);
 /* the native LRU mirror */
 struct bmoe_cache *bmoe_cache_new(int n_layer, int n_expert, void *pool);
 int bmoe_cache_tensor(struct bmoe_cache *c, int il, void *addr, uint64_t file_off, uint64_t stride, void *map_base,
-                      uint64_t map_size, int fd, int direct);
+                      uint64_t map_size, int fd, int direct, int nowait);
 void bmoe_cache_sync(struct bmoe_cache *c, const int32_t *ids, int n, int64_t budget, int64_t resident_bytes);
 void bmoe_cache_take(struct bmoe_cache *c, int64_t *out);
 int bmoe_cache_order(const struct bmoe_cache *c, int32_t *out, int cap);

@@ -693,6 +693,9 @@ class Engine:
         st.mgmt_ms, st.stall_ms = tk.mgmt_s * 1e3, tk.stall_s * 1e3
         st.read_bytes, st.xfer_bytes, st.spec_bytes = tk.read_bytes, tk.xfer_bytes, tk.spec_bytes
         st.hits, st.misses = tk.hits, tk.misses
+        if cache.tiers:
+            st.pagecache_bytes, st.pagecache_misses = tk.pagecache_bytes, tk.pagecache_misses
+            turn.res.pagecache_bytes = max(0, turn.res.pagecache_bytes) + tk.pagecache_bytes
         if not cache.no_cache:
             st.cache_hit_pct = 100.0 * turn.hits / lookups if lookups else -1.0
             total = cache.hits + cache.misses
@@ -784,6 +787,8 @@ class Engine:
             spec_bytes=c.spec_bytes,
             spec_experts=c.spec_experts,
             spec_useful=c.spec_useful,
+            layer_pagecache=list(c.layer_pagecache) if c.tiers else None,
+            pagecache_misses=c.pagecache_misses if c.tiers else None,
         )
 
     @property

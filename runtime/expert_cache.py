@@ -50,6 +50,10 @@ class TokenCounters:
     stall_s: float = 0.0
     mgmt_s: float = 0.0
     spec_bytes: int = 0
+    #: of ``read_bytes``, the bytes the page cache served (buffered reads it held; docs/memory.md)
+    pagecache_bytes: int = 0
+    #: of ``misses``, the experts whose every byte the page cache served (the rest came from disk)
+    pagecache_misses: int = 0
     #: per layer: (routed experts in routing order of first appearance, hit flags)
     route: dict[int, tuple[list[int], list[int]]] = field(default_factory=dict)
 
@@ -72,6 +76,11 @@ class ExpertCache:
     slices. ``overlap``/``prefetch``: speculative reads of the experts the previous token routed
     at the next ``prefetch`` layers, on the I/O lanes. All methods except the I/O workers' bodies
     run on the decode thread (the eval callback).
+
+    Tiers (docs/memory.md "The three tiers in bmoe-run"): a hit is served by this cache; a miss
+    by the page cache when every byte of its slices was read from pages the kernel held
+    (``pagecache_misses``, per layer ``layer_pagecache``), else by the disk. ``tiers``: the
+    reader can tell (O_DIRECT: every miss is a disk read; buffered: ``RWF_NOWAIT``).
     """
 
     def __init__(
@@ -110,6 +119,11 @@ class ExpertCache:
         self.spec_experts = 0
         self.spec_useful = 0
         self.rereads = 0  # misses on experts that had been resident before (evicted, read again)
+        self.tiers = reader.tiers
+        self.pagecache_misses = 0
+        self.pagecache_bytes = 0
+        self.layer_pagecache = [0] * layout.n_layer
+        self._spec_pc = 0  # page-cache bytes of finished speculative reads, not yet in a token
         self._spec_pending: set[tuple[int, int]] = set()  # prefetched, not yet routed
         self._spec_lock = threading.Lock()
         self._spec_busy = 0.0
@@ -131,6 +145,8 @@ class ExpertCache:
         self._native_seen = [0] * layout.n_layer
         self._native_misses = (ctypes.c_uint64 * layout.n_layer)()
         self._native_mseen = [0] * layout.n_layer
+        self._native_pc = (ctypes.c_uint64 * layout.n_layer)()
+        self._native_pcseen = [0] * layout.n_layer
         k = max(1, layout.n_expert_used)
         self._touch = (ctypes.c_int32 * (2 * (6 * layout.n_layer * k + layout.n_layer * layout.n_expert) + 16))()
         self.native: HookState | None = None
@@ -139,7 +155,7 @@ class ExpertCache:
         self._clib: Any = None
         #: the Python LRU changed outside the native log since the mirror was last synced
         self._c_dirty = True
-        self._ctake = (ctypes.c_int64 * 10)()
+        self._ctake = (ctypes.c_int64 * 12)()
         self._corder: Any = None  # the buffer bmoe_cache_order fills
         #: the per-layer routing of the layers the native callback served is wanted (tok.route)
         self._route_wanted = False
@@ -178,6 +194,7 @@ class ExpertCache:
         state.layer_hits = ctypes.addressof(self._native_hits)
         state.layer_misses = ctypes.addressof(self._native_misses)
         state.ever = ctypes.addressof(self._ever)
+        state.layer_pagecache = ctypes.addressof(self._native_pc)
         state.touch = ctypes.addressof(self._touch)
         state.touch_cap = len(self._touch)
         state.n_touch = 0
@@ -194,7 +211,8 @@ class ExpertCache:
             for tb in bufs:
                 base, size = tb.mapping_span
                 if lib.bmoe_cache_tensor(c, il, tb.addr, tb.info.file_offset, tb.info.expert_stride, base, size,
-                                         fds[tb.info.shard], int(self.reader.direct)) != 0:
+                                         fds[tb.info.shard], int(self.reader.direct),
+                                         int(self.reader.nowait)) != 0:
                     lib.bmoe_cache_free(c)
                     return
         self._ccache, self._clib = c, lib
@@ -298,6 +316,10 @@ class ExpertCache:
             self.native_misses_served += c[8]
             self.misses += c[8]
             tok.misses += c[8]
+            tok.pagecache_bytes += c[10]
+            self.pagecache_bytes += c[10]
+            tok.pagecache_misses += c[11]
+            self.pagecache_misses += c[11]
             if served and n:
                 self.resident_bytes = c[9]
         hits, seen = self._native_hits, self._native_seen
@@ -313,6 +335,9 @@ class ExpertCache:
             if d:
                 mseen[il] = mlayer[il]
                 self.layer_misses[il] += d
+                d = self._native_pc[il] - self._native_pcseen[il]
+                self._native_pcseen[il] = self._native_pc[il]
+                self.layer_pagecache[il] += d
 
     def _read_log(self, n: int, move: bool) -> None:
         """The native log's ``n`` words: the per-layer routing (``tok.route``), the early
@@ -352,6 +377,13 @@ class ExpertCache:
     def _holds(self, il: int, e: int) -> bool:
         """Expert ``e`` of layer ``il`` has bytes in its pages: resident or being read."""
         return 0 <= e < self._n_expert and (self._flags[il * self._n_expert + e] == 1 or (il, e) in self.inflight)
+
+    def tier_counters(self) -> tuple[int, int, tuple[int, ...]] | None:
+        """(misses the page cache served, their bytes, per layer the misses) since load, or None
+        when the reader cannot tell (buffered reads without ``RWF_NOWAIT``)."""
+        if not self.tiers:
+            return None
+        return (self.pagecache_misses, self.pagecache_bytes, tuple(self.layer_pagecache))
 
     def counters(self) -> tuple[int, int, int, tuple[int, ...], tuple[int, ...]]:
         """(hits, misses, read_bytes, layer_hits, layer_misses) since load: a cheap copy."""
@@ -496,11 +528,12 @@ class ExpertCache:
             return
         tok = self.tok
         t0 = time.perf_counter()
-        busy = self._run_jobs([(tb, e) for e in missing for tb in self.layer_bufs[il]])
+        busy, pc_bytes, disk = self._run_jobs([(tb, e) for e in missing for tb in self.layer_bufs[il]])
         blocked = time.perf_counter() - t0
         nbytes = len(missing) * self.layout.expert_bytes[il]
         tok.read_bytes += nbytes
         self.read_bytes += nbytes
+        self._count_tiers(il, len(missing) - len(disk), pc_bytes)
         if self.overlap:
             tok.io_s += busy
             tok.stall_s += blocked
@@ -517,7 +550,10 @@ class ExpertCache:
                 fut.result()
             except ExpertIOError:
                 self._drop_inflight((il, e))
-                tok.io_s += self._run_jobs([(tb, e) for tb in self.layer_bufs[il]])
+                busy, pc_bytes, _disk = self._run_jobs([(tb, e) for tb in self.layer_bufs[il]])
+                tok.io_s += busy
+                tok.pagecache_bytes += pc_bytes
+                self.pagecache_bytes += pc_bytes
                 tok.read_bytes += ebytes
                 self.read_bytes += ebytes
             tok.stall_s += time.perf_counter() - t0
@@ -544,31 +580,63 @@ class ExpertCache:
         self._replay_native()
         self._release_previous_layer()
         self.last_route = {il: set(r[0]) for il, r in self.tok.route.items()}
+        if self._spec_pc:
+            with self._spec_lock:
+                pc, self._spec_pc = self._spec_pc, 0
+            self.tok.pagecache_bytes += pc
+            self.pagecache_bytes += pc
         self.tok.mgmt_s += time.perf_counter() - t0
 
     # -- reads ----------------------------------------------------------------------------------
-    def _runs(self, jobs: list[tuple[TensorBuffer, int]]) -> list[Run]:
-        """The reads for (buffer, expert) slices: adjacent experts of one tensor are one range."""
+    def _count_tiers(self, il: int, n_pagecache: int, pc_bytes: int) -> None:
+        """Misses of layer ``il`` the page cache served, and the bytes it served."""
+        tok = self.tok
+        tok.pagecache_bytes += pc_bytes
+        tok.pagecache_misses += n_pagecache
+        self.pagecache_bytes += pc_bytes
+        if not self.no_cache:  # the counters since load count misses with a cache only (_count)
+            self.pagecache_misses += n_pagecache
+            self.layer_pagecache[il] += n_pagecache
+
+    @staticmethod
+    def _spans(jobs: list[tuple[TensorBuffer, int]]) -> list[tuple[TensorBuffer, int, int]]:
+        """(buffer, first expert, last expert): adjacent experts of one tensor are one range."""
         spans: list[tuple[TensorBuffer, int, int]] = []
         for tb, e in sorted(jobs, key=lambda j: (j[0].info.shard, j[0].info.file_offset, j[1])):
             if spans and spans[-1][0] is tb and spans[-1][2] == e - 1:
                 spans[-1] = (tb, spans[-1][1], e)
             else:
                 spans.append((tb, e, e))
-        out = []
-        for tb, e0, e1 in spans:
-            a, b = tb.slice_range(e0)[0], tb.slice_range(e1)[1]
-            out.append(Run(tb.info.shard, tb.info.file_offset + a, b - a, tb.addr + a, tb.view[a:b]))
-        return out
+        return spans
 
-    def _run_jobs(self, jobs: list[tuple[TensorBuffer, int]]) -> float:
+    @staticmethod
+    def _run_of(tb: TensorBuffer, e0: int, e1: int) -> Run:
+        a, b = tb.slice_range(e0)[0], tb.slice_range(e1)[1]
+        return Run(tb.info.shard, tb.info.file_offset + a, b - a, tb.addr + a, tb.view[a:b])
+
+    def _runs(self, jobs: list[tuple[TensorBuffer, int]]) -> list[Run]:
+        """The reads for (buffer, expert) slices: adjacent experts of one tensor are one range."""
+        return [self._run_of(tb, e0, e1) for tb, e0, e1 in self._spans(jobs)]
+
+    def _run_jobs(self, jobs: list[tuple[TensorBuffer, int]]) -> tuple[float, int, set[int]]:
         """Read every (buffer, expert) slice on the reader's lanes, largest first. Returns the
-        summed per-lane busy seconds; counts the page-aligned bytes in ``tok.xfer_bytes``."""
-        runs = self._runs(jobs)
-        runs.sort(key=lambda r: r.length, reverse=True)
-        self.tok.xfer_bytes += sum(r.xfer for r in runs)
-        self.tok.reads += len(runs)
-        return self.reader.read_runs(runs)
+        summed per-lane busy seconds, the bytes the page cache served and the experts some byte
+        of which it did not (every expert read, with O_DIRECT); counts the page-aligned bytes in
+        ``tok.xfer_bytes``."""
+        spans = self._spans(jobs)
+        runs = [self._run_of(*sp) for sp in spans]
+        order = sorted(range(len(runs)), key=lambda i: runs[i].length, reverse=True)
+        batch = [runs[i] for i in order]
+        self.tok.xfer_bytes += sum(r.xfer for r in batch)
+        self.tok.reads += len(batch)
+        busy, cached = self.reader.read_runs(batch)
+        disk: set[int] = set()
+        for k, i in enumerate(order):
+            tb, e0, e1 = spans[i]
+            got = cached[k] if k < len(cached) else 0
+            start = tb.slice_range(e0)[0]
+            disk.update(e for e in range(e0, e1 + 1) if got < tb.slice_range(e)[1] - start)
+        return busy, sum(cached), disk
 
     # -- eviction -------------------------------------------------------------------------------
     def _evict_for(self, nbytes: int, protect_layer: int, protect: set[int]) -> None:
@@ -666,10 +734,11 @@ class ExpertCache:
         tok.mgmt_s += time.perf_counter() - t0
 
     def _spec_read(self, il: int, e: int) -> float:
-        busy = self.reader.read_runs(self._runs([(tb, e) for tb in self.layer_bufs[il]]))
+        busy, cached = self.reader.read_runs(self._runs([(tb, e) for tb in self.layer_bufs[il]]))
         # io_s under overlap is lane-busy time; credited to the token being decoded when it ends
         with self._spec_lock:
             self._spec_busy += busy
+            self._spec_pc += sum(cached)
         return busy
 
     def take_spec_busy(self) -> float:
@@ -691,7 +760,8 @@ class ExpertCache:
                 self._evict_for(eb, protect_layer=-1, protect=set())
             if self.resident_bytes + self.inflight_bytes + eb > self.budget:
                 return 0
-        self._run_jobs([(tb, e) for tb in self.layer_bufs[il]])
+        _busy, pc_bytes, _disk = self._run_jobs([(tb, e) for tb in self.layer_bufs[il]])
+        self.pagecache_bytes += pc_bytes
         self._c_dirty = True
         self.lru[key] = eb
         self.resident_bytes += eb

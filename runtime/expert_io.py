@@ -7,7 +7,12 @@ threads around ``os.preadv`` (which releases the GIL too). With ``O_DIRECT`` (pr
 some file systems refuse it) a slice whose memory address is congruent to its file offset
 modulo 4096 is read by one scatter ``preadv``: the page-aligned middle straight into place, the
 two edge pages into a 4096-aligned bounce buffer; anything else goes through the bounce buffer.
-Without ``O_DIRECT`` reads go through the page cache straight into place.
+Without ``O_DIRECT`` reads go through the page cache straight into place, and each read tells
+which tier served it (docs/memory.md "The three tiers in bmoe-run"): a first
+``preadv2(RWF_NOWAIT)`` returns, without blocking, the bytes the page cache holds from the start
+of the range (it stops at the first page it does not hold); the rest is read as usual, from disk.
+That first call *is* the read when the range is cached, and one failing system call when it is
+not (benchmarks/bench_tiers.py). With ``O_DIRECT`` every byte comes from disk.
 
 Test hook: ``BMOE_INJECT_READ_ERROR=N`` makes the N-th read (1-based) fail once.
 """
@@ -60,6 +65,20 @@ def round_down(x: int, a: int) -> int:
     return x // a * a
 
 
+def _probe_nowait(fd: int) -> bool:
+    """The file system answers ``preadv2(RWF_NOWAIT)`` on buffered reads of ``fd``."""
+    flag = getattr(os, "RWF_NOWAIT", None)
+    if flag is None:
+        return False
+    try:
+        os.preadv(fd, [bytearray(1)], 0, flag)
+    except BlockingIOError:
+        return True  # answered: that byte is not in the page cache
+    except OSError:
+        return False  # EOPNOTSUPP: this file system cannot say
+    return True
+
+
 def _probe_direct(path: str) -> int:
     """An ``O_DIRECT`` descriptor of ``path`` when the file system accepts aligned reads, else -1."""
     if not hasattr(os, "O_DIRECT"):
@@ -84,8 +103,10 @@ class ExpertReader:
 
     ``o_direct``: use ``O_DIRECT`` where every shard accepts it (``direct`` tells whether it is
     in use). ``io_threads``: read lanes (1 = the caller reads). ``use_native``: the C lanes when
-    the native library builds (``native_lanes`` is then set). Raises ``OSError`` when a shard
-    cannot be opened.
+    the native library builds (``native_lanes`` is then set). ``nowait``: buffered reads ask the
+    page cache first (every shard's file system answers ``RWF_NOWAIT``); ``tiers``: each read says
+    which bytes the page cache served (``nowait``, or ``direct``: none). Raises ``OSError`` when
+    a shard cannot be opened.
     """
 
     def __init__(self, paths: Sequence[str | os.PathLike[str]], io_threads: int = 1, o_direct: bool = True,
@@ -110,6 +131,8 @@ class ExpertReader:
                 if fd >= 0:
                     os.close(fd)
             self.dfds = []
+        self.nowait = not self.direct and all(_probe_nowait(fd) for fd in self.fds)
+        self.tiers = self.direct or self.nowait
         self.io_threads = max(1, int(io_threads))
         self._lib = native.library() if use_native else None
         self.native_lanes: native.ReadPool | None = None
@@ -136,21 +159,27 @@ class ExpertReader:
         return self._spec_pool
 
     # -- batches ------------------------------------------------------------------------------
-    def read_runs(self, runs: Sequence[Run]) -> float:
-        """Read every run; returns the lanes' summed busy seconds. On the decode thread the batch
-        uses the ``io_threads`` lanes; on any other thread (speculative reads) it reads alone.
-        Raises :class:`ExpertIOError` (the first failure) after every lane has stopped."""
+    def read_runs(self, runs: Sequence[Run]) -> tuple[float, list[int]]:
+        """Read every run; returns the lanes' summed busy seconds and, per run, the bytes the
+        page cache served (from the run's start; 0 with O_DIRECT or without :attr:`tiers`).
+        On the decode thread the batch uses the ``io_threads`` lanes; on any other thread
+        (speculative reads) it reads alone. Raises :class:`ExpertIOError` (the first failure)
+        after every lane has stopped."""
         if not runs:
-            return 0.0
+            return 0.0, []
         self._count_reads(runs)
         on_decode = not getattr(self._local, "spec", False)
         if self._lib is not None:
             lanes = self.native_lanes if on_decode else self._own_native_lane()
             assert lanes is not None
             return self._read_native(lanes, runs)
+        cached = [0] * len(runs)
         if on_decode and self.pool is not None and len(runs) > 1:
-            return self._read_lanes(runs)
-        return sum(self._read_run(r) for r in runs)
+            return self._read_lanes(runs, cached), cached
+        busy = 0.0
+        for i, r in enumerate(runs):
+            busy += self._read_run(r, cached, i)
+        return busy, cached
 
     def mark_speculative_thread(self) -> None:
         """Called by a speculative-read worker: its batches read alone, not on the shared lanes."""
@@ -176,33 +205,36 @@ class ExpertReader:
             r = runs[self._inject_at - first]
             raise ExpertIOError(f"read of {r.length} bytes at offset {r.file_off} failed: injected I/O error")
 
-    def _read_native(self, lanes: native.ReadPool, runs: Sequence[Run]) -> float:
+    def _read_native(self, lanes: native.ReadPool, runs: Sequence[Run]) -> tuple[float, list[int]]:
         jobs = lanes.jobs(len(runs))
         direct = 1 if self.direct else 0
+        nowait = 1 if self.nowait else 0
         fds = self.dfds if self.direct else self.fds
         for i, r in enumerate(runs):
             j = jobs[i]
-            j.fd, j.direct, j.off, j.len, j.dst = fds[r.shard], direct, r.file_off, r.length, r.addr
+            j.fd, j.direct, j.off, j.len, j.dst, j.nowait = fds[r.shard], direct, r.file_off, r.length, r.addr, nowait
         busy, rc, bad = lanes.read(len(runs))
         if rc:
             r = runs[bad] if 0 <= bad < len(runs) else runs[0]
             why = os.strerror(-rc) if rc != -5 else "short read (end of file?)"
             raise ExpertIOError(f"read of {r.length} bytes at offset {r.file_off} failed: {why}")
-        return busy
+        return busy, [int(jobs[i].cached) for i in range(len(runs))]
 
-    def _read_run(self, r: Run) -> float:
-        return self.read_into(r.view, r.file_off, r.addr, r.shard, counted=True)
+    def _read_run(self, r: Run, cached: list[int], i: int) -> float:
+        t0 = time.perf_counter()
+        cached[i] = self._read(r.view, r.file_off, r.addr, r.shard, counted=True)
+        return time.perf_counter() - t0
 
-    def _read_lanes(self, runs: Sequence[Run]) -> float:
+    def _read_lanes(self, runs: Sequence[Run], cached: list[int]) -> float:
         """Python lanes (the calling thread is lane 0) pull runs, largest first, from one shared
         iterator: a slow read does not hold up the others' remaining work."""
         assert self.pool is not None
-        queue_ = iter(sorted(runs, key=lambda r: r.length, reverse=True))
+        queue_ = iter(sorted(range(len(runs)), key=lambda i: runs[i].length, reverse=True))
 
         def lane() -> float:
             busy = 0.0
-            for r in queue_:  # next() on a shared iterator is atomic under the GIL
-                busy += self._read_run(r)
+            for i in queue_:  # next() on a shared iterator is atomic under the GIL
+                busy += self._read_run(runs[i], cached, i)
             return busy
 
         futs = [self.pool.submit(lane) for _ in range(min(self.io_threads, len(runs)) - 1)]
@@ -238,7 +270,13 @@ class ExpertReader:
         :class:`ExpertIOError` on an OS error or a short read.
         """
         t0 = time.perf_counter()
+        self._read(view, file_off, dest_addr, shard, counted)
+        return time.perf_counter() - t0
+
+    def _read(self, view: memoryview, file_off: int, dest_addr: int | None, shard: int, counted: bool) -> int:
+        """:meth:`read_into`'s read; returns the bytes the page cache served (:attr:`nowait`)."""
         n = len(view)
+        cached = 0
         if self._inject_at and not counted:
             with self._count_lock:
                 self._reads += 1
@@ -254,6 +292,11 @@ class ExpertReader:
             else:
                 fd = self.fds[shard]
                 pos = 0
+                if self.nowait:
+                    try:
+                        pos = cached = os.preadv(fd, [view], file_off, os.RWF_NOWAIT)
+                    except BlockingIOError:
+                        pass  # its first page is not in the page cache
                 while pos < n:
                     got = os.preadv(fd, [view[pos:]], file_off + pos)
                     if got <= 0:
@@ -263,7 +306,7 @@ class ExpertReader:
             raise
         except OSError as e:
             raise ExpertIOError(f"read of {n} bytes at offset {file_off} failed: {e.strerror or e}") from None
-        return time.perf_counter() - t0
+        return cached
 
     def _read_direct_scatter(self, dfd: int, view: memoryview, file_off: int) -> bool:
         n = len(view)

@@ -73,6 +73,7 @@ class HookState(ctypes.Structure):
         ("type_offset", ctypes.c_size_t),
         ("layer_misses", ctypes.c_void_p),
         ("ever", ctypes.c_void_p),
+        ("layer_pagecache", ctypes.c_void_p),
     ]
 
     @classmethod
@@ -83,10 +84,12 @@ class HookState(ctypes.Structure):
 
 
 class Job(ctypes.Structure):
-    """``struct bmoe_job``: read ``len`` bytes at ``off`` of ``fd`` into ``dst``."""
+    """``struct bmoe_job``: read ``len`` bytes at ``off`` of ``fd`` into ``dst``; with ``nowait``
+    (buffered) ``cached`` comes back as the bytes the page cache served without blocking."""
 
     _fields_ = [("fd", ctypes.c_int), ("direct", ctypes.c_int), ("off", ctypes.c_uint64),
-                ("len", ctypes.c_uint64), ("dst", ctypes.c_void_p)]
+                ("len", ctypes.c_uint64), ("dst", ctypes.c_void_p), ("cached", ctypes.c_uint64),
+                ("nowait", ctypes.c_int)]
 
 
 class _Field(ctypes.Structure):
@@ -160,7 +163,8 @@ def library() -> Any:
     lib.bmoe_cache_new.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
     lib.bmoe_cache_new.restype = ctypes.c_void_p
     lib.bmoe_cache_tensor.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_uint64,
-                                      ctypes.c_uint64, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_int, ctypes.c_int]
+                                      ctypes.c_uint64, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_int, ctypes.c_int,
+                                      ctypes.c_int]
     lib.bmoe_cache_tensor.restype = ctypes.c_int
     lib.bmoe_cache_sync.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
     lib.bmoe_cache_sync.restype = None

@@ -48,7 +48,10 @@ class TokenStats:
     ``resident_mib``/``budget_mib``: the cache after this token. ``rss_mib``, ``majflt``
     (this token), ``cpu_ms`` (process CPU this token) are filled when the engine was built with
     ``process_stats=True`` (else -1). ``route``: per layer the routed ids and 1/0 hit flags, with
-    ``route_telemetry=True`` only; layers without MoE are empty.
+    ``route_telemetry=True`` only; layers without MoE are empty. ``pagecache_bytes``: of
+    ``read_bytes``, the bytes the page cache served, and ``pagecache_misses`` of ``misses`` the
+    experts it served whole (docs/memory.md "The three tiers in bmoe-run"); -1 when the reads
+    cannot tell (no cache reads at all, or buffered reads without ``RWF_NOWAIT``).
     """
 
     step: int
@@ -77,6 +80,13 @@ class TokenStats:
     majflt: int = -1
     cpu_ms: float = -1.0
     route: list[tuple[list[int], list[int]]] | None = None
+    pagecache_bytes: int = -1
+    pagecache_misses: int = -1
+
+    @property
+    def pagecache_mb(self) -> float:
+        """MiB of this token's reads the page cache served (-1: unknown)."""
+        return self.pagecache_bytes / MIB if self.pagecache_bytes >= 0 else -1.0
 
     @property
     def text(self) -> str:
@@ -125,6 +135,8 @@ class GenerationResult:
     ttft_s: float = 0.0
     hit_pct: float = -1.0
     prefill_read_bytes: int = 0
+    #: of ``read_bytes``, the bytes the page cache served (-1: the reads cannot tell)
+    pagecache_bytes: int = -1
     evictions: int = 0  # expert evictions during this generation (prompt included)
     rereads: int = 0  # misses on experts evicted earlier (prompt included)
     spec_bytes: int = 0
@@ -163,3 +175,6 @@ class CacheStats:
     spec_bytes: int = 0
     spec_experts: int = 0
     spec_useful: int = 0
+    #: misses the page cache served whole, per layer and in all (None: the reads cannot tell)
+    layer_pagecache: list[int] | None = None
+    pagecache_misses: int | None = None

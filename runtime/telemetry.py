@@ -135,6 +135,8 @@ def progress_line(st: TokenStats) -> str:
         "resident_mib": _r(st.resident_mib),
         "budget_mib": _r(st.budget_mib),
     }
+    if st.pagecache_bytes >= 0:
+        obj["pagecache_mb"] = _r(st.pagecache_mb, 4)
     if st.rss_mib >= 0:
         obj.update(rss_mib=_r(st.rss_mib, 1), majflt=st.majflt, cpu_ms=_r(st.cpu_ms))
     return bmoe("PROGRESS", obj)
