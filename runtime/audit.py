@@ -114,6 +114,7 @@ class AuditWriter:
     def base(self, event: str, counters: CacheCounters) -> dict[str, Any]:
         rec: dict[str, Any] = {"event": event, "time": utc_now_ms(), "pid": self.pid, "hybrid": self.hybrid}
         rec.update(counters.audit_counters())
+        rec.update(counters.tier_counters())  # additive: docs/memory.md "The three tiers in bmoe-run"
         return rec
 
     def check(self) -> None:

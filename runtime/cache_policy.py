@@ -76,7 +76,10 @@ class CacheCounters:
     ``upload_bytes`` = bytes read from flash for misses (and speculative reads); ``cpu_bytes``,
     ``copies``, ``bytes_copy`` are 0 (no hybrid, no device copies on this CPU runtime);
     ``extra_read_bytes``: profile fill and swap reads; ``resident`` / ``resident_bytes``: the
-    experts (and their bytes) the cache holds now. Per-layer lists are indexed by layer."""
+    experts (and their bytes) the cache holds now. Per-layer lists are indexed by layer.
+    ``pagecache_misses`` / ``pagecache_bytes`` / ``layer_pagecache``: of the misses, those the page
+    cache served whole, the bytes it served, per layer (docs/memory.md "The three tiers in
+    bmoe-run"); None when the reads cannot tell."""
 
     hits: int = 0
     hits_profile: int = 0
@@ -96,6 +99,15 @@ class CacheCounters:
     layer_hits: tuple = ()
     layer_hits_profile: tuple = ()
     layer_misses: tuple = ()
+    pagecache_misses: int | None = None
+    pagecache_bytes: int | None = None
+    layer_pagecache: tuple | None = None
+
+    def tier_counters(self) -> dict[str, int]:
+        """The tiers of the misses (audit records' additive keys; empty when unknown)."""
+        if self.pagecache_misses is None:
+            return {}
+        return {"misses_pagecache": self.pagecache_misses, "bytes_pagecache": self.pagecache_bytes or 0}
 
     def audit_counters(self) -> dict[str, int]:
         """The counters every audit record carries (reference "Audit log")."""
@@ -330,18 +342,21 @@ class MoeCacheExt:
                                  layer_hits=z, layer_hits_profile=z, layer_misses=z,
                                  extra_read_bytes=self.extra_read_bytes)
         hits, misses, read_bytes, layer_hits, layer_misses = c.counters()
+        tiers = c.tier_counters()
         return CacheCounters(
             hits=hits, hits_profile=self.hits_profile, misses=misses,
             upload_bytes=read_bytes - self.extra_read_bytes,
             swaps=self.swaps, slots=self.slots, prefilled=self.prefilled, cache_bytes=self.cache_bytes,
             extra_read_bytes=self.extra_read_bytes, resident=len(c.lru), resident_bytes=int(c.resident_bytes),
             layer_hits=layer_hits, layer_hits_profile=tuple(self.layer_hits_profile), layer_misses=layer_misses,
+            pagecache_misses=tiers[0] if tiers else None, pagecache_bytes=tiers[1] if tiers else None,
+            layer_pagecache=tiers[2] if tiers else None,
         )
 
     def layers(self) -> list[dict]:
         """Per cached layer ``{il, slots, hits, hits_profile, misses, resident}`` (audit log
-        ``layers``). ``slots`` = experts the layer holds now (the LRU is shared by all layers).
-        Call between decodes (reads the LRU)."""
+        ``layers``), and ``misses_pagecache`` when the reads tell the tiers. ``slots`` = experts
+        the layer holds now (the LRU is shared by all layers). Call between decodes (reads the LRU)."""
         c = self.cache
         if c is None:
             return []
@@ -351,7 +366,9 @@ class MoeCacheExt:
         out = []
         for il in self.moe_layers:
             r = sorted(res.get(il, []))
-            out.append({"il": il, "slots": len(r), "hits": c.layer_hits[il],
-                        "hits_profile": self.layer_hits_profile[il], "misses": c.layer_misses[il],
-                        "resident": r})
+            row = {"il": il, "slots": len(r), "hits": c.layer_hits[il],
+                   "hits_profile": self.layer_hits_profile[il], "misses": c.layer_misses[il], "resident": r}
+            if c.tiers:
+                row["misses_pagecache"] = c.layer_pagecache[il]
+            out.append(row)
         return out

@@ -33,7 +33,8 @@ from bmoe_top.parsers.prom import SERIES
 
 from .cache_policy import CacheCounters
 
-__all__ = ["ServerCounters", "MetricsRegistry", "CONTENT_TYPE", "HTTP_SERIES", "REJECT_REASONS", "RESIDENT_SERIES"]
+__all__ = ["ServerCounters", "MetricsRegistry", "CONTENT_TYPE", "HTTP_SERIES", "REJECT_REASONS", "RESIDENT_SERIES",
+           "TIER_SERIES", "TIERS"]
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -47,6 +48,13 @@ HTTP_SERIES = (
      "header (431), timeout (408 or closed), connections (503), queue (503)."),
     ("bmoe:requests_cancelled_total", "counter", "Generations cancelled because their client disconnected."),
 )
+
+#: (name, help) of the tier counter (docs/metrics.md, docs/memory.md "The three tiers in bmoe-run"):
+#: every routed expert of layer N by the tier that served it
+TIER_SERIES = ("bmoe:expert_tier_total", "Routed experts of a MoE layer by the tier that served them: cache (a hit), "
+               "page_cache (a miss whose every byte the kernel's page cache held), disk (the other misses).")
+#: the ``tier`` label's values, nearest first
+TIERS = ("cache", "page_cache", "disk")
 
 #: (name, help) of the cache's residency gauges (docs/metrics.md); the budget is
 #: ``llamacpp:moe_cache_slots`` / ``llamacpp:moe_cache_bytes``
@@ -131,6 +139,8 @@ class _Collector(Collector):
             (n_res, h_res), (n_rb, h_rb) = RESIDENT_SERIES
             yield GaugeMetricFamily(n_res, h_res, value=float(c.resident))
             yield GaugeMetricFamily(n_rb, h_rb, value=float(c.resident_bytes))
+            if c.layer_pagecache is not None:
+                yield self._tiers(c, s.moe_layers)
         (n_conn, h_conn), (n_rej, h_rej), (n_can, h_can) = ((n, h) for n, _t, h in HTTP_SERIES)
         yield GaugeMetricFamily(n_conn, h_conn, value=float(s.http_connections))
         rej = CounterMetricFamily(n_rej[:-6], h_rej, labels=["reason"])
@@ -138,6 +148,19 @@ class _Collector(Collector):
             rej.add_metric([reason], float(s.rejected.get(reason, 0)))
         yield rej
         yield CounterMetricFamily(n_can[:-6], h_can, value=float(s.requests_cancelled))
+
+
+    @staticmethod
+    def _tiers(c: CacheCounters, layers: tuple) -> CounterMetricFamily:
+        fam = CounterMetricFamily(TIER_SERIES[0][:-6], TIER_SERIES[1], labels=["layer", "tier"])
+        assert c.layer_pagecache is not None
+        for il in layers:
+            hits = c.layer_hits[il] if il < len(c.layer_hits) else 0
+            miss = c.layer_misses[il] if il < len(c.layer_misses) else 0
+            pc = c.layer_pagecache[il] if il < len(c.layer_pagecache) else 0
+            for tier, v in zip(TIERS, (hits, pc, miss - pc)):
+                fam.add_metric([str(il), tier], float(v))
+        return fam
 
 
 class MetricsRegistry:

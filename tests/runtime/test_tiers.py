@@ -14,6 +14,7 @@ import sys
 import orjson
 import pytest
 from helpers.pagecache import evict
+from helpers.serve import Serve, complete, scrape_value
 
 from bmoe_top.parsers.gguf_layout import read_layout
 from bmoe_top.runtime import native
@@ -151,3 +152,36 @@ def test_bmoe_run_progress_carries_pagecache_mb(model):
     assert all(p["pagecache_mb"] == p["read_mb"] for p in buffered)
     assert any(p["read_mb"] > 0 for p in direct)
     assert all(p["pagecache_mb"] == 0 for p in direct)
+
+
+@pytest.mark.parametrize("odirect", [False, True], ids=["buffered", "o_direct"])
+def test_serve_metrics_and_audit_split_the_experts_by_tier(model, tmp_path, odirect):
+    """``bmoe:expert_tier_total{layer,tier}`` of a real ``bmoe-run serve``: per layer cache = the
+    layer's hits, page_cache + disk = its misses; the audit log's exit record carries the same
+    page-cache misses, in all and per layer. With O_DIRECT the page cache served none."""
+    audit = tmp_path / "a.jsonl"
+    args = ["--cache-mb", "0.2", "--force-cache", "--moe-cache-audit", str(audit)]
+    s = Serve(model, *args, *([] if odirect else ["--no-odirect"]))
+    try:
+        assert complete(s.url, PROMPT, 8).status_code == 200
+        layers = read_layout(str(model)).moe_layers
+        got = {il: {t: scrape_value(s.url, "bmoe:expert_tier_total", {"layer": str(il), "tier": t})
+                    for t in ("cache", "page_cache", "disk")} for il in layers}
+        hits = {il: scrape_value(s.url, "llamacpp:moe_cache_layer_hits_total", {"layer": str(il)}) for il in layers}
+        misses = {il: scrape_value(s.url, "llamacpp:moe_cache_layer_misses_total", {"layer": str(il)})
+                  for il in layers}
+    finally:
+        assert s.stop() == 0
+    for il in layers:
+        assert got[il]["cache"] == hits[il]
+        assert got[il]["page_cache"] + got[il]["disk"] == misses[il]
+    assert sum(misses.values()) > 0
+    pc = sum(v["page_cache"] for v in got.values())
+    if odirect:
+        assert pc == 0
+    else:
+        assert pc > 0
+    exit_rec = [orjson.loads(ln) for ln in audit.read_text().splitlines() if '"exit"' in ln][-1]
+    assert exit_rec["misses_pagecache"] == pc
+    assert {row["il"]: row["misses_pagecache"] for row in exit_rec["layers"]} == {
+        il: int(v["page_cache"]) for il, v in got.items()}
