@@ -149,15 +149,16 @@ class Progress(_RawRecord):
     ``stall_ms`` wall time compute lost to reads under overlap; ``read_mb`` flash MB read this
     token; ``cache_hit_pct`` cumulative hit rate (-1 = no cache); ``text`` the cumulative answer
     so far; ``delta_text``/``delta_reasoning`` incremental answer / reasoning text (extension
-    sent by newer runtimes).
+    sent by newer runtimes); ``pagecache_mb`` of ``read_mb``, the MB the page cache served
+    (bmoe-run's additive field; None when absent: docs/memory.md "The three tiers in bmoe-run").
     """
 
     __slots__ = ("step", "steps", "wall_ms", "io_ms", "compute_ms", "mgmt_ms", "stall_ms", "read_mb",
-                 "cache_hit_pct", "text", "delta_text", "delta_reasoning")
+                 "cache_hit_pct", "text", "delta_text", "delta_reasoning", "pagecache_mb")
     FIELDS = (
         ("step", "i"), ("steps", "i"), ("wall_ms", "f"), ("io_ms", "f"), ("compute_ms", "f"),
         ("mgmt_ms", "f"), ("stall_ms", "f"), ("read_mb", "f"), ("cache_hit_pct", "f"),
-        ("text", "s"), ("delta_text", "s"), ("delta_reasoning", "s"))
+        ("text", "s"), ("delta_text", "s"), ("delta_reasoning", "s"), ("pagecache_mb", "f"))
     NAMES = frozenset(n for n, _ in FIELDS)
     step: int | None
     steps: int | None
@@ -171,6 +172,7 @@ class Progress(_RawRecord):
     text: str | None
     delta_text: str | None
     delta_reasoning: str | None
+    pagecache_mb: float | None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -460,10 +462,12 @@ def parse_line(line: str) -> Any:
         text = d.get("text")
         dtext = d.get("delta_text")
         dreason = d.get("delta_reasoning")
+        pcache = d.get("pagecache_mb")
         if (type(step) is int and type(steps) is int and type(wall) is float and type(io) is float
                 and type(comp) is float and type(mgmt) is float and type(stall) is float
                 and type(read) is float and type(hit) is float and (text is None or type(text) is str)
-                and (dtext is None or type(dtext) is str) and (dreason is None or type(dreason) is str)):
+                and (dtext is None or type(dtext) is str) and (dreason is None or type(dreason) is str)
+                and (pcache is None or type(pcache) is float)):
             p = _new(Progress)
             p.step = step
             p.steps = steps
@@ -477,6 +481,7 @@ def parse_line(line: str) -> Any:
             p.text = text
             p.delta_text = dtext
             p.delta_reasoning = dreason
+            p.pagecache_mb = pcache
             p.raw = d
             p.prefix = ""
             return p

@@ -135,8 +135,9 @@ def progress_line(st: TokenStats) -> str:
         "resident_mib": _r(st.resident_mib),
         "budget_mib": _r(st.budget_mib),
     }
-    if st.pagecache_bytes >= 0:
-        obj["pagecache_mb"] = _r(st.pagecache_mb, 4)
+    if st.pagecache_bytes >= 0:  # the tiers of this token's routed experts (docs/memory.md)
+        obj.update(pagecache_mb=_r(st.pagecache_mb, 4), hits=st.hits, misses=st.misses,
+                   misses_pagecache=st.pagecache_misses)
     if st.rss_mib >= 0:
         obj.update(rss_mib=_r(st.rss_mib, 1), majflt=st.majflt, cpu_ms=_r(st.cpu_ms))
     return bmoe("PROGRESS", obj)

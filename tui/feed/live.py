@@ -9,6 +9,7 @@ source's message as the reason.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -16,6 +17,7 @@ from bmoe_top.tui.feed.loader_log import loader_facts
 from bmoe_top.tui.feed.records import RecordFeed
 from bmoe_top.tui.model import RunModel, Status
 from bmoe_top.tui.model.health import SessionHealth
+from bmoe_top.tui.model.run import ProcessMemory
 from bmoe_top.tui.sources.events import (
     Connected,
     Disconnected,
@@ -31,6 +33,7 @@ from bmoe_top.tui.sources.events import (
     StateChanged,
 )
 from bmoe_top.tui.sources.live import LiveBase, LiveStatus
+from bmoe_top.tui.sources.procfs import ProcessGone, ProcReader, system_figures
 
 __all__ = ["LIVE_STATUS", "LiveFeed", "session_health"]
 
@@ -48,6 +51,9 @@ LIVE_STATUS: dict[LiveState, Status] = {
     LiveState.FAILED: Status.ABORTED,
     LiveState.CLOSED: Status.DONE,
 }
+
+#: Seconds between two readings of a live child's memory (taken when a record arrives).
+MEMORY_EVERY_S = 1.0
 
 #: Where a problem comes from when a sink failed (it also gets a log line).
 SINK_WHERE = frozenset({"record", "stderr", "event", "lines"})
@@ -73,6 +79,8 @@ class LiveFeed:
         self.source = source
         self.run = run
         self.records = RecordFeed(run, source.kind)
+        self._proc: ProcReader | None = None
+        self._mem_t = -MEMORY_EVERY_S
         self.events: dict[type, Callable[[Any], None]] = {
             StateChanged: self._state,
             Exited: self._exited,
@@ -94,6 +102,25 @@ class LiveFeed:
 
     def record(self, rec: Any, t: float) -> None:
         self.records.apply(rec, t)
+        self._sample_memory()
+
+    def _sample_memory(self) -> None:
+        """A live child's RSS split and MemAvailable into the run (``RunModel.process_memory``), at
+        most every :data:`MEMORY_EVERY_S` s, read as ``attach --pid`` reads them
+        (:class:`~bmoe_top.tui.sources.procfs.ProcReader`)."""
+        pid = getattr(self.source, "pid", None)
+        now = time.monotonic()
+        if pid is None or now - self._mem_t < MEMORY_EVERY_S:
+            return
+        self._mem_t = now
+        if self._proc is None or self._proc.pid != pid:
+            self._proc = ProcReader(pid)
+        try:
+            p = self._proc.figures()
+        except (ProcessGone, OSError):
+            return  # exited: the last reading stays
+        sy = system_figures()
+        self.run.set_process_memory(ProcessMemory(p.rss_anon, p.rss_file, sy.mem_available))
 
     def stderr(self, line: str, t: float) -> None:
         """A stderr line: the log pane, and the run header facts a loader line gives (model, arch,

@@ -162,6 +162,13 @@ class RecordFeed:
             "mgmt_ms": rec.mgmt_ms, "stall_ms": rec.stall_ms, "read_mib": rec.read_mb,
             "cache_hit_pct": rec.cache_hit_pct, "text_end": turn.text_len,
         }
+        if rec.pagecache_mb is not None:  # the tiers (docs/memory.md "The three tiers in bmoe-run")
+            row["pagecache_mib"] = rec.pagecache_mb
+            if rec.read_mb is not None:
+                row["disk_mib"] = max(0.0, rec.read_mb - rec.pagecache_mb)
+            misses, pc = rec.raw.get("misses"), rec.raw.get("misses_pagecache")
+            if type(misses) is int and type(pc) is int:
+                row["misses_disk"] = max(0, misses - pc)
         if self._load is not None:
             row["load_mib"], row["load_ms"] = self._load
             self._load = None

@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-__all__ = ["CATALOGUE", "NOT_EXPORTED", "SHARED_LABELS", "Form", "Quantity", "Scope", "q", "quantities"]
+__all__ = ["CATALOGUE", "NOT_EXPORTED", "SHARED_LABELS", "TIERS", "Form", "Quantity", "Scope", "q", "quantities"]
 
 #: What a value the server does not export reads as (one wording, screen and JSON).
 NOT_EXPORTED = "not exported"
@@ -115,6 +115,11 @@ METRICS = ("attach --metrics panel", "attach --metrics --once --json")
 AUDIT = ("attach --audit panel", "attach --audit --once --json")
 FLEET = ("fleet table", "fleet drill-down", "fleet --once --json", "Grafana board")
 TRENDS = ("trends", "breakdown readout")
+TIER_PANEL = ("run panel (memory tiers)",)
+
+#: The tiers that serve a routed expert, nearest first: the runtime's expert cache, the kernel's
+#: page cache (a buffered read of pages it held), the disk (docs/memory.md)
+TIERS = ("expert cache", "page cache", "disk")
 
 _TIMED = "bmoe:timed_tokens_total"
 _WALL = "bmoe:token_wall_seconds_total"
@@ -486,6 +491,39 @@ _ITEMS: tuple[Quantity, ...] = (
        "100 * flash_ms / wall_ms (per point, no query)",
        "Share of the wall time per token spent waiting for expert reads (serial: io; overlap: stall).",
        "Not a stall share in serial I/O (serial I/O has no stall); not io / wall under overlap.", FLEET),
+    # -- the memory tiers of a bmoe-run run (docs/memory.md "The three tiers in bmoe-run") ----------
+    _q("tier.cache_pct", "hits", TIERS[0], "% of routed", S.RUN, F.PCT,
+       "100 * sum(hits) / sum(hits + misses) over the token rows that carry the tiers",
+       "Share of the routed experts the runtime's own expert cache served (hits).",
+       "Not bytes; not the source's own hit rate (`hit`), which may count prompts too.", TIER_PANEL),
+    _q("tier.page_cache_pct", "misses_pagecache", TIERS[1], "% of routed", S.RUN, F.PCT,
+       "100 * sum(misses_pagecache) / sum(hits + misses) over the same rows",
+       "Share of the routed experts missed by the expert cache whose every byte a buffered read "
+       "(`--no-odirect`) found in the kernel's page cache.",
+       "Not what the page cache holds of the model (`attach --pid` shows that); 0 with O_DIRECT.", TIER_PANEL),
+    _q("tier.disk_pct", "misses_disk", TIERS[2], "% of routed", S.RUN, F.PCT,
+       "100 * sum(misses - misses_pagecache) / sum(hits + misses) over the same rows",
+       "Share of the routed experts read (some byte of them at least) from the disk.",
+       "Not the bytes read (`read from disk`).", TIER_PANEL),
+    _q("tier.page_cache_mib", "pagecache_mib", "read from page cache", "MiB", S.RUN, F.MIB,
+       "sum(pagecache_mib) over the token rows",
+       "Expert payload MiB the page cache served (buffered reads of pages the kernel held).",
+       "Not the page cache's size.", TIER_PANEL),
+    _q("tier.disk_mib", "disk_mib", "read from disk", "MiB", S.RUN, F.MIB,
+       "sum(read_mib - pagecache_mib) over the rows that carry pagecache_mib",
+       "Expert payload MiB read from the disk.", "Not page-aligned (`read aligned`).", TIER_PANEL),
+    _q("token.pagecache_mib", "pagecache_mib", "read page cache", "MiB", S.TOKEN, F.MIB, "the row's pagecache_mib",
+       "Of the row's read MiB, what the page cache served.", "Not the page cache's size.", TRENDS),
+    _q("tier.rss_anon", "rss_anon", "RSS anon", "MiB", S.NOW, F.BYTES, "RssAnon of /proc/PID/status",
+       "The runtime process's anonymous resident memory: what it allocated, its expert cache included.",
+       "Not VmRSS, which adds the file pages it maps.", TIER_PANEL),
+    _q("tier.rss_file", "rss_file", "RSS file", "MiB", S.NOW, F.BYTES, "RssFile of /proc/PID/status",
+       "The file pages the runtime process maps and has in RAM (page cache it maps).",
+       "Not the page cache's share of the model: cached pages it does not map are not in it.", TIER_PANEL),
+    _q("tier.mem_available", "mem_available", "MemAvailable", "MiB", S.NOW, F.BYTES,
+       "MemAvailable of /proc/meminfo",
+       "RAM available without swapping: free memory plus the page cache the kernel may reclaim, the room "
+       "the page cache has to hold the model.", "Not free memory alone.", TIER_PANEL),
     # -- the device sidecar -----------------------------------------------------------------------
     _q("device.peak_rss", "peak_rss_kb", "peak RSS", "MiB", S.DEVICE, F.MIB, "peak_rss_kb / 1024",
        "The process's highest resident memory (device sidecar).", "Not the memory now.", PANEL + TITLE),

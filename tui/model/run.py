@@ -55,8 +55,8 @@ from bmoe_top.tui.model.routes import ExpertCounts, LayerShares, RoutesReader, R
 from bmoe_top.tui.model.status import RowUnit, Status
 from bmoe_top.tui.model.turns import TURNLESS_STATUSES, ProblemEntry, Turn, TurnlessRequest
 
-__all__ = ["BASE_COLUMNS", "KEEP_ALL", "LIVE", "MAX_ALERTS", "MAX_PROBLEMS", "Retention", "RunModel", "robust_top",
-           "safe"]
+__all__ = ["BASE_COLUMNS", "KEEP_ALL", "LIVE", "MAX_ALERTS", "MAX_PROBLEMS", "ProcessMemory", "Retention", "RunModel",
+           "robust_top", "safe"]
 
 #: Token columns every run has (NaN when the source did not send them).
 BASE_COLUMNS = (
@@ -116,6 +116,18 @@ def _safe_mapping(values: Mapping[str, Any]) -> dict[str, Any]:
 
 
 @dataclass(frozen=True, slots=True)
+class ProcessMemory:
+    """A live runtime process's memory (docs/memory.md "What each number counts"), bytes; None =
+    the kernel did not say. ``rss_anon`` / ``rss_file``: ``RssAnon`` / ``RssFile`` of
+    ``/proc/PID/status`` (what it allocated, its expert cache included / the file pages it maps);
+    ``mem_available``: ``MemAvailable`` of ``/proc/meminfo``, the RAM the page cache may still use."""
+
+    rss_anon: int | None
+    rss_file: int | None
+    mem_available: int | None
+
+
+@dataclass(frozen=True, slots=True)
 class Retention:
     """How much of a run a model keeps at full resolution (None = everything).
 
@@ -164,6 +176,7 @@ class RunModel:
         self._resident: NDArray[np.bool_] | None = None
         self._expert_rank: NDArray[np.int32] | None = None
         self._resident_mib: float | None = None
+        self._process_memory: ProcessMemory | None = None
         self._budget_mib: float | None = None
         self._last_line_t: float | None = None
         self._row_unit = RowUnit.TOKEN
@@ -284,6 +297,17 @@ class RunModel:
     @property
     def resident_mib(self) -> float | None:
         return self._resident_mib
+
+    @property
+    def process_memory(self) -> ProcessMemory | None:
+        """The runtime process's RSS split and the RAM left to the page cache, newest reading
+        (a live child only; None otherwise)."""
+        return self._process_memory
+
+    def set_process_memory(self, pm: ProcessMemory) -> None:
+        with self.lock:
+            self._process_memory = pm
+            self._touch()
 
     @property
     def budget_mib(self) -> float | None:

@@ -356,6 +356,39 @@ def device_rows(sidecar: Mapping[str, str]) -> list[tuple[str, str, str]]:
     return out
 
 
+def tier_rows(run: RunModel, stop: int | None = None) -> list[tuple[str, str, str]]:
+    """The run panel's "memory tiers" section (docs/memory.md "The three tiers in bmoe-run"):
+    the routed experts of the token rows up to ``stop`` (default all) split by the tier that
+    served them (:data:`~bmoe_top.tui.model.quantities.TIERS`), the MiB read from the page cache
+    and from the disk, and the runtime process's RSS split and the RAM left to the page cache (a
+    live child). Empty when the source sends none of it (a runtime that cannot tell the tiers)."""
+    out: list[tuple[str, str, str]] = []
+    with run.lock:
+        hits = run.column_stats("hits", 0, stop) if run.tokens.has("hits") else None
+        pc = run.column_stats("misses_pagecache", 0, stop) if run.tokens.has("misses_pagecache") else None
+        disk = run.column_stats("misses_disk", 0, stop) if run.tokens.has("misses_disk") else None
+        pc_mib = run.column_stats("pagecache_mib", 0, stop) if run.tokens.has("pagecache_mib") else None
+        disk_mib = run.column_stats("disk_mib", 0, stop) if run.tokens.has("disk_mib") else None
+        pm = run.process_memory
+    if hits is not None and pc is not None and disk is not None and hits.count:
+        routed = hits.sum + pc.sum + disk.sum
+        split = [(q(k), v) for k, v in (("tier.cache_pct", hits.sum), ("tier.page_cache_pct", pc.sum),
+                                         ("tier.disk_pct", disk.sum))]
+        if routed > 0:
+            out.extend((x.label, show(x, 100.0 * v / routed), "derived") for x, v in split)
+    for key, st in (("tier.page_cache_mib", pc_mib), ("tier.disk_mib", disk_mib)):
+        if st is not None and st.count:
+            out.append((q(key).label, show(q(key), st.sum), "derived"))
+    if pm is not None:
+        for key, v in (("tier.rss_anon", pm.rss_anon), ("tier.rss_file", pm.rss_file),
+                       ("tier.mem_available", pm.mem_available)):
+            x = q(key)
+            out.append((x.label, MISSING if v is None else show(x, v), MISSING if v is None else ""))
+    if out:
+        out.insert(0, ("memory tiers", "", "section"))
+    return out
+
+
 def run_panel_rows(run: RunModel, cursor: int, playing: str = "") -> list[tuple[str, str, str]]:
     """The run panel: (label, value, kind) rows; kind ``missing`` (the source did not send it),
     ``derived`` (from the token rows), ``name`` (the model), ``problem``, or ``""``. ``cursor`` is
@@ -393,6 +426,7 @@ def run_panel_rows(run: RunModel, cursor: int, playing: str = "") -> list[tuple[
     out.append((s["summary_scope"], "", "section"))
     for label, text, kind in summary_rows(s):
         row(label, text, kind)
+    out.extend(tier_rows(run, upto))
     dev = device_rows(s["sidecar"])
     if dev:
         out.append(("device", "", "section"))
