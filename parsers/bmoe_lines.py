@@ -239,13 +239,16 @@ class Error:
 class Route:
     """``BMOE_ROUTE`` (extension): per layer (index = layer), the routed expert ids and, aligned
     with them, 1 when the expert was resident (hit) / 0 (miss). ``phase`` is "prefill" or
-    "decode" as sent. A layer without MoE has an empty list."""
+    "decode" as sent. A layer without MoE has an empty list. ``tier`` (bmoe-run, decode, when its
+    reads tell): aligned the same way, the tier that served each expert, 0 the expert cache, 1
+    the page cache, 2 the disk (docs/memory.md "The three tiers in bmoe-run"); None when absent."""
 
     step: int | None = None
     turn: int | None = None
     phase: str | None = None
     experts: list[list[int]] | None = None
     hit: list[list[int]] | None = None
+    tier: list[list[int]] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     prefix: str = ""
 
@@ -302,7 +305,8 @@ _SCHEMAS: dict[str, tuple[Any, tuple[tuple[str, str], ...]]] = {
         ("cache_resident_mib", "f"), ("cache_budget_mib", "f"), ("spec_recall_pct", "f"),
         ("stall_s_tok", "f"), ("mgmt_s_tok", "f"), ("text", "s"))),
     "ERROR": (Error, (("id", "i"), ("fatal", "b"), ("msg", "s"))),
-    "ROUTE": (Route, (("step", "i"), ("turn", "i"), ("phase", "s"), ("experts", "L"), ("hit", "L"))),
+    "ROUTE": (Route, (("step", "i"), ("turn", "i"), ("phase", "s"), ("experts", "L"), ("hit", "L"),
+                        ("tier", "L"))),
     "RESIDENT": (Resident, (("step", "i"), ("n_expert", "i"), ("resident", "L"),
                             ("resident_mib", "f"), ("budget_mib", "f"))),
 }
@@ -356,7 +360,9 @@ def _lists_problem(name: str, lists: list[list[int]] | None) -> str | None:
 def _route_problem(rec: Route) -> str | None:
     return _lists_problem("experts", rec.experts) or (
         f"field 'hit': {len(rec.hit)} layers, over the cap of {MAX_LAYERS} (parsers/limits.py)"
-        if rec.hit and len(rec.hit) > MAX_LAYERS else None)
+        if rec.hit and len(rec.hit) > MAX_LAYERS else None) or (
+        f"field 'tier': {len(rec.tier)} layers, over the cap of {MAX_LAYERS} (parsers/limits.py)"
+        if rec.tier and len(rec.tier) > MAX_LAYERS else None)
 
 
 def _resident_problem(rec: Resident) -> str | None:

@@ -64,6 +64,7 @@ static const struct bmoe_field mode_values[] = {
 
 static const struct bmoe_field log_values[] = {
     VALUE(BMOE_LOG_HIT), VALUE(BMOE_LOG_MISS), VALUE(BMOE_LOG_EVICT), VALUE(BMOE_LOG_INSERT), VALUE(BMOE_LOG_PREFETCH),
+    VALUE(BMOE_LOG_PAGECACHE),
 };
 
 #define ROWS(a) (sizeof(a) / sizeof((a)[0]))
@@ -939,7 +940,7 @@ static bool serve_layer(struct bmoe_hook *h, void *t, int il) {
             resident -= c->ebytes[vl];
         }
     }
-    if (h->n_touch + 2 * (k + nv + nm) > h->touch_cap || grow_jobs(c, nm * c->layer_nt[il])) return false;
+    if (h->n_touch + 2 * (k + nv + 2 * nm) > h->touch_cap || grow_jobs(c, nm * c->layer_nt[il])) return false;
     /* routing order: hits to the recent end, misses noted */
     const int log0 = h->n_touch;
     for (int64_t i = 0; i < k; ++i) {
@@ -1044,7 +1045,12 @@ static void count_tiers(struct bmoe_hook *h, struct bmoe_cache *c, int il, const
         }
     }
     int pc = 0;
-    for (int i = 0; i < nm; ++i) pc += !c->disk[miss[i]];
+    for (int i = 0; i < nm; ++i) {
+        if (c->disk[miss[i]]) continue;
+        ++pc;
+        h->touch[h->n_touch++] = il | BMOE_LOG_PAGECACHE << 16;
+        h->touch[h->n_touch++] = miss[i];
+    }
     c->pagecache_misses += pc;
     if (h->layer_pagecache) h->layer_pagecache[il] += (uint64_t) pc;
 }

@@ -32,6 +32,7 @@ enum bmoe_log_kind {
     BMOE_LOG_EVICT = 2,    /* an expert left the LRU (its pages were given back or moved) */
     BMOE_LOG_INSERT = 3,   /* a missed expert was read and entered the recent end */
     BMOE_LOG_PREFETCH = 4, /* an expert predicted for the next layer was read and entered the recent end */
+    BMOE_LOG_PAGECACHE = 5, /* a missed expert every byte of which the page cache served (a nowait read) */
 };
 
 struct bmoe_cache;

@@ -381,7 +381,7 @@ class _TokenLines:
             if ln:
                 out.append(ln)
         if self.route and st.route is not None:
-            out.append(route_line(st.step, eng.turn, "decode", st.route))
+            out.append(route_line(st.step, eng.turn, "decode", st.route, st.route_tier))
         out.append(progress_line(st))
         if self.route and (st.step % self.every == 0 or st.step == st.steps):
             out.append(resident_line(eng, st.step))

@@ -703,6 +703,10 @@ class Engine:
         st.resident_mib = cache.resident_mib
         if self.route_telemetry:
             st.route = [tk.route.get(il, ([], [])) for il in range(self.n_layer)]
+            if cache.tiers:
+                pcs = tk.route_pagecache
+                st.route_tier = [[0 if h else (1 if e in pcs.get(il, ()) else 2) for e, h in zip(*r)]
+                                 for il, r in enumerate(st.route)]
         res = turn.res
         res.io_s += io_s
         res.mgmt_s += tk.mgmt_s

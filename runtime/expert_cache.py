@@ -35,6 +35,7 @@ __all__ = ["ExpertCache", "TokenCounters", "MIB"]
 
 #: the native log's kinds as plain ints (the replay compares one per logged expert)
 _HIT, _MISS, _EVICT, _PREFETCH = int(LogKind.HIT), int(LogKind.MISS), int(LogKind.EVICT), int(LogKind.PREFETCH)
+_PAGECACHE = int(LogKind.PAGECACHE)
 
 
 @dataclass
@@ -56,6 +57,9 @@ class TokenCounters:
     pagecache_misses: int = 0
     #: per layer: (routed experts in routing order of first appearance, hit flags)
     route: dict[int, tuple[list[int], list[int]]] = field(default_factory=dict)
+    #: per layer: the missed experts the page cache served whole (the others of ``route``'s
+    #: misses came from disk)
+    route_pagecache: dict[int, set[int]] = field(default_factory=dict)
 
 
 @dataclass
@@ -365,6 +369,8 @@ class ExpertCache:
                 else:
                     r[0].append(e)
                     r[1].append(hit)
+            elif kind == _PAGECACHE:
+                tok.route_pagecache.setdefault(il, set()).add(e)
             elif kind == _EVICT:
                 pending.discard((il, e))
             elif kind == _PREFETCH:
@@ -534,6 +540,8 @@ class ExpertCache:
         tok.read_bytes += nbytes
         self.read_bytes += nbytes
         self._count_tiers(il, len(missing) - len(disk), pc_bytes)
+        if self.reader.nowait:
+            tok.route_pagecache.setdefault(il, set()).update(e for e in missing if e not in disk)
         if self.overlap:
             tok.io_s += busy
             tok.stall_s += blocked

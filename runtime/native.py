@@ -44,6 +44,7 @@ class LogKind(enum.IntEnum):
     EVICT = 2  # an expert left the LRU
     INSERT = 3  # a missed expert was read and entered the recent end
     PREFETCH = 4  # an expert predicted for the next layer was read and entered the recent end
+    PAGECACHE = 5  # a missed expert every byte of which the page cache served
 
 
 class HookState(ctypes.Structure):

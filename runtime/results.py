@@ -80,6 +80,9 @@ class TokenStats:
     majflt: int = -1
     cpu_ms: float = -1.0
     route: list[tuple[list[int], list[int]]] | None = None
+    #: with ``route``, when the reads tell the tiers: per layer, aligned with the routed ids, the
+    #: tier that served each (0 expert cache, 1 page cache, 2 disk)
+    route_tier: list[list[int]] | None = None
     pagecache_bytes: int = -1
     pagecache_misses: int = -1
 

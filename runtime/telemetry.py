@@ -143,12 +143,15 @@ def progress_line(st: TokenStats) -> str:
     return bmoe("PROGRESS", obj)
 
 
-def route_line(step: int, turn: int, phase: str, route: list[tuple[list[int], list[int]]]) -> str:
-    return bmoe(
-        "ROUTE",
-        {"step": step, "turn": turn, "phase": phase,
-         "experts": [list(r[0]) for r in route], "hit": [list(r[1]) for r in route]},
-    )
+def route_line(step: int, turn: int, phase: str, route: list[tuple[list[int], list[int]]],
+               tier: list[list[int]] | None = None) -> str:
+    """``BMOE_ROUTE``; additive ``tier`` (decode, when the reads tell the tiers): per layer, aligned
+    with ``experts``, 0 = the expert cache, 1 = the page cache, 2 = the disk served it."""
+    obj: dict[str, object] = {"step": step, "turn": turn, "phase": phase,
+                              "experts": [list(r[0]) for r in route], "hit": [list(r[1]) for r in route]}
+    if tier is not None:
+        obj["tier"] = tier
+    return bmoe("ROUTE", obj)
 
 
 def resident_line(eng: Engine, step: int) -> str:

@@ -185,3 +185,38 @@ def test_serve_metrics_and_audit_split_the_experts_by_tier(model, tmp_path, odir
     assert exit_rec["misses_pagecache"] == pc
     assert {row["il"]: row["misses_pagecache"] for row in exit_rec["layers"]} == {
         il: int(v["page_cache"]) for il, v in got.items()}
+
+
+def _lines(model, *extra):
+    out = subprocess.run(
+        [sys.executable, "-m", "bmoe_top.runtime.cli", "-m", str(model), "-c", "256", "-n", "8", "-t", "2",
+         "--cache-mb", "0.2", "--force-cache", "--progress", "--route-telemetry", "--quiet", "-p", PROMPT, *extra],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    recs: dict[str, list[dict]] = {"PROGRESS": [], "ROUTE": []}
+    for ln in out.stdout.splitlines():
+        tag, _, body = ln.partition(" ")
+        if tag.removeprefix("BMOE_") in recs:
+            recs[tag.removeprefix("BMOE_")].append(orjson.loads(body))
+    return recs
+
+
+@pytest.mark.parametrize("odirect", [False, True], ids=["buffered", "o_direct"])
+def test_route_lines_name_each_experts_tier(model, odirect):
+    """``BMOE_ROUTE`` decode lines carry ``tier`` aligned with ``experts``: 0 exactly where ``hit``
+    is 1; buffered (the file in the page cache since the load) every miss is 1, with O_DIRECT 2;
+    each token's 1s are its ``misses_pagecache``."""
+    recs = _lines(model, *([] if odirect else ["--no-odirect"]))
+    decode = [r for r in recs["ROUTE"] if r["phase"] == "decode"]
+    assert decode and all("tier" in r for r in decode)
+    miss_tier = 2 if odirect else 1
+    for r in decode:
+        for hits, tiers in zip(r["hit"], r["tier"]):
+            assert [0 if h else miss_tier for h in hits] == tiers
+    by_step = {p["step"]: p for p in recs["PROGRESS"]}
+    assert any(2 in sum(r["tier"], []) or 1 in sum(r["tier"], []) for r in decode)
+    for r in decode:
+        p = by_step[r["step"]]
+        assert sum(t == 1 for t in sum(r["tier"], [])) == p["misses_pagecache"]
+        assert sum(t != 0 for t in sum(r["tier"], [])) == p["misses"]
