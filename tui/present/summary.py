@@ -360,8 +360,8 @@ def tier_rows(run: RunModel, stop: int | None = None) -> list[tuple[str, str, st
     """The run panel's "memory tiers" section (docs/memory.md "The three tiers in bmoe-run"):
     the routed experts of the token rows up to ``stop`` (default all) split by the tier that
     served them (:data:`~bmoe_top.tui.model.quantities.TIERS`), the MiB read from the page cache
-    and from the disk, and the runtime process's RSS split and the RAM left to the page cache (a
-    live child). Empty when the source sends none of it (a runtime that cannot tell the tiers)."""
+    and from the disk, and beside them the runtime process's RSS split and the RAM left to the
+    page cache (a live child). Empty when the source sends no tiers (a runtime that cannot tell)."""
     out: list[tuple[str, str, str]] = []
     with run.lock:
         hits = run.column_stats("hits", 0, stop) if run.tokens.has("hits") else None
@@ -379,7 +379,7 @@ def tier_rows(run: RunModel, stop: int | None = None) -> list[tuple[str, str, st
     for key, st in (("tier.page_cache_mib", pc_mib), ("tier.disk_mib", disk_mib)):
         if st is not None and st.count:
             out.append((q(key).label, show(q(key), st.sum), "derived"))
-    if pm is not None:
+    if pm is not None and out:  # the RAM beside the tiers, for a runtime that sends them
         for key, v in (("tier.rss_anon", pm.rss_anon), ("tier.rss_file", pm.rss_file),
                        ("tier.mem_available", pm.mem_available)):
             x = q(key)
