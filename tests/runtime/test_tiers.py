@@ -117,19 +117,22 @@ def test_the_native_miss_path_counts_tiers_too(model):
     with _engine(model, cache_mb=None, o_direct=False) as e:
         c = e.cache
         assert c is not None and native.library() is not None
-        runs = []
+        runs, since_load = [], []
         for drop in (True, False):
             c.clear()
             if drop:
                 evict(model)
+            rb0, pc0 = c.read_bytes, c.pagecache_bytes
             r = e.generate(PROMPT, 6)
             runs.append([(s.read_bytes, s.pagecache_bytes, s.misses, s.pagecache_misses) for s in r.stats])
+            since_load.append((c.read_bytes - rb0, c.pagecache_bytes - pc0))  # the prompt's reads too
         assert c.native_misses_served > 0
-    cold, warm = runs
-    read = [t for t in warm if t[0] > 0]
-    assert read, "the second generation read nothing"
+    (cold_read, cold_pc), (warm_read, warm_pc) = since_load
+    assert cold_pc < cold_read  # the disk served some of the first generation's reads
+    assert warm_pc == warm_read > 0  # the page cache every byte of the second's
+    read = [t for t in runs[1] if t[0] > 0]
+    assert read, "the second generation's decode tokens read nothing"
     assert all(pc == rb and pm == m for rb, pc, m, pm in read)
-    assert sum(rb - pc for rb, pc, _m, _pm in cold) > 0  # the disk served some of the first
 
 
 def _bmoe_run(model, *extra):
