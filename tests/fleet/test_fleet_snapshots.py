@@ -105,8 +105,11 @@ async def test_once_json_agrees_with_the_screen(prom):
             row = screen.state.table.row(r["instance"], r["job"])
             for key, c in r["cells"].items():
                 assert Cell(c["value"], CellState(c["state"]), c["age_s"]) == row.cells[key], (r["instance"], key)
-            drawn = [value_of(cell) for cell in view.get_row(row_key(r["job"], r["instance"]))]
-            assert drawn == [row_values(row)[c.key][0].strip() for c in VIEW_COLUMNS]
+            want = [row_values(row)[c.key][0].strip() for c in VIEW_COLUMNS]
+            # the columns widen to the rows when they are first drawn: until that paint, cells are
+            # shortened to the headers' widths
+            await pilot_until(pilot, lambda r=r, want=want: [value_of(cell) for cell in view.get_row(
+                row_key(r["job"], r["instance"]))] == want, f"the row of {r['instance']} drawn whole")
         stock = dict(zip((c.key for c in VIEW_COLUMNS), map(value_of, view.get_row(row_key("llama", "10.0.0.9:8080")))))
         assert stock["hit_pct"] == stock["flash_ms"] == stock["resident"] == "not exported"
 
