@@ -106,7 +106,9 @@ class NoColorFilter(LineFilter):
 
     def __init__(self) -> None:
         super().__init__()
-        self._memo: dict[tuple[int, Color], tuple[Style, Style]] = {}
+        # (style, background) -> its plain style: one entry per distinct style (equal styles,
+        # as rich compares them, share it), so styles built afresh each frame add none
+        self._memo: dict[tuple[Style, Color], Style] = {}
 
     def _plain(self, style: Style, background: Color) -> Style:
         bg = style.bgcolor
@@ -128,10 +130,11 @@ class NoColorFilter(LineFilter):
         out = []
         for text, style, control in segments:
             if style is not None:
-                got = memo.get((id(style), background))
-                if got is None or got[0] is not style:
-                    got = memo[(id(style), background)] = (style, self._plain(style, background))
-                style = got[1]
+                key = (style, background)
+                got = memo.get(key)
+                if got is None:
+                    got = memo[key] = self._plain(style, background)
+                style = got
             out.append(Segment(text, style, control))
         return out
 

@@ -48,7 +48,34 @@ def test_memo_is_bounded() -> None:
     bg = Color(0, 0, 0)
     for i in range(MemoTruecolor.MAX_STYLES + 10):
         memo.apply([Segment("x", Style(color=f"#{i % 256:02x}{i // 256 % 256:02x}00"))], bg)
-    assert sum(len(m) for m in memo._memo.values()) <= MemoTruecolor.MAX_STYLES + 1
+    assert memo.held() <= MemoTruecolor.MAX_STYLES + 1
+
+
+def test_styles_built_afresh_each_frame_add_no_entries() -> None:
+    """A chart builds its cells' styles anew every frame: equal styles share one entry, so the
+    memo (and the styles it holds) stays at one entry per distinct style over any number of
+    frames instead of growing by a frame's styles until the cap (the live What-if chart at 300
+    tokens/s)."""
+    memo = MemoTruecolor(ANSIToTruecolor(DEFAULT_TERMINAL_THEME))
+    bg = Color(0, 0, 0)
+    looks = [dict(color="red"), dict(color="#61afef", bold=True), dict(color="white", bgcolor="#203040"),
+             dict(dim=True, color="yellow")]
+    for frame in range(500):
+        line = [Segment(f"{frame}", Style(**look)) for look in looks]  # new Style objects each frame
+        out = memo.apply(line, bg)
+        assert out == ANSIToTruecolor(DEFAULT_TERMINAL_THEME).apply(line, bg)
+        assert memo.held() == len(looks)
+
+
+def test_no_color_memo_holds_one_entry_per_distinct_style() -> None:
+    from bmoe_top.tui.app import NoColorFilter
+
+    f = NoColorFilter()
+    bg = Color(0, 0, 0)
+    for _ in range(500):
+        out = f.apply([Segment("x", Style(color="red", bgcolor="#ffffff")), Segment("y", Style(bold=True))], bg)
+        assert [s.style.color.is_default for s in out if s.style is not None and s.style.color] == [True, True]
+        assert len(f._memo) == 2
 
 
 def test_ascii_filter_keeps_every_line_ascii_and_its_cells() -> None:

@@ -278,9 +278,13 @@ def axis_row(w: TokenWindow, mark: int | None, style: Style, mark_style: Style, 
 
 class MemoTruecolor(LineFilter):
     """Textual's :class:`~textual.filter.ANSIToTruecolor` (``inner``) with its answer remembered
-    per style object and background: a line whose styles need no conversion (the views draw in
+    per style value and background: a line whose styles need no conversion (the views draw in
     truecolor) comes back as it is instead of as a copy of every segment. The same segments
-    come out as from ``inner.apply`` (tests/widgets/test_app_filter.py)."""
+    come out as from ``inner.apply`` (tests/widgets/test_app_filter.py).
+
+    The memo holds one entry per distinct style (equal styles share it, as rich compares them):
+    a view that builds its styles afresh every frame (a chart's cells) adds none after its first
+    frame, where entries per style object kept every frame's styles alive until the cap."""
 
     #: Styles remembered per background before the memo starts again (bounded memory).
     MAX_STYLES = 8192
@@ -288,7 +292,12 @@ class MemoTruecolor(LineFilter):
     def __init__(self, inner: ANSIToTruecolor) -> None:
         super().__init__(enabled=inner.enabled)
         self.inner = inner
-        self._memo: dict[Color, dict[int, tuple[Style, Style]]] = {}
+        # background -> style -> its conversion, None when it needs none (the style itself)
+        self._memo: dict[Color, dict[Style, Style | None]] = {}
+
+    def held(self) -> int:
+        """Styles remembered, over every background."""
+        return sum(len(m) for m in self._memo.values())
 
     def apply(self, segments: list[Segment], background: Color) -> list[Segment]:
         memo = self._memo.get(background)
@@ -303,10 +312,13 @@ class MemoTruecolor(LineFilter):
             text, style, control = seg
             new = None
             if style is not None:
-                got = memo.get(id(style))
-                if got is None or got[0] is not style:  # the style object is held: its id is not reused
-                    got = memo[id(style)] = (style, convert(style, rich_bg))
-                new = got[1]
+                if style in memo:
+                    got = memo[style]
+                    new = style if got is None else got
+                else:
+                    conv = convert(style, rich_bg)
+                    memo[style] = None if conv is style else conv
+                    new = conv
             if out is None:
                 if new is style and control is None:
                     continue
