@@ -135,7 +135,7 @@ DERIVED: dict[str, tuple[str, str, str]] = {
 }
 
 #: ``up`` per instance: 1 when its last scrape succeeded, 0 when it failed.
-UP_QUERY = "max by ($by) (up$sel)"
+UP_QUERY = q("fleet.up").promql
 
 
 def label_matcher(name: str, value: str) -> str:

@@ -120,6 +120,7 @@ TIER_PANEL = ("run panel (memory tiers)",)
 #: The tiers that serve a routed expert, nearest first: the runtime's expert cache, the kernel's
 #: page cache (a buffered read of pages it held), the disk (docs/memory.md)
 TIERS = ("expert cache", "page cache", "disk")
+ALERTS = ("alert rules",)
 
 _TIMED = "bmoe:timed_tokens_total"
 _WALL = "bmoe:token_wall_seconds_total"
@@ -254,6 +255,14 @@ _ITEMS: tuple[Quantity, ...] = (
        "mean flash wait / mean wall_ms over the same rows (flash wait: io_ms serial, stall_ms overlap)",
        "Share of the wall time spent waiting for expert reads.",
        "Not io_ms / wall under `--overlap` (lane-busy time can exceed wall).", TITLE),
+    _q("recent.stall_pct", "stall_pct", "stall/wall", "% of wall", S.RECENT, F.PCT,
+       "mean stall_ms / mean wall_ms over the newest 32 rows up to the row",
+       "Share of the wall time compute waited for expert reads under `--overlap`.",
+       "Not the flash wait share in serial I/O (serial I/O has no stall: 0); not io_ms / wall.", ALERTS),
+    _q("recent.tok_s_pct_first", "tok_s_pct_first", "tok/s vs first", "%", S.RECENT, F.PCT,
+       "100 * recent tok/s / the tok/s of rows 8-39 (the run's first steady window); absent before row 71",
+       "Speed over the newest 32 rows as a share of the run's own first steady window (100 % = as fast).",
+       "Not against another run or a predicted speed.", ALERTS),
     _q("recent.read_mib_tok", "read_mib_tok", "MiB/tok", "MiB", S.RECENT, F.MIB,
        "mean read_mib over the same rows", "Expert payload MiB read per generated token.",
        "Not page-aligned.", TITLE),
@@ -491,6 +500,23 @@ _ITEMS: tuple[Quantity, ...] = (
        "100 * flash_ms / wall_ms (per point, no query)",
        "Share of the wall time per token spent waiting for expert reads (serial: io; overlap: stall).",
        "Not a stall share in serial I/O (serial I/O has no stall); not io / wall under overlap.", FLEET),
+    _q("fleet.stall_pct", "stall_pct", "stall/wall", "% of wall", S.WINDOW, F.PCT,
+       "100 * rate(bmoe:token_stall_seconds_total) / rate(bmoe:token_wall_seconds_total)",
+       "Share of the wall time per token the compute waited for reads under `--overlap`.",
+       "Not the flash wait share in serial I/O (serial I/O has no stall).", ALERTS,
+       promql=f"100 * {_rate('bmoe:token_stall_seconds_total')} / {_rate(_WALL)}",
+       needs=(("bmoe:token_stall_seconds_total", _WALL),)),
+    _q("fleet.speed_pct_best", "speed_pct_best", "speed vs best", "%", S.WINDOW, F.PCT,
+       "100 * min_over_time(wall ms/token [1h]) / wall ms/token: one stream's tok/s against its best of the "
+       "last hour",
+       "One stream's speed (1000 / `wall ms/tok`) as a share of its best over the last hour.",
+       "Not all slots' throughput (`tok/s`), which falls whenever the instance is idle.", ALERTS,
+       promql=f"100 * min_over_time(({_per_token(_WALL)})[1h:]) / ({_per_token(_WALL)})",
+       needs=((_WALL, _TIMED),)),
+    _q("fleet.up", "up", "up", "targets", S.NOW, F.COUNT, "Prometheus' up: 1 scraped, 0 not",
+       "Whether Prometheus' last scrape of the instance succeeded (1) or failed (0).",
+       "Not whether the instance generates tokens.", FLEET + ALERTS,
+       promql="max by ($by) (up$sel)", needs=(("up",),)),
     # -- the memory tiers of a bmoe-run run (docs/memory.md "The three tiers in bmoe-run") ----------
     _q("tier.cache_pct", "hits", TIERS[0], "% of routed", S.RUN, F.PCT,
        "100 * sum(hits) / sum(hits + misses) over the token rows that carry the tiers",
