@@ -24,7 +24,8 @@ CHANGED = {
     "fleet.hidden_columns": ("job",), "whatif.metric": "io", "whatif.all_policies": True, "whatif.whole_bank": True,
     "compare.token_metric": "flash", "alerts.hit_pct_below": 50.0, "alerts.flash_share_pct_above": 40.0,
     "alerts.tok_s_below": 5.0, "alerts.rss_mib_above": 4096.0, "alerts.temp_c_above": 80.0,
-    "alerts.quiet_s_above": 30.0, "screenshots.folder": "/tmp/shots",
+    "alerts.quiet_s_above": 30.0, "alerts.stall_share_pct_above": 60.0, "alerts.mem_available_mib_below": 256.0,
+    "alerts.tok_s_collapse_pct_below": 40.0, "alerts.for_s": 5.0, "screenshots.folder": "/tmp/shots",
     "probe.file": "/m/model.gguf", "probe.slice_bytes": 208896.0, "probe.direct_mb_s": (310.5, 820.0),
     "probe.buffered_mb_s": (150.25, 400.0),
 }
@@ -34,6 +35,7 @@ def changed() -> Settings:
     s = Settings()
     for name, value in CHANGED.items():
         s = s.with_value(name, value)
+    s = s.with_value("alert_rules.SlowToken", "token.wall_ms > 500 for 2m critical")
     return s.with_value("sort.turns", SortSetting("tok/s", True))
 
 
@@ -274,3 +276,42 @@ def test_writing_leaves_no_temporary_file_behind(tmp_path):
         store.set("view.refresh_s", v)
     assert sorted(os.listdir(tmp_path)) == ["settings.toml"]
     assert Path(path).read_text().count("refresh_s = 5.0") == 1
+
+
+def test_alert_rules_read_back_and_a_damaged_rule_is_one_line_skipped(tmp_path):
+    from bmoe_top.tui.model.alerts import DEFAULT_RULES
+
+    text = S.dumps(changed())
+    assert '[alert_rules]' in text and 'SlowToken = "token.wall_ms > 500 for 2m critical"' in text
+    text = text.replace("[alert_rules]\n", '[alert_rules]\nBroken = "token.nope < 3"\nAlsoBroken = '
+                        '"token.cache_hit_pct << 3"\nTemperatureHigh = "off"\n'
+                        'LowHit = "token.cache_hit_pct < 40 for 1m30s"\n')
+    got, problems, unknown = S.parse(text)
+    assert [p.text.split(" = ")[0] for p in problems] == ["[alert_rules] Broken", "[alert_rules] AlsoBroken"]
+    assert all(p.line is not None and "the rule is skipped" in p.text for p in problems) and unknown == {}
+    rules = {r.name: r for r in got.rules()}
+    assert "Broken" not in rules and "TemperatureHigh" not in rules
+    assert rules["LowHit"].for_s == 90.0 and rules["LowHit"].threshold == 40.0
+    assert rules["SlowToken"].severity == "critical" and rules["SlowToken"].for_s == 120.0
+    # [alerts]: thresholds and for: of the defaults, the extra rules when set
+    assert rules["CacheHitLow"].threshold == 50.0 and rules["MemAvailableLow"].threshold == 256.0
+    assert rules["TokSCollapse"].threshold == 40.0 and all(rules[r.name].for_s == 5.0 for r in DEFAULT_RULES
+                                                            if r.name != "TemperatureHigh")
+    assert rules["TokSLow"].threshold == 5.0 and rules["RssHigh"].threshold == 4096.0
+    assert {r.name for r in Settings().rules()} == {r.name for r in DEFAULT_RULES}
+    assert Settings().rules() == DEFAULT_RULES
+
+
+def test_thresholds_and_rules_persist_through_the_store(tmp_path):
+    path = tmp_path / "settings.toml"
+    store = SettingsStore.open(path)
+    assert store.set("alerts.hit_pct_below", 45.0) is None
+    assert store.set("alert_rules.Hot", "device.cpu_temp_max > 70 for 10s critical") is None
+    with pytest.raises(ValueError):
+        store.set("alert_rules.Bad", "token.cache_hit_pct ~ 3")
+    again = SettingsStore.open(path)
+    assert again.problems == []
+    rules = {r.name: r for r in again.settings.rules()}
+    assert rules["CacheHitLow"].threshold == 45.0 and rules["Hot"].threshold == 70.0
+    assert again.set("alert_rules.Hot", None) is None
+    assert "Hot" not in {r.name for r in SettingsStore.open(path).settings.rules()}

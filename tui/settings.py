@@ -41,12 +41,13 @@ import tomli_w
 
 from bmoe_top.outfile import OutputFileError, write_atomic
 from bmoe_top.parsers.sanitize import sanitize
+from bmoe_top.tui.model.alerts import DEFAULT_RULES, Rule, Severity, with_threshold
 from bmoe_top.tui.sources.prometheus import parse_duration
 
 __all__ = ["AlertSettings", "COLOUR_SCALES", "CompareSettings", "FleetSettings", "LookSettings", "MAX_BYTES",
            "PanelSettings", "ProbeSettings", "Problem", "ScreenshotSettings", "Settings", "SettingsStore",
            "SortSetting", "VERSION",
-           "ViewSettings", "WhatIfSettings", "default_path", "dumps", "entry", "load", "parse"]
+           "ViewSettings", "WhatIfSettings", "default_path", "dumps", "entry", "load", "parse", "parse_rule"]
 
 #: The file's format version (``version = 1`` at its top). A file of a later version is read for
 #: the entries this one knows; its other entries are kept when it is written again.
@@ -203,15 +204,31 @@ class CompareSettings:
 
 @dataclass(frozen=True)
 class AlertSettings:
-    """``[alerts]``: thresholds an alert line compares the run's numbers with; an entry left out
-    (the file's default: commented out) is no alert."""
+    """``[alerts]``: the thresholds and ``for:`` of the default alert rules (docs/alerts.md); an
+    entry left out (the file's default: commented out) keeps the rule's own. ``tok_s_below`` and
+    ``rss_mib_above`` add a rule when set."""
 
-    hit_pct_below: float | None = entry(None, _number(0.0, 100.0, "(percent)"), "decode hit % under this")
+    hit_pct_below: float | None = entry(None, _number(0.0, 100.0, "(percent)"),
+                                        "CacheHitLow: decode hit % under this (default 30)")
     flash_share_pct_above: float | None = entry(None, _number(0.0, 100.0, "(percent)"),
-                                                "flash wait's share of wall time, % over this")
-    tok_s_below: float | None = entry(None, _number(0.0, 1e6, "(tokens a second)"), "tok/s under this")
-    rss_mib_above: float | None = entry(None, _number(0.0, 1e9, "(MiB)"), "resident memory over this, MiB")
-    temp_c_above: float | None = entry(None, _number(0.0, 200.0, "(degrees C)"), "CPU temperature over this, °C")
+                                                "FlashWaitHigh: flash wait's share of wall time, % over this "
+                                                "(default 70)")
+    stall_share_pct_above: float | None = entry(None, _number(0.0, 100.0, "(percent)"),
+                                                "StallShareHigh: stall's share of wall time under --overlap, % over "
+                                                "this (default 50)")
+    mem_available_mib_below: float | None = entry(None, _number(0.0, 1e9, "(MiB)"),
+                                                  "MemAvailableLow: the device's MemAvailable under this, MiB "
+                                                  "(default 512)")
+    tok_s_collapse_pct_below: float | None = entry(None, _number(0.0, 100.0, "(percent)"),
+                                                   "TokSCollapse: tok/s under this % of the run's first steady "
+                                                   "window (default 50)")
+    tok_s_below: float | None = entry(None, _number(0.0, 1e6, "(tokens a second)"), "TokSLow: tok/s under this")
+    rss_mib_above: float | None = entry(None, _number(0.0, 1e9, "(MiB)"), "RssHigh: resident memory over this, MiB")
+    temp_c_above: float | None = entry(None, _number(0.0, 200.0, "(degrees C)"),
+                                       "TemperatureHigh: CPU temperature over this, °C (default 85)")
+    for_s: float | None = entry(None, _number(0.0, 86400.0, "of seconds"),
+                                "how long every default rule's condition must hold before it fires, seconds "
+                                "(default: each rule's own)")
     quiet_s_above: float | None = entry(None, _number(1.0, 86400.0, "of seconds"),
                                         "a live source quiet for longer than this, seconds")
 
@@ -242,6 +259,13 @@ class SortSetting:
     descending: bool = entry(False, _flag, "descending")
 
 
+#: The section of user alert rules (one ``NAME = "RULE"`` a line, :func:`parse_rule`).
+RULES = "alert_rules"
+#: Default rule -> the ``[alerts]`` entry that sets its threshold.
+_THRESHOLDS = {"CacheHitLow": "hit_pct_below", "FlashWaitHigh": "flash_share_pct_above",
+               "StallShareHigh": "stall_share_pct_above", "MemAvailableLow": "mem_available_mib_below",
+               "TokSCollapse": "tok_s_collapse_pct_below", "TemperatureHigh": "temp_c_above"}
+
 #: The sections, in the file's order: name -> section class.
 SECTIONS: dict[str, type] = {"look": LookSettings, "view": ViewSettings, "panels": PanelSettings,
                              "fleet": FleetSettings, "whatif": WhatIfSettings, "compare": CompareSettings,
@@ -263,13 +287,40 @@ class Settings:
     screenshots: ScreenshotSettings = field(default_factory=ScreenshotSettings)
     probe: ProbeSettings = field(default_factory=ProbeSettings)
     sort: Mapping[str, SortSetting] = field(default_factory=dict)
+    alert_rules: Mapping[str, str] = field(default_factory=dict)
 
     def get(self, name: str) -> Any:
-        """The value of ``"section.key"`` (``"sort.TABLE"``: its :class:`SortSetting` or None)."""
+        """The value of ``"section.key"`` (``"sort.TABLE"``: its :class:`SortSetting` or None;
+        ``"alert_rules.NAME"``: the rule's text or None)."""
         section, key = _split(name)
         if section == "sort":
             return self.sort.get(key)
+        if section == RULES:
+            return self.alert_rules.get(key)
         return getattr(getattr(self, section), key)
+
+    def rules(self) -> tuple[Rule, ...]:
+        """The alert rules in use: :data:`DEFAULT_RULES` with the ``[alerts]`` thresholds and
+        ``for:``, the rules ``tok_s_below`` / ``rss_mib_above`` add, then ``[alert_rules]``: a
+        rule of a default's name replaces it (``off`` drops it), any other is added."""
+        a = self.alerts
+        out: dict[str, Rule] = {}
+        for rule in DEFAULT_RULES:
+            threshold = getattr(a, _THRESHOLDS[rule.name]) if rule.name in _THRESHOLDS else None
+            out[rule.name] = with_threshold(rule, threshold, a.for_s)
+        if a.tok_s_below is not None:
+            out["TokSLow"] = Rule("TokSLow", "recent.tok_s", "<", a.tok_s_below, _or(a.for_s, 30.0), Severity.WARNING,
+                                  "tok/s under the threshold the settings file sets.")
+        if a.rss_mib_above is not None:
+            out["RssHigh"] = Rule("RssHigh", "token.rss_mib", ">", a.rss_mib_above, _or(a.for_s, 10.0),
+                                  Severity.WARNING, "The runtime's resident memory over the settings file's threshold.")
+        for name, text in self.alert_rules.items():
+            user = parse_rule(name, text)
+            if user is None:
+                out.pop(name, None)
+            else:
+                out[name] = user
+        return tuple(out.values())
 
     def with_value(self, name: str, value: Any) -> Settings:
         """A copy with ``"section.key"`` set to ``value`` (``"sort.TABLE"``: a :class:`SortSetting`).
@@ -280,6 +331,13 @@ class Settings:
             if not isinstance(value, SortSetting) or not _NAME.fullmatch(key):
                 raise ValueError(f"sort.{key}: a SortSetting for a table name")
             return dataclasses.replace(self, sort={**self.sort, key: value})
+        if section == RULES:
+            rules = {k: v for k, v in self.alert_rules.items() if k != key}
+            if value is not None:
+                _word(key)
+                parse_rule(key, value)
+                rules[key] = value
+            return dataclasses.replace(self, alert_rules=rules)
         part = getattr(self, section)
         f = next((f for f in dataclasses.fields(part) if f.name == key), None)
         if f is None:
@@ -289,9 +347,13 @@ class Settings:
         return dataclasses.replace(self, **{section: dataclasses.replace(part, **{key: value})})
 
 
+def _or(value: float | None, default: float) -> float:
+    return default if value is None else value
+
+
 def _split(name: str) -> tuple[str, str]:
     section, _, key = name.partition(".")
-    if section != "sort" and section not in SECTIONS or not key:
+    if section not in ("sort", RULES) and section not in SECTIONS or not key:
         raise ValueError(f"unknown setting {name!r}")
     return section, key
 
@@ -447,6 +509,9 @@ def parse(text: str) -> tuple[Settings, list[Problem], dict[str, dict[str, Any]]
     for section, values in doc.values.items():
         if not section:
             continue
+        if section == RULES:
+            s = dataclasses.replace(s, alert_rules=_rule_entries(values, line, problems))
+            continue
         if section.startswith("sort."):
             got = _sort_entry(section, values, line, problems)
             if got is not None and len(sorts) < MAX_SORTS:
@@ -515,6 +580,55 @@ def _sort_entry(section: str, values: dict[str, Any], line: Callable[[str, str],
     return SortSetting(column, descending)
 
 
+def _rule_entries(values: dict[str, Any], line: Callable[[str, str], int | None],
+                  problems: list[Problem]) -> dict[str, str]:
+    """``[alert_rules]``: each rule on its line; a damaged one is one problem and skipped, the
+    others kept."""
+    out: dict[str, str] = {}
+    for name, text in values.items():
+        try:
+            _word(name)
+            if not isinstance(text, str):
+                raise ValueError("must be a rule in quotes, like \"token.cache_hit_pct < 40 for 1m warning\"")
+            parse_rule(name, text)
+        except (ValueError, KeyError) as e:
+            why = e.args[0] if isinstance(e, KeyError) else str(e)
+            problems.append(Problem(f"{_where(RULES, name)} = {_show(text)}: {sanitize(str(why))}; the rule is "
+                                    "skipped", line(RULES, name)))
+            continue
+        out[name] = text
+    return out
+
+
+def parse_rule(name: str, text: str) -> Rule | None:
+    """One ``[alert_rules]`` entry: ``KEY OP THRESHOLD [for DURATION] [SEVERITY]`` (``KEY`` a
+    catalogue key, ``OP`` one of ``< <= > >= == !=``, ``DURATION`` a Prometheus duration or
+    seconds, ``SEVERITY`` info, warning or critical; docs/alerts.md), or ``off`` (None: the rule
+    of that name is dropped). Raises ``ValueError`` (or ``KeyError`` for a key not in the
+    catalogue) naming what is wrong."""
+    words = text.split()
+    if words == ["off"]:
+        return None
+    if len(words) < 3 or len(text) > 200:
+        raise ValueError("must be KEY OP THRESHOLD [for DURATION] [SEVERITY], or off")
+    key, op, value, rest = words[0], words[1], words[2], words[3:]
+    try:
+        threshold = float(value)
+    except ValueError:
+        raise ValueError(f"threshold {value!r} is not a number") from None
+    for_s = 0.0
+    if len(rest) >= 2 and rest[0] == "for":
+        for_s = float(rest[1]) if rest[1].replace(".", "", 1).isdigit() else parse_duration(rest[1])
+        rest = rest[2:]
+    severity = Severity.WARNING
+    if rest:
+        if len(rest) > 1 or rest[0] not in tuple(Severity):
+            raise ValueError(f"{' '.join(rest)!r}: after the threshold come only 'for DURATION' and a severity "
+                             "(info, warning, critical)")
+        severity = Severity(rest[0])
+    return Rule(name, key, op, threshold, for_s, severity, f"{key} {op} {threshold:g} (settings file)")
+
+
 # ------------------------------------------------------------------------------------ writing
 HEADER = ("# bmoe-top settings (docs/user-guide.md \"Settings\"): written by bmoe-top when a setting\n"
           "# changes on screen, read at start. Edit freely: a damaged or unknown entry is named at start\n"
@@ -550,12 +664,19 @@ def dumps(settings: Settings, unknown: Mapping[str, Mapping[str, Any]] | None = 
         for key, value in unknown.get(name, {}).items():
             out.append("# (not known to this version of bmoe-top: kept)")
             out.append(_line(key, value))
+    out.append(f"\n[{RULES}]")
+    out.append("# alert rules, one a line: NAME = \"KEY OP THRESHOLD [for DURATION] [SEVERITY]\" (docs/alerts.md);")
+    out.append("# a default rule's NAME replaces it, \"off\" drops it")
+    if not settings.alert_rules:
+        out.append('# LowHit = "token.cache_hit_pct < 40 for 1m warning"')
+    for name, text in settings.alert_rules.items():
+        out.append(_line(name, text))
     for table, srt in sorted(settings.sort.items()):
         out.append(f"\n[sort.{table}]")
         out.append(_line("column", srt.column))
         out.append(_line("descending", srt.descending))
     for section, values in unknown.items():
-        if section and section not in SECTIONS:
+        if section and section not in SECTIONS and section != RULES:
             kept = tomli_w.dumps({section: dict(values)}).strip()
             out.append(f"\n# (not known to this version of bmoe-top: kept)\n{kept}")
     return "\n".join(out) + "\n"
