@@ -14,6 +14,7 @@
     bmoe-top play FILE [--speed X] [--turn-by-turn]                 a recording on the live screen, paced
     bmoe-top fleet --prometheus URL [--selector S] [--window 5m] [--instance X]     many runtimes through Prometheus
     bmoe-top fleet --prometheus URL ... --once --json [--instance X]    headless: the table (and a drill-down)
+    bmoe-top fleet --rules [--selector S]                               the alert rules as a Prometheus rules file
     bmoe-top compare A B [C ...] | A1,A2 vs B1,B2 | --arm NAME=FILES ...  [--json | --md | --csv]
     bmoe-top whatif TRACE [FILES...] [--json] [--budgets LIST] [--strp OUT [--force]]
     bmoe-top probe PATH [--json] [--qd-max N] [--slice-bytes B] [--seconds S] [--remember]
@@ -138,7 +139,7 @@ def _terminal_refused(command: str = "run") -> int | None:
 _JSON_PRINTS = frozenset({"replay", "compare", "whatif"})
 
 #: Options that make a command print text instead of opening a screen.
-_TEXT_OPTIONS = ("once", "summary", "md", "csv", "strp")
+_TEXT_OPTIONS = ("once", "summary", "md", "csv", "strp", "rules")
 
 
 def _prints(args: argparse.Namespace) -> bool:
@@ -653,6 +654,10 @@ def cmd_fleet(args: argparse.Namespace) -> int:
     with ``--once --json`` as one document."""
     from bmoe_top.tui.sources.prometheus import parse_duration, require_url
 
+    if args.rules:
+        return _fleet_rules(args)
+    if args.prometheus is None:
+        return _die("fleet: --prometheus URL is required (or --rules: the alert rules for Prometheus)")
     if args.once and not args.json:
         return _die("fleet: --once needs --json (--once --json prints the document; without --once, the screen)")
     if args.window is None:  # the screen's kept window; the document's is always the default
@@ -686,6 +691,23 @@ def cmd_fleet(args: argparse.Namespace) -> int:
         return _die(f"fleet: {e}")
 
 
+def _fleet_rules(args: argparse.Namespace) -> int:
+    """``bmoe-top fleet --rules``: the alert rules (the defaults with the settings file's
+    thresholds and rules) as a Prometheus rules file on stdout (docs/alerts.md)."""
+    from bmoe_top.tui.fleet.rules import rules_file
+    from bmoe_top.tui.settings import default_path, load
+
+    config, no_config = getattr(args, "config", None), getattr(args, "no_config", False)
+    if config is not None and no_config:
+        return _die("--config and --no-config exclude each other")
+    path = None if no_config else Path(config) if config is not None else default_path()
+    store = load(path)
+    for problem in store.problems:
+        print(f"bmoe-top: settings {path}: {problem}", file=sys.stderr)
+    sys.stdout.write(rules_file(store.settings.rules(), args.selector))
+    return 0
+
+
 def _labels(items: list[str]) -> dict[str, str]:
     """``--label NAME=VALUE`` items as a dict; ``ValueError`` for an item without ``=`` or a name."""
     out = {}
@@ -701,7 +723,10 @@ def add_fleet_parser(sub: Any) -> None:
     f = sub.add_parser("fleet", help="many runtimes through a Prometheus server (--prometheus URL)",
                        description="Read a fleet of runtimes from the Prometheus that scrapes them "
                                    "(PromQL query/query_range). docs/fleet.md.")
-    f.add_argument("--prometheus", required=True, metavar="URL", help="the Prometheus server, e.g. http://127.0.0.1:9090")
+    f.add_argument("--prometheus", metavar="URL", help="the Prometheus server, e.g. http://127.0.0.1:9090")
+    f.add_argument("--rules", action="store_true",
+                   help="print the alert rules as a Prometheus rules file (YAML) and exit; no Prometheus needed "
+                        "(docs/alerts.md)")
     f.add_argument("--selector", default="", metavar="S", help='PromQL label matchers, e.g. \'{job="bmoe"}\'')
     f.add_argument("--window", default=None, metavar="D",
                    help=f"span of the sparklines and the drill-down (default {FLEET_WINDOW}; the screen: the "

@@ -604,7 +604,8 @@ def parse_rule(name: str, text: str) -> Rule | None:
     """One ``[alert_rules]`` entry: ``KEY OP THRESHOLD [for DURATION] [SEVERITY]`` (``KEY`` a
     catalogue key, ``OP`` one of ``< <= > >= == !=``, ``DURATION`` a Prometheus duration or
     seconds, ``SEVERITY`` info, warning or critical; docs/alerts.md), or ``off`` (None: the rule
-    of that name is dropped). Raises ``ValueError`` (or ``KeyError`` for a key not in the
+    of that name is dropped). A ``fleet.*`` key, or a local key a default rule reads, is exported
+    to Prometheus (``bmoe-top fleet --rules``). Raises ``ValueError`` (or ``KeyError`` for a key not in the
     catalogue) naming what is wrong."""
     words = text.split()
     if words == ["off"]:
@@ -626,7 +627,9 @@ def parse_rule(name: str, text: str) -> Rule | None:
             raise ValueError(f"{' '.join(rest)!r}: after the threshold come only 'for DURATION' and a severity "
                              "(info, warning, critical)")
         severity = Severity(rest[0])
-    return Rule(name, key, op, threshold, for_s, severity, f"{key} {op} {threshold:g} (settings file)")
+    # the fleet's twin: a fleet quantity is its own; a local one has its default rule's
+    fleet = key if key.startswith("fleet.") else next((r.fleet for r in DEFAULT_RULES if r.key == key), "")
+    return Rule(name, key, op, threshold, for_s, severity, f"{key} {op} {threshold:g} (settings file)", fleet)
 
 
 # ------------------------------------------------------------------------------------ writing

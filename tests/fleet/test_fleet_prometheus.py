@@ -108,8 +108,8 @@ def test_every_instance_has_a_row_and_says_what_it_exports(fleet, client):
     assert table.scrape_interval_s == S
     assert table.rate_interval_s >= 4 * S and table.rate_interval_s >= table.step_s + S
     first = FleetSession(client, selector=BMOE, window_s=60)
-    # up, targets, up range, 14 columns, restarts, exported series; then the interval is known
-    assert first.refresh().n_queries == 19 and first.refresh().n_queries == 18
+    # up, targets, up range, 14 columns, restarts, exported series, alerts; then the interval is known
+    assert first.refresh().n_queries == 20 and first.refresh().n_queries == 19
     assert {r.instance for r in table.rows} == {fleet.target(n) for n in "abc"}
     own_a = scrape(fleet.serves["a"].url)
     a = table.row(fleet.target("a"))

@@ -31,7 +31,15 @@ from bmoe_top.tui.fleet.table import (
     sort_rows,
 )
 from bmoe_top.tui.present.fleet import fleet_document
-from bmoe_top.tui.sources.prometheus import PromError, PromErrorKind, QueryResult, RangeResult, RangeSeries, Sample
+from bmoe_top.tui.sources.prometheus import (
+    PromError,
+    PromErrorKind,
+    QueryResult,
+    RangeResult,
+    RangeSeries,
+    Sample,
+    decode_alerts,
+)
 
 GOLDEN = Path(__file__).parent / "golden"
 GRID = Grid(start=1000.0, step=10.0, n=6)
@@ -297,9 +305,34 @@ def _golden(name: str, doc: dict) -> None:
     assert path.read_text() == text, f"{name} differs from its golden file (see this module's docstring)"
 
 
+#: ``/api/v1/alerts``'s data as Prometheus 2.x answers it: one firing alert, one pending.
+ALERTS_ANSWER = {"alerts": [
+    {"labels": {"alertname": "InstanceDown", "job": "bmoe", "instance": "c:1", "severity": "critical"},
+     "annotations": {"summary": "Prometheus cannot scrape the instance."}, "state": "firing",
+     "activeAt": "2026-12-05T06:00:01.5Z", "value": "0e+00"},
+    {"labels": {"alertname": "CacheHitLow", "job": "bmoe", "instance": "a:1", "severity": "warning"},
+     "annotations": {}, "state": "pending", "activeAt": "2026-12-05T06:00:30Z", "value": "2.5e+01"}]}
+
+
+def test_alerts_decode_and_a_malformed_answer_is_an_error():
+    firing, pending = decode_alerts(ALERTS_ANSWER)
+    assert (firing.name, firing.state, firing.labels["instance"], firing.value) == (
+        "InstanceDown", "firing", "c:1", 0.0)
+    assert "alertname" not in firing.labels and firing.active_at == pytest.approx(1796450401.5)
+    assert pending.value == 25.0 and pending.annotations == {}
+    for bad in ({}, {"alerts": [{"labels": [], "value": "1"}]}, {"alerts": [{"value": 3}]}):
+        with pytest.raises(PromError) as e:
+            decode_alerts(bad)
+        assert e.value.kind is PromErrorKind.MALFORMED
+
+
 def test_document_golden():
+    table = make_table()
+    table.alerts = decode_alerts(ALERTS_ANSWER)
     doc = fleet_document(prometheus="http://127.0.0.1:9090", selector='{job=~"bmoe|stock"}', window_s=50.0,
-                         table=make_table(), drill=make_drill(), instance="a:1")
+                         table=table, drill=make_drill(), instance="a:1")
+    assert [(a["alert"], a["state"], a["severity"], a["instance"]) for a in doc["table"]["alerts"]] == [
+        ("InstanceDown", "firing", "critical", "c:1"), ("CacheHitLow", "pending", "warning", "a:1")]
     assert doc["status"] == "ok" and doc["table"]["queries_per_refresh"] == 16
     cells = doc["table"]["instances"][3]["cells"]
     assert cells["hit_pct"] == {"value": None, "state": "undefined", "age_s": 0.0}

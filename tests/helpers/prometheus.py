@@ -74,15 +74,19 @@ def _flow(labels: Mapping[str, str]) -> str:
 
 def write_config(path: Path, jobs: Mapping[str, Sequence[str]], interval: str = "1s",
                  job_intervals: Mapping[str, str] | None = None, external_labels: Mapping[str, str] | None = None,
-                 remote_write: str | None = None, target_labels: Mapping[str, Mapping[str, str]] | None = None) -> None:
+                 remote_write: str | None = None, target_labels: Mapping[str, Mapping[str, str]] | None = None,
+                 rule_files: Sequence[Path] = ()) -> None:
     """A scrape config: one job per ``jobs`` key with static ``host:port`` targets, every
     ``interval`` unless ``job_intervals`` gives the job its own; ``external_labels`` (added to
     every sample it sends away), ``remote_write`` (a URL every sample is also sent to),
-    ``target_labels`` (target -> labels of that target, e.g. its ``instance``)."""
+    ``target_labels`` (target -> labels of that target, e.g. its ``instance``), ``rule_files``
+    (alerting rules, evaluated every ``interval``)."""
     lines = ["global:", f"  scrape_interval: {interval}", f"  scrape_timeout: {interval}",
              f"  evaluation_interval: {interval}"]
     if external_labels:
         lines += [f"  external_labels: {_flow(external_labels)}"]
+    if rule_files:
+        lines += ["rule_files:"] + [f"  - {str(f)!r}" for f in rule_files]
     if remote_write:
         # a small batch deadline: the store sees each sample within about a second
         lines += ["remote_write:", f"  - url: {remote_write!r}", "    queue_config: {batch_send_deadline: 500ms}"]
@@ -204,18 +208,20 @@ class Prometheus(Store):
     intervals. ``args``: extra flags
     (``--query.max-samples=...``). ``data``: an existing TSDB directory to serve instead
     (``promtool tsdb create-blocks-from``). ``external_labels``, ``remote_write``,
-    ``target_labels``: as :func:`write_config`. ``url`` once started."""
+    ``target_labels``, ``rule_files``: as :func:`write_config`. ``url`` once started."""
 
     def __init__(self, tmp: Path, jobs: Mapping[str, Sequence[str]], interval: str = "1s",
                  args: Sequence[str] = (), data: Path | None = None, wait_up: bool = True,
                  job_intervals: Mapping[str, str] | None = None, external_labels: Mapping[str, str] | None = None,
-                 remote_write: str | None = None, target_labels: Mapping[str, Mapping[str, str]] | None = None):
+                 remote_write: str | None = None, target_labels: Mapping[str, Mapping[str, str]] | None = None,
+                 rule_files: Sequence[Path] = ()):
         self.binary = need_prometheus()
         self.tmp = Path(tmp)
         self.tmp.mkdir(parents=True, exist_ok=True)
         self.jobs = {k: list(v) for k, v in jobs.items()}
         self.config = self.tmp / "prometheus.yml"
-        write_config(self.config, self.jobs, interval, job_intervals, external_labels, remote_write, target_labels)
+        write_config(self.config, self.jobs, interval, job_intervals, external_labels, remote_write, target_labels,
+                     rule_files)
         self.data = data if data is not None else self.tmp / "tsdb"
         self.log = self.tmp / "prometheus.log"
         self.proc = None
@@ -276,6 +282,32 @@ class VictoriaMetrics(Store):
         assert r.status_code == 204, (r.status_code, r.text[:2000])
         r = self.http.get(self.url + "/internal/force_flush")
         assert r.status_code == 200, (r.status_code, r.text[:2000])
+
+
+def need_promtool() -> str:
+    """The promtool binary (Debian's prometheus package ships it), or skip the test."""
+    if PROMTOOL is None:
+        pytest.skip("promtool is not installed (apt-get install prometheus ships it; .ci/run does)")
+    return PROMTOOL
+
+
+def wait_alert(store: Store, name: str, state: str, labels: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Poll ``/api/v1/alerts`` until the alert ``name`` (with ``labels``) is in ``state``
+    (``pending`` / ``firing``), within :data:`WAIT_S`; the alert as the API says it."""
+    t0 = time.monotonic()
+    last: Any = None
+    while time.monotonic() - t0 < WAIT_S:
+        assert store.proc is not None and store.proc.poll() is None, "the store exited"
+        try:
+            last = store.http.get(store.url + "/api/v1/alerts").json()["data"]["alerts"]
+        except (httpx.HTTPError, ValueError, KeyError):
+            last = None
+        for a in last or ():
+            if a["labels"].get("alertname") == name and a["state"] == state and \
+                    all(a["labels"].get(k) == v for k, v in (labels or {}).items()):
+                return dict(a)
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {name} {state}; last answer {last}")
 
 
 def wait_table(session: Any, cond: Callable[[Any], bool], what: str) -> Any:

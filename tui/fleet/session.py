@@ -165,10 +165,27 @@ class FleetSession:
         was = gc.isenabled()
         gc.disable()
         try:
-            return self._refresh(at, detail)
+            table = self._refresh(at, detail)
         finally:
             if was:
                 gc.enable()
+        if at is None:
+            self._alerts(table)
+        return table
+
+    def _alerts(self, table: FleetTable) -> None:
+        """The pending and firing alerts of the table's rows (their ``by`` labels match a row),
+        firing first; a Prometheus that cannot say (no rules API) leaves ``alerts_error``."""
+        try:
+            got = self.client.alerts()
+        except PromError as exc:
+            table.alerts_error = exc
+            table.n_queries += 1
+            return
+        table.n_queries += 1
+        rows = {(r.job, r.instance, *(r.labels.get(b, "") for b in table.by[2:])) for r in table.rows}
+        mine = [a for a in got if tuple(a.labels.get(b, "") for b in table.by) in rows]
+        table.alerts = sorted(mine, key=lambda a: (a.state != "firing", a.name, a.labels.get("instance", "")))
 
     def _refresh(self, at: float | None, detail: Chooser | None) -> FleetTable:
         """The instances table at ``at`` (Unix s; ``None`` = now, the newest multiple of the step:

@@ -47,7 +47,7 @@ from typing import NamedTuple
 import numpy as np
 
 from bmoe_top.tui.fleet.queries import BY, COLUMN_BY_KEY, COLUMNS, DERIVED, exported
-from bmoe_top.tui.sources.prometheus import PromError, QueryResult, RangeResult, RangeSeries
+from bmoe_top.tui.sources.prometheus import PromAlert, PromError, QueryResult, RangeResult, RangeSeries
 
 __all__ = [
     "CellState",
@@ -167,7 +167,9 @@ class FleetTable:
     ``restarts`` included); ``errors`` (column key -> the :class:`PromError` of its query);
     ``warnings`` (Prometheus' own); ``n_queries`` (requests this refresh made); ``by`` (the
     grouping labels: :func:`grouping`); ``detail`` (the keys of the rows read in detail, with
-    sparklines: every row of a fleet up to ``FleetSession.detail_rows``)."""
+    sparklines: every row of a fleet up to ``FleetSession.detail_rows``); ``alerts`` (the pending
+    and firing alerts of Prometheus's rules on the table's rows, firing first: ``/api/v1/alerts``,
+    read for a table of now only) or ``alerts_error`` (why they could not be read)."""
 
     selector: str
     at: float
@@ -183,6 +185,8 @@ class FleetTable:
     n_queries: int = 0
     by: tuple[str, ...] = BY
     detail: frozenset[Key] = frozenset()
+    alerts: list[PromAlert] = field(default_factory=list)
+    alerts_error: PromError | None = None
 
     def row(self, instance: str, job: str | None = None, labels: Mapping[str, str] | None = None
             ) -> InstanceRow | None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import enum
 import math
+from collections.abc import Mapping
 from typing import NotRequired, Protocol, TypedDict
 
 import numpy as np
@@ -19,8 +20,9 @@ from bmoe_top.tui.fleet.drill import DrillDown
 from bmoe_top.tui.fleet.queries import COLUMNS, DERIVED
 from bmoe_top.tui.fleet.table import Cell, FleetTable, InstanceRow, column_keys
 
-__all__ = ["SCHEMA", "CellDoc", "ColumnDoc", "DrillDoc", "ErrorDoc", "FleetDocument", "InstanceDoc", "TableDoc",
-           "WorstDoc", "columns_document", "drill_document", "error_document", "fleet_document", "table_document"]
+__all__ = ["SCHEMA", "AlertDoc", "CellDoc", "ColumnDoc", "DrillDoc", "ErrorDoc", "FleetAlert", "FleetDocument",
+           "InstanceDoc", "TableDoc", "WorstDoc", "columns_document", "drill_document", "error_document",
+           "fleet_document", "table_document"]
 
 #: Version of the document's shape.
 SCHEMA = 1
@@ -93,6 +95,18 @@ class WorstDoc(TypedDict):
     flags: list[str]
 
 
+class AlertDoc(TypedDict):
+    alert: str
+    state: str
+    severity: str | None
+    job: str
+    instance: str
+    labels: dict[str, str]
+    value: float | None
+    active_at: float | None
+    summary: str | None
+
+
 class TableDoc(TypedDict):
     at: float
     window_s: float
@@ -108,6 +122,8 @@ class TableDoc(TypedDict):
     t: list[float]
     instances: list[InstanceDoc]
     worst: WorstDoc | None
+    alerts: list[AlertDoc]
+    alerts_error: ErrorDoc | None
 
 
 class DrillDoc(TypedDict):
@@ -186,7 +202,8 @@ def _row(r: InstanceRow) -> InstanceDoc:
 def table_document(table: FleetTable) -> TableDoc:
     """The table: its times and rules, the queries behind it, the rows in rank order (a row not
     read in detail, in a fleet past ``FleetSession.detail_rows``, has no sparklines: ``spark``
-    empty; ``detail_rows`` counts the others), the worst."""
+    empty; ``detail_rows`` counts the others), the worst, and Prometheus's pending and firing
+    alerts on its rows (``alerts``, firing first; ``alerts_error`` when they could not be read)."""
     worst = table.worst
     return {
         "at": table.at, "window_s": table.window_s, "step_s": table.step_s,
@@ -198,7 +215,32 @@ def table_document(table: FleetTable) -> TableDoc:
         "instances": [_row(r) for r in table.rows],
         "worst": None if worst is None else {"job": worst.job, "instance": worst.instance,
                                              "labels": dict(worst.labels), "flags": list(worst.flags)},
+        "alerts": [_alert(a) for a in table.alerts],
+        "alerts_error": None if table.alerts_error is None else error_document(table.alerts_error),
     }
+
+
+class FleetAlert(Protocol):
+    """What the document reads of one of Prometheus's alerts (``sources.prometheus.PromAlert``)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def state(self) -> str: ...
+    @property
+    def labels(self) -> Mapping[str, str]: ...
+    @property
+    def annotations(self) -> Mapping[str, str]: ...
+    @property
+    def value(self) -> float: ...
+    @property
+    def active_at(self) -> float | None: ...
+
+
+def _alert(a: FleetAlert) -> AlertDoc:
+    return {"alert": a.name, "state": a.state, "severity": a.labels.get("severity"), "job": a.labels.get("job", ""),
+            "instance": a.labels.get("instance", ""), "labels": dict(a.labels), "value": _num(a.value),
+            "active_at": a.active_at, "summary": a.annotations.get("summary")}
 
 
 def drill_document(d: DrillDown) -> DrillDoc:

@@ -53,7 +53,14 @@ from bmoe_top.tui.present.numbers import show
 from bmoe_top.tui.screens.attach import AttachScreen
 from bmoe_top.tui.screens.base import RunScreen
 from bmoe_top.tui.screens.modals import HelpScreen
-from bmoe_top.tui.sources.prometheus import PromError, PromErrorKind, PrometheusClient, RefreshThread, format_duration
+from bmoe_top.tui.sources.prometheus import (
+    PromAlert,
+    PromError,
+    PromErrorKind,
+    PrometheusClient,
+    RefreshThread,
+    format_duration,
+)
 from bmoe_top.tui.widgets import keymap as km
 from bmoe_top.tui.widgets.base import remember
 from bmoe_top.tui.widgets.fleet_table import (
@@ -107,6 +114,24 @@ TYPING_ACTIONS = frozenset({"sort_next", "sort_prev", "invert", "worst", "refres
                             "toggle_sparks", "help", "quit", "filter", "columns"})
 
 _LABELS = {c.sort: c.label for c in VIEW_COLUMNS}
+
+
+def alerts_text(alerts: Sequence[PromAlert]) -> Text:
+    """One line of Prometheus's alerts on the table's rows (empty when none): the firing ones by
+    name and instance, then how many are pending. Label values are sanitised."""
+    firing = [a for a in alerts if a.state == "firing"]
+    pending = len(alerts) - len(firing)
+    t = Text()
+    if not alerts:
+        return t
+    if firing:
+        t.append(f"▲ firing {len(firing)}: ", style="bold #e06c75")
+        t.append(", ".join(sanitize(f"{a.name} {a.labels.get('instance', '')}".strip()) for a in firing[:4])
+                 + (" …" if len(firing) > 4 else ""), style="#e06c75")
+    if pending:
+        t.append(("  " if firing else "") + f"{pending} pending", style="#d19a66")
+    t.append("\n")
+    return t
 
 
 def error_text(err: PromError) -> str:
@@ -376,6 +401,7 @@ class FleetScreen(Screen[None]):
             t.append(error_text(err) + "\n", style="#d19a66")
         for w in table.warnings[:2]:
             t.append("⚠ prometheus warning: " + sanitize(w) + "\n", style="#d19a66")
+        t.append_text(alerts_text(table.alerts))
         worst = table.worst
         if worst is not None:
             t.append("worst: ", style="#abb2bf")

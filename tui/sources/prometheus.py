@@ -32,6 +32,7 @@ absent samples are absent from the answer). Times are Unix seconds (float).
 
 from __future__ import annotations
 
+import datetime
 import enum
 import math
 import re
@@ -49,6 +50,8 @@ from bmoe_top.tui.sources.http_client import check_url, make_client
 
 __all__ = [
     "BODY_MAX",
+    "PromAlert",
+    "decode_alerts",
     "PromErrorKind",
     "PromError",
     "Sample",
@@ -173,6 +176,49 @@ class Target:
     last_error: str
     scrape_url: str
     scrape_pool: str
+
+
+@dataclass(frozen=True, slots=True)
+class PromAlert:
+    """A pending or firing alert of Prometheus's rules (``/api/v1/alerts``): ``name`` (its
+    ``alertname``), ``state`` (``pending`` / ``firing``), ``labels`` (``alertname`` left out; job,
+    instance, severity, ...), ``annotations``, ``value`` (the expression's value when it was last
+    evaluated; NaN when not a number) and ``active_at`` (Unix s since the condition holds; None when
+    not said). Label values and annotations are as received (a screen sanitises them)."""
+
+    name: str
+    state: str
+    labels: Mapping[str, str]
+    annotations: Mapping[str, str]
+    value: float
+    active_at: float | None
+
+
+def decode_alerts(data: Any) -> list[PromAlert]:
+    """``/api/v1/alerts``'s ``data`` -> the alerts; :class:`PromError` (``malformed``) for an
+    answer of another shape."""
+    out = []
+    try:
+        for e in data["alerts"]:
+            labels = {str(k): str(v) for k, v in e.get("labels", {}).items()}
+            name = labels.pop("alertname", "")
+            active = e.get("activeAt")
+            notes = {str(k): str(v) for k, v in e.get("annotations", {}).items()}
+            out.append(PromAlert(name, str(e.get("state", "")), labels, notes, _float(e.get("value", "NaN")),
+                                 _timestamp(active) if isinstance(active, str) else None))
+    except (KeyError, AttributeError, TypeError, ValueError) as exc:
+        raise PromError(PromErrorKind.MALFORMED, f"unexpected alerts answer ({type(exc).__name__}: {exc})") from exc
+    return out
+
+
+def _timestamp(text: str) -> float | None:
+    """An RFC 3339 time (``2026-12-05T06:01:02.123456789Z``) as Unix s (None when it is not one)."""
+    try:
+        head, _, frac = text.rstrip("Z").partition(".")
+        t = datetime.datetime.fromisoformat(head).replace(tzinfo=datetime.UTC).timestamp()
+        return t + (float("0." + frac[:9]) if frac.isdigit() else 0.0)
+    except ValueError:
+        return None
 
 
 _DURATION_RE = re.compile(r"(\d+)(ms|s|m|h|d|w|y)")
@@ -451,6 +497,12 @@ class PrometheusClient:
         except (AttributeError, TypeError) as exc:
             raise PromError(PromErrorKind.MALFORMED, f"unexpected targets answer ({exc})") from exc
         return out
+
+    def alerts(self) -> list[PromAlert]:
+        """The pending and firing alerts of this Prometheus's rules (``/api/v1/alerts``). Raises
+        :class:`PromError` (a store without rules, such as VictoriaMetrics, answers ``http``)."""
+        data, _ = self._request("alerts", params={})
+        return decode_alerts(data)
 
     def config_scrape_intervals(self) -> tuple[float | None, dict[str, float]]:
         """The configured scrape intervals from ``/api/v1/status/config``: (global, per job
