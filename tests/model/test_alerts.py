@@ -184,3 +184,20 @@ def test_mem_available_low_fires_after_its_for_and_tok_s_collapse_needs_the_firs
     assert firing_text(e.active()) == "▲ MemAvailableLow +1"
     assert firing_text(e.active(), ascii_only=True).startswith("! ")
     assert firing_text([]) == ""
+
+
+def test_the_doc_lists_every_default_rule_as_it_is():
+    """docs/alerts.md "The default rules": one row per rule, its condition, for: and severity."""
+    from pathlib import Path
+
+    from bmoe_top.tui.sources.prometheus import format_duration
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "alerts.md").read_text()
+    section = page.split("## The default rules", 1)[1].split("\n## ", 1)[0]
+    rows = {cells[1].strip("` "): cells[2:5] for cells in (line.split("|") for line in section.splitlines())
+            if len(cells) > 5 and cells[1].strip().startswith("`")}
+    assert set(rows) == {r.name for r in DEFAULT_RULES}
+    for r in DEFAULT_RULES:
+        cond, for_, sev = (c.strip() for c in rows[r.name])
+        assert cond == f"`{r.expr}`" and sev == r.severity
+        assert for_ == (format_duration(r.for_s) if r.for_s else "0s"), r.name

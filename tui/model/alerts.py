@@ -417,7 +417,7 @@ DEFAULT_RULES: tuple[Rule, ...] = (
     Rule("TemperatureHigh", "device.cpu_temp_max", ">", 85.0, 0.0, Severity.WARNING,
          "The CPU reached 85 °C: it throttles, and tok/s falls with it."),
     Rule("TokSCollapse", "recent.tok_s_pct_first", "<", 50.0, 30.0, Severity.CRITICAL,
-         "tok/s fell under half of the run's first steady window.",
+         "tok/s fell under half of the run's first steady window (in the fleet: of the stream's best hour).",
          fleet="fleet.speed_pct_best"),
     Rule("InstanceDown", "fleet.up", "==", 0.0, 60.0, Severity.CRITICAL,
          "Prometheus cannot scrape the instance.", fleet="fleet.up"),

@@ -11,10 +11,11 @@ formats are the catalogue's (``bmoe_top.tui.model.quantities``: the ``summary.*`
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from bmoe_top.tui.model import RunModel, Status
+from bmoe_top.tui.model.alerts import Active, AlertState
 from bmoe_top.tui.model.quantities import Quantity, q, quantities
 from bmoe_top.tui.present.numbers import MISSING, fmt, mib, num, safe_rows, show, text_line, whole
 from bmoe_top.tui.present.turns import is_session, turn_list, turns_text
@@ -389,13 +390,28 @@ def tier_rows(run: RunModel, stop: int | None = None) -> list[tuple[str, str, st
     return out
 
 
-def run_panel_rows(run: RunModel, cursor: int, playing: str = "") -> list[tuple[str, str, str]]:
+def alert_rows(active: Sequence[Active]) -> list[tuple[str, str, str]]:
+    """One row per pending or firing alert (firing first): the rule's name, then its state, the
+    reading against the condition and since when (s of the run's clock); kind ``problem`` when
+    firing. None when no alert is pending or firing."""
+    out = []
+    for a in active:
+        x = q(a.rule.key)
+        value = show(x, a.value) if a.value is not None else MISSING
+        out.append((a.rule.name, f"{a.state.value}: {x.label} {value} {a.rule.op} {a.rule.threshold:g}, "
+                    f"since {a.since:,.1f} s", "problem" if a.state is AlertState.FIRING else ""))
+    return out
+
+
+def run_panel_rows(run: RunModel, cursor: int, playing: str = "",
+                   alerts: Sequence[Active] = ()) -> list[tuple[str, str, str]]:
     """The run panel: (label, value, kind) rows; kind ``missing`` (the source did not send it),
     ``derived`` (from the token rows), ``name`` (the model), ``problem``, or ``""``. ``cursor`` is
     the rows shown (playback): before the newest row the numbers are the rows' up to it (the
     heading says so: ``tokens 1-199``), as the title's and the views' are; ``playing`` a label
     after the position (e.g. ``"▶ 4x"``). A live source's newest row (the runtime's head) is named
-    once, in the title; the position row says the row shown."""
+    once, in the title; the position row says the row shown. ``alerts``: the pending and firing
+    alerts (:func:`alert_rows`), under the status."""
     n = run.tokens.n
     upto = cursor if 0 < cursor < n else None
     s = run_summary(run, stop=upto, turns=False)
@@ -420,6 +436,7 @@ def run_panel_rows(run: RunModel, cursor: int, playing: str = "") -> list[tuple[
     detail = s["status_detail"]
     status = detail if detail and detail.startswith(s["status"]) else s["status"] + (f" — {detail}" if detail else "")
     row("status", status)
+    out.extend(alert_rows(alerts))
     position = f"{cursor:,}" if run.status.live else f"{cursor:,} / {n:,}"
     row(str(s["row_unit"]), position + (f"  {playing}" if playing else ""))
     out.append(("", "", ""))

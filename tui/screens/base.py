@@ -44,6 +44,7 @@ from textual.widgets import DataTable, Input, Static, TabbedContent, TabPane, Ta
 from bmoe_top.parsers.sanitize import sanitize
 from bmoe_top.tui.app import BmoeTopApp
 from bmoe_top.tui.model import RunModel, Status
+from bmoe_top.tui.model.alerts import AlertEngine, Transition, firing_text
 from bmoe_top.tui.playback import Playback, PlayState
 from bmoe_top.tui.present.summary import mode_words
 from bmoe_top.tui.screens.clock import FAST_S, ChangeKey, Repaint, RepaintClock, Scene
@@ -202,6 +203,9 @@ class RunScreen(Screen[None]):
         self.search_queries: dict[str, str] = {}  # the `/` query of each tab (a table's filter is its own)
         self.show_experts_compact = kept.view.compact_map == "experts"
         self._header_cache: tuple[tuple[Any, ...], list[tuple[str, Style]]] | None = None
+        #: the settings' alert rules over this run's rows, evaluated at each repaint of the views
+        #: (docs/alerts.md); a firing one is in the title and the run panel, never takes focus
+        self.alerts = AlertEngine(kept.rules())
 
     # ---------------------------------------------------------------------------------- layout
     def compose(self) -> ComposeResult:
@@ -212,7 +216,7 @@ class RunScreen(Screen[None]):
             with Vertical(id="side"):
                 with VerticalScroll(id="run-panel-scroll", can_focus=False):
                     yield from self.compose_side()
-                    yield RunPanel(self.model, self.playback, id="run-panel")
+                    yield RunPanel(self.model, self.playback, id="run-panel", alerts=self.alerts)
                 if self.SHOW_ANSWER:
                     yield AnswerTail(self.model, self.playback, id="answer-side")
             with PaneTabs(id="tabs", initial="overview"):
@@ -391,6 +395,9 @@ class RunScreen(Screen[None]):
             t.append(src[: max(10, width // 4)] + "  ", style=look.label)
         for text, style in self.state_parts(look):
             t.append(text, style=style)
+        firing = firing_text(self.alerts.firing(), look.ascii)
+        if firing:
+            t.append(f"  {firing}", style=look.alert)
         t.append(" ")
         word = self.status_word()
         if word:
@@ -580,9 +587,10 @@ class RunScreen(Screen[None]):
         self.playback.clamp()
         title, views, panels, logs, tabs, _tails = self._widgets(requery=force)
         self.view_polls += 1
+        changed = self.evaluate_alerts()
         key = self.change_key()
         self.clock.views_painted(time.monotonic(), key)
-        self._update_title(key, force)
+        self._update_title(key, force or bool(changed))
         self._collapse_empty((*views, *_tails))
         overview_shown = (tabs.active if tabs is not None else "") == "overview"
         for view in views:
@@ -596,6 +604,20 @@ class RunScreen(Screen[None]):
                 self._log_len = n
                 lines = list(self.model.log)[-LOG_SHOWN:]
                 logs.update(safe_text("\n".join(lines), multiline=True))
+
+    def evaluate_alerts(self) -> list[Transition]:
+        """Evaluate the alert rules over the rows that came since the last repaint (the run's own
+        clock: a replay gives the transitions its live run gave); each state change goes to
+        :meth:`on_alert_transitions`. Returns the changes."""
+        got = self.alerts.advance_run(self.model)
+        if got:
+            self.on_alert_transitions(got)
+        return got
+
+    def on_alert_transitions(self, transitions: list[Transition]) -> None:
+        """The alert state changes of one evaluation, in row order (rule name, old and new state,
+        value, run clock, row: :class:`~bmoe_top.tui.model.alerts.Transition`); the event log
+        records them. The screen shows the states themselves (title, run panel)."""
 
     def _collapse_empty(self, views: Iterable[RunView | AnswerTail]) -> None:
         """A view with nothing to show takes one line (class ``-empty``); so does the answer's

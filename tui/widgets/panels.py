@@ -28,6 +28,7 @@ from textual.widgets import Static
 
 from bmoe_top.parsers.sanitize import sanitize
 from bmoe_top.tui.model import RowUnit, RunModel
+from bmoe_top.tui.model.alerts import AlertEngine
 from bmoe_top.tui.model.quantities import q
 from bmoe_top.tui.playback import Playback
 from bmoe_top.tui.present.numbers import MISSING, mib, show
@@ -56,9 +57,11 @@ class RunPanel(Widget):
 
     DEFAULT_CSS = "RunPanel { height: auto; padding: 0 1; }"
 
-    def __init__(self, run: RunModel, playback: Playback, **kw: Any) -> None:
+    def __init__(self, run: RunModel, playback: Playback, alerts: AlertEngine | None = None, **kw: Any) -> None:
         super().__init__(**kw)
         self.run, self.playback = run, playback
+        #: the screen's alert rules: their pending and firing alerts are rows under the status
+        self.alerts = alerts
         self._key: tuple[Any, ...] | None = None
         self._lines: list[Strip] = []
         self._lines_width = -1
@@ -69,7 +72,8 @@ class RunPanel(Widget):
         return look_of(self)
 
     def update_from_run(self, force: bool = False) -> None:
-        key = (self.run.version, self.playback.sel, self.playback.n, self.look)
+        key = (self.run.version, self.playback.sel, self.playback.n, self.look,
+               None if self.alerts is None else self.alerts.rows)
         if key == self._key and not force:
             return
         self._key = key
@@ -109,7 +113,7 @@ class RunPanel(Widget):
         """(label, value, kind) rows; 'missing' where the source did not send the value."""
         pb = self.playback
         playing = "▶ " + pb.speed_label() if pb.playing else ""
-        return run_panel_rows(self.run, pb.sel + 1, playing)
+        return run_panel_rows(self.run, pb.sel + 1, playing, () if self.alerts is None else self.alerts.active())
 
     def build(self, width: int) -> list[Strip]:
         """The rows as strips of ``width`` cells, values wrapped under their own column."""

@@ -1,0 +1,71 @@
+"""A firing alert on a run screen (docs/alerts.md): it is in the title (the status line every run
+screen has) and in the run panel, with ASCII and without, and it never takes the focus."""
+
+from __future__ import annotations
+
+from helpers.waits import pilot_until
+
+from bmoe_top.tui.app import BmoeTopApp
+from bmoe_top.tui.model import RunModel
+from bmoe_top.tui.model.alerts import AlertState
+from bmoe_top.tui.screens.replay import ReplayScreen
+from bmoe_top.tui.widgets.panels import RunPanel
+
+
+def falling_hit_run(n: int = 1000) -> RunModel:
+    """10 tok/s (0.1 s a token of the run's clock); the hit rate falls from 80 % to 10 % at row 100,
+    so CacheHitLow (under 30 % for 60 s) fires 600 rows later."""
+    run = RunModel()
+    run.add_token_rows({"wall_ms": [100.0] * n, "io_ms": [20.0] * n,
+                        "cache_hit_pct": [80.0] * 100 + [10.0] * (n - 100)}, n)
+    return run
+
+
+class Recording(ReplayScreen):
+    def __init__(self, run: RunModel, **kw: object) -> None:
+        super().__init__(run, **kw)  # type: ignore[arg-type]
+        self.seen: list[tuple[str, str, str]] = []
+
+    def on_alert_transitions(self, transitions):  # type: ignore[no-untyped-def]
+        self.seen += [(t.rule, t.old.value, t.new.value) for t in transitions]
+
+
+async def test_a_firing_alert_is_in_the_title_and_the_run_panel_and_takes_no_focus():
+    screen = Recording(falling_hit_run(), title="falling")
+    app = BmoeTopApp(screen)
+    async with app.run_test(size=(160, 45)) as pilot:
+        await pilot_until(pilot, lambda: screen.alerts.rows == 1000)
+        focused = app.focused
+        assert screen.alerts.state("CacheHitLow") is AlertState.FIRING
+        assert screen.seen == [("CacheHitLow", "inactive", "pending"), ("CacheHitLow", "pending", "firing")]
+        await pilot_until(pilot, lambda: "▲ CacheHitLow" in app.query_one("#title").plain)
+        panel = app.query_one(RunPanel)
+        text = panel.text()
+        assert "CacheHitLow" in text and "firing: hit 10.0 % < 30" in text
+        assert app.focused is focused  # shown, never focused
+        await pilot.press("space")  # the keys still work: the replay plays
+        await pilot.pause()
+        assert screen.playback.playing
+
+
+async def test_ascii_terminals_get_a_plain_mark():
+    BmoeTopApp.force_ascii = True
+    try:
+        screen = ReplayScreen(falling_hit_run(), title="falling")
+        app = BmoeTopApp(screen)
+        async with app.run_test(size=(100, 30)) as pilot:
+            await pilot_until(pilot, lambda: "! CacheHitLow" in app.query_one("#title").plain)
+    finally:
+        BmoeTopApp.force_ascii = None
+
+
+async def test_no_alert_no_mark():
+    run = RunModel()
+    run.add_token_rows({"wall_ms": [100.0] * 200, "io_ms": [20.0] * 200, "cache_hit_pct": [90.0] * 200}, 200)
+    screen = ReplayScreen(run, title="fine")
+    app = BmoeTopApp(screen)
+    async with app.run_test(size=(160, 45)) as pilot:
+        await pilot_until(pilot, lambda: screen.alerts.rows == 200)
+        title = app.query_one("#title").plain
+        assert "▲" not in title and not screen.alerts.active()
+        assert "firing" not in app.query_one(RunPanel).text()
