@@ -315,3 +315,31 @@ def test_thresholds_and_rules_persist_through_the_store(tmp_path):
     assert rules["CacheHitLow"].threshold == 45.0 and rules["Hot"].threshold == 70.0
     assert again.set("alert_rules.Hot", None) is None
     assert "Hot" not in {r.name for r in SettingsStore.open(path).settings.rules()}
+
+
+@settings(max_examples=300)
+@given(text=st.text(max_size=80))
+def test_a_rule_line_of_any_text_parses_or_says_why(text):
+    try:
+        S.parse_rule("R", text)
+    except (ValueError, KeyError) as e:
+        assert str(e)
+    got, problems, _unknown = S.parse(f"[alert_rules]\nR = {tomli_w_quote(text)}\nKept = \"token.rss_mib > 1\"\n")
+    assert "Kept" in got.alert_rules and len(problems) <= 1  # a damaged rule never takes its neighbour
+
+
+def tomli_w_quote(text: str) -> str:
+    import tomli_w
+
+    return tomli_w.dumps({"v": text}).partition("=")[2].strip()
+
+
+@settings(max_examples=200)
+@given(key=st.sampled_from(["token.cache_hit_pct", "recent.tok_s", "fleet.up", "device.cpu_temp_max"]),
+       op=st.sampled_from(["<", "<=", ">", ">=", "==", "!="]),
+       threshold=st.floats(-1e6, 1e6, allow_nan=False).map(lambda x: float(f"{x:g}")),
+       for_s=st.sampled_from([0.0, 1.0, 90.0, 3600.0]), severity=st.sampled_from(["info", "warning", "critical"]))
+def test_a_written_rule_reads_back(key, op, threshold, for_s, severity):
+    rule = S.parse_rule("R", f"{key} {op} {threshold:g} for {for_s:g}s {severity}")
+    assert rule is not None
+    assert (rule.key, rule.op, rule.threshold, rule.for_s, rule.severity) == (key, op, threshold, for_s, severity)
