@@ -123,5 +123,30 @@ def test_the_fleet_screen_says_the_firing_alerts_in_one_line():
     assert alerts_text([]).plain == ""
 
 
+async def test_the_fleet_screen_shows_the_alerts_prometheus_fires_and_keeps_the_focus():
+    from helpers.scripted_prometheus import ScriptedPrometheus
+    from helpers.waits import pilot_until
+
+    from bmoe_top.tui.app import BmoeTopApp
+    from bmoe_top.tui.screens.fleet import FleetScreen
+
+    prom = ScriptedPrometheus(instances=("127.0.0.1:1", "127.0.0.1:2"))
+    prom.alerts = [
+        {"labels": {"alertname": "InstanceDown", "job": "bmoe", "instance": "127.0.0.1:2", "severity": "critical"},
+         "annotations": {}, "state": "firing", "activeAt": "2026-12-05T06:00:00Z", "value": "0e+00"},
+        {"labels": {"alertname": "Other", "job": "elsewhere", "instance": "10.0.0.9:1"}, "annotations": {},
+         "state": "firing", "activeAt": "2026-12-05T06:00:00Z", "value": "1"}]  # not a row: left out
+    screen = FleetScreen(prom.url, "", 60)
+    try:
+        async with BmoeTopApp(screen).run_test(size=(160, 48)) as pilot:
+            await pilot_until(pilot, lambda: screen.state.table is not None and screen.state.table.alerts, "alerts")
+            focused = screen.app.focused
+            await pilot_until(pilot, lambda: "▲ firing 1: InstanceDown 127.0.0.1:2" in screen.status_text().plain,
+                              "the status line")
+            assert "Other" not in screen.status_text().plain and screen.app.focused is focused
+    finally:
+        prom.close()
+
+
 def test_no_rules_is_an_empty_group():
     assert rules_file([]).endswith("rules: []\n")

@@ -6,8 +6,9 @@ Every instant query (but ``up``, which says 1) answers one sample per instance i
 :attr:`ScriptedPrometheus.instances` (named ``llamacpp:tokens_predicted_total``, its ``layer``
 label ``layer``) with ``value`` (a string, as the API spells sample values: ``"1e20"``,
 ``"+Inf"``, ``"NaN"``) at the asked time (or ``t``); every range query the same value at each
-step of the asked grid. Targets and the configuration say a 1 s scrape interval. The queries are
-recorded in ``seen``."""
+step of the asked grid. Targets and the configuration say a 1 s scrape interval; ``alerts`` (a
+list of ``/api/v1/alerts`` entries) is what the rules API answers (``None``: an empty answer of
+no known shape). The queries are recorded in ``seen``."""
 
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ class ScriptedPrometheus:
         self.instances = instances
         self.job = job
         self.t = t
+        self.alerts: list[dict[str, Any]] | None = None
         self.seen: list[str] = []
         outer = self
 
@@ -85,6 +87,8 @@ class ScriptedPrometheus:
         if path.endswith("/targets"):
             return {"activeTargets": [{"labels": {"job": self.job, "instance": i}, "health": "up",
                                        "scrapeInterval": "1s", "scrapeTimeout": "1s"} for i in self.instances]}
+        if path.endswith("/alerts") and self.alerts is not None:
+            return {"alerts": self.alerts}
         if path.endswith("/status/config"):
             return {"yaml": "global:\n  scrape_interval: 1s\n"}
         return {}
