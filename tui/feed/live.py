@@ -168,7 +168,9 @@ class LiveFeed:
         self.run.set_status(Status.LOADING, f"no BMOE_READY after {ev.after_s:g} s")
 
     def _new_session(self, ev: NewSession) -> None:
-        self.run.add_log(f"bmoe-top: the runtime restarted (session {ev.previous} -> {ev.session})")
+        with self.run.lock:
+            self.run.add_log(f"bmoe-top: the runtime restarted (session {ev.previous} -> {ev.session})")
+            self.run.note_restart(f"session {ev.previous} -> {ev.session}")
 
     def _seen(self, ev: Any) -> None:
         """An event the run model has nothing to add for (see the table above)."""

@@ -90,7 +90,7 @@ class MetricsFeed:
                 self.restarts += 1
                 run.add_log(f"scrape {self.scrapes}: the server restarted (a counter went down or its process start "
                             "time changed): new baseline; rates and totals are the new process's")
-                run.new_epoch()
+                run.new_epoch(f"scrape {self.scrapes}: a counter went down or the process start time changed")
             elif d is not None and not d.reset:
                 i = run.add_token_row(interval_row(d, snap, ev.wall_t, ev.previous, ev.slots, ev.previous_slots))
                 hits, misses = layer_counts(ev.previous, snap) if ev.previous is not None else (None, None)

@@ -48,6 +48,7 @@ from numpy.typing import NDArray
 
 from bmoe_top.parsers.sanitize import sanitize
 from bmoe_top.tui.model.columns import ColumnsReader, ColumnStats, Series, TokenColumns
+from bmoe_top.tui.model.events import EventLog
 from bmoe_top.tui.model.health import AuditIndex, ScrapeHealth, SessionHealth, TailHealth
 from bmoe_top.tui.model.history import CAPACITY, F64, I64
 from bmoe_top.tui.model.quantities import Scope
@@ -207,6 +208,9 @@ class RunModel:
         self._tail_health: TailHealth | None = None
         self._audit_index: AuditIndex | None = None
         self._session_health: SessionHealth | None = None
+        #: changes of state (docs/events.md): a live model records its source's states and its
+        #: turn boundaries here itself; alerts and the diagnosis record theirs
+        self.events = EventLog()
 
     # ---------------------------------------------------------------------------- read access
     @property
@@ -441,6 +445,8 @@ class RunModel:
             status = Status(status)
             detail = safe(detail)
             if (self._status, self._status_detail) != (status, detail):
+                if status != self._status and self.retention.bounded:
+                    self.events.record("source", "source", str(self._status), str(status), detail)
                 self._status, self._status_detail = status, detail
                 self._touch()
 
@@ -454,6 +460,8 @@ class RunModel:
         with self.lock:
             name = safe(name)
             if name not in self._sources:
+                if not self._sources:
+                    self.events.source = name
                 self._sources.append(name)
                 self._touch()
 
@@ -584,13 +592,21 @@ class RunModel:
                 self._session_health = health
                 self._touch()
 
-    def new_epoch(self) -> None:
+    def new_epoch(self, detail: str = "") -> None:
         """The source restarted (a new process): the next token row starts a new epoch, so no
-        figure derived from the dead process's rows is shown beside the new process's totals."""
+        figure derived from the dead process's rows is shown beside the new process's totals; a
+        ``restarted`` event says so (:meth:`note_restart`)."""
         with self.lock:
             self._epoch_start = self.tokens.n
             self._epochs += 1
+            self.note_restart(detail)
             self._touch()
+
+    def note_restart(self, detail: str = "") -> None:
+        """The source's process restarted (a server's counters went down, a session socket came
+        back to a new session): a ``source`` event from the status to ``restarted``."""
+        with self.lock:
+            self.events.record("source", "source", str(self._status), "restarted", detail)
 
     def add_alert(self, text: str) -> None:
         """One line a person must see at once (the banner); a repeat of a kept alert is not added."""
@@ -760,6 +776,9 @@ class RunModel:
                      first_token=self.tokens.n if first_token is None else first_token, done=done)
             self._turns.append(t)
             self._turn_count += 1
+            if self.retention.bounded:
+                self.events.record("turn", f"turn {t.index + 1}", None, "started",
+                                   "" if id is None else f"request {id}")
             cap = self.retention.turns
             if cap is not None and len(self._turns) > 2 * cap:
                 del self._turns[:-cap]
@@ -807,6 +826,9 @@ class RunModel:
         """Record a turn's end: its end-record fields (``done``) and whether it was cancelled."""
         with self.lock:
             t = turn if turn is not None else self.ensure_turn()
+            if self.retention.bounded and t._done is None:
+                self.events.record("turn", f"turn {t.index + 1}", "started", "cancelled" if cancelled else "done",
+                                   _turn_detail(done))
             t._done = MappingProxyType(_safe_mapping(done))
             t._cancelled = bool(cancelled)
             t._text.compact()  # a finished turn's text is one string: no per-token pieces kept
@@ -991,6 +1013,16 @@ class RunModel:
             top = robust_top(self._tokens.view("wall_ms", self._tokens.start))
             self._wall_scale = (held, top)
             return top
+
+
+def _turn_detail(done: Mapping[str, Any]) -> str:
+    """A finished turn's event detail: its tokens and tok/s as its end record gives them."""
+    parts = []
+    for key, unit in (("tokens", "tokens"), ("tok_s", "tok/s")):
+        v = done.get(key)
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+            parts.append(f"{v:g} {unit}")
+    return ", ".join(parts)
 
 
 def robust_top(values: np.ndarray) -> float:
