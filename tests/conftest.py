@@ -65,10 +65,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         own = test._hypothesis_internal_use_settings  # where @given keeps the test's settings
         if own.max_examples != fuzz.max_examples:
             test._hypothesis_internal_use_settings = settings(own, max_examples=own.max_examples * FUZZ_FACTOR)
-#: No test reads or writes the user's settings: the config folder (platformdirs, XDG on Linux) is a
-#: folder of this session's, for this process and every child it starts.
+#: No test reads or writes the user's settings or event log: the config and state folders
+#: (platformdirs, XDG on Linux) are folders of this session's, for this process and every child it
+#: starts.
 _CONFIG_HOME = tempfile.TemporaryDirectory(prefix="bmoe-test-config-")
 os.environ["XDG_CONFIG_HOME"] = _CONFIG_HOME.name
+_STATE_HOME = tempfile.TemporaryDirectory(prefix="bmoe-test-state-")
+os.environ["XDG_STATE_HOME"] = _STATE_HOME.name
 
 
 @pytest.fixture(autouse=True)

@@ -31,8 +31,8 @@ __all__ = ["KINDS", "MAX_EVENTS", "Event", "EventLog", "Listener"]
 #: Events kept in memory (the newest; older ones stay in the JSONL file).
 MAX_EVENTS = 5_000
 
-#: Called with each event recorded (after it is kept), on the recording thread.
-Listener = Callable[[Event], None]
+#: Called with each event recorded (after it is kept), on the recording thread; what it returns is ignored.
+Listener = Callable[[Event], object]
 
 _log = logging.getLogger(__name__)
 
@@ -85,9 +85,15 @@ class EventLog:
             self._events.extend(new)
             self.version += 1
 
-    def listen(self, fn: Listener) -> None:
-        """Hand every event recorded from now on to ``fn``."""
+    def listen(self, fn: Listener, *, past: bool = False) -> None:
+        """Hand every event recorded from now on to ``fn``; with ``past``, first the events kept
+        of this log's own run (not those :meth:`preload` gave it), none lost or repeated between
+        the two."""
         with self._lock:
+            if past:
+                for ev in self._events:
+                    if ev.run == self.run:
+                        fn(ev)
             self._listeners.append(fn)
 
     def unlisten(self, fn: Listener) -> None:
