@@ -145,7 +145,7 @@ _TEXT_OPTIONS = ("once", "summary", "md", "csv", "strp", "rules")
 def _prints(args: argparse.Namespace) -> bool:
     """The command prints and exits without a screen: the app (and Textual) and the settings file
     are then never loaded (docs/user-guide.md "Settings")."""
-    return bool(args.cmd == "probe" or any(getattr(args, k, None) for k in _TEXT_OPTIONS)
+    return bool(args.cmd in ("probe", "events") or any(getattr(args, k, None) for k in _TEXT_OPTIONS)
                 or (getattr(args, "json", False) and args.cmd in _JSON_PRINTS))
 
 
@@ -965,6 +965,70 @@ def add_probe_parser(sub: Any) -> None:
     pr.set_defaults(func=cmd_probe)
 
 
+def _since(text: str) -> float:
+    """``--since``: a duration back from now (``90s``, ``10m``, ``2h``, ``1d``), a unix time, or
+    an ISO 8601 date/time (without a zone: UTC)."""
+    import time
+    from datetime import UTC, datetime
+
+    from bmoe_top.tui.sources.prometheus import parse_duration
+
+    s = text.strip()
+    try:
+        return time.time() - (float(s[:-1]) * 86400 if s.endswith("d") and s[:-1].isdigit() else parse_duration(s))
+    except ValueError:
+        pass
+    try:
+        return float(s)
+    except ValueError:
+        pass
+    try:
+        at = datetime.fromisoformat(s.replace("Z", "+00:00"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: a duration back from now (10m, 2h, 1d), a unix time or an "
+                                         "ISO date/time (2026-12-05T06:00:00Z)") from None
+    return (at if at.tzinfo is not None else at.replace(tzinfo=UTC)).timestamp()
+
+
+def cmd_events(args: argparse.Namespace) -> int:
+    """``bmoe-top events``: the event log, listed and filtered (docs/events.md)."""
+    from bmoe_top.parsers.events import KINDS
+    from bmoe_top.tui.jobs.event_file import default_path, log_files, read_events
+    from bmoe_top.tui.present.events import EventFilter, events_document, events_lines
+    from bmoe_top.tui.present.numbers import print_json, print_lines
+
+    kinds = tuple(k for part in args.kind for k in part.split(",") if k)
+    if bad := [k for k in kinds if k not in KINDS]:
+        return _die(f"events: --kind {bad[0]}: one of {', '.join(KINDS)}")
+    paths = [Path(p) for p in args.files] if args.files else log_files(default_path())
+    read, unread = read_events(paths)
+    names = [str(p) for p in paths if os.path.lexists(p)] or ([] if args.files else [str(default_path())])
+    flt = EventFilter(kinds, args.since, args.grep or "")
+    if args.json:
+        print_json(events_document(read, names, unread, flt))
+    else:
+        print_lines(events_lines(read, names, flt))
+    for why in unread:
+        _die(f"events: {why}")
+    return EXIT_FAILED if unread else 0
+
+
+def add_events_parser(sub: Any) -> None:
+    ev = sub.add_parser("events", help="list the event log: alerts, diagnosis, source states, turns (headless)",
+                        description="List the events bmoe-top's run screens recorded (docs/events.md): by "
+                                    "default the log in the user's state folder with its rotated files, "
+                                    "oldest first. An empty or missing log is no error.")
+    ev.add_argument("files", nargs="*", metavar="FILE", help="event logs to read (default: the state folder's)")
+    ev.add_argument("--json", action="store_true", help="print a JSON document")
+    ev.add_argument("--kind", action="append", default=[], metavar="K",
+                    help="only events of this kind: alert, diagnosis, source, turn (repeat or comma-separate)")
+    ev.add_argument("--since", type=_since, metavar="T",
+                    help="only events at or after T: a duration back from now (10m, 2h, 1d), a unix time or an "
+                         "ISO date/time (UTC without a zone)")
+    ev.add_argument("--grep", metavar="S", help="only events with this text in a field (case-insensitive)")
+    ev.set_defaults(func=cmd_events)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from importlib.metadata import version
 
@@ -1056,6 +1120,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_fleet_parser(sub)
     add_analysis_parsers(sub)
     add_probe_parser(sub)
+    add_events_parser(sub)
     return p
 
 
