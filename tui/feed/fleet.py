@@ -116,9 +116,9 @@ class DrillFeed:
         self.last_t: float | None = None
         run.set_row_unit(RowUnit.INTERVAL)
         run.set_summary_scope(Scope.SINCE_START)  # the run panel's figures: the counters' totals
-        run.set_status(Status.CONNECTING, "")
         if name:
-            run.add_source(sanitize(name))
+            run.add_source(sanitize(name))  # first: the events of its states name it
+        run.set_status(Status.CONNECTING, "")
 
     def apply(self, d: DrillData, settled: float | None = None) -> int:
         """Append the steps of ``d`` newer than the newest row and not after ``settled`` (Unix s;

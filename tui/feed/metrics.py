@@ -78,9 +78,9 @@ class MetricsFeed:
         self.restarts = 0
         run.set_row_unit(RowUnit.INTERVAL)
         run.set_summary_scope(Scope.SINCE_START)
-        run.set_status(Status.CONNECTING, "")
         if url:
-            run.add_source(f"metrics: {url}")
+            run.add_source(f"metrics: {url}")  # first: the events of its states name it
+        run.set_status(Status.CONNECTING, "")
 
     def scraped(self, ev: Scraped) -> None:
         run, snap, d = self.run, ev.snapshot, ev.delta

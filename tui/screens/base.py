@@ -43,9 +43,11 @@ from textual.widgets import DataTable, Input, Static, TabbedContent, TabPane, Ta
 
 from bmoe_top.parsers.sanitize import sanitize
 from bmoe_top.tui.app import BmoeTopApp
+from bmoe_top.tui.jobs.event_file import EventFile, default_path, record_to_file
 from bmoe_top.tui.model import RunModel, Status
 from bmoe_top.tui.model.alerts import AlertEngine, Transition, firing_text
 from bmoe_top.tui.playback import Playback, PlayState
+from bmoe_top.tui.present.events import events_table
 from bmoe_top.tui.present.summary import mode_words
 from bmoe_top.tui.screens.clock import FAST_S, ChangeKey, Repaint, RepaintClock, Scene
 from bmoe_top.tui.screens.modals import HELP_FOOTNOTE, HelpScreen, ModeScreen, SeekScreen
@@ -68,6 +70,7 @@ from bmoe_top.tui.widgets.panels import (
     safe_text,
 )
 from bmoe_top.tui.widgets.stack import PanelStack
+from bmoe_top.tui.widgets.tables import ScreenSortTable, SortTable
 
 __all__ = ["BASE_TICK_S", "COMPACT", "FAST_S", "MIN_SIZE", "REFRESH_S", "REFRESH_STEPS", "RunScreen"]
 
@@ -154,6 +157,8 @@ class RunScreen(Screen[None]):
         Key("2", "tab('text')", "the Text tab", title="Tab: Text"),
         Key("3", "tab('log')", "the Log tab", title="Tab: Log"),
         Key("4", "tab('problems')", "the Problems tab", title="Tab: Problems"),
+        Key("e", "tab('events-tab')", "the Events tab: alerts, diagnosis, source states, turns",
+            title="Tab: Events"),
         Key("f1,question_mark", "help", "help: the keys of this screen", footer="help", title="Keys (help)"),
         Key("q", "quit", "quit", footer="quit", title="Quit"),
         Key("ctrl+c", "quit", "quit", scope="anywhere", palette=False),
@@ -206,6 +211,9 @@ class RunScreen(Screen[None]):
         #: the settings' alert rules over this run's rows, evaluated at each repaint of the views
         #: (docs/alerts.md); a firing one is in the title and the run panel, never takes focus
         self.alerts = AlertEngine(kept.rules())
+        self._events_shown = -1  # the event log's version the Events table shows
+        #: the JSONL writer of the run's events (docs/events.md), from mount to unmount
+        self.event_file: EventFile | None = None
 
     # ---------------------------------------------------------------------------------- layout
     def compose(self) -> ComposeResult:
@@ -237,6 +245,11 @@ class RunScreen(Screen[None]):
                     with VerticalScroll(id="problems-scroll"):
                         yield ProblemsPanel(self.model, id="problems-panel")
                 yield from self.compose_tabs()
+                # a screen whose key table gives a focused table its own `/` (TABLE_KEYS) gets a table
+                # that binds it; elsewhere the screen's `/` filters it
+                own_filter = any(k.scope == "table" and k.action == "filter" for k in self.KEYS)
+                table_class = SortTable if own_filter else ScreenSortTable
+                yield TabPane("Events", table_class(events_table((), 0), id="events"), id="events-tab")
         yield from self.compose_bottom()
         yield SteadyInput(placeholder="search the text / filter the table — Enter keeps it, Escape clears", id="search")
         yield FittingFooter(compact=True)
@@ -273,10 +286,30 @@ class RunScreen(Screen[None]):
         self._frame_timer = self.set_interval(frame_s, self.tick, pause=True)
         self.apply_layout(self.size.width, self.size.height)
         self.refresh_views(force=True)
+        self._keep_events()
         self.after_mount()
 
     def after_mount(self) -> None:
         """What a mode screen does once the shared timer, layout and first paint are up."""
+
+    def event_log_path(self) -> str | None:
+        """Where the run's events are appended (docs/events.md): the state folder's log for a
+        live source, None for a file (its events did not happen now)."""
+        return str(default_path()) if self.model.retention.bounded else None
+
+    def _keep_events(self) -> None:
+        """Write the run's events to the log (:meth:`event_log_path`) until the screen goes; the
+        earlier sessions' newest events are read back into the Events table. A write error is
+        said once on the banner; the session goes on."""
+        path = self.event_log_path()
+        if path is not None and self.event_file is None:
+            self.event_file = record_to_file(self.model.events, path, on_error=self.model.add_alert)
+
+    def on_unmount(self) -> None:
+        out, self.event_file = self.event_file, None
+        if out is not None:
+            self.model.events.unlisten(out.write)
+            out.close()
 
     @property
     def focus_chain(self) -> list[Widget]:
@@ -499,6 +532,8 @@ class RunScreen(Screen[None]):
         animating = pb.playing or (pb.follow and pb.speed < 1.0)  # a replay or a slow-motion view moves
         self._pace(animating)
         what = self.clock.tick(now, key, animating)
+        if self.model.events.version != self._events_shown and self._active_tab() == "events-tab":
+            self.refresh_events()
         if what is Repaint.VIEWS:
             self.refresh_views()
         elif what is Repaint.TAILS:
@@ -767,6 +802,18 @@ class RunScreen(Screen[None]):
     @on(TabbedContent.TabActivated)
     def _tab_shown(self) -> None:
         self.call_after_refresh(self.refresh_views, True)
+        if self._active_tab() == "events-tab":
+            self.refresh_events()
+
+    def refresh_events(self) -> None:
+        """The Events table with the events kept (only while its tab is shown: a hidden table
+        costs nothing; it keeps its sort and filter)."""
+        tables = self.query("#events")
+        if not tables:
+            return
+        log = self.model.events
+        self._events_shown = log.version
+        tables.first(SortTable).set_table(events_table(log.snapshot(), log.total))
 
     def action_tab(self, tab: str) -> None:
         self.query_one("#tabs", TabbedContent).active = tab
@@ -850,6 +897,11 @@ class RunScreen(Screen[None]):
 
     def filter_table(self, tab: str, query: str) -> None:
         """Filter the rows of the table in tab ``tab`` (mode screens with tables implement it)."""
+        if tab == "events-tab":
+            events = self.query_one("#events", SortTable)
+            events.filter_text = query
+            events.populate(rebuild_columns=False)
+            return
         for table in self.query(f"#{tab} DataTable"):
             if isinstance(table, DataTable):
                 self.notify("this table has no filter", timeout=2)

@@ -177,6 +177,10 @@ class LiveScreen(RunScreen):
     def is_replay(self) -> bool:
         return isinstance(self.source, RecordingSource)
 
+    def event_log_path(self) -> str | None:
+        """A recording played at its pace writes no events (they happened when it was recorded)."""
+        return None if self.is_replay else super().event_log_path()
+
     # ---------------------------------------------------------------------------------- layout
     def compose_status(self) -> ComposeResult:
         yield Static(id="live-status")

@@ -23,7 +23,7 @@ from bmoe_top.tui.widgets.keymap import Key, bindings
 from bmoe_top.tui.widgets.palette import KIND_STYLE
 from bmoe_top.tui.widgets.panels import safe_text
 
-__all__ = ["TABLE_KEYS", "SortTable"]
+__all__ = ["TABLE_KEYS", "ScreenSortTable", "SortTable"]
 
 
 #: A focused sortable table's keys (:mod:`bmoe_top.tui.widgets.keymap`, scope ``table``).
@@ -226,6 +226,15 @@ class SortTable(Vertical):
             self.populate(rebuild_columns=False)
             self.data_table.focus()
             event.stop()
+
+
+class ScreenSortTable(SortTable, inherit_bindings=False):
+    """A :class:`SortTable` in a tab of a run screen: the screen's ``/`` (search the text, filter
+    the table of the tab shown) sets its filter, from every focus, so it binds only ``s`` and
+    ``S`` itself."""
+
+    BINDINGS: ClassVar[list[BindingType]] = bindings([k for k in TABLE_KEYS if k.action != "filter"],
+                                                     scope=("table",))
 
 
 def _need(t: Table, labels: list[str], cell_w: list[int], shown: list[int]) -> int:
