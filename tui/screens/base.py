@@ -651,8 +651,13 @@ class RunScreen(Screen[None]):
 
     def on_alert_transitions(self, transitions: list[Transition]) -> None:
         """The alert state changes of one evaluation, in row order (rule name, old and new state,
-        value, run clock, row: :class:`~bmoe_top.tui.model.alerts.Transition`); the event log
-        records them. The screen shows the states themselves (title, run panel)."""
+        value, run clock, row: :class:`~bmoe_top.tui.model.alerts.Transition`), recorded in the
+        run's event log (docs/events.md). The screen shows the states themselves (title, run
+        panel)."""
+        for tr in transitions:
+            reading = "absent" if tr.value is None else f"{tr.value:.4g}"
+            self.model.events.record("alert", tr.rule, str(tr.old), str(tr.new),
+                                     f"{reading} at row {tr.row + 1:,} ({tr.t:.1f} s into the run)")
 
     def _collapse_empty(self, views: Iterable[RunView | AnswerTail]) -> None:
         """A view with nothing to show takes one line (class ``-empty``); so does the answer's
