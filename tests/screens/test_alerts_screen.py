@@ -7,6 +7,7 @@ from helpers.waits import pilot_until
 
 from bmoe_top.tui.app import BmoeTopApp
 from bmoe_top.tui.model import RunModel
+from bmoe_top.tui.model.run import LIVE
 from bmoe_top.tui.model.alerts import AlertState
 from bmoe_top.tui.screens.replay import ReplayScreen
 from bmoe_top.tui.widgets.panels import RunPanel
@@ -14,8 +15,9 @@ from bmoe_top.tui.widgets.panels import RunPanel
 
 def falling_hit_run(n: int = 1000) -> RunModel:
     """10 tok/s (0.1 s a token of the run's clock); the hit rate falls from 80 % to 10 % at row 100,
-    so CacheHitLow (under 30 % for 60 s) fires 600 rows later."""
-    run = RunModel()
+    so CacheHitLow (under 30 % for 60 s) fires 600 rows later. A live source's model (bounded):
+    its alert changes go into its event log."""
+    run = RunModel(LIVE)
     run.add_token_rows({"wall_ms": [100.0] * n, "io_ms": [20.0] * n,
                         "cache_hit_pct": [80.0] * 100 + [10.0] * (n - 100)}, n)
     return run
@@ -66,3 +68,15 @@ async def test_no_alert_no_mark():
         title = app.query_one("#title").plain
         assert "▲" not in title and not screen.alerts.active()
         assert "firing" not in app.query_one(RunPanel).text()
+
+
+async def test_a_file_replay_shows_its_alerts_but_records_no_event():
+    """A file's replay evaluates the rules (the title shows a firing alert) but its event log stays
+    empty: its alerts fired when the run ran, not now."""
+    run = RunModel()
+    run.add_token_rows({"wall_ms": [100.0] * 1000, "cache_hit_pct": [10.0] * 1000}, 1000)
+    screen = ReplayScreen(run, title="file")  # type: ignore[arg-type]
+    async with BmoeTopApp(screen).run_test(size=(160, 45)) as pilot:
+        await pilot_until(pilot, lambda: screen.alerts.rows == 1000)
+        assert screen.alerts.state("CacheHitLow") is AlertState.FIRING
+        assert alert_events(run) == []

@@ -653,7 +653,10 @@ class RunScreen(Screen[None]):
         """The alert state changes of one evaluation, in row order (rule name, old and new state,
         value, run clock, row: :class:`~bmoe_top.tui.model.alerts.Transition`), recorded in the
         run's event log (docs/events.md). The screen shows the states themselves (title, run
-        panel)."""
+        panel). A file's replay records none, as its source and turns record none (its alerts
+        did not fire now)."""
+        if not self.model.retention.bounded:
+            return
         for tr in transitions:
             reading = "absent" if tr.value is None else f"{tr.value:.4g}"
             self.model.events.record("alert", tr.rule, str(tr.old), str(tr.new),
