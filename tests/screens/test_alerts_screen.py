@@ -7,8 +7,8 @@ from helpers.waits import pilot_until
 
 from bmoe_top.tui.app import BmoeTopApp
 from bmoe_top.tui.model import RunModel
-from bmoe_top.tui.model.run import LIVE
 from bmoe_top.tui.model.alerts import AlertState
+from bmoe_top.tui.model.run import LIVE
 from bmoe_top.tui.screens.replay import ReplayScreen
 from bmoe_top.tui.widgets.panels import RunPanel
 
