@@ -246,7 +246,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
                     "run's CSV, log or recording with it", EXIT_FAILED)
     if text:
         if len(not_runs) < len(args.paths):
-            s = run_summary(run)
+            from bmoe_top.tui.app import BmoeTopApp
+
+            s = run_summary(run, probe_mb_s=BmoeTopApp.startup_settings().probe.best_mb_s)
             if args.json:
                 print_json(s)
             else:

@@ -250,6 +250,13 @@ class ProbeSettings:
     direct_mb_s: tuple[float, ...] = entry((), _rates(64, 1e7), "O_DIRECT MB/s at queue depth 1, 2, ...")
     buffered_mb_s: tuple[float, ...] = entry((), _rates(64, 1e7), "buffered (cold) MB/s at queue depth 1, 2, ...")
 
+    @property
+    def best_mb_s(self) -> float | None:
+        """The highest bandwidth probed at any queue depth, O_DIRECT or buffered (MB/s); None
+        when nothing was probed (the diagnosis's flash rule then does not fire)."""
+        rates = [*self.direct_mb_s, *self.buffered_mb_s]
+        return max(rates) if rates else None
+
 
 @dataclass(frozen=True)
 class SortSetting:

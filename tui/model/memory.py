@@ -144,6 +144,8 @@ class MemoryModel:
         self.notes: dict[str, tuple[float | None, str]] = {}
         self.problems: list[str] = []
         self.history = MemoryHistory(history_capacity)
+        #: the first major faults per token the readings gave (the diagnosis's baseline), None before
+        self.first_faults_per_token: float | None = None
 
     def _bump(self) -> None:
         self.version += 1
@@ -188,6 +190,8 @@ class MemoryModel:
                 self.prev_figures, self.figures_at = self.figures_at, s
             self.newest = s
             f = self._figures()
+            if self.first_faults_per_token is None:
+                self.first_faults_per_token = f.faults_per_token
             self.history.add(s.t, self._row(f, s))
             self._bump()
 

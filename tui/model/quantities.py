@@ -121,6 +121,7 @@ TIER_PANEL = ("run panel (memory tiers)",)
 #: page cache (a buffered read of pages it held), the disk (docs/memory.md)
 TIERS = ("expert cache", "page cache", "disk")
 ALERTS = ("alert rules",)
+DIAGNOSIS = ("diagnosis line", "diagnosis (--json)")
 
 _TIMED = "bmoe:timed_tokens_total"
 _WALL = "bmoe:token_wall_seconds_total"
@@ -266,6 +267,18 @@ _ITEMS: tuple[Quantity, ...] = (
     _q("recent.read_mib_tok", "read_mib_tok", "MiB/tok", "MiB", S.RECENT, F.MIB,
        "mean read_mib over the same rows", "Expert payload MiB read per generated token.",
        "Not page-aligned.", TITLE),
+    # -- the diagnosis line: the newest 32 rows (docs/diagnosis.md) --------------------------------
+    _q("recent.mgmt_pct", "mgmt_pct", "mgmt/wall", "% of wall", S.RECENT, F.PCT,
+       "mean mgmt_ms / mean wall_ms over the newest 32 rows",
+       "Share of the wall time spent on cache management.", "Not I/O time.", DIAGNOSIS),
+    _q("recent.read_mb_s", "read_mb_s", "read during wait", "MB/s", S.RECENT, F.RATE,
+       "mean read_mib * 1.048576 / (mean flash wait / 1000) over the newest 32 rows",
+       "Expert bytes read per second of flash wait (10^6 bytes, as `probe` measures).",
+       "Not the device's bandwidth (`probe`), not MiB/s.", DIAGNOSIS),
+    _q("recent.profile_cover_pct", "profile_cover_pct", "profile cover", "%", S.RECENT, F.PCT,
+       "100 * routed lookups whose expert the profile ranks / routed lookups, newest 32 tokens of routing",
+       "Share of the newest routing the loaded profile's hot set covers.",
+       "Not the cache hit rate (the budget may hold less than the profile ranks).", DIAGNOSIS),
     # -- one row of the columns (the breakdown's readout, the trends) --------------------------------
     _q("token.tok_s", "tok_s", "tok/s", "tok/s", S.TOKEN, F.RATE,
        "1000 / wall_ms of the row (interval rows: the interval's all-slot rate)",
@@ -556,6 +569,9 @@ _ITEMS: tuple[Quantity, ...] = (
     _q("device.cpu_temp_max", "cpu_temp_max_mC", "CPU temp max", "°C", S.DEVICE, F.CELSIUS,
        "cpu_temp_max_mC / 1000", "Highest CPU temperature during the run.", "Not the temperature now.",
        PANEL + TITLE),
+    _q("device.mem_floor", "mem_avail_floor_kb", "MemAvailable floor", "MiB", S.DEVICE, F.MIB,
+       "mem_avail_floor_kb / 1024", "Lowest available memory of the device during the run (device sidecar).",
+       "Not the memory available now.", DIAGNOSIS),
     _q("device.batt_temp_max", "batt_temp_max_dC", "battery max", "°C", S.DEVICE, F.CELSIUS,
        "batt_temp_max_dC / 10", "Highest battery temperature during the run.", "Not the temperature now.",
        PANEL + TITLE),

@@ -12,7 +12,9 @@ from typing import Any
 import numpy as np
 
 from bmoe_top.parsers.memory_sample import MemorySample
+from bmoe_top.tui.model.diagnosis import diagnose_memory
 from bmoe_top.tui.model.memory import MemoryFigures, MemoryModel
+from bmoe_top.tui.present.diagnosis import diagnosis_document
 from bmoe_top.tui.present.numbers import MISSING, count, fmt, text_line
 
 __all__ = ["MEMORY_STATUS_WORDS", "SHARE_DIGITS", "memory_document", "memory_lines", "memory_panel_rows"]
@@ -54,7 +56,8 @@ def memory_document(m: MemoryModel) -> dict[str, Any]:
     """The headless document (docs/memory.md "The JSON document"): ``status``/``detail``, the
     ``files`` watched (paths, bytes), ``resident`` (whole-file, dense and expert shares, bytes,
     and ``per_layer``: ``n_layer`` lists of ``n_expert`` shares, None in a layer without
-    experts), ``churn``, ``process``, ``system``, ``cgroup``, ``notes`` and ``problems``."""
+    experts), ``churn``, ``process``, ``system``, ``cgroup``, ``notes``, ``problems`` and ``diagnosis``
+    (docs/diagnosis.md: plain mmap's rules)."""
     with m.lock:
         f = m._figures()
         w, r, newest = m.files, m.residency, m.newest
@@ -85,6 +88,7 @@ def memory_document(m: MemoryModel) -> dict[str, Any]:
             "limit_path": text_line(cg.limit_path), "usage": cg.usage, "file": cg.file}
         doc["notes"] = [text_line(t) for _k, (_t, t) in sorted(m.notes.items())]
         doc["problems"] = [text_line(p) for p in m.problems]
+        doc["diagnosis"] = diagnosis_document(diagnose_memory(m)[1])
     return doc
 
 

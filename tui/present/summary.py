@@ -16,7 +16,9 @@ from typing import Any
 
 from bmoe_top.tui.model import RunModel, Status
 from bmoe_top.tui.model.alerts import Active, AlertState
+from bmoe_top.tui.model.diagnosis import diagnose
 from bmoe_top.tui.model.quantities import Quantity, q, quantities
+from bmoe_top.tui.present.diagnosis import diagnosis_document
 from bmoe_top.tui.present.numbers import MISSING, fmt, mib, num, safe_rows, show, text_line, whole
 from bmoe_top.tui.present.turns import is_session, turn_list, turns_text
 
@@ -106,7 +108,8 @@ def scope_words(run: RunModel, stop: int | None = None) -> str:
         return "run so far" if run.status.live else "run"
 
 
-def run_summary(run: RunModel, stop: int | None = None, *, turns: bool = True) -> dict[str, Any]:
+def run_summary(run: RunModel, stop: int | None = None, *, turns: bool = True,
+                probe_mb_s: float | None = None) -> dict[str, Any]:
     """The numbers the run panel shows, as JSON-ready data (None = missing from the source).
     ``derived`` covers the token rows of the source's current process only
     (``run.epoch_start``: after a server restart the dead process's rows no longer count), up to
@@ -119,8 +122,10 @@ def run_summary(run: RunModel, stop: int | None = None, *, turns: bool = True) -
     with the words shown instead; ``summary_notes`` how a figure is counted; ``summary_scope``
     what the source's figures cover (:func:`scope_words`); ``alerts`` the lines the banner shows;
     ``mode`` is None when the rows carry no per-token time; ``upto`` the ``stop`` when it applied;
-    ``turn_list`` every request of the run (:func:`~bmoe_top.tui.present.turns.turn_list`; left
-    out with ``turns=False``: the run panel shows the numbers alone)."""
+    ``turn_list`` every request of the run (:func:`~bmoe_top.tui.present.turns.turn_list`) and
+    ``diagnosis`` the findings over the newest rows (:func:`~bmoe_top.tui.present.diagnosis.diagnosis_document`,
+    ``probe_mb_s`` the probed bandwidth from the settings; docs/diagnosis.md), both left out with
+    ``turns=False``: the run panel shows the numbers alone."""
     with run.lock:
         n = run.tokens.n
         upto = stop if stop is not None and 0 < stop < n else None
@@ -204,6 +209,7 @@ def run_summary(run: RunModel, stop: int | None = None, *, turns: bool = True) -
         }
         if turns:
             doc["turn_list"] = turn_list(run)
+            doc["diagnosis"] = diagnosis_document(diagnose(run, probe_mb_s)[1])
         return doc
 
 
