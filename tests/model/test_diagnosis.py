@@ -180,10 +180,11 @@ def test_the_line_names_path_bottleneck_and_the_number_and_fits():
     f, found = D.diagnose(dead)
     assert [x.rule for x in found] == ["budget_below_cycle", "mgmt_share"]
     wide = diagnosis_line(f, found, 200)
-    assert wide.startswith("streaming serial · flash wait · turn the cache off")
+    assert wide.startswith("streaming serial · flash wait · cache off (--cache-mb 0)")
     assert "budget 100 MiB < 408 MiB" in wide and wide.endswith("+1 more")
     for width in (80, 60, 30, 5):
         assert len(diagnosis_line(f, found, width)) <= width
+    assert "budget 100 MiB < 408 MiB" in diagnosis_line(f, found, 30)  # the number stays
     doc = diagnosis_document(found)
     assert doc[0]["rule"] == "budget_below_cycle" and doc[0]["value"] == 100.0
     assert "budget 100 MiB" in doc[0]["text"]

@@ -65,6 +65,8 @@ async def test_a_recording_replays_onto_the_screen(tmp_path):
         status = str(screen.query_one("#mem-status").render())
         assert status.startswith("■ replayed") and status.endswith("4 readings")
         assert [strip_text(s)[:2] for s in screen.query_one(ResidencyMap)._lines[1:]] == ["L0", "L1"]
+        # no token count (no --metrics): the path alone, no rule guesses a fault rate per token
+        assert str(screen.query_one("#diagnosis").render()).startswith("plain mmap · bottleneck not timed")
 
 
 def test_a_sparkline_shows_absent_as_blank_and_the_top_as_full():

@@ -289,7 +289,7 @@ def budget_below_cycle(f: Facts) -> Finding | None:
     if f.budget_mib >= cycle or f.hit_pct >= DEAD_CACHE_HIT_PCT:
         return None
     return _finding(f, "budget_below_cycle", "critical",
-                    "turn the cache off (--cache-mb 0) or give it one token's experts", "summary.budget_mib",
+                    "cache off (--cache-mb 0) or a bigger budget", "summary.budget_mib",
                     f.budget_mib, cycle)
 
 
@@ -298,7 +298,7 @@ def mgmt_share(f: Facts) -> Finding | None:
     share = f.share(f.mgmt_ms)
     if share is None or share <= MGMT_SHARE:
         return None
-    return _finding(f, "mgmt_share", "warning", "fewer evictions: a larger budget, or a profile",
+    return _finding(f, "mgmt_share", "warning", "fewer evictions (a bigger budget, a profile)",
                     "recent.mgmt_pct", 100.0 * share, 100.0 * MGMT_SHARE)
 
 
@@ -312,7 +312,7 @@ def flash_below_probe(f: Facts) -> Finding | None:
     rate = f.read_mib * 1.048576 / (f.flash_ms / 1000.0)  # MB/s while the token waited
     if rate >= PROBE_SHARE * f.probe_mb_s:
         return None
-    return _finding(f, "flash_below_probe", "warning", "more reads in flight: raise --io-threads (queue depth)",
+    return _finding(f, "flash_below_probe", "warning", "more reads in flight (--io-threads)",
                     "recent.read_mb_s", rate, PROBE_SHARE * f.probe_mb_s, f.probe_mb_s)
 
 
@@ -324,17 +324,17 @@ def page_cache_starved(f: Facts) -> Finding | None:
     if f.mem_available_mib >= MEM_AVAILABLE_LOW_MIB or f.majflt < MAJFLT_TOKEN_MIN \
             or f.majflt < MAJFLT_RISE_RATIO * f.steady_majflt:
         return None
-    return _finding(f, "page_cache_starved", "critical", "lower --cache-mb: the page cache needs the room",
+    return _finding(f, "page_cache_starved", "critical", "lower --cache-mb (page cache starved)",
                     "token.mem_available_mib", f.mem_available_mib, MEM_AVAILABLE_LOW_MIB)
 
 
 def device_thermal(f: Facts) -> Finding | None:
     """The device sidecar's CPU over :data:`CPU_HOT_C` or battery over :data:`BATT_HOT_C`."""
     if f.cpu_temp_c is not None and f.cpu_temp_c >= CPU_HOT_C:
-        return _finding(f, "device_thermal", "warning", "cool the device or fewer threads (it throttles)",
+        return _finding(f, "device_thermal", "warning", "cool the device or fewer threads",
                         "device.cpu_temp_max", f.cpu_temp_c, CPU_HOT_C)
     if f.batt_temp_c is not None and f.batt_temp_c >= BATT_HOT_C:
-        return _finding(f, "device_thermal", "warning", "cool the device or fewer threads (it throttles)",
+        return _finding(f, "device_thermal", "warning", "cool the device or fewer threads",
                         "device.batt_temp_max", f.batt_temp_c, BATT_HOT_C)
     return None
 
@@ -343,7 +343,7 @@ def device_memory(f: Facts) -> Finding | None:
     """The device sidecar's MemAvailable floor under :data:`MEM_FLOOR_LOW_MIB`."""
     if f.mem_floor_mib is None or f.mem_floor_mib >= MEM_FLOOR_LOW_MIB:
         return None
-    return _finding(f, "device_memory", "warning", "lower --cache-mb or close other apps (memory pressure)",
+    return _finding(f, "device_memory", "warning", "lower --cache-mb (memory pressure)",
                     "device.mem_floor", f.mem_floor_mib, MEM_FLOOR_LOW_MIB)
 
 
@@ -353,7 +353,7 @@ def tok_s_collapse(f: Facts) -> Finding | None:
         return None
     if f.tok_s >= COLLAPSE_RATIO * f.steady_tok_s:
         return None
-    return _finding(f, "tok_s_collapse", "critical", "see what changed since the start: heat, memory, context",
+    return _finding(f, "tok_s_collapse", "critical", "find what changed: heat, memory, context",
                     "recent.tok_s", f.tok_s, COLLAPSE_RATIO * f.steady_tok_s, f.steady_tok_s)
 
 
@@ -364,7 +364,7 @@ def profile_stale(f: Facts) -> Finding | None:
         return None
     if f.steady_cover_pct - f.cover_pct < PROFILE_DROP_PT:
         return None
-    return _finding(f, "profile_stale", "warning", "make a new profile from recent routing (whatif --strp)",
+    return _finding(f, "profile_stale", "warning", "a new profile (whatif --strp)",
                     "recent.profile_cover_pct", f.cover_pct, f.steady_cover_pct - PROFILE_DROP_PT,
                     f.steady_cover_pct)
 

@@ -60,8 +60,9 @@ def diagnosis_document(findings: Sequence[Finding]) -> list[FindingDoc]:
 
 def diagnosis_line(f: Facts, findings: Sequence[Finding], width: int = 200) -> str:
     """path · bottleneck · the first thing to change (its number), or ``no problem found``; fitted
-    to ``width`` cells by leaving out, in turn, the comparison's reference, the path and then
-    cutting the end with an ellipsis. Another finding is counted at the end (``+2 more``)."""
+    to ``width`` cells by leaving out, in turn, the comparison's reference, the path, the
+    bottleneck and the change (the number stays), then cutting the end with an ellipsis. The
+    other findings are counted at the end (``+2 more``)."""
     path = f.path or "path not stated"
     neck = f.bottleneck or "bottleneck not timed"
     if not findings:
@@ -74,7 +75,8 @@ def diagnosis_line(f: Facts, findings: Sequence[Finding], width: int = 200) -> s
         candidates = [SEP.join((path, neck, f"{top.change}: {full}")) + more,
                       SEP.join((path, neck, f"{top.change}: {short}")) + more,
                       SEP.join((neck, f"{top.change}: {short}")) + more,
-                      f"{top.change}: {short}" + more]
+                      f"{top.change}: {short}" + more,
+                      short + more]
     for text in candidates:
         if len(text) <= width:
             return text

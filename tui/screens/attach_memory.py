@@ -36,6 +36,7 @@ from bmoe_top.tui.sources.memory import MemoryPlayer, MemoryWatcher
 from bmoe_top.tui.sources.recorder import Recorder
 from bmoe_top.tui.widgets import keymap as km
 from bmoe_top.tui.widgets.base import look_of
+from bmoe_top.tui.widgets.diagnosis import DiagnosisLine
 from bmoe_top.tui.widgets.footer import FittingFooter
 from bmoe_top.tui.widgets.grids import fold_rows
 from bmoe_top.tui.widgets.panels import safe_text
@@ -168,6 +169,7 @@ class MemoryScreen(Screen[None]):
 
     def compose(self) -> ComposeResult:
         yield Static(id="mem-status")
+        yield DiagnosisLine.for_memory(self.model, id="diagnosis")
         with Widget(id="mem-body"):
             yield ResidencyMap(self.model, id="mem-map")
             yield Static(id="mem-panel")
@@ -206,6 +208,7 @@ class MemoryScreen(Screen[None]):
         if self.paused:
             st.append("  [paused]", style=look.accent)
         self.query_one("#mem-status", Static).update(st)
+        self.query_one("#diagnosis", DiagnosisLine).update_from_run(force)
         self.query_one("#mem-map", ResidencyMap).refresh_map()
         panel = Text()
         for k, v in memory_panel_rows(m):

@@ -54,6 +54,7 @@ from bmoe_top.tui.screens.modals import HELP_FOOTNOTE, HelpScreen, ModeScreen, S
 from bmoe_top.tui.widgets.banner import Banner
 from bmoe_top.tui.widgets.base import NeedChanged, RunView, ascii_text, look_of, remember, settings_of
 from bmoe_top.tui.widgets.charts import BreakdownChart, OverviewStrip, TokenSelected, TrendChart
+from bmoe_top.tui.widgets.diagnosis import DiagnosisLine
 from bmoe_top.tui.widgets.focus import PaneTabs, shown_focus_chain
 from bmoe_top.tui.widgets.footer import FittingFooter
 from bmoe_top.tui.widgets.grids import GRID_KEYS, ExpertMap, LayerHeatmap
@@ -77,7 +78,7 @@ __all__ = ["BASE_TICK_S", "COMPACT", "FAST_S", "MIN_SIZE", "REFRESH_S", "REFRESH
 #: Log-pane lines drawn (the newest).
 LOG_SHOWN = 2000
 #: The widgets a repaint updates from the run besides the views, in update order.
-PANEL_KINDS: tuple[type, ...] = (Banner, RunPanel, AnswerPanel, AnswerTail, ProblemsPanel)
+PANEL_KINDS: tuple[type, ...] = (Banner, DiagnosisLine, RunPanel, AnswerPanel, AnswerTail, ProblemsPanel)
 #: The panel groups a key hides or shows (``[panels]`` in the settings file), and their keys.
 PANEL_GROUPS = ("trends", "answer", "maps")
 PANEL_KEYS = {"trends": "T", "answer": "A", "maps": "M"}
@@ -219,6 +220,7 @@ class RunScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         yield TitleLine(id="title")
         yield Banner(self.model, id="banner")
+        yield DiagnosisLine.for_run(self.model, BmoeTopApp.startup_settings().probe.best_mb_s, id="diagnosis")
         yield from self.compose_status()
         with Horizontal(id="body"):
             with Vertical(id="side"):
