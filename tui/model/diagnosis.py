@@ -195,31 +195,29 @@ def _window_mean(run: RunModel, name: str, lo: int, hi: int) -> float | None:
 
 
 def _coverage(run: RunModel, newest: bool) -> float | None:
-    """% of the routed lookups of the newest (or the oldest held) :data:`WINDOW_ROWS` tokens of
-    routing whose expert the profile ranks (``expert_rank >= 0``)."""
+    """% of the routed lookups of the newest (or the oldest held) :data:`WINDOW_ROWS` decode tokens
+    of routing whose expert the profile ranks (``expert_rank >= 0``). Reads a slice of the rows
+    at the routing's end (or start) of a window's size: O(window), not O(rows held)."""
     rank = run.expert_rank
     r = run.routes
     if rank is None or r.n == 0:
         return None
-    tok = r.tok
+    span = WINDOW_ROWS * max(1, run.n_layer or 1) * max(1, run.top_k or 1) * 2
+    sel = slice(max(0, r.n - span), r.n) if newest else slice(0, min(r.n, span))
+    tok = r.tok[sel]
+    decode = tok >= 0  # prefill rows are -1 - turn
+    if not decode.any():
+        return None
     if newest:
-        lo = int(np.searchsorted(tok, r.max_tok - WINDOW_ROWS + 1, side="left")) if _sorted(tok) else 0
-        sel = slice(lo, r.n)
-        mask = tok[sel] > r.max_tok - WINDOW_ROWS
+        mask = decode & (tok > int(tok[decode].max()) - WINDOW_ROWS)
     else:
-        first = int(tok.min())
-        hi = int(np.searchsorted(tok, first + WINDOW_ROWS, side="left")) if _sorted(tok) else r.n
-        sel = slice(0, hi)
-        mask = tok[sel] < first + WINDOW_ROWS
+        first = int(tok[decode].min())
+        mask = decode & (tok < first + WINDOW_ROWS)
     layer, expert = r.layer[sel][mask], r.expert[sel][mask]
     ok = (layer >= 0) & (layer < rank.shape[0]) & (expert >= 0) & (expert < rank.shape[1])
     if not ok.any():
         return None
     return 100.0 * float(np.mean(rank[layer[ok], expert[ok]] >= 0))
-
-
-def _sorted(tok: np.ndarray) -> bool:
-    return bool(tok.size < 2 or tok[0] <= tok[-1])
 
 
 def facts(run: RunModel, probe_mb_s: float | None = None) -> Facts:
