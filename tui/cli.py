@@ -246,9 +246,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
                     "run's CSV, log or recording with it", EXIT_FAILED)
     if text:
         if len(not_runs) < len(args.paths):
-            from bmoe_top.tui.app import BmoeTopApp
-
-            s = run_summary(run, probe_mb_s=BmoeTopApp.startup_settings().probe.best_mb_s)
+            s = run_summary(run)
             if args.json:
                 print_json(s)
             else:

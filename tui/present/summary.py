@@ -108,8 +108,7 @@ def scope_words(run: RunModel, stop: int | None = None) -> str:
         return "run so far" if run.status.live else "run"
 
 
-def run_summary(run: RunModel, stop: int | None = None, *, turns: bool = True,
-                probe_mb_s: float | None = None) -> dict[str, Any]:
+def run_summary(run: RunModel, stop: int | None = None, *, turns: bool = True) -> dict[str, Any]:
     """The numbers the run panel shows, as JSON-ready data (None = missing from the source).
     ``derived`` covers the token rows of the source's current process only
     (``run.epoch_start``: after a server restart the dead process's rows no longer count), up to
@@ -124,7 +123,7 @@ def run_summary(run: RunModel, stop: int | None = None, *, turns: bool = True,
     ``mode`` is None when the rows carry no per-token time; ``upto`` the ``stop`` when it applied;
     ``turn_list`` every request of the run (:func:`~bmoe_top.tui.present.turns.turn_list`) and
     ``diagnosis`` the findings over the newest rows (:func:`~bmoe_top.tui.present.diagnosis.diagnosis_document`,
-    ``probe_mb_s`` the probed bandwidth from the settings; docs/diagnosis.md), both left out with
+    no probe: a printing command reads no settings; docs/diagnosis.md), both left out with
     ``turns=False``: the run panel shows the numbers alone."""
     with run.lock:
         n = run.tokens.n
@@ -209,7 +208,7 @@ def run_summary(run: RunModel, stop: int | None = None, *, turns: bool = True,
         }
         if turns:
             doc["turn_list"] = turn_list(run)
-            doc["diagnosis"] = diagnosis_document(diagnose(run, probe_mb_s)[1])
+            doc["diagnosis"] = diagnosis_document(diagnose(run)[1])
         return doc
 
 
