@@ -64,9 +64,12 @@ ExpertMap { border-top: solid $primary-darken-3; }
 .-compact #live-status, .-compact #attach-status { display: none; }
 /* ...unless it says why something is wrong (a launch that failed, a socket not there yet) */
 .-compact #live-status.-problem, .-compact #attach-status.-problem { display: block; }
+/* the diagnosis line likewise: in the compact layout only when a rule fired */
+.-compact #diagnosis { display: none; }
+.-compact #diagnosis.-finding { display: block; }
 
 /* below the minimum size: say so */
-.-tiny #body, .-tiny Footer, .-tiny #title, .-tiny #live-status, .-tiny #attach-status,
+.-tiny #body, .-tiny Footer, .-tiny #title, .-tiny #live-status, .-tiny #attach-status, .-tiny #diagnosis,
 .-tiny #prompt-bar { display: none; }
 .-tiny #too-small { display: block; height: 1fr; content-align: center middle; }
 
