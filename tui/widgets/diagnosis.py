@@ -59,7 +59,8 @@ class DiagnosisLine(Static, can_focus=False):
         facts, findings = self._evaluate()
         self.evaluations += 1
         line = diagnosis_line(facts, findings, width)
-        self.set_class(bool(findings), "-finding")
+        if bool(findings) != self.has_class("-finding"):
+            self.set_class(bool(findings), "-finding")  # a class change restyles: only on a change
         if line != self.text:
             self.text = line
             self.update(Text(line, no_wrap=True, overflow="ellipsis"))
