@@ -343,6 +343,8 @@ def test_a_written_rule_reads_back(key, op, threshold, for_s, severity):
     rule = S.parse_rule("R", f"{key} {op} {threshold:g} for {for_s:g}s {severity}")
     assert rule is not None
     assert (rule.key, rule.op, rule.threshold, rule.for_s, rule.severity) == (key, op, threshold, for_s, severity)
+
+
 def test_the_best_probed_bandwidth_is_what_the_diagnosis_compares_with():
     assert S.ProbeSettings().best_mb_s is None  # nothing probed: the flash rule does not fire
     assert S.ProbeSettings(direct_mb_s=(900.0, 2400.0), buffered_mb_s=(1800.0,)).best_mb_s == 2400.0
