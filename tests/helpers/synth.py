@@ -99,11 +99,15 @@ def progress_recording(n: int = 24) -> bytes:
     return ("\n".join(rows) + "\n").encode()
 
 
-def session_recording(turns: int = 2, n: int = 10, t0: float = 1_800_000_000.0, additive: bool = False) -> bytes:
+def session_recording(turns: int = 2, n: int = 10, t0: float = 1_800_000_000.0, additive: bool = False,
+                      tiers: bool = False) -> bytes:
     """A --record file of a session: READY, then per turn a request, BEGIN, tokens 50 ms apart, DONE.
     ``additive``: the lines carry the additive fields bmoe-run sends (docs/telemetry.md "Additive
     fields of the contract's lines"), with the values of a turn of ``n`` tokens that read 0.5 MiB
-    each; without it the contract's fields only (as bmoe-cli sends them)."""
+    each; without it the contract's fields only (as bmoe-cli sends them). ``tiers``: each token
+    also names the tier of its 8 routed experts (bmoe-run's ``pagecache_mb``, ``hits``,
+    ``misses``, ``misses_pagecache``: 5 hits, then 2 page-cache misses on even steps, 1 on odd,
+    the rest from disk; 0.25 MiB of the 0.5 read from the page cache on even steps, 0.125 on odd)."""
     ready: dict = {"load_s": 0.4, "arch": "qwen3moe", "n_ctx": 512}
     if additive:
         ready.update(n_layer=4, n_expert=16, n_expert_used=2, stream=True, cache_budget_mib=4.0,
@@ -124,6 +128,9 @@ def session_recording(turns: int = 2, n: int = 10, t0: float = 1_800_000_000.0, 
             if additive:
                 tok.update(decode_ms=45.0, xfer_mb=0.5625, hit_pct_decode=60.0, hit_pct_since_load=55.0 + k,
                            resident_mib=2.0 + 0.1 * i, budget_mib=4.0, rss_mib=220.0 + i, majflt=2, cpu_ms=90.0)
+            if tiers:
+                tok.update(pagecache_mb=0.25 if i % 2 == 0 else 0.125, hits=5, misses=3,
+                           misses_pagecache=2 if i % 2 == 0 else 1)
             rows.append({"t": t, "src": "stdout", "line": "BMOE_PROGRESS " + orjson.dumps(tok).decode()})
         done: dict = {"id": k, "cancelled": False, "tokens": n, "tok_s": 20.0, "prefill_s": 0.1, "load_s": 0.4,
                       "cache_hit_pct": 60.0, "n_prompt": 5, "n_past": 5 + n * (k + 1), "cache_resident_mib": 3.0,

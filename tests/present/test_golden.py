@@ -71,6 +71,7 @@ def test_replay_summary_of_every_format(tmp_path, capsys):
         "transcript": [("stdout.txt", synth.progress_transcript(16))],
         "recording": [("s.rec.jsonl", synth.session_recording(turns=3, n=8))],
         "recording_additive": [("r.rec.jsonl", synth.session_recording(turns=2, n=8, additive=True))],
+        "recording_tiers": [("t.rec.jsonl", synth.session_recording(turns=2, n=8, additive=True, tiers=True))],
         "audit": [("a.jsonl", audit_log())],
         # a bmoe-cli --session run of six requests, the fourth refused: its three files, any order
         "cli_session": [("session-requests.jsonl", session.requests), ("bmoe-session.csv", session.csv),

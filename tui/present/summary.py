@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TypedDict, cast
 
 from bmoe_top.tui.model import RunModel, Status
 from bmoe_top.tui.model.alerts import Active, AlertState
@@ -23,7 +23,8 @@ from bmoe_top.tui.present.numbers import MISSING, fmt, mib, num, safe_rows, show
 from bmoe_top.tui.present.turns import is_session, turn_list, turns_text
 
 __all__ = ["EXTRA_FIELDS", "FLAG_KEYS", "MODE_WORDS", "SUMMARY_FIELDS", "device_rows", "mode_words", "run_panel_rows",
-           "run_summary", "scope_words", "summary_rows", "summary_text", "typed_meta"]
+           "run_summary", "scope_words", "summary_rows", "summary_text", "tier_rows", "tier_split",
+           "typed_meta", "TierDoc"]
 
 #: The run panel's summary rows, in order (catalogue keys ``summary.<key>``).
 _MAIN = ("tokens", "tok_s", "s_per_tok", "read_mib", "read_mib_per_tok", "cache_hit_pct", "resident_mib", "budget_mib",
@@ -121,7 +122,8 @@ def run_summary(run: RunModel, stop: int | None = None, *, turns: bool = True) -
     with the words shown instead; ``summary_notes`` how a figure is counted; ``summary_scope``
     what the source's figures cover (:func:`scope_words`); ``alerts`` the lines the banner shows;
     ``mode`` is None when the rows carry no per-token time; ``upto`` the ``stop`` when it applied;
-    ``turn_list`` every request of the run (:func:`~bmoe_top.tui.present.turns.turn_list`) and
+    ``tiers`` the memory tiers (:class:`TierDoc`, :func:`tier_split`; absent when the source sent
+    none); ``turn_list`` every request of the run (:func:`~bmoe_top.tui.present.turns.turn_list`) and
     ``diagnosis`` the findings over the newest rows (:func:`~bmoe_top.tui.present.diagnosis.diagnosis_document`,
     no probe: a printing command reads no settings; docs/diagnosis.md), both left out with
     ``turns=False``: the run panel shows the numbers alone."""
@@ -206,6 +208,9 @@ def run_summary(run: RunModel, stop: int | None = None, *, turns: bool = True) -
             "row_unit": run.row_unit,
             "sources": list(run.sources),
         }
+        tiers = tier_split(run, upto)
+        if tiers is not None:  # absent when the source sent no tiers, never 0
+            doc["tiers"] = tiers
         if turns:
             doc["turn_list"] = turn_list(run)
             doc["diagnosis"] = diagnosis_document(diagnose(run)[1])
@@ -362,36 +367,83 @@ def device_rows(sidecar: Mapping[str, str]) -> list[tuple[str, str, str]]:
     return out
 
 
-def tier_rows(run: RunModel, stop: int | None = None) -> list[tuple[str, str, str]]:
-    """The run panel's "memory tiers" section (docs/memory.md "The three tiers in bmoe-run"):
-    the routed experts of the token rows up to ``stop`` (default all) split by the tier that
-    served them (:data:`~bmoe_top.tui.model.quantities.TIERS`), the MiB read from the page cache
-    and from the disk, and beside them the runtime process's RSS split and the RAM left to the
-    page cache (a live child). Empty when the source sends no tiers (a runtime that cannot tell)."""
-    out: list[tuple[str, str, str]] = []
+class TierDoc(TypedDict, total=False):
+    """The ``tiers`` block of the run document (docs/memory.md "The three tiers in bmoe-run"):
+    keys are the catalogue's ``tier.<key>`` quantities. ``cache`` / ``page_cache`` / ``disk`` the
+    routed experts each tier served (counts) and ``*_pct`` their shares of ``routed`` (present when
+    the rows carry hits and misses); ``page_cache_mib`` / ``disk_mib`` the expert payload MiB each
+    served; ``rss_anon`` / ``rss_file`` / ``mem_available`` bytes, the live child's newest reading
+    (None: the kernel did not say; absent when no process was read). Every key may be absent
+    (``total=False``): a figure the source did not send is left out, never 0."""
+
+    routed: int
+    cache: int
+    page_cache: int
+    disk: int
+    cache_pct: float
+    page_cache_pct: float
+    disk_pct: float
+    page_cache_mib: float
+    disk_mib: float
+    rss_anon: int | None
+    rss_file: int | None
+    mem_available: int | None
+
+
+#: The tier counts: (the catalogue's share quantity, the document's count key, the token column).
+_TIER_COUNTS = (("tier.cache_pct", "cache", "hits"), ("tier.page_cache_pct", "page_cache", "misses_pagecache"),
+                ("tier.disk_pct", "disk", "misses_disk"))
+_TIER_MIB = (("tier.page_cache_mib", "pagecache_mib"), ("tier.disk_mib", "disk_mib"))
+_TIER_MEMORY = ("tier.rss_anon", "tier.rss_file", "tier.mem_available")
+
+
+def tier_split(run: RunModel, stop: int | None = None) -> TierDoc | None:
+    """The routed experts of the token rows up to ``stop`` (default all) split by the tier that
+    served them (:data:`~bmoe_top.tui.model.quantities.TIERS`), the MiB each served, and the
+    runtime process's RSS split and MemAvailable beside them (a live child): :class:`TierDoc`.
+    None when the source sends no tiers (a runtime that cannot tell): absent, never 0."""
+    doc: dict[str, Any] = {}
     with run.lock:
-        hits = run.column_stats("hits", 0, stop) if run.tokens.has("hits") else None
-        pc = run.column_stats("misses_pagecache", 0, stop) if run.tokens.has("misses_pagecache") else None
-        disk = run.column_stats("misses_disk", 0, stop) if run.tokens.has("misses_disk") else None
-        pc_mib = run.column_stats("pagecache_mib", 0, stop) if run.tokens.has("pagecache_mib") else None
-        disk_mib = run.column_stats("disk_mib", 0, stop) if run.tokens.has("disk_mib") else None
+        stats = {col: run.column_stats(col, 0, stop) for _k, _d, col in _TIER_COUNTS if run.tokens.has(col)}
+        mib = {key: run.column_stats(col, 0, stop) for key, col in _TIER_MIB if run.tokens.has(col)}
         pm = run.process_memory
-    if hits is not None and pc is not None and disk is not None and hits.count:
-        routed = hits.sum + pc.sum + disk.sum
-        split = [(q(k), v) for k, v in (("tier.cache_pct", hits.sum), ("tier.page_cache_pct", pc.sum),
-                                         ("tier.disk_pct", disk.sum))]
+    if len(stats) == len(_TIER_COUNTS) and stats["hits"].count:
+        counts = {dkey: int(stats[col].sum) for _k, dkey, col in _TIER_COUNTS}
+        routed = sum(counts.values())
+        doc["routed"] = routed
+        doc.update(counts)
         if routed > 0:
-            out.extend((x.label, show(x, 100.0 * v / routed), "derived") for x, v in split)
-    for key, st in (("tier.page_cache_mib", pc_mib), ("tier.disk_mib", disk_mib)):
-        if st is not None and st.count:
-            out.append((q(key).label, show(q(key), st.sum), "derived"))
-    if pm is not None and out:  # the RAM beside the tiers, for a runtime that sends them
-        for key, v in (("tier.rss_anon", pm.rss_anon), ("tier.rss_file", pm.rss_file),
-                       ("tier.mem_available", pm.mem_available)):
+            for key, dkey, _col in _TIER_COUNTS:
+                doc[key.removeprefix("tier.")] = 100.0 * counts[dkey] / routed
+    for key, st in mib.items():
+        if st.count:
+            doc[key.removeprefix("tier.")] = float(st.sum)
+    if not doc:
+        return None
+    if pm is not None:  # the RAM beside the tiers, for a runtime that sends them
+        for key, v in zip(_TIER_MEMORY, (pm.rss_anon, pm.rss_file, pm.mem_available), strict=True):
+            doc[key.removeprefix("tier.")] = v
+    return cast("TierDoc", doc)
+
+
+def tier_rows(run: RunModel, stop: int | None = None) -> list[tuple[str, str, str]]:
+    """The run panel's "memory tiers" section: :func:`tier_split` as (label, value, kind) rows
+    under a section heading. Empty when the source sends no tiers."""
+    doc = tier_split(run, stop)
+    if doc is None:
+        return []
+    d: Mapping[str, Any] = doc
+    out: list[tuple[str, str, str]] = [("memory tiers", "", "section")]
+    keys = [k for k, _d, _c in _TIER_COUNTS] + [k for k, _c in _TIER_MIB]
+    for key in keys:
+        if key.removeprefix("tier.") in d:
             x = q(key)
+            out.append((x.label, show(x, d[key.removeprefix("tier.")]), "derived"))
+    for key in _TIER_MEMORY:
+        short = key.removeprefix("tier.")
+        if short in d:
+            x, v = q(key), d[short]
             out.append((x.label, MISSING if v is None else show(x, v), MISSING if v is None else ""))
-    if out:
-        out.insert(0, ("memory tiers", "", "section"))
     return out
 
 
