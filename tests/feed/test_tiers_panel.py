@@ -97,3 +97,27 @@ def test_a_live_bmoe_run_child_fills_the_memory_tiers(tiny):
     pm = run.process_memory
     assert pm is not None and pm.rss_anon and pm.rss_anon > 0 and pm.mem_available and pm.mem_available > 0
     assert rows["RSS anon"] != "missing" and rows["MemAvailable"] != "missing"
+
+
+@pytest.mark.skipif(not BMOE_RUN.exists(), reason="bmoe-run not installed")
+def test_an_idle_child_s_memory_is_read_on_a_timer(tiny):
+    """A loaded ``bmoe-run`` child waiting for a prompt sends no record; its RSS split and
+    MemAvailable are read again all the same (a timer, every MEMORY_EVERY_S), and the timer
+    ends with the child."""
+    s = ChildSession([str(BMOE_RUN), "-m", str(tiny), "--session", "--progress", "--quiet", "-c", "256",
+                      "--no-odirect"], ready_timeout_s=120)
+    feed = bind(s)
+    run = feed.run
+    s.start()
+    try:
+        assert s.wait_state("ready", 120), s.status()
+        n0, last = feed.memory_readings, run.last_line_t
+        assert until(lambda: feed.memory_readings >= n0 + 2, limit=30)
+        assert run.last_line_t == last and run.tokens.n == 0  # no record came meanwhile
+        pm = run.process_memory
+        assert pm is not None and pm.rss_anon and pm.rss_anon > 0
+    finally:
+        assert s.close(timeout=10) == 0
+    timer = feed.memory_timer
+    assert timer is not None
+    assert until(lambda: not timer.is_alive(), limit=10)

@@ -9,6 +9,7 @@ source's message as the reason.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -52,7 +53,8 @@ LIVE_STATUS: dict[LiveState, Status] = {
     LiveState.CLOSED: Status.DONE,
 }
 
-#: Seconds between two readings of a live child's memory (taken when a record arrives).
+#: Seconds between two readings of a live child's memory (when a record arrives, and on a timer
+#: while the session is idle).
 MEMORY_EVERY_S = 1.0
 
 #: Where a problem comes from when a sink failed (it also gets a log line).
@@ -81,6 +83,12 @@ class LiveFeed:
         self.records = RecordFeed(run, source.kind)
         self._proc: ProcReader | None = None
         self._mem_t = -MEMORY_EVERY_S
+        self._mem_lock = threading.Lock()
+        self._mem_stop = threading.Event()
+        #: The thread that reads the child's memory while it idles (:meth:`_memory_timer`).
+        self.memory_timer: threading.Thread | None = None
+        #: Readings of the child's memory taken so far (by records and by the timer).
+        self.memory_readings = 0
         self.events: dict[type, Callable[[Any], None]] = {
             StateChanged: self._state,
             Exited: self._exited,
@@ -104,23 +112,42 @@ class LiveFeed:
         self.records.apply(rec, t)
         self._sample_memory()
 
-    def _sample_memory(self) -> None:
+    def _sample_memory(self) -> bool:
         """A live child's RSS split and MemAvailable into the run (``RunModel.process_memory``), at
         most every :data:`MEMORY_EVERY_S` s, read as ``attach --pid`` reads them
-        (:class:`~bmoe_top.tui.sources.procfs.ProcReader`)."""
+        (:class:`~bmoe_top.tui.sources.procfs.ProcReader`). False once the child is gone (the last
+        reading stays)."""
         pid = getattr(self.source, "pid", None)
-        now = time.monotonic()
-        if pid is None or now - self._mem_t < MEMORY_EVERY_S:
+        with self._mem_lock:
+            now = time.monotonic()
+            if pid is None or now - self._mem_t < MEMORY_EVERY_S:
+                return True
+            self._mem_t = now
+            if self._proc is None or self._proc.pid != pid:
+                self._proc = ProcReader(pid)
+            try:
+                p = self._proc.figures()
+            except (ProcessGone, OSError):
+                return False
+            pm = ProcessMemory(p.rss_anon, p.rss_file, system_figures().mem_available)
+            self.memory_readings += 1
+        # outside the reading's lock: a record holds the run's lock when it reads (one lock order)
+        self.run.set_process_memory(pm)
+        return True
+
+    def _memory_timer(self) -> None:
+        """While a child runs, its memory is read every :data:`MEMORY_EVERY_S` s also when no
+        record arrives (a loaded model waiting for a prompt, between turns); ends with the child."""
+        if self.memory_timer is not None or getattr(self.source, "pid", None) is None:
             return
-        self._mem_t = now
-        if self._proc is None or self._proc.pid != pid:
-            self._proc = ProcReader(pid)
-        try:
-            p = self._proc.figures()
-        except (ProcessGone, OSError):
-            return  # exited: the last reading stays
-        sy = system_figures()
-        self.run.set_process_memory(ProcessMemory(p.rss_anon, p.rss_file, sy.mem_available))
+        stop = self._mem_stop
+
+        def loop() -> None:
+            while self._sample_memory() and not stop.wait(MEMORY_EVERY_S):
+                pass
+
+        self.memory_timer = threading.Thread(target=loop, name="bmoe-top memory", daemon=True)
+        self.memory_timer.start()
 
     def stderr(self, line: str, t: float) -> None:
         """A stderr line: the log pane, and the run header facts a loader line gives (model, arch,
@@ -143,9 +170,14 @@ class LiveFeed:
 
     def _state(self, ev: StateChanged) -> None:
         self.run.set_status(LIVE_STATUS[ev.state], ev.message)
+        if LIVE_STATUS[ev.state].live:
+            self._memory_timer()
+        else:
+            self._mem_stop.set()
 
     def _exited(self, ev: Exited) -> None:
         self.run.set_status(LIVE_STATUS[ev.state], ev.message)
+        self._mem_stop.set()
 
     def _request(self, ev: RequestSent) -> None:
         """A request is being sent: noted with its time (``sent_t``, unix s) for the turn's TTFT."""

@@ -24,7 +24,8 @@ GROUPS = (
     ("summary", "Run panel, `replay --summary`, the run block of every `--once --json`"),
     ("recent", "Title"),
     ("token", "One row: trends, the breakdown's readout"),
-    ("tier", "Run panel, memory tiers: a bmoe-run run's expert cache, page cache and disk (docs/memory.md)"),
+    ("tier", "Run panel, memory tiers, and the `tiers` block of every run document (`--once --json`, "
+             "`replay --summary --json`): a bmoe-run run's expert cache, page cache and disk (docs/memory.md)"),
     ("turn", "The live screen's Turns table: one turn"),
     ("interval", "`attach --metrics`: the newest scrape interval"),
     ("since_start", "`attach --metrics`: since the server process started"),
