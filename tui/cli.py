@@ -804,6 +804,49 @@ def _numbers(text: str, what: str) -> list[float]:
     return out
 
 
+_SIZE_UNITS = {"": 1 << 20, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20, "mib": 1 << 20,
+               "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30, "t": 1 << 40, "tb": 1 << 40, "tib": 1 << 40}
+
+
+def _ram_size(text: str) -> float:
+    """``--ram SIZE``: bytes from ``16G``, ``16GiB``, ``12000M``, ``12000`` (MiB); binary units."""
+    t = text.strip().lower().replace(" ", "")
+    num = t.rstrip("kmgtib")
+    unit = t[len(num):]
+    try:
+        v = float(num)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size (16G, 16GiB, 12000M; a bare number is MiB)") from None
+    if unit not in _SIZE_UNITS or not (math.isfinite(v) and v > 0):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size > 0 (16G, 16GiB, 12000M; a bare number is MiB)")
+    return v * _SIZE_UNITS[unit]
+
+
+def _whatif_speed(args: argparse.Namespace, inp: Any, report: Any) -> Any:
+    """The tok/s model over the report (``tui/jobs/sizing.py``) with the flags, the model file and the
+    remembered probe."""
+    from bmoe_top.tui.jobs.sizing import speed_view
+
+    probe = None
+    if args.bandwidth is None and not args.no_config:
+        from bmoe_top.tui.settings import load
+
+        probe = load(_settings_path(args)).settings.probe
+    dense, dense_from = (args.dense_mib * (1 << 20), "--dense-mib") if args.dense_mib is not None else (None, "")
+    readahead, ra_from = (args.readahead_kb * 1024, "--readahead-kb") if args.readahead_kb is not None else (None, "")
+    if args.model:
+        from bmoe_top.tui.jobs.whatif import gguf_dense_bytes
+        from bmoe_top.tui.sources.procfs import device_readahead
+
+        if dense is None:
+            dense, dense_from = gguf_dense_bytes(args.model), "the model file: its bytes minus the expert bank"
+        if readahead is None and (ra := device_readahead(args.model)) is not None:
+            readahead, ra_from = float(ra), "the model file's device read_ahead_kb"
+    return speed_view(inp, report, ram=args.ram, bandwidth_mb_s=args.bandwidth, dense=dense, dense_from=dense_from,
+                      runtime=None if args.runtime_mib is None else args.runtime_mib * (1 << 20), readahead=readahead,
+                      readahead_from=ra_from, probe=probe)
+
+
 def cmd_whatif(args: argparse.Namespace) -> int:
     """``bmoe-top whatif``: the cache-sizing screen, or its JSON / an STRP profile."""
     from bmoe_top.outfile import OutputFileError
@@ -824,6 +867,7 @@ def cmd_whatif(args: argparse.Namespace) -> int:
         return refused
     try:
         report, replay = W.analyse_input(inp, budgets)
+        speed = _whatif_speed(args, inp, report)
     except ValueError as e:
         return _die(f"whatif: {e}", EXIT_FAILED)
     profile: ProfileDoc | None = None
@@ -839,7 +883,7 @@ def cmd_whatif(args: argparse.Namespace) -> int:
     if args.json:
         from bmoe_top.tui.present.numbers import print_json
 
-        doc = whatif_document(inp, report)
+        doc = whatif_document(inp, report, speed)
         if profile is not None:
             with_profile: WhatIfProfileDocument = {**doc, "profile": profile}
             print_json(with_profile)
@@ -850,7 +894,7 @@ def cmd_whatif(args: argparse.Namespace) -> int:
         return 0
     from bmoe_top.tui.screens.whatif import run_whatif
 
-    return run_whatif(inp, report, replay, "whatif " + " + ".join(Path(p).name for p in args.paths))
+    return run_whatif(inp, report, replay, "whatif " + " + ".join(Path(p).name for p in args.paths), speed)
 
 
 def add_analysis_parsers(sub: Any) -> None:
@@ -886,7 +930,19 @@ def add_analysis_parsers(sub: Any) -> None:
     w.add_argument("--read-mib-s", type=float, metavar="X", help="read bandwidth for the I/O estimate "
                                                                   "(default: from the run's log)")
     w.add_argument("--model", metavar="GGUF", help="the model, for expert sizes a binary trace or BMOE_ROUTE "
-                                                   "lines do not carry")
+                                                   "lines do not carry, its dense weights and its device's readahead")
+    w.add_argument("--ram", type=_ram_size, metavar="SIZE",
+                   help="RAM for the expert cache and the page cache together (16G, 12000M; default: this "
+                        "machine's, or its memory cgroup's limit)")
+    w.add_argument("--bandwidth", type=_positive_float, metavar="MB/S",
+                   help="read bandwidth of all lanes together, 10^6 bytes/s, for predicted tok/s (default: the "
+                        "run's, else bmoe-top probe --remember)")
+    w.add_argument("--dense-mib", type=_positive_float, metavar="MIB",
+                   help="always-resident weights (default: from --model)")
+    w.add_argument("--runtime-mib", type=_positive_float, metavar="MIB",
+                   help="the runtime's own memory: KV cache, buffers (default: 0)")
+    w.add_argument("--readahead-kb", type=_positive_float, metavar="KB",
+                   help="the page cache's read size for plain mmap (default: the model's device, else 128)")
     w.add_argument("--n-expert", type=int, metavar="N", help="experts per layer of a binary routing trace")
     w.add_argument("--prefill-batch", type=int, metavar="N", help="the run's prefill ubatch (bmoe-run -b; "
                                                                   "default: the prompt was one batch)")

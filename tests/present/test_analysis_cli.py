@@ -45,7 +45,8 @@ def run_files(tmp_path: Path) -> dict[str, str]:
 
 
 def test_whatif_json_golden(tmp_path, capsys, run_files) -> None:
-    code, out, err = cli(capsys, "whatif", "--json", *run_files.values())
+    code, out, err = cli(capsys, "whatif", "--json", "--ram", "160M", "--dense-mib", "16", "--runtime-mib", "8",
+                         "--readahead-kb", "512", *run_files.values())
     assert code == 0, err
     doc = orjson.loads(out)
     inp = doc["input"]
@@ -56,12 +57,55 @@ def test_whatif_json_golden(tmp_path, capsys, run_files) -> None:
     assert doc["token_cycle_mib"] == 16.0 and doc["bank_mib"] == 256.0
     lru = next(c for c in doc["curves"] if c["policy"] == "lru")
     assert lru["budgets_mib"][0] == 16.0 and lru["budgets_mib"][-1] == 256.0 and 64.0 in lru["budgets_mib"]
+    speed = doc["speed"]
+    si = speed["inputs"]
+    assert speed["levels"] == 2 and speed["mode"] == "serial"
+    assert (si["ram_bytes"], si["ram_from"]) == (160 * 2**20, "--ram")
+    assert (si["dense_bytes"], si["runtime_bytes"], si["readahead_bytes"]) == (16 * 2**20, 8 * 2**20, 512 * 1024)
+    assert si["read_mb_s"] == pytest.approx(1174.0 * 1.048576 * 2) and si["missing"] == []
+    assert si["read_mb_s_from"] == "the run: run summary read_mib_s x 2 lane(s)"
+    sl = next(p for p in speed["policies"] if p["policy"] == "lru")
+    assert sl["budgets_mib"] == lru["budgets_mib"]
+    # 160 - 16 - 8 = 136 MiB for both levels: budgets past it do not fit
+    assert [b <= 136 for b in sl["budgets_mib"]] == sl["fits"]
+    assert speed["mmap"]["budget_mib"] == 0.0 and speed["run_check"]["budget_mib"] == 64.0
     check_golden(GOLDEN / "whatif_cli.json", masked(doc, {str(tmp_path): "<tmp>"}))
     check_typed(doc, WhatIfDocument)
     with pytest.raises(AssertionError, match=r"\$\.skew: keys missing \[\], keys not in SkewDoc \['extra'\]"):
         check_typed({**doc, "skew": {**doc["skew"], "extra": 1}}, WhatIfDocument)
     with pytest.raises(AssertionError, match=r"\$\.input: keys missing \['trace'\]"):
         check_typed({**doc, "input": {k: v for k, v in doc["input"].items() if k != "trace"}}, WhatIfDocument)
+
+
+def test_whatif_speed_inputs_from_flags_settings_and_absent(tmp_path, capsys, run_files) -> None:
+    """--bandwidth wins; without it and without the run's bandwidth the remembered probe is used
+    (and named); with neither the tok/s is absent, named with the flags, never 0; a bad --ram is
+    one sentence."""
+    trace = run_files["run.route.csv"]
+    code, out, err = cli(capsys, "whatif", "--json", "--bandwidth", "500", "--ram", "1G", *run_files.values())
+    assert code == 0, err
+    si = orjson.loads(out)["speed"]["inputs"]
+    assert (si["read_mb_s"], si["read_mb_s_from"]) == (500.0, "--bandwidth")
+    assert any("--dense-mib" in m for m in si["missing"])  # no dense weights: one level
+    code, out, _ = cli(capsys, "whatif", "--json", "--no-config", trace)
+    sp = orjson.loads(out)["speed"]
+    assert sp["policies"] == [] and sp["levels"] == 0 and sp["mmap"] is None and sp["run_check"] is None
+    assert any("--bandwidth MB/s" in m for m in sp["inputs"]["missing"]) and sp["inputs"]["read_mb_s"] is None
+    config = tmp_path / "settings.toml"
+    config.write_text('[probe]\nfile = "/m.gguf"\nslice_bytes = 1048576\ndirect_mb_s = [640.0, 900.0]\n')
+    code, out, err = cli(capsys, "--config", str(config), "whatif", "--json", *run_files.values(), "--read-mib-s",
+                         "100")
+    si = orjson.loads(out)["speed"]["inputs"]  # the run's (here overridden) bandwidth wins over the probe
+    assert code == 0 and si["read_mb_s_from"] == "--read-mib-s x 2 lane(s)"
+    assert si["read_mb_s"] == pytest.approx(100 * 1.048576 * 2)
+    code, out, err = cli(capsys, "--config", str(config), "whatif", "--json", trace)
+    si = orjson.loads(out)["speed"]["inputs"]
+    assert (si["read_mb_s"], si["read_mb_s_from"]) == (640.0, "settings [probe] O_DIRECT at queue depth 1 (/m.gguf)")
+    for bad in ("lots", "-3G", "12X"):
+        with pytest.raises(SystemExit) as e:
+            main(["whatif", "--json", f"--ram={bad}", trace])
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and "is not a size" in err and "Traceback" not in err
 
 
 def test_whatif_budgets_and_errors(tmp_path, capsys, run_files) -> None:

@@ -5,6 +5,7 @@ the screen, the help, the narrow layout; and the real 48-layer trace with T and 
 from __future__ import annotations
 
 import html
+import os
 import re
 from pathlib import Path
 
@@ -207,3 +208,54 @@ async def test_ascii_text_has_a_stand_in_for_every_character_and_the_profile_dia
         assert "Write an STRP profile (experts by lookups, hottest first) for" in dialog
         assert "bmoe-run --moe-cache-profile, to:" in dialog
 
+
+
+def side_text(app) -> str:
+    from rich.console import Console
+
+    console = Console(width=200, record=True, file=open(os.devnull, "w"))  # noqa: SIM115
+    console.print(app.main._side_text())
+    return console.export_text()
+
+
+async def test_predicted_tok_s_chart_column_and_panel(tmp_path) -> None:
+    """With the tok/s model (160 MiB of RAM, 16 MiB dense, 1,000 MB/s): ``y`` reaches the
+    predicted tok/s chart with the fastest budget, the knee, the break-even and plain mmap marked;
+    the policies table has the predicted tok/s column; the panel says the run's check. Without a
+    bandwidth the column reads "absent" and the panel names the flag."""
+    from bmoe_top.tui.jobs.sizing import speed_view
+
+    (tmp_path / "run.route.csv").write_bytes(synth.route_trace(48, seed=5))
+    (tmp_path / "run.csv").write_bytes(synth.token_csv(48, seed=6))
+    inp = load_whatif([str(tmp_path / "run.route.csv"), str(tmp_path / "run.csv")])
+    report, replay = analyse_input(inp)
+    speed = speed_view(inp, report, ram=160 * 2**20, bandwidth_mb_s=1000.0, dense=16 * 2**20)
+    app = whatif_app(inp, report, replay, "whatif run.route.csv + run.csv", speed)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.pause()
+        await pilot.press("y", "y")
+        text = chart_text(app, "#chart-b")
+        lru = speed.reports["lru"]
+        assert "predicted tok/s (serial; expert cache + page cache)" in text
+        assert f"fastest {lru.best_mib:.0f} MiB" in text and "plain mmap" in text
+        if lru.knee_mib is not None:
+            assert "knee" in text
+        side = side_text(app)
+        assert "predicted speed" in side and "tok/s (predicted)" in side and "at the run's budget" in side
+        await pilot.press("2")
+        await pilot.pause()
+        table = app.main.query_one("#policy-table", SortTable)
+        assert any(c.key == "tok_s" for c in table.table.columns)
+        row = next(r for r in table.shown if r.cells[0] == "LRU")
+        assert float(row.cells[4]) == pytest.approx(row.keys[4], rel=0.01) and row.keys[4] > 0
+    bare = load_whatif([str(tmp_path / "run.route.csv")])
+    r2, rp2 = analyse_input(bare)
+    app = whatif_app(bare, r2, rp2, "whatif run.route.csv", speed_view(bare, r2, machine_ram=(None, "")))
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.pause()
+        side = side_text(app)
+        assert "absent:" in side and "--bandwidth" in side
+        await pilot.press("2")
+        await pilot.pause()
+        row = next(r for r in app.main.query_one("#policy-table", SortTable).shown if r.cells[0] == "LRU")
+        assert row.cells[4] == "absent"

@@ -21,7 +21,7 @@ from bmoe_top.parsers.routing_bin import looks_like_routing_bin
 from bmoe_top.parsers.sniff import sniff
 from bmoe_top.tui.model import RunModel
 from bmoe_top.tui.present.numbers import fmt
-from bmoe_top.tui.present.whatif import MIB, WhatIfInput
+from bmoe_top.tui.present.whatif import MIB, RunCosts, WhatIfInput
 from bmoe_top.tui.sources.files import ReplayError, read_path
 
 if TYPE_CHECKING:
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from bmoe_top.tui.analysis.whatif import Replay, WhatIf
 
 __all__ = ["WhatIfError", "load_whatif", "analyse_input", "gguf_layer_bytes", "write_profile", "profile_slots",
-           "run_cache_budget", "summary_number", "meta_int", "resident_estimate"]
+           "run_cache_budget", "gguf_dense_bytes", "summary_number", "meta_int", "resident_estimate", "run_costs"]
 
 
 class WhatIfError(ValueError):
@@ -47,6 +47,19 @@ def gguf_layer_bytes(path: str) -> list[int]:
     except (ModelError, OSError, ValueError) as e:
         raise WhatIfError(f"{path}: cannot read the expert sizes ({e})") from None
     return [int(b) for b in lay.expert_bytes]
+
+
+def gguf_dense_bytes(path: str) -> float:
+    """Bytes of a GGUF model that are not experts (attention, shared experts, embeddings: always
+    resident): the file's bytes minus its expert bank. Raises WhatIfError when the file is not a
+    MoE GGUF."""
+    from bmoe_top.parsers.gguf_layout import ModelError, read_layout
+
+    try:
+        lay = read_layout(path)
+    except (ModelError, OSError, ValueError) as e:
+        raise WhatIfError(f"{path}: cannot read the model's sizes ({e})") from None
+    return float(max(0, lay.file_size - lay.expert_bank_bytes))
 
 
 def resident_estimate(run: RunModel) -> float | None:
@@ -76,6 +89,24 @@ def meta_int(run: RunModel, key: str) -> int | None:
     except ValueError:
         return None
     return n if n > 0 else None
+
+
+def run_costs(run: RunModel) -> RunCosts | None:
+    """What a decode token of ``run`` cost besides its reads, from its summary (``compute_s_tok``,
+    ``mgmt_s_tok``, ``stall_s_tok``, ``tok_s``) and header (``overlap``, ``io_threads``); None
+    when the summary has no compute or mgmt per token. The mode is the header's ``overlap``, else
+    whether the summary has a stall."""
+    compute, _ = summary_number(run, "compute_s_tok")
+    mgmt, _ = summary_number(run, "mgmt_s_tok")
+    if compute is None or mgmt is None:
+        return None
+    stall, _ = summary_number(run, "stall_s_tok")
+    tok_s, _ = summary_number(run, "tok_s")
+    read, _ = summary_number(run, "read_mib_per_tok")
+    flag = str(run.meta.get("overlap", "")).strip()
+    overlap = flag == "1" if flag in ("0", "1") else stall is not None
+    return RunCosts(compute * 1e3, mgmt * 1e3, (stall or 0.0) * 1e3 if overlap else 0.0, overlap,
+                    meta_int(run, "io_threads") or 1, tok_s if tok_s and tok_s > 0 else None, read)
 
 
 def run_cache_budget(run: RunModel) -> tuple[float | None, str]:
@@ -208,7 +239,7 @@ def load_whatif(paths: Sequence[str], *, n_expert: int | None = None, prefill_ba
     if run_budget is None and budget_mib is None:
         notes.append("no run budget: give the run's CSV or log beside the trace, or --run-budget MiB")
     return WhatIfInput(lk, name, routing_from, [p for p, _ in datas], sizes, unit, run_budget, budget_from, bw,
-                       bw_from, hit, hit_from, notes)
+                       bw_from, hit, hit_from, notes, run_costs(run))
 
 
 def analyse_input(inp: WhatIfInput, budgets_mib: Sequence[float] | None = None) -> tuple[WhatIf, Replay]:

@@ -46,6 +46,7 @@ class Scope(StrEnum):
     WINDOW = "{window}"  # a Prometheus rate() window, the whole server
     NOW = "now"  # a gauge: its value at the newest reading
     DEVICE = "device"  # the device sidecar: the whole process
+    PREDICTED = "predicted"  # the tok/s model at a budget (docs/analysis.md "Predicted speed")
 
 
 class Form(StrEnum):
@@ -122,6 +123,8 @@ TIER_PANEL = ("run panel (memory tiers)",)
 TIERS = ("expert cache", "page cache", "disk")
 ALERTS = ("alert rules",)
 DIAGNOSIS = ("diagnosis line", "diagnosis (--json)")
+
+WHATIF = ("whatif screen", "whatif --json")
 
 _TIMED = "bmoe:timed_tokens_total"
 _WALL = "bmoe:token_wall_seconds_total"
@@ -563,6 +566,48 @@ _ITEMS: tuple[Quantity, ...] = (
        "MemAvailable of /proc/meminfo",
        "RAM available without swapping: free memory plus the page cache the kernel may reclaim, the room "
        "the page cache has to hold the model.", "Not free memory alone.", TIER_PANEL),
+    # -- the tok/s model: one decode token predicted at a cache budget (tui/analysis/speed.py) -----
+    _q("predict.tok_s", "tok_s", "tok/s", "tok/s", S.PREDICTED, F.RATE,
+       "1000 / (overlap: max(compute_ms, flash_ms) + mgmt_ms + stall_ms; serial: compute_ms + flash_ms + mgmt_ms)",
+       "Decode speed the tok/s model predicts at a budget, in the run's mode (overlap or serial).",
+       "Not a measured tok/s (`tok/s (measured)` in a sweep); not prefill.", WHATIF),
+    _q("predict.serial_tok_s", "serial_tok_s", "tok/s serial", "tok/s", S.PREDICTED, F.RATE,
+       "1000 / (compute_ms + flash_ms + mgmt_ms)", "Predicted decode speed with reads and compute one after the other.",
+       "Not the overlap prediction.", WHATIF),
+    _q("predict.overlap_tok_s", "overlap_tok_s", "tok/s overlap", "tok/s", S.PREDICTED, F.RATE,
+       "1000 / (max(compute_ms, flash_ms) + mgmt_ms + stall_ms)",
+       "Predicted decode speed with reads under compute (and the stall the run measured).",
+       "Not the serial prediction.", WHATIF),
+    _q("predict.flash_ms", "flash_ms", "flash wait", "ms/token", S.PREDICTED, F.MS,
+       "lookups x (1 - hit) x miss_bytes / (read MB/s x 10^6) x 1000",
+       "Time per token the predicted reads take at the read bandwidth.",
+       "Not the stall under overlap (that is measured, not predicted).", WHATIF),
+    _q("predict.hit_pct", "hit_pct", "hit (both levels)", "%", S.PREDICTED, F.PCT,
+       "100 x h(max(B, P)): the policy's decode hit at the larger of the budget and the page cache",
+       "Share of decode lookups that need no read: the expert cache's and, with a RAM, the page cache's.",
+       "Not the expert cache's hit % alone when a RAM is given.", WHATIF),
+    _q("predict.mmap_tok_s", "mmap_tok_s", "tok/s plain mmap", "tok/s", S.PREDICTED, F.RATE,
+       "the B = 0 prediction with readahead-sized reads (ceil(miss_bytes / R) x R a miss)",
+       "Predicted decode speed of plain llama.cpp (mmap, no expert cache) in the same RAM.",
+       "Not expert streaming at any budget.", WHATIF),
+    _q("predict.best_mib", "best_mib", "fastest budget", "MiB", S.PREDICTED, F.MIB,
+       "the budget of the highest predicted tok/s (the smaller of equals)",
+       "The cache budget the tok/s model predicts fastest.", "Not the hit-% recommendation.", WHATIF),
+    _q("predict.knee_mib", "knee_mib", "knee", "MiB", S.PREDICTED, F.MIB,
+       "the first budget past which one more GiB buys less than knee_share of its tok/s",
+       "Where more cache stops paying in tok/s.", "Not the fastest budget.", WHATIF),
+    _q("predict.break_even_mib", "break_even_mib", "break-even vs mmap", "MiB", S.PREDICTED, F.MIB,
+       "the smallest budget whose predicted tok/s is at least plain mmap's in the same RAM",
+       "The smallest expert cache that beats plain mmap at the same RAM.",
+       "Not defined without a RAM (--ram); absent when no budget beats mmap.", WHATIF),
+    _q("predict.cache_to_demand", "cache_to_demand", "cache/demand", "x", S.PREDICTED, F.NUMBER,
+       "budget bytes / (lookups per token x bytes per miss)",
+       "The budget over the distinct expert bytes one token needs (0.4-0.8x is the published sweet spot).",
+       "Not a hit rate.", WHATIF),
+    _q("predict.error_pct", "error_pct", "prediction error", "%", S.PREDICTED, F.PCT,
+       "100 x (predicted tok/s - measured tok/s) / measured tok/s",
+       "How far the prediction is from what a run measured at the same budget.",
+       "Not a difference of hit rates.", WHATIF + ("sweep", "sweep --once --json")),
     # -- the device sidecar -----------------------------------------------------------------------
     _q("device.peak_rss", "peak_rss_kb", "peak RSS", "MiB", S.DEVICE, F.MIB, "peak_rss_kb / 1024",
        "The process's highest resident memory (device sidecar).", "Not the memory now.", PANEL + TITLE),

@@ -34,6 +34,7 @@ GROUPS = (
     ("since_load", "`attach --audit`: one process run since its load"),
     ("fleet", "`fleet`: the table, the drill-down, `--once --json`, the Grafana board"),
     ("device", "The device sidecar"),
+    ("predict", "`whatif` and `sweep`: the tok/s model at a cache budget"),
 )
 
 

@@ -23,9 +23,11 @@ from bmoe_top.tui.present.tables import Column, Row, Table, number_key
 
 if TYPE_CHECKING:
     from bmoe_top.tui.analysis.lookups import Lookups
+    from bmoe_top.tui.analysis.speed import Prediction, SizingReport
     from bmoe_top.tui.analysis.whatif import Replay, WhatIf
 
-__all__ = ["WhatIfInput", "whatif_document", "policy_table", "layer_table_rows", "skew_rows", "summary_rows",
+__all__ = ["WhatIfInput", "RunCosts", "SpeedInputs", "SpeedView", "SpeedDoc", "speed_document", "speed_rows",
+           "whatif_document", "policy_table", "layer_table_rows", "skew_rows", "summary_rows",
            "LiveView", "HIT_DEFINITION", "MIB", "WhatIfDocument", "WhatIfReportDoc",
            "WhatIfInputDoc", "ProfileDoc", "WhatIfProfileDocument"]
 
@@ -34,6 +36,23 @@ MIB = 1 << 20
 HIT_DEFINITION = ("decode hits / decode lookups: bmoe-run's hit % (its BMOE_DONE cache_hit_pct and moe-cache: "
                   "line); prefill lookups change the cache but are not counted. bmoe-cli's moe-cache: line and "
                   "CSV summary also count the prompt as misses: compare them with 'with the prompt'")
+
+
+@dataclass(frozen=True, slots=True)
+class RunCosts:
+    """What one decode token of the run cost besides its reads, from its summary (ms per token):
+    ``compute_ms``, ``mgmt_ms``, ``stall_ms`` (the flash wait compute did not hide; 0 serial);
+    ``overlap`` the run's mode (its header's ``overlap``, else whether it reported a stall);
+    ``lanes`` its read lanes (``io_threads``); ``measured_tok_s`` its decode tok/s and
+    ``read_mib_per_tok`` its MiB read per token (None: not reported)."""
+
+    compute_ms: float
+    mgmt_ms: float
+    stall_ms: float
+    overlap: bool
+    lanes: int
+    measured_tok_s: float | None
+    read_mib_per_tok: float | None = None
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -45,7 +64,8 @@ class WhatIfInput:
     (``budget_unit`` "MiB", or "expert slots" when they are not: every expert then counts as one
     unit); ``run_budget`` the run's cache budget (bytes, None when not known) and where it came
     from; ``read_mib_s`` the run's measured read bandwidth and where it came from;
-    ``run_hit_pct`` the hit % the run reported; ``notes`` what was assumed or could not be read.
+    ``run_hit_pct`` the hit % the run reported; ``notes`` what was assumed or could not be read;
+    ``run_costs`` what a token of the run cost besides its reads (None: no CSV or log with them).
     """
 
     lookups: Lookups
@@ -61,6 +81,7 @@ class WhatIfInput:
     run_hit_pct: float | None
     run_hit_pct_from: str
     notes: list[str] = field(default_factory=list)
+    run_costs: RunCosts | None = None
 
 
 # ------------------------------------------------------------------------------- documents
@@ -184,10 +205,12 @@ class ProfileDoc(TypedDict):
 
 
 class WhatIfDocument(WhatIfReportDoc):
-    """``bmoe-top whatif --json``: the report under ``input`` and ``hit_definition``."""
+    """``bmoe-top whatif --json``: the report under ``input`` and ``hit_definition``, and the
+    tok/s model over it (``speed``)."""
 
     input: WhatIfInputDoc
     hit_definition: str
+    speed: SpeedDoc
 
 
 class WhatIfProfileDocument(WhatIfDocument):
@@ -196,9 +219,10 @@ class WhatIfProfileDocument(WhatIfDocument):
     profile: ProfileDoc
 
 
-def whatif_document(inp: WhatIfInput, report: WhatIf) -> WhatIfDocument:
+def whatif_document(inp: WhatIfInput, report: WhatIf, speed: SpeedView) -> WhatIfDocument:
     """``bmoe-top whatif --json``: the report (docs/analysis.md "The what-if report") under the
-    input it was made from and the definition of its hit figures."""
+    input it was made from and the definition of its hit figures, with the tok/s model over it
+    (``speed``: :func:`speed_document`)."""
     body: WhatIfReportDoc = orjson.loads(orjson.dumps(report))
     return {
         "input": {
@@ -212,6 +236,7 @@ def whatif_document(inp: WhatIfInput, report: WhatIf) -> WhatIfDocument:
         },
         "hit_definition": HIT_DEFINITION,
         **body,
+        "speed": speed_document(speed),
     }
 
 
@@ -226,17 +251,23 @@ def _pct(v: float) -> str:
     return fmt(v, 2, "%")
 
 
-def policy_table(report: WhatIf, budget_mib: float) -> Table:
+def policy_table(report: WhatIf, budget_mib: float, speed: SpeedView | None = None) -> Table:
     """Every policy at the sweep budget ``budget_mib`` (or the largest below it): decode hit %,
-    MiB read per token, flash I/O s/token (when the bandwidth is known), the gap to Belady."""
+    MiB read per token, flash I/O s/token (when the bandwidth is known), predicted tok/s (with
+    ``speed``; "absent" when an input is missing), the gap to Belady."""
+    from bmoe_top.tui.model.quantities import q
+    from bmoe_top.tui.present.numbers import show
     unit = "slots" if not report.sizes_known else "MiB"
     by = {c.policy: c for c in report.curves}
     bel = next((by[p.name] for p in POLICIES if p.ceiling and p.name in by), None)
     bel_hit = _at(bel.decode_hit_pct, bel.budgets_mib, budget_mib) if bel else math.nan
     cols = [Column("policy", "policy", False), Column("hit", "decode hit %", short="hit %"),
             Column("read", f"{'slots' if unit == 'slots' else 'MiB'} read/token", short=f"{unit}/token"),
-            Column("io", "flash I/O s/token", short="I/O s/tok"), Column("gap", "Belady − policy", short="to Belady"),
-            Column("what", "what it models", False)]
+            Column("io", "flash I/O s/token", short="I/O s/tok")]
+    tq = q("predict.tok_s")
+    if speed is not None:
+        cols.append(Column("tok_s", tq.scoped(), short=tq.label))
+    cols += [Column("gap", "Belady − policy", short="to Belady"), Column("what", "what it models", False)]
     rows = []
     for pol in POLICIES:
         c = by.get(pol.name)
@@ -247,12 +278,21 @@ def policy_table(report: WhatIf, budget_mib: float) -> Table:
         io = _at(c.io_s_per_token, c.budgets_mib, budget_mib) if c.io_s_per_token else math.nan
         gap = bel_hit - h
         label = c.label + (f" ({c.note})" if c.note else "")
-        rows.append(Row((pol.label, _pct(h), fmt(r, 1), fmt(io, 3), fmt(gap, 2, "pt"), label),
-                        (pol.label, number_key(h), number_key(r), number_key(io), number_key(gap), label),
+        cells: list[str] = [pol.label, _pct(h), fmt(r, 1), fmt(io, 3)]
+        keys: list[float | str] = [pol.label, number_key(h), number_key(r), number_key(io)]
+        if speed is not None:
+            sr = speed.reports.get(pol.name)
+            t = _at([p.tok_s(speed.overlap) for p in sr.points], [p.budget_mib for p in sr.points], budget_mib) \
+                if sr is not None else math.nan
+            cells.append(show(tq, t) if sr is not None else "absent")
+            keys.append(number_key(t))
+        rows.append(Row((*cells, fmt(gap, 2, "pt"), label), (*keys, number_key(gap), label),
                         "good" if pol.ceiling else ""))
     where = f"at {fmt(budget_mib, 0)} {unit}; "
     note = where + (f"flash I/O at {fmt(report.read_mib_s, 0)} MiB/s (the run's read bandwidth, serial reads)"
                     if report.read_mib_s else "flash I/O: no read bandwidth known (the run's log, or --read-mib-s)")
+    if speed is not None and not speed.reports:
+        note += "; tok/s absent: " + "; ".join(speed.inputs.missing)
     return Table("policies", tuple(cols), tuple(rows), note)
 
 
@@ -343,6 +383,228 @@ def summary_rows(inp: WhatIfInput, report: WhatIf, budget_mib: float) -> list[tu
     rows.append(("compulsory ceiling", f"{_pct(report.compulsory_ceiling_pct)} (first lookups always miss)", ""))
     rows.append(("recommended", f"{fmt(report.recommended_budget_mib, 0)} {unit}", "good"))
     rows.append(("", report.recommend_rule, "missing"))
+    return rows
+
+
+# ---------------------------------------------------------------------------- predicted speed
+@dataclass(frozen=True, slots=True)
+class SpeedInputs:
+    """Every input of the tok/s model (docs/analysis.md "Predicted speed") and where it came from
+    (``*_from``, one phrase). ``costs`` the run's (None: not known); ``lookups`` per decode token
+    and ``miss_bytes`` bytes a miss reads (the trace's); ``read_mb_s`` the read bandwidth, all
+    lanes together (10^6 bytes/s; None: not known); ``ram``, ``dense``, ``runtime``,
+    ``readahead`` bytes (``ram`` / ``dense`` None: not known, one level only); ``missing``: each
+    input that is absent, with the flag that gives it."""
+
+    costs: RunCosts | None
+    costs_from: str
+    lookups: float
+    miss_bytes: float
+    read_mb_s: float | None
+    read_mb_s_from: str
+    ram: float | None
+    ram_from: str
+    dense: float | None
+    dense_from: str
+    runtime: float
+    runtime_from: str
+    readahead: float
+    readahead_from: str
+    missing: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class SpeedView:
+    """The tok/s model over the what-if's curves: ``inputs``; ``reports`` per policy name its
+    :class:`~bmoe_top.tui.analysis.speed.SizingReport` at the curve's budgets (empty when an
+    input is missing); ``levels`` 2 with a RAM and the dense weights (the page cache behind the
+    expert cache, plain mmap beside it), else 1; ``at_run`` the one-level LRU prediction at the
+    run's budget, beside ``inputs.costs.measured_tok_s`` (None without a run budget);
+    ``tolerance`` the share past which it is flagged."""
+
+    inputs: SpeedInputs
+    reports: dict[str, SizingReport]
+    levels: int
+    at_run: Prediction | None
+    tolerance: float
+
+    @property
+    def overlap(self) -> bool:
+        return bool(self.inputs.costs and self.inputs.costs.overlap)
+
+    def run_error(self) -> float | None:
+        """(predicted - measured) / measured at the run's budget (None: either is absent)."""
+        c = self.inputs.costs
+        if self.at_run is None or c is None or not c.measured_tok_s:
+            return None
+        return (self.at_run.tok_s(c.overlap) - c.measured_tok_s) / c.measured_tok_s
+
+
+class SpeedPolicyDoc(TypedDict):
+    """One policy's predictions (``speed.policies``)."""
+
+    policy: str
+    budgets_mib: list[Num]
+    hit_pct: list[Num]
+    flash_ms: list[Num]
+    serial_tok_s: list[Num]
+    overlap_tok_s: list[Num]
+    tok_s: list[Num]
+    fits: list[bool]
+    cache_to_demand: list[Num]
+    best_mib: Num
+    larger_is_slower: bool
+    knee_mib: Num
+    knee_share: Num
+    break_even_mib: Num
+
+
+class SpeedPointDoc(TypedDict):
+    """One prediction: plain mmap (``speed.mmap``) or the run's budget (``speed.run_check``)."""
+
+    budget_mib: Num
+    hit_pct: Num
+    compute_ms: Num
+    flash_ms: Num
+    mgmt_ms: Num
+    stall_ms: Num
+    tok_s: Num
+    fits: bool
+
+
+class RunCheckDoc(SpeedPointDoc):
+    """``speed.run_check``: the prediction at the run's budget beside what the run measured."""
+
+    measured_tok_s: Num
+    error_pct: Num
+    flagged: bool | None
+
+
+class SpeedInputsDoc(TypedDict):
+    """``speed.inputs``: :class:`SpeedInputs` as JSON (ms per token, bytes, 10^6 bytes/s)."""
+
+    compute_ms: Num
+    mgmt_ms: Num
+    stall_ms: Num
+    overlap: bool | None
+    lanes: int | None
+    costs_from: str
+    lookups: Num
+    miss_bytes: Num
+    read_mb_s: Num
+    read_mb_s_from: str
+    ram_bytes: Num
+    ram_from: str
+    dense_bytes: Num
+    dense_from: str
+    runtime_bytes: Num
+    runtime_from: str
+    readahead_bytes: Num
+    readahead_from: str
+    missing: list[str]
+
+
+class SpeedDoc(TypedDict):
+    """The ``speed`` block of ``bmoe-top whatif --json`` (docs/analysis.md "Predicted speed")."""
+
+    inputs: SpeedInputsDoc
+    levels: int
+    mode: str
+    formula: str
+    policies: list[SpeedPolicyDoc]
+    mmap: SpeedPointDoc | None
+    run_check: RunCheckDoc | None
+
+
+#: the formula the ``speed`` block and the screen state
+SPEED_FORMULA = ("flash_ms = lookups x (1 - hit) x miss_bytes / read_mb_s / 1000; serial = compute + flash + mgmt; "
+                 "overlap = max(compute, flash) + mgmt + stall; tok/s = 1000 / ms; two levels: hit = h(max(B, "
+                 "ram - dense - runtime - B))")
+
+
+def _num(v: float | None) -> Num:
+    return None if v is None or not math.isfinite(v) else float(v)
+
+
+def _point(p: Prediction, overlap: bool) -> SpeedPointDoc:
+    return {"budget_mib": p.budget_mib, "hit_pct": 100.0 * p.hit, "compute_ms": p.compute_ms,
+            "flash_ms": p.flash_ms, "mgmt_ms": p.mgmt_ms, "stall_ms": p.stall_ms, "tok_s": _num(p.tok_s(overlap)),
+            "fits": p.fits}
+
+
+def speed_document(view: SpeedView) -> SpeedDoc:
+    """The ``speed`` block: every input and its source, each policy's predicted tok/s per budget
+    with the best budget, knee and break-even, plain mmap, and the check at the run's budget."""
+    i, c, ov = view.inputs, view.inputs.costs, view.overlap
+    pols: list[SpeedPolicyDoc] = []
+    for name, r in view.reports.items():
+        pols.append({
+            "policy": name, "budgets_mib": [p.budget_mib for p in r.points],
+            "hit_pct": [100.0 * p.hit for p in r.points], "flash_ms": [p.flash_ms for p in r.points],
+            "serial_tok_s": [_num(p.serial_tok_s) for p in r.points],
+            "overlap_tok_s": [_num(p.overlap_tok_s) for p in r.points],
+            "tok_s": [_num(p.tok_s(ov)) for p in r.points], "fits": [p.fits for p in r.points],
+            "cache_to_demand": [_num(x) for x in r.cache_to_demand], "best_mib": r.best_mib,
+            "larger_is_slower": r.larger_is_slower, "knee_mib": r.knee_mib, "knee_share": r.knee_share,
+            "break_even_mib": r.break_even_mib})
+    first = next(iter(view.reports.values()), None)
+    check: RunCheckDoc | None = None
+    if view.at_run is not None and c is not None:
+        err = view.run_error()
+        check = {**_point(view.at_run, ov), "measured_tok_s": c.measured_tok_s,
+                 "error_pct": None if err is None else 100.0 * err,
+                 "flagged": None if err is None else abs(err) > view.tolerance}
+    return {
+        "inputs": {
+            "compute_ms": c.compute_ms if c else None, "mgmt_ms": c.mgmt_ms if c else None,
+            "stall_ms": c.stall_ms if c else None, "overlap": c.overlap if c else None,
+            "lanes": c.lanes if c else None, "costs_from": i.costs_from, "lookups": i.lookups,
+            "miss_bytes": i.miss_bytes, "read_mb_s": i.read_mb_s, "read_mb_s_from": i.read_mb_s_from,
+            "ram_bytes": i.ram, "ram_from": i.ram_from, "dense_bytes": i.dense, "dense_from": i.dense_from,
+            "runtime_bytes": i.runtime, "runtime_from": i.runtime_from, "readahead_bytes": i.readahead,
+            "readahead_from": i.readahead_from, "missing": list(i.missing)},
+        "levels": view.levels if view.reports else 0,
+        "mode": "overlap" if ov else "serial",
+        "formula": SPEED_FORMULA,
+        "policies": pols,
+        "mmap": _point(first.mmap, ov) if first is not None and first.mmap is not None else None,
+        "run_check": check,
+    }
+
+
+def speed_rows(view: SpeedView, policy: str, budget_mib: float) -> list[tuple[str, str, str]]:
+    """The what-if panel's "predicted speed" rows at the cursor's ``budget_mib`` for ``policy``:
+    (label, value, kind); an absent input is shown with the flag that gives it."""
+    from bmoe_top.tui.model.quantities import q
+    from bmoe_top.tui.present.numbers import show
+
+    rows: list[tuple[str, str, str]] = [("predicted speed", "", "section")]
+    if not view.reports:
+        return rows + [("tok/s", "absent: " + "; ".join(view.inputs.missing), "missing")]
+    r = view.reports.get(policy) or next(iter(view.reports.values()))
+    ov = view.overlap
+    p = min(r.points, key=lambda x: abs(x.budget_mib - budget_mib))
+    tq = q("predict.tok_s")
+    rows.append((tq.screen_label(), f"{show(tq, p.tok_s(ov))} ({'overlap' if ov else 'serial'}; "
+                                    f"{show(q('predict.flash_ms'), p.flash_ms)} flash)", "derived"))
+    if view.levels == 2:
+        rows.append((q("predict.hit_pct").label, show(q("predict.hit_pct"), 100.0 * p.hit), "derived"))
+        if r.mmap is not None:
+            rows.append((q("predict.mmap_tok_s").label, show(q("predict.mmap_tok_s"), r.mmap.tok_s(ov)), ""))
+        be = r.break_even_mib
+        rows.append((q("predict.break_even_mib").label,
+                     show(q("predict.break_even_mib"), be) if be is not None else "none: mmap is as fast or faster",
+                     "good" if be is not None else "bad"))
+    rows.append((q("predict.best_mib").label, show(q("predict.best_mib"), r.best_mib)
+                 + ("; larger budgets are slower" if r.larger_is_slower else ""), "good"))
+    rows.append((q("predict.knee_mib").label, show(q("predict.knee_mib"), r.knee_mib) if r.knee_mib is not None
+                 else f"none (every GiB buys {fmt(100 * r.knee_share, 0)} % or more)", ""))
+    err = view.run_error()
+    if view.at_run is not None and err is not None and view.inputs.costs is not None:
+        rows.append(("at the run's budget", f"{show(tq, view.at_run.tok_s(ov))} predicted, "
+                                            f"{show(tq, view.inputs.costs.measured_tok_s)} measured "
+                                            f"({fmt(100 * err, 1, '%')})",
+                     "bad" if abs(err) > view.tolerance else "good"))
     return rows
 
 

@@ -6,8 +6,9 @@ allocation across layers would buy, the routing skew; ``w`` writes a profile.
 
 Keys: ←/→ move the budget cursor (shift or PgUp/PgDn: ten steps; Home/End), ``r`` the run's
 budget, ``b`` the recommended one, ``y`` the y metric of the lower chart (MiB read per token,
-flash I/O s/token), ``a`` all policies or the main ones, ``w`` write an STRP profile, ``1``-``4``
-tabs, ``s`` / ``S`` / ``/`` sort and filter a table, ``?`` / F1 help, ``q`` quit.
+flash I/O s/token, predicted tok/s with the knee, the fastest budget and the break-even against
+plain mmap marked, and plain mmap as a line), ``a`` all policies or the main ones, ``w`` write an
+STRP profile, ``1``-``4`` tabs, ``s`` / ``S`` / ``/`` sort and filter a table, ``?`` / F1 help, ``q`` quit.
 """
 
 from __future__ import annotations
@@ -38,10 +39,12 @@ from bmoe_top.tui.present.numbers import fmt
 from bmoe_top.tui.present.whatif import (
     HIT_DEFINITION,
     MIB,
+    SpeedView,
     WhatIfInput,
     layer_table_rows,
     policy_table,
     skew_rows,
+    speed_rows,
     summary_rows,
 )
 from bmoe_top.tui.screens.analysis_modals import AnalysisHelp, PathScreen
@@ -56,7 +59,8 @@ from bmoe_top.tui.widgets.tables import TABLE_KEYS, SortTable
 
 __all__ = ["WhatIfScreen", "run_whatif", "whatif_app"]
 #: lower-chart metrics ``y`` cycles through: (key, title, unit)
-LOWER = (("read", "MiB read per token", "MiB"), ("io", "flash I/O per token (estimated)", "s"))
+LOWER = (("read", "MiB read per token", "MiB"), ("io", "flash I/O per token (estimated)", "s"),
+         ("tok_s", "predicted tok/s", "tok/s"))
 
 HELP_NOTES = (
     "Hit % = " + HIT_DEFINITION + ".\n\n"
@@ -67,6 +71,9 @@ HELP_NOTES = (
     "Belady: evict the expert needed farthest ahead; Belady - LRU is the most a smarter policy could buy.\n"
     "Static profile: the hottest experts of the first half of the trace, scored on the second half.\n"
     "Flash I/O: MiB read per token / the run's measured read bandwidth (serial reads).\n"
+    "Predicted tok/s: compute + flash wait + mgmt per token (overlap: max(compute, flash) + mgmt + stall), the\n"
+    "run's own costs and read bandwidth (--bandwidth, or bmoe-top probe --remember); with --ram, the page cache\n"
+    "behind the expert cache and plain mmap beside it. Knee: past it one more GiB buys under 5 % of tok/s.\n"
     "docs/analysis.md explains every number."
 )
 
@@ -121,9 +128,11 @@ class WhatIfScreen(Screen[None]):
     #: actions that belong to the curves (the tables and text boxes keep their keys)
     CURSOR_ACTIONS = frozenset({"cursor", "cursor_to"})
 
-    def __init__(self, inp: WhatIfInput, report: WhatIf, replay: Replay, *, title: str = "") -> None:
+    def __init__(self, inp: WhatIfInput, report: WhatIf, replay: Replay, *, title: str = "",
+                 speed: SpeedView | None = None) -> None:
         super().__init__()
         self.inp, self.report, self.replay = inp, report, replay
+        self.speed = speed
         self.source_title = title
         by = {c.policy: c for c in report.curves}
         self.by = by
@@ -222,6 +231,29 @@ class WhatIfScreen(Screen[None]):
             out.append(CurveChart.series_from(p, pol.label, c.budgets_mib, y, i))
         return tuple(out)
 
+    def _tok_s_series(self) -> tuple[CurveSeries, ...]:
+        from bmoe_top.tui.jobs.sizing import tok_s_curve
+
+        out = []
+        assert self.speed is not None
+        for i, pol in enumerate(POLICIES):
+            x, y = tok_s_curve(self.speed, pol.name)
+            if x.size:
+                out.append(CurveChart.series_from(pol.name, pol.label, x, y, i))
+        return tuple(out)
+
+    def _speed_marks(self) -> tuple[CurveMark, ...]:
+        r = self.speed.reports.get("lru") if self.speed is not None else None
+        if r is None:
+            return ()
+        marks = [CurveMark(r.best_mib, f"fastest {fmt(r.best_mib, 0)} MiB", "┃", "#", "green")]
+        if r.knee_mib is not None:
+            marks.append(CurveMark(r.knee_mib, f"knee {fmt(r.knee_mib, 0)} MiB", "╏", ":", "cyan"))
+        if r.break_even_mib is not None:
+            marks.append(CurveMark(r.break_even_mib, f"break-even vs mmap {fmt(r.break_even_mib, 0)} MiB", "┆", "'",
+                                   "magenta"))
+        return tuple(marks)
+
     def _plot(self, metric: str) -> CurvePlot:
         r = self.report
         hidden = frozenset() if self.all_policies else frozenset(NAMES) - MAIN
@@ -239,6 +271,17 @@ class WhatIfScreen(Screen[None]):
                              y_unit=self.unit, series=self._series("read"), y_min=0.0,
                              hline=(r.token_cycle_mib, f"cache off: T = {fmt(r.token_cycle_mib, 0)} per token"),
                              **common)  # type: ignore[arg-type]
+        if metric == "tok_s" and self.speed is not None:
+            sp = self.speed
+            lru = sp.reports.get("lru")
+            mmap = lru.mmap if lru is not None else None
+            mode = "overlap" if sp.overlap else "serial"
+            levels = "expert cache + page cache" if sp.levels == 2 else "expert cache alone (no --ram / dense)"
+            return CurvePlot(title=f"predicted tok/s ({mode}; {levels})", y_label="tok/s", y_unit="tok/s",
+                             series=self._tok_s_series(), y_min=0.0,
+                             hline=(mmap.tok_s(sp.overlap), f"plain mmap {fmt(mmap.tok_s(sp.overlap), 2)} tok/s")
+                             if mmap is not None else None,
+                             **{**common, "marks": self._marks() + self._speed_marks()})  # type: ignore[arg-type]
         bw = fmt(r.read_mib_s, 0) if r.read_mib_s else "?"
         return CurvePlot(title=f"flash I/O s per token at {bw} MiB/s (estimated, serial reads)", y_label="I/O",
                          y_unit="s", series=self._series("io"), y_min=0.0, **common)  # type: ignore[arg-type]
@@ -256,6 +299,8 @@ class WhatIfScreen(Screen[None]):
         keys = ["read"]
         if self.report.read_mib_s:
             keys.append("io")
+        if self.speed is not None and self.speed.reports:
+            keys.append("tok_s")
         return keys
 
     def _title(self) -> Text:
@@ -291,7 +336,10 @@ class WhatIfScreen(Screen[None]):
         grid = RichTable.grid(padding=(0, 1))
         grid.add_column(no_wrap=True, style="dim")
         grid.add_column(ratio=1)
-        for label, value, kind in summary_rows(self.inp, self.report, self.budget_mib):
+        rows = summary_rows(self.inp, self.report, self.budget_mib)
+        if self.speed is not None:
+            rows += speed_rows(self.speed, "lru", self.budget_mib)
+        for label, value, kind in rows:
             style = KIND_STYLE.get(kind, "")
             if kind == "section":
                 grid.add_row(Text(""), Text(""))
@@ -343,7 +391,7 @@ class WhatIfScreen(Screen[None]):
             self.query_one("#chart-a", CurveChart).set_plot(self._plot("hit"))
             b = replace(self._plot(lower[self.metric % len(lower)]), legend=False)
             self.query_one("#chart-b", CurveChart).set_plot(b)
-        self.query_one("#policy-table", SortTable).set_table(policy_table(self.report, self.budget_mib))
+        self.query_one("#policy-table", SortTable).set_table(policy_table(self.report, self.budget_mib, self.speed))
         if self.query_one("#wi-tabs", TabbedContent).active == "layers":
             self._refresh_layers()
         if not self.has_class("narrow"):
@@ -447,13 +495,15 @@ class WhatIfScreen(Screen[None]):
         self.app.exit()
 
 
-def whatif_app(inp: WhatIfInput, report: WhatIf, replay: Replay, title: str = "whatif") -> BmoeTopApp:
-    """The app over a :class:`WhatIfScreen`."""
-    return BmoeTopApp(WhatIfScreen(inp, report, replay, title=title))
+def whatif_app(inp: WhatIfInput, report: WhatIf, replay: Replay, title: str = "whatif",
+               speed: SpeedView | None = None) -> BmoeTopApp:
+    """The app over a :class:`WhatIfScreen` (``speed``: the tok/s model over the report)."""
+    return BmoeTopApp(WhatIfScreen(inp, report, replay, title=title, speed=speed))
 
 
-def run_whatif(inp: WhatIfInput, report: WhatIf, replay: Replay, title: str = "whatif") -> int:
+def run_whatif(inp: WhatIfInput, report: WhatIf, replay: Replay, title: str = "whatif",
+               speed: SpeedView | None = None) -> int:
     """Run the what-if screen; returns the exit status."""
-    app = whatif_app(inp, report, replay, title)
+    app = whatif_app(inp, report, replay, title, speed)
     app.run()
     return app.return_code or 0

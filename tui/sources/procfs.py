@@ -45,7 +45,8 @@ from bmoe_top.parsers.procfs import (
     parse_stat,
 )
 
-__all__ = ["CgroupReader", "OpenFile", "ProcReader", "ProcessGone", "read_text", "system_figures"]
+__all__ = ["CgroupReader", "OpenFile", "ProcReader", "ProcessGone", "device_readahead", "ram_limit", "read_text",
+           "system_figures"]
 
 #: The most of a /proc or cgroup file read (maps of a process with a hundred thousand mappings).
 MAX_READ = 32 << 20
@@ -275,3 +276,39 @@ class CgroupReader:
             stat = {}
         file = stat.get("file") if self.version == 2 else stat.get("total_cache", stat.get("cache"))
         return CgroupFigures(self.version, self.path, best[0] if best else None, at_path if best else "", usage, file)
+
+
+def ram_limit(pid: int | str = "self", root: str = "/proc") -> tuple[int | None, str]:
+    """The RAM a process can use (bytes) and where it came from: the smaller of the machine's
+    ``MemTotal`` and the tightest limit of the process's memory cgroup, v1 or v2
+    (:class:`CgroupReader`); (None, "") when neither can be read."""
+    total = system_figures(root).mem_total
+    try:
+        text = read_text(f"{root}/{pid}/cgroup")
+        mountinfo = read_text(f"{root}/self/mountinfo")
+    except OSError:
+        text = mountinfo = ""
+    cg = CgroupReader(text, mountinfo).figures() if text else None
+    if cg is not None and cg.limit is not None and (total is None or cg.limit < total):
+        return cg.limit, f"the memory cgroup limit (v{cg.version}, {cg.limit_path})"
+    if total is not None:
+        return total, "this machine's MemTotal" + (" (no memory cgroup limit below it)" if cg is not None else "")
+    return None, ""
+
+
+def device_readahead(path: str, sys_root: str = "/sys") -> int | None:
+    """The readahead (bytes) of the block device holding ``path``: its ``queue/read_ahead_kb``
+    (a partition's is its disk's) x 1024; None when the file or the device cannot be read."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    dev = f"{sys_root}/dev/block/{os.major(st.st_dev)}:{os.minor(st.st_dev)}"
+    for queue in (f"{dev}/queue/read_ahead_kb", f"{dev}/../queue/read_ahead_kb"):
+        try:
+            kb = parse_int(read_text(queue, 64))
+        except OSError:
+            continue
+        if kb is not None and kb >= 0:
+            return kb * 1024
+    return None

@@ -1,0 +1,147 @@
+"""The what-if's predicted tok/s (tui/jobs/sizing.py) on a synthetic run whose every input is
+known: 8 MoE layers x top-2 of 1 MiB experts (16 lookups, 16 MiB a token that misses everything),
+the run's 25 ms compute and 2 ms mgmt a token (serial); each case computed by hand. Where each
+input came from is said, an absent one is named with its flag and nothing is predicted from a 0;
+the RAM a process may use is the smaller of MemTotal and its memory cgroup's limit (v1 and v2)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from helpers import synth
+
+from bmoe_top.tui.analysis.speed import MIB
+from bmoe_top.tui.jobs.sizing import policy_hits, probe_bandwidth, speed_view
+from bmoe_top.tui.jobs.whatif import analyse_input, load_whatif
+from bmoe_top.tui.settings import ProbeSettings
+from bmoe_top.tui.sources.procfs import ram_limit
+
+
+@pytest.fixture
+def synthetic(tmp_path: Path):
+    route, csv = tmp_path / "run.route.csv", tmp_path / "run.csv"
+    route.write_bytes(synth.route_trace(48, seed=5))
+    csv.write_bytes(synth.token_csv(48, seed=6))
+    inp = load_whatif([str(route), str(csv)])
+    report, _ = analyse_input(inp, [16.0, 32.0, 64.0, 128.0, 256.0])
+    return inp, report
+
+
+def lru_read(report, budget: float) -> float:
+    lru = next(c for c in report.curves if c.policy == "lru")
+    return float(lru.read_mib_per_token[list(lru.budgets_mib).index(budget)])
+
+
+def test_one_level_by_hand(synthetic):
+    inp, report = synthetic
+    v = speed_view(inp, report, bandwidth_mb_s=1000.0, machine_ram=(None, ""))
+    assert v.levels == 1 and not v.overlap
+    assert (v.inputs.lookups, v.inputs.miss_bytes) == (16.0, MIB)
+    assert v.inputs.read_mb_s_from == "--bandwidth"
+    assert v.inputs.costs is not None and (v.inputs.costs.compute_ms, v.inputs.costs.mgmt_ms) == (25.0, 2.0)
+    lru = v.reports["lru"]
+    for p in lru.points:
+        read = lru_read(report, p.budget_mib)  # MiB a token reads at this budget
+        flash = read * MIB / 1e9 * 1e3  # ms at 10^9 bytes/s
+        assert p.flash_ms == pytest.approx(flash)
+        assert p.serial_tok_s == pytest.approx(1000 / (25 + flash + 2))
+        assert p.hit == pytest.approx(1 - read / 16)
+    # the whole bank reads only first lookups: the fastest budget is the largest, no larger is slower
+    assert lru.best_mib == 256.0 and not lru.larger_is_slower
+    assert lru.cache_to_demand == pytest.approx([1.0, 2.0, 4.0, 8.0, 16.0])
+    # the run's own budget (64 MiB) is predicted one level, beside the tok/s the run measured
+    assert v.at_run is not None and v.at_run.budget_mib == 64.0
+    c = v.inputs.costs
+    assert c.measured_tok_s is not None
+    assert v.run_error() == pytest.approx((v.at_run.serial_tok_s - c.measured_tok_s) / c.measured_tok_s)
+
+
+def test_two_levels_and_plain_mmap_by_hand(synthetic):
+    inp, report = synthetic
+    # 100 MiB of RAM, 20 MiB dense, 8 MiB runtime: the page cache holds 72 - B MiB
+    v = speed_view(inp, report, ram=100 * MIB, bandwidth_mb_s=1000.0, dense=20 * MIB, runtime=8 * MIB,
+                   readahead=4 * MIB)
+    assert v.levels == 2 and v.inputs.ram_from == "--ram" and v.inputs.dense_from == "--dense-mib"
+    lru = v.reports["lru"]
+    hits = policy_hits(next(c for c in report.curves if c.policy == "lru"), 16.0, MIB)
+    by = {p.budget_mib: p for p in lru.points}
+    # at 16 MiB the page cache (56 MiB) is the larger level: hit = h(56), read off 32..64 by a line
+    h56 = hits[1] + (hits[2] - hits[1]) * (56 - 32) / (64 - 32)
+    assert by[16.0].hit == pytest.approx(h56)
+    assert by[16.0].flash_ms == pytest.approx(16 * (1 - h56) * MIB / 1e6)
+    # at 64 MiB the expert cache is larger (page cache 8 MiB): h(64)
+    assert by[64.0].hit == pytest.approx(hits[2])
+    # 128 and 256 MiB do not fit in 100 MiB
+    assert not by[128.0].fits and not by[256.0].fits
+    # plain mmap: 4 MiB reads a miss, a quarter of the 72 MiB page cache is experts in use: h(18)
+    h18 = hits[0] + (hits[1] - hits[0]) * (18 - 16) / (32 - 16)
+    assert lru.mmap is not None
+    assert lru.mmap.hit == pytest.approx(h18)
+    assert lru.mmap.flash_ms == pytest.approx(16 * (1 - h18) * 4 * MIB / 1e6)
+    assert lru.break_even_mib == 16.0  # streaming at the smallest budget already beats 4 MiB reads
+
+
+def test_absent_inputs_are_named_with_their_flags_never_zero(synthetic, tmp_path):
+    inp, report = synthetic
+    bare = load_whatif([inp.trace])  # the trace alone: no costs, no bandwidth
+    r2, _ = analyse_input(bare, [16.0, 64.0])
+    v = speed_view(bare, r2, machine_ram=(None, ""))
+    assert v.reports == {} and v.at_run is None
+    assert any("--bandwidth" in m for m in v.inputs.missing)
+    assert any("compute and mgmt" in m for m in v.inputs.missing)
+    assert any("--ram" in m for m in v.inputs.missing) and any("--dense-mib" in m for m in v.inputs.missing)
+    assert v.inputs.read_mb_s is None and v.inputs.ram is None
+
+
+def test_the_remembered_probe_gives_the_bandwidth_at_the_run_s_lanes(synthetic):
+    inp, report = synthetic
+    probe = ProbeSettings(file="/m.gguf", slice_bytes=1e6, direct_mb_s=(400.0, 700.0, 900.0), buffered_mb_s=(300.0,))
+    assert probe_bandwidth(probe, 2) == (700.0, "settings [probe] O_DIRECT at queue depth 2 (/m.gguf)")
+    assert probe_bandwidth(probe, 16)[0] == 900.0  # deeper than measured: the deepest
+    assert probe_bandwidth(ProbeSettings(buffered_mb_s=(300.0,)), 2)[1].startswith("settings [probe] buffered")
+    assert probe_bandwidth(ProbeSettings(), 2) == (None, "")
+    bare = load_whatif([inp.trace, str(Path(inp.trace).with_name("run.csv"))], read_mib_s=None)
+    # the run recorded a bandwidth: it wins over the probe
+    v = speed_view(bare, report, probe=probe, machine_ram=(None, ""))
+    assert v.inputs.read_mb_s_from.startswith("the run: run summary read_mib_s x 2 lane(s)")
+
+
+def _proc(root: Path, cgroup: str, mountinfo: str) -> Path:
+    (root / "self").mkdir(parents=True)
+    (root / "meminfo").write_text("MemTotal:       16384000 kB\nMemAvailable:   8000000 kB\n")
+    (root / "self" / "cgroup").write_text(cgroup)
+    (root / "self" / "mountinfo").write_text(mountinfo)
+    return root
+
+
+def test_the_ram_is_the_memory_cgroup_limit_v2(tmp_path):
+    cg = tmp_path / "cg"
+    (cg / "bench").mkdir(parents=True)
+    (cg / "bench" / "memory.max").write_text("1073741824\n")
+    (cg / "bench" / "memory.current").write_text("4096\n")
+    (cg / "memory.max").write_text("max\n")
+    proc = _proc(tmp_path / "proc", "0::/bench\n", f"30 25 0:26 / {cg} rw,nosuid - cgroup2 cgroup2 rw\n")
+    assert ram_limit(root=str(proc)) == (1 << 30, "the memory cgroup limit (v2, /bench)")
+
+
+def test_the_ram_is_the_memory_cgroup_limit_v1(tmp_path):
+    mem = tmp_path / "memory"
+    (mem / "job").mkdir(parents=True)
+    (mem / "job" / "memory.limit_in_bytes").write_text("536870912\n")
+    (mem / "memory.limit_in_bytes").write_text("9223372036854771712\n")  # v1's "no limit"
+    proc = _proc(tmp_path / "proc", "5:memory:/job\n0::/\n", f"35 25 0:30 / {mem} rw - cgroup cgroup rw,memory\n")
+    assert ram_limit(root=str(proc)) == (512 << 20, "the memory cgroup limit (v1, /job)")
+
+
+def test_without_a_limit_below_it_the_ram_is_memtotal(tmp_path):
+    cg = tmp_path / "cg"
+    (cg / "bench").mkdir(parents=True)
+    (cg / "bench" / "memory.max").write_text("max\n")
+    (cg / "bench" / "memory.current").write_text("4096\n")
+    proc = _proc(tmp_path / "proc", "0::/bench\n", f"30 25 0:26 / {cg} rw - cgroup2 cgroup2 rw\n")
+    ram, where = ram_limit(root=str(proc))
+    assert ram == 16384000 * 1024 and where.startswith("this machine's MemTotal")
+    # a limit above MemTotal is no limit on the RAM
+    (cg / "bench" / "memory.max").write_text(str(1 << 45))
+    assert ram_limit(root=str(proc))[0] == 16384000 * 1024
