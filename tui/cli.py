@@ -18,6 +18,7 @@
     bmoe-top compare A B [C ...] | A1,A2 vs B1,B2 | --arm NAME=FILES ...  [--json | --md | --csv]
     bmoe-top whatif TRACE [FILES...] [--json] [--budgets LIST] [--strp OUT [--force]]
     bmoe-top probe PATH [--json] [--qd-max N] [--slice-bytes B] [--seconds S] [--remember]
+    bmoe-top sweep -m MODEL --cache-mb LIST -o DIR [--io-threads LIST] [--runs N] [--order O] [--json]
 
 ``CMD`` is any program that speaks the session protocol (docs/telemetry.md "Session mode"), e.g.
 ``bmoe-cli --session --progress``; without it, the bundled runtime (:func:`runtime_command`).
@@ -145,7 +146,7 @@ _TEXT_OPTIONS = ("once", "summary", "md", "csv", "strp", "rules")
 def _prints(args: argparse.Namespace) -> bool:
     """The command prints and exits without a screen: the app (and Textual) and the settings file
     are then never loaded (docs/user-guide.md "Settings")."""
-    return bool(args.cmd in ("probe", "events") or any(getattr(args, k, None) for k in _TEXT_OPTIONS)
+    return bool(args.cmd in ("probe", "events", "sweep") or any(getattr(args, k, None) for k in _TEXT_OPTIONS)
                 or (getattr(args, "json", False) and args.cmd in _JSON_PRINTS))
 
 
@@ -188,17 +189,21 @@ def _apply_settings(args: argparse.Namespace) -> int | None:
     return None
 
 
-def runtime_command(model: str | None = None, extra: list[str] | None = None) -> list[str]:
-    """The bundled runtime's session command line:
-    ``bmoe-run --session --route-telemetry --temp 0.7 --top-p 0.95 --repeat-penalty 1.1 [-m MODEL]``."""
+def runtime_exe() -> list[str]:
+    """The bundled runtime's program: ``bmoe-run`` beside this Python, else on PATH, else its module."""
     exe = Path(sys.executable).with_name("bmoe-run")
     found = shutil.which("bmoe-run")
     if exe.exists():
-        cmd = [str(exe)]
-    elif found:
-        cmd = [found]
-    else:
-        cmd = [sys.executable, "-m", "bmoe_top.runtime.cli"]
+        return [str(exe)]
+    if found:
+        return [found]
+    return [sys.executable, "-m", "bmoe_top.runtime.cli"]
+
+
+def runtime_command(model: str | None = None, extra: list[str] | None = None) -> list[str]:
+    """The bundled runtime's session command line:
+    ``bmoe-run --session --route-telemetry --temp 0.7 --top-p 0.95 --repeat-penalty 1.1 [-m MODEL]``."""
+    cmd = runtime_exe()
     cmd += ["--session", "--route-telemetry", *DEMO_SAMPLING]
     if model:
         cmd += ["-m", model]
@@ -1004,6 +1009,83 @@ def cmd_probe(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_sweep(args: argparse.Namespace) -> int:
+    """``bmoe-top sweep``: the runtime at every budget x lanes, N times, measured against the
+    tok/s model (docs/analysis.md "The sweep")."""
+    import shlex
+
+    from bmoe_top.tui.jobs.sweep import ORDERS, SweepError, SweepPlan, parse_list, run_sweep
+    from bmoe_top.tui.present.numbers import print_json, print_lines
+    from bmoe_top.tui.present.sweep import sweep_document, sweep_lines
+
+    try:
+        cache = parse_list(args.cache_mb, "--cache-mb")
+        lanes = tuple(int(v) for v in parse_list(args.io_threads, "--io-threads", lanes=True))
+    except SweepError as e:
+        return _die(f"sweep: {e}")
+    if args.order not in ORDERS:
+        return _die(f"sweep: --order {args.order!r}: one of {', '.join(ORDERS)}")
+    if args.runs < 1:
+        return _die(f"sweep: --runs {args.runs}: at least 1")
+    if not os.path.isfile(args.model):
+        return _die(f"sweep: {args.model}: no such model file", EXIT_FAILED)
+    prompt = args.prompt
+    if args.prompts is not None:
+        try:
+            prompt = Path(args.prompts).read_text(encoding="utf-8", errors="replace")
+        except OSError as e:
+            return _die(f"sweep: {args.prompts}: {e.strerror}", EXIT_FAILED)
+    try:
+        command = tuple(shlex.split(args.runtime)) if args.runtime else tuple(runtime_exe())
+    except ValueError as e:
+        return _die(f"sweep: --runtime: {e}")
+    plan = SweepPlan(command, args.model, cache, lanes, args.overlap, args.runs, args.order, prompt, args.n_predict,
+                     args.out, args.timeout, tuple(args.extra or ()), args.seed)
+
+    def progress(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    try:
+        result = run_sweep(plan, progress)
+    except SweepError as e:
+        return _die(f"sweep: {e}", EXIT_FAILED)
+    if args.json:
+        print_json(sweep_document(result))
+    else:
+        print_lines(sweep_lines(result))
+    failed = any(x.tok_s is None for a in result.arms for x in a.runs)
+    return EXIT_FAILED if failed else 0
+
+
+def add_sweep_parser(sub: Any) -> None:
+    sw = sub.add_parser("sweep", help="run the runtime at several cache budgets and check the predicted tok/s",
+                        description="Run the bundled runtime (or --runtime CMD, taking bmoe-run's flags) at every "
+                                    "--cache-mb x --io-threads, --runs times each in --order, record every run in "
+                                    "OUT (resumable: a run done is not run again), and print each arm's measured "
+                                    "tok/s beside the tok/s model's prediction from the first arm's first run "
+                                    "(docs/analysis.md \"The sweep\").")
+    sw.add_argument("-m", "--model", required=True, metavar="GGUF", help="the model")
+    sw.add_argument("--cache-mb", required=True, metavar="LIST", help="cache budgets, MiB, comma-separated; the "
+                                                                      "first is the reference")
+    sw.add_argument("--io-threads", default="1", metavar="LIST", help="read lanes, comma-separated (default 1)")
+    sw.add_argument("--overlap", action="store_true", help="every run with --overlap")
+    sw.add_argument("--runs", type=int, default=1, metavar="N", help="runs per arm (default 1)")
+    sw.add_argument("--order", default="interleaved", metavar="ORDER",
+                    help="interleaved (every arm once a round), reversed (every other round backwards) or random")
+    sw.add_argument("--seed", type=int, default=0, help="the shuffle of --order random")
+    what = sw.add_mutually_exclusive_group()
+    what.add_argument("-p", "--prompt", default="Hello", help="the prompt (default 'Hello')")
+    what.add_argument("--prompts", metavar="FILE", help="the prompt from a file")
+    sw.add_argument("-n", "--n-predict", type=int, default=32, metavar="N", help="tokens per run (default 32)")
+    sw.add_argument("-o", "--out", required=True, metavar="DIR", help="the folder every run is recorded in")
+    sw.add_argument("--timeout", type=_positive_float, default=600.0, metavar="S", help="seconds per run (600)")
+    sw.add_argument("--runtime", metavar="CMD", help="the runtime's command (default: the bundled bmoe-run)")
+    sw.add_argument("--extra", action="append", metavar="FLAG", help="a flag for every run (repeatable)")
+    sw.add_argument("--json", action="store_true", help="print the result as JSON")
+    sw.add_argument("--once", action="store_true", help="no screen (the only mode: accepted for scripts)")
+    sw.set_defaults(func=cmd_sweep)
+
+
 def add_probe_parser(sub: Any) -> None:
     pr = sub.add_parser("probe", help="read bandwidth of a model file at its expert-slice size, per queue depth",
                         description="Measure O_DIRECT and buffered (cold) read bandwidth of PATH at the "
@@ -1177,6 +1259,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_analysis_parsers(sub)
     add_probe_parser(sub)
     add_events_parser(sub)
+    add_sweep_parser(sub)
     return p
 
 

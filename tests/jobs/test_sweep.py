@@ -1,0 +1,131 @@
+"""``bmoe-top sweep`` (tui/jobs/sweep.py): the orders by hand, and a real short sweep of the
+bundled runtime on the tiny generated model: every run recorded in its folder, each arm's
+measured tok/s beside the prediction from the reference run, the JSON document (golden, the
+measured numbers masked), a second call resumes without running anything, a run whose routing was
+changed is flagged and left out, and a runtime that fails is said, never a traceback."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import orjson
+import pytest
+from helpers.documents import masked
+from helpers.golden import check_golden
+from helpers.pagecache import cached_model
+from helpers.typed_json import check_typed
+
+from bmoe_top.tui.cli import main
+from bmoe_top.tui.jobs.sweep import SweepError, SweepPlan, arm_dir, parse_list, schedule
+from bmoe_top.tui.present.sweep import SweepDocument
+
+GOLDEN = Path(__file__).resolve().parents[1] / "present" / "golden"
+
+
+def test_orders_by_hand() -> None:
+    plan = SweepPlan(("x",), "m.gguf", (1.0, 2.0, 3.0), runs=3)
+    assert list(schedule(plan)) == [(1, 0), (1, 1), (1, 2), (2, 0), (2, 1), (2, 2), (3, 0), (3, 1), (3, 2)]
+    rev = SweepPlan(("x",), "m.gguf", (1.0, 2.0, 3.0), runs=3, order="reversed")
+    assert [i for _, i in schedule(rev)] == [0, 1, 2, 2, 1, 0, 0, 1, 2]
+    rnd = SweepPlan(("x",), "m.gguf", (1.0, 2.0), (1, 2), runs=4, order="random", seed=7)
+    got = list(schedule(rnd))
+    # every arm once a round, whatever the shuffle, and the same shuffle for the same seed
+    for r in range(1, 5):
+        assert sorted(i for rr, i in got if rr == r) == [0, 1, 2, 3]
+    assert got == list(schedule(rnd))
+    assert arm_dir("out", 0.25, 2, 3) == Path("out/c0.25-l2/run3")
+    assert parse_list("16, 32,16", "--cache-mb") == (16.0, 32.0)
+    for bad, msg in (("x", "not a number"), ("-1", ">= 0"), (",", "no values")):
+        with pytest.raises(SweepError, match=msg):
+            parse_list(bad, "--cache-mb")
+    with pytest.raises(SweepError, match="at least 1"):
+        parse_list("0", "--io-threads", lanes=True)
+
+
+def sweep(capsys, out: Path, model: Path, *more: str) -> tuple[int, str, str]:
+    code = main(["sweep", "-m", str(model), "--cache-mb", "0.3,1.6", "--runs", "2", "-n", "6", "-p", "Hello there",
+                 "-o", str(out), "--extra=--quiet", "--extra=-t", "--extra=1", "--json", *more])
+    cap = capsys.readouterr()
+    return code, cap.out, cap.err
+
+
+def test_a_real_sweep_on_the_tiny_model(tmp_path, capsys) -> None:
+    model = cached_model("tiny")
+    out = tmp_path / "sweep"
+    code, text, err = sweep(capsys, out, model)
+    assert code == 0, err
+    doc = orjson.loads(text)
+    check_typed(doc, SweepDocument)
+    # one progress line a run, with the arm and an ETA until the last
+    lines = [x for x in err.splitlines() if x.startswith("sweep [")]
+    assert len(lines) == 4 and "ETA" in lines[0] and "0.30 MiB, 1 lane(s), round 1" in lines[0]
+    assert doc["reference"] == str(out / "c0.3-l1" / "run1")
+    assert [a["cache_mb"] for a in doc["arms"]] == [0.3, 1.6]
+    for a in doc["arms"]:
+        assert len(a["runs"]) == 2
+        for r in a["runs"]:
+            d = Path(r["dir"])
+            assert {p.name for p in d.iterdir()} >= {"run.csv", "run.route.csv", "run.log", "run.json"}
+            rec = json.loads((d / "run.json").read_text())
+            assert rec["exit"] == 0 and rec["cache_mb"] == a["cache_mb"] and "--csv" in rec["argv"]
+            assert rec["machine"]["cpus"] >= 1
+            assert r["tok_s"] > 0 and not r["routing_differs"] and not r["resumed"]
+        assert a["measured_tok_s"] == pytest.approx(sorted(r["tok_s"] for r in a["runs"])[0]
+                                                     + (sorted(r["tok_s"] for r in a["runs"])[1]
+                                                        - sorted(r["tok_s"] for r in a["runs"])[0]) / 2)
+        assert a["predicted_tok_s"] > 0
+        assert a["error_pct"] == pytest.approx(100 * (a["predicted_tok_s"] - a["measured_tok_s"]) / a["measured_tok_s"])
+    # the larger budget hits more: fewer flash ms predicted
+    assert doc["arms"][1]["predicted_hit_pct"] > doc["arms"][0]["predicted_hit_pct"]
+    assert doc["arms"][1]["predicted_flash_ms"] < doc["arms"][0]["predicted_flash_ms"]
+    assert doc["reference_inputs"]["mode"] == "serial" and doc["reference_inputs"]["compute_ms"] > 0
+    errs = sorted(abs(a["error_pct"]) for a in doc["arms"])
+    assert doc["max_abs_error_pct"] == pytest.approx(errs[-1])
+    assert doc["median_abs_error_pct"] == pytest.approx(sum(errs) / 2)
+    volatile = ["arms.*.runs.*.tok_s", "arms.*.measured_tok_s", "arms.*.predicted_tok_s", "arms.*.error_pct",
+                "arms.*.predicted_hit_pct", "arms.*.predicted_flash_ms", "median_abs_error_pct", "max_abs_error_pct",
+                "reference_inputs.compute_ms", "reference_inputs.mgmt_ms", "reference_inputs.read_mb_s_per_lane"]
+    check_golden(GOLDEN / "sweep_cli.json", masked(doc, {str(tmp_path): "<tmp>", str(model): "<model>"}, volatile))
+
+    # resumable: a second call runs nothing again
+    before = {p: p.stat().st_mtime_ns for p in out.rglob("run.json")}
+    code, text, err = sweep(capsys, out, model)
+    assert code == 0, err
+    again = orjson.loads(text)
+    assert all(r["resumed"] for a in again["arms"] for r in a["runs"]) and "(done before)" in err
+    assert {p: p.stat().st_mtime_ns for p in out.rglob("run.json")} == before
+    assert [a["measured_tok_s"] for a in again["arms"]] == [a["measured_tok_s"] for a in doc["arms"]]
+
+    # a run with another decode routing (its trace's experts changed) is flagged and left out
+    trace = out / "c1.6-l1" / "run2" / "run.route.csv"
+    rows = trace.read_text().splitlines()
+    head = rows.index(next(r for r in rows if not r.startswith("#")))
+    cols = rows[head].split(",")
+    ph, ex = cols.index("phase"), cols.index("expert")
+    for j in range(head + 1, len(rows)):
+        cells = rows[j].split(",")
+        if cells[ph] == "1":
+            cells[ex] = str((int(cells[ex]) + 1) % 8)
+            rows[j] = ",".join(cells)
+    trace.write_text("\n".join(rows) + "\n")
+    code, text, err = sweep(capsys, out, model)
+    third = orjson.loads(text)
+    flagged = third["arms"][1]["runs"][1]
+    assert flagged["routing_differs"] and not third["arms"][1]["runs"][0]["routing_differs"]
+    assert third["arms"][1]["measured_tok_s"] == third["arms"][1]["runs"][0]["tok_s"]
+    assert any("routing differs" in n for n in third["notes"])
+
+
+def test_a_failing_runtime_is_said(tmp_path, capsys) -> None:
+    model = cached_model("tiny")
+    code, text, err = sweep(capsys, tmp_path / "bad", model, "--runtime", "/bin/false")
+    assert code == 1 and "Traceback" not in err
+    doc = orjson.loads(text)
+    assert all(r["tok_s"] is None and r["problem"] == "exited with status 1" for a in doc["arms"] for r in a["runs"])
+    assert doc["reference"] is None and doc["arms"][0]["predicted_tok_s"] is None
+    assert any("no reference run" in n for n in doc["notes"])
+    code = main(["sweep", "-m", str(tmp_path / "none.gguf"), "--cache-mb", "1", "-o", str(tmp_path / "x")])
+    assert code == 1 and "no such model file" in capsys.readouterr().err
+    code = main(["sweep", "-m", str(model), "--cache-mb", "1", "--order", "sideways", "-o", str(tmp_path / "x")])
+    assert code == 2 and "one of interleaved, reversed, random" in capsys.readouterr().err

@@ -1,0 +1,283 @@
+"""``bmoe-top sweep``: run the runtime at several cache budgets (and read lanes), N times each in
+an order that keeps drift off the arms, record every run in a folder, and put each arm's measured
+tok/s beside the tok/s model's prediction from one reference run (docs/analysis.md "The sweep").
+
+Each run is a child process (the bundled ``bmoe-run`` or any command that takes its flags) in its
+own process group, always reaped; its folder ``OUT/c<MiB>-l<lanes>/run<N>/`` holds ``run.csv``
+(the per-token CSV), ``run.route.csv`` (the route trace), ``run.log`` (its output) and
+``run.json`` (the command line, the machine, the exit status, the wall time). A run whose
+``run.json`` says it ended well is not run again: a sweep cut short resumes where it stopped.
+
+The prediction: the reference run is round 1 of the first budget and the first lane count given;
+its routing is replayed through the LRU at every budget (tui/jobs/whatif.py) and turned into
+tok/s with its own compute, mgmt and stall per token and its read bandwidth per lane times the
+arm's lanes (tui/jobs/sizing.py). A run whose decode routing is not the reference's (another
+workload) is flagged and left out of its arm's median. No Textual.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import math
+import os
+import platform
+import random
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from bmoe_top.outfile import OutputFileError, write_atomic
+from bmoe_top.tui.analysis.speed import MIB, hit_at, predict
+from bmoe_top.tui.jobs.sizing import demand, policy_hits, token_costs
+from bmoe_top.tui.jobs.whatif import WhatIfError, analyse_input, load_whatif, summary_number
+from bmoe_top.tui.present.numbers import fmt
+from bmoe_top.tui.present.sweep import NO_REFERENCE, ReferenceInputs, SweepArm, SweepResult, SweepRun
+
+__all__ = ["ORDERS", "SweepError", "SweepPlan", "arm_dir", "parse_list", "run_sweep", "schedule"]
+
+#: The orders a sweep runs its arms in each round.
+ORDERS = ("interleaved", "reversed", "random")
+
+
+class SweepError(ValueError):
+    """A sweep that cannot be run; ``str()`` is one sentence for the user."""
+
+
+@dataclass(frozen=True)
+class SweepPlan:
+    """What to run: ``command`` the runtime's command line before its flags; ``model``; the grid
+    ``cache_mb`` x ``io_threads``; ``overlap`` (``--overlap``); ``runs`` per arm; ``order`` one of
+    :data:`ORDERS` (``interleaved``: every arm once per round, in the order given; ``reversed``:
+    every other round backwards; ``random``: shuffled per round from ``seed``); ``prompt`` and
+    ``n_predict``; ``out`` the folder; ``timeout_s`` per run; ``extra`` flags for every run."""
+
+    command: tuple[str, ...]
+    model: str
+    cache_mb: tuple[float, ...]
+    io_threads: tuple[int, ...] = (1,)
+    overlap: bool = False
+    runs: int = 1
+    order: str = "interleaved"
+    prompt: str = "Hello"
+    n_predict: int = 32
+    out: str = "sweep"
+    timeout_s: float = 600.0
+    extra: tuple[str, ...] = ()
+    seed: int = 0
+
+    def arms(self) -> list[tuple[float, int]]:
+        return list(itertools.product(self.cache_mb, self.io_threads))
+
+
+def schedule(plan: SweepPlan) -> Iterator[tuple[int, int]]:
+    """(round 1..N, arm index) in the order the runs are made."""
+    n = len(plan.arms())
+    for r in range(1, plan.runs + 1):
+        order = list(range(n))
+        if plan.order == "reversed" and r % 2 == 0:
+            order.reverse()
+        elif plan.order == "random":
+            random.Random(plan.seed * 1_000_003 + r).shuffle(order)
+        for i in order:
+            yield r, i
+
+
+def arm_dir(out: str, cache_mb: float, lanes: int, rnd: int) -> Path:
+    """The folder of one run: ``OUT/c<MiB>-l<lanes>/run<N>``."""
+    return Path(out) / f"c{cache_mb:.10g}-l{lanes}" / f"run{rnd}"
+
+
+def _machine() -> dict[str, object]:
+    info: dict[str, object] = {"cpus": os.cpu_count(), "platform": platform.platform(),
+                               "python": sys.version.split()[0]}
+    try:
+        info["loadavg"] = list(os.getloadavg())
+    except OSError:
+        info["loadavg"] = None
+    try:
+        with open("/proc/meminfo", encoding="ascii", errors="replace") as fh:
+            info["mem_total_kb"] = int(fh.readline().split()[1])
+    except (OSError, ValueError, IndexError):
+        info["mem_total_kb"] = None
+    return info
+
+
+def _measured(d: Path) -> tuple[float | None, str]:
+    """The run's decode tok/s from its CSV summary, or (None, why)."""
+    from bmoe_top.tui.feed.files import open_paths
+    from bmoe_top.tui.sources.files import ReplayError
+
+    try:
+        run = open_paths([str(d / "run.csv")])
+    except ReplayError as e:
+        return None, str(e)
+    v, _ = summary_number(run, "tok_s")
+    return (v, "") if v is not None and v > 0 else (None, "its CSV has no tok/s in a # summary line")
+
+
+def _routing_key(d: Path) -> str | None:
+    """A digest of the run's decode routing (step, layer, expert of every decode row)."""
+    from bmoe_top.parsers.route_trace import load_route_trace
+
+    try:
+        t = load_route_trace((d / "run.route.csv").read_bytes())
+    except (OSError, ValueError):
+        return None
+    dec = t.phase == 1
+    h = hashlib.sha256()
+    for col in (t.step[dec], t.layer[dec], t.expert[dec]):
+        h.update(col.astype("int32").tobytes())
+    return h.hexdigest()
+
+
+def _done(d: Path) -> bool:
+    try:
+        rec = json.loads((d / "run.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(rec, dict) and rec.get("exit") == 0 and (d / "run.csv").is_file()
+
+
+def _run_one(plan: SweepPlan, cache_mb: float, lanes: int, d: Path) -> str:
+    """Run one arm's child into ``d``; returns "" or why it failed. Raises KeyboardInterrupt
+    after ending the child's process group."""
+    d.mkdir(parents=True, exist_ok=True)
+    argv = [*plan.command, "-m", plan.model, "--cache-mb", f"{cache_mb:.10g}", "--force-cache",
+            "--io-threads", str(lanes), "-p", plan.prompt, "-n", str(plan.n_predict), "--csv", str(d / "run.csv"),
+            "--route-trace", str(d / "run.route.csv"), "--force", *(["--overlap"] if plan.overlap else []),
+            *plan.extra]
+    t0 = time.monotonic()
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=plan.timeout_s)
+        code: int | None = proc.returncode
+        why = "" if code == 0 else f"exited with status {code}"
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        code, why = None, f"still running after {fmt(plan.timeout_s, 0)} s: ended"
+    except BaseException:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise
+    wall = time.monotonic() - t0
+    write_atomic(d / "run.log", out or b"", force=True)
+    rec = {"argv": argv, "cache_mb": cache_mb, "io_threads": lanes, "overlap": plan.overlap, "exit": code,
+           "wall_s": round(wall, 3), "machine": _machine()}
+    write_atomic(d / "run.json", json.dumps(rec, indent=1).encode(), force=True)
+    return why
+
+
+def _predict(plan: SweepPlan, ref: Path) -> tuple[dict[tuple[float, int], tuple[float, float, float]],
+                                                   ReferenceInputs, list[str]]:
+    """Per arm (cache MiB, lanes): (predicted tok/s, hit %, flash ms) from the reference run."""
+    inp = load_whatif([str(ref / "run.route.csv"), str(ref / "run.csv")])
+    costs = inp.run_costs
+    if costs is None or inp.read_mib_s is None:
+        raise WhatIfError("the reference run's CSV has no compute, mgmt or read bandwidth in its summary")
+    report, _ = analyse_input(inp, sorted(set(plan.cache_mb)))
+    lookups, miss = demand(report)
+    lru = next(c for c in report.curves if c.policy == "lru")
+    hits = policy_hits(lru, lookups, miss)
+    per_lane = inp.read_mib_s * MIB / 1e6
+    out = {}
+    for cache_mb, lanes in plan.arms():
+        p = predict(cache_mb, hit_at(lru.budgets_mib, hits, cache_mb),
+                    token_costs(costs, lookups, miss, per_lane * lanes))
+        out[(cache_mb, lanes)] = (p.tok_s(costs.overlap), 100.0 * p.hit, p.flash_ms)
+    used: ReferenceInputs = {
+        "compute_ms": costs.compute_ms, "mgmt_ms": costs.mgmt_ms, "stall_ms": costs.stall_ms,
+        "read_mb_s_per_lane": per_lane, "mode": "overlap" if costs.overlap else "serial",
+        "lookups": lookups, "miss_bytes": miss}
+    return out, used, list(inp.notes)
+
+
+def run_sweep(plan: SweepPlan, progress: Callable[[str], None] | None = None) -> SweepResult:
+    """Run (or resume) every run of ``plan`` and put each arm's measured tok/s beside its
+    prediction. ``progress`` gets one line per run (done/total, the arm, its tok/s, elapsed and
+    ETA). Raises SweepError for an output folder that cannot be written."""
+    arms = plan.arms()
+    order = list(schedule(plan))
+    try:
+        Path(plan.out).mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise SweepError(f"{plan.out}: cannot make the folder ({e.strerror})") from None
+    results: dict[tuple[int, int], SweepRun] = {}
+    t0 = time.monotonic()
+    ran = 0
+    for k, (rnd, i) in enumerate(order, 1):
+        cache_mb, lanes = arms[i]
+        d = arm_dir(plan.out, cache_mb, lanes, rnd)
+        resumed = _done(d)
+        why = ""
+        if not resumed:
+            try:
+                why = _run_one(plan, cache_mb, lanes, d)
+            except OutputFileError as e:
+                raise SweepError(str(e)) from None
+            ran += 1
+        tok_s, problem = _measured(d) if not why else (None, why)
+        results[(rnd, i)] = SweepRun(rnd, str(d), tok_s, problem, False, resumed)
+        if progress is not None:
+            elapsed = time.monotonic() - t0
+            left = sum(1 for r2, i2 in order[k:] if not _done(arm_dir(plan.out, *arms[i2], r2)))
+            eta = f", ETA {fmt(elapsed / ran * left, 0)} s" if ran and left else ""
+            what = f"{tok_s:.3g} tok/s" if tok_s is not None else (problem or "no tok/s")
+            progress(f"sweep [{k}/{len(order)}] {fmt(cache_mb, 0)} MiB, {lanes} lane(s), round {rnd}: {what}"
+                     f"{' (done before)' if resumed else ''} (elapsed {fmt(elapsed, 0)} s{eta})")
+    ref = arm_dir(plan.out, plan.cache_mb[0], plan.io_threads[0], 1)
+    notes: list[str] = []
+    predicted: dict[tuple[float, int], tuple[float, float, float]] = {}
+    used: ReferenceInputs = NO_REFERENCE
+    ref_key = _routing_key(ref) if results.get((1, 0)) and results[(1, 0)].tok_s is not None else None
+    if ref_key is None:
+        notes.append(f"no reference run ({ref}): nothing predicted")
+    else:
+        try:
+            predicted, used, more = _predict(plan, ref)
+            notes += more
+        except WhatIfError as e:
+            notes.append(f"no prediction: {e}")
+    out_arms = []
+    for i, (cache_mb, lanes) in enumerate(arms):
+        runs = []
+        for rnd in range(1, plan.runs + 1):
+            x = results[(rnd, i)]
+            if ref_key is not None and x.tok_s is not None and _routing_key(Path(x.dir)) != ref_key:
+                x = SweepRun(x.round, x.dir, x.tok_s, x.problem, True, x.resumed)
+            runs.append(x)
+        good = [x.tok_s for x in runs if x.tok_s is not None and not x.routing_differs]
+        pred = predicted.get((cache_mb, lanes))
+        out_arms.append(SweepArm(cache_mb, lanes, tuple(runs), statistics.median(good) if good else None,
+                                 pred[0] if pred else None, pred[1] if pred else None, pred[2] if pred else None))
+    if any(x.routing_differs for a in out_arms for x in a.runs):
+        notes.append("runs whose decode routing differs from the reference's are flagged and left out of the medians")
+    return SweepResult(plan.model, plan.out, plan.order, tuple(out_arms), str(ref) if ref_key else None, used,
+                       tuple(notes))
+
+
+def parse_list(text: str, what: str, *, lanes: bool = False) -> tuple[float, ...]:
+    """``--cache-mb 16,32,64`` -> (16.0, 32.0, 64.0), repeats dropped; ``lanes``: whole numbers
+    >= 1. Raises SweepError naming ``what``."""
+    out: list[float] = []
+    for part in text.replace(" ", ",").split(","):
+        if not part:
+            continue
+        try:
+            v = float(int(part)) if lanes else float(part)
+        except ValueError:
+            raise SweepError(f"{what}: {part!r} is not a {'whole ' if lanes else ''}number") from None
+        if not (math.isfinite(v) and v >= (1 if lanes else 0)):
+            raise SweepError(f"{what}: {part!r} must be {'at least 1' if lanes else 'a finite number >= 0'}")
+        out.append(v)
+    if not out:
+        raise SweepError(f"{what}: no values")
+    return tuple(dict.fromkeys(out))

@@ -1,0 +1,175 @@
+"""The sweep's views: the ``bmoe-top sweep --json`` document and its text table, and the shapes the
+job fills (:class:`SweepRun`, :class:`SweepArm`, :class:`SweepResult`; docs/analysis.md "The
+sweep"). The prediction is :mod:`bmoe_top.tui.analysis.speed`'s; the measured tok/s is each
+run's own summary.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TypedDict
+
+from bmoe_top.tui.model.quantities import q
+from bmoe_top.tui.present.numbers import fmt, show
+
+__all__ = ["NO_REFERENCE", "ReferenceInputs", "SweepArm", "SweepDocument", "SweepResult", "SweepRun", "sweep_document",
+           "sweep_lines"]
+
+
+class ReferenceInputs(TypedDict):
+    """What the prediction took from the reference run (null without one): ms per token,
+    10^6 bytes/s of one read lane, the mode, lookups per token, bytes per miss."""
+
+    compute_ms: float | None
+    mgmt_ms: float | None
+    stall_ms: float | None
+    read_mb_s_per_lane: float | None
+    mode: str | None
+    lookups: float | None
+    miss_bytes: float | None
+
+
+#: the reference inputs of a sweep without a prediction
+NO_REFERENCE: ReferenceInputs = {"compute_ms": None, "mgmt_ms": None, "stall_ms": None, "read_mb_s_per_lane": None,
+                                 "mode": None, "lookups": None, "miss_bytes": None}
+
+
+@dataclass(frozen=True, slots=True)
+class SweepRun:
+    """One run of an arm: ``round`` (1..N), its folder ``dir``, its measured decode ``tok_s``
+    (None: it failed, ``problem`` says why), ``routing_differs`` when its routing is not the
+    reference run's (another workload: left out of the arm's median), ``resumed`` when it was
+    found done in the folder and not run again."""
+
+    round: int
+    dir: str
+    tok_s: float | None
+    problem: str = ""
+    routing_differs: bool = False
+    resumed: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class SweepArm:
+    """One point of the grid: ``cache_mb`` and ``io_threads``; its ``runs``; ``measured_tok_s``
+    the median over its runs with the reference routing (None: none); ``predicted_tok_s`` the
+    tok/s model's at this budget from the reference run (None: not predicted); ``error`` the
+    prediction's (predicted - measured) / measured."""
+
+    cache_mb: float
+    io_threads: int
+    runs: tuple[SweepRun, ...]
+    measured_tok_s: float | None
+    predicted_tok_s: float | None
+    predicted_hit_pct: float | None
+    predicted_flash_ms: float | None
+
+    @property
+    def error(self) -> float | None:
+        if self.measured_tok_s is None or self.predicted_tok_s is None or self.measured_tok_s <= 0:
+            return None
+        return (self.predicted_tok_s - self.measured_tok_s) / self.measured_tok_s
+
+
+@dataclass(frozen=True, slots=True)
+class SweepResult:
+    """A sweep: the ``model``, the output folder ``out``, the ``order`` it ran in, the ``arms``;
+    ``reference`` the run whose routing and costs predict every arm (its folder) and
+    ``reference_inputs`` what the prediction took from it (compute, mgmt, stall ms per token,
+    read MB/s of one lane, mode); ``notes`` what could not be done."""
+
+    model: str
+    out: str
+    order: str
+    arms: tuple[SweepArm, ...]
+    reference: str | None
+    reference_inputs: ReferenceInputs
+    notes: tuple[str, ...] = ()
+
+    def errors(self) -> list[float]:
+        return [a.error for a in self.arms if a.error is not None]
+
+    def median_abs_error(self) -> float | None:
+        e = sorted(abs(x) for x in self.errors())
+        if not e:
+            return None
+        m = len(e) // 2
+        return e[m] if len(e) % 2 else (e[m - 1] + e[m]) / 2
+
+    def max_abs_error(self) -> float | None:
+        e = [abs(x) for x in self.errors()]
+        return max(e) if e else None
+
+
+class SweepRunDoc(TypedDict):
+    round: int
+    dir: str
+    tok_s: float | None
+    problem: str
+    routing_differs: bool
+    resumed: bool
+
+
+class SweepArmDoc(TypedDict):
+    cache_mb: float
+    io_threads: int
+    runs: list[SweepRunDoc]
+    measured_tok_s: float | None
+    predicted_tok_s: float | None
+    predicted_hit_pct: float | None
+    predicted_flash_ms: float | None
+    error_pct: float | None
+
+
+class SweepDocument(TypedDict):
+    """``bmoe-top sweep --json`` (docs/analysis.md "The sweep")."""
+
+    model: str
+    out: str
+    order: str
+    reference: str | None
+    reference_inputs: ReferenceInputs
+    arms: list[SweepArmDoc]
+    median_abs_error_pct: float | None
+    max_abs_error_pct: float | None
+    notes: list[str]
+
+
+def _pct(v: float | None) -> float | None:
+    return None if v is None else 100.0 * v
+
+
+def sweep_document(r: SweepResult) -> SweepDocument:
+    """The sweep as JSON: every arm's runs, measured and predicted tok/s and the error."""
+    return {
+        "model": r.model, "out": r.out, "order": r.order, "reference": r.reference,
+        "reference_inputs": r.reference_inputs,
+        "arms": [{"cache_mb": a.cache_mb, "io_threads": a.io_threads,
+                  "runs": [{"round": x.round, "dir": x.dir, "tok_s": x.tok_s, "problem": x.problem,
+                            "routing_differs": x.routing_differs, "resumed": x.resumed} for x in a.runs],
+                  "measured_tok_s": a.measured_tok_s, "predicted_tok_s": a.predicted_tok_s,
+                  "predicted_hit_pct": a.predicted_hit_pct, "predicted_flash_ms": a.predicted_flash_ms,
+                  "error_pct": _pct(a.error)} for a in r.arms],
+        "median_abs_error_pct": _pct(r.median_abs_error()), "max_abs_error_pct": _pct(r.max_abs_error()),
+        "notes": list(r.notes),
+    }
+
+
+def sweep_lines(r: SweepResult) -> list[str]:
+    """The sweep as a text table: one line per arm, then the errors' median and maximum."""
+    tq, eq = q("predict.tok_s"), q("predict.error_pct")
+    lines = [f"sweep of {r.model} ({r.order}); prediction from {r.reference or 'no reference run'}",
+             f"{'cache MiB':>10} {'lanes':>5} {'runs':>5} {'measured tok/s':>15} {tq.scoped():>18} {eq.label:>17}"]
+    for a in r.arms:
+        ok = sum(1 for x in a.runs if x.tok_s is not None and not x.routing_differs)
+        err = a.error
+        lines.append(f"{fmt(a.cache_mb, 0):>10} {a.io_threads:>5} {ok:>5} {show(tq, a.measured_tok_s):>15} "
+                     f"{show(tq, a.predicted_tok_s):>18} {show(eq, None if err is None else 100 * err):>17}")
+        for x in a.runs:
+            if x.problem or x.routing_differs:
+                lines.append(f"    round {x.round}: " + (x.problem or "routing differs from the reference run: "
+                                                                         "left out"))
+    med, mx = r.median_abs_error(), r.max_abs_error()
+    lines.append(f"median |error| {show(eq, _pct(med))}, largest {show(eq, _pct(mx))}")
+    lines += [f"note: {n}" for n in r.notes]
+    return lines
