@@ -242,6 +242,7 @@ async def test_predicted_tok_s_chart_column_and_panel(tmp_path) -> None:
             assert "knee" in text
         side = side_text(app)
         assert "predicted speed" in side and "tok/s (predicted)" in side and "at the run's budget" in side
+        assert "160 MiB (--ram)" in side and "1,000 MB/s (--bandwidth)" in side
         await pilot.press("2")
         await pilot.pause()
         table = app.main.query_one("#policy-table", SortTable)

@@ -18,7 +18,8 @@ import numpy.typing as npt
 import orjson
 
 from bmoe_top.tui.analysis.policies import POLICIES
-from bmoe_top.tui.present.numbers import fmt
+from bmoe_top.tui.model.quantities import q
+from bmoe_top.tui.present.numbers import fmt, show, size
 from bmoe_top.tui.present.tables import Column, Row, Table, number_key
 
 if TYPE_CHECKING:
@@ -255,8 +256,6 @@ def policy_table(report: WhatIf, budget_mib: float, speed: SpeedView | None = No
     """Every policy at the sweep budget ``budget_mib`` (or the largest below it): decode hit %,
     MiB read per token, flash I/O s/token (when the bandwidth is known), predicted tok/s (with
     ``speed``; "absent" when an input is missing), the gap to Belady."""
-    from bmoe_top.tui.model.quantities import q
-    from bmoe_top.tui.present.numbers import show
     unit = "slots" if not report.sizes_known else "MiB"
     by = {c.policy: c for c in report.curves}
     bel = next((by[p.name] for p in POLICIES if p.ceiling and p.name in by), None)
@@ -575,12 +574,15 @@ def speed_document(view: SpeedView) -> SpeedDoc:
 def speed_rows(view: SpeedView, policy: str, budget_mib: float) -> list[tuple[str, str, str]]:
     """The what-if panel's "predicted speed" rows at the cursor's ``budget_mib`` for ``policy``:
     (label, value, kind); an absent input is shown with the flag that gives it."""
-    from bmoe_top.tui.model.quantities import q
-    from bmoe_top.tui.present.numbers import show
-
+    i = view.inputs
     rows: list[tuple[str, str, str]] = [("predicted speed", "", "section")]
+    rows.append(("read bandwidth", f"{fmt(i.read_mb_s, 0)} MB/s ({i.read_mb_s_from})" if i.read_mb_s is not None
+                 else "absent (--bandwidth MB/s, or bmoe-top probe MODEL --remember)",
+                 "" if i.read_mb_s is not None else "missing"))
+    rows.append(("RAM", f"{size(i.ram)} ({i.ram_from})" if i.ram is not None else "absent (--ram SIZE)",
+                 "" if i.ram is not None else "missing"))
     if not view.reports:
-        return rows + [("tok/s", "absent: " + "; ".join(view.inputs.missing), "missing")]
+        return rows + [("tok/s", "absent: " + "; ".join(i.missing), "missing")]
     r = view.reports.get(policy) or next(iter(view.reports.values()))
     ov = view.overlap
     p = min(r.points, key=lambda x: abs(x.budget_mib - budget_mib))
