@@ -71,6 +71,9 @@ def test_a_real_sweep_on_the_tiny_model(tmp_path, capsys) -> None:
             assert rec["exit"] == 0 and rec["cache_mb"] == a["cache_mb"] and "--csv" in rec["argv"]
             assert rec["machine"]["cpus"] >= 1
             assert r["tok_s"] > 0 and not r["routing_differs"] and not r["resumed"]
+            # the prediction with the run's own compute and mgmt: the read model alone
+            assert r["own_costs_tok_s"] > 0
+            assert r["own_costs_error_pct"] == pytest.approx(100 * (r["own_costs_tok_s"] - r["tok_s"]) / r["tok_s"])
         assert a["measured_tok_s"] == pytest.approx(sorted(r["tok_s"] for r in a["runs"])[0]
                                                      + (sorted(r["tok_s"] for r in a["runs"])[1]
                                                         - sorted(r["tok_s"] for r in a["runs"])[0]) / 2)
@@ -83,9 +86,14 @@ def test_a_real_sweep_on_the_tiny_model(tmp_path, capsys) -> None:
     errs = sorted(abs(a["error_pct"]) for a in doc["arms"])
     assert doc["max_abs_error_pct"] == pytest.approx(errs[-1])
     assert doc["median_abs_error_pct"] == pytest.approx(sum(errs) / 2)
+    # the reference run predicted with its own costs is itself but for the LRU replay's reads
+    ref_run = doc["arms"][0]["runs"][0]
+    assert ref_run["own_costs_tok_s"] == pytest.approx(doc["arms"][0]["predicted_tok_s"])
     volatile = ["arms.*.runs.*.tok_s", "arms.*.measured_tok_s", "arms.*.predicted_tok_s", "arms.*.error_pct",
                 "arms.*.predicted_hit_pct", "arms.*.predicted_flash_ms", "median_abs_error_pct", "max_abs_error_pct",
-                "reference_inputs.compute_ms", "reference_inputs.mgmt_ms", "reference_inputs.read_mb_s_per_lane"]
+                "arms.*.runs.*.own_costs_tok_s", "arms.*.runs.*.own_costs_error_pct", "arms.*.own_costs_error_pct",
+                "own_costs_median_abs_error_pct", "own_costs_max_abs_error_pct", "reference_inputs.compute_ms",
+                "reference_inputs.mgmt_ms", "reference_inputs.read_mb_s_per_lane"]
     check_golden(GOLDEN / "sweep_cli.json", masked(doc, {str(tmp_path): "<tmp>", str(model): "<model>"}, volatile))
 
     # resumable: a second call runs nothing again

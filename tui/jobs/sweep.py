@@ -34,11 +34,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bmoe_top.outfile import OutputFileError, write_atomic
-from bmoe_top.tui.analysis.speed import MIB, hit_at, predict
+from bmoe_top.tui.analysis.speed import MIB, Prediction, hit_at, predict
 from bmoe_top.tui.jobs.sizing import demand, policy_hits, token_costs
-from bmoe_top.tui.jobs.whatif import WhatIfError, analyse_input, load_whatif, summary_number
+from bmoe_top.tui.jobs.whatif import WhatIfError, analyse_input, load_whatif, run_costs, summary_number
 from bmoe_top.tui.present.numbers import fmt
 from bmoe_top.tui.present.sweep import NO_REFERENCE, ReferenceInputs, SweepArm, SweepResult, SweepRun
+from bmoe_top.tui.present.whatif import RunCosts
 
 __all__ = ["ORDERS", "SweepError", "SweepPlan", "arm_dir", "parse_list", "run_sweep", "schedule"]
 
@@ -109,17 +110,19 @@ def _machine() -> dict[str, object]:
     return info
 
 
-def _measured(d: Path) -> tuple[float | None, str]:
-    """The run's decode tok/s from its CSV summary, or (None, why)."""
+def _measured(d: Path) -> tuple[float | None, str, RunCosts | None]:
+    """The run's decode tok/s from its CSV summary and its own costs per token, or (None, why, None)."""
     from bmoe_top.tui.feed.files import open_paths
     from bmoe_top.tui.sources.files import ReplayError
 
     try:
         run = open_paths([str(d / "run.csv")])
     except ReplayError as e:
-        return None, str(e)
+        return None, str(e), None
     v, _ = summary_number(run, "tok_s")
-    return (v, "") if v is not None and v > 0 else (None, "its CSV has no tok/s in a # summary line")
+    if v is None or not v > 0:
+        return None, "its CSV has no tok/s in a # summary line", None
+    return v, "", run_costs(run)
 
 
 def _routing_key(d: Path) -> str | None:
@@ -176,9 +179,14 @@ def _run_one(plan: SweepPlan, cache_mb: float, lanes: int, d: Path) -> str:
     return why
 
 
+Predictor = Callable[[float, int, RunCosts], Prediction]
+
+
 def _predict(plan: SweepPlan, ref: Path) -> tuple[dict[tuple[float, int], tuple[float, float, float]],
-                                                   ReferenceInputs, list[str]]:
-    """Per arm (cache MiB, lanes): (predicted tok/s, hit %, flash ms) from the reference run."""
+                                                   ReferenceInputs, list[str], Predictor]:
+    """Per arm (cache MiB, lanes): (predicted tok/s, hit %, flash ms) from the reference run, and
+    the predictor itself (a budget, lanes and costs per token -> the prediction) for the check
+    with each run's own costs."""
     inp = load_whatif([str(ref / "run.route.csv"), str(ref / "run.csv")])
     costs = inp.run_costs
     if costs is None or inp.read_mib_s is None:
@@ -188,16 +196,20 @@ def _predict(plan: SweepPlan, ref: Path) -> tuple[dict[tuple[float, int], tuple[
     lru = next(c for c in report.curves if c.policy == "lru")
     hits = policy_hits(lru, lookups, miss)
     per_lane = inp.read_mib_s * MIB / 1e6
+
+    def predictor(cache_mb: float, lanes: int, c: RunCosts) -> Prediction:
+        tc = token_costs(c, lookups, miss, per_lane * lanes)
+        return predict(cache_mb, hit_at(lru.budgets_mib, hits, cache_mb), tc)
+
     out = {}
     for cache_mb, lanes in plan.arms():
-        p = predict(cache_mb, hit_at(lru.budgets_mib, hits, cache_mb),
-                    token_costs(costs, lookups, miss, per_lane * lanes))
+        p = predictor(cache_mb, lanes, costs)
         out[(cache_mb, lanes)] = (p.tok_s(costs.overlap), 100.0 * p.hit, p.flash_ms)
     used: ReferenceInputs = {
         "compute_ms": costs.compute_ms, "mgmt_ms": costs.mgmt_ms, "stall_ms": costs.stall_ms,
         "read_mb_s_per_lane": per_lane, "mode": "overlap" if costs.overlap else "serial",
         "lookups": lookups, "miss_bytes": miss}
-    return out, used, list(inp.notes)
+    return out, used, list(inp.notes), predictor
 
 
 def run_sweep(plan: SweepPlan, progress: Callable[[str], None] | None = None) -> SweepResult:
@@ -211,6 +223,7 @@ def run_sweep(plan: SweepPlan, progress: Callable[[str], None] | None = None) ->
     except OSError as e:
         raise SweepError(f"{plan.out}: cannot make the folder ({e.strerror})") from None
     results: dict[tuple[int, int], SweepRun] = {}
+    own: dict[tuple[int, int], RunCosts | None] = {}
     t0 = time.monotonic()
     ran = 0
     for k, (rnd, i) in enumerate(order, 1):
@@ -224,8 +237,9 @@ def run_sweep(plan: SweepPlan, progress: Callable[[str], None] | None = None) ->
             except OutputFileError as e:
                 raise SweepError(str(e)) from None
             ran += 1
-        tok_s, problem = _measured(d) if not why else (None, why)
+        tok_s, problem, costs = _measured(d) if not why else (None, why, None)
         results[(rnd, i)] = SweepRun(rnd, str(d), tok_s, problem, False, resumed)
+        own[(rnd, i)] = costs
         if progress is not None:
             elapsed = time.monotonic() - t0
             left = sum(1 for r2, i2 in order[k:] if not _done(arm_dir(plan.out, *arms[i2], r2)))
@@ -236,13 +250,14 @@ def run_sweep(plan: SweepPlan, progress: Callable[[str], None] | None = None) ->
     ref = arm_dir(plan.out, plan.cache_mb[0], plan.io_threads[0], 1)
     notes: list[str] = []
     predicted: dict[tuple[float, int], tuple[float, float, float]] = {}
+    predictor: Predictor | None = None
     used: ReferenceInputs = NO_REFERENCE
     ref_key = _routing_key(ref) if results.get((1, 0)) and results[(1, 0)].tok_s is not None else None
     if ref_key is None:
         notes.append(f"no reference run ({ref}): nothing predicted")
     else:
         try:
-            predicted, used, more = _predict(plan, ref)
+            predicted, used, more, predictor = _predict(plan, ref)
             notes += more
         except WhatIfError as e:
             notes.append(f"no prediction: {e}")
@@ -253,6 +268,10 @@ def run_sweep(plan: SweepPlan, progress: Callable[[str], None] | None = None) ->
             x = results[(rnd, i)]
             if ref_key is not None and x.tok_s is not None and _routing_key(Path(x.dir)) != ref_key:
                 x = SweepRun(x.round, x.dir, x.tok_s, x.problem, True, x.resumed)
+            c = own[(rnd, i)]
+            if predictor is not None and c is not None:
+                x = SweepRun(x.round, x.dir, x.tok_s, x.problem, x.routing_differs, x.resumed,
+                             predictor(cache_mb, lanes, c).tok_s(c.overlap))
             runs.append(x)
         good = [x.tok_s for x in runs if x.tok_s is not None and not x.routing_differs]
         pred = predicted.get((cache_mb, lanes))

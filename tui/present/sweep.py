@@ -6,6 +6,7 @@ run's own summary.
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass
 from typing import TypedDict
 
@@ -39,7 +40,9 @@ class SweepRun:
     """One run of an arm: ``round`` (1..N), its folder ``dir``, its measured decode ``tok_s``
     (None: it failed, ``problem`` says why), ``routing_differs`` when its routing is not the
     reference run's (another workload: left out of the arm's median), ``resumed`` when it was
-    found done in the folder and not run again."""
+    found done in the folder and not run again; ``own_costs_tok_s`` the prediction at its budget
+    with its own compute, mgmt and stall per token (the reference's routing and bandwidth): the
+    check of the read model alone, free of how loaded the machine was."""
 
     round: int
     dir: str
@@ -47,6 +50,13 @@ class SweepRun:
     problem: str = ""
     routing_differs: bool = False
     resumed: bool = False
+    own_costs_tok_s: float | None = None
+
+    @property
+    def own_costs_error(self) -> float | None:
+        if self.tok_s is None or self.own_costs_tok_s is None or self.routing_differs:
+            return None
+        return (self.own_costs_tok_s - self.tok_s) / self.tok_s
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +73,12 @@ class SweepArm:
     predicted_tok_s: float | None
     predicted_hit_pct: float | None
     predicted_flash_ms: float | None
+
+    @property
+    def own_costs_error(self) -> float | None:
+        """The median over its runs of the own-costs prediction's error (None: no run has one)."""
+        e = [x.own_costs_error for x in self.runs if x.own_costs_error is not None]
+        return statistics.median(e) if e else None
 
     @property
     def error(self) -> float | None:
@@ -100,6 +116,10 @@ class SweepResult:
         e = [abs(x) for x in self.errors()]
         return max(e) if e else None
 
+    def own_costs_errors(self) -> list[float]:
+        """Every run's own-costs prediction error."""
+        return [x.own_costs_error for a in self.arms for x in a.runs if x.own_costs_error is not None]
+
 
 class SweepRunDoc(TypedDict):
     round: int
@@ -108,6 +128,8 @@ class SweepRunDoc(TypedDict):
     problem: str
     routing_differs: bool
     resumed: bool
+    own_costs_tok_s: float | None
+    own_costs_error_pct: float | None
 
 
 class SweepArmDoc(TypedDict):
@@ -119,6 +141,7 @@ class SweepArmDoc(TypedDict):
     predicted_hit_pct: float | None
     predicted_flash_ms: float | None
     error_pct: float | None
+    own_costs_error_pct: float | None
 
 
 class SweepDocument(TypedDict):
@@ -132,6 +155,8 @@ class SweepDocument(TypedDict):
     arms: list[SweepArmDoc]
     median_abs_error_pct: float | None
     max_abs_error_pct: float | None
+    own_costs_median_abs_error_pct: float | None
+    own_costs_max_abs_error_pct: float | None
     notes: list[str]
 
 
@@ -141,16 +166,21 @@ def _pct(v: float | None) -> float | None:
 
 def sweep_document(r: SweepResult) -> SweepDocument:
     """The sweep as JSON: every arm's runs, measured and predicted tok/s and the error."""
+    own = r.own_costs_errors()
     return {
         "model": r.model, "out": r.out, "order": r.order, "reference": r.reference,
         "reference_inputs": r.reference_inputs,
         "arms": [{"cache_mb": a.cache_mb, "io_threads": a.io_threads,
                   "runs": [{"round": x.round, "dir": x.dir, "tok_s": x.tok_s, "problem": x.problem,
-                            "routing_differs": x.routing_differs, "resumed": x.resumed} for x in a.runs],
+                            "routing_differs": x.routing_differs, "resumed": x.resumed,
+                            "own_costs_tok_s": x.own_costs_tok_s, "own_costs_error_pct": _pct(x.own_costs_error)}
+                           for x in a.runs],
                   "measured_tok_s": a.measured_tok_s, "predicted_tok_s": a.predicted_tok_s,
                   "predicted_hit_pct": a.predicted_hit_pct, "predicted_flash_ms": a.predicted_flash_ms,
-                  "error_pct": _pct(a.error)} for a in r.arms],
+                  "error_pct": _pct(a.error), "own_costs_error_pct": _pct(a.own_costs_error)} for a in r.arms],
         "median_abs_error_pct": _pct(r.median_abs_error()), "max_abs_error_pct": _pct(r.max_abs_error()),
+        "own_costs_median_abs_error_pct": _pct(statistics.median([abs(e) for e in own]) if own else None),
+        "own_costs_max_abs_error_pct": _pct(max(abs(e) for e in own) if own else None),
         "notes": list(r.notes),
     }
 
@@ -159,17 +189,22 @@ def sweep_lines(r: SweepResult) -> list[str]:
     """The sweep as a text table: one line per arm, then the errors' median and maximum."""
     tq, eq = q("predict.tok_s"), q("predict.error_pct")
     lines = [f"sweep of {r.model} ({r.order}); prediction from {r.reference or 'no reference run'}",
-             f"{'cache MiB':>10} {'lanes':>5} {'runs':>5} {'measured tok/s':>15} {tq.scoped():>18} {eq.label:>17}"]
+             f"{'cache MiB':>10} {'lanes':>5} {'runs':>5} {'measured tok/s':>15} {tq.scoped():>18} {eq.label:>17} "
+             f"{'with own costs':>15}"]
     for a in r.arms:
         ok = sum(1 for x in a.runs if x.tok_s is not None and not x.routing_differs)
         err = a.error
         lines.append(f"{fmt(a.cache_mb, 0):>10} {a.io_threads:>5} {ok:>5} {show(tq, a.measured_tok_s):>15} "
-                     f"{show(tq, a.predicted_tok_s):>18} {show(eq, None if err is None else 100 * err):>17}")
+                     f"{show(tq, a.predicted_tok_s):>18} {show(eq, _pct(err)):>17} "
+                     f"{show(eq, _pct(a.own_costs_error)):>15}")
         for x in a.runs:
             if x.problem or x.routing_differs:
                 lines.append(f"    round {x.round}: " + (x.problem or "routing differs from the reference run: "
                                                                          "left out"))
     med, mx = r.median_abs_error(), r.max_abs_error()
-    lines.append(f"median |error| {show(eq, _pct(med))}, largest {show(eq, _pct(mx))}")
+    own = [abs(e) for e in r.own_costs_errors()]
+    lines.append(f"median |error| {show(eq, _pct(med))}, largest {show(eq, _pct(mx))}; with each run's own costs: "
+                 f"median {show(eq, _pct(statistics.median(own) if own else None))}, "
+                 f"largest {show(eq, _pct(max(own) if own else None))}")
     lines += [f"note: {n}" for n in r.notes]
     return lines
