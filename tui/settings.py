@@ -190,7 +190,7 @@ class FleetSettings:
 class WhatIfSettings:
     """``[whatif]``: ``bmoe-top whatif``'s charts."""
 
-    metric: str = entry("read", _word, "the lower chart: read (MiB read per token) or io (flash I/O) (y)")
+    metric: str = entry("read", _word, "the lower chart: read (MiB read/token), io (flash I/O), tok_s (predicted) (y)")
     all_policies: bool = entry(False, _flag, "every cache policy on the charts, else the main ones (a)")
     whole_bank: bool = entry(False, _flag, "the x axis spans the whole bank, else the interesting part (z)")
 
