@@ -19,6 +19,7 @@ from textual.widgets import DataTable, Input, Static
 from bmoe_top.tui.present.tables import Row, Table, filter_rows, sort_rows
 from bmoe_top.tui.settings import SortSetting
 from bmoe_top.tui.widgets.base import remember, settings_of
+from bmoe_top.tui.widgets.inputs import SteadyInput
 from bmoe_top.tui.widgets.keymap import Key, bindings
 from bmoe_top.tui.widgets.palette import KIND_STYLE
 from bmoe_top.tui.widgets.panels import safe_text
@@ -62,7 +63,7 @@ class SortTable(Vertical):
 
     def compose(self) -> ComposeResult:
         yield Static(classes="sort-head")
-        yield Input(placeholder="filter: rows containing this text (escape clears)", classes="sort-filter")
+        yield SteadyInput(placeholder="filter: rows containing this text (escape clears)", classes="sort-filter")
         dt: DataTable[Text] = DataTable(zebra_stripes=True, cursor_type="row")
         yield dt
         yield Static(classes="sort-note")
