@@ -1,7 +1,7 @@
 """A screen's title line (tui/widgets/panels.py ``TitleLine``): a text that fits is drawn over the
 widget's own colours as a Static draws it, an update shows the new text, and one that does not
-fit ends in an ellipsis, as the title's text asks (a Static wrapped it at a word and dropped the
-rest)."""
+fit ends in an ellipsis after its last part or word that fits whole (a Static wrapped it at a
+word and dropped the rest; an ellipsis at the width cut words: ``hit 90.0 % run tot…``)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from textual.app import App, ComposeResult
 from textual.geometry import Region
 from textual.widgets import Static
 
-from bmoe_top.tui.widgets.panels import TitleLine
+from bmoe_top.tui.widgets.panels import TitleLine, word_cut
 
 CSS = "TitleLine, Static { width: 24; height: 1; background: #223344; color: #ddeeff; padding: 0 1; }"
 
@@ -52,4 +52,16 @@ async def test_the_title_line_draws_what_a_static_draws_and_cuts_with_an_ellipsi
         line.update(long)
         await pilot.pause()
         drawn = "".join(s.text for s in _drawn(line))
-        assert len(drawn) == line.outer_size.width and drawn.rstrip().endswith("toke…")
+        assert len(drawn) == line.outer_size.width and drawn.rstrip().endswith("● live…")
+
+
+def test_a_title_too_long_is_cut_after_a_whole_part_else_a_whole_word():
+    title = Text("bmoe-top x  ■ ended   │ run: 100 tok/s · hit 90.0 % total · flash/wall 20.0 %")
+    assert word_cut(title, 200).plain == title.plain
+    assert word_cut(title, 50).plain == "bmoe-top x  ■ ended   │ run: 100 tok/s…"
+    assert word_cut(title, 70).plain == "bmoe-top x  ■ ended   │ run: 100 tok/s · hit 90.0 % total…"
+    assert word_cut(Text("bmoe-top replay-of-a-long-name"), 20).plain == "bmoe-top…"
+    for width in range(10, 90):
+        shown = word_cut(title, width).plain
+        assert len(shown) <= width and (shown == title.plain or shown.endswith("…"))
+        assert shown.rstrip("…").split()[-1] in title.plain.split()

@@ -67,7 +67,9 @@ class Form(StrEnum):
 @dataclass(frozen=True, slots=True)
 class Quantity:
     """One number (see the module docstring). ``qualifier`` overrides the scope's words in the
-    label (``{interval}``, ``{window}``, ``{n}`` are filled by :meth:`scoped`); ``needs``: for a
+    label (``{interval}``, ``{window}``, ``{n}`` are filled by :meth:`scoped`); ``ended``: the
+    scope's words once the source has ended and its last row is the one read, where the live
+    words (``so far``) no longer hold; ``needs``: for a
     fleet column, the alternatives of exposed series it reads (one alternative exported = the
     column is exported); ``where``: the screens and documents that show it."""
 
@@ -84,6 +86,7 @@ class Quantity:
     qualifier: str = ""
     promql: str = ""
     needs: tuple[tuple[str, ...], ...] = ()
+    ended: str = ""
 
     def words(self, **fill: object) -> str:
         """The scope in words (``all slots, 1.0 s``); a placeholder without a value stays general
@@ -93,6 +96,12 @@ class Quantity:
                               ("summary", "the panel's heading")):
             text = text.replace("{" + name + "}", str(fill.get(name, default)))
         return text
+
+    def words_at(self, ended: bool, **fill: object) -> str:
+        """:meth:`words` for a row read while the source is live or before its last row, else
+        (``ended``: the source has ended and its last row is the one read) :attr:`ended`'s words
+        when the quantity has them (``total``)."""
+        return self.ended if ended and self.ended else self.words(**fill)
 
     def scoped(self, **fill: object) -> str:
         """The label with its scope: ``tok/s (all slots, 1.0 s)``."""
@@ -292,7 +301,7 @@ _ITEMS: tuple[Quantity, ...] = (
        "rows: the server's since start / the process's since load)",
        "The hit rate the run had reached at this row (the cache warm-up curve).",
        "Not the hit share of this token alone (the layer x token heatmap shows that).", TRENDS + TITLE,
-       qualifier="so far"),
+       qualifier="so far", ended="total"),
     _q("token.read_mib", "read_mib", "read", "MiB", S.TOKEN, F.MIB, "the row's read_mib",
        "Expert payload MiB read for the row's token (interval and request rows: per token, mean).",
        "Not page-aligned.", TRENDS),

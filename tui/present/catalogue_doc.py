@@ -42,9 +42,15 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
+def _scope(x: Quantity) -> str:
+    """The scope column: the words, and those of an ended run where they differ."""
+    return f"{x.words()} (live); {x.words_at(ended=True)} (ended, at its last row)" if x.ended \
+        else x.words()
+
+
 def _row(x: Quantity) -> str:
     return "| " + " | ".join(_cell(c) for c in (
-        f"`{x.label}`", x.unit, x.words(), f"`{x.field}`", x.formula, x.definition, x.not_)) + " |"
+        f"`{x.label}`", x.unit, _scope(x), f"`{x.field}`", x.formula, x.definition, x.not_)) + " |"
 
 
 def numbers_section() -> str:

@@ -170,10 +170,11 @@ def row_strips(label: str, value: str, kind: str, width: int, lw: int, vw: int, 
 
 class TitleLine(Widget):
     """One line of styled text (a screen's title), drawn with the line API: :meth:`update` keeps
-    the text, its first repaint at a width renders it once (cut with an ellipsis at the width,
-    over the widget's own colours), and a repaint draws that line again. A ``Static`` laid its
-    text out again on every repaint, and the title repaints twice a second while a run streams.
-    The text must already be safe to draw (:func:`safe_text`, :func:`~bmoe_top.parsers.sanitize.sanitize`)."""
+    the text, its first repaint at a width renders it once (cut after a whole part or word with an
+    ellipsis, :func:`word_cut`, over the widget's own colours), and a repaint draws that line
+    again. A ``Static`` laid its text out again on every repaint, and the title repaints twice a
+    second while a run streams. The text must already be safe to draw (:func:`safe_text`,
+    :func:`~bmoe_top.parsers.sanitize.sanitize`)."""
 
     DEFAULT_CSS = "TitleLine { height: 1; }"
 
@@ -204,11 +205,39 @@ class TitleLine(Widget):
         key = (width, base)
         if self._line is None or self._line[0] != key:
             console = self.app.console
-            text = self._text.copy()
-            text.no_wrap, text.overflow = True, "ellipsis"
+            text = word_cut(self._text, width)
             segs = console.render_lines(text, console.options.update(width=width, height=1), pad=False)[0]
             self._line = (key, Strip(Segment.apply_style(segs, base), None).adjust_cell_length(width, base))
         return self._line[1]
+
+
+def word_cut(text: Text, width: int) -> Text:
+    """``text`` on one line of ``width`` cells: whole when it fits, else cut with ``…`` after its
+    last part that fits whole (parts are separated by ``·`` or ``│``), else after its last word that
+    fits; a first word longer than the line is cut in it, the only way to show some of it."""
+    out = text.copy()
+    out.no_wrap, out.overflow = True, "ellipsis"
+    if out.cell_len <= width:
+        return out
+    plain = out.plain
+    word = part = cells = 0
+    for i, ch in enumerate(plain):
+        cells += cell_len(ch)
+        if cells > width - 1:
+            break
+        if ch in "·│" and i:
+            part = i
+        elif ch == " " and i and plain[i - 1] != " ":
+            word = i
+    end = part or word
+    while end and plain[end - 1] in " ·│":  # no separator before the ellipsis
+        end -= 1
+    if end == 0:
+        return out
+    cut = out[:end]
+    cut.append("…")
+    cut.no_wrap, cut.overflow = True, "ellipsis"
+    return cut
 
 
 #: Rows the title's rates cover while a source is live (the newest up to the viewed one).
@@ -244,7 +273,8 @@ def header_parts(run: RunModel, look: Look, stop: int | None = None) -> list[tup
     the newest), each read from the catalogue (``recent.*``, ``token.cache_hit_pct``): tok/s, flash
     share of wall and MiB per token over the newest rows up to it (its first part names them:
     ``last 32:`` while the source is live, ``run:`` for a whole finished run, ``tokens 1-199:``
-    for a finished run viewed before its end), the hit rate reached there (``so far``),
+    for a finished run viewed before its end), the hit rate reached there (``so far``; at the
+    last row of an ended run, the catalogue's ended words: ``total``),
     resident/budget, memory and temperature when known."""
     out: list[tuple[str, Style]] = []
     with run.lock:
@@ -273,7 +303,8 @@ def header_parts(run: RunModel, look: Look, stop: int | None = None) -> list[tup
         hit = _at(run, "cache_hit_pct", n)
         if math.isfinite(hit):
             hq = q("token.cache_hit_pct")
-            out.append(("no cache" if hit < 0 else f"{hq.label} {show(hq, hit)} {hq.words()}", look.label))
+            words = hq.words_at(not live and n == total)
+            out.append(("no cache" if hit < 0 else f"{hq.label} {show(hq, hit)} {words}", look.label))
         if flash_part:
             out.append(flash_part)
         if n and run.tokens.has("read_mib"):
