@@ -1,5 +1,6 @@
 """Every key of every screen from every focus (tui/widgets/keymap.py): for each screen (live over
-the emitter, replay, attach --metrics, attach --audit, whatif, compare, fleet and its drill-down),
+the emitter, replay, attach --metrics, attach --audit, attach --pid (memory), whatif, compare,
+fleet and its drill-down),
 each widget Tab can reach on each of its tabs (and no focus), and each key of that screen's table,
 pressing the key runs the action the table says (and only it), or, where the key types into a
 focused text box, no action of the screen. The cases come from the tables: a key added to a table
@@ -20,6 +21,7 @@ from typing import Any
 import orjson
 import pytest
 from helpers import EMITTER, synth
+from helpers.pagecache import private_model
 from helpers.scripted_http import Scripted
 from helpers.scripted_prometheus import ScriptedPrometheus
 from helpers.waits import pilot_until
@@ -32,6 +34,7 @@ from bmoe_top.tui.feed.files import open_paths
 from bmoe_top.tui.jobs import compare as J
 from bmoe_top.tui.jobs.whatif import analyse_input, load_whatif
 from bmoe_top.tui.screens.attach_audit import AuditAttachScreen
+from bmoe_top.tui.screens.attach_memory import MemoryScreen
 from bmoe_top.tui.screens.attach_metrics import MetricsAttachScreen
 from bmoe_top.tui.screens.compare import compare_app
 from bmoe_top.tui.screens.fleet import FleetDrillScreen, FleetScreen
@@ -39,6 +42,7 @@ from bmoe_top.tui.screens.live import live_app
 from bmoe_top.tui.screens.replay import ReplayScreen
 from bmoe_top.tui.screens.whatif import whatif_app
 from bmoe_top.tui.sources.child_session import ChildSession
+from bmoe_top.tui.sources.memory import MemoryWatcher
 from bmoe_top.tui.sources.metrics_poll import MetricsPoller
 from bmoe_top.tui.sources.tail import FileTail
 from bmoe_top.tui.widgets.fleet_table import FleetTableView
@@ -84,6 +88,12 @@ def _audit(tmp: Path):
     return app, lambda: None, lambda app: app.main.feed.runs.n_records >= 2
 
 
+def _memory(tmp: Path):
+    watcher = MemoryWatcher(gguf=str(private_model(tmp, "tiny")), interval=0.05)
+    app = BmoeTopApp(MemoryScreen(watcher, fps=20))
+    return app, lambda: watcher.join(10), lambda app: app.screen.model.residency is not None
+
+
 def _whatif(tmp: Path):
     (tmp / "run.route.csv").write_bytes(synth.route_trace(48, seed=5))
     (tmp / "run.csv").write_bytes(synth.token_csv(48, seed=6))
@@ -114,7 +124,7 @@ def _drill(tmp: Path):
 
 
 SCREENS = {"replay": _replay, "live": _live, "attach-metrics": _metrics, "attach-audit": _audit,
-           "whatif": _whatif, "compare": _compare, "fleet": _fleet, "fleet-drill": _drill}
+           "attach-memory": _memory, "whatif": _whatif, "compare": _compare, "fleet": _fleet, "fleet-drill": _drill}
 
 
 def _scope_of(widget: Widget | None) -> str | None:
@@ -239,3 +249,38 @@ async def test_every_key_does_its_action_from_every_focus(name, tmp_path):
         close()
     assert not failures, f"{len(failures)} of {tested} cases:\n" + "\n".join(failures[:40])
     assert tested >= len(keys)
+
+
+@pytest.mark.parametrize("name", list(SCREENS))
+async def test_tab_visits_only_shown_maps_tables_and_boxes(name, tmp_path):
+    """On every screen and each of its tabs, nothing has the focus at the start but the widget the
+    screen focuses itself (the fleet's table, the live prompt box), and Tab stops only at a map, a
+    table or a text box drawn on screen: never a tab bar (it takes the arrows) nor a scrolling
+    container (a stop with no mark)."""
+    app, close, ready = SCREENS[name](tmp_path)
+    try:
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot_until(pilot, lambda: ready(app), f"{name} ready")
+            await pilot.pause(0.2)
+            screen = app.screen
+            start = screen.focused
+            assert start is None or isinstance(start, (Input, FleetTableView)), f"{name} starts on {start!r}"
+            tabs = list(screen.query(TabbedContent))
+            states = [None] + [(tc, p.id) for tc in tabs for p in tc.query("TabPane") if p.id]
+            for state in states:
+                if state is not None:
+                    state[0].active = state[1]
+                    await pilot.pause()
+                seen = []
+                for _ in range(len(screen.focus_chain) + 1):
+                    await pilot.press("tab")
+                    await pilot.pause()
+                    w = screen.focused
+                    if w is None:
+                        continue
+                    seen.append(w)
+                    assert isinstance(w, (GridView, DataTable, Input, FleetTableView)) or _scope_of(w) == "table", \
+                        f"{name} {state}: Tab stopped at {w!r}"
+                    assert w.is_on_screen and w.region.width > 0 and w.region.height > 0, f"{name}: {w!r} not shown"
+    finally:
+        close()

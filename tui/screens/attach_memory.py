@@ -22,7 +22,6 @@ from rich.segment import Segment
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import BindingType
-from textual.screen import Screen
 from textual.strip import Strip
 from textual.widget import Widget
 from textual.widgets import Static
@@ -37,6 +36,7 @@ from bmoe_top.tui.sources.recorder import Recorder
 from bmoe_top.tui.widgets import keymap as km
 from bmoe_top.tui.widgets.base import look_of
 from bmoe_top.tui.widgets.diagnosis import DiagnosisLine
+from bmoe_top.tui.widgets.focus import FocusRules
 from bmoe_top.tui.widgets.footer import FittingFooter
 from bmoe_top.tui.widgets.grids import fold_rows
 from bmoe_top.tui.widgets.panels import safe_text
@@ -137,7 +137,7 @@ the process's memory (anonymous and file-backed), its faults and reads per secon
 available memory and pressure, and the cgroup's limit. docs/memory.md says what each counts.
 """
 
-class MemoryScreen(Screen[None]):
+class MemoryScreen(FocusRules):
     """The memory view over a source: a :class:`~bmoe_top.tui.sources.memory.MemoryWatcher` or a
     :class:`~bmoe_top.tui.sources.memory.MemoryPlayer` (a recording), started on mount, stopped
     on unmount."""

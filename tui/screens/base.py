@@ -39,7 +39,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
 from textual.timer import Timer
 from textual.widget import Widget
-from textual.widgets import DataTable, Input, Static, TabbedContent, TabPane, Tabs
+from textual.widgets import DataTable, Input, Static, TabbedContent, TabPane
 
 from bmoe_top.parsers.sanitize import sanitize
 from bmoe_top.tui.app import BmoeTopApp
@@ -55,7 +55,7 @@ from bmoe_top.tui.widgets.banner import Banner
 from bmoe_top.tui.widgets.base import NeedChanged, RunView, ascii_text, look_of, remember, settings_of
 from bmoe_top.tui.widgets.charts import BreakdownChart, OverviewStrip, TokenSelected, TrendChart
 from bmoe_top.tui.widgets.diagnosis import DiagnosisLine
-from bmoe_top.tui.widgets.focus import PaneTabs, shown_focus_chain
+from bmoe_top.tui.widgets.focus import PaneTabs, quiet_containers, shown_focus_chain
 from bmoe_top.tui.widgets.footer import FittingFooter
 from bmoe_top.tui.widgets.grids import GRID_KEYS, ExpertMap, LayerHeatmap
 from bmoe_top.tui.widgets.inputs import SteadyInput
@@ -277,10 +277,7 @@ class RunScreen(Screen[None]):
         """The repaint timer, the layout and the first paint. Textual calls the ``on_mount`` of
         every class of the screen, the subclass's first: a subclass never calls this one (a
         second call would start a second timer); what must follow it goes in :meth:`after_mount`."""
-        for tabs in self.query(Tabs):
-            tabs.can_focus = False  # the arrow keys move the selection, not the tabs
-        for scroll in self.query(VerticalScroll):
-            scroll.can_focus = False
+        quiet_containers(self)  # the arrow keys move the selection, not the tabs
         self._apply_settings()
         frame_s = 1.0 / max(1.0, self.fps)
         # one of the two ticks at a time (:meth:`_pace`): frames while something animates, else the base

@@ -19,7 +19,6 @@ from textual import events
 from textual.app import ComposeResult
 from textual.binding import BindingType
 from textual.containers import Vertical, VerticalScroll
-from textual.screen import Screen
 from textual.widgets import DataTable, Input, Static, TabbedContent, TabPane
 
 from bmoe_top.tui.analysis.compare import WITHIN_RUN_LABEL, Comparison
@@ -36,7 +35,7 @@ from bmoe_top.tui.screens.analysis_modals import AnalysisHelp
 from bmoe_top.tui.widgets import keymap as km
 from bmoe_top.tui.widgets.base import remember
 from bmoe_top.tui.widgets.curves import CurveChart, CurveMark, CurvePlot
-from bmoe_top.tui.widgets.focus import PaneTabs
+from bmoe_top.tui.widgets.focus import FocusRules, PaneTabs
 from bmoe_top.tui.widgets.footer import FittingFooter
 from bmoe_top.tui.widgets.palette import KIND_STYLE
 from bmoe_top.tui.widgets.panels import safe_text
@@ -60,7 +59,7 @@ HELP_NOTES = (
 )
 
 
-class CompareScreen(Screen[None]):
+class CompareScreen(FocusRules):
     """The comparison ``c`` of the loaded ``arms`` (see the module docstring)."""
 
     DEFAULT_CSS = """

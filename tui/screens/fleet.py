@@ -37,7 +37,6 @@ from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import BindingType
-from textual.screen import Screen
 from textual.widgets import Input, Static
 
 from bmoe_top.parsers.sanitize import sanitize
@@ -73,6 +72,7 @@ from bmoe_top.tui.widgets.fleet_table import (
     cell_text,
     shorten,
 )
+from bmoe_top.tui.widgets.focus import FocusRules
 from bmoe_top.tui.widgets.footer import FittingFooter
 from bmoe_top.tui.widgets.palette import STATUS_STYLE
 
@@ -151,7 +151,7 @@ def _utc(t: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
 
 
-class FleetScreen(Screen[None]):
+class FleetScreen(FocusRules):
     """The instances table (see the module docstring).
 
     ``url``, ``selector``, ``window_s``, ``points``, ``api_key``, ``timeout``: as

@@ -26,7 +26,6 @@ from textual import events, on
 from textual.app import ComposeResult
 from textual.binding import BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.screen import Screen
 from textual.widgets import Input, Static, TabbedContent, TabPane
 
 from bmoe_top.outfile import OutputFileError
@@ -51,7 +50,7 @@ from bmoe_top.tui.screens.analysis_modals import AnalysisHelp, PathScreen
 from bmoe_top.tui.widgets import keymap as km
 from bmoe_top.tui.widgets.base import remember
 from bmoe_top.tui.widgets.curves import CurveChart, CurveMark, CurvePlot, CurveSeries
-from bmoe_top.tui.widgets.focus import PaneTabs
+from bmoe_top.tui.widgets.focus import FocusRules, PaneTabs
 from bmoe_top.tui.widgets.footer import FittingFooter
 from bmoe_top.tui.widgets.palette import KIND_STYLE
 from bmoe_top.tui.widgets.panels import safe_text
@@ -78,7 +77,7 @@ HELP_NOTES = (
 )
 
 
-class WhatIfScreen(Screen[None]):
+class WhatIfScreen(FocusRules):
     """The what-if report ``report`` of ``inp`` (with the curves behind it, ``replay``)."""
 
     DEFAULT_CSS = """

@@ -1,5 +1,7 @@
-"""Where the keyboard focus may go on the mode screens: a tab container that lets go of the
-focus of a pane it hides, and the rule that Tab visits only widgets shown on screen.
+"""Where the keyboard focus may go on every screen: a tab container that lets go of the focus of
+a pane it hides, the rule that Tab visits only widgets shown on screen, and the screen base
+(:class:`FocusRules`) that applies both with the run screens' Tab stops (the maps, the tables and
+the text boxes, never a tab bar or a scrolling container, nothing focused at the start).
 
 Textual moves the focus of a widget that is hidden to the next focusable one; when a tab switch
 hid a pane holding the focus, that was a widget of the same hidden pane, whose focus switched the
@@ -9,10 +11,15 @@ focus went elsewhere (docs/user-guide.md "Keys").
 
 from __future__ import annotations
 
-from textual.widget import Widget
-from textual.widgets import TabbedContent
+from typing import ClassVar
 
-__all__ = ["PaneTabs", "shown_focus_chain"]
+from textual.containers import ScrollableContainer
+from textual.screen import Screen
+from textual.scroll_view import ScrollView
+from textual.widget import Widget
+from textual.widgets import TabbedContent, Tabs
+
+__all__ = ["FocusRules", "PaneTabs", "quiet_containers", "shown_focus_chain"]
 
 
 class PaneTabs(TabbedContent):
@@ -33,3 +40,30 @@ def shown_focus_chain(chain: list[Widget]) -> list[Widget]:
     """The widgets of a focus chain drawn in the last screen update (not scrolled out of view,
     not squeezed to no size): a Tab stop is always one the user can see."""
     return [w for w in chain if w.is_on_screen and w.region.width > 0 and w.region.height > 0]
+
+
+def quiet_containers(screen: Screen[None]) -> None:
+    """Take the tab bars and the scrolling containers of ``screen`` out of Tab's stops: a focused
+    tab bar takes the arrow keys, and a focused container shows no mark (an invisible stop)."""
+    for tabs in screen.query(Tabs):
+        tabs.can_focus = False
+    for scroll in screen.query(ScrollableContainer):
+        if not isinstance(scroll, ScrollView):  # a table or a log scrolls as a view of its own
+            scroll.can_focus = False
+
+
+class FocusRules(Screen[None]):
+    """A screen whose Tab stops follow the run screens' rules: nothing is focused at the start
+    (the screen's keys answer), Tab visits only widgets drawn on screen
+    (:func:`shown_focus_chain`), never a tab bar or a scrolling container
+    (:func:`quiet_containers`). Textual calls this ``on_mount`` after the subclass's own."""
+
+    AUTO_FOCUS: ClassVar[str | None] = ""
+
+    @property
+    def focus_chain(self) -> list[Widget]:
+        """Tab's stops: the focusable widgets drawn on screen."""
+        return shown_focus_chain(super().focus_chain)
+
+    def on_mount(self) -> None:
+        quiet_containers(self)
