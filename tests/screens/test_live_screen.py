@@ -242,7 +242,8 @@ async def test_escape_closes_the_seek_box_and_help_lists_live_keys():
         assert not isinstance(app.screen, SeekScreen)
         await pilot.press("question_mark")
         assert isinstance(app.screen, HelpScreen)
-        text = str(app.screen.query_one("#help-box Static").render())
+        await pilot.pause()
+        text = screen_text(app)
         assert "cancel" in text and "pause" in text and "zoom in" in text  # the live keys and the replay keys
         await pilot.press("escape")
     src.close(timeout=1)

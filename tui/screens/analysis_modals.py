@@ -12,6 +12,7 @@ from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Input, Static
 
+from bmoe_top.tui.screens.modals import help_body
 from bmoe_top.tui.widgets.panels import safe_text
 
 __all__ = ["PathScreen", "AnalysisHelp"]
@@ -63,10 +64,8 @@ class AnalysisHelp(ModalScreen[None]):
         self.notes = notes
 
     def compose(self) -> ComposeResult:
-        text = (f"{self.title_text}\n\n" + "\n".join(f"  {k:<20} {d}" for k, d in self.rows)
-                + "\n\n" + self.notes)
         with VerticalScroll(id="analysis-help"):
-            yield Static(safe_text(text))
+            yield Static(help_body(self.title_text, self.rows, self.notes), id="help-text")
 
     def action_close(self) -> None:
         self.dismiss(None)

@@ -3,6 +3,9 @@ contract detail."""
 
 from __future__ import annotations
 
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -12,7 +15,39 @@ from textual.widgets import Input, Label, Static
 
 from bmoe_top.parsers.sanitize import sanitize
 
-__all__ = ["HelpScreen", "ModeScreen", "SeekScreen"]
+__all__ = ["HelpScreen", "ModeScreen", "SeekScreen", "help_body", "prose_lines"]
+
+
+def prose_lines(notes: str) -> list[str]:
+    """``notes`` as written in the code (lines wrapped near 100 columns) as its logical lines, for
+    the screen to wrap at its own width: a line joins the one before it unless that one ends a
+    sentence (``.``) or is blank; a blank line stays (a paragraph's end)."""
+    out: list[str] = []
+    joining = False
+    for line in notes.strip("\n").splitlines():
+        text = line.strip()
+        if not text:
+            out.append("")
+            joining = False
+        elif joining:
+            out[-1] += " " + text
+        else:
+            out.append(text)
+        joining = bool(text) and not text.endswith(".")
+    return out
+
+
+def help_body(title: str, rows: list[tuple[str, str]], notes: str) -> RenderableType:
+    """A help screen's text: the title, the key rows (the keys in a column as wide as the widest,
+    what they do wrapped beside them) and the notes' logical lines (:func:`prose_lines`), all
+    wrapped at word boundaries at the width the box gets, every terminal from 80x24 to 200x60."""
+    keys = Table.grid(padding=(0, 1), expand=False)
+    keys.add_column(no_wrap=True, min_width=min(24, max((len(k) for k, _ in rows), default=0)))
+    keys.add_column(overflow="fold")
+    for k, d in rows:
+        keys.add_row(Text(sanitize(k)), Text(sanitize(d)))
+    prose = Text("\n".join(sanitize(line) for line in prose_lines(notes)), overflow="fold")
+    return Group(Text(sanitize(title)), Text(), keys, Text(), prose)
 
 
 class SeekScreen(ModalScreen[int | None]):
@@ -76,9 +111,8 @@ class HelpScreen(ModalScreen[None]):
         self.title_text = title
 
     def compose(self) -> ComposeResult:
-        text = self.title_text + "\n\n" + "\n".join(f"  {k:<24} {d}" for k, d in self.rows) + "\n" + self.notes
         with VerticalScroll(id="help-box"):
-            yield Static(text, markup=False)
+            yield Static(help_body(self.title_text, self.rows, self.notes), id="help-text")
 
     def action_dismiss_help(self) -> None:
         self.dismiss(None)
