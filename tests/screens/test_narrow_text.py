@@ -49,7 +49,7 @@ async def test_the_whatif_policies_table_at_80x24_shows_whole_columns(tmp_path):
         assert shown[:5] == ["policy", "hit %", "MiB/token", "I/O s/tok", "to Belady"], shown  # short headings
         assert table.hidden == ["what it models"]
         text = screen_text(app)
-        assert "to Belady" in text and "+1 hidden (too narrow): " in text
+        assert "to Belady" in text and "1 column hidden (what it models): widen the terminal" in text
         assert not re.search(r"\bBel\s*$", text, re.M)  # no heading cut at the right edge
     async with whatif_app_of(tmp_path).run_test(size=(200, 50)) as pilot:  # wide: the full headings, all
         await pilot.press("2")

@@ -17,8 +17,9 @@ from typing import Any, TypedDict
 
 from bmoe_top.tui.model import RunModel, Turn, in_session_order
 from bmoe_top.tui.present.numbers import MISSING, count, fmt, num, sig, whole
+from bmoe_top.tui.present.tables import Column
 
-__all__ = ["TURN_COLUMNS", "TurnEntry", "is_session", "turn_list", "turn_rows", "turns_text"]
+__all__ = ["TURN_COLUMNS", "TURN_TABLE", "TurnEntry", "is_session", "turn_list", "turn_rows", "turns_text"]
 
 
 class TurnEntry(TypedDict):
@@ -92,6 +93,12 @@ def is_session(entries: Sequence[Mapping[str, Any]]) -> bool:
 
 #: The Turns table's columns (the text table's too): the status last, as it may hold a reason.
 TURN_COLUMNS = ("turn", "id", "tokens", "tok/s", "hit %", "prompt", "status")
+
+#: The replay screen's Turns tab: :data:`TURN_COLUMNS` as table columns; on a narrow screen the
+#: request id goes first, then the prompt (the status, with its reason, stays).
+TURN_TABLE = (Column("turn", "turn"), Column("id", "id", drop=2), Column("tokens", "tokens", short="tok"),
+              Column("tok_s", "tok/s"), Column("hit", "hit %"), Column("prompt", "prompt", numeric=False, drop=1),
+              Column("status", "status", numeric=False))
 
 
 def _one_line(text: str | None, width: int) -> str:

@@ -71,7 +71,7 @@ from bmoe_top.tui.widgets.panels import (
     safe_text,
 )
 from bmoe_top.tui.widgets.stack import PanelStack
-from bmoe_top.tui.widgets.tables import ScreenSortTable, SortTable
+from bmoe_top.tui.widgets.tables import FitTable, ScreenSortTable, SortTable
 
 __all__ = ["BASE_TICK_S", "COMPACT", "FAST_S", "MIN_SIZE", "REFRESH_S", "REFRESH_STEPS", "RunScreen"]
 
@@ -895,12 +895,9 @@ class RunScreen(Screen[None]):
         q = self.search_queries.get(tab, "").lower()
         return not q or any(q in cell.lower() for cell in row)
 
-    def show_rows(self, table: DataTable, rows: Iterable[tuple[str, ...]], tab: str) -> None:
+    def show_rows(self, table: FitTable, rows: Iterable[tuple[str, ...]], tab: str) -> None:
         """Refill ``table`` (in tab ``tab``) with the rows of ``rows`` that pass that tab's filter."""
-        table.clear()
-        for row in rows:
-            if self.row_matches(row, tab):
-                table.add_row(*row)
+        table.fill([row for row in rows if self.row_matches(row, tab)])
 
     def filter_table(self, tab: str, query: str) -> None:
         """Filter the rows of the table in tab ``tab`` (mode screens with tables implement it)."""

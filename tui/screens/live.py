@@ -30,7 +30,7 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal
-from textual.widgets import DataTable, Input, Label, Static, TabPane
+from textual.widgets import Input, Label, Static, TabPane
 
 from bmoe_top.parsers.limits import int_within
 from bmoe_top.tui.app import BmoeTopApp
@@ -40,6 +40,7 @@ from bmoe_top.tui.model.quantities import q
 from bmoe_top.tui.playback import SPEEDS
 from bmoe_top.tui.present.numbers import MISSING, fmt, mib
 from bmoe_top.tui.present.numbers import sig as sig3
+from bmoe_top.tui.present.tables import Column
 from bmoe_top.tui.screens.base import RunScreen
 from bmoe_top.tui.sources.child_session import ChildSession
 from bmoe_top.tui.sources.events import LiveState
@@ -51,15 +52,23 @@ from bmoe_top.tui.widgets.keymap import Key, bindings, footer_first, merged
 from bmoe_top.tui.widgets.live_whatif import LiveWhatIfPanel
 from bmoe_top.tui.widgets.palette import Look
 from bmoe_top.tui.widgets.panels import safe_text
+from bmoe_top.tui.widgets.tables import FitTable
 
 __all__ = ["LiveScreen", "PROMPT_PLACEHOLDER", "PromptInput", "QUIET_STATES", "TURN_COLUMNS", "live_app",
            "needs_attention", "run_live"]
 
 #: The Turns table's columns: one row per turn; each number is the catalogue's ``turn.*``
-#: quantity (``bmoe_top.tui.model.quantities``), headed by its label and unit.
-TURN_COLUMNS = ("turn", "id", q("turn.tokens").label, q("turn.tok_s").label, f"{q('turn.prefill_s').label} s",
-                "n_prompt", "n_past", f"{q('turn.ctx_pct').label} %", f"{q('turn.hit_pct').label} %",
-                "resident/budget MiB", "end")
+#: quantity (``bmoe_top.tui.model.quantities``), headed by its label and unit. On a narrow screen
+#: the short headings come first, then n_past, n_prompt, prefill and the id go, in that order.
+TURN_TABLE = (
+    Column("turn", "turn"), Column("id", "id", drop=1), Column("tokens", q("turn.tokens").label, short="tok"),
+    Column("tok_s", q("turn.tok_s").label),
+    Column("prefill_s", f"{q('turn.prefill_s').label} s", short="pf s", drop=2),
+    Column("n_prompt", "n_prompt", short="prompt", drop=3), Column("n_past", "n_past", short="past", drop=4),
+    Column("ctx", f"{q('turn.ctx_pct').label} %"), Column("hit", f"{q('turn.hit_pct').label} %"),
+    Column("resident", "resident/budget MiB", short="res/bud MiB"), Column("end", "end", numeric=False))
+#: Their headings.
+TURN_COLUMNS = tuple(c.label for c in TURN_TABLE)
 
 #: What the empty prompt box says: both things Escape does there.
 PROMPT_PLACEHOLDER = "Enter generates · Escape cancels it, else leaves the box"
@@ -186,9 +195,7 @@ class LiveScreen(RunScreen):
         yield Static(id="live-status")
 
     def compose_tabs(self) -> ComposeResult:
-        table: DataTable[str] = DataTable(id="turns-table", zebra_stripes=True, cursor_type="row")
-        table.add_columns(*TURN_COLUMNS)
-        yield TabPane("Turns", table, id="turns")
+        yield TabPane("Turns", FitTable(TURN_TABLE, id="turns-table"), id="turns")
         # the live LRU replay runs as often as the views repaint (at most 4 times a second)
         yield TabPane("What-if", LiveWhatIfPanel(self.run_model, interval=max(0.25, self.refresh_s), id="live-whatif"),
                       id="whatif")
@@ -334,11 +341,11 @@ class LiveScreen(RunScreen):
                                     else r.status)) for r in refused]
         if not new:
             return
-        table = self.query_one("#turns-table", DataTable)
+        table = self.query_one("#turns-table", FitTable)
         for _where, row in sorted(new, key=lambda x: x[0]):
             self._turn_rows.append(row)
             if self.row_matches(row, "turns"):
-                table.add_row(*row)
+                table.append(row)
 
     @staticmethod
     def _turn_row(index: int, d: dict[str, Any], cancelled: bool, run: RunModel) -> tuple[str, ...]:
@@ -357,7 +364,7 @@ class LiveScreen(RunScreen):
         if tab != "turns":
             super().filter_table(tab, query)
             return
-        self.show_rows(self.query_one("#turns-table", DataTable), self._turn_rows, "turns")
+        self.show_rows(self.query_one("#turns-table", FitTable), self._turn_rows, "turns")
 
     # --------------------------------------------------------------------------------- actions
     @on(Input.Submitted, "#prompt")

@@ -8,12 +8,13 @@ from typing import Any, ClassVar
 
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.widgets import DataTable, TabPane
+from textual.widgets import TabPane
 
 from bmoe_top.tui.app import BmoeTopApp
 from bmoe_top.tui.model import RunModel
-from bmoe_top.tui.present.turns import TURN_COLUMNS, is_session, turn_list, turn_rows
+from bmoe_top.tui.present.turns import TURN_TABLE, is_session, turn_list, turn_rows
 from bmoe_top.tui.screens.base import RunScreen
+from bmoe_top.tui.widgets.tables import FitTable
 
 __all__ = ["ReplayScreen", "run_replay"]
 
@@ -39,13 +40,11 @@ class ReplayScreen(RunScreen):
 
     def compose_tabs(self) -> ComposeResult:
         if self._turn_rows:
-            table: DataTable[str] = DataTable(id="turns-table", zebra_stripes=True, cursor_type="row")
-            table.add_columns(*TURN_COLUMNS)
-            yield TabPane("Turns", table, id="turns")
+            yield TabPane("Turns", FitTable(TURN_TABLE, id="turns-table"), id="turns")
 
     def after_mount(self) -> None:
         if self._turn_rows:
-            self.show_rows(self.query_one("#turns-table", DataTable), self._turn_rows, "turns")
+            self.show_rows(self.query_one("#turns-table", FitTable), self._turn_rows, "turns")
 
     def commands(self) -> list[tuple[str, str, Any]]:
         out = super().commands()
@@ -59,7 +58,7 @@ class ReplayScreen(RunScreen):
 
     def filter_table(self, tab: str, query: str) -> None:
         if tab == "turns" and self._turn_rows:
-            self.show_rows(self.query_one("#turns-table", DataTable), self._turn_rows, "turns")
+            self.show_rows(self.query_one("#turns-table", FitTable), self._turn_rows, "turns")
         else:
             super().filter_table(tab, query)
 

@@ -2,10 +2,16 @@
 the next column (or click a header), ``S`` reverses, ``/`` opens the filter box (rows containing
 the text in any cell), escape in the box clears it. Sorting puts absent values last either way.
 The sort is kept in the settings (``[sort.TABLE]``, the table's id) and used at the next start.
+
+Both it and :class:`FitTable` (a plain table of fixed columns: the run screens' Turns tabs) show
+the columns that fit their width by one rule (:func:`fit_columns`): every column whole, else
+with the short labels, else without the columns marked to drop; a column is never cut in the
+middle, and a table that leaves columns out says how many (:func:`hidden_note`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import ClassVar
 
 from rich.cells import cell_len
@@ -16,7 +22,7 @@ from textual.binding import BindingType
 from textual.containers import Vertical
 from textual.widgets import DataTable, Input, Static
 
-from bmoe_top.tui.present.tables import Row, Table, filter_rows, sort_rows
+from bmoe_top.tui.present.tables import Column, Row, Table, filter_rows, sort_rows
 from bmoe_top.tui.settings import SortSetting
 from bmoe_top.tui.widgets.base import remember, settings_of
 from bmoe_top.tui.widgets.inputs import SteadyInput
@@ -24,7 +30,7 @@ from bmoe_top.tui.widgets.keymap import Key, bindings
 from bmoe_top.tui.widgets.palette import KIND_STYLE
 from bmoe_top.tui.widgets.panels import safe_text
 
-__all__ = ["TABLE_KEYS", "ScreenSortTable", "SortTable"]
+__all__ = ["TABLE_KEYS", "FitTable", "ScreenSortTable", "SortTable", "fit_columns", "hidden_note"]
 
 
 #: A focused sortable table's keys (:mod:`bmoe_top.tui.widgets.keymap`, scope ``table``).
@@ -58,8 +64,9 @@ class SortTable(Vertical):
         self.shown: list[Row] = []
         #: labels of the columns the width leaves out
         self.hidden: list[str] = []
-        #: indices (into the table's columns) of the columns shown, in order
+        #: indices (into the table's columns) of the columns shown, in order, and their labels
         self.shown_cols: list[int] = []
+        self.shown_labels: list[str] = []
 
     def compose(self) -> ComposeResult:
         yield Static(classes="sort-head")
@@ -110,14 +117,14 @@ class SortTable(Vertical):
         self.shown = rows
         cursor = dt.cursor_row
         labels, shown = self._fit(t, rows)
-        if rebuild_columns or not dt.columns or shown != self.shown_cols:
+        if rebuild_columns or not dt.columns or (labels, shown) != (self.shown_labels, self.shown_cols):
             dt.clear(columns=True)
             for i, label in zip(shown, labels):
                 c = t.columns[i]
                 dt.add_column(Text(label, justify="right" if c.numeric else "left", end=""), key=c.key)
         else:
             dt.clear()
-        self.shown_cols = shown
+        self.shown_cols, self.shown_labels = shown, labels
         self.hidden = [c.label for i, c in enumerate(t.columns) if i not in shown]
         for r in rows:
             style = KIND_STYLE.get(r.kind, "")
@@ -127,6 +134,8 @@ class SortTable(Vertical):
         if rows:
             dt.move_cursor(row=min(max(0, cursor), len(rows) - 1))
         head = safe_text(t.title, "bold")
+        if self.hidden:  # first after the title: the header line is cut at its end when narrow
+            head.append("   " + hidden_note(self.hidden), style="dim")
         if self.sort_col is not None:
             head.append(f"   sorted by {t.columns[self.sort_col].label} {'(descending)' if self.descending else ''}",
                         style="dim")
@@ -134,41 +143,17 @@ class SortTable(Vertical):
             head.append("   filter ", style="dim")
             head.append_text(safe_text(repr(self.filter_text), "bold"))
         head.append(f"   {len(rows)}/{len(t.rows)} rows   s sort · S reverse · / filter", style="dim")
-        if self.hidden:
-            head.append(f"   +{len(self.hidden)} hidden (too narrow): " + ", ".join(self.hidden), style="dim")
         self.query_one(".sort-head", Static).update(head)
         self.query_one(".sort-note", Static).update(safe_text(t.note))
 
     def _fit(self, t: Table, rows: list[Row]) -> tuple[list[str], list[int]]:
-        """The column labels and which columns (their indices, in order) fit the width whole:
-        every column with the full labels, else with the short ones, else without the columns
-        marked to ``drop`` first (the highest first), then without the rightmost; columns left
-        out are named on the header line, never cut in the middle (a last column of prose needs
-        only its heading's width: its text may run off the right edge)."""
-        width = self.size.width - 2  # the vertical scrollbar
-        n = len(t.columns)
-        labels: list[str] = []
-        cell_w: list[int] = []
-        shown = list(range(n))
-        for short in (False, True):
-            labels = []
-            for i, c in enumerate(t.columns):
-                arrow = (" ▼" if self.descending else " ▲") if self.sort_col == i else ""
-                labels.append(((c.short or c.label) if short else c.label) + arrow)
-            if width <= 0:
-                return labels, shown
-            cell_w = [max([cell_len(labels[j]), *(cell_len(r.cells[j]) for r in rows if j < len(r.cells))]) + 2
-                      for j in range(n)]
-            if _need(t, labels, cell_w, shown) <= width:
-                return labels, shown
-        # short labels: leave columns out until the rest fits (one column always stays)
-        order = sorted((j for j in range(n) if t.columns[j].drop > 0), key=lambda j: (-t.columns[j].drop, -j))
-        while len(shown) > 1 and _need(t, labels, cell_w, shown) > width:
-            shown.remove(order.pop(0) if order else shown[-1])
-        return [labels[j] for j in shown], shown
+        """The column labels and which columns fit the width (:func:`fit_columns`, the sort's
+        arrow on its column's label); columns left out are named on the header line."""
+        marks = {self.sort_col: " ▼" if self.descending else " ▲"} if self.sort_col is not None else {}
+        return fit_columns(t.columns, [r.cells for r in rows], self.size.width - 2, marks)
 
     def on_resize(self, event: events.Resize) -> None:
-        if self.table is not None and self._fit(self.table, self.shown)[1] != self.shown_cols:
+        if self.table is not None and self._fit(self.table, self.shown) != (self.shown_labels, self.shown_cols):
             self.populate(rebuild_columns=True)
 
     # ----------------------------------------------------------------------------- actions
@@ -238,8 +223,104 @@ class ScreenSortTable(SortTable, inherit_bindings=False):
                                                      scope=("table",))
 
 
-def _need(t: Table, labels: list[str], cell_w: list[int], shown: list[int]) -> int:
+def _need(columns: Sequence[Column], labels: list[str], cell_w: list[int], shown: list[int]) -> int:
     """Cells the ``shown`` columns take (a last column of prose: only its heading)."""
     last = shown[-1]
-    tail = cell_w[last] if t.columns[last].numeric else cell_len(labels[last]) + 2
+    tail = cell_w[last] if columns[last].numeric else cell_len(labels[last]) + 2
     return sum(cell_w[j] for j in shown[:-1]) + tail
+
+
+def fit_columns(columns: Sequence[Column], rows: Sequence[Sequence[str]], width: int,
+                marks: Mapping[int, str] | None = None) -> tuple[list[str], list[int]]:
+    """The labels and the indices (in order) of the ``columns`` that fit ``width`` cells whole
+    with the cells of ``rows``: every column with the full labels, else with the short ones, else
+    without the columns marked to ``drop`` first (the highest first), then without the rightmost
+    (one column always stays). A last column of prose needs only its heading's width (its text
+    may run off the right edge); ``marks`` adds a suffix to a column's label (a sort arrow)."""
+    marks = marks or {}
+    n = len(columns)
+    labels: list[str] = []
+    cell_w: list[int] = []
+    shown = list(range(n))
+    for short in (False, True):
+        labels = [((c.short or c.label) if short else c.label) + marks.get(i, "") for i, c in enumerate(columns)]
+        if width <= 0 or not n:
+            return labels, shown
+        cell_w = [max([cell_len(labels[j]), *(cell_len(r[j]) for r in rows if j < len(r))]) + 2 for j in range(n)]
+        if _need(columns, labels, cell_w, shown) <= width:
+            return labels, shown
+    order = sorted((j for j in range(n) if columns[j].drop > 0), key=lambda j: (-columns[j].drop, -j))
+    while len(shown) > 1 and _need(columns, labels, cell_w, shown) > width:
+        shown.remove(order.pop(0) if order else shown[-1])
+    return [labels[j] for j in shown], shown
+
+
+def hidden_note(hidden: Sequence[str]) -> str:
+    """What a table that leaves columns out says: ``2 columns hidden (n_prompt, n_past): widen
+    the terminal``."""
+    n = len(hidden)
+    return f"{n} column{'s' if n != 1 else ''} hidden ({', '.join(hidden)}): widen the terminal"
+
+
+class FitTable(DataTable[str]):
+    """A table of fixed ``columns`` (:class:`~bmoe_top.tui.present.tables.Column`) of plain text
+    cells, whose rows are given whole (:meth:`fill`, :meth:`append`) and drawn in the columns that fit its width
+    (:func:`fit_columns`, again on every resize); when columns are left out, a line under the
+    table says how many (:func:`hidden_note`, the border's subtitle). :attr:`hidden` names them."""
+
+    DEFAULT_CSS = """
+    FitTable.-hiding { border-bottom: solid $primary-darken-2; border-subtitle-align: left;
+                       border-subtitle-color: $text-muted; }
+    .-ascii FitTable.-hiding { border-bottom: ascii $primary-darken-2; }
+    """
+
+    def __init__(self, columns: Sequence[Column], **kw: object) -> None:
+        super().__init__(zebra_stripes=True, cursor_type="row", **kw)  # type: ignore[arg-type]
+        self.fit_cols = tuple(columns)
+        self.rows_given: list[tuple[str, ...]] = []
+        #: indices of the columns shown, in order, their labels, and the labels of those left out
+        self.shown_cols: list[int] = []
+        self.shown_labels: list[str] = []
+        self.hidden: list[str] = []
+
+    def on_mount(self) -> None:
+        self._rebuild()
+
+    def fill(self, rows: Sequence[tuple[str, ...]]) -> None:
+        """Show ``rows`` (each a cell per column), in place of the rows shown."""
+        self.rows_given = list(rows)
+        self._rebuild()
+
+    def append(self, row: tuple[str, ...]) -> None:
+        """Add ``row`` at the end (the columns fit again when it is wider than the others)."""
+        self.rows_given.append(row)
+        if self._fit() != (self.shown_labels, self.shown_cols):
+            self._rebuild()
+        else:
+            self._add(row)
+
+    def _fit(self) -> tuple[list[str], list[int]]:
+        return fit_columns(self.fit_cols, self.rows_given, self.size.width - 2)
+
+    def _add(self, row: tuple[str, ...]) -> None:
+        self.add_row(*[row[i] if i < len(row) else "" for i in self.shown_cols])
+
+    def _rebuild(self) -> None:
+        labels, shown = self._fit() if self.size.width > 0 else ([c.label for c in self.fit_cols],
+                                                                 list(range(len(self.fit_cols))))
+        cursor = self.cursor_row
+        self.clear(columns=True)
+        for i, label in zip(shown, labels):
+            self.add_column(label, key=self.fit_cols[i].key)
+        self.shown_cols, self.shown_labels = shown, labels
+        self.hidden = [c.label for i, c in enumerate(self.fit_cols) if i not in shown]
+        for row in self.rows_given:
+            self._add(row)
+        if self.rows_given:
+            self.move_cursor(row=min(max(0, cursor), len(self.rows_given) - 1))
+        self.set_class(bool(self.hidden), "-hiding")
+        self.border_subtitle = hidden_note(self.hidden) if self.hidden else None
+
+    def on_resize(self, event: events.Resize) -> None:
+        if self._fit() != (self.shown_labels, self.shown_cols):
+            self._rebuild()

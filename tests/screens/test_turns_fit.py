@@ -1,0 +1,83 @@
+"""The Turns tabs (live / play and a session's replay) at 80x24, 120x40 and 200x60: every column
+they show is drawn whole inside the table (a last column of prose: its heading), the others are
+left out whole by the table rule (short headings first, then the columns marked to drop) and the
+table says how many; the live table's `resident/budget MiB` ran off the right edge at 80 and 120
+columns (`resident/bu`)."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+from helpers import EMITTER
+from helpers.cli_session import cli_session, six_requests
+from helpers.prompt import send_prompt
+from helpers.waits import pilot_until
+from textual.widgets import DataTable
+
+from bmoe_top.tui.app import BmoeTopApp
+from bmoe_top.tui.feed.files import open_paths
+from bmoe_top.tui.present.turns import TURN_TABLE as REPLAY_TABLE
+from bmoe_top.tui.screens.live import TURN_TABLE as LIVE_TABLE
+from bmoe_top.tui.screens.live import live_app
+from bmoe_top.tui.screens.replay import ReplayScreen
+from bmoe_top.tui.sources.child_session import ChildSession
+
+SIZES = [(80, 24), (120, 40), (200, 60)]
+
+
+def check_columns(table: DataTable, columns, where: str) -> None:
+    """Every shown column inside the table's width; the shown and the hidden are every column,
+    and the hidden ones are counted under the table."""
+    width = table.scrollable_content_region.width
+    shown = list(table.ordered_columns)
+    x = 0
+    for i, col in enumerate(shown):
+        x += col.get_render_width(table)
+        label = str(col.label)
+        last_prose = i == len(shown) - 1 and not next(c for c in columns if c.key == col.key.value).numeric
+        end = x if not last_prose else x - col.get_render_width(table) + len(label) + 2
+        assert end <= width, f"{where}: column {label!r} ends at {end}, the table is {width} wide"
+    labels = {c.key: c for c in columns}
+    keys = [c.key.value for c in shown]
+    assert all(k in labels for k in keys), where
+    hidden = [c.label for c in columns if c.key not in keys]
+    if hidden:
+        note = str(table.border_subtitle or "")
+        assert f"{len(hidden)} column" in note and all(h in note for h in hidden), f"{where}: {note!r}"
+    else:
+        assert not table.border_subtitle
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+async def test_the_replay_turns_tab_shows_its_columns_whole(size, tmp_path):
+    s = cli_session(six_requests())
+    paths = []
+    for name, data in (("r.jsonl", s.requests), ("s.stdout", s.stdout), ("s.csv", s.csv)):
+        (tmp_path / name).write_bytes(data)
+        paths.append(str(tmp_path / name))
+    app = BmoeTopApp(ReplayScreen(open_paths(paths), title="session"))
+    async with app.run_test(size=size) as pilot:
+        await pilot.press("5")
+        table = app.query_one("#turns-table", DataTable)
+        await pilot_until(pilot, lambda: table.row_count == 6, "the six requests")
+        await pilot.pause()
+        check_columns(table, REPLAY_TABLE, f"replay {size}")
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+async def test_the_live_turns_tab_shows_its_columns_whole(size):
+    src = ChildSession([sys.executable, EMITTER, "--rate", "200"])
+    app = live_app(src, title="emitter")
+    try:
+        async with app.run_test(size=size) as pilot:
+            await pilot_until(pilot, lambda: src.state == "ready", "ready")
+            await send_prompt(pilot, app, "short", 5)
+            await pilot_until(pilot, lambda: src.status().turns_done == 1, "the turn done")
+            app.main.action_tab("turns")
+            table = app.query_one("#turns-table", DataTable)
+            await pilot_until(pilot, lambda: table.row_count == 1, "the turn's row")
+            await pilot.pause()
+            check_columns(table, LIVE_TABLE, f"live {size}")
+    finally:
+        src.close()
