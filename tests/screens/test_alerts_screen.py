@@ -8,7 +8,7 @@ from helpers.waits import pilot_until
 from bmoe_top.tui.app import BmoeTopApp
 from bmoe_top.tui.model import RunModel
 from bmoe_top.tui.model.alerts import AlertState
-from bmoe_top.tui.model.run import LIVE, Retention
+from bmoe_top.tui.model.run import KEEP_ALL, LIVE, Retention
 from bmoe_top.tui.screens.replay import ReplayScreen
 from bmoe_top.tui.widgets.panels import RunPanel
 
@@ -29,23 +29,28 @@ def alert_events(run: RunModel) -> list[tuple[str, str | None, str]]:
 
 
 async def test_a_firing_alert_is_in_the_title_and_the_run_panel_and_takes_no_focus():
-    run = falling_hit_run()
-    screen = ReplayScreen(run, title="falling")  # type: ignore[arg-type]
+    screen = ReplayScreen(falling_hit_run(retention=KEEP_ALL), title="falling")  # type: ignore[arg-type]
     app = BmoeTopApp(screen)
     async with app.run_test(size=(160, 45)) as pilot:
         await pilot_until(pilot, lambda: screen.alerts.rows == 1000)
         focused = app.focused
         assert screen.alerts.state("CacheHitLow") is AlertState.FIRING
-        hit = [e for e in alert_events(run) if e[0] == "CacheHitLow"]
-        assert hit == [("CacheHitLow", "inactive", "pending"), ("CacheHitLow", "pending", "firing")]
         await pilot_until(pilot, lambda: "▲ CacheHitLow" in app.query_one("#title").plain)
         panel = app.query_one(RunPanel)
-        text = panel.text()
-        assert "CacheHitLow" in text and "firing: hit 10.0 % < 30" in text
+        await pilot_until(pilot, lambda: "firing: hit 10.0 % < 30" in panel.text(), "the run panel's alert row")
+        assert "CacheHitLow" in panel.text()
         assert app.focused is focused  # shown, never focused
         await pilot.press("space")  # the keys still work: the replay plays
-        await pilot.pause()
-        assert screen.playback.playing
+        await pilot_until(pilot, lambda: screen.playback.playing, "the replay playing")
+
+
+async def test_a_live_runs_alert_changes_go_into_its_event_log():
+    run = falling_hit_run()
+    screen = ReplayScreen(run, title="falling")  # type: ignore[arg-type]
+    async with BmoeTopApp(screen).run_test(size=(160, 45)) as pilot:
+        await pilot_until(pilot, lambda: screen.alerts.rows == 1000)
+        hit = [e for e in alert_events(run) if e[0] == "CacheHitLow"]
+        assert hit == [("CacheHitLow", "inactive", "pending"), ("CacheHitLow", "pending", "firing")]
 
 
 async def test_ascii_terminals_get_a_plain_mark():
