@@ -339,6 +339,11 @@ class Engine:
             self.hook.on_weights = self._on_weights if self.route_weights else None
 
     @property
+    def process_stats(self) -> bool:
+        """Whether each token's ``rss_mib``, ``majflt`` and ``cpu_ms`` are measured (else -1)."""
+        return self._clock is not None
+
+    @property
     def reader(self) -> ExpertReader | None:
         return self.streaming.reader if self.streaming is not None else None
 

@@ -190,7 +190,7 @@ def serve_main(argv: list[str] | None = None) -> int:
     engine_kw = dict(model_path=model, n_ctx=args.n_ctx, n_threads=args.threads, n_batch=args.n_batch,
                      cache_mb=args.cache_mb, stream=not args.no_moe_stream, io_threads=args.io_threads,
                      o_direct=not args.no_odirect, overlap=args.overlap, prefetch=args.prefetch,
-                     force_cache=args.force_cache, quiet=not args.verbose)
+                     force_cache=args.force_cache, quiet=not args.verbose, process_stats=True)
     try:
         engine_kw["sampling"] = sampling_from_args(args)
     except ValueError as exc:

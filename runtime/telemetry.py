@@ -334,7 +334,7 @@ class CsvSink:
             f"{st.step},{st.steps},{st.wall_ms:.3f},{st.io_ms:.3f},{st.compute_ms:.3f},{st.read_bytes},"
             f"{_pct(st.cache_hit_pct)},{st.stall_ms:.3f},{st.mgmt_ms:.3f},"
             f"{st.decode_ms:.3f},{st.xfer_bytes},{_pct(st.hit_pct_since_load)},{st.resident_mib:.3f},"
-            f"{st.budget_mib:.3f},{st.rss_mib:.1f},{st.majflt},{st.cpu_ms:.3f},{self.eng.turn}\n"
+            f"{st.budget_mib:.3f},{_process_cells(st)},{self.eng.turn}\n"
         )
 
     def summary(self, eng: Engine, res: GenerationResult) -> None:
@@ -378,6 +378,8 @@ class CsvSink:
             "rss_MiB": f"{rss:.1f}",
             "peak_rss_MiB": f"{peak:.1f}",
         }
+        if not eng.process_stats:  # not measured: absent, not 0
+            del kv["majflt/tok"], kv["cpu_s/tok"]
         self.fh.write("# summary " + " ".join(f"{k}={v}" for k, v in kv.items()) + "\n")
         self.fh.flush()
 
@@ -385,6 +387,13 @@ class CsvSink:
         """Write the rest out and close; a write error (now or earlier) raises
         :class:`~bmoe_top.outfile.OutputFileError`."""
         self.fh.close()
+
+
+def _process_cells(st: TokenStats) -> str:
+    """The ``rss_mib,majflt,cpu_ms`` cells: empty (absent, docs/telemetry.md) when not measured."""
+    if st.rss_mib < 0:
+        return ",,"
+    return f"{st.rss_mib:.1f},{st.majflt},{st.cpu_ms:.3f}"
 
 
 def _fmt_flag(v: object) -> str:

@@ -318,6 +318,53 @@ def test_csv_sink_refuses_what_it_would_overwrite_and_writes_one_row_per_token(t
     assert len(rows) == tokens and sum(ln.startswith("# summary ") for ln in lines) == 2
 
 
+def test_serve_csv_carries_the_process_columns_and_its_summary_reads_them(tiny, tmp_path):
+    """The serve CSV's rss_mib/majflt/cpu_ms are measured as the one-shot's are (no -1 placeholder
+    read back as 'impossible values'), so the replay summary shows measured per-token figures."""
+    csv = tmp_path / "serve.csv"
+    s = Serve(tiny, "--cache-mb", "0.5", "--csv", str(csv))
+    try:
+        assert httpx.post(s.url + "/completion", json={"prompt": "hello", "n_predict": 4},
+                          trust_env=False, timeout=60).status_code == 200
+    finally:
+        assert s.stop() == 0
+    lines = [ln for ln in csv.read_text().splitlines() if ln and not ln.startswith("#")]
+    cols = lines[0].split(",")
+    rows = [dict(zip(cols, ln.split(","), strict=True)) for ln in lines[1:]]
+    assert len(rows) == 4
+    for row in rows:
+        assert float(row["rss_mib"]) > 0 and int(row["majflt"]) >= 0 and float(row["cpu_ms"]) >= 0, row
+    r = subprocess.run([PY, "-m", "bmoe_top.tui.cli", "replay", "--summary", str(csv)], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0 and "impossible" not in r.stdout + r.stderr, r.stdout + r.stderr
+    assert "problems: 0" in r.stdout and "majflt/token" in r.stdout and "cpu/token" in r.stdout, r.stdout
+
+
+def test_csv_of_an_engine_without_process_figures_leaves_them_absent(tiny, tmp_path):
+    """An engine built without ``process_stats`` measures no RSS, faults or CPU: its CSV leaves those
+    cells empty and its summary line leaves out majflt/tok and cpu_s/tok (absent, never 0)."""
+    from bmoe_top.runtime.engine import Engine
+    from bmoe_top.runtime.telemetry import CsvSink
+
+    csv = tmp_path / "run.csv"
+    with Engine(tiny, n_ctx=256, n_threads=1, cache_mb=0.5) as eng:
+        sink = CsvSink(str(csv), eng, {"n_predict": 3})
+        res = eng.generate("hello", 3, on_token=sink.row)
+        sink.summary(eng, res)
+        sink.close()
+    lines = [ln for ln in csv.read_text().splitlines() if ln and not ln.startswith("#")]
+    cols = lines[0].split(",")
+    rows = [dict(zip(cols, ln.split(","), strict=True)) for ln in lines[1:]]
+    assert rows and all(row["rss_mib"] == row["majflt"] == row["cpu_ms"] == "" for row in rows), rows
+    summary = next(ln for ln in csv.read_text().splitlines() if ln.startswith("# summary "))
+    assert "majflt/tok=" not in summary and "cpu_s/tok=" not in summary and "tokens=3" in summary, summary
+    r = subprocess.run([PY, "-m", "bmoe_top.tui.cli", "replay", "--summary", str(csv)], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0 and "impossible" not in r.stdout + r.stderr, r.stdout + r.stderr
+    shown = {ln.split()[0]: ln for ln in r.stdout.splitlines() if ln.startswith("  ")}
+    assert " 0" not in shown.get("majflt/token", "") and " 0 ms" not in shown.get("cpu/token", ""), r.stdout
+
+
 def test_audit_write_error_is_loud_and_exits_1(tiny, tmp_path):
     audit = tmp_path / "a.jsonl"
     audit.write_bytes(b"")
