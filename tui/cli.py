@@ -969,7 +969,7 @@ def _settings_path(args: argparse.Namespace) -> Path | None:
 def cmd_probe(args: argparse.Namespace) -> int:
     """``bmoe-top probe``: O_DIRECT and buffered read bandwidth at the expert-slice size, per
     queue depth (docs/user-guide.md "probe")."""
-    from bmoe_top.tui.jobs.probe import MAX_DEPTH, ProbeError, probe, stderr_progress
+    from bmoe_top.tui.jobs.probe import MAX_DEPTH, MAX_SLICE_BYTES, ProbeError, probe, stderr_progress
     from bmoe_top.tui.present.numbers import print_json, print_lines
     from bmoe_top.tui.present.probe import probe_document, probe_lines
 
@@ -977,8 +977,8 @@ def cmd_probe(args: argparse.Namespace) -> int:
         return _die(f"probe: --qd-max {args.qd_max}: must be 1 to {MAX_DEPTH}")
     if not 0.05 <= args.seconds <= 600:
         return _die(f"probe: --seconds {args.seconds:g}: must be 0.05 to 600")
-    if args.slice_bytes is not None and args.slice_bytes < 1:
-        return _die(f"probe: --slice-bytes {args.slice_bytes}: must be at least 1")
+    if args.slice_bytes is not None and not 1 <= args.slice_bytes <= MAX_SLICE_BYTES:
+        return _die(f"probe: --slice-bytes {args.slice_bytes}: must be 1 to {MAX_SLICE_BYTES}")
     if args.remember and args.no_config:
         return _die("probe: --remember and --no-config exclude each other")
     try:

@@ -75,7 +75,9 @@ def test_remember_keeps_the_rates_in_the_settings_file(capsys, data, tmp_path):
     (["{tmp}/empty"], 1, "the file is empty"),
     (["{tmp}/empty", "--qd-max", "0"], 2, "--qd-max 0: must be 1 to 64"),
     (["{tmp}/empty", "--seconds", "0"], 2, "--seconds 0: must be 0.05 to 600"),
-    (["{tmp}/empty", "--slice-bytes", "0"], 2, "--slice-bytes 0: must be at least 1"),
+    (["{tmp}/empty", "--slice-bytes", "0"], 2, "--slice-bytes 0: must be 1 to 268435456"),
+    # above the largest slice: it was found out by the probe, a failure (1) of the file
+    (["{tmp}/empty", "--slice-bytes", "268435457"], 2, "--slice-bytes 268435457: must be 1 to 268435456"),
     (["{tmp}/empty", "--remember", "--no-config"], 2, "--remember and --no-config exclude each other"),
 ])
 def test_bad_input_is_one_line_and_its_exit_status(capsys, tmp_path, argv, status, says):
