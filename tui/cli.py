@@ -49,6 +49,7 @@ import re
 import shutil
 import signal
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -106,6 +107,20 @@ DEMO_SAMPLING = ["--temp", "0.7", "--top-p", "0.95", "--repeat-penalty", "1.1"]
 DEMO_PROMPT = "# "
 DEMO_N_PREDICT = 1024
 DEMO_SPEED = 0.1
+
+
+def _once_exit(what: str, doc: Mapping[str, Any]) -> int:
+    """The exit status of a ``--once`` document (:func:`~bmoe_top.tui.headless.exit_code`); a
+    failure also says why in one line on stderr, whatever went to stdout."""
+    from bmoe_top.tui.headless import exit_code
+
+    code = exit_code(doc)
+    if code:
+        failed = doc.get("error") if doc.get("status") != "ok" else doc.get("drill_error")
+        why = failed.get("message") if isinstance(failed, Mapping) else doc.get("detail") or failed
+        where = "" if doc.get("status") != "ok" else f" (drill-down of {doc.get('instance')})"
+        _die(f"{what}: {doc.get('status')}{where}" + (f": {why}" if why else ""), code)
+    return code
 
 
 def _die(msg: str, code: int = EXIT_USAGE) -> int:
@@ -493,7 +508,7 @@ def _attach_network(args: argparse.Namespace) -> int:
         if (why := check_url(args.metrics)) is not None:
             return _die(f"attach --metrics {args.metrics}: {why}")
     if args.once:
-        from bmoe_top.tui.headless import audit_once, exit_code, metrics_once
+        from bmoe_top.tui.headless import audit_once, metrics_once
         from bmoe_top.tui.present.numbers import print_lines, to_json
 
         if args.metrics is not None:
@@ -506,7 +521,7 @@ def _attach_network(args: argparse.Namespace) -> int:
             print(to_json(d))
         else:
             print_lines([f"{args.metrics or args.audit}: {d.get('status')} {d.get('detail') or ''}".rstrip()])
-        return exit_code(d)
+        return _once_exit(f"attach {args.metrics or args.audit}", d)
     refused = _terminal_refused()
     if refused is not None:
         return refused
@@ -675,14 +690,14 @@ def cmd_fleet(args: argparse.Namespace) -> int:
             raise ValueError(f"--window must be > 0, got {args.window!r}")
         labels = _labels(args.label or [])
         if args.once:
-            from bmoe_top.tui.headless import exit_code, fleet_once
+            from bmoe_top.tui.headless import fleet_once
             from bmoe_top.tui.present.numbers import print_json
 
             doc = fleet_once(args.prometheus, selector=args.selector, window_s=window, instance=args.instance,
                              job=args.job, labels=labels, api_key=args.api_key, timeout=args.timeout,
                              points=args.points, at=args.at)
             print_json(doc)
-            return exit_code(doc)
+            return _once_exit(f"fleet {args.prometheus}", doc)
         require_url(args.prometheus)  # a usage error is told before the terminal refusal
         if (refused := _terminal_refused("fleet")) is not None:
             return refused

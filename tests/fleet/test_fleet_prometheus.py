@@ -380,7 +380,8 @@ def test_cli_prints_the_same_document(fleet):
     usage = subprocess.run([*cmd[:8], "--once"], capture_output=True, timeout=120)
     assert usage.returncode == 2 and b"--once --json" in usage.stderr
     bad = subprocess.run([*cmd[:7], "{job=bmoe}", "--once", "--json"], capture_output=True, timeout=120)
-    assert bad.returncode == 1 and orjson.loads(bad.stdout)["status"] == "bad_data" and not bad.stderr
+    assert bad.returncode == 1 and orjson.loads(bad.stdout)["status"] == "bad_data"
+    assert bad.stderr.count(b"\n") == 1 and bad.stderr.startswith(b"bmoe-top: fleet ") and b"bad_data" in bad.stderr
 
 
 def test_restarted_instance_gives_no_negative_rate(fleet, client):

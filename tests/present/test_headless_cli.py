@@ -369,6 +369,20 @@ def test_argument_values_are_checked_as_usage_errors(capsys, argv, says):
     assert code == 2 and says in err and "Traceback" not in err, err
 
 
+@pytest.mark.parametrize("args", [
+    ["fleet", "--prometheus", "http://127.0.0.1:9", "--once", "--json", "--timeout", "5"],
+    ["attach", "--metrics", "http://127.0.0.1:9/metrics", "--once", "--json", "--timeout", "5"],
+])
+def test_a_once_json_document_that_failed_says_so_on_stderr(args):
+    """A failed ``--once --json`` prints its document and one line on stderr: a script that sends
+    stdout elsewhere still learns why the status is 1 (it learnt nothing)."""
+    r = top(*args)
+    doc = json.loads(r.stdout)
+    assert r.returncode == 1 and doc["status"] != "ok", (r.returncode, r.stdout[:300])
+    lines = r.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("bmoe-top: ") and doc["status"] in lines[0], r.stderr
+
+
 @pytest.mark.parametrize("argv, prints", [
     (["replay", "x.csv"], False), (["replay", "--summary", "x.csv"], True), (["replay", "--json", "x.csv"], True),
     (["compare", "a", "b"], False), (["compare", "--md", "a", "b"], True), (["compare", "--csv", "a", "b"], True),
