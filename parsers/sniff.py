@@ -32,7 +32,7 @@ from .textio import decode_bytes, guess_encoding, split_text
 from .token_csv import KNOWN_TOKEN_COLUMNS, find_header, headerless_contract
 from .transcript import is_loader_noise
 
-__all__ = ["sniff", "sniff_reason", "KINDS", "RUN_KINDS", "TEXT_NOT_A_RUN"]
+__all__ = ["blank_reason", "sniff", "sniff_reason", "KINDS", "RUN_KINDS", "TEXT_NOT_A_RUN"]
 
 KINDS = ("token_csv", "route_trace", "transcript", "sidecar", "recording", "requests", "audit",
          "strp", "unknown")
@@ -183,6 +183,16 @@ TEXT_NOT_A_RUN = ("text with none of the formats bmoe-top reads (a CSV header wi
                   "recorded run")
 
 
+def blank_reason(sample: bytes) -> str:
+    """Why a file of nothing but white space and NUL bytes (``sample``: what was read of it) is not
+    a recorded run, in one sentence: empty, or what it holds."""
+    if b"\x00" not in sample:
+        return "the file is empty: not a recorded run"
+    if sample.replace(b"\x00", b""):
+        return "the file holds only NUL bytes and white space: not a recorded run"
+    return "the file holds only NUL bytes: not a recorded run"
+
+
 def sniff_reason(data: bytes, name: str = "") -> tuple[str, str]:
     """``(kind, reason)``: :func:`sniff`'s kind, and for "unknown" one sentence saying why the data is
     not a recorded run (for an exit message or a banner); "" for the other kinds. Never raises."""
@@ -190,7 +200,7 @@ def sniff_reason(data: bytes, name: str = "") -> tuple[str, str]:
     if kind != "unknown":
         return kind, ""
     if not data.strip():
-        return kind, "the file is empty: not a recorded run"
+        return kind, blank_reason(data)
     raw = data[:4096]
     if guess_encoding(raw)[0] == "utf-8" and b"\x00" in raw:
         rest = _NULS.sub(b"", raw)

@@ -31,11 +31,11 @@ def test_a_csv_past_the_whole_file_limit_is_read_in_blocks(tmp_path, monkeypatch
         open_replay([str(log)])
 
 
-def test_a_large_blank_csv_is_empty_not_a_run(tmp_path):
+def test_a_large_blank_csv_is_not_a_run_and_says_what_it_holds(tmp_path):
     p = tmp_path / "blank.csv"
     p.write_bytes(b"\n" * 300_000 + b"\x00" * 1000 + b"  \n")
     _run, not_runs = open_replay([str(p)])
-    assert not_runs == [(str(p), "the file is empty: not a recorded run")]
+    assert not_runs == [(str(p), "the file holds only NUL bytes and white space: not a recorded run")]
 
 
 def _semicolons(n: int, cols: int) -> bytes:

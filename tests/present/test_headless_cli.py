@@ -323,6 +323,8 @@ def test_analysis_and_fleet_screens_into_a_pipe_are_refused_pointing_to_their_te
 @pytest.mark.parametrize("args, status, says", [
     (["replay", "EMPTY"], 1, "the file is empty"),  # off a terminal: the bad input first, not the pipe
     (["replay", "GARBAGE"], 1, "not a recorded run"),
+    (["replay", "--summary", "ZEROS"], 1, "only NUL bytes: not a recorded run"),  # it said "the file is empty"
+    (["replay", "--summary", "BIGZEROS"], 1, "only NUL bytes: not a recorded run"),  # past the sniffed sample
     (["replay", "DIR"], 1, "is a directory"),  # it said 2 while an empty file said 1
     (["replay", "--summary", "DIR"], 1, "is a directory"),
     (["replay", "--summary", "MISSING"], 1, "no such file"),
@@ -339,8 +341,11 @@ def test_exit_status_one_scheme_and_inputs_before_the_terminal(tmp_path, args, s
     csv.write_bytes(synth.token_csv(8))
     (tmp_path / "empty.csv").write_bytes(b"")
     (tmp_path / "garbage.bin").write_bytes(bytes(range(1, 256)) * 4)
+    (tmp_path / "zeros.bin").write_bytes(bytes(4096))
+    (tmp_path / "bigzeros.csv").write_bytes(bytes(3 << 20))
     names = {"CSV": csv, "EMPTY": tmp_path / "empty.csv", "GARBAGE": tmp_path / "garbage.bin", "DIR": tmp_path,
-             "MISSING": tmp_path / "missing.csv"}
+             "MISSING": tmp_path / "missing.csv", "ZEROS": tmp_path / "zeros.bin",
+             "BIGZEROS": tmp_path / "bigzeros.csv"}
     r = top(*[str(names[a]) if a in names else a for a in args])  # stdout is a pipe here
     assert r.returncode == status and says in r.stderr, (r.returncode, r.stderr)
     assert "not a terminal" not in r.stderr and "Traceback" not in r.stderr and r.stdout == ""

@@ -27,7 +27,7 @@ from bmoe_top.parsers.bmoe_lines import Begin, Done, Error, Load, Progress, Read
 from bmoe_top.parsers.recording import PROTOCOL_SOURCES, Recording, parse_recording, request_of
 from bmoe_top.parsers.requests import parse_requests
 from bmoe_top.parsers.route_trace import RouteTrace, load_route_trace
-from bmoe_top.parsers.sniff import TEXT_NOT_A_RUN, sniff, sniff_reason
+from bmoe_top.parsers.sniff import TEXT_NOT_A_RUN, blank_reason, sniff, sniff_reason
 from bmoe_top.parsers.strp import StrpError, parse_strp
 from bmoe_top.parsers.token_csv import TokenTable, generated_turns, load_token_csv
 from bmoe_top.parsers.transcript import Transcript, is_loader_noise, parse_transcript
@@ -459,7 +459,7 @@ def load_data(run: RunModel, data: bytes, source: str, kind: str | None = None, 
     feed = FILE_FEEDS.get(kind)
     if feed is None:
         _kind, why = sniff_reason(data, source)
-        why = why or "the file is empty: not a recorded run"
+        why = why or blank_reason(data)
         run.add_problem(source, 0, data[:120].decode("utf-8", "replace"), why)
         run.add_alert(f"{os.path.basename(source) or source}: {why}")
     else:
@@ -507,7 +507,7 @@ def open_replay(paths: Sequence[str], run: RunModel | None = None, *, allow_mixe
         data, size = read_sample(p)
         kind, why = sniff_reason(data, str(p))
         if is_blank(p, data, size):  # an empty .csv sniffs as a CSV by its name; it holds no run
-            kind, why = "unknown", "the file is empty: not a recorded run"
+            kind, why = "unknown", blank_reason(data)
         feed = FILE_FEEDS.get(kind)
         parsed = None
         if feed is not None:
