@@ -93,6 +93,10 @@ def _reason(exc: OSError) -> str:
 
 
 def _fail(path: str, exc: OSError) -> OutputFileError:
+    if exc.errno == _errno.ENOENT and os.path.isdir(os.path.dirname(os.path.abspath(path))):
+        # the folder is there (/proc, a FUSE folder): it refuses the new name
+        why = (exc.strerror or os.strerror(_errno.ENOENT)).lower()
+        return OutputFileError(path, f"a file cannot be created in that folder: {why} (ENOENT)", exc.errno)
     return OutputFileError(path, _reason(exc), exc.errno)
 
 

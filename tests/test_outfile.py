@@ -89,6 +89,17 @@ def test_a_directory_and_a_missing_folder(tmp_path):
     assert ei.value.errno == errno.ENOENT
 
 
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs /proc")
+def test_a_folder_that_takes_no_new_file_is_not_called_missing():
+    """/proc exists but no file can be created in it (ENOENT): the reason is the system's, not 'the
+    folder does not exist'."""
+    with pytest.raises(OutputFileError) as ei:
+        open_output("/proc/bmoe-top-x.jsonl")
+    assert ei.value.errno == errno.ENOENT and "folder does not exist" not in str(ei.value)
+    assert str(ei.value) == ("cannot write /proc/bmoe-top-x.jsonl: a file cannot be created in that folder: "
+                             "no such file or directory (ENOENT)")
+
+
 def test_dev_full_write_error_is_raised_at_flush_and_stays(tmp_path):
     f = open_output("/dev/full", append=True)
     f.write("x" * 100)  # buffered
