@@ -104,14 +104,9 @@ def test_routed_experts_and_entry_state() -> None:
 
 
 def _real_run(path: Path) -> RunInput:
-    t = load_token_csv(path.read_bytes())
-    cols = {k: t.columns[k] for k in ("wall_ms", "io_ms", "compute_ms", "stall_ms", "mgmt_ms") if k in t.columns}
-    cols["read_mib"] = t.columns["read_bytes"] / MIB
-    cols["hit_pct"] = t.columns["cache_hit_pct"]
-    entry = {}
-    if "mem_available_mib" in t.columns:
-        entry["mem_available_mib"] = float(t.columns["mem_available_mib"][0])
-    return RunInput(path.stem, cols, dict(t.summary), entry)
+    from bmoe_top.tui.analysis.compare import run_from_token_table
+
+    return run_from_token_table(load_token_csv(path.read_bytes()), path.stem)
 
 
 def test_two_real_csvs(real_runs: Path) -> None:
@@ -125,7 +120,7 @@ def test_two_real_csvs(real_runs: Path) -> None:
     assert {w.run for w in c.warmup} == {a.name, b.name}
     assert all(0 <= w.split < w.tokens for w in c.warmup)
     assert _row(c, "hit_pct").values[0].center == pytest.approx(66.6)
-    assert "stall_ms" in {m.metric for m in c.metrics}
+    assert "flash_ms" in {m.metric for m in c.metrics}
     assert [r.key for r in c.contamination.rows] == ["mem_available_mib"]
     orjson.dumps(c)
 
@@ -187,34 +182,41 @@ def test_memory_and_temperature_rows() -> None:
     assert one.deltas[0].verdict == "?"
 
 
-def _with_stall(run: RunInput, stall: float, rng: np.random.Generator) -> RunInput:
+def _with_flash(run: RunInput, flash: float, rng: np.random.Generator) -> RunInput:
     n = len(run.tokens["wall_ms"])
-    col = np.zeros(n) if stall == 0 else stall + rng.normal(0, 0.05 * stall, n)
-    return RunInput(run.name, {**run.tokens, "stall_ms": col}, run.summary, run.entry, run.routed)
+    col = np.zeros(n) if flash == 0 else flash + rng.normal(0, 0.05 * flash, n)
+    return RunInput(run.name, {**run.tokens, "flash_ms": col}, run.summary, run.entry, run.routed)
 
 
 @pytest.mark.parametrize("runs", [1, 6])
 def test_a_change_from_zero_is_not_noise(runs) -> None:
-    # a serial run stalls 0 ms a token; the overlapped one 132.6: no percentage of 0 bounds that
+    # one run waits 0 ms a token for flash (every expert resident), the other 132.6: no percentage
+    # of 0 bounds that
     rng = np.random.default_rng(11)
-    a = ArmInput("serial", [_with_stall(_run(rng, f"a{i}", 200.0), 0.0, rng) for i in range(runs)])
-    b = ArmInput("overlap", [_with_stall(_run(rng, f"b{i}", 200.0), 132.6, rng) for i in range(runs)])
-    d = _row(compare([a, b]), "stall_ms").deltas[0]
+    a = ArmInput("resident", [_with_flash(_run(rng, f"a{i}", 200.0), 0.0, rng) for i in range(runs)])
+    b = ArmInput("streamed", [_with_flash(_run(rng, f"b{i}", 200.0), 132.6, rng) for i in range(runs)])
+    d = _row(compare([a, b]), "flash_ms").deltas[0]
     assert d.verdict == "worse", d
     assert d.change == pytest.approx(132.6, rel=0.05) and d.change_pct != d.change_pct  # no percentage of 0
     from bmoe_top.tui.present.compare import delta_text
 
     assert delta_text(d).endswith("(from 0)") and delta_text(d).startswith("+13")
-    back = _row(compare([b, a]), "stall_ms").deltas[0]  # and to 0 from 132.6: -100 %, better
+    back = _row(compare([b, a]), "flash_ms").deltas[0]  # and to 0 from 132.6: -100 %, better
     assert back.verdict == "better" and back.change_pct == pytest.approx(-100, abs=1)
 
 
-def test_the_real_serial_and_overlapped_runs_differ_in_stall(real_runs: Path, capsys) -> None:
+def test_the_flash_wait_of_a_serial_run_is_its_io(real_runs: Path, capsys) -> None:
+    # gemma_stream is serial: its flash wait is its io_ms (449 ms/token), not its stall (0);
+    # gemma_base overlaps: its flash wait is its stall_ms (133 ms/token)
     from bmoe_top.tui.cli import main
 
     serial = real_runs / "bigmoeonedge-2026-07-12" / "gemma_stream.csv"
     overlap = real_runs / "bigmoeonedge-2026-07-12-pr23" / "gemma_base.csv"
     assert main(["compare", "--json", str(serial), str(overlap)]) == 0
     doc = orjson.loads(capsys.readouterr().out)
-    d = next(m for m in doc["metrics"] if m["metric"] == "stall_ms")["deltas"][0]
-    assert d["verdict"] == "worse" and d["change"] == pytest.approx(132.6, abs=0.1)
+    row = next(m for m in doc["metrics"] if m["metric"] == "flash_ms")
+    assert row["label"] == "flash wait"
+    assert [v["center"] for v in row["values"]] == [pytest.approx(448.7, abs=0.1), pytest.approx(132.6, abs=0.1)]
+    d = row["deltas"][0]
+    assert d["verdict"] == "better" and d["change"] == pytest.approx(132.6 - 448.7, abs=0.2)
+    assert "stall_ms" not in {m["metric"] for m in doc["metrics"]}

@@ -84,3 +84,19 @@ def test_every_metric_carries_its_unit() -> None:
     names = [r.cells[0] for r in t.rows]
     assert "wall per token [ms/tok]" in names and "wall p50 (steady) [ms]" in names
     assert "tok/s (steady)" in names and "decode hit %" in names  # the unit is already in the name
+
+
+def test_each_run_draws_its_own_flash_wait(real_runs: Path) -> None:
+    # the per-token view of a serial run (gemma_stream) against an overlapped one (gemma_base):
+    # each draws its own flash wait, io_ms serial and stall_ms overlap, never the other's column
+    serial = real_runs / "bigmoeonedge-2026-07-12" / "gemma_stream.csv"
+    overlap = real_runs / "bigmoeonedge-2026-07-12-pr23" / "gemma_base.csv"
+    arms = J.load_arms(J.parse_arms([str(serial), str(overlap)]))
+    _, flash, _ = P.token_series(arms, P.FLASH)
+    _, io, _ = P.token_series(arms, "io_ms")
+    _, stall, _ = P.token_series(arms, "stall_ms")
+    assert np.nanmean(flash[0]) == pytest.approx(np.nanmean(io[0])) and np.nanmean(flash[0]) > 400
+    assert np.nanmean(flash[1]) == pytest.approx(np.nanmean(stall[1])) and np.nanmean(flash[1]) < np.nanmean(io[1])
+    c = compare([ArmInput(a.name, [r.input for r in a.runs]) for a in arms])
+    heading = [col.label for col in P.token_table(arms, c).columns]
+    assert heading.count("flash wait") == 2

@@ -86,7 +86,7 @@ async def test_per_token_view_keys(tmp_path) -> None:
         await pilot.press("r")
         assert s.run_index == 1 and "r1" in chart.text() and len(tokens.shown) == 65
         await pilot.press("y")
-        assert "flash wait (io_ms) ms per token" in chart.text()
+        assert "flash wait ms per token" in chart.text()
         await pilot.press("y")
         assert "cumulative hit %" in chart.text()
         await pilot.press("4")

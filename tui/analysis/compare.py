@@ -23,6 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from bmoe_top.parsers.token_csv import TokenTable
+from bmoe_top.tui.model.quantities import q
 
 from . import stats as S
 
@@ -32,12 +33,13 @@ __all__ = ["run_from_token_table", "entry_from_sidecar", "resources_from", "RunI
 
 F64 = npt.NDArray[np.float64]
 
-#: per-token timing columns (ms) and their labels
+#: per-token timing columns (ms) and their labels; ``flash_ms`` is the catalogue's flash wait
+#: (``token.flash_ms``: io_ms in serial I/O, stall_ms under overlap, as ``RunModel.breakdown`` gives it)
 TIMING_COLUMNS: dict[str, str] = {
     "wall_ms": "wall per token",
     "compute_ms": "compute",
     "io_ms": "flash I/O",
-    "stall_ms": "flash wait (stall)",
+    "flash_ms": q("token.flash_ms").label,
     "mgmt_ms": "cache mgmt",
 }
 #: entry-state keys a source may carry, and their labels
@@ -62,6 +64,7 @@ WITHIN_RUN_LABEL = "within-run only: order and thermal drift not covered"
 @dataclass(frozen=True, slots=True)
 class RunInput:
     """One run. ``tokens``: per-token columns by name (any of :data:`TIMING_COLUMNS` in ms,
+    ``flash_ms`` the run's own flash wait: io_ms serial, stall_ms overlap,
     ``read_mib`` MiB read that token, ``hit_pct`` the cumulative decode hit %), decode tokens in
     order. ``summary``: run numbers (``tok_s``, ``prefill_s``, ``load_s``, ``ttft_s`` seconds,
     ``hit_pct``, ``read_mib_per_token``). ``entry``: state when the run started (keys of
@@ -144,11 +147,19 @@ def run_from_token_table(table: TokenTable, name: str, sidecar: Mapping[str, flo
                          routed: npt.ArrayLike | None = None) -> RunInput:
     """A run from a ``--csv`` sink (parsers/token_csv.py ``TokenTable``) and, when there is one,
     its device sidecar (``key=value`` numbers, e.g. parsed ``*.metrics`` lines): timing columns
-    by name, ``read_bytes`` as ``read_mib``, ``cache_hit_pct`` as ``hit_pct``; the summary's
+    by name, the flash wait as ``flash_ms`` (the run model's breakdown of the rows: io_ms
+    serial, stall_ms overlap), ``read_bytes`` as ``read_mib``, ``cache_hit_pct`` as ``hit_pct``; the summary's
     canonical keys; entry state from the sidecar's ``*_before`` values (else the first row's
     ``mem_available_mib``)."""
+    from bmoe_top.tui.model import RunModel
+
     cols = table.columns
     tokens: dict[str, npt.ArrayLike] = {k: cols[k] for k in TIMING_COLUMNS if k in cols}
+    model = RunModel()
+    model.update_meta(table.meta)
+    model.add_token_rows({k: cols[k] for k in ("wall_ms", "compute_ms", "io_ms", "stall_ms", "mgmt_ms") if k in cols},
+                         table.n_rows)
+    tokens["flash_ms"] = np.array(model.breakdown()["flash"], dtype=np.float64)
     if "read_bytes" in cols:
         tokens["read_mib"] = np.asarray(cols["read_bytes"], dtype=np.float64) / _MIB
     if "cache_hit_pct" in cols:
@@ -363,7 +374,7 @@ def _timing_row(metric: str, label: str, unit: str, arms: Sequence[ArmInput], se
     if not any(s is not None for runs in series for s in runs):
         return None
     if all(s is None or not s.any() for runs in series for s in runs):
-        return None  # 0 throughout (stall_ms of serial runs): nothing to compare
+        return None  # 0 throughout: nothing to compare
     values: list[ArmValue] = []
     run_vals: list[list[float]] = []
     for arm, runs in zip(arms, series):

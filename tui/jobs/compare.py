@@ -108,7 +108,8 @@ _SUMMARY = (("tok_s", "tok_s"), ("prefill_s", "prefill_s"), ("load_s", "load_s")
 
 
 def run_from_model(run: RunModel, name: str) -> RunInput:
-    """What the comparison takes from a run model: the per-token columns (``cache_hit_pct`` as
+    """What the comparison takes from a run model: the per-token columns (the flash wait of
+    ``RunModel.breakdown`` as ``flash_ms``, ``cache_hit_pct`` as
     ``hit_pct``, -1 = no cache as missing), the summary numbers, the entry state and the peaks
     of memory and temperature (the device sidecar, else the first/extreme per-token memory
     values), and the routed experts (decode routing rows as ``layer << 20 | expert``, in order)
@@ -121,6 +122,8 @@ def run_from_model(run: RunModel, name: str) -> RunInput:
         for c in _TOKEN_COLUMNS:
             if run.tokens.has(c):
                 cols[c] = np.array(run.tokens.view(c, 0, n), dtype=np.float64)
+        if n:
+            cols["flash_ms"] = np.array(run.breakdown()["flash"], dtype=np.float64)  # io serial, stall overlap
         if run.tokens.has("cache_hit_pct"):
             h = np.array(run.tokens.view("cache_hit_pct", 0, n), dtype=np.float64)
             cols["hit_pct"] = np.where(h < 0, np.nan, h)

@@ -20,6 +20,7 @@ import numpy.typing as npt
 import orjson
 
 from bmoe_top.tui.model import RunModel
+from bmoe_top.tui.model.quantities import q
 from bmoe_top.tui.present.numbers import fmt
 from bmoe_top.tui.present.tables import Column, Row, Table, number_key
 
@@ -29,7 +30,10 @@ if TYPE_CHECKING:
 __all__ = ["LoadedArm", "LoadedRun", "comparison_document", "comparison_markdown", "comparison_csv",
            "summary_table", "warmup_table", "token_table", "token_series", "delta_text", "metric_label", "arm_names",
            "entry_rows",
-           "short_names", "VERDICT_KIND", "CompareDocument", "ComparisonDoc"]
+           "short_names", "FLASH", "VERDICT_KIND", "CompareDocument", "ComparisonDoc"]
+
+#: :func:`token_series`' column name of each run's own flash wait
+FLASH = "flash"
 
 #: verdict -> row kind (styles: bmoe_top.tui.widgets.palette.KIND_STYLE)
 VERDICT_KIND = {"better": "good", "worse": "bad", "differs": "bad", "~": "", "same": "", "?": "missing"}
@@ -241,7 +245,9 @@ def token_series(arms: Sequence[LoadedArm], column: str = "wall_ms", run_index: 
                  ) -> tuple[npt.NDArray[np.int64], list[npt.NDArray[np.float64]], bool]:
     """The per-token view aligned by step: (keys [n] ascending, per arm its ``run_index``-th
     run's ``column`` at each key (NaN where that run has no such token), aligned by (turn, step)
-    or not). Keys are ``turn << 32 | step`` when every run has steps, else row ordinals."""
+    or not). Keys are ``turn << 32 | step`` when every run has steps, else row ordinals.
+    ``column`` ``flash``: each run's own flash wait (``RunModel.breakdown``: io_ms serial, stall_ms
+    overlap)."""
     picked = [a.runs[min(run_index, len(a.runs) - 1)].model for a in arms]
     keyed = [_key_of(m) for m in picked]
     by_step = all(k[1] for k in keyed)
@@ -251,8 +257,11 @@ def token_series(arms: Sequence[LoadedArm], column: str = "wall_ms", run_index: 
     out = []
     for m, (k, _) in zip(picked, keyed):
         with m.lock:
-            v = (np.array(m.tokens.view(column, 0, m.tokens.n), dtype=np.float64) if m.tokens.has(column)
-                 else np.full(m.tokens.n, np.nan))
+            if column == FLASH:
+                v = np.array(m.breakdown(0, m.tokens.n)["flash"], dtype=np.float64)
+            else:
+                v = (np.array(m.tokens.view(column, 0, m.tokens.n), dtype=np.float64) if m.tokens.has(column)
+                     else np.full(m.tokens.n, np.nan))
         col = np.full(keys.shape[0], np.nan)
         # the first row of a repeated key wins
         uk, first = np.unique(k, return_index=True)
@@ -265,14 +274,12 @@ def token_table(arms: Sequence[LoadedArm], c: Comparison, run_index: int = 0) ->
     """Side by side per token, aligned by step: per arm wall, flash wait and cumulative hit %,
     and the wall difference against the baseline; rows inside a run's warm-up are marked."""
     keys, walls, by_step = token_series(arms, "wall_ms", run_index)
-    flash_col = "stall_ms" if any(a.runs[min(run_index, len(a.runs) - 1)].model.mode()[0] == "overlap"
-                                  for a in arms) else "io_ms"
-    flashes = token_series(arms, flash_col, run_index)[1]
+    flashes = token_series(arms, FLASH, run_index)[1]
     hits = token_series(arms, "cache_hit_pct", run_index)[1]
     splits = {(w.arm, w.run): w.split for w in c.warmup}
     cols = [Column("turn", "turn"), Column("step", "step" if by_step else "row")]
     for a in arms:
-        cols += [Column(f"wall:{a.name}", f"{a.name} wall ms"), Column(f"flash:{a.name}", f"flash {flash_col}"),
+        cols += [Column(f"wall:{a.name}", f"{a.name} wall ms"), Column(f"flash:{a.name}", q("token.flash_ms").label),
                  Column(f"hit:{a.name}", "hit %")]
     for a in arms[1:]:
         cols.append(Column(f"d:{a.name}", f"Δ wall {a.name}"))

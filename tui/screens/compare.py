@@ -24,6 +24,7 @@ from textual.widgets import DataTable, Input, Static, TabbedContent, TabPane
 from bmoe_top.tui.analysis.compare import WITHIN_RUN_LABEL, Comparison
 from bmoe_top.tui.app import BmoeTopApp
 from bmoe_top.tui.present.compare import (
+    FLASH,
     LoadedArm,
     entry_rows,
     summary_table,
@@ -44,7 +45,7 @@ from bmoe_top.tui.widgets.tables import TABLE_KEYS, SortTable
 __all__ = ["CompareScreen", "compare_app", "run_compare"]
 
 #: the per-token chart's metrics: (token column, title, unit)
-TOKEN_METRICS = (("wall_ms", "wall ms per token", "ms"), ("flash", "flash wait ms per token", "ms"),
+TOKEN_METRICS = (("wall_ms", "wall ms per token", "ms"), (FLASH, "flash wait ms per token", "ms"),
                  ("cache_hit_pct", "cumulative hit %", "%"))
 
 HELP_NOTES = (
@@ -179,10 +180,6 @@ class CompareScreen(FocusRules):
 
     def _token_plot(self) -> CurvePlot:
         col, title, unit = TOKEN_METRICS[self.metric % len(TOKEN_METRICS)]
-        if col == "flash":
-            overlap = any(a.runs[min(self.run_index, len(a.runs) - 1)].model.mode()[0] == "overlap" for a in self.arms)
-            col = "stall_ms" if overlap else "io_ms"
-            title = f"flash wait ({col}) ms per token"
         keys, values, by_step = token_series(self.arms, col, self.run_index)
         x = np.arange(1, keys.shape[0] + 1, dtype=np.float64)
         series = tuple(CurveChart.series_from(a.name, f"{a.name}: {a.runs[min(self.run_index, len(a.runs) - 1)].name}",
