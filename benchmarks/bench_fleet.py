@@ -55,7 +55,6 @@ from helpers.fleet_data import Inst, write_import  # noqa: E402
 from helpers.prometheus import VICTORIA, VictoriaMetrics  # noqa: E402
 
 from bmoe_top.parsers.prom import SERIES  # noqa: E402
-from bmoe_top.runtime.metrics import RESIDENT_SERIES  # noqa: E402
 from bmoe_top.tui.app import BmoeTopApp  # noqa: E402
 from bmoe_top.tui.fleet.queries import COLUMN_SERIES  # noqa: E402
 from bmoe_top.tui.fleet.session import FleetSession  # noqa: E402
@@ -70,9 +69,7 @@ LAYERS = 4
 #: The series the table and the drill-down read (and the restarts' and the targets').
 READ = set(COLUMN_SERIES) | {"process_start_time_seconds", "llamacpp:n_decode_total",
                              "llamacpp:moe_cache_layer_hits_total", "llamacpp:moe_cache_layer_misses_total"}
-KEYS = {s.key for s in SERIES if s.name in READ} | {k for k, (name, *_r) in
-                                                    zip(("resident", "resident_bytes"), RESIDENT_SERIES)
-                                                    if name in READ}
+KEYS = {s.key for s in SERIES if s.name in READ}
 
 
 def fleet(n: int) -> list[Inst]:

@@ -92,6 +92,10 @@ SERIES: tuple[SeriesSpec, ...] = (
     SeriesSpec("prefilled", "llamacpp:moe_cache_prefilled", "gauge",
                "Slots the profile filled at load."),
     SeriesSpec("cache_bytes", "llamacpp:moe_cache_bytes", "gauge", "Memory of the cache in bytes."),
+    # bmoe-run's residency gauges (the reference does not define them; docs/metrics.md)
+    SeriesSpec("resident", "llamacpp:moe_cache_resident", "gauge", "Experts resident in the cache now, all layers."),
+    SeriesSpec("resident_bytes", "llamacpp:moe_cache_resident_bytes", "gauge",
+               "Bytes of the experts resident in the cache now."),
     SeriesSpec("hybrid", "llamacpp:moe_cache_hybrid", "gauge", "1 with --moe-cache-hybrid.",
                combine="max"),
     SeriesSpec("layer_hits", "llamacpp:moe_cache_layer_hits_total", "counter",

@@ -11,7 +11,7 @@ time, so a scrape never touches the engine while it decodes and costs the decode
 the lock. prometheus-client appends ``_total`` to counter names: families are created with the
 base name so the exposed name is exactly the reference's, and no ``_created`` series is emitted.
 
-The cache's residency gauges (:data:`RESIDENT_SERIES`: experts and bytes resident now) are a
+The cache's residency gauges (``resident``, ``resident_bytes`` in ``SERIES``: experts and bytes now) are a
 bmoe-run extension of the reference's set, named in its ``llamacpp:moe_cache_*`` style and, like
 it, exported only with a cache (docs/metrics.md).
 
@@ -33,7 +33,7 @@ from bmoe_top.parsers.prom import SERIES
 
 from .cache_policy import CacheCounters
 
-__all__ = ["ServerCounters", "MetricsRegistry", "CONTENT_TYPE", "HTTP_SERIES", "REJECT_REASONS", "RESIDENT_SERIES",
+__all__ = ["ServerCounters", "MetricsRegistry", "CONTENT_TYPE", "HTTP_SERIES", "REJECT_REASONS",
            "TIER_SERIES", "TIERS"]
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -55,14 +55,6 @@ TIER_SERIES = ("bmoe:expert_tier_total", "Routed experts of a MoE layer by the t
                "page_cache (a miss whose every byte the kernel's page cache held), disk (the other misses).")
 #: the ``tier`` label's values, nearest first
 TIERS = ("cache", "page_cache", "disk")
-
-#: (name, help) of the cache's residency gauges (docs/metrics.md); the budget is
-#: ``llamacpp:moe_cache_slots`` / ``llamacpp:moe_cache_bytes``
-RESIDENT_SERIES = (
-    ("llamacpp:moe_cache_resident", "Experts resident in the cache now, all layers."),
-    ("llamacpp:moe_cache_resident_bytes", "Bytes of the experts resident in the cache now."),
-)
-
 
 @dataclass
 class ServerCounters:
@@ -106,6 +98,7 @@ class _Collector(Collector):
             # no lookup yet: the ratio is undefined (NaN), not 0
             "hit_ratio": (c.hits / (c.hits + c.misses)) if (c.hits + c.misses) else float("nan"),
             "slots": c.slots, "prefilled": c.prefilled, "cache_bytes": c.cache_bytes,
+            "resident": c.resident, "resident_bytes": c.resident_bytes,
             "hybrid": 1 if c.hybrid else 0,
             "prompt_tokens": s.prompt_tokens, "prompt_seconds": s.prompt_seconds,
             "tokens_predicted": s.tokens_predicted, "tokens_predicted_seconds": s.tokens_predicted_seconds,
@@ -135,12 +128,8 @@ class _Collector(Collector):
                 yield fam
             else:
                 yield fam_cls(base, spec.help, value=float(scalar[spec.key]))
-        if self.reg.cache:
-            (n_res, h_res), (n_rb, h_rb) = RESIDENT_SERIES
-            yield GaugeMetricFamily(n_res, h_res, value=float(c.resident))
-            yield GaugeMetricFamily(n_rb, h_rb, value=float(c.resident_bytes))
-            if c.layer_pagecache is not None:
-                yield self._tiers(c, s.moe_layers)
+        if self.reg.cache and c.layer_pagecache is not None:
+            yield self._tiers(c, s.moe_layers)
         (n_conn, h_conn), (n_rej, h_rej), (n_can, h_can) = ((n, h) for n, _t, h in HTTP_SERIES)
         yield GaugeMetricFamily(n_conn, h_conn, value=float(s.http_connections))
         rej = CounterMetricFamily(n_rej[:-6], h_rej, labels=["reason"])

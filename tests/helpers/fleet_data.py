@@ -22,7 +22,6 @@ import numpy as np
 import orjson
 
 from bmoe_top.parsers.prom import SERIES
-from bmoe_top.runtime.metrics import RESIDENT_SERIES
 
 #: The fixed time the snapshot data ends at (2023-11-14T22:13:20Z); a TSDB block's time
 #: retention counts from its newest block, so old data is served as long as it is the newest.
@@ -89,8 +88,6 @@ def _gauge(key: str, inst: Inst, k: np.ndarray, r: np.ndarray, t0: int) -> np.nd
 
 def _specs(keys: Collection[str] | None) -> list[tuple[str, str, str, bool]]:
     specs = [(s.key, s.name, s.type, s.per_layer) for s in SERIES]
-    specs += [("resident", RESIDENT_SERIES[0][0], "gauge", False),
-              ("resident_bytes", RESIDENT_SERIES[1][0], "gauge", False)]
     return [sp for sp in specs if keys is None or sp[0] in keys]
 
 

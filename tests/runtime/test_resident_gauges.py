@@ -54,3 +54,23 @@ def test_no_cache_no_resident_gauges(tiny):
         assert scrape_value(s.url, RESIDENT) is None and scrape_value(s.url, RESIDENT_BYTES) is None
     finally:
         s.stop()
+
+
+def test_attach_metrics_reads_the_resident_bytes(tiny, capsys):
+    # the run document's resident is the server's llamacpp:moe_cache_resident_bytes in MiB
+    # (the catalogue's summary.resident_mib), never "not exported" while the server exports it
+    import orjson
+
+    from bmoe_top.tui.cli import main
+
+    s = Serve(tiny, "--cache-mb", "0.4")
+    try:
+        assert complete(s.url, "fill the cache", 6).status_code == 200
+        resident_bytes = scrape_value(s.url, RESIDENT_BYTES)
+        assert main(["attach", "--metrics", f"{s.url}/metrics", "--once", "--json"]) == 0
+    finally:
+        assert s.stop() == 0
+    run = orjson.loads(capsys.readouterr().out)["run"]
+    assert resident_bytes and resident_bytes > 0
+    assert run["resident_mib"] == resident_bytes / 2**20
+    assert "resident_mib" not in run["absent"]

@@ -59,7 +59,7 @@ SUMMARY_SERIES: dict[str, tuple[str, ...]] = {
     "cache_hit_pct": ("hit_ratio", "hits"), "budget_mib": ("cache_bytes",),
     "prefill_s": ("prompt_seconds",), "prefill_tps": ("prompt_seconds",),
     "compute_s_tok": ("compute_s",), "io_s_tok": ("io_s",), "stall_s_tok": ("stall_s",), "mgmt_s_tok": ("mgmt_s",),
-    "resident_mib": (), "load_s": (), "ttft_s": (),
+    "resident_mib": ("resident_bytes",), "load_s": (), "ttft_s": (),
 }
 
 #: How the run panel's tok/s is counted, by the series it comes from (``RunModel.summary_notes``).
@@ -105,6 +105,8 @@ class MetricsFeed:
             run.set_summary_notes(summary_notes(snap))
             if snap.exported("cache_bytes"):
                 run.set_cache_mib(budget_mib=snap.values["cache_bytes"] / MIB)
+            if snap.exported("resident_bytes"):
+                run.set_cache_mib(resident_mib=snap.values["resident_bytes"] / MIB)
 
     def failed(self, ev: ScrapeFailed) -> None:
         self.run.set_status(SCRAPE_STATUS[ev.state], ev.detail)
@@ -220,6 +222,8 @@ def totals_summary(s: PromSnapshot) -> dict[str, float]:
     out["cache_hit_pct"] = hit_pct_total(s)
     if "cache_bytes" in v:
         out["budget_mib"] = v["cache_bytes"] / MIB
+    if "resident_bytes" in v:
+        out["resident_mib"] = v["resident_bytes"] / MIB
     if "prompt_seconds" in v:
         out["prefill_s"] = v["prompt_seconds"]
         if v["prompt_seconds"] > 0 and v.get("prompt_tokens") is not None:

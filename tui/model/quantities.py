@@ -178,7 +178,8 @@ _ITEMS: tuple[Quantity, ...] = (
        "Not `hit since load` (bmoe-cli's figure, prompts included) where both are sent; -1 is no cache, "
        "not 0 %.", PANEL),
     _q("summary.resident_mib", "resident_mib", "resident", "MiB", S.NOW, F.MIB,
-       "the cache's resident MiB as the source said it last", "Expert bytes the cache holds.",
+       "the cache's resident MiB as the source said it last; `/metrics`: llamacpp:moe_cache_resident_bytes / 2^20",
+       "Expert bytes the cache holds.",
        "Not the budget (`budget`).", PANEL),
     _q("summary.budget_mib", "budget_mib", "budget", "MiB", S.NOW, F.MIB,
        "`--cache-mb`, as the source says it", "The expert cache's size limit.",
