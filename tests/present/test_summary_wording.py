@@ -60,3 +60,21 @@ def test_the_run_panel_shows_bmoe_cli_route_ahead_and_prediction(tmp_path):
     assert doc["extra"]["route_ahead_agree_pct"] == 84.7 and doc["extra"]["predict_stale_pct"] == 78.8
     text = summary_text(doc)
     assert "ahead agreed     84.7 %" in text and "stale-gate hit   78.8 %" in text
+
+
+def test_a_running_source_says_each_scope_once_and_rightly():
+    # while a run generates, the panel's figures from its token rows say their scope: a gauge
+    # (resident, budget) is "now", a total "so far"; a label that names its scope already
+    # (tok/s (run so far)) does not say it twice
+    from bmoe_top.tui.model import RunModel, Status
+
+    run = RunModel()
+    run.set_status(Status.GENERATING)
+    n = 10
+    run.add_token_rows({"wall_ms": [781.25] * n, "read_mib": [2.0] * n}, n)
+    run.set_cache_mib(resident_mib=4.98, budget_mib=5.0)
+    rows = {label: text for label, text, _kind in summary_rows(run_summary(run))}
+    assert rows["resident"] == "4.98 MiB (now)" and rows["budget"] == "5.00 MiB (now)"
+    assert rows["tok/s (run so far)"] == "1.28"
+    assert rows["tokens"] == "10 tok (so far)"
+    assert sum("so far" in label + text for label, text in rows.items() if label.startswith("tok/s")) == 1

@@ -112,6 +112,14 @@ class Quantity:
         shares the label (:data:`SHARED_LABELS`), else the label alone."""
         return self.scoped(**fill) if self.label in SHARED_LABELS else self.label
 
+    def running_words(self) -> str:
+        """What a value of a source that still runs covers, for a screen to put beside it when
+        :meth:`screen_label` does not already say it (``""``): ``now`` for a gauge
+        (:attr:`Scope.NOW`), ``so far`` for what grows with the run."""
+        if self.label in SHARED_LABELS:
+            return ""
+        return str(Scope.NOW) if self.scope is Scope.NOW else "so far"
+
 
 def _q(key: str, field: str, label: str, unit: str, scope: Scope, form: Form, formula: str, definition: str,
        not_: str, where: tuple[str, ...] = (), **kw: object) -> Quantity:

@@ -268,7 +268,8 @@ def summary_rows(s: Mapping[str, Any]) -> list[tuple[str, str, str]]:
             continue
         text = show(qty, v) + (" per stream" if per_stream else "")
         if kind and not s.get("upto"):  # (the heading of rows up to a viewed one says where they end)
-            text += " (so far)" if live else " (from token rows)"
+            note = qty.running_words() if live else "from token rows"
+            text += f" ({note})" if note else ""
         rows.append((label, text, kind))
     for x in _EXTRA_Q:
         v = extra.get(_EXTRA_SPELLINGS.get(x.field, (x.field,))[0])
