@@ -35,6 +35,12 @@ def check_typed(value: Any, tp: Any, path: str = "$") -> None:
         (item,) = get_args(tp)
         for i, v in enumerate(value):
             check_typed(v, item, f"{path}[{i}]")
+    elif origin is dict:
+        assert isinstance(value, dict), f"{path}: {type(value).__name__}, not an object"
+        key_tp, item = get_args(tp)
+        for k, v in value.items():
+            check_typed(k, key_tp, f"{path} key {k!r}")
+            check_typed(v, item, f"{path}[{k!r}]")
     elif tp is Any:
         return
     elif tp is type(None):

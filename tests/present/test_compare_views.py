@@ -100,3 +100,18 @@ def test_each_run_draws_its_own_flash_wait(real_runs: Path) -> None:
     c = compare([ArmInput(a.name, [r.input for r in a.runs]) for a in arms])
     heading = [col.label for col in P.token_table(arms, c).columns]
     assert heading.count("flash wait") == 2
+
+
+def test_a_run_without_a_cache_says_so_as_the_run_panel_does(real_runs: Path) -> None:
+    # gemma_stream ran with no expert cache (hit -1): compare says "no cache (off in this run)",
+    # the words replay --summary uses, not "missing"
+    from bmoe_top.tui.model.quantities import NO_CACHE
+
+    serial = real_runs / "bigmoeonedge-2026-07-12" / "gemma_stream.csv"
+    overlap = real_runs / "bigmoeonedge-2026-07-12-pr23" / "gemma_base.csv"
+    arms = J.load_arms(J.parse_arms([str(serial), str(overlap)]))
+    c = compare([ArmInput(a.name, [r.input for r in a.runs]) for a in arms])
+    hit = next(m for m in c.metrics if m.metric == "hit_pct")
+    assert hit.absent == {arms[0].name: NO_CACHE}
+    assert _row(c, "hit_pct").cells[3:5] == (NO_CACHE, "58.0")
+    assert f"| {NO_CACHE} | 58.0 |" in P.comparison_markdown(c)

@@ -23,13 +23,13 @@ import numpy as np
 import numpy.typing as npt
 
 from bmoe_top.parsers.token_csv import TokenTable
-from bmoe_top.tui.model.quantities import q
+from bmoe_top.tui.model.quantities import NO_CACHE, q
 
 from . import stats as S
 
-__all__ = ["run_from_token_table", "entry_from_sidecar", "resources_from", "RunInput", "ArmInput", "ArmValue",
-           "Delta", "MetricRow", "WarmupRow", "EntryRow", "Contamination", "Comparison", "compare", "TIMING_COLUMNS",
-           "ENTRY_KEYS", "RESOURCE_KEYS", "WITHIN_RUN_LABEL"]
+__all__ = ["run_from_token_table", "absent_reasons", "entry_from_sidecar", "resources_from", "RunInput", "ArmInput",
+           "ArmValue", "Delta", "MetricRow", "WarmupRow", "EntryRow", "Contamination", "Comparison", "compare",
+           "TIMING_COLUMNS", "ENTRY_KEYS", "RESOURCE_KEYS", "WITHIN_RUN_LABEL"]
 
 F64 = npt.NDArray[np.float64]
 
@@ -69,7 +69,9 @@ class RunInput:
     order. ``summary``: run numbers (``tok_s``, ``prefill_s``, ``load_s``, ``ttft_s`` seconds,
     ``hit_pct``, ``read_mib_per_token``). ``entry``: state when the run started (keys of
     :data:`ENTRY_KEYS`). ``routed``: the routed experts (e.g. ``Lookups.item``) or None.
-    ``resources``: memory and temperature over the run (keys of :data:`RESOURCE_KEYS`)."""
+    ``resources``: memory and temperature over the run (keys of :data:`RESOURCE_KEYS`).
+    ``absent``: metric -> why the run has no value of it, in the run panel's words
+    (``hit_pct``: ``NO_CACHE`` for a run without an expert cache)."""
 
     name: str
     tokens: Mapping[str, npt.ArrayLike]
@@ -77,6 +79,17 @@ class RunInput:
     entry: Mapping[str, float] = field(default_factory=dict)
     routed: npt.ArrayLike | None = None
     resources: Mapping[str, float] = field(default_factory=dict)
+    absent: Mapping[str, str] = field(default_factory=dict)
+
+
+def absent_reasons(summary_hit_pct: float | None, hit_column: npt.ArrayLike | None) -> dict[str, str]:
+    """Why a run lacks a metric (:attr:`RunInput.absent`): ``hit_pct`` is ``NO_CACHE`` when the
+    source's hit rate is -1, or (without one) every row's is."""
+    if summary_hit_pct is not None and math.isfinite(summary_hit_pct):
+        return {"hit_pct": NO_CACHE} if summary_hit_pct < 0 else {}
+    h = np.asarray(hit_column if hit_column is not None else [], dtype=np.float64).reshape(-1)
+    h = h[np.isfinite(h)]
+    return {"hit_pct": NO_CACHE} if h.size and (h < 0).all() else {}
 
 
 _MIB = 1024 * 1024
@@ -178,7 +191,8 @@ def run_from_token_table(table: TokenTable, name: str, sidecar: Mapping[str, flo
         m = m[np.isfinite(m)]
         if m.size:
             entry["mem_available_mib"] = float(m[0])
-    return RunInput(name, tokens, summary, entry, routed, resources_from(cols, sidecar or {}))
+    return RunInput(name, tokens, summary, entry, routed, resources_from(cols, sidecar or {}),
+                    absent_reasons(sm.get("cache_hit_pct"), cols.get("cache_hit_pct")))
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,7 +243,8 @@ class Delta:
 @dataclass(frozen=True, slots=True)
 class MetricRow:
     """One metric: ``kind`` ``timing`` / ``resource`` (memory, temperature: one number per run) /
-    ``deterministic``; ``lower_is_better``; a value per arm and a delta per non-baseline arm."""
+    ``deterministic``; ``lower_is_better``; a value per arm and a delta per non-baseline arm;
+    ``absent``: arm -> why none of its runs has a value (:attr:`RunInput.absent`)."""
 
     metric: str
     label: str
@@ -238,6 +253,7 @@ class MetricRow:
     lower_is_better: bool
     values: list[ArmValue]
     deltas: list[Delta]
+    absent: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -544,6 +560,11 @@ def compare(arms: Sequence[ArmInput], noise_floor_pct: float = S.NOISE_FLOOR_PCT
         r4 = _scalar_row(key, label, unit, arms, vals2, lower, "deterministic", alpha, noise_floor_pct, confidence)
         if r4 is not None:
             metrics.append(r4)
+    for metric in metrics:  # why an arm has no value, when all its runs say the same
+        for arm, v in zip(arms, metric.values):
+            why = {run.absent.get(metric.metric, "") for run in arm.runs}
+            if not math.isfinite(v.center) and len(why) == 1 and "" not in why:
+                metric.absent[arm.name] = why.pop()
     # routed experts
     routed = [(arm.name, run.name, np.asarray(run.routed).reshape(-1)) for arm in arms for run in arm.runs
               if run.routed is not None]

@@ -114,7 +114,7 @@ def run_from_model(run: RunModel, name: str) -> RunInput:
     of memory and temperature (the device sidecar, else the first/extreme per-token memory
     values), and the routed experts (decode routing rows as ``layer << 20 | expert``, in order)
     when the run has routing."""
-    from bmoe_top.tui.analysis.compare import RunInput, entry_from_sidecar, resources_from
+    from bmoe_top.tui.analysis.compare import RunInput, absent_reasons, entry_from_sidecar, resources_from
 
     with run.lock:
         n = run.tokens.n
@@ -124,9 +124,11 @@ def run_from_model(run: RunModel, name: str) -> RunInput:
                 cols[c] = np.array(run.tokens.view(c, 0, n), dtype=np.float64)
         if n:
             cols["flash_ms"] = np.array(run.breakdown()["flash"], dtype=np.float64)  # io serial, stall overlap
+        hit_column = None
         if run.tokens.has("cache_hit_pct"):
-            h = np.array(run.tokens.view("cache_hit_pct", 0, n), dtype=np.float64)
+            h = hit_column = np.array(run.tokens.view("cache_hit_pct", 0, n), dtype=np.float64)
             cols["hit_pct"] = np.where(h < 0, np.nan, h)
+        own_hit = run.summary.get("cache_hit_pct")
         summary: dict[str, float] = {}
         for src, dst in _SUMMARY:
             v = run.summary.get(src)
@@ -142,7 +144,8 @@ def run_from_model(run: RunModel, name: str) -> RunInput:
         if m.size:
             entry["mem_available_mib"] = float(m[0])
     tokens = {k: v for k, v in cols.items() if k not in ("rss_mib", "mem_available_mib", "swap_mib")}
-    return RunInput(name, tokens, summary, entry, routed, resources_from(cols, sidecar))
+    return RunInput(name, tokens, summary, entry, routed, resources_from(cols, sidecar),
+                    absent_reasons(own_hit, hit_column))
 
 
 def load_arms(specs: Sequence[ArmSpec]) -> list[LoadedArm]:

@@ -25,10 +25,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-__all__ = ["CATALOGUE", "NOT_EXPORTED", "SHARED_LABELS", "TIERS", "Form", "Quantity", "Scope", "q", "quantities"]
+__all__ = ["CATALOGUE", "NO_CACHE", "NOT_EXPORTED", "SHARED_LABELS", "TIERS", "Form", "Quantity", "Scope", "q",
+           "quantities"]
 
 #: What a value the server does not export reads as (one wording, screen and JSON).
 NOT_EXPORTED = "not exported"
+#: What the hit rate of a run the source says had no expert cache (a hit rate of -1) reads as.
+NO_CACHE = "no cache (off in this run)"
 
 
 class Scope(StrEnum):

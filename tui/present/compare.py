@@ -159,7 +159,7 @@ def summary_table(c: Comparison) -> Table:
             keys += [number_key(d.change if m.unit == PERCENT else d.change_pct), d.verdict]
             kind = kind or VERDICT_KIND.get(d.verdict, "")
         for v in m.values:
-            t = _fmt_value(v.center, m.unit)
+            t = m.absent.get(v.arm) or _fmt_value(v.center, m.unit)
             if math.isfinite(v.low) and math.isfinite(v.high):
                 t += f" ±{_fmt_value((v.high - v.low) / 2, m.unit)}"
             cells.append(t)
@@ -348,6 +348,7 @@ class MetricRowDoc(TypedDict):
     lower_is_better: bool
     values: list[ArmValueDoc]
     deltas: list[DeltaDoc]
+    absent: dict[str, str]
 
 
 class WarmupRowDoc(TypedDict):

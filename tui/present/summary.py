@@ -17,7 +17,7 @@ from typing import Any, TypedDict, cast
 from bmoe_top.tui.model import RunModel, Status
 from bmoe_top.tui.model.alerts import Active, AlertState
 from bmoe_top.tui.model.diagnosis import diagnose
-from bmoe_top.tui.model.quantities import Quantity, q, quantities
+from bmoe_top.tui.model.quantities import NO_CACHE, Quantity, q, quantities
 from bmoe_top.tui.present.diagnosis import diagnosis_document
 from bmoe_top.tui.present.numbers import MISSING, fmt, mib, num, safe_rows, show, text_line, whole
 from bmoe_top.tui.present.turns import is_session, turn_list, turns_text
@@ -215,10 +215,6 @@ def run_summary(run: RunModel, stop: int | None = None, *, turns: bool = True) -
             doc["turn_list"] = turn_list(run)
             doc["diagnosis"] = diagnosis_document(diagnose(run)[1])
         return doc
-
-
-#: The hit rate of a run the source says had no expert cache (a hit rate of -1).
-NO_CACHE = "no cache (off in this run)"
 
 
 def summary_rows(s: Mapping[str, Any]) -> list[tuple[str, str, str]]:
