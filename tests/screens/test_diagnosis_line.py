@@ -61,3 +61,30 @@ async def test_the_line_follows_the_run_once_per_repaint():
         screen.refresh_views()
         assert line.evaluations == before + 1
         assert "cool the device" in line.text and "CPU temp max 92.0 °C > 85.0 °C" in line.text
+
+
+async def test_a_live_runs_diagnosis_changes_go_into_its_event_log():
+    """The rules that fire, before and after, in the event log (kind diagnosis) of a live model;
+    a file's replay (test_the_line_names_the_finding_and_fits) records none."""
+    from bmoe_top.tui.model.run import LIVE
+
+    run = RunModel(LIVE)
+    cols = {"wall_ms": np.full(64, 200.0), "io_ms": np.full(64, 150.0), "read_mib": np.full(64, 400.0),
+            "cache_hit_pct": np.full(64, 2.0), "mgmt_ms": np.full(64, 5.0)}
+    run.add_token_rows(cols, 64)
+    run.set_cache_mib(budget_mib=100.0)
+    screen = ReplayScreen(run, title="live dead cache")
+    async with BmoeTopApp(screen, look=Look(colors="mono", ascii=True)).run_test(size=(160, 45)) as pilot:
+        got = await pilot_until(pilot, lambda: [e for e in run.events.snapshot() if e.kind == "diagnosis"],
+                                "a diagnosis event")
+        assert got[0].old == "no problem found" and "budget_below_cycle" in got[0].new
+        assert "budget 100 MiB < 408 MiB" in got[0].detail
+
+
+async def test_a_file_replay_records_no_diagnosis_event():
+    run = dead_cache_run()
+    screen = ReplayScreen(run, title="file")
+    async with BmoeTopApp(screen, look=Look(colors="mono", ascii=True)).run_test(size=(160, 45)) as pilot:
+        line = screen.query_one("#diagnosis", DiagnosisLine)
+        await pilot_until(pilot, lambda: "budget 100 MiB" in line.text, "the line drawn")
+        assert [e for e in run.events.snapshot() if e.kind == "diagnosis"] == []

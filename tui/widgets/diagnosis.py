@@ -15,7 +15,7 @@ from textual.widgets import Static
 from bmoe_top.tui.model import RunModel
 from bmoe_top.tui.model.diagnosis import Facts, Finding, diagnose, diagnose_memory
 from bmoe_top.tui.model.memory import MemoryModel
-from bmoe_top.tui.present.diagnosis import diagnosis_line
+from bmoe_top.tui.present.diagnosis import NO_PROBLEM, diagnosis_line
 
 __all__ = ["DiagnosisLine"]
 
@@ -31,18 +31,28 @@ class DiagnosisLine(Static, can_focus=False):
     """
 
     def __init__(self, version: Callable[[], int], evaluate: Callable[[], tuple[Facts, list[Finding]]],
-                 **kw: Any) -> None:
+                 on_change: Callable[[str, str, str], None] | None = None, **kw: Any) -> None:
         super().__init__("", **kw)
         self._version = version
         self._evaluate = evaluate
+        #: called with (rules before, rules now, the line) when the rules that fire change
+        self._on_change = on_change
+        self._rules: str | None = None
         self._key: tuple[int, int] | None = None
         self.text = ""
         self.evaluations = 0  # rule evaluations (tests count them)
 
     @classmethod
     def for_run(cls, run: RunModel, probe_mb_s: float | None = None, **kw: Any) -> DiagnosisLine:
-        """The line of a run (``probe_mb_s``: the probed bandwidth the settings hold, MB/s)."""
-        return cls(lambda: run.version, lambda: diagnose(run, probe_mb_s), **kw)
+        """The line of a run (``probe_mb_s``: the probed bandwidth the settings hold, MB/s). A live
+        run's event log (docs/events.md) records each change of the rules that fire (kind
+        ``diagnosis``); a file's replay records none."""
+
+        def record(old: str, new: str, line: str) -> None:
+            if run.retention.bounded:
+                run.events.record("diagnosis", "diagnosis", old, new, line)
+
+        return cls(lambda: run.version, lambda: diagnose(run, probe_mb_s), record, **kw)
 
     @classmethod
     def for_memory(cls, m: MemoryModel, **kw: Any) -> DiagnosisLine:
@@ -59,6 +69,11 @@ class DiagnosisLine(Static, can_focus=False):
         facts, findings = self._evaluate()
         self.evaluations += 1
         line = diagnosis_line(facts, findings, width)
+        rules = ", ".join(f.rule for f in findings) or NO_PROBLEM
+        if rules != self._rules:
+            if self._on_change is not None and (self._rules is not None or findings):
+                self._on_change(self._rules or NO_PROBLEM, rules, line)
+            self._rules = rules
         if bool(findings) != self.has_class("-finding"):
             self.set_class(bool(findings), "-finding")  # a class change restyles: only on a change
         if line != self.text:
