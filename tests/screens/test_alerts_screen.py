@@ -45,12 +45,22 @@ async def test_a_firing_alert_is_in_the_title_and_the_run_panel_and_takes_no_foc
 
 
 async def test_a_live_runs_alert_changes_go_into_its_event_log():
-    run = falling_hit_run()
-    screen = ReplayScreen(run, title="falling")  # type: ignore[arg-type]
+    """Every transition the screen is handed goes into a live model's event log, in order (the
+    transitions come from the rules over another run: the wiring alone, whatever the repaints)."""
+    from bmoe_top.tui.model.alerts import AlertEngine
+    from bmoe_top.tui.settings import Settings
+
+    transitions = AlertEngine(Settings().rules()).advance_run(falling_hit_run(retention=KEEP_ALL))
+    assert [(t.rule, str(t.new)) for t in transitions] == [("CacheHitLow", "pending"), ("CacheHitLow", "firing")]
+    run = RunModel(LIVE)
+    screen = ReplayScreen(run, title="live")  # type: ignore[arg-type]
     async with BmoeTopApp(screen).run_test(size=(160, 45)) as pilot:
-        await pilot_until(pilot, lambda: screen.alerts.rows == 1000)
-        hit = [e for e in alert_events(run) if e[0] == "CacheHitLow"]
-        assert hit == [("CacheHitLow", "inactive", "pending"), ("CacheHitLow", "pending", "firing")]
+        await pilot.pause()
+        screen.on_alert_transitions(transitions)
+        got = alert_events(run)
+        assert got == [("CacheHitLow", "inactive", "pending"), ("CacheHitLow", "pending", "firing")]
+        detail = [e.detail for e in run.events.snapshot() if e.kind == "alert"]
+        assert detail[1] == "10 at row 701 (70.1 s into the run)"
 
 
 async def test_ascii_terminals_get_a_plain_mark():

@@ -261,7 +261,7 @@ async def test_tab_visits_only_shown_maps_tables_and_boxes(name, tmp_path):
     try:
         async with app.run_test(size=(80, 24)) as pilot:
             await pilot_until(pilot, lambda: ready(app), f"{name} ready")
-            await pilot.pause(0.2)
+            await pilot.pause()
             screen = app.screen
             start = screen.focused
             assert start is None or isinstance(start, (Input, FleetTableView)), f"{name} starts on {start!r}"
