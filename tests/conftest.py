@@ -75,6 +75,13 @@ os.environ["XDG_STATE_HOME"] = _STATE_HOME.name
 
 
 @pytest.fixture(autouse=True)
+def _own_state_folder(tmp_path, monkeypatch):
+    """Each test's event log (docs/events.md) is its own: a live screen reads back the events of
+    earlier sessions from the state folder, and another test's would be among them."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+
+
+@pytest.fixture(autouse=True)
 def _no_settings_between_tests():
     """The settings a command line gave an app (``BmoeTopApp.settings_store``) end with the test."""
     yield

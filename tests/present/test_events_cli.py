@@ -20,13 +20,6 @@ GOLDEN = Path(__file__).resolve().parent / "golden"
 T0 = 1_764_912_000.0  # 2025-12-05T05:20:00Z
 
 
-@pytest.fixture(autouse=True)
-def own_state_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each test's default log is its own: a live screen of another test in the same worker
-    writes its events to the session's state folder."""
-    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
-
-
 def cli(capsys, *argv: str) -> tuple[int, str, str]:
     code = main(list(argv))
     cap = capsys.readouterr()
