@@ -51,7 +51,7 @@ async def test_slow_motion_shows_the_viewed_token_everywhere(live_run):
         pb.cursor = 24
         screen.refresh_views(force=True)
         emap = app.query_one(ExpertMap)
-        assert emap._polled[1] == 24
+        assert emap._polled.cursor == 24
         pb.cursor = 40  # the slow-motion view moves on its own (the cumulative hit % still climbs here)
         screen.refresh_views()
         title = app.query_one("#title").plain
@@ -63,9 +63,9 @@ async def test_slow_motion_shows_the_viewed_token_everywhere(live_run):
         panel = app.query_one(RunPanel).text()
         assert "tokens 1-40" in panel and "40 tok" in panel and "1,024" not in panel
         # the expert map follows at once, not after its repaint interval
-        assert emap._polled[1] == 40
+        assert emap._polled.cursor == 40
         assert "as of token 40" in emap.text(160, 30)
-        assert app.query_one(LayerHeatmap)._polled[1] == 40
+        assert app.query_one(LayerHeatmap)._polled.cursor == 40
 
 
 async def test_after_a_seek_the_title_and_panel_are_the_seeked_tokens(live_run):

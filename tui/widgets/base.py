@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Hashable, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from rich.cells import cell_len
@@ -30,8 +31,8 @@ from bmoe_top.tui.widgets.lines import FrameCache, MemoTruecolor, blank
 from bmoe_top.tui.widgets.palette import Look
 from bmoe_top.tui.widgets.sizing import Need
 
-__all__ = ["DEFAULT_LOOK", "NeedChanged", "RunView", "absent_phrase", "ascii_cells", "ascii_strip", "ascii_text",
-           "look_of", "remember", "settings_of", "truecolor_filters"]
+__all__ = ["DEFAULT_LOOK", "FrameKey", "NeedChanged", "RunView", "absent_phrase", "ascii_cells", "ascii_strip",
+           "ascii_text", "look_of", "remember", "settings_of", "truecolor_filters"]
 
 DEFAULT_LOOK = Look()
 
@@ -137,6 +138,26 @@ def absent_phrase(run: RunModel, what: str) -> str:
     return f"no {what} in this source"
 
 
+@dataclass(frozen=True, slots=True)
+class FrameKey:
+    """What a view's frame is drawn from: the run's ``version`` (rows added), the playback
+    ``cursor``, and the rest of what it reads (``view``: the selection, the zoom, the look, and
+    what a view adds with :meth:`extended`)."""
+
+    version: int
+    cursor: int
+    view: tuple[Hashable, ...]
+
+    def extended(self, *more: Hashable) -> FrameKey:
+        """This key with a view's own state (its fold, its cell cursor, ...) added."""
+        return replace(self, view=(*self.view, *more))
+
+    def only_data(self, old: FrameKey, following: bool) -> bool:
+        """Whether only the data moved since ``old``: the run's version, and the cursor while it
+        ``following`` the newest row (nothing the user moves)."""
+        return self.view == old.view and (self.cursor == old.cursor or following)
+
+
 class NeedChanged(Message):
     """A view's :meth:`RunView.need` changed (it got data, or lost it): its column shares its
     rows again."""
@@ -157,7 +178,7 @@ class RunView(Widget):
         self.run, self.playback = run, playback
         self.frame = FrameCache(self._build_frame)
         self._look: Look | None = None
-        self._polled: Hashable = None
+        self._polled: FrameKey | None = None
         self._painted_at = 0.0
         self._need_key: Hashable = None
 
@@ -172,10 +193,12 @@ class RunView(Widget):
         self.refresh()
 
     # -- what a frame depends on -------------------------------------------------------------------
-    def frame_key(self) -> Hashable:
+    def frame_key(self) -> FrameKey:
+        """What this view's frame is drawn from (a view adds its own state with
+        :meth:`FrameKey.extended`)."""
         pb = self.playback
-        return (self.run.version, pb.cursor, pb.selected, pb.per_col, pb.fit, pb.view_end, pb.follow,
-                pb.playing, self.look)
+        return FrameKey(self.run.version, pb.cursor,
+                        (pb.selected, pb.per_col, pb.fit, pb.view_end, pb.follow, pb.playing, self.look))
 
     def poll(self, force: bool = False) -> bool:
         """Repaint when what this view draws from changed; returns True when it did."""
@@ -210,16 +233,16 @@ class RunView(Widget):
         """The column gave this view ``rows`` rows (a view that draws differently by its height
         adapts here)."""
 
-    def _only_data_changed(self, key: Hashable) -> bool:
+    def _only_data_changed(self, key: FrameKey) -> bool:
         """True when only the data moved since the last painted key: the run's version, and the
         cursor while it follows the newest row (the user did not move anything): such repaints may
         wait for :attr:`min_interval`. A slow-motion view that trails the newest row moves its
         cursor on its own: every view follows it at once (one viewed row on the whole screen)."""
         old = self._polled
-        if not (isinstance(key, tuple) and isinstance(old, tuple) and len(key) == len(old)):
+        if old is None:
             return False
         pb = self.playback
-        return key[2:] == old[2:] and (key[1] == old[1] or (pb.follow and not pb.behind))
+        return key.only_data(old, following=pb.follow and not pb.behind)
 
     @property
     def row_unit(self) -> RowUnit:

@@ -146,11 +146,6 @@ class OverviewStrip(TimeView):
         super().__init__(run, playback, **kw)
         self._whole: tuple[tuple[Any, ...], TokenWindow, dict[str, np.ndarray]] | None = None
 
-    def frame_key(self) -> Any:
-        pb = self.playback
-        return (self.run.version, pb.cursor, pb.selected, pb.per_col, pb.fit, pb.view_end, pb.follow, pb.playing,
-                self.look)
-
     def build(self, width: int, height: int) -> list[Strip]:
         look, run = self.look, self.run
         g = look.g

@@ -26,7 +26,7 @@ from textual.strip import Strip
 
 from bmoe_top.tui.playback import TokenWindow
 from bmoe_top.tui.present.numbers import mib, ms, sig
-from bmoe_top.tui.widgets.base import absent_phrase
+from bmoe_top.tui.widgets.base import FrameKey, absent_phrase
 from bmoe_top.tui.widgets.charts import TimeView, TokenSelected, token_text, token_value
 from bmoe_top.tui.widgets.keymap import Key, bindings
 from bmoe_top.tui.widgets.lines import (
@@ -130,11 +130,9 @@ class GridView(TimeView):
         self.frame.invalidate()
         self.refresh()
 
-    def frame_key(self) -> Any:
-        base = super().frame_key()
-        assert isinstance(base, tuple)
+    def frame_key(self) -> FrameKey:
         hv = (self.hover.row, self.hover.col) if self.hover else None
-        return (*base, self.fold, self.cursor.row, self.cursor.col, hv, self.top, self.has_focus)
+        return super().frame_key().extended(self.fold, self.cursor.row, self.cursor.col, hv, self.top, self.has_focus)
 
     def allow_focus(self) -> bool:
         """A map with nothing to show (its one line says why) is no Tab stop: no cell to move to."""
@@ -407,10 +405,8 @@ class ExpertMap(GridView):
             return False
         return not run.n_expert or run.routes.total == 0
 
-    def frame_key(self) -> Any:
-        base = super().frame_key()
-        assert isinstance(base, tuple)
-        return (*base, self.left)
+    def frame_key(self) -> FrameKey:
+        return super().frame_key().extended(self.left)
 
     def on_click(self, event: events.Click) -> None:
         cell = self.cell_at(event.x, event.y)
