@@ -54,8 +54,6 @@ TabPane { padding: 0; }
 /* the Overview's views: their heights come from PanelStack (each view's need) */
 ExpertMap { border-top: solid $primary-darken-3; }
 .-empty { height: 1 !important; min-height: 1 !important; max-height: 1 !important; border-top: none !important; }
-#search { display: none; height: 1; border: none; padding: 0 1; }
-#search.-shown { display: block; }
 #too-small { display: none; }
 
 /* compact: one header line, no side panel, no tab bar */

@@ -102,7 +102,8 @@ def test_every_error_kind_is_one_sanitised_line(kind):
 
 def test_help_lists_the_keys():
     rows = dict(help_rows(FleetScreen.KEYS))
-    assert rows["/"] == "filter the rows" and rows["s / >"] == "sort by the next column"
+    assert rows["/"].startswith("search: filter the table") and rows["n"].startswith("the next match")
+    assert rows["s / >"] == "sort by the next column"
     assert rows["w"].startswith("worst first") and rows["r"] == "refresh now"
     assert rows["space"] == "pause / resume the refresh" and rows["? / h / F1"].startswith("help")
     assert not any("Focus" in d or "Copy" in d for d in rows.values())  # Textual's own words: not this screen's

@@ -26,11 +26,12 @@ from bmoe_top.tui.fleet.table import (
     RankMemory,
     align,
     build_table,
-    filter_rows,
     grouping,
+    search_cells,
     sort_rows,
 )
 from bmoe_top.tui.present.fleet import fleet_document
+from bmoe_top.tui.screens.fleet import filter_rows
 from bmoe_top.tui.sources.prometheus import (
     PromError,
     PromErrorKind,
@@ -248,6 +249,7 @@ def test_sort_and_filter_keep_absent_last():
     assert [r.instance for r in sort_rows(t.rows, "instance")][:2] == ["a:1", "b:1"]
     assert [r.instance for r in filter_rows(t.rows, "STOCK")] == ["e:1"]
     assert len(filter_rows(t.rows, "")) == 6
+    assert filter_rows(t.rows, "e:1.*") == [] and search_cells(t.rows[0])[0] == t.rows[0].instance  # literal
 
 
 def test_state_keeps_the_last_good_table_on_failure():

@@ -77,7 +77,7 @@ async def test_audit_screen_follows_the_file(tmp_path):
         # newest run selected by default = pid 9 (opened by its load); go back to pid 7
         panel = await pilot_until(pilot, lambda: panel_with("other"), "pid 9's run in the panel")
         assert "9" in panel
-        await pilot.press("N")
+        await pilot.press("comma")
         panel = await pilot_until(pilot, lambda: panel_with("tiny"), "pid 7's run in the panel")
         assert "exited" in panel and "exact sum" in panel and "holds" in panel
         assert "60.0 %" in panel  # 9 hits / 15 lookups
@@ -96,12 +96,12 @@ async def test_audit_screen_follows_the_file(tmp_path):
         await pilot.pause()
         assert sort.sort_col == 0
         # the '/' filter keeps the rows any cell of which holds the query, and gives them all back
-        screen = app.main
-        screen.search_queries["requests-tab"] = "no such request"
-        screen.filter_table("requests-tab", "no such request")
+        await pilot.press("slash", *"no such request")
+        await pilot.pause()
         assert table.row_count == 0
-        screen.search_queries["requests-tab"] = ""
-        screen.filter_table("requests-tab", "")
+        assert "no match" in str(app.query_one(".search-status").render())
+        await pilot.press("escape")
+        await pilot.pause()
         assert table.row_count == 2
         status = app.query_one("#attach-status").content.plain
         assert "1 corrupt line skipped" in status and "line 4" in status and "pids 7, 9" in status
@@ -176,7 +176,7 @@ async def test_audit_screen_under_the_command_palette_and_keys(tmp_path):
             f.write(rec("ready", 3, 0, 0, 0, 2))
         await pilot_until(pilot, lambda: app.main.feed.runs.n_records == 2, "the ready record read")
         await pilot.press("escape")
-        for k in ("n", "N", "f"):
+        for k in ("full_stop", "comma", "f"):
             await pilot.press(k)
         await pilot_until(pilot, lambda: "ready" in plain(app.query_one("#attach-panel").content), "ready shown")
         assert app.main.feed.runs.n_records == 2

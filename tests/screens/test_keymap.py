@@ -48,6 +48,7 @@ from bmoe_top.tui.sources.tail import FileTail
 from bmoe_top.tui.widgets.fleet_table import FleetTableView
 from bmoe_top.tui.widgets.grids import GridView
 from bmoe_top.tui.widgets.keymap import Key, parse_action
+from bmoe_top.tui.widgets.search import SearchBar
 from bmoe_top.tui.widgets.tables import SortTable
 
 #: Actions recorded but not run (they end the app or write a file; tested elsewhere).
@@ -168,10 +169,10 @@ async def _settle(pilot, app, screen, focus, tabs: dict[TabbedContent, str], val
     while app.screen is not screen and len(app.screen_stack) > 1:
         app.pop_screen()
         changed = True
-    close = getattr(screen, "_close_search", None)
-    if close is not None and screen.query("#search.-shown"):
-        close()
-        changed = True
+    for bar in screen.query(SearchBar):
+        if bar.editing:
+            bar.close()
+            changed = True
     for tc, active in tabs.items():
         if tc.active != active:
             tc.active = active
@@ -282,5 +283,21 @@ async def test_tab_visits_only_shown_maps_tables_and_boxes(name, tmp_path):
                     assert isinstance(w, (GridView, DataTable, Input, FleetTableView)) or _scope_of(w) == "table", \
                         f"{name} {state}: Tab stopped at {w!r}"
                     assert w.is_on_screen and w.region.width > 0 and w.region.height > 0, f"{name}: {w!r} not shown"
+    finally:
+        close()
+
+
+@pytest.mark.parametrize("name", list(SCREENS))
+def test_every_screen_has_the_one_search_and_its_next_and_previous_match(name, tmp_path):
+    """``/``, ``n`` and ``N`` are the same rows of every screen's table (tui/widgets/search.py):
+    the exhaustive test above then presses each from every focus."""
+    from bmoe_top.tui.widgets.search import SEARCH_KEYS
+
+    app, close, _ready = SCREENS[name](tmp_path)
+    try:
+        table = type(app.main).KEYS
+        for key in SEARCH_KEYS:
+            assert key in table, f"{name}: {key.keys} is not the shared search key"
+        assert [k for k in table if set(k.names) & {"slash", "n", "N"}] == list(SEARCH_KEYS)
     finally:
         close()

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from helpers import synth
+from helpers.waits import pilot_until
 
 from bmoe_top.tui.app import BmoeTopApp
 from bmoe_top.tui.feed.files import open_paths
@@ -193,7 +194,7 @@ async def test_the_text_boxes_of_the_run_screens_do_not_blink(csv_run):
     app = BmoeTopApp(ReplayScreen(open_paths(csv_run), title="blink"))
     async with app.run_test(size=(150, 44)) as pilot:
         await pilot.press("slash")  # the search box, focused
-        await pilot.pause()
+        await pilot_until(pilot, lambda: isinstance(app.focused, Input), "the search box focused")
         boxes = list(app.query(Input))
         assert boxes and app.focused in boxes
         assert all(not box.cursor_blink for box in boxes)

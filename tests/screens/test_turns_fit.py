@@ -13,7 +13,7 @@ from helpers import EMITTER
 from helpers.cli_session import cli_session, six_requests
 from helpers.prompt import send_prompt
 from helpers.waits import pilot_until
-from textual.widgets import DataTable
+from textual.widgets import Static
 
 from bmoe_top.tui.app import BmoeTopApp
 from bmoe_top.tui.feed.files import open_paths
@@ -22,13 +22,15 @@ from bmoe_top.tui.screens.live import TURN_TABLE as LIVE_TABLE
 from bmoe_top.tui.screens.live import live_app
 from bmoe_top.tui.screens.replay import ReplayScreen
 from bmoe_top.tui.sources.child_session import ChildSession
+from bmoe_top.tui.widgets.tables import SortTable
 
 SIZES = [(80, 24), (120, 40), (200, 60)]
 
 
-def check_columns(table: DataTable, columns, where: str) -> None:
+def check_columns(sort_table: SortTable, columns, where: str) -> None:
     """Every shown column inside the table's width; the shown and the hidden are every column,
-    and the hidden ones are counted under the table."""
+    and the hidden ones are counted on the table's header line."""
+    table = sort_table.data_table
     width = table.scrollable_content_region.width
     shown = list(table.ordered_columns)
     x = 0
@@ -42,11 +44,12 @@ def check_columns(table: DataTable, columns, where: str) -> None:
     keys = [c.key.value for c in shown]
     assert all(k in labels for k in keys), where
     hidden = [c.label for c in columns if c.key not in keys]
+    head = str(sort_table.query_one(".sort-head", Static).render())
+    assert sort_table.hidden == hidden, where
     if hidden:
-        note = str(table.border_subtitle or "")
-        assert f"{len(hidden)} column" in note and all(h in note for h in hidden), f"{where}: {note!r}"
+        assert f"{len(hidden)} column" in head and all(h in head for h in hidden), f"{where}: {head!r}"
     else:
-        assert not table.border_subtitle
+        assert "hidden" not in head, where
 
 
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
@@ -59,8 +62,8 @@ async def test_the_replay_turns_tab_shows_its_columns_whole(size, tmp_path):
     app = BmoeTopApp(ReplayScreen(open_paths(paths), title="session"))
     async with app.run_test(size=size) as pilot:
         await pilot.press("5")
-        table = app.query_one("#turns-table", DataTable)
-        await pilot_until(pilot, lambda: table.row_count == 6, "the six requests")
+        table = app.query_one("#turns-table", SortTable)
+        await pilot_until(pilot, lambda: table.data_table.row_count == 6, "the six requests")
         await pilot.pause()
         check_columns(table, REPLAY_TABLE, f"replay {size}")
 
@@ -75,8 +78,8 @@ async def test_the_live_turns_tab_shows_its_columns_whole(size):
             await send_prompt(pilot, app, "short", 5)
             await pilot_until(pilot, lambda: src.status().turns_done == 1, "the turn done")
             app.main.action_tab("turns")
-            table = app.query_one("#turns-table", DataTable)
-            await pilot_until(pilot, lambda: table.row_count == 1, "the turn's row")
+            table = app.query_one("#turns-table", SortTable)
+            await pilot_until(pilot, lambda: table.data_table.row_count == 1, "the turn's row")
             await pilot.pause()
             check_columns(table, LIVE_TABLE, f"live {size}")
     finally:

@@ -63,7 +63,7 @@ __all__ = [
     "RankMemory",
     "RANK_BAND",
     "sort_rows",
-    "filter_rows",
+    "search_cells",
     "column_keys",
     "names_by_key",
     "grouping",
@@ -656,14 +656,10 @@ def sort_rows(rows: Iterable[InstanceRow], key: str, descending: bool = False) -
     return [r for _v, r in numbered] + [r for v, r in nums if v is None]
 
 
-def filter_rows(rows: Iterable[InstanceRow], text: str) -> list[InstanceRow]:
-    """Rows whose instance, job or other grouping label contains ``text`` (case-insensitive;
-    empty keeps all)."""
-    needle = text.strip().lower()
-    if not needle:
-        return list(rows)
-    return [r for r in rows if needle in r.instance.lower() or needle in r.job.lower()
-            or any(needle in v.lower() for v in r.labels.values())]
+def search_cells(row: InstanceRow) -> tuple[str, ...]:
+    """What the ``/`` search looks in for an instance: its instance, job and other grouping
+    label values."""
+    return (row.instance, row.job, *row.labels.values())
 
 
 class FleetState:

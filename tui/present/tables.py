@@ -4,10 +4,12 @@ rows of display strings with a sort key per cell, sorting and the ``/`` filter."
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-__all__ = ["Column", "Row", "Table", "sort_rows", "filter_rows", "number_key"]
+from bmoe_top.tui.present.search import contains
+
+__all__ = ["Column", "Row", "Table", "filter_rows", "number_key", "sort_rows", "text_table"]
 
 SortKey = float | str
 
@@ -74,8 +76,36 @@ def sort_rows(rows: Sequence[Row], col: int, descending: bool = False) -> list[R
 
 
 def filter_rows(rows: Sequence[Row], text: str) -> list[Row]:
-    """Rows with ``text`` (case-insensitive) in any cell; all rows for an empty filter."""
-    t = text.strip().lower()
-    if not t:
+    """Rows with ``text`` in any cell (:func:`~bmoe_top.tui.present.search.contains`: literal,
+    case-insensitive); all rows for an empty filter."""
+    if not text:
         return list(rows)
-    return [r for r in rows if any(t in c.lower() for c in r.cells)]
+    return [r for r in rows if contains(text, r.cells)]
+
+
+def _cell_key(cell: str) -> SortKey:
+    """A display string's sort key: its number (``1,024``, ``87.5``, ``12 %``), NaN when absent
+    (``""``, ``-``, ``n/a``), else the text."""
+    t = cell.strip().replace(",", "").rstrip("%").strip()
+    if t in ("", "-", "n/a", "missing"):
+        return math.nan
+    try:
+        f = float(t)
+    except ValueError:
+        return cell
+    return f if math.isfinite(f) else math.nan
+
+
+def text_table(title: str, columns: Sequence[str | Column], rows: Iterable[Sequence[str]], note: str = "") -> Table:
+    """A :class:`Table` of display strings (a turn list) under ``columns`` (labels, or
+    :class:`Column` templates whose key, short label and drop order are kept): each cell sorts by
+    its number when it reads as one (:func:`_cell_key`); a column is numeric (right-aligned) when
+    each of its present cells does."""
+    out = [Row(tuple(r), tuple(_cell_key(c) for c in r)) for r in rows]
+    cols = []
+    for i, c in enumerate(columns):
+        keys = [r.keys[i] for r in out if i < len(r.keys)]
+        numeric = bool(keys) and all(not isinstance(k, str) for k in keys)
+        cols.append(Column(c, c, numeric=numeric) if isinstance(c, str)
+                    else Column(c.key, c.label, numeric=numeric, short=c.short, drop=c.drop))
+    return Table(title, tuple(cols), tuple(out), note)

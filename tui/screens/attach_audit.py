@@ -45,8 +45,8 @@ class AuditAttachScreen(AttachScreen):
     starts its thread on mount)."""
 
     KEYS: ClassVar[tuple[Key, ...]] = merged((
-        Key("n", "select_run(1)", "the next run of the audit log", footer="next run", title="Next run"),
-        Key("N", "select_run(-1)", "the previous run of the audit log", footer="previous run",
+        Key("full_stop", "select_run(1)", "the next run of the audit log", footer="next run", title="Next run"),
+        Key("comma", "select_run(-1)", "the previous run of the audit log", footer="previous run",
             title="Previous run"),
         Key("ctrl+r", "goto_tab('requests-tab')", "the Requests tab", scope="anywhere", footer="requests",
             title="Tab: Requests"),
@@ -123,14 +123,6 @@ class AuditAttachScreen(AttachScreen):
         if new:
             self._requests.extend(new)
             tables.first(SortTable).set_table(requests_table(self._requests))
-
-    def filter_table(self, tab: str, query: str) -> None:
-        if tab != "requests-tab":
-            super().filter_table(tab, query)
-            return
-        table = self.query_one("#requests", SortTable)
-        table.filter_text = query
-        table.populate(rebuild_columns=False)
 
     def action_select_run(self, step: int) -> None:
         idx = self.model.audit_index

@@ -9,7 +9,8 @@ maps, layers and experts folded by :func:`~bmoe_top.tui.widgets.grids.fold_rows`
 terminal is smaller than the model; churn: how many experts came in and left since the sample
 before), the panel of :func:`~bmoe_top.tui.present.memory.memory_panel_rows`, the history of the
 whole-file share and the read rate, and one status line. ``p`` (space) pauses the view (sampling
-goes on), F1 or ``?`` lists the keys, ``q`` quits; ctrl+p is the command palette.
+goes on), ``/`` searches the panel's rows (``n`` / ``N``: the next / previous match), F1 or ``?``
+lists the keys, ``q`` quits; ctrl+p is the command palette.
 """
 
 from __future__ import annotations
@@ -24,12 +25,13 @@ from textual.app import ComposeResult
 from textual.binding import BindingType
 from textual.strip import Strip
 from textual.widget import Widget
-from textual.widgets import Static
+from textual.widgets import Input, Static
 
 from bmoe_top.tui.app import BmoeTopApp
 from bmoe_top.tui.feed.memory import bind_memory
 from bmoe_top.tui.model.memory import MemoryModel
 from bmoe_top.tui.present.memory import MEMORY_STATUS_WORDS, memory_panel_rows
+from bmoe_top.tui.present.search import contains, spans
 from bmoe_top.tui.screens.modals import HelpScreen
 from bmoe_top.tui.sources.memory import MemoryPlayer, MemoryWatcher
 from bmoe_top.tui.sources.recorder import Recorder
@@ -39,9 +41,12 @@ from bmoe_top.tui.widgets.diagnosis import DiagnosisLine
 from bmoe_top.tui.widgets.focus import FocusRules
 from bmoe_top.tui.widgets.footer import FittingFooter
 from bmoe_top.tui.widgets.grids import fold_rows
+from bmoe_top.tui.widgets.palette import Look
 from bmoe_top.tui.widgets.panels import safe_text
+from bmoe_top.tui.widgets.search import SEARCH_KEYS, SearchBar, SearchCountChanged, SearchScreen
 
-__all__ = ["MemoryAttachOptions", "MemoryScreen", "ResidencyMap", "run_memory_attach", "run_memory_play", "sparkline"]
+__all__ = ["MemoryAttachOptions", "MemoryPanel", "MemoryScreen", "ResidencyMap", "run_memory_attach", "run_memory_play",
+           "sparkline"]
 
 _SPARK = " ▁▂▃▄▅▆▇█"
 #: The watcher's states -> the status styles of the other screens.
@@ -137,7 +142,51 @@ the process's memory (anonymous and file-backed), its faults and reads per secon
 available memory and pressure, and the cgroup's limit. docs/memory.md says what each counts.
 """
 
-class MemoryScreen(FocusRules):
+class MemoryPanel(Static):
+    """The panel's rows (label, value) and the newest notes; a
+    :class:`~bmoe_top.tui.widgets.search.Searchable`: the ``/`` query keeps the rows that hold
+    it, marked (the current one also bold and underlined)."""
+
+    def __init__(self, **kw: object) -> None:
+        super().__init__(**kw)  # type: ignore[arg-type]
+        self.query_text = ""
+        self.current = -1
+        self.rows: list[tuple[str, str]] = []
+        self.notes: list[str] = []
+        self.shown: list[tuple[str, str]] = []
+
+    def show_rows(self, rows: list[tuple[str, str]], notes: list[str], look: Look) -> None:
+        """Draw ``rows`` (those the query keeps) and ``notes``."""
+        self.rows, self.notes = rows, notes
+        q = self.query_text
+        shown = [r for r in rows if contains(q, r)]
+        if q and len(shown) != len(self.shown):
+            self.post_message(SearchCountChanged())
+        self.shown = shown
+        panel = Text()
+        for i, (k, v) in enumerate(shown):
+            line = Text(f"{k:<18}", style=look.label)
+            line.append_text(safe_text(v, multiline=False))
+            for a, b in spans(q, line.plain):
+                line.stylize("reverse bold underline" if i == self.current else "reverse", a, b)
+            panel.append_text(line + Text("\n"))
+        for n in notes:
+            panel.append_text(safe_text(f"{n}\n", look.dim, multiline=False))
+        self.update(panel)
+
+    def search(self, query: str) -> None:
+        self.query_text, self.current = query, -1
+        self.show_rows(self.rows, self.notes, look_of(self))
+
+    def match_count(self) -> int:
+        return len(self.shown) if self.query_text else 0
+
+    def show_match(self, index: int) -> None:
+        self.current = index
+        self.show_rows(self.rows, self.notes, look_of(self))
+
+
+class MemoryScreen(FocusRules, SearchScreen):
     """The memory view over a source: a :class:`~bmoe_top.tui.sources.memory.MemoryWatcher` or a
     :class:`~bmoe_top.tui.sources.memory.MemoryPlayer` (a recording), started on mount, stopped
     on unmount."""
@@ -145,8 +194,9 @@ class MemoryScreen(FocusRules):
     KEYS: ClassVar[tuple[km.Key, ...]] = (
         km.Key("p,space", "pause", "pause / resume the view (sampling goes on)", footer="pause",
                title="Pause / resume"),
+        *SEARCH_KEYS,
         km.Key("question_mark,f1", "help", "help: the keys of this screen", footer="help", title="Keys (help)"),
-        km.Key("q", "app.quit", "quit", footer="quit", title="Quit"),
+        km.Key("q", "quit", "quit", footer="quit", title="Quit"),
         km.Key("ctrl+c", "app.quit", "quit", "anywhere", palette=False),
         km.Key("ctrl+s", "app.screenshot", "save a screenshot (SVG)", "anywhere", palette=False),
     )
@@ -172,8 +222,9 @@ class MemoryScreen(FocusRules):
         yield DiagnosisLine.for_memory(self.model, id="diagnosis")
         with Widget(id="mem-body"):
             yield ResidencyMap(self.model, id="mem-map")
-            yield Static(id="mem-panel")
+            yield MemoryPanel(id="mem-panel")
         yield Static(id="mem-history")
+        yield SearchBar()
         yield FittingFooter(compact=True)
 
     def on_mount(self) -> None:
@@ -184,6 +235,13 @@ class MemoryScreen(FocusRules):
 
     def on_unmount(self) -> None:
         self.watcher.stop()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """In the search box the screen's letter keys type."""
+        return not (isinstance(self.focused, Input) and action in ("pause", "help", "quit", "search", "search_step"))
+
+    def action_quit(self) -> None:
+        self.app.exit()
 
     def action_help(self) -> None:
         self.app.push_screen(HelpScreen(km.help_rows(self.KEYS), MEMORY_NOTES, "bmoe-top attach --pid: keys"))
@@ -210,15 +268,10 @@ class MemoryScreen(FocusRules):
         self.query_one("#mem-status", Static).update(st)
         self.query_one("#diagnosis", DiagnosisLine).update_from_run(force)
         self.query_one("#mem-map", ResidencyMap).refresh_map()
-        panel = Text()
-        for k, v in memory_panel_rows(m):
-            panel.append(f"{k:<18}", style=look.label)
-            panel.append(f"{v}\n")
+        rows = memory_panel_rows(m)
         with m.lock:
             notes = [t for _t, t in m.notes.values()][-3:]
-        for n in notes:
-            panel.append_text(safe_text(f"{n}\n", look.dim, multiline=False))
-        self.query_one("#mem-panel", Static).update(panel)
+        self.query_one("#mem-panel", MemoryPanel).show_rows(rows, notes, look)
         width = max(10, self.size.width - 16)
         with m.lock:
             _t, share = m.history.column("file_share")

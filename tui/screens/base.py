@@ -36,7 +36,6 @@ from textual import events, on
 from textual.app import ComposeResult
 from textual.binding import BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.screen import Screen
 from textual.timer import Timer
 from textual.widget import Widget
 from textual.widgets import DataTable, Input, Static, TabbedContent, TabPane
@@ -58,7 +57,6 @@ from bmoe_top.tui.widgets.diagnosis import DiagnosisLine
 from bmoe_top.tui.widgets.focus import PaneTabs, quiet_containers, shown_focus_chain
 from bmoe_top.tui.widgets.footer import FittingFooter
 from bmoe_top.tui.widgets.grids import GRID_KEYS, ExpertMap, LayerHeatmap
-from bmoe_top.tui.widgets.inputs import SteadyInput
 from bmoe_top.tui.widgets.keymap import DATA_TABLE_KEYS, FOCUS_KEYS, Key, bindings, help_rows, key_label, parse_action
 from bmoe_top.tui.widgets.palette import Look
 from bmoe_top.tui.widgets.panels import (
@@ -70,8 +68,9 @@ from bmoe_top.tui.widgets.panels import (
     header_parts,
     safe_text,
 )
+from bmoe_top.tui.widgets.search import SEARCH_KEYS, SearchBar, SearchScreen
 from bmoe_top.tui.widgets.stack import PanelStack
-from bmoe_top.tui.widgets.tables import FitTable, ScreenSortTable, SortTable
+from bmoe_top.tui.widgets.tables import SortTable
 
 __all__ = ["BASE_TICK_S", "COMPACT", "FAST_S", "MIN_SIZE", "REFRESH_S", "REFRESH_STEPS", "RunScreen"]
 
@@ -103,7 +102,7 @@ GONE = frozenset({Status.DISCONNECTED, Status.UNREACHABLE, Status.REFUSED, Statu
 TYPING_KEYS = frozenset({
     "toggle_play", "step", "jump_start", "jump_end", "zoom_in", "zoom_out", "zoom_fit", "faster", "slower",
     "seek", "toggle_fold", "toggle_turn_by_turn", "toggle_panels", "cycle_palette", "swap_map", "mode_detail", "search",
-    "tab", "help", "quit", "refresh_slower", "refresh_faster",
+    "search_step", "tab", "help", "quit", "refresh_slower", "refresh_faster",
 })
 
 
@@ -111,7 +110,7 @@ TYPING_KEYS = frozenset({
 TABLE_NAV = frozenset({"step", "jump_start", "jump_end", "focus_prompt"})
 
 
-class RunScreen(Screen[None]):
+class RunScreen(SearchScreen):
     """The views over ``run`` (see the module docstring).
 
     ``title`` names the source; ``fps`` is the ticks per second (replay frames, and how soon a
@@ -144,8 +143,7 @@ class RunScreen(Screen[None]):
         Key("left_curly_bracket", "refresh_slower", "refresh less often", title="Refresh less often"),
         Key("right_curly_bracket", "refresh_faster", "refresh more often", title="Refresh more often"),
         Key("g", "seek", "seek to a token by its number", title="Seek to a token…"),
-        Key("slash", "search", "search the text / filter the table", footer="search",
-            title="Search the text / filter a table"),
+        *SEARCH_KEYS,
         Key("f", "toggle_fold", "fold / scroll the layer maps", title="Fold / scroll the layer maps"),
         Key("t", "toggle_turn_by_turn", "turn by turn playback", title="Turn by turn playback"),
         Key("c", "cycle_palette", "next colour scale", title="Palette: next colour scale"),
@@ -206,7 +204,6 @@ class RunScreen(Screen[None]):
         self._log_len = 0
         self._layout = ""
         self._empty: dict[str, bool] = {}
-        self.search_queries: dict[str, str] = {}  # the `/` query of each tab (a table's filter is its own)
         self.show_experts_compact = kept.view.compact_map == "experts"
         self._header_cache: tuple[tuple[Any, ...], list[tuple[str, Style]]] | None = None
         #: the settings' alert rules over this run's rows, evaluated at each repaint of the views
@@ -247,13 +244,9 @@ class RunScreen(Screen[None]):
                     with VerticalScroll(id="problems-scroll"):
                         yield ProblemsPanel(self.model, id="problems-panel")
                 yield from self.compose_tabs()
-                # a screen whose key table gives a focused table its own `/` (TABLE_KEYS) gets a table
-                # that binds it; elsewhere the screen's `/` filters it
-                own_filter = any(k.scope == "table" and k.action == "filter" for k in self.KEYS)
-                table_class = SortTable if own_filter else ScreenSortTable
-                yield TabPane("Events", table_class(events_table((), 0), id="events"), id="events-tab")
+                yield TabPane("Events", SortTable(events_table((), 0), id="events"), id="events-tab")
         yield from self.compose_bottom()
-        yield SteadyInput(placeholder="search the text / filter the table — Enter keeps it, Escape clears", id="search")
+        yield SearchBar(id="search-bar")
         yield FittingFooter(compact=True)
         yield Static(id="too-small")
 
@@ -835,80 +828,21 @@ class RunScreen(Screen[None]):
 
     # ------------------------------------------------------------------------------ search
     def action_search(self) -> None:
+        """``/``: on the Overview, the Text tab's search (the Overview shows no text)."""
         if self._active_tab() == "overview":
             self.action_tab("text")
-        box = self.query_one("#search", Input)
-        box.add_class("-shown")
-        box.value = self.search_query
-        box.focus()
-
-    @property
-    def search_query(self) -> str:
-        """The ``/`` query of the active tab (each tab keeps its own: a text search never filters a table)."""
-        return self.search_queries.get(self._active_tab(), "")
-
-    @on(Input.Changed, "#search")
-    def _search_changed(self, event: Input.Changed) -> None:
-        self.apply_search(event.value)
-
-    @on(Input.Submitted, "#search")
-    def _search_done(self, event: Input.Submitted) -> None:
-        self.apply_search(event.value, jump=True)
-        self._close_search()
-
-    def on_key(self, event: events.Key) -> None:
-        if event.key == "escape" and isinstance(self.focused, Input) and self.focused.id == "search":
-            self.apply_search("")
-            self._close_search()
-            event.stop()
-
-    def _close_search(self) -> None:
-        box = self.query_one("#search", Input)
-        box.remove_class("-shown")
-        self.set_focus(None)
-
-    def apply_search(self, query: str, jump: bool = False) -> None:
-        """Search the answer text (marks and counts matches) or filter the active tab's table."""
-        tab = self._active_tab()
-        self.search_queries[tab] = query
-        if tab == "text":
-            panel = self.query_one(AnswerPanel)
-            panel.query_text = query
-            panel.update_from_run(force=True)
-            if jump and query:
-                plain = panel.renderable_for().plain
-                at = plain.lower().find(query.lower())
-                if at >= 0:
-                    self.query_one("#text-scroll", VerticalScroll).scroll_to(y=plain.count("\n", 0, at), animate=False)
-            if query and jump:  # on Enter: while typing, the marks in the text are the answer
-                self.notify(f"{panel.matches()} match(es) for “{sanitize(query)}”", timeout=2)
-        elif tab == "problems":
-            p = self.query_one(ProblemsPanel)
-            p.query_text = query
-            p.update_from_run(force=True)
-        else:
-            self.filter_table(tab, query)
-
-    def row_matches(self, row: tuple[str, ...], tab: str) -> bool:
-        """Whether a row of the table in tab ``tab`` passes that tab's ``/`` filter (any cell holds
-        the query, case-insensitive)."""
-        q = self.search_queries.get(tab, "").lower()
-        return not q or any(q in cell.lower() for cell in row)
-
-    def show_rows(self, table: FitTable, rows: Iterable[tuple[str, ...]], tab: str) -> None:
-        """Refill ``table`` (in tab ``tab``) with the rows of ``rows`` that pass that tab's filter."""
-        table.fill([row for row in rows if self.row_matches(row, tab)])
-
-    def filter_table(self, tab: str, query: str) -> None:
-        """Filter the rows of the table in tab ``tab`` (mode screens with tables implement it)."""
-        if tab == "events-tab":
-            events = self.query_one("#events", SortTable)
-            events.filter_text = query
-            events.populate(rebuild_columns=False)
+            self.call_after_refresh(self.search_bar.open)
             return
-        for table in self.query(f"#{tab} DataTable"):
-            if isinstance(table, DataTable):
-                self.notify("this table has no filter", timeout=2)
+        self.search_bar.open()
+
+    def action_search_step(self, k: int) -> None:
+        """``n`` / ``N``: on the Overview, the Text tab's next match (when a text search is kept)."""
+        if self._active_tab() == "overview" and self.search_bar.states.get("text", None) is not None \
+                and self.search_bar.states["text"].query:
+            self.action_tab("text")
+            self.call_after_refresh(self.search_bar.step, k)
+            return
+        self.search_bar.step(k)
 
     # ------------------------------------------------------------------------------ help
     def key_rows(self) -> list[tuple[str, str]]:

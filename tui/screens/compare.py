@@ -40,6 +40,7 @@ from bmoe_top.tui.widgets.focus import FocusRules, PaneTabs
 from bmoe_top.tui.widgets.footer import FittingFooter
 from bmoe_top.tui.widgets.palette import KIND_STYLE
 from bmoe_top.tui.widgets.panels import safe_text
+from bmoe_top.tui.widgets.search import SEARCH_KEYS, SearchBar, SearchScreen
 from bmoe_top.tui.widgets.tables import TABLE_KEYS, SortTable
 
 __all__ = ["CompareScreen", "compare_app", "run_compare"]
@@ -60,7 +61,7 @@ HELP_NOTES = (
 )
 
 
-class CompareScreen(FocusRules):
+class CompareScreen(FocusRules, SearchScreen):
     """The comparison ``c`` of the loaded ``arms`` (see the module docstring)."""
 
     DEFAULT_CSS = """
@@ -92,6 +93,7 @@ class CompareScreen(FocusRules):
         km.Key("q", "quit", "quit", footer="quit", title="Quit"),
         km.Key("ctrl+c", "quit", "quit", "anywhere", palette=False),
         km.Key("ctrl+s", "app.screenshot", "save a screenshot (SVG)", "anywhere", palette=False),
+        *SEARCH_KEYS,
         *km.FOCUS_KEYS,
         *TABLE_KEYS,
     )
@@ -122,6 +124,7 @@ class CompareScreen(FocusRules):
                 yield SortTable(warmup_table(self.c), id="warmup-table")
             with TabPane("Contamination", id="entry"), VerticalScroll():
                 yield Static(id="contamination")
+        yield SearchBar()
         yield FittingFooter()
 
     def on_mount(self) -> None:

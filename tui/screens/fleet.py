@@ -27,7 +27,7 @@ import collections
 import gc
 import threading
 import time
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -45,10 +45,11 @@ from bmoe_top.tui.feed.fleet import DrillFeed
 from bmoe_top.tui.fleet.drill import DrillDown
 from bmoe_top.tui.fleet.queries import COLUMN_BY_KEY, DERIVED
 from bmoe_top.tui.fleet.session import TABLE_POINTS, FleetSession
-from bmoe_top.tui.fleet.table import CellState, FleetState, FleetTable, InstanceRow, Key, filter_rows, sort_rows
+from bmoe_top.tui.fleet.table import CellState, FleetState, FleetTable, InstanceRow, Key, search_cells, sort_rows
 from bmoe_top.tui.model import LIVE, RunModel
 from bmoe_top.tui.model.quantities import Quantity, q
 from bmoe_top.tui.present.numbers import show
+from bmoe_top.tui.present.search import contains
 from bmoe_top.tui.screens.attach import AttachScreen
 from bmoe_top.tui.screens.base import RunScreen
 from bmoe_top.tui.screens.modals import HelpScreen
@@ -75,6 +76,7 @@ from bmoe_top.tui.widgets.fleet_table import (
 from bmoe_top.tui.widgets.focus import FocusRules
 from bmoe_top.tui.widgets.footer import FittingFooter
 from bmoe_top.tui.widgets.palette import STATUS_STYLE
+from bmoe_top.tui.widgets.search import SEARCH_KEYS, Searchable, SearchBar, SearchScreen
 
 __all__ = ["FleetDrillScreen", "FleetOptions", "FleetScreen", "STATE_INDICATOR", "error_text", "run_fleet"]
 
@@ -109,9 +111,9 @@ breakdown, the trends and the layer heatmap, on the shared token axis. Escape go
 table; the playback keys move through the window.
 """
 
-#: Keys a focused filter box keeps for itself.
+#: Keys a focused text box keeps for itself.
 TYPING_ACTIONS = frozenset({"sort_next", "sort_prev", "invert", "worst", "refresh_now", "toggle_pause",
-                            "toggle_sparks", "help", "quit", "filter", "columns"})
+                            "toggle_sparks", "help", "quit", "search", "search_step", "columns"})
 
 _LABELS = {c.sort: c.label for c in VIEW_COLUMNS}
 
@@ -151,7 +153,32 @@ def _utc(t: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
 
 
-class FleetScreen(FocusRules):
+def filter_rows(rows: Iterable[InstanceRow], text: str) -> list[InstanceRow]:
+    """The rows the ``/`` search keeps: those with ``text`` in their instance, job or a grouping
+    label (:func:`~bmoe_top.tui.fleet.table.search_cells`); every row for an empty query."""
+    return [r for r in rows if contains(text, search_cells(r))]
+
+
+class FleetSearch:
+    """The fleet table as the ``/`` search's target (a
+    :class:`~bmoe_top.tui.widgets.search.Searchable`): the query filters the rows, ``n`` / ``N``
+    move the cursor through the rows shown."""
+
+    def __init__(self, screen: FleetScreen) -> None:
+        self.screen = screen
+
+    def search(self, query: str) -> None:
+        self.screen.filter_text = query
+        self.screen._resort()
+
+    def match_count(self) -> int:
+        return len(self.screen.shown) if self.screen.filter_text else 0
+
+    def show_match(self, index: int) -> None:
+        self.screen.query_one(FleetTableView).move_cursor(index)
+
+
+class FleetScreen(FocusRules, SearchScreen):
     """The instances table (see the module docstring).
 
     ``url``, ``selector``, ``window_s``, ``points``, ``api_key``, ``timeout``: as
@@ -164,13 +191,12 @@ class FleetScreen(FocusRules):
     DEFAULT_CSS = """
     FleetScreen { layout: vertical; }
     #fleet-status { height: auto; max-height: 4; padding: 0 1; background: $panel; }
-    #fleet-filter { dock: bottom; display: none; }
     #fleet-legend { height: 1; padding: 0 1; color: $text-muted; }
     """
 
     KEYS: ClassVar[tuple[km.Key, ...]] = (
         km.Key("enter", "drill", "drill into the instance under the cursor", title="Drill down"),
-        km.Key("slash", "filter", "filter the rows", footer="filter", title="Filter"),
+        *SEARCH_KEYS,
         km.Key("s,greater_than_sign", "sort_next", "sort by the next column", footer="sort by next column",
                title="Sort by the next column"),
         km.Key("less_than_sign", "sort_prev", "sort by the previous column", title="Sort by the previous column"),
@@ -182,7 +208,7 @@ class FleetScreen(FocusRules):
         km.Key("v", "toggle_sparks", "sparklines on / off", title="Sparklines"),
         km.Key("left", "columns(-1)", "columns to the left", palette=False),
         km.Key("right", "columns(1)", "columns to the right", palette=False),
-        km.Key("escape", "clear_filter", "clear the filter", title="Clear the filter"),
+        km.Key("escape", "clear_search", "clear the search", title="Clear the search"),
         km.Key("question_mark,h,f1", "help", "help: the keys of this screen", footer="help", title="Keys (help)"),
         km.Key("q", "quit", "quit", footer="quit", title="Quit"),
         km.Key("ctrl+s", "app.screenshot", "save a screenshot (SVG)", "anywhere", palette=False),
@@ -234,8 +260,7 @@ class FleetScreen(FocusRules):
         yield Static(id="fleet-status")
         yield FleetTableView(id="fleet-table")
         yield Static(Text(LEGEND, no_wrap=True, overflow="ellipsis"), id="fleet-legend")
-        yield Input(placeholder="filter: part of an instance or job name (Enter keeps it, Escape clears it)",
-                    id="fleet-filter")
+        yield SearchBar()
         yield FittingFooter()
 
     def on_mount(self) -> None:
@@ -321,6 +346,8 @@ class FleetScreen(FocusRules):
         view.set_sort(self.sort, self.descending)
         view.show(self.shown, sparks=self.sparks)
         self.n_applied += 1
+        if self.filter_text and self.query(SearchBar):
+            self.search_bar.recount()
         self._asked_detail = False
         self.follow_view()
 
@@ -496,29 +523,14 @@ class FleetScreen(FocusRules):
         remember(self, "fleet.sparklines", self.sparks)
         self.draw_table()
 
-    def action_filter(self) -> None:
-        box = self.query_one("#fleet-filter", Input)
-        box.display = True  # shown and hidden inline: a class would match the stylesheet again
-        box.value = self.filter_text
-        box.focus()
+    def search_target(self) -> tuple[str, Searchable] | None:
+        """The table: its rows are what ``/`` filters."""
+        return "fleet", FleetSearch(self)
 
-    @on(Input.Changed, "#fleet-filter")
-    def _filter_changed(self, event: Input.Changed) -> None:
-        self.filter_text = event.value
-        self._resort()
-
-    @on(Input.Submitted, "#fleet-filter")
-    def _filter_done(self, event: Input.Submitted) -> None:
-        self.query_one("#fleet-filter", Input).display = False
+    def action_clear_search(self) -> None:
+        """Escape: the search cleared, the focus back on the table."""
+        super().action_clear_search()
         self.query_one(FleetTableView).focus()
-
-    def action_clear_filter(self) -> None:
-        box = self.query_one("#fleet-filter", Input)
-        box.display = False
-        self.query_one(FleetTableView).focus()
-        if self.filter_text:  # the box keeps its text until opened again (action_filter sets it)
-            self.filter_text = ""
-            self._resort()
 
     @on(FleetTableView.Selected)
     def _row_selected(self, event: FleetTableView.Selected) -> None:

@@ -40,7 +40,7 @@ from bmoe_top.tui.model.quantities import q
 from bmoe_top.tui.playback import SPEEDS
 from bmoe_top.tui.present.numbers import MISSING, fmt, mib
 from bmoe_top.tui.present.numbers import sig as sig3
-from bmoe_top.tui.present.tables import Column
+from bmoe_top.tui.present.tables import Column, text_table
 from bmoe_top.tui.screens.base import RunScreen
 from bmoe_top.tui.sources.child_session import ChildSession
 from bmoe_top.tui.sources.events import LiveState
@@ -52,7 +52,7 @@ from bmoe_top.tui.widgets.keymap import Key, bindings, footer_first, merged
 from bmoe_top.tui.widgets.live_whatif import LiveWhatIfPanel
 from bmoe_top.tui.widgets.palette import Look
 from bmoe_top.tui.widgets.panels import safe_text
-from bmoe_top.tui.widgets.tables import FitTable
+from bmoe_top.tui.widgets.tables import SortTable
 
 __all__ = ["LiveScreen", "PROMPT_PLACEHOLDER", "PromptInput", "QUIET_STATES", "TURN_COLUMNS", "live_app",
            "needs_attention", "run_live"]
@@ -155,9 +155,8 @@ class LiveScreen(RunScreen):
             title="Tab: Log (stderr)"),
         Key("ctrl+q", "quit", "quit (from a text box too)", scope="anywhere", palette=False),
         Key("enter,i", "focus_prompt", "the prompt box (a recording: play the next turn)", title="Prompt box"),
-        Key("n", "next_turn", "a recording turn by turn: play the next turn", title="Next turn (recording)"),
     ), RunScreen.KEYS)
-    BINDINGS: ClassVar[list[BindingType]] = bindings(footer_first(KEYS, 9))
+    BINDINGS: ClassVar[list[BindingType]] = bindings(footer_first(KEYS, 8))
 
     def __init__(self, source: LiveBase, *, title: str = "", n_predict: int = 64, fps: float = 10.0,
                  run: RunModel | None = None, prompt: str = "", speed: float = 1.0) -> None:
@@ -195,14 +194,14 @@ class LiveScreen(RunScreen):
         yield Static(id="live-status")
 
     def compose_tabs(self) -> ComposeResult:
-        yield TabPane("Turns", FitTable(TURN_TABLE, id="turns-table"), id="turns")
+        yield TabPane("Turns", SortTable(text_table("turns", TURN_TABLE, ()), id="turns-table"), id="turns")
         # the live LRU replay runs as often as the views repaint (at most 4 times a second)
         yield TabPane("What-if", LiveWhatIfPanel(self.run_model, interval=max(0.25, self.refresh_s), id="live-whatif"),
                       id="whatif")
 
     def compose_bottom(self) -> ComposeResult:
         if self.is_replay:
-            return  # a recording cannot be driven: Enter / n releases the next turn instead
+            return  # a recording cannot be driven: Enter releases the next turn instead
         yield Horizontal(
             Label(self._chat_label(), id="chat-mode"),
             PromptInput(self.initial_prompt, id="prompt",
@@ -341,11 +340,8 @@ class LiveScreen(RunScreen):
                                     else r.status)) for r in refused]
         if not new:
             return
-        table = self.query_one("#turns-table", FitTable)
-        for _where, row in sorted(new, key=lambda x: x[0]):
-            self._turn_rows.append(row)
-            if self.row_matches(row, "turns"):
-                table.append(row)
+        self._turn_rows.extend(row for _where, row in sorted(new, key=lambda x: x[0]))
+        self.query_one("#turns-table", SortTable).set_table(text_table("turns", TURN_TABLE, self._turn_rows))
 
     @staticmethod
     def _turn_row(index: int, d: dict[str, Any], cancelled: bool, run: RunModel) -> tuple[str, ...]:
@@ -359,12 +355,6 @@ class LiveScreen(RunScreen):
             f"{mib(d.get('cache_resident_mib'))}/{mib(d.get('cache_budget_mib'))}",
             "cancelled" if cancelled else "done",
         )
-
-    def filter_table(self, tab: str, query: str) -> None:
-        if tab != "turns":
-            super().filter_table(tab, query)
-            return
-        self.show_rows(self.query_one("#turns-table", FitTable), self._turn_rows, "turns")
 
     # --------------------------------------------------------------------------------- actions
     @on(Input.Submitted, "#prompt")
@@ -484,12 +474,10 @@ class LiveScreen(RunScreen):
             self.set_focus(None)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action == "escape" and isinstance(self.focused, Input) and self.focused.id == "search":
-            return False  # Escape closes the search box
+        if action == "escape" and self.search_bar.editing and self.focused is self.search_bar.box:
+            return False  # Escape in the search box clears the search (the box's own key)
         if action in ("toggle_chat", "cancel_generation") and self.is_replay:
             return False  # a recording plays back its turns: no chat to start, nothing to cancel
-        if action == "next_turn" and not self.is_replay:
-            return False
         return super().check_action(action, parameters)
 
     def action_focus_prompt(self) -> None:
@@ -497,10 +485,6 @@ class LiveScreen(RunScreen):
             self.source.next_turn()
             return
         self.query_one("#prompt", Input).focus()
-
-    def action_next_turn(self) -> None:
-        if isinstance(self.source, RecordingSource):
-            self.source.next_turn()
 
     def action_toggle_chat(self) -> None:
         self.new_chat = not self.new_chat

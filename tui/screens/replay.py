@@ -12,9 +12,10 @@ from textual.widgets import TabPane
 
 from bmoe_top.tui.app import BmoeTopApp
 from bmoe_top.tui.model import RunModel
+from bmoe_top.tui.present.tables import text_table
 from bmoe_top.tui.present.turns import TURN_TABLE, is_session, turn_list, turn_rows
 from bmoe_top.tui.screens.base import RunScreen
-from bmoe_top.tui.widgets.tables import FitTable
+from bmoe_top.tui.widgets.tables import SortTable
 
 __all__ = ["ReplayScreen", "run_replay"]
 
@@ -40,11 +41,8 @@ class ReplayScreen(RunScreen):
 
     def compose_tabs(self) -> ComposeResult:
         if self._turn_rows:
-            yield TabPane("Turns", FitTable(TURN_TABLE, id="turns-table"), id="turns")
-
-    def after_mount(self) -> None:
-        if self._turn_rows:
-            self.show_rows(self.query_one("#turns-table", FitTable), self._turn_rows, "turns")
+            yield TabPane("Turns", SortTable(text_table("turns", TURN_TABLE, self._turn_rows), id="turns-table"),
+                          id="turns")
 
     def commands(self) -> list[tuple[str, str, Any]]:
         out = super().commands()
@@ -55,12 +53,6 @@ class ReplayScreen(RunScreen):
     def action_turns_tab(self) -> None:
         if self._turn_rows:
             self.action_tab("turns")
-
-    def filter_table(self, tab: str, query: str) -> None:
-        if tab == "turns" and self._turn_rows:
-            self.show_rows(self.query_one("#turns-table", FitTable), self._turn_rows, "turns")
-        else:
-            super().filter_table(tab, query)
 
 
 def run_replay(run: RunModel, title: str, fps: float = 10.0) -> int:

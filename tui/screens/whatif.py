@@ -54,6 +54,7 @@ from bmoe_top.tui.widgets.focus import FocusRules, PaneTabs
 from bmoe_top.tui.widgets.footer import FittingFooter
 from bmoe_top.tui.widgets.palette import KIND_STYLE
 from bmoe_top.tui.widgets.panels import safe_text
+from bmoe_top.tui.widgets.search import SEARCH_KEYS, SearchBar, SearchScreen
 from bmoe_top.tui.widgets.tables import TABLE_KEYS, SortTable
 
 __all__ = ["WhatIfScreen", "run_whatif", "whatif_app"]
@@ -77,7 +78,7 @@ HELP_NOTES = (
 )
 
 
-class WhatIfScreen(FocusRules):
+class WhatIfScreen(FocusRules, SearchScreen):
     """The what-if report ``report`` of ``inp`` (with the curves behind it, ``replay``)."""
 
     DEFAULT_CSS = """
@@ -120,6 +121,7 @@ class WhatIfScreen(FocusRules):
         km.Key("q", "quit", "quit", footer="quit", title="Quit"),
         km.Key("ctrl+c", "quit", "quit", "anywhere", palette=False),
         km.Key("ctrl+s", "app.screenshot", "save a screenshot (SVG)", "anywhere", palette=False),
+        *SEARCH_KEYS,
         *km.FOCUS_KEYS,
         *TABLE_KEYS,
     )
@@ -170,6 +172,7 @@ class WhatIfScreen(FocusRules):
             with VerticalScroll(id="wi-side"):
                 yield Static(id="side-summary")
         yield Static(id="wi-readout")
+        yield SearchBar()
         yield FittingFooter()
 
     def on_mount(self) -> None:

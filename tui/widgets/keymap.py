@@ -30,7 +30,8 @@ SCOPES = ("anywhere", "screen", "map", "table", "fleet-table", "focus")
 
 _NAMES = {"question_mark": "?", "equals_sign": "=", "plus": "+", "minus": "-", "slash": "/",
           "left_square_bracket": "[", "right_square_bracket": "]", "less_than_sign": "<",
-          "greater_than_sign": ">", "left_curly_bracket": "{", "right_curly_bracket": "}",
+          "greater_than_sign": ">", "comma": ",", "full_stop": ".", "left_curly_bracket": "{",
+          "right_curly_bracket": "}",
           "space": "space", "pageup": "PgUp", "pagedown": "PgDn", "f1": "F1", "escape": "Escape",
           "enter": "Enter", "tab": "Tab", "shift+tab": "shift+Tab", "home": "Home", "end": "End",
           "left": "←", "right": "→", "up": "↑", "down": "↓", "shift+left": "shift+←", "shift+right": "shift+→"}

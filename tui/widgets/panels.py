@@ -32,10 +32,12 @@ from bmoe_top.tui.model.alerts import AlertEngine
 from bmoe_top.tui.model.quantities import q
 from bmoe_top.tui.playback import Playback
 from bmoe_top.tui.present.numbers import MISSING, mib, show
+from bmoe_top.tui.present.search import contains, spans
 from bmoe_top.tui.present.summary import run_panel_rows
 from bmoe_top.tui.widgets.base import ascii_strip, look_of, truecolor_filters
 from bmoe_top.tui.widgets.lines import FrameCache, blank, fit_words, middle_ellipsis
 from bmoe_top.tui.widgets.palette import BLANK, Look
+from bmoe_top.tui.widgets.search import SearchCountChanged
 
 __all__ = ["AnswerPanel", "AnswerTail", "ProblemsPanel", "RunPanel", "TailWrap", "TitleLine", "answer_tail",
            "answer_text", "header_parts", "label_columns", "row_strips", "safe_text"]
@@ -413,9 +415,9 @@ def _no_answer(run: RunModel, look: Look | None) -> Text:
                 style=_answer_styles(look)[2])
 
 
-def answer_text(run: RunModel, cursor: int, highlight: str = "", look: Look | None = None) -> Text:
+def answer_text(run: RunModel, cursor: int, look: Look | None = None) -> Text:
     """Every turn's prompt, reasoning and answer up to the playback cursor, as safe Text (the
-    Text tab). ``highlight``: a search term marked in the text."""
+    Text tab)."""
     parts: list[Text] = []
     for _, pieces in reversed(_answer_blocks(run, cursor, look)[0]):
         out = Text()
@@ -427,10 +429,7 @@ def answer_text(run: RunModel, cursor: int, highlight: str = "", look: Look | No
         parts.append(out)
     if not any(p.plain.strip() for p in parts):
         return _no_answer(run, look)
-    joined = Text("").join(parts)
-    if highlight:
-        joined.highlight_words([highlight], style="reverse", case_sensitive=False)
-    return joined
+    return Text("").join(parts)
 
 
 def _blank(blocks: list[tuple[int, list[_Piece]]], many: bool) -> bool:
@@ -498,6 +497,9 @@ def _extends(old: _Para, new: _Para) -> bool:
 
 _WORD_REST = re.compile(r"\S*\s*")
 _NON_SPACE = re.compile(r"\S")
+#: How a match of the ``/`` search is marked, and the current one (no colour: NO_COLOR keeps it).
+_MARK = Style(reverse=True)
+_CURRENT = Style(reverse=True, bold=True, underline=True)
 
 
 class _Wrapped:
@@ -632,7 +634,8 @@ class TailWrap:
 
 class AnswerPanel(Static):
     """The whole answer of every turn up to the cursor (the Text tab). Repaints only while shown;
-    ``query`` marks a search term."""
+    a :class:`~bmoe_top.tui.widgets.search.Searchable`: the ``/`` query's occurrences are marked
+    (reversed), the current one also bold and underlined, and scrolled to."""
 
     DEFAULT_CSS = "AnswerPanel { height: auto; padding: 0 1; }"
 
@@ -641,24 +644,59 @@ class AnswerPanel(Static):
         self.run, self.playback = run, playback
         self._key: tuple[Any, ...] | None = None
         self.query_text = ""
+        self.current = -1
+        self._spans: list[tuple[int, int]] = []
 
     def update_from_run(self, force: bool = False) -> None:
         if not self.is_on_screen and not force:
             return
-        key = (self.run.version, self.playback.sel, self.query_text)
+        key = (self.run.version, self.playback.sel, self.query_text, self.current)
         if key == self._key and not force:
             return
         self._key = key
+        n = len(self._spans)
         self.update(self.renderable_for())
+        if self.query_text and len(self._spans) != n:
+            self.post_message(SearchCountChanged())
 
     def renderable_for(self) -> Text:
-        return answer_text(self.run, self.playback.sel + 1, highlight=self.query_text, look=look_of(self))
+        text = answer_text(self.run, self.playback.sel + 1, look=look_of(self))
+        self._spans = spans(self.query_text, text.plain)
+        for i, (a, b) in enumerate(self._spans):
+            text.stylize(_CURRENT if i == self.current else _MARK, a, b)
+        return text
 
     def matches(self) -> int:
         """Occurrences of the search term in the text shown."""
-        if not self.query_text:
-            return 0
-        return self.renderable_for().plain.lower().count(self.query_text.lower())
+        return len(self._spans) if self.query_text else 0
+
+    # ---------------------------------------------------------------------- the / search
+    def search(self, query: str) -> None:
+        self.query_text = query
+        self.current = -1
+        self.update_from_run(force=True)
+
+    def match_count(self) -> int:
+        return self.matches()
+
+    def show_match(self, index: int) -> None:
+        """Mark occurrence ``index`` as the current one and scroll its line to the middle."""
+        self.current = index
+        self.update_from_run(force=True)
+        if not 0 <= index < len(self._spans):
+            return
+        plain = self.renderable_for().plain
+        width = max(1, self.content_region.width or self.size.width or 80)
+        row = 0
+        start = self._spans[index][0]
+        line_start = 0
+        for line in plain[:start].split("\n")[:-1]:
+            row += max(1, -(-cell_len(line) // width))
+            line_start += len(line) + 1
+        row += cell_len(plain[line_start:start]) // width
+        scroll = self.parent
+        if isinstance(scroll, Widget) and scroll.is_scrollable:
+            scroll.scroll_to(y=max(0, row - scroll.size.height // 2), animate=False)
 
 
 def answer_tail(run: RunModel, cursor: int, wrap: TailWrap, console: Console, width: int, height: int,
@@ -749,17 +787,41 @@ class ProblemsPanel(Static):
         self.run = run
         self._key: tuple[Any, ...] | None = None
         self.query_text = ""
+        self.current = -1
+        #: the line of each bad line listed (a match of the ``/`` query, when there is one)
+        self.listed: list[int] = []
 
     def update_from_run(self, force: bool = False) -> None:
         """Build the list again when a problem arrived, the filter or the look changed (its
         height follows the text: each build lays the screen out again)."""
         with self.run.lock:
             key = (self.run.problem_count, len(self.run.problems), self.run.alert_count, self.query_text,
-                   look_of(self))
+                   self.current, look_of(self))
         if self._key == key and not force:
             return
         self._key = key
+        n = len(self.listed)
         self.update(self.renderable_for())
+        if self.query_text and len(self.listed) != n:
+            self.post_message(SearchCountChanged())
+
+    # ---------------------------------------------------------------------- the / search
+    def search(self, query: str) -> None:
+        """List only the bad lines with ``query`` in their reason, text or file name."""
+        self.query_text = query
+        self.current = -1
+        self.update_from_run(force=True)
+
+    def match_count(self) -> int:
+        return len(self.listed) if self.query_text else 0
+
+    def show_match(self, index: int) -> None:
+        """Mark listed bad line ``index`` and scroll it to the middle."""
+        self.current = index
+        self.update_from_run(force=True)
+        scroll = self.parent
+        if 0 <= index < len(self.listed) and isinstance(scroll, Widget) and scroll.is_scrollable:
+            scroll.scroll_to(y=max(0, self.listed[index] - scroll.size.height // 2), animate=False)
 
     def renderable_for(self) -> Text:
         run = self.run
@@ -777,9 +839,9 @@ class ProblemsPanel(Static):
             head.append("\n")
         if not total:
             return head + Text("no problems: every line was understood", style="" if mono else "#98c379")
-        q = self.query_text.lower()
+        q = self.query_text
         if q:
-            probs = [p for p in probs if q in p.reason.lower() or q in p.text.lower() or q in p.source.lower()]
+            probs = [p for p in probs if contains(q, (p.reason, p.text, p.source))]
         out = Text(f"{total} bad line(s)" + (f", {len(probs)} shown matching “{sanitize(self.query_text)}”"
                                             if q else "") + "\n", style="bold" if mono else "bold #e06c75")
         by_reason: dict[str, int] = {}
@@ -789,8 +851,15 @@ class ProblemsPanel(Static):
             out.append(f"  {count:>6} × ", style="" if mono else "#e06c75")
             out.append_text(safe_text(reason + "\n", multiline=True))
         out.append("\n")
-        for p in probs[:200]:
+        first = head.plain.count("\n") + out.plain.count("\n")
+        self.listed = []
+        for i, p in enumerate(probs[:200]):
+            self.listed.append(first + i)
             where = f"{p.source.rsplit('/', 1)[-1]}:{p.lineno}: "
-            out.append_text(safe_text(where, "" if mono else "#7f848e", multiline=False))
-            out.append_text(safe_text(f"{p.reason}: {p.text[:120]}", multiline=False) + Text("\n"))
+            line = safe_text(where, "" if mono else "#7f848e", multiline=False)
+            line.append_text(safe_text(f"{p.reason}: {p.text[:120]}", multiline=False))
+            if q:
+                for a, b in spans(q, line.plain):
+                    line.stylize(_CURRENT if i == self.current else _MARK, a, b)
+            out.append_text(line + Text("\n"))
         return head + out

@@ -1,10 +1,10 @@
 """A table of a :class:`bmoe_top.tui.present.tables.Table` that sorts and filters: ``s`` sorts by
-the next column (or click a header), ``S`` reverses, ``/`` opens the filter box (rows containing
-the text in any cell), escape in the box clears it. Sorting puts absent values last either way.
-The sort is kept in the settings (``[sort.TABLE]``, the table's id) and used at the next start.
+the next column (or click a header), ``S`` reverses; the screen's ``/`` search
+(:mod:`bmoe_top.tui.widgets.search`) filters it (rows containing the text in any cell), ``n`` /
+``N`` move its cursor through the rows shown. Sorting puts absent values last either way. The
+sort is kept in the settings (``[sort.TABLE]``, the table's id) and used at the next start.
 
-Both it and :class:`FitTable` (a plain table of fixed columns: the run screens' Turns tabs) show
-the columns that fit their width by one rule (:func:`fit_columns`): every column whole, else
+It shows the columns that fit its width by one rule (:func:`fit_columns`): every column whole, else
 with the short labels, else without the columns marked to drop; a column is never cut in the
 middle, and a table that leaves columns out says how many (:func:`hidden_note`).
 """
@@ -20,36 +20,34 @@ from textual import events, on
 from textual.app import ComposeResult
 from textual.binding import BindingType
 from textual.containers import Vertical
-from textual.widgets import DataTable, Input, Static
+from textual.widgets import DataTable, Static
 
 from bmoe_top.tui.present.tables import Column, Row, Table, filter_rows, sort_rows
 from bmoe_top.tui.settings import SortSetting
 from bmoe_top.tui.widgets.base import remember, settings_of
-from bmoe_top.tui.widgets.inputs import SteadyInput
 from bmoe_top.tui.widgets.keymap import Key, bindings
 from bmoe_top.tui.widgets.palette import KIND_STYLE
 from bmoe_top.tui.widgets.panels import safe_text
+from bmoe_top.tui.widgets.search import SearchCountChanged
 
-__all__ = ["TABLE_KEYS", "FitTable", "ScreenSortTable", "SortTable", "fit_columns", "hidden_note"]
+__all__ = ["TABLE_KEYS", "SortTable", "fit_columns", "hidden_note"]
 
 
 #: A focused sortable table's keys (:mod:`bmoe_top.tui.widgets.keymap`, scope ``table``).
 TABLE_KEYS: tuple[Key, ...] = (
     Key("s", "sort_next", "sort by the next column", "table", footer="sort", palette=False),
     Key("S", "sort_reverse", "reverse the sort", "table", palette=False),
-    Key("slash", "filter", "filter the rows", "table", footer="filter", palette=False),
 )
 
 
 class SortTable(Vertical):
-    """The table, a one-line header (title, sort, filter, shown/total rows) and a note line."""
+    """The table, a one-line header (title, sort, filter, shown/total rows) and a note line; a
+    :class:`~bmoe_top.tui.widgets.search.Searchable` (the filter is the screen's ``/`` search)."""
 
     DEFAULT_CSS = """
     SortTable { height: 1fr; }
     SortTable > .sort-head { height: auto; max-height: 2; padding: 0 1; }
     SortTable > .sort-note { height: auto; max-height: 3; padding: 0 1; color: $text-muted; }
-    SortTable > Input { display: none; height: 3; }
-    SortTable.filtering > Input { display: block; }
     SortTable > DataTable { height: 1fr; }
     """
 
@@ -70,7 +68,6 @@ class SortTable(Vertical):
 
     def compose(self) -> ComposeResult:
         yield Static(classes="sort-head")
-        yield SteadyInput(placeholder="filter: rows containing this text (escape clears)", classes="sort-filter")
         dt: DataTable[Text] = DataTable(zebra_stripes=True, cursor_type="row")
         yield dt
         yield Static(classes="sort-note")
@@ -114,6 +111,8 @@ class SortTable(Vertical):
         rows = filter_rows(t.rows, self.filter_text)
         if self.sort_col is not None:
             rows = sort_rows(rows, self.sort_col, self.descending)
+        if self.filter_text and len(rows) != len(self.shown):
+            self.post_message(SearchCountChanged())
         self.shown = rows
         cursor = dt.cursor_row
         labels, shown = self._fit(t, rows)
@@ -180,11 +179,20 @@ class SortTable(Vertical):
             return
         self.sort_by(self.sort_col, not self.descending)
 
-    def action_filter(self) -> None:
-        self.add_class("filtering")
-        box = self.query_one(Input)
-        box.value = self.filter_text
-        box.focus()
+    # ---------------------------------------------------------------------- the / search
+    def search(self, query: str) -> None:
+        """Show the rows with ``query`` in a cell ("": every row)."""
+        self.filter_text = query
+        self.populate(rebuild_columns=False)
+
+    def match_count(self) -> int:
+        """Rows shown for the query (0 without one)."""
+        return len(self.shown) if self.filter_text else 0
+
+    def show_match(self, index: int) -> None:
+        """The cursor on shown row ``index``, scrolled into view."""
+        if self.shown:
+            self.data_table.move_cursor(row=min(max(0, index), len(self.shown) - 1), scroll=True)
 
     @on(DataTable.HeaderSelected)
     def _header(self, event: DataTable.HeaderSelected) -> None:
@@ -193,34 +201,6 @@ class SortTable(Vertical):
             self.sort_by(i, not self.descending)
         else:
             self.sort_by(i)
-
-    @on(Input.Changed)
-    def _filter_changed(self, event: Input.Changed) -> None:
-        self.filter_text = event.value
-        self.populate(rebuild_columns=False)
-
-    @on(Input.Submitted)
-    def _filter_done(self, event: Input.Submitted) -> None:
-        self.data_table.focus()
-
-    def on_key(self, event: events.Key) -> None:
-        box = self.query_one(Input)
-        if event.key == "escape" and box.has_focus:
-            box.value = ""
-            self.filter_text = ""
-            self.remove_class("filtering")
-            self.populate(rebuild_columns=False)
-            self.data_table.focus()
-            event.stop()
-
-
-class ScreenSortTable(SortTable, inherit_bindings=False):
-    """A :class:`SortTable` in a tab of a run screen: the screen's ``/`` (search the text, filter
-    the table of the tab shown) sets its filter, from every focus, so it binds only ``s`` and
-    ``S`` itself."""
-
-    BINDINGS: ClassVar[list[BindingType]] = bindings([k for k in TABLE_KEYS if k.action != "filter"],
-                                                     scope=("table",))
 
 
 def _need(columns: Sequence[Column], labels: list[str], cell_w: list[int], shown: list[int]) -> int:
@@ -262,65 +242,3 @@ def hidden_note(hidden: Sequence[str]) -> str:
     return f"{n} column{'s' if n != 1 else ''} hidden ({', '.join(hidden)}): widen the terminal"
 
 
-class FitTable(DataTable[str]):
-    """A table of fixed ``columns`` (:class:`~bmoe_top.tui.present.tables.Column`) of plain text
-    cells, whose rows are given whole (:meth:`fill`, :meth:`append`) and drawn in the columns that fit its width
-    (:func:`fit_columns`, again on every resize); when columns are left out, a line under the
-    table says how many (:func:`hidden_note`, the border's subtitle). :attr:`hidden` names them."""
-
-    DEFAULT_CSS = """
-    FitTable.-hiding { border-bottom: solid $primary-darken-2; border-subtitle-align: left;
-                       border-subtitle-color: $text-muted; }
-    .-ascii FitTable.-hiding { border-bottom: ascii $primary-darken-2; }
-    """
-
-    def __init__(self, columns: Sequence[Column], **kw: object) -> None:
-        super().__init__(zebra_stripes=True, cursor_type="row", **kw)  # type: ignore[arg-type]
-        self.fit_cols = tuple(columns)
-        self.rows_given: list[tuple[str, ...]] = []
-        #: indices of the columns shown, in order, their labels, and the labels of those left out
-        self.shown_cols: list[int] = []
-        self.shown_labels: list[str] = []
-        self.hidden: list[str] = []
-
-    def on_mount(self) -> None:
-        self._rebuild()
-
-    def fill(self, rows: Sequence[tuple[str, ...]]) -> None:
-        """Show ``rows`` (each a cell per column), in place of the rows shown."""
-        self.rows_given = list(rows)
-        self._rebuild()
-
-    def append(self, row: tuple[str, ...]) -> None:
-        """Add ``row`` at the end (the columns fit again when it is wider than the others)."""
-        self.rows_given.append(row)
-        if self._fit() != (self.shown_labels, self.shown_cols):
-            self._rebuild()
-        else:
-            self._add(row)
-
-    def _fit(self) -> tuple[list[str], list[int]]:
-        return fit_columns(self.fit_cols, self.rows_given, self.size.width - 2)
-
-    def _add(self, row: tuple[str, ...]) -> None:
-        self.add_row(*[row[i] if i < len(row) else "" for i in self.shown_cols])
-
-    def _rebuild(self) -> None:
-        labels, shown = self._fit() if self.size.width > 0 else ([c.label for c in self.fit_cols],
-                                                                 list(range(len(self.fit_cols))))
-        cursor = self.cursor_row
-        self.clear(columns=True)
-        for i, label in zip(shown, labels):
-            self.add_column(label, key=self.fit_cols[i].key)
-        self.shown_cols, self.shown_labels = shown, labels
-        self.hidden = [c.label for i, c in enumerate(self.fit_cols) if i not in shown]
-        for row in self.rows_given:
-            self._add(row)
-        if self.rows_given:
-            self.move_cursor(row=min(max(0, cursor), len(self.rows_given) - 1))
-        self.set_class(bool(self.hidden), "-hiding")
-        self.border_subtitle = hidden_note(self.hidden) if self.hidden else None
-
-    def on_resize(self, event: events.Resize) -> None:
-        if self._fit() != (self.shown_labels, self.shown_cols):
-            self._rebuild()
