@@ -288,13 +288,15 @@ async def test_tab_visits_only_shown_maps_tables_and_boxes(name, tmp_path):
 
 
 @pytest.mark.parametrize("name", list(SCREENS))
-def test_every_screen_has_the_one_search_and_its_next_and_previous_match(name, tmp_path):
+async def test_every_screen_has_the_one_search_and_its_next_and_previous_match(name, tmp_path):
     """``/``, ``n`` and ``N`` are the same rows of every screen's table (tui/widgets/search.py):
     the exhaustive test above then presses each from every focus."""
     from bmoe_top.tui.widgets.search import SEARCH_KEYS
 
-    app, close, _ready = SCREENS[name](tmp_path)
+    app, close, ready = SCREENS[name](tmp_path)
     try:
+        async with app.run_test(size=(80, 24)) as pilot:  # started, so that close() ends what it started
+            await pilot_until(pilot, lambda: ready(app), f"{name} ready")
         table = type(app.main).KEYS
         for key in SEARCH_KEYS:
             assert key in table, f"{name}: {key.keys} is not the shared search key"
