@@ -17,9 +17,11 @@ from helpers.waits import pilot_until
 
 from bmoe_top.tui.app import BmoeTopApp
 from bmoe_top.tui.feed.files import open_paths
+from bmoe_top.tui.model.run import ProcessMemory
 from bmoe_top.tui.screens.base import REFRESH_S, REFRESH_STEPS
 from bmoe_top.tui.screens.replay import ReplayScreen
 from bmoe_top.tui.widgets.charts import BreakdownChart
+from bmoe_top.tui.widgets.panels import RunPanel
 
 BMOE_TOP = Path(sys.executable).with_name("bmoe-top")
 NEVER = 1e9  # a refresh interval no test outlives
@@ -352,3 +354,35 @@ async def test_the_title_never_ends_on_the_heading_of_its_numbers(csv_run):
             assert not text.endswith(("run:", "last 32:")), (width, text)
             seen += "run:" in text
         assert seen  # the numbers do show where they fit
+
+
+async def test_a_process_memory_reading_repaints_the_run_panel_and_no_view(tmp_path):
+    """A live child's memory is read every second also between turns: the reading moves the
+    run panel's memory rows, and no view repaints (they do not draw it): idle, the screen stays
+    idle (before, each reading bumped the run's version and every view drew its frame again)."""
+    p = tmp_path / "run.rec"
+    p.write_bytes(synth.session_recording(turns=1, n=12, tiers=True))
+    run = open_paths([str(p)])
+    screen = ReplayScreen(run, title="memory")
+    app = BmoeTopApp(screen)
+    async with app.run_test(size=(200, 60)) as pilot:
+        await pilot.press("end")
+        await pilot.pause()
+        screen.refresh_s = 0.0  # every tick is due: only what changed decides
+        screen.tick()
+        version, polls = run.version, screen.view_polls
+        views = screen._widgets()[1]
+        keys = [v._polled for v in views]
+        panel = app.query_one(RunPanel)
+        run.set_process_memory(ProcessMemory(rss_anon=300 << 20, rss_file=50 << 20, mem_available=7 << 30))
+        screen.tick()
+        assert run.version == version and screen.view_polls == polls + 1
+        assert [v._polled for v in views] == keys  # no view drew a frame
+        await pilot_until(pilot, lambda: "300" in panel_text(panel))
+        run.set_process_memory(ProcessMemory(rss_anon=300 << 20, rss_file=50 << 20, mem_available=7 << 30))
+        screen.tick()
+        assert screen.view_polls == polls + 1  # the same reading again: nothing to repaint
+
+
+def panel_text(panel) -> str:
+    return "\n".join(strip.text for strip in panel._lines)

@@ -162,6 +162,7 @@ class RunModel:
     def __init__(self, retention: Retention = KEEP_ALL) -> None:
         self.lock = threading.RLock()
         self._version = 0
+        self._memory_version = 0
         self.retention = retention
         self._meta: dict[str, str] = {}
         self._summary: dict[str, float] = {}
@@ -215,8 +216,15 @@ class RunModel:
     # ---------------------------------------------------------------------------- read access
     @property
     def version(self) -> int:
-        """Bumped by every write: a view repaints when it changed."""
+        """Bumped by every write but a process-memory reading: a view repaints when it changed."""
         return self._version
+
+    @property
+    def memory_version(self) -> int:
+        """Bumped by a :attr:`process_memory` reading that differs from the one before, and by
+        nothing else: the run panel's memory rows follow it while no token comes (a child
+        between turns), the views, which do not draw these figures, do not repaint."""
+        return self._memory_version
 
     @property
     def tokens(self) -> ColumnsReader:
@@ -309,9 +317,11 @@ class RunModel:
         return self._process_memory
 
     def set_process_memory(self, pm: ProcessMemory) -> None:
+        """Keep the newest reading; a new figure bumps :attr:`memory_version` (not :attr:`version`)."""
         with self.lock:
-            self._process_memory = pm
-            self._touch()
+            if pm != self._process_memory:
+                self._process_memory = pm
+                self._memory_version += 1
 
     @property
     def budget_mib(self) -> float | None:

@@ -505,7 +505,8 @@ class RunScreen(SearchScreen):
         return ChangeKey(self.model.version, pb.cursor, Scene(
             selected=pb.selected, playing=pb.playing, follow=pb.follow, speed_index=pb.speed_index,
             per_col=pb.per_col, fit=pb.fit, quiet_s=int(self.quiet_seconds() or 0), turn_by_turn=pb.turn_by_turn,
-            status_word=self.status_word(), look=look_of(self), size=(self.size.width, self.size.height)))
+            status_word=self.status_word(), look=look_of(self), size=(self.size.width, self.size.height)),
+            self.model.memory_version)
 
     #: The title's numbers follow new rows in the fast tier (a source of a few rows a second);
     #: else they wait for the views' repaint, and new rows alone repaint only the answer's tail.

@@ -52,11 +52,14 @@ class Scene:
 @dataclass(frozen=True, slots=True)
 class ChangeKey:
     """What a screen draws from at one tick: the run's ``version`` (rows added), the playback
-    ``cursor``, and the rest of the :class:`Scene`."""
+    ``cursor``, the rest of the :class:`Scene`, and ``memory`` (the run's ``memory_version``: a
+    process-memory reading, drawn by the run panel alone; data like a row, so it waits for the
+    views' next repaint, where the views find their own keys unchanged)."""
 
     version: int
     cursor: int
     scene: Scene
+    memory: int = 0
 
     def only_data(self, old: ChangeKey) -> bool:
         """Whether only the run's rows moved since ``old`` (the version, and the cursor while it

@@ -74,7 +74,7 @@ class RunPanel(Widget):
         return look_of(self)
 
     def update_from_run(self, force: bool = False) -> None:
-        key = (self.run.version, self.playback.sel, self.playback.n, self.look,
+        key = (self.run.version, self.run.memory_version, self.playback.sel, self.playback.n, self.look,
                None if self.alerts is None else self.alerts.rows)
         if key == self._key and not force:
             return
