@@ -27,7 +27,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -35,10 +35,10 @@ import numpy as np
 from bmoe_top.parsers.gguf_layout import ModelError, ModelLayout, read_layout
 
 from . import demo_model
-from .expert_cache import ExpertCache
+from .expert_cache import ExpertCache, TokenCounters
 from .expert_io import ExpertIOError, ExpertReader
 from .expert_sink import ExpertSink, SinkError
-from .llama_handles import GreedySampler, LlamaContext, LlamaModel, TokenBatch, route_llama_log
+from .llama_handles import GreedySampler, LlamaContext, LlamaModel, SeqBatch, TokenBatch, route_llama_log
 from .llama_lib import L
 from .results import MIB, CacheStats, GenerationResult, TextSoFar, TokenStats
 from .router_hook import RouterHook
@@ -144,6 +144,9 @@ class _Turn:
     misses: int = 0
     cpu0: float = 0.0
     flt0: int = 0
+    #: the KV sequence and its tokens (serial generation: sequence 0 and ``Engine.kv_tokens``)
+    seq: int = 0
+    kv: list[int] = field(default_factory=list)
 
 
 class Engine:
@@ -165,7 +168,9 @@ class Engine:
     eval-callback shim when it builds, False = pure-Python callback; same results), ``repack``
     (let llama.cpp repack weights; streaming then refuses: for tests of the refusal),
     ``sampling`` (default greedy, with llama.cpp's greedy sampler), ``process_stats`` (fill the
-    per-token RSS / major faults / CPU figures).
+    per-token RSS / major faults / CPU figures), ``n_seq`` (KV sequences the context holds, each
+    ``n_ctx // n_seq`` tokens long: :class:`bmoe_top.runtime.slots.SlotDecoder` decodes them
+    together; 1 = the serial :meth:`generate`).
 
     Raises :class:`ModelError` (bad file / not MoE) or :class:`EngineError` (streaming refused,
     unusable budget, llama.cpp could not load the model). Attributes after load: ``load_s``,
@@ -195,6 +200,7 @@ class Engine:
         repack: bool = False,
         sampling: Sampling | None = None,
         process_stats: bool = False,
+        n_seq: int = 1,
     ) -> None:
         t_start = time.perf_counter()
         self._lock = threading.Lock()
@@ -230,6 +236,11 @@ class Engine:
         self.hook = RouterHook(native_shim=native_hook)
         self.observe = self.stream or self.route_telemetry or self.route_weights
         self.kv_tokens: list[int] = []  # tokens whose K/V are in the cache, in order
+        self.n_seq = max(1, int(n_seq))
+        #: a batch of several sequences' tokens is being decoded: each row's sequence, and per
+        #: layer each routed expert's owner (the sequence of the first row that routed it)
+        self._row_seq: list[int] | None = None
+        self.owners: dict[int, dict[int, int]] = {}
         self.turn = 0
         self.last_prefill_route: Route | None = None
         self.route_sink: Callable[[str, int, int, dict], None] | None = None  # set by telemetry
@@ -291,7 +302,8 @@ class Engine:
         cp.n_ctx = int(n_ctx)
         self.n_batch = int(n_batch or min(int(n_ctx), 2048))
         cp.n_batch = cp.n_ubatch = self.n_batch
-        cp.n_seq_max = 1
+        cp.n_seq_max = self.n_seq
+        cp.kv_unified = False  # each sequence its own n_ctx // n_seq cells (llama-server's slots)
         cp.n_threads = cp.n_threads_batch = self.n_threads
         cp.no_perf = True
         if flash_attn is not None:
@@ -304,10 +316,12 @@ class Engine:
         except RuntimeError as e:
             raise EngineError(str(e)) from None
         self.n_ctx = self.ctx.n_ctx
+        self.n_ctx_seq = self.ctx.n_ctx_seq
         if self.n_ctx != int(n_ctx):  # llama.cpp pads the context (e.g. to a multiple of 256): say so
             print(f"bmoe-run: n_ctx {n_ctx} was set to {self.n_ctx} by llama.cpp", file=sys.stderr, flush=True)
         self.batch = TokenBatch(self.n_batch)
         self._one = TokenBatch(1)
+        self.seq_batch = SeqBatch(max(self.n_batch, self.n_seq)) if self.n_seq > 1 else None
         self.sampler = GreedySampler(self.ctx)
 
     def _install_abort(self) -> None:
@@ -376,6 +390,12 @@ class Engine:
                 ids = np.array([ids], dtype=np.int32)
         else:
             routed = list(dict.fromkeys(ids.ravel().tolist()))
+            if self._row_seq is not None:
+                owner: dict[int, int] = {}
+                for seq, row in zip(self._row_seq, ids.tolist()):
+                    for e in row:
+                        owner.setdefault(e, seq)
+                self.owners[il] = owner
         if routed and (min(routed) < 0 or max(routed) >= self.n_expert):
             raise ExpertIOError(f"layer {il}: router selected an expert id out of range {routed}")
         if self.cache is not None:
@@ -414,16 +434,25 @@ class Engine:
         assert self.model is not None
         return self.model.token_bytes(tok)
 
-    def _decode(self, toks: list[int]) -> int:
+    def _decode(self, toks: list[int], seq: int | None = None, pos0: int = 0) -> int:
+        """``llama_decode`` of ``toks``: the serial context (``seq`` None: positions from the KV
+        cache), or sequence ``seq`` from position ``pos0`` (logits of the last token only)."""
         assert self.ctx is not None
         if self.cache is not None:
             self.cache.ubatch_tokens = len(toks)
             self.cache.arm_native(self.route_sink is not None, self.route_telemetry)
-        return self.ctx.decode((self._one if len(toks) == 1 else self.batch).set(toks))
+        if seq is None:
+            return self.ctx.decode((self._one if len(toks) == 1 else self.batch).set(toks))
+        assert self.seq_batch is not None
+        last = len(toks) - 1
+        return self.ctx.decode(self.seq_batch.set([(t, pos0 + i, seq, i == last) for i, t in enumerate(toks)]))
 
-    def _sync_kv_after_failure(self) -> None:
+    def _sync_kv_after_failure(self, turn: _Turn | None = None) -> None:
         assert self.ctx is not None
-        self.kv_tokens = self.kv_tokens[: max(0, self.ctx.kv_len())]
+        if turn is None or self.n_seq == 1:
+            self.kv_tokens = self.kv_tokens[: max(0, self.ctx.kv_len())]
+        else:
+            del turn.kv[max(0, self.ctx.kv_len(turn.seq)):]
 
     def _flush_route(self, phase: str, step_pos: int, n_tokens: int) -> None:
         """Hand the per-token routing of the last decode to ``route_sink`` (route traces)."""
@@ -550,8 +579,11 @@ class Engine:
             return (0, 0, 0, 0, 0)
         return (c.spec_bytes, c.spec_experts, c.spec_useful, c.evictions, c.rereads)
 
-    def _prefill(self, target: list[int], p: int, res: GenerationResult) -> int:
-        """Decode the prompt suffix ``target[p:]`` in batches of ``n_batch``; llama's return code."""
+    def _prefill(self, target: list[int], p: int, res: GenerationResult, seq: int | None = None,
+                 kv: list[int] | None = None) -> int:
+        """Decode the prompt suffix ``target[p:]`` in batches of ``n_batch`` (into sequence ``seq``
+        whose tokens ``kv`` grows, or the serial context); llama's return code."""
+        kv = self.kv_tokens if kv is None else kv
         cache = self.cache
         t0 = time.perf_counter()
         if cache:
@@ -567,7 +599,7 @@ class Engine:
             self._gen_route = (
                 [([], []) for _ in range(self.n_layer)] if (cache is None and self.route_telemetry) else None
             )
-            rc = self._decode(chunk)
+            rc = self._decode(chunk, seq, pos)
             if cache:
                 cache.end_decode()
             if rc != 0:
@@ -578,7 +610,7 @@ class Engine:
                     for e, hit in zip(r, h):
                         pre_route[il].setdefault(e, hit)
             self._flush_route("prefill", pos, len(chunk))
-            self.kv_tokens.extend(chunk)
+            kv.extend(chunk)
             pos += len(chunk)
             if cache:
                 res.prefill_read_bytes += cache.tok.read_bytes
@@ -616,13 +648,14 @@ class Engine:
             if turn.on_token is not None:
                 turn.on_token(st)
 
-    def _pick(self, turn: _Turn) -> int:
-        """The next token: llama.cpp's greedy sampler, or :class:`Sampling` on the logits row."""
+    def _pick(self, turn: _Turn, i: int = -1) -> int:
+        """The next token from row ``i`` of the last decoded batch: llama.cpp's greedy sampler,
+        or :class:`Sampling` on the logits row."""
         if turn.sampling.greedy:
-            return self.sampler.sample()
+            return self.sampler.sample(i)
         assert self.ctx is not None
-        row = np.ctypeslib.as_array(self.ctx.logits_row(), shape=(self.n_vocab,))
-        return turn.sampling.pick(row, self.kv_tokens, turn.rng)
+        row = np.ctypeslib.as_array(self.ctx.logits_row(i), shape=(self.n_vocab,))
+        return turn.sampling.pick(row, turn.kv if self.n_seq > 1 else self.kv_tokens, turn.rng)
 
     def _decode_step(self, tok: int) -> int:
         cache = self.cache
@@ -654,8 +687,10 @@ class Engine:
             return
         raise GenerationError(f"llama_decode returned {rc}")
 
-    def _token_stats(self, turn: _Turn, step: int, tok: int, wall: float, decode_s: float) -> TokenStats:
-        """Account one decoded token and build its :class:`TokenStats`."""
+    def _token_stats(self, turn: _Turn, step: int, tok: int, wall: float, decode_s: float,
+                     tk: TokenCounters | None = None) -> TokenStats:
+        """Account one decoded token and build its :class:`TokenStats` (``tk``: the cache work
+        charged to it; None = the whole last decode's)."""
         res = turn.res
         piece = turn.utf8.decode(self.token_bytes(tok))
         turn.answer.parts.append(piece)
@@ -663,10 +698,11 @@ class Engine:
         cache = self.cache
         st = TokenStats(step=step, steps=turn.n_predict, token=tok, piece=piece, wall_ms=wall * 1e3, io_ms=0.0,
                         compute_ms=wall * 1e3, mgmt_ms=0.0, stall_ms=0.0, read_bytes=0, cache_hit_pct=-1.0,
-                        answer=turn.answer, n_pieces=len(turn.answer.parts), pos=len(self.kv_tokens) - 1,
+                        answer=turn.answer, n_pieces=len(turn.answer.parts),
+                        pos=len(turn.kv if self.n_seq > 1 else self.kv_tokens) - 1,
                         decode_ms=decode_s * 1e3, budget_mib=turn.budget_mib)
         if cache is not None:
-            self._cache_token_stats(turn, st, cache, wall)
+            self._cache_token_stats(turn, st, cache, wall, cache.tok if tk is None else tk)
         else:
             st.resident_mib = turn.budget_mib
             st.route = self._gen_route if self.route_telemetry else None
@@ -683,8 +719,8 @@ class Engine:
         res.stats.append(st)
         return st
 
-    def _cache_token_stats(self, turn: _Turn, st: TokenStats, cache: ExpertCache, wall: float) -> None:
-        tk = cache.tok
+    def _cache_token_stats(self, turn: _Turn, st: TokenStats, cache: ExpertCache, wall: float,
+                           tk: TokenCounters) -> None:
         if cache.overlap:
             io_s = tk.io_s + cache.take_spec_busy()
             compute = wall - tk.stall_s - tk.mgmt_s
@@ -741,7 +777,7 @@ class Engine:
             res.spec_useful = cache.spec_useful - marks[2]
             res.evictions = cache.evictions - marks[3]
             res.rereads = cache.rereads - marks[4]
-        res.n_past = len(self.kv_tokens)
+        res.n_past = len(turn.kv if self.n_seq > 1 else self.kv_tokens)
         self._clear_abort()
         self._cancel = None
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from .llama_lib import L
 
-__all__ = ["LlamaModel", "LlamaContext", "TokenBatch", "GreedySampler", "route_llama_log"]
+__all__ = ["LlamaModel", "LlamaContext", "TokenBatch", "SeqBatch", "GreedySampler", "route_llama_log"]
 
 _log_cb_ref: Any = None
 
@@ -158,13 +158,14 @@ class LlamaContext:
     def close(self) -> None:
         self.stack.close()
 
-    def decode(self, batch: TokenBatch) -> int:
+    def decode(self, batch: TokenBatch | SeqBatch) -> int:
         """``llama_decode`` of the tokens in ``batch``; llama.cpp's return code (0 = ok, 2 = aborted)."""
         return int(L.llama_decode(self.ptr, batch.batch))
 
-    def logits_row(self) -> Any:
-        """Pointer to the logits of the last decoded token (``n_vocab`` floats)."""
-        return L.llama_get_logits_ith(self.ptr, -1)
+    def logits_row(self, i: int = -1) -> Any:
+        """Pointer to the logits of row ``i`` of the last decoded batch (-1 = its last row;
+        ``n_vocab`` floats). The row must have asked for logits."""
+        return L.llama_get_logits_ith(self.ptr, i)
 
     def clear_kv(self) -> None:
         L.llama_memory_clear(self.memory, True)
@@ -176,9 +177,18 @@ class LlamaContext:
         else:
             L.llama_memory_seq_rm(self.memory, 0, n, -1)
 
-    def kv_len(self) -> int:
-        """Tokens held in the KV cache of sequence 0."""
-        return int(L.llama_memory_seq_pos_max(self.memory, 0)) + 1
+    def kv_len(self, seq: int = 0) -> int:
+        """Tokens held in the KV cache of sequence ``seq``."""
+        return int(L.llama_memory_seq_pos_max(self.memory, seq)) + 1
+
+    def drop_seq(self, seq: int) -> None:
+        """Drop every KV entry of sequence ``seq`` (the other sequences keep theirs)."""
+        L.llama_memory_seq_rm(self.memory, seq, -1, -1)
+
+    @property
+    def n_ctx_seq(self) -> int:
+        """Tokens one sequence may hold (``n_ctx`` split over ``n_seq_max`` without a unified KV cache)."""
+        return int(L.llama_n_ctx_seq(self.ptr))
 
     def set_abort(self, cb: Any) -> None:
         """Install a ``ggml_abort_callback`` (None removes it: no per-node call at all)."""
@@ -207,6 +217,36 @@ class TokenBatch:
         return self
 
 
+class SeqBatch:
+    """A reusable ``llama_batch`` of up to ``capacity`` rows, each a token with its position, its
+    one sequence id and whether its logits are wanted (several sequences decoded in one call)."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = max(1, int(capacity))
+        self.batch = L.llama_batch_init(self.capacity, 0, 1)
+        self._freed = False
+
+    def set(self, rows: Sequence[tuple[int, int, int, bool]]) -> SeqBatch:
+        """``rows``: (token, position, sequence id, logits wanted), in batch order."""
+        n = len(rows)
+        if n > self.capacity:
+            raise ValueError(f"{n} tokens do not fit a batch of {self.capacity}")
+        b = self.batch
+        for i, (tok, pos, seq, out) in enumerate(rows):
+            b.token[i] = tok
+            b.pos[i] = pos
+            b.n_seq_id[i] = 1
+            b.seq_id[i][0] = seq
+            b.logits[i] = 1 if out else 0
+        b.n_tokens = n
+        return self
+
+    def close(self) -> None:
+        if not self._freed:
+            self._freed = True
+            L.llama_batch_free(self.batch)
+
+
 class GreedySampler:
     """llama.cpp's sampler chain with its greedy sampler (argmax; ties go to the lowest id, as
     :func:`numpy.argmax`). Registered on ``ctx``'s stack, so it is freed with the context."""
@@ -223,6 +263,6 @@ class GreedySampler:
             L.llama_sampler_free(self.ptr)
             self.ptr = None
 
-    def sample(self) -> int:
-        """The next token from the last decoded token's logits."""
-        return int(L.llama_sampler_sample(self.ptr, self.ctx.ptr, -1))
+    def sample(self, i: int = -1) -> int:
+        """The next token from the logits of row ``i`` of the last decoded batch (-1 = its last row)."""
+        return int(L.llama_sampler_sample(self.ptr, self.ctx.ptr, i))
