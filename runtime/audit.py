@@ -150,12 +150,21 @@ class AuditWriter:
 
     def request(self, before: CacheCounters, after: CacheCounters, *, slot: int, task: int, n_prompt: int,
                 n_gen: int, t_prompt_ms: float, t_gen_ms: float) -> dict:
-        rec = self.base("request", after)
+        """One slot: the request's own counters are the context counters' difference across it."""
+        a, b = before.audit_counters(), after.audit_counters()
+        return self.request_own(after, {k: b[k] - a[k] for k in b}, slot=slot, task=task, n_prompt=n_prompt,
+                                n_gen=n_gen, t_prompt_ms=t_prompt_ms, t_gen_ms=t_gen_ms)
+
+    def request_own(self, counters: CacheCounters, own: dict[str, int], *, slot: int, task: int, n_prompt: int,
+                    n_gen: int, t_prompt_ms: float, t_gen_ms: float) -> dict:
+        """A request record with the context's ``counters`` now and the request's own ``req_*``
+        counters ``own`` (keys of :meth:`CacheCounters.audit_counters`; with several slots, the
+        lookups charged to it: docs/metrics.md "Parallel slots")."""
+        rec = self.base("request", counters)
         rec.update(slot=slot, task=task, n_prompt=n_prompt, n_gen=n_gen, t_prompt_ms=round(t_prompt_ms, 3),
                    t_gen_ms=round(t_gen_ms, 3))
-        a, b = before.audit_counters(), after.audit_counters()
         for rk, ck in REQ_KEYS.items():
-            rec[rk] = b[ck] - a[ck]
+            rec[rk] = own[ck]
         self.write(rec)
         return rec
 

@@ -134,6 +134,9 @@ class MoeCacheExt:
         self.max_expert_bytes = max(self.expert_bytes) if self.expert_bytes else 0
         self.lock = threading.Lock()
         self.hits_profile = 0
+        #: while not None, every profile hit (layer, expert) in lookup order (serve --parallel charges
+        #: a shared step's profile hits to the row that routed the expert first)
+        self.profile_hit_log: list[tuple[int, int]] | None = None
         self.layer_hits_profile = [0] * self.n_layer
         self.swaps = 0
         self.prefilled = 0
@@ -185,6 +188,8 @@ class MoeCacheExt:
                 for e, h in zip(routed, hit_flags):
                     if h and (il, e) in keys:
                         n += 1
+                        if ext.profile_hit_log is not None:
+                            ext.profile_hit_log.append((il, e))
                 if n:
                     ext.hits_profile += n
                     lhp[il] += n

@@ -117,7 +117,10 @@ def _parser() -> argparse.ArgumentParser:
                      help=f"seconds without a byte while a request body is read: 408 (default {d.timeout_idle:g})")
     lim.add_argument("--timeout-keep-alive", type=_positive(float, 0.01), default=d.timeout_keep_alive, metavar="S",
                      help=f"seconds a connection may wait idle for its next request (default {d.timeout_keep_alive:g})")
-    ap.add_argument("-c", "--ctx-size", "--n-ctx", dest="n_ctx", type=int, default=2048)
+    ap.add_argument("-c", "--ctx-size", "--n-ctx", dest="n_ctx", type=int, default=2048,
+                    help="context tokens, split evenly over the --parallel slots (default 2048)")
+    ap.add_argument("-np", "--parallel", type=_positive(int), default=1, metavar="N",
+                    help="slots: requests decoded together, one llama_decode per step (default 1)")
     ap.add_argument("-t", "--threads", type=int, default=None)
     ap.add_argument("-b", "--batch-size", dest="n_batch", type=int, default=None)
     ap.add_argument("--cache-mb", type=float, default=None, help="expert cache budget in MiB (0 = no cache)")
@@ -190,7 +193,8 @@ def serve_main(argv: list[str] | None = None) -> int:
     engine_kw = dict(model_path=model, n_ctx=args.n_ctx, n_threads=args.threads, n_batch=args.n_batch,
                      cache_mb=args.cache_mb, stream=not args.no_moe_stream, io_threads=args.io_threads,
                      o_direct=not args.no_odirect, overlap=args.overlap, prefetch=args.prefetch,
-                     force_cache=args.force_cache, quiet=not args.verbose, process_stats=True)
+                     force_cache=args.force_cache, quiet=not args.verbose, process_stats=True,
+                     n_seq=args.parallel)
     try:
         engine_kw["sampling"] = sampling_from_args(args)
     except ValueError as exc:

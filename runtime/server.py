@@ -2,15 +2,19 @@
 "Server metrics", "Audit log"; llama-server's request/response shapes and its OpenAI-compatible API).
 
 This module owns the model side: one worker thread owns the :class:`~bmoe_top.runtime.engine.Engine`
-and runs the queued requests one at a time (``requests_deferred`` counts the queue), updating the
-``/metrics`` counters after each token and writing one audit ``request`` record per finished
-request. The HTTP side (uvicorn + Starlette, the endpoints and every limit) is
-:mod:`bmoe_top.runtime.server_http`; it hands requests over with :meth:`Server.submit` and gets
-the tokens back through the job's event queue, so a scrape or ``/health`` never touches the engine.
+and runs the queued requests, one at a time with one slot, or up to ``--parallel`` of them
+decoded together (:class:`~bmoe_top.runtime.slots.SlotDecoder`; ``requests_processing`` counts
+the busy slots, ``requests_deferred`` the queue), updating the ``/metrics`` counters after each
+token and writing one audit ``request`` record per finished request (docs/metrics.md "Parallel
+slots" says how a shared step's cache work is charged). The HTTP side (uvicorn + Starlette,
+the endpoints and every limit) is :mod:`bmoe_top.runtime.server_http`; it hands requests over
+with :meth:`Server.submit` and gets the tokens back through the job's event queue, so a scrape or
+``/health`` never touches the engine.
 The command line, the keys and the bind check are :mod:`bmoe_top.runtime.serve`'s, which builds
 a :class:`Server` with its HTTP front. ``csv_path``: the per-token CSV sink of ``bmoe-run``
-(docs/telemetry.md), one row per generated token of every request in the order the worker ran
-them, a ``# summary`` line per request.
+(docs/telemetry.md), one row per generated token of every request, a ``# summary`` line per
+request; with several slots each request's rows are written together when it ends, with its
+summary, so the file holds whole turns in the order they ended.
 """
 
 from __future__ import annotations
@@ -99,6 +103,17 @@ class Job:
     cancel: threading.Event = field(default_factory=threading.Event)
     state: str = "queued"  # queued | running | done
     disconnected: bool = False
+    slot: int = 0  # the slot (KV sequence) that runs it
+
+
+@dataclass
+class _Live:
+    """A running request of the parallel worker: its job, its own audit counters so far (the
+    ``req_*`` keys' sources, :meth:`CacheCounters.audit_counters` keys) and its CSV rows."""
+
+    job: Job
+    own: dict[str, int]
+    rows: list[Any] = field(default_factory=list)
 
 
 class Front(Protocol):
@@ -148,7 +163,10 @@ class Server:
         self._waiting: collections.deque[Job] = collections.deque()
         self._closed = False
         self._task = 0
-        self._current: Job | None = None
+        self._running: dict[int, Job] = {}  # slot -> its job
+        self._step_rows: list[int] = []  # the slots of the current shared step's rows, in row order
+        self.parallel = int(self.engine_kw.get("n_seq", 1) or 1)
+        self.csv_turn = 0  # generated turns written to the CSV (parallel worker)
         self.worker: threading.Thread | None = None
         self.perf = {"n_prompt": 0, "n_gen": 0, "t_prompt_ms": 0.0, "t_gen_ms": 0.0}
         self.front = front(self, host, port)
@@ -228,7 +246,8 @@ class Server:
         )
 
     def start_worker(self) -> None:
-        self.worker = threading.Thread(target=self._work, name="bmoe-serve-worker", daemon=True)
+        work = self._work if self.parallel == 1 else self._work_parallel
+        self.worker = threading.Thread(target=work, name="bmoe-serve-worker", daemon=True)
         self.worker.start()
         self.loading = False
         self._audit(self.audit.ready if self.audit else None, self.ext.counters())
@@ -242,8 +261,7 @@ class Server:
         self._stopped = True
         self.stopping = True
         with self._cv:
-            cur = self._current
-            if cur is not None:
+            for cur in self._running.values():
                 cur.cancel.set()
             refused = list(self._waiting)
             self._waiting.clear()
@@ -330,9 +348,19 @@ class Server:
                 return None
             job = self._waiting.popleft()
             job.state = "running"
-            self._current = job
+            self._running[0] = job
             self.metrics.update(requests_processing=1, requests_deferred=len(self._waiting))
             return job
+
+    def check_request(self, prompt: str, n_predict: int) -> None:
+        """Raise :class:`~bmoe_top.runtime.engine.RequestError` when the engine (or one slot's
+        context, with several slots) would reject the request; changes nothing."""
+        if self.parallel == 1:
+            self.engine.check_request(prompt, n_predict, True)
+        else:
+            from .slots import SlotDecoder
+
+            SlotDecoder.target_for(self.engine, prompt, n_predict)
 
     def _work(self) -> None:
         from .engine import GenerationError, RequestError
@@ -378,7 +406,7 @@ class Server:
                 err = (500, f"{type(exc).__name__}: {exc}")
             after = ext.counters()
             with self._cv:
-                self._current = None
+                self._running.pop(0, None)
                 job.state = "done"
                 m.update(cache=after, requests_processing=0, requests_deferred=len(self._waiting))
             if res is not None and self.csv is not None:
@@ -395,6 +423,156 @@ class Server:
                 self._audit(self.audit.request if self.audit else None, before, after, slot=0, task=job.task,
                             n_prompt=n_prompt, n_gen=n_gen, t_prompt_ms=t_p, t_gen_ms=t_g)
             job.post("error", err) if err else job.post("done", (res, job.stop))
+
+    # -- the parallel worker: up to ``parallel`` requests decoded together -------------------------
+    def _work_parallel(self) -> None:
+        """Admit queued requests into free slots (each prefilled alone), then one shared step for
+        every busy slot, until the queue is closed and every slot is free."""
+        from .slots import SlotDecoder
+
+        dec = SlotDecoder(self.engine)
+        live: dict[int, _Live] = {}
+        while True:
+            with self._cv:
+                while not self._waiting and not live and not self._closed:
+                    self._cv.wait()
+                if not self._waiting and not live:
+                    return
+                admit = []
+                for slot in dec.free():
+                    if not self._waiting:
+                        break
+                    job = self._waiting.popleft()
+                    job.state, job.slot = "running", slot
+                    self._running[slot] = job
+                    admit.append(job)
+                self.metrics.update(requests_processing=len(self._running), requests_deferred=len(self._waiting))
+            for job in admit:
+                self._admit(dec, live, job)
+            if dec.running:
+                self._shared_step(dec, live)
+
+    def _admit(self, dec: Any, live: dict[int, _Live], job: Job) -> None:
+        """Prefill ``job`` alone into its slot; its cache work so far is all its own."""
+        from .engine import GenerationError, RequestError
+
+        eng, ext, m = self.engine, self.ext, self.metrics
+        before = ext.counters().audit_counters()
+        lv = _Live(job=job, own=dict.fromkeys(before, 0))
+        live[job.slot] = lv
+
+        def on_prefill(prefill_s: float, n_prompt: int) -> None:
+            m.add(prompt_tokens=n_prompt, prompt_seconds=prefill_s,
+                  n_decode=max(1, math.ceil(n_prompt / max(1, eng.n_batch))))
+            m.update(cache=ext.counters())
+
+        res, err = None, None
+        try:
+            n_predict = job.n_predict
+            if n_predict < 0:
+                n_predict = max(0, eng.n_ctx_seq - len(eng.tokenize(job.prompt, True)))
+            res = dec.start(job.slot, job.prompt, n_predict, on_token=lambda st: self._on_token(lv, st),
+                            cancel=job.cancel, on_prefill=on_prefill, sampling=job.sampling)
+        except RequestError as exc:
+            err = (400, str(exc))
+        except GenerationError as exc:
+            err = (500, str(exc))
+        except Exception as exc:  # noqa: BLE001 - the server must survive one bad request
+            err = (500, f"{type(exc).__name__}: {exc}")
+        after = ext.counters().audit_counters()
+        for k in lv.own:
+            lv.own[k] += after[k] - before[k]
+        if res is not None or err is not None:
+            self._end(live, job.slot, res, err)
+
+    def _on_token(self, lv: _Live, st: Any) -> None:
+        """One generated token of a slot (on the worker thread, inside a step)."""
+        ext, m, job = self.ext, self.metrics, lv.job
+        self._step_rows.append(job.slot)
+        ext.after_token()
+        if self.csv is not None:
+            lv.rows.append(st)
+        m.add(tokens_predicted=1, tokens_predicted_seconds=st.wall_ms / 1000.0, timed_tokens=1,
+              wall_s=st.wall_ms / 1000.0, io_s=st.io_ms / 1000.0, stall_s=st.stall_ms / 1000.0,
+              mgmt_s=st.mgmt_ms / 1000.0, compute_s=st.compute_ms / 1000.0)
+        m.update(cache=ext.counters())
+        text = job.stop.feed(st.piece)
+        if job.stop.hit is not None:
+            job.cancel.set()  # a stop string: the slot ends before the next step
+        if job.stream:
+            job.post("token", (text, st.token, st.step))
+
+    def _shared_step(self, dec: Any, live: dict[int, _Live]) -> None:
+        """One step of every busy slot; its cache work charged as :meth:`_charge` says."""
+        ext = self.ext
+        before = ext.counters().audit_counters()
+        self._step_rows = []
+        if ext.profile_keys:
+            ext.profile_hit_log = []
+        try:
+            ended = dec.step()
+        finally:
+            log, ext.profile_hit_log = ext.profile_hit_log, None
+        after = ext.counters().audit_counters()
+        if self._step_rows:
+            self.metrics.add(n_decode=1)  # one llama_decode for every row of the step
+        # the slots of the step's rows (in row order), or those a failed step ended
+        stepped = self._step_rows or [q for q, _, exc in ended if exc is not None]
+        self._charge(live, stepped, dec, before, after, log)
+        for slot, res, exc in ended:
+            err = None if exc is None else (500, str(exc))
+            self._end(live, slot, res, err)
+
+    def _charge(self, live: dict[int, _Live], stepped: list[int], dec: Any, before: dict[str, int],
+                after: dict[str, int], log: list[tuple[int, int]] | None) -> None:
+        """A step's counter deltas to its slots: each routed expert to the slot of the first row
+        that routed it (``dec.shares``), the rest (speculative reads, a step of one row) to the
+        step's first slot, so the slots' counters add up exactly to the context's."""
+        delta = {k: after[k] - before[k] for k in after}
+        stepped = [q for q in stepped if q in live] or sorted(live)[:1]
+        if not stepped:
+            return
+        owners = self.engine.owners
+        for q in stepped[1:]:
+            sh = dec.shares.get(q)
+            if sh is None:
+                continue
+            n_prof = sum(1 for il, e in (log or ()) if owners.get(il, {}).get(e) == q)
+            mine = {"hits": sh.hits, "misses": sh.misses, "bytes_upload": sh.miss_bytes, "hits_profile": n_prof}
+            for k, v in mine.items():
+                if k in delta and 0 <= v <= delta[k]:
+                    live[q].own[k] += v
+                    delta[k] -= v
+        first = live[stepped[0]].own
+        for k, v in delta.items():
+            first[k] += v
+
+    def _end(self, live: dict[int, _Live], slot: int, res: Any, err: tuple[int, str] | None) -> None:
+        """A slot's request ended: its CSV rows and summary, its audit record, its answer."""
+        lv = live.pop(slot)
+        job = lv.job
+        with self._cv:
+            self._running.pop(slot, None)
+            job.state = "done"
+            self.metrics.update(cache=self.ext.counters(), requests_processing=len(self._running),
+                                requests_deferred=len(self._waiting))
+        if res is not None and self.csv is not None:
+            for st in lv.rows:
+                self._csv(self.csv.row, st, self.csv_turn)
+            self._csv(self.csv.summary, self.engine, res)
+            self.csv_turn += 1
+        if res is not None or any(lv.own.values()):
+            n_prompt = res.n_prompt if res else 0
+            n_gen = res.n_tokens if res else 0
+            t_p = res.prefill_s * 1000.0 if res else 0.0
+            t_g = res.decode_s * 1000.0 if res else 0.0
+            self.perf["n_prompt"] += n_prompt
+            self.perf["n_gen"] += n_gen
+            self.perf["t_prompt_ms"] += t_p
+            self.perf["t_gen_ms"] += t_g
+            self._audit(self.audit.request_own if self.audit else None, self.ext.counters(), lv.own, slot=slot,
+                        task=job.task, n_prompt=n_prompt, n_gen=n_gen, t_prompt_ms=t_p, t_gen_ms=t_g)
+        job.post("error", err) if err else job.post("done", (res, job.stop))
 
 
 def _build() -> str:

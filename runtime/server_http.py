@@ -565,7 +565,7 @@ class HttpFront:
         from .engine import RequestError
 
         try:
-            await asyncio.to_thread(self.srv.engine.check_request, prompt, max(0, n_predict), True)
+            await asyncio.to_thread(self.srv.check_request, prompt, max(0, n_predict))
         except RequestError as exc:
             raise HttpError(400, str(exc)) from None
 
@@ -667,12 +667,12 @@ class HttpFront:
             def frames(kind: str, val: Any):
                 if kind == "token":
                     text, tok, step = val
-                    yield _sse({"index": 0, "content": text, "tokens": [tok], "stop": False, "id_slot": 0,
+                    yield _sse({"index": 0, "content": text, "tokens": [tok], "stop": False, "id_slot": job.slot,
                                 "tokens_predicted": step})
                 elif kind == "done":
                     res, st = val
                     tail = st.final(res.text)[st.sent:]
-                    yield _sse(_legacy_final(res, st, model, tail))
+                    yield _sse(_legacy_final(res, st, model, tail, job.slot))
                 else:
                     yield _sse({"error": orjson.loads(error_body(*val))["error"]})
 
@@ -681,7 +681,7 @@ class HttpFront:
         if isinstance(out, Response):
             return out
         res, st = out
-        return Response(orjson.dumps(_legacy_final(res, st, model, st.final(res.text))), media_type=JSON)
+        return Response(orjson.dumps(_legacy_final(res, st, model, st.final(res.text), job.slot)), media_type=JSON)
 
     # -- OpenAI's /v1/completions and /v1/chat/completions ------------------------------------
     async def oai_completions(self, request: Request) -> Response:
@@ -731,7 +731,7 @@ class HttpFront:
 
     async def _oai(self, request: Request, req: dict[str, Any], prompt: str, chat: bool) -> Response:
         if self._int(req, "n", default=1) != 1:
-            raise HttpError(400, '"n" must be 1 (one model, one slot)')
+            raise HttpError(400, '"n" must be 1 (one choice per request)')
         n_predict = self._int(req, "max_completion_tokens", "max_tokens", "n_predict", default=-1, low=-1)
         stream = self._bool(req, "stream")
         opts = req.get("stream_options")
@@ -842,13 +842,13 @@ def _timings(res) -> dict[str, float]:
     }
 
 
-def _legacy_final(res, st, model: str, content: str) -> dict[str, Any]:
+def _legacy_final(res, st, model: str, content: str, slot: int) -> dict[str, Any]:
     if st.hit is not None:
         stop_type = "word"
     else:
         stop_type = {"eog": "eos", "length": "limit", "cancelled": "none"}.get(res.stop_reason, "limit")
     return {
-        "index": 0, "content": content, "tokens": [], "id_slot": 0, "stop": True,
+        "index": 0, "content": content, "tokens": [], "id_slot": slot, "stop": True,
         "model": model, "tokens_predicted": res.n_tokens, "tokens_evaluated": res.n_prompt,
         "stop_type": stop_type, "stopping_word": st.word, "tokens_cached": res.n_past, "truncated": False,
         "timings": _timings(res),

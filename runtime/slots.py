@@ -89,17 +89,22 @@ class SlotDecoder:
     def target(self, prompt: str, n_predict: int) -> list[int]:
         """The prompt's tokens (BOS first). Raises :class:`RequestError` when the prompt plus
         ``n_predict`` exceeds one sequence's ``n_ctx_seq``, or for a bad argument."""
+        return self.target_for(self.eng, prompt, n_predict)
+
+    @staticmethod
+    def target_for(eng: Engine, prompt: str, n_predict: int) -> list[int]:
+        """:meth:`target` on ``eng`` (any thread: it only tokenizes)."""
         if not isinstance(prompt, str):
             raise RequestError("prompt must be a string")
         if n_predict < 0:
             raise RequestError(f"n_predict must be >= 0 (got {n_predict})")
-        target = self.eng.tokenize(prompt, add_special=True)
+        target = eng.tokenize(prompt, add_special=True)
         if not target:
             raise RequestError("empty prompt")
-        n = self.eng.n_ctx_seq
+        n = eng.n_ctx_seq
         if len(target) + n_predict > n:
             raise RequestError(f"prompt ({len(target)} tokens) plus n_predict ({n_predict}) exceeds "
-                               f"the slot's context ({n} = n_ctx {self.eng.n_ctx} / {self.eng.n_seq} slots)")
+                               f"the slot's context ({n} = n_ctx {eng.n_ctx} / {eng.n_seq} slots)")
         return target
 
     def start(self, seq: int, prompt: str, n_predict: int, *, on_token: Callable[[TokenStats], None] | None = None,
@@ -177,6 +182,7 @@ class SlotDecoder:
         t0 = time.perf_counter()
         if eng._token_delay_s:
             time.sleep(eng._token_delay_s)
+        self.shares = {}
         order = sorted(self.seqs)
         rows = [(self.seqs[q].pending, len(self.seqs[q].turn.kv), q, True) for q in order]
         if cache:

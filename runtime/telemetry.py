@@ -329,12 +329,13 @@ class CsvSink:
         self.fh.write(",".join(CSV_COLUMNS + CSV_EXTRA) + "\n")
         self.fh.flush()
 
-    def row(self, st: TokenStats) -> None:
+    def row(self, st: TokenStats, turn: int | None = None) -> None:
+        """One token's row; ``turn`` (default: the engine's turn) labels its generated turn."""
         self.fh.write(
             f"{st.step},{st.steps},{st.wall_ms:.3f},{st.io_ms:.3f},{st.compute_ms:.3f},{st.read_bytes},"
             f"{_pct(st.cache_hit_pct)},{st.stall_ms:.3f},{st.mgmt_ms:.3f},"
             f"{st.decode_ms:.3f},{st.xfer_bytes},{_pct(st.hit_pct_since_load)},{st.resident_mib:.3f},"
-            f"{st.budget_mib:.3f},{_process_cells(st)},{self.eng.turn}\n"
+            f"{st.budget_mib:.3f},{_process_cells(st)},{self.eng.turn if turn is None else turn}\n"
         )
 
     def summary(self, eng: Engine, res: GenerationResult) -> None:

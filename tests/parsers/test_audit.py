@@ -88,6 +88,28 @@ def test_runs_grouped_by_pid_and_exact_sum(tmp_path):
     assert problems and "req_hits" in problems[0]
 
 
+def _two_slot_run(first_hits: int) -> AuditRuns:
+    """Two requests decoded together (slots 0 and 1): task 2 ends first; the context's counters
+    at its record hold task 1's work so far too."""
+    runs = AuditRuns()
+    lines = [rec("load", 5), rec("ready", 5),
+             req(5, 9, 0, 3, 30, 4, 0, 1, 10, slot=1, task=2),
+             req(5, 14, 0, 4, 40, first_hits, 0, 3, 30, slot=0, task=1),
+             rec("exit", 5, 14, 0, 4, 40)]
+    for i, line in enumerate(lines, 1):
+        runs.feed_line(line, i)
+    return runs
+
+
+def test_two_slots_busy_the_sum_still_holds():
+    """With two slots busy at once each record's own counters are not the context's change since
+    the record before (that holds both requests' work); their sum over the run still is exit
+    minus ready, and a wrong sum is still found."""
+    assert check_exact_sum(_two_slot_run(10).runs[0]) == []
+    problems = check_exact_sum(_two_slot_run(9).runs[0])
+    assert problems == ["pid 5: sum of req_hits = 13 but exit - ready hits = 14"]
+
+
 def test_new_load_same_pid_is_new_run():
     runs = AuditRuns()
     for i, line in enumerate([rec("load", 9), rec("ready", 9), rec("exit", 9), rec("load", 9),
