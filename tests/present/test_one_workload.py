@@ -1,8 +1,10 @@
 """One real workload read every way bmoe-top reads it: the numbers agree.
 
-A ``bmoe-run serve`` on the tiny model (expert cache, audit log, per-token CSV) is driven with
-requests streaming and not, two of them in flight at once (one decodes while the other waits in
-the queue: the server has one worker), and a real Prometheus scrapes it every second. The same
+A ``bmoe-run serve --parallel 2`` on the tiny model (expert cache, audit log, per-token CSV) is
+driven with requests streaming and not, two of them decoded together (``/metrics`` shows both
+slots processing; one ``llama_decode`` per step holds a row of each, and the cache's lookups of a
+shared step are charged to the request that routed them first), and a real Prometheus scrapes it
+every second. The same
 quantities are then read through ``attach --metrics --once --json``, ``attach --audit --once
 --json``, ``replay --summary --json`` (of the CSV and of the audit log), ``fleet --once --json``
 and the attach screens' panels and titles: counters and sums agree exactly, ratios of the same
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import threading
 
+import httpx
 import orjson
 import pytest
 from helpers.prometheus import Prometheus, need_prometheus
@@ -55,22 +58,25 @@ def cli(capsys, *argv: str) -> dict:
     return orjson.loads(out)
 
 
-def drive(url: str) -> None:
-    """Requests streaming and not, then two in flight at once (one decodes, one waits)."""
+def drive(url: str) -> list[int]:
+    """Requests streaming and not, then two decoded together: the second joins while the first
+    (long enough to be decoding still) runs, and both slots are seen processing at once. Returns
+    the two's ``id_slot``."""
     assert complete(url, "The first request", 12).status_code == 200
     assert complete(url, "A streamed one", 10, stream=True).status_code == 200
-    answers: list[int] = []
-    a = threading.Thread(target=lambda: answers.append(complete(url, "Two at once, the first", 16,
-                                                                  stream=True).status_code))
+    answers: dict[str, httpx.Response] = {}
+    a = threading.Thread(target=lambda: answers.setdefault("a", complete(url, "Two at once, the first", 160,
+                                                                         stream=True)))
     a.start()
     wait_until(lambda: scrape_value(url, "llamacpp:requests_processing") == 1, what="the first decoding")
-    b = threading.Thread(target=lambda: answers.append(complete(url, "and the second", 12).status_code))
+    b = threading.Thread(target=lambda: answers.setdefault("b", complete(url, "and the second", 12)))
     b.start()
-    wait_until(lambda: scrape_value(url, "llamacpp:requests_deferred") == 1 or len(answers) == 2,
-               what="the second queued behind it")
-    a.join(60)
-    b.join(60)
-    assert answers == [200, 200]
+    wait_until(lambda: scrape_value(url, "llamacpp:requests_processing") == 2, what="both slots decoding")
+    a.join(120)
+    b.join(120)
+    assert [answers[k].status_code for k in "ab"] == [200, 200]
+    last = orjson.loads(answers["a"].text.strip().rsplit("data: ", 1)[1])
+    return [last["id_slot"], answers["b"].json()["id_slot"]]
 
 
 def rows(pairs) -> dict[str, str]:
@@ -80,13 +86,13 @@ def rows(pairs) -> dict[str, str]:
 async def test_one_workload_reads_the_same_everywhere(tiny, tmp_path, capsys):
     need_prometheus()
     audit, csv = tmp_path / "audit.jsonl", tmp_path / "run.csv"
-    srv = Serve(tiny, "--cache-mb", "0.5", "--moe-cache-audit", str(audit), "--csv", str(csv),
+    srv = Serve(tiny, "--parallel", "2", "--cache-mb", "0.5", "--moe-cache-audit", str(audit), "--csv", str(csv),
                 env={"BMOE_TOKEN_DELAY_MS": "15"})
     prom = None
     try:
         target = f"127.0.0.1:{srv.port}"
         prom = Prometheus(tmp_path / "prom", {"bmoe": [target]})
-        drive(srv.url)
+        assert drive(srv.url) == [0, 1]  # the second took slot 1: slot 0 was busy
         own = scrape(srv.url)
         v = own.values
         T, P = int(v["tokens_predicted"]), int(v["prompt_tokens"])
@@ -114,9 +120,13 @@ async def test_one_workload_reads_the_same_everywhere(tiny, tmp_path, capsys):
         tot, audit_run, drill = m["totals"], a["runs"][-1], f["drill"]["totals"]
         reqs = audit_run["requests"]
         assert len(reqs) == 4
+        assert sorted(r["slot"] for r in reqs) == [0, 0, 0, 1]
         assert tot["tokens_predicted"] == m["run"]["tokens"] == T
         assert sum(r["n_gen"] for r in reqs) == a["run"]["tokens"] == ra["tokens"] == T
         assert c["derived"]["token_rows"] == T  # one CSV row per generated token
+        # the CSV holds whole turns (a request's rows are written together when it ends): the two
+        # decoded together are two turns, not one interleaved run of rows
+        assert c["turns"] == len(reqs) == 4 and c["problems"] == 0
         assert drill["tokens_predicted"] == T
         assert tot["prompt_tokens"] == m["run"]["n_prompt"] == sum(r["n_prompt"] for r in reqs) == P
         assert a["run"]["n_prompt"] == drill["prompt_tokens"] == P
