@@ -513,9 +513,10 @@ class Engine:
             target = self.kv_tokens + self.tokenize(prompt, add_special=False)
         if not target:
             raise RequestError("empty prompt")
-        if len(target) + n_predict > self.n_ctx:
+        n_ctx = self.n_ctx_seq  # n_ctx with one sequence
+        if len(target) + n_predict > n_ctx:
             raise RequestError(
-                f"prompt ({len(target)} tokens in context) plus n_predict ({n_predict}) exceeds n_ctx ({self.n_ctx})"
+                f"prompt ({len(target)} tokens in context) plus n_predict ({n_predict}) exceeds n_ctx ({n_ctx})"
             )
         return target
 

@@ -92,3 +92,27 @@ def test_two_slots_decode_together(tiny, alone, tmp_path):
     assert why is None
     assert starts == [0, REQUESTS[1][1]]  # the second request ended first: its rows come first
     assert [int(x) for x in table.columns["turn"][:table.n_rows]] == [0] * REQUESTS[1][1] + [1] * REQUESTS[0][1]
+
+
+def test_shutdown_with_two_slots_busy(tiny, tmp_path):
+    """SIGTERM while two requests decode together: each client gets its answer so far, each
+    request gets its record, and the records still add up to exit minus ready."""
+    audit = tmp_path / "audit.jsonl"
+    srv = Serve(tiny, "--parallel", "2", "--cache-mb", "0.5", "--moe-cache-audit", str(audit),
+                env={"BMOE_TOKEN_DELAY_MS": "15"})
+    out: list[httpx.Response] = []
+    threads = [threading.Thread(target=lambda p=p: out.append(complete(srv.url, p, 200))) for p, _ in REQUESTS]
+    try:
+        for t in threads:
+            t.start()
+        wait_until(lambda: scrape_value(srv.url, "llamacpp:requests_processing") == 2, what="both slots decoding")
+    finally:
+        code = srv.stop()
+    for t in threads:
+        t.join(60)
+    assert code == 0
+    assert sorted(r.status_code for r in out) == [200, 200]
+    assert all(r.json()["tokens_predicted"] < 200 for r in out)
+    [run] = read_audit_file(audit).runs
+    assert sorted(r.data["slot"] for r in run.requests) == [0, 1] and run.exit is not None
+    assert check_exact_sum(run) == []

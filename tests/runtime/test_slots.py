@@ -141,3 +141,11 @@ def test_cancel_ends_one_sequence_only(model, alone):
             out.update({q: r for q, r, _ in dec.step()})
     assert out[1].cancelled and out[1].n_tokens == 3
     assert out[0].tokens == alone[0] and not out[0].cancelled
+
+
+def test_serial_generate_on_a_slotted_engine_keeps_to_one_slot(model):
+    """``generate`` uses sequence 0, whose context is one slot's."""
+    with _engine(model, n_ctx=CTX * 2, n_seq=2, stream=False) as e:
+        with pytest.raises(RequestError, match=f"exceeds n_ctx \\({CTX}\\)"):
+            e.generate(PROMPTS[0], CTX - 5)
+        assert e.generate(PROMPTS[1], 4).n_tokens == 4
