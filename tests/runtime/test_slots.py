@@ -12,6 +12,7 @@ import pytest
 
 from bmoe_top.runtime.engine import Engine, RequestError
 from bmoe_top.runtime.models import make_model
+from bmoe_top.runtime.sampling import Sampling
 from bmoe_top.runtime.slots import SlotDecoder
 
 PROMPTS = ["The quick brown fox jumps over the lazy dog.", "Two at once", "A third, shorter one?"]
@@ -21,6 +22,8 @@ BUDGETS = {
     "nocache": dict(cache_mb=0),
     "tiny-evicting": dict(cache_mb=0.01, force_cache=True),
     "default": dict(cache_mb=None),
+    "python-hook": dict(cache_mb=None, native_hook=False),
+    "overlap-prefetch": dict(cache_mb=0.01, force_cache=True, overlap=True, prefetch=1),
     "resident": dict(stream=False),
 }
 
@@ -89,10 +92,13 @@ def test_greedy_control_differs(model, alone):
     assert out[0].tokens == alone[0] and out[1].tokens != alone[0]
 
 
-def test_shared_steps_charge_each_lookup_once(model):
+@pytest.mark.parametrize("prefetch", [0, 1])
+def test_shared_steps_charge_each_lookup_once(model, prefetch):
     """The hits and misses of the rows of every step add up to the cache's counters, and each
-    routed expert of a layer is charged to exactly one row."""
-    with _engine(model, n_ctx=CTX * 2, n_seq=2, cache_mb=0.01, force_cache=True, route_telemetry=True) as e:
+    routed expert of a layer is charged to exactly one row (with speculative reads too: what no
+    row routed goes to the first)."""
+    with _engine(model, n_ctx=CTX * 2, n_seq=2, cache_mb=0.01, force_cache=True, route_telemetry=True,
+                 prefetch=prefetch) as e:
         dec = SlotDecoder(e)
         rows: list = []
         for q in range(2):
@@ -149,3 +155,19 @@ def test_serial_generate_on_a_slotted_engine_keeps_to_one_slot(model):
         with pytest.raises(RequestError, match=f"exceeds n_ctx \\({CTX}\\)"):
             e.generate(PROMPTS[0], CTX - 5)
         assert e.generate(PROMPTS[1], 4).n_tokens == 4
+
+
+def test_seeded_sampling_together_equals_alone(model):
+    """Each slot samples from its own row with its own generator and context."""
+    sm = Sampling(temperature=0.9, top_k=40, top_p=0.95, repeat_penalty=1.2, seed=7)
+    with _engine(model, n_ctx=CTX, stream=False, sampling=sm) as e:
+        ref = [e.generate(p, N).tokens for p in PROMPTS[:2]]
+    with _engine(model, n_ctx=CTX * 2, n_seq=2, stream=False) as e:
+        dec = SlotDecoder(e)
+        for q in range(2):
+            dec.start(q, PROMPTS[q], N, sampling=sm)
+        out = {}
+        while dec.running:
+            out.update({q: r for q, r, _ in dec.step()})
+    assert [out[0].tokens, out[1].tokens] == ref
+    assert len(ref[0]) == N
