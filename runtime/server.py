@@ -27,11 +27,14 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .audit import AuditWriter, profile_info
 from .metrics import MetricsRegistry
 from .sampling import Sampling
+
+if TYPE_CHECKING:
+    from .slots import SlotDecoder
 
 __all__ = ["Server", "Front", "Job", "QueueFull", "StopText"]
 
@@ -135,8 +138,8 @@ class Server:
     ``front``: builds the HTTP side, called as ``front(server, host, port)`` (the class
     :class:`bmoe_top.runtime.server_http.HttpFront`); ``limits``: the HTTP limits
     (:class:`bmoe_top.runtime.server_http.Limits`; the server reads ``max_queue``);
-    ``engine_kw``: keyword arguments for :class:`bmoe_top.runtime.engine.Engine`; ``api_keys``:
-    accepted keys (empty = no auth)."""
+    ``engine_kw``: keyword arguments for :class:`bmoe_top.runtime.engine.Engine` (its ``n_seq``
+    is the number of slots, ``--parallel``); ``api_keys``: accepted keys (empty = no auth)."""
 
     def __init__(self, host: str, port: int, *, front: Callable[[Server, str, int], Front], limits: Any,
                  api_keys: list[str] | tuple[str, ...] = (), audit_path: str | None = None,
@@ -253,7 +256,7 @@ class Server:
         self._audit(self.audit.ready if self.audit else None, self.ext.counters())
 
     def shutdown(self) -> None:
-        """Refuse new requests, cancel the running one (its client still gets the answer so far),
+        """Refuse new requests, cancel the running ones (each client still gets its answer so far),
         refuse the queued ones (503), drain the worker, stop HTTP once the answers are out, write
         ``exit``, free the engine."""
         if self._stopped:
@@ -452,7 +455,7 @@ class Server:
             if dec.running:
                 self._shared_step(dec, live)
 
-    def _admit(self, dec: Any, live: dict[int, _Live], job: Job) -> None:
+    def _admit(self, dec: SlotDecoder, live: dict[int, _Live], job: Job) -> None:
         """Prefill ``job`` alone into its slot; its cache work so far is all its own."""
         from .engine import GenerationError, RequestError
 
@@ -502,7 +505,7 @@ class Server:
         if job.stream:
             job.post("token", (text, st.token, st.step))
 
-    def _shared_step(self, dec: Any, live: dict[int, _Live]) -> None:
+    def _shared_step(self, dec: SlotDecoder, live: dict[int, _Live]) -> None:
         """One step of every busy slot; its cache work charged as :meth:`_charge` says."""
         ext = self.ext
         before = ext.counters().audit_counters()
@@ -523,7 +526,7 @@ class Server:
             err = None if exc is None else (500, str(exc))
             self._end(live, slot, res, err)
 
-    def _charge(self, live: dict[int, _Live], stepped: list[int], dec: Any, before: dict[str, int],
+    def _charge(self, live: dict[int, _Live], stepped: list[int], dec: SlotDecoder, before: dict[str, int],
                 after: dict[str, int], log: list[tuple[int, int]] | None) -> None:
         """A step's counter deltas to its slots: each routed expert to the slot of the first row
         that routed it (``dec.shares``), the rest (speculative reads, a step of one row) to the
