@@ -300,7 +300,8 @@ class Engine:
         assert self.model is not None
         cp = L.llama_context_default_params()
         cp.n_ctx = int(n_ctx)
-        self.n_batch = int(n_batch or min(int(n_ctx), 2048))
+        # one decode call holds a row of every slot: the batch is at least n_seq tokens
+        self.n_batch = max(int(n_batch or min(int(n_ctx), 2048)), self.n_seq)
         cp.n_batch = cp.n_ubatch = self.n_batch
         cp.n_seq_max = self.n_seq
         cp.kv_unified = False  # each sequence its own n_ctx // n_seq cells (llama-server's slots)

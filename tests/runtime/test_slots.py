@@ -171,3 +171,13 @@ def test_seeded_sampling_together_equals_alone(model):
             out.update({q: r for q, r, _ in dec.step()})
     assert [out[0].tokens, out[1].tokens] == ref
     assert len(ref[0]) == N
+
+
+def test_a_batch_smaller_than_the_slots_grows_to_hold_a_row_of_each(model):
+    k = len(PROMPTS)
+    with _engine(model, n_ctx=CTX, n_batch=k, stream=False) as e:  # the prompts in batches of k, alone
+        ref = [e.generate(p, N).tokens for p in PROMPTS]
+    with _engine(model, n_ctx=CTX * k, n_seq=k, n_batch=1, stream=False) as e:
+        assert e.n_batch == k
+        got = _run_together(SlotDecoder(e))
+    assert [got[q][0].tokens for q in range(k)] == ref
