@@ -13,8 +13,9 @@ error raises :class:`AuditError` (the server reports it and exits non-zero).
 
 Events: ``load`` (right after the context is created), ``ready`` (the server accepts requests),
 ``request`` (one per finished request, with its own ``req_*`` counters = the context counters'
-difference across the request) and ``exit`` (the engine is freed). With one slot the request
-records add up exactly to exit minus ready (:func:`bmoe_top.parsers.audit.check_exact_sum`).
+difference across the request; with several slots busy, the lookups charged to it, docs/metrics.md
+"Parallel slots") and ``exit`` (the engine is freed). The request records add up exactly to exit
+minus ready (:func:`bmoe_top.parsers.audit.check_exact_sum`).
 """
 
 from __future__ import annotations
