@@ -116,3 +116,31 @@ def test_shutdown_with_two_slots_busy(tiny, tmp_path):
     [run] = read_audit_file(audit).runs
     assert sorted(r.data["slot"] for r in run.requests) == [0, 1] and run.exit is not None
     assert check_exact_sum(run) == []
+
+
+def test_a_client_gone_ends_its_slot_only(tiny, alone, tmp_path):
+    """The first client hangs up while both slots decode: its slot is freed at the next step, the
+    second request still answers what it answers alone, and both records are written."""
+    audit = tmp_path / "audit.jsonl"
+    srv = Serve(tiny, "--parallel", "2", "--cache-mb", "0.5", "--moe-cache-audit", str(audit),
+                env={"BMOE_TOKEN_DELAY_MS": "15"})
+    second: list[dict] = []
+    try:
+        body = {"prompt": REQUESTS[0][0], "n_predict": REQUESTS[0][1], "stream": True}
+        with httpx.stream("POST", srv.url + "/completion", json=body, trust_env=False, timeout=60) as r:
+            lines = r.iter_lines()
+            next(line for line in lines if line.startswith("data: "))  # the first decodes
+            b = threading.Thread(target=lambda: second.append(complete(srv.url, *REQUESTS[1]).json()))
+            b.start()
+            wait_until(lambda: scrape_value(srv.url, "llamacpp:requests_processing") == 2, what="both slots decoding")
+        wait_until(lambda: scrape_value(srv.url, "bmoe:requests_cancelled_total") == 1, what="the hang-up seen")
+        b.join(120)
+        assert second[0]["content"] == alone[1] and second[0]["id_slot"] == 1
+    finally:
+        code = srv.stop()
+    assert code == 0
+    [run] = read_audit_file(audit).runs
+    reqs = sorted(run.requests, key=lambda r: r.data["task"])
+    assert [r.data["slot"] for r in reqs] == [0, 1]
+    assert reqs[0].data["n_gen"] < REQUESTS[0][1] and reqs[1].data["n_gen"] == REQUESTS[1][1]
+    assert check_exact_sum(run) == []
