@@ -288,9 +288,3 @@ class SlotDecoder:
         assert self.eng.ctx is not None
         self.eng.ctx.drop_seq(seq)
         return res
-
-    def cancel_all(self) -> None:
-        """Set every running sequence's cancel event (they end at the next :meth:`step`)."""
-        for s in self.seqs.values():
-            if s.turn.cancel is not None:
-                s.turn.cancel.set()
