@@ -207,6 +207,7 @@ class Engine:
         self._closed = False
         self.model: LlamaModel | None = None
         self.ctx: LlamaContext | None = None
+        self.seq_batch: SeqBatch | None = None  # rows of several sequences (n_seq > 1)
         self.cache: ExpertCache | None = None
         self.streaming: Streaming | None = None
         self.expert_sink: ExpertSink | None = None  # the load's expert buffer type (streaming only)
@@ -857,6 +858,8 @@ class Engine:
                 pass
         if self.model is not None:
             self.model.close()  # frees the context (and its sampler) first
+        if self.seq_batch is not None:
+            self.seq_batch.close()
         if self.expert_sink is not None:
             self.expert_sink.close()
         if self.streaming is not None:
