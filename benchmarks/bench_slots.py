@@ -7,8 +7,8 @@ experts under a budget of ``--cache-pct`` % of the expert bank (each run starts 
 cache); rounds alternate which arm runs first. Per arm: all slots' tokens over the wall time from
 the first prefill to the last token (tok/s, all slots), and the expert payload read per generated
 token (a shared step reads the union of its rows' experts once). The ratio is together /
-sequential, the median of the per-round ratios; the answers of the two arms are compared (greedy:
-they must be equal).
+sequential, the median of the per-round ratios; ``differ`` counts the answers (of K) that are not
+the same in the two arms (greedy: 0 expected, docs/runtime.md "Parallel slots" says when not).
 
 Run: ``.venv/bin/python benchmarks/bench_slots.py [--rounds 3] [--tokens 48]``. On a machine
 other jobs share, absolute figures are noisy; the ratios, measured side by side, are the guide.
@@ -87,19 +87,19 @@ def main() -> int:
         cache_mb = round(bank_mib * args.cache_pct / 100.0, 2)
         print(f"model {args.preset} q8_0, expert bank {bank_mib:.1f} MiB, cache {cache_mb} MiB, "
               f"{args.tokens} tokens a request, {args.threads} threads, {args.rounds} rounds")
-        print(f"{'K':>3} {'seq tok/s':>10} {'tog tok/s':>10} {'ratio':>6} {'seq MiB/tok':>12} {'tog MiB/tok':>12}")
+        print(f"{'K':>3} {'seq tok/s':>10} {'tog tok/s':>10} {'ratio':>6} {'seq MiB/tok':>12} {'tog MiB/tok':>12}"
+              f" {'differ':>6}")
         for k in SIZES:
             rows = []
             for r in range(args.rounds):
                 arms = [sequential, together] if r % 2 == 0 else [together, sequential]
                 got = {f.__name__: f(model, cache_mb, k, args.tokens, args.threads) for f in arms}
                 s, t = got["sequential"], got["together"]
-                if s[2] != t[2]:
-                    print(f"K={k}: the answers differ between the arms", file=sys.stderr)
-                    return 1
-                rows.append((s[0], t[0], t[0] / s[0], s[1], t[1]))
+                differ = sum(a != b for a, b in zip(s[2], t[2]))
+                rows.append((s[0], t[0], t[0] / s[0], s[1], t[1], differ))
             med = [statistics.median(x) for x in zip(*rows)]
-            print(f"{k:>3} {med[0]:>10.1f} {med[1]:>10.1f} {med[2]:>6.2f} {med[3]:>12.3f} {med[4]:>12.3f}")
+            print(f"{k:>3} {med[0]:>10.1f} {med[1]:>10.1f} {med[2]:>6.2f} {med[3]:>12.3f} {med[4]:>12.3f}"
+                  f" {max(r[5] for r in rows):>6}")
     return 0
 
 
