@@ -259,24 +259,34 @@ def lru_feed(item: I64, bfirst: I64, b0: int, b1: int, decode: B1, lay: I64, siz
             last_rpos[x] = r
 
 
-# -- per-budget policies -------------------------------------------------------------------------
+# -- multi-budget policies -----------------------------------------------------------------------
 # FIFO, SIEVE, LFU and Belady have no inclusion property under the runtime's rules (LFU and
-# Belady have one with experts of one size, not with several; FIFO and SIEVE never), so each
-# budget is replayed on its own: one kernel call per (policy, budget), on a thread each (the
-# kernels release the GIL). No step grows with the trace: FIFO and SIEVE keep a queue, LFU a
-# 4-ary min-heap whose keys are renewed only when they reach the top, Belady buckets per next
-# decode use and a bitmap of the non-empty ones (64 buckets a word, a word per 64 words above it)
-# to find the farthest in a few word operations. The policy codes are the registry's
-# (tui/analysis/policies.py ``Policy.code``). A batch is one layer of one phase (``Lookups``), so a
-# batch's layer, phase and expert size are read once. ``item`` is any integer array (int16 when
-# the items fit: a quarter of the memory traffic of int64 over a trace replayed once per budget);
-# ``lay`` int64 [n_items] each item's layer. Outputs: ``hd``/``hb`` int64 [n_budgets] decode hits
-# and their bytes, ``hl`` int64 [n_layer, n_budgets] decode hits per layer, column ``j``.
+# Belady have one with experts of one size, not with several; FIFO and SIEVE never), so every
+# budget keeps its own cache. One kernel call replays up to 64 budgets of one policy in one pass
+# over the trace: a batch is read once, and what does not depend on the budget is kept once per
+# item (its batch, its lookup count, its next decode use, its last lookup's place), so a lookup
+# that hits at every budget costs a few word operations, not one replay step per budget. Per
+# item a 64-bit mask says at which budgets of the group it is resident (bit j: ``budgets[j]``);
+# a batch's hits at every budget are its lookups' masks, and only the budgets where some lookup
+# missed are visited one by one, to evict and insert there, with per-budget state laid out a row
+# per budget. Hits are counted as lookups minus misses, so a budget where the batch hit costs
+# nothing. The policy codes are the registry's (tui/analysis/policies.py ``Policy.code``). A
+# batch is one layer of one phase (``Lookups``), so a batch's layer, phase and expert size are
+# read once. ``item`` is any integer array (int16 when the items fit: less memory traffic);
+# ``lay`` int64 [n_items] each item's layer; ``budgets`` int64 [m], 0 < m <= ``GROUP_MAX``, each > 0.
+# Outputs: ``hd``/``hb`` int64 [n_budgets] decode hits and their bytes, ``hl`` int64 [n_layer,
+# n_budgets] decode hits per layer, columns ``j0 .. j0 + m - 1``.
 
 POLICY_LFU = 0
 POLICY_SIEVE = 1
 POLICY_BELADY = 2
 POLICY_FIFO = 3
+#: budgets a kernel call can replay (the bits of a residency mask)
+GROUP_MAX = 64
+#: budgets the what-if hands one kernel call at most: fewer than 64 keep a group's per-budget
+#: state in a core's L2 cache (at 10^6 lookups and the 51-budget sweep, groups of 13 ran FIFO 1.2x
+#: and Belady 1.8x faster than one budget per call, and groups of 51 slower than groups of 13)
+GROUP = 16
 
 U64 = npt.NDArray[np.uint64]
 _clz = cast(Callable[[Any], int], leading_zeros)  # numba's count of leading / trailing zero bits
@@ -304,29 +314,30 @@ def bitmap_levels(n_bits: int) -> I64:
 
 
 @_inline
-def _bit_set(bits: U64, off: I64, k: int) -> None:
+def _bit_set(bits: U64, off: I64, j: int, k: int) -> None:
+    """Set bit ``k`` of column ``j`` of ``bits`` [words, m] (a bitmap per budget, levels ``off``)."""
     for lvl in range(off.shape[0] - 1):
         w = off[lvl] + (k >> 6)
-        was = bits[w]
-        bits[w] = was | (_ONE << np.uint64(k & 63))
+        was = bits[w, j]
+        bits[w, j] = was | (_ONE << np.uint64(k & 63))
         if was != 0:
             return
         k >>= 6
 
 
 @_inline
-def _bit_clear(bits: U64, off: I64, k: int) -> None:
+def _bit_clear(bits: U64, off: I64, j: int, k: int) -> None:
     for lvl in range(off.shape[0] - 1):
         w = off[lvl] + (k >> 6)
-        bits[w] &= ~(_ONE << np.uint64(k & 63))
-        if bits[w] != 0:
+        bits[w, j] &= ~(_ONE << np.uint64(k & 63))
+        if bits[w, j] != 0:
             return
         k >>= 6
 
 
 @_inline
-def _bit_prev(bits: U64, off: I64, k: int) -> int:
-    """The largest set bit <= ``k`` (-1 if none)."""
+def _bit_prev(bits: U64, off: I64, j: int, k: int) -> int:
+    """The largest set bit <= ``k`` of column ``j`` (-1 if none)."""
     nlev = off.shape[0] - 1
     lvl = 0
     while True:
@@ -334,7 +345,7 @@ def _bit_prev(bits: U64, off: I64, k: int) -> int:
             return -1
         sh = np.uint64(k & 63)
         mask = _ALL if sh == 63 else (_ONE << (sh + _ONE)) - _ONE
-        word = bits[off[lvl] + (k >> 6)] & mask
+        word = bits[off[lvl] + (k >> 6), j] & mask
         if word != 0:
             k = ((k >> 6) << 6) | (63 - int(_clz(word)))
             break
@@ -344,345 +355,460 @@ def _bit_prev(bits: U64, off: I64, k: int) -> int:
         k = (k >> 6) - 1
     while lvl > 0:
         lvl -= 1
-        k = (k << 6) | (63 - int(_clz(bits[off[lvl] + k])))
+        k = (k << 6) | (63 - int(_clz(bits[off[lvl] + k, j])))
     return k
 
 
 @_inline
-def _bit_next(bits: U64, off: I64, k: int) -> int:
-    """The smallest set bit >= ``k`` (-1 if none)."""
-    nlev = off.shape[0] - 1
-    lvl = 0
-    while True:
-        w = k >> 6
-        if off[lvl] + w >= off[lvl + 1]:
-            return -1
-        word = bits[off[lvl] + w] & (_ALL << np.uint64(k & 63))
-        if word != 0:
-            k = (w << 6) | int(_ctz(word))
-            break
-        lvl += 1
-        if lvl == nlev:
-            return -1
-        k = w + 1
-    while lvl > 0:
-        lvl -= 1
-        k = (k << 6) | int(_ctz(bits[off[lvl] + k]))
-    return k
-
-
-@_inline
-def _down4(heap: I64, key: I64, n: int, i: int) -> None:
-    """Sift entry ``i`` of a 4-ary min-heap of ``n`` entries down to its place."""
-    x = heap[i]
-    k = key[i]
+def _down4(heap: I64, key: I64, j: int, n: int, i: int) -> None:
+    """Sift entry ``i`` of the 4-ary min-heap in row ``j`` (``n`` entries) down to its place."""
+    x = heap[j, i]
+    k = key[j, i]
     while True:
         c = 4 * i + 1
         if c >= n:
             break
         m = c
-        mk = key[c]
+        mk = key[j, c]
         for d in range(c + 1, min(c + 4, n)):
-            if key[d] < mk:
+            if key[j, d] < mk:
                 m = d
-                mk = key[d]
+                mk = key[j, d]
         if mk >= k:
             break
-        heap[i] = heap[m]
-        key[i] = mk
+        heap[j, i] = heap[j, m]
+        key[j, i] = mk
         i = m
-    heap[i] = x
-    key[i] = k
+    heap[j, i] = x
+    key[j, i] = k
 
 
 @_inline
-def _push4(heap: I64, key: I64, n: int, x: int, k: int) -> None:
-    """Add ``x`` with key ``k`` to a 4-ary min-heap of ``n`` entries."""
+def _push4(heap: I64, key: I64, j: int, n: int, x: int, k: int) -> None:
+    """Add ``x`` with key ``k`` to the 4-ary min-heap in row ``j`` (``n`` entries)."""
     i = n
     while i > 0:
         p = (i - 1) >> 2
-        if key[p] <= k:
+        if key[j, p] <= k:
             break
-        heap[i] = heap[p]
-        key[i] = key[p]
+        heap[j, i] = heap[j, p]
+        key[j, i] = key[j, p]
         i = p
-    heap[i] = x
-    key[i] = k
+    heap[j, i] = x
+    key[j, i] = k
+
+
+@_inline
+def _widest(bfirst: I64) -> int:
+    w = 1
+    for b in range(bfirst.shape[0] - 1):
+        w = max(w, bfirst[b + 1] - bfirst[b])
+    return w
+
+
+@_inline
+def _misses(cs: U64, w: int, jj: int, ml: I64) -> int:
+    """The lookups of a batch (``cs`` [w] their residency masks) that miss at budget ``jj``, as
+    places into ``ml``, in routing order; returns how many (no branch on the bits)."""
+    sj = np.uint64(jj)
+    n = 0
+    for r in range(w):
+        ml[n] = r
+        n += int(((cs[r] >> sj) & _ONE) ^ _ONE)
+    return n
+
+
+@_inline
+def _hits_out(mis: I64, misb: I64, decl: I64, decb: int, j0: int, hd: I64, hb: I64, hl: I64) -> None:
+    """Decode hits = decode lookups - decode misses, per layer and in all, into columns ``j0 ..``."""
+    for jj in range(misb.shape[0]):
+        t = 0
+        for ly in range(decl.shape[0]):
+            h = decl[ly] - mis[ly, jj]
+            hl[ly, j0 + jj] = h
+            t += h
+        hd[j0 + jj] = t
+        hb[j0 + jj] = decb - misb[jj]
 
 
 @jit
-def lfu_budget(item: npt.NDArray[np.integer[Any]], bfirst: I64, decode: B1, lay: I64, size: I64, bud: int,
-               j: int, hd: I64, hb: I64, hl: I64) -> None:
-    """LFU at ``bud`` bytes: evict the fewest lookups since the trace began (counts survive
+def lfu_budgets(item: npt.NDArray[np.integer[Any]], bfirst: I64, decode: B1, lay: I64, size: I64, budgets: I64,
+                j0: int, hd: I64, hb: I64, hl: I64) -> None:
+    """LFU at each of ``budgets``: evict the fewest lookups since the trace began (counts survive
     eviction); ties: the least recently touched, in the runtime's order (a batch's hits in
-    routing order, then its misses). A 4-ary min-heap of (count, touch) keys, one entry per cached
-    item; a hit only counts and stamps its item (a key never shrinks), the entry's key is renewed
-    when it reaches the top, so hot items cost nothing."""
+    routing order, then its misses). Per budget a 4-ary min-heap of (count, touch) keys, one
+    entry per resident item; a hit only counts and stamps its item (a key never shrinks), an
+    entry's key is renewed when it reaches the top, so hot items cost nothing. The count and both
+    stamps an item can have after a lookup (``s + i`` as a hit, ``e + i`` as a miss: batch [s, e),
+    lookup i) are kept once per item, and which one applies at a budget is the last lookup's hit
+    bit there."""
     n_items = size.shape[0]
     n_batches = bfirst.shape[0] - 1
-    cached = np.zeros(n_items, dtype=np.uint8)
+    m = budgets.shape[0]
+    valid = _ALL if m == 64 else (_ONE << np.uint64(m)) - _ONE
+    cm = np.zeros(n_items, dtype=np.uint64)  # resident at budget j: bit j
+    lasth = np.zeros(n_items, dtype=np.uint64)  # the last lookup hit at budget j: bit j
     prot = np.full(n_items, -1, dtype=np.int64)
     count = np.zeros(n_items, dtype=np.int64)
-    touch = np.zeros(n_items, dtype=np.int64)
-    heap = np.zeros(n_items, dtype=np.int64)
-    key = np.zeros(n_items, dtype=np.int64)
-    miss = np.zeros(n_items + 1, dtype=np.int64)
+    tsh = np.zeros(n_items, dtype=np.int64)
+    tsm = np.zeros(n_items, dtype=np.int64)
+    heap = np.zeros((m, n_items), dtype=np.int64)
+    key = np.zeros((m, n_items), dtype=np.int64)
+    hn = np.zeros(m, dtype=np.int64)
+    resident = np.zeros(m, dtype=np.int64)
     aside = np.zeros(n_items, dtype=np.int64)
-    hits = 0
-    hbytes = 0
-    hn = 0
-    resident = 0
+    cs = np.zeros(_widest(bfirst), dtype=np.uint64)  # the batch's residency masks
+    ml = np.zeros(cs.shape[0], dtype=np.int64)  # the batch's misses at one budget
+    n_layer = hl.shape[0]
+    mis = np.zeros((n_layer, m), dtype=np.int64)
+    misb = np.zeros(m, dtype=np.int64)
+    decl = np.zeros(n_layer, dtype=np.int64)
+    decb = 0
     for b in range(n_batches):
         s = bfirst[b]
         e = bfirst[b + 1]
         x0 = int(item[s])
         sz = size[x0]
-        nmiss = 0
+        ly = lay[x0]
+        dec = decode[s]
+        anym = np.uint64(0)
         for i in range(s, e):
             x = int(item[i])
             prot[x] = b
             count[x] += 1
-            c = int(cached[x])
-            touch[x] += c * (s + i - touch[x])  # a hit: 2s + its place, before the batch's misses
-            miss[nmiss] = i
-            nmiss += 1 - c
-        nh = (e - s) - nmiss
-        if decode[s]:
-            hits += nh
-            hbytes += nh * sz
-            hl[lay[x0], j] += nh
-        if nmiss == 0:
-            continue
-        need = nmiss * sz
-        na = 0
-        while resident + need > bud and hn > 0:
-            x = heap[0]
-            cur = (count[x] << 32) | touch[x]
-            if key[0] != cur:  # counted since it was keyed: a larger key, further down
-                key[0] = cur
-                _down4(heap, key, hn, 0)
-                continue
-            hn -= 1
-            if hn > 0:
-                heap[0] = heap[hn]
-                key[0] = key[hn]
-                _down4(heap, key, hn, 0)
-            if prot[x] == b:
-                aside[na] = x  # this batch's hit: kept
-                na += 1
-                continue
-            cached[x] = 0
-            resident -= size[x]
-        for r in range(na):
-            x = aside[r]
-            _push4(heap, key, hn, x, (count[x] << 32) | touch[x])
-            hn += 1
-        for r in range(nmiss):
-            i = miss[r]
-            x = int(item[i])
-            cached[x] = 1
-            resident += sz
-            touch[x] = 2 * s + (e - s) + (i - s)  # after the batch's hits, in routing order
-            _push4(heap, key, hn, x, (count[x] << 32) | touch[x])
-            hn += 1
-    hd[j] = hits
-    hb[j] = hbytes
+            c = cm[x]
+            cs[i - s] = c
+            lasth[x] = c
+            tsh[x] = s + i  # a hit: 2s + its place, before the batch's misses
+            tsm[x] = e + i  # a miss: after the batch's hits, in routing order
+            anym |= ~c
+        anym &= valid
+        if dec:
+            decl[ly] += e - s
+            decb += (e - s) * sz
+        while anym != 0:
+            jj = int(_ctz(anym))
+            anym &= anym - _ONE
+            bit = _ONE << np.uint64(jj)
+            nmiss = _misses(cs, e - s, jj, ml)
+            if dec:
+                mis[ly, jj] += nmiss
+                misb[jj] += nmiss * sz
+            need = nmiss * sz
+            bud = budgets[jj]
+            res = resident[jj]
+            n = hn[jj]
+            na = 0
+            while res + need > bud and n > 0:
+                x = heap[jj, 0]
+                cur = (count[x] << 32) | (tsh[x] if (lasth[x] & bit) != 0 else tsm[x])
+                if key[jj, 0] != cur:  # counted since it was keyed: a larger key, further down
+                    key[jj, 0] = cur
+                    _down4(heap, key, jj, n, 0)
+                    continue
+                n -= 1
+                if n > 0:
+                    heap[jj, 0] = heap[jj, n]
+                    key[jj, 0] = key[jj, n]
+                    _down4(heap, key, jj, n, 0)
+                if prot[x] == b:
+                    aside[na] = x  # this batch's hit: kept
+                    na += 1
+                    continue
+                cm[x] &= ~bit
+                res -= size[x]
+            for r in range(na):
+                x = aside[r]
+                _push4(heap, key, jj, n, x, (count[x] << 32) | tsh[x])
+                n += 1
+            for q in range(nmiss):
+                x = int(item[s + ml[q]])
+                cm[x] |= bit
+                res += sz
+                _push4(heap, key, jj, n, x, (count[x] << 32) | tsm[x])
+                n += 1
+            hn[jj] = n
+            resident[jj] = res
+    _hits_out(mis, misb, decl, decb, j0, hd, hb, hl)
 
 
 @jit
-def belady_budget(item: npt.NDArray[np.integer[Any]], bfirst: I64, decode: B1, lay: I64, size: I64, bud: int,
-                  j: int, next_use: npt.NDArray[np.integer[Any]], hd: I64, hb: I64, hl: I64) -> None:
-    """Belady at ``bud`` bytes: evict the entry whose next decode lookup (``next_use`` [n], its
-    batch; ``n_batches`` = none) is farthest ahead; ties: the one whose key was set last. Buckets
-    per next-use batch, each a stack (newest key first); bucket b holds only entries looked up in
-    decode batch b, so that batch empties it: a decode hit needs no unlink (a prefill hit keeps
-    its key and goes to the top of its bucket)."""
+def belady_budgets(item: npt.NDArray[np.integer[Any]], bfirst: I64, decode: B1, lay: I64, size: I64,
+                   budgets: I64, j0: int, next_use: npt.NDArray[np.integer[Any]], hd: I64, hb: I64,
+                   hl: I64) -> None:
+    """Belady at each of ``budgets``: evict the entry whose next decode lookup (``next_use`` [n],
+    its batch; ``n_batches`` = none) is farthest ahead; ties: the one whose key was set last (at
+    its last lookup: a batch's hits in routing order, then its misses).
+
+    An item's key does not depend on the budget, so the buckets of keys are kept once: bucket k
+    (a decode batch) lists the items whose next decode lookup is batch k, at most that batch's
+    lookups, and batch k empties it (its members are that batch's hits or misses). Per budget,
+    a bitmap of the buckets holding a resident item (64 buckets a word, a word per 64 words above
+    it; a column per budget) finds the farthest in a few word operations, the resident members
+    are found from the bucket's list and the residency masks, and the newest of them by its last
+    lookup's batch, hit bit and place. Items never looked up again in decode share one bucket of
+    any size: a stack per budget (doubly linked, newest first)."""
     n_items = size.shape[0]
     n_batches = bfirst.shape[0] - 1
-    cached = np.zeros(n_items, dtype=np.uint8)
+    none = n_batches
+    m = budgets.shape[0]
+    valid = _ALL if m == 64 else (_ONE << np.uint64(m)) - _ONE
+    cm = np.zeros(n_items, dtype=np.uint64)
+    lasth = np.zeros(n_items, dtype=np.uint64)
     prot = np.full(n_items, -1, dtype=np.int64)
-    bn = np.zeros(n_items, dtype=np.int64)  # next older key in the bucket
-    bk = np.zeros(n_items, dtype=np.int64)  # the bucket
-    bh = np.full(n_batches + 1, -1, dtype=np.int64)
-    off = bitmap_levels(n_batches + 1)
-    bits = np.zeros(off[-1], dtype=np.uint64)
-    miss = np.zeros(n_items, dtype=np.int64)
-    hits = 0
-    hbytes = 0
-    resident = 0
-    n_cached = 0
-    top = 0  # no bucket above it is in use
+    key = np.full(n_items, -1, dtype=np.int64)  # the next decode batch after the last lookup (-1: none yet)
+    lastb = np.zeros(n_items, dtype=np.int64)
+    lasti = np.zeros(n_items, dtype=np.int64)
+    gnext = np.full(n_items, -1, dtype=np.int64)
+    ghead = np.full(max(1, n_batches), -1, dtype=np.int32)
+    sn = np.full((m, n_items), -1, dtype=np.int32)  # the stack of the never-again items: toward older
+    sp = np.full((m, n_items), -1, dtype=np.int32)  # toward newer
+    stop = np.full(m, -1, dtype=np.int64)
+    off = bitmap_levels(max(1, n_batches))
+    bits = np.zeros((off[-1], m), dtype=np.uint64)
+    resident = np.zeros(m, dtype=np.int64)
+    n_cached = np.zeros(m, dtype=np.int64)
+    cs = np.zeros(_widest(bfirst), dtype=np.uint64)  # the batch's residency masks
+    ml = np.zeros(cs.shape[0], dtype=np.int64)  # the batch's misses at one budget
+    n_layer = hl.shape[0]
+    mis = np.zeros((n_layer, m), dtype=np.int64)
+    misb = np.zeros(m, dtype=np.int64)
+    decl = np.zeros(n_layer, dtype=np.int64)
+    decb = 0
     for b in range(n_batches):
         s = bfirst[b]
         e = bfirst[b + 1]
         x0 = int(item[s])
         sz = size[x0]
+        ly = lay[x0]
         dec = decode[s]
-        if bh[b] != -1:  # its entries are this (decode) batch's hits: each gets a new key below
-            bh[b] = -1
-            _bit_clear(bits, off, b)
-        nh = 0
-        nmiss = 0
+        if dec:
+            ghead[b] = -1  # its members are this batch's lookups: each gets a new key below
+        anym = np.uint64(0)
         for i in range(s, e):
             x = int(item[i])
             prot[x] = b
-            if cached[x] == 1:
-                nh += 1
-                if not dec:  # a prefill lookup keeps its next decode use: to the top of its bucket
-                    k = bk[x]
-                    y = bh[k]
-                    if y == x:
-                        bh[k] = bn[x]
-                    else:
-                        while bn[y] != x:
-                            y = bn[y]
-                        bn[y] = bn[x]
-                    if bh[k] == -1:
-                        _bit_clear(bits, off, k)
-                k = int(next_use[i])
-                top = max(top, k)
-                if bh[k] == -1:
-                    _bit_set(bits, off, k)
-                bn[x] = bh[k]
-                bh[k] = x
-                bk[x] = k
-            else:
-                miss[nmiss] = i
-                nmiss += 1
-        if dec:
-            hits += nh
-            hbytes += nh * sz
-            hl[lay[x0], j] += nh
-        if nmiss == 0:
-            continue
-        need = nmiss * sz
-        live = n_cached - nh
-        k = _bit_prev(bits, off, top)
-        top = k  # the farthest bucket in use: nothing above it
-        while resident + need > bud and live > 0:
-            k = _bit_prev(bits, off, k)
-            x = bh[k]
-            p = -1
-            while x != -1 and prot[x] == b:
-                p = x
-                x = bn[x]
-            if x == -1:
-                k -= 1  # only this batch's entries here
-                continue
-            if p == -1:
-                bh[k] = bn[x]
-                if bh[k] == -1:
-                    _bit_clear(bits, off, k)
-            else:
-                bn[p] = bn[x]
-            cached[x] = 0
-            n_cached -= 1
-            resident -= size[x]
-            live -= 1
-        for r in range(nmiss):
-            i = miss[r]
-            x = int(item[i])
-            cached[x] = 1
-            n_cached += 1
-            resident += sz
+            c = cm[x]
+            cs[i - s] = c
+            anym |= ~c
             k = int(next_use[i])
-            top = max(top, k)
-            if bh[k] == -1:
-                _bit_set(bits, off, k)
-            bn[x] = bh[k]
-            bh[k] = x
-            bk[x] = k
-    hd[j] = hits
-    hb[j] = hbytes
+            ko = key[x]
+            if c != 0:
+                cc = c
+                while cc != 0:
+                    jj = int(_ctz(cc))
+                    cc &= cc - _ONE
+                    if k == none:  # to the top of the never-again stack
+                        if ko == none:
+                            p = sp[jj, x]
+                            q = sn[jj, x]
+                            if p != -1:
+                                sn[jj, p] = q
+                            else:
+                                stop[jj] = q
+                            if q != -1:
+                                sp[jj, q] = p
+                        t = stop[jj]
+                        sn[jj, x] = t
+                        sp[jj, x] = -1
+                        if t != -1:
+                            sp[jj, t] = x
+                        stop[jj] = x
+                    elif k != ko:
+                        _bit_set(bits, off, jj, k)
+            if k != none and k != ko:
+                gnext[x] = ghead[k]
+                ghead[k] = x
+            key[x] = k
+            lastb[x] = b
+            lasti[x] = i
+            lasth[x] = c
+        anym &= valid
+        if dec:
+            decl[ly] += e - s
+            decb += (e - s) * sz
+        while anym != 0:
+            jj = int(_ctz(anym))
+            anym &= anym - _ONE
+            bit = _ONE << np.uint64(jj)
+            nmiss = _misses(cs, e - s, jj, ml)
+            if dec:
+                mis[ly, jj] += nmiss
+                misb[jj] += nmiss * sz
+            need = nmiss * sz
+            bud = budgets[jj]
+            res = resident[jj]
+            live = n_cached[jj] - ((e - s) - nmiss)  # resident entries not looked up in this batch
+            kc = none - 1
+            while res + need > bud and live > 0:
+                x = stop[jj]
+                while x != -1 and prot[x] == b:
+                    x = sn[jj, x]
+                if x != -1:  # a never-again item: the farthest
+                    p = sp[jj, x]
+                    q = sn[jj, x]
+                    if p != -1:
+                        sn[jj, p] = q
+                    else:
+                        stop[jj] = q
+                    if q != -1:
+                        sp[jj, q] = p
+                else:
+                    k = _bit_prev(bits, off, jj, kc)
+                    best = -1
+                    held = 0
+                    y = int(ghead[k])
+                    while y != -1:
+                        if (cm[y] & bit) != 0:
+                            held += 1
+                            if prot[y] != b:
+                                if best == -1:
+                                    best = y
+                                else:
+                                    yb = lastb[y]
+                                    bb = lastb[best]
+                                    ym = 1 if (lasth[y] & bit) == 0 else 0
+                                    bm = 1 if (lasth[best] & bit) == 0 else 0
+                                    if yb > bb or (yb == bb and (ym > bm or (ym == bm and lasti[y] > lasti[best]))):
+                                        best = y
+                        y = gnext[y]
+                    if best == -1:
+                        kc = k - 1  # only this batch's entries here
+                        continue
+                    if held == 1:
+                        _bit_clear(bits, off, jj, k)
+                    kc = k
+                    x = best
+                cm[x] &= ~bit
+                res -= size[x]
+                live -= 1
+            n_cached[jj] = live + (e - s)  # the entries kept, then the whole batch
+            for q in range(nmiss):
+                x = int(item[s + ml[q]])
+                cm[x] |= bit
+                res += sz
+                k = key[x]
+                if k == none:
+                    t = stop[jj]
+                    sn[jj, x] = t
+                    sp[jj, x] = -1
+                    if t != -1:
+                        sp[jj, t] = x
+                    stop[jj] = x
+                else:
+                    _bit_set(bits, off, jj, k)
+            resident[jj] = res
+    _hits_out(mis, misb, decl, decb, j0, hd, hb, hl)
 
 
 @jit
-def queue_budget(sieve: bool, item: npt.NDArray[np.integer[Any]], bfirst: I64, decode: B1, lay: I64, size: I64,
-                 bud: int, j: int, hd: I64, hb: I64, hl: I64) -> None:
+def queue_budgets(sieve: bool, item: npt.NDArray[np.integer[Any]], bfirst: I64, decode: B1, lay: I64, size: I64,
+                  budgets: I64, j0: int, hd: I64, hb: I64, hl: I64) -> None:
     """FIFO (evict the oldest insertion; hits change nothing) or, with ``sieve``, SIEVE (a FIFO
     queue with a visited bit: the hand walks from the oldest entry, clears visited bits and evicts
-    the first entry not visited since it last passed; Zhang et al., NSDI'24) at ``bud`` bytes."""
+    the first entry not visited since it last passed; Zhang et al., NSDI'24) at each of
+    ``budgets``: a queue per budget (a row of links), the visited bits a mask per item."""
     n_items = size.shape[0]
     n_batches = bfirst.shape[0] - 1
-    cached = np.zeros(n_items, dtype=np.uint8)
-    visited = np.zeros(n_items, dtype=np.uint8)
+    m = budgets.shape[0]
+    valid = _ALL if m == 64 else (_ONE << np.uint64(m)) - _ONE
+    cm = np.zeros(n_items, dtype=np.uint64)
+    vis = np.zeros(n_items, dtype=np.uint64)
     prot = np.full(n_items, -1, dtype=np.int64)
-    nxt = np.zeros(n_items, dtype=np.int64)  # toward newer
-    prv = np.zeros(n_items, dtype=np.int64)  # toward older
-    miss = np.zeros(n_items + 1, dtype=np.int64)
-    hits = 0
-    hbytes = 0
-    resident = 0
-    n_cached = 0
-    head = -1  # newest
-    tail = -1  # oldest
-    hand = -1
+    nxt = np.full((m, n_items), -1, dtype=np.int32)  # toward newer
+    prv = np.full((m, n_items), -1, dtype=np.int32)  # toward older
+    heads = np.full(m, -1, dtype=np.int64)  # newest
+    tails = np.full(m, -1, dtype=np.int64)  # oldest
+    hands = np.full(m, -1, dtype=np.int64)
+    resident = np.zeros(m, dtype=np.int64)
+    n_cached = np.zeros(m, dtype=np.int64)
+    cs = np.zeros(_widest(bfirst), dtype=np.uint64)  # the batch's residency masks
+    ml = np.zeros(cs.shape[0], dtype=np.int64)  # the batch's misses at one budget
+    n_layer = hl.shape[0]
+    mis = np.zeros((n_layer, m), dtype=np.int64)
+    misb = np.zeros(m, dtype=np.int64)
+    decl = np.zeros(n_layer, dtype=np.int64)
+    decb = 0
     for b in range(n_batches):
         s = bfirst[b]
         e = bfirst[b + 1]
         x0 = int(item[s])
         sz = size[x0]
-        nmiss = 0
+        ly = lay[x0]
+        dec = decode[s]
+        anym = np.uint64(0)
         for i in range(s, e):
             x = int(item[i])
             prot[x] = b
-            c = int(cached[x])
-            visited[x] |= c
-            miss[nmiss] = i
-            nmiss += 1 - c
-        nh = (e - s) - nmiss
-        if decode[s]:
-            hits += nh
-            hbytes += nh * sz
-            hl[lay[x0], j] += nh
-        if nmiss == 0:
-            continue
-        need = nmiss * sz
-        live = n_cached - nh
-        while resident + need > bud and live > 0:
-            if sieve:
-                if hand == -1:
-                    hand = tail
-                x = hand
-                if prot[x] == b or visited[x] == 1:
-                    if prot[x] != b:
-                        visited[x] = 0
-                    hand = nxt[x]
-                    continue
-                hand = nxt[x]
-            else:
-                x = tail
-                while prot[x] == b:
-                    x = nxt[x]
-            p = prv[x]
-            q = nxt[x]
-            if p != -1:
-                nxt[p] = q
-            else:
-                tail = q
-            if q != -1:
-                prv[q] = p
-            else:
-                head = p
-            cached[x] = 0
-            n_cached -= 1
-            resident -= size[x]
-            live -= 1
-        for r in range(nmiss):
-            x = int(item[miss[r]])
-            cached[x] = 1
-            visited[x] = 0
-            n_cached += 1
-            resident += sz
-            prv[x] = head
-            nxt[x] = -1
-            if head != -1:
-                nxt[head] = x
-            head = x
-            if tail == -1:
-                tail = x
-    hd[j] = hits
-    hb[j] = hbytes
+            c = cm[x]
+            vis[x] |= c
+            cs[i - s] = c
+            anym |= ~c
+        anym &= valid
+        if dec:
+            decl[ly] += e - s
+            decb += (e - s) * sz
+        while anym != 0:
+            jj = int(_ctz(anym))
+            anym &= anym - _ONE
+            bit = _ONE << np.uint64(jj)
+            nmiss = _misses(cs, e - s, jj, ml)
+            if dec:
+                mis[ly, jj] += nmiss
+                misb[jj] += nmiss * sz
+            need = nmiss * sz
+            bud = budgets[jj]
+            res = resident[jj]
+            live = n_cached[jj] - ((e - s) - nmiss)
+            head = heads[jj]
+            tail = tails[jj]
+            hand = hands[jj]
+            while res + need > bud and live > 0:
+                if sieve:
+                    if hand == -1:
+                        hand = tail
+                    x = hand
+                    if prot[x] == b or (vis[x] & bit) != 0:
+                        if prot[x] != b:
+                            vis[x] &= ~bit
+                        hand = nxt[jj, x]
+                        continue
+                    hand = nxt[jj, x]
+                else:
+                    x = tail
+                    while prot[x] == b:
+                        x = nxt[jj, x]
+                p = prv[jj, x]
+                q = nxt[jj, x]
+                if p != -1:
+                    nxt[jj, p] = q
+                else:
+                    tail = q
+                if q != -1:
+                    prv[jj, q] = p
+                else:
+                    head = p
+                cm[x] &= ~bit
+                res -= size[x]
+                live -= 1
+            for q in range(nmiss):
+                x = int(item[s + ml[q]])
+                cm[x] |= bit
+                vis[x] &= ~bit
+                res += sz
+                prv[jj, x] = head
+                nxt[jj, x] = -1
+                if head != -1:
+                    nxt[jj, head] = x
+                head = x
+                if tail == -1:
+                    tail = x
+            n_cached[jj] = live + (e - s)  # the entries kept, then the whole batch
+            heads[jj] = head
+            tails[jj] = tail
+            hands[jj] = hand
+            resident[jj] = res
+    _hits_out(mis, misb, decl, decb, j0, hd, hb, hl)
 
 
 @jit

@@ -402,8 +402,9 @@ def run_tasks(tasks: Sequence[Callable[[], None]], threads: int | None = None) -
 
 
 def plan_policy_curves(lk: Lookups, policies: Sequence[str], budgets: npt.ArrayLike) -> Plan[dict[str, Curve]]:
-    """:func:`policy_curves` as a :class:`Plan`: a task per (policy, budget), the costliest first
-    (Belady, LFU, then the queues; small budgets miss most), and LRU's one pass as one task."""
+    """:func:`policy_curves` as a :class:`Plan`: a task per policy and group of budgets (at most
+    ``_kernels.GROUP``, the groups of one policy as even as they can be; one pass over the trace
+    each), the costliest first (Belady, LFU, then the queues), and LRU's one pass as one task."""
     unknown = [p for p in policies if p != "lru" and p not in _PER_BUDGET]
     if unknown:
         raise ValueError(f"unknown policy {unknown[0]!r}; choose one of lru, {', '.join(_PER_BUDGET)}")
@@ -426,21 +427,24 @@ def plan_policy_curves(lk: Lookups, policies: Sequence[str], budgets: npt.ArrayL
         bf = lk.batch_first()
         nu = _next_use(lk) if any(P.KERNEL_CODES[p] == K.POLICY_BELADY for p in todo) else np.zeros(0, dtype=np.int32)
 
-        def run(p: str, j: int) -> None:
+        def run(p: str, j0: int, j1: int) -> None:
             hd, hb, hl = res[p]
-            args = (item, bf, lk.decode, lay, lk.item_bytes, int(b[j]), j)
+            args = (item, bf, lk.decode, lay, lk.item_bytes, b[j0:j1], j0)
             code = P.KERNEL_CODES[p]
             if code == K.POLICY_LFU:
-                K.lfu_budget(*args, hd, hb, hl)
+                K.lfu_budgets(*args, hd, hb, hl)
             elif code == K.POLICY_BELADY:
-                K.belady_budget(*args, nu, hd, hb, hl)
+                K.belady_budgets(*args, nu, hd, hb, hl)
             else:
-                K.queue_budget(code == K.POLICY_SIEVE, *args, hd, hb, hl)
+                K.queue_budgets(code == K.POLICY_SIEVE, *args, hd, hb, hl)
 
-        # budget 0 is no cache: no hits. The costliest kernels first (Belady, LFU)
+        # budget 0 is no cache: no hits. A task per policy and group of budgets, the costliest
+        # kernels first (Belady, LFU)
         cost = {K.POLICY_BELADY: 0, K.POLICY_LFU: 1, K.POLICY_SIEVE: 2, K.POLICY_FIFO: 3}
-        tasks += [functools.partial(run, p, j) for p in sorted(todo, key=lambda p: cost[P.KERNEL_CODES[p]])
-                  for j in range(nb) if b[j] > 0]
+        first = int(np.searchsorted(b, 0, side="right"))
+        edges = np.linspace(first, nb, -(-(nb - first) // K.GROUP) + 1).astype(np.int64).tolist()
+        tasks += [functools.partial(run, p, j0, j1) for p in sorted(todo, key=lambda p: cost[P.KERNEL_CODES[p]])
+                  for j0, j1 in zip(edges, edges[1:])]
 
     def finish() -> dict[str, Curve]:
         dl, db, ll = _totals(lk)
