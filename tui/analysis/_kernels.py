@@ -499,6 +499,7 @@ def lfu_budgets(item: npt.NDArray[np.integer[Any]], bfirst: I64, decode: B1, lay
             res = resident[jj]
             n = hn[jj]
             na = 0
+            q = 0  # the misses in the heap so far: an eviction hands its place to the next one
             while res + need > bud and n > 0:
                 x = heap[jj, 0]
                 cur = (count[x] << 32) | (tsh[x] if (lasth[x] & bit) != 0 else tsm[x])
@@ -506,23 +507,33 @@ def lfu_budgets(item: npt.NDArray[np.integer[Any]], bfirst: I64, decode: B1, lay
                     key[jj, 0] = cur
                     _down4(heap, key, jj, n, 0)
                     continue
-                n -= 1
-                if n > 0:
-                    heap[jj, 0] = heap[jj, n]
-                    key[jj, 0] = key[jj, n]
+                if prot[x] != b and q < nmiss:  # evicted, and a miss of this batch (kept) in its place
+                    y = int(item[s + ml[q]])
+                    q += 1
+                    cm[y] |= bit
+                    res += sz
+                    need -= sz
+                    heap[jj, 0] = y
+                    key[jj, 0] = (count[y] << 32) | tsm[y]
                     _down4(heap, key, jj, n, 0)
-                if prot[x] == b:
-                    aside[na] = x  # this batch's hit: kept
-                    na += 1
-                    continue
+                else:
+                    n -= 1
+                    if n > 0:
+                        heap[jj, 0] = heap[jj, n]
+                        key[jj, 0] = key[jj, n]
+                        _down4(heap, key, jj, n, 0)
+                    if prot[x] == b:
+                        aside[na] = x  # this batch's hit or a miss already in: kept
+                        na += 1
+                        continue
                 cm[x] &= ~bit
                 res -= size[x]
             for r in range(na):
                 x = aside[r]
-                _push4(heap, key, jj, n, x, (count[x] << 32) | tsh[x])
+                _push4(heap, key, jj, n, x, (count[x] << 32) | (tsh[x] if (lasth[x] & bit) != 0 else tsm[x]))
                 n += 1
-            for q in range(nmiss):
-                x = int(item[s + ml[q]])
+            for r in range(q, nmiss):
+                x = int(item[s + ml[r]])
                 cm[x] |= bit
                 res += sz
                 _push4(heap, key, jj, n, x, (count[x] << 32) | tsm[x])
