@@ -362,17 +362,18 @@ def _next_use(lk: Lookups) -> npt.NDArray[np.int32]:
 
 
 def _compact_items(lk: Lookups) -> npt.NDArray[np.integer[Any]]:
-    """``lk.item`` in the narrowest integer type that holds every item id: the per-budget
-    kernels read the whole trace once per budget, so its bytes are their memory traffic."""
+    """``lk.item`` in the narrowest integer type that holds every item id: the policy kernels
+    read the whole trace once per group of budgets, so its bytes are their memory traffic."""
     return lk.item.astype(np.int16 if lk.n_items <= np.iinfo(np.int16).max else np.int32)
 
 
-#: the policies replayed one budget at a time (their kernel: ``_kernels.POLICY_*`` = ``Policy.code``)
+#: the policies with a cache of their own at each budget, replayed a group of budgets a pass (their
+#: kernel: ``_kernels.POLICY_*`` = ``Policy.code``)
 _PER_BUDGET = tuple(p.name for p in P.POLICIES if p.replay == "per_budget")
 
 
 def workers() -> int:
-    """Threads the per-budget replays run on: the CPUs this process may use."""
+    """Threads the replays run on: the CPUs this process may use."""
     try:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # not on Linux
@@ -410,7 +411,7 @@ def plan_policy_curves(lk: Lookups, policies: Sequence[str], budgets: npt.ArrayL
         raise ValueError(f"unknown policy {unknown[0]!r}; choose one of lru, {', '.join(_PER_BUDGET)}")
     b = _check_budgets(budgets)
     if lk.n >= 1 << 31:
-        raise ValueError(f"{lk.n} lookups: the per-budget replays take at most 2^31")
+        raise ValueError(f"{lk.n} lookups: the policy replays take at most 2^31")
     todo = [p for p in _PER_BUDGET if p in policies]
     out: dict[str, Curve] = {}
     tasks: list[Callable[[], None]] = []
@@ -463,8 +464,9 @@ def policy_curves(lk: Lookups, policies: Sequence[str], budgets: npt.ArrayLike,
                   threads: int | None = None) -> dict[str, Curve]:
     """Replay each of ``policies`` (``lru``, ``lfu``, ``fifo``, ``sieve``, ``belady``) at each
     budget (bytes). LRU is one pass over the trace for every budget (:func:`lru_curve`); the
-    others replay each budget on its own, every (policy, budget) pair a task on ``threads``
-    threads (default :func:`workers`): the same numbers on any number of threads.
+    others keep a cache of their own at each budget, a group of up to ``_kernels.GROUP`` budgets
+    replayed in one pass over the trace, every (policy, group) a task on ``threads`` threads
+    (default :func:`workers`): the same numbers on any number of threads and in any grouping.
 
     Belady evicts the expert whose next decode lookup is farthest ahead (prefill lookups are not
     scored, so they are no reason to keep an expert). With experts of one size this is the

@@ -2,10 +2,11 @@
 the screens read (docs/analysis.md "Policies"; architecture.md "A new cache policy").
 
 Each :class:`Policy` names how it is replayed (``replay``): ``one_pass`` (LRU: every budget in
-one pass over the trace), ``per_budget`` (a compiled kernel per budget; ``code`` names it in
-tui/analysis/_kernels.py), ``profile`` (a profile built on a train part, scored on the rest) or
-``per_layer`` (one LRU per layer from each layer's own curve). Importing this module imports
-neither numpy nor the compiled kernels, so the views can read it at startup.
+one pass over the trace), ``per_budget`` (a cache of its own at each budget, a compiled kernel
+replaying a group of budgets in one pass; ``code`` names it in tui/analysis/_kernels.py),
+``profile`` (a profile built on a train part, scored on the rest) or ``per_layer`` (one LRU per
+layer from each layer's own curve). Importing this module imports neither numpy nor the compiled
+kernels, so the views can read it at startup.
 """
 
 from __future__ import annotations
