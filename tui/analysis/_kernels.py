@@ -285,7 +285,7 @@ POLICY_FIFO = 3
 GROUP_MAX = 64
 #: budgets the what-if hands one kernel call at most: fewer than 64 keep a group's per-budget
 #: state in a core's L2 cache (at 10^6 lookups and the 51-budget sweep, groups of 13 ran FIFO 1.2x
-#: and Belady 1.8x faster than one budget per call, and groups of 51 slower than groups of 13)
+#: and Belady 1.8x faster than a kernel call per budget, groups of 51 slower than groups of 13)
 GROUP = 16
 
 U64 = npt.NDArray[np.uint64]
