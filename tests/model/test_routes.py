@@ -1,5 +1,6 @@
-"""Routing rows, per-layer counts and expert aggregates: exact against a brute-force count over
-every row, with and without a routing window (old cursors answered from a checkpoint, said so)."""
+"""Routing rows, per-layer counts and expert aggregates (the misses by memory tier included):
+exact against a brute-force count over every row, with and without a routing window (old
+cursors answered from a checkpoint, said so)."""
 
 from __future__ import annotations
 
@@ -13,34 +14,46 @@ L, E, K = 4, 12, 2
 
 
 def routing(rng: np.random.Generator, n_tok: int):
-    """Per token: one prefill block now and then (tok -1 - turn), then the token's decode rows."""
+    """Per token: one prefill block now and then (tok -1 - turn, no tiers, as bmoe-run sends
+    them), then the token's decode rows, each miss served by the page cache or the disk."""
     out = []
     turn = 0
     for t in range(n_tok):
         if t % 50 == 0:
             for _ in range(3):
                 out.append((np.full(L * K, -1 - turn), np.repeat(np.arange(L), K),
-                            rng.integers(0, E, L * K), rng.integers(0, 2, L * K)))
+                            rng.integers(0, E, L * K), rng.integers(0, 2, L * K), None))
             turn += 1
+        hit = rng.integers(0, 2, L * K)
         out.append((np.full(L * K, t), np.repeat(np.arange(L), K), rng.integers(0, E, L * K),
-                    rng.integers(0, 2, L * K)))
+                    hit, np.where(hit > 0, 0, rng.integers(1, 3, L * K))))
     return out
 
 
 def brute(rows, stop):
+    """(routed, hits, last, page-cache misses, disk misses) over the rows before ``stop``."""
     cnt = np.zeros((L, E), np.int64)
     hit = np.zeros((L, E), np.int64)
     last = np.full((L, E), -1, np.int8)
+    tiers = np.zeros((3, L, E), np.int64)
     seen_max = -1
-    for tok, layer, expert, h in rows:
-        for t, lay, e, x in zip(tok, layer, expert, h):
+    for tok, layer, expert, h, tier in rows:
+        for t, lay, e, x, r in zip(tok, layer, expert, h, tier if tier is not None else [-1] * len(tok)):
             seen_max = max(seen_max, t)
             if stop is not None and seen_max >= stop:
-                return cnt, hit, last
+                return cnt, hit, last, tiers[1], tiers[2]
             cnt[lay, e] += 1
             hit[lay, e] += x > 0
             last[lay, e] = int(x > 0)
-    return cnt, hit, last
+            if r >= 0:
+                tiers[r, lay, e] += 1
+    return cnt, hit, last, tiers[1], tiers[2]
+
+
+def same(got, want) -> bool:
+    return (np.array_equal(got.routed, want[0]) and np.array_equal(got.hits, want[1])
+            and np.array_equal(got.last, want[2]) and np.array_equal(got.pagecache, want[3])
+            and np.array_equal(got.disk, want[4]))
 
 
 @settings(max_examples=15, deadline=None)
@@ -50,7 +63,7 @@ def test_expert_aggregates_match_brute_force(seed, n_tok, window, stops):
     rows = routing(np.random.default_rng(seed), n_tok)
     rs = RouteStore(window_tokens=window)
     rs._cap = 64  # small storage, so a window evicts often
-    for name in ("_tok", "_layer", "_expert", "_hit", "_cummax"):
+    for name in ("_tok", "_layer", "_expert", "_hit", "_tier", "_cummax"):
         setattr(rs, name, getattr(rs, name)[:64].copy())
     for r in rows:
         rs.extend(*r)
@@ -61,13 +74,13 @@ def test_expert_aggregates_match_brute_force(seed, n_tok, window, stops):
         else:  # older than the routing window: exact as of the checkpoint it names
             assert window is not None and got.as_of <= stop
             want = brute(rows, got.as_of)
-        assert np.array_equal(got.routed, want[0]) and np.array_equal(got.hits, want[1])
-        assert np.array_equal(got.last, want[2])
+        assert same(got, want)
+    assert rs.tier_rows == sum(len(r[0]) for r in rows if r[4] is not None)
     # per-layer counts of decode rows: every row, whatever was evicted
     share = rs.layer_series(L, 0, n_tok, bins=n_tok)
     look = np.zeros((L, n_tok))
     hits = np.zeros((L, n_tok))
-    for tok, layer, _e, h in rows:
+    for tok, layer, _e, h, _r in rows:
         if tok[0] >= 0:
             np.add.at(look, (layer, tok), 1)
             np.add.at(hits, (layer, tok), h > 0)
@@ -104,7 +117,7 @@ def test_backward_seeks_use_snapshots_and_match_plain_count(seed, n_tok, window,
     rows = routing(np.random.default_rng(seed), n_tok)
     rs = RouteStore(window_tokens=window)
     rs._cap = 64
-    for name in ("_tok", "_layer", "_expert", "_hit", "_cummax"):
+    for name in ("_tok", "_layer", "_expert", "_hit", "_tier", "_cummax"):
         setattr(rs, name, getattr(rs, name)[:64].copy())
     rs._snap_every = every
     saved = routes_mod.MAX_SNAPSHOTS
@@ -132,8 +145,17 @@ def test_backward_seeks_use_snapshots_and_match_plain_count(seed, n_tok, window,
                 want = brute(rows, stop)
                 if backward:  # one interval at most, however far back
                     assert sum(counted) < rs._snap_every
-            assert np.array_equal(got.routed, want[0]) and np.array_equal(got.hits, want[1])
-            assert np.array_equal(got.last, want[2])
+            assert same(got, want)
         assert len(rs._snapshots) <= max_snaps
     finally:
         routes_mod.MAX_SNAPSHOTS = saved
+
+
+def test_a_source_without_tiers_counts_no_tier():
+    """Rows without a tier (bmoe-cli, an old recording) count no page-cache or disk miss and
+    leave ``tier_rows`` at 0 (the tier view says "not reported", never zeros)."""
+    rs = RouteStore()
+    rs.extend(np.zeros(4), np.zeros(4), np.arange(4), np.array([0, 0, 1, 0]))
+    got = rs.expert_counts(1, 4, None)
+    assert rs.tier_rows == 0 and (rs.tier == -1).all()
+    assert got.routed.sum() == 4 and got.pagecache.sum() == 0 and got.disk.sum() == 0

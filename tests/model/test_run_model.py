@@ -252,35 +252,38 @@ def test_routing_rows_held_for_a_batch_are_seen_by_every_reader():
     assert run.layer_series(0, n + 2, bins=n + 2).lookups.sum() == (n + 1) * L * K + 6
 
 
-def _one_line_arrays(tok, experts, hits):
-    """One BMOE_ROUTE line's rows, the way a single line was always read (the reference)."""
+def _one_line_arrays(tok, experts, hits, tiers):
+    """One BMOE_ROUTE line's rows, the way a single line was always read (the reference); a line
+    without tiers has -1 on each row."""
     import numpy as np
 
     lens = [len(r) for r in experts]
     layer = np.repeat(np.arange(len(experts)), lens)
     expert = np.array([e for r in experts for e in r], dtype=np.int64)
-    if [len(r) for r in hits] == lens:
-        hit = np.array([h for r in hits for h in r], dtype=np.int64)
-    else:
-        hit = np.array([hrow[j] if j < len(hrow) else -1
-                        for hrow, n in zip(hits + [[]] * (len(experts) - len(hits)), lens) for j in range(n)],
-                       dtype=np.int64)
-    return np.full(len(expert), tok, dtype=np.int64), layer, expert, hit
+
+    def aligned(values):
+        return np.array([vrow[j] if j < len(vrow) else -1
+                         for vrow, n in zip(values + [[]] * (len(experts) - len(values)), lens) for j in range(n)],
+                        dtype=np.int64)
+
+    return (np.full(len(expert), tok, dtype=np.int64), layer, expert, aligned(hits),
+            aligned(tiers if tiers is not None else []))
 
 
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.tuples(st.integers(-3, 50),
                           st.lists(st.lists(st.integers(0, 9), max_size=4), max_size=5),
-                          st.integers(0, 3)), min_size=1, max_size=8))
+                          st.integers(0, 3), st.integers(0, 2)), min_size=1, max_size=8))
 def test_routing_lines_read_as_one_block_equal_each_line_read_alone(lines):
     """Lines held and converted together give the rows each line gives alone, in order, with
-    hit lists that match, are shorter, miss layers or are longer than their experts."""
+    hit lists that match, are shorter, miss layers or are longer than their experts, and tier
+    lists present, absent or shorter."""
     import numpy as np
 
     from bmoe_top.tui.model.run import route_arrays
 
     held = []
-    for tok, experts, shape in lines:
+    for tok, experts, shape, tier_shape in lines:
         hits = [[1] * len(r) for r in experts]
         if shape == 1 and hits:
             hits = hits[:-1]  # a layer without hits
@@ -288,8 +291,14 @@ def test_routing_lines_read_as_one_block_equal_each_line_read_alone(lines):
             hits[0] = hits[0][:-1]  # a shorter hit list
         elif shape == 3 and hits:
             hits[-1] = [*hits[-1], 0]  # a longer one
-        held.append((tok, experts, hits))
+        tiers = None if tier_shape == 0 else [[2 * (e % 2) for e in r] for r in experts]
+        if tier_shape == 2 and tiers:
+            tiers = tiers[:-1]  # a layer without tiers
+        held.append((tok, experts, hits, tiers))
     want = [np.concatenate(c) for c in zip(*(_one_line_arrays(*x) for x in held))]
     got = route_arrays(held)
+    if all(x[3] is None for x in held):
+        assert got[4] is None
+        got = (*got[:4], np.full(len(got[0]), -1, np.int64))
     for g, w in zip(got, want):
-        assert g.dtype == np.int64 and np.array_equal(g, w)
+        assert g is not None and g.dtype == np.int64 and np.array_equal(g, w)

@@ -247,7 +247,7 @@ class RecordFeed:
         if not any(experts):
             run.set_dims(n_layer=len(experts), grow=True)
             return
-        run.add_route_lists(tok, experts, hits)
+        run.add_route_lists(tok, experts, hits, rec.tier)
         run.set_dims(n_layer=len(experts), grow=True)
         if rec.phase != "prefill" and "n_expert_used" not in run.meta:
             run.set_dims(top_k=max(map(len, experts)), grow=True)  # a prefill row is the union over the batch

@@ -2,13 +2,16 @@
 
 :class:`RouteStore` keeps
 
-* routing rows ``(tok, layer, expert, hit)`` of the newest tokens (every token without a
+* routing rows ``(tok, layer, expert, hit, tier)`` of the newest tokens (every token without a
   window): ``tok`` is the token row, or ``-1 - turn`` for a turn's prefill rows; ``hit`` 1 resident
-  when routed, 0 miss, -1 not known;
+  when routed, 0 miss, -1 not known; ``tier`` the memory tier that served it (:data:`TIER_CACHE`,
+  :data:`TIER_PAGE_CACHE`, :data:`TIER_DISK`; :data:`TIER_UNKNOWN` when the source did not say:
+  docs/memory.md "The three tiers in bmoe-run");
 * per (layer, row) cache hits and lookups: from routing rows, or given directly (a ``/metrics``
   interval's per-layer counters, an audit ``exit`` record), for the newest rows at full resolution
   and for every row in a :class:`~bmoe_top.tui.model.history.CountHistory`;
-* per (layer, expert) routed counts, hit counts and last-routing hit for any cursor: kept exactly
+* per (layer, expert) routed counts, hit counts, misses the page cache and the disk served and
+  last-routing hit for any cursor: kept exactly
   for cursors inside the routing window (the older rows are folded into a base), and as of the
   nearest of a few checkpoints for an older cursor. Inside the window, prefix snapshots every
   ``snapshot_rows`` routing rows bound the cost of any cursor move: forward it costs the rows in
@@ -28,10 +31,15 @@ from numpy.typing import NDArray
 
 from bmoe_top.tui.model.history import BASE_ROWS, CAPACITY, F64, I64, CountHistory, Stats
 
-__all__ = ["ExpertCounts", "LayerShares", "RouteStore", "RoutesReader"]
+__all__ = ["TIER_CACHE", "TIER_DISK", "TIER_PAGE_CACHE", "TIER_UNKNOWN", "ExpertCounts", "LayerShares",
+           "RouteStore", "RoutesReader"]
 
 I32 = NDArray[np.int32]
 I8 = NDArray[np.int8]
+
+#: A routing row's ``tier`` (the values of ``BMOE_ROUTE``'s ``tier``: docs/telemetry.md), and the
+#: value of a row whose source did not say.
+TIER_CACHE, TIER_PAGE_CACHE, TIER_DISK, TIER_UNKNOWN = 0, 1, 2, -1
 
 #: Checkpoints of the expert aggregates kept for cursors older than the routing window.
 MAX_CHECKPOINTS = 16
@@ -39,20 +47,24 @@ MAX_CHECKPOINTS = 16
 #: most this many; past it every other one is dropped and the interval doubles.
 MAX_SNAPSHOTS = 256
 #: The first snapshot interval: this many routing rows per (layer, expert) slot, at least
-#: :data:`MIN_SNAPSHOT_ROWS` (a snapshot costs 9 bytes per slot, a routing row 25 bytes).
+#: :data:`MIN_SNAPSHOT_ROWS` (a snapshot costs 17 bytes per slot, a routing row 26 bytes).
 SNAPSHOT_ROWS_PER_SLOT = 4
 MIN_SNAPSHOT_ROWS = 4096
 
 
 @dataclass(frozen=True, slots=True)
 class ExpertCounts:
-    """Per (layer, expert) over tokens before a cursor: ``routed`` and ``hits`` (int64), ``last``
-    (int8: 1 hit / 0 miss at the expert's last routing, -1 never routed). ``as_of`` is None when the
+    """Per (layer, expert) over tokens before a cursor: ``routed`` and ``hits`` (int64), the misses
+    the page cache and the disk served (``pagecache``, ``disk``, int64: routing rows whose tier
+    the source said), ``last`` (int8: 1 hit / 0 miss at the expert's last routing, -1 never
+    routed). ``as_of`` is None when the
     counts stop at the cursor asked for; when the cursor is older than the routing rows kept, they
     stop at an earlier checkpoint: the rows of tokens before ``as_of`` (-1: no row at all)."""
 
     routed: I64
     hits: I64
+    pagecache: I64
+    disk: I64
     last: I8
     as_of: int | None = None
 
@@ -76,6 +88,8 @@ class _Aggregate:
     rows: int
     routed: I64
     hits: I64
+    pagecache: I64
+    disk: I64
     last: I8
 
 
@@ -94,6 +108,10 @@ class RoutesReader(Protocol):
     def expert(self) -> I32: ...
     @property
     def hit(self) -> I8: ...
+    @property
+    def tier(self) -> I8: ...
+    @property
+    def tier_rows(self) -> int: ...
     @property
     def count_rows(self) -> int: ...
     @property
@@ -119,6 +137,7 @@ class RouteStore:
         self._layer = np.zeros(self._cap, np.int32)
         self._expert = np.zeros(self._cap, np.int32)
         self._hit = np.zeros(self._cap, np.int8)
+        self._tier = np.zeros(self._cap, np.int8)
         self._cummax = np.zeros(self._cap, np.int64)
         self._n = 0  # rows held
         self._row0 = 0  # global number of held row 0 (rows before it are folded into the base)
@@ -126,8 +145,9 @@ class RouteStore:
         self.max_tok = -1
         self.max_layer = -1
         self.max_expert = -1
-        self._base = _Aggregate(0, np.zeros((0, 0), np.int64), np.zeros((0, 0), np.int64),
-                                np.zeros((0, 0), np.int8))
+        self._tier_rows = 0  # routing rows ever added whose tier the source said
+        zero = np.zeros((0, 0), np.int64)
+        self._base = _Aggregate(0, zero, zero, zero, zero, np.zeros((0, 0), np.int8))
         self._acc: _Aggregate | None = None
         self._checkpoints: list[tuple[int, _Aggregate]] = []  # (token the counts stop at, counts)
         self._snapshots: list[_Aggregate] = []  # prefix aggregates at multiples of _snap_every rows
@@ -174,9 +194,20 @@ class RouteStore:
     def hit(self) -> I8:
         return self._hit[: self._n]
 
+    @property
+    def tier(self) -> I8:
+        return self._tier[: self._n]
+
+    @property
+    def tier_rows(self) -> int:
+        """Routing rows ever added whose tier the source said (0: it never says, the tier view
+        says so rather than showing zeros)."""
+        return self._tier_rows
+
     def extend(self, tok: NDArray[np.integer], layer: NDArray[np.integer], expert: NDArray[np.integer],
-               hit: NDArray[np.integer]) -> None:
-        """Add routing rows (arrays of one length, in arrival order)."""
+               hit: NDArray[np.integer], tier: NDArray[np.integer] | None = None) -> None:
+        """Add routing rows (arrays of one length, in arrival order); ``tier`` None: not said
+        (:data:`TIER_UNKNOWN` for every row)."""
         t64: I64 = np.asarray(tok, dtype=np.int64)
         k = len(t64)
         if not k:
@@ -190,6 +221,12 @@ class RouteStore:
         self._layer[s] = l64
         self._expert[s] = e64
         self._hit[s] = h64
+        if tier is None:
+            self._tier[s] = TIER_UNKNOWN
+        else:
+            t8 = np.asarray(tier, dtype=np.int64)
+            self._tier[s] = t8
+            self._tier_rows += int(np.count_nonzero(t8 >= 0))
         self._cummax[s] = np.maximum.accumulate(np.maximum(t64, self.max_tok))
         self._n += k
         self.max_tok = int(self._cummax[self._n - 1])
@@ -233,7 +270,7 @@ class RouteStore:
             cap = self._cap
             while cap < need:
                 cap *= 2
-            for name in ("_tok", "_layer", "_expert", "_hit", "_cummax"):
+            for name in _COLUMNS:
                 old = getattr(self, name)
                 new = np.zeros(cap, old.dtype)
                 new[: self._n] = old[: self._n]
@@ -251,12 +288,11 @@ class RouteStore:
         base.rows = self._row0 + r
         self._base = base
         self._evicted_max_tok = int(self._cummax[r - 1])
-        self._checkpoints.append((self._evicted_max_tok + 1, _Aggregate(
-            base.rows, base.routed.astype(np.int32), base.hits.astype(np.int32), base.last.copy())))
+        self._checkpoints.append((self._evicted_max_tok + 1, _small(base)))
         if len(self._checkpoints) > MAX_CHECKPOINTS:
             self._checkpoints = self._checkpoints[1::2]
         keep = self._n - r
-        for name in ("_tok", "_layer", "_expert", "_hit", "_cummax"):
+        for name in _COLUMNS:
             a = getattr(self, name)
             a[:keep] = a[r:self._n]
         self._n = keep
@@ -394,14 +430,11 @@ class RouteStore:
         """A copy of ``agg`` with room for ``shape`` (never smaller than it was)."""
         L = max(shape[0], agg.routed.shape[0])
         E = max(shape[1], agg.routed.shape[1])
-        r = np.zeros((L, E), np.int64)
-        h = np.zeros((L, E), np.int64)
+        routed, hits, pagecache, disk = (_crop(a.astype(np.int64), (L, E))
+                                         for a in (agg.routed, agg.hits, agg.pagecache, agg.disk))
         last = np.full((L, E), -1, np.int8)
-        l0, e0 = agg.routed.shape
-        r[:l0, :e0] = agg.routed
-        h[:l0, :e0] = agg.hits
-        last[:l0, :e0] = agg.last
-        return _Aggregate(agg.rows, r, h, last)
+        last[: agg.last.shape[0], : agg.last.shape[1]] = agg.last
+        return _Aggregate(agg.rows, routed, hits, pagecache, disk, last)
 
     def _add_rows(self, agg: _Aggregate, a: int, b: int, sign: int = 1) -> None:
         """Add held rows ``[a, b)`` (local indexes) to ``agg`` (subtract with ``sign=-1``; the
@@ -414,6 +447,12 @@ class RouteStore:
         idx = layer[m].astype(np.int64) * E + expert[m]
         agg.routed += sign * np.bincount(idx, minlength=L * E).reshape(L, E)
         agg.hits += sign * np.bincount(idx, weights=hit[m] > 0, minlength=L * E).reshape(L, E).astype(np.int64)
+        if self._tier_rows:
+            tier = self._tier[a:b][m]
+            for t, out in ((TIER_PAGE_CACHE, agg.pagecache), (TIER_DISK, agg.disk)):
+                sel = tier == t
+                if sel.any():
+                    out += sign * np.bincount(idx[sel], minlength=L * E).reshape(L, E)
         if sign > 0:
             agg.last[layer[m], expert[m]] = (hit[m] > 0).astype(np.int8)  # later rows win
 
@@ -431,7 +470,8 @@ class RouteStore:
             acc = self._grown(self._start_before(R), need)
         self._advance(acc, R)
         self._acc = acc
-        return ExpertCounts(_crop(acc.routed, shape), _crop(acc.hits, shape), _crop(acc.last, shape, -1))
+        return ExpertCounts(_crop(acc.routed, shape), _crop(acc.hits, shape), _crop(acc.pagecache, shape),
+                            _crop(acc.disk, shape), _crop(acc.last, shape, -1))
 
     def _start_before(self, rows: int) -> _Aggregate:
         """The newest aggregate over at most ``rows`` rows to count on from: a snapshot, else the base."""
@@ -439,7 +479,7 @@ class RouteStore:
         if i:
             return self._snapshots[i - 1]
         base = self._base
-        return _Aggregate(self._row0, base.routed, base.hits, base.last)
+        return _Aggregate(self._row0, base.routed, base.hits, base.pagecache, base.disk, base.last)
 
     def _advance(self, acc: _Aggregate, rows: int) -> None:
         """Count held rows into ``acc`` up to global row ``rows``, snapshotting at each multiple of
@@ -453,8 +493,7 @@ class RouteStore:
             self._add_rows(acc, acc.rows - self._row0, b - self._row0)
             acc.rows = b
             if b == nxt and (not self._snapshots or self._snapshots[-1].rows < b):
-                self._snapshots.append(_Aggregate(b, acc.routed.astype(np.int32), acc.hits.astype(np.int32),
-                                                  acc.last.copy()))
+                self._snapshots.append(_small(acc))
                 if len(self._snapshots) > MAX_SNAPSHOTS:
                     self._snap_every *= 2
                     self._snapshots = [a for a in self._snapshots if a.rows % self._snap_every == 0]
@@ -466,13 +505,23 @@ class RouteStore:
                 best = (tok_stop, agg)
         if best is None:
             z = np.zeros(shape, np.int64)
-            return ExpertCounts(z, z.copy(), np.full(shape, -1, np.int8), as_of=-1)
+            return ExpertCounts(z, z.copy(), z.copy(), z.copy(), np.full(shape, -1, np.int8), as_of=-1)
         tok_stop, agg = best
-        return ExpertCounts(_crop(agg.routed.astype(np.int64), shape), _crop(agg.hits.astype(np.int64), shape),
-                            _crop(agg.last, shape, -1), as_of=tok_stop)
+        routed, hits, pagecache, disk = (_crop(a.astype(np.int64), shape)
+                                         for a in (agg.routed, agg.hits, agg.pagecache, agg.disk))
+        return ExpertCounts(routed, hits, pagecache, disk, _crop(agg.last, shape, -1), as_of=tok_stop)
 
 
 _A = TypeVar("_A", bound=np.generic)
+
+#: The routing row columns, each one array of the store's capacity.
+_COLUMNS = ("_tok", "_layer", "_expert", "_hit", "_tier", "_cummax")
+
+
+def _small(agg: _Aggregate) -> _Aggregate:
+    """A copy of ``agg`` kept for later (a checkpoint, a snapshot): its counts as int32."""
+    return _Aggregate(agg.rows, agg.routed.astype(np.int32), agg.hits.astype(np.int32),
+                      agg.pagecache.astype(np.int32), agg.disk.astype(np.int32), agg.last.copy())
 
 
 def _crop(a: NDArray[_A], shape: tuple[int, int], fill: int = 0) -> NDArray[_A]:

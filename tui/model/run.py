@@ -79,12 +79,29 @@ _BLOCK_ROWS = 1 << 16
 PENDING_ROUTES = 64
 
 
-def route_arrays(lines: Sequence[tuple[int, Sequence[Sequence[int]], Sequence[Sequence[int]]]]
-                 ) -> tuple[I64, I64, I64, I64]:
-    """(token, layer, expert, hit) row arrays of routing lines ``(tok, experts, hits)`` (see
-    :meth:`RunModel.add_route_lists`), in order: a hit list shorter than its layer's experts
-    gives -1 (not known) for the rest."""
-    es = [e for _t, e, _h in lines]
+RouteLine = tuple[int, Sequence[Sequence[int]], Sequence[Sequence[int]], Sequence[Sequence[int]] | None]
+
+
+def _aligned(lists: Sequence[Sequence[Sequence[int]]], experts: Sequence[Sequence[Sequence[int]]],
+             n_layers: list[int], lens: list[int], total: int) -> I64:
+    """Per-layer value lists ``lists`` (one per line) aligned with the lines' ``experts``, as one
+    row array: a list shorter than its layer's experts (or a layer without one) gives -1 (not
+    known) for the rest, a longer one is cut."""
+    rows = list(chain.from_iterable(lists))
+    if [len(v) for v in lists] == n_layers and list(map(len, rows)) == lens:
+        return np.fromiter(chain.from_iterable(rows), dtype=np.int64, count=total)
+    return np.array([vrow[j] if j < len(vrow) else -1
+                     for e, v in zip(experts, lists)
+                     for vrow, n in zip([*v, *[[]] * (len(e) - len(v))], (len(r) for r in e))
+                     for j in range(n)], dtype=np.int64)
+
+
+def route_arrays(lines: Sequence[RouteLine]) -> tuple[I64, I64, I64, I64, I64 | None]:
+    """(token, layer, expert, hit, tier) row arrays of routing lines ``(tok, experts, hits, tiers)``
+    (see :meth:`RunModel.add_route_lists`), in order: a hit or tier list shorter than its layer's
+    experts gives -1 (not known) for the rest; ``tier`` is None when no line has tiers, and -1
+    on the rows of a line without them."""
+    es = [e for _t, e, _h, _r in lines]
     rows = list(chain.from_iterable(es))  # one id list per (token, layer), in order
     n_layers = [len(e) for e in es]
     lens = list(map(len, rows))
@@ -92,17 +109,14 @@ def route_arrays(lines: Sequence[tuple[int, Sequence[Sequence[int]], Sequence[Se
     nl: I64 = np.array(n_layers, dtype=np.int64)
     starts: I64 = np.repeat(np.cumsum(nl) - nl, nl)  # each row's token's first row
     layer: I64 = np.repeat(np.arange(len(rows), dtype=np.int64) - starts, lens)
-    tok = np.repeat(np.repeat(np.array([t for t, _e, _h in lines], dtype=np.int64), n_layers), lens)
+    tok = np.repeat(np.repeat(np.array([line[0] for line in lines], dtype=np.int64), n_layers), lens)
     expert = np.fromiter(chain.from_iterable(rows), dtype=np.int64, count=total)
-    hrows = list(chain.from_iterable(h for _t, _e, h in lines))
-    if [len(h) for _t, _e, h in lines] == n_layers and list(map(len, hrows)) == lens:
-        hit = np.fromiter(chain.from_iterable(hrows), dtype=np.int64, count=total)
-    else:  # some hit list is shorter than its layer's experts: the rest is not known
-        hit = np.array([hrow[j] if j < len(hrow) else -1
-                        for _t, e, h in lines
-                        for hrow, n in zip([*h, *[[]] * (len(e) - len(h))], (len(r) for r in e))
-                        for j in range(n)], dtype=np.int64)
-    return tok, layer, expert, hit
+    hit = _aligned([h for _t, _e, h, _r in lines], es, n_layers, lens, total)
+    tiers = [r for _t, _e, _h, r in lines]
+    if all(r is None for r in tiers):
+        return tok, layer, expert, hit, None
+    tier = _aligned([r or [] for r in tiers], es, n_layers, lens, total)
+    return tok, layer, expert, hit, tier
 
 
 def safe(value: object) -> str:
@@ -184,7 +198,7 @@ class RunModel:
         self._row_unit = RowUnit.TOKEN
         self._tokens = TokenColumns(BASE_COLUMNS, window=retention.token_rows,
                                     history_capacity=retention.history_capacity)
-        self._pending_routes: list[tuple[int, Sequence[Sequence[int]], Sequence[Sequence[int]]]] = []  # see _routes_now
+        self._pending_routes: list[RouteLine] = []  # see _routes_now
         self._routes = RouteStore(window_tokens=retention.routing_tokens, count_rows=retention.layer_rows,
                                   history_capacity=retention.history_capacity)
         self._wall_scale: tuple[tuple[int, int], float] = ((-1, -1), 1.0)
@@ -703,28 +717,32 @@ class RunModel:
 
     # -- routing and per-layer counts --------------------------------------------------------------
     def add_routes(self, tok: NDArray[np.integer], layer: NDArray[np.integer], expert: NDArray[np.integer],
-                   hit: NDArray[np.integer]) -> None:
+                   hit: NDArray[np.integer], tier: NDArray[np.integer] | None = None) -> None:
         """Routing rows (arrays of one length): ``tok`` token row (``-1 - turn`` for prefill),
-        ``layer``, ``expert``, ``hit`` (1 hit, 0 miss, -1 not known). Grows the dimensions to cover
-        the layers and experts seen."""
+        ``layer``, ``expert``, ``hit`` (1 hit, 0 miss, -1 not known), ``tier`` the memory tier that
+        served each (0 expert cache, 1 page cache, 2 disk, -1 not known; None: the source does
+        not say). Grows the dimensions to cover the layers and experts seen."""
         with self.lock:
             if len(tok) == 0:
                 return
             routes = self._routes_now()
-            routes.extend(tok, layer, expert, hit)
+            routes.extend(tok, layer, expert, hit, tier)
             self._n_layer = max(self._n_layer or 0, routes.max_layer + 1)
             self._n_expert = max(self._n_expert or 0, routes.max_expert + 1)
             self._touch()
 
-    def add_route_lists(self, tok: int, experts: Sequence[Sequence[int]], hits: Sequence[Sequence[int]]) -> None:
+    def add_route_lists(self, tok: int, experts: Sequence[Sequence[int]], hits: Sequence[Sequence[int]],
+                        tiers: Sequence[Sequence[int]] | None = None) -> None:
         """One token's routing as a BMOE_ROUTE line gives it (docs/telemetry.md): ``experts[layer]``
         the expert ids, ``hits[layer]`` aligned 1/0 (a shorter or missing list: not known, -1),
-        for token row ``tok`` (``-1 - turn`` for prefill). The rows wait, with those of the next
-        lines, until something reads routing (one block then: each block has a fixed cost)."""
+        ``tiers[layer]`` aligned the tier that served each (0 expert cache, 1 page cache, 2 disk;
+        None: the line has none), for token row ``tok`` (``-1 - turn`` for prefill). The rows
+        wait, with those of the next lines, until something reads routing (one block then: each
+        block has a fixed cost)."""
         with self.lock:
             if not any(experts):
                 return
-            self._pending_routes.append((tok, experts, hits))
+            self._pending_routes.append((tok, experts, hits, tiers))
             if len(self._pending_routes) >= PENDING_ROUTES:
                 self._routes_now()
             self._n_layer = max(self._n_layer or 0, len(experts))
