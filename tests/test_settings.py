@@ -19,7 +19,8 @@ from bmoe_top.tui.settings import Settings, SettingsStore, SortSetting
 #: Every entry set to a value other than its default (the sort of one table too).
 CHANGED = {
     "look.theme": "nord", "look.colour_scale": "cividis", "view.refresh_s": 2.0, "view.fold_maps": False,
-    "view.compact_map": "experts", "panels.trends": False, "panels.answer": False, "panels.maps": False,
+    "view.compact_map": "experts", "view.expert_map": "tiers", "panels.trends": False, "panels.answer": False,
+    "panels.maps": False,
     "fleet.window": "15m", "fleet.sort": "hit_pct", "fleet.descending": True, "fleet.sparklines": False,
     "fleet.hidden_columns": ("job",), "whatif.metric": "io", "whatif.all_policies": True, "whatif.whole_bank": True,
     "compare.token_metric": "flash", "alerts.hit_pct_below": 50.0, "alerts.flash_share_pct_above": 40.0,

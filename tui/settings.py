@@ -164,6 +164,8 @@ class ViewSettings:
     fold_maps: bool = entry(True, _flag, "the layer maps fold their layers to fit the height, else scroll (f)")
     compact_map: str = entry("tokens", _choice("tokens", "experts"),
                              "the map the compact layout shows: tokens (layer x token) or experts (m)")
+    expert_map: str = entry("heat", _choice("heat", "tiers"),
+                            "the layer x expert map's view: heat (routing) or tiers (misses by memory tier) (v)")
 
 
 @dataclass(frozen=True)

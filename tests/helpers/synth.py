@@ -62,19 +62,35 @@ def route_trace(n: int = 64, n_layer: int = 8, n_expert: int = 32, k: int = 2, s
     return ("\n".join(lines) + "\n").encode()
 
 
-def progress_transcript(n: int = 24, n_layer: int = 4, n_expert: int = 16, text: str | None = None) -> bytes:
-    """A --progress stdout with --route-telemetry extension lines, answer banners and summary."""
+def progress_transcript(n: int = 24, n_layer: int = 4, n_expert: int = 16, text: str | None = None,
+                        tiers: bool = False) -> bytes:
+    """A --progress stdout with --route-telemetry extension lines, answer banners and summary.
+    ``tiers``: each decode BMOE_ROUTE also names the tier of each routed expert as bmoe-run does
+    (0 a hit; a miss of expert ``e`` at token ``i`` 1 the page cache when ``3 e < n_expert`` or
+    ``(i + e) % 3 == 0``, else 2 the disk), the cache drops a quarter of the experts every 6
+    tokens (so experts miss again), and one prefill line without tiers comes first (layer 0's
+    expert ``n_expert - 1`` missed, then kept: that cell's one miss carries no tier)."""
     words = (text or "The router picks two experts per token and the cache keeps the hot ones. ").split(" ")
     out = ['BMOE_READY {"load_s":0.5,"arch":"qwen3moe","n_ctx":512}']
     answer = ""
     resident: set[tuple[int, int]] = set()
+    if tiers:
+        out.append("BMOE_ROUTE " + orjson.dumps({"step": 0, "turn": 0, "phase": "prefill",
+                                                 "experts": [[n_expert - 1]] + [[]] * (n_layer - 1),
+                                                 "hit": [[0]] + [[]] * (n_layer - 1)}).decode())
+        resident.add((0, n_expert - 1))  # in the cache since the prompt: its decode routings hit
     for i in range(n):
         experts = [[(i + il) % n_expert, (i * 3 + il) % n_expert] for il in range(n_layer)]
         hits = [[int((il, e) in resident) for e in row] for il, row in enumerate(experts)]
         for il, row in enumerate(experts):
             resident.update((il, e) for e in row)
-        out.append("BMOE_ROUTE " + orjson.dumps({"step": i + 1, "turn": 0, "phase": "decode",
-                                                 "experts": experts, "hit": hits}).decode())
+        route: dict[str, object] = {"step": i + 1, "turn": 0, "phase": "decode", "experts": experts, "hit": hits}
+        if tiers:
+            route["tier"] = [[0 if h else (1 if 3 * e < n_expert or (i + e) % 3 == 0 else 2)
+                              for e, h in zip(row, hrow)] for row, hrow in zip(experts, hits)]
+            if i % 6 == 5:
+                resident = {(il, e) for il, e in resident if e % 4 != i % 4 or (il, e) == (0, n_expert - 1)}
+        out.append("BMOE_ROUTE " + orjson.dumps(route).decode())
         answer += words[i % len(words)] + " "
         out.append('BMOE_LOAD {"mb":1.5,"ms":2.0}')
         out.append("BMOE_PROGRESS " + orjson.dumps({

@@ -577,6 +577,14 @@ _ITEMS: tuple[Quantity, ...] = (
        "Expert payload MiB read from the disk.", "Not page-aligned (`read aligned`).", TIER_PANEL),
     _q("token.pagecache_mib", "pagecache_mib", "read page cache", "MiB", S.TOKEN, F.MIB, "the row's pagecache_mib",
        "Of the row's read MiB, what the page cache served.", "Not the page cache's size.", TRENDS),
+    _q("map.page_cache_share", "pagecache / (pagecache + disk)", "page cache share of misses", "% of misses",
+       S.RUN, F.PCT,
+       "100 * page_cache / (page_cache + disk) per (layer, expert) cell: its routed experts that missed the expert "
+       "cache and whose tier the source said, tokens up to the viewed one",
+       "Of an expert's misses, the share a buffered read found in the kernel's page cache (the rest came from "
+       "the disk); a cell without such a miss has none (no miss), not 0.",
+       "Not a share of all routed experts (`page cache`, run panel); not what the page cache holds of the "
+       "model (`attach --pid`).", ("layer × expert map (tiers, v)",)),
     _q("tier.rss_anon", "rss_anon", "RSS anon", "MiB", S.NOW, F.BYTES, "RssAnon of /proc/PID/status",
        "The runtime process's anonymous resident memory: what it allocated, its expert cache included.",
        "Not VmRSS, which adds the file pages it maps.", TIER_PANEL),

@@ -32,7 +32,7 @@ from numpy.typing import NDArray
 from bmoe_top.tui.model.history import BASE_ROWS, CAPACITY, F64, I64, CountHistory, Stats
 
 __all__ = ["TIER_CACHE", "TIER_DISK", "TIER_PAGE_CACHE", "TIER_UNKNOWN", "ExpertCounts", "LayerShares",
-           "RouteStore", "RoutesReader"]
+           "RouteStore", "RoutesReader", "page_cache_share"]
 
 I32 = NDArray[np.int32]
 I8 = NDArray[np.int8]
@@ -510,6 +510,16 @@ class RouteStore:
         routed, hits, pagecache, disk = (_crop(a.astype(np.int64), shape)
                                          for a in (agg.routed, agg.hits, agg.pagecache, agg.disk))
         return ExpertCounts(routed, hits, pagecache, disk, _crop(agg.last, shape, -1), as_of=tok_stop)
+
+
+def page_cache_share(pagecache: NDArray[np.integer], disk: NDArray[np.integer]) -> F64:
+    """The catalogue's ``map.page_cache_share`` (0..1, not %) per cell of counts of one shape
+    (:class:`ExpertCounts`' ``pagecache`` and ``disk``, folded or not): NaN where no miss with
+    a tier was counted (no miss is not 0)."""
+    pc = np.asarray(pagecache, dtype=np.float64)
+    told = pc + np.asarray(disk, dtype=np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(told > 0, pc / np.where(told > 0, told, 1.0), np.nan)
 
 
 _A = TypeVar("_A", bound=np.generic)

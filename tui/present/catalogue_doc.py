@@ -26,6 +26,7 @@ GROUPS = (
     ("token", "One row: trends, the breakdown's readout"),
     ("tier", "Run panel, memory tiers, and the `tiers` block of every run document (`--once --json`, "
              "`replay --summary --json`): a bmoe-run run's expert cache, page cache and disk (docs/memory.md)"),
+    ("map", "The layer × expert map's memory tiers (`v`): one cell, its misses by tier (docs/memory.md)"),
     ("turn", "The live screen's Turns table: one turn"),
     ("interval", "`attach --metrics`: the newest scrape interval"),
     ("since_start", "`attach --metrics`: since the server process started"),

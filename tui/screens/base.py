@@ -101,8 +101,8 @@ GONE = frozenset({Status.DISCONNECTED, Status.UNREACHABLE, Status.REFUSED, Statu
 #: Actions whose keys type into a focused text box instead (the footer does not offer them there).
 TYPING_KEYS = frozenset({
     "toggle_play", "step", "jump_start", "jump_end", "zoom_in", "zoom_out", "zoom_fit", "faster", "slower",
-    "seek", "toggle_fold", "toggle_turn_by_turn", "toggle_panels", "cycle_palette", "swap_map", "mode_detail", "search",
-    "search_step", "tab", "help", "quit", "refresh_slower", "refresh_faster",
+    "seek", "toggle_fold", "toggle_tier_map", "toggle_turn_by_turn", "toggle_panels", "cycle_palette", "swap_map",
+    "mode_detail", "search", "search_step", "tab", "help", "quit", "refresh_slower", "refresh_faster",
 })
 
 
@@ -148,6 +148,8 @@ class RunScreen(SearchScreen):
         Key("t", "toggle_turn_by_turn", "turn by turn playback", title="Turn by turn playback"),
         Key("c", "cycle_palette", "next colour scale", title="Palette: next colour scale"),
         Key("m", "swap_map", "other map (while one is left out for want of rows)", title="Other map"),
+        Key("v", "toggle_tier_map", "expert map: routing heat / memory tiers (misses by tier)",
+            title="Expert map: routing heat / memory tiers"),
         Key("T", "toggle_panels('trends')", "trends on / off", title="Trends on / off"),
         Key("A", "toggle_panels('answer')", "answer on / off", title="Answer on / off"),
         Key("M", "toggle_panels('maps')", "maps on / off", title="Maps on / off"),
@@ -309,10 +311,13 @@ class RunScreen(SearchScreen):
         return shown_focus_chain(super().focus_chain)
 
     def _apply_settings(self) -> None:
-        """The kept settings this screen draws with: the maps' fold and the panel groups shown."""
+        """The kept settings this screen draws with: the maps' fold, the expert map's view and the
+        panel groups shown."""
         kept = settings_of(self)
         for w in (*self.query(LayerHeatmap), *self.query(ExpertMap)):
             w.fold = kept.view.fold_maps
+        for em in self.query(ExpertMap):
+            em.tiers = kept.view.expert_map == "tiers"
         self._show_groups({group for group in PANEL_GROUPS if not getattr(kept.panels, group)})
 
     def _show_groups(self, hidden: set[str]) -> None:
@@ -777,6 +782,13 @@ class RunScreen(SearchScreen):
         for w in (*self.query(LayerHeatmap), *self.query(ExpertMap)):
             w.fold = fold
         self.remember("view.fold_maps", fold)
+
+    def action_toggle_tier_map(self) -> None:
+        """The expert map's other view (routing heat, memory tiers), kept in ``[view]``."""
+        tiers = settings_of(self).view.expert_map != "tiers"
+        for em in self.query(ExpertMap):
+            em.tiers = tiers
+        self.remember("view.expert_map", "tiers" if tiers else "heat")
 
     def action_cycle_palette(self) -> None:
         look = look_of(self).next_scale()

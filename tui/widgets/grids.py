@@ -24,8 +24,10 @@ from textual.binding import BindingType
 from textual.reactive import reactive
 from textual.strip import Strip
 
+from bmoe_top.tui.model.quantities import q
+from bmoe_top.tui.model.routes import page_cache_share
 from bmoe_top.tui.playback import TokenWindow
-from bmoe_top.tui.present.numbers import mib, ms, sig
+from bmoe_top.tui.present.numbers import mib, ms, show, sig
 from bmoe_top.tui.widgets.base import FrameKey, absent_phrase
 from bmoe_top.tui.widgets.charts import TimeView, TokenSelected, token_text, token_value
 from bmoe_top.tui.widgets.keymap import Key, bindings
@@ -378,15 +380,29 @@ class LayerHeatmap(GridView):
         return self._readout_lines(out, right, 0)
 
 
+#: The tiers view's page-cache share of misses (the quantity catalogue's definition).
+PAGE_CACHE_SHARE = q("map.page_cache_share")
+
+
 class ExpertMap(GridView):
-    """Layer x expert map as of the selected token: colour = how often the router picked the
-    expert against a uniform router (fixed log scale, cold to hot); glyph = residency: a full cell
-    when resident, a dot when not, the no-data glyph when never routed. Residency comes from
-    ``BMOE_RESIDENT`` when the source sends it, else from whether the expert's last routing was a
-    hit (the legend says which). An STRP profile shows its ranks instead."""
+    """Layer x expert map as of the selected token, in one of two views (``tiers``, the ``v``
+    key; docs/user-guide.md "The maps").
+
+    Routing heat: colour = how often the router picked the expert against a uniform router
+    (fixed log scale, cold to hot); glyph = residency: a full cell when resident, a dot when not,
+    the no-data glyph when never routed. Residency comes from ``BMOE_RESIDENT`` when the source
+    sends it, else from whether the expert's last routing was a hit (the legend says which). An
+    STRP profile shows its ranks instead.
+
+    Memory tiers: each cell is its misses' page-cache share (the catalogue's
+    ``map.page_cache_share``, on the hit-share scale: disk at its bottom, page cache at its top;
+    docs/memory.md "The tiers on the maps"), a no-miss glyph where every routing was a hit, ``?``
+    where its misses carry no tier (prefill), the no-data glyph where never routed; a source that
+    never sends tiers shows one line saying so, never zeros."""
 
     DEFAULT_CSS = "ExpertMap { height: 1fr; }"
     CHROME = 4  # the border, the title, the expert axis and the foot
+    tiers: reactive[bool] = reactive(False)
 
     #: While a run streams, the map repaints at most every 2 s: its heat counts every token so far,
     #: so a second's tokens move it little, and it is the costliest view to build and draw (a key,
@@ -406,7 +422,11 @@ class ExpertMap(GridView):
         return not run.n_expert or run.routes.total == 0
 
     def frame_key(self) -> FrameKey:
-        return super().frame_key().extended(self.left)
+        return super().frame_key().extended(self.left, self.tiers)
+
+    def watch_tiers(self, _old: bool, _new: bool) -> None:
+        self.frame.invalidate()
+        self.refresh()
 
     def on_click(self, event: events.Click) -> None:
         cell = self.cell_at(event.x, event.y)
@@ -440,11 +460,20 @@ class ExpertMap(GridView):
             stop = self.playback.sel + 1
             n_layer, n_expert = run.n_layer or 0, run.n_expert or 0
             agg = run.expert_aggregates(max(0, stop))
-            counts, hits = agg.routed, agg.hits
+            counts, hits, pagecache, disk = agg.routed, agg.hits, agg.pagecache, agg.disk
             resident = run.resident.copy() if run.resident is not None else None
             last_hit = agg.last
             top_k = run.top_k
             unit = run.row_unit
+            tiers = self.tiers
+            told = run.routes.tier_rows > 0
+        if tiers and not told and not self.empty:
+            self._geom = (0, 0, 0, 1, gut)
+            label = "layer × expert memory tiers: "
+            said = "tiers not reported by this source" + (" (yet)" if run.status.live else "")
+            return [strip([(" " * gut, BLANK), (label, look.title),
+                           (fit_text([f"{said} (v: routing heat)", said], width - gut - len(label)), look.dim)],
+                          width)]
         if rank is not None and counts.sum() == 0:
             return self.build_rank(rank, resident, width, height)
         if self.empty or (counts.sum() == 0 and resident is None):
@@ -458,6 +487,8 @@ class ExpertMap(GridView):
             L, E = max(resident.shape[0], counts.shape[0]), max(resident.shape[1], counts.shape[1])
             counts = _pad(counts, L, E)
             hits = _pad(hits, L, E)
+            pagecache = _pad(pagecache, L, E)
+            disk = _pad(disk, L, E)
             resident = _pad(resident, L, E).astype(bool)
             last_hit = _pad(last_hit, L, E, -1)
             n_layer, n_expert = L, E
@@ -472,6 +503,7 @@ class ExpertMap(GridView):
             return fold_rows(by_group, fl, "sum")
 
         c, h, r_sum = fold(counts), fold(hits), fold(res)
+        pc, dk = (fold(pagecache), fold(disk)) if tiers else (None, None)
         cells_per = fold(np.ones_like(res))
         # a folded cell is drawn resident when at least half the pairs whose residency is known
         # are (every pair with a resident set; the routed ones with last-hit residency)
@@ -494,17 +526,35 @@ class ExpertMap(GridView):
         left = self.left
         self._geom = (2, shown, n_rows, fl, gut)
         self._groups = (g_start, g_size, cw, left, n_cols)
+        # the cells: an index into ``table`` per folded (layer, expert) cell
+        nl = look.heat_levels
+        if pc is not None and dk is not None:
+            no_miss, untold = ("o" if look.ascii else "○", look.good), ("?", look.dim)
+            table: list[tuple[str, Style]] = [look.no_data, no_miss, untold, *look.hit_cells]
+            tb = look.hit_bin(page_cache_share(pc, dk))
+            cells = np.where(c == 0, 0, np.where(tb >= 0, 3 + tb, np.where(h >= c, 1, 2)))
+            tail_opts = [f"  {no_miss[0]} no miss  ? no tier  {g.no_data} never routed",
+                         f"  {no_miss[0]} no miss ? no tier {g.no_data} never", f" {no_miss[0]} no miss ? no tier"]
+            legend = [Segment("disk ", look.dim), *[Segment(ch, st) for ch, st in look.hit_cells],
+                      Segment(" page cache", look.dim)]
+            title_opts = [f"memory tiers: {PAGE_CACHE_SHARE.label} ", f"{PAGE_CACHE_SHARE.label} ", "tiers "]
+        else:
+            table = [look.no_data, *look.heat_resident, *look.heat_out]
+            b = bins.astype(np.int64)
+            if resident is not None:
+                b = np.where((b < 0) & res_cell_mask, 0, b)  # resident but never routed: resident, coldest
+            cells = np.where(b < 0, 0, np.where(res_cell_mask, 1 + b, 1 + nl + b))
+            res_cell = look.heat_resident[-1][0]
+            out_cell = look.heat_out[-1][0]
+            word = "resident" if resident is not None else "last hit"  # the readout's word
+            tail_opts = [f"  {res_cell} {res_src}  {out_cell} not  {g.no_data} never routed",
+                         f"  {res_cell} {word} {out_cell} not {g.no_data} never", f"  {res_cell} {word} {out_cell} not"]
+            legend = [Segment("cold ", look.dim), *[Segment(ch, st) for ch, st in look.heat_resident],
+                      Segment(" hot", look.dim)]
+            title_opts = ["layer × expert routing heat (vs uniform) ", "layer × expert heat ", "experts "]
         # title + legend
-        res_cell = look.heat_resident[-1][0]
-        out_cell = look.heat_out[-1][0]
-        word = "resident" if resident is not None else "last hit"  # the readout's word
-        tail_opts = [f"  {res_cell} {res_src}  {out_cell} not  {g.no_data} never routed",
-                     f"  {res_cell} {word} {out_cell} not {g.no_data} never", f"  {res_cell} {word} {out_cell} not"]
-        legend = [Segment("cold ", look.dim), *[Segment(ch, st) for ch, st in look.heat_resident],
-                  Segment(" hot", look.dim)]
         legend_len = sum(s.cell_length for s in legend)
-        title = fit_text(["layer × expert routing heat (vs uniform) ", "layer × expert heat ", "experts "],
-                         max(8, gut + cols - legend_len - len(tail_opts[-1])))
+        title = fit_text(title_opts, max(8, gut + cols - legend_len - len(tail_opts[-1])))
         head = [*self.title_segments(title, look), *legend]
         tail = fit_text(tail_opts, max(0, gut + cols - sum(s.cell_length for s in head)))
         head.append(Segment(tail, look.dim))
@@ -514,7 +564,7 @@ class ExpertMap(GridView):
         elif self.cursor.col >= 0:
             cur = self.cursor
         readout = self.readout(cur, c, h, r_sum, cells_per, expected, fl, g_start, g_size, n_layer, agg.as_of,
-                               stop, resident is not None, right)
+                               stop, resident is not None, right, None if pc is None or dk is None else (pc, dk))
         head_len = sum(s.cell_length for s in head)
         lines = [Strip([*head, Segment(" " * max(0, gut + cols - head_len), BLANK),
                         Segment(" " + readout[0][0][: right - 1].ljust(right - 1), readout[0][1])]).crop(0, width)]
@@ -524,17 +574,11 @@ class ExpertMap(GridView):
                             Segment(" " * (cols - len(ticks)), BLANK),
                             Segment(" " + (readout[1][0] if len(readout) > 1 else "")[: right - 1].ljust(right - 1),
                                     readout[1][1] if len(readout) > 1 else BLANK)]))
-        table: list[tuple[str, Style]] = [look.no_data, *look.heat_resident, *look.heat_out]
-        nl = look.heat_levels
         cursor_of: dict[int, int] = {}
         memo: dict[int, Segment] = {}  # segments made from this table (it only grows)
         for i in range(shown):
             r = first + i
-            b = bins[r, left: left + col_shown].astype(np.int64)
-            rs = res_cell_mask[r, left: left + col_shown]
-            if resident is not None:
-                b = np.where((b < 0) & rs, 0, b)  # resident but never routed: resident, coldest
-            idx = np.where(b < 0, 0, np.where(rs, 1 + b, 1 + nl + b))
+            idx = cells[r, left: left + col_shown].astype(np.int64)
             if cur is not None and cur.row == r and 0 <= cur.col - left < col_shown:
                 j = cur.col - left
                 base = int(idx[j])
@@ -590,7 +634,8 @@ class ExpertMap(GridView):
 
     def readout(self, cur: Cursor | None, c: np.ndarray, h: np.ndarray, r_sum: np.ndarray, cells_per: np.ndarray,
                 expected: np.ndarray, fl: int, g_start: np.ndarray, g_size: np.ndarray, n_layer: int,
-                as_of: int | None, stop: int, resident_known: bool, right: int) -> list[tuple[str, Style]]:
+                as_of: int | None, stop: int, resident_known: bool, right: int,
+                tiers: tuple[np.ndarray, np.ndarray] | None = None) -> list[tuple[str, Style]]:
         look, unit = self.look, self.run.row_unit
         at = stop if as_of is None else as_of + 1
         as_of_line = (fit_text([f"as of {unit} {at:,}", f"{unit} {at:,}", f"@{at:,}"], right - 1), look.dim)
@@ -602,6 +647,9 @@ class ExpertMap(GridView):
         exp = f"expert {e0}" if e0 == e1 else f"experts {e0}-{e1}"
         out: list[tuple[str, Style]] = [(f"{group_label(r, fl, n_layer)} · {exp}", look.title), as_of_line]
         routed, hit = int(c[r, col]), int(h[r, col])
+        if tiers is not None:  # the tiers first: the rows beside a short map cut the last lines
+            out.extend(self._tier_readout(routed, hit, int(tiers[0][r, col]), int(tiers[1][r, col])))
+            return wrap_fields(out, right - 1)
         ratio = routed / expected[r, col] if expected[r, col] > 0 else math.nan
         out.append((f"routed {routed:,}" + (f" ({sig(ratio, 2)}× uniform)" if math.isfinite(ratio) and routed
                                              else ""), look.label))
@@ -614,6 +662,24 @@ class ExpertMap(GridView):
         else:
             out.append((f"{word}: {n_res} of {n_cells}", look.label))
         return wrap_fields(out, right - 1)
+
+    def _tier_readout(self, routed: int, hit: int, pc: int, dk: int) -> list[tuple[str, Style]]:
+        """A cell's misses by tier, most telling first: the page cache's share of them (the
+        cell's value), the page cache's and the disk's, those without a tier, then the misses of
+        the routed."""
+        look = self.look
+        if not routed:
+            return [("never routed", look.dim)]
+        misses = routed - hit
+        if not misses:
+            return [("no miss", look.good), (f"hits {hit:,}", look.label)]
+        share = float(page_cache_share(np.array(pc), np.array(dk)))
+        out = [(f"{show(PAGE_CACHE_SHARE, 100 * share)} page cache", look.label)] if pc + dk else []
+        out += [(f"page cache {pc:,}", look.label), (f"disk {dk:,}", look.label)]
+        if misses > pc + dk:
+            out.append((f"no tier {misses - pc - dk:,}", look.dim))
+        out.append((f"misses {misses:,} of {routed:,}", look.label))
+        return out
 
     def build_rank(self, rank: np.ndarray, resident: np.ndarray | None, width: int, height: int) -> list[Strip]:
         """An STRP profile: colour = rank among all ranked pairs (hottest at the top of the scale),
