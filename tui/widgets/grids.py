@@ -537,7 +537,7 @@ class ExpertMap(GridView):
                          f"  {no_miss[0]} no miss ? no tier {g.no_data} never", f" {no_miss[0]} no miss ? no tier"]
             legend = [Segment("disk ", look.dim), *[Segment(ch, st) for ch, st in look.hit_cells],
                       Segment(" page cache", look.dim)]
-            title_opts = [f"memory tiers: {PAGE_CACHE_SHARE.label} ", f"{PAGE_CACHE_SHARE.label} ", "tiers "]
+            title_opts = [f"memory tiers: {PAGE_CACHE_SHARE.label} ", "misses by tier ", "misses "]
         else:
             table = [look.no_data, *look.heat_resident, *look.heat_out]
             b = bins.astype(np.int64)
