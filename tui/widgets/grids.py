@@ -386,7 +386,7 @@ PAGE_CACHE_SHARE = q("map.page_cache_share")
 
 class ExpertMap(GridView):
     """Layer x expert map as of the selected token, in one of two views (``tiers``, the ``v``
-    key; docs/user-guide.md "The maps").
+    key; docs/user-guide.md "The main screen").
 
     Routing heat: colour = how often the router picked the expert against a uniform router
     (fixed log scale, cold to hot); glyph = residency: a full cell when resident, a dot when not,
