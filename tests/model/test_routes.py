@@ -159,3 +159,13 @@ def test_a_source_without_tiers_counts_no_tier():
     got = rs.expert_counts(1, 4, None)
     assert rs.tier_rows == 0 and (rs.tier == -1).all()
     assert got.routed.sum() == 4 and got.pagecache.sum() == 0 and got.disk.sum() == 0
+
+
+def test_a_tier_value_that_is_no_tier_counts_as_not_said():
+    """Tier values outside 0-2 (a newer runtime's, a damaged line) are not said: never wrapped
+    into the int8 column as another tier (257 would read as 1, the page cache)."""
+    rs = RouteStore()
+    rs.extend(np.zeros(5), np.zeros(5), np.arange(5), np.zeros(5), np.array([1, 2, 257, -3, 7]))
+    got = rs.expert_counts(1, 5, None)
+    assert rs.tier_rows == 2 and rs.tier.tolist() == [1, 2, -1, -1, -1]
+    assert got.pagecache.tolist() == [[1, 0, 0, 0, 0]] and got.disk.tolist() == [[0, 1, 0, 0, 0]]

@@ -207,7 +207,8 @@ class RouteStore:
     def extend(self, tok: NDArray[np.integer], layer: NDArray[np.integer], expert: NDArray[np.integer],
                hit: NDArray[np.integer], tier: NDArray[np.integer] | None = None) -> None:
         """Add routing rows (arrays of one length, in arrival order); ``tier`` None: not said
-        (:data:`TIER_UNKNOWN` for every row)."""
+        (:data:`TIER_UNKNOWN` for every row), and a value that is no tier (not 0, 1 or 2) is not
+        said either."""
         t64: I64 = np.asarray(tok, dtype=np.int64)
         k = len(t64)
         if not k:
@@ -224,9 +225,10 @@ class RouteStore:
         if tier is None:
             self._tier[s] = TIER_UNKNOWN
         else:
-            t8 = np.asarray(tier, dtype=np.int64)
-            self._tier[s] = t8
-            self._tier_rows += int(np.count_nonzero(t8 >= 0))
+            r64 = np.asarray(tier, dtype=np.int64)
+            known = (r64 >= TIER_CACHE) & (r64 <= TIER_DISK)
+            self._tier[s] = np.where(known, r64, TIER_UNKNOWN)  # a value no tier has: not said
+            self._tier_rows += int(np.count_nonzero(known))
         self._cummax[s] = np.maximum.accumulate(np.maximum(t64, self.max_tok))
         self._n += k
         self.max_tok = int(self._cummax[self._n - 1])
