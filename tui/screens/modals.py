@@ -91,7 +91,9 @@ selected token. Zoomed out, a column is the mean of its tokens.
 
 Maps: Tab moves the focus to a map (its title is marked); the arrows move its cell cursor;
 Escape leaves it; the mouse hovers and clicks. Fixed colour scales (c: viridis / cividis /
-classic); · marks a cell with no data; a full cell is a resident expert, a dot one that is not."""
+classic); · marks a cell with no data; a full cell is a resident expert, a dot one that is not.
+v: the layer x expert map's memory tiers instead, each cell the page-cache share of its misses
+(the scale's bottom: all from disk), ○ no miss, ? misses without a tier (the prompt's)."""
 
 
 class HelpScreen(ModalScreen[None]):
