@@ -14,14 +14,18 @@ import numpy as np
 import orjson
 import pytest
 from helpers import synth
+from helpers.waits import until
 
+from bmoe_top.tui.feed.bind import bind
 from bmoe_top.tui.feed.files import open_paths
 from bmoe_top.tui.model import RunModel
 from bmoe_top.tui.playback import Playback
+from bmoe_top.tui.sources.child_session import ChildSession
 from bmoe_top.tui.widgets.grids import ExpertMap
 from bmoe_top.tui.widgets.palette import Look
 
 PROMPT = "The experts of every layer"
+BMOE_RUN = Path(sys.executable).with_name("bmoe-run")
 #: Monochrome ASCII: every cell's meaning is its character (the page-cache share ramp "-+*#").
 MONO = Look(colors="mono", ascii=True)
 
@@ -123,6 +127,28 @@ def test_a_real_bmoe_run_s_tiers_fill_the_route_store_and_the_map(model, tmp_pat
     assert any(ramp_end in row for row in cells)
     assert not any(ch in "+*" for row in cells for ch in row)  # one tier served every miss
     assert "page cache share of misses" in lines[0]
+
+
+@pytest.mark.skipif(not BMOE_RUN.exists(), reason="bmoe-run not installed")
+def test_a_live_bmoe_run_session_s_tiers_reach_the_map(model):
+    """A live ``bmoe-run --session --route-telemetry --no-odirect`` child bound to a run model (the
+    pipes, the live feed): its decode misses reach the route store as page-cache ones (the load
+    read the model through the page cache) and the tiers view draws them at the ramp's top."""
+    s = ChildSession([str(BMOE_RUN), "-m", str(model), "--session", "--progress", "--route-telemetry", "--quiet",
+                      "-c", "256", "--cache-mb", "0.2", "--force-cache", "--no-odirect"], ready_timeout_s=120)
+    run = bind(s).run
+    s.start()
+    try:
+        assert s.wait_state("ready", 120), s.status()
+        s.generate(PROMPT, 6)
+        assert until(lambda: run.tokens.n >= 6 and s.status().state == "ready", limit=120)
+    finally:
+        assert s.close(timeout=10) == 0
+    agg = run.expert_aggregates()
+    assert run.routes.tier_rows > 0 and agg.pagecache.sum() > 0 and agg.disk.sum() == 0
+    _lines, cells = map_cells(run)
+    flat = "".join(cells)
+    assert "#" in flat and not any(ch in "-+*" for ch in flat)
 
 
 def test_a_replayed_transcript_with_mixed_tiers_draws_each_cell_and_its_readout(tmp_path):
