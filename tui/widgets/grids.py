@@ -1,5 +1,6 @@
 """Per-layer maps drawn with the line API: the layer x token hit-share heatmap (on the shared time
-axis: its columns are the breakdown's columns) and the layer x expert routing map.
+axis: its columns are the breakdown's columns) and the layer x expert routing map (or, with
+``v``, its memory tiers: each expert's misses by the tier that served them).
 
 Both fold layers (and the expert map folds experts) to fit when ``fold`` is on, so 48 x 128 and
 94 x 512 stay legible; with ``fold`` off they scroll (the cell cursor, the mouse wheel). Colour
