@@ -11,9 +11,11 @@ not counted) over a fixed wall-clock span, in % of one core, and the bytes it wr
 terminal per second. Goal: under 5 % of a core while streaming.
 
     .venv/bin/python benchmarks/bench_live_cpu.py [--rounds 3] [--span 8] [--rate 30] [--size 200x60]
-        [--refresh S] [--fps N]
+        [--refresh S] [--fps N] [--tiers]
 
 ``--refresh`` and ``--fps`` are handed to ``bmoe-top launch`` (default: its own defaults, printed).
+``--tiers``: the routing lines name each expert's memory tier (as bmoe-run's do) and the layer x
+expert map shows them (a settings file of the run's own, ``[view] expert_map = "tiers"``).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import signal
 import statistics
 import struct
 import sys
+import tempfile
 import termios
 import time
 from pathlib import Path
@@ -118,13 +121,19 @@ def main() -> int:
     ap.add_argument("--size", default="200x60")
     ap.add_argument("--refresh", type=float, default=None, help="bmoe-top --refresh S (default: its default)")
     ap.add_argument("--fps", type=float, default=None, help="bmoe-top --fps N (default: its default)")
+    ap.add_argument("--tiers", action="store_true", help="routing with memory tiers, the expert map showing them")
     a = ap.parse_args()
     cols, rows = (int(x) for x in a.size.split("x"))
     n_predict = int(a.rate * (a.span + 4)) + 10
     opts = [*(["--refresh", str(a.refresh)] if a.refresh is not None else []),
             *(["--fps", str(a.fps)] if a.fps is not None else [])]
+    if a.tiers:
+        conf = Path(tempfile.mkdtemp(prefix="bench-live-cpu-")) / "settings.toml"
+        conf.write_text('[view]\nexpert_map = "tiers"\n')
+        opts += ["--config", str(conf)]
     argv = [BMOE_TOP, "launch", "-n", str(n_predict), *opts, "--", sys.executable, EMITTER, "--rate", str(a.rate),
-            "--route-layers", str(a.layers), "--route-experts", "128", "--route-k", "8"]
+            "--route-layers", str(a.layers), "--route-experts", "128", "--route-k", "8",
+            *(["--route-tiers"] if a.tiers else [])]
     term = Terminal(argv, cols, rows)
     idle: list[float] = []
     busy: list[float] = []

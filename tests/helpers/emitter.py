@@ -28,6 +28,8 @@ survive:
                          skewed, hits from an LRU of --route-slots per layer) and BMOE_RESIDENT
                          every 8 tokens; the progress line's cache_hit_pct is that LRU's
 --route-cycle P          route the first P tokens, then repeat those P lines (cheap at any rate)
+--route-tiers            the BMOE_ROUTE lines also name each expert's tier as bmoe-run does (0 a
+                         hit; a miss 1 the page cache, or 2 the disk for every third expert id)
 --delta-text             progress lines carry this token's text (delta_text), not the answer so far
 --warm N                 the first N progress lines of the session unpaced, then --rate
 
@@ -49,11 +51,11 @@ import time
 class Router:
     """Deterministic skewed routing with a per-layer LRU cache of ``slots`` experts."""
 
-    def __init__(self, n_layer: int, n_expert: int, k: int, slots: int) -> None:
+    def __init__(self, n_layer: int, n_expert: int, k: int, slots: int, tiers: bool = False) -> None:
         import random
 
         self.rng = random.Random(7)
-        self.n_layer, self.n_expert, self.k, self.slots = n_layer, n_expert, k, slots
+        self.n_layer, self.n_expert, self.k, self.slots, self.tiers = n_layer, n_expert, k, slots, tiers
         self.lru: list[list[int]] = [[] for _ in range(n_layer)]
         self.hits = self.lookups = self.last_misses = 0
         self.weights = [1.0 / (1 + e) ** 1.1 for e in range(n_expert)]
@@ -82,7 +84,11 @@ class Router:
             self.lookups += len(picked)
             experts.append(picked)
             hit.append(row)
-        return {"step": step, "turn": 0, "phase": "decode", "experts": experts, "hit": hit}
+        out = {"step": step, "turn": 0, "phase": "decode", "experts": experts, "hit": hit}
+        if self.tiers:
+            out["tier"] = [[0 if h else (2 if e % 3 == 0 else 1) for e, h in zip(es, hs)]
+                           for es, hs in zip(experts, hit)]
+        return out
 
     def hit_pct(self) -> float:
         return 100.0 * self.hits / max(1, self.lookups)
@@ -119,6 +125,7 @@ def main(argv=None) -> int:
     ap.add_argument("--route-k", type=int, default=8)
     ap.add_argument("--route-slots", type=int, default=40)
     ap.add_argument("--route-cycle", type=int, default=0)
+    ap.add_argument("--route-tiers", action="store_true")
     ap.add_argument("--delta-text", action="store_true")
     ap.add_argument("--warm", type=int, default=0)
     a = ap.parse_args(argv)
@@ -185,7 +192,8 @@ def main(argv=None) -> int:
         flush_each = False
 
     interval = 1.0 / a.rate if a.rate > 0 else 0.0
-    router = Router(a.route_layers, a.route_experts, a.route_k, a.route_slots) if a.route_layers else None
+    router = Router(a.route_layers, a.route_experts, a.route_k, a.route_slots, a.route_tiers) if a.route_layers \
+        else None
     routes: list[tuple[str, float, int]] = []  # --route-cycle: (line after the step, hit %, misses)
     pace = {"lines": 0}  # progress lines so far (the first --warm are unpaced)
 
