@@ -127,8 +127,9 @@ def main() -> int:
     n_predict = int(a.rate * (a.span + 4)) + 10
     opts = [*(["--refresh", str(a.refresh)] if a.refresh is not None else []),
             *(["--fps", str(a.fps)] if a.fps is not None else [])]
+    conf_dir = tempfile.TemporaryDirectory(prefix="bench-live-cpu-")
     if a.tiers:
-        conf = Path(tempfile.mkdtemp(prefix="bench-live-cpu-")) / "settings.toml"
+        conf = Path(conf_dir.name) / "settings.toml"
         conf.write_text('[view]\nexpert_map = "tiers"\n')
         opts += ["--config", str(conf)]
     argv = [BMOE_TOP, "launch", "-n", str(n_predict), *opts, "--", sys.executable, EMITTER, "--rate", str(a.rate),
@@ -161,6 +162,7 @@ def main() -> int:
                   f"({busy_b[-1] / 1024:.0f} KiB/s to the terminal, {rate:.1f} tokens/s shown)", flush=True)
     finally:
         term.close()
+        conf_dir.cleanup()
     mi, mb = statistics.median(idle), statistics.median(busy)
     print(f"bmoe-top launch {' '.join(opts) or '(default --refresh and --fps)'} at {cols}x{rows}, "
           f"{a.rate:g} tokens/s with routing for {a.layers} layers:")
