@@ -57,6 +57,9 @@ def test_absent_and_null_fields_are_none_not_zero():
      lambda r: (r.id, r.fatal, r.msg) == (8, True, "out of memory")),
     ('BMOE_ROUTE {"step":4,"turn":1,"phase":"decode","experts":[[1,2],[],[3,4]],"hit":[[1,0],[],[0,1]]}',
      Route, lambda r: r.experts == [[1, 2], [], [3, 4]] and r.hit[2] == [0, 1] and r.phase == "decode"),
+    ('BMOE_ROUTE {"step":4,"phase":"decode","experts":[[1,2],[3]],"hit":[[1,0],[0]],"tier":[[0,1],[2]]}',
+     Route, lambda r: r.tier == [[0, 1], [2]]),
+    ('BMOE_ROUTE {"step":4,"phase":"decode","experts":[[1,2]],"hit":[[1,0]]}', Route, lambda r: r.tier is None),
     ('BMOE_RESIDENT {"step":4,"n_expert":8,"resident":[[1],[2,3]],"resident_mib":1.5,"budget_mib":64}',
      Resident, lambda r: r.resident == [[1], [2, 3]] and r.budget_mib == 64.0),
 ])
@@ -102,6 +105,9 @@ def test_non_protocol_lines_are_text(line):
     ('BMOE_DONE {"cancelled":"no"}', "'cancelled'"),
     ('BMOE_ROUTE {"experts":[[1,"a"]]}', "'experts'"),
     ('BMOE_ROUTE {"experts":[1,2]}', "'experts'"),
+    ('BMOE_ROUTE {"experts":[[1]],"tier":[[1.5]]}', "'tier'"),
+    ('BMOE_ROUTE {"experts":[[1]],"tier":[[true]]}', "'tier'"),
+    ('BMOE_ROUTE {"experts":[[1]],"tier":[' + ",".join(["[]"] * 1025) + "]}", "'tier': 1025 layers, over the cap"),
     ('BMOE_UNKNOWNTAG {broken', "malformed JSON"),
 ])
 def test_bad_lines_say_why(line, why):
