@@ -34,6 +34,7 @@ GOOD_BMOE = [
     'BMOE_DONE {"id":7,"cancelled":false,"tokens":3,"tok_s":11.1,"text":"Hi"}',
     'BMOE_ERROR {"id":8,"fatal":false,"msg":"too long"}',
     'BMOE_ROUTE {"step":1,"turn":0,"phase":"decode","experts":[[1,5],[]],"hit":[[1,0],[]]}',
+    'BMOE_ROUTE {"step":2,"turn":0,"phase":"decode","experts":[[1,5],[]],"hit":[[1,0],[]],"tier":[[0,1],[]]}',
     'BMOE_RESIDENT {"step":3,"n_expert":8,"resident":[[1,5],[]],"resident_mib":12.5}',
     'BMOE_NEWTHING {"x":[1,2,{"y":null}]}',
 ]
