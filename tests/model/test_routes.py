@@ -169,3 +169,29 @@ def test_a_tier_value_that_is_no_tier_counts_as_not_said():
     got = rs.expert_counts(1, 5, None)
     assert rs.tier_rows == 2 and rs.tier.tolist() == [1, 2, -1, -1, -1]
     assert got.pagecache.tolist() == [[1, 0, 0, 0, 0]] and got.disk.tolist() == [[0, 1, 0, 0, 0]]
+
+
+@settings(max_examples=10, deadline=None)
+@given(seed=st.integers(0, 1000), n_tok=st.integers(2, 300), window=st.sampled_from([None, 40]),
+       stops=st.lists(st.integers(0, 320), min_size=2, max_size=8))
+def test_tiers_that_start_mid_run_are_counted_from_then_at_any_cursor(seed, n_tok, window, stops):
+    """Rows without tiers first (snapshots and checkpoints kept then hold no tier counts), then
+    rows with them: every cursor, back and forth, still gives the plain count."""
+    rows = routing(np.random.default_rng(seed), n_tok)
+    half = len(rows) // 2
+    rows = [(*r[:4], None) for r in rows[:half]] + rows[half:]
+    rs = RouteStore(window_tokens=window)
+    rs._cap = 64
+    for name in ("_tok", "_layer", "_expert", "_hit", "_tier", "_cummax"):
+        setattr(rs, name, getattr(rs, name)[:64].copy())
+    rs._snap_every = 16
+    for r in rows[:half]:
+        rs.extend(*r)
+    rs.expert_counts(L, E, None)  # snapshots (and, with a window, checkpoints) without tier counts
+    assert rs.tier_rows == 0 and all(a.pagecache.size == 0 for a in rs._snapshots)
+    for r in rows[half:]:
+        rs.extend(*r)
+    for stop in [*stops, None]:
+        got = rs.expert_counts(L, E, stop)
+        want = brute(rows, stop if got.as_of is None else got.as_of)
+        assert same(got, want)

@@ -47,7 +47,8 @@ MAX_CHECKPOINTS = 16
 #: most this many; past it every other one is dropped and the interval doubles.
 MAX_SNAPSHOTS = 256
 #: The first snapshot interval: this many routing rows per (layer, expert) slot, at least
-#: :data:`MIN_SNAPSHOT_ROWS` (a snapshot costs 17 bytes per slot, a routing row 26 bytes).
+#: :data:`MIN_SNAPSHOT_ROWS` (a snapshot costs 9 bytes per slot, 17 once a row has had a tier; a
+#: routing row 26 bytes).
 SNAPSHOT_ROWS_PER_SLOT = 4
 MIN_SNAPSHOT_ROWS = 4096
 
@@ -290,7 +291,7 @@ class RouteStore:
         base.rows = self._row0 + r
         self._base = base
         self._evicted_max_tok = int(self._cummax[r - 1])
-        self._checkpoints.append((self._evicted_max_tok + 1, _small(base)))
+        self._checkpoints.append((self._evicted_max_tok + 1, _small(base, self._tier_rows > 0)))
         if len(self._checkpoints) > MAX_CHECKPOINTS:
             self._checkpoints = self._checkpoints[1::2]
         keep = self._n - r
@@ -495,7 +496,7 @@ class RouteStore:
             self._add_rows(acc, acc.rows - self._row0, b - self._row0)
             acc.rows = b
             if b == nxt and (not self._snapshots or self._snapshots[-1].rows < b):
-                self._snapshots.append(_small(acc))
+                self._snapshots.append(_small(acc, self._tier_rows > 0))
                 if len(self._snapshots) > MAX_SNAPSHOTS:
                     self._snap_every *= 2
                     self._snapshots = [a for a in self._snapshots if a.rows % self._snap_every == 0]
@@ -530,10 +531,18 @@ _A = TypeVar("_A", bound=np.generic)
 _COLUMNS = ("_tok", "_layer", "_expert", "_hit", "_tier", "_cummax")
 
 
-def _small(agg: _Aggregate) -> _Aggregate:
-    """A copy of ``agg`` kept for later (a checkpoint, a snapshot): its counts as int32."""
+#: The tier counts a kept aggregate has while no row has had a tier: none (every reader crops
+#: or grows a kept aggregate to its shape, zeros).
+_NO_TIERS: I64 = np.zeros((0, 0), np.int64)
+
+
+def _small(agg: _Aggregate, tiers: bool) -> _Aggregate:
+    """A copy of ``agg`` kept for later (a checkpoint, a snapshot): its counts as int32, the tier
+    counts only when some row has had a tier (``tiers``; 8 bytes a slot saved for a source that
+    sends none)."""
     return _Aggregate(agg.rows, agg.routed.astype(np.int32), agg.hits.astype(np.int32),
-                      agg.pagecache.astype(np.int32), agg.disk.astype(np.int32), agg.last.copy())
+                      agg.pagecache.astype(np.int32) if tiers else _NO_TIERS,
+                      agg.disk.astype(np.int32) if tiers else _NO_TIERS, agg.last.copy())
 
 
 def _crop(a: NDArray[_A], shape: tuple[int, int], fill: int = 0) -> NDArray[_A]:
