@@ -115,8 +115,9 @@ def route_arrays(lines: Sequence[RouteLine]) -> tuple[I64, I64, I64, I64, I64 | 
     tiers = [r for _t, _e, _h, r in lines]
     if all(r is None for r in tiers):
         return tok, layer, expert, hit, None
-    tier = _aligned([r or [] for r in tiers], es, n_layers, lens, total)
-    return tok, layer, expert, hit, tier
+    # a line without tiers among lines with them (a turn's prefill line): -1 lists of its shape
+    told = [r if r is not None else [[-1] * len(row) for row in e] for r, e in zip(tiers, es)]
+    return tok, layer, expert, hit, _aligned(told, es, n_layers, lens, total)
 
 
 def safe(value: object) -> str:
