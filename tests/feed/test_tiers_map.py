@@ -21,7 +21,7 @@ from bmoe_top.tui.feed.files import open_paths
 from bmoe_top.tui.model import RunModel
 from bmoe_top.tui.playback import Playback
 from bmoe_top.tui.sources.child_session import ChildSession
-from bmoe_top.tui.widgets.grids import ExpertMap
+from bmoe_top.tui.widgets.grids import Cursor, ExpertMap, LayerHeatmap
 from bmoe_top.tui.widgets.palette import Look
 
 PROMPT = "The experts of every layer"
@@ -197,3 +197,33 @@ def test_a_replay_of_a_file_without_tiers_says_they_are_not_reported(tmp_path):
     pb.end()
     heat = ExpertMap(run, pb)
     assert "routing heat" in heat.build(160, 30)[0].text
+
+
+def test_the_layer_x_token_readout_splits_a_token_s_misses_by_tier(tmp_path):
+    """The heatmap's cell readout (one layer, one token) gives that token's misses in that layer
+    by tier, counted from its BMOE_ROUTE line; a source without tiers gives no such line."""
+    data = synth.progress_transcript(48, n_layer=4, n_expert=16, tiers=True)
+    path = tmp_path / "tiers.txt"
+    path.write_bytes(data)
+    run = open_paths([str(path)])
+    routes = [orjson.loads(ln.split(" ", 1)[1]) for ln in data.decode().splitlines()
+              if ln.startswith("BMOE_ROUTE ") and '"decode"' in ln]
+    token, il = next((i, il) for i, r in enumerate(routes) for il in range(4) if any(r["tier"][il]))  # a miss
+    tiers = routes[token]["tier"][il]
+    pb = Playback(run)
+    pb.end()
+    hm = LayerHeatmap(run, pb)
+    w = hm.window(200)
+    col = w.col_of(token)
+    assert col is not None and w.rows_of(col) == (token, token + 1)
+    text = " ".join(t for t, _ in hm.readout(Cursor(il, col), w, 1, 4, np.zeros((4, 1)), 80))
+    assert f"page cache {tiers.count(1)} · disk {tiers.count(2)}" in text, text
+    old = tmp_path / "old.txt"
+    old.write_bytes(synth.progress_transcript(48, n_layer=4, n_expert=16))
+    run = open_paths([str(old)])
+    pb = Playback(run)
+    pb.end()
+    hm = LayerHeatmap(run, pb)
+    w = hm.window(200)
+    text = " ".join(t for t, _ in hm.readout(Cursor(0, w.col_of(0) or 0), w, 1, 4, np.zeros((4, 1)), 80))
+    assert "read" in text and "page cache" not in text

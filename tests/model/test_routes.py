@@ -195,3 +195,34 @@ def test_tiers_that_start_mid_run_are_counted_from_then_at_any_cursor(seed, n_to
         got = rs.expert_counts(L, E, stop)
         want = brute(rows, stop if got.as_of is None else got.as_of)
         assert same(got, want)
+
+
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 1000), n_tok=st.integers(1, 200), window=st.sampled_from([None, 30]),
+       spans=st.lists(st.tuples(st.integers(0, 210), st.integers(1, 40), st.integers(0, L - 1),
+                                st.integers(1, L)), min_size=1, max_size=6))
+def test_tier_split_of_a_token_span_and_layers_matches_its_rows(seed, n_tok, window, spans):
+    """The page-cache and disk misses of tokens [lo, hi) in layers [l0, l1): those of their rows,
+    or None when their rows are no longer held (a window) or carry no tier."""
+    rows = routing(np.random.default_rng(seed), n_tok)
+    rs = RouteStore(window_tokens=window)
+    rs._cap = 64
+    for name in ("_tok", "_layer", "_expert", "_hit", "_tier", "_cummax"):
+        setattr(rs, name, getattr(rs, name)[:64].copy())
+    for r in rows:
+        rs.extend(*r)
+    for lo, width, l0, nl in spans:
+        hi, l1 = lo + width, min(L, l0 + nl)
+        got = rs.tier_split(lo, hi, l0, l1)
+        pc = dk = told = 0
+        for tok, layer, _e, _h, tier in rows:
+            if tier is None:
+                continue
+            sel = (tok >= lo) & (tok < hi) & (layer >= l0) & (layer < l1)
+            pc += int(((tier == 1) & sel).sum())
+            dk += int(((tier == 2) & sel).sum())
+            told += int(sel.sum())
+        if lo <= rs._evicted_max_tok or not told:
+            assert got is None
+        else:
+            assert got == (pc, dk)

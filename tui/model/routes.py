@@ -420,6 +420,23 @@ class RouteStore:
             share[:l2] = np.where(look[:l2] > 0, q["hits"][:l2] / np.where(look[:l2] > 0, look[:l2], 1), np.nan)
         return LayerShares(edges, width, share, look)
 
+    def tier_split(self, lo: int, hi: int, l0: int, l1: int) -> tuple[int, int] | None:
+        """(page-cache misses, disk misses) of the routing rows of tokens ``[lo, hi)`` and layers
+        ``[l0, l1)``; None when no row of them has a tier (the source does not say) or some of
+        those tokens' rows are no longer held. Costs the rows of those tokens (the tokens' rows
+        are found by bisection)."""
+        if not self._tier_rows or hi <= lo or lo <= self._evicted_max_tok:
+            return None
+        cm = self._cummax[: self._n]
+        a = int(np.searchsorted(cm, lo, side="left"))
+        b = int(np.searchsorted(cm, hi, side="left"))
+        tok, layer, tier = self._tok[a:b], self._layer[a:b], self._tier[a:b]
+        sel = (tok >= lo) & (tok < hi) & (layer >= l0) & (layer < l1)
+        told = tier[sel]
+        if not (told >= 0).any():
+            return None
+        return int(np.count_nonzero(told == TIER_PAGE_CACHE)), int(np.count_nonzero(told == TIER_DISK))
+
     # -- expert aggregates -------------------------------------------------------------------------
     def rows_before(self, stop: int | None) -> int:
         """Global number of routing rows that belong to tokens before ``stop`` (all when None),

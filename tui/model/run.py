@@ -1016,6 +1016,13 @@ class RunModel:
             hi = self.route_token_count() if hi is None else hi
             return self._routes_now().layer_series(self._n_layer or 0, lo, hi, bins)
 
+    def tier_split(self, lo: int, hi: int, l0: int, l1: int) -> tuple[int, int] | None:
+        """(page-cache misses, disk misses) of tokens ``[lo, hi)`` in layers ``[l0, l1)``, from
+        the routing rows' tiers (docs/memory.md "The tiers on the maps"); None when the source
+        did not say or those rows are no longer held."""
+        with self.lock:
+            return self._routes_now().tier_split(lo, hi, l0, l1)
+
     def expert_aggregates(self, stop: int | None = None) -> ExpertCounts:
         """Per (layer, expert) routed/hit counts and last-routing hit over tokens ``[0, stop)``
         (prefill rows of turns started before ``stop`` included). ``as_of`` is set when ``stop`` is

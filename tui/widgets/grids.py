@@ -340,7 +340,8 @@ class LayerHeatmap(GridView):
     def readout(self, cell: Cursor, w: TokenWindow, f: int, n_layer: int, folded: np.ndarray,
                 right: int) -> list[tuple[str, Style]]:
         """The cursor cell: layer(s), token, hit share (hits of lookups), experts read for the
-        layer(s) and for the whole token, the token's wall time and text."""
+        layer(s) (and by which memory tier, when the source says) and for the whole token, the
+        token's wall time and text."""
         run, look = self.run, self.look
         unit = run.row_unit
         col = cell.col
@@ -358,6 +359,9 @@ class LayerHeatmap(GridView):
         if look_n > 0:
             out.append((f"hit {100 * hits_n / look_n:.0f} % ({hits_n:,.0f}/{look_n:,.0f})", look.label))
             out.append((f"{where}: {look_n - hits_n:,.0f} read", look.label))
+            split = run.tier_split(a, b, l0, l1) if look_n > hits_n else None
+            if split is not None:  # the misses by the memory tier that served them
+                out.append((f"page cache {split[0]:,} · disk {split[1]:,}", look.label))
         else:
             out.append(("nothing routed", look.dim))
         all_look = float(np.nansum(ls.lookups)) if ls.lookups.size else 0.0
