@@ -380,7 +380,7 @@ def _print_outcome(outcome: Outcome, as_json: bool) -> int:
     if as_json:
         print_json(doc)
     elif outcome.error is None:
-        print_lines(summary_text(doc))
+        print_lines(summary_text(doc["run"]))
         print_lines(outcome.text)
     if outcome.error is not None:
         return _die(outcome.error, outcome.status)

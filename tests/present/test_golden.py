@@ -102,11 +102,16 @@ def test_launch_once(tmp_path, capsys):
     code, doc = run_cli(capsys, "launch", "--once", "--json", "-p", "hello", "-n", "5", "--",
                         sys.executable, EMITTER, "--rate", "500")
     assert code == 0 and doc["live"]["state"] == "exited"
-    assert doc["ttft_s"] > 0  # measured from the request to the first token: how long depends on the machine
-    check_golden(GOLDEN / "launch_once.json", masked(doc, places(tmp_path), ["live.wall_s", "ttft_s"]))
+    # the run block every --once --json document carries, as replay --summary --json prints it
+    assert set(doc) == {"run", "live"}
+    (tmp_path / "run.csv").write_bytes(synth.token_csv(8))
+    code, replayed = run_cli(capsys, "replay", "--summary", "--json", str(tmp_path / "run.csv"))
+    assert code == 0 and set(doc["run"]) == set(replayed)
+    assert doc["run"]["ttft_s"] > 0  # measured from the request to the first token: how long depends on the machine
+    check_golden(GOLDEN / "launch_once.json", masked(doc, places(tmp_path), ["live.wall_s", "run.ttft_s"]))
     code, doc = run_cli(capsys, "launch", "--once", "--json", "--ready-timeout", "0.3", "--",
                         sys.executable, EMITTER, "--no-ready")
-    assert code == 1 and doc["status"] == "failed"
+    assert code == 1 and doc["status"] == "failed" and doc["run"]["derived"]["token_rows"] == 0
     check_golden(GOLDEN / "launch_once_never_ready.json", masked(doc, places(tmp_path)))
 
 
@@ -120,10 +125,10 @@ def test_attach_session_once(tmp_path, capsys):
             time.sleep(0.05)
         code, doc = run_cli(capsys, "attach", "--session", sock, "--once", "--json", "-p", "hi", "-n", "4")
         assert code == 0 and doc["live"]["turns"][-1]["tokens"] == 4
-        assert doc["ttft_s"] > 0
+        assert doc["run"]["ttft_s"] > 0
         # a socket client numbers its requests from its pid
-        ids = ["live.request_id", "live.turns.*.id", "turn_list.*.id"]
-        check_golden(GOLDEN / "attach_session_once.json", masked(doc, places(tmp_path), [*ids, "ttft_s"]))
+        ids = ["live.request_id", "live.turns.*.id", "run.turn_list.*.id"]
+        check_golden(GOLDEN / "attach_session_once.json", masked(doc, places(tmp_path), [*ids, "run.ttft_s"]))
     finally:
         p.stdin.close()
         p.wait(10)

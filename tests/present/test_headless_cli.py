@@ -32,10 +32,11 @@ def test_launch_once_json_on_an_emitter_and_record(tmp_path):
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert out["live"]["state"] == "exited" and out["live"]["exit_code"] == 0
-    assert out["live"]["turns"][0]["tokens"] == 7 and out["derived"]["token_rows"] == 7
-    assert out["tokens"] == 7 and out["meta"]["arch"] == "emitter"
-    assert out["meta"]["n_ctx"] == 4096  # a number, not the text "4096"
-    assert out["turns"] == 1 and out["status"] == "done"
+    run = out["run"]
+    assert out["live"]["turns"][0]["tokens"] == 7 and run["derived"]["token_rows"] == 7
+    assert run["tokens"] == 7 and run["meta"]["arch"] == "emitter"
+    assert run["meta"]["n_ctx"] == 4096  # a number, not the text "4096"
+    assert run["turns"] == 1 and run["status"] == "done"
     lines = [json.loads(x) for x in rec.read_text().splitlines()]
     assert sum(x["src"] == "stdout" and "BMOE_PROGRESS" in x["line"] for x in lines) == 7
     # the recording replays with the same numbers
@@ -153,7 +154,7 @@ def test_record_to_a_full_disk_fails_loudly(tmp_path):
     assert "/dev/full" in r.stderr and "disk is full" in r.stderr and "Traceback" not in r.stderr
     out = json.loads(r.stdout)
     assert out["live"]["turns"][0]["tokens"] == 3  # the run itself went on
-    assert any("disk is full" in a for a in out["alerts"]) and out["problems"] >= 1
+    assert any("disk is full" in a for a in out["run"]["alerts"]) and out["run"]["problems"] >= 1
 
 
 def test_record_never_overwrites_or_follows_a_link(tmp_path):
@@ -264,7 +265,7 @@ def test_launch_once_of_bmoe_run_shows_every_figure_it_sends(tiny):
     child = ["--", str(BMOE_RUN), "-m", str(tiny), "--session", "--quiet", "-c", "256"]
     r = top("launch", "--once", "--json", "-p", "hi", "-n", "4", *child, timeout=120)
     assert r.returncode == 0, r.stderr
-    doc = json.loads(r.stdout)
+    doc = json.loads(r.stdout)["run"]
     for key in ("ttft_s", "prefill_tps", "compute_s_tok", "io_s_tok", "resident_mib", "budget_mib"):
         assert isinstance(doc[key], float) and doc[key] >= 0, (key, doc[key])
     extra = doc["extra"]

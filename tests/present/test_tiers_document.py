@@ -55,7 +55,8 @@ def test_launch_of_bmoe_run_and_the_replay_of_its_recording_give_the_same_tiers(
     code, live = _doc(capsys, "launch", "--once", "--json", "-p", "The experts of every layer", "-n", "6",
                       "--record", str(rec), "--", str(BMOE_RUN), "-m", str(tiny), "--session", "--progress",
                       "--quiet", "-c", "256", "--cache-mb", "0.2", "--force-cache", "--no-odirect")
-    assert code == 0, live.get("status_detail")
+    assert code == 0, live["run"].get("status_detail")
+    live = live["run"]
     code, replayed = _doc(capsys, "replay", "--summary", "--json", str(rec))
     assert code == 0
     t = live["tiers"]

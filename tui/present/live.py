@@ -1,6 +1,8 @@
 """The headless documents of a live session (``launch --once --json``, ``attach --session --once
---json``): the run summary plus a ``live`` block with the source's state (the run model's
-``session_health``, published by the feed), its turns and text."""
+--json``): the ``run`` block every ``--once --json`` document carries (the run summary,
+:func:`~bmoe_top.tui.present.summary.run_summary`, as ``replay --summary --json`` prints it) and a
+``live`` block with the source's state (the run model's ``session_health``, published by the
+feed), its turns and text."""
 
 from __future__ import annotations
 
@@ -29,14 +31,17 @@ def live_block(run: RunModel, request_id: int | None) -> dict[str, Any]:
 
 
 def live_document(run: RunModel, request_id: int | None, **extra: Any) -> dict[str, Any]:
-    """:func:`~bmoe_top.tui.present.summary.run_summary` of the run with the ``live`` block
-    (``extra`` keys added to it, e.g. ``wall_s``)."""
-    return {**run_summary(run), "live": {**live_block(run, request_id), **extra}}
+    """``run`` (:func:`~bmoe_top.tui.present.summary.run_summary`: the block ``attach --metrics``,
+    ``attach --audit`` and ``replay --summary --json`` give) and ``live`` (:func:`live_block`, with
+    the ``extra`` keys, e.g. ``wall_s``)."""
+    return {"run": run_summary(run), "live": {**live_block(run, request_id), **extra}}
 
 
 def failure_document(message: str, run: RunModel) -> dict[str, Any]:
-    """What ``launch --once --json`` prints when the child fails before a turn could run."""
+    """What ``launch --once --json`` prints when the child fails before a turn could run: ``status``
+    ``failed``, ``error``, ``sources``, the ``run`` block (what the child sent before it failed)
+    and ``live`` (its state and exit code)."""
     with run.lock:
         st = run.session_health or SessionHealth()
-        return {"status": "failed", "error": message, "sources": list(run.sources),
+        return {"status": "failed", "error": message, "sources": list(run.sources), "run": run_summary(run),
                 "live": {"state": st.state, "exit_code": st.exit_code}}
