@@ -115,3 +115,29 @@ def test_a_run_without_a_cache_says_so_as_the_run_panel_does(real_runs: Path) ->
     assert hit.absent == {arms[0].name: NO_CACHE}
     assert _row(c, "hit_pct").cells[3:5] == (NO_CACHE, "58.0")
     assert f"| {NO_CACHE} | 58.0 |" in P.comparison_markdown(c)
+
+
+def test_the_same_file_twice_is_no_comparison(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``compare X X`` (or two runs that measured exactly the same numbers) said nothing and gave
+    every row a verdict and an interval, as if a comparison had happened."""
+    import orjson
+
+    from bmoe_top.tui.cli import main
+
+    a, copy, other = tmp_path / "a.csv", tmp_path / "copy.csv", tmp_path / "b.csv"
+    a.write_bytes(synth.token_csv(60))
+    copy.write_bytes(a.read_bytes())
+    other.write_bytes(synth.token_csv(60, seed=5))
+    for second in (a, copy):
+        assert main(["compare", str(a), str(second), "--json"]) == 0
+        doc = orjson.loads(capsys.readouterr().out)
+        assert doc["identical"] == [doc["arms"][1]]
+        assert doc["identical_note"].startswith("no comparison: ") and "the same data as" in doc["identical_note"]
+        assert {d["verdict"] for m in doc["metrics"] for d in m["deltas"]} == {"same"}
+        assert all(d["low"] is None and d["p"] is None for m in doc["metrics"] for d in m["deltas"])
+        assert main(["compare", str(a), str(second), "--md"]) == 0
+        md = capsys.readouterr().out
+        assert f"**{doc['identical_note']}**" in md
+    assert main(["compare", str(a), str(other), "--json"]) == 0
+    doc = orjson.loads(capsys.readouterr().out)
+    assert doc["identical"] == [] and doc["identical_note"] == ""

@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -29,7 +30,7 @@ from . import stats as S
 
 __all__ = ["run_from_token_table", "absent_reasons", "entry_from_sidecar", "resources_from", "RunInput", "ArmInput",
            "ArmValue", "Delta", "MetricRow", "WarmupRow", "EntryRow", "Contamination", "Comparison", "compare",
-           "TIMING_COLUMNS", "ENTRY_KEYS", "RESOURCE_KEYS", "WITHIN_RUN_LABEL"]
+           "TIMING_COLUMNS", "ENTRY_KEYS", "RESOURCE_KEYS", "WITHIN_RUN_LABEL", "identical_note", "same_data"]
 
 F64 = npt.NDArray[np.float64]
 
@@ -296,7 +297,10 @@ class Contamination:
 @dataclass(frozen=True, slots=True)
 class Comparison:
     """The result. ``workload_same``: None without routed experts, else whether every run routed
-    the same experts; ``banner`` says "different workload" when not."""
+    the same experts; ``banner`` says "different workload" when not. ``identical``: the arms that
+    hold the same data as the baseline (:func:`same_data`: the same file twice, or identical
+    runs), whose every delta is ``same`` with no interval or test; ``identical_note`` says so in
+    one line ("" when no arm is)."""
 
     arms: list[str]
     baseline: str
@@ -309,6 +313,46 @@ class Comparison:
     noise_floor_pct: float
     alpha: float
     confidence: float
+    identical: list[str] = field(default_factory=list)
+    identical_note: str = ""
+
+
+def _same_values(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    if a.keys() != b.keys():
+        return False
+    for k, x in a.items():
+        u = np.asarray(x, dtype=np.float64).reshape(-1)
+        v = np.asarray(b[k], dtype=np.float64).reshape(-1)
+        if u.shape != v.shape or not np.array_equal(u, v, equal_nan=True):
+            return False
+    return True
+
+
+def same_data(a: ArmInput, b: ArmInput) -> bool:
+    """Whether arms ``a`` and ``b`` hold the same data: as many runs, each with the same token
+    columns, summary, entry state, resources and routed experts as its counterpart (the same
+    file given twice, or two runs that measured exactly the same numbers): nothing to compare."""
+    if len(a.runs) != len(b.runs):
+        return False
+    for x, y in zip(a.runs, b.runs):
+        if (x.routed is None) != (y.routed is None):
+            return False
+        if not (_same_values(x.tokens, y.tokens) and _same_values(x.summary, y.summary)
+                and _same_values(x.entry, y.entry) and _same_values(x.resources, y.resources)):
+            return False
+        if x.routed is not None and not _same_values({"r": x.routed}, {"r": y.routed}):
+            return False
+    return True
+
+
+def identical_note(baseline: str, same: Sequence[str]) -> str:
+    """The one line that says arms hold the baseline's data ("" for none)."""
+    if not same:
+        return ""
+    who = ", ".join(same)
+    verb = "holds" if len(same) == 1 else "hold"
+    return (f"no comparison: {who} {verb} the same data as {baseline} (the same file twice, or identical runs); "
+            "every difference is 0 by construction")
 
 
 def _col(run: RunInput, name: str) -> F64 | None:
@@ -586,8 +630,13 @@ def compare(arms: Sequence[ArmInput], noise_floor_pct: float = S.NOISE_FLOOR_PCT
             workload = None  # some runs cannot be checked
     contamination = _contamination(arms)
     advice = _advice(arms, alpha, confidence)
+    same = [a.name for a in arms[1:] if same_data(arms[0], a)]
+    if same:  # no test pretends to measure a difference there is none of
+        for metric in metrics:
+            metric.deltas[:] = [Delta(d.arm, d.vs, 0.0, 0.0, _nan(), _nan(), _nan(), "same", "identical data", "")
+                                if d.arm in same else d for d in metric.deltas]
     return Comparison([a.name for a in arms], arms[0].name, workload, banner, metrics, warm, contamination, advice,
-                      noise_floor_pct, alpha, confidence)
+                      noise_floor_pct, alpha, confidence, same, identical_note(arms[0].name, same))
 
 
 def _contamination(arms: Sequence[ArmInput]) -> Contamination:

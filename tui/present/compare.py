@@ -394,6 +394,8 @@ class ComparisonDoc(TypedDict):
     noise_floor_pct: Num
     alpha: Num
     confidence: Num
+    identical: list[str]
+    identical_note: str
 
 
 class RunReadDoc(TypedDict):
@@ -444,9 +446,10 @@ def comparison_markdown(c: Comparison) -> str:
     for r in t.rows:
         lines.append("| " + " | ".join(_md_cell(x) for x in r.cells) + " |")
     lines.append("")
-    if c.banner:
-        lines.append(f"**{c.banner}**")
-        lines.append("")
+    for line in (c.identical_note, c.banner):
+        if line:
+            lines.append(f"**{line}**")
+            lines.append("")
     lines.append(t.note)
     lines.append("")
     lines.append("Warm-up (MSER-5): " + "; ".join(f"{w.name} steady from token {w.split} of {w.tokens}"

@@ -144,9 +144,10 @@ class CompareScreen(FocusRules, SearchScreen):
 
     def _banner(self) -> Text:
         t = Text()
-        if self.c.banner:
-            t.append_text(safe_text(self.c.banner, "bold " + KIND_STYLE["bad"]))
-            t.append("\n")
+        for line in (self.c.identical_note, self.c.banner):
+            if line:
+                t.append_text(safe_text(line, "bold " + KIND_STYLE["bad"]))
+                t.append("\n")
         if all(len(a.runs) == 1 for a in self.arms):
             t.append(WITHIN_RUN_LABEL, style="bold " + KIND_STYLE["derived"])
             t.append("  (one run per arm: intervals from the runs' own tokens)", style="dim")
