@@ -26,10 +26,11 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
 
 __all__ = [
     "SummaryLine", "parse_summary_line", "canonical_summary", "CANONICAL_KEYS",
-    "CSV_TO_CANONICAL", "derive_summary", "looks_like_summary",
+    "CSV_TO_CANONICAL", "derive_summary", "exact_sum", "looks_like_summary",
 ]
 
 #: The keys the run panel shows, in display order.
@@ -409,7 +410,7 @@ def _to_float(v: str) -> float | None:
     return f
 
 
-def canonical_summary(raw: dict[str, str]) -> dict[str, float]:
+def canonical_summary(raw: dict[str, str], derived: set[str] | None = None) -> dict[str, float]:
     """Map ``# summary`` keys (CSV sink) to canonical keys; values as floats.
 
     Keys with no canonical name are kept verbatim (``majflt/tok`` survives). A value that is not
@@ -422,25 +423,41 @@ def canonical_summary(raw: dict[str, str]) -> dict[str, float]:
         if f is None:
             continue
         out[CSV_TO_CANONICAL.get(k, k)] = f
-    return derive_summary(out)
+    return derive_summary(out, derived)
 
 
-def derive_summary(s: dict[str, float]) -> dict[str, float]:
+def exact_sum(a: float, b: float) -> float:
+    """``a + b`` as the decimal numbers a file writes them add up (16.062 + 11.775 = 27.837),
+    without binary floating point's noise (27.837000000000003): the sum of their shortest
+    decimal forms, rounded once."""
+    try:
+        return float(Decimal(repr(a)) + Decimal(repr(b)))
+    except (InvalidOperation, ValueError):  # an infinity or NaN: the float sum says it
+        return a + b
+
+
+def derive_summary(s: dict[str, float], derived: set[str] | None = None) -> dict[str, float]:
     """Fill canonical keys that follow exactly from others, when the inputs are present and the
-    key is missing (in place; returns ``s``). The formulas are the runtime's own (bmoe-cli prints
-    TTFT as load + prefill, MiB/token as read / tokens, MiB/s as read / io time):
+    key is missing (in place; returns ``s``; ``derived`` gets the keys filled, so that a figure a
+    source states can replace them when files of one run merge). The formulas are the
+    runtime's own (bmoe-cli prints TTFT as load + prefill, MiB/token as read / tokens, MiB/s as
+    read / io time):
 
-    ``ttft_s = load_s + prefill_s``, ``read_mib_per_tok = read_mib / tokens``,
-    ``read_mib_s = read_mib / io_s``.
+    ``ttft_s = load_s + prefill_s`` (:func:`exact_sum`: no binary noise),
+    ``read_mib_per_tok = read_mib / tokens``, ``read_mib_s = read_mib / io_s``.
     """
     def ok(k: str) -> bool:
         v = s.get(k)
         return v is not None and not math.isnan(v)
 
+    added = derived if derived is not None else set()
     if "ttft_s" not in s and ok("load_s") and ok("prefill_s"):
-        s["ttft_s"] = s["load_s"] + s["prefill_s"]
+        s["ttft_s"] = exact_sum(s["load_s"], s["prefill_s"])
+        added.add("ttft_s")
     if "read_mib_per_tok" not in s and ok("read_mib") and ok("tokens") and s["tokens"] > 0:
         s["read_mib_per_tok"] = s["read_mib"] / s["tokens"]
+        added.add("read_mib_per_tok")
     if "read_mib_s" not in s and ok("read_mib") and ok("io_s") and s["io_s"] > 0:
         s["read_mib_s"] = s["read_mib"] / s["io_s"]
+        added.add("read_mib_s")
     return s

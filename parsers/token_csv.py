@@ -1131,7 +1131,8 @@ class TokenTable:
     (NaN = missing or bad cell; units as in the file: ``*_ms`` ms, ``read_bytes`` bytes,
     ``*_mib`` MiB, ``cache_hit_pct`` percent with -1 = no cache); ``summaries`` one dict per
     ``# summary`` line: {"row": index of the next token row, "lineno": line, "raw": {k: v},
-    "summary": canonical dict (see summary_lines.canonical_summary)}; ``problems`` bad lines and
+    "summary": canonical dict (see summary_lines.canonical_summary), "derived": the keys of it the
+    line does not state, computed from others (summary_lines.derive_summary)}; ``problems`` bad lines and
     every repair; ``comments`` other comment lines kept verbatim.
     """
 
@@ -1235,11 +1236,12 @@ def load_token_csv(data: bytes | io.BufferedIOBase, pmap: Pmap | None = None) ->
     for lineno, row, text in nc.comments:
         if _SUMMARY.match(text):
             raw = parse_kv_comment(text[len("summary"):])
-            summ = canonical_summary(raw)
+            derived: set[str] = set()
+            summ = canonical_summary(raw, derived)
             bad = [k for k, v in raw.items() if k not in summ and _not_number(v)]
             for k in bad:
                 problems.append(Problem(lineno, "# " + text, f"summary value {k}={raw[k]!r} is not a number"))
-            summaries.append({"row": row, "lineno": lineno, "raw": raw, "summary": summ})
+            summaries.append({"row": row, "lineno": lineno, "raw": raw, "summary": summ, "derived": sorted(derived)})
             continue
         fm = _FORMAT.fullmatch(text)
         if fm and "=" not in text:

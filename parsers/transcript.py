@@ -57,7 +57,8 @@ class Transcript:
 
     ``records`` BMOE records in order, ``record_lines`` their 1-based line numbers (parallel);
     ``summary`` canonical summary keys (summary_lines.CANONICAL_KEYS; from the end-of-run lines,
-    else from the last ``BMOE_DONE``); ``info`` string-valued summary facts (``mode``,
+    else from the last ``BMOE_DONE``); ``derived`` the keys of ``summary`` no line states, computed
+    from others (summary_lines.derive_summary); ``info`` string-valued summary facts (``mode``,
     ``prefetch_mode``); ``sidecar`` key=value lines as strings; ``answer``/``reasoning``/
     ``prompt`` (None when not detectable) as described in the module doc; ``text_lines`` every
     line that is not a protocol or summary line, with ``text_line_numbers`` (parallel) (a
@@ -73,6 +74,7 @@ class Transcript:
     records: list[Record] = field(default_factory=list)
     record_lines: list[int] = field(default_factory=list)
     summary: dict[str, float] = field(default_factory=dict)
+    derived: set[str] = field(default_factory=set)
     info: dict[str, str] = field(default_factory=dict)
     sidecar: dict[str, str] = field(default_factory=dict)
     answer: str = ""
@@ -202,7 +204,7 @@ def parse_transcript(data: bytes | str) -> Transcript:
             v = getattr(done, src)
             if v is not None:
                 tr.summary[dst] = float(v)
-    derive_summary(tr.summary)
+    derive_summary(tr.summary, tr.derived)
 
     if answer_start is not None:
         tr.answer = "\n".join(line for _, line in answer_items).strip("\n")

@@ -132,3 +132,45 @@ def test_replay_audit_and_strp(tmp_path):
     bad.write_bytes(b"STRP" + bytes(8))
     run = open_paths([str(bad)])
     assert run.problem_count == 1 and "too short" in run.problems[0].reason
+
+
+def _csv_and_log(tmp_path, ttft_line: str):
+    """A CSV sink whose ``# summary`` gives load and prefill but no TTFT, and its log."""
+    csv = tmp_path / "q.csv"
+    csv.write_text("step,wall_ms,compute_ms,io_ms,read_bytes,cache_hit_pct\n"
+                   + "".join(f"{i},100,60,40,1048576,50\n" for i in range(4))
+                   + "# summary tokens=4 s/tok=0.100 tok/s=10.0 n_prompt=34 load_s=16.062 prefill_s=11.775 "
+                     "prefill_tps=2.89\n")
+    log = tmp_path / "q.log"
+    log.write_text("generation: 4 tokens, 0.100 s/token (10.0 tok/s)\n"
+                   f"prefill: 34 tokens, 11.775 s (2.9 tok/s) | model load 16.062 s{ttft_line}\n")
+    return str(csv), str(log)
+
+
+def test_a_ttft_the_log_states_beats_the_csvs_load_plus_prefill(tmp_path):
+    """CSV + log of one real run gave ``ttft_s`` 27.837000000000003: the CSV's load + prefill
+    (binary float noise included) in place of the 27.836 s the log prints."""
+    csv, log = _csv_and_log(tmp_path, " | TTFT 27.836 s")
+    for paths in ([csv, log], [log, csv]):
+        run = open_paths(paths)
+        assert run.tokens.n == 4 and run_summary(run)["ttft_s"] == 27.836, paths
+    # the CSV alone: load + prefill, as the decimals add up
+    assert run_summary(open_paths([csv]))["ttft_s"] == 27.837
+    assert orjson.dumps(run_summary(open_paths([csv]))["ttft_s"]) == b"27.837"
+    # a log without a TTFT of its own leaves the derived one
+    csv2, log2 = _csv_and_log(tmp_path, "")
+    assert run_summary(open_paths([csv2, log2]))["ttft_s"] == 27.837
+
+
+def test_no_derived_number_of_the_real_runs_carries_float_noise(real_runs):
+    """Every ``replay --summary --json`` figure of the real CSV + log pairs is the decimal the
+    files add up to (no ``...000000000003``)."""
+    import re
+
+    d = real_runs / "bigmoeonedge-2026-07-12"
+    for stem, ttft in (("qwen_c4000_l4_ov", 27.836), ("gemma_stream", 30.944)):
+        files = sorted(str(p) for p in d.glob(f"{stem}.*"))
+        doc = run_summary(open_paths(files))
+        assert doc["ttft_s"] == ttft
+        text = orjson.dumps(doc).decode()
+        assert not re.search(r"\d\.\d*(0{6,}|9{6,})\d", text), re.findall(r"\d+\.\d*(?:0{6,}|9{6,})\d+", text)

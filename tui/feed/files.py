@@ -75,7 +75,8 @@ def load_token_table(run: RunModel, table: TokenTable, source: str) -> None:
             extra.update({k: v for k, v in summ.get("raw", {}).items() if k not in canon})
         run.update_summary_extra(extra)
         if table.summaries:
-            run.update_summary(table.summaries[-1].get("summary", {}))
+            last = table.summaries[-1]
+            run.update_summary(last.get("summary", {}), derived=last.get("derived", ()))
         for p in table.problems:
             run.add_problem(source, p.lineno, p.text, p.reason)
         if table.impossible:
@@ -116,7 +117,8 @@ def load_transcript_into(run: RunModel, tr: Transcript, source: str) -> None:
     """A whole stdout capture or console log: its BMOE records (token rows and turns only when no
     CSV of the same run gave them; else its generations go into the CSV's turns:
     :func:`~bmoe_top.tui.feed.session_files.merge_transcript`), end-of-run numbers (only filling
-    gaps after a CSV), sidecar, answer, reasoning and prompt, log lines and problems."""
+    gaps after a CSV, and replacing what the CSV only derived: a TTFT the log prints beats the
+    CSV's load + prefill), sidecar, answer, reasoning and prompt, log lines and problems."""
     with run.lock:
         run.add_source(source)
         had_tokens = run.tokens.n > 0
@@ -128,7 +130,7 @@ def load_transcript_into(run: RunModel, tr: Transcript, source: str) -> None:
             feed.apply(rec, lineno=ln)
         if merging:
             merge_transcript(run, tr, source)
-        run.update_summary(tr.summary, fill_only=had_tokens or merging)
+        run.update_summary(tr.summary, fill_only=had_tokens or merging, derived=tr.derived)
         run.update_meta(log_facts(tr.text_lines), overwrite=False)
         run.update_sidecar(tr.sidecar)
         if (tr.answer or tr.reasoning or tr.prompt or tr.summary or run.turns) and \

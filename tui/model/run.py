@@ -37,7 +37,7 @@ import math
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from itertools import chain
 from types import MappingProxyType
@@ -181,6 +181,7 @@ class RunModel:
         self.retention = retention
         self._meta: dict[str, str] = {}
         self._summary: dict[str, float] = {}
+        self._summary_derived: set[str] = set()  # keys of _summary computed from others, not stated
         self._summary_extra: dict[str, str] = {}
         self._sidecar: dict[str, str] = {}
         self._sources: list[str] = []
@@ -541,16 +542,26 @@ class RunModel:
             self._touch()
 
     def update_summary(self, values: Mapping[str, float | int | None], *, fill_only: bool = False,
-                       replace: bool = False) -> None:
+                       replace: bool = False, derived: Collection[str] = ()) -> None:
         """Set end-of-run numbers (canonical keys); None values are skipped. ``fill_only`` keeps
-        numbers already there; ``replace`` drops the old summary first."""
+        numbers already there, but a number a source states replaces one a source only derived
+        from others (``derived``: the keys of ``values`` computed, not stated, e.g. a CSV's
+        ``ttft_s`` = load + prefill beside a log that prints its own TTFT); ``replace`` drops the
+        old summary first."""
         with self.lock:
             if replace:
                 self._summary.clear()
+                self._summary_derived.clear()
             for k, v in values.items():
-                if v is None or isinstance(v, bool) or (fill_only and k in self._summary):
+                if v is None or isinstance(v, bool):
+                    continue
+                if fill_only and k in self._summary and (k in derived or k not in self._summary_derived):
                     continue
                 self._summary[k] = float(v)
+                if k in derived:
+                    self._summary_derived.add(k)
+                else:
+                    self._summary_derived.discard(k)
             self._touch()
 
     def update_summary_extra(self, values: Mapping[str, str]) -> None:
