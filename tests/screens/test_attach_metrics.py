@@ -11,6 +11,7 @@ import threading
 import httpx
 import numpy as np
 import pytest
+from helpers.hostile import screen_text
 from helpers.scripted_http import Scripted, exposition
 from helpers.waits import pilot_until
 from rich.console import Console
@@ -196,3 +197,39 @@ async def test_at_80x24_a_server_that_is_not_there_says_why(srv):
         line = app.query_one("#attach-status")
         assert line.display and "refused" in line.content.plain  # compact: shown, since it says why
         assert "refused" in "\n".join(strips_text([s]) for s in app.screen._compositor.render_strips())
+
+
+def _timed(k: int) -> bytes:
+    body = exposition(100 * k, 20 * k, 10 * k)
+    for name, v in (("bmoe:timed_tokens_total", 10 * k), ("bmoe:token_wall_seconds_total", 0.1 * k),
+                    ("bmoe:token_compute_seconds_total", 0.06 * k), ("bmoe:token_io_seconds_total", 0.03 * k),
+                    ("bmoe:token_mgmt_seconds_total", 0.01 * k)):
+        body += f"# TYPE {name} counter\n{name} {v}\n"
+    return body.encode()
+
+
+async def test_title_breakdown_status_and_json_count_the_intervals_alike(srv):
+    """After 17 scrapes the title said 16 intervals, the breakdown 15 (it waited for the views'
+    repaint while the title followed each scrape) and the status line 17 scrapes, with nothing
+    saying which count is which: n good scrapes of one process are n - 1 intervals, everywhere."""
+    from bmoe_top.tui.model.quantities import q
+
+    srv.answers = [(200, _timed(k), 0) for k in range(1, 18)]
+    poller = MetricsPoller(srv.url, interval=0.05, timeout=2)
+    app = metrics_app(poller, start_poller=False)
+    async with app.run_test(size=(130, 36)) as pilot:
+        screen = app.main
+        screen.clock.refresh_s = 600.0  # the views' own repaint never comes by time in this test
+        for _ in range(16):
+            poller.scrape_once()
+        screen.refresh_views(force=True)
+        await pilot.pause()
+        poller.scrape_once()  # the 17th scrape: the 16th interval
+        label = q("interval.count").label
+        await pilot_until(pilot, lambda: f"{label} 16" in app.query_one("#title").plain, "the title to follow")
+        drawn = screen_text(app)  # what the screen shows now, each widget as it last painted
+        assert "1–16 of 16" in drawn and "interval 16" in drawn and "of 15" not in drawn, drawn
+        status = app.query_one("#attach-status").content.plain
+        assert "scrapes 17 ok" in status and f"{label} 16" in status, status
+        doc = metrics_document(screen.model)
+        assert doc["scrapes_ok"] == 17 and doc["intervals"] == 16 == screen.model.tokens.n

@@ -1,6 +1,6 @@
 """The repaint clock alone (tui/screens/clock.py), on a made-up clock: the views every
 ``refresh_s`` while data streams and at every tick while something animates, new rows alone
-repaint the answer's tail (the title too when it follows rows) at most every FAST_S, any other
+repaint the answer's tail at most every FAST_S (the whole screen at once when it follows rows), any other
 change repaints the title at the next tick, and a tick with nothing new does nothing."""
 
 from __future__ import annotations
@@ -44,9 +44,14 @@ def test_new_rows_repaint_the_tail_in_the_fast_tier_and_the_views_every_refresh(
     assert clock.tick(1.25, key(4, 3), animating=False) is Repaint.NOTHING
 
 
-def test_a_title_that_follows_rows_repaints_with_them():
-    clock = started(title_follows_rows=True)
-    assert clock.tick(FAST_S, key(2, 1), animating=False) is Repaint.FAST
+def test_a_screen_that_follows_rows_repaints_its_views_with_each_row():
+    """The title followed rows in the fast tier while the views waited for ``refresh_s``: the
+    attach screens' title counted 16 intervals while the breakdown still drew 15."""
+    clock = started(refresh_s=600.0, follows_rows=True)
+    assert clock.tick(0.25, key(2, 1), animating=False) is Repaint.VIEWS
+    clock.views_painted(0.25, key(2, 1))
+    assert clock.tick(0.5, key(2, 1), animating=False) is Repaint.NOTHING
+    assert clock.tick(0.75, key(3, 2), animating=False) is Repaint.VIEWS
 
 
 def test_any_other_change_repaints_the_title_at_the_next_tick():

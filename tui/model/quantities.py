@@ -356,6 +356,12 @@ _ITEMS: tuple[Quantity, ...] = (
     _q("turn.hit_pct", "cache_hit_pct", "hit", "%", S.TURN, F.PCT, "BMOE_DONE cache_hit_pct",
        "Cache hit share of the turn's decode lookups.", "Not since load.", ("live Turns table",)),
     # -- attach --metrics: one scrape interval (all slots) ------------------------------------------
+    _q("interval.count", "intervals", "intervals", "intervals", S.RUN, F.COUNT,
+       "good scrapes - 1 - restarts seen (each process's first scrape is its baseline)",
+       "Completed scrape intervals: one row of the run per pair of consecutive good scrapes of one server "
+       "process (the title, the breakdown's rows and `intervals` of `--once --json` count the same).",
+       "Not the scrapes: n good scrapes of one process give n - 1 intervals (the status line counts the "
+       "scrapes).", ("title", "breakdown", "attach --metrics status line", "attach --metrics --once --json")),
     _q("interval.length", "interval_s", "length", "s", S.INTERVAL, F.SECONDS, "t(scrape) - t(previous scrape)",
        "Time between the two scrapes the rates are over.", "Not the poll interval asked for.", METRICS,
        qualifier="this interval"),

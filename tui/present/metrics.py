@@ -127,7 +127,8 @@ def metrics_document(run: RunModel, now: float | None = None) -> dict[str, Any]:
     next attempt after a failure), ``limit`` (the limit that ended the newest scrape:
     ``"deadline"`` (``--timeout``) or ``"body_size"`` (``--max-body-mb``), else None),
     ``json_quoted``, ``bad_lines``, ``notes`` (the parser's, e.g. a duplicate series),
-    ``proxy_note``, ``intervals`` (rows); ``run`` (the run summary: totals since the server
+    ``proxy_note``, ``intervals`` (the catalogue's ``interval.count``: the run's rows, good scrapes
+    - 1 - restarts); ``run`` (the run summary: totals since the server
     started); ``totals`` (every exported series by key, counts as integers, the throughput
     gauges under a key that says their window, ``hit_pct`` since start, ``layer_hit_pct``,
     ``prompt_tokens_cached``), ``gauge_window``, ``n_layer``, ``not_exported`` (series names);
@@ -198,7 +199,8 @@ def status_parts(doc: dict[str, Any]) -> list[tuple[str, str]]:
     """The status line from :func:`metrics_document`: (text, kind) parts; kind ``status`` (the
     state word; its style is the state's), ``detail``, ``alert`` (the last picture is old),
     ``dim`` or ``warn``. A busy server reads "busy: metrics stale for N s"; after a failure the
-    retry countdown counts down to the next attempt."""
+    retry countdown counts down to the next attempt. The scrapes are counted beside the intervals
+    between them (the catalogue's ``interval.count``, as the title and the breakdown count them)."""
     status = str(doc.get("status") or "")
     out: list[tuple[str, str]] = [(STATUS_WORDS.get(status, status), "status")]
     stale = doc.get("stale_s")
@@ -213,7 +215,8 @@ def status_parts(doc: dict[str, Any]) -> list[tuple[str, str]]:
     retry = doc.get("retry_in_s")
     if retry is not None and status != Status.OK:
         out.append((f"  retry in {math.ceil(retry):.0f} s", "dim"))
-    out.append((f"  scrapes {doc.get('scrapes_ok', 0)} ok / {doc.get('scrapes_failed', 0)} failed", "dim"))
+    out.append((f"  scrapes {doc.get('scrapes_ok', 0)} ok / {doc.get('scrapes_failed', 0)} failed · "
+                f"{q('interval.count').label} {doc.get('intervals', 0):,}", "dim"))
     if doc.get("json_quoted"):
         out.append(("  body JSON-quoted (decoded)", "warn"))
     if doc.get("restarts"):

@@ -84,7 +84,7 @@ class AttachScreen(RunScreen):
     def after_mount(self) -> None:
         self.update_attach(force=True)
 
-    TITLE_FOLLOWS_ROWS = True  # a scrape or a record is a few rows a second at most
+    FOLLOWS_ROWS = True  # a scrape or a record is a few rows a second at most
 
     def tick(self) -> None:
         """The shared tick; the status line and the attach panel follow the data at once (a

@@ -196,7 +196,7 @@ class RunScreen(SearchScreen):
             refresh = BmoeTopApp.refresh_s if BmoeTopApp.refresh_s is not None else kept.view.refresh_s
         #: when what repaints (the views every ``refresh_s``, the title and the tail between them)
         self.clock = RepaintClock(max(REFRESH_STEPS[0], float(refresh)), now=time.monotonic(),
-                                  title_follows_rows=self.TITLE_FOLLOWS_ROWS)
+                                  follows_rows=self.FOLLOWS_ROWS)
         self._title_key: ChangeKey | None = None
         self._base_timer: Timer | None = None
         self._frame_timer: Timer | None = None
@@ -439,8 +439,8 @@ class RunScreen(SearchScreen):
             pos = f"  {unit} {pb.sel + 1:,} · runtime at {n:,}"
         elif pb.selected is not None or not pb.follow:
             pos = f"  {unit} {pb.sel + 1:,}/{n:,}" if n else f"  no {unit}s"
-        else:
-            pos = f"  {unit}s {n:,}"
+        else:  # following: the rows the views draw (the cursor), as the breakdown counts them
+            pos = f"  {unit}s {min(pb.cursor, n):,}"
             step, steps = run.tokens.last("step"), run.tokens.last("steps")
             if step == step and steps == steps and run.status == Status.GENERATING:
                 pos += f" (turn {int(step):,}/{int(steps):,})"
@@ -513,14 +513,15 @@ class RunScreen(SearchScreen):
             status_word=self.status_word(), look=look_of(self), size=(self.size.width, self.size.height)),
             self.model.memory_version)
 
-    #: The title's numbers follow new rows in the fast tier (a source of a few rows a second);
-    #: else they wait for the views' repaint, and new rows alone repaint only the answer's tail.
-    TITLE_FOLLOWS_ROWS: ClassVar[bool] = False
+    #: New rows repaint the views, the panels and the title together at the next tick (a source
+    #: of a few rows a second); else they wait for the views' repaint, and new rows alone repaint
+    #: only the answer's tail.
+    FOLLOWS_ROWS: ClassVar[bool] = False
 
     def tick(self) -> None:
         """The repaint timer (every :data:`BASE_TICK_S`, ``fps`` a second while something
         animates): the answer tail when new rows came (and the title with it when the state
-        changed, or :attr:`TITLE_FOLLOWS_ROWS`); the views, the panels and the title once
+        changed; the views with them with :attr:`FOLLOWS_ROWS`); the views, the panels and the title once
         ``refresh`` seconds have passed since their last poll (every tick while a replay or a
         slow-motion live view moves); nothing when nothing changed."""
         now = time.monotonic()

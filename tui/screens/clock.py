@@ -5,8 +5,10 @@ apart from any widget: :class:`RepaintClock` takes the time and what the screen 
 - the views (overview strip, breakdown, trends, maps), the panels and the title repaint once
   ``refresh_s`` seconds have passed since their last repaint while something changed, and at
   every tick while a replay or a slow-motion view moves;
-- between them, new rows alone repaint the answer's tail (and the title too when the title
-  follows rows: a source of a few rows a second), at most every :data:`FAST_S` seconds;
+- between them, new rows alone repaint the answer's tail at most every :data:`FAST_S` seconds;
+  on a screen that follows rows (a source of a few rows a second: a scrape, an audit record)
+  new rows repaint the views, the panels and the title together at the next tick, so the
+  title and the views never count the rows apart;
 - any other change (a key, the playback, the state word, the size) repaints the title at the
   next tick;
 - a tick with nothing new does nothing.
@@ -79,13 +81,14 @@ class Repaint(enum.Enum):
 class RepaintClock:
     """The repaint decisions of one screen (see the module docstring).
 
-    ``refresh_s``: seconds between repaints of the views while data streams; ``title_follows_rows``:
-    new rows repaint the title in the fast tier too. Times are the caller's monotonic seconds.
+    ``refresh_s``: seconds between repaints of the views while data streams; ``follows_rows``:
+    new rows repaint the views (and with them the panels and the title) at the next tick. Times
+    are the caller's monotonic seconds.
     """
 
-    def __init__(self, refresh_s: float, *, now: float, title_follows_rows: bool = False) -> None:
+    def __init__(self, refresh_s: float, *, now: float, follows_rows: bool = False) -> None:
         self.refresh_s = refresh_s
-        self.title_follows_rows = title_follows_rows
+        self.follows_rows = follows_rows
         self.seen: ChangeKey | None = None  # what the last tick (or repaint of the views) saw
         self.stale = False  # something changed since the views were last repainted
         self.views_at = 0.0  # time of the last repaint of the views
@@ -102,6 +105,8 @@ class RepaintClock:
         replay plays or a slow-motion view moves (the views repaint at every tick)."""
         old = self.seen
         views_due = animating or now - self.views_at >= self.refresh_s
+        if self.follows_rows and old is not None and key != old and key.only_data(old):
+            views_due = True  # new rows: the whole screen follows them, in one repaint
         fast = key != old and (old is None or views_due or now - self.fast_at >= min(FAST_S, self.refresh_s)
                                or not key.only_data(old))
         if fast:
@@ -114,7 +119,7 @@ class RepaintClock:
             return Repaint.VIEWS
         if not fast:
             return Repaint.NOTHING
-        if old is not None and key.only_data(old) and not self.title_follows_rows:
+        if old is not None and key.only_data(old):
             return Repaint.TAILS  # new rows only: the title's numbers go with the views' next repaint
         return Repaint.FAST
 
