@@ -15,11 +15,13 @@ from __future__ import annotations
 import errno
 import gc
 import os
+import sys
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
+import platformdirs
 from rich.segment import Segment
 from rich.style import Style
 from textual.app import App, SystemCommand
@@ -36,7 +38,7 @@ from bmoe_top.tui.widgets.base import ascii_cells
 from bmoe_top.tui.widgets.lines import MemoTruecolor
 from bmoe_top.tui.widgets.palette import Look
 
-__all__ = ["AsciiFilter", "BmoeTopApp", "CSS"]
+__all__ = ["AsciiFilter", "BmoeTopApp", "CSS", "default_screenshot_folder"]
 
 #: The layout every mode screen shares (mode screens add their own parts in DEFAULT_CSS).
 CSS = """
@@ -153,6 +155,13 @@ class AsciiFilter(LineFilter):
                 for seg in segments]
 
 
+def default_screenshot_folder() -> Path:
+    """Where screenshots go when the settings name no folder: ``screenshots`` in the user's data
+    folder (``platformdirs.user_data_dir``: ``$XDG_DATA_HOME/bmoe-top/screenshots``, by default
+    ``~/.local/share/bmoe-top/screenshots`` on Linux), made on the first screenshot."""
+    return Path(platformdirs.user_data_dir("bmoe-top", appauthor=False)) / "screenshots"
+
+
 class BmoeTopApp(App[int]):
     """bmoe-top over one mode screen (``main``): it is the first screen on the stack, so the
     views are queried on it even while a modal or the command palette is open.
@@ -164,8 +173,9 @@ class BmoeTopApp(App[int]):
     line's, else defaults kept in memory: tests never touch a settings file) and its screens keep
     what a key changes with :meth:`remember`; the theme is kept when the palette changes it;
     problems the file had are shown once the screen is up. ``ctrl+s`` (and the palette's
-    Screenshot) saves an SVG of the screen into the settings' screenshot folder, else the
-    working directory, and says where."""
+    Screenshot) saves an SVG of the screen into the settings' screenshot folder, else
+    :func:`default_screenshot_folder` (never the working directory: a repository's folder),
+    says where, and lists the files it saved on stderr once the screen has closed."""
 
     CSS = CSS
     TITLE = "bmoe-top"
@@ -195,6 +205,7 @@ class BmoeTopApp(App[int]):
         self.main = main
         self._look = look
         self.last_screenshot: Path | None = None
+        self.screenshots: list[Path] = []  # every screenshot saved, for the list printed at exit
 
     @classmethod
     def startup_settings(cls) -> Settings:
@@ -259,15 +270,23 @@ class BmoeTopApp(App[int]):
 
     # ------------------------------------------------------------------------------ screenshots
     def screenshot_folder(self) -> Path:
-        """Where screenshots go: the settings' folder (``~`` expanded), else the working directory."""
+        """Where screenshots go: the settings' folder (``~`` expanded), else
+        :func:`default_screenshot_folder`."""
         folder = self.settings.screenshots.folder
-        return Path(os.path.expanduser(folder)) if folder else Path.cwd()
+        return Path(os.path.expanduser(folder)) if folder else default_screenshot_folder()
 
     def action_screenshot(self, filename: str | None = None, path: str | None = None) -> None:
         """Save an SVG of the screen (``ctrl+s``, the palette's Screenshot) as
         ``bmoe-top-YYYYmmdd-HHMMSS.svg`` in :meth:`screenshot_folder` (``path``: there instead),
         never over an existing file or through a link, and say where, or why not."""
         folder = Path(path) if path else self.screenshot_folder()
+        if not path and not self.settings.screenshots.folder:
+            try:  # the user's data folder is ours to make; a folder the settings name is not
+                folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+            except OSError as e:
+                self.notify(sanitize(f"cannot make {folder}: {e.strerror or e}"), title="screenshot not saved",
+                            severity="error", timeout=8, markup=False)
+                return
         stem = filename or time.strftime("bmoe-top-%Y%m%d-%H%M%S")
         svg = self.export_screenshot().encode("utf-8")
         for i in range(100):
@@ -281,8 +300,18 @@ class BmoeTopApp(App[int]):
                             markup=False)
                 return
             self.last_screenshot = target
+            self.screenshots.append(target)
             self.notify(sanitize(str(target)), title="screenshot saved", timeout=6, markup=False)
             return
+
+    def run(self, *args: Any, **kwargs: Any) -> Any:
+        """:meth:`textual.app.App.run`, then the path of every screenshot saved, one line each on
+        stderr (the notification that said it has gone with the screen)."""
+        try:
+            return super().run(*args, **kwargs)
+        finally:
+            for shot in self.screenshots:
+                print(f"bmoe-top: screenshot saved: {sanitize(str(shot))}", file=sys.stderr)
 
     def on_ready(self) -> None:
         """Once the first screen is drawn (:attr:`own_process` only): what exists now lives as

@@ -239,7 +239,8 @@ class AlertSettings:
 class ScreenshotSettings:
     """``[screenshots]``: where ctrl+s (and the palette's Screenshot) saves."""
 
-    folder: str = entry("", _text(4096), "folder for screenshots (empty: the folder bmoe-top was started in)")
+    folder: str = entry("", _text(4096), "folder for screenshots (empty: screenshots in the user's data folder, "
+                        "e.g. ~/.local/share/bmoe-top/screenshots)")
 
 
 @dataclass(frozen=True)

@@ -253,21 +253,38 @@ async def test_fleet_keeps_its_sort_and_sparklines(tmp_path):
 
 
 # ------------------------------------------------------------------------------ screenshots
-async def test_ctrl_s_saves_a_screenshot_in_the_working_directory_and_says_where(tmp_path, csv_run, monkeypatch):
-    monkeypatch.chdir(tmp_path)
+async def test_ctrl_s_saves_a_screenshot_in_the_user_data_folder_and_says_where(tmp_path, csv_run, monkeypatch):
+    """Screenshots landed in the working directory (the repository's folder, when bmoe-top was run
+    from it), which .gitignore did not cover: they go to the user's data folder now."""
+    work, data = tmp_path / "repo", tmp_path / "data"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    monkeypatch.setenv("XDG_DATA_HOME", str(data))  # platformdirs' user data folder on Linux
     BmoeTopApp.settings_store = SettingsStore(None)
     app = BmoeTopApp(ReplayScreen(open_paths(csv_run), title="shot"))
+    folder = data / "bmoe-top" / "screenshots"
+    assert app.screenshot_folder() == folder
     async with app.run_test(size=(100, 30)) as pilot:
         await pilot.press("ctrl+s")
         await pilot.pause()
         shot = app.last_screenshot
-        assert shot is not None and shot.parent == tmp_path and shot.suffix == ".svg"
+        assert shot is not None and shot.parent == folder and shot.suffix == ".svg"
         assert shot.read_text().startswith("<svg") and "bmoe-top" in shot.read_text()
         said = [n for n in app._notifications if n.title == "screenshot saved"]
         assert said and str(shot) in said[-1].message
         await pilot.press("ctrl+s")  # a second one in the same second: a new name, the first kept
         await pilot.pause()
-        assert app.last_screenshot != shot and shot.is_file() and len(list(tmp_path.glob("*.svg"))) == 2
+        assert app.last_screenshot != shot and shot.is_file() and len(list(folder.glob("*.svg"))) == 2
+    assert list(work.iterdir()) == []  # nothing in the folder it was started in
+    assert set(app.screenshots) == set(folder.glob("*.svg"))
+
+
+def test_gitignore_covers_a_screenshot_that_lands_in_the_repository():
+    root = Path(__file__).resolve().parents[2]
+    if not (root / ".git").exists():
+        pytest.skip("not a git checkout")
+    r = subprocess.run(["git", "-C", str(root), "check-ignore", "-q", "bmoe-top-20261205-101500.svg"])
+    assert r.returncode == 0
 
 
 async def test_the_palettes_screenshot_goes_to_the_settings_folder(tmp_path, csv_run):
