@@ -365,11 +365,14 @@ def _finish_recording(rec: Recorder | None, status: int) -> int:
     return status
 
 
-def _child_argv(args: argparse.Namespace) -> list[str]:
+def _own_command(args: argparse.Namespace) -> list[str]:
+    """The command the user gave after ``--`` (empty: the bundled runtime)."""
     cmd = list(args.command or [])
-    if cmd and cmd[0] == "--":
-        cmd = cmd[1:]
-    return cmd or runtime_command(args.model)
+    return cmd[1:] if cmd and cmd[0] == "--" else cmd
+
+
+def _child_argv(args: argparse.Namespace) -> list[str]:
+    return _own_command(args) or runtime_command(args.model)
 
 
 def _print_outcome(outcome: Outcome, as_json: bool) -> int:
@@ -389,7 +392,7 @@ def _print_outcome(outcome: Outcome, as_json: bool) -> int:
 
 def cmd_launch(args: argparse.Namespace) -> int:
     from bmoe_top.parsers.sanitize import sanitize
-    from bmoe_top.tui.sources.child_session import ChildSession
+    from bmoe_top.tui.sources.child_session import ChildSession, machine_load, runtime_wait_env
 
     if (bad := _record_refused(args)) is not None:
         return bad
@@ -400,7 +403,10 @@ def cmd_launch(args: argparse.Namespace) -> int:
         rec = _recorder(args)
     except OSError as e:
         return _die(str(e), EXIT_FAILED)
-    src = ChildSession(argv, recorder=rec, ready_timeout_s=args.ready_timeout)
+    # the bundled runtime on crowded cores waits passively at its OpenMP barriers (a command the
+    # user gives runs in the user's environment as it is)
+    env = None if _own_command(args) else runtime_wait_env(os.environ, *machine_load())
+    src = ChildSession(argv, recorder=rec, ready_timeout_s=args.ready_timeout, env=env)
     status = EXIT_FAILED
     try:
         if args.once:

@@ -24,6 +24,7 @@ survive:
 --enforce-ctx            reject a generate whose context (4 tokens a prompt, kept across turns unless
                          clear_kv) plus n_predict exceeds --n-ctx, in bmoe-run's words
 --hide-ctx               READY does not say n_ctx
+--arch-from-env NAME     READY's arch is environment variable NAME's value ("unset" without it)
 --route-layers L         also BMOE_ROUTE per token for L layers (top --route-k of --route-experts,
                          skewed, hits from an LRU of --route-slots per layer) and BMOE_RESIDENT
                          every 8 tokens; the progress line's cache_hit_pct is that LRU's
@@ -128,6 +129,7 @@ def main(argv=None) -> int:
     ap.add_argument("--route-tiers", action="store_true")
     ap.add_argument("--delta-text", action="store_true")
     ap.add_argument("--warm", type=int, default=0)
+    ap.add_argument("--arch-from-env", default=None)
     a = ap.parse_args(argv)
 
     if a.ignore_term:
@@ -184,7 +186,8 @@ def main(argv=None) -> int:
     if a.no_ready:
         time.sleep(3600)
         return 1
-    ready = json.dumps({"load_s": a.ready_delay, "arch": "emitter", **({} if a.hide_ctx else {"n_ctx": a.n_ctx})})
+    arch = os.environ.get(a.arch_from_env, "unset") if a.arch_from_env else "emitter"
+    ready = json.dumps({"load_s": a.ready_delay, "arch": arch, **({} if a.hide_ctx else {"n_ctx": a.n_ctx})})
     emit(("llama_model_load: done " if a.noise_prefix else "") + "BMOE_READY " + ready)
     if a.buffered_after_ready:
         out.flush()

@@ -515,3 +515,27 @@ def test_attach_metrics_with_a_value_that_is_not_a_url_is_a_usage_error(url, ext
     assert r.returncode == 2 and r.stdout == "", (r.returncode, r.stdout[:200])
     lines = r.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"bmoe-top: attach --metrics {url}: "), r.stderr
+
+
+@pytest.mark.parametrize(("load", "own", "command", "want"), [
+    ("9.00 9.00 9.00 10/300 1", None, False, "PASSIVE"),  # crowded: the demo child waits passively
+    ("0.10 0.10 0.10 1/300 1", None, False, "unset"),  # the cores to itself: libgomp's default
+    ("9.00 9.00 9.00 10/300 1", "ACTIVE", False, "ACTIVE"),  # the user's setting is kept
+    ("9.00 9.00 9.00 10/300 1", None, True, "unset"),  # a command the user gives runs as it is
+])
+def test_the_demo_child_gets_passive_waiting_on_crowded_cores(monkeypatch, capsys, load, own, command, want):
+    """``make run`` (the README's demo) decoded at about 1 tok/s on a loaded machine: the bundled
+    runtime's OpenMP threads spun at their barriers while other processes held the cores."""
+    from bmoe_top.tui import cli
+    from bmoe_top.tui.sources import child_session
+
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)  # the suite's own setting (tests/conftest.py)
+    if own:
+        monkeypatch.setenv("OMP_WAIT_POLICY", own)
+    child = [sys.executable, EMITTER, "--arch-from-env", "OMP_WAIT_POLICY"]
+    monkeypatch.setattr(cli, "runtime_command", lambda model=None, extra=None: child)
+    monkeypatch.setattr(child_session, "machine_load", lambda: (load, 2))
+    argv = ["launch", "--once", "--json", "-p", "x", "-n", "3"] + (["--", *child] if command else [])
+    assert cli.main(argv) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["live"]["ready"]["arch"] == want

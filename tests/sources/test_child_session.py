@@ -311,3 +311,22 @@ def test_the_lines_of_one_read_are_held_in_batches_and_a_failing_line_loses_no_n
     assert all(isinstance(b[-1], bl.Progress) for b in held[:-1]), [len(b) for b in held]
     assert [r.step for r in got if isinstance(r, bl.Progress)] == [1, 3]  # step 2 failed, its neighbours count
     assert any("record sink failed" in getattr(getattr(e, "problem", None), "reason", "") for e in events)
+
+
+def test_crowded_cores_are_read_from_the_load_average_and_the_running_processes():
+    from bmoe_top.tui.sources.child_session import crowded
+
+    assert crowded("0.52 0.58 0.59 2/345 12345", 2) is None  # the reader and one other
+    assert crowded("2.10 1.00 0.50 1/345 12345", 2) == "load 2.1 on 2 cores"
+    assert crowded("0.10 0.10 0.10 4/345 12345", 2) == "3 other processes running on 2 cores"
+    assert crowded("", 2) is None and crowded("garbage", 2) is None
+
+
+def test_the_bundled_runtime_waits_passively_on_crowded_cores_unless_the_user_says_otherwise():
+    from bmoe_top.tui.sources.child_session import runtime_wait_env
+
+    busy, quiet = "6.00 5.00 4.00 7/345 1", "0.20 0.20 0.20 1/345 1"
+    assert runtime_wait_env({}, busy, 2) == {"OMP_WAIT_POLICY": "PASSIVE"}
+    assert runtime_wait_env({}, quiet, 2) == {}  # the cores to itself: libgomp's brief spin is faster
+    assert runtime_wait_env({"OMP_WAIT_POLICY": "ACTIVE"}, busy, 2) == {}
+    assert runtime_wait_env({"GOMP_SPINCOUNT": "300000"}, busy, 2) == {}

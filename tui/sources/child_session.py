@@ -29,6 +29,11 @@ number); a child that exits while a turn is in flight (no ``BMOE_DONE``), before
 exit code. ``close(timeout)`` sends ``close``, closes stdin, waits, then SIGTERM and SIGKILL
 to the whole group; the child is always reaped (no zombie) and its group killed (no orphan).
 
+:func:`runtime_wait_env` is the environment the bundled runtime gets (``bmoe-top`` with no
+command, ``make run``): ``OMP_WAIT_POLICY=PASSIVE`` when other processes crowd the cores
+(:func:`crowded`), where llama.cpp's spinning OpenMP threads decode 15-40x slower (docs/runtime.md
+"Threads"), unless the user set how libgomp waits.
+
 No Textual import. Protocol: docs/telemetry.md "Session mode".
 """
 
@@ -44,7 +49,7 @@ import sys
 import threading
 import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -54,6 +59,51 @@ from bmoe_top.tui.sources.events import FINAL_STATES, Exited, LiveState
 from bmoe_top.tui.sources.live import MAX_LINE_CHARS, InputWait, LineBatch, LiveBase
 
 _CHUNK = 65536
+
+#: libgomp's variables for how its threads wait at a barrier: a user's own setting is kept.
+OMP_WAIT_VARS = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
+
+
+def crowded(loadavg: str, cores: int) -> str | None:
+    """Why the cores are crowded, in words (``load 6.1 on 2 cores``), or None: the 1-minute load
+    average, or the processes running now besides the caller, at least ``cores``. ``loadavg``:
+    the text of ``/proc/loadavg`` (``0.52 0.58 0.59 3/345 12345``); text it cannot read is no
+    crowd."""
+    parts = loadavg.split()
+    try:
+        load1 = float(parts[0])
+        running = int(parts[3].split("/")[0]) - 1  # the reader itself is running
+    except (IndexError, ValueError):
+        return None
+    if load1 >= cores:
+        return f"load {load1:.1f} on {cores} core{'s' if cores != 1 else ''}"
+    if running >= cores:
+        return f"{running} other processes running on {cores} core{'s' if cores != 1 else ''}"
+    return None
+
+
+def runtime_wait_env(environ: Mapping[str, str], loadavg: str, cores: int) -> dict[str, str]:
+    """The environment added for the bundled runtime: ``OMP_WAIT_POLICY=PASSIVE`` when
+    :func:`crowded` says the cores are and ``environ`` sets none of :data:`OMP_WAIT_VARS`, else
+    nothing (with the cores to itself libgomp's brief spin is 4.7x faster: docs/runtime.md
+    "Threads")."""
+    if any(k in environ for k in OMP_WAIT_VARS) or crowded(loadavg, cores) is None:
+        return {}
+    return {"OMP_WAIT_POLICY": "PASSIVE"}
+
+
+def machine_load() -> tuple[str, int]:
+    """(``/proc/loadavg``'s text, or "" where there is none; the cores this process may run on)."""
+    try:
+        with open("/proc/loadavg", encoding="ascii") as f:
+            text = f.read()
+    except OSError:
+        text = ""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return text, cores
 _LIVE: weakref.WeakSet[ChildSession] = weakref.WeakSet()
 
 
