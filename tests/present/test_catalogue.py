@@ -180,3 +180,31 @@ def test_a_serial_run_has_no_stall_only_flash_wait():
     share = q("fleet.stall_share")
     assert share.screen_label(window="4s") == "flash/wall (4s)" and "stall" not in share.label
     assert DERIVED["stall_share"][0] == "flash/wall %"
+
+
+def test_every_quantity_is_shown_at_its_documented_precision():
+    """``prefill tok/s`` showed 6.40 from a log that prints 6.4, and nothing said which precision
+    a quantity is shown at: the user guide's table says it for every quantity, with examples the
+    formatter itself makes, and a value read from a file is shown at that precision."""
+    from bmoe_top.tui.present.numbers import FORM_RULES, shown_as
+
+    assert set(FORM_RULES) == set(Form)
+    table = numbers_section()
+    assert "| shown as |" in table
+    for x in CATALOGUE.values():
+        assert shown_as(x) in table, x.key
+    prefill = q("summary.prefill_tps")
+    assert shown_as(prefill).startswith("3 significant digits") and "`6.40`" in shown_as(prefill)
+
+
+def test_a_rate_read_from_a_log_is_shown_at_the_catalogues_precision(tmp_path):
+    from bmoe_top.tui.feed.files import open_paths
+
+    log = tmp_path / "run.log"
+    log.write_text("generation: 256 tokens, 0.621 s/token (1.61 tok/s)\n"
+                   "prefill: 42 tokens, 6.525 s (6.4 tok/s) | model load 24.419 s | TTFT 30.944 s\n")
+    s = run_summary(open_paths([str(log)]))
+    assert s["prefill_tps"] == 6.4 and s["prefill_s"] == 6.525  # the JSON: the value as read
+    rows = {label: text for label, text, _k in summary_rows(s)}
+    assert rows["prefill tok/s"] == show(q("summary.prefill_tps"), 6.4) == "6.40"
+    assert rows["prefill"] == show(q("summary.prefill_s"), 6.525) == "6.53 s"

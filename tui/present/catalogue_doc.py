@@ -1,6 +1,7 @@
 """The user guide's table of numbers, generated from the catalogue of quantities
 (``bmoe_top.tui.model.quantities``): one table per group, each number's label, unit, scope, how it
-is computed, what it is and what it is not. docs/user-guide.md "Numbers" holds the output between
+is shown (its precision, with examples ``bmoe_top.tui.present.numbers.show`` makes), how it is
+computed, what it is and what it is not. docs/user-guide.md "Numbers" holds the output between
 two marker lines; ``python -m bmoe_top.tui.present.catalogue_doc docs/user-guide.md`` rewrites it
 (``--check``: exit 1 when the page differs), and a test fails when the page and the catalogue
 differ.
@@ -13,6 +14,7 @@ import sys
 from pathlib import Path
 
 from bmoe_top.tui.model.quantities import CATALOGUE, Quantity
+from bmoe_top.tui.present.numbers import shown_as
 
 __all__ = ["BEGIN", "END", "GROUPS", "numbers_section", "rewrite"]
 
@@ -51,7 +53,7 @@ def _scope(x: Quantity) -> str:
 
 def _row(x: Quantity) -> str:
     return "| " + " | ".join(_cell(c) for c in (
-        f"`{x.label}`", x.unit, _scope(x), f"`{x.field}`", x.formula, x.definition, x.not_)) + " |"
+        f"`{x.label}`", x.unit, _scope(x), shown_as(x), f"`{x.field}`", x.formula, x.definition, x.not_)) + " |"
 
 
 def numbers_section() -> str:
@@ -60,8 +62,8 @@ def numbers_section() -> str:
     for prefix, heading in GROUPS:
         items = [x for x in CATALOGUE.values() if x.key.split(".", 1)[0] == prefix]
         lines += [f"**{heading}**", "",
-                  "| label | unit | scope | field | computed | what it is | what it is not |",
-                  "| --- | --- | --- | --- | --- | --- | --- |"]
+                  "| label | unit | scope | shown as | field | computed | what it is | what it is not |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- |"]
         lines += [_row(x) for x in items]
         lines.append("")
     lines.append(END)

@@ -21,8 +21,8 @@ import orjson
 from bmoe_top.parsers.sanitize import SHOWN, sanitize
 from bmoe_top.tui.model.quantities import Form, Quantity
 
-__all__ = ["MISSING", "count", "diff", "fmt", "mib", "ms", "num", "print_json", "print_lines", "safe_rows", "show",
-           "sig", "size", "text_line", "to_json", "unit_text", "whole"]
+__all__ = ["FORM_RULES", "MISSING", "count", "diff", "fmt", "mib", "ms", "num", "print_json", "print_lines",
+           "safe_rows", "show", "shown_as", "sig", "size", "text_line", "to_json", "unit_text", "whole"]
 
 #: What a value the source did not send reads as.
 MISSING = "missing"
@@ -143,6 +143,29 @@ def show(quantity: Quantity, v: float | int | None) -> str:
     if form is Form.MIB_RATE:
         return sig(x, 3, "MiB/s")
     return sig(x, 3, unit)
+
+
+#: How :func:`show` writes each form, in words, and values it is shown with in the user guide's
+#: table of numbers (``shown as``: :func:`shown_as`, so the page says what the code does).
+FORM_RULES: dict[Form, tuple[str, tuple[float, ...]]] = {
+    Form.COUNT: ("a whole number, thousands separated", (42.0, 3520.0)),
+    Form.RATE: ("3 significant digits, whatever a file printed", (6.4, 45.63, 4563.0)),
+    Form.PCT: ("one decimal", (79.31, 100.0)),
+    Form.MIB: ("3 significant digits, in MiB up to 1,023, then GiB, TiB", (0.0954, 149.3, 1628.0)),
+    Form.BYTES: ("3 significant digits of the bytes in MiB up to 1,023, then GiB, TiB", (156567552.0,)),
+    Form.MIB_RATE: ("3 significant digits", (420.37,)),
+    Form.MS: ("3 significant digits, in ms below 1 s, then s", (0.4123, 245.0, 1234.0)),
+    Form.SECONDS: ("3 significant digits, in ms below 1 s, then s", (0.0412, 6.525, 24.419)),
+    Form.CELSIUS: ("one decimal", (41.04,)),
+    Form.NUMBER: ("3 significant digits", (0.0391, 2.5)),
+}
+
+
+def shown_as(quantity: Quantity) -> str:
+    """How values of ``quantity`` are shown, in words, with examples made by :func:`show`
+    (``3 significant digits, whatever a file printed: 6.40, 45.6, 4,560``)."""
+    words, samples = FORM_RULES[quantity.form]
+    return f"{words}: " + ", ".join(f"`{show(quantity, v)}`" for v in samples)
 
 
 def diff(quantity: Quantity, a: float | int | None, b: float | int | None) -> str:
