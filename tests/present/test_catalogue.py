@@ -208,3 +208,11 @@ def test_a_rate_read_from_a_log_is_shown_at_the_catalogues_precision(tmp_path):
     rows = {label: text for label, text, _k in summary_rows(s)}
     assert rows["prefill tok/s"] == show(q("summary.prefill_tps"), 6.4) == "6.40"
     assert rows["prefill"] == show(q("summary.prefill_s"), 6.525) == "6.53 s"
+
+
+def test_the_metrics_panels_ms_per_token_reads_as_the_breakdowns_readout():
+    """The panel showed ``wall 10.00 ms`` beside the breakdown's ``wall 10.0 ms`` for the same
+    interval: one duration formatter for both."""
+    run, _ = scraped_model(serve_body(100, 200, 100_000_000, 1.0), serve_body(130, 260, 156_567_552, 1.3))
+    rows = {label: value for label, value, _k in metrics_panel_rows(metrics_document(run))}
+    assert rows["wall"] == ms(10.0) == "10.0 ms"  # 0.3 s over 30 timed tokens

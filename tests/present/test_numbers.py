@@ -34,3 +34,15 @@ def test_text_output_is_sanitized():
     print_lines(f"a\n{HOSTILE}", buf)
     assert buf.getvalue().split("\n")[:2] == ["a", text_line(HOSTILE)]
     assert safe_rows([(HOSTILE, HOSTILE, "name")]) == [(text_line(HOSTILE), text_line(HOSTILE), "name")]
+
+
+def test_one_quantity_one_format_across_tables_and_panels():
+    """The audit Requests table showed tok/s with one decimal (200.0) and tokens without
+    thousands separators (1024) beside panels and Turns tables at the catalogue's precision
+    (200, 1,024)."""
+    from bmoe_top.tui.present.audit import request_row
+
+    row = request_row({"pid": 7, "task": 1, "time": "", "n_prompt": 1536, "n_gen": 1024, "tok_s": 200.0,
+                       "t_prompt_ms": 1234.5, "t_gen_ms": 5120.0, "cache_hit_pct": 79.31, "req_hits": 12345,
+                       "req_misses": 678, "req_hits_profile": 0, "req_bytes_upload": 156567552})
+    assert row[3:] == ("1,536", "1,024", "200", "1,234", "5,120", "79.3", "12,345", "678", "0", "149")

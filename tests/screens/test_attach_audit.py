@@ -83,7 +83,7 @@ async def test_audit_screen_follows_the_file(tmp_path):
         assert "60.0 %" in panel  # 9 hits / 15 lookups
         assert table.row_count == 2
         row = [str(c) for c in table.get_row_at(0)]
-        assert row[0] == "7" and row[5] == "200.0" and row[8] == "60.0"  # 10 tokens in 50 ms, 6/(6+4)
+        assert row[0] == "7" and row[5] == "200" and row[8] == "60.0"  # 10 tokens in 50 ms, 6/(6+4)
         # the table sorts: s by the next column, S reverses, a header click by that column
         table.focus()
         sort = app.query_one("#requests", SortTable)

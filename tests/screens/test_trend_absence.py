@@ -69,3 +69,21 @@ async def test_a_phone_runs_memory_series_are_trends_on_the_shared_token_axis():
         trend = app.screen.query_one(TrendChart)
         bars = app.screen.query_one(BreakdownChart)
         assert trend.geometry(trend.size.width) == bars.geometry(bars.size.width)
+
+
+async def test_every_trend_scale_names_its_unit(tmp_path):
+    """The tok/s and majflt trends drew their scale as a bare ``0–40.0`` while the others said
+    ``0–100 %`` or ``0–0.100 MiB``: every scale carries its quantity's unit (the catalogue's)."""
+    from helpers import synth
+
+    from bmoe_top.tui.model.quantities import q
+
+    p = tmp_path / "run.csv"
+    p.write_bytes(synth.token_csv(64))
+    app = BmoeTopApp(ReplayScreen(open_paths([str(p)]), title="units"))
+    async with app.run_test(size=(200, 60)) as pilot:
+        lines = await pilot_until(pilot, lambda: app.screen.query_one(TrendChart).size.width and trend_lines(app),
+                                  "the trends laid out")
+        scales = [ln.rsplit(" 0–", 1)[1].strip() for ln in lines if " 0–" in ln]
+        assert scales and all(s.split(" ", 1)[1:] for s in scales), scales  # a number, then its unit
+        assert any(s.endswith(q("token.tok_s").unit) for s in scales), scales

@@ -11,7 +11,7 @@ from typing import Any
 from bmoe_top.tui.model import RunModel
 from bmoe_top.tui.model.health import AuditIndex, AuditRunView, TailHealth
 from bmoe_top.tui.model.quantities import q
-from bmoe_top.tui.present.numbers import MISSING, count, fmt, safe_rows, show, text_line
+from bmoe_top.tui.present.numbers import MISSING, count, fmt, safe_rows, show, sig, text_line
 from bmoe_top.tui.present.summary import run_summary
 from bmoe_top.tui.present.tables import Column, Row, SortKey, Table, number_key
 
@@ -152,15 +152,17 @@ def requests_table(dones: Sequence[Mapping[str, Any]]) -> Table:
 
 
 def request_row(done: Mapping[str, Any]) -> tuple[str, ...]:
-    """One Requests-table row from a request turn's ``done`` (see ``AuditFeed``)."""
+    """One Requests-table row from a request turn's ``done`` (see ``AuditFeed``), each number at
+    its catalogue precision (the header names the unit): counts thousands separated, tok/s, ms
+    and MiB to 3 significant digits, hit % to one decimal, as the Turns tables and the panels
+    show the same quantities."""
     h, m = done.get("req_hits"), done.get("req_misses")
     hp, b = done.get("req_hits_profile"), done.get("req_bytes_upload")
-    n = done.get("n_gen")
     tm = str(done.get("time") or "")
     return tuple(text_line(x) for x in (
         str(done.get("pid")), str(done.get("task", "")), tm[11:23] if len(tm) >= 23 else tm,
-        str(done.get("n_prompt", MISSING)), str(n if n is not None else MISSING),
-        fmt(done.get("tok_s"), 1), fmt(done.get("t_prompt_ms"), 1), fmt(done.get("t_gen_ms"), 1),
-        fmt(done.get("cache_hit_pct"), 1), fmt(h, 0), fmt(m, 0), fmt(hp, 0),
-        fmt(b / 1048576, 2) if isinstance(b, int) else MISSING,
+        count(done.get("n_prompt")), count(done.get("n_gen")),
+        sig(done.get("tok_s")), sig(done.get("t_prompt_ms")), sig(done.get("t_gen_ms")),
+        fmt(done.get("cache_hit_pct"), 1), count(h), count(m), count(hp),
+        sig(b / 1048576) if isinstance(b, int) else MISSING,
     ))

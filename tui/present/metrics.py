@@ -28,7 +28,7 @@ from bmoe_top.parsers.prom import (
 from bmoe_top.tui.model import RunModel, Status
 from bmoe_top.tui.model.health import ScrapeHealth
 from bmoe_top.tui.model.quantities import NOT_EXPORTED, q
-from bmoe_top.tui.present.numbers import MISSING, count, fmt, num, safe_rows, show, text_line, whole
+from bmoe_top.tui.present.numbers import MISSING, count, fmt, ms, num, safe_rows, show, text_line, whole
 from bmoe_top.tui.present.summary import run_summary
 
 __all__ = ["COUNT_KEYS", "LIMIT_WORDS", "NOT_EXPORTED", "OTHER_ROWS", "STATUS_WORDS", "gauge_window",
@@ -314,8 +314,9 @@ def metrics_panel_rows(doc: dict[str, Any]) -> list[tuple[str, str, str]]:
             row(k, NOT_EXPORTED)
         elif r is None or r.get("reset"):
             row(k, MISSING)
-        else:
-            row(k, fmt(tm.get(k), 2, "ms"))
+        else:  # the one duration formatter, as the breakdown's readout shows the same times
+            v = tm.get(k)
+            row(k, ms(v) if v is not None else MISSING)
     others = doc.get("other_series") or {}
     if others:
         sec(f"other series ({len(others)})")

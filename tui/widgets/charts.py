@@ -20,10 +20,10 @@ from textual import events
 from textual.strip import Strip
 
 from bmoe_top.tui.model import RunModel
-from bmoe_top.tui.model.quantities import q
+from bmoe_top.tui.model.quantities import Quantity, q
 from bmoe_top.tui.model.run import robust_top
 from bmoe_top.tui.playback import Playback, TokenWindow
-from bmoe_top.tui.present.numbers import MISSING, mib, ms, sig
+from bmoe_top.tui.present.numbers import MISSING, mib, ms, show, sig, unit_text
 from bmoe_top.tui.widgets.base import RunView, absent_phrase
 from bmoe_top.tui.widgets.lines import (
     axis_row,
@@ -515,17 +515,18 @@ class BreakdownChart(TimeView):
 
 
 # ======================================================================================== trends
-#: (label, column or derived name, unit, fixed scale)
-#: Each is the catalogue's ``token.*`` quantity of that column (``bmoe_top.tui.model.quantities``).
-TRENDS: tuple[tuple[str, str, str, tuple[float, float] | None], ...] = (
-    (q("token.tok_s").label, "tok_s", "", None),
-    (f"{q('token.cache_hit_pct').label} %", "cache_hit_pct", "%", (0.0, 100.0)),
-    (q("token.read_mib").label, "read_mib", "MiB", None),
-    (q("token.rss_mib").label, "rss_mib", "MiB", None),
-    (q("token.mem_available_mib").label, "mem_available_mib", "MiB", None),
-    (q("token.swap_mib").label, "swap_mib", "MiB", None),
-    (q("token.majflt").label, "majflt", "", None),
-    (q("token.cpu_ms").label, "cpu_ms", "ms", None),
+#: (label, column or derived name, the catalogue's ``token.*`` quantity of that column
+#: (``bmoe_top.tui.model.quantities``: its unit and form), fixed scale)
+Trend = tuple[str, str, Quantity, tuple[float, float] | None]
+TRENDS: tuple[Trend, ...] = (
+    (q("token.tok_s").label, "tok_s", q("token.tok_s"), None),
+    (f"{q('token.cache_hit_pct').label} %", "cache_hit_pct", q("token.cache_hit_pct"), (0.0, 100.0)),
+    (q("token.read_mib").label, "read_mib", q("token.read_mib"), None),
+    (q("token.rss_mib").label, "rss_mib", q("token.rss_mib"), None),
+    (q("token.mem_available_mib").label, "mem_available_mib", q("token.mem_available_mib"), None),
+    (q("token.swap_mib").label, "swap_mib", q("token.swap_mib"), None),
+    (q("token.majflt").label, "majflt", q("token.majflt"), None),
+    (q("token.cpu_ms").label, "cpu_ms", q("token.cpu_ms"), None),
 )
 
 
@@ -548,10 +549,10 @@ class TrendChart(TimeView):
     #: Trends shown at most.
     max_trends = 6
 
-    def available(self) -> tuple[list[tuple[str, str, str, tuple[float, float] | None]], list[str]]:
+    def available(self) -> tuple[list[Trend], list[str]]:
         tok = self.run.tokens
-        have: list[tuple[str, str, str, tuple[float, float] | None]] = []
-        missing: list[tuple[str, str, str, tuple[float, float] | None]] = []
+        have: list[Trend] = []
+        missing: list[Trend] = []
         for t in TRENDS:
             name = t[1]
             ok = tok.has("wall_ms") or tok.has("tok_s") if name == "tok_s" else tok.has(name)
@@ -635,16 +636,13 @@ class TrendChart(TimeView):
         return math.nan if name == "cache_hit_pct" and x < 0 else x
 
     @staticmethod
-    def fmt_value(x: float, unit: str) -> str:
+    def fmt_value(x: float, quantity: Quantity, scale: bool = False) -> str:
+        """``x`` as the catalogue shows ``quantity``; ``scale``: with its unit even where the
+        trend's label already says it (a scale is read apart from the label: ``0–8,000 tok/s``)."""
         if not math.isfinite(x):
             return "—"
-        if unit == "MiB":
-            return mib(x)
-        if unit == "ms":
-            return ms(x)
-        if unit == "%":
-            return f"{x:.1f} %"
-        return sig(x, 3)
+        text = show(quantity, x)
+        return f"{text} {quantity.unit}" if scale and not unit_text(quantity) else text
 
     def build(self, width: int, height: int) -> list[Strip]:
         run, look = self.run, self.look
@@ -659,7 +657,7 @@ class TrendChart(TimeView):
             k = w.used
             sel = w.selected
             sel_col = w.col_of(sel)
-            for label, name, unit, fixed in have:
+            for label, name, quantity, fixed in have:
                 if budget < rows_per:
                     break
                 budget -= rows_per
@@ -670,11 +668,12 @@ class TrendChart(TimeView):
                 else:
                     lo_v, hi_v = 0.0, nice_max(float(finite.max())) if finite.size else 1.0
                 cur = self.value_at(name, sel)
-                value = self.fmt_value(cur, unit)
-                scale = f"0–{self.fmt_value(hi_v, unit)}" if unit not in ("", "%") else f"0–{sig(hi_v, 3)}"
-                if unit == "%":
-                    scale = "0–100 %"
-                short = f"0–{self.fmt_value(hi_v, unit).split(' ')[0]}" if unit != "%" else "0–100"
+                value = self.fmt_value(cur, quantity)
+                top = self.fmt_value(hi_v, quantity, scale=True)
+                if fixed is not None:
+                    top = f"{fixed[1]:g} {quantity.unit}"  # 0–100 %
+                scale = f"0–{top}"
+                short = f"0–{top.split(' ')[0]}"
                 strips = self._spark_rows(v, lo_v, hi_v, rows_per, k, cols, look, sel_col)
                 for r, row_segs in enumerate(strips):
                     lab = label if r == 0 else ""

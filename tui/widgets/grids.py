@@ -28,7 +28,7 @@ from textual.strip import Strip
 from bmoe_top.tui.model.quantities import q
 from bmoe_top.tui.model.routes import page_cache_share
 from bmoe_top.tui.playback import TokenWindow
-from bmoe_top.tui.present.numbers import mib, ms, show, sig
+from bmoe_top.tui.present.numbers import fmt, mib, ms, show, sig
 from bmoe_top.tui.widgets.base import FrameKey, absent_phrase
 from bmoe_top.tui.widgets.charts import TimeView, TokenSelected, token_text, token_value
 from bmoe_top.tui.widgets.keymap import Key, bindings
@@ -357,7 +357,8 @@ class LayerHeatmap(GridView):
         hits_n = float(np.nansum(np.nan_to_num(ls.share[l0:l1]) * ls.lookups[l0:l1])) if ls.lookups.size else 0.0
         where = "layer" if l1 - l0 == 1 else "layers"
         if look_n > 0:
-            out.append((f"hit {100 * hits_n / look_n:.0f} % ({hits_n:,.0f}/{look_n:,.0f})", look.label))
+            pct = f"hit {fmt(100 * hits_n / look_n, 1, '%')}"
+            out.append((fit_text([f"{pct} ({hits_n:,.0f}/{look_n:,.0f})", pct], right - 1), look.label))
             out.append((f"{where}: {look_n - hits_n:,.0f} read", look.label))
             split = run.tier_split(a, b, l0, l1) if look_n > hits_n else None
             if split is not None:  # the misses by the memory tier that served them
@@ -659,7 +660,8 @@ class ExpertMap(GridView):
         out.append((f"routed {routed:,}" + (f" ({sig(ratio, 2)}× uniform)" if math.isfinite(ratio) and routed
                                              else ""), look.label))
         if routed:
-            out.append((f"hits {hit:,} ({100 * hit / routed:.0f} %)", look.label))
+            share = fmt(100 * hit / routed, 1, "%")
+            out.append((fit_text([f"hits {hit:,} ({share})", f"hits {share}"], right - 1), look.label))
         n_res, n_cells = int(r_sum[r, col]), int(cells_per[r, col])
         word = "resident" if resident_known else "last hit"
         if n_cells == 1:

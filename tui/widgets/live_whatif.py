@@ -147,22 +147,22 @@ class LiveWhatIfPanel(Vertical):
         if v.run_budget is not None and v.replay_at_budget is not None:
             t.append(f"now at the run's budget {fmt(v.run_budget, 0)} {v.unit}: ", style="bold")
             if v.turn_at_budget is not None:
-                t.append(f"this turn {fmt(v.turn_at_budget, 2)}%", style="bold")
+                t.append(f"this turn {fmt(v.turn_at_budget, 1, '%')}", style="bold")
                 if v.runtime_hit_pct is not None:
-                    t.append(f" (the runtime reports {fmt(v.runtime_hit_pct, 2)}%)", style="dim")
-                t.append(f", session {fmt(v.replay_at_budget, 2)}%", style="bold")
+                    t.append(f" (the runtime reports {fmt(v.runtime_hit_pct, 1, '%')})", style="dim")
+                t.append(f", session {fmt(v.replay_at_budget, 1, '%')}", style="bold")
             else:
-                t.append(f"{fmt(v.replay_at_budget, 2)}% decode hits", style="bold")
+                t.append(f"{fmt(v.replay_at_budget, 1, '%')} decode hits", style="bold")
             parts = []
             for f in (0.5, 2.0):
                 b = v.run_budget * f
                 h = v.hit_at(b)
                 if math.isfinite(h):
-                    parts.append(f"{'half' if f < 1 else 'double'} ({fmt(b, 0)}): {fmt(h, 1)}%")
-            parts.append(f"whole bank: {fmt(v.hit_at(v.bank), 1)}%")
+                    parts.append(f"{'half' if f < 1 else 'double'} ({fmt(b, 0)}): {fmt(h, 1, '%')}")
+            parts.append(f"whole bank: {fmt(v.hit_at(v.bank), 1, '%')}")
             t.append("   " + " · ".join(parts))
         else:
-            t.append(f"whole bank ({fmt(v.bank, 0)} {v.unit}): {fmt(v.hit_at(v.bank), 1)}% decode hits; "
+            t.append(f"whole bank ({fmt(v.bank, 0)} {v.unit}): {fmt(v.hit_at(v.bank), 1, '%')} decode hits; "
                      "the run's budget is not known yet", style="dim")
         return t
 
