@@ -15,7 +15,7 @@ from bmoe_top.parsers.memory_sample import MemorySample
 from bmoe_top.tui.model.diagnosis import diagnose_memory
 from bmoe_top.tui.model.memory import MemoryFigures, MemoryModel
 from bmoe_top.tui.present.diagnosis import diagnosis_document
-from bmoe_top.tui.present.numbers import MISSING, count, fmt, text_line
+from bmoe_top.tui.present.numbers import MISSING, count, fmt, sig, size, text_line
 
 __all__ = ["MEMORY_STATUS_WORDS", "SHARE_DIGITS", "memory_document", "memory_lines", "memory_panel_rows"]
 
@@ -96,8 +96,15 @@ def _pct(v: float | None) -> str:
     return MISSING if v is None else f"{100 * v:.1f} %"
 
 
-def _mib(v: float | int | None, unit: str = "MiB") -> str:
-    return MISSING if v is None else fmt(v / MIB, 1, unit)
+def _mib(v: float | int | None) -> str:
+    """Bytes through the one size formatter (MiB, then GiB: as the run panel's memory tiers show
+    the same RSS and MemAvailable)."""
+    return MISSING if v is None else size(v)
+
+
+def _mib_s(v: float | int | None) -> str:
+    """Bytes a second in MiB/s, 3 significant digits (the catalogue's MiB/s form)."""
+    return MISSING if v is None else sig(v / MIB, 3, "MiB/s")
 
 
 def memory_panel_rows(m: MemoryModel) -> list[tuple[str, str]]:
@@ -114,9 +121,9 @@ def memory_panel_rows(m: MemoryModel) -> list[tuple[str, str]]:
     p = at.proc if at is not None else None
     if p is not None:
         rows += [("RSS anon/file", f"{_mib(p.rss_anon)} / {_mib(p.rss_file)}"),
-                 ("major faults/s", fmt(f.majflt_per_s, 1)), ("read/s", _mib(f.read_bytes_per_s, "MiB/s"))]
+                 ("major faults/s", fmt(f.majflt_per_s, 1)), ("read/s", _mib_s(f.read_bytes_per_s))]
         if f.read_bytes_per_token is not None or (at is not None and at.tokens is not None):
-            rows += [("read/token", _mib(f.read_bytes_per_token, "MiB")),
+            rows += [("read/token", _mib(f.read_bytes_per_token)),
                      ("faults/token", fmt(f.faults_per_token, 2))]
     sy = newest.system if newest is not None else None
     if sy is not None:
