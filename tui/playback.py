@@ -449,9 +449,9 @@ class Playback:
             self._centre(self.selected)
 
     def zoom_fit(self) -> None:
-        """The whole run in the window (follows the run as it grows)."""
+        """The whole run in the window (follows the run as it grows); the selected row stays
+        selected (the whole run holds it): a zoom key never moves the selection."""
         self.fit = True
-        self.selected = None
         self.view_end = None if (self.follow or self.playing) else self.cursor
 
     # ------------------------------------------------------------------------------ time
