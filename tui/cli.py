@@ -1272,7 +1272,7 @@ def build_parser() -> argparse.ArgumentParser:
     pp.add_argument("path", metavar="FILE")
     pp.add_argument("--speed", type=float, default=1.0,
                     help="1 = original pace (default), 10 = ten times faster, 0 = no waiting")
-    pp.add_argument("--turn-by-turn", action="store_true", help="pause before each turn; Enter or n plays the next")
+    pp.add_argument("--turn-by-turn", action="store_true", help="pause before each turn, the first too; Enter plays it")
     pp.add_argument("--fps", type=_fps, default=10.0, help=argparse.SUPPRESS)
     _ascii_flag(pp)
     pp.set_defaults(func=cmd_play)

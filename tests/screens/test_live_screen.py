@@ -210,8 +210,13 @@ async def test_live_app_plays_a_recording_turn_by_turn(tmp_path):
     src = RecordingSource(load_recording(path), speed=4.0, turn_by_turn=True)
     app = live_app(src, title="play")
     async with app.run_test(size=(150, 44)) as pilot:
+        # stopped before the first turn: nothing plays until Enter
         assert await wait_for(pilot, lambda: src.player.paused_at_turn.is_set(), 10)
-        assert await wait_for(pilot, lambda: "paused at a turn" in status_text(app))
+        assert await wait_for(pilot, lambda: "paused before turn 1: Enter plays it" in status_text(app))
+        assert app.main.run_model.n_tokens == 0 and src.status().turns_done == 0
+        await pilot.press("enter")
+        assert await wait_for(pilot, lambda: src.player.turn == 1 and src.player.paused_at_turn.is_set(), 10)
+        assert await wait_for(pilot, lambda: "paused before turn 2: Enter plays it" in status_text(app))
         assert app.main.run_model.n_tokens == 5 and len(app.query("#prompt")) == 0
         # the title says what follows the newest token: a recording, not a live run
         title = app.main.title_text().plain

@@ -137,7 +137,10 @@ def test_turn_by_turn_replay_through_the_live_state_machine(tmp_path):
     src = RecordingSource(load_recording(path), on_record=lambda r, t: recs.append(r),
                            on_stderr=lambda l, t: logs.append(l), speed=float("inf"), turn_by_turn=True)
     src.start()
-    assert src.player.paused_at_turn.wait(5)
+    assert src.player.paused_at_turn.wait(5)  # before the first turn: nothing of it played
+    assert not any(isinstance(r, bl.Done) for r in recs) and src.player.turn == 0
+    src.next_turn()
+    assert wait_until(lambda: src.player.turn == 1 and src.player.paused_at_turn.is_set(), 5)
     assert sum(isinstance(r, bl.Done) for r in recs) == 1 and src.status().state == "ready"
     assert logs == ["log line"]
     assert src.generate("x") is None  # a recording cannot be driven

@@ -2,8 +2,8 @@
 cancel key and a Turns tab.
 
 ``LiveScreen(source)`` takes any live source (``ChildSession``, ``SessionSocketClient``, or
-``RecordingSource``: a recording at its pace, without the prompt box; with ``turn_by_turn`` Enter
-or n plays the next turn), binds it to a fresh bounded run model with
+``RecordingSource``: a recording at its pace, without the prompt box; with ``turn_by_turn`` it stops
+before each turn, the first too, and Enter plays it), binds it to a fresh bounded run model with
 :func:`bmoe_top.tui.feed.bind.bind` (the same wiring as the headless ``--once`` paths), starts it
 when the screen mounts; :func:`run_live` closes it when the app exits (for a child: ``close``
 request, wait, SIGTERM, SIGKILL of its group). The terminal is restored on every exit path:
@@ -291,7 +291,7 @@ class LiveScreen(RunScreen):
             player = self.source.player
             t.append(f"   replay {player.position}/{len(self.source.recording.entries)} lines", style=dim)
             if player.paused_at_turn.is_set():
-                t.append("  paused at a turn: Enter or n plays the next", style=look.warn)
+                t.append(f"  paused before turn {player.turn + 1}: Enter plays it", style=look.warn)
         return t
 
     def update_live(self) -> None:

@@ -28,8 +28,9 @@ class RecordingPlayer:
     """Feed a recording's entries to ``on_entry(entry)`` at the recorded pace (or faster).
 
     ``speed``: 1.0 = recorded pace, 10.0 = ten times faster, ``math.inf`` = no waiting.
-    ``turn_by_turn``: pause before each turn after the first (the next ``BMOE_BEGIN``) until
-    :meth:`next_turn`. ``max_gap_s``: a longer pause in recorded time (a user thinking between
+    ``turn_by_turn``: pause before each turn, the first too (each ``BMOE_BEGIN``), until
+    :meth:`next_turn`; ``turn`` counts the turns started, so a pause is before turn ``turn + 1``.
+    ``max_gap_s``: a longer pause in recorded time (a user thinking between
     prompts) is shortened to it. :meth:`start` plays in a daemon thread, :meth:`play` in the
     caller's. ``position`` is the index of the next entry; ``done`` is set at the end.
     """
@@ -79,7 +80,7 @@ class RecordingPlayer:
                 e = entries[i]
                 t = e.t if e.t is not None else prev_t
                 if i in starts:
-                    if self.turn_by_turn and self.turn > 0:
+                    if self.turn_by_turn:
                         self.paused_at_turn.set()
                         self._go.wait()
                         self._go.clear()
