@@ -686,7 +686,7 @@ class RunScreen(SearchScreen):
         if action == "swap_map":  # only while one map is left out for want of rows
             return any(stack.heights.get(m) == 0 for stack in self.query(PanelStack)
                        for m in ("heatmap", "expert-map")) and settings_of(self).panels.maps
-        return True
+        return super().check_action(action, parameters)
 
     def _moved(self) -> None:
         pb = self.playback
@@ -844,9 +844,7 @@ class RunScreen(SearchScreen):
     def action_search(self) -> None:
         """``/``: on the Overview, the Text tab's search (the Overview shows no text)."""
         if self._active_tab() == "overview":
-            self.action_tab("text")
-            self.call_after_refresh(self.search_bar.open)
-            return
+            self.action_tab("text")  # the box opens at once: the keys typed after / go into it
         self.search_bar.open()
 
     def action_search_step(self, k: int) -> None:

@@ -223,7 +223,7 @@ class CompareScreen(FocusRules, SearchScreen):
         """← / → belong to a text box while one has the focus."""
         if action == "scroll_table" and isinstance(self.focused, Input):
             return False
-        return True
+        return super().check_action(action, parameters)
 
     def action_scroll_table(self, d: int) -> None:
         tab = self.query_one("#cmp-tabs", TabbedContent).active

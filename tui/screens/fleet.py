@@ -463,7 +463,7 @@ class FleetScreen(FocusRules, SearchScreen):
         """Typing in the filter box is typing, not keys."""
         if action in TYPING_ACTIONS and isinstance(self.focused, Input):
             return False
-        return True
+        return super().check_action(action, parameters)
 
     def _resort(self) -> None:
         self.draw_table()

@@ -427,7 +427,7 @@ class WhatIfScreen(FocusRules, SearchScreen):
             tabs = self.query("#wi-tabs")
             if tabs and tabs.first(TabbedContent).active not in ("curves", "policies", "layers"):
                 return False
-        return True
+        return super().check_action(action, parameters)
 
     def action_cursor(self, k: int) -> None:
         self.index = int(np.clip(self.index + k, 0, len(self.positions) - 1))

@@ -51,7 +51,10 @@ class Key:
     (or the widget of its scope), with arguments as Textual writes them (``"tab('text')"``);
     ``description``: what it does (the help, the palette, the guide); ``scope``: one of
     :data:`SCOPES`; ``footer``: the footer's word for it (None: not in the footer); ``palette``:
-    whether the command palette lists it, as ``title`` (default: the description)."""
+    whether the command palette lists it, as ``title`` (default: the description);
+    ``priority``: looked up before the key goes to the focused widget (a Textual priority
+    binding; scope ``anywhere`` always is), for a key that moves the focus, so that the keys typed
+    right after it reach the new focus (the screen's ``check_action`` refuses it where it types)."""
 
     keys: str
     action: str
@@ -60,6 +63,7 @@ class Key:
     footer: str | None = None
     palette: bool = True
     title: str | None = None
+    priority: bool = False
 
     @property
     def palette_title(self) -> str:
@@ -79,7 +83,7 @@ class Key:
         """The Textual binding (a priority one for scope ``anywhere``)."""
         first = self.names[0]
         return Binding(self.keys, self.action, self.footer or self.description, show=self.footer is not None,
-                       priority=self.scope == "anywhere",
+                       priority=self.scope == "anywhere" or self.priority,
                        key_display="F1" if first == "f1" else None)
 
 

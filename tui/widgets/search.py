@@ -35,9 +35,12 @@ __all__ = ["SEARCH_KEYS", "SearchBar", "SearchCountChanged", "SearchScreen", "Se
 
 
 #: The search keys of every screen (:mod:`bmoe_top.tui.widgets.keymap`, scope ``screen``: in a
-#: text box they type).
+#: text box they type). ``/`` is looked up before the key goes to the focus (``priority``): the
+#: box has the focus before the next key is routed, so the keys typed right after ``/`` go into
+#: it, never to the screen's keys (``q`` quit).
 SEARCH_KEYS: tuple[Key, ...] = (
-    Key("slash", "search", "search: filter the table / mark the text", footer="search", title="Search…"),
+    Key("slash", "search", "search: filter the table / mark the text", footer="search", title="Search…",
+        priority=True),
     Key("n", "search_step(1)", "the next match (round the end)", title="Next match"),
     Key("N", "search_step(-1)", "the previous match (round the start)", title="Previous match"),
 )
@@ -112,18 +115,20 @@ class SearchBar(Horizontal):
 
     # ------------------------------------------------------------------------------ actions
     def open(self) -> None:
-        """Open the box on the current target (its kept query in it), keeping the focus to give back."""
+        """Open the box on the current target (its kept query in it), keeping the focus to give
+        back. The box has the focus when this returns (not after a refresh): the keys typed right
+        after ``/``, already queued, go into it, never to the screen's keys. With nothing to
+        search on this tab the box opens too (what is typed lands in it) and says so."""
         if self._target() is None:
-            self.notify("nothing to search here", timeout=2)
-            return
+            self._target_name = ""
         focused = self.screen.focused
         if focused is not self.box:
             self._return = focused
         self.add_class("-editing")
         self.box.can_focus = True
-        self.box.value = self.state().query
+        self.box.value = self.state().query if self._target_name else ""
         self.box.cursor_position = len(self.box.value)
-        self.box.focus()
+        self.screen.set_focus(self.box)
         self.show_status()
 
     def close(self) -> None:
@@ -186,6 +191,9 @@ class SearchBar(Horizontal):
         """The status line: the query's count and position, and what n / N / Escape do."""
         st = self.state() if self._target_name else SearchState()
         self.set_class(bool(st.query) and not self.editing, "-kept")
+        if self.editing and not self._target_name:
+            self.query_one(".search-status", Static).update(Text("nothing to search on this tab", style="dim"))
+            return
         line = Text(st.status(), style="bold" if st.count else "")
         if st.query and not self.editing:
             line.append("   n next · N previous · / edit", style="dim")
@@ -236,6 +244,12 @@ class SearchScreen(Screen[None]):
             if isinstance(w, Searchable):
                 return w.id or type(w).__name__, w
         return None
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """``/`` in a text box types (its key is looked up before the box gets it)."""
+        if action == "search" and isinstance(self.focused, Input):
+            return False
+        return True
 
     @property
     def search_bar(self) -> SearchBar:
