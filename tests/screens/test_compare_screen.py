@@ -181,3 +181,41 @@ async def test_real_csvs_at_80x24_show_both_values_and_the_delta(real_runs) -> N
         await pilot.press("right", "left", "right")
         await pilot.pause()
         assert app.main.query_one("#cmp-tabs").active == "summary"
+
+
+async def test_arrows_bring_every_arm_and_column_in_at_80x24(tmp_path) -> None:
+    """At 80x24 three arms with long names do not fit the Summary: → brings the columns left out
+    in one by one (every arm's value, every interval and p), from no focus and from the table,
+    and ← goes back; the header says the arrows scroll. The Warm-up table too."""
+    names = ("qwen-cache32.csv", "qwen-cache64.csv", "qwen-cache128.csv")
+    arms = []
+    for i, n in enumerate(names):
+        p = tmp_path / n
+        p.write_bytes(synth.token_csv(50 + 5 * i, seed=20 + i))
+        arms.append(str(p))
+    app, c = make_app(*arms)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        for tab, table_id, focus in (("1", "#summary-table", False), ("1", "#summary-table", True),
+                                     ("3", "#warmup-table", False)):
+            await pilot.press(tab)
+            await pilot.pause()
+            table = app.main.query_one(table_id, SortTable)
+            assert table.table is not None
+            if focus:
+                table.data_table.focus()
+                await pilot.pause()
+            every = {col.key for col in table.table.columns}
+            seen = {str(k.value) for k in table.data_table.columns}
+            if seen != every:
+                assert "← / → scroll" in str(table.query_one(".sort-head").render())
+            for _ in range(len(every)):
+                await pilot.press("right")
+                await pilot.pause()
+                seen |= {str(k.value) for k in table.data_table.columns}
+            assert seen == every, f"{table_id}: never shown {sorted(every - seen)}"
+            assert table_id != "#summary-table" or all(f"value:{a}" in seen for a in c.arms)
+            for _ in range(len(every)):
+                await pilot.press("left")
+            await pilot.pause()
+            assert table.col_start == 0 and app.main.query_one("#cmp-tabs").active in ("summary", "warmup")

@@ -19,7 +19,7 @@ from textual import events
 from textual.app import ComposeResult
 from textual.binding import BindingType
 from textual.containers import Vertical, VerticalScroll
-from textual.widgets import DataTable, Input, Static, TabbedContent, TabPane
+from textual.widgets import Input, Static, TabbedContent, TabPane
 
 from bmoe_top.tui.analysis.compare import WITHIN_RUN_LABEL, Comparison
 from bmoe_top.tui.app import BmoeTopApp
@@ -115,13 +115,13 @@ class CompareScreen(FocusRules, SearchScreen):
         yield Static(id="cmp-banner")
         with PaneTabs(id="cmp-tabs", initial="summary"):
             with TabPane("Summary", id="summary"), Vertical():
-                yield SortTable(summary_table(self.c), id="summary-table")
+                yield SortTable(summary_table(self.c), id="summary-table", scrolls=True)
                 yield Static(id="cmp-advice")
             with TabPane("Per token", id="tokens"), Vertical():
                 yield CurveChart(id="token-chart")
-                yield SortTable(id="token-table")
+                yield SortTable(id="token-table", scrolls=True)
             with TabPane("Warm-up", id="warmup"):
-                yield SortTable(warmup_table(self.c), id="warmup-table")
+                yield SortTable(warmup_table(self.c), id="warmup-table", scrolls=True)
             with TabPane("Contamination", id="entry"), VerticalScroll():
                 yield Static(id="contamination")
         yield SearchBar()
@@ -226,15 +226,11 @@ class CompareScreen(FocusRules, SearchScreen):
         return super().check_action(action, parameters)
 
     def action_scroll_table(self, d: int) -> None:
+        """← / →: the active tab's table by one column (the columns the width leaves out come in)."""
         tab = self.query_one("#cmp-tabs", TabbedContent).active
-        tables = self.query(f"#{tab} DataTable")
-        if not tables:
-            return
-        dt = tables.first(DataTable)
-        if d > 0:
-            dt.scroll_right()
-        else:
-            dt.scroll_left()
+        tables = self.query(f"#{tab} SortTable")
+        if tables:
+            tables.first(SortTable).scroll_columns(d)
 
     def action_cycle_metric(self) -> None:
         self.metric += 1

@@ -6,12 +6,15 @@ sort is kept in the settings (``[sort.TABLE]``, the table's id) and used at the 
 
 It shows the columns that fit its width by one rule (:func:`fit_columns`): every column whole, else
 with the short labels, else without the columns marked to drop; a column is never cut in the
-middle, and a table that leaves columns out says how many (:func:`hidden_note`).
+middle, and a table that leaves columns out says how many (:func:`hidden_note`). A screen whose
+← / → scroll it (:meth:`SortTable.scroll_columns`) brings the columns left out in one by one,
+the first column (the row's name) kept.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import ClassVar
 
 from rich.cells import cell_len
@@ -53,9 +56,14 @@ class SortTable(Vertical):
 
     BINDINGS: ClassVar[list[BindingType]] = bindings(TABLE_KEYS, scope=("table",))
 
-    def __init__(self, table: Table | None = None, **kw: object) -> None:
+    def __init__(self, table: Table | None = None, *, scrolls: bool = False, **kw: object) -> None:
         super().__init__(**kw)  # type: ignore[arg-type]
         self.table = table
+        #: whether the screen's ← / → scroll the columns (:meth:`scroll_columns`); the header
+        #: line then says so for the columns left out
+        self.scrolls = scrolls
+        #: columns after the first (the row's name, always shown) scrolled out on the left
+        self.col_start = 0
         self.sort_col: int | None = None
         self.descending = False
         self.filter_text = ""
@@ -82,6 +90,7 @@ class SortTable(Vertical):
         self.table = table
         if not same_cols:
             self.sort_col = None
+            self.col_start = 0
             self._kept_sort()
         self.populate(rebuild_columns=not same_cols)
 
@@ -134,7 +143,7 @@ class SortTable(Vertical):
             dt.move_cursor(row=min(max(0, cursor), len(rows) - 1))
         head = safe_text(t.title, "bold")
         if self.hidden:  # first after the title: the header line is cut at its end when narrow
-            head.append("   " + hidden_note(self.hidden), style="dim")
+            head.append("   " + hidden_note(self.hidden, self.scrolls), style="dim")
         if self.sort_col is not None:
             head.append(f"   sorted by {t.columns[self.sort_col].label} {'(descending)' if self.descending else ''}",
                         style="dim")
@@ -149,7 +158,30 @@ class SortTable(Vertical):
         """The column labels and which columns fit the width (:func:`fit_columns`, the sort's
         arrow on its column's label); columns left out are named on the header line."""
         marks = {self.sort_col: " ▼" if self.descending else " ▲"} if self.sort_col is not None else {}
-        return fit_columns(t.columns, [r.cells for r in rows], self.size.width - 2, marks)
+        order = [0, *range(1 + self.col_start, len(t.columns))] if t.columns else []
+        # scrolled: the columns in their order from the first one scrolled to (none skipped)
+        cols = [t.columns[i] if not self.col_start else replace(t.columns[i], drop=0) for i in order]
+        labels, shown = fit_columns(cols,
+                                    [[r.cells[i] if i < len(r.cells) else "" for i in order] for r in rows],
+                                    self.size.width - 2, {order.index(k): v for k, v in marks.items() if k in order})
+        return labels, [order[j] for j in shown]
+
+    def scroll_columns(self, d: int) -> bool:
+        """Scroll the columns after the first one column right (``d`` 1: the next column left
+        out on the right comes in) or left (``d`` -1); False when there is nothing that way."""
+        if self.table is None:
+            return False
+        if d > 0:
+            shown_after = [i for i in self.shown_cols if i > 0]
+            if not any(i > max(shown_after, default=0) for i in range(1, len(self.table.columns))):
+                return False
+            self.col_start += 1
+        else:
+            if self.col_start == 0:
+                return False
+            self.col_start -= 1
+        self.populate(rebuild_columns=True)
+        return True
 
     def on_resize(self, event: events.Resize) -> None:
         if self.table is not None and self._fit(self.table, self.shown) != (self.shown_labels, self.shown_cols):
@@ -235,10 +267,11 @@ def fit_columns(columns: Sequence[Column], rows: Sequence[Sequence[str]], width:
     return [labels[j] for j in shown], shown
 
 
-def hidden_note(hidden: Sequence[str]) -> str:
+def hidden_note(hidden: Sequence[str], scrolls: bool = False) -> str:
     """What a table that leaves columns out says: ``2 columns hidden (n_prompt, n_past): widen
-    the terminal``."""
+    the terminal`` (``scrolls``: ``← / → scroll`` when the screen's arrows bring them in)."""
     n = len(hidden)
-    return f"{n} column{'s' if n != 1 else ''} hidden ({', '.join(hidden)}): widen the terminal"
+    how = "← / → scroll" if scrolls else "widen the terminal"
+    return f"{n} column{'s' if n != 1 else ''} hidden ({', '.join(hidden)}): {how}"
 
 
