@@ -22,6 +22,7 @@ from textual.widget import Widget
 from textual.widgets import DataTable, Input, TabbedContent
 
 from bmoe_top.tui.widgets.fleet_table import FleetTableView
+from bmoe_top.tui.widgets.focus import PanelScroll
 from bmoe_top.tui.widgets.grids import GridView
 from bmoe_top.tui.widgets.keymap import Key, parse_action
 from bmoe_top.tui.widgets.search import SearchBar
@@ -38,6 +39,8 @@ def _scope_of(widget: Widget | None) -> str | None:
         return "map"
     if isinstance(widget, FleetTableView):
         return "fleet-table"
+    if isinstance(widget, PanelScroll):
+        return "panel"
     if widget is not None and any(isinstance(a, (SortTable, DataTable)) for a in widget.ancestors_with_self):
         return "table"
     return None
@@ -160,8 +163,8 @@ async def test_every_key_does_its_action_from_every_focus(name, tmp_path):
 async def test_tab_visits_only_shown_maps_tables_and_boxes(name, tmp_path):
     """On every screen and each of its tabs, nothing has the focus at the start but the widget the
     screen focuses itself (the fleet's table, the live prompt box), and Tab stops only at a map, a
-    table or a text box drawn on screen: never a tab bar (it takes the arrows) nor a scrolling
-    container (a stop with no mark)."""
+    table, a text box or the run panel's column drawn on screen: never a tab bar (it takes the
+    arrows) nor another scrolling container (a stop with no mark)."""
     app, close, ready = SCREENS[name](tmp_path)
     try:
         async with app.run_test(size=(80, 24)) as pilot:
@@ -184,7 +187,8 @@ async def test_tab_visits_only_shown_maps_tables_and_boxes(name, tmp_path):
                     if w is None:
                         continue
                     seen.append(w)
-                    assert isinstance(w, (GridView, DataTable, Input, FleetTableView)) or _scope_of(w) == "table", \
+                    assert isinstance(w, (GridView, DataTable, Input, FleetTableView, PanelScroll)) \
+                        or _scope_of(w) == "table", \
                         f"{name} {state}: Tab stopped at {w!r}"
                     assert w.is_on_screen and w.region.width > 0 and w.region.height > 0, f"{name}: {w!r} not shown"
     finally:

@@ -116,3 +116,50 @@ async def test_tab_stops_are_widgets_on_screen_and_each_shows_its_focus(tmp_path
         await pilot.press("tab")
         await pilot.pause()
         assert not isinstance(app.focused, GridView)
+
+
+async def test_every_run_panel_row_is_reached_from_the_keyboard(tmp_path):
+    """The run panel is taller than the side column at 120x40: Tab reaches its column (marked by
+    a bar down its left edge while focused), ↓ / PgDn / End scroll it until its last row shows,
+    Home back to its first; ← still selects the previous token from there."""
+    from bmoe_top.tui.widgets.focus import PanelScroll
+    from bmoe_top.tui.widgets.panels import RunPanel
+
+    p = tmp_path / "run.csv"
+    p.write_bytes(synth.token_csv(64))
+    app = BmoeTopApp(ReplayScreen(open_paths([str(p)]), title="r"))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        scroll = app.query_one("#run-panel-scroll", PanelScroll)
+        panel = app.query_one(RunPanel)
+        assert panel.region.height > scroll.region.height, "the panel fits: nothing to scroll"
+        for _ in range(len(app.screen.focus_chain) + 1):
+            await pilot.press("tab")
+            await pilot.pause()
+            if app.focused is scroll:
+                break
+        assert app.focused is scroll, f"Tab never reached the run panel: {app.screen.focus_chain}"
+        edge = {app.screen._compositor.render_strips()[y].text[scroll.region.x]
+                for y in range(scroll.region.y, scroll.region.bottom)}
+        assert edge == {"┃"}, f"no focus mark down the panel's edge: {edge}"
+
+        def bottom_shown() -> bool:
+            return scroll.scroll_y + scroll.scrollable_content_region.height >= panel.region.height - 1 \
+                or scroll.scroll_y >= scroll.max_scroll_y > 0
+
+        await pilot.press("down")
+        await pilot_until(pilot, lambda: scroll.scroll_y >= 1, "↓ scrolled a row")
+        await pilot.press("end")
+        await pilot_until(pilot, lambda: scroll.scroll_y == scroll.max_scroll_y, "End: the last row")
+        assert bottom_shown()
+        await pilot.press("home")
+        await pilot_until(pilot, lambda: scroll.scroll_y == 0, "Home: the first row")
+        for _ in range(40):
+            await pilot.press("pagedown")
+            if scroll.scroll_y == scroll.max_scroll_y:
+                break
+        await pilot_until(pilot, lambda: scroll.scroll_y == scroll.max_scroll_y, "PgDn to the last row")
+        sel = app.main.playback.sel
+        await pilot.press("left")
+        await pilot_until(pilot, lambda: app.main.playback.sel == sel - 1, "← the previous token")
+        assert app.focused is scroll

@@ -54,7 +54,7 @@ from bmoe_top.tui.widgets.banner import Banner
 from bmoe_top.tui.widgets.base import NeedChanged, RunView, ascii_text, look_of, remember, settings_of
 from bmoe_top.tui.widgets.charts import BreakdownChart, OverviewStrip, TokenSelected, TrendChart
 from bmoe_top.tui.widgets.diagnosis import DiagnosisLine
-from bmoe_top.tui.widgets.focus import PaneTabs, quiet_containers, shown_focus_chain
+from bmoe_top.tui.widgets.focus import RUN_PANEL_KEYS, PanelScroll, PaneTabs, quiet_containers, shown_focus_chain
 from bmoe_top.tui.widgets.footer import FittingFooter
 from bmoe_top.tui.widgets.grids import GRID_KEYS, ExpertMap, LayerHeatmap
 from bmoe_top.tui.widgets.keymap import DATA_TABLE_KEYS, FOCUS_KEYS, Key, bindings, help_rows, key_label, parse_action
@@ -166,6 +166,7 @@ class RunScreen(SearchScreen):
         Key("ctrl+s", "app.screenshot", "save a screenshot (SVG)", scope="anywhere", palette=False),
         *FOCUS_KEYS,
         *GRID_KEYS,
+        *RUN_PANEL_KEYS,
         *DATA_TABLE_KEYS,
     )
     BINDINGS: ClassVar[list[BindingType]] = bindings(KEYS)
@@ -223,7 +224,7 @@ class RunScreen(SearchScreen):
         yield from self.compose_status()
         with Horizontal(id="body"):
             with Vertical(id="side"):
-                with VerticalScroll(id="run-panel-scroll", can_focus=False):
+                with PanelScroll(id="run-panel-scroll"):
                     yield from self.compose_side()
                     yield RunPanel(self.model, self.playback, id="run-panel", alerts=self.alerts)
                 if self.SHOW_ANSWER:

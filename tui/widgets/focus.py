@@ -1,7 +1,8 @@
 """Where the keyboard focus may go on every screen: a tab container that lets go of the focus of
 a pane it hides, the rule that Tab visits only widgets shown on screen, and the screen base
-(:class:`FocusRules`) that applies both with the run screens' Tab stops (the maps, the tables and
-the text boxes, never a tab bar or a scrolling container, nothing focused at the start).
+(:class:`FocusRules`) that applies both with the run screens' Tab stops (the maps, the tables, the
+text boxes and the run panel's column, :class:`PanelScroll`; never a tab bar or another scrolling
+container, nothing focused at the start).
 
 Textual moves the focus of a widget that is hidden to the next focusable one; when a tab switch
 hid a pane holding the focus, that was a widget of the same hidden pane, whose focus switched the
@@ -13,13 +14,44 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from textual.containers import ScrollableContainer
+from textual.binding import BindingType
+from textual.containers import ScrollableContainer, VerticalScroll
 from textual.screen import Screen
 from textual.scroll_view import ScrollView
 from textual.widget import Widget
 from textual.widgets import TabbedContent, Tabs
 
-__all__ = ["FocusRules", "PaneTabs", "quiet_containers", "shown_focus_chain"]
+from bmoe_top.tui.widgets.keymap import Key, bindings
+
+__all__ = ["RUN_PANEL_KEYS", "FocusRules", "PaneTabs", "PanelScroll", "quiet_containers", "shown_focus_chain"]
+
+
+#: The run panel's keys while its column has the focus (:mod:`bmoe_top.tui.widgets.keymap`,
+#: scope ``panel``); ← / → stay the screen's (the previous / next token).
+RUN_PANEL_KEYS: tuple[Key, ...] = (
+    Key("up", "scroll_up", "scroll up a row", "panel", palette=False),
+    Key("down", "scroll_down", "scroll down a row", "panel", palette=False),
+    Key("pageup", "page_up", "a page up", "panel", palette=False),
+    Key("pagedown", "page_down", "a page down", "panel", palette=False),
+    Key("home", "scroll_home", "the first row", "panel", palette=False),
+    Key("end", "scroll_end", "the last row", "panel", palette=False),
+)
+
+
+class PanelScroll(VerticalScroll, inherit_bindings=False):
+    """The side column of the run panel: a Tab stop (the run panel is often taller than the
+    screen) whose keys scroll it (:data:`RUN_PANEL_KEYS`, nothing else: the screen's ← / → still
+    step tokens), marked while focused by a bar down its left edge (its ASCII stand-in under ``--ascii``)."""
+
+    can_focus = True
+    DEFAULT_CSS = "PanelScroll:focus > * { outline-left: heavy $accent; }"  # over the panels' padding
+    BINDINGS: ClassVar[list[BindingType]] = bindings(RUN_PANEL_KEYS, scope=("panel",))
+
+    def action_page_up(self) -> None:
+        self.scroll_page_up()
+
+    def action_page_down(self) -> None:
+        self.scroll_page_down()
 
 
 class PaneTabs(TabbedContent):
@@ -48,7 +80,7 @@ def quiet_containers(screen: Screen[None]) -> None:
     for tabs in screen.query(Tabs):
         tabs.can_focus = False
     for scroll in screen.query(ScrollableContainer):
-        if not isinstance(scroll, ScrollView):  # a table or a log scrolls as a view of its own
+        if not isinstance(scroll, (ScrollView, PanelScroll)):  # a table or a log scrolls as a view of its own
             scroll.can_focus = False
 
 

@@ -8,8 +8,8 @@ Scopes say from which focus a key answers:
 - ``screen``: with nothing focused, or a map or a table focused (not in a text box, where the
   key types);
 - ``anywhere``: from every focus, a text box too (a Textual priority binding);
-- ``map`` / ``table`` / ``fleet-table``: while a widget of that kind has the focus (it answers
-  before the screen's key of the same name);
+- ``map`` / ``table`` / ``fleet-table`` / ``panel``: while a widget of that kind has the focus (it
+  answers before the screen's key of the same name; ``panel``: the run panel's scrolling column);
 - ``focus``: Textual's own focus keys (Tab, shift+Tab), listed for the help and the tests.
 """
 
@@ -26,7 +26,7 @@ __all__ = ["DATA_TABLE_KEYS", "FOCUS_KEYS", "SCOPES", "Key", "bindings", "footer
            "parse_action"]
 
 #: Every scope a key may have (see the module docstring), in the order the help lists them.
-SCOPES = ("anywhere", "screen", "map", "table", "fleet-table", "focus")
+SCOPES = ("anywhere", "screen", "map", "table", "fleet-table", "panel", "focus")
 
 _NAMES = {"question_mark": "?", "equals_sign": "=", "plus": "+", "minus": "-", "slash": "/",
           "left_square_bracket": "[", "right_square_bracket": "]", "less_than_sign": "<",
@@ -136,7 +136,8 @@ def help_rows(table: Iterable[Key]) -> list[tuple[str, str]]:
     """(keys, what they do) for a help screen, in the table's order, rows with the same action
     and words in one ("q / ctrl+c"); a row of a widget's scope says where it answers ("on a map:
     ...")."""
-    where = {"map": "on a map: ", "table": "in a table: ", "fleet-table": "in the table: "}
+    where = {"map": "on a map: ", "table": "in a table: ", "fleet-table": "in the table: ",
+             "panel": "on the run panel: "}
     rows: dict[tuple[str, str], list[str]] = {}
     for k in table:
         rows.setdefault((k.action, where.get(k.scope, "") + k.description), []).append(k.keys)
@@ -148,7 +149,8 @@ def markdown(table: Iterable[Key]) -> str:
     the tables by tests/screens/test_keymap_docs.py)."""
     lines = ["| key | what | where |", "| --- | --- | --- |"]
     where = {"anywhere": "anywhere, a text box too", "screen": "outside a text box", "map": "a focused map",
-             "table": "a focused table", "fleet-table": "the focused table", "focus": "anywhere"}
+             "table": "a focused table", "fleet-table": "the focused table", "panel": "the focused run panel",
+             "focus": "anywhere"}
     seen: dict[tuple[str, str, str], list[str]] = {}
     for k in table:
         seen.setdefault((k.action, k.description, k.scope), []).append(k.keys)
