@@ -27,6 +27,7 @@ from textual.strip import Strip
 from textual.widget import Widget
 from textual.widgets import Input, Static
 
+from bmoe_top.parsers.sanitize import sanitize
 from bmoe_top.tui.app import BmoeTopApp
 from bmoe_top.tui.feed.memory import bind_memory
 from bmoe_top.tui.model.memory import MemoryModel
@@ -41,6 +42,7 @@ from bmoe_top.tui.widgets.diagnosis import DiagnosisLine
 from bmoe_top.tui.widgets.focus import FocusRules
 from bmoe_top.tui.widgets.footer import FittingFooter
 from bmoe_top.tui.widgets.grids import fold_rows
+from bmoe_top.tui.widgets.lines import elide_words
 from bmoe_top.tui.widgets.palette import Look
 from bmoe_top.tui.widgets.panels import safe_text
 from bmoe_top.tui.widgets.search import SEARCH_KEYS, SearchBar, SearchCountChanged, SearchScreen
@@ -203,7 +205,7 @@ class MemoryScreen(FocusRules, SearchScreen):
     BINDINGS: ClassVar[list[BindingType]] = km.bindings(KEYS)
     DEFAULT_CSS = """
     MemoryScreen { layout: vertical; }
-    #mem-status { height: 1; }
+    #mem-status { height: auto; }
     #mem-body { height: 1fr; layout: horizontal; }
     #mem-panel { width: 42; }
     #mem-history { height: 3; }
@@ -259,8 +261,10 @@ class MemoryScreen(FocusRules, SearchScreen):
             state, detail, w = m.state, m.detail, m.files
         st = Text(MEMORY_STATUS_WORDS.get(state, state), style=look.status_style(_STATUS_STYLE.get(state, "error")))
         if w is not None:
-            st.append_text(safe_text(f"  {w.paths[0]}", look.label, multiline=False))
-            st.append(f"  {w.method}" + (f"  pid {w.pid}" if w.pid else ""), style=look.dim)
+            method = f"  {w.method}" + (f"  pid {w.pid}" if w.pid else "")
+            room = max(12, (self.size.width or 80) - 1 - st.cell_len - 2 - len(method))
+            st.append_text(safe_text(f"  {elide_words(sanitize(w.paths[0]), room)}", look.label, multiline=False))
+            st.append(method, style=look.dim)
         if detail:
             st.append_text(safe_text(f"  {detail}", look.warn, multiline=False))
         if self.paused:

@@ -54,10 +54,11 @@ from bmoe_top.tui.widgets.banner import Banner
 from bmoe_top.tui.widgets.base import NeedChanged, RunView, ascii_text, look_of, remember, settings_of
 from bmoe_top.tui.widgets.charts import BreakdownChart, OverviewStrip, TokenSelected, TrendChart
 from bmoe_top.tui.widgets.diagnosis import DiagnosisLine
-from bmoe_top.tui.widgets.focus import RUN_PANEL_KEYS, PanelScroll, PaneTabs, quiet_containers, shown_focus_chain
+from bmoe_top.tui.widgets.focus import SCROLL_KEYS, PanelScroll, PaneTabs, quiet_containers, shown_focus_chain
 from bmoe_top.tui.widgets.footer import FittingFooter
 from bmoe_top.tui.widgets.grids import GRID_KEYS, ExpertMap, LayerHeatmap
 from bmoe_top.tui.widgets.keymap import DATA_TABLE_KEYS, FOCUS_KEYS, Key, bindings, help_rows, key_label, parse_action
+from bmoe_top.tui.widgets.lines import elide_words
 from bmoe_top.tui.widgets.palette import Look
 from bmoe_top.tui.widgets.panels import (
     AnswerPanel,
@@ -166,7 +167,7 @@ class RunScreen(SearchScreen):
         Key("ctrl+s", "app.screenshot", "save a screenshot (SVG)", scope="anywhere", palette=False),
         *FOCUS_KEYS,
         *GRID_KEYS,
-        *RUN_PANEL_KEYS,
+        *SCROLL_KEYS,
         *DATA_TABLE_KEYS,
     )
     BINDINGS: ClassVar[list[BindingType]] = bindings(KEYS)
@@ -423,7 +424,7 @@ class RunScreen(SearchScreen):
             t.append("bmoe-top ", style=look.title)
         src = sanitize(self.source_title)
         if width >= 90:
-            t.append(src[: max(10, width // 4)] + "  ", style=look.label)
+            t.append(elide_words(src, max(10, width // 4)) + "  ", style=look.label)  # file names keep their ends
         for text, style in self.state_parts(look):
             t.append(text, style=style)
         firing = firing_text(self.alerts.firing(), look.ascii)

@@ -11,6 +11,7 @@ chart's metric (wall, flash wait, hit %), ``r`` the next run of multi-run arms, 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import ClassVar
 
 import numpy as np
@@ -21,12 +22,14 @@ from textual.binding import BindingType
 from textual.containers import Vertical, VerticalScroll
 from textual.widgets import Input, Static, TabbedContent, TabPane
 
+from bmoe_top.parsers.sanitize import sanitize
 from bmoe_top.tui.analysis.compare import WITHIN_RUN_LABEL, Comparison
 from bmoe_top.tui.app import BmoeTopApp
 from bmoe_top.tui.present.compare import (
     FLASH,
     LoadedArm,
     entry_rows,
+    short_names,
     summary_table,
     token_series,
     token_table,
@@ -36,7 +39,7 @@ from bmoe_top.tui.screens.analysis_modals import AnalysisHelp
 from bmoe_top.tui.widgets import keymap as km
 from bmoe_top.tui.widgets.base import remember
 from bmoe_top.tui.widgets.curves import CurveChart, CurveMark, CurvePlot
-from bmoe_top.tui.widgets.focus import FocusRules, PaneTabs
+from bmoe_top.tui.widgets.focus import SCROLL_KEYS, FocusRules, PanelScroll, PaneTabs
 from bmoe_top.tui.widgets.footer import FittingFooter
 from bmoe_top.tui.widgets.palette import KIND_STYLE
 from bmoe_top.tui.widgets.panels import safe_text
@@ -70,11 +73,13 @@ class CompareScreen(FocusRules, SearchScreen):
     #cmp-banner { height: auto; padding: 0 1; }
     #cmp-tabs { height: 1fr; }
     #summary-table { height: 1fr; }
-    #cmp-advice { height: auto; max-height: 6; padding: 0 1; }
+    #cmp-notes { height: auto; max-height: 6; }
+    #cmp-advice { height: auto; padding: 0 1; }
     #token-chart { height: 1fr; min-height: 10; }
     #token-table { height: 1fr; }
     CompareScreen.short #token-table { display: none; }
-    CompareScreen.short #cmp-advice { max-height: 2; }
+    CompareScreen.short #cmp-notes { max-height: 3; }
+    CompareScreen.short #summary-table .sort-note { display: none; }
     CompareScreen.short .sort-note { max-height: 1; }
     #contamination { padding: 0 1; }
     """
@@ -96,6 +101,7 @@ class CompareScreen(FocusRules, SearchScreen):
         *SEARCH_KEYS,
         *km.FOCUS_KEYS,
         *TABLE_KEYS,
+        *SCROLL_KEYS,
     )
     BINDINGS: ClassVar[list[BindingType]] = km.bindings(KEYS)
 
@@ -116,7 +122,8 @@ class CompareScreen(FocusRules, SearchScreen):
         with PaneTabs(id="cmp-tabs", initial="summary"):
             with TabPane("Summary", id="summary"), Vertical():
                 yield SortTable(summary_table(self.c), id="summary-table", scrolls=True)
-                yield Static(id="cmp-advice")
+                with PanelScroll(id="cmp-notes"):  # Tab, then ↑ ↓ scroll what the rows leave out
+                    yield Static(id="cmp-advice")
             with TabPane("Per token", id="tokens"), Vertical():
                 yield CurveChart(id="token-chart")
                 yield SortTable(id="token-table", scrolls=True)
@@ -133,13 +140,32 @@ class CompareScreen(FocusRules, SearchScreen):
 
     def on_resize(self, event: events.Resize) -> None:
         self.set_class(event.size.height < 36, "short")
+        self.call_after_refresh(self._fit_texts)
+
+    def _fit_texts(self) -> None:
+        """What depends on the size: the title's width, the note in the advice on a short screen."""
+        title = self.query_one("#cmp-title", Static)
+        title.update(self._title(self.size.width - 2))  # the title spans the screen, padding 0 1
+        self.query_one("#cmp-advice", Static).update(self._advice())
 
     # ----------------------------------------------------------------------------------- views
-    def _title(self) -> Text:
+    def _title(self, width: int | None = None) -> Text:
+        """The title at ``width`` cells (None: whole): each arm and its runs, the arms by their
+        short names when the full ones do not fit, else only how many arms and runs."""
         t = safe_text(f"bmoe-top  {self.source_title}  ")
-        runs = " · ".join(f"{a.name}: {len(a.runs)} run{'s' if len(a.runs) != 1 else ''}" for a in self.arms)
-        t.append_text(safe_text(runs, "bold"))
-        t.append(f"   baseline {self.c.baseline}", style="dim")
+        base = f"   baseline {self.c.baseline}"
+        short = short_names([a.name for a in self.arms])
+
+        def runs(name: Callable[[str], str]) -> str:
+            return " · ".join(f"{name(a.name)}: {len(a.runs)} run{'s' if len(a.runs) != 1 else ''}" for a in self.arms)
+
+        options = [runs(str), runs(lambda n: short[n]),
+                   f"{len(self.arms)} arms, {sum(len(a.runs) for a in self.arms)} runs"]
+        room = None if width is None else width - t.cell_len - len(base)
+        text = next((o for o in options if room is None or len(sanitize(o)) <= room), options[-1])
+        t.append_text(safe_text(text, "bold"))
+        if width is None or t.cell_len + len(base) <= width:
+            t.append(base, style="dim")
         return t
 
     def _banner(self) -> Text:
@@ -157,7 +183,11 @@ class CompareScreen(FocusRules, SearchScreen):
         return t
 
     def _advice(self) -> Text:
+        """The warm-up split, the advice and the contamination hints; on a short screen the
+        summary table's note first (its own note line is left out there)."""
         t = Text()
+        if self.has_class("short"):
+            t.append_text(safe_text(summary_table(self.c).note + "\n", "dim"))
         split = "; ".join(f"{w.name}: steady from token {w.split} of {w.tokens}" for w in self.c.warmup)
         t.append("warm-up (MSER-5): ", style="bold")
         t.append_text(safe_text(split + "\n"))
@@ -208,7 +238,8 @@ class CompareScreen(FocusRules, SearchScreen):
     def refresh_views(self) -> None:
         if not self.query("#cmp-title"):
             return  # before compose finished
-        self.query_one("#cmp-title", Static).update(self._title())
+        title = self.query_one("#cmp-title", Static)
+        title.update(self._title(self.size.width - 2))  # the title spans the screen, padding 0 1
         self.query_one("#cmp-banner", Static).update(self._banner())
         self.query_one("#cmp-advice", Static).update(self._advice())
         self.query_one("#contamination", Static).update(self._contamination())

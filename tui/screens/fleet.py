@@ -191,7 +191,7 @@ class FleetScreen(FocusRules, SearchScreen):
     DEFAULT_CSS = """
     FleetScreen { layout: vertical; }
     #fleet-status { height: auto; max-height: 4; padding: 0 1; background: $panel; }
-    #fleet-legend { height: 1; padding: 0 1; color: $text-muted; }
+    #fleet-legend { height: auto; padding: 0 1; color: $text-muted; }
     """
 
     KEYS: ClassVar[tuple[km.Key, ...]] = (
@@ -259,7 +259,7 @@ class FleetScreen(FocusRules, SearchScreen):
         yield Static(id="title")
         yield Static(id="fleet-status")
         yield FleetTableView(id="fleet-table")
-        yield Static(Text(LEGEND, no_wrap=True, overflow="ellipsis"), id="fleet-legend")
+        yield Static(Text(LEGEND), id="fleet-legend")  # wrapped on a narrow terminal, never cut
         yield SearchBar()
         yield FittingFooter()
 

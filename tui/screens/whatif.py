@@ -305,10 +305,14 @@ class WhatIfScreen(FocusRules, SearchScreen):
             keys.append("tok_s")
         return keys
 
-    def _title(self) -> Text:
+    def _title(self, width: int | None = None) -> Text:
+        """The title at ``width`` cells (None: whole): the definition of hit % only when it fits
+        whole."""
         t = safe_text(f"bmoe-top  {self.source_title}  ")
         t.append(f"budget {fmt(self.budget_mib, 0)} {self.unit} (cursor)", style="bold")
-        t.append("   hit % = decode hits / decode lookups", style="dim")
+        define = "   hit % = decode hits / decode lookups"
+        if width is None or t.cell_len + len(define) <= width:
+            t.append(define, style="dim")
         return t
 
     def _readout(self) -> Text:
@@ -382,7 +386,8 @@ class WhatIfScreen(FocusRules, SearchScreen):
     def refresh_views(self) -> None:
         if not self.query("#wi-title"):
             return  # before compose finished
-        self.query_one("#wi-title", Static).update(self._title())
+        title = self.query_one("#wi-title", Static)
+        title.update(self._title(self.size.width - 2))  # the title spans the screen, padding 0 1
         self.query_one("#wi-readout", Static).update(self._readout())
         narrow_one = self.has_class("short")
         lower = self._lower_metrics()

@@ -23,12 +23,12 @@ from textual.widgets import TabbedContent, Tabs
 
 from bmoe_top.tui.widgets.keymap import Key, bindings
 
-__all__ = ["RUN_PANEL_KEYS", "FocusRules", "PaneTabs", "PanelScroll", "quiet_containers", "shown_focus_chain"]
+__all__ = ["SCROLL_KEYS", "FocusRules", "PaneTabs", "PanelScroll", "quiet_containers", "shown_focus_chain"]
 
 
-#: The run panel's keys while its column has the focus (:mod:`bmoe_top.tui.widgets.keymap`,
-#: scope ``panel``); ← / → stay the screen's (the previous / next token).
-RUN_PANEL_KEYS: tuple[Key, ...] = (
+#: A scrolling panel's keys while it has the focus (:mod:`bmoe_top.tui.widgets.keymap`, scope
+#: ``panel``); ← / → stay the screen's (the previous / next token, compare's column scroll).
+SCROLL_KEYS: tuple[Key, ...] = (
     Key("up", "scroll_up", "scroll up a row", "panel", palette=False),
     Key("down", "scroll_down", "scroll down a row", "panel", palette=False),
     Key("pageup", "page_up", "a page up", "panel", palette=False),
@@ -39,13 +39,14 @@ RUN_PANEL_KEYS: tuple[Key, ...] = (
 
 
 class PanelScroll(VerticalScroll, inherit_bindings=False):
-    """The side column of the run panel: a Tab stop (the run panel is often taller than the
-    screen) whose keys scroll it (:data:`RUN_PANEL_KEYS`, nothing else: the screen's ← / → still
-    step tokens), marked while focused by a bar down its left edge (its ASCII stand-in under ``--ascii``)."""
+    """A column of text often taller than its room (the run panel's side column, compare's
+    notes): a Tab stop whose keys scroll it (:data:`SCROLL_KEYS`, nothing else: the screen's ← / →
+    still answer), marked while focused by a bar down its left edge (its ASCII stand-in under
+    ``--ascii``)."""
 
     can_focus = True
     DEFAULT_CSS = "PanelScroll:focus > * { outline-left: heavy $accent; }"  # over the panels' padding
-    BINDINGS: ClassVar[list[BindingType]] = bindings(RUN_PANEL_KEYS, scope=("panel",))
+    BINDINGS: ClassVar[list[BindingType]] = bindings(SCROLL_KEYS, scope=("panel",))
 
     def action_page_up(self) -> None:
         self.scroll_page_up()

@@ -9,7 +9,8 @@ Scopes say from which focus a key answers:
   key types);
 - ``anywhere``: from every focus, a text box too (a Textual priority binding);
 - ``map`` / ``table`` / ``fleet-table`` / ``panel``: while a widget of that kind has the focus (it
-  answers before the screen's key of the same name; ``panel``: the run panel's scrolling column);
+  answers before the screen's key of the same name; ``panel``: a scrolling column of text, the run
+  panel's or compare's notes);
 - ``focus``: Textual's own focus keys (Tab, shift+Tab), listed for the help and the tests.
 """
 
@@ -137,7 +138,7 @@ def help_rows(table: Iterable[Key]) -> list[tuple[str, str]]:
     and words in one ("q / ctrl+c"); a row of a widget's scope says where it answers ("on a map:
     ...")."""
     where = {"map": "on a map: ", "table": "in a table: ", "fleet-table": "in the table: ",
-             "panel": "on the run panel: "}
+             "panel": "on a scrolling panel: "}
     rows: dict[tuple[str, str], list[str]] = {}
     for k in table:
         rows.setdefault((k.action, where.get(k.scope, "") + k.description), []).append(k.keys)
@@ -149,7 +150,7 @@ def markdown(table: Iterable[Key]) -> str:
     the tables by tests/screens/test_keymap_docs.py)."""
     lines = ["| key | what | where |", "| --- | --- | --- |"]
     where = {"anywhere": "anywhere, a text box too", "screen": "outside a text box", "map": "a focused map",
-             "table": "a focused table", "fleet-table": "the focused table", "panel": "the focused run panel",
+             "table": "a focused table", "fleet-table": "the focused table", "panel": "a focused panel",
              "focus": "anywhere"}
     seen: dict[tuple[str, str, str], list[str]] = {}
     for k in table:

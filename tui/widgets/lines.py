@@ -21,8 +21,9 @@ from textual.strip import Strip
 from bmoe_top.tui.playback import TokenWindow
 from bmoe_top.tui.widgets.palette import BLANK
 
-__all__ = ["FrameCache", "MemoTruecolor", "axis_row", "axis_unit", "blank", "fit_label", "fit_text", "fit_words",
-           "gutter_text", "margins", "middle_ellipsis", "nice_max", "nice_step", "segments", "segments_from_index",
+__all__ = ["FrameCache", "MemoTruecolor", "axis_row", "axis_unit", "blank", "elide_words", "fit_label", "fit_text",
+           "fit_words", "gutter_text", "margins", "middle_ellipsis", "nice_max", "nice_step", "segments",
+           "segments_from_index",
            "strip", "wrap_fields"]
 
 Cell = tuple[str, Style]
@@ -98,7 +99,29 @@ def middle_ellipsis(text: str, width: int) -> str:
     if width <= 1:
         return "…"[:width]
     tail = (width - 1) // 2
+    end = text[text.rfind("/"):] if "/" in text.rstrip("/") else text[text.rfind("."):] if "." in text[1:] else ""
+    if len(end) <= width - 2 and (len(end) <= 8 or "/" in end):  # the extension or the last part, whole
+        tail = max(tail, len(end))
     return text[: width - 1 - tail] + "…" + (text[-tail:] if tail else "")
+
+
+def elide_words(text: str, width: int, shortest: int = 9) -> str:
+    """``text`` in ``width`` cells by shortening its longest words in their middle
+    (:func:`middle_ellipsis`: a file name keeps its extension), none below ``shortest`` cells;
+    what still does not fit is cut after its last whole word with ``…``. The rule for a line of
+    file names (``replay qwen3…q4km.csv + qwen3…q4km.route.csv``)."""
+    words = text.split(" ")
+    while sum(map(len, words)) + len(words) - 1 > width:
+        i = max(range(len(words)), key=lambda j: len(words[j]))
+        over = sum(map(len, words)) + len(words) - 1 - width
+        if len(words[i]) <= shortest:
+            break
+        words[i] = middle_ellipsis(words[i], max(shortest, len(words[i]) - over))
+    out = " ".join(words)
+    if len(out) <= width:
+        return out
+    cut = fit_words(out, max(0, width - 1))
+    return cut + "…" if cut else middle_ellipsis(out, width)
 
 
 def fit_text(options: Sequence[str], width: int) -> str:

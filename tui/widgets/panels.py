@@ -35,7 +35,7 @@ from bmoe_top.tui.present.numbers import MISSING, mib, show
 from bmoe_top.tui.present.search import contains, spans
 from bmoe_top.tui.present.summary import run_panel_rows
 from bmoe_top.tui.widgets.base import ascii_strip, look_of, truecolor_filters
-from bmoe_top.tui.widgets.lines import FrameCache, blank, fit_words, middle_ellipsis
+from bmoe_top.tui.widgets.lines import FrameCache, blank, middle_ellipsis
 from bmoe_top.tui.widgets.palette import BLANK, Look
 from bmoe_top.tui.widgets.search import SearchCountChanged
 
@@ -149,8 +149,8 @@ def label_columns(rows: Sequence[tuple[str, str, str]], width: int) -> tuple[int
 def row_strips(label: str, value: str, kind: str, width: int, lw: int, vw: int, look: Look) -> list[Strip]:
     """One (label, value, kind) row of a panel ``width`` cells wide as strips: the label, then the
     value wrapped under its own column (``lw`` cells in); a label as wide as its column or wider
-    is whole on a line of its own, the value under it (:func:`label_columns` gives ``lw`` and
-    ``vw``)."""
+    is whole on a line of its own (wrapped at spaces when wider than the panel: never cut at its
+    end), the value under it (:func:`label_columns` gives ``lw`` and ``vw``)."""
     label, value = sanitize(label), sanitize(value)
     if kind == "section":
         out = [Strip([Segment(label[:width], look.kind_style("section"))])]
@@ -163,8 +163,10 @@ def row_strips(label: str, value: str, kind: str, width: int, lw: int, vw: int, 
             parts = textwrap.wrap(words, vw, break_long_words=False, break_on_hyphens=False) or [""]
         if len(label) < lw:
             out = [Strip([Segment(label.ljust(lw), look.dim), Segment(parts[0], st)])]
-        else:  # a label wider than its column: whole on a line of its own, the value under it
-            out = [Strip([Segment(fit_words(label, width) or middle_ellipsis(label, width), look.dim)]),
+        else:  # a label wider than its column: whole on lines of its own (wrapped), the value under it
+            heads = textwrap.wrap(" ".join(middle_ellipsis(w, width) for w in label.split(" ")), width,
+                                  break_long_words=False, break_on_hyphens=False) or [""]
+            out = [*(Strip([Segment(h, look.dim)]) for h in heads),
                    Strip([Segment(" " * lw, BLANK), Segment(parts[0], st)])]
         out += [Strip([Segment(" " * lw, BLANK), Segment(cont, st)]) for cont in parts[1:]]
     return [ascii_strip(ln) for ln in out] if look.ascii else out

@@ -141,18 +141,41 @@ class SortTable(Vertical):
                          for i in shown])
         if rows:
             dt.move_cursor(row=min(max(0, cursor), len(rows) - 1))
-        head = safe_text(t.title, "bold")
-        if self.hidden:  # first after the title: the header line is cut at its end when narrow
-            head.append("   " + hidden_note(self.hidden, self.scrolls), style="dim")
-        if self.sort_col is not None:
+        self._draw_head()
+        self.query_one(".sort-note", Static).update(safe_text(t.note))
+
+    def _draw_head(self) -> None:
+        """The header (two lines at most): the title, the columns left out, the sort, the filter,
+        the rows shown and the keys; where that takes more lines, the columns left out are only
+        counted, then the keys go (:meth:`head_text`)."""
+        width = self.size.width - 2
+        console = self.app.console
+        for level in range(3):
+            head = self.head_text(level)
+            if width <= 0 or len(head.wrap(console, width)) <= 2:
+                break
+        self.query_one(".sort-head", Static).update(head)
+
+    def head_text(self, level: int = 0) -> Text:
+        """The header at shortening ``level``: 0 whole, 1 the hidden columns counted not named,
+        2 also without the keys."""
+        t = self.table
+        head = safe_text(t.title if t is not None else "", "bold")
+        if self.hidden:
+            note = hidden_note(self.hidden, self.scrolls)
+            if level >= 1:
+                note = note.split(" (", 1)[0] + ":" + note.rsplit(":", 1)[1]
+            head.append("   " + note, style="dim")
+        if t is not None and self.sort_col is not None:
             head.append(f"   sorted by {t.columns[self.sort_col].label} {'(descending)' if self.descending else ''}",
                         style="dim")
         if self.filter_text:
             head.append("   filter ", style="dim")
             head.append_text(safe_text(repr(self.filter_text), "bold"))
-        head.append(f"   {len(rows)}/{len(t.rows)} rows   s sort · S reverse · / filter", style="dim")
-        self.query_one(".sort-head", Static).update(head)
-        self.query_one(".sort-note", Static).update(safe_text(t.note))
+        head.append(f"   {len(self.shown)}/{len(t.rows) if t is not None else 0} rows", style="dim")
+        if level < 2:
+            head.append("   s sort · S reverse · / filter", style="dim")
+        return head
 
     def _fit(self, t: Table, rows: list[Row]) -> tuple[list[str], list[int]]:
         """The column labels and which columns fit the width (:func:`fit_columns`, the sort's
@@ -186,6 +209,8 @@ class SortTable(Vertical):
     def on_resize(self, event: events.Resize) -> None:
         if self.table is not None and self._fit(self.table, self.shown) != (self.shown_labels, self.shown_cols):
             self.populate(rebuild_columns=True)
+        elif self.table is not None and self.query(".sort-head"):
+            self._draw_head()
 
     # ----------------------------------------------------------------------------- actions
     def sort_by(self, col: int, descending: bool | None = None) -> None:
