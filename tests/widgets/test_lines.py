@@ -37,3 +37,20 @@ def test_a_shared_memo_draws_what_no_memo_draws_as_the_table_grows():
 def test_a_table_too_large_for_the_memo_key_is_refused():
     with pytest.raises(ValueError):
         segments_from_index(np.array([0]), [("x", RED)] * (1 << 20))
+
+
+def test_file_names_are_shortened_in_their_middle_keeping_their_ends():
+    from bmoe_top.tui.widgets.lines import elide_words, middle_ellipsis
+
+    short = middle_ellipsis("qwen3-30b-a3b-q4km.gguf", 12)
+    assert len(short) == 12 and short.endswith(".gguf") and short.startswith("qwen")
+    path = middle_ellipsis("/tmp/pytest-of-root/pytest-911/audit.jsonl", 24)
+    assert len(path) == 24 and path.endswith("/audit.jsonl") and path.startswith("/tmp")
+    for width in (20, 30, 40, 60):
+        line = elide_words("replay qwen3-30b-a3b-cache64.csv + qwen3-30b-a3b-cache64.route.csv", width)
+        assert len(line) <= width, (width, line)
+        words = line.split(" ")
+        assert words[0] == "replay", line
+        # every file name keeps its extension, or the line ends with … after whole words
+        assert all(w.endswith(".csv") for w in words if "qwen" in w) or line.endswith("…"), line
+    assert elide_words("replay a.csv + b.csv", 40) == "replay a.csv + b.csv"
