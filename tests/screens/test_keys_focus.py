@@ -163,3 +163,35 @@ async def test_every_run_panel_row_is_reached_from_the_keyboard(tmp_path):
         await pilot.press("left")
         await pilot_until(pilot, lambda: app.main.playback.sel == sel - 1, "← the previous token")
         assert app.focused is scroll
+
+
+async def test_the_whatif_side_panel_is_reached_and_scrolled_from_the_keyboard(tmp_path):
+    """whatif at 120x40: its side panel (the trace, the cursor's numbers, the bounds) runs past
+    the screen; Tab reaches it and ↓ scrolls it to its last row while ← / → still move the
+    budget cursor."""
+    from helpers.screen_cases import SCREENS
+
+    from bmoe_top.tui.widgets.focus import PanelScroll
+
+    app, close, _ready = SCREENS["whatif"](tmp_path)
+    try:
+        async with app.run_test(size=(120, 40)) as pilot:
+            await pilot.pause()
+            side = app.query_one("#wi-side", PanelScroll)
+            assert side.max_scroll_y > 0, "the side panel fits: nothing to scroll"
+            for _ in range(len(app.screen.focus_chain) + 1):
+                await pilot.press("tab")
+                await pilot.pause()
+                if app.focused is side:
+                    break
+            assert app.focused is side, f"Tab never reached the side panel: {app.screen.focus_chain}"
+            for _ in range(side.max_scroll_y + 1):
+                await pilot.press("down")
+            await pilot_until(pilot, lambda: side.scroll_y == side.max_scroll_y, "↓ to the last row")
+            budget = app.main.budget_mib
+            await pilot.press("right")
+            await pilot_until(pilot, lambda: app.main.budget_mib > budget, "→ a larger budget")
+            await pilot.press("up")
+            await pilot_until(pilot, lambda: side.scroll_y == side.max_scroll_y - 1, "↑ a row up")
+    finally:
+        close()

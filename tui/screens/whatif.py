@@ -50,7 +50,7 @@ from bmoe_top.tui.screens.analysis_modals import AnalysisHelp, PathScreen
 from bmoe_top.tui.widgets import keymap as km
 from bmoe_top.tui.widgets.base import remember
 from bmoe_top.tui.widgets.curves import CurveChart, CurveMark, CurvePlot, CurveSeries
-from bmoe_top.tui.widgets.focus import FocusRules, PaneTabs
+from bmoe_top.tui.widgets.focus import SCROLL_KEYS, FocusRules, PanelScroll, PaneTabs
 from bmoe_top.tui.widgets.footer import FittingFooter
 from bmoe_top.tui.widgets.palette import KIND_STYLE
 from bmoe_top.tui.widgets.panels import safe_text
@@ -86,7 +86,8 @@ class WhatIfScreen(FocusRules, SearchScreen):
     #wi-title { height: 1; background: $boost; padding: 0 1; }
     #wi-body { height: 1fr; }
     #wi-tabs { width: 1fr; }
-    #wi-side { width: 46; border-left: solid $primary-darken-2; padding: 0 1; }
+    #wi-side { width: 46; border-left: solid $primary-darken-2; }
+    #side-summary { padding: 0 1; }  /* its left column takes the focus bar (PanelScroll) */
     #wi-readout { height: auto; max-height: 2; padding: 0 1; background: $panel; }
     #chart-a, #chart-b { height: 1fr; }
     #alloc { height: auto; padding: 0 1; }
@@ -124,6 +125,8 @@ class WhatIfScreen(FocusRules, SearchScreen):
         *SEARCH_KEYS,
         *km.FOCUS_KEYS,
         *TABLE_KEYS,
+        # the side panel scrolls by ↑ ↓ (its PgUp PgDn Home End are the budget cursor's here)
+        *(k for k in SCROLL_KEYS if k.keys in ("up", "down")),
     )
     BINDINGS: ClassVar[list[BindingType]] = km.bindings(KEYS)
     #: actions that belong to the curves (the tables and text boxes keep their keys)
@@ -169,7 +172,7 @@ class WhatIfScreen(FocusRules, SearchScreen):
                     yield SortTable(id="layer-table")
                 with TabPane("Skew", id="skew-tab"), VerticalScroll():
                     yield Static(id="skew")
-            with VerticalScroll(id="wi-side"):
+            with PanelScroll(id="wi-side"):  # Tab, then ↑ ↓ scroll it
                 yield Static(id="side-summary")
         yield Static(id="wi-readout")
         yield SearchBar()
