@@ -163,6 +163,8 @@ async def test_every_run_panel_row_is_reached_from_the_keyboard(tmp_path):
         await pilot.press("left")
         await pilot_until(pilot, lambda: app.main.playback.sel == sel - 1, "← the previous token")
         assert app.focused is scroll
+        await pilot.press("escape")  # leaves the panel, as it leaves a map
+        await pilot_until(pilot, lambda: app.focused is None, "Escape left the panel")
 
 
 async def test_the_whatif_side_panel_is_reached_and_scrolled_from_the_keyboard(tmp_path):

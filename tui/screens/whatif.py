@@ -126,7 +126,7 @@ class WhatIfScreen(FocusRules, SearchScreen):
         *km.FOCUS_KEYS,
         *TABLE_KEYS,
         # the side panel scrolls by ↑ ↓ (its PgUp PgDn Home End are the budget cursor's here)
-        *(k for k in SCROLL_KEYS if k.keys in ("up", "down")),
+        *(k for k in SCROLL_KEYS if k.keys in ("up", "down", "escape")),
     )
     BINDINGS: ClassVar[list[BindingType]] = km.bindings(KEYS)
     #: actions that belong to the curves (the tables and text boxes keep their keys)

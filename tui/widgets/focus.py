@@ -35,6 +35,7 @@ SCROLL_KEYS: tuple[Key, ...] = (
     Key("pagedown", "page_down", "a page down", "panel", palette=False),
     Key("home", "scroll_home", "the first row", "panel", palette=False),
     Key("end", "scroll_end", "the last row", "panel", palette=False),
+    Key("escape", "leave", "leave the panel", "panel", palette=False),
 )
 
 
@@ -47,6 +48,10 @@ class PanelScroll(VerticalScroll, inherit_bindings=False):
     can_focus = True
     DEFAULT_CSS = "PanelScroll:focus > * { outline-left: heavy $accent; }"  # over the panels' padding
     BINDINGS: ClassVar[list[BindingType]] = bindings(SCROLL_KEYS, scope=("panel",))
+
+    def action_leave(self) -> None:
+        """Escape: the focus leaves the panel (the screen's keys answer again)."""
+        self.screen.set_focus(None)
 
     def action_page_up(self) -> None:
         self.scroll_page_up()
