@@ -375,13 +375,14 @@ def test_the_help_lists_each_key_once_as_the_live_screen_answers_it():
     """ctrl+c cancels on a live screen: the help said cancel, quit and Textual's "Copy selected
     text" for it; Tab said "Focus Next". A map's own keys are listed as such ("on a map: ")."""
     rows = _live_screen().key_rows()
-    keys = [k for keyset, desc in rows if not desc.startswith(("on a map", "in a table"))
+    keys = [k for keyset, desc in rows if not desc.startswith(("on a map", "in a table", "on a scrolling panel"))
             for k in keyset.split(" / ")]
     assert len(keys) == len(set(keys)), rows
-    desc = dict(r for r in rows if not r[1].startswith("on a map"))
+    desc = dict(r for r in rows if not r[1].startswith(("on a map", "on a scrolling panel")))
     assert desc["ctrl+x / ctrl+c"] == "cancel the generation" and desc["c"] == "next colour scale"
     assert "next map" in desc["Tab"] and desc["Escape"].startswith("leave")
     assert ("Escape", "on a map: leave the map") in rows
+    assert ("Escape", "on a scrolling panel: leave the panel") in rows
     assert not any("Copy" in d or "Focus" in d for _k, d in rows)
 
 
