@@ -62,3 +62,19 @@ def test_no_label_or_file_name_is_cut_mid_word():
     assert len(lines) == 1 and lines[0].split()[-1] == middle_ellipsis(name, 22)
     assert middle_ellipsis(name, 22) == "qwen3-30b-a…00002.gguf" and len(middle_ellipsis(name, 22)) == 22
     assert middle_ellipsis("short.gguf", 22) == "short.gguf"
+
+
+def test_a_heading_or_label_wider_than_the_panel_wraps_whole():
+    """A section heading or a label wider than the panel goes on as many lines as it needs,
+    never cut at its end (``ms per token (mean over interval)`` at 33 cells)."""
+    from bmoe_top.tui.widgets.palette import Look
+    from bmoe_top.tui.widgets.panels import label_columns, row_strips
+
+    rows = [("ms per token (mean over interval)", "", "section"),
+            ("prompt tok/s (all slots, 1.00 s)", "not exported", "")]
+    for width in (20, 24, 33):
+        lw, vw = label_columns(rows, width)
+        for label, value, kind in rows:
+            lines = [s.text.strip() for s in row_strips(label, value, kind, width, lw, vw, Look())]
+            assert all(len(ln) <= width for ln in lines)
+            assert label in " ".join(lines), (width, lines)

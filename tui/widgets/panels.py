@@ -152,8 +152,10 @@ def row_strips(label: str, value: str, kind: str, width: int, lw: int, vw: int, 
     is whole on a line of its own (wrapped at spaces when wider than the panel: never cut at its
     end), the value under it (:func:`label_columns` gives ``lw`` and ``vw``)."""
     label, value = sanitize(label), sanitize(value)
-    if kind == "section":
-        out = [Strip([Segment(label[:width], look.kind_style("section"))])]
+    if kind == "section":  # a heading wider than the panel wraps: never cut at its end
+        heads = textwrap.wrap(" ".join(middle_ellipsis(w, width) for w in label.split(" ")), width,
+                              break_long_words=False, break_on_hyphens=False) or [""]
+        out = [Strip([Segment(h, look.kind_style("section"))]) for h in heads]
     else:
         st = look.kind_style(kind)
         if len(value) <= vw and value.isprintable() and not value.endswith(" "):
