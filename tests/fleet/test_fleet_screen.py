@@ -157,7 +157,14 @@ async def test_sort_by_keys_and_header_click_and_filter(fleet):
 
         assert screen.sort == "rank" and shown_keys(screen) == [r.key for r in table.rows]  # worst first
         view = screen.query_one(FleetTableView)
-        x = view.header_x("tok_s") + 1  # the tok/s header
+        xs: list[int | None] = []
+
+        def header_settled() -> int | None:
+            """The tok/s header's x once two looks in a row agree (the columns fit the rows once drawn)."""
+            xs.append(view.header_x("tok_s"))
+            return xs[-1] if len(xs) > 1 and xs[-1] is not None and xs[-1] == xs[-2] else None
+
+        x = await pilot_until(pilot, header_settled, "the tok/s header drawn") + 1
         await pilot.click(FleetTableView, offset=(x, 0))
         await pilot_until(pilot, lambda: screen.sort == "tok_s", "sorted by tok/s")
         assert screen.descending and order_is("tok_s", True)
