@@ -18,7 +18,7 @@
     bmoe-top compare A B [C ...] | A1,A2 vs B1,B2 | --arm NAME=FILES ...  [--json | --md | --csv]
     bmoe-top whatif TRACE [FILES...] [--json] [--budgets LIST] [--strp OUT [--force]]
     bmoe-top probe PATH [--json] [--qd-max N] [--slice-bytes B] [--seconds S] [--remember]
-    bmoe-top sweep -m MODEL --cache-mb LIST -o DIR [--io-threads LIST] [--runs N] [--order O] [--json]
+    bmoe-top sweep -m MODEL --cache-mb LIST -o DIR [--io-threads LIST] [--runs N] [--order O] [--once] [--json]
 
 ``CMD`` is any program that speaks the session protocol (docs/telemetry.md "Session mode"), e.g.
 ``bmoe-cli --session --progress``; without it, the bundled runtime (:func:`runtime_command`).
@@ -138,6 +138,7 @@ TEXT_FORMS = {
     "compare": "`bmoe-top compare --json`, `--md` or `--csv`",
     "whatif": "`bmoe-top whatif --json` (or `--strp OUT` for a profile)",
     "fleet": "`bmoe-top fleet --once --json`",
+    "sweep": "`bmoe-top sweep --once [--json]`",
 }
 
 
@@ -152,7 +153,7 @@ def _terminal_refused(command: str = "run") -> int | None:
 
 #: Sub-commands whose ``--json`` alone prints instead of opening a screen (the others take it with
 #: ``--once``).
-_JSON_PRINTS = frozenset({"replay", "compare", "whatif"})
+_JSON_PRINTS = frozenset({"replay", "compare", "whatif", "sweep"})
 
 #: Options that make a command print text instead of opening a screen.
 _TEXT_OPTIONS = ("once", "summary", "md", "csv", "strp", "rules")
@@ -161,7 +162,7 @@ _TEXT_OPTIONS = ("once", "summary", "md", "csv", "strp", "rules")
 def _prints(args: argparse.Namespace) -> bool:
     """The command prints and exits without a screen: the app (and Textual) and the settings file
     are then never loaded (docs/user-guide.md "Settings")."""
-    return bool(args.cmd in ("probe", "events", "sweep") or any(getattr(args, k, None) for k in _TEXT_OPTIONS)
+    return bool(args.cmd in ("probe", "events") or any(getattr(args, k, None) for k in _TEXT_OPTIONS)
                 or (getattr(args, "json", False) and args.cmd in _JSON_PRINTS))
 
 
@@ -1037,7 +1038,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
     from bmoe_top.tui.jobs.sweep import ORDERS, SweepError, SweepPlan, parse_list, run_sweep
     from bmoe_top.tui.present.numbers import print_json, print_lines
-    from bmoe_top.tui.present.sweep import sweep_document, sweep_lines
+    from bmoe_top.tui.present.sweep import SweepProgress, progress_line, sweep_document, sweep_lines
 
     try:
         cache = parse_list(args.cache_mb, "--cache-mb")
@@ -1062,9 +1063,16 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         return _die(f"sweep: --runtime: {e}")
     plan = SweepPlan(command, args.model, cache, lanes, args.overlap, args.runs, args.order, prompt, args.n_predict,
                      args.out, args.timeout, tuple(args.extra or ()), args.seed)
+    if not (args.json or args.once):
+        if (refused := _terminal_refused("sweep")) is not None:
+            return refused
+        from bmoe_top.tui.screens.sweep import run_sweep_screen
 
-    def progress(line: str) -> None:
-        print(line, file=sys.stderr, flush=True)
+        return run_sweep_screen(plan)
+
+    def progress(p: SweepProgress) -> None:
+        if p.last is not None:
+            print(progress_line(p), file=sys.stderr, flush=True)
 
     try:
         result = run_sweep(plan, progress)
@@ -1082,9 +1090,11 @@ def add_sweep_parser(sub: Any) -> None:
     sw = sub.add_parser("sweep", help="run the runtime at several cache budgets and check the predicted tok/s",
                         description="Run the bundled runtime (or --runtime CMD, taking bmoe-run's flags) at every "
                                     "--cache-mb x --io-threads, --runs times each in --order, record every run in "
-                                    "OUT (resumable: a run done is not run again), and print each arm's measured "
-                                    "tok/s beside the tok/s model's prediction from the first arm's first run "
-                                    "(docs/analysis.md \"The sweep\").")
+                                    "OUT (resumable: a run done is not run again), and show each arm's measured "
+                                    "tok/s beside the tok/s model's prediction from the first arm (its first run's "
+                                    "routing, its runs' median costs): a screen with the progress and the arms "
+                                    "(compare two arms, the what-if with the measured points), or with --once / "
+                                    "--json the table or the document (docs/analysis.md \"The sweep\").")
     sw.add_argument("-m", "--model", required=True, metavar="GGUF", help="the model")
     sw.add_argument("--cache-mb", required=True, metavar="LIST", help="cache budgets, MiB, comma-separated; the "
                                                                       "first is the reference")
@@ -1102,8 +1112,10 @@ def add_sweep_parser(sub: Any) -> None:
     sw.add_argument("--timeout", type=_positive_float, default=600.0, metavar="S", help="seconds per run (600)")
     sw.add_argument("--runtime", metavar="CMD", help="the runtime's command (default: the bundled bmoe-run)")
     sw.add_argument("--extra", action="append", metavar="FLAG", help="a flag for every run (repeatable)")
-    sw.add_argument("--json", action="store_true", help="print the result as JSON")
-    sw.add_argument("--once", action="store_true", help="no screen (the only mode: accepted for scripts)")
+    sw.add_argument("--json", action="store_true", help="print the result as JSON, no screen")
+    sw.add_argument("--once", action="store_true", help="no screen: progress on stderr, the table (or with --json "
+                                                        "the document) on stdout")
+    _ascii_flag(sw, refresh=False)
     sw.set_defaults(func=cmd_sweep)
 
 

@@ -23,6 +23,7 @@ from bmoe_top.tui.screens.compare import compare_app
 from bmoe_top.tui.screens.fleet import FleetDrillScreen, FleetScreen
 from bmoe_top.tui.screens.live import live_app
 from bmoe_top.tui.screens.replay import ReplayScreen
+from bmoe_top.tui.screens.sweep import sweep_app
 from bmoe_top.tui.screens.whatif import whatif_app
 from bmoe_top.tui.sources.child_session import ChildSession
 from bmoe_top.tui.sources.memory import MemoryWatcher
@@ -32,6 +33,7 @@ from helpers import EMITTER, synth
 from helpers.pagecache import private_model
 from helpers.scripted_http import Scripted
 from helpers.scripted_prometheus import ScriptedPrometheus
+from helpers.sweep_data import synth_sweep
 
 __all__ = ["SCREENS", "Case"]
 
@@ -96,6 +98,11 @@ def _compare(tmp: Path) -> Case:
     return compare_app(loaded, compare(J.arm_inputs(loaded)), "compare"), lambda: None, lambda app: True
 
 
+def _sweep(tmp: Path) -> Case:
+    app = sweep_app(synth_sweep(tmp / "sweep", differs={(2, 1)}))
+    return app, lambda: app.main.close(), lambda app: app.main.result is not None
+
+
 def _fleet(tmp: Path) -> Case:
     prom = ScriptedPrometheus(instances=("127.0.0.1:1", "127.0.0.1:2"))
     screen = FleetScreen(prom.url, "", 60)
@@ -110,4 +117,5 @@ def _drill(tmp: Path) -> Case:
 #: Every screen by name: a factory of its case over files in a temporary folder.
 SCREENS: dict[str, Callable[[Path], Case]] = {
     "replay": _replay, "live": _live, "attach-metrics": _metrics, "attach-audit": _audit,
-    "attach-memory": _memory, "whatif": _whatif, "compare": _compare, "fleet": _fleet, "fleet-drill": _drill}
+    "attach-memory": _memory, "whatif": _whatif, "compare": _compare, "sweep": _sweep, "fleet": _fleet,
+    "fleet-drill": _drill}

@@ -7,6 +7,9 @@ changed is flagged and left out, and a runtime that fails is said, never a trace
 from __future__ import annotations
 
 import json
+import os
+import statistics
+import threading
 from pathlib import Path
 
 import orjson
@@ -15,10 +18,24 @@ from helpers.documents import masked
 from helpers.golden import check_golden
 from helpers.pagecache import cached_model
 from helpers.typed_json import check_typed
+from helpers.waits import wait_until
 
 from bmoe_top.tui.cli import main
-from bmoe_top.tui.jobs.sweep import SweepError, SweepPlan, arm_dir, parse_list, schedule
-from bmoe_top.tui.present.sweep import SweepDocument
+from bmoe_top.tui.feed.files import open_paths
+from bmoe_top.tui.jobs.sweep import (
+    SweepControl,
+    SweepError,
+    SweepPlan,
+    SweepStopped,
+    arm_dir,
+    parse_list,
+    reference_costs,
+    run_sweep,
+    schedule,
+)
+from bmoe_top.tui.jobs.whatif import run_costs
+from bmoe_top.tui.present.sweep import SweepDocument, SweepProgress
+from bmoe_top.tui.present.whatif import RunCosts
 
 GOLDEN = Path(__file__).resolve().parents[1] / "present" / "golden"
 
@@ -41,6 +58,17 @@ def test_orders_by_hand() -> None:
             parse_list(bad, "--cache-mb")
     with pytest.raises(SweepError, match="at least 1"):
         parse_list("0", "--io-threads", lanes=True)
+
+
+def test_reference_costs_by_hand() -> None:
+    # one run under load (2,350 ms of compute) among three: the median does not follow it
+    runs = [RunCosts(430.0, 5.0, 0.0, False, 1, 2.0), RunCosts(2350.0, 9.0, 0.0, False, 1, 0.4),
+            RunCosts(520.0, 6.0, 0.0, False, 1, 1.8)]
+    c = reference_costs(runs)
+    assert (c.compute_ms, c.mgmt_ms, c.stall_ms, c.overlap, c.lanes) == (520.0, 6.0, 0.0, False, 1)
+    assert c.measured_tok_s is None
+    with pytest.raises(ValueError):
+        reference_costs([])
 
 
 def sweep(capsys, out: Path, model: Path, *more: str) -> tuple[int, str, str]:
@@ -86,11 +114,19 @@ def test_a_real_sweep_on_the_tiny_model(tmp_path, capsys) -> None:
     errs = sorted(abs(a["error_pct"]) for a in doc["arms"])
     assert doc["max_abs_error_pct"] == pytest.approx(errs[-1])
     assert doc["median_abs_error_pct"] == pytest.approx(sum(errs) / 2)
-    # the reference run predicted with its own costs is itself but for the LRU replay's reads
-    ref_run = doc["arms"][0]["runs"][0]
-    assert ref_run["own_costs_tok_s"] == pytest.approx(doc["arms"][0]["predicted_tok_s"])
+    # the prediction's costs: the median of the reference arm's runs (both rounds), not one run's
+    costs = [run_costs(open_paths([str(Path(r["dir"]) / "run.csv")])) for r in doc["arms"][0]["runs"]]
+    ri = doc["reference_inputs"]
+    assert ri["costs_runs"] == 2
+    assert ri["compute_ms"] == pytest.approx(statistics.median(c.compute_ms for c in costs))
+    assert ri["mgmt_ms"] == pytest.approx(statistics.median(c.mgmt_ms for c in costs))
+    # the spread: (largest - smallest) / median of the arm's runs
+    for a in doc["arms"]:
+        t = [r["tok_s"] for r in a["runs"]]
+        assert a["spread_pct"] == pytest.approx(100 * (max(t) - min(t)) / a["measured_tok_s"])
     volatile = ["arms.*.runs.*.tok_s", "arms.*.measured_tok_s", "arms.*.predicted_tok_s", "arms.*.error_pct",
                 "arms.*.predicted_hit_pct", "arms.*.predicted_flash_ms", "median_abs_error_pct", "max_abs_error_pct",
+                "arms.*.spread_pct",
                 "arms.*.runs.*.own_costs_tok_s", "arms.*.runs.*.own_costs_error_pct", "arms.*.own_costs_error_pct",
                 "own_costs_median_abs_error_pct", "own_costs_max_abs_error_pct", "reference_inputs.compute_ms",
                 "reference_inputs.mgmt_ms", "reference_inputs.read_mb_s_per_lane"]
@@ -137,3 +173,42 @@ def test_a_failing_runtime_is_said(tmp_path, capsys) -> None:
     assert code == 1 and "no such model file" in capsys.readouterr().err
     code = main(["sweep", "-m", str(model), "--cache-mb", "1", "--order", "sideways", "-o", str(tmp_path / "x")])
     assert code == 2 and "one of interleaved, reversed, random" in capsys.readouterr().err
+
+
+def test_a_pause_holds_the_next_run_and_a_stop_ends_the_running_child(tmp_path) -> None:
+    """A pause takes effect before the next run; a stop ends the child that runs (its process
+    gone, nothing recorded, so the run is made again next time) and raises SweepStopped."""
+    pid_file = tmp_path / "child.pid"
+    script = f"echo $$ > {pid_file}; exec sleep 60"
+    plan = SweepPlan(("sh", "-c", script, "runtime"), "m.gguf", (1.0, 2.0), out=str(tmp_path / "out"))
+    control = SweepControl()
+    control.pause()
+    seen: list[SweepProgress] = []
+    failed: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            run_sweep(plan, seen.append, control)
+        except BaseException as e:  # the thread's outcome, read below
+            failed.append(e)
+
+    t = threading.Thread(target=work)
+    t.start()
+    try:
+        # paused before the first run: nothing starts
+        wait_until(lambda: Path(plan.out).is_dir(), what="the sweep started")
+        assert t.is_alive() and not seen and not pid_file.exists()
+        control.resume()
+        wait_until(lambda: pid_file.exists() and pid_file.read_text().strip(), what="the child started")
+        assert seen and seen[-1].running == (1.0, 1, 1) and seen[-1].done == 0 and seen[-1].left == 1
+        pid = int(pid_file.read_text())
+        control.stop()
+        t.join(30)
+        assert not t.is_alive()
+    finally:
+        control.stop()
+        t.join(30)
+    assert len(failed) == 1 and isinstance(failed[0], SweepStopped)
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+    assert not (arm_dir(plan.out, 1.0, 1, 1) / "run.json").exists()

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from helpers import synth
+from helpers.sweep_data import synth_sweep
 from textual.geometry import Region
 from textual.widgets import Static
 
@@ -19,11 +20,13 @@ from bmoe_top.tui.feed.files import open_paths
 from bmoe_top.tui.jobs import compare as J
 from bmoe_top.tui.jobs.whatif import analyse_input, load_whatif
 from bmoe_top.tui.screens import compare as compare_screen
+from bmoe_top.tui.screens import sweep as sweep_screen
 from bmoe_top.tui.screens import whatif as whatif_screen
 from bmoe_top.tui.screens.compare import compare_app
 from bmoe_top.tui.screens.fleet import FLEET_NOTES
 from bmoe_top.tui.screens.modals import HELP_FOOTNOTE, HelpScreen
 from bmoe_top.tui.screens.replay import ReplayScreen
+from bmoe_top.tui.screens.sweep import sweep_app
 from bmoe_top.tui.screens.whatif import whatif_app
 
 SIZES = [(80, 24), (100, 30), (120, 40), (160, 48), (200, 60)]
@@ -50,6 +53,10 @@ def _compare(tmp: Path) -> tuple[BmoeTopApp, str]:
         files.append(str(p))
     loaded = J.load_arms(J.parse_arms(files, []))
     return compare_app(loaded, compare(J.arm_inputs(loaded)), "compare"), compare_screen.HELP_NOTES
+
+
+def _sweep(tmp: Path) -> tuple[BmoeTopApp, str]:
+    return sweep_app(synth_sweep(tmp / "sweep")), sweep_screen.HELP_NOTES
 
 
 def sentences(notes: str) -> list[list[str]]:
@@ -92,9 +99,9 @@ def check(lines: list[str], width: int, notes: str, where: str) -> None:
 
 
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
-@pytest.mark.parametrize("screen", ["replay", "whatif", "compare", "fleet-notes"])
+@pytest.mark.parametrize("screen", ["replay", "whatif", "compare", "sweep", "fleet-notes"])
 async def test_help_prose_wraps_at_words_at_every_size(screen, size, tmp_path):
-    make = {"replay": _replay, "whatif": _whatif, "compare": _compare, "fleet-notes": _replay}[screen]
+    make = {"replay": _replay, "whatif": _whatif, "compare": _compare, "sweep": _sweep, "fleet-notes": _replay}[screen]
     app, notes = make(tmp_path)
     async with app.run_test(size=size) as pilot:
         await pilot.pause()

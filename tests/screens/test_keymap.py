@@ -1,6 +1,6 @@
 """Every key of every screen from every focus (tui/widgets/keymap.py): for each screen (live over
 the emitter, replay, attach --metrics, attach --audit, attach --pid (memory), whatif, compare,
-fleet and its drill-down),
+sweep, fleet and its drill-down),
 each widget Tab can reach on each of its tabs (and no focus), and each key of that screen's table,
 pressing the key runs the action the table says (and only it), or, where the key types into a
 focused text box, no action of the screen. The cases come from the tables: a key added to a table

@@ -14,12 +14,14 @@ from bmoe_top.tui.screens.compare import CompareScreen
 from bmoe_top.tui.screens.fleet import FleetDrillScreen, FleetScreen
 from bmoe_top.tui.screens.live import LiveScreen
 from bmoe_top.tui.screens.replay import ReplayScreen
+from bmoe_top.tui.screens.sweep import SweepScreen
 from bmoe_top.tui.screens.whatif import WhatIfScreen
 from bmoe_top.tui.widgets.keymap import markdown
 
 GUIDE = Path(__file__).resolve().parents[2] / "docs" / "user-guide.md"
 SCREENS = {"replay": ReplayScreen, "live": LiveScreen, "attach --metrics": MetricsAttachScreen,
            "attach --audit": AuditAttachScreen, "whatif": WhatIfScreen, "compare": CompareScreen,
+           "sweep": SweepScreen,
            "fleet": FleetScreen, "fleet drill-down": FleetDrillScreen}
 BLOCK = re.compile(r"(<!-- keys: (?P<name>[^>]+?) -->\n)(?P<body>.*?)(<!-- /keys -->)", re.S)
 

@@ -10,13 +10,20 @@ own process group, always reaped; its folder ``OUT/c<MiB>-l<lanes>/run<N>/`` hol
 
 The prediction: the reference run is round 1 of the first budget and the first lane count given;
 its routing is replayed through the LRU at every budget (tui/jobs/whatif.py) and turned into
-tok/s with its own compute, mgmt and stall per token and its read bandwidth per lane times the
-arm's lanes (tui/jobs/sizing.py). A run whose decode routing is not the reference's (another
-workload) is flagged and left out of its arm's median. No Textual.
+tok/s with its read bandwidth per lane times the arm's lanes and, per token, the median compute,
+mgmt and stall over the reference arm's runs (every round: one run's compute swings with the
+machine's load, the median of the rounds does not follow one of them) (tui/jobs/sizing.py). A
+run whose decode routing is not the reference's (another workload) is flagged and left out of its
+arm's median and of the reference costs. No Textual.
+
+Progress: :func:`run_sweep` reports a :class:`~bmoe_top.tui.present.sweep.SweepProgress` when a
+run starts and when it ends; a :class:`SweepControl` pauses it between runs or stops it (the
+running child's process group ended at once).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import itertools
 import json
@@ -28,8 +35,9 @@ import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,10 +46,18 @@ from bmoe_top.tui.analysis.speed import MIB, Prediction, hit_at, predict
 from bmoe_top.tui.jobs.sizing import demand, policy_hits, token_costs
 from bmoe_top.tui.jobs.whatif import WhatIfError, analyse_input, load_whatif, run_costs, summary_number
 from bmoe_top.tui.present.numbers import fmt
-from bmoe_top.tui.present.sweep import NO_REFERENCE, ReferenceInputs, SweepArm, SweepResult, SweepRun
+from bmoe_top.tui.present.sweep import (
+    NO_REFERENCE,
+    ReferenceInputs,
+    SweepArm,
+    SweepProgress,
+    SweepResult,
+    SweepRun,
+)
 from bmoe_top.tui.present.whatif import RunCosts
 
-__all__ = ["ORDERS", "SweepError", "SweepPlan", "arm_dir", "parse_list", "run_sweep", "schedule"]
+__all__ = ["ORDERS", "SweepControl", "SweepError", "SweepPlan", "SweepStopped", "arm_dir", "parse_list",
+           "reference_costs", "run_sweep", "schedule"]
 
 #: The orders a sweep runs its arms in each round.
 ORDERS = ("interleaved", "reversed", "random")
@@ -49,6 +65,49 @@ ORDERS = ("interleaved", "reversed", "random")
 
 class SweepError(ValueError):
     """A sweep that cannot be run; ``str()`` is one sentence for the user."""
+
+
+class SweepStopped(Exception):
+    """The sweep was stopped (:meth:`SweepControl.stop`) before its end: the run going on was ended
+    and left undone (a later sweep over the folder runs it again)."""
+
+
+class SweepControl:
+    """Pause, resume or stop a sweep from another thread. A pause takes effect between runs (the
+    run going on ends first); a stop ends the running child's process group at once and makes
+    :func:`run_sweep` raise :class:`SweepStopped`."""
+
+    #: Seconds between two looks at the stop flag while a child runs.
+    POLL_S = 0.1
+
+    def __init__(self) -> None:
+        self._go = threading.Event()
+        self._go.set()
+        self._stop = threading.Event()
+
+    def pause(self) -> None:
+        self._go.clear()
+
+    def resume(self) -> None:
+        self._go.set()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._go.set()
+
+    @property
+    def paused(self) -> bool:
+        return not self._go.is_set()
+
+    @property
+    def stopped(self) -> bool:
+        return self._stop.is_set()
+
+    def wait(self) -> None:
+        """Block while paused; raises SweepStopped once stopped."""
+        self._go.wait()
+        if self._stop.is_set():
+            raise SweepStopped
 
 
 @dataclass(frozen=True)
@@ -148,9 +207,9 @@ def _done(d: Path) -> bool:
     return isinstance(rec, dict) and rec.get("exit") == 0 and (d / "run.csv").is_file()
 
 
-def _run_one(plan: SweepPlan, cache_mb: float, lanes: int, d: Path) -> str:
-    """Run one arm's child into ``d``; returns "" or why it failed. Raises KeyboardInterrupt
-    after ending the child's process group."""
+def _run_one(plan: SweepPlan, cache_mb: float, lanes: int, d: Path, control: SweepControl) -> str:
+    """Run one arm's child into ``d``; returns "" or why it failed. Raises KeyboardInterrupt or
+    SweepStopped after ending the child's process group (nothing recorded: the run is not done)."""
     d.mkdir(parents=True, exist_ok=True)
     argv = [*plan.command, "-m", plan.model, "--cache-mb", f"{cache_mb:.10g}", "--force-cache",
             "--io-threads", str(lanes), "-p", plan.prompt, "-n", str(plan.n_predict), "--csv", str(d / "run.csv"),
@@ -160,15 +219,26 @@ def _run_one(plan: SweepPlan, cache_mb: float, lanes: int, d: Path) -> str:
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             start_new_session=True)
     try:
-        out, _ = proc.communicate(timeout=plan.timeout_s)
-        code: int | None = proc.returncode
-        why = "" if code == 0 else f"exited with status {code}"
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate()
-        code, why = None, f"still running after {fmt(plan.timeout_s, 0)} s: ended"
+        timed_out = False
+        while True:
+            left = plan.timeout_s - (time.monotonic() - t0)
+            if left <= 0:
+                os.killpg(proc.pid, signal.SIGKILL)
+                out, _ = proc.communicate()
+                timed_out = True
+                break
+            try:
+                out, _ = proc.communicate(timeout=min(control.POLL_S, left))
+                break
+            except subprocess.TimeoutExpired:
+                if control.stopped:
+                    raise SweepStopped from None
+        code: int | None = None if timed_out else proc.returncode
+        why = (f"still running after {fmt(plan.timeout_s, 0)} s: ended" if timed_out
+               else "" if code == 0 else f"exited with status {code}")
     except BaseException:
-        os.killpg(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
         raise
     wall = time.monotonic() - t0
@@ -182,14 +252,26 @@ def _run_one(plan: SweepPlan, cache_mb: float, lanes: int, d: Path) -> str:
 Predictor = Callable[[float, int, RunCosts], Prediction]
 
 
-def _predict(plan: SweepPlan, ref: Path) -> tuple[dict[tuple[float, int], tuple[float, float, float]],
-                                                   ReferenceInputs, list[str], Predictor]:
-    """Per arm (cache MiB, lanes): (predicted tok/s, hit %, flash ms) from the reference run, and
-    the predictor itself (a budget, lanes and costs per token -> the prediction) for the check
-    with each run's own costs."""
+def reference_costs(runs: Sequence[RunCosts]) -> RunCosts:
+    """The costs per token a sweep predicts every arm with: the median over ``runs`` (the
+    reference arm's runs with the reference routing, every round) of each of compute, mgmt and
+    stall ms; the mode and lanes of the first. Raises ValueError for no runs."""
+    if not runs:
+        raise ValueError("no runs")
+    med = statistics.median
+    first = runs[0]
+    return RunCosts(med(c.compute_ms for c in runs), med(c.mgmt_ms for c in runs), med(c.stall_ms for c in runs),
+                    first.overlap, first.lanes, None, first.read_mib_per_tok)
+
+
+def _predict(plan: SweepPlan, ref: Path, costs: RunCosts, n_runs: int) -> tuple[
+        dict[tuple[float, int], tuple[float, float, float]], ReferenceInputs, list[str], Predictor]:
+    """Per arm (cache MiB, lanes): (predicted tok/s, hit %, flash ms) from the reference run's
+    routing and bandwidth and ``costs`` (:func:`reference_costs` of ``n_runs`` runs), and the
+    predictor itself (a budget, lanes and costs per token -> the prediction) for the check with
+    each run's own costs."""
     inp = load_whatif([str(ref / "run.route.csv"), str(ref / "run.csv")])
-    costs = inp.run_costs
-    if costs is None or inp.read_mib_s is None:
+    if inp.run_costs is None or inp.read_mib_s is None:
         raise WhatIfError("the reference run's CSV has no compute, mgmt or read bandwidth in its summary")
     report, _ = analyse_input(inp, sorted(set(plan.cache_mb)))
     lookups, miss = demand(report)
@@ -207,15 +289,33 @@ def _predict(plan: SweepPlan, ref: Path) -> tuple[dict[tuple[float, int], tuple[
         out[(cache_mb, lanes)] = (p.tok_s(costs.overlap), 100.0 * p.hit, p.flash_ms)
     used: ReferenceInputs = {
         "compute_ms": costs.compute_ms, "mgmt_ms": costs.mgmt_ms, "stall_ms": costs.stall_ms,
-        "read_mb_s_per_lane": per_lane, "mode": "overlap" if costs.overlap else "serial",
+        "costs_runs": n_runs, "read_mb_s_per_lane": per_lane, "mode": "overlap" if costs.overlap else "serial",
         "lookups": lookups, "miss_bytes": miss}
     return out, used, list(inp.notes), predictor
 
 
-def run_sweep(plan: SweepPlan, progress: Callable[[str], None] | None = None) -> SweepResult:
+def _arm(cache_mb: float, lanes: int, runs: Sequence[SweepRun],
+         pred: tuple[float, float, float] | None = None) -> SweepArm:
+    good = [x.tok_s for x in runs if x.tok_s is not None and not x.routing_differs]
+    return SweepArm(cache_mb, lanes, tuple(runs), statistics.median(good) if good else None,
+                    *(pred if pred is not None else (None, None, None)))
+
+
+def _so_far(plan: SweepPlan, results: dict[tuple[int, int], SweepRun]) -> SweepResult:
+    """The sweep as far as it went: every arm's runs ended so far and their median, nothing
+    predicted yet (the prediction needs the reference arm's every round)."""
+    arms = [_arm(c, lanes, [results[(r, i)] for r in range(1, plan.runs + 1) if (r, i) in results])
+            for i, (c, lanes) in enumerate(plan.arms())]
+    return SweepResult(plan.model, plan.out, plan.order, tuple(arms), None, NO_REFERENCE, ())
+
+
+def run_sweep(plan: SweepPlan, progress: Callable[[SweepProgress], None] | None = None,
+              control: SweepControl | None = None) -> SweepResult:
     """Run (or resume) every run of ``plan`` and put each arm's measured tok/s beside its
-    prediction. ``progress`` gets one line per run (done/total, the arm, its tok/s, elapsed and
-    ETA). Raises SweepError for an output folder that cannot be written."""
+    prediction. ``progress`` gets a :class:`SweepProgress` when a run starts and when it ends;
+    ``control`` pauses the sweep between runs or stops it. Raises SweepError for an output
+    folder that cannot be written, SweepStopped once ``control`` stopped it."""
+    control = control if control is not None else SweepControl()
     arms = plan.arms()
     order = list(schedule(plan))
     try:
@@ -225,39 +325,52 @@ def run_sweep(plan: SweepPlan, progress: Callable[[str], None] | None = None) ->
     results: dict[tuple[int, int], SweepRun] = {}
     own: dict[tuple[int, int], RunCosts | None] = {}
     t0 = time.monotonic()
-    ran = 0
+    ran = resumed_n = 0
+
+    def report(k: int, running: tuple[float, int, int] | None, last: tuple[float, int, SweepRun] | None) -> None:
+        if progress is None:
+            return
+        elapsed = time.monotonic() - t0
+        left = sum(1 for r2, i2 in order[k:] if not _done(arm_dir(plan.out, *arms[i2], r2)))
+        eta = elapsed / ran * left if ran and left else None
+        progress(SweepProgress(len(order), len(results), resumed_n, running, control.paused, elapsed, eta, last,
+                               _so_far(plan, results)))
+
     for k, (rnd, i) in enumerate(order, 1):
         cache_mb, lanes = arms[i]
         d = arm_dir(plan.out, cache_mb, lanes, rnd)
         resumed = _done(d)
         why = ""
         if not resumed:
+            control.wait()
+            report(k - 1, (cache_mb, lanes, rnd), None)
             try:
-                why = _run_one(plan, cache_mb, lanes, d)
+                why = _run_one(plan, cache_mb, lanes, d, control)
             except OutputFileError as e:
                 raise SweepError(str(e)) from None
             ran += 1
+        else:
+            resumed_n += 1
         tok_s, problem, costs = _measured(d) if not why else (None, why, None)
         results[(rnd, i)] = SweepRun(rnd, str(d), tok_s, problem, False, resumed)
         own[(rnd, i)] = costs
-        if progress is not None:
-            elapsed = time.monotonic() - t0
-            left = sum(1 for r2, i2 in order[k:] if not _done(arm_dir(plan.out, *arms[i2], r2)))
-            eta = f", ETA {fmt(elapsed / ran * left, 0)} s" if ran and left else ""
-            what = f"{tok_s:.3g} tok/s" if tok_s is not None else (problem or "no tok/s")
-            progress(f"sweep [{k}/{len(order)}] {fmt(cache_mb, 0)} MiB, {lanes} lane(s), round {rnd}: {what}"
-                     f"{' (done before)' if resumed else ''} (elapsed {fmt(elapsed, 0)} s{eta})")
+        report(k, None, (cache_mb, lanes, results[(rnd, i)]))
     ref = arm_dir(plan.out, plan.cache_mb[0], plan.io_threads[0], 1)
     notes: list[str] = []
     predicted: dict[tuple[float, int], tuple[float, float, float]] = {}
     predictor: Predictor | None = None
     used: ReferenceInputs = NO_REFERENCE
     ref_key = _routing_key(ref) if results.get((1, 0)) and results[(1, 0)].tok_s is not None else None
+    differs = {key: ref_key is not None and x.tok_s is not None and _routing_key(Path(x.dir)) != ref_key
+               for key, x in results.items()}
+    ref_costs = [c for r in range(1, plan.runs + 1) if (c := own[(r, 0)]) is not None and not differs[(r, 0)]]
     if ref_key is None:
         notes.append(f"no reference run ({ref}): nothing predicted")
+    elif not ref_costs:
+        notes.append("no prediction: the reference arm's runs have no compute or mgmt per token in their summary")
     else:
         try:
-            predicted, used, more, predictor = _predict(plan, ref)
+            predicted, used, more, predictor = _predict(plan, ref, reference_costs(ref_costs), len(ref_costs))
             notes += more
         except WhatIfError as e:
             notes.append(f"no prediction: {e}")
@@ -266,18 +379,11 @@ def run_sweep(plan: SweepPlan, progress: Callable[[str], None] | None = None) ->
         runs = []
         for rnd in range(1, plan.runs + 1):
             x = results[(rnd, i)]
-            if ref_key is not None and x.tok_s is not None and _routing_key(Path(x.dir)) != ref_key:
-                x = SweepRun(x.round, x.dir, x.tok_s, x.problem, True, x.resumed)
             c = own[(rnd, i)]
-            if predictor is not None and c is not None:
-                x = SweepRun(x.round, x.dir, x.tok_s, x.problem, x.routing_differs, x.resumed,
-                             predictor(cache_mb, lanes, c).tok_s(c.overlap))
-            runs.append(x)
-        good = [x.tok_s for x in runs if x.tok_s is not None and not x.routing_differs]
-        pred = predicted.get((cache_mb, lanes))
-        out_arms.append(SweepArm(cache_mb, lanes, tuple(runs), statistics.median(good) if good else None,
-                                 pred[0] if pred else None, pred[1] if pred else None, pred[2] if pred else None))
-    if any(x.routing_differs for a in out_arms for x in a.runs):
+            mine = predictor(cache_mb, lanes, c).tok_s(c.overlap) if predictor is not None and c is not None else None
+            runs.append(SweepRun(x.round, x.dir, x.tok_s, x.problem, differs[(rnd, i)], x.resumed, mine))
+        out_arms.append(_arm(cache_mb, lanes, runs, predicted.get((cache_mb, lanes))))
+    if any(differs.values()):
         notes.append("runs whose decode routing differs from the reference's are flagged and left out of the medians")
     return SweepResult(plan.model, plan.out, plan.order, tuple(out_arms), str(ref) if ref_key else None, used,
                        tuple(notes))

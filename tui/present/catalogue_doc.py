@@ -38,6 +38,7 @@ GROUPS = (
     ("fleet", "`fleet`: the table, the drill-down, `--once --json`, the Grafana board"),
     ("device", "The device sidecar"),
     ("predict", "`whatif` and `sweep`: the tok/s model at a cache budget"),
+    ("sweep", "`sweep`: an arm's runs (the screen, `--once --json`)"),
 )
 
 

@@ -9,13 +9,22 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical, VerticalScroll
-from textual.screen import ModalScreen
+from textual.screen import ModalScreen, Screen
 from textual.widgets import Input, Static
 
 from bmoe_top.tui.screens.modals import help_body
 from bmoe_top.tui.widgets.panels import safe_text
 
-__all__ = ["PathScreen", "AnalysisHelp"]
+__all__ = ["PathScreen", "AnalysisHelp", "leave"]
+
+
+def leave(screen: Screen[None]) -> None:
+    """``q`` on an analysis screen: back to the screen it was opened from (the sweep's), else
+    the app ends."""
+    if screen is not getattr(screen.app, "main", screen):
+        screen.app.pop_screen()
+    else:
+        screen.app.exit()
 
 
 class PathScreen(ModalScreen[str | None]):

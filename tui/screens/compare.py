@@ -35,7 +35,7 @@ from bmoe_top.tui.present.compare import (
     token_table,
     warmup_table,
 )
-from bmoe_top.tui.screens.analysis_modals import AnalysisHelp
+from bmoe_top.tui.screens.analysis_modals import AnalysisHelp, leave
 from bmoe_top.tui.widgets import keymap as km
 from bmoe_top.tui.widgets.base import remember
 from bmoe_top.tui.widgets.curves import CurveChart, CurveMark, CurvePlot
@@ -95,7 +95,7 @@ class CompareScreen(FocusRules, SearchScreen):
         km.Key("y", "cycle_metric", "the next per-token metric", footer="token metric", title="Next token metric"),
         km.Key("r", "next_run", "per token: the next run of each arm", footer="next run", title="Next run"),
         km.Key("question_mark,f1", "help", "help: the keys of this screen", footer="help", title="Keys (help)"),
-        km.Key("q", "quit", "quit", footer="quit", title="Quit"),
+        km.Key("q", "quit", "quit (opened from the sweep: back to it)", footer="quit", title="Quit"),
         km.Key("ctrl+c", "quit", "quit", "anywhere", palette=False),
         km.Key("ctrl+s", "app.screenshot", "save a screenshot (SVG)", "anywhere", palette=False),
         *SEARCH_KEYS,
@@ -282,7 +282,7 @@ class CompareScreen(FocusRules, SearchScreen):
         self.app.push_screen(AnalysisHelp("bmoe-top compare: keys", km.help_rows(self.KEYS), HELP_NOTES))
 
     def action_quit(self) -> None:
-        self.app.exit()
+        leave(self)
 
 
 def compare_app(arms: list[LoadedArm], c: Comparison, title: str = "compare") -> BmoeTopApp:

@@ -46,7 +46,7 @@ from bmoe_top.tui.present.whatif import (
     speed_rows,
     summary_rows,
 )
-from bmoe_top.tui.screens.analysis_modals import AnalysisHelp, PathScreen
+from bmoe_top.tui.screens.analysis_modals import AnalysisHelp, PathScreen, leave
 from bmoe_top.tui.widgets import keymap as km
 from bmoe_top.tui.widgets.base import remember
 from bmoe_top.tui.widgets.curves import CurveChart, CurveMark, CurvePlot, CurveSeries
@@ -61,6 +61,9 @@ __all__ = ["WhatIfScreen", "run_whatif", "whatif_app"]
 #: lower-chart metrics ``y`` cycles through: (key, title, unit)
 LOWER = (("read", "MiB read per token", "MiB"), ("io", "flash I/O per token (estimated)", "s"),
          ("tok_s", "predicted tok/s", "tok/s"))
+
+#: the measured points' slot in SERIES_LOOK (after every policy's)
+MEASURED_LOOK = len(POLICIES)
 
 HELP_NOTES = (
     "Hit % = " + HIT_DEFINITION + ".\n\n"
@@ -79,7 +82,9 @@ HELP_NOTES = (
 
 
 class WhatIfScreen(FocusRules, SearchScreen):
-    """The what-if report ``report`` of ``inp`` (with the curves behind it, ``replay``)."""
+    """The what-if report ``report`` of ``inp`` (with the curves behind it, ``replay``);
+    ``measured``: (budget MiB, tok/s) points runs measured (a sweep's arms), drawn over the
+    predicted tok/s curves, which the lower chart then opens on."""
 
     DEFAULT_CSS = """
     WhatIfScreen { layout: vertical; }
@@ -119,7 +124,7 @@ class WhatIfScreen(FocusRules, SearchScreen):
         km.Key("3", "tab('layers')", "the Layers tab", title="Tab: Layers"),
         km.Key("4", "tab('skew')", "the Skew tab", title="Tab: Skew"),
         km.Key("question_mark,f1", "help", "help: the keys of this screen", footer="help", title="Keys (help)"),
-        km.Key("q", "quit", "quit", footer="quit", title="Quit"),
+        km.Key("q", "quit", "quit (opened from the sweep: back to it)", footer="quit", title="Quit"),
         km.Key("ctrl+c", "quit", "quit", "anywhere", palette=False),
         km.Key("ctrl+s", "app.screenshot", "save a screenshot (SVG)", "anywhere", palette=False),
         *SEARCH_KEYS,
@@ -133,10 +138,11 @@ class WhatIfScreen(FocusRules, SearchScreen):
     CURSOR_ACTIONS = frozenset({"cursor", "cursor_to"})
 
     def __init__(self, inp: WhatIfInput, report: WhatIf, replay: Replay, *, title: str = "",
-                 speed: SpeedView | None = None) -> None:
+                 speed: SpeedView | None = None, measured: tuple[tuple[float, float], ...] = ()) -> None:
         super().__init__()
         self.inp, self.report, self.replay = inp, report, replay
         self.speed = speed
+        self.measured = measured
         self.source_title = title
         by = {c.policy: c for c in report.curves}
         self.by = by
@@ -150,6 +156,8 @@ class WhatIfScreen(FocusRules, SearchScreen):
         lower = self._lower_metrics()
         # index into LOWER for the lower chart (or the only one, with hit % first)
         self.metric = lower.index(kept.metric) if kept.metric in lower else 0
+        if measured and "tok_s" in lower:
+            self.metric = lower.index("tok_s")
         if kept.metric not in (names := [m[0] for m in LOWER]):
             BmoeTopApp.settings_problem("whatif.metric", kept.metric, names, names[0])
         self.narrow_metric = 0  # narrow: 0 = hit %, then LOWER
@@ -245,6 +253,10 @@ class WhatIfScreen(FocusRules, SearchScreen):
             x, y = tok_s_curve(self.speed, pol.name)
             if x.size:
                 out.append(CurveChart.series_from(pol.name, pol.label, x, y, i))
+        if self.measured:
+            mx, my = zip(*self.measured)
+            out.insert(0, CurveSeries("measured", "measured (sweep, median of runs)", np.asarray(mx, dtype=np.float64),
+                                      np.asarray(my, dtype=np.float64), MEASURED_LOOK, points=True))
         return tuple(out)
 
     def _speed_marks(self) -> tuple[CurveMark, ...]:
@@ -292,12 +304,13 @@ class WhatIfScreen(FocusRules, SearchScreen):
                          y_unit="s", series=self._series("io"), y_min=0.0, **common)  # type: ignore[arg-type]
 
     def x_max(self) -> float:
-        """The x axis' end: the whole bank, or (zoomed, the default) twice the larger of the run's
-        and the recommended budget, at least 2 T, never past the bank; the cursor stays inside."""
+        """The x axis' end: the whole bank, or (zoomed, the default) twice the largest of the run's,
+        the recommended and the measured points' budgets, at least 2 T, never past the bank; the
+        cursor stays inside."""
         r = self.report
         if self.whole_bank:
             return r.bank_mib
-        focus = max(r.run_budget_mib or 0.0, r.recommended_budget_mib)
+        focus = max(r.run_budget_mib or 0.0, r.recommended_budget_mib, *(x for x, _ in self.measured))
         return float(min(r.bank_mib, max(2.0 * focus, 2.0 * r.token_cycle_mib, self.budget_mib * 1.05)))
 
     def _lower_metrics(self) -> list[str]:
@@ -399,7 +412,9 @@ class WhatIfScreen(FocusRules, SearchScreen):
             self.query_one("#chart-a", CurveChart).set_plot(self._plot(seq[self.narrow_metric % len(seq)]))
         else:
             self.query_one("#chart-a", CurveChart).set_plot(self._plot("hit"))
-            b = replace(self._plot(lower[self.metric % len(lower)]), legend=False)
+            metric = lower[self.metric % len(lower)]
+            # the measured points are only on the tok/s chart: its legend names them
+            b = replace(self._plot(metric), legend=bool(self.measured) and metric == "tok_s")
             self.query_one("#chart-b", CurveChart).set_plot(b)
         self.query_one("#policy-table", SortTable).set_table(policy_table(self.report, self.budget_mib, self.speed))
         if self.query_one("#wi-tabs", TabbedContent).active == "layers":
@@ -502,7 +517,7 @@ class WhatIfScreen(FocusRules, SearchScreen):
         self.app.push_screen(AnalysisHelp("bmoe-top whatif: keys", km.help_rows(self.KEYS), HELP_NOTES))
 
     def action_quit(self) -> None:
-        self.app.exit()
+        leave(self)
 
 
 def whatif_app(inp: WhatIfInput, report: WhatIf, replay: Replay, title: str = "whatif",

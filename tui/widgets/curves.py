@@ -54,13 +54,15 @@ def ascii_mode() -> bool:
 @dataclass(frozen=True, slots=True, eq=False)
 class CurveSeries:
     """One series: ``x`` and ``y`` float [n] (NaN = no value there), drawn with SERIES_LOOK
-    slot ``look``; ``label`` names it in the legend."""
+    slot ``look``; ``label`` names it in the legend; ``points``: only the columns its points
+    fall in are drawn (measured points over a curve), never the line between them."""
 
     key: str
     label: str
     x: F64
     y: F64
     look: int = 0
+    points: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -299,7 +301,7 @@ class CurveChart(Widget):
             # the value at each column: the series' points in it (their mean), else interpolated
             # between neighbours inside the series' range
             yv = np.interp(cx, sx, sy, left=np.nan, right=np.nan)
-            if sx.size == 1:
+            if sx.size == 1 or s.points:
                 yv = np.full(pw, np.nan)
             cols = np.clip(np.floor((sx - x0) / (x1 - x0) * pw).astype(np.int64), 0, pw - 1)
             inside = (sx >= x0) & (sx <= x1)
