@@ -36,6 +36,23 @@ def test_one_budget_by_hand():
     assert predict(1000.0, 0.9, COSTS).overlap_ms == pytest.approx(50 + 5 + 2)  # compute hides 40.27 ms of reads
 
 
+def test_the_compute_a_miss_adds_by_hand():
+    # 0.1 ms of compute a miss: at hit 0.75, 96 misses add 9.6 ms to the 50 ms of a token without one
+    c = TokenCosts(compute_ms=50.0, mgmt_ms=5.0, lookups=384, miss_bytes=MIB, read_mb_s=1000.0, miss_ms=0.1)
+    p = predict(1000.0, 0.75, c)
+    assert p.compute_ms == pytest.approx(59.6) and p.serial_ms == pytest.approx(59.6 + 100.663296 + 5)
+    assert predict(1000.0, 1.0, c).compute_ms == 50.0
+    # two levels: a page-cache hit is still an expert-cache miss (the runtime reads it, buffered)
+    b, h = [1000.0, 2000.0, 4000.0, 8000.0], [0.5, 0.7, 0.8, 0.9]
+    mem = Memory(ram=6000 * MIB, dense=500 * MIB, runtime=500 * MIB)
+    two = two_level_prediction(b, h, 1000.0, c, mem)
+    assert two.hit == pytest.approx(0.8) and two.compute_ms == pytest.approx(50 + 0.1 * 384 * 0.5)
+    # plain mmap has no expert cache: no miss of it to pay for
+    assert mmap_prediction(b, h, c, mem).compute_ms == 50.0
+    with pytest.raises(ValueError):
+        TokenCosts(compute_ms=50.0, mgmt_ms=5.0, lookups=384, miss_bytes=MIB, read_mb_s=1000.0, miss_ms=-1.0)
+
+
 def test_the_curve_is_read_by_straight_lines_from_zero():
     b, h = [100.0, 200.0, 400.0], [0.2, 0.5, 0.9]
     assert hit_at(b, h, 0) == 0 and hit_at(b, h, 50) == pytest.approx(0.1)

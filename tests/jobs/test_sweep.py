@@ -12,6 +12,7 @@ import statistics
 import threading
 from pathlib import Path
 
+import numpy as np
 import orjson
 import pytest
 from helpers.documents import masked
@@ -20,9 +21,11 @@ from helpers.pagecache import cached_model
 from helpers.typed_json import check_typed
 from helpers.waits import wait_until
 
+from bmoe_top.tui.analysis.speed import MIB
 from bmoe_top.tui.cli import main
 from bmoe_top.tui.feed.files import open_paths
 from bmoe_top.tui.jobs.sweep import (
+    MeasuredRun,
     SweepControl,
     SweepError,
     SweepPlan,
@@ -61,14 +64,26 @@ def test_orders_by_hand() -> None:
 
 
 def test_reference_costs_by_hand() -> None:
-    # one run under load (2,350 ms of compute) among three: the median does not follow it
-    runs = [RunCosts(430.0, 5.0, 0.0, False, 1, 2.0), RunCosts(2350.0, 9.0, 0.0, False, 1, 0.4),
-            RunCosts(520.0, 6.0, 0.0, False, 1, 1.8)]
-    c = reference_costs(runs)
-    assert (c.compute_ms, c.mgmt_ms, c.stall_ms, c.overlap, c.lanes) == (520.0, 6.0, 0.0, False, 1)
-    assert c.measured_tok_s is None
+    """The compute a miss adds is the median of the runs' slopes of compute on misses; a token's
+    compute without a miss the median of the runs' mean of compute - misses x that: a run under
+    load (every token three times slower) moves neither."""
+    miss = 0.5 * MIB  # a miss reads 0.5 MiB
+    misses = np.array([0.0, 1.0, 2.0, 3.0, 4.0, 2.0])
+
+    def run(base: float, per_miss: float, noise: float = 0.0) -> MeasuredRun:
+        compute = base + per_miss * misses + noise * np.array([1, -1, 0, 1, -1, 0])
+        return MeasuredRun(RunCosts(float(compute.mean()), 5.0, 0.0, False, 1, 1.0), compute, misses * 0.5)
+
+    c = reference_costs([run(100.0, 20.0), run(100.0, 20.0, noise=3.0), run(300.0, 60.0)], miss)
+    assert c.miss_ms == pytest.approx(20.0) and c.compute_ms == pytest.approx(100.0)
+    assert (c.mgmt_ms, c.stall_ms, c.overlap, c.lanes, c.measured_tok_s) == (5.0, 0.0, False, 1, None)
+    # every token missed alike (a budget below T): no slope; the median of the runs' compute
+    flat = [MeasuredRun(RunCosts(v, 5.0, 0.0, False, 1, 1.0), np.full(6, v), np.full(6, 2.0))
+            for v in (430.0, 2350.0, 520.0)]
+    c = reference_costs(flat, miss)
+    assert (c.compute_ms, c.miss_ms) == (520.0, 0.0)
     with pytest.raises(ValueError):
-        reference_costs([])
+        reference_costs([], miss)
 
 
 def sweep(capsys, out: Path, model: Path, *more: str) -> tuple[int, str, str]:
@@ -114,12 +129,13 @@ def test_a_real_sweep_on_the_tiny_model(tmp_path, capsys) -> None:
     errs = sorted(abs(a["error_pct"]) for a in doc["arms"])
     assert doc["max_abs_error_pct"] == pytest.approx(errs[-1])
     assert doc["median_abs_error_pct"] == pytest.approx(sum(errs) / 2)
-    # the prediction's costs: the median of the reference arm's runs (both rounds), not one run's
+    # the prediction's costs: the reference arm's runs (both rounds), not one run's
     costs = [run_costs(open_paths([str(Path(r["dir"]) / "run.csv")])) for r in doc["arms"][0]["runs"]]
     ri = doc["reference_inputs"]
-    assert ri["costs_runs"] == 2
-    assert ri["compute_ms"] == pytest.approx(statistics.median(c.compute_ms for c in costs))
+    assert ri["costs_runs"] == 2 and ri["miss_ms"] >= 0
     assert ri["mgmt_ms"] == pytest.approx(statistics.median(c.mgmt_ms for c in costs))
+    if ri["miss_ms"] == 0:
+        assert ri["compute_ms"] == pytest.approx(statistics.median(c.compute_ms for c in costs))
     # the spread: (largest - smallest) / median of the arm's runs
     for a in doc["arms"]:
         t = [r["tok_s"] for r in a["runs"]]
@@ -129,7 +145,8 @@ def test_a_real_sweep_on_the_tiny_model(tmp_path, capsys) -> None:
                 "arms.*.spread_pct",
                 "arms.*.runs.*.own_costs_tok_s", "arms.*.runs.*.own_costs_error_pct", "arms.*.own_costs_error_pct",
                 "own_costs_median_abs_error_pct", "own_costs_max_abs_error_pct", "reference_inputs.compute_ms",
-                "reference_inputs.mgmt_ms", "reference_inputs.read_mb_s_per_lane"]
+                "reference_inputs.mgmt_ms", "reference_inputs.read_mb_s_per_lane",
+                "reference_inputs.miss_ms"]
     check_golden(GOLDEN / "sweep_cli.json", masked(doc, {str(tmp_path): "<tmp>", str(model): "<model>"}, volatile))
 
     # resumable: a second call runs nothing again

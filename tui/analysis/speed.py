@@ -7,9 +7,14 @@ Per decode token, with ``h`` the hit rate at budget ``B``::
 
     misses   = lookups x (1 - h)
     flash_ms = misses x miss_bytes / (read_mb_s x 10^6) x 1000
-    serial   = compute_ms + flash_ms + mgmt_ms
-    overlap  = max(compute_ms, flash_ms) + mgmt_ms + stall_ms
+    compute  = compute_ms + miss_ms x lookups x (1 - h_B)
+    serial   = compute + flash_ms + mgmt_ms
+    overlap  = max(compute, flash_ms) + mgmt_ms + stall_ms
     tok/s    = 1000 / (s/token in ms)
+
+``miss_ms`` is the compute time an expert-cache miss adds besides its read and mgmt (the runtime
+leaving its native path for the miss, the copy in), ``h_B`` the expert cache's own hit at ``B``:
+0 unless measured (``bmoe-top sweep`` fits it on the reference arm), and 0 for plain mmap.
 
 Two levels: the page cache holds ``P = ram - dense - runtime - B`` bytes; a miss of the expert
 cache that the page cache holds costs no read. Both are LRU-like and the page cache keeps a copy
@@ -24,7 +29,7 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 __all__ = ["Memory", "Prediction", "SizingReport", "TokenCosts", "hit_at", "mmap_prediction", "predict",
            "sizing_report", "two_level_prediction"]
@@ -39,7 +44,9 @@ class TokenCosts:
     the flash wait the runtime measured under overlap that compute did not hide; 0 for a serial
     run); ``lookups``: expert lookups per token (MoE layers x top-k); ``miss_bytes``: bytes read
     per miss (one expert of one layer, every tensor); ``read_mb_s``: read bandwidth at the slice
-    size and queue depth the runtime uses (10^6 bytes/s; ``bmoe-top probe``)."""
+    size and queue depth the runtime uses (10^6 bytes/s; ``bmoe-top probe``); ``miss_ms``: the
+    compute one expert-cache miss adds besides its read and mgmt (ms; 0: not known), so
+    ``compute_ms`` is then a token's compute with no miss."""
 
     compute_ms: float
     mgmt_ms: float
@@ -47,9 +54,10 @@ class TokenCosts:
     miss_bytes: float
     read_mb_s: float
     stall_ms: float = 0.0
+    miss_ms: float = 0.0
 
     def __post_init__(self) -> None:
-        for name in ("compute_ms", "mgmt_ms", "lookups", "miss_bytes", "stall_ms"):
+        for name in ("compute_ms", "mgmt_ms", "lookups", "miss_bytes", "stall_ms", "miss_ms"):
             v = getattr(self, name)
             if not (math.isfinite(v) and v >= 0):
                 raise ValueError(f"{name} must be a finite number >= 0, not {v!r}")
@@ -125,17 +133,19 @@ def hit_at(budgets_mib: Sequence[float], hits: Sequence[float], mib: float) -> f
 
 
 def predict(budget_mib: float, hit: float, costs: TokenCosts, *, miss_bytes: float | None = None,
-            fits: bool = True) -> Prediction:
+            fits: bool = True, cache_hit: float | None = None) -> Prediction:
     """The decode token at ``hit`` (0..1): the formula of the module's docstring. ``miss_bytes``
-    overrides what a miss reads (plain mmap's readahead-sized reads)."""
+    overrides what a miss reads (plain mmap's readahead-sized reads); ``cache_hit`` the expert
+    cache's own hit when ``hit`` counts a second level too (default ``hit``)."""
     if not 0.0 <= hit <= 1.0:
         raise ValueError(f"hit must be 0..1, not {hit!r}")
     per_miss = costs.miss_bytes if miss_bytes is None else miss_bytes
     flash_ms = costs.lookups * (1.0 - hit) * per_miss / (costs.read_mb_s * 1e6) * 1e3
-    serial = costs.compute_ms + flash_ms + costs.mgmt_ms
-    overlap = max(costs.compute_ms, flash_ms) + costs.mgmt_ms + costs.stall_ms
-    return Prediction(budget_mib, hit, costs.compute_ms, flash_ms, costs.mgmt_ms, costs.stall_ms, serial, overlap,
-                      fits)
+    own = hit if cache_hit is None else cache_hit
+    compute = costs.compute_ms + costs.miss_ms * costs.lookups * (1.0 - own)
+    serial = compute + flash_ms + costs.mgmt_ms
+    overlap = max(compute, flash_ms) + costs.mgmt_ms + costs.stall_ms
+    return Prediction(budget_mib, hit, compute, flash_ms, costs.mgmt_ms, costs.stall_ms, serial, overlap, fits)
 
 
 def two_level_prediction(budgets_mib: Sequence[float], hits: Sequence[float], budget_mib: float,
@@ -144,7 +154,8 @@ def two_level_prediction(budgets_mib: Sequence[float], hits: Sequence[float], bu
     ``memory`` leaves: ``h(max(B, P))`` avoids a read (module docstring)."""
     page = memory.page_cache(budget_mib * MIB)
     reach = max(budget_mib, page / MIB)
-    return predict(budget_mib, hit_at(budgets_mib, hits, reach), costs, fits=page >= 0)
+    return predict(budget_mib, hit_at(budgets_mib, hits, reach), costs, fits=page >= 0,
+                   cache_hit=hit_at(budgets_mib, hits, budget_mib))
 
 
 def mmap_prediction(budgets_mib: Sequence[float], hits: Sequence[float], costs: TokenCosts,
@@ -155,7 +166,8 @@ def mmap_prediction(budgets_mib: Sequence[float], hits: Sequence[float], costs: 
         else costs.miss_bytes
     page = memory.page_cache(0.0)
     useful = max(0.0, page) * (costs.miss_bytes / read if read > 0 else 1.0)
-    return predict(0.0, hit_at(budgets_mib, hits, useful / MIB), costs, miss_bytes=read, fits=page >= 0)
+    return predict(0.0, hit_at(budgets_mib, hits, useful / MIB), replace(costs, miss_ms=0.0), miss_bytes=read,
+                   fits=page >= 0)
 
 
 @dataclass(frozen=True)

@@ -70,7 +70,7 @@ def probe_bandwidth(probe: ProbeSettings, lanes: int) -> tuple[float | None, str
 def token_costs(costs: RunCosts, lookups: float, miss_bytes: float, read_mb_s: float) -> TokenCosts:
     """The tok/s model's costs of a run: its measured parts, the trace's demand, a bandwidth."""
     return TokenCosts(compute_ms=costs.compute_ms, mgmt_ms=costs.mgmt_ms, lookups=lookups, miss_bytes=miss_bytes,
-                      read_mb_s=read_mb_s, stall_ms=costs.stall_ms)
+                      read_mb_s=read_mb_s, stall_ms=costs.stall_ms, miss_ms=costs.miss_ms)
 
 
 def _bandwidth(inp: WhatIfInput, costs: RunCosts | None, flag: float | None,

@@ -10,11 +10,12 @@ own process group, always reaped; its folder ``OUT/c<MiB>-l<lanes>/run<N>/`` hol
 
 The prediction: the reference run is round 1 of the first budget and the first lane count given;
 its routing is replayed through the LRU at every budget (tui/jobs/whatif.py) and turned into
-tok/s with its read bandwidth per lane times the arm's lanes and, per token, the median compute,
-mgmt and stall over the reference arm's runs (every round: one run's compute swings with the
-machine's load, the median of the rounds does not follow one of them) (tui/jobs/sizing.py). A
-run whose decode routing is not the reference's (another workload) is flagged and left out of its
-arm's median and of the reference costs. No Textual.
+tok/s with its read bandwidth per lane times the arm's lanes and the reference arm's costs over
+all its rounds (:func:`reference_costs`: the compute a miss adds, fitted on its tokens, and the
+medians of the rest; one run's compute swings with the machine's load, the median of the rounds
+does not follow one of them) (tui/jobs/sizing.py). A run whose decode routing is not the
+reference's (another workload) is flagged and left out of its arm's median and of the reference
+costs. No Textual.
 
 Progress: :func:`run_sweep` reports a :class:`~bmoe_top.tui.present.sweep.SweepProgress` when a
 run starts and when it ends; a :class:`SweepControl` pauses it between runs or stops it (the
@@ -41,6 +42,9 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+import numpy.typing as npt
+
 from bmoe_top.outfile import OutputFileError, write_atomic
 from bmoe_top.tui.analysis.speed import MIB, Prediction, hit_at, predict
 from bmoe_top.tui.jobs.sizing import demand, policy_hits, token_costs
@@ -56,8 +60,8 @@ from bmoe_top.tui.present.sweep import (
 )
 from bmoe_top.tui.present.whatif import RunCosts
 
-__all__ = ["ORDERS", "SweepControl", "SweepError", "SweepPlan", "SweepStopped", "arm_dir", "parse_list",
-           "reference_costs", "run_sweep", "schedule"]
+__all__ = ["ORDERS", "MeasuredRun", "SweepControl", "SweepError", "SweepPlan", "SweepStopped", "arm_dir",
+           "parse_list", "reference_costs", "run_sweep", "schedule"]
 
 #: The orders a sweep runs its arms in each round.
 ORDERS = ("interleaved", "reversed", "random")
@@ -169,8 +173,9 @@ def _machine() -> dict[str, object]:
     return info
 
 
-def _measured(d: Path) -> tuple[float | None, str, RunCosts | None]:
-    """The run's decode tok/s from its CSV summary and its own costs per token, or (None, why, None)."""
+def _measured(d: Path) -> tuple[float | None, str, MeasuredRun | None]:
+    """The run's decode tok/s from its CSV summary and its own costs (None without compute or
+    mgmt in its summary), or (None, why, None)."""
     from bmoe_top.tui.feed.files import open_paths
     from bmoe_top.tui.sources.files import ReplayError
 
@@ -181,7 +186,14 @@ def _measured(d: Path) -> tuple[float | None, str, RunCosts | None]:
     v, _ = summary_number(run, "tok_s")
     if v is None or not v > 0:
         return None, "its CSV has no tok/s in a # summary line", None
-    return v, "", run_costs(run)
+    costs = run_costs(run)
+    if costs is None:
+        return v, "", None
+    with run.lock:
+        n = run.tokens.n
+        cols = [np.array(run.tokens.view(c, 0, n), dtype=np.float64) if run.tokens.has(c) else np.full(n, np.nan)
+                for c in ("compute_ms", "read_mib")]
+    return v, "", MeasuredRun(costs, cols[0], cols[1])
 
 
 def _routing_key(d: Path) -> str | None:
@@ -251,25 +263,65 @@ def _run_one(plan: SweepPlan, cache_mb: float, lanes: int, d: Path, control: Swe
 
 Predictor = Callable[[float, int, RunCosts], Prediction]
 
+#: Tokens a run needs (with different miss counts) for its slope of compute on misses to count.
+MIN_FIT_TOKENS = 4
 
-def reference_costs(runs: Sequence[RunCosts]) -> RunCosts:
-    """The costs per token a sweep predicts every arm with: the median over ``runs`` (the
-    reference arm's runs with the reference routing, every round) of each of compute, mgmt and
-    stall ms; the mode and lanes of the first. Raises ValueError for no runs."""
+
+@dataclass(frozen=True)
+class MeasuredRun:
+    """What :func:`reference_costs` takes from one run: its summary's ``costs``, and per decode
+    token (the CSV's rows) its ``compute_ms`` and ``read_mib``, float [n] (NaN: not reported)."""
+
+    costs: RunCosts
+    compute_ms: npt.NDArray[np.float64]
+    read_mib: npt.NDArray[np.float64]
+
+
+def reference_costs(runs: Sequence[MeasuredRun], miss_bytes: float) -> RunCosts:
+    """The costs per token a sweep predicts every arm with, from ``runs`` (the reference arm's
+    runs with the reference routing, every round) and the bytes one miss reads:
+
+    - ``miss_ms``: the compute one miss adds (the runtime's work for a miss besides its read and
+      mgmt, which the runtime counts as compute): per run, the Theil-Sen slope of its tokens'
+      compute ms on their misses (read MiB / MiB a miss), robust to a token that met a load spike;
+      the median over the runs with :data:`MIN_FIT_TOKENS` tokens and more than one miss count,
+      at least 0; 0 when no run has them (every token missed alike);
+    - ``compute_ms``: a token's compute with no miss: per run the mean over its tokens of compute
+      - ``miss_ms`` x misses (the mean, as the measured tok/s is), the median over the runs;
+      with ``miss_ms`` 0, the median of the runs' summary compute;
+    - ``mgmt_ms``, ``stall_ms``: the median of the runs' summaries; the mode and lanes of the
+      first. Raises ValueError for no runs."""
+    from scipy.stats import theilslopes
+
     if not runs:
         raise ValueError("no runs")
     med = statistics.median
-    first = runs[0]
-    return RunCosts(med(c.compute_ms for c in runs), med(c.mgmt_ms for c in runs), med(c.stall_ms for c in runs),
-                    first.overlap, first.lanes, None, first.read_mib_per_tok)
+    per_miss = miss_bytes / MIB if miss_bytes > 0 else math.inf
+    fits: list[tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]] = []
+    slopes = []
+    for r in runs:
+        ok = np.isfinite(r.compute_ms) & np.isfinite(r.read_mib)
+        x, y = r.read_mib[ok] / per_miss, r.compute_ms[ok]
+        if x.size:
+            fits.append((x, y))
+        if x.size >= MIN_FIT_TOKENS and float(np.ptp(x)) > 0:
+            slopes.append(float(theilslopes(y, x).slope))
+    miss_ms = max(0.0, med(slopes)) if slopes else 0.0
+    if miss_ms > 0 and fits:
+        compute = med(float(np.mean(y - miss_ms * x)) for x, y in fits)
+    else:
+        compute, miss_ms = med(c.costs.compute_ms for c in runs), 0.0
+    first = runs[0].costs
+    return RunCosts(max(0.0, compute), med(c.costs.mgmt_ms for c in runs), med(c.costs.stall_ms for c in runs),
+                    first.overlap, first.lanes, None, first.read_mib_per_tok, miss_ms)
 
 
-def _predict(plan: SweepPlan, ref: Path, costs: RunCosts, n_runs: int) -> tuple[
+def _predict(plan: SweepPlan, ref: Path, ref_runs: Sequence[MeasuredRun]) -> tuple[
         dict[tuple[float, int], tuple[float, float, float]], ReferenceInputs, list[str], Predictor]:
     """Per arm (cache MiB, lanes): (predicted tok/s, hit %, flash ms) from the reference run's
-    routing and bandwidth and ``costs`` (:func:`reference_costs` of ``n_runs`` runs), and the
-    predictor itself (a budget, lanes and costs per token -> the prediction) for the check with
-    each run's own costs."""
+    routing and bandwidth and the reference arm's costs (:func:`reference_costs` of
+    ``ref_runs``), and the predictor itself (a budget, lanes and costs per token -> the
+    prediction) for the check with each run's own costs."""
     inp = load_whatif([str(ref / "run.route.csv"), str(ref / "run.csv")])
     if inp.run_costs is None or inp.read_mib_s is None:
         raise WhatIfError("the reference run's CSV has no compute, mgmt or read bandwidth in its summary")
@@ -278,6 +330,7 @@ def _predict(plan: SweepPlan, ref: Path, costs: RunCosts, n_runs: int) -> tuple[
     lru = next(c for c in report.curves if c.policy == "lru")
     hits = policy_hits(lru, lookups, miss)
     per_lane = inp.read_mib_s * MIB / 1e6
+    costs = reference_costs(ref_runs, miss)
 
     def predictor(cache_mb: float, lanes: int, c: RunCosts) -> Prediction:
         tc = token_costs(c, lookups, miss, per_lane * lanes)
@@ -288,9 +341,9 @@ def _predict(plan: SweepPlan, ref: Path, costs: RunCosts, n_runs: int) -> tuple[
         p = predictor(cache_mb, lanes, costs)
         out[(cache_mb, lanes)] = (p.tok_s(costs.overlap), 100.0 * p.hit, p.flash_ms)
     used: ReferenceInputs = {
-        "compute_ms": costs.compute_ms, "mgmt_ms": costs.mgmt_ms, "stall_ms": costs.stall_ms,
-        "costs_runs": n_runs, "read_mb_s_per_lane": per_lane, "mode": "overlap" if costs.overlap else "serial",
-        "lookups": lookups, "miss_bytes": miss}
+        "compute_ms": costs.compute_ms, "miss_ms": costs.miss_ms, "mgmt_ms": costs.mgmt_ms,
+        "stall_ms": costs.stall_ms, "costs_runs": len(ref_runs), "read_mb_s_per_lane": per_lane,
+        "mode": "overlap" if costs.overlap else "serial", "lookups": lookups, "miss_bytes": miss}
     return out, used, list(inp.notes), predictor
 
 
@@ -323,7 +376,7 @@ def run_sweep(plan: SweepPlan, progress: Callable[[SweepProgress], None] | None 
     except OSError as e:
         raise SweepError(f"{plan.out}: cannot make the folder ({e.strerror})") from None
     results: dict[tuple[int, int], SweepRun] = {}
-    own: dict[tuple[int, int], RunCosts | None] = {}
+    own: dict[tuple[int, int], MeasuredRun | None] = {}
     t0 = time.monotonic()
     ran = resumed_n = 0
 
@@ -370,7 +423,7 @@ def run_sweep(plan: SweepPlan, progress: Callable[[SweepProgress], None] | None 
         notes.append("no prediction: the reference arm's runs have no compute or mgmt per token in their summary")
     else:
         try:
-            predicted, used, more, predictor = _predict(plan, ref, reference_costs(ref_costs), len(ref_costs))
+            predicted, used, more, predictor = _predict(plan, ref, ref_costs)
             notes += more
         except WhatIfError as e:
             notes.append(f"no prediction: {e}")
@@ -379,8 +432,9 @@ def run_sweep(plan: SweepPlan, progress: Callable[[SweepProgress], None] | None 
         runs = []
         for rnd in range(1, plan.runs + 1):
             x = results[(rnd, i)]
-            c = own[(rnd, i)]
-            mine = predictor(cache_mb, lanes, c).tok_s(c.overlap) if predictor is not None and c is not None else None
+            m = own[(rnd, i)]
+            mine = predictor(cache_mb, lanes, m.costs).tok_s(m.costs.overlap) \
+                if predictor is not None and m is not None else None
             runs.append(SweepRun(x.round, x.dir, x.tok_s, x.problem, differs[(rnd, i)], x.resumed, mine))
         out_arms.append(_arm(cache_mb, lanes, runs, predicted.get((cache_mb, lanes))))
     if any(differs.values()):

@@ -19,11 +19,14 @@ __all__ = ["NO_REFERENCE", "ReferenceInputs", "SweepArm", "SweepDocument", "Swee
 
 
 class ReferenceInputs(TypedDict):
-    """What the prediction took from the reference arm (null without one): ms per token (each
-    the median over ``costs_runs`` runs of the reference arm), 10^6 bytes/s of one read lane, the
-    mode, lookups per token, bytes per miss (those three from the reference run)."""
+    """What the prediction took from the reference arm (null without one): ms per token over its
+    ``costs_runs`` runs (``compute_ms`` a token's compute with no miss, ``miss_ms`` the compute
+    one miss adds, ``mgmt_ms`` and ``stall_ms`` medians: ``reference_costs`` in
+    tui/jobs/sweep.py), 10^6 bytes/s of one read lane, the mode, lookups per token, bytes per
+    miss (those three from the reference run)."""
 
     compute_ms: float | None
+    miss_ms: float | None
     mgmt_ms: float | None
     stall_ms: float | None
     costs_runs: int | None
@@ -34,8 +37,9 @@ class ReferenceInputs(TypedDict):
 
 
 #: the reference inputs of a sweep without a prediction
-NO_REFERENCE: ReferenceInputs = {"compute_ms": None, "mgmt_ms": None, "stall_ms": None, "costs_runs": None,
-                                 "read_mb_s_per_lane": None, "mode": None, "lookups": None, "miss_bytes": None}
+NO_REFERENCE: ReferenceInputs = {"compute_ms": None, "miss_ms": None, "mgmt_ms": None, "stall_ms": None,
+                                 "costs_runs": None, "read_mb_s_per_lane": None, "mode": None, "lookups": None,
+                                 "miss_bytes": None}
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,9 +224,9 @@ def sweep_table(r: SweepResult) -> Table:
                          number_key(a.predicted_tok_s), number_key(err), number_key(own), routing), kind))
     ri = r.reference_inputs
     if ri["compute_ms"] is not None:
-        note = (f"predicted from {r.reference}'s routing and read bandwidth, and the median compute "
-                f"{fmt(ri['compute_ms'], 1)} ms, mgmt {fmt(ri['mgmt_ms'], 1)} ms per token of the reference arm's "
-                f"{ri['costs_runs']} run(s) ({ri['mode']})")
+        note = (f"predicted from {r.reference}'s routing and read bandwidth and the reference arm's "
+                f"{ri['costs_runs']} run(s): compute {fmt(ri['compute_ms'], 1)} ms a token + "
+                f"{fmt(ri['miss_ms'], 2)} ms a miss, mgmt {fmt(ri['mgmt_ms'], 1)} ms ({ri['mode']})")
     else:
         note = "nothing predicted yet" if not r.notes else "nothing predicted: " + "; ".join(r.notes)
     return Table("arms", cols, tuple(rows), note)
@@ -308,7 +312,11 @@ def error_words(r: SweepResult) -> str:
 def sweep_lines(r: SweepResult) -> list[str]:
     """The sweep as a text table: one line per arm, then the errors' median and maximum."""
     tq, eq = q("predict.tok_s"), q("predict.error_pct")
-    lines = [f"sweep of {r.model} ({r.order}); prediction from {r.reference or 'no reference run'}",
+    ri = r.reference_inputs
+    costs = (f": compute {fmt(ri['compute_ms'], 1)} ms a token + {fmt(ri['miss_ms'], 2)} ms a miss, mgmt "
+             f"{fmt(ri['mgmt_ms'], 1)} ms (the reference arm's {ri['costs_runs']} run(s))"
+             if ri["compute_ms"] is not None else "")
+    lines = [f"sweep of {r.model} ({r.order}); prediction from {r.reference or 'no reference run'}{costs}",
              f"{'cache MiB':>10} {'lanes':>5} {'runs':>5} {'measured tok/s':>15} {tq.scoped():>18} {eq.label:>17} "
              f"{'with own costs':>15}"]
     for a in r.arms:

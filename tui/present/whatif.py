@@ -45,7 +45,9 @@ class RunCosts:
     ``compute_ms``, ``mgmt_ms``, ``stall_ms`` (the flash wait compute did not hide; 0 serial);
     ``overlap`` the run's mode (its header's ``overlap``, else whether it reported a stall);
     ``lanes`` its read lanes (``io_threads``); ``measured_tok_s`` its decode tok/s and
-    ``read_mib_per_tok`` its MiB read per token (None: not reported)."""
+    ``read_mib_per_tok`` its MiB read per token (None: not reported); ``miss_ms`` the compute an
+    expert-cache miss adds (0: not known, ``compute_ms`` then holds it at the run's own misses; a
+    sweep fits it on its reference arm)."""
 
     compute_ms: float
     mgmt_ms: float
@@ -54,6 +56,7 @@ class RunCosts:
     lanes: int
     measured_tok_s: float | None
     read_mib_per_tok: float | None = None
+    miss_ms: float = 0.0
 
 
 @dataclass(frozen=True, slots=True, eq=False)

@@ -63,9 +63,10 @@ HELP_NOTES = (
     "recorded in DIR/c<MiB>-l<lanes>/run<N>/; a run found done there is not run again.\n"
     "tok/s measured: the median of the arm's runs (each its CSV's # summary tok/s); spread: (largest - smallest)\n"
     "/ median over them. Predicted: the reference run's (round 1 of the first arm) routing replayed through LRU at\n"
-    "each budget, its read bandwidth per lane x the arm's lanes, and the median compute, mgmt and stall per token\n"
-    "of the reference arm's runs. Error: (predicted - measured) / measured; with own costs: each run predicted\n"
-    "with its own compute and mgmt (the read model alone). A run whose routing differs from the reference's is\n"
+    "each budget, its read bandwidth per lane x the arm's lanes, and the reference arm's runs' costs: a token's\n"
+    "compute with no miss plus what a miss adds (fitted on their tokens), the median mgmt and stall.\n"
+    "Error: (predicted - measured) / measured; with own costs: each run predicted with its own compute and mgmt\n"
+    "(the read model alone). A run whose routing differs from the reference's is\n"
     "another workload: flagged and left out of the medians.\n"
     "p pauses after the run going on; q stops the sweep (the run going on is ended and made again next time).\n"
     "docs/analysis.md \"The sweep\" explains every number."
@@ -327,7 +328,8 @@ class SweepScreen(FocusRules, SearchScreen):
         ref_arm = r.arms[0]
         costs = RunCosts(float(ri["compute_ms"] or 0.0), float(ri["mgmt_ms"] or 0.0), float(ri["stall_ms"] or 0.0),
                          ri["mode"] == "overlap", lanes, ref_arm.measured_tok_s,
-                         inp.run_costs.read_mib_per_tok if inp.run_costs is not None else None)
+                         inp.run_costs.read_mib_per_tok if inp.run_costs is not None else None,
+                         float(ri["miss_ms"] or 0.0))
         inp = replace(inp, run_costs=costs)
         speed = speed_view(inp, report, machine_ram=(None, ""))
         points = tuple((a.cache_mb, a.measured_tok_s) for a in r.arms
