@@ -603,14 +603,15 @@ _ITEMS: tuple[Quantity, ...] = (
        "the page cache has to hold the model.", "Not free memory alone.", TIER_PANEL),
     # -- the tok/s model: one decode token predicted at a cache budget (tui/analysis/speed.py) -----
     _q("predict.tok_s", "tok_s", "tok/s", "tok/s", S.PREDICTED, F.RATE,
-       "1000 / (overlap: max(compute_ms, flash_ms) + mgmt_ms + stall_ms; serial: compute_ms + flash_ms + mgmt_ms)",
+       "1000 / (overlap: max(compute, flash_ms) + mgmt_ms + stall_ms; serial: compute + flash_ms + mgmt_ms), "
+       "compute = compute_ms + miss_ms x misses",
        "Decode speed the tok/s model predicts at a budget, in the run's mode (overlap or serial).",
        "Not a measured tok/s (`tok/s measured` in a sweep); not prefill.", WHATIF),
     _q("predict.serial_tok_s", "serial_tok_s", "tok/s serial", "tok/s", S.PREDICTED, F.RATE,
-       "1000 / (compute_ms + flash_ms + mgmt_ms)", "Predicted decode speed with reads and compute one after the other.",
+       "1000 / (compute + flash_ms + mgmt_ms)", "Predicted decode speed with reads and compute one after the other.",
        "Not the overlap prediction.", WHATIF),
     _q("predict.overlap_tok_s", "overlap_tok_s", "tok/s overlap", "tok/s", S.PREDICTED, F.RATE,
-       "1000 / (max(compute_ms, flash_ms) + mgmt_ms + stall_ms)",
+       "1000 / (max(compute, flash_ms) + mgmt_ms + stall_ms)",
        "Predicted decode speed with reads under compute (and the stall the run measured).",
        "Not the serial prediction.", WHATIF),
     _q("predict.flash_ms", "flash_ms", "flash wait", "ms/token", S.PREDICTED, F.MS,
