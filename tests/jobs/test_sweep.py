@@ -190,6 +190,11 @@ def test_a_failing_runtime_is_said(tmp_path, capsys) -> None:
     assert code == 1 and "no such model file" in capsys.readouterr().err
     code = main(["sweep", "-m", str(model), "--cache-mb", "1", "--order", "sideways", "-o", str(tmp_path / "x")])
     assert code == 2 and "one of interleaved, reversed, random" in capsys.readouterr().err
+    # the screen where standard output is not a terminal: refused, pointing to the text forms
+    code = main(["sweep", "-m", str(model), "--cache-mb", "1", "-o", str(tmp_path / "x")])
+    err = capsys.readouterr().err
+    assert code == 2 and "not a terminal" in err and "--once" in err
+    assert not (tmp_path / "x").exists()
 
 
 def test_a_pause_holds_the_next_run_and_a_stop_ends_the_running_child(tmp_path) -> None:

@@ -107,6 +107,13 @@ async def test_compare_and_the_whatif_open_from_the_arms(tmp_path, monkeypatch):
         assert table is not None
         assert table.rows[1].cells[-1] == "differs (2)" and table.rows[1].kind == "bad"
         assert table.rows[1].cells[2] == "1/2" and table.rows[0].cells[-1] == "same"
+        # / searches the table: the flagged arm
+        await pilot.press("slash", *"differs", "enter")
+        st = screen.query_one("#sweep-arms", SortTable)
+        assert [r.cells[0] for r in st.shown] == ["64"]
+        await pilot.press("slash", "escape", "enter")
+        await pilot_until(pilot, lambda: len(st.shown) == 3, "every arm again")
+        screen.set_focus(None)
         # c with the cursor on the first arm and nothing marked: nothing to compare
         await pilot.press("c")
         assert app.screen is screen
@@ -162,6 +169,19 @@ def test_snapshot(snap_compare, size, tmp_path, monkeypatch):
         await pilot.pause()
 
     assert snap_compare(app, terminal_size=SNAP_SIZES[size], run_before=ended)
+
+
+def test_snapshot_ascii_no_color(snap_compare, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("NO_COLOR", "1")
+    monkeypatch.setenv("BMOE_ASCII", "1")
+    app = sweep_app(synth_sweep(Path("sweep"), differs={(2, 1)}))
+
+    async def ended(pilot):
+        await pilot_until(pilot, lambda: app.main.result is not None, "the sweep read")
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=SNAP_SIZES["narrow"], run_before=ended)
 
 
 def test_snapshot_whatif_with_measured_points(snap_compare, tmp_path, monkeypatch):
