@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TypedDict
 
 from bmoe_top.tui.model.quantities import q
@@ -224,7 +225,8 @@ def sweep_table(r: SweepResult) -> Table:
                          number_key(a.predicted_tok_s), number_key(err), number_key(own), routing), kind))
     ri = r.reference_inputs
     if ri["compute_ms"] is not None:
-        note = (f"predicted from {r.reference}'s routing and read bandwidth and the reference arm's "
+        ref = "/".join(Path(r.reference or "").parts[-2:])  # the arm's run in the sweep's folder, not the whole path
+        note = (f"predicted from {ref}'s routing and read bandwidth and the reference arm's "
                 f"{ri['costs_runs']} run(s): compute {fmt(ri['compute_ms'], 1)} ms a token + "
                 f"{fmt(ri['miss_ms'], 2)} ms a miss, mgmt {fmt(ri['mgmt_ms'], 1)} ms ({ri['mode']})")
     else:

@@ -46,6 +46,7 @@ from bmoe_top.tui.screens.analysis_modals import AnalysisHelp
 from bmoe_top.tui.widgets import keymap as km
 from bmoe_top.tui.widgets.focus import FocusRules
 from bmoe_top.tui.widgets.footer import FittingFooter
+from bmoe_top.tui.widgets.lines import elide_words
 from bmoe_top.tui.widgets.palette import KIND_STYLE
 from bmoe_top.tui.widgets.panels import safe_text
 from bmoe_top.tui.widgets.search import SEARCH_KEYS, SearchBar, SearchScreen
@@ -83,8 +84,7 @@ class SweepScreen(FocusRules, SearchScreen):
     #sw-bar { height: 1; padding: 0 1; }
     #sw-status { height: auto; max-height: 2; padding: 0 1; }
     #sweep-arms { height: 1fr; }
-    #sw-notes { height: auto; max-height: 5; padding: 0 1; }
-    SweepScreen.short #sw-notes { max-height: 2; }
+    #sw-notes { height: auto; padding: 0 1; }  /* whole: the arms' table takes what is left */
     """
 
     KEYS: ClassVar[tuple[km.Key, ...]] = (
@@ -193,10 +193,18 @@ class SweepScreen(FocusRules, SearchScreen):
         return sweep_document(self.result) if self.result is not None else None
 
     def _title(self) -> Text:
+        """The model and the sweep's folder (file names shortened in their middle to fit the
+        width: :func:`~bmoe_top.tui.widgets.lines.elide_words`), the grid, then its pace when
+        there is room."""
         p = self.plan
-        t = safe_text(f"bmoe-top  sweep {Path(p.model).name} -> {p.out}  ")
-        t.append(f"{len(p.arms())} arms x {p.runs} runs", style="bold")
-        t.append(f"  {p.order}, {p.n_predict} tokens a run{', overlap' if p.overlap else ''}", style="dim")
+        width = max(20, (self.size.width or 80) - 2)
+        grid = f"  {len(p.arms())} arms x {p.runs} runs"
+        pace = f"  {p.order}, {p.n_predict} tokens a run{', overlap' if p.overlap else ''}"
+        head = elide_words(f"bmoe-top  sweep {Path(p.model).name} -> {p.out}", max(20, width - len(grid)))
+        t = safe_text(head)
+        t.append(grid, style="bold")
+        if len(head) + len(grid) + len(pace) <= width:
+            t.append(pace, style="dim")
         return t
 
     def _status(self) -> Text:
@@ -234,7 +242,13 @@ class SweepScreen(FocusRules, SearchScreen):
         self.query_one("#sw-status", Static).update(self._status())
         shown = self.shown
         if shown is not None:
-            self.query_one("#sweep-arms", SortTable).set_table(sweep_table(shown))
+            table = sweep_table(shown)
+            arms = self.query_one("#sweep-arms", SortTable)
+            if table != arms.table:  # a tick with nothing new keeps the table as drawn (its cursor, its fit)
+                # columns built anew: their widths fit these rows, not the widest cell an earlier
+                # table had ('missing' before a run ended); the kept sort comes back with them
+                arms.table = None
+                arms.set_table(table)
         self.query_one("#sw-notes", Static).update(self._notes())
 
     # --------------------------------------------------------------------------------- actions
