@@ -66,7 +66,7 @@ async def test_a_real_sweep_runs_on_the_screen_and_ends_with_the_clis_document(t
         await pilot_until(pilot, lambda: screen.progress is not None and screen.progress.done >= 1
                           and screen.progress.running is None, "the first run ended")
         done = screen.progress.done
-        await pilot.pause(0.3)
+        await pilot_until(pilot, lambda: screen.control.holding, "the sweep held between runs")
         assert screen.progress.done == done and screen.progress.running is None and screen.result is None
         await pilot.press("p")
         assert not screen.control.paused

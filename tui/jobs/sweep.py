@@ -88,6 +88,8 @@ class SweepControl:
         self._go = threading.Event()
         self._go.set()
         self._stop = threading.Event()
+        #: True while the sweep's thread waits in :meth:`wait` (paused between two runs)
+        self.holding = False
 
     def pause(self) -> None:
         self._go.clear()
@@ -109,7 +111,11 @@ class SweepControl:
 
     def wait(self) -> None:
         """Block while paused; raises SweepStopped once stopped."""
-        self._go.wait()
+        self.holding = True
+        try:
+            self._go.wait()
+        finally:
+            self.holding = False
         if self._stop.is_set():
             raise SweepStopped
 
