@@ -375,24 +375,12 @@ class Server:
                 return
             before = ext.counters()
 
-            def on_prefill(prefill_s: float, n_prompt: int) -> None:
-                m.add(prompt_tokens=n_prompt, prompt_seconds=prefill_s,
-                      n_decode=max(1, math.ceil(n_prompt / max(1, eng.n_batch))))
-                m.update(cache=ext.counters())
 
             def on_token(st, job: Job = job) -> None:
                 ext.after_token()
                 if self.csv is not None:
                     self._csv(self.csv.row, st)
-                m.add(tokens_predicted=1, tokens_predicted_seconds=st.wall_ms / 1000.0, n_decode=1, timed_tokens=1,
-                      wall_s=st.wall_ms / 1000.0, io_s=st.io_ms / 1000.0, stall_s=st.stall_ms / 1000.0,
-                      mgmt_s=st.mgmt_ms / 1000.0, compute_s=st.compute_ms / 1000.0)
-                m.update(cache=ext.counters())
-                text = job.stop.feed(st.piece)
-                if job.stop.hit is not None:
-                    job.cancel.set()  # a stop string: the engine stops before the next token
-                if job.stream:
-                    job.post("token", (text, st.token, st.step))
+                self._token_out(job, st, n_decode=1)
 
             res, err = None, None
             try:
@@ -400,7 +388,7 @@ class Server:
                 if n_predict < 0:
                     n_predict = max(0, eng.n_ctx - len(eng.tokenize(job.prompt, True)))
                 res = eng.generate(job.prompt, n_predict, clear_kv=True, on_token=on_token, cancel=job.cancel,
-                                   on_prefill=on_prefill, sampling=job.sampling)
+                                   on_prefill=self._prefill_out, sampling=job.sampling)
             except RequestError as exc:
                 err = (400, str(exc))
             except GenerationError as exc:
@@ -459,15 +447,11 @@ class Server:
         """Prefill ``job`` alone into its slot; its cache work so far is all its own."""
         from .engine import GenerationError, RequestError
 
-        eng, ext, m = self.engine, self.ext, self.metrics
+        eng, ext = self.engine, self.ext
         before = ext.counters().audit_counters()
         lv = _Live(job=job, own=dict.fromkeys(before, 0))
         live[job.slot] = lv
 
-        def on_prefill(prefill_s: float, n_prompt: int) -> None:
-            m.add(prompt_tokens=n_prompt, prompt_seconds=prefill_s,
-                  n_decode=max(1, math.ceil(n_prompt / max(1, eng.n_batch))))
-            m.update(cache=ext.counters())
 
         res, err = None, None
         try:
@@ -475,7 +459,7 @@ class Server:
             if n_predict < 0:
                 n_predict = max(0, eng.n_ctx_seq - len(eng.tokenize(job.prompt, True)))
             res = dec.start(job.slot, job.prompt, n_predict, on_token=lambda st: self._on_token(lv, st),
-                            cancel=job.cancel, on_prefill=on_prefill, sampling=job.sampling)
+                            cancel=job.cancel, on_prefill=self._prefill_out, sampling=job.sampling)
         except RequestError as exc:
             err = (400, str(exc))
         except GenerationError as exc:
@@ -490,18 +474,32 @@ class Server:
 
     def _on_token(self, lv: _Live, st: Any) -> None:
         """One generated token of a slot (on the worker thread, inside a step)."""
-        ext, m, job = self.ext, self.metrics, lv.job
+        ext, job = self.ext, lv.job
         self._step_rows.append(job.slot)
         ext.after_token()
         if self.csv is not None:
             lv.rows.append(st)
-        m.add(tokens_predicted=1, tokens_predicted_seconds=st.wall_ms / 1000.0, timed_tokens=1,
+        self._token_out(job, st, n_decode=0)  # the shared step counts its one llama_decode itself
+
+    def _prefill_out(self, prefill_s: float, n_prompt: int) -> None:
+        """A request's prompt into the metrics: its ``llama_decode`` calls are the prompt's
+        batches of ``n_batch`` tokens."""
+        self.metrics.add(prompt_tokens=n_prompt, prompt_seconds=prefill_s,
+                         n_decode=max(1, math.ceil(n_prompt / max(1, self.engine.n_batch))))
+        self.metrics.update(cache=self.ext.counters())
+
+    def _token_out(self, job: Job, st: Any, n_decode: int) -> None:
+        """A generated token into the metrics (``n_decode``: the ``llama_decode`` calls it took of
+        its own), its stop-string check (a hit ends the request before its next step) and its
+        stream event: the one path of the one-slot and the slots' workers."""
+        m = self.metrics
+        m.add(tokens_predicted=1, tokens_predicted_seconds=st.wall_ms / 1000.0, n_decode=n_decode, timed_tokens=1,
               wall_s=st.wall_ms / 1000.0, io_s=st.io_ms / 1000.0, stall_s=st.stall_ms / 1000.0,
               mgmt_s=st.mgmt_ms / 1000.0, compute_s=st.compute_ms / 1000.0)
-        m.update(cache=ext.counters())
+        m.update(cache=self.ext.counters())
         text = job.stop.feed(st.piece)
         if job.stop.hit is not None:
-            job.cancel.set()  # a stop string: the slot ends before the next step
+            job.cancel.set()
         if job.stream:
             job.post("token", (text, st.token, st.step))
 
