@@ -11,18 +11,16 @@ from pathlib import Path
 
 from helpers import synth
 from helpers.pagecache import private_model
+from helpers.screen_cases import SCREENS
 from helpers.scripted_prometheus import ScriptedPrometheus
 from helpers.waits import pilot_until
 from textual.widgets import TabbedContent
 
 from bmoe_top.parsers.recording import load_recording, memory_entries
-from bmoe_top.tui.analysis.compare import compare
 from bmoe_top.tui.app import BmoeTopApp
 from bmoe_top.tui.feed.files import open_paths
-from bmoe_top.tui.jobs import compare as J
 from bmoe_top.tui.jobs.whatif import analyse_input, load_whatif
 from bmoe_top.tui.screens.attach_memory import MemoryPanel, MemoryScreen
-from bmoe_top.tui.screens.compare import compare_app
 from bmoe_top.tui.screens.fleet import FleetScreen
 from bmoe_top.tui.screens.replay import ReplayScreen
 from bmoe_top.tui.screens.whatif import whatif_app
@@ -124,13 +122,7 @@ async def test_whatif_table_filter_counts_rows_and_n_moves_the_cursor(tmp_path: 
 
 
 async def test_compare_search_from_every_focus_returns_the_focus(tmp_path: Path):
-    files = []
-    for i in range(2):
-        p = tmp_path / f"r{i}.csv"
-        p.write_bytes(synth.token_csv(50 + 5 * i, seed=20 + i))
-        files.append(str(p))
-    loaded = J.load_arms(J.parse_arms(files, []))
-    app = compare_app(loaded, compare(J.arm_inputs(loaded)), "compare")
+    app, _end, _done = SCREENS["compare"](tmp_path)
     async with app.run_test(size=SIZE) as pilot:
         screen = app.screen
         table = screen.query_one("#summary-table", SortTable)
