@@ -245,9 +245,6 @@ class SweepScreen(FocusRules, SearchScreen):
             table = sweep_table(shown)
             arms = self.query_one("#sweep-arms", SortTable)
             if table != arms.table:  # a tick with nothing new keeps the table as drawn (its cursor, its fit)
-                # columns built anew: their widths fit these rows, not the widest cell an earlier
-                # table had ('missing' before a run ended); the kept sort comes back with them
-                arms.table = None
                 arms.set_table(table)
         self.query_one("#sw-notes", Static).update(self._notes())
 

@@ -132,6 +132,8 @@ class SortTable(Vertical):
                 dt.add_column(Text(label, justify="right" if c.numeric else "left", end=""), key=c.key)
         else:
             dt.clear()
+            for col in dt.columns.values():  # DataTable's auto widths only grow: fit the rows shown now
+                col.content_width = col.label.cell_len
         self.shown_cols, self.shown_labels = shown, labels
         self.hidden = [c.label for i, c in enumerate(t.columns) if i not in shown]
         for r in rows:
