@@ -244,6 +244,62 @@ def test_layer_curves_are_per_layer_lru() -> None:
     assert eq.decode_hits[0] == sum(lc.hits[il, min(6, share // s)] for il, s in enumerate([2, 3, 2]))
 
 
+def test_evictions_by_hand() -> None:
+    # one layer of four 1-byte experts, one a token: 0 1 2 0 3 1. Two bytes: 2 evicts 0, 0 evicts
+    # 1, 3 evicts 2, 1 evicts 0; three bytes: 0 hits, 3 evicts 1, 1 evicts 2; four hold them all
+    lk = from_routing(np.array([0, 1, 2, 0, 3, 1]).reshape(6, 1, 1), [1], 4)
+    assert C.token_evictions(lk, 2).tolist() == [0, 0, 1, 1, 1, 1]
+    assert C.token_evictions(lk, 3).tolist() == [0, 0, 0, 0, 1, 1]
+    assert C.token_evictions(lk, 4).tolist() == [0] * 6 and C.token_evictions(lk, 0).tolist() == [0] * 6
+    curve = C.lru_curve(lk, [0, 2, 3, 4])
+    ev = C.decode_evictions(lk, curve.budgets_mib, curve.decode_hit_pct)
+    assert ev * 6 == pytest.approx([0, 4, 2, 0])
+    # a prompt that fills the cache: every decode miss evicts
+    pre = from_routing(np.array([0, 1]).reshape(2, 1, 1), [1], 4, prefill_routing=np.array([2, 3]).reshape(2, 1, 1))
+    assert C.token_evictions(pre, 2).tolist() == [1, 1]
+    with pytest.raises(ValueError, match="budgets"):
+        C.decode_evictions(lk, [1.0, 2.0], [50.0])
+
+
+def _reference_evictions(lk: Lookups, budget: int) -> np.ndarray:
+    """Experts evicted in each decode token by bmoe-run's LRU rules written out plainly."""
+    out = np.zeros(lk.n_decode_tokens)
+    lru: dict[int, None] = {}
+    bf = lk.batch_first().tolist()
+    for b in range(lk.n_batches):
+        routed = lk.item[bf[b]:bf[b + 1]].tolist()
+        missing = [x for x in dict.fromkeys(routed) if x not in lru]
+        for x in routed:
+            if x in lru:
+                lru.pop(x)
+                lru[x] = None
+        room = budget - len(lru) - len(missing)
+        for key in list(lru):
+            if room >= 0:
+                break
+            if key not in routed:
+                del lru[key]
+                room += 1
+                if lk.decode[bf[b]]:
+                    out[lk.token[bf[b]]] += 1
+        lru.update(dict.fromkeys(missing))
+    return out
+
+
+@SETTINGS
+@given(traces())
+def test_evictions_equal_a_plain_replay_with_one_expert_size(lk: Lookups) -> None:
+    one = Lookups(lk.item, lk.batch, lk.decode, lk.token, lk.recorded_hit, np.ones_like(lk.item_bytes), lk.n_layer,
+                  lk.n_expert, lk.top_k, lk.n_decode_tokens)
+    budgets = np.arange(one.n_expert, one.bank_bytes + 2)  # a layer's batch always fits
+    curve = C.lru_curve(one, budgets)
+    per_token = C.decode_evictions(one, curve.budgets_mib, curve.decode_hit_pct)
+    for j, b in enumerate(budgets.tolist()):
+        ev = C.token_evictions(one, b)
+        assert np.array_equal(ev, _reference_evictions(one, b)), f"budget {b}"
+        assert per_token[j] * one.n_decode_tokens == pytest.approx(ev.sum())
+
+
 def test_budgets_are_checked() -> None:
     rng = np.random.default_rng(0)
     lk = random_lookups(rng)

@@ -36,7 +36,8 @@ from .lookups import Lookups, profile_fill
 __all__ = ["Curve", "LruState", "POLICIES", "dense_budgets", "sweep_budgets", "lru_curve", "lru_hit_flags",
            "replay_lru", "policy_curve", "policy_curves", "plan_policy_curves", "plan_layer_curves", "Plan",
            "run_tasks", "workers", "static_curve", "static_ranking", "layer_curves",
-           "lru_profile_curve", "compulsory_decode_misses", "strp_from_lookups", "MIB"]
+           "lru_profile_curve", "compulsory_decode_misses", "decode_evictions", "token_evictions", "strp_from_lookups",
+           "MIB"]
 
 MIB = 1024 * 1024
 I64 = npt.NDArray[np.int64]
@@ -590,6 +591,58 @@ def compulsory_decode_misses(lk: Lookups) -> int:
     """Decode lookups of experts never looked up before (no cache can hit them): the
     compulsory-miss ceiling is ``100 * (1 - this / decode lookups)`` %."""
     return int(K.compulsory_decode(lk.item, lk.decode, lk.n_items))
+
+
+def _first_touches(lk: Lookups) -> tuple[I64, I64]:
+    """(lookup index of each item's first lookup, ascending; the bytes of those first lookups
+    added up in that order): what a cache holds before it first has to evict."""
+    _, first = np.unique(lk.item, return_index=True)
+    pos = np.sort(first).astype(np.int64)
+    return pos, np.cumsum(lk.item_bytes[lk.item[pos]]).astype(np.int64)
+
+
+def _fill(pos: I64, cum: I64, budget: int) -> int:
+    """How many first lookups find room at ``budget`` bytes: the cache is full from the next one on."""
+    return int(np.searchsorted(cum, budget, side="right"))
+
+
+def decode_evictions(lk: Lookups, budgets_mib: npt.ArrayLike, decode_hit_pct: npt.ArrayLike) -> F64:
+    """Decode misses that evict, per decode token, at each budget of a curve (``budgets_mib``
+    and its ``decode_hit_pct``, float [n_budgets]): a cache that keeps what it reads until it is
+    full misses only on first lookups until the first lookups' bytes pass the budget, and every
+    miss after that point evicts (docs/analysis.md "Predicted speed"). A budget <= 0 (no cache)
+    evicts nothing. NaN without decode tokens."""
+    b = np.asarray(budgets_mib, dtype=np.float64).reshape(-1)
+    hit = np.asarray(decode_hit_pct, dtype=np.float64).reshape(-1)
+    if b.shape != hit.shape:
+        raise ValueError(f"{b.shape[0]} budgets for {hit.shape[0]} hit rates")
+    if lk.n_decode_tokens == 0:
+        return np.full(b.shape[0], np.nan)
+    pos, cum = _first_touches(lk)
+    dec_first = np.concatenate(([0], np.cumsum(lk.decode[pos]))).astype(np.int64)
+    misses = lk.n_decode_lookups * (1.0 - hit / 100.0)
+    out = np.zeros(b.shape[0])
+    for j, mib in enumerate(b):
+        if mib > 0:
+            room = dec_first[_fill(pos, cum, int(round(mib * MIB)))]
+            out[j] = max(0.0, misses[j] - room) / lk.n_decode_tokens
+    return out
+
+
+def token_evictions(lk: Lookups, budget: int) -> F64:
+    """float [n_decode_tokens]: the decode misses that evict in each decode token (ordinal order)
+    at ``budget`` bytes of the runtime's LRU: its misses (:func:`lru_hit_flags`) from the first
+    lookup that finds the cache full (:func:`decode_evictions`) on; all 0 at a budget <= 0."""
+    out = np.zeros(lk.n_decode_tokens)
+    if budget <= 0 or lk.n == 0:
+        return out
+    pos, cum = _first_touches(lk)
+    k = _fill(pos, cum, budget)
+    if k >= pos.shape[0]:
+        return out
+    miss = lru_hit_flags(lk, [budget])[:, 0] == 0
+    evict = miss & lk.decode & (np.arange(lk.n) >= pos[k])
+    return np.bincount(lk.token[evict], minlength=lk.n_decode_tokens).astype(np.float64)
 
 
 def strp_from_lookups(lk: Lookups, slots: int = 0) -> StrpProfile:
