@@ -1,6 +1,7 @@
 """The tok/s model (tui/analysis/speed.py): hand-computed cases of each formula, and properties
-that hold for every input (faster reads, more hits and less compute are never slower; overlap is
-never slower than serial without a stall; plain mmap's readahead only costs)."""
+that hold for every input (faster reads, more hits and less compute are never slower, more
+evictions never faster; overlap is never slower than serial without a stall; plain mmap's
+readahead only costs)."""
 
 from __future__ import annotations
 
@@ -52,6 +53,30 @@ def test_the_compute_a_miss_adds_by_hand():
     assert mmap_prediction(b, h, c, mem).compute_ms == 50.0
     with pytest.raises(ValueError):
         TokenCosts(compute_ms=50.0, mgmt_ms=5.0, lookups=384, miss_bytes=MIB, read_mb_s=1000.0, miss_ms=-1.0)
+
+
+def test_the_mgmt_an_eviction_adds_by_hand():
+    # 0.06 ms of mgmt an evicting miss on a 0.1 ms base: 25 evictions a token make 1.6 ms
+    c = replace(COSTS, mgmt_ms=0.1, evict_ms=0.06)
+    p = predict(1000.0, 0.75, c, evictions=25.0)
+    assert p.mgmt_ms == pytest.approx(1.6)
+    assert p.serial_ms == pytest.approx(50 + 100.663296 + 1.6) and p.overlap_ms == pytest.approx(100.663296 + 1.6 + 2)
+    # a budget whose misses find room (no eviction): the base alone; without evict_ms the
+    # run's whole mgmt at every budget
+    assert predict(1000.0, 0.75, c).mgmt_ms == 0.1 and predict(1000.0, 0.75, COSTS, evictions=25.0).mgmt_ms == 5.0
+    # two levels: the expert cache's own evictions; plain mmap has no expert cache to evict from
+    b, h = [1000.0, 2000.0, 4000.0, 8000.0], [0.5, 0.7, 0.8, 0.9]
+    mem = Memory(ram=6000 * MIB, dense=500 * MIB, runtime=500 * MIB)
+    assert two_level_prediction(b, h, 1000.0, c, mem, 10.0).mgmt_ms == pytest.approx(0.7)
+    assert mmap_prediction(b, h, c, mem).mgmt_ms == 0.1
+    r = sizing_report(b, h, c, evictions=[30.0, 10.0, 1.0, 0.0])
+    assert [p.mgmt_ms for p in r.points] == pytest.approx([1.9, 0.7, 0.16, 0.1])
+    with pytest.raises(ValueError, match="eviction counts"):
+        sizing_report(b, h, c, evictions=[1.0])
+    with pytest.raises(ValueError, match="evictions"):
+        predict(1000.0, 0.75, c, evictions=-1.0)
+    with pytest.raises(ValueError, match="evict_ms"):
+        replace(COSTS, evict_ms=math.inf)
 
 
 def test_the_curve_is_read_by_straight_lines_from_zero():
@@ -122,8 +147,9 @@ def test_a_larger_expert_cache_that_starves_the_page_cache_is_slower():
 
 costs_st = st.builds(TokenCosts, compute_ms=st.floats(0, 1e3), mgmt_ms=st.floats(0, 1e2), lookups=st.floats(1, 1e4),
                      miss_bytes=st.floats(1e3, 1e8), read_mb_s=st.floats(1, 1e5), stall_ms=st.floats(0, 1e2),
-                     miss_ms=st.floats(0, 10))
+                     miss_ms=st.floats(0, 10), evict_ms=st.floats(0, 10))
 hit_st = st.floats(0, 1)
+evictions_st = st.floats(0, 1e4)
 
 
 @given(costs_st, hit_st, st.floats(1.01, 100))
@@ -138,6 +164,13 @@ def test_more_hits_are_never_slower(c, h1, h2):
     lo, hi = sorted((h1, h2))
     assert predict(1, hi, c).serial_ms <= predict(1, lo, c).serial_ms * (1 + 1e-12)
     assert predict(1, hi, c).overlap_ms <= predict(1, lo, c).overlap_ms * (1 + 1e-12)
+
+
+@given(costs_st, hit_st, evictions_st, evictions_st)
+def test_more_evictions_are_never_faster(c, h, e1, e2):
+    lo, hi = sorted((e1, e2))
+    assert predict(1, h, c, evictions=hi).serial_ms >= predict(1, h, c, evictions=lo).serial_ms * (1 - 1e-12)
+    assert predict(1, h, c, evictions=hi).overlap_ms >= predict(1, h, c, evictions=lo).overlap_ms * (1 - 1e-12)
 
 
 @given(costs_st, hit_st)

@@ -72,18 +72,52 @@ def test_reference_costs_by_hand() -> None:
 
     def run(base: float, per_miss: float, noise: float = 0.0) -> MeasuredRun:
         compute = base + per_miss * misses + noise * np.array([1, -1, 0, 1, -1, 0])
-        return MeasuredRun(RunCosts(float(compute.mean()), 5.0, 0.0, False, 1, 1.0), compute, misses * 0.5)
+        return MeasuredRun(RunCosts(float(compute.mean()), 5.0, 0.0, False, 1, 1.0), compute, misses * 0.5,
+                           np.full(6, 5.0))
 
     c = reference_costs([run(100.0, 20.0), run(100.0, 20.0, noise=3.0), run(300.0, 60.0)], miss)
     assert c.miss_ms == pytest.approx(20.0) and c.compute_ms == pytest.approx(100.0)
     assert (c.mgmt_ms, c.stall_ms, c.overlap, c.lanes, c.measured_tok_s) == (5.0, 0.0, False, 1, None)
     # every token missed alike (a budget below T): no slope; the median of the runs' compute
-    flat = [MeasuredRun(RunCosts(v, 5.0, 0.0, False, 1, 1.0), np.full(6, v), np.full(6, 2.0))
+    flat = [MeasuredRun(RunCosts(v, 5.0, 0.0, False, 1, 1.0), np.full(6, v), np.full(6, 2.0), np.full(6, 5.0))
             for v in (430.0, 2350.0, 520.0)]
     c = reference_costs(flat, miss)
     assert (c.compute_ms, c.miss_ms) == (520.0, 0.0)
     with pytest.raises(ValueError):
         reference_costs([], miss)
+
+
+def test_the_mgmt_an_eviction_adds_by_hand() -> None:
+    """The mgmt of a token with no eviction is the median over the reference tokens that evict
+    nothing, the mgmt an eviction adds the median of (mgmt - that) / evictions over those that
+    do; the median over the runs, so a run under load (three times the mgmt) moves neither."""
+    miss = 0.5 * MIB
+    ev = np.array([0.0, 0.0, 0.0, 2.0, 4.0, 8.0, 1.0, 3.0])
+
+    def run(base: float, per_evict: float, spike: float = 0.0) -> MeasuredRun:
+        mgmt = base + per_evict * ev
+        mgmt[5] += spike  # one token met a load spike
+        n = ev.shape[0]
+        return MeasuredRun(RunCosts(4.0, float(mgmt.mean()), 0.0, False, 1, 1.0), np.full(n, 4.0), np.full(n, 1.0),
+                           mgmt)
+
+    c = reference_costs([run(0.1, 0.06), run(0.1, 0.06, spike=5.0), run(0.3, 0.18)], miss, ev)
+    assert c.evict_ms == pytest.approx(0.06) and c.mgmt_ms == pytest.approx(0.1)
+    # every token evicts (a budget far below the bank): no token tells the base, counted as 0;
+    # 1.5 ms a token at 25 evictions is 0.06 ms an eviction
+    all_ev = np.array([25.0, 22.0, 28.0, 25.0, 31.0])
+    every = MeasuredRun(RunCosts(4.0, 1.5, 0.0, False, 1, 1.0), np.full(5, 4.0), np.full(5, 1.0), 0.06 * all_ev)
+    c = reference_costs([every], miss, all_ev)
+    assert c.mgmt_ms == 0.0 and c.evict_ms == pytest.approx(0.06)
+    # no eviction known (evictions not given, too few evicting tokens, or rows that are not the
+    # replay's tokens one to one): the median of the runs' summaries, at every budget
+    assert (reference_costs([every], miss).mgmt_ms, reference_costs([every], miss).evict_ms) == (1.5, 0.0)
+    few = np.array([0.0, 0.0, 0.0, 2.0, 4.0])
+    assert reference_costs([every], miss, few).evict_ms == 0.0
+    assert reference_costs([every], miss, all_ev[:4]) == reference_costs([every], miss)
+    # mgmt not in the rows (NaN: not reported) leaves those tokens out
+    blind = MeasuredRun(every.costs, every.compute_ms, every.read_mib, np.full(5, np.nan))
+    assert reference_costs([blind], miss, all_ev).evict_ms == 0.0
 
 
 def sweep(capsys, out: Path, model: Path, *more: str) -> tuple[int, str, str]:
@@ -132,8 +166,11 @@ def test_a_real_sweep_on_the_tiny_model(tmp_path, capsys) -> None:
     # the prediction's costs: the reference arm's runs (both rounds), not one run's
     costs = [run_costs(open_paths([str(Path(r["dir"]) / "run.csv")])) for r in doc["arms"][0]["runs"]]
     ri = doc["reference_inputs"]
-    assert ri["costs_runs"] == 2 and ri["miss_ms"] >= 0
-    assert ri["mgmt_ms"] == pytest.approx(statistics.median(c.mgmt_ms for c in costs))
+    assert ri["costs_runs"] == 2 and ri["miss_ms"] >= 0 and ri["evict_ms"] >= 0
+    if ri["evict_ms"] == 0:
+        assert ri["mgmt_ms"] == pytest.approx(statistics.median(c.mgmt_ms for c in costs))
+    else:  # a token's mgmt with no eviction: less than the reference arm's, which evicts
+        assert 0 <= ri["mgmt_ms"] <= max(c.mgmt_ms for c in costs)
     if ri["miss_ms"] == 0:
         assert ri["compute_ms"] == pytest.approx(statistics.median(c.compute_ms for c in costs))
     # the spread: (largest - smallest) / median of the arm's runs
@@ -146,7 +183,7 @@ def test_a_real_sweep_on_the_tiny_model(tmp_path, capsys) -> None:
                 "arms.*.runs.*.own_costs_tok_s", "arms.*.runs.*.own_costs_error_pct", "arms.*.own_costs_error_pct",
                 "own_costs_median_abs_error_pct", "own_costs_max_abs_error_pct", "reference_inputs.compute_ms",
                 "reference_inputs.mgmt_ms", "reference_inputs.read_mb_s_per_lane",
-                "reference_inputs.miss_ms"]
+                "reference_inputs.miss_ms", "reference_inputs.evict_ms"]
     check_golden(GOLDEN / "sweep_cli.json", masked(doc, {str(tmp_path): "<tmp>", str(model): "<model>"}, volatile))
 
     # resumable: a second call runs nothing again

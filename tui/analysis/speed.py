@@ -8,13 +8,19 @@ Per decode token, with ``h`` the hit rate at budget ``B``::
     misses   = lookups x (1 - h)
     flash_ms = misses x miss_bytes / (read_mb_s x 10^6) x 1000
     compute  = compute_ms + miss_ms x lookups x (1 - h_B)
-    serial   = compute + flash_ms + mgmt_ms
-    overlap  = max(compute, flash_ms) + mgmt_ms + stall_ms
+    mgmt     = mgmt_ms + evict_ms x evictions
+    serial   = compute + flash_ms + mgmt
+    overlap  = max(compute, flash_ms) + mgmt + stall_ms
     tok/s    = 1000 / (s/token in ms)
 
 ``miss_ms`` is the compute time an expert-cache miss adds besides its read and mgmt (the runtime
 leaving its native path for the miss, the copy in), ``h_B`` the expert cache's own hit at ``B``:
 0 unless measured (``bmoe-top sweep`` fits it on the reference arm), and 0 for plain mmap.
+``evictions`` the expert cache's misses per token that evict at ``B`` (a cache evicts only once
+full: tui/analysis/cachesim.py ``decode_evictions``), ``evict_ms`` the mgmt one of them costs (the
+runtime moves the evicted expert's pages into the missed one): 0 unless measured (``bmoe-top
+sweep``), ``mgmt_ms`` then the whole mgmt of a token at every budget; no eviction term for plain
+mmap (the page cache's evictions are the kernel's).
 
 Two levels: the page cache holds ``P = ram - dense - runtime - B`` bytes; a miss of the expert
 cache that the page cache holds costs no read. Both are LRU-like and the page cache keeps a copy
@@ -46,7 +52,8 @@ class TokenCosts:
     per miss (one expert of one layer, every tensor); ``read_mb_s``: read bandwidth at the slice
     size and queue depth the runtime uses (10^6 bytes/s; ``bmoe-top probe``); ``miss_ms``: the
     compute one expert-cache miss adds besides its read and mgmt (ms; 0: not known), so
-    ``compute_ms`` is then a token's compute with no miss."""
+    ``compute_ms`` is then a token's compute with no miss; ``evict_ms``: the mgmt one evicting
+    miss adds (ms; 0: not known), so ``mgmt_ms`` is then a token's mgmt with no eviction."""
 
     compute_ms: float
     mgmt_ms: float
@@ -55,9 +62,10 @@ class TokenCosts:
     read_mb_s: float
     stall_ms: float = 0.0
     miss_ms: float = 0.0
+    evict_ms: float = 0.0
 
     def __post_init__(self) -> None:
-        for name in ("compute_ms", "mgmt_ms", "lookups", "miss_bytes", "stall_ms", "miss_ms"):
+        for name in ("compute_ms", "mgmt_ms", "lookups", "miss_bytes", "stall_ms", "miss_ms", "evict_ms"):
             v = getattr(self, name)
             if not (math.isfinite(v) and v >= 0):
                 raise ValueError(f"{name} must be a finite number >= 0, not {v!r}")
@@ -133,29 +141,35 @@ def hit_at(budgets_mib: Sequence[float], hits: Sequence[float], mib: float) -> f
 
 
 def predict(budget_mib: float, hit: float, costs: TokenCosts, *, miss_bytes: float | None = None,
-            fits: bool = True, cache_hit: float | None = None) -> Prediction:
+            fits: bool = True, cache_hit: float | None = None, evictions: float = 0.0) -> Prediction:
     """The decode token at ``hit`` (0..1): the formula of the module's docstring. ``miss_bytes``
     overrides what a miss reads (plain mmap's readahead-sized reads); ``cache_hit`` the expert
-    cache's own hit when ``hit`` counts a second level too (default ``hit``)."""
+    cache's own hit when ``hit`` counts a second level too (default ``hit``); ``evictions`` the
+    expert cache's evicting misses per token (>= 0). Raises ValueError for a hit outside 0..1 or
+    evictions that are negative or not finite."""
     if not 0.0 <= hit <= 1.0:
         raise ValueError(f"hit must be 0..1, not {hit!r}")
+    if not (math.isfinite(evictions) and evictions >= 0):
+        raise ValueError(f"evictions must be a finite number >= 0, not {evictions!r}")
     per_miss = costs.miss_bytes if miss_bytes is None else miss_bytes
     flash_ms = costs.lookups * (1.0 - hit) * per_miss / (costs.read_mb_s * 1e6) * 1e3
     own = hit if cache_hit is None else cache_hit
     compute = costs.compute_ms + costs.miss_ms * costs.lookups * (1.0 - own)
-    serial = compute + flash_ms + costs.mgmt_ms
-    overlap = max(compute, flash_ms) + costs.mgmt_ms + costs.stall_ms
-    return Prediction(budget_mib, hit, compute, flash_ms, costs.mgmt_ms, costs.stall_ms, serial, overlap, fits)
+    mgmt = costs.mgmt_ms + costs.evict_ms * evictions
+    serial = compute + flash_ms + mgmt
+    overlap = max(compute, flash_ms) + mgmt + costs.stall_ms
+    return Prediction(budget_mib, hit, compute, flash_ms, mgmt, costs.stall_ms, serial, overlap, fits)
 
 
 def two_level_prediction(budgets_mib: Sequence[float], hits: Sequence[float], budget_mib: float,
-                         costs: TokenCosts, memory: Memory) -> Prediction:
+                         costs: TokenCosts, memory: Memory, evictions: float = 0.0) -> Prediction:
     """An expert cache of ``budget_mib`` read through the page cache that the rest of
-    ``memory`` leaves: ``h(max(B, P))`` avoids a read (module docstring)."""
+    ``memory`` leaves: ``h(max(B, P))`` avoids a read (module docstring); ``evictions`` the
+    expert cache's own evicting misses per token."""
     page = memory.page_cache(budget_mib * MIB)
     reach = max(budget_mib, page / MIB)
     return predict(budget_mib, hit_at(budgets_mib, hits, reach), costs, fits=page >= 0,
-                   cache_hit=hit_at(budgets_mib, hits, budget_mib))
+                   cache_hit=hit_at(budgets_mib, hits, budget_mib), evictions=evictions)
 
 
 def mmap_prediction(budgets_mib: Sequence[float], hits: Sequence[float], costs: TokenCosts,
@@ -166,7 +180,8 @@ def mmap_prediction(budgets_mib: Sequence[float], hits: Sequence[float], costs: 
         else costs.miss_bytes
     page = memory.page_cache(0.0)
     useful = max(0.0, page) * (costs.miss_bytes / read if read > 0 else 1.0)
-    return predict(0.0, hit_at(budgets_mib, hits, useful / MIB), replace(costs, miss_ms=0.0), miss_bytes=read,
+    return predict(0.0, hit_at(budgets_mib, hits, useful / MIB), replace(costs, miss_ms=0.0, evict_ms=0.0),
+                   miss_bytes=read,
                    fits=page >= 0)
 
 
@@ -193,17 +208,21 @@ class SizingReport:
 
 def sizing_report(budgets_mib: Sequence[float], hits: Sequence[float], costs: TokenCosts, *,
                   memory: Memory | None = None, overlap: bool = False, knee_share: float = 0.05,
-                  demand_bytes: float | None = None) -> SizingReport:
+                  demand_bytes: float | None = None, evictions: Sequence[float] | None = None) -> SizingReport:
     """Predict every budget of a hit-rate curve (``budgets_mib`` ascending, ``hits`` 0..1).
     With ``memory`` the expert cache reads through the page cache (two levels) and plain mmap
     is predicted beside it; without, one level (O_DIRECT). ``overlap``: the overlap totals rank
     the budgets, else the serial ones. ``demand_bytes``: distinct expert bytes a token needs
-    (default ``lookups x miss_bytes``). Raises ValueError for an empty curve."""
+    (default ``lookups x miss_bytes``). ``evictions``: evicting misses per token at each budget
+    (default none). Raises ValueError for an empty curve or evictions not one a budget."""
+    ev = [0.0] * len(budgets_mib) if evictions is None else list(evictions)
+    if len(ev) != len(budgets_mib):
+        raise ValueError(f"{len(ev)} eviction counts for {len(budgets_mib)} budgets")
     if memory is None:
-        points = [predict(b, hit_at(budgets_mib, hits, b), costs) for b in budgets_mib]
+        points = [predict(b, hit_at(budgets_mib, hits, b), costs, evictions=e) for b, e in zip(budgets_mib, ev)]
         mmap = None
     else:
-        points = [two_level_prediction(budgets_mib, hits, b, costs, memory) for b in budgets_mib]
+        points = [two_level_prediction(budgets_mib, hits, b, costs, memory, e) for b, e in zip(budgets_mib, ev)]
         mmap = mmap_prediction(budgets_mib, hits, costs, memory)
     fitting = [p for p in points if p.fits] or points
     speed = [p.tok_s(overlap) for p in fitting]

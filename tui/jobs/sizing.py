@@ -4,7 +4,9 @@
 
 Where each input comes from, first found wins:
 
-- costs per token (compute, mgmt, stall, the mode, the lanes): the run's summary and header;
+- costs per token (compute, mgmt, stall, the mode, the lanes): the run's summary and header (its
+  mgmt at every budget; costs with a fitted ``evict_ms``, a sweep's, add it per evicting miss of
+  each policy's curve, :func:`~bmoe_top.tui.analysis.cachesim.decode_evictions`);
 - read bandwidth (all lanes together): ``--bandwidth MB/s``; the run's own read MiB over its
   flash time times its lanes; the ``[probe]`` section ``bmoe-top probe --remember`` wrote
   (O_DIRECT at the run's lanes as queue depth, else buffered);
@@ -26,6 +28,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from bmoe_top.tui.analysis.cachesim import decode_evictions
 from bmoe_top.tui.analysis.speed import MIB, Memory, Prediction, TokenCosts, hit_at, predict, sizing_report
 from bmoe_top.tui.present.whatif import RunCosts, SpeedInputs, SpeedView, WhatIfInput
 from bmoe_top.tui.settings import ProbeSettings
@@ -70,7 +73,7 @@ def probe_bandwidth(probe: ProbeSettings, lanes: int) -> tuple[float | None, str
 def token_costs(costs: RunCosts, lookups: float, miss_bytes: float, read_mb_s: float) -> TokenCosts:
     """The tok/s model's costs of a run: its measured parts, the trace's demand, a bandwidth."""
     return TokenCosts(compute_ms=costs.compute_ms, mgmt_ms=costs.mgmt_ms, lookups=lookups, miss_bytes=miss_bytes,
-                      read_mb_s=read_mb_s, stall_ms=costs.stall_ms, miss_ms=costs.miss_ms)
+                      read_mb_s=read_mb_s, stall_ms=costs.stall_ms, miss_ms=costs.miss_ms, evict_ms=costs.evict_ms)
 
 
 def _bandwidth(inp: WhatIfInput, costs: RunCosts | None, flag: float | None,
@@ -136,12 +139,17 @@ def speed_view(inp: WhatIfInput, report: WhatIf, *, ram: float | None = None, ba
         if wanted is not None and c.policy not in wanted:
             continue
         hits = policy_hits(c, lookups, miss_bytes)
-        reports[c.policy] = sizing_report(c.budgets_mib, hits, tc, memory=memory, overlap=costs.overlap)
+        ev = decode_evictions(inp.lookups, c.budgets_mib, c.decode_hit_pct).tolist() if costs.evict_ms > 0 else None
+        reports[c.policy] = sizing_report(c.budgets_mib, hits, tc, memory=memory, overlap=costs.overlap, evictions=ev)
     at_run: Prediction | None = None
     lru = next((c for c in report.curves if c.policy == "lru"), None)
     if report.run_budget_mib is not None and lru is not None:
         h = hit_at(lru.budgets_mib, policy_hits(lru, lookups, miss_bytes), report.run_budget_mib)
-        at_run = predict(report.run_budget_mib, h, tc)
+        at_ev = 0.0
+        if costs.evict_ms > 0:
+            dh = hit_at(lru.budgets_mib, [x / 100.0 for x in lru.decode_hit_pct], report.run_budget_mib)
+            at_ev = float(decode_evictions(inp.lookups, [report.run_budget_mib], [100.0 * dh])[0])
+        at_run = predict(report.run_budget_mib, h, tc, evictions=at_ev)
     return SpeedView(inputs, reports, 2 if memory is not None else 1, at_run, TOLERANCE)
 
 

@@ -10,10 +10,11 @@ own process group, always reaped; its folder ``OUT/c<MiB>-l<lanes>/run<N>/`` hol
 
 The prediction: the reference run is round 1 of the first budget and the first lane count given;
 its routing is replayed through the LRU at every budget (tui/jobs/whatif.py) and turned into
-tok/s with its read bandwidth per lane times the arm's lanes and the reference arm's costs over
-all its rounds (:func:`reference_costs`: the compute a miss adds, fitted on its tokens, and the
-medians of the rest; one run's compute swings with the machine's load, the median of the rounds
-does not follow one of them) (tui/jobs/sizing.py). A run whose decode routing is not the
+tok/s with its read bandwidth per lane times the arm's lanes, the misses that evict at the arm's
+budget, and the reference arm's costs over all its rounds (:func:`reference_costs`: the compute a
+miss adds and the mgmt an eviction adds, fitted on its tokens, and the medians of the rest; one
+run's compute swings with the machine's load, the median of the rounds does not follow one of
+them) (tui/jobs/sizing.py). A run whose decode routing is not the
 reference's (another workload) is flagged and left out of its arm's median and of the reference
 costs. No Textual.
 
@@ -46,6 +47,7 @@ import numpy as np
 import numpy.typing as npt
 
 from bmoe_top.outfile import OutputFileError, write_atomic
+from bmoe_top.tui.analysis.cachesim import decode_evictions, token_evictions
 from bmoe_top.tui.analysis.speed import MIB, Prediction, hit_at, predict
 from bmoe_top.tui.jobs.sizing import demand, policy_hits, token_costs
 from bmoe_top.tui.jobs.whatif import WhatIfError, analyse_input, load_whatif, run_costs, summary_number
@@ -198,8 +200,8 @@ def _measured(d: Path) -> tuple[float | None, str, MeasuredRun | None]:
     with run.lock:
         n = run.tokens.n
         cols = [np.array(run.tokens.view(c, 0, n), dtype=np.float64) if run.tokens.has(c) else np.full(n, np.nan)
-                for c in ("compute_ms", "read_mib")]
-    return v, "", MeasuredRun(costs, cols[0], cols[1])
+                for c in ("compute_ms", "read_mib", "mgmt_ms")]
+    return v, "", MeasuredRun(costs, cols[0], cols[1], cols[2])
 
 
 def _routing_key(d: Path) -> str | None:
@@ -276,16 +278,39 @@ MIN_FIT_TOKENS = 4
 @dataclass(frozen=True)
 class MeasuredRun:
     """What :func:`reference_costs` takes from one run: its summary's ``costs``, and per decode
-    token (the CSV's rows) its ``compute_ms`` and ``read_mib``, float [n] (NaN: not reported)."""
+    token (the CSV's rows) its ``compute_ms``, ``read_mib`` and ``mgmt_ms``, float [n] (NaN: not
+    reported)."""
 
     costs: RunCosts
     compute_ms: npt.NDArray[np.float64]
     read_mib: npt.NDArray[np.float64]
+    mgmt_ms: npt.NDArray[np.float64]
 
 
-def reference_costs(runs: Sequence[MeasuredRun], miss_bytes: float) -> RunCosts:
+def _evict_fit(r: MeasuredRun, evictions: npt.NDArray[np.float64]) -> tuple[float, float] | None:
+    """(mgmt of a token with no eviction, mgmt one eviction adds) of one run: the median mgmt of
+    its tokens with no eviction (0 when every token evicts), and the median over its evicting
+    tokens of their mgmt above that over their evictions (the Theil-Sen slope of a line through
+    that base); None when its rows are not the replay's tokens one to one or fewer than
+    :data:`MIN_FIT_TOKENS` of them evict."""
+    if r.mgmt_ms.shape != evictions.shape:
+        return None
+    ok = np.isfinite(r.mgmt_ms)
+    y, x = r.mgmt_ms[ok], evictions[ok]
+    some = x > 0
+    if int(some.sum()) < MIN_FIT_TOKENS:
+        return None
+    base = float(np.median(y[~some])) if (~some).any() else 0.0
+    return base, float(np.median((y[some] - base) / x[some]))
+
+
+def reference_costs(runs: Sequence[MeasuredRun], miss_bytes: float,
+                    evictions: npt.NDArray[np.float64] | None = None) -> RunCosts:
     """The costs per token a sweep predicts every arm with, from ``runs`` (the reference arm's
-    runs with the reference routing, every round) and the bytes one miss reads:
+    runs with the reference routing, every round), the bytes one miss reads and ``evictions``
+    (float [decode tokens]: the misses that evict in each decode token of the reference routing
+    at the reference budget, :func:`~bmoe_top.tui.analysis.cachesim.token_evictions`; None: not
+    known):
 
     - ``miss_ms``: the compute one miss adds (the runtime's work for a miss besides its read and
       mgmt, which the runtime counts as compute): per run, the Theil-Sen slope of its tokens'
@@ -295,8 +320,16 @@ def reference_costs(runs: Sequence[MeasuredRun], miss_bytes: float) -> RunCosts:
     - ``compute_ms``: a token's compute with no miss: per run the mean over its tokens of compute
       - ``miss_ms`` x misses (the mean, as the measured tok/s is), the median over the runs;
       with ``miss_ms`` 0, the median of the runs' summary compute;
-    - ``mgmt_ms``, ``stall_ms``: the median of the runs' summaries; the mode and lanes of the
-      first. Raises ValueError for no runs."""
+    - ``evict_ms``: the mgmt one evicting miss adds (the runtime moves the evicted expert's pages
+      into the missed one): per run with :data:`MIN_FIT_TOKENS` evicting tokens, the median over
+      them of (mgmt - base) / evictions, ``base`` the median mgmt of its tokens with no eviction
+      (0 when every token evicts: the line's intercept through the evicting tokens alone is no
+      token's mgmt, cache management costs more per eviction when a token evicts less); the
+      median over the runs, at least 0; 0 when no run has them;
+    - ``mgmt_ms``: with ``evict_ms`` > 0 the median over those runs of their ``base``, else the
+      median of the runs' summaries;
+    - ``stall_ms``: the median of the runs' summaries; the mode and lanes of the first.
+    Raises ValueError for no runs."""
     from scipy.stats import theilslopes
 
     if not runs:
@@ -317,17 +350,20 @@ def reference_costs(runs: Sequence[MeasuredRun], miss_bytes: float) -> RunCosts:
         compute = med(float(np.mean(y - miss_ms * x)) for x, y in fits)
     else:
         compute, miss_ms = med(c.costs.compute_ms for c in runs), 0.0
+    evict_fits = [f for r in runs if evictions is not None and (f := _evict_fit(r, evictions)) is not None]
+    evict_ms = max(0.0, med(f[1] for f in evict_fits)) if evict_fits else 0.0
+    mgmt = med(f[0] for f in evict_fits) if evict_ms > 0 else med(c.costs.mgmt_ms for c in runs)
     first = runs[0].costs
-    return RunCosts(max(0.0, compute), med(c.costs.mgmt_ms for c in runs), med(c.costs.stall_ms for c in runs),
-                    first.overlap, first.lanes, None, first.read_mib_per_tok, miss_ms)
+    return RunCosts(max(0.0, compute), mgmt, med(c.costs.stall_ms for c in runs), first.overlap, first.lanes, None,
+                    first.read_mib_per_tok, miss_ms, evict_ms)
 
 
 def _predict(plan: SweepPlan, ref: Path, ref_runs: Sequence[MeasuredRun]) -> tuple[
         dict[tuple[float, int], tuple[float, float, float]], ReferenceInputs, list[str], Predictor]:
     """Per arm (cache MiB, lanes): (predicted tok/s, hit %, flash ms) from the reference run's
-    routing and bandwidth and the reference arm's costs (:func:`reference_costs` of
-    ``ref_runs``), and the predictor itself (a budget, lanes and costs per token -> the
-    prediction) for the check with each run's own costs."""
+    routing (its hits and evicting misses at the arm's budget) and bandwidth and the reference
+    arm's costs (:func:`reference_costs` of ``ref_runs``), and the predictor itself (a budget,
+    lanes and costs per token -> the prediction) for the check with each run's own costs."""
     inp = load_whatif([str(ref / "run.route.csv"), str(ref / "run.csv")])
     if inp.run_costs is None or inp.read_mib_s is None:
         raise WhatIfError("the reference run's CSV has no compute, mgmt or read bandwidth in its summary")
@@ -336,18 +372,20 @@ def _predict(plan: SweepPlan, ref: Path, ref_runs: Sequence[MeasuredRun]) -> tup
     lru = next(c for c in report.curves if c.policy == "lru")
     hits = policy_hits(lru, lookups, miss)
     per_lane = inp.read_mib_s * MIB / 1e6
-    costs = reference_costs(ref_runs, miss)
+    costs = reference_costs(ref_runs, miss, token_evictions(inp.lookups, round(plan.cache_mb[0] * MIB)))
+    decode_hits = [h / 100.0 for h in lru.decode_hit_pct]
 
     def predictor(cache_mb: float, lanes: int, c: RunCosts) -> Prediction:
         tc = token_costs(c, lookups, miss, per_lane * lanes)
-        return predict(cache_mb, hit_at(lru.budgets_mib, hits, cache_mb), tc)
+        ev = decode_evictions(inp.lookups, [cache_mb], [100.0 * hit_at(lru.budgets_mib, decode_hits, cache_mb)])
+        return predict(cache_mb, hit_at(lru.budgets_mib, hits, cache_mb), tc, evictions=float(ev[0]))
 
     out = {}
     for cache_mb, lanes in plan.arms():
         p = predictor(cache_mb, lanes, costs)
         out[(cache_mb, lanes)] = (p.tok_s(costs.overlap), 100.0 * p.hit, p.flash_ms)
     used: ReferenceInputs = {
-        "compute_ms": costs.compute_ms, "miss_ms": costs.miss_ms, "mgmt_ms": costs.mgmt_ms,
+        "compute_ms": costs.compute_ms, "miss_ms": costs.miss_ms, "mgmt_ms": costs.mgmt_ms, "evict_ms": costs.evict_ms,
         "stall_ms": costs.stall_ms, "costs_runs": len(ref_runs), "read_mb_s_per_lane": per_lane,
         "mode": "overlap" if costs.overlap else "serial", "lookups": lookups, "miss_bytes": miss}
     return out, used, list(inp.notes), predictor

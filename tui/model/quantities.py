@@ -603,8 +603,8 @@ _ITEMS: tuple[Quantity, ...] = (
        "the page cache has to hold the model.", "Not free memory alone.", TIER_PANEL),
     # -- the tok/s model: one decode token predicted at a cache budget (tui/analysis/speed.py) -----
     _q("predict.tok_s", "tok_s", "tok/s", "tok/s", S.PREDICTED, F.RATE,
-       "1000 / (overlap: max(compute, flash_ms) + mgmt_ms + stall_ms; serial: compute + flash_ms + mgmt_ms), "
-       "compute = compute_ms + miss_ms x misses",
+       "1000 / (overlap: max(compute, flash_ms) + mgmt + stall_ms; serial: compute + flash_ms + mgmt), "
+       "compute = compute_ms + miss_ms x misses, mgmt = mgmt_ms + evict_ms x evictions",
        "Decode speed the tok/s model predicts at a budget, in the run's mode (overlap or serial).",
        "Not a measured tok/s (`tok/s measured` in a sweep); not prefill.", WHATIF),
     _q("predict.serial_tok_s", "serial_tok_s", "tok/s serial", "tok/s", S.PREDICTED, F.RATE,

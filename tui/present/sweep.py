@@ -22,13 +22,15 @@ __all__ = ["NO_REFERENCE", "ReferenceInputs", "SweepArm", "SweepDocument", "Swee
 class ReferenceInputs(TypedDict):
     """What the prediction took from the reference arm (null without one): ms per token over its
     ``costs_runs`` runs (``compute_ms`` a token's compute with no miss, ``miss_ms`` the compute
-    one miss adds, ``mgmt_ms`` and ``stall_ms`` medians: ``reference_costs`` in
-    tui/jobs/sweep.py), 10^6 bytes/s of one read lane, the mode, lookups per token, bytes per
-    miss (those three from the reference run)."""
+    one miss adds, ``mgmt_ms`` a token's mgmt with no eviction, ``evict_ms`` the mgmt one
+    evicting miss adds, ``stall_ms`` the median: ``reference_costs`` in tui/jobs/sweep.py),
+    10^6 bytes/s of one read lane, the mode, lookups per token, bytes per miss (those three
+    from the reference run)."""
 
     compute_ms: float | None
     miss_ms: float | None
     mgmt_ms: float | None
+    evict_ms: float | None
     stall_ms: float | None
     costs_runs: int | None
     read_mb_s_per_lane: float | None
@@ -38,9 +40,9 @@ class ReferenceInputs(TypedDict):
 
 
 #: the reference inputs of a sweep without a prediction
-NO_REFERENCE: ReferenceInputs = {"compute_ms": None, "miss_ms": None, "mgmt_ms": None, "stall_ms": None,
-                                 "costs_runs": None, "read_mb_s_per_lane": None, "mode": None, "lookups": None,
-                                 "miss_bytes": None}
+NO_REFERENCE: ReferenceInputs = {"compute_ms": None, "miss_ms": None, "mgmt_ms": None, "evict_ms": None,
+                                 "stall_ms": None, "costs_runs": None, "read_mb_s_per_lane": None, "mode": None,
+                                 "lookups": None, "miss_bytes": None}
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,7 +230,8 @@ def sweep_table(r: SweepResult) -> Table:
         ref = "/".join(Path(r.reference or "").parts[-2:])  # the arm's run in the sweep's folder, not the whole path
         note = (f"predicted from {ref}'s routing and read bandwidth and the reference arm's "
                 f"{ri['costs_runs']} run(s): compute {fmt(ri['compute_ms'], 1)} ms a token + "
-                f"{fmt(ri['miss_ms'], 2)} ms a miss, mgmt {fmt(ri['mgmt_ms'], 1)} ms ({ri['mode']})")
+                f"{fmt(ri['miss_ms'], 2)} ms a miss, mgmt {fmt(ri['mgmt_ms'], 1)} ms a token + "
+                f"{fmt(ri['evict_ms'], 2)} ms an eviction ({ri['mode']})")
     else:
         note = "nothing predicted yet" if not r.notes else "nothing predicted: " + "; ".join(r.notes)
     return Table("arms", cols, tuple(rows), note)
@@ -316,7 +319,8 @@ def sweep_lines(r: SweepResult) -> list[str]:
     tq, eq = q("predict.tok_s"), q("predict.error_pct")
     ri = r.reference_inputs
     costs = (f": compute {fmt(ri['compute_ms'], 1)} ms a token + {fmt(ri['miss_ms'], 2)} ms a miss, mgmt "
-             f"{fmt(ri['mgmt_ms'], 1)} ms (the reference arm's {ri['costs_runs']} run(s))"
+             f"{fmt(ri['mgmt_ms'], 1)} ms a token + {fmt(ri['evict_ms'], 2)} ms an eviction (the reference arm's "
+             f"{ri['costs_runs']} run(s))"
              if ri["compute_ms"] is not None else "")
     lines = [f"sweep of {r.model} ({r.order}); prediction from {r.reference or 'no reference run'}{costs}",
              f"{'cache MiB':>10} {'lanes':>5} {'runs':>5} {'measured tok/s':>15} {tq.scoped():>18} {eq.label:>17} "

@@ -47,7 +47,8 @@ class RunCosts:
     ``lanes`` its read lanes (``io_threads``); ``measured_tok_s`` its decode tok/s and
     ``read_mib_per_tok`` its MiB read per token (None: not reported); ``miss_ms`` the compute an
     expert-cache miss adds (0: not known, ``compute_ms`` then holds it at the run's own misses; a
-    sweep fits it on its reference arm)."""
+    sweep fits it on its reference arm); ``evict_ms`` the mgmt one evicting miss adds (0: not
+    known, ``mgmt_ms`` then holds it at the run's own evictions; a sweep fits it likewise)."""
 
     compute_ms: float
     mgmt_ms: float
@@ -57,6 +58,7 @@ class RunCosts:
     measured_tok_s: float | None
     read_mib_per_tok: float | None = None
     miss_ms: float = 0.0
+    evict_ms: float = 0.0
 
 
 @dataclass(frozen=True, slots=True, eq=False)

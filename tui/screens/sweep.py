@@ -340,7 +340,7 @@ class SweepScreen(FocusRules, SearchScreen):
         costs = RunCosts(float(ri["compute_ms"] or 0.0), float(ri["mgmt_ms"] or 0.0), float(ri["stall_ms"] or 0.0),
                          ri["mode"] == "overlap", lanes, ref_arm.measured_tok_s,
                          inp.run_costs.read_mib_per_tok if inp.run_costs is not None else None,
-                         float(ri["miss_ms"] or 0.0))
+                         float(ri["miss_ms"] or 0.0), float(ri["evict_ms"] or 0.0))
         inp = replace(inp, run_costs=costs)
         speed = speed_view(inp, report, machine_ram=(None, ""))
         points = tuple((a.cache_mb, a.measured_tok_s) for a in r.arms
