@@ -314,12 +314,13 @@ def reference_costs(runs: Sequence[MeasuredRun], miss_bytes: float,
 
     - ``miss_ms``: the compute one miss adds (the runtime's work for a miss besides its read and
       mgmt, which the runtime counts as compute): per run, the Theil-Sen slope of its tokens'
-      compute ms on their misses (read MiB / MiB a miss), robust to a token that met a load spike;
-      the median over the runs with :data:`MIN_FIT_TOKENS` tokens and more than one miss count,
-      at least 0; 0 when no run has them (every token missed alike);
+      compute ms on their misses (read MiB / MiB a miss), robust to a token that met a load spike,
+      and 0 when its 95 % interval reaches 0 (its tokens do not tell it from none); the median
+      over the runs with :data:`MIN_FIT_TOKENS` tokens and more than one miss count, at least 0;
+      0 when no run has them (every token missed alike);
     - ``compute_ms``: a token's compute with no miss: per run the mean over its tokens of compute
-      - ``miss_ms`` x misses (the mean, as the measured tok/s is), the median over the runs;
-      with ``miss_ms`` 0, the median of the runs' summary compute;
+      - ``miss_ms`` x misses (the mean, as the measured tok/s is), the median over the runs; the
+      median of the runs' summary compute when no run reports compute per token;
     - ``evict_ms``: the mgmt one evicting miss adds (the runtime moves the evicted expert's pages
       into the missed one): per run with :data:`MIN_FIT_TOKENS` evicting tokens, the median over
       them of (mgmt - base) / evictions, ``base`` the median mgmt of its tokens with no eviction
@@ -344,9 +345,10 @@ def reference_costs(runs: Sequence[MeasuredRun], miss_bytes: float,
         if x.size:
             fits.append((x, y))
         if x.size >= MIN_FIT_TOKENS and float(np.ptp(x)) > 0:
-            slopes.append(float(theilslopes(y, x).slope))
+            t = theilslopes(y, x)
+            slopes.append(float(t.slope) if t.low_slope > 0 else 0.0)
     miss_ms = max(0.0, med(slopes)) if slopes else 0.0
-    if miss_ms > 0 and fits:
+    if fits:
         compute = med(float(np.mean(y - miss_ms * x)) for x, y in fits)
     else:
         compute, miss_ms = med(c.costs.compute_ms for c in runs), 0.0
