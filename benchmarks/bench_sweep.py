@@ -1,7 +1,8 @@
 """The tok/s model against real runs: ``bmoe-top sweep`` on a generated model at several budgets
 (default 10, 25, 50, 75 and 100 % of the expert bank), measured tok/s against the prediction made
-from the first budget's arm (its first run's routing and bandwidth, the median compute and mgmt
-of its rounds), per budget (docs/analysis.md "The sweep", "Measured here").
+from the first budget's arm (its first run's routing and bandwidth, its rounds' compute and mgmt
+per token and per evicting miss: ``reference_costs``), per budget (docs/analysis.md "The sweep",
+"Measured here").
 
 The model is ``bmoe-run make-model`` output (default the ``bench`` preset in q8_0), made in
 ``--dir`` when missing. Every run is a ``bmoe-run`` child with O_DIRECT reads, one lane, greedy,
