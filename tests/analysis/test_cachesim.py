@@ -257,6 +257,7 @@ def test_evictions_by_hand() -> None:
     # a prompt that fills the cache: every decode miss evicts
     pre = from_routing(np.array([0, 1]).reshape(2, 1, 1), [1], 4, prefill_routing=np.array([2, 3]).reshape(2, 1, 1))
     assert C.token_evictions(pre, 2).tolist() == [1, 1]
+    assert C.decode_evictions(lk, [2 / C.MIB], [np.nan]).tolist() == [0.0]  # a curve with no decode lookup
     with pytest.raises(ValueError, match="budgets"):
         C.decode_evictions(lk, [1.0, 2.0], [50.0])
 

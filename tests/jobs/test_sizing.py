@@ -6,11 +6,13 @@ the RAM a process may use is the smaller of MemTotal and its memory cgroup's lim
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from helpers import synth
 
+from bmoe_top.tui.analysis.cachesim import decode_evictions
 from bmoe_top.tui.analysis.speed import MIB
 from bmoe_top.tui.jobs.sizing import policy_hits, probe_bandwidth, speed_view
 from bmoe_top.tui.jobs.whatif import analyse_input, load_whatif
@@ -55,6 +57,23 @@ def test_one_level_by_hand(synthetic):
     c = v.inputs.costs
     assert c.measured_tok_s is not None
     assert v.run_error() == pytest.approx((v.at_run.serial_tok_s - c.measured_tok_s) / c.measured_tok_s)
+
+
+def test_a_sweep_s_mgmt_an_eviction_follows_each_budget_s_evictions(synthetic):
+    """One run's mgmt is its own at every budget (above: 2 ms); costs with the mgmt an eviction
+    adds (a sweep's) pay it per evicting miss of each budget, the replay's count."""
+    inp, report = synthetic
+    assert inp.run_costs is not None
+    swept = replace(inp, run_costs=replace(inp.run_costs, mgmt_ms=0.1, evict_ms=0.05))
+    v = speed_view(swept, report, bandwidth_mb_s=1000.0, machine_ram=(None, ""))
+    lru = next(c for c in report.curves if c.policy == "lru")
+    ev = decode_evictions(inp.lookups, lru.budgets_mib, lru.decode_hit_pct)
+    assert ev[0] > 0 and ev[-1] == 0  # 16 MiB evicts, the whole bank does not
+    for p, e in zip(v.reports["lru"].points, ev):
+        flash = lru_read(report, p.budget_mib) * MIB / 1e9 * 1e3
+        assert p.mgmt_ms == pytest.approx(0.1 + 0.05 * e)
+        assert p.serial_tok_s == pytest.approx(1000 / (25 + flash + 0.1 + 0.05 * e))
+    assert v.at_run is not None and v.at_run.mgmt_ms == pytest.approx(0.1 + 0.05 * ev[2])  # the run's 64 MiB
 
 
 def test_two_levels_and_plain_mmap_by_hand(synthetic):

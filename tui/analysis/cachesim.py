@@ -611,7 +611,8 @@ def decode_evictions(lk: Lookups, budgets_mib: npt.ArrayLike, decode_hit_pct: np
     and its ``decode_hit_pct``, float [n_budgets]): a cache that keeps what it reads until it is
     full misses only on first lookups until the first lookups' bytes pass the budget, and every
     miss after that point evicts (docs/analysis.md "Predicted speed"). A budget <= 0 (no cache)
-    evicts nothing. NaN without decode tokens."""
+    evicts nothing, nor one whose hit is NaN (the curve had no decode lookup). NaN without
+    decode tokens. Raises ValueError for budgets and hit rates of different lengths."""
     b = np.asarray(budgets_mib, dtype=np.float64).reshape(-1)
     hit = np.asarray(decode_hit_pct, dtype=np.float64).reshape(-1)
     if b.shape != hit.shape:
@@ -620,7 +621,7 @@ def decode_evictions(lk: Lookups, budgets_mib: npt.ArrayLike, decode_hit_pct: np
         return np.full(b.shape[0], np.nan)
     pos, cum = _first_touches(lk)
     dec_first = np.concatenate(([0], np.cumsum(lk.decode[pos]))).astype(np.int64)
-    misses = lk.n_decode_lookups * (1.0 - hit / 100.0)
+    misses = np.nan_to_num(lk.n_decode_lookups * (1.0 - hit / 100.0), nan=0.0)
     out = np.zeros(b.shape[0])
     for j, mib in enumerate(b):
         if mib > 0:
