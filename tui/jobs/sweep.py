@@ -304,6 +304,12 @@ def _evict_fit(r: MeasuredRun, evictions: npt.NDArray[np.float64]) -> tuple[floa
     return base, float(np.median((y[some] - base) / x[some]))
 
 
+def _mean_mgmt(r: MeasuredRun) -> float:
+    """A run's mgmt per token: the mean of its rows' (its summary's when no row reports it)."""
+    ok = np.isfinite(r.mgmt_ms)
+    return float(np.mean(r.mgmt_ms[ok])) if ok.any() else r.costs.mgmt_ms
+
+
 def reference_costs(runs: Sequence[MeasuredRun], miss_bytes: float,
                     evictions: npt.NDArray[np.float64] | None = None) -> RunCosts:
     """The costs per token a sweep predicts every arm with, from ``runs`` (the reference arm's
@@ -328,7 +334,8 @@ def reference_costs(runs: Sequence[MeasuredRun], miss_bytes: float,
       token's mgmt, cache management costs more per eviction when a token evicts less); the
       median over the runs, at least 0; 0 when no run has them;
     - ``mgmt_ms``: with ``evict_ms`` > 0 the median over those runs of their ``base``, else the
-      median of the runs' summaries;
+      median over the runs of their tokens' mean (their summary's when no token reports it: the
+      summary has 0.1 ms steps);
     - ``stall_ms``: the median of the runs' summaries; the mode and lanes of the first.
     Raises ValueError for no runs."""
     from scipy.stats import theilslopes
@@ -354,7 +361,7 @@ def reference_costs(runs: Sequence[MeasuredRun], miss_bytes: float,
         compute, miss_ms = med(c.costs.compute_ms for c in runs), 0.0
     evict_fits = [f for r in runs if evictions is not None and (f := _evict_fit(r, evictions)) is not None]
     evict_ms = max(0.0, med(f[1] for f in evict_fits)) if evict_fits else 0.0
-    mgmt = med(f[0] for f in evict_fits) if evict_ms > 0 else med(c.costs.mgmt_ms for c in runs)
+    mgmt = med(f[0] for f in evict_fits) if evict_ms > 0 else med(_mean_mgmt(r) for r in runs)
     first = runs[0].costs
     return RunCosts(max(0.0, compute), mgmt, med(c.costs.stall_ms for c in runs), first.overlap, first.lanes, None,
                     first.read_mib_per_tok, miss_ms, evict_ms)
