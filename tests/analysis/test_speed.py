@@ -114,6 +114,22 @@ def test_plain_mmap_by_hand():
     assert small.hit == pytest.approx(0.8) and small.flash_ms == pytest.approx(ALL_MISS_MS * 0.2)
 
 
+def test_plain_mmap_from_the_page_cache_replay():
+    b, h = [1000.0, 2000.0, 4000.0], [0.5, 0.7, 0.8]
+    mem = Memory(ram=5000 * MIB, dense=500 * MIB, runtime=500 * MIB, readahead=8 * MIB)
+    # the replay's bytes replace the readahead rule: 96 MiB a token of 384 MiB of experts is a 0.75 hit
+    p = mmap_prediction(b, h, COSTS, mem, read_per_token=96 * MIB)
+    assert p.hit == pytest.approx(0.75) and p.flash_ms == pytest.approx(96 * MIB / 1e9 * 1e3)
+    assert p.compute_ms == COSTS.compute_ms and p.serial_ms == pytest.approx(50.0 + 5.0 + p.flash_ms)
+    # windows that read more than every expert of the token: hit 0, the flash time is still the bytes'
+    more = mmap_prediction(b, h, COSTS, mem, read_per_token=500 * MIB)
+    assert more.hit == 0.0 and more.flash_ms == pytest.approx(500 * MIB / 1e9 * 1e3)
+    none = mmap_prediction(b, h, COSTS, mem, read_per_token=0.0)
+    assert none.hit == 1.0 and none.flash_ms == 0.0
+    with pytest.raises(ValueError, match="read_per_token"):
+        mmap_prediction(b, h, COSTS, mem, read_per_token=-1.0)
+
+
 def test_the_report_names_the_best_the_knee_and_the_break_even():
     b = [1000.0, 2000.0, 3000.0, 4000.0, 5000.0]
     h = [0.5, 0.8, 0.9, 0.92, 0.93]
