@@ -69,7 +69,7 @@ def test_no_room_every_touch_reads_its_window():
     # one layer of 8 one-chunk experts; a window of 4 chunks centred on the fault: chunks c-2 .. c+1
     pieces = layout(1, 8)
     lk = trace([[[4]], [[0]], [[7]]], 8, 1)
-    r = replay_mmap(lk, pieces, 0, 4 * C)
+    r = replay_mmap(lk, pieces, 0, 4 * C, async_readahead=False)
     # expert 4: chunks 2..5 (4 read); expert 0: 0..3 (4); expert 7: 5..8, chunk 8 is not an expert (3)
     assert r.faults == 3
     assert r.read_bytes == (4 + 4 + 3) * C
@@ -79,7 +79,7 @@ def test_a_window_skips_chunks_it_holds():
     pieces = layout(1, 8)
     # the load fills 2 chunks of room with the file's first chunks, then evicts them for later ones: 6 and 7 stay
     lk = trace([[[5]]], 8, 1)
-    r = replay_mmap(lk, pieces, 2 * C, 4 * C)
+    r = replay_mmap(lk, pieces, 2 * C, 4 * C, async_readahead=False)
     # window of expert 5: chunks 3..6; 6 is held, so 3, 4, 5 are read
     assert r.read_bytes == 3 * C
 
@@ -90,17 +90,36 @@ def test_cyclic_scan_lru_reads_all_two_lists_keep_part():
     offs = [[(layer * 4 * C, C // 2, 8)] for layer in range(4)]
     pieces = expert_pieces(offs, 8)
     lk = from_routing(np.array([[list(range(8))] * 4 for _ in range(10)]), np.full(4, C // 2), 8)
-    lru = replay_mmap(lk, pieces, 12 * C, C, policy="lru")
-    two = replay_mmap(lk, pieces, 12 * C, C, policy="two_list")
+    lru = replay_mmap(lk, pieces, 12 * C, C, policy="lru", async_readahead=False)
+    two = replay_mmap(lk, pieces, 12 * C, C, policy="two_list", async_readahead=False)
     assert lru.read_per_token == 16 * C
     # the active list (6 chunks) holds its chunks through the scan: at most 10 of 16 are read a token
     assert 0 < two.read_per_token <= 10 * C
 
 
+def test_touching_a_windows_mark_reads_the_next_window():
+    # one layer of 16 one-chunk experts, room for all but what the load left out; a window of 4 chunks
+    pieces = layout(1, 16)
+    lk = trace([[[1]], [[2]], [[3]]], 16, 1)
+    # no room: expert 1 faults, its window 0..3 (centred: 1 - 2 < 0 starts at 0) is read, and marks
+    # chunk 3 (a quarter of the window from its end); with no room nothing stays, every touch faults
+    assert replay_mmap(lk, pieces, 0, 4 * C).read_bytes == 3 * 4 * C
+    # room for everything but not loaded: start from an empty cache by a window past the file's end
+    roomy = replay_mmap(trace([[[15]], [[1]], [[2]], [[3]]], 16, 1), pieces, 16 * C, 4 * C)
+    # all of it was loaded before the trace: no reads, marks or not
+    assert roomy.read_bytes == 0
+    # 6 chunks of room, the load leaves 10..15: expert 1 reads 0..3 and marks 3; 2 hits; 3 hits the mark
+    # and reads ahead 4..7 (the next window), which is counted as read though no fault waited for it
+    r = replay_mmap(lk, pieces, 8 * C, 4 * C)
+    plain = replay_mmap(lk, pieces, 8 * C, 4 * C, async_readahead=False)
+    assert (plain.read_bytes, plain.faults) == (4 * C, 1)
+    assert (r.read_bytes, r.faults) == (8 * C, 1)
+
+
 def test_prefill_reads_are_not_counted():
     pieces = layout(1, 4)
     lk = from_routing(np.array([[[0]]]), np.full(1, C), 4, prefill_routing=np.array([[[3]], [[2]]]))
-    r = replay_mmap(lk, pieces, 0, C)
+    r = replay_mmap(lk, pieces, 0, C, async_readahead=False)
     assert (r.read_bytes, r.decode_tokens) == (C, 1)
 
 
@@ -116,13 +135,14 @@ def test_bad_arguments_raise():
 
 @settings(max_examples=40, deadline=None)
 @given(st.lists(st.lists(st.integers(0, 7), min_size=2, max_size=2, unique=True), min_size=3, max_size=20),
-       st.integers(0, 40), st.sampled_from([1, 2, 4, 16]), st.sampled_from(["lru", "two_list"]))
-def test_reads_bounded_and_none_with_room_for_all(tokens, room, ra, policy):
+       st.integers(0, 40), st.sampled_from([1, 2, 4, 16]), st.sampled_from(["lru", "two_list"]), st.booleans())
+def test_reads_bounded_and_none_with_room_for_all(tokens, room, ra, policy, ahead):
     pieces = layout(3, 8, gap_chunks=1)
     lk = trace([[t] * 3 for t in tokens], 8, 3)
-    r = replay_mmap(lk, pieces, room * C, ra * C, policy=policy)
-    # a fault reads at most its window and at least its own chunk
-    assert r.faults * C <= r.read_bytes <= r.faults * ra * C
+    r = replay_mmap(lk, pieces, room * C, ra * C, policy=policy, async_readahead=ahead)
     assert r.faults <= 3 * 2 * len(tokens)
+    if not ahead:
+        # a fault reads at most its window and at least its own chunk
+        assert r.faults * C <= r.read_bytes <= r.faults * ra * C
     if room >= 24:
-        assert r.read_bytes == 0
+        assert r.read_bytes == 0 and r.faults == 0

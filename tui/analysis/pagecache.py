@@ -7,7 +7,10 @@ number of them). Every lookup of the trace touches its expert's pieces (one per 
 its file offset and bytes, in the order the layer computes them) chunk by chunk. A chunk the
 cache does not hold is a page fault: the kernel reads around it, the window of ``readahead``
 bytes centred on it (``do_sync_mmap_readahead``: ``start = fault - ra/2``), every chunk of the
-window it does not hold (the rest of the window is already there and is not read again). Only
+window it does not hold (the rest of the window is already there and is not read again), and
+marks the chunk a quarter of the window from its end (``async_size = ra/4``): a later touch of
+that chunk while it is held reads the next window ahead (``page_cache_async_ra``), whose own
+first chunk is marked in turn; those bytes are read though no fault waits for them. Only
 expert chunks are counted and cached: the dense weights are read every token and stay resident,
 so the cache's room is the RAM less them and the runtime's own memory.
 
@@ -94,11 +97,13 @@ class _Lists:
 
 
 def replay_mmap(lookups: Lookups, pieces: Sequence[Sequence[tuple[int, int]]], cache_bytes: float,
-                readahead: float, *, policy: str = "two_list", chunk: int = CHUNK) -> PageCacheReplay:
+                readahead: float, *, policy: str = "two_list", chunk: int = CHUNK,
+                async_readahead: bool = True) -> PageCacheReplay:
     """Replay ``lookups`` through plain mmap's page cache (module docstring). ``pieces[item]``:
     the (file offset, bytes) of each of the item's tensor slices, in compute order (empty: the
     item is not in the file); ``cache_bytes`` the page cache's room for experts (the RAM less
     the dense weights and the runtime's memory); ``readahead`` the device's read size (bytes).
+    ``async_readahead`` False: no read-ahead marks (the read-around windows alone).
     Raises ValueError for an unknown policy, a chunk or readahead <= 0, or ``pieces`` shorter
     than the trace's items."""
     if policy not in POLICIES:
@@ -117,21 +122,31 @@ def replay_mmap(lookups: Lookups, pieces: Sequence[Sequence[tuple[int, int]]], c
     read = faults = 0
     items, decode = lookups.item, lookups.decode
     tokens = lookups.n_decode_tokens
+    marks: dict[int, int] = {}  # a chunk whose touch reads ahead -> where that read starts
+
+    def bring(start: int, counted: bool, keep: int = -1) -> int:
+        got = [x for x in range(start, start + window) if x in is_expert and x not in cache]
+        for x in got:
+            marks.pop(x, None)
+            if x != keep:
+                cache.add(x)
+        if async_readahead:
+            marks[start + window - max(1, window // 4)] = start + window
+        return len(got) * chunk if counted else 0
+
     for i in range(lookups.n):
         counted = bool(decode[i])
         for a, b in spans[int(items[i])]:
             for c in range(a, b + 1):
                 if c in cache:
                     cache.touch(c)
+                    ahead = marks.pop(c, None)
+                    if ahead is not None:
+                        read += bring(ahead, counted)
                     continue
-                start = max(0, c - window // 2)
-                got = [x for x in range(start, start + window) if x in is_expert and x not in cache]
                 if counted:
                     faults += 1
-                    read += len(got) * chunk
-                for x in got:
-                    if x != c:
-                        cache.add(x)
+                read += bring(max(0, c - window // 2), counted, keep=c)
                 cache.add(c)
     return PageCacheReplay(read, tokens, faults)
 
