@@ -283,6 +283,15 @@ class MemoryCgroup:
             (d / ("memory.max" if self.v2 else "memory.limit_in_bytes")).write_text(str(int(limit)))
         return d
 
+    def page_cache_mib(self, d: Path) -> float:
+        """The file pages charged to ``d`` (MiB; NaN when it cannot be read): what a server's mapped
+        model held of the page cache when it ended (they stay charged after it exits)."""
+        try:
+            stat = dict(ln.split() for ln in (d / "memory.stat").read_text().splitlines())
+            return int(stat["file" if self.v2 else "cache"]) / MIB
+        except (OSError, ValueError, KeyError):
+            return float("nan")
+
     def drop(self, d: Path) -> None:
         if not self.v2:
             with contextlib.suppress(OSError):
