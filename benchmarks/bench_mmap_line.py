@@ -16,9 +16,11 @@ The model's inputs come from the same run where they can:
 * the runtime memory: the server's ``RssAnon`` in that run (its KV cache and buffers), median;
   the dense weights: the file less its expert bank; the page cache's room for experts: the RAM
   less both;
-* the read bandwidth: O_DIRECT at queue depth 1 in reads of what one miss reads at that
-  readahead (``ceil(miss_bytes / R) x R``), ``bmoe-top probe``'s reader, on the model's device and
-  on the loop device;
+* the read bandwidth, two ways: O_DIRECT at queue depth 1 in reads of what one miss reads at
+  that readahead (``ceil(miss_bytes / R) x R``, ``bmoe-top probe``'s reader), and the rate the
+  page cache reads at when a process in a 64 MiB cgroup faults on random bytes of the mapping
+  (each read-around window after the cgroup reclaimed room for it), on the model's device and on
+  the loop device;
 * the RAM: each cgroup limit. Default sizes: bmoe-run's peak RSS at 50 % and at 100 % of the
   bank (round 1's), and the whole file plus 30 MiB.
 
@@ -29,8 +31,9 @@ of the readahead-piece rule and of the replay and their errors ((predicted - mea
 measured), the disk MiB a token read (``/proc/PID/io`` after the first token) against the
 replay's, the page cache the cgroup held at the end and the replay's bytes at that room, and the
 read rate the measured token implies (its bytes over its time less the compute); then the
-predicted crossing: the smallest RAM from which plain mmap beats bmoe-run streaming the share of
-the bank that fits beside its own memory, with the server's compute and with bmoe-run's.
+predicted crossing: the smallest RAM from which plain mmap (the replay at the faults' rate) beats
+bmoe-run streaming the share of the bank that fits beside its own memory (one level, its
+reference run's costs and O_DIRECT rate), with the server's compute and with bmoe-run's.
 
 The model file must be this benchmark's own: ``posix_fadvise(DONTNEED)`` cannot drop pages another
 process maps, and those are not charged to the server's cgroup (the share still cached after the
@@ -51,6 +54,7 @@ import os
 import statistics
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -61,6 +65,7 @@ from mmap_machine import (
     Run,
     drop_cache,
     ensure_model,
+    fault_rate,
     llama_server_binary,
     loop_copy,
     readahead_kb,
@@ -68,6 +73,9 @@ from mmap_machine import (
     run_mmap,
     warm_cache,
 )
+
+#: the cgroup limit the faults' read rate is measured in (MiB): far below the file, so every fault reclaims
+FAULT_RAM_MIB = 64
 
 
 def med(xs: list[float]) -> float:
@@ -199,6 +207,14 @@ def main() -> int:
         server_ms = 1000 / med([r.dec_tok_s for r in runs["unlimited"]])
         anon = med([r.anon_mib for r in runs["unlimited"]]) * MIB
         bw = {ra_label: bandwidth(path, read_bytes(miss, ra)) for ra_label, path, ra in sources}
+        faulted = {}
+        for ra_label, path, _ in sources:
+            drop_cache(path)
+            cgd = cg.make(FAULT_RAM_MIB * MIB)
+            try:
+                faulted[ra_label] = fault_rate(path, str(cgd / "cgroup.procs"))
+            finally:
+                cg.drop(cgd)
     load1 = os.getloadavg()
     print(f"page cache after each drop: at most {100 * max(cached):.1f} % of the file still cached (more: another "
           "process maps the file, and its pages are not this cgroup's: give the benchmark a copy of its own)")
@@ -206,7 +222,9 @@ def main() -> int:
           f"{server_ms:.2f} ms a token (its unlimited warm run, median {len(runs['unlimited'])} runs: "
           f"{', '.join(f'{r.dec_tok_s:.0f}' for r in runs['unlimited'])} tok/s); its RssAnon {anon / MIB:.1f} MiB; "
           f"dense {dense / MIB:.1f} MiB; O_DIRECT qd 1 at a miss's read: "
-          + ", ".join(f"{k}: {read_bytes(miss, ra) / MIB:.2f} MiB reads {bw[k]:.0f} MB/s" for k, _, ra in sources))
+          + ", ".join(f"{k}: {read_bytes(miss, ra) / MIB:.2f} MiB reads {bw[k]:.0f} MB/s" for k, _, ra in sources)
+          + f"; faults on random bytes of the mapping in a {FAULT_RAM_MIB} MiB cgroup: "
+          + ", ".join(f"{k} {v:.0f} MB/s" for k, v in faulted.items()))
     for share in (50, 100):
         rr = runs[f"run{share}"]
         print(f"bmoe-run at {share} % of the bank: {med([r.dec_tok_s for r in rr]):.1f} tok/s (spread "
@@ -221,8 +239,9 @@ def main() -> int:
           "token measured and replayed; the page cache the cgroup held at the end (MiB) and the replay's bytes at "
           "that room; the read rate the measured token implies (its disk bytes over its time less the compute)")
     print(f"{'RAM':>26} {'ra':>5} {'measured':>8} {'spread':>6} {'rule':>6} {'err':>6} {'replay':>6} {'err':>6} "
+          f"{'faults':>6} {'err':>6} "
           f"{'disk/tok':>8} {'replay':>7} {'held':>6} {'at held':>7} {'MB/s':>6}")
-    errs: dict[str, list[float]] = {"rule": [], "replay": []}
+    errs: dict[str, list[float]] = {"rule": [], "replay": [], "replay, fault rate": []}
     for label, ram in rams:
         for ra_label, _, ra in sources:
             key = f"{label}|{ra_label}"
@@ -234,8 +253,10 @@ def main() -> int:
             rule = mmap_prediction(lru.budgets_mib, hits, tc, mem)
             rep_bytes = replayed(room, ra)
             rep = mmap_prediction(lru.budgets_mib, hits, tc, mem, read_per_token=rep_bytes)
+            at_fault = mmap_prediction(lru.budgets_mib, hits, replace(tc, read_mb_s=faulted[ra_label]), mem,
+                                       read_per_token=rep_bytes)
             out = []
-            for name, p in (("rule", rule), ("replay", rep)):
+            for name, p in (("rule", rule), ("replay", rep), ("replay, fault rate", at_fault)):
                 e = 100 * (p.serial_tok_s - m) / m if m == m and m > 0 else float("nan")
                 if e == e:
                     errs[name].append(abs(e))
@@ -247,7 +268,8 @@ def main() -> int:
             errors = [r.error for r in rr if r.error]
             print(f"{label + f' {ram:.0f} MiB':>26} {ra_label.split()[0]:>5} {m:>8.2f} "
                   f"{spread([r.dec_tok_s for r in rr]):>5.0f}% {out[0][0]:>6.2f} {out[0][1]:>+5.0f}% {out[1][0]:>6.2f} "
-                  f"{out[1][1]:>+5.0f}% {disk:>8.2f} {rep_bytes / MIB:>7.2f} {med(held[key]):>6.1f} "
+                  f"{out[1][1]:>+5.0f}% {out[2][0]:>6.2f} {out[2][1]:>+5.0f}% "
+                  f"{disk:>8.2f} {rep_bytes / MIB:>7.2f} {med(held[key]):>6.1f} "
                   f"{replayed(h, ra) / MIB if h == h else float('nan'):>7.2f} {rate:>6.0f}"
                   + (f"  [{errors[0]}]" if errors else ""))
     for name, e in errs.items():
@@ -264,14 +286,14 @@ def main() -> int:
             for ram in np.arange(max(own, dense / MIB + anon / MIB), file_mib + 200, 2.0):
                 b = min(bank, ram - own)
                 s = predict(b, hit_at(lru.budgets_mib, hits, b), stream_tc).tok_s(ref_costs.overlap)
-                tc = TokenCosts(compute, 0.0, lookups, miss, bw[ra_label])
+                tc = TokenCosts(compute, 0.0, lookups, miss, faulted[ra_label])
                 room = (ram * MIB - dense - anon) / MIB
                 p = mmap_prediction(lru.budgets_mib, hits, tc, Memory(ram * MIB, dense, anon, ra),
                                     read_per_token=replayed(room, ra))
                 if p.serial_tok_s >= s:
                     cross = float(ram)
                     break
-            print(f"predicted crossing (replay), {who} ({compute:.1f} ms), readahead {ra_label}: "
+            print(f"predicted crossing (replay, faults' rate), {who} ({compute:.1f} ms), readahead {ra_label}: "
                   + (f"mmap beats bmoe-run streaming from {cross:.0f} MiB of RAM (the file {file_mib:.0f} MiB "
                      f"{cross - file_mib:+.0f} MiB)" if cross is not None
                      else f"mmap never beats streaming up to {file_mib + 200:.0f} MiB"))

@@ -133,6 +133,42 @@ def run_cli(cmd: list[str], procs: str = "", timeout: float = 1800) -> Run:
     return run
 
 
+#: touches random bytes of a mapped file for a time, then prints the seconds and the touches
+FAULTS = r"""
+import mmap, os, random, sys, time
+path, seconds = sys.argv[1], float(sys.argv[2])
+fd = os.open(path, os.O_RDONLY)
+size = os.fstat(fd).st_size
+m = mmap.mmap(fd, size, prot=mmap.PROT_READ)
+rng, n, t0 = random.Random(1), 0, time.perf_counter()
+while time.perf_counter() - t0 < seconds:
+    m[rng.randrange(size)]
+    n += 1
+print(time.perf_counter() - t0, n)
+"""
+
+
+def fault_rate(path: Path, procs: str, seconds: float = 3.0) -> float:
+    """MB/s (10^6 bytes) the page cache reads ``path`` at when a process in the cgroup ``procs``
+    names faults on random bytes of its mapping: the read-around windows of the device's
+    readahead, each read after the cgroup reclaimed room for it (what plain mmap's misses read at,
+    which O_DIRECT's bandwidth does not say). The caller drops ``path``'s pages first."""
+    r_fd, w_fd = os.pipe()
+    p = subprocess.Popen([sys.executable, "-S", "-c", LAUNCHER, str(w_fd), procs, sys.executable, "-S", "-c", FAULTS,
+                          str(path), str(seconds)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                         pass_fds=(w_fd,))
+    os.close(w_fd)
+    with os.fdopen(r_fd, "rb") as rep:
+        rep.readline()
+        out, _ = p.communicate(timeout=seconds * 10 + 60)
+        end = json.loads(rep.readline() or b"{}")
+    try:
+        elapsed = float(out.split()[0])
+        return end["io"]["read_bytes"] / 1e6 / elapsed
+    except (IndexError, ValueError, KeyError):
+        return float("nan")
+
+
 # -- the mmap baseline: a stock llama-server ----------------------------------------------------------
 def llama_server_binary() -> Path | None:
     """The llama-server ``make llama-server`` builds (None when it is not built)."""
