@@ -27,7 +27,9 @@ cache that the page cache holds costs no read. Both are LRU-like and the page ca
 of what the expert cache read through it (inclusive), so together they hit as one cache of
 ``max(B, P)`` would: ``h2 = h(max(B, P))``. Plain mmap is ``B = 0`` with the page cache reading
 in readahead-sized pieces: a miss reads ``ceil(miss_bytes / R) x R`` bytes and the page cache
-holds ``miss_bytes / that`` of useful bytes per byte, so ``h_mmap = h(P x miss_bytes / read)``.
+holds ``miss_bytes / that`` of useful bytes per byte, so ``h_mmap = h(P x miss_bytes / read)``;
+or, closer to stock llama.cpp, the bytes a token reads as the page cache's replay over the trace
+finds them (``pagecache.replay_mmap``: a window is the expert's neighbours, not waste).
 """
 
 from __future__ import annotations
