@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers.mmap_reference import replay_mmap_reference
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -146,3 +147,27 @@ def test_reads_bounded_and_none_with_room_for_all(tokens, room, ra, policy, ahea
         assert r.faults * C <= r.read_bytes <= r.faults * ra * C
     if room >= 24:
         assert r.read_bytes == 0 and r.faults == 0
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 2**31), st.integers(1, 6), st.integers(2, 12), st.integers(0, 60),
+       st.sampled_from([1, 2, 3, 8, 32]), st.sampled_from(["lru", "two_list"]), st.booleans(),
+       st.sampled_from([C // 2, C, 3 * C]))
+def test_the_compiled_replay_is_the_reference(seed, n_layer, n_expert, room, ra, policy, ahead, slice_bytes):
+    rng = np.random.default_rng(seed)
+    k = min(2, n_expert)
+    offs, at = [], int(rng.integers(0, 3)) * C // 4
+    for _ in range(n_layer):
+        layer = []
+        for _ in range(int(rng.integers(1, 4))):
+            at += int(rng.integers(0, 3)) * C
+            layer.append((at, slice_bytes, n_expert))
+            at += slice_bytes * n_expert
+        offs.append(layer)
+    pieces = expert_pieces(offs, n_expert)
+    dec = np.array([[rng.choice(n_expert, k, replace=False) for _ in range(n_layer)] for _ in range(12)])
+    pre = np.array([[rng.choice(n_expert, k, replace=False) for _ in range(n_layer)] for _ in range(3)])
+    lk = from_routing(dec, np.full(n_layer, slice_bytes), n_expert, prefill_routing=pre)
+    got = replay_mmap(lk, pieces, room * C, ra * C, policy=policy, async_readahead=ahead)
+    want = replay_mmap_reference(lk, pieces, room * C, ra * C, policy=policy, async_readahead=ahead)
+    assert (got.read_bytes // C, got.faults) == want

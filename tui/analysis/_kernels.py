@@ -1022,3 +1022,127 @@ def decode_lookups(dec: npt.NDArray[np.integer[Any]], n_expert: int, batch0: int
         if any_row:
             nt += 1
     return n, nb - batch0, nt, top
+
+
+# -- plain mmap's page cache (tui/analysis/pagecache.py) ------------------------------------------------
+@_inline
+def _pc_unlink(c: int, state: Any, prv: I64, nxt: I64, head: I64, tail: I64, size: I64) -> None:
+    lst = state[c]
+    p, q = prv[c], nxt[c]
+    if p >= 0:
+        nxt[p] = q
+    else:
+        head[lst] = q
+    if q >= 0:
+        prv[q] = p
+    else:
+        tail[lst] = p
+    prv[c] = -1
+    nxt[c] = -1
+    size[lst] -= 1
+    state[c] = 0
+
+
+@_inline
+def _pc_push(c: int, lst: int, front: bool, state: Any, prv: I64, nxt: I64, head: I64, tail: I64,
+             size: I64) -> None:
+    state[c] = lst
+    if head[lst] < 0:
+        head[lst] = c
+        tail[lst] = c
+        prv[c] = -1
+        nxt[c] = -1
+    elif front:
+        prv[c] = -1
+        nxt[c] = head[lst]
+        prv[head[lst]] = c
+        head[lst] = c
+    else:
+        nxt[c] = -1
+        prv[c] = tail[lst]
+        nxt[tail[lst]] = c
+        tail[lst] = c
+    size[lst] += 1
+
+
+@_inline
+def _pc_add(c: int, room: int, state: Any, prv: I64, nxt: I64, head: I64, tail: I64, size: I64, mark: I64) -> None:
+    if room <= 0:
+        return
+    while size[1] + size[2] >= room:
+        old = head[1] if size[1] > 0 else head[2]
+        _pc_unlink(old, state, prv, nxt, head, tail, size)
+        mark[old] = -1
+    _pc_push(c, 1, False, state, prv, nxt, head, tail, size)
+
+
+@jit
+def mmap_replay(items: I64, decode: B1, span_off: I64, span_a: I64, span_b: I64, is_expert: B1, room: int,
+                window: int, two: bool, ahead: bool) -> tuple[int, int]:
+    """Plain mmap's page cache over a trace in chunks (``pagecache.replay_mmap``'s rules): lookup i
+    touches the chunk ranges ``span_a[s]..span_b[s]`` for s in ``span_off[items[i]]`` ..
+    ``span_off[items[i] + 1]``; ``is_expert`` [n_chunks] which chunks are cached and counted;
+    ``room`` chunks; ``window`` the readahead in chunks; ``two``: the two lists, else one LRU;
+    ``ahead``: read-ahead marks. Returns (chunks read by decode lookups, their faults)."""
+    n = is_expert.shape[0]
+    state = np.zeros(n, np.int8)
+    prv = np.full(n, -1, np.int64)
+    nxt = np.full(n, -1, np.int64)
+    mark = np.full(n, -1, np.int64)
+    head = np.full(3, -1, np.int64)
+    tail = np.full(3, -1, np.int64)
+    size = np.zeros(3, np.int64)
+    buf = np.empty(window, np.int64)
+    half = room // 2
+    for c in range(n):
+        if is_expert[c]:
+            _pc_add(c, room, state, prv, nxt, head, tail, size, mark)
+    read = 0
+    faults = 0
+    for i in range(items.shape[0]):
+        counted = decode[i]
+        it = items[i]
+        for s in range(span_off[it], span_off[it + 1]):
+            for c in range(span_a[s], span_b[s] + 1):
+                start = -1
+                keep = -1
+                if state[c] != 0:
+                    if state[c] == 2 or not two:
+                        lst = state[c]
+                        _pc_unlink(c, state, prv, nxt, head, tail, size)
+                        _pc_push(c, lst, False, state, prv, nxt, head, tail, size)
+                    else:
+                        _pc_unlink(c, state, prv, nxt, head, tail, size)
+                        _pc_push(c, 2, False, state, prv, nxt, head, tail, size)
+                        while size[2] > half:
+                            old = head[2]
+                            _pc_unlink(old, state, prv, nxt, head, tail, size)
+                            _pc_push(old, 1, True, state, prv, nxt, head, tail, size)
+                    if mark[c] < 0:
+                        continue
+                    start = mark[c]
+                    mark[c] = -1
+                else:
+                    if counted:
+                        faults += 1
+                    start = max(0, c - window // 2)
+                    keep = c
+                got = 0
+                for x in range(start, min(start + window, n)):
+                    if is_expert[x] and state[x] == 0:
+                        buf[got] = x
+                        got += 1
+                for j in range(got):
+                    x = buf[j]
+                    mark[x] = -1
+                    if x != keep:
+                        _pc_add(x, room, state, prv, nxt, head, tail, size, mark)
+                if ahead:
+                    m = start + window - max(1, window // 4)
+                    if m < n:
+                        mark[m] = start + window
+                if counted:
+                    read += got
+                if keep >= 0:
+                    _pc_add(keep, room, state, prv, nxt, head, tail, size, mark)
+    return read, faults
