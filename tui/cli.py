@@ -861,17 +861,19 @@ def _whatif_speed(args: argparse.Namespace, inp: Any, report: Any) -> Any:
         probe = load(_settings_path(args)).settings.probe
     dense, dense_from = (args.dense_mib * (1 << 20), "--dense-mib") if args.dense_mib is not None else (None, "")
     readahead, ra_from = (args.readahead_kb * 1024, "--readahead-kb") if args.readahead_kb is not None else (None, "")
+    pieces = None
     if args.model:
-        from bmoe_top.tui.jobs.whatif import gguf_dense_bytes
+        from bmoe_top.tui.jobs.whatif import gguf_dense_bytes, gguf_pieces
         from bmoe_top.tui.sources.procfs import device_readahead
 
+        pieces = gguf_pieces(args.model)
         if dense is None:
             dense, dense_from = gguf_dense_bytes(args.model), "the model file: its bytes minus the expert bank"
         if readahead is None and (ra := device_readahead(args.model)) is not None:
             readahead, ra_from = float(ra), "the model file's device read_ahead_kb"
     return speed_view(inp, report, ram=args.ram, bandwidth_mb_s=args.bandwidth, dense=dense, dense_from=dense_from,
                       runtime=None if args.runtime_mib is None else args.runtime_mib * (1 << 20), readahead=readahead,
-                      readahead_from=ra_from, probe=probe)
+                      readahead_from=ra_from, probe=probe, mmap_pieces=pieces)
 
 
 def cmd_whatif(args: argparse.Namespace) -> int:

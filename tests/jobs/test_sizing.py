@@ -13,6 +13,7 @@ import pytest
 from helpers import synth
 
 from bmoe_top.tui.analysis.cachesim import decode_evictions
+from bmoe_top.tui.analysis.pagecache import expert_pieces, replay_mmap
 from bmoe_top.tui.analysis.speed import MIB
 from bmoe_top.tui.jobs.sizing import policy_hits, probe_bandwidth, speed_view
 from bmoe_top.tui.jobs.whatif import analyse_input, load_whatif
@@ -99,6 +100,29 @@ def test_two_levels_and_plain_mmap_by_hand(synthetic):
     assert lru.mmap.hit == pytest.approx(h18)
     assert lru.mmap.flash_ms == pytest.approx(16 * (1 - h18) * 4 * MIB / 1e6)
     assert lru.break_even_mib == 16.0  # streaming at the smallest budget already beats 4 MiB reads
+
+
+def test_plain_mmap_from_the_page_cache_replay(synthetic):
+    inp, report = synthetic
+    lk = inp.lookups
+    # each layer one tensor of its experts' 1 MiB slices, one after another
+    pieces = expert_pieces([[(il * lk.n_expert * MIB, MIB, lk.n_expert)] for il in range(lk.n_layer)], lk.n_expert)
+    kw = dict(ram=100 * MIB, bandwidth_mb_s=1000.0, dense=20 * MIB, runtime=8 * MIB, readahead=4 * MIB)
+    v = speed_view(inp, report, mmap_pieces=pieces, **kw)
+    want = replay_mmap(lk, pieces, 72 * MIB, 4 * MIB).read_per_token
+    assert v.inputs.mmap_read_per_token == want and want > 0
+    assert v.inputs.mmap_from.startswith("the page cache replayed")
+    mmap = v.reports["lru"].mmap
+    assert mmap is not None
+    # the replay's bytes at 1,000 MB/s: flash ms = bytes / 10^6
+    assert mmap.flash_ms == pytest.approx(want / 1e6)
+    assert mmap.serial_ms == pytest.approx(mmap.compute_ms + mmap.flash_ms + mmap.mgmt_ms)
+    # without the layout, or with one that does not fit the trace, the readahead rule, and it says why
+    rule = speed_view(inp, report, **kw)
+    assert rule.inputs.mmap_read_per_token is None and "--model GGUF" in rule.inputs.mmap_from
+    short = speed_view(inp, report, mmap_pieces=pieces[:3], **kw)
+    assert short.inputs.mmap_read_per_token is None and "does not fit the trace" in short.inputs.mmap_from
+    assert short.reports["lru"].mmap == rule.reports["lru"].mmap
 
 
 def test_absent_inputs_are_named_with_their_flags_never_zero(synthetic, tmp_path):

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from bmoe_top.tui.analysis.cachesim import decode_evictions
+from bmoe_top.tui.analysis.pagecache import replay_mmap
 from bmoe_top.tui.analysis.speed import MIB, Memory, Prediction, TokenCosts, hit_at, predict, sizing_report
 from bmoe_top.tui.present.whatif import RunCosts, SpeedInputs, SpeedView, WhatIfInput
 from bmoe_top.tui.settings import ProbeSettings
@@ -90,10 +91,28 @@ def _bandwidth(inp: WhatIfInput, costs: RunCosts | None, flag: float | None,
     return None, ""
 
 
+def _mmap_read(inp: WhatIfInput, memory: Memory | None,
+               pieces: Sequence[Sequence[tuple[int, int]]] | None) -> tuple[float | None, str]:
+    """Plain mmap's bytes a decode token from the page cache's replay (None: the readahead rule)
+    and which of the two predicts it, and why."""
+    if memory is None:
+        return None, ""
+    if pieces is None:
+        return None, "the readahead rule (--model GGUF replays the page cache over the trace)"
+    if not inp.lookups.sizes_known:
+        return None, "the readahead rule (the trace's expert sizes are not known)"
+    try:
+        replay = replay_mmap(inp.lookups, pieces, memory.page_cache(0.0), memory.readahead)
+    except ValueError as e:
+        return None, f"the readahead rule (the model's layout does not fit the trace: {e})"
+    return replay.read_per_token, "the page cache replayed over the trace (the model's expert offsets)"
+
+
 def speed_view(inp: WhatIfInput, report: WhatIf, *, ram: float | None = None, bandwidth_mb_s: float | None = None,
                dense: float | None = None, dense_from: str = "", runtime: float | None = None,
                readahead: float | None = None, readahead_from: str = "", probe: ProbeSettings | None = None,
-               machine_ram: tuple[float | None, str] | None = None, policies: Sequence[str] | None = None) -> SpeedView:
+               machine_ram: tuple[float | None, str] | None = None, policies: Sequence[str] | None = None,
+               mmap_pieces: Sequence[Sequence[tuple[int, int]]] | None = None) -> SpeedView:
     """The tok/s model over ``report``'s curves (see the module docstring for where each input
     comes from). ``ram``, ``dense``, ``runtime``, ``readahead`` in bytes (``dense_from`` /
     ``readahead_from`` say where a given value came from); ``machine_ram`` the RAM read from
@@ -126,13 +145,14 @@ def speed_view(inp: WhatIfInput, report: WhatIf, *, ram: float | None = None, ba
     runtime_from = "--runtime-mib" if runtime is not None else "not given: counted as 0 (--runtime-mib)"
     ra = readahead if readahead is not None else DEFAULT_READAHEAD
     ra_from = (readahead_from or "--readahead-kb") if readahead is not None else "the kernel's default (--readahead-kb)"
+    memory = Memory(ram, dense, runtime or 0.0, ra) if ram is not None and dense is not None else None
+    mmap_read, mmap_from = _mmap_read(inp, memory, mmap_pieces)
     inputs = SpeedInputs(costs, "run summary compute_s_tok, mgmt_s_tok, stall_s_tok" if costs else "", lookups,
                          miss_bytes, bw, bw_from, ram, ram_from, dense, dense_from or "", runtime or 0.0, runtime_from,
-                         ra, ra_from, tuple(missing))
+                         ra, ra_from, tuple(missing), mmap_read, mmap_from)
     if costs is None or bw is None or not inp.lookups.sizes_known or lookups <= 0 or miss_bytes <= 0:
         return SpeedView(inputs, {}, 0, None, TOLERANCE)
     tc = token_costs(costs, lookups, miss_bytes, bw)
-    memory = Memory(ram, dense, runtime or 0.0, ra) if ram is not None and dense is not None else None
     reports = {}
     wanted = set(policies) if policies is not None else None
     for c in report.curves:
@@ -140,7 +160,8 @@ def speed_view(inp: WhatIfInput, report: WhatIf, *, ram: float | None = None, ba
             continue
         hits = policy_hits(c, lookups, miss_bytes)
         ev = decode_evictions(inp.lookups, c.budgets_mib, c.decode_hit_pct).tolist() if costs.evict_ms > 0 else None
-        reports[c.policy] = sizing_report(c.budgets_mib, hits, tc, memory=memory, overlap=costs.overlap, evictions=ev)
+        reports[c.policy] = sizing_report(c.budgets_mib, hits, tc, memory=memory, overlap=costs.overlap, evictions=ev,
+                                          mmap_read_per_token=mmap_read)
     at_run: Prediction | None = None
     lru = next((c for c in report.curves if c.policy == "lru"), None)
     if report.run_budget_mib is not None and lru is not None:

@@ -29,7 +29,8 @@ if TYPE_CHECKING:
     from bmoe_top.tui.analysis.whatif import Replay, WhatIf
 
 __all__ = ["WhatIfError", "load_whatif", "analyse_input", "gguf_layer_bytes", "write_profile", "profile_slots",
-           "run_cache_budget", "gguf_dense_bytes", "summary_number", "meta_int", "resident_estimate", "run_costs"]
+           "run_cache_budget", "gguf_dense_bytes", "gguf_pieces", "summary_number", "meta_int", "resident_estimate",
+           "run_costs"]
 
 
 class WhatIfError(ValueError):
@@ -47,6 +48,19 @@ def gguf_layer_bytes(path: str) -> list[int]:
     except (ModelError, OSError, ValueError) as e:
         raise WhatIfError(f"{path}: cannot read the expert sizes ({e})") from None
     return [int(b) for b in lay.expert_bytes]
+
+
+def gguf_pieces(path: str) -> list[list[tuple[int, int]]]:
+    """Each expert's slices in a GGUF model (file offset, bytes; ``pagecache.layout_pieces``), for
+    the page cache's replay. Raises WhatIfError when the file is not a MoE GGUF."""
+    from bmoe_top.parsers.gguf_layout import ModelError, read_layout
+    from bmoe_top.tui.analysis.pagecache import layout_pieces
+
+    try:
+        lay = read_layout(path)
+    except (ModelError, OSError, ValueError) as e:
+        raise WhatIfError(f"{path}: cannot read the expert offsets ({e})") from None
+    return layout_pieces(lay)
 
 
 def gguf_dense_bytes(path: str) -> float:

@@ -623,7 +623,8 @@ _ITEMS: tuple[Quantity, ...] = (
        "Share of decode lookups that need no read: the expert cache's and, with a RAM, the page cache's.",
        "Not the expert cache's hit % alone when a RAM is given.", WHATIF),
     _q("predict.mmap_tok_s", "mmap_tok_s", "tok/s plain mmap", "tok/s", S.PREDICTED, F.RATE,
-       "the B = 0 prediction with readahead-sized reads (ceil(miss_bytes / R) x R a miss)",
+       "the B = 0 prediction: the bytes a token reads from the page cache replayed over the trace "
+       "(--model), else readahead-sized reads (ceil(miss_bytes / R) x R a miss)",
        "Predicted decode speed of plain llama.cpp (mmap, no expert cache) in the same RAM.",
        "Not expert streaming at any budget.", WHATIF),
     _q("predict.best_mib", "best_mib", "fastest budget", "MiB", S.PREDICTED, F.MIB,

@@ -398,7 +398,9 @@ class SpeedInputs:
     and ``miss_bytes`` bytes a miss reads (the trace's); ``read_mb_s`` the read bandwidth, all
     lanes together (10^6 bytes/s; None: not known); ``ram``, ``dense``, ``runtime``,
     ``readahead`` bytes (``ram`` / ``dense`` None: not known, one level only); ``missing``: each
-    input that is absent, with the flag that gives it."""
+    input that is absent, with the flag that gives it; ``mmap_read_per_token`` the bytes a decode
+    token of plain mmap reads as the page cache's replay found them (None: the readahead rule
+    predicts plain mmap) and ``mmap_from`` which of the two and why."""
 
     costs: RunCosts | None
     costs_from: str
@@ -415,6 +417,8 @@ class SpeedInputs:
     readahead: float
     readahead_from: str
     missing: tuple[str, ...] = ()
+    mmap_read_per_token: float | None = None
+    mmap_from: str = ""
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -506,6 +510,8 @@ class SpeedInputsDoc(TypedDict):
     readahead_bytes: Num
     readahead_from: str
     missing: list[str]
+    mmap_read_per_token: Num
+    mmap_from: str
 
 
 class SpeedDoc(TypedDict):
@@ -566,7 +572,8 @@ def speed_document(view: SpeedView) -> SpeedDoc:
             "miss_bytes": i.miss_bytes, "read_mb_s": i.read_mb_s, "read_mb_s_from": i.read_mb_s_from,
             "ram_bytes": i.ram, "ram_from": i.ram_from, "dense_bytes": i.dense, "dense_from": i.dense_from,
             "runtime_bytes": i.runtime, "runtime_from": i.runtime_from, "readahead_bytes": i.readahead,
-            "readahead_from": i.readahead_from, "missing": list(i.missing)},
+            "readahead_from": i.readahead_from, "missing": list(i.missing),
+            "mmap_read_per_token": i.mmap_read_per_token, "mmap_from": i.mmap_from},
         "levels": view.levels if view.reports else 0,
         "mode": "overlap" if ov else "serial",
         "formula": SPEED_FORMULA,
