@@ -64,11 +64,11 @@ def test_the_mgmt_an_eviction_adds_by_hand():
     # a budget whose misses find room (no eviction): the base alone; without evict_ms the
     # run's whole mgmt at every budget
     assert predict(1000.0, 0.75, c).mgmt_ms == 0.1 and predict(1000.0, 0.75, COSTS, evictions=25.0).mgmt_ms == 5.0
-    # two levels: the expert cache's own evictions; plain mmap has no expert cache to evict from
+    # two levels: the expert cache's own evictions; plain mmap has no expert cache to evict from or manage
     b, h = [1000.0, 2000.0, 4000.0, 8000.0], [0.5, 0.7, 0.8, 0.9]
     mem = Memory(ram=6000 * MIB, dense=500 * MIB, runtime=500 * MIB)
     assert two_level_prediction(b, h, 1000.0, c, mem, 10.0).mgmt_ms == pytest.approx(0.7)
-    assert mmap_prediction(b, h, c, mem).mgmt_ms == 0.1
+    assert mmap_prediction(b, h, c, mem).mgmt_ms == 0.0
     r = sizing_report(b, h, c, evictions=[30.0, 10.0, 1.0, 0.0])
     assert [p.mgmt_ms for p in r.points] == pytest.approx([1.9, 0.7, 0.16, 0.1])
     with pytest.raises(ValueError, match="eviction counts"):
@@ -114,13 +114,24 @@ def test_plain_mmap_by_hand():
     assert small.hit == pytest.approx(0.8) and small.flash_ms == pytest.approx(ALL_MISS_MS * 0.2)
 
 
+def test_plain_mmap_has_no_cache_management_and_no_overlap():
+    b, h = [1000.0, 2000.0, 4000.0], [0.5, 0.7, 0.8]
+    mem = Memory(ram=5000 * MIB, dense=500 * MIB, runtime=500 * MIB, readahead=128 * 1024)
+    p = mmap_prediction(b, h, COSTS, mem)
+    # no expert cache to manage (the run's 5 ms mgmt and 2 ms stall are the streaming runtime's), and a
+    # page fault stalls the token's thread: the overlap total is the serial one
+    assert p.mgmt_ms == 0.0 and p.stall_ms == 0.0
+    assert p.serial_ms == pytest.approx(50.0 + ALL_MISS_MS * 0.2)
+    assert p.overlap_ms == p.serial_ms and p.tok_s(True) == p.tok_s(False)
+
+
 def test_plain_mmap_from_the_page_cache_replay():
     b, h = [1000.0, 2000.0, 4000.0], [0.5, 0.7, 0.8]
     mem = Memory(ram=5000 * MIB, dense=500 * MIB, runtime=500 * MIB, readahead=8 * MIB)
     # the replay's bytes replace the readahead rule: 96 MiB a token of 384 MiB of experts is a 0.75 hit
     p = mmap_prediction(b, h, COSTS, mem, read_per_token=96 * MIB)
     assert p.hit == pytest.approx(0.75) and p.flash_ms == pytest.approx(96 * MIB / 1e9 * 1e3)
-    assert p.compute_ms == COSTS.compute_ms and p.serial_ms == pytest.approx(50.0 + 5.0 + p.flash_ms)
+    assert p.compute_ms == COSTS.compute_ms and p.serial_ms == pytest.approx(50.0 + p.flash_ms)
     # windows that read more than every expert of the token: hit 0, the flash time is still the bytes'
     more = mmap_prediction(b, h, COSTS, mem, read_per_token=500 * MIB)
     assert more.hit == 0.0 and more.flash_ms == pytest.approx(500 * MIB / 1e9 * 1e3)

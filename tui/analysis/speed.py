@@ -180,21 +180,25 @@ def mmap_prediction(budgets_mib: Sequence[float], hits: Sequence[float], costs: 
     bytes a miss (``R``: ``memory.readahead``) and holds that much less of what is used.
     ``read_per_token``: the bytes a decode token reads as the page cache's replay over the trace
     found them (tui/analysis/pagecache.py ``replay_mmap``), used instead of that rule; ``hit`` is
-    then the share of a token's expert bytes not read (0 when it reads more)."""
+    then the share of a token's expert bytes not read (0 when it reads more). Plain mmap has no
+    expert cache (no ``miss_ms``, ``evict_ms``, ``mgmt_ms`` or ``stall_ms`` of one) and overlaps nothing (a page
+    fault stalls the thread that touched the page): its overlap total is its serial one."""
     page = memory.page_cache(0.0)
-    mmap_costs = replace(costs, miss_ms=0.0, evict_ms=0.0)
+    mmap_costs = replace(costs, miss_ms=0.0, evict_ms=0.0, mgmt_ms=0.0, stall_ms=0.0)
     if read_per_token is not None:
         if not (math.isfinite(read_per_token) and read_per_token >= 0):
             raise ValueError(f"read_per_token must be a finite number >= 0, not {read_per_token!r}")
         full = costs.lookups * costs.miss_bytes
         if read_per_token <= full:
-            hit = 1.0 - read_per_token / full if full > 0 else 1.0
-            return predict(0.0, hit, mmap_costs, fits=page >= 0)
-        return predict(0.0, 0.0, mmap_costs, miss_bytes=read_per_token / costs.lookups, fits=page >= 0)
-    read = math.ceil(costs.miss_bytes / memory.readahead) * memory.readahead if memory.readahead > 0 \
-        else costs.miss_bytes
-    useful = max(0.0, page) * (costs.miss_bytes / read if read > 0 else 1.0)
-    return predict(0.0, hit_at(budgets_mib, hits, useful / MIB), mmap_costs, miss_bytes=read, fits=page >= 0)
+            p = predict(0.0, 1.0 - read_per_token / full if full > 0 else 1.0, mmap_costs, fits=page >= 0)
+        else:
+            p = predict(0.0, 0.0, mmap_costs, miss_bytes=read_per_token / costs.lookups, fits=page >= 0)
+    else:
+        read = math.ceil(costs.miss_bytes / memory.readahead) * memory.readahead if memory.readahead > 0 \
+            else costs.miss_bytes
+        useful = max(0.0, page) * (costs.miss_bytes / read if read > 0 else 1.0)
+        p = predict(0.0, hit_at(budgets_mib, hits, useful / MIB), mmap_costs, miss_bytes=read, fits=page >= 0)
+    return replace(p, overlap_ms=p.serial_ms)
 
 
 @dataclass(frozen=True)
