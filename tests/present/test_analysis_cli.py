@@ -16,8 +16,10 @@ import pytest
 from helpers import synth
 from helpers.documents import masked
 from helpers.golden import check_golden, check_golden_text
+from helpers.pagecache import cached_model
 from helpers.typed_json import check_typed
 
+from bmoe_top.parsers.gguf_layout import read_layout
 from bmoe_top.parsers.routing_bin import routing_bin_bytes
 from bmoe_top.parsers.strp import read_strp
 from bmoe_top.tui.cli import main
@@ -106,6 +108,28 @@ def test_whatif_speed_inputs_from_flags_settings_and_absent(tmp_path, capsys, ru
             main(["whatif", "--json", f"--ram={bad}", trace])
         err = capsys.readouterr().err
         assert e.value.code == 2 and "is not a size" in err and "Traceback" not in err
+
+
+def test_whatif_model_replays_plain_mmap_page_cache(tmp_path, capsys) -> None:
+    """--model gives the file's expert offsets: plain mmap's bytes a token come from the page cache
+    replayed over the trace (none once the RAM holds the file), and the input says so."""
+    model = cached_model("tiny")  # 2 layers x 8 experts, top-2
+    files = []
+    for name, data in (("run.route.csv", synth.route_trace(24, n_layer=2, n_expert=8, seed=3)),
+                       ("run.csv", synth.token_csv(24, seed=4, n_layer=2, n_expert=8))):
+        (tmp_path / name).write_bytes(data)
+        files.append(str(tmp_path / name))
+    lay = read_layout(model)
+    short = f"{(lay.file_size - lay.expert_bank_bytes + lay.expert_bank_bytes // 4) // 1024}K"  # a quarter of the bank
+    got = {}
+    for ram in (short, "1G"):
+        code, out, err = cli(capsys, "whatif", "--json", "--no-config", "--bandwidth", "1000", "--model", str(model),
+                             "--ram", ram, "--readahead-kb", "128", *files)
+        assert code == 0, err
+        si = orjson.loads(out)["speed"]["inputs"]
+        assert si["mmap_from"].startswith("the page cache replayed over the trace")
+        got[ram] = si["mmap_read_per_token"]
+    assert got[short] > 0 and got["1G"] == 0
 
 
 def test_whatif_budgets_and_errors(tmp_path, capsys, run_files) -> None:
