@@ -8,6 +8,8 @@ written here from their definitions.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 from helpers.routing import random_lookups
@@ -400,3 +402,32 @@ def test_lru_state_compacted_log_changes_nothing(lk: Lookups, chunk: int) -> Non
     for a, b in zip(small.counts(), whole.counts()):
         assert np.array_equal(a, b)
     assert lk.n <= lk.n_items + chunk or small.compactions > 0
+
+
+def test_run_tasks_runs_what_a_task_returns_before_what_waits() -> None:
+    ran: list[str] = []
+
+    def task(name: str, *more: C.Task) -> C.Task:
+        def run() -> list[C.Task]:
+            ran.append(name)
+            return list(more)
+        return run
+
+    C.run_tasks([task("a", task("a1", task("a11")), task("a2")), task("b")], threads=1)
+    assert ran == ["a", "a1", "a11", "a2", "b"]
+    ran.clear()
+    C.run_tasks([task(f"t{i}", *(task(f"t{i}.{j}") for j in range(i % 3))) for i in range(40)], threads=3)
+    assert sorted(ran) == sorted([f"t{i}" for i in range(40)] + [f"t{i}.{j}" for i in range(40) for j in range(i % 3)])
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_run_tasks_raises_the_first_error(threads: int) -> None:
+    ran: list[int] = []
+
+    def bad() -> list[C.Task]:
+        raise ValueError("bad budget")
+
+    with pytest.raises(ValueError, match="bad budget"):
+        C.run_tasks([bad, *(functools.partial(ran.append, i) for i in range(5))], threads=threads)
+    if threads == 1:
+        assert ran == []  # nothing starts after the error

@@ -35,6 +35,17 @@ def test_report_parts_agree() -> None:
     assert d["allocation"]["allocated_hit_pct"] >= d["allocation"]["equal_hit_pct"]
 
 
+@pytest.mark.parametrize("run_budget", [None, 30])
+def test_report_is_the_same_on_one_thread_and_on_several(run_budget: int | None) -> None:
+    # one thread runs the dense LRU (and queues the sweep) before the profile's split: the
+    # profile curves are queued by whichever of the two ends last, so they are there either way
+    rng = np.random.default_rng(11)
+    lk = random_lookups(rng, n_tokens=80, n_layer=3, n_expert=10, k=2, prefill_tokens=6, layer_bytes=[2, 3, 2])
+    docs = [orjson.dumps(whatif(lk, run_budget=run_budget, threads=t)) for t in (1, 2, 3)]
+    assert docs[0] == docs[1] == docs[2]
+    assert {c["policy"] for c in orjson.loads(docs[0])["curves"]} == set(C.POLICIES)
+
+
 def test_recommend_and_errors() -> None:
     rng = np.random.default_rng(1)
     lk = random_lookups(rng, n_tokens=40, n_layer=2, n_expert=8, k=2)

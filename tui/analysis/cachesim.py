@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import functools
 import os
-from collections import OrderedDict
+import threading
+from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -35,7 +35,7 @@ from .lookups import Lookups, profile_fill
 
 __all__ = ["Curve", "LruState", "POLICIES", "dense_budgets", "sweep_budgets", "lru_curve", "lru_hit_flags",
            "replay_lru", "policy_curve", "policy_curves", "plan_policy_curves", "plan_layer_curves", "Plan",
-           "run_tasks", "workers", "static_curve", "static_ranking", "layer_curves",
+           "run_tasks", "Task", "workers", "static_curve", "static_ranking", "layer_curves",
            "lru_profile_curve", "compulsory_decode_misses", "decode_evictions", "token_evictions", "strp_from_lookups",
            "MIB"]
 
@@ -381,6 +381,10 @@ def workers() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+#: a unit of work run by :func:`run_tasks`: it may return more tasks (work it made possible)
+Task = Callable[[], "Sequence[Task] | None"]
+
+
 @dataclass(frozen=True, slots=True)
 class Plan(Generic[T]):
     """Work split into ``tasks`` (callables that release the GIL while they compute, so they can
@@ -390,17 +394,56 @@ class Plan(Generic[T]):
     finish: Callable[[], T]
 
 
-def run_tasks(tasks: Sequence[Callable[[], None]], threads: int | None = None) -> None:
+def run_tasks(tasks: Sequence[Task], threads: int | None = None) -> None:
     """Run ``tasks`` on ``threads`` threads (default :func:`workers`), in the given order as
-    threads free up (put the longest first); returns when all are done, raising the first error."""
-    n_threads = min(len(tasks), threads or workers())
-    if n_threads <= 1:
-        for t in tasks:
-            t()
+    threads free up (put the longest first); a task that returns more tasks has them run next,
+    before the ones still waiting, in their order (so work that waited for a result starts as
+    soon as it is there, while the other threads carry on). Returns when all are done, raising
+    the first error (no task starts after it)."""
+    todo: deque[Task] = deque(tasks)
+    n_threads = max(1, threads or workers())
+    if n_threads == 1:
+        while todo:
+            more = todo.popleft()()
+            if more:
+                todo.extendleft(reversed(more))
         return
-    with ThreadPoolExecutor(n_threads) as pool:
-        for f in [pool.submit(t) for t in tasks]:
-            f.result()
+    cv = threading.Condition()
+    running = 0
+    errors: list[BaseException] = []
+
+    def worker() -> None:
+        nonlocal running
+        while True:
+            with cv:
+                while not todo and running and not errors:
+                    cv.wait()
+                if errors or not todo:
+                    cv.notify_all()
+                    return
+                task = todo.popleft()
+                running += 1
+            try:
+                more = task()
+            except BaseException as e:  # noqa: BLE001 - handed to the caller below
+                with cv:
+                    errors.append(e)
+                    running -= 1
+                    cv.notify_all()
+                return
+            with cv:
+                if more:
+                    todo.extendleft(reversed(more))
+                running -= 1
+                cv.notify_all()
+
+    pool = [threading.Thread(target=worker, name=f"bmoe-replay-{i}", daemon=True) for i in range(n_threads)]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    if errors:
+        raise errors[0]
 
 
 def plan_policy_curves(lk: Lookups, policies: Sequence[str], budgets: npt.ArrayLike) -> Plan[dict[str, Curve]]:

@@ -8,7 +8,9 @@ NaN becomes null): what ``bmoe-top whatif --json`` prints. docs/analysis.md.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -145,21 +147,24 @@ def recommend_budget(curve: C.Curve, fraction: float = 0.95) -> int:
 
 def whatif(lk: Lookups, budgets: npt.ArrayLike | None = None, run_budget: int | None = None,
            read_mib_s: float | None = None, policies: tuple[str, ...] = DEFAULT_POLICIES,
-           train_fraction: float = 0.5, dense_points: int = 512) -> WhatIf:
+           train_fraction: float = 0.5, dense_points: int = 512, threads: int | None = None) -> WhatIf:
     """The what-if report of ``lk``: :func:`analyse` without the curves behind it."""
-    return analyse(lk, budgets, run_budget, read_mib_s, policies, train_fraction, dense_points)[0]
+    return analyse(lk, budgets, run_budget, read_mib_s, policies, train_fraction, dense_points, threads)[0]
 
 
 def analyse(lk: Lookups, budgets: npt.ArrayLike | None = None, run_budget: int | None = None,
             read_mib_s: float | None = None, policies: tuple[str, ...] = DEFAULT_POLICIES,
-            train_fraction: float = 0.5, dense_points: int = 512) -> tuple[WhatIf, Replay]:
+            train_fraction: float = 0.5, dense_points: int = 512,
+            threads: int | None = None) -> tuple[WhatIf, Replay]:
     """Replay ``lk`` through ``policies`` at ``budgets`` (bytes; default
     :func:`~bmoe_top.tui.analysis.cachesim.sweep_budgets` and the recommended budget; plus
     ``run_budget``) and summarise.
 
     ``run_budget``: the run's cache budget in bytes (marks the curves, focuses the per-layer
     table, enables the recorded-residency check); ``read_mib_s``: measured read bandwidth for
-    the I/O estimate; ``train_fraction``: the static profile's train part (the rest is scored).
+    the I/O estimate; ``train_fraction``: the static profile's train part (the rest is scored);
+    ``threads``: the replays' threads (default
+    :func:`~bmoe_top.tui.analysis.cachesim.workers`; the same report on any number).
     Raises ValueError for an unknown policy, bad budgets, or a trace without decode lookups.
     """
     if lk.n_decode_lookups == 0:
@@ -170,33 +175,65 @@ def analyse(lk: Lookups, budgets: npt.ArrayLike | None = None, run_budget: int |
     b = C._check_budgets(np.concatenate([np.asarray(b, dtype=np.float64).reshape(-1),
                                          np.asarray(extra, dtype=np.float64)]))
     dense = np.unique(np.concatenate([C.dense_budgets(lk, dense_points), b]))
-    # two rounds of tasks on every CPU: LRU over the dense axis (it picks the recommended
-    # budget, which the sweep holds) beside the per-layer curves, then every policy at the sweep
-    box: dict[str, C.Curve] = {}
-    layer_plan = C.plan_layer_curves(lk)  # partitioned policies and the allocation
-    C.run_tasks([lambda: box.__setitem__("lru_all", C.lru_curve(lk, dense)), *layer_plan.tasks])
-    lru_all = box["lru_all"]
-    lc = layer_plan.finish()
-    rec = recommend_budget(lru_all)
-    if budgets is None:  # the default sweep also holds the recommended budget
-        b = np.unique(np.append(b, rec))
-    lru = lru_all.select(b)  # the dense axis holds every sweep budget
-    plan = C.plan_policy_curves(lk, [p for p in policies if kinds[p] == "per_budget"], b)
-    tasks = list(plan.tasks)
-    train_tokens = 0
-    if any(k == "profile" for k in kinds.values()):
+    # one round of tasks on every CPU: LRU over the dense axis first (it picks the recommended
+    # budget, which the sweep holds); when it is done, every policy at the sweep is queued ahead
+    # of what still waits (the per-layer curves, the profile's split, the skew), which keeps the
+    # other threads busy meanwhile and fills the end
+    box: dict[str, Any] = {}
+    sweep: dict[str, Any] = {"b": b}
+    per_budget = [p for p in policies if kinds[p] == "per_budget"]
+    profiles = any(k == "profile" for k in kinds.values())
+
+    gate = threading.Lock()
+    done = [0]
+
+    def profile_tasks() -> list[C.Task]:
+        """The profile curves once both the split and the sweep are there (the second to finish
+        queues them)."""
+        with gate:
+            done[0] += 1
+            if done[0] < 2 or "split" not in box:
+                return []
+        train, test = box["split"]
+        sb = sweep["b"]
+        tasks: list[C.Task] = []
+        if "lru_profile" in policies:
+            tasks.append(lambda: box.__setitem__("lru_profile", C.lru_profile_curve(train, test, sb)))
+        if "static" in policies:
+            tasks.append(lambda: box.__setitem__("static", C.static_curve(train, test, sb)))
+        return tasks
+
+    def lru_all_then_sweep() -> list[C.Task]:
+        box["lru_all"] = lru_all = C.lru_curve(lk, dense)
+        box["rec"] = rec = recommend_budget(lru_all)
+        if budgets is None:  # the default sweep also holds the recommended budget
+            sweep["b"] = np.unique(np.append(sweep["b"], rec))
+        box["plan"] = plan = C.plan_policy_curves(lk, per_budget, sweep["b"])
+        return [*(profile_tasks() if profiles else []), *plan.tasks]
+
+    def split() -> list[C.Task]:
         try:
-            train, test = split_decode(lk, train_fraction)
+            box["split"] = split_decode(lk, train_fraction)
         except ValueError:
             pass  # too few tokens to split: no profile curves
-        else:
-            train_tokens = train.n_decode_tokens
-            if "lru_profile" in policies:
-                tasks.insert(0, lambda: box.__setitem__("lru_profile", C.lru_profile_curve(train, test, b)))
-            if "static" in policies:
-                tasks.append(lambda: box.__setitem__("static", C.static_curve(train, test, b)))
-    C.run_tasks(tasks)
-    replayed = plan.finish()
+        return profile_tasks()
+
+    layer_plan = C.plan_layer_curves(lk)  # partitioned policies and the allocation
+    first: list[C.Task] = [lru_all_then_sweep]
+    if profiles:
+        first.append(split)  # before the sweep is queued: the dense LRU takes longer
+    first += [*layer_plan.tasks, lambda: box.__setitem__("skew", routing_skew(lk)),
+              lambda: box.__setitem__("compulsory", C.compulsory_decode_misses(lk))]
+    if run_budget is not None and (lk.recorded_hit[lk.decode] >= 0).all():
+        first.append(lambda: box.__setitem__("flags", C.lru_hit_flags(lk, [run_budget])[:, 0]))
+    C.run_tasks(first, threads)
+    lru_all: C.Curve = box["lru_all"]
+    rec: int = box["rec"]
+    b = sweep["b"]
+    lc = layer_plan.finish()
+    lru = lru_all.select(b)  # the dense axis holds every sweep budget
+    replayed = box["plan"].finish()
+    train_tokens = box["split"][0].n_decode_tokens if "split" in box else 0
     curves: list[C.Curve] = []
     for p in policies:
         if kinds[p] == "one_pass":
@@ -220,8 +257,8 @@ def analyse(lk: Lookups, budgets: npt.ArrayLike | None = None, run_budget: int |
     alloc_sum = AllocationSummary(focus / MIB, 100.0 * int(eq.decode_hits[0]) / dl, 100.0 * alloc.decode_hits / dl,
                                   float(lru_all.decode_hit_pct[jf]), [int(x) for x in alloc.slots])
     recorded = None
-    if run_budget is not None and (lk.recorded_hit[lk.decode] >= 0).all():
-        flags = C.lru_hit_flags(lk, [run_budget])[:, 0]
+    if run_budget is not None and "flags" in box:
+        flags = box["flags"]
         d = lk.decode
         r = lk.recorded_hit[d]
         f = flags[d]
@@ -230,7 +267,7 @@ def analyse(lk: Lookups, budgets: npt.ArrayLike | None = None, run_budget: int |
                                  100.0 * float(f.sum()) / lk.n)
     lb = lk.layer_bytes()
     moe = lk.moe_layers()
-    comp = C.compulsory_decode_misses(lk)
+    comp: int = box["compulsory"]
     report = WhatIf(
         n_layer=lk.n_layer, n_expert=lk.n_expert, top_k=lk.top_k, decode_tokens=lk.n_decode_tokens,
         decode_lookups=dl, prefill_lookups=lk.n - dl, sizes_known=lk.sizes_known,
@@ -249,7 +286,7 @@ def analyse(lk: Lookups, budgets: npt.ArrayLike | None = None, run_budget: int |
         focus_budget_mib=focus / MIB,
         layers=rows,
         allocation=alloc_sum,
-        skew=routing_skew(lk),
+        skew=box["skew"],
         recorded=recorded,
         static_train_tokens=train_tokens,
     )
