@@ -38,7 +38,9 @@ class RoutingBin:
     """Parsed records. ``layer``, ``token``, ``k`` int64 [n_records]; ``experts`` int32
     [n_records, k_max] (-1 past a record's k); ``weights`` float32 [n_records, k_max] (NaN past
     its k); ``n_layer`` (max layer + 1), ``n_tokens`` (the most records any layer has),
-    ``k_max``; ``bytes_used`` of the input; ``problems``."""
+    ``k_max``; ``bytes_used`` of the input; ``problems``. When every record has the same k (the
+    usual file), ``experts`` and ``weights`` are views of the parsed bytes, not copies: read-only
+    for ``bytes``, and changed by a change of a ``bytearray`` the bytes came from."""
 
     layer: npt.NDArray[np.int64]
     token: npt.NDArray[np.int64]
@@ -91,8 +93,8 @@ def parse_routing_bin(data: bytes, n_expert: int | None = None, n_layer: int | N
         words = np.frombuffer(data, dtype="<i4", count=m * rec // 4).reshape(m, rec // 4)
         same = words[:, 1] == k0
         good = same & (words[:, 0] >= 0) & (words[:, 0] < lmax)
-        ids = words[:, 2:2 + k0]
-        good &= ((ids >= 0) & (ids < emax)).all(axis=1)
+        ids = words[:, 2:2 + k0].view("<u4")  # a negative id reads as >= 2^31: one comparison
+        good &= (ids < emax).all(axis=1)
         first_bad = int(np.argmin(good)) if not good.all() else m
         n_fast = first_bad
         pos = first_bad * rec
@@ -123,16 +125,17 @@ def parse_routing_bin(data: bytes, n_expert: int | None = None, n_layer: int | N
     k_arr = np.concatenate([np.full(n_fast, k0, dtype=np.int64), np.asarray(ks, dtype=np.int64)])
     nr = int(off.shape[0])
     k_max = int(k_arr.max()) if nr else 0
-    experts = np.full((nr, k_max), -1, dtype=np.int32)
-    weights = np.full((nr, k_max), np.nan, dtype=np.float32)
-    layer = np.zeros(nr, dtype=np.int64)
     if nr and (k_arr == k_max).all() and (np.diff(off) == 8 + 8 * k_max).all():
+        # every record the same k, back to back: the ids and weights are views of ``data``
         rec = 8 + 8 * k_max
         words = np.frombuffer(data, dtype="<i4", count=nr * rec // 4, offset=int(off[0])).reshape(nr, rec // 4)
         layer = words[:, 0].astype(np.int64)
-        experts[:] = words[:, 2:2 + k_max]
-        weights[:] = words[:, 2 + k_max:].view("<f4")
+        experts = words[:, 2:2 + k_max]
+        weights = words[:, 2 + k_max:].view("<f4")
     else:
+        experts = np.full((nr, k_max), -1, dtype=np.int32)
+        weights = np.full((nr, k_max), np.nan, dtype=np.float32)
+        layer = np.zeros(nr, dtype=np.int64)
         for r, (o, k) in enumerate(zip(off.tolist(), k_arr.tolist())):
             layer[r] = int(np.frombuffer(data, dtype="<i4", count=1, offset=o)[0])
             experts[r, :k] = np.frombuffer(data, dtype="<i4", count=k, offset=o + 8)

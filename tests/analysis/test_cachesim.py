@@ -365,6 +365,17 @@ def test_binary_routing_trace_replays_like_the_same_routing() -> None:
     assert np.array_equal(lk.item, ref.item) and np.array_equal(lk.batch, ref.batch)
     slots = from_routing_bin(parse_routing_bin(data), 8)
     assert not slots.sizes_known and slots.bank_bytes == 3 * 8
+    # the same routing written layer by layer (read through the records' token and layer, not
+    # as they lie in the file), and a repeated id in a row (one lookup, fewer than the ids)
+    dec[4, 1, 1] = dec[4, 1, 0]
+    ref = from_routing(dec, [2, 3, 2], 8)
+    assert ref.n == 30 * 3 * 2 - 1
+    by_token = from_routing_bin(parse_routing_bin(routing_bin_bytes(layer, dec.reshape(-1, 2))), 8, [2, 3, 2])
+    layer_major = routing_bin_bytes(np.repeat(np.arange(3), 30), dec.transpose(1, 0, 2).reshape(-1, 2))
+    by_layer = from_routing_bin(parse_routing_bin(layer_major), 8, [2, 3, 2])
+    for got in (by_token, by_layer):
+        assert np.array_equal(got.item, ref.item) and np.array_equal(got.batch, ref.batch)
+        assert np.array_equal(got.token, ref.token) and np.array_equal(got.decode, ref.decode)
 
 
 def test_lookups_from_bytes() -> None:

@@ -218,16 +218,17 @@ def from_route_trace(trace: RouteTrace, prefill_batch: int | None = None) -> Loo
 
 def _decode_lookups(dec: npt.NDArray[np.integer[Any]], n_expert: int, batch0: int) -> tuple[I64, I64, I64, int]:
     """The decode lookups of ``dec`` [tokens, n_layer, k] in replay order (token, then layer,
-    then slot; each batch's experts unique in order of first appearance, ids < 0 dropped), two
-    compiled passes (count, then fill: no temporary beyond the result): item, batch and token,
-    and the decode tokens. Raises ValueError for an id >= ``n_expert``."""
-    none = np.zeros(0, dtype=np.int64)
-    n, _nb, _nt, top = K.decode_lookups(dec, n_expert, batch0, none, none, none)
+    then slot; each batch's experts unique in order of first appearance, ids < 0 dropped), one
+    compiled pass (no temporary beyond the result): item, batch and token, and the decode
+    tokens. Raises ValueError for an id >= ``n_expert``."""
+    # room for every id >= 0: pages past the lookups (a repeated id) are never written, so never
+    # resident, and the arrays are views of the first n
+    room = int(np.count_nonzero(dec >= 0))
+    item, batch, token = (np.empty(room, dtype=np.int64) for _ in range(3))
+    n, _nb, nt, top = K.decode_lookups(dec, n_expert, batch0, item, batch, token)
     if top >= n_expert:
         raise ValueError(f"expert id {top} >= n_expert {n_expert}")
-    item, batch, token = (np.empty(n, dtype=np.int64) for _ in range(3))
-    _n, _nb, nt, _top = K.decode_lookups(dec, n_expert, batch0, item, batch, token)
-    return item, batch, token, nt
+    return item[:n], batch[:n], token[:n], nt
 
 
 def from_routing(decode_routing: npt.ArrayLike, layer_bytes: npt.ArrayLike, n_expert: int,
@@ -287,8 +288,12 @@ def from_routing_bin(rb: RoutingBin, n_expert: int, layer_bytes: npt.ArrayLike |
     if rb.n_records == 0:
         raise ValueError("the routing trace has no records")
     nl = max(rb.n_layer, n_layer or 0)
-    routing = np.full((rb.n_tokens, nl, rb.k_max), -1, dtype=np.int32)  # int32: half of rb.routing()'s bytes
-    routing[rb.token, rb.layer, :] = rb.experts
+    if rb.n_records == rb.n_tokens * nl and (rb.layer.reshape(rb.n_tokens, nl) == np.arange(nl)).all():
+        # written token by token, every layer in order: the records are the routing already
+        routing = rb.experts.reshape(rb.n_tokens, nl, rb.k_max)
+    else:
+        routing = np.full((rb.n_tokens, nl, rb.k_max), -1, dtype=np.int32)  # int32: half of rb.routing()'s bytes
+        routing[rb.token, rb.layer, :] = rb.experts
     known = layer_bytes is not None
     lb = np.asarray(layer_bytes, dtype=np.int64) if known else np.ones(nl, dtype=np.int64)
     return from_routing(routing, lb, n_expert, sizes_known=known)
