@@ -3,6 +3,8 @@ and rows skipped, batch and token ids, and an id past the model refused."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -49,3 +51,16 @@ def test_from_routing_refuses_an_id_past_the_model() -> None:
     dec[2, 1, 1] = 9
     with pytest.raises(ValueError, match="expert id 9 >= n_expert 8"):
         from_routing(dec, [1, 1], 8)
+
+
+def test_item_counts_count_every_lookup_and_refuse_an_item_past_the_model() -> None:
+    rng = np.random.default_rng(3)
+    dec = rng.integers(-1, 6, size=(40, 5, 4))
+    lk = from_routing(dec, np.arange(1, 6) * 10, 6)
+    half = dataclasses.replace(lk, decode=np.arange(lk.n) % 3 > 0)  # some prefill lookups
+    dec_n, every = half.item_counts()
+    assert every.tolist() == np.bincount(lk.item, minlength=30).tolist()
+    assert dec_n.tolist() == np.bincount(lk.item[half.decode], minlength=30).tolist()
+    bad = dataclasses.replace(lk, item=np.where(np.arange(lk.n) == 5, 30, lk.item))
+    with pytest.raises(ValueError, match=r"an item id outside 0\.\.29"):
+        bad.item_counts()

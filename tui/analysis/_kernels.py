@@ -937,6 +937,24 @@ def next_decode_use(item: I64, bfirst: I64, decode: B1, n_items: int, out: npt.N
 
 
 @jit
+def item_lookups(item: npt.NDArray[np.integer[Any]], decode: B1, dec_out: I64, every_out: I64) -> int:
+    """Adds each lookup to its item's count in ``every_out`` and, a decode lookup, in ``dec_out``
+    (int64 [n_items] each): one pass, no temporary. Returns the lookups whose item is outside
+    0..n_items-1 (not counted)."""
+    n_items = every_out.shape[0]
+    bad = 0
+    for i in range(item.shape[0]):
+        x = int(item[i])
+        if x < 0 or x >= n_items:
+            bad += 1
+            continue
+        every_out[x] += 1
+        if decode[i]:
+            dec_out[x] += 1
+    return bad
+
+
+@jit
 def compulsory_decode(item: npt.NDArray[np.integer[Any]], decode: B1, n_items: int) -> int:
     """Decode lookups that are their item's first lookup."""
     seen = np.zeros(n_items, dtype=np.uint8)

@@ -95,11 +95,14 @@ class Lookups:
         return cast(I64, out)
 
     def item_counts(self) -> tuple[I64, I64]:
-        """(decode lookups, all lookups) per item: int64 [n_items] each."""
+        """(decode lookups, all lookups) per item: int64 [n_items] each. Raises ValueError for an
+        item id outside 0..n_items-1."""
         got = self._memo.get("item_counts")
         if got is None:
-            every = np.bincount(self.item, minlength=self.n_items).astype(np.int64)
-            dec = np.bincount(self.item, weights=self.decode, minlength=self.n_items).astype(np.int64)
+            dec = np.zeros(self.n_items, dtype=np.int64)
+            every = np.zeros(self.n_items, dtype=np.int64)
+            if K.item_lookups(self.item, self.decode, dec, every):
+                raise ValueError(f"an item id outside 0..{self.n_items - 1}")
             got = self._memo["item_counts"] = (dec, every)
         return cast(tuple[I64, I64], got)
 
