@@ -143,6 +143,23 @@ def test_cancel_from_other_thread(models, reference):
     assert got == reference["f32"]
 
 
+def test_resident_cancel_polled_per_node_in_prefill_only(models, reference):
+    """Resident with a cancel event: llama's abort callback polls it at every node of the prefill
+    (a set event aborts it: no token, the KV as before), and is removed for the one-token decodes,
+    which check the event between tokens."""
+    with _engine(models["f32"], stream=False) as e:
+        ev = threading.Event()
+        installed = []
+        r = e.generate(PROMPT, N, cancel=ev, on_token=lambda st: installed.append(e._abort_installed))
+        assert r.tokens == reference["f32"][0]
+        assert installed == [False] * N
+        ev.set()
+        r = e.generate(PROMPT, N, cancel=ev)
+        assert r.cancelled and r.n_tokens == 0 and e.kv_tokens == []
+        got = [e.generate(p, n, clear_kv=c).tokens for p, n, c in TURNS]
+    assert got == reference["f32"]
+
+
 def test_read_error_aborts_cleanly_and_engine_survives(models, reference):
     with _engine(models["q4_0"], cache_mb=0) as e:
         orig = e.reader.read_runs
