@@ -565,7 +565,7 @@ class Engine:
         """Remove the per-node cancel poll of :meth:`_begin` before the one-token decodes, which
         check the cancel between tokens (``_decode_loop``): the poll is a Python call at every
         graph node (245 a token on bench-q4_k, ~0.4 us each) while the other compute threads
-        wait at the node's barrier, 4 % of a resident token's decode with 2 threads."""
+        wait at the node's barrier (docs/runtime.md, Traps)."""
         if self._cancel is not None and not self.observe:
             self._clear_abort()
 
