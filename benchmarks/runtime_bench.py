@@ -33,9 +33,10 @@ Rounds are interleaved: each round runs every row (the row order rotates), each 
 medians over rounds; a ratio is the median of the per-round ratios.
 
 In the same process, before the child runs (``--inproc-rounds``, 0 to skip): the bare llama.cpp
-loop (mmap load, ``llama_decode`` and llama.cpp's greedy sampler) against ``Engine(stream=False)``,
-interleaved: resident / bare tok/s and the host's work per token around ``llama_decode`` (per-token
-wall minus the ``llama_decode`` call, in each).
+loop (mmap load, ``llama_decode`` and llama.cpp's greedy sampler) against ``Engine(stream=False)``
+given a cancel event as bmoe-run's one-shot gives it, interleaved: resident / bare tok/s and the
+host's work per token around ``llama_decode`` (per-token wall minus the ``llama_decode`` call, in
+each).
 
 Usage::
 
@@ -57,6 +58,7 @@ import os
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -138,7 +140,8 @@ class BareLoop:
 
 def in_process(model: Path, tokens: int, rounds: int, threads: int, n_ctx: int) -> dict:
     """Bare loop against ``Engine(stream=False)`` in this process, interleaved: tok/s, the ratio,
-    and the host's microseconds per token outside ``llama_decode`` in each."""
+    and the host's microseconds per token outside ``llama_decode`` in each. The Engine gets a
+    cancel event, as bmoe-run's one-shot passes one (its polling is part of what bmoe-run runs)."""
     from bmoe_top.runtime.engine import Engine
 
     eng = Engine(model, stream=False, n_ctx=n_ctx, n_threads=threads, quiet=True)
@@ -157,7 +160,7 @@ def in_process(model: Path, tokens: int, rounds: int, threads: int, n_ctx: int) 
                 got["bare_host_us"].append((dt - dec) / max(1, len(toks)) * 1e6)
                 bare_toks = toks
             else:
-                res = eng.generate(PROMPT, tokens)
+                res = eng.generate(PROMPT, tokens, cancel=threading.Event())
                 this["resident"] = res.n_tokens / res.decode_s
                 got["res_host_us"].append((res.decode_s - res.decode_call_s) / max(1, res.n_tokens) * 1e6)
                 res_toks = res.tokens
