@@ -65,3 +65,45 @@ def test_a_title_too_long_is_cut_after_a_whole_part_else_a_whole_word():
         shown = word_cut(title, width).plain
         assert len(shown) <= width and (shown == title.plain or shown.endswith("…"))
         assert shown.rstrip("…").split()[-1] in title.plain.split()
+
+
+class _CountingTitle(TitleLine):
+    """A title line that counts the lines it is asked to draw."""
+
+    drawn = 0
+
+    def render_line(self, y: int):
+        self.drawn += 1
+        return super().render_line(y)
+
+
+class _CountingApp(App[None]):
+    CSS = CSS
+
+    def compose(self) -> ComposeResult:
+        yield _CountingTitle(id="t")
+
+
+async def test_an_update_to_the_same_text_repaints_nothing_and_a_changed_one_repaints():
+    app = _CountingApp()
+    async with app.run_test(size=(40, 4)) as pilot:
+        line = app.query_one("#t", _CountingTitle)
+
+        def title(tokens: int, style: str = "bold #e5c07b") -> Text:
+            return Text.assemble(("bmoe-top ", style), ("● live", "#98c379"), f"  tokens {tokens}")
+
+        line.update(title(1))
+        await pilot.pause()
+        drawn = line.drawn
+        assert drawn > 0 and line.plain.endswith("tokens 1")
+        for _ in range(3):  # a new Text object that draws the same (the screen builds one per repaint)
+            line.update(title(1))
+            await pilot.pause()
+        assert line.drawn == drawn
+        line.update(title(1, style="bold #ff0000"))  # same characters, another colour
+        await pilot.pause()
+        assert line.drawn > drawn
+        drawn = line.drawn
+        line.update(title(2))
+        await pilot.pause()
+        assert line.drawn > drawn and line.plain.endswith("tokens 2")
