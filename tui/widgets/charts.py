@@ -596,20 +596,6 @@ class TrendChart(TimeView):
         self.frame.invalidate()
         self.refresh()
 
-    def poll(self, force: bool = False) -> bool:
-        """The base repaint; the height (``auto``: :meth:`wanted_height`) is laid out again when
-        the trends the source has changed since the last layout (a live source's columns arrive
-        with its first rows, after the screen was laid out)."""
-        painted = super().poll(force)
-        if painted:
-            height = self.wanted_height(0)
-            if height != self._laid_out:
-                self._laid_out = height
-                self.refresh(layout=True)
-        return painted
-
-    _laid_out = -1
-
     def column_series(self, w: TokenWindow, name: str) -> np.ndarray:
         run = self.run
         tok = run.tokens
