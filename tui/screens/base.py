@@ -208,6 +208,7 @@ class RunScreen(SearchScreen):
         self._log_len = 0
         self._layout = ""
         self._empty: dict[str, bool] = {}
+        self._fitted_needs: tuple[int, ...] | None = None  # the views' need_changes at the last fit
         self.show_experts_compact = kept.view.compact_map == "experts"
         self._header_cache: tuple[tuple[Any, ...], list[tuple[str, Style]]] | None = None
         #: the settings' alert rules over this run's rows, evaluated at each repaint of the views
@@ -341,6 +342,19 @@ class RunScreen(SearchScreen):
     @on(NeedChanged)
     def _need_changed(self, event: NeedChanged) -> None:
         event.stop()
+        self._fit_stacks(tuple(self.views()))
+
+    def _fit_stacks(self, views: Iterable[RunView]) -> None:
+        """Share the Overview's rows again when a view's need changed since the last such fit
+        (:attr:`RunView.need_changes <bmoe_top.tui.widgets.base.RunView>`). :meth:`refresh_views`
+        fits right after its polls, so the views' new heights go into the same layout pass as
+        their ``-empty`` classes (at a turn's first rows: one pass of the whole screen, not two);
+        the :class:`NeedChanged` those polls posted then finds the column fitted already. A view
+        that polls itself (a key on a map) is fitted by its message."""
+        changes = tuple(v.need_changes for v in views)
+        if changes == self._fitted_needs:
+            return
+        self._fitted_needs = changes
         for stack in self.query(PanelStack):
             stack.fit()
 
@@ -632,6 +646,7 @@ class RunScreen(SearchScreen):
         for view in views:
             if overview_shown or force:
                 view.poll(force)
+        self._fit_stacks(views)
         for panel in panels:
             panel.update_from_run(force)
         with self.model.lock:

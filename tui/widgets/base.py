@@ -181,6 +181,9 @@ class RunView(Widget):
         self._polled: FrameKey | None = None
         self._painted_at = 0.0
         self._need_key: Hashable = None
+        #: how many times :meth:`need_key` changed (a screen that polls its views fits their
+        #: column when this moved, in the same repaint as the polls)
+        self.need_changes = 0
 
     @property
     def look(self) -> Look:
@@ -215,6 +218,7 @@ class RunView(Widget):
         need_key = self.need_key()
         if need_key != self._need_key:
             self._need_key = need_key
+            self.need_changes += 1
             self.post_message(NeedChanged())
         return True
 
