@@ -54,6 +54,27 @@ def test_a_screen_that_follows_rows_repaints_its_views_with_each_row():
     assert clock.tick(0.75, key(3, 2), animating=False) is Repaint.VIEWS
 
 
+def test_a_memory_reading_alone_repaints_the_run_panel_in_the_views_place():
+    """Between turns a live child's memory is read every second: when nothing else is new since
+    the views' last repaint, their repaint is the run panel's alone, on the views' schedule."""
+    clock = started(refresh_s=1.0)
+    mem = replace(key(1), memory=1)
+    assert clock.tick(0.25, mem, animating=False) is Repaint.NOTHING  # younger than FAST_S
+    assert clock.tick(0.5, mem, animating=False) is Repaint.TAILS
+    assert clock.tick(0.75, mem, animating=False) is Repaint.NOTHING
+    assert clock.tick(1.0, mem, animating=False) is Repaint.MEMORY
+    clock.views_painted(1.0, mem)
+    assert clock.tick(1.5, mem, animating=False) is Repaint.NOTHING
+    # a reading and new rows since the last repaint: the whole repaint
+    both = replace(key(2, 1), memory=2)
+    assert clock.tick(1.75, both, animating=False) is Repaint.TAILS
+    assert clock.tick(2.0, both, animating=False) is Repaint.VIEWS
+    # a change that came and went, then a reading: only the reading is new
+    clock.views_painted(2.0, both)
+    assert clock.tick(2.5, replace(both, scene=replace(both.scene, size=(80, 24))), animating=False) is Repaint.FAST
+    assert clock.tick(3.0, replace(both, memory=3), animating=False) is Repaint.MEMORY
+
+
 def test_any_other_change_repaints_the_title_at_the_next_tick():
     clock = started()
     assert clock.tick(0.25, key(1, size=(80, 24)), animating=False) is Repaint.FAST

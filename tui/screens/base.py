@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Iterator
+from dataclasses import replace
 from typing import Any, ClassVar
 
 from rich.style import Style
@@ -551,6 +552,8 @@ class RunScreen(SearchScreen):
             self.refresh_events()
         if what is Repaint.VIEWS:
             self.refresh_views()
+        elif what is Repaint.MEMORY:
+            self.refresh_memory(key)
         elif what is Repaint.TAILS:
             self.refresh_tails()
         elif what is Repaint.FAST:
@@ -598,6 +601,7 @@ class RunScreen(SearchScreen):
         return self.is_attached and (self._parts is not None or bool(self.query("#title")))
 
     def _update_title(self, key: ChangeKey, force: bool = False) -> None:
+        key = replace(key, memory=0)  # the title does not draw the process-memory reading
         if key != self._title_key or force:
             self._title_key = key
             look = look_of(self)
@@ -655,6 +659,20 @@ class RunScreen(SearchScreen):
                 self._log_len = n
                 lines = list(self.model.log)[-LOG_SHOWN:]
                 logs.update(safe_text("\n".join(lines), multiline=True))
+
+    def refresh_memory(self, key: ChangeKey) -> None:
+        """The views' repaint when only a process-memory reading is new since the last one
+        (``key``: what the screen draws from now): the run panel's memory rows, and the title
+        when the fast tier drew it from another key since (a change that came and went); the
+        views, alerts and other panels draw the same (a live child between turns reads its
+        memory every second)."""
+        if not self._ready():
+            return
+        self.clock.views_painted(time.monotonic(), key)
+        self._update_title(key)  # a change of the fast tier that came and went since the views
+        for panel in self._widgets()[2]:
+            if isinstance(panel, RunPanel):
+                panel.update_from_run()
 
     def evaluate_alerts(self) -> list[Transition]:
         """Evaluate the alert rules over the rows that came since the last repaint (the run's own

@@ -11,6 +11,8 @@ apart from any widget: :class:`RepaintClock` takes the time and what the screen 
   title and the views never count the rows apart;
 - any other change (a key, the playback, the state word, the size) repaints the title at the
   next tick;
+- when the only change since the views' last repaint is a process-memory reading, their repaint
+  is the run panel's alone (nothing else draws that reading);
 - a tick with nothing new does nothing.
 
 Pure: no Textual, no Rich (a contract in ``pyproject.toml``), so it is tested alone with a
@@ -21,7 +23,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Hashable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 __all__ = ["FAST_S", "ChangeKey", "Repaint", "RepaintClock", "Scene"]
 
@@ -76,6 +78,7 @@ class Repaint(enum.Enum):
     TAILS = "tails"  # the answer's tail alone (new rows)
     FAST = "fast"  # the title, then the answer's tail
     VIEWS = "views"  # the views, the panels, the title and the tail together
+    MEMORY = "memory"  # in the views' place: the run panel alone (only a memory reading is new)
 
 
 class RepaintClock:
@@ -90,6 +93,7 @@ class RepaintClock:
         self.refresh_s = refresh_s
         self.follows_rows = follows_rows
         self.seen: ChangeKey | None = None  # what the last tick (or repaint of the views) saw
+        self.painted: ChangeKey | None = None  # what the views were last repainted from
         self.stale = False  # something changed since the views were last repainted
         self.views_at = 0.0  # time of the last repaint of the views
         self.fast_at = 0.0  # time of the last repaint of the title or the tail
@@ -114,6 +118,9 @@ class RepaintClock:
             self.fast_at = now
             self.stale = True
         if self.stale and views_due:
+            if self.painted is not None and key.memory != self.painted.memory \
+                    and replace(key, memory=self.painted.memory) == self.painted:
+                return Repaint.MEMORY
             # the title and the answer's tail go with the views: one repaint, and the fast tier
             # keeps step with the views (a tail between them, not two of each)
             return Repaint.VIEWS
@@ -124,7 +131,9 @@ class RepaintClock:
         return Repaint.FAST
 
     def views_painted(self, now: float, key: ChangeKey) -> None:
-        """The views, the panels and the title were repainted at ``now`` from ``key``."""
+        """The views, the panels and the title were repainted at ``now`` from ``key`` (or, at a
+        :attr:`Repaint.MEMORY`, the run panel alone: the rest draws the same from ``key``)."""
         self.stale = False
         self.views_at = now
         self.seen = key
+        self.painted = key
