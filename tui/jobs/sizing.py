@@ -35,9 +35,11 @@ from bmoe_top.tui.present.whatif import RunCosts, SpeedInputs, SpeedView, WhatIf
 from bmoe_top.tui.settings import ProbeSettings
 
 if TYPE_CHECKING:
+    from bmoe_top.tui.analysis.lookups import Lookups
     from bmoe_top.tui.analysis.whatif import PolicyPoints, WhatIf
 
-__all__ = ["TOLERANCE", "demand", "policy_hits", "probe_bandwidth", "speed_view", "tok_s_curve", "token_costs"]
+__all__ = ["TOLERANCE", "demand", "evictions_at", "policy_hits", "probe_bandwidth", "speed_view", "tok_s_curve",
+           "token_costs"]
 
 #: A prediction further than this from the measured tok/s (a share of it) is flagged.
 TOLERANCE = 0.15
@@ -59,6 +61,14 @@ def policy_hits(curve: PolicyPoints, lookups: float, miss_bytes: float) -> list[
     if full <= 0:
         return [0.0 for _ in curve.budgets_mib]
     return [min(1.0, max(0.0, 1.0 - float(r) * MIB / full)) for r in curve.read_mib_per_token]
+
+
+def evictions_at(lookups: Lookups, curve: PolicyPoints, budget_mib: float) -> float:
+    """The evicting misses per decode token at ``budget_mib`` on ``curve`` (its decode hit read
+    between its budgets, :func:`~bmoe_top.tui.analysis.speed.hit_at`), as
+    :func:`~bmoe_top.tui.analysis.cachesim.decode_evictions` counts them."""
+    dh = hit_at(curve.budgets_mib, [x / 100.0 for x in curve.decode_hit_pct], budget_mib)
+    return float(decode_evictions(lookups, [budget_mib], [100.0 * dh])[0])
 
 
 def probe_bandwidth(probe: ProbeSettings, lanes: int) -> tuple[float | None, str]:
@@ -166,10 +176,7 @@ def speed_view(inp: WhatIfInput, report: WhatIf, *, ram: float | None = None, ba
     lru = next((c for c in report.curves if c.policy == "lru"), None)
     if report.run_budget_mib is not None and lru is not None:
         h = hit_at(lru.budgets_mib, policy_hits(lru, lookups, miss_bytes), report.run_budget_mib)
-        at_ev = 0.0
-        if costs.evict_ms > 0:
-            dh = hit_at(lru.budgets_mib, [x / 100.0 for x in lru.decode_hit_pct], report.run_budget_mib)
-            at_ev = float(decode_evictions(inp.lookups, [report.run_budget_mib], [100.0 * dh])[0])
+        at_ev = evictions_at(inp.lookups, lru, report.run_budget_mib) if costs.evict_ms > 0 else 0.0
         at_run = predict(report.run_budget_mib, h, tc, evictions=at_ev)
     return SpeedView(inputs, reports, 2 if memory is not None else 1, at_run, TOLERANCE)
 

@@ -47,9 +47,9 @@ import numpy as np
 import numpy.typing as npt
 
 from bmoe_top.outfile import OutputFileError, write_atomic
-from bmoe_top.tui.analysis.cachesim import decode_evictions, token_evictions
+from bmoe_top.tui.analysis.cachesim import token_evictions
 from bmoe_top.tui.analysis.speed import MIB, Prediction, hit_at, predict
-from bmoe_top.tui.jobs.sizing import demand, policy_hits, token_costs
+from bmoe_top.tui.jobs.sizing import demand, evictions_at, policy_hits, token_costs
 from bmoe_top.tui.jobs.whatif import WhatIfError, analyse_input, load_whatif, run_costs, summary_number
 from bmoe_top.tui.present.numbers import fmt
 from bmoe_top.tui.present.sweep import (
@@ -382,12 +382,11 @@ def _predict(plan: SweepPlan, ref: Path, ref_runs: Sequence[MeasuredRun]) -> tup
     hits = policy_hits(lru, lookups, miss)
     per_lane = inp.read_mib_s * MIB / 1e6
     costs = reference_costs(ref_runs, miss, token_evictions(inp.lookups, round(plan.cache_mb[0] * MIB)))
-    decode_hits = [h / 100.0 for h in lru.decode_hit_pct]
 
     def predictor(cache_mb: float, lanes: int, c: RunCosts) -> Prediction:
         tc = token_costs(c, lookups, miss, per_lane * lanes)
-        ev = decode_evictions(inp.lookups, [cache_mb], [100.0 * hit_at(lru.budgets_mib, decode_hits, cache_mb)])
-        return predict(cache_mb, hit_at(lru.budgets_mib, hits, cache_mb), tc, evictions=float(ev[0]))
+        return predict(cache_mb, hit_at(lru.budgets_mib, hits, cache_mb), tc,
+                       evictions=evictions_at(inp.lookups, lru, cache_mb))
 
     out = {}
     for cache_mb, lanes in plan.arms():

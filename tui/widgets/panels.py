@@ -196,9 +196,8 @@ class TitleLine(Widget):
 
     def update(self, text: Text) -> None:
         """Show ``text`` (one line: what does not fit the width ends in an ellipsis); a text that
-        draws the same as the one shown (same characters, styles and overflow) repaints nothing:
-        the screen updates its title on every repaint of its views, and a live session between
-        turns repaints them when only the child's memory reading changed."""
+        draws the same as the one shown (same characters, styles and overflow) repaints nothing
+        (a forced update of the title, or a key change the title does not draw)."""
         if _drawn_as(text) == _drawn_as(self._text):
             return
         self._text = text
@@ -220,7 +219,6 @@ class TitleLine(Widget):
             segs = console.render_lines(text, console.options.update(width=width, height=1), pad=False)[0]
             self._line = (key, Strip(Segment.apply_style(segs, base), None).adjust_cell_length(width, base))
         return self._line[1]
-
 
 
 def _drawn_as(text: Text) -> tuple[Any, ...]:
