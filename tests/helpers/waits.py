@@ -45,6 +45,17 @@ async def pilot_until(pilot: Any, cond: Callable[[], T], what: str = "condition"
     return v
 
 
+async def tab_to(pilot: Any, app: Any, widget: Any, what: str) -> None:
+    """Press Tab until ``widget`` has the focus, at most once round the screen's focus chain;
+    AssertionError naming ``what`` when Tab never reaches it."""
+    for _ in range(len(app.screen.focus_chain) + 1):
+        await pilot.press("tab")
+        await pilot.pause()
+        if app.focused is widget:
+            return
+    raise AssertionError(f"Tab never reached {what}: {app.screen.focus_chain}")
+
+
 def alive(pid: int) -> bool:
     """Whether process ``pid`` exists and is not a zombie."""
     try:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 
 from helpers import EMITTER, synth
-from helpers.waits import pilot_until
+from helpers.waits import pilot_until, tab_to
 from textual.widgets import Input, TabbedContent
 
 from bmoe_top.tui.app import BmoeTopApp
@@ -133,12 +133,8 @@ async def test_every_run_panel_row_is_reached_from_the_keyboard(tmp_path):
         scroll = app.query_one("#run-panel-scroll", PanelScroll)
         panel = app.query_one(RunPanel)
         assert panel.region.height > scroll.region.height, "the panel fits: nothing to scroll"
-        for _ in range(len(app.screen.focus_chain) + 1):
-            await pilot.press("tab")
-            await pilot.pause()
-            if app.focused is scroll:
-                break
-        assert app.focused is scroll, f"Tab never reached the run panel: {app.screen.focus_chain}"
+        await tab_to(pilot, app, scroll, "the run panel")
+        assert app.focused is scroll
         edge = {app.screen._compositor.render_strips()[y].text[scroll.region.x]
                 for y in range(scroll.region.y, scroll.region.bottom)}
         assert edge == {"┃"}, f"no focus mark down the panel's edge: {edge}"
@@ -181,12 +177,8 @@ async def test_the_whatif_side_panel_is_reached_and_scrolled_from_the_keyboard(t
             await pilot.pause()
             side = app.query_one("#wi-side", PanelScroll)
             assert side.max_scroll_y > 0, "the side panel fits: nothing to scroll"
-            for _ in range(len(app.screen.focus_chain) + 1):
-                await pilot.press("tab")
-                await pilot.pause()
-                if app.focused is side:
-                    break
-            assert app.focused is side, f"Tab never reached the side panel: {app.screen.focus_chain}"
+            await tab_to(pilot, app, side, "the side panel")
+            assert app.focused is side
             for _ in range(side.max_scroll_y + 1):
                 await pilot.press("down")
             await pilot_until(pilot, lambda: side.scroll_y == side.max_scroll_y, "↓ to the last row")
