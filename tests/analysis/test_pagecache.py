@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from bmoe_top.parsers.gguf_layout import ExpertTensorInfo, ModelLayout
 from bmoe_top.tui.analysis.lookups import from_routing
-from bmoe_top.tui.analysis.pagecache import CHUNK, expert_pieces, layout_pieces, replay_mmap
+from bmoe_top.tui.analysis.pagecache import CHUNK, expert_pieces, layout_pieces, replay_mmap, window_bytes
 
 C = CHUNK
 
@@ -74,6 +74,17 @@ def test_no_room_every_touch_reads_its_window():
     # expert 4: chunks 2..5 (4 read); expert 0: 0..3 (4); expert 7: 5..8, chunk 8 is not an expert (3)
     assert r.faults == 3
     assert r.read_bytes == (4 + 4 + 3) * C
+
+
+def test_a_file_advised_sequential_reads_windows_twice_the_readahead():
+    # llama.cpp advises its model POSIX_FADV_SEQUENTIAL: the file's readahead, and so every window, doubles
+    pieces = layout(1, 16)
+    lk = trace([[[8]]], 16, 1)
+    plain = replay_mmap(lk, pieces, 0, 2 * C, async_readahead=False)
+    advised = replay_mmap(lk, pieces, 0, 2 * C, async_readahead=False, sequential=True)
+    # 2 chunks centred on 8: 7..8; advised, 4 chunks: 6..9
+    assert (plain.read_bytes, advised.read_bytes) == (2 * C, 4 * C)
+    assert window_bytes(2 * C, True) == 4 * C and window_bytes(2 * C, False) == 2 * C
 
 
 def test_a_window_skips_chunks_it_holds():
@@ -152,8 +163,8 @@ def test_reads_bounded_and_none_with_room_for_all(tokens, room, ra, policy, ahea
 @settings(max_examples=60, deadline=None)
 @given(st.integers(0, 2**31), st.integers(1, 6), st.integers(2, 12), st.integers(0, 60),
        st.sampled_from([1, 2, 3, 8, 32]), st.sampled_from(["lru", "two_list"]), st.booleans(),
-       st.sampled_from([C // 2, C, 3 * C]))
-def test_the_compiled_replay_is_the_reference(seed, n_layer, n_expert, room, ra, policy, ahead, slice_bytes):
+       st.sampled_from([C // 2, C, 3 * C]), st.booleans())
+def test_the_compiled_replay_is_the_reference(seed, n_layer, n_expert, room, ra, policy, ahead, slice_bytes, seq):
     rng = np.random.default_rng(seed)
     k = min(2, n_expert)
     offs, at = [], int(rng.integers(0, 3)) * C // 4
@@ -168,6 +179,6 @@ def test_the_compiled_replay_is_the_reference(seed, n_layer, n_expert, room, ra,
     dec = np.array([[rng.choice(n_expert, k, replace=False) for _ in range(n_layer)] for _ in range(12)])
     pre = np.array([[rng.choice(n_expert, k, replace=False) for _ in range(n_layer)] for _ in range(3)])
     lk = from_routing(dec, np.full(n_layer, slice_bytes), n_expert, prefill_routing=pre)
-    got = replay_mmap(lk, pieces, room * C, ra * C, policy=policy, async_readahead=ahead)
-    want = replay_mmap_reference(lk, pieces, room * C, ra * C, policy=policy, async_readahead=ahead)
+    got = replay_mmap(lk, pieces, room * C, ra * C, policy=policy, async_readahead=ahead, sequential=seq)
+    want = replay_mmap_reference(lk, pieces, room * C, ra * C, policy=policy, async_readahead=ahead, sequential=seq)
     assert (got.read_bytes // C, got.faults) == want

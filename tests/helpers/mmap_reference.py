@@ -50,12 +50,12 @@ class _Lists:
 
 def replay_mmap_reference(lookups: Lookups, pieces: Sequence[Sequence[tuple[int, int]]], cache_bytes: float,
                 readahead: float, *, policy: str = "two_list", chunk: int = 64 * 1024,
-                async_readahead: bool = True) -> tuple[int, int]:
+                async_readahead: bool = True, sequential: bool = False) -> tuple[int, int]:
     """(chunks read by the decode lookups, their faults): ``replay_mmap``'s arguments, chunk 64 KiB."""
     spans = [[(off // chunk, (off + n - 1) // chunk) for off, n in p if n > 0] for p in pieces]
     expert = sorted({c for s in spans for a, b in s for c in range(a, b + 1)})
     is_expert = set(expert)
-    window = max(1, math.ceil(readahead / chunk))
+    window = max(1, math.ceil((2 * readahead if sequential else readahead) / chunk))
     cache = _Lists(int(max(0.0, cache_bytes) // chunk), policy)
     for c in expert:
         cache.add(c)

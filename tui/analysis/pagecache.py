@@ -14,6 +14,11 @@ first chunk is marked in turn; those bytes are read though no fault waits for th
 expert chunks are counted and cached: the dense weights are read every token and stay resident,
 so the cache's room is the RAM less them and the runtime's own memory.
 
+A mapping whose file was advised ``POSIX_FADV_SEQUENTIAL`` reads twice the device's readahead:
+the advice sets the file's ``ra_pages`` to twice the device's (``mm/fadvise.c``), and the
+read-around window and the read ahead are the file's ``ra_pages``. llama.cpp's ``llama_mmap`` gives
+that advice before it maps the model, so its windows are ``2 x read_ahead_kb`` (``sequential``).
+
 Before the trace, the load: llama.cpp maps the file and warms it up with every expert of every
 layer, so the replay starts with the whole file read in file order (what of it fits).
 
@@ -39,10 +44,13 @@ from bmoe_top.parsers.gguf_layout import ExpertTensorInfo, ModelLayout
 from bmoe_top.tui.analysis import _kernels as K
 from bmoe_top.tui.analysis.lookups import Lookups
 
-__all__ = ["POLICIES", "PageCacheReplay", "expert_pieces", "layout_pieces", "replay_mmap"]
+__all__ = ["LLAMA_SEQUENTIAL", "POLICIES", "PageCacheReplay", "expert_pieces", "layout_pieces", "replay_mmap",
+           "window_bytes"]
 
 POLICIES = ("lru", "two_list")
 CHUNK = 64 * 1024
+#: llama.cpp's ``llama_mmap`` advises the model file ``POSIX_FADV_SEQUENTIAL`` before mapping it (Linux).
+LLAMA_SEQUENTIAL = True
 #: The order a MoE layer computes its expert tensors in (llama.cpp ``build_moe_ffn``: up, gate, down).
 COMPUTE_ORDER = {"gate_up": 0, "up": 1, "gate": 2, "down": 3}
 
@@ -64,12 +72,14 @@ class PageCacheReplay:
 
 def replay_mmap(lookups: Lookups, pieces: Sequence[Sequence[tuple[int, int]]], cache_bytes: float,
                 readahead: float, *, policy: str = "two_list", chunk: int = CHUNK,
-                async_readahead: bool = True) -> PageCacheReplay:
+                async_readahead: bool = True, sequential: bool = False) -> PageCacheReplay:
     """Replay ``lookups`` through plain mmap's page cache (module docstring). ``pieces[item]``:
     the (file offset, bytes) of each of the item's tensor slices, in compute order (empty: the
     item is not in the file); ``cache_bytes`` the page cache's room for experts (the RAM less
     the dense weights and the runtime's memory); ``readahead`` the device's read size (bytes).
-    ``async_readahead`` False: no read-ahead marks (the read-around windows alone). Compiled
+    ``async_readahead`` False: no read-ahead marks (the read-around windows alone);
+    ``sequential``: the file was advised ``POSIX_FADV_SEQUENTIAL`` (llama.cpp's mmap), so every
+    window is ``2 x readahead`` (:func:`window_bytes`). Compiled
     (``_kernels.mmap_replay``): a 48-layer trace of 128 tokens (40,000 lookups of 2.9 MiB
     experts) takes well under a second. Raises ValueError for an unknown policy, a chunk or
     readahead <= 0, or ``pieces`` shorter than the trace's items."""
@@ -87,12 +97,18 @@ def replay_mmap(lookups: Lookups, pieces: Sequence[Sequence[tuple[int, int]]], c
     is_expert = np.zeros(n_chunks, dtype=np.bool_)
     for a, b in flat:
         is_expert[a:b + 1] = True
-    window = max(1, math.ceil(readahead / chunk))
+    window = max(1, math.ceil(window_bytes(readahead, sequential) / chunk))
     room = int(max(0.0, cache_bytes) // chunk)
     read, faults = K.mmap_replay(lookups.item, lookups.decode, span_off, np.ascontiguousarray(flat[:, 0]),
                                  np.ascontiguousarray(flat[:, 1]), is_expert, room, window, policy == "two_list",
                                  async_readahead)
     return PageCacheReplay(int(read) * chunk, lookups.n_decode_tokens, int(faults))
+
+
+def window_bytes(readahead: float, sequential: bool) -> float:
+    """The bytes a fault reads around it and a read ahead reads: the file's readahead, which is
+    the device's ``readahead`` doubled when the file was advised ``POSIX_FADV_SEQUENTIAL``."""
+    return 2.0 * readahead if sequential else float(readahead)
 
 
 def expert_pieces(offsets: Sequence[Sequence[tuple[int, int, int]]], n_expert: int) -> list[list[tuple[int, int]]]:

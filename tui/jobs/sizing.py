@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from bmoe_top.tui.analysis.cachesim import decode_evictions
-from bmoe_top.tui.analysis.pagecache import replay_mmap
+from bmoe_top.tui.analysis.pagecache import LLAMA_SEQUENTIAL, replay_mmap
 from bmoe_top.tui.analysis.speed import MIB, Memory, Prediction, TokenCosts, hit_at, predict, sizing_report
 from bmoe_top.tui.present.whatif import RunCosts, SpeedInputs, SpeedView, WhatIfInput
 from bmoe_top.tui.settings import ProbeSettings
@@ -112,10 +112,11 @@ def _mmap_read(inp: WhatIfInput, memory: Memory | None,
     if not inp.lookups.sizes_known:
         return None, "the readahead rule (the trace's expert sizes are not known)"
     try:
-        replay = replay_mmap(inp.lookups, pieces, memory.page_cache(0.0), memory.readahead)
+        replay = replay_mmap(inp.lookups, pieces, memory.page_cache(0.0), memory.readahead, sequential=LLAMA_SEQUENTIAL)
     except ValueError as e:
         return None, f"the readahead rule (the model's layout does not fit the trace: {e})"
-    return replay.read_per_token, "the page cache replayed over the trace (the model's expert offsets)"
+    return replay.read_per_token, ("the page cache replayed over the trace (the model's expert offsets; windows of "
+                                   "2 x readahead: llama.cpp advises the file sequential)")
 
 
 def speed_view(inp: WhatIfInput, report: WhatIf, *, ram: float | None = None, bandwidth_mb_s: float | None = None,
