@@ -13,14 +13,15 @@ The model's inputs come from the same run where they can:
 * the compute: the server's own, ``1000 / tok/s`` of its unlimited run from a warm page cache (no
   read waits), median over the rounds: the server is built without ``-march=native``, so its
   compute per token is not bmoe-run's;
-* the runtime memory: the server's ``RssAnon`` in that run (its KV cache and buffers), median;
-  the dense weights: the file less its expert bank; the page cache's room for experts: the RAM
-  less both;
+* the runtime memory: what the server's cgroup was charged at the end of that run, median (its
+  ``RssAnon``: KV cache and buffers; its kernel memory: page tables, stacks, slab; none of the
+  model's pages, which were read outside it); the dense weights: the file less its expert bank;
+  the page cache's room for experts: the RAM less both;
 * the read bandwidth, two ways: O_DIRECT at queue depth 1 in reads of what one miss reads at
   that readahead (``ceil(miss_bytes / R) x R``, ``bmoe-top probe``'s reader), and the rate the
   page cache reads at when a process in a 64 MiB cgroup faults on random bytes of the mapping
-  (each read-around window after the cgroup reclaimed room for it), on the model's device and on
-  the loop device;
+  advised sequential as llama.cpp advises it (each read-around window after the cgroup reclaimed
+  room for it), on the model's device and on the loop device;
 * the RAM: each cgroup limit. Default sizes: bmoe-run's peak RSS at 50 % and at 100 % of the
   bank (round 1's), and the whole file plus 30 MiB.
 
@@ -29,7 +30,8 @@ Rounds are interleaved: each round runs bmoe-run at 50 % and 100 % (cold), the u
 rotating from round to round. Printed per cell: the measured tok/s (median, spread), the tok/s
 of the readahead-piece rule and of the replay and their errors ((predicted - measured) /
 measured), the disk MiB a token read (``/proc/PID/io`` after the first token) against the
-replay's, the page cache the cgroup held at the end and the replay's bytes at that room, and the
+replay's, the model's pages resident when the server ended and the replay's bytes at that room,
+what the cgroup was charged beside them, and the
 read rate the measured token implies (its bytes over its time less the compute); then the
 predicted crossing: the smallest RAM from which plain mmap (the replay at the faults' rate) beats
 bmoe-run streaming the share of the bank that fits beside its own memory (one level, its
@@ -126,7 +128,7 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=300, help="seconds a server run may take")
     args = ap.parse_args()
     from bmoe_top.parsers.gguf_layout import read_layout
-    from bmoe_top.tui.analysis.pagecache import layout_pieces, replay_mmap
+    from bmoe_top.tui.analysis.pagecache import LLAMA_SEQUENTIAL, layout_pieces, replay_mmap
     from bmoe_top.tui.analysis.speed import Memory, TokenCosts, hit_at, mmap_prediction, predict
     from bmoe_top.tui.jobs.sizing import demand, policy_hits, token_costs
     from bmoe_top.tui.jobs.whatif import analyse_input, load_whatif
@@ -155,7 +157,6 @@ def main() -> int:
     ref_dir = d / f"mmap-line-{args.model}"
     ref_dir.mkdir(exist_ok=True)
     runs: dict[str, list[Run]] = {}
-    held: dict[str, list[float]] = {}
     cached: list[float] = []
     with contextlib.ExitStack() as stack:
         loop = stack.enter_context(loop_copy(model, d))
@@ -190,7 +191,6 @@ def main() -> int:
                 try:
                     r = run_mmap(server, path, args.tokens, args.threads, args.ctx, procs=str(cgd / "cgroup.procs"),
                                  timeout=args.timeout)
-                    held.setdefault(f"{label}|{ra_label}", []).append(cg.page_cache_mib(cgd))
                 finally:
                     cg.drop(cgd)
                 runs.setdefault(f"{label}|{ra_label}", []).append(r)
@@ -206,6 +206,8 @@ def main() -> int:
         hits = policy_hits(lru, lookups, miss)
         server_ms = 1000 / med([r.dec_tok_s for r in runs["unlimited"]])
         anon = med([r.anon_mib for r in runs["unlimited"]]) * MIB
+        charged = med([r.charged_mib for r in runs["unlimited"]]) * MIB
+        runtime = charged if charged == charged else anon
         bw = {ra_label: bandwidth(path, read_bytes(miss, ra)) for ra_label, path, ra in sources}
         faulted = {}
         for ra_label, path, _ in sources:
@@ -220,7 +222,8 @@ def main() -> int:
           "process maps the file, and its pages are not this cgroup's: give the benchmark a copy of its own)")
     print(f"\ninputs: {lookups:.0f} lookups a token, {miss / MIB:.3f} MiB a miss; the server's compute "
           f"{server_ms:.2f} ms a token (its unlimited warm run, median {len(runs['unlimited'])} runs: "
-          f"{', '.join(f'{r.dec_tok_s:.0f}' for r in runs['unlimited'])} tok/s); its RssAnon {anon / MIB:.1f} MiB; "
+          f"{', '.join(f'{r.dec_tok_s:.0f}' for r in runs['unlimited'])} tok/s); its RssAnon {anon / MIB:.1f} MiB, its "
+          f"cgroup charged {charged / MIB:.1f} MiB (the runtime memory); "
           f"dense {dense / MIB:.1f} MiB; O_DIRECT qd 1 at a miss's read: "
           + ", ".join(f"{k}: {read_bytes(miss, ra) / MIB:.2f} MiB reads {bw[k]:.0f} MB/s" for k, _, ra in sources)
           + f"; faults on random bytes of the mapping in a {FAULT_RAM_MIB} MiB cgroup: "
@@ -232,15 +235,16 @@ def main() -> int:
     pieces = layout_pieces(lay)
 
     def replayed(room_mib: float, ra: float) -> float:
-        return replay_mmap(inp.lookups, pieces, room_mib * MIB, ra).read_per_token
+        return replay_mmap(inp.lookups, pieces, room_mib * MIB, ra, sequential=LLAMA_SEQUENTIAL).read_per_token
 
     print("\nper RAM and readahead: tok/s measured (median, spread) and predicted, from the readahead-piece rule "
-          "and from the page cache's replay (two lists, room = RAM - dense - the server's RssAnon); disk MiB a "
-          "token measured and replayed; the page cache the cgroup held at the end (MiB) and the replay's bytes at "
-          "that room; the read rate the measured token implies (its disk bytes over its time less the compute)")
+          "and from the page cache's replay (two lists, windows of 2 x readahead, room = RAM - dense - the runtime "
+          "memory); disk MiB a token measured and replayed; the model's pages resident at the end (MiB) and the "
+          "replay's bytes at that room; what the cgroup was charged beside them at the end (MiB); the read rate "
+          "the measured token implies (its disk bytes over its time less the compute)")
     print(f"{'RAM':>26} {'ra':>5} {'measured':>8} {'spread':>6} {'rule':>6} {'err':>6} {'replay':>6} {'err':>6} "
           f"{'faults':>6} {'err':>6} "
-          f"{'disk/tok':>8} {'replay':>7} {'held':>6} {'at held':>7} {'MB/s':>6}")
+          f"{'disk/tok':>8} {'replay':>7} {'held':>6} {'at held':>7} {'beside':>6} {'MB/s':>6}")
     errs: dict[str, list[float]] = {"rule": [], "replay": [], "replay, fault rate": []}
     for label, ram in rams:
         for ra_label, _, ra in sources:
@@ -248,8 +252,8 @@ def main() -> int:
             rr = runs[key]
             m = med([r.dec_tok_s for r in rr])
             tc = TokenCosts(server_ms, 0.0, lookups, miss, bw[ra_label])
-            mem = Memory(ram * MIB, dense, anon, ra)
-            room = (ram * MIB - dense - anon) / MIB
+            mem = Memory(ram * MIB, dense, runtime, ra)
+            room = (ram * MIB - dense - runtime) / MIB
             rule = mmap_prediction(lru.budgets_mib, hits, tc, mem)
             rep_bytes = replayed(room, ra)
             rep = mmap_prediction(lru.budgets_mib, hits, tc, mem, read_per_token=rep_bytes)
@@ -261,7 +265,9 @@ def main() -> int:
                 if e == e:
                     errs[name].append(abs(e))
                 out.append((p.serial_tok_s, e))
-            h = med(held[key]) - dense / MIB
+            held_mib = med([r.model_mib for r in rr])
+            h = held_mib - dense / MIB
+            beside = med([r.charged_mib - r.model_mib for r in rr])
             disk = med([r.disk_mib_tok for r in rr])
             wait = 1 / m - server_ms / 1000 if m == m and m > 0 else float("nan")
             rate = disk * MIB / 1e6 / wait if disk > 0 and wait > 0 else float("nan")
@@ -269,8 +275,8 @@ def main() -> int:
             print(f"{label + f' {ram:.0f} MiB':>26} {ra_label.split()[0]:>5} {m:>8.2f} "
                   f"{spread([r.dec_tok_s for r in rr]):>5.0f}% {out[0][0]:>6.2f} {out[0][1]:>+5.0f}% {out[1][0]:>6.2f} "
                   f"{out[1][1]:>+5.0f}% {out[2][0]:>6.2f} {out[2][1]:>+5.0f}% "
-                  f"{disk:>8.2f} {rep_bytes / MIB:>7.2f} {med(held[key]):>6.1f} "
-                  f"{replayed(h, ra) / MIB if h == h else float('nan'):>7.2f} {rate:>6.0f}"
+                  f"{disk:>8.2f} {rep_bytes / MIB:>7.2f} {held_mib:>6.1f} "
+                  f"{replayed(h, ra) / MIB if h == h else float('nan'):>7.2f} {beside:>6.1f} {rate:>6.0f}"
                   + (f"  [{errors[0]}]" if errors else ""))
     for name, e in errs.items():
         if e:
@@ -283,12 +289,12 @@ def main() -> int:
     for who, compute in (("the server's compute", server_ms), ("bmoe-run's compute", ref_costs.compute_ms)):
         for ra_label, _, ra in sources:
             cross = None
-            for ram in np.arange(max(own, dense / MIB + anon / MIB), file_mib + 200, 2.0):
+            for ram in np.arange(max(own, dense / MIB + runtime / MIB), file_mib + 200, 2.0):
                 b = min(bank, ram - own)
                 s = predict(b, hit_at(lru.budgets_mib, hits, b), stream_tc).tok_s(ref_costs.overlap)
                 tc = TokenCosts(compute, 0.0, lookups, miss, faulted[ra_label])
-                room = (ram * MIB - dense - anon) / MIB
-                p = mmap_prediction(lru.budgets_mib, hits, tc, Memory(ram * MIB, dense, anon, ra),
+                room = (ram * MIB - dense - runtime) / MIB
+                p = mmap_prediction(lru.budgets_mib, hits, tc, Memory(ram * MIB, dense, runtime, ra),
                                     read_per_token=replayed(room, ra))
                 if p.serial_tok_s >= s:
                     cross = float(ram)

@@ -72,6 +72,9 @@ class Run:
     disk_mib_total: float = float("nan")
     load_s: float = float("nan")
     anon_mib: float = float("nan")  # the server's RssAnon at the end: its own memory beside the model's pages
+    charged_mib: float = float("nan")  # what its cgroup was charged at the end (anon, kernel memory, file pages)
+    model_mib: float = float("nan")  # the model's pages resident at the end (the page cache's share of the file)
+    stat: dict[str, int] | None = None  # its cgroup's memory.stat at the end
     n_tokens: int = 0
     text: str = ""
     error: str = ""
@@ -139,6 +142,7 @@ import mmap, os, random, sys, time
 path, seconds = sys.argv[1], float(sys.argv[2])
 fd = os.open(path, os.O_RDONLY)
 size = os.fstat(fd).st_size
+os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)  # as llama.cpp's llama_mmap: windows of 2 x readahead
 m = mmap.mmap(fd, size, prot=mmap.PROT_READ)
 rng, n, t0 = random.Random(1), 0, time.perf_counter()
 while time.perf_counter() - t0 < seconds:
@@ -150,8 +154,9 @@ print(time.perf_counter() - t0, n)
 
 def fault_rate(path: Path, procs: str, seconds: float = 3.0) -> float:
     """MB/s (10^6 bytes) the page cache reads ``path`` at when a process in the cgroup ``procs``
-    names faults on random bytes of its mapping: the read-around windows of the device's
-    readahead, each read after the cgroup reclaimed room for it (what plain mmap's misses read at,
+    names faults on random bytes of its mapping, advised sequential as llama.cpp advises the model:
+    the read-around windows of twice the device's readahead, each read after the cgroup reclaimed
+    room for it (what plain mmap's misses read at,
     which O_DIRECT's bandwidth does not say). The caller drops ``path``'s pages first."""
     r_fd, w_fd = os.pipe()
     p = subprocess.Popen([sys.executable, "-S", "-c", LAUNCHER, str(w_fd), procs, sys.executable, "-S", "-c", FAULTS,
@@ -261,6 +266,11 @@ def run_mmap(exe: Path, model: Path, tokens: int, threads: int, n_ctx: int, proc
                 status = {k: v.split() for k, _, v in (ln.partition(":") for ln in f)}
             run.peak_rss_mib = int(status["VmHWM"][0]) / 1024 if "VmHWM" in status else float("nan")
             run.anon_mib = int(status["RssAnon"][0]) / 1024 if "RssAnon" in status else float("nan")
+            if procs:
+                cg = Path(procs).parent
+                run.charged_mib = cgroup_usage(cg) / MIB
+                run.stat = cgroup_stat(cg)
+            run.model_mib = resident_share(model) * model.stat().st_size / MIB
     except (httpx.HTTPError, OSError, ValueError) as e:
         run.error = f"{type(e).__name__}: {e}"[:200]
     finally:
@@ -340,14 +350,41 @@ class MemoryCgroup:
                 time.sleep(0.1)
 
 
+def cgroup_usage(d: Path) -> float:
+    """Bytes charged to the memory cgroup ``d`` (v2 ``memory.current``, v1 ``memory.usage_in_bytes``:
+    anon and file pages and kernel memory; NaN when neither can be read)."""
+    for name in ("memory.current", "memory.usage_in_bytes"):
+        with contextlib.suppress(OSError, ValueError):
+            return float((d / name).read_text())
+    return float("nan")
+
+
+def cgroup_stat(d: Path) -> dict[str, int]:
+    """The memory cgroup ``d``'s ``memory.stat`` (empty when it cannot be read)."""
+    try:
+        return {k: int(v) for k, v in (ln.split() for ln in (d / "memory.stat").read_text().splitlines())}
+    except (OSError, ValueError):
+        return {}
+
+
 def drop_cache(path: Path) -> float:
     """Drop ``path``'s pages from the page cache (``posix_fadvise(DONTNEED)``); returns the share of
     its pages still cached (``mincore``)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+    return resident_share(path)
+
+
+def resident_share(path: Path) -> float:
+    """The share of ``path``'s pages in the page cache (``mincore`` of a fresh mapping; NaN when
+    it cannot be asked)."""
     import numpy as np
 
     fd = os.open(path, os.O_RDONLY)
     try:
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
         size = os.fstat(fd).st_size
         m = mmap.mmap(fd, size, prot=mmap.PROT_READ)
     finally:
