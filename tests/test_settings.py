@@ -28,7 +28,7 @@ CHANGED = {
     "alerts.quiet_s_above": 30.0, "alerts.stall_share_pct_above": 60.0, "alerts.mem_available_mib_below": 256.0,
     "alerts.tok_s_collapse_pct_below": 40.0, "alerts.for_s": 5.0, "screenshots.folder": "/tmp/shots",
     "probe.file": "/m/model.gguf", "probe.slice_bytes": 208896.0, "probe.direct_mb_s": (310.5, 820.0),
-    "probe.buffered_mb_s": (150.25, 400.0),
+    "probe.buffered_mb_s": (150.25, 400.0), "probe.mmap_mb_s": 1235.5, "probe.mmap_readahead_kb": 8192.0,
 }
 
 

@@ -855,7 +855,7 @@ def _whatif_speed(args: argparse.Namespace, inp: Any, report: Any) -> Any:
     from bmoe_top.tui.jobs.sizing import speed_view
 
     probe = None
-    if args.bandwidth is None and not args.no_config:
+    if not args.no_config:
         from bmoe_top.tui.settings import load
 
         probe = load(_settings_path(args)).settings.probe
@@ -873,7 +873,8 @@ def _whatif_speed(args: argparse.Namespace, inp: Any, report: Any) -> Any:
             readahead, ra_from = float(ra), "the model file's device read_ahead_kb"
     return speed_view(inp, report, ram=args.ram, bandwidth_mb_s=args.bandwidth, dense=dense, dense_from=dense_from,
                       runtime=None if args.runtime_mib is None else args.runtime_mib * (1 << 20), readahead=readahead,
-                      readahead_from=ra_from, probe=probe, mmap_pieces=pieces)
+                      readahead_from=ra_from, probe=probe, mmap_pieces=pieces,
+                      mmap_bandwidth_mb_s=args.mmap_bandwidth)
 
 
 def cmd_whatif(args: argparse.Namespace) -> int:
@@ -966,6 +967,9 @@ def add_analysis_parsers(sub: Any) -> None:
     w.add_argument("--bandwidth", type=_positive_float, metavar="MB/S",
                    help="read bandwidth of all lanes together, 10^6 bytes/s, for predicted tok/s (default: the "
                         "run's, else bmoe-top probe --remember)")
+    w.add_argument("--mmap-bandwidth", type=_positive_float, metavar="MB/S",
+                   help="the rate plain mmap's page faults read at, 10^6 bytes/s, for its line (default: bmoe-top "
+                        "probe --remember's faults' rate at the model's readahead, else the read bandwidth)")
     w.add_argument("--dense-mib", type=_positive_float, metavar="MIB",
                    help="always-resident weights (default: from --model)")
     w.add_argument("--runtime-mib", type=_positive_float, metavar="MIB",
@@ -1022,7 +1026,10 @@ def cmd_probe(args: argparse.Namespace) -> int:
         store = load(_settings_path(args))
         values = {"probe.file": os.path.abspath(result.path), "probe.slice_bytes": float(result.slice_bytes),
                   "probe.direct_mb_s": tuple(d.mb_s for d in result.direct or ()),
-                  "probe.buffered_mb_s": tuple(d.mb_s for d in result.buffered)}
+                  "probe.buffered_mb_s": tuple(d.mb_s for d in result.buffered),
+                  "probe.mmap_mb_s": result.faults.mb_s if result.faults else None,
+                  "probe.mmap_readahead_kb": (result.faults.readahead / 1024
+                                              if result.faults and result.faults.readahead else None)}
         if not store.writable:
             return _die(f"probe: not remembered: {store.problems[0] if store.problems else 'no settings file'}",
                         EXIT_FAILED)

@@ -246,12 +246,16 @@ class ScreenshotSettings:
 @dataclass(frozen=True)
 class ProbeSettings:
     """``[probe]``: the read bandwidth ``bmoe-top probe PATH --remember`` measured (docs/user-guide.md
-    "probe"), one number per queue depth from 1; the what-if reads it when a run recorded none."""
+    "probe"), one number per queue depth from 1; the what-if reads it when a run recorded none;
+    and the rate plain mmap's faults read at, which the what-if's plain-mmap line reads."""
 
     file: str = entry("", _text(4096), "the file probed")
     slice_bytes: float | None = entry(None, _number(1.0, 2.0**40, "of bytes"), "bytes of one expert slice")
     direct_mb_s: tuple[float, ...] = entry((), _rates(64, 1e7), "O_DIRECT MB/s at queue depth 1, 2, ...")
     buffered_mb_s: tuple[float, ...] = entry((), _rates(64, 1e7), "buffered (cold) MB/s at queue depth 1, 2, ...")
+    mmap_mb_s: float | None = entry(None, _number(0.001, 1e7, "MB/s"),
+                                    "MB/s plain mmap's page faults read at (the file mapped and advised sequential)")
+    mmap_readahead_kb: float | None = entry(None, _number(1.0, 2.0**30, "KiB"), "the device's readahead then (KiB)")
 
     @property
     def best_mb_s(self) -> float | None:

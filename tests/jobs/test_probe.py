@@ -43,8 +43,10 @@ def test_every_depth_of_both_modes_is_measured_and_adds_up(eight_mib):
     fractions = [f for _, f in seen]
     assert fractions == sorted(fractions) and fractions[-1] == 1.0 and seen[-1][0] == "done"
     assert best(r.buffered) in r.buffered
+    assert seen[-2][0] == "mmap faults"
     lines = probe_lines(r)
-    assert len(lines) == 1 + 1 + 3 + 2 and lines[2].split()[0] == "1"
+    assert len(lines) == 1 + 1 + 3 + 2 + 1 and lines[2].split()[0] == "1"
+    assert lines[-1].startswith("mmap faults (advised sequential, ")
 
 
 def test_the_slice_size_is_the_gguf_expert_stride(tmp_path):
@@ -115,10 +117,27 @@ def test_o_direct_rounds_read_from_the_device_what_they_report(tmp_path, depth):
     f = data_file(tmp_path / "direct.bin", 16)
     block = P.block_bytes(208_896)  # the bench model's expert slice
     before = process_read_bytes()
-    r = P.probe(str(f), block, only_depth=depth, seconds=0.2, buffered=False)
+    r = P.probe(str(f), block, only_depth=depth, seconds=0.2, buffered=False, faults=False)
     grown = process_read_bytes() - before
     assert r.direct is not None and [d.depth for d in r.direct] == [depth]
     got = r.direct[0]
     assert got.reads > 0 and got.bytes == got.reads * block
     # the same bytes, give or take what the interpreter itself reads meanwhile (under 1 MiB)
     assert got.bytes <= grown <= got.bytes + (1 << 20), (got.bytes, grown)
+
+
+def test_the_fault_round_reads_what_it_reports_from_the_device(tmp_path):
+    """Every byte the mmap round reports came from the device through page faults: the kernel's
+    count of this process's storage reads grows by them, and each fault read more than the page
+    it touched (its read-around window)."""
+    f = data_file(tmp_path / "mapped.bin", 16)
+    with open(f, "rb") as fh:
+        os.fsync(fh.fileno())  # dirty pages would stay cached through the round's drops
+    before = process_read_bytes()
+    r = P.fault_round(str(f), 0.2)
+    grown = process_read_bytes() - before
+    if r is None:
+        pytest.skip("this kernel does not count a thread's reads (/proc/thread-self/io)")
+    assert r.faults > 0 and r.bytes > r.faults * P.ALIGN
+    assert r.mb_s == pytest.approx(r.bytes / r.seconds / 1e6) and r.seconds >= 0.2
+    assert r.bytes <= grown <= r.bytes + (1 << 20), (r.bytes, grown)

@@ -109,7 +109,8 @@ def test_plain_mmap_from_the_page_cache_replay(synthetic):
     pieces = expert_pieces([[(il * lk.n_expert * MIB, MIB, lk.n_expert)] for il in range(lk.n_layer)], lk.n_expert)
     kw = dict(ram=100 * MIB, bandwidth_mb_s=1000.0, dense=20 * MIB, runtime=8 * MIB, readahead=4 * MIB)
     v = speed_view(inp, report, mmap_pieces=pieces, **kw)
-    want = replay_mmap(lk, pieces, 72 * MIB, 4 * MIB).read_per_token
+    # llama.cpp advises the file sequential: windows of twice the readahead
+    want = replay_mmap(lk, pieces, 72 * MIB, 4 * MIB, sequential=True).read_per_token
     assert v.inputs.mmap_read_per_token == want and want > 0
     assert v.inputs.mmap_from.startswith("the page cache replayed")
     mmap = v.reports["lru"].mmap
@@ -123,6 +124,29 @@ def test_plain_mmap_from_the_page_cache_replay(synthetic):
     short = speed_view(inp, report, mmap_pieces=pieces[:3], **kw)
     assert short.inputs.mmap_read_per_token is None and "does not fit the trace" in short.inputs.mmap_from
     assert short.reports["lru"].mmap == rule.reports["lru"].mmap
+
+
+def test_plain_mmap_reads_at_the_faults_rate_where_it_is_known(synthetic):
+    inp, report = synthetic
+    kw = dict(ram=100 * MIB, bandwidth_mb_s=1000.0, dense=20 * MIB, runtime=8 * MIB, readahead=4 * MIB)
+    base = speed_view(inp, report, **kw)
+    # no faults' rate: the read bandwidth, and the input says why
+    assert base.inputs.mmap_read_mb_s == 1000.0 and "no faults' rate" in base.inputs.mmap_read_mb_s_from
+    # the remembered probe's faults' rate at the same readahead
+    probe = ProbeSettings(file="/m/model.gguf", mmap_mb_s=250.0, mmap_readahead_kb=4096.0)
+    v = speed_view(inp, report, probe=probe, **kw)
+    assert v.inputs.mmap_read_mb_s == 250.0 and "settings [probe] mmap faults" in v.inputs.mmap_read_mb_s_from
+    slow, fast = v.reports["lru"].mmap, base.reports["lru"].mmap
+    assert slow is not None and fast is not None
+    assert slow.flash_ms == pytest.approx(4 * fast.flash_ms)  # the same bytes at a quarter of the rate
+    # the policies still read at the read bandwidth
+    assert v.reports["lru"].points == base.reports["lru"].points
+    # a rate measured at another readahead is not used, and the input says so
+    other = speed_view(inp, report, probe=replace(probe, mmap_readahead_kb=128.0), **kw)
+    assert other.inputs.mmap_read_mb_s == 1000.0 and "128 KiB readahead, not 4096" in other.inputs.mmap_read_mb_s_from
+    # the flag wins
+    flag = speed_view(inp, report, probe=probe, mmap_bandwidth_mb_s=500.0, **kw)
+    assert (flag.inputs.mmap_read_mb_s, flag.inputs.mmap_read_mb_s_from) == (500.0, "--mmap-bandwidth")
 
 
 def test_absent_inputs_are_named_with_their_flags_never_zero(synthetic, tmp_path):

@@ -19,7 +19,8 @@ from bmoe_top.tui.settings import SettingsStore
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 MEASURED = [f"{mode}.*.{k}" for mode in ("direct", "buffered", "best") for k in ("mb_s", "iops", "reads", "bytes",
-                                                                                    "seconds")] + ["best.*.depth"]
+                                                                                    "seconds")] + ["best.*.depth"] + \
+    [f"faults.{k}" for k in ("mb_s", "faults", "bytes", "seconds", "readahead")]
 
 
 def cli(capsys, *argv: str) -> tuple[int, str, str]:
@@ -32,6 +33,8 @@ def cli(capsys, *argv: str) -> tuple[int, str, str]:
 def data(tmp_path_factory) -> Path:
     p = tmp_path_factory.mktemp("probe") / "model.bin"
     p.write_bytes(os.urandom(4 << 20))
+    with open(p, "rb") as fh:
+        os.fsync(fh.fileno())  # written back, so the probe's drops leave it cold
     return p
 
 
@@ -53,6 +56,7 @@ def test_the_text_table_has_a_row_per_depth(capsys, data):
     assert code == 0 and lines[1].split()[:2] == ["depth", "O_DIRECT"]
     assert [ln.split()[0] for ln in lines[2:5]] == ["1", "2", "3"]
     assert lines[5].startswith("best O_DIRECT: ") and lines[6].startswith("best buffered: ")
+    assert lines[7].startswith("mmap faults (advised sequential, readahead ")
 
 
 def test_remember_keeps_the_rates_in_the_settings_file(capsys, data, tmp_path):
@@ -67,6 +71,8 @@ def test_remember_keeps_the_rates_in_the_settings_file(capsys, data, tmp_path):
     assert p.file == str(data) and p.slice_bytes == 65536
     assert p.direct_mb_s == pytest.approx([r["mb_s"] for r in doc["direct"]])
     assert p.buffered_mb_s == pytest.approx([r["mb_s"] for r in doc["buffered"]])
+    assert p.mmap_mb_s == pytest.approx(doc["faults"]["mb_s"]) and p.mmap_mb_s > 0
+    assert p.mmap_readahead_kb == doc["faults"]["readahead"] / 1024
 
 
 @pytest.mark.parametrize(("argv", "status", "says"), [

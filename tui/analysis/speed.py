@@ -225,14 +225,15 @@ class SizingReport:
 def sizing_report(budgets_mib: Sequence[float], hits: Sequence[float], costs: TokenCosts, *,
                   memory: Memory | None = None, overlap: bool = False, knee_share: float = 0.05,
                   demand_bytes: float | None = None, evictions: Sequence[float] | None = None,
-                  mmap_read_per_token: float | None = None) -> SizingReport:
+                  mmap_read_per_token: float | None = None, mmap_read_mb_s: float | None = None) -> SizingReport:
     """Predict every budget of a hit-rate curve (``budgets_mib`` ascending, ``hits`` 0..1).
     With ``memory`` the expert cache reads through the page cache (two levels) and plain mmap
     is predicted beside it; without, one level (O_DIRECT). ``overlap``: the overlap totals rank
     the budgets, else the serial ones. ``demand_bytes``: distinct expert bytes a token needs
     (default ``lookups x miss_bytes``). ``evictions``: evicting misses per token at each budget
     (default none). ``mmap_read_per_token``: plain mmap's bytes a token from the page cache's
-    replay (:func:`mmap_prediction`). Raises ValueError for an empty curve or evictions not one a
+    replay (:func:`mmap_prediction`); ``mmap_read_mb_s``: the rate plain mmap's faults read at
+    (default the costs' read bandwidth). Raises ValueError for an empty curve or evictions not one a
     budget."""
     ev = [0.0] * len(budgets_mib) if evictions is None else list(evictions)
     if len(ev) != len(budgets_mib):
@@ -242,7 +243,8 @@ def sizing_report(budgets_mib: Sequence[float], hits: Sequence[float], costs: To
         mmap = None
     else:
         points = [two_level_prediction(budgets_mib, hits, b, costs, memory, e) for b, e in zip(budgets_mib, ev)]
-        mmap = mmap_prediction(budgets_mib, hits, costs, memory, read_per_token=mmap_read_per_token)
+        mmap_costs = costs if mmap_read_mb_s is None else replace(costs, read_mb_s=mmap_read_mb_s)
+        mmap = mmap_prediction(budgets_mib, hits, mmap_costs, memory, read_per_token=mmap_read_per_token)
     fitting = [p for p in points if p.fits] or points
     speed = [p.tok_s(overlap) for p in fitting]
     best = fitting[max(range(len(fitting)), key=lambda i: (speed[i], -i))]

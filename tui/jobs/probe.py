@@ -22,10 +22,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
-from bmoe_top.tui.present.probe import DepthResult, ProbeResult
+from bmoe_top.tui.present.probe import DepthResult, FaultResult, ProbeResult
 
-__all__ = ["ALIGN", "DepthResult", "ProbeError", "ProbeResult", "block_bytes", "gguf_slice_bytes", "probe",
-           "stderr_progress"]
+__all__ = ["ALIGN", "DepthResult", "FaultResult", "ProbeError", "ProbeResult", "block_bytes", "fault_round",
+           "gguf_slice_bytes", "probe", "stderr_progress"]
 
 #: Offsets and O_DIRECT sizes are multiples of this (bytes): the page size and every device's
 #: logical block size here.
@@ -145,16 +145,79 @@ def _round(fd: int, file_bytes: int, block: int, depth: int, seconds: float, see
     return DepthResult(depth, total / elapsed / 1e6, reads / elapsed, reads, total, elapsed)
 
 
+def _thread_read_bytes() -> int | None:
+    """The bytes this thread made the kernel read from storage (``/proc/thread-self/io``; None
+    where the kernel does not say)."""
+    try:
+        with open("/proc/thread-self/io") as f:
+            for line in f:
+                if line.startswith("read_bytes:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def fault_round(path: str, seconds: float, seed: int = 0,
+                tick: Callable[[float], None] | None = None) -> FaultResult | None:
+    """The rate plain mmap's misses read at: ``path`` mapped and advised ``POSIX_FADV_SEQUENTIAL``
+    (as llama.cpp's ``llama_mmap`` maps a model), one byte touched at a time at random page
+    offsets for ``seconds`` of touching; a page not cached is a fault that reads its read-around
+    window (twice the device's readahead) before the touch returns. The file's pages are dropped
+    before each mapping, and the mapping is remade (dropped again) once half the file was read,
+    so the faults keep finding pages not cached. The rate is this thread's read bytes over the
+    time spent touching. None where the kernel does not count a thread's reads, or when nothing
+    was read (the file's pages could not be dropped: dirty, or mapped by another process)."""
+    from bmoe_top.tui.sources.procfs import device_readahead
+
+    if _thread_read_bytes() is None:
+        return None
+    file_bytes = _check_file(path)
+    pages = max(1, file_bytes // ALIGN)
+    rng = random.Random(seed)
+    fd = os.open(path, os.O_RDONLY)
+    busy = 0.0
+    got = 0
+    faults = 0
+    try:
+        while busy < seconds:
+            _drop_cache(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
+            m = mmap.mmap(fd, file_bytes, prot=mmap.PROT_READ)
+            try:
+                r0 = _thread_read_bytes() or 0
+                read = 0
+                t0 = time.perf_counter()
+                while read < file_bytes // 2 and busy + time.perf_counter() - t0 < seconds:
+                    before = read
+                    m[rng.randrange(pages) * ALIGN]
+                    read = (_thread_read_bytes() or 0) - r0
+                    faults += read > before
+                busy += time.perf_counter() - t0
+                got += read
+            finally:
+                m.close()
+            if tick is not None:
+                tick(min(1.0, busy / seconds))
+        _drop_cache(fd)
+    finally:
+        os.close(fd)
+    if got == 0 or busy <= 0:
+        return None  # nothing read: the pages could not be dropped (dirty, or mapped by another process)
+    return FaultResult(got / busy / 1e6, faults, got, busy, device_readahead(path))
+
+
 def probe(path: str, slice_bytes: int | None = None, *, qd_max: int = 8, seconds: float = 2.0,
           progress: Callable[[str, float], None] | None = None, only_depth: int | None = None,
-          buffered: bool = True) -> ProbeResult:
+          buffered: bool = True, faults: bool = True) -> ProbeResult:
     """Measure ``path``'s read bandwidth at its expert-slice size: O_DIRECT then buffered, at
     queue depths 1..``qd_max``, ``seconds`` each. ``slice_bytes`` None: read from the GGUF
     (:func:`gguf_slice_bytes`). ``progress(label, fraction)`` is called as rounds advance
     (fraction 0..1 of the whole probe). Raises :class:`ProbeError` for a file it cannot measure
     (missing, a directory, empty, unreadable, not a MoE GGUF without ``slice_bytes``).
     ``only_depth``: that one depth instead of 1..``qd_max``; ``buffered`` False: O_DIRECT only
-    (falling back to buffered when O_DIRECT is refused)."""
+    (falling back to buffered when O_DIRECT is refused); ``faults``: then one round of mmap
+    faults (:func:`fault_round`, ``seconds`` long)."""
     if not 1 <= qd_max <= MAX_DEPTH:
         raise ValueError(f"qd_max must be 1..{MAX_DEPTH}")
     file_bytes = _check_file(path)
@@ -170,7 +233,7 @@ def probe(path: str, slice_bytes: int | None = None, *, qd_max: int = 8, seconds
     fd = os.open(path, os.O_RDONLY)
     modes = (["direct"] if direct_fd is not None else []) + (["buffered"] if buffered or direct_fd is None else [])
     depths = [only_depth] if only_depth is not None else list(range(1, qd_max + 1))
-    n_rounds = len(modes) * len(depths)
+    n_rounds = len(modes) * len(depths) + int(faults)
     done = 0
     out: dict[str, list[DepthResult]] = {m: [] for m in modes}
     try:
@@ -187,6 +250,14 @@ def probe(path: str, slice_bytes: int | None = None, *, qd_max: int = 8, seconds
                 _drop_cache(fd)
                 out[mode].append(_round(use, file_bytes, block, depth, seconds, done, tick))
                 done += 1
+        fault = None
+        if faults:
+
+            def fault_tick(frac: float) -> None:
+                if progress is not None:
+                    progress("mmap faults", (done + frac) / n_rounds)
+
+            fault = fault_round(path, seconds, done, fault_tick)
         if progress is not None:
             progress("done", 1.0)
     finally:
@@ -194,7 +265,7 @@ def probe(path: str, slice_bytes: int | None = None, *, qd_max: int = 8, seconds
         if direct_fd is not None:
             os.close(direct_fd)
     return ProbeResult(path, file_bytes, slice_bytes, source, block, seconds, out.get("direct"), note,
-                       out.get("buffered", []))
+                       out.get("buffered", []), fault)
 
 
 def stderr_progress(stream: TextIO | None = None, width: int = 30) -> Callable[[str, float], None] | None:

@@ -14,7 +14,9 @@ Where each input comes from, first found wins:
   of this process, :func:`bmoe_top.tui.sources.procfs.ram_limit`);
 - dense weights: ``--dense-mib``; else the model file (``--model``: its bytes minus the expert
   bank); runtime memory: ``--runtime-mib`` (else counted as 0, and said so); readahead:
-  ``--readahead-kb``, else the model file's device (``read_ahead_kb``), else the kernel's 128 KiB.
+  ``--readahead-kb``, else the model file's device (``read_ahead_kb``), else the kernel's 128 KiB;
+- the rate plain mmap's faults read at: ``--mmap-bandwidth MB/s``; the ``[probe]`` section's
+  faults' rate when it was measured at the same readahead; else the read bandwidth above.
 
 An input that is absent is named with the flag that gives it, and what needs it is not predicted
 (no bandwidth or costs: no tok/s; no RAM or dense weights: one level, no plain-mmap line).
@@ -101,6 +103,23 @@ def _bandwidth(inp: WhatIfInput, costs: RunCosts | None, flag: float | None,
     return None, ""
 
 
+def _mmap_bandwidth(flag: float | None, probe: ProbeSettings | None, readahead: float, bw: float | None,
+                    bw_from: str) -> tuple[float | None, str]:
+    """The rate plain mmap's faults read at and where it came from: the flag, the remembered
+    faults' rate at this readahead, else the read bandwidth (saying why)."""
+    if flag is not None:
+        return flag, "--mmap-bandwidth"
+    why = "no faults' rate: bmoe-top probe MODEL --remember or --mmap-bandwidth"
+    if probe is not None and probe.mmap_mb_s is not None:
+        ra_kb = probe.mmap_readahead_kb
+        if ra_kb is None or abs(ra_kb * 1024 - readahead) < 1:
+            return probe.mmap_mb_s, f"settings [probe] mmap faults ({probe.file})"
+        why = f"the remembered faults' rate was measured at {ra_kb:g} KiB readahead, not {readahead / 1024:g}"
+    if bw is None:
+        return None, ""
+    return bw, f"the read bandwidth ({bw_from}; {why})"
+
+
 def _mmap_read(inp: WhatIfInput, memory: Memory | None,
                pieces: Sequence[Sequence[tuple[int, int]]] | None) -> tuple[float | None, str]:
     """Plain mmap's bytes a decode token from the page cache's replay (None: the readahead rule)
@@ -123,12 +142,14 @@ def speed_view(inp: WhatIfInput, report: WhatIf, *, ram: float | None = None, ba
                dense: float | None = None, dense_from: str = "", runtime: float | None = None,
                readahead: float | None = None, readahead_from: str = "", probe: ProbeSettings | None = None,
                machine_ram: tuple[float | None, str] | None = None, policies: Sequence[str] | None = None,
-               mmap_pieces: Sequence[Sequence[tuple[int, int]]] | None = None) -> SpeedView:
+               mmap_pieces: Sequence[Sequence[tuple[int, int]]] | None = None,
+               mmap_bandwidth_mb_s: float | None = None) -> SpeedView:
     """The tok/s model over ``report``'s curves (see the module docstring for where each input
     comes from). ``ram``, ``dense``, ``runtime``, ``readahead`` in bytes (``dense_from`` /
     ``readahead_from`` say where a given value came from); ``machine_ram`` the RAM read from
     the machine and where from (read now when None and ``ram`` is None); ``policies`` the
-    policies to predict (default every curve of the report)."""
+    policies to predict (default every curve of the report); ``mmap_bandwidth_mb_s`` the rate
+    plain mmap's faults read at (``--mmap-bandwidth``)."""
     costs = inp.run_costs
     lookups, miss_bytes = demand(report)
     missing: list[str] = []
@@ -158,9 +179,10 @@ def speed_view(inp: WhatIfInput, report: WhatIf, *, ram: float | None = None, ba
     ra_from = (readahead_from or "--readahead-kb") if readahead is not None else "the kernel's default (--readahead-kb)"
     memory = Memory(ram, dense, runtime or 0.0, ra) if ram is not None and dense is not None else None
     mmap_read, mmap_from = _mmap_read(inp, memory, mmap_pieces)
+    mm_bw, mm_bw_from = _mmap_bandwidth(mmap_bandwidth_mb_s, probe, ra, bw, bw_from) if memory else (None, "")
     inputs = SpeedInputs(costs, "run summary compute_s_tok, mgmt_s_tok, stall_s_tok" if costs else "", lookups,
                          miss_bytes, bw, bw_from, ram, ram_from, dense, dense_from or "", runtime or 0.0, runtime_from,
-                         ra, ra_from, tuple(missing), mmap_read, mmap_from)
+                         ra, ra_from, tuple(missing), mmap_read, mmap_from, mm_bw, mm_bw_from)
     if costs is None or bw is None or not inp.lookups.sizes_known or lookups <= 0 or miss_bytes <= 0:
         return SpeedView(inputs, {}, 0, None, TOLERANCE)
     tc = token_costs(costs, lookups, miss_bytes, bw)
@@ -172,7 +194,7 @@ def speed_view(inp: WhatIfInput, report: WhatIf, *, ram: float | None = None, ba
         hits = policy_hits(c, lookups, miss_bytes)
         ev = decode_evictions(inp.lookups, c.budgets_mib, c.decode_hit_pct).tolist() if costs.evict_ms > 0 else None
         reports[c.policy] = sizing_report(c.budgets_mib, hits, tc, memory=memory, overlap=costs.overlap, evictions=ev,
-                                          mmap_read_per_token=mmap_read)
+                                          mmap_read_per_token=mmap_read, mmap_read_mb_s=mm_bw)
     at_run: Prediction | None = None
     lru = next((c for c in report.curves if c.policy == "lru"), None)
     if report.run_budget_mib is not None and lru is not None:

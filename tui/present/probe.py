@@ -8,8 +8,8 @@ from typing import TypedDict
 
 from bmoe_top.tui.present.numbers import fmt
 
-__all__ = ["BestDoc", "DepthDoc", "DepthResult", "ProbeDocument", "ProbeResult", "best", "probe_document",
-           "probe_lines"]
+__all__ = ["BestDoc", "DepthDoc", "DepthResult", "FaultDoc", "FaultResult", "ProbeDocument", "ProbeResult", "best",
+           "probe_document", "probe_lines"]
 
 
 @dataclass(frozen=True)
@@ -26,12 +26,28 @@ class DepthResult:
 
 
 @dataclass(frozen=True)
+class FaultResult:
+    """The mmap round: one thread touching one byte at random offsets of the file mapped and
+    advised sequential (as llama.cpp maps a model), each touch of a page not cached a fault that
+    reads its window (twice the device's readahead) from the disk. ``mb_s``: the bytes the faults
+    read (this thread's ``/proc/thread-self/io``) over the time spent in them; ``readahead``: the
+    device's readahead (bytes; None when unknown)."""
+
+    mb_s: float
+    faults: int
+    bytes: int
+    seconds: float
+    readahead: int | None
+
+
+@dataclass(frozen=True)
 class ProbeResult:
     """What the probe measured. ``slice_bytes``: the model's expert slice (``slice_source`` says
     where it came from: ``"gguf"`` or ``"--slice-bytes"``); ``block_bytes``: each read's size (the
     slice rounded up to 4 KiB); ``seconds``: each round's length; ``direct``: one
     :class:`DepthResult` per queue depth 1..N, or None when the file system refuses O_DIRECT
-    (``direct_note`` says so); ``buffered``: one per depth, each round started cold."""
+    (``direct_note`` says so); ``buffered``: one per depth, each round started cold; ``faults``
+    the mmap round (None: not measured, or the kernel does not count a thread's reads)."""
 
     path: str
     file_bytes: int
@@ -42,6 +58,17 @@ class ProbeResult:
     direct: list[DepthResult] | None
     direct_note: str | None
     buffered: list[DepthResult]
+    faults: FaultResult | None = None
+
+
+class FaultDoc(TypedDict):
+    """:class:`FaultResult` as JSON (``mb_s``: 10^6 bytes/s, ``readahead``: bytes or null)."""
+
+    mb_s: float
+    faults: int
+    bytes: int
+    seconds: float
+    readahead: int | None
 
 
 class DepthDoc(TypedDict):
@@ -76,6 +103,7 @@ class ProbeDocument(TypedDict):
     direct_note: str | None
     buffered: list[DepthDoc]
     best: BestDoc
+    faults: FaultDoc | None
 
 
 def _depth(d: DepthResult) -> DepthDoc:
@@ -98,7 +126,10 @@ def probe_document(r: ProbeResult) -> ProbeDocument:
             "direct": None if r.direct is None else [_depth(d) for d in r.direct], "direct_note": r.direct_note,
             "buffered": [_depth(d) for d in r.buffered],
             "best": {"direct": None if b_direct is None else _depth(b_direct),
-                     "buffered": None if b_buffered is None else _depth(b_buffered)}}
+                     "buffered": None if b_buffered is None else _depth(b_buffered)},
+            "faults": None if r.faults is None else {"mb_s": r.faults.mb_s, "faults": r.faults.faults,
+                                                     "bytes": r.faults.bytes, "seconds": r.faults.seconds,
+                                                     "readahead": r.faults.readahead}}
 
 
 def probe_lines(r: ProbeResult) -> list[str]:
@@ -117,4 +148,9 @@ def probe_lines(r: ProbeResult) -> list[str]:
         b = best(rows)
         if b is not None:
             out.append(f"best {name}: {fmt(b.mb_s)} MB/s at queue depth {b.depth}")
+    if r.faults is not None:
+        f = r.faults
+        ra = f"readahead {fmt(f.readahead // 1024)} KiB" if f.readahead is not None else "readahead unknown"
+        out.append(f"mmap faults (advised sequential, {ra}): {fmt(f.mb_s)} MB/s, {fmt(f.faults)} faults "
+                   f"of {fmt(f.bytes / f.faults if f.faults else 0.0)} bytes")
     return out

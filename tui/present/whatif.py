@@ -400,7 +400,9 @@ class SpeedInputs:
     ``readahead`` bytes (``ram`` / ``dense`` None: not known, one level only); ``missing``: each
     input that is absent, with the flag that gives it; ``mmap_read_per_token`` the bytes a decode
     token of plain mmap reads as the page cache's replay found them (None: the readahead rule
-    predicts plain mmap) and ``mmap_from`` which of the two and why."""
+    predicts plain mmap) and ``mmap_from`` which of the two and why; ``mmap_read_mb_s`` the rate
+    plain mmap's faults read at (10^6 bytes/s; None: the read bandwidth) and
+    ``mmap_read_mb_s_from`` where it came from."""
 
     costs: RunCosts | None
     costs_from: str
@@ -419,6 +421,8 @@ class SpeedInputs:
     missing: tuple[str, ...] = ()
     mmap_read_per_token: float | None = None
     mmap_from: str = ""
+    mmap_read_mb_s: float | None = None
+    mmap_read_mb_s_from: str = ""
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -512,6 +516,8 @@ class SpeedInputsDoc(TypedDict):
     missing: list[str]
     mmap_read_per_token: Num
     mmap_from: str
+    mmap_read_mb_s: Num
+    mmap_read_mb_s_from: str
 
 
 class SpeedDoc(TypedDict):
@@ -573,7 +579,8 @@ def speed_document(view: SpeedView) -> SpeedDoc:
             "ram_bytes": i.ram, "ram_from": i.ram_from, "dense_bytes": i.dense, "dense_from": i.dense_from,
             "runtime_bytes": i.runtime, "runtime_from": i.runtime_from, "readahead_bytes": i.readahead,
             "readahead_from": i.readahead_from, "missing": list(i.missing),
-            "mmap_read_per_token": i.mmap_read_per_token, "mmap_from": i.mmap_from},
+            "mmap_read_per_token": i.mmap_read_per_token, "mmap_from": i.mmap_from,
+            "mmap_read_mb_s": i.mmap_read_mb_s, "mmap_read_mb_s_from": i.mmap_read_mb_s_from},
         "levels": view.levels if view.reports else 0,
         "mode": "overlap" if ov else "serial",
         "formula": SPEED_FORMULA,
