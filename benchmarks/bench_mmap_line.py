@@ -70,6 +70,7 @@ from mmap_machine import (
     fault_rate,
     llama_server_binary,
     loop_copy,
+    play_trace,
     readahead_kb,
     run_cli,
     run_mmap,
@@ -103,6 +104,36 @@ def bmoe_run(model: Path, cache_mib: float, tokens: int, threads: int, ctx: int,
 def read_bytes(miss_bytes: float, ra_bytes: float) -> float:
     """What the page cache reads for one miss at readahead ``ra_bytes`` (speed.py's rule)."""
     return math.ceil(miss_bytes / ra_bytes) * ra_bytes
+
+
+def touch_ranges(lookups, pieces: list[list[tuple[int, int]]], file_size: int) -> tuple[list[tuple[int, int]], int]:
+    """The byte ranges a token of the trace touches, in order, for :func:`mmap_machine.play_trace`: at
+    each token's start (and the prefill's) every dense range of the file (what is not an expert
+    slice), then per layer batch the lookups' slices, tensor by tensor in compute order (up, gate,
+    down of every looked-up expert in turn, as ``mul_mat_id`` runs them); and the index of the
+    second decode token's first range (the server's disk bytes are counted from its first token on)."""
+    page = 4096
+    expert = np.zeros(file_size // page + 1, dtype=bool)
+    for p in pieces:
+        for off, n in p:
+            expert[off // page:(off + n + page - 1) // page] = True
+    edges = np.flatnonzero(np.diff(np.r_[0, (~expert).astype(np.int8), 0]))
+    dense = [(int(a) * page, int(b - a) * page) for a, b in zip(edges[::2], edges[1::2])]
+    first = lookups.batch_first()
+    out: list[tuple[int, int]] = []
+    start, token = -1, -2
+    for b in range(lookups.n_batches):
+        lo, hi = int(first[b]), int(first[b + 1])
+        t = int(lookups.token[lo])
+        if t != token:
+            token = t
+            if t == 1:
+                start = len(out)
+            out += dense
+        items = [int(i) for i in lookups.item[lo:hi]]
+        for k in range(max((len(pieces[i]) for i in items), default=0)):
+            out += [pieces[i][k] for i in items if k < len(pieces[i])]
+    return out, start
 
 
 def bandwidth(path: Path, block: float) -> float:
@@ -157,6 +188,7 @@ def main() -> int:
     ref_dir = d / f"mmap-line-{args.model}"
     ref_dir.mkdir(exist_ok=True)
     runs: dict[str, list[Run]] = {}
+    played: dict[str, list[float]] = {}
     cached: list[float] = []
     with contextlib.ExitStack() as stack:
         loop = stack.enter_context(loop_copy(model, d))
@@ -183,6 +215,10 @@ def main() -> int:
                         rams.append((spec, float(spec[:-1])))
                     else:
                         rams.append((f"bmoe-run at {spec} %", runs[f"run{spec}"][0].peak_rss_mib))
+            if rnd == 0:
+                ref = load_whatif([str(ref_dir / "run.route.csv"), str(ref_dir / "run.csv")])
+                touches, touch_start = touch_ranges(ref.lookups, layout_pieces(lay), lay.file_size)
+            beside = runs["unlimited"][-1].charged_mib
             cells = [(ram, src) for ram in rams for src in sources]
             k = rnd % len(cells)
             for (label, ram), (ra_label, path, _) in cells[k:] + cells[:k]:
@@ -194,6 +230,16 @@ def main() -> int:
                 finally:
                     cg.drop(cgd)
                 runs.setdefault(f"{label}|{ra_label}", []).append(r)
+                # the trace's own page touches in the room the server left the model's pages
+                if beside == beside:
+                    drop_cache(path)
+                    pcg = cg.make(int((ram - beside) * MIB))
+                    try:
+                        got = play_trace(path, touches, touch_start, str(pcg / "cgroup.procs"), d)
+                    finally:
+                        cg.drop(pcg)
+                    n_dec = ref.lookups.n_decode_tokens - 1
+                    played.setdefault(f"{label}|{ra_label}", []).append(got / MIB / n_dec if n_dec > 0 else math.nan)
             print(f"round {rnd + 1}: " + "; ".join(
                 f"{k} {v[-1].dec_tok_s:.1f} tok/s" + (f" [{v[-1].error}]" if v[-1].error else "")
                 for k, v in runs.items()), flush=True)
@@ -240,12 +286,14 @@ def main() -> int:
     print("\nper RAM and readahead: tok/s measured (median, spread) and predicted, from the readahead-piece rule "
           "and from the page cache's replay (two lists, windows of 2 x readahead, room = RAM - dense - the runtime "
           "memory); disk MiB a token measured and replayed; the model's pages resident at the end (MiB) and the "
-          "replay's bytes at that room; what the cgroup was charged beside them at the end (MiB); the read rate "
-          "the measured token implies (its disk bytes over its time less the compute)")
+          "replay's bytes at that room; what the cgroup was charged beside them at the end (MiB); the disk MiB a "
+          "token of a process touching the trace's own pages in that room (played); the read rate the measured "
+          "token implies (its disk bytes over its time less the compute)")
     print(f"{'RAM':>26} {'ra':>5} {'measured':>8} {'spread':>6} {'rule':>6} {'err':>6} {'replay':>6} {'err':>6} "
           f"{'faults':>6} {'err':>6} "
-          f"{'disk/tok':>8} {'replay':>7} {'held':>6} {'at held':>7} {'beside':>6} {'MB/s':>6}")
+          f"{'disk/tok':>8} {'replay':>7} {'held':>6} {'at held':>7} {'beside':>6} {'played':>6} {'MB/s':>6}")
     errs: dict[str, list[float]] = {"rule": [], "replay": [], "replay, fault rate": []}
+    byte_errs: dict[str, list[float]] = {"the server's": [], "the played trace's": []}
     for label, ram in rams:
         for ra_label, _, ra in sources:
             key = f"{label}|{ra_label}"
@@ -268,6 +316,10 @@ def main() -> int:
             held_mib = med([r.model_mib for r in rr])
             h = held_mib - dense / MIB
             beside = med([r.charged_mib - r.model_mib for r in rr])
+            play = med(played.get(key, []))
+            for name, want in (("the server's", med([r.disk_mib_tok for r in rr])), ("the played trace's", play)):
+                if want == want and want > 0:
+                    byte_errs[name].append(abs(rep_bytes / MIB - want) / want * 100)
             disk = med([r.disk_mib_tok for r in rr])
             wait = 1 / m - server_ms / 1000 if m == m and m > 0 else float("nan")
             rate = disk * MIB / 1e6 / wait if disk > 0 and wait > 0 else float("nan")
@@ -276,11 +328,15 @@ def main() -> int:
                   f"{spread([r.dec_tok_s for r in rr]):>5.0f}% {out[0][0]:>6.2f} {out[0][1]:>+5.0f}% {out[1][0]:>6.2f} "
                   f"{out[1][1]:>+5.0f}% {out[2][0]:>6.2f} {out[2][1]:>+5.0f}% "
                   f"{disk:>8.2f} {rep_bytes / MIB:>7.2f} {held_mib:>6.1f} "
-                  f"{replayed(h, ra) / MIB if h == h else float('nan'):>7.2f} {beside:>6.1f} {rate:>6.0f}"
+                  f"{replayed(h, ra) / MIB if h == h else float('nan'):>7.2f} {beside:>6.1f} {play:>6.2f} {rate:>6.0f}"
                   + (f"  [{errors[0]}]" if errors else ""))
     for name, e in errs.items():
         if e:
             print(f"{name}: median |error| {statistics.median(e):.0f} %, largest {max(e):.0f} %")
+    for name, e in byte_errs.items():
+        if e:
+            print(f"the replay's bytes a token against {name} (where it read any): median |error| "
+                  f"{statistics.median(e):.0f} %, largest {max(e):.0f} %")
     # the crossing: mmap against bmoe-run streaming the share of the bank that fits beside its own memory
     ref_costs = inp.run_costs
     assert ref_costs is not None and inp.read_mib_s is not None

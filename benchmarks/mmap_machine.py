@@ -174,6 +174,55 @@ def fault_rate(path: Path, procs: str, seconds: float = 3.0) -> float:
         return float("nan")
 
 
+#: maps a model as llama.cpp does (advised sequential, populated, WILLNEED), joins a cgroup, then touches
+#: the pages of a list of byte ranges in order; prints the bytes read from the range marked as the first
+#: measured one to the end, and the memory cgroup's charge then
+PLAYER = r"""
+import json, mmap, os, sys
+import numpy as np
+path, touches, procs = sys.argv[1], sys.argv[2], sys.argv[3]
+t = np.load(touches)
+ranges, start = t["ranges"], int(t["start"])
+with open(procs, "w") as f:  # after the imports: this interpreter's own memory stays charged where it was
+    f.write(str(os.getpid()))
+fd = os.open(path, os.O_RDONLY)
+size = os.fstat(fd).st_size
+os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
+m = mmap.mmap(fd, size, flags=mmap.MAP_SHARED | mmap.MAP_POPULATE, prot=mmap.PROT_READ)
+m.madvise(mmap.MADV_WILLNEED)
+v = np.frombuffer(m, dtype=np.uint8)
+def io():
+    with open("/proc/self/io") as f:
+        return {k: int(x) for k, x in (ln.split(":") for ln in f)}["read_bytes"]
+acc, io0 = 0, 0
+for i, (off, n) in enumerate(ranges.tolist()):
+    if i == start:
+        io0 = io()
+    acc += int(v[off:off + n:4096].sum())
+print(json.dumps({"read": io() - io0, "acc": acc % 7}))
+"""
+
+
+def play_trace(path: Path, ranges: list[tuple[int, int]], start: int, procs: str, workdir: Path) -> float:
+    """Bytes read while a process maps ``path`` as llama.cpp does and touches the pages of ``ranges``
+    (file offset, bytes) in order, from ``ranges[start]`` to the end, in the memory cgroup ``procs``
+    names (it joins after its imports: its interpreter's memory is not charged there). The
+    kernel's page cache on exactly a trace's page touches, without llama.cpp's compute or its own
+    routing. NaN when it fails."""
+    import numpy as np
+
+    f = workdir / f"touches-{os.getpid()}.npz"
+    np.savez(f, ranges=np.array(ranges, dtype=np.int64).reshape(-1, 2), start=start)
+    try:
+        p = subprocess.run([sys.executable, "-c", PLAYER, str(path), str(f), procs], capture_output=True, text=True,
+                           timeout=1800)
+        return float(json.loads(p.stdout.strip().splitlines()[-1])["read"]) if p.returncode == 0 else float("nan")
+    except (subprocess.TimeoutExpired, ValueError, IndexError, KeyError):
+        return float("nan")
+    finally:
+        f.unlink(missing_ok=True)
+
+
 # -- the mmap baseline: a stock llama-server ----------------------------------------------------------
 def llama_server_binary() -> Path | None:
     """The llama-server ``make llama-server`` builds (None when it is not built)."""
