@@ -28,8 +28,9 @@ Q4_K, three sizes up to a 2.5 GiB expert bank), every row runs as child processe
   win that comes from extra RAM shows as fewer bytes), bmoe-run's and bmoe-cli's model load
   seconds, and whether the text equals bmoe-run's resident text.
 
-Rounds are interleaved: each round runs every row (the row order rotates), each row bmoe-run first
-(its peak RSS sets the mmap row's limit), then the others in an order that rotates. Figures are
+Rounds are interleaved: each round runs every row (the row order rotates); in each row bmoe-run
+runs before the mmap runs (its peak RSS sets their limit), bmoe-cli first in every other round
+and after bmoe-run in the rest, and the others in an order that rotates. Figures are
 medians over rounds; a ratio is the median of the per-round ratios.
 
 In the same process, before the child runs (``--inproc-rounds``, 0 to skip): the bare llama.cpp
@@ -241,6 +242,9 @@ def bench_model(path: Path, args: argparse.Namespace, cli: str | None, server: P
                 others = runtimes[1:]
                 k = rnd % max(1, len(others))
                 order = ["run"] + others[k:] + others[:k]
+                if "cli" in order and rnd % 2:  # every other round bmoe-cli goes first: a warm-up or drift
+                    order.remove("cli")         # that favours the first run of a row favours neither
+                    order.insert(0, "cli")
                 this: dict[str, Run] = {}
                 for rt in order:
                     src = loop if rt == "mmap128" and loop is not None else path
