@@ -2,7 +2,7 @@
 
     bmoe-run [-m MODEL] [-p PROMPT] [-n N] [-c N_CTX] [-t THREADS] [--cache-mb N] [--io-threads N]
              [--no-odirect] [--overlap] [--prefetch K] [--early-prefetch M] [--progress] [--csv PATH] [--session]
-             [--route-telemetry] [--route-trace PATH] [--force] [--no-moe-stream] [--quiet]
+             [--route-telemetry] [--route-trace PATH] [--force] [--no-moe-stream] [--huge-pages auto|on|off] [--quiet]
     bmoe-run make-model [--preset demo|bench|tiny | --arch NAME] [--qtype Q] [--force] OUT.gguf  (models.py)
     bmoe-run serve ...                                                       (runtime/server.py)
     bmoe-run make-profile MODEL TEXT -o OUT.strp [--force] ...               (runtime/strp.py)
@@ -95,6 +95,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="stream experts (default; accepted for compatibility)")
     ap.add_argument("--no-moe-stream", dest="stream", action="store_false",
                     help="run fully resident (same telemetry, no BMOE_LOAD, no moe-* lines)")
+    ap.add_argument("--huge-pages", choices=["auto", "on", "off"], default="auto",
+                    help="resident: read the weights into 2 MiB pages (fewer TLB misses a token) rather than map "
+                    "the file; auto = for a file of 8 MiB or more that fits in half the available memory")
     ap.add_argument("--progress", action="store_true", help="per-token BMOE lines, then === answer === / === perf ===")
     ap.add_argument("--csv", default=None, metavar="PATH", help="per-token CSV sink")
     ap.add_argument("--session", action="store_true", help="keep the model loaded; JSON requests on stdin")
@@ -278,6 +281,7 @@ def _open_engine(args: argparse.Namespace, sampling: Sampling) -> Any:
             route_weights=bool(args.route_trace),
             quiet=args.quiet,
             flash_attn=None if args.flash_attn == "auto" else args.flash_attn == "on",
+            huge_pages=None if args.huge_pages == "auto" else args.huge_pages == "on",
             sampling=sampling,
             process_stats=True,
         )

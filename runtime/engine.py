@@ -38,6 +38,7 @@ from . import demo_model
 from .expert_cache import ExpertCache, TokenCounters
 from .expert_io import ExpertIOError, ExpertReader
 from .expert_sink import ExpertSink, SinkError
+from .huge_pages import HugePageLoad, worth_huge_pages
 from .llama_handles import GreedySampler, LlamaContext, LlamaModel, SeqBatch, TokenBatch, route_llama_log
 from .llama_lib import L
 from .results import MIB, CacheStats, GenerationResult, TextSoFar, TokenStats
@@ -167,6 +168,9 @@ class Engine:
     llama.cpp's auto; True/False force it), ``native_hook`` (None = use the compiled
     eval-callback shim when it builds, False = pure-Python callback; same results), ``repack``
     (let llama.cpp repack weights; streaming then refuses: for tests of the refusal),
+    ``huge_pages`` (resident only: llama.cpp reads the weights into memory that is then collapsed
+    into 2 MiB pages, :mod:`bmoe_top.runtime.huge_pages`; None = for a file of 8 MiB or more that
+    fits in half the memory available to the process, False = llama.cpp's mmap of the file),
     ``sampling`` (default greedy, with llama.cpp's greedy sampler), ``process_stats`` (fill the
     per-token RSS / major faults / CPU figures), ``n_seq`` (KV sequences the context holds, each
     ``n_ctx // n_seq`` tokens long: :class:`bmoe_top.runtime.slots.SlotDecoder` decodes them
@@ -175,7 +179,10 @@ class Engine:
     Raises :class:`ModelError` (bad file / not MoE) or :class:`EngineError` (streaming refused,
     unusable budget, llama.cpp could not load the model). Attributes after load: ``load_s``,
     ``arch``, ``n_ctx``, ``n_layer``, ``n_expert``, ``n_expert_used``, ``layout``, ``stream``,
-    ``budget_mib``, ``o_direct`` (True if O_DIRECT is really in use).
+    ``budget_mib``, ``o_direct`` (True if O_DIRECT is really in use); with the weights read into
+    huge pages ``weights_read_mib`` (MiB of tensors read), ``load_mem_mib`` (MiB of memory the load
+    mapped: the weights and what it allocated beside them) and ``load_huge_mib`` (MiB of that in
+    2 MiB pages), all None when llama.cpp maps the file.
     """
 
     def __init__(
@@ -198,6 +205,7 @@ class Engine:
         flash_attn: bool | None = None,
         native_hook: bool | None = None,
         repack: bool = False,
+        huge_pages: bool | None = None,
         sampling: Sampling | None = None,
         process_stats: bool = False,
         n_seq: int = 1,
@@ -211,6 +219,9 @@ class Engine:
         self.cache: ExpertCache | None = None
         self.streaming: Streaming | None = None
         self.expert_sink: ExpertSink | None = None  # the load's expert buffer type (streaming only)
+        self.weights_read_mib: float | None = None
+        self.load_mem_mib: float | None = None
+        self.load_huge_mib: float | None = None
         self.sampling = sampling or GREEDY
         self.quiet = bool(quiet)
         # for tests that must act mid-generation on a tiny, very fast model: BMOE_TOKEN_DELAY_MS=N
@@ -252,7 +263,7 @@ class Engine:
         self._abort_flag = False
         self._abort_installed = False
         try:
-            self._load_model(repack)
+            self._load_model(repack, huge_pages)
             self._create_context(n_ctx, n_batch, flash_attn)
             self._install_abort()
             if self.stream:
@@ -264,9 +275,10 @@ class Engine:
         self.load_s = time.perf_counter() - t_start
 
     # -- start-up steps ------------------------------------------------------------------------
-    def _load_model(self, repack: bool) -> None:
+    def _load_model(self, repack: bool, huge_pages: bool | None) -> None:
         """Load the model. Streaming: through :class:`ExpertSink` (expert bytes are neither read
-        nor kept resident); fully resident: llama.cpp's mmap. Expert tensors keep the file's layout (no
+        nor kept resident); fully resident: llama.cpp's mmap, or with ``huge`` read into
+        2 MiB pages (:class:`HugePageLoad`). Expert tensors keep the file's layout (no
         weight repacking unless ``repack``, which exists only to show the refusal; it loads
         with mmap)."""
         route_llama_log(self.quiet)
@@ -275,6 +287,11 @@ class Engine:
         mp.load_mode = L.LLAMA_LOAD_MODE_MMAP
         mp.lazy_mode = L.LLAMA_LAZY_MODE_OFF
         mp.use_extra_bufts = bool(repack)
+        huge = not self.stream and not repack and (worth_huge_pages(self.layout.file_size) if huge_pages is None
+                                                   else bool(huge_pages))
+        huge_load = HugePageLoad() if huge else None
+        if huge_load is not None:
+            huge_load.apply(mp)
         load_paths = None
         if self.stream and not repack:
             try:
@@ -295,6 +312,10 @@ class Engine:
         finally:
             if self.expert_sink is not None:
                 self.expert_sink.loaded()
+        if huge_load is not None:
+            mem, in_huge = huge_load.finish()
+            self.load_mem_mib, self.load_huge_mib = mem / MIB, in_huge / MIB
+            self.weights_read_mib = L.llama_model_size(self.model.ptr) / MIB
         self.n_vocab = self.model.n_vocab
 
     def _create_context(self, n_ctx: int, n_batch: int | None, flash_attn: bool | None) -> None:

@@ -255,6 +255,9 @@ def summary_text_lines(eng: Engine, res: GenerationResult) -> list[str]:
     out.append(
         f"prefill: {res.n_prompt} tokens, {res.prefill_s:.4f} s ({pt['prefill_tps']:.1f} tok/s) | model load "
         f"{eng.load_s:.3f} s | TTFT {ttft:.4f} s"
+        + ("" if eng.weights_read_mib is None else
+           f" | weights read {eng.weights_read_mib:.0f} MiB into {eng.load_mem_mib:.0f} MiB, "
+           f"{eng.load_huge_mib:.0f} MiB in 2 MiB pages")
     )
     if res.decode_s > 0 and eng.n_threads > 0:
         occ = 100.0 * res.cpu_s / (res.decode_s * eng.n_threads)
