@@ -106,12 +106,14 @@ def read_bytes(miss_bytes: float, ra_bytes: float) -> float:
     return math.ceil(miss_bytes / ra_bytes) * ra_bytes
 
 
-def touch_ranges(lookups, pieces: list[list[tuple[int, int]]], file_size: int) -> tuple[list[tuple[int, int]], int]:
+def touch_ranges(lookups, pieces: list[list[tuple[int, int]]],
+                 file_size: int) -> tuple[list[tuple[int, int]], int, list[int]]:
     """The byte ranges a token of the trace touches, in order, for :func:`mmap_machine.play_trace`: at
     each token's start (and the prefill's) every dense range of the file (what is not an expert
     slice), then per layer batch the lookups' slices, tensor by tensor in compute order (up, gate,
-    down of every looked-up expert in turn, as ``mul_mat_id`` runs them); and the index of the
-    second decode token's first range (the server's disk bytes are counted from its first token on)."""
+    down of every looked-up expert in turn, as ``mul_mat_id`` runs them); the index of the
+    second decode token's first range (the server's disk bytes are counted from its first token on);
+    and the index of every token's first range."""
     page = 4096
     expert = np.zeros(file_size // page + 1, dtype=bool)
     for p in pieces:
@@ -121,6 +123,7 @@ def touch_ranges(lookups, pieces: list[list[tuple[int, int]]], file_size: int) -
     dense = [(int(a) * page, int(b - a) * page) for a, b in zip(edges[::2], edges[1::2])]
     first = lookups.batch_first()
     out: list[tuple[int, int]] = []
+    firsts: list[int] = []
     start, token = -1, -2
     for b in range(lookups.n_batches):
         lo, hi = int(first[b]), int(first[b + 1])
@@ -129,11 +132,12 @@ def touch_ranges(lookups, pieces: list[list[tuple[int, int]]], file_size: int) -
             token = t
             if t == 1:
                 start = len(out)
+            firsts.append(len(out))
             out += dense
         items = [int(i) for i in lookups.item[lo:hi]]
         for k in range(max((len(pieces[i]) for i in items), default=0)):
             out += [pieces[i][k] for i in items if k < len(pieces[i])]
-    return out, start
+    return out, start, firsts
 
 
 def bandwidth(path: Path, block: float) -> float:
@@ -217,7 +221,7 @@ def main() -> int:
                         rams.append((f"bmoe-run at {spec} %", runs[f"run{spec}"][0].peak_rss_mib))
             if rnd == 0:
                 ref = load_whatif([str(ref_dir / "run.route.csv"), str(ref_dir / "run.csv")])
-                touches, touch_start = touch_ranges(ref.lookups, layout_pieces(lay), lay.file_size)
+                touches, touch_start, token_firsts = touch_ranges(ref.lookups, layout_pieces(lay), lay.file_size)
             beside = runs["unlimited"][-1].charged_mib
             cells = [(ram, src) for ram in rams for src in sources]
             k = rnd % len(cells)
@@ -230,16 +234,21 @@ def main() -> int:
                 finally:
                     cg.drop(cgd)
                 runs.setdefault(f"{label}|{ra_label}", []).append(r)
-                # the trace's own page touches in the room the server left the model's pages
-                if beside == beside:
+                # the trace's own page touches in the room the server left the model's pages, as they
+                # come (the cgroup's statistics as old as their last periodic flush) and with them
+                # flushed at every token
+                for kind, flush in (("", ()), ("fresh|", token_firsts)):
+                    if beside != beside:
+                        break
                     drop_cache(path)
                     pcg = cg.make(int((ram - beside) * MIB))
                     try:
-                        got = play_trace(path, touches, touch_start, str(pcg / "cgroup.procs"), d)
+                        got = play_trace(path, touches, touch_start, str(pcg / "cgroup.procs"), d, flush_at=flush)
                     finally:
                         cg.drop(pcg)
                     n_dec = ref.lookups.n_decode_tokens - 1
-                    played.setdefault(f"{label}|{ra_label}", []).append(got / MIB / n_dec if n_dec > 0 else math.nan)
+                    played.setdefault(f"{kind}{label}|{ra_label}", []).append(
+                        got / MIB / n_dec if n_dec > 0 else math.nan)
             print(f"round {rnd + 1}: " + "; ".join(
                 f"{k} {v[-1].dec_tok_s:.1f} tok/s" + (f" [{v[-1].error}]" if v[-1].error else "")
                 for k, v in runs.items()), flush=True)
@@ -287,13 +296,16 @@ def main() -> int:
           "and from the page cache's replay (two lists, windows of 2 x readahead, room = RAM - dense - the runtime "
           "memory); disk MiB a token measured and replayed; the model's pages resident at the end (MiB) and the "
           "replay's bytes at that room; what the cgroup was charged beside them at the end (MiB); the disk MiB a "
-          "token of a process touching the trace's own pages in that room (played); the read rate the measured "
+          "token of a process touching the trace's own pages in that room (played: median, and its range; fresh: "
+          "with the cgroup's statistics flushed at every token); the read rate the measured "
           "token implies (its disk bytes over its time less the compute)")
     print(f"{'RAM':>26} {'ra':>5} {'measured':>8} {'spread':>6} {'rule':>6} {'err':>6} {'replay':>6} {'err':>6} "
           f"{'faults':>6} {'err':>6} "
-          f"{'disk/tok':>8} {'replay':>7} {'held':>6} {'at held':>7} {'beside':>6} {'played':>6} {'MB/s':>6}")
+          f"{'disk/tok':>8} {'replay':>7} {'held':>6} {'at held':>7} {'beside':>6} {'played':>6} {'range':>13} "
+          f"{'fresh':>6} {'MB/s':>6}")
     errs: dict[str, list[float]] = {"rule": [], "replay": [], "replay, fault rate": []}
-    byte_errs: dict[str, list[float]] = {"the server's": [], "the played trace's": []}
+    byte_errs: dict[str, list[float]] = {"the server's": [], "the played trace's": [],
+                                         "the played trace's with fresh statistics": []}
     for label, ram in rams:
         for ra_label, _, ra in sources:
             key = f"{label}|{ra_label}"
@@ -317,7 +329,11 @@ def main() -> int:
             h = held_mib - dense / MIB
             beside = med([r.charged_mib - r.model_mib for r in rr])
             play = med(played.get(key, []))
-            for name, want in (("the server's", med([r.disk_mib_tok for r in rr])), ("the played trace's", play)):
+            fresh = med(played.get(f"fresh|{key}", []))
+            span = [x for x in played.get(key, []) if x == x]
+            span_s = f"{min(span):.2f}-{max(span):.2f}" if span else "nan"
+            for name, want in (("the server's", med([r.disk_mib_tok for r in rr])), ("the played trace's", play),
+                               ("the played trace's with fresh statistics", fresh)):
                 if want == want and want > 0:
                     byte_errs[name].append(abs(rep_bytes / MIB - want) / want * 100)
             disk = med([r.disk_mib_tok for r in rr])
@@ -328,7 +344,8 @@ def main() -> int:
                   f"{spread([r.dec_tok_s for r in rr]):>5.0f}% {out[0][0]:>6.2f} {out[0][1]:>+5.0f}% {out[1][0]:>6.2f} "
                   f"{out[1][1]:>+5.0f}% {out[2][0]:>6.2f} {out[2][1]:>+5.0f}% "
                   f"{disk:>8.2f} {rep_bytes / MIB:>7.2f} {held_mib:>6.1f} "
-                  f"{replayed(h, ra) / MIB if h == h else float('nan'):>7.2f} {beside:>6.1f} {play:>6.2f} {rate:>6.0f}"
+                  f"{replayed(h, ra) / MIB if h == h else float('nan'):>7.2f} {beside:>6.1f} {play:>6.2f} "
+                  f"{span_s:>13} {fresh:>6.2f} {rate:>6.0f}"
                   + (f"  [{errors[0]}]" if errors else ""))
     for name, e in errs.items():
         if e:

@@ -19,7 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -176,13 +176,14 @@ def fault_rate(path: Path, procs: str, seconds: float = 3.0) -> float:
 
 #: maps a model as llama.cpp does (advised sequential, populated, WILLNEED), joins a cgroup, then touches
 #: the pages of a list of byte ranges in order; prints the bytes read from the range marked as the first
-#: measured one to the end, and the memory cgroup's charge then
+#: measured one to the end; before each range listed in ``flush`` it reads the cgroup's memory.stat
 PLAYER = r"""
 import json, mmap, os, sys
 import numpy as np
 path, touches, procs = sys.argv[1], sys.argv[2], sys.argv[3]
 t = np.load(touches)
-ranges, start = t["ranges"], int(t["start"])
+ranges, start, flush = t["ranges"], int(t["start"]), set(t["flush"].tolist())
+stat = os.path.join(os.path.dirname(procs), "memory.stat")
 with open(procs, "w") as f:  # after the imports: this interpreter's own memory stays charged where it was
     f.write(str(os.getpid()))
 fd = os.open(path, os.O_RDONLY)
@@ -196,6 +197,9 @@ def io():
         return {k: int(x) for k, x in (ln.split(":") for ln in f)}["read_bytes"]
 acc, io0 = 0, 0
 for i, (off, n) in enumerate(ranges.tolist()):
+    if i in flush:
+        with open(stat) as f:
+            f.read()
     if i == start:
         io0 = io()
     acc += int(v[off:off + n:4096].sum())
@@ -203,16 +207,24 @@ print(json.dumps({"read": io() - io0, "acc": acc % 7}))
 """
 
 
-def play_trace(path: Path, ranges: list[tuple[int, int]], start: int, procs: str, workdir: Path) -> float:
+def play_trace(path: Path, ranges: list[tuple[int, int]], start: int, procs: str, workdir: Path,
+               flush_at: Sequence[int] = ()) -> float:
     """Bytes read while a process maps ``path`` as llama.cpp does and touches the pages of ``ranges``
     (file offset, bytes) in order, from ``ranges[start]`` to the end, in the memory cgroup ``procs``
     names (it joins after its imports: its interpreter's memory is not charged there). The
     kernel's page cache on exactly a trace's page touches, without llama.cpp's compute or its own
-    routing. NaN when it fails."""
+    routing. Before each range whose index is in ``flush_at`` the player reads the cgroup's
+    ``memory.stat``, which flushes the cgroup's statistics: reclaim decides from them whether the
+    inactive list is low and whether a refault is recent (``inactive_is_low``,
+    ``workingset_test_recent``), and otherwise they are as old as the last periodic flush (2 s),
+    longer than a played trace runs; with them fresh at every token the kernel takes one state
+    where without it takes one of two by chance (docs/analysis.md "Plain mmap against stock
+    llama.cpp"). NaN when it fails."""
     import numpy as np
 
     f = workdir / f"touches-{os.getpid()}.npz"
-    np.savez(f, ranges=np.array(ranges, dtype=np.int64).reshape(-1, 2), start=start)
+    np.savez(f, ranges=np.array(ranges, dtype=np.int64).reshape(-1, 2), start=start,
+             flush=np.array(list(flush_at), dtype=np.int64))
     try:
         p = subprocess.run([sys.executable, "-c", PLAYER, str(path), str(f), procs], capture_output=True, text=True,
                            timeout=1800)
