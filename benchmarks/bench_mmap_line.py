@@ -31,7 +31,10 @@ rotating from round to round. Printed per cell: the measured tok/s (median, spre
 of the readahead-piece rule and of the replay and their errors ((predicted - measured) /
 measured), the disk MiB a token read (``/proc/PID/io`` after the first token) against the
 replay's, the model's pages resident when the server ended and the replay's bytes at that room,
-what the cgroup was charged beside them, and the
+what the cgroup was charged beside them, the disk MiB a token of the trace's own page touches
+played in the room the server left the model (``play_trace``), as it comes (median and range: the
+kernel takes one of two states by chance) and with the cgroup's statistics flushed at every token
+(fresh: one state), and the
 read rate the measured token implies (its bytes over its time less the compute); then the
 predicted crossing: the smallest RAM from which plain mmap (the replay at the faults' rate) beats
 bmoe-run streaming the share of the bank that fits beside its own memory (one level, its
