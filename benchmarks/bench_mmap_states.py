@@ -120,7 +120,9 @@ class Workingset:
 
 def replay_workingset(lookups, pieces, cache_bytes: float, window_bytes: float, chunk: int = 64 * 1024) -> float:
     """Bytes a decode token reads: ``replay_mmap``'s windows and read-ahead marks over
-    :class:`Workingset`, the load every expert chunk touched in file order."""
+    :class:`Workingset`, the load every expert chunk touched in file order and marked accessed
+    (llama.cpp maps the model ``MAP_POPULATE``, whose page walk marks every page accessed:
+    ``FOLL_TOUCH``), so a chunk still referenced at its first scan is activated."""
     spans = [[(off // chunk, (off + n - 1) // chunk) for off, n in p if n > 0] for p in pieces]
     expert = sorted({c for s in spans for a, b in s for c in range(a, b + 1)})
     is_expert = set(expert)
@@ -149,6 +151,7 @@ def replay_workingset(lookups, pieces, cache_bytes: float, window_bytes: float, 
 
     for c in expert:
         access(c)
+        cache.marked.add(c)
     for i in range(lookups.n):
         n = sum(access(c) for a, b in spans[int(lookups.item[i])] for c in range(a, b + 1))
         read += n if lookups.decode[i] else 0
