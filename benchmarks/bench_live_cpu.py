@@ -15,7 +15,12 @@ terminal per second. Goal: under 5 % of a core while streaming.
 
 ``--refresh`` and ``--fps`` are handed to ``bmoe-top launch`` (default: its own defaults, printed).
 ``--tiers``: the routing lines name each expert's memory tier (as bmoe-run's do) and the layer x
-expert map shows them (a settings file of the run's own, ``[view] expert_map = "tiers"``).
+expert map shows them (``[view] expert_map = "tiers"`` in the run's settings file).
+
+The app runs on a settings file of the run's own (``--config``, empty but for ``--tiers``) and its
+own config, state and data folders (``XDG_*_HOME`` in a temporary folder): the user's settings
+(a refresh period, a layout, a hidden view) never change what is measured, and the session's event
+log does not go into the user's.
 """
 
 from __future__ import annotations
@@ -52,8 +57,8 @@ def cpu_s(pid: int) -> float:
 class Terminal:
     """A child in a pseudo-terminal whose output is drained (and counted) continuously."""
 
-    def __init__(self, argv: list[str], cols: int, rows: int) -> None:
-        env = dict(os.environ, TERM="xterm-256color", COLORTERM="truecolor")
+    def __init__(self, argv: list[str], cols: int, rows: int, env: dict[str, str] | None = None) -> None:
+        env = dict(os.environ, TERM="xterm-256color", COLORTERM="truecolor", **(env or {}))
         env.pop("NO_COLOR", None)
         self.pid, self.fd = pty.fork()
         if self.pid == 0:  # the child
@@ -128,14 +133,18 @@ def main() -> int:
     opts = [*(["--refresh", str(a.refresh)] if a.refresh is not None else []),
             *(["--fps", str(a.fps)] if a.fps is not None else [])]
     conf_dir = tempfile.TemporaryDirectory(prefix="bench-live-cpu-")
-    if a.tiers:
-        conf = Path(conf_dir.name) / "settings.toml"
-        conf.write_text('[view]\nexpert_map = "tiers"\n')
-        opts += ["--config", str(conf)]
-    argv = [BMOE_TOP, "launch", "-n", str(n_predict), *opts, "--", sys.executable, EMITTER, "--rate", str(a.rate),
+    home = Path(conf_dir.name)
+    conf = home / "settings.toml"
+    conf.write_text('[view]\nexpert_map = "tiers"\n' if a.tiers else "")
+    env: dict[str, str] = {}
+    for kind in ("config", "state", "data"):
+        (home / kind).mkdir()
+        env[f"XDG_{kind.upper()}_HOME"] = str(home / kind)
+    argv = [BMOE_TOP, "launch", "-n", str(n_predict), *opts, "--config", str(conf),
+            "--", sys.executable, EMITTER, "--rate", str(a.rate),
             "--route-layers", str(a.layers), "--route-experts", "128", "--route-k", "8",
             *(["--route-tiers"] if a.tiers else [])]
-    term = Terminal(argv, cols, rows)
+    term = Terminal(argv, cols, rows, env)
     idle: list[float] = []
     busy: list[float] = []
     idle_b: list[float] = []
@@ -165,7 +174,8 @@ def main() -> int:
         conf_dir.cleanup()
     mi, mb = statistics.median(idle), statistics.median(busy)
     print(f"bmoe-top launch {' '.join(opts) or '(default --refresh and --fps)'} at {cols}x{rows}, "
-          f"{a.rate:g} tokens/s with routing for {a.layers} layers:")
+          f"{a.rate:g} tokens/s with routing for {a.layers} layers, on settings of its own"
+          f"{' (the tiers map)' if a.tiers else ' (none set)'}:")
     print(f"  idle (same app, same run):  median {mi:5.1f} % of a core, {statistics.median(idle_b) / 1024:.1f} KiB/s")
     print(f"  streaming:                  median {mb:5.1f} % of a core, {statistics.median(busy_b) / 1024:.1f} KiB/s")
     mr = statistics.median(rates)
