@@ -206,6 +206,8 @@ class AlertEngine:
         base = self._row
         for a in self._alerts:
             v = values.get(a.rule.key)
+            if v is None and a.state not in (AlertState.PENDING, AlertState.FIRING):
+                continue  # absent on every row: nothing holds, nothing to end
             if v is None:
                 cond = np.zeros(n, dtype=bool)
                 v = np.full(n, np.nan)
@@ -303,6 +305,36 @@ def _held(run: RunModel, name: str, lo: int, hi: int) -> F64:
     return np.asarray(run.tokens.view(name, lo, hi), dtype=np.float64)
 
 
+class _Rows:
+    """Rows ``[lo, hi)`` of ``run`` as the inputs read them: each column's rolling sums are
+    computed once per evaluation (the flash share, the stall share and tok/s all read
+    ``wall_ms``'s), and a column no row carries rolls to nothing without reading it. Caller holds
+    ``run.lock``."""
+
+    def __init__(self, run: RunModel, lo: int, hi: int) -> None:
+        self.run, self.lo, self.hi = run, lo, hi
+        self._rolled: dict[str, tuple[F64, F64]] = {}
+
+    def held(self, name: str) -> F64:
+        return _held(self.run, name, self.lo, self.hi)
+
+    def nan(self) -> F64:
+        return np.full(self.hi - self.lo, np.nan)
+
+    def rolling(self, name: str) -> tuple[F64, F64]:
+        """Per row: the sum and count of ``name``'s values over the :data:`RECENT` rows ending
+        at it (NaN rows count in neither)."""
+        got = self._rolled.get(name)
+        if got is None:
+            if not self.run.tokens.has(name):
+                zero = np.zeros(self.hi - self.lo)
+                got = (zero, zero)
+            else:
+                got = _rolling(self.run, name, self.lo, self.hi)
+            self._rolled[name] = got
+        return got
+
+
 def _rolling(run: RunModel, name: str, lo: int, hi: int) -> tuple[F64, F64]:
     """Per row of ``[lo, hi)``: the sum and count of ``name``'s values over the :data:`RECENT`
     rows ending at it (NaN rows count in neither)."""
@@ -316,73 +348,75 @@ def _rolling(run: RunModel, name: str, lo: int, hi: int) -> tuple[F64, F64]:
     return cs[end] - cs[start], (cc[end] - cc[start]).astype(np.float64)
 
 
-def _share(run: RunModel, part: str, lo: int, hi: int) -> F64:
+def _share(rows: _Rows, part: str) -> F64:
     """100 * mean(part) / mean(wall_ms) over the recent rows of each row (NaN without either)."""
-    ps, pc = _rolling(run, part, lo, hi)
-    ws, wc = _rolling(run, "wall_ms", lo, hi)
+    if not rows.run.tokens.has(part):
+        return rows.nan()
+    ps, pc = rows.rolling(part)
+    ws, wc = rows.rolling("wall_ms")
     with np.errstate(invalid="ignore", divide="ignore"):
         out = 100.0 * (ps / pc) / (ws / wc)
     out[(pc == 0) | (wc == 0) | ~(ws > 0)] = np.nan
     return out
 
 
-def _tok_s(run: RunModel, lo: int, hi: int) -> F64:
-    ws, wc = _rolling(run, "wall_ms", lo, hi)
+def _tok_s(rows: _Rows) -> F64:
+    ws, wc = rows.rolling("wall_ms")
     with np.errstate(invalid="ignore", divide="ignore"):
         out = 1000.0 * wc / ws
     out[~(ws > 0)] = np.nan
     return out
 
 
-def _hit(run: RunModel, lo: int, hi: int) -> F64:
-    x = _held(run, "cache_hit_pct", lo, hi).copy()
+def _hit(rows: _Rows) -> F64:
+    x = rows.held("cache_hit_pct").copy()
     x[x < 0] = np.nan  # -1: no cache, not 0 %
     return x
 
 
-def _tok_s_pct_first(run: RunModel, lo: int, hi: int) -> F64:
+def _tok_s_pct_first(rows: _Rows) -> F64:
     a, b = FIRST_WINDOW
-    out = np.full(hi - lo, np.nan)
+    run, lo, hi = rows.run, rows.lo, rows.hi
+    out = rows.nan()
     if run.tokens.n < b:
         return out
     first = run.column_stats("wall_ms", a, b)
     if first.count < b - a or not first.sum > 0:
         return out
     base = 1000.0 * first.count / first.sum
-    now = _tok_s(run, lo, hi)
-    rows = np.arange(lo, hi)
+    now = _tok_s(rows)
     out = 100.0 * now / base
-    out[rows < b + RECENT - 1] = np.nan  # the recent window must lie past the first one
+    out[np.arange(lo, hi) < b + RECENT - 1] = np.nan  # the recent window must lie past the first one
     return out
 
 
-def _mem_available(run: RunModel, lo: int, hi: int) -> F64:
-    return _held(run, "mem_available_mib", lo, hi).copy()
+def _mem_available(rows: _Rows) -> F64:
+    return rows.held("mem_available_mib").copy()
 
 
-def _temp(run: RunModel, lo: int, hi: int) -> F64:
+def _temp(rows: _Rows) -> F64:
     try:
-        v = float(run.sidecar["cpu_temp_max_mC"]) / 1000.0
+        v = float(rows.run.sidecar["cpu_temp_max_mC"]) / 1000.0
     except (KeyError, ValueError):
         v = math.nan
-    return np.full(hi - lo, v)
+    return np.full(rows.hi - rows.lo, v)
 
 
-def _flash(run: RunModel, lo: int, hi: int) -> F64:
-    mode, _ = run.mode()
-    return _share(run, "stall_ms" if mode == "overlap" else "io_ms", lo, hi)
+def _flash(rows: _Rows) -> F64:
+    mode, _ = rows.run.mode()
+    return _share(rows, "stall_ms" if mode == "overlap" else "io_ms")
 
 
-#: The quantities a local run gives the rules: catalogue key -> its value per row of
-#: ``[lo, hi)`` (NaN: absent). Caller holds ``run.lock``.
-INPUTS: dict[str, Callable[[RunModel, int, int], F64]] = {
+#: The quantities a local run gives the rules: catalogue key -> its value per row of the rows
+#: (NaN: absent).
+INPUTS: dict[str, Callable[[_Rows], F64]] = {
     "token.cache_hit_pct": _hit,
     "recent.tok_s": _tok_s,
     "recent.flash_pct": _flash,
-    "recent.stall_pct": lambda run, lo, hi: _share(run, "stall_ms", lo, hi),
+    "recent.stall_pct": lambda rows: _share(rows, "stall_ms"),
     "recent.tok_s_pct_first": _tok_s_pct_first,
     "token.mem_available_mib": _mem_available,
-    "token.rss_mib": lambda run, lo, hi: _held(run, "rss_mib", lo, hi).copy(),
+    "token.rss_mib": lambda rows: rows.held("rss_mib").copy(),
     "device.cpu_temp_max": _temp,
 }
 
@@ -394,7 +428,8 @@ def alert_series(run: RunModel, lo: int, hi: int, keys: Iterable[str]) -> tuple[
         hi = min(hi, run.tokens.n)
         lo = min(lo, hi)
         t = run_clock(run, lo, hi)
-        values = {k: INPUTS[k](run, lo, hi) for k in keys if k in INPUTS}
+        rows = _Rows(run, lo, hi)
+        values = {k: INPUTS[k](rows) for k in keys if k in INPUTS}
     return t, values
 
 

@@ -216,6 +216,8 @@ class RunScreen(SearchScreen):
         #: (docs/alerts.md); a firing one is in the title and the run panel, never takes focus
         self.alerts = AlertEngine(kept.rules())
         self._events_shown = -1  # the event log's version the Events table shows
+        #: the tab shown, as the last TabActivated said (the tick reads it: no widget lookup a tick)
+        self._tab_shown_id = ""
         #: the JSONL writer of the run's events (docs/events.md), from mount to unmount
         self.event_file: EventFile | None = None
 
@@ -523,11 +525,11 @@ class RunScreen(SearchScreen):
     def change_key(self) -> ChangeKey:
         """What the title and the views draw from, besides the widgets' own state: the run's
         version, the playback, the state indicator, the look and the size."""
-        pb = self.playback
+        pb, size = self.playback, self.size
         return ChangeKey(self.model.version, pb.cursor, Scene(
             selected=pb.selected, playing=pb.playing, follow=pb.follow, speed_index=pb.speed_index,
             per_col=pb.per_col, fit=pb.fit, quiet_s=int(self.quiet_seconds() or 0), turn_by_turn=pb.turn_by_turn,
-            status_word=self.status_word(), look=look_of(self), size=(self.size.width, self.size.height)),
+            status_word=self.status_word(), look=look_of(self), size=(size.width, size.height)),
             self.model.memory_version)
 
     #: New rows repaint the views, the panels and the title together at the next tick (a source
@@ -548,7 +550,7 @@ class RunScreen(SearchScreen):
         animating = pb.playing or (pb.follow and pb.speed < 1.0)  # a replay or a slow-motion view moves
         self._pace(animating)
         what = self.clock.tick(now, key, animating)
-        if self.model.events.version != self._events_shown and self._active_tab() == "events-tab":
+        if self._tab_shown_id == "events-tab" and self.model.events.version != self._events_shown:
             self.refresh_events()
         if what is Repaint.VIEWS:
             self.refresh_views()
@@ -851,7 +853,8 @@ class RunScreen(SearchScreen):
     @on(TabbedContent.TabActivated)
     def _tab_shown(self) -> None:
         self.call_after_refresh(self.refresh_views, True)
-        if self._active_tab() == "events-tab":
+        self._tab_shown_id = self._active_tab()
+        if self._tab_shown_id == "events-tab":
             self.refresh_events()
 
     def refresh_events(self) -> None:
