@@ -37,6 +37,7 @@ __all__ = [
     "ProcIO",
     "ProcStat",
     "cgroup_mounts",
+    "kb_fields",
     "parse_cgroup",
     "parse_fdinfo_flags",
     "parse_flat",
@@ -176,6 +177,25 @@ def parse_kb(text: str) -> dict[str, int]:
             continue
         unit = m.group(3)
         out[m.group(1)] = int(m.group(2)) * (_UNIT[unit.lower()] if unit else 1)
+    return out
+
+
+def kb_fields(text: str, names: tuple[str, ...]) -> dict[str, int]:
+    """The ``Key: N kB`` lines of ``names`` only, as :func:`parse_kb` reads them (a name absent
+    or not such a line is left out): a reading that wants two figures of ``/proc/meminfo`` or
+    ``/proc/PID/status`` matches two lines, not fifty."""
+    out: dict[str, int] = {}
+    for name in names:
+        at = text.find(name + ":")
+        while at > 0 and text[at - 1] != "\n":
+            at = text.find(name + ":", at + 1)
+        if at < 0:
+            continue
+        end = text.find("\n", at)
+        m = _KB_RE.match(text[at:end if end >= 0 else len(text)].strip())
+        if m is not None:
+            unit = m.group(3)
+            out[m.group(1)] = int(m.group(2)) * (_UNIT[unit.lower()] if unit else 1)
     return out
 
 

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from bmoe_top.parsers.procfs import (
     ProcFormatError,
     cgroup_mounts,
+    kb_fields,
     parse_cgroup,
     parse_fdinfo_flags,
     parse_flat,
@@ -78,6 +79,22 @@ def test_io_kb_psi_and_flat_files():
     assert (p.some_avg10, p.some_total_us, p.full_total_us, p.full_avg60) == (1.5, 123456, 99, 0.0)
     assert parse_psi("some avg10=x total=\n").some_avg10 is None
     assert parse_flat("cache 754503680\nrss 2068480\nbad line here\n") == {"cache": 754503680, "rss": 2068480}
+
+
+def test_kb_fields_read_the_named_lines_as_parse_kb_does():
+    # the real files of this machine: the named lines only, the same bytes as the whole parse
+    for path, names in (("/proc/meminfo", ("MemAvailable", "Cached", "MemTotal")),
+                        (f"/proc/{os.getpid()}/status", ("RssAnon", "RssFile", "VmRSS"))):
+        text = Path(path).read_text()
+        whole = parse_kb(text)
+        assert kb_fields(text, names) == {k: whole[k] for k in names if k in whole}
+        assert set(kb_fields(text, names)) == set(names)
+    # a name inside another line's key (SwapCached: before Cached:) is not that line; an absent
+    # name, or a line that is not a kB line, is left out
+    text = "SwapCached:   7 kB\nName:\tCached: x\nCached:  2 MB\nHugePages_Total:  3\n"
+    assert kb_fields(text, ("Cached", "HugePages_Total", "Missing", "Name")) == {
+        "Cached": 2 << 20, "HugePages_Total": 3}
+    assert kb_fields("Cached: 5 kB", ("Cached",)) == {"Cached": 5 * 1024}  # the last line, no newline
 
 
 def test_limits_and_cgroup_lines():

@@ -34,7 +34,7 @@ from bmoe_top.tui.sources.events import (
     StateChanged,
 )
 from bmoe_top.tui.sources.live import LiveBase, LiveStatus
-from bmoe_top.tui.sources.procfs import ProcessGone, ProcReader, system_figures
+from bmoe_top.tui.sources.procfs import ProcessGone, ProcReader, mem_available
 
 __all__ = ["LIVE_STATUS", "LiveFeed", "session_health"]
 
@@ -126,10 +126,10 @@ class LiveFeed:
             if self._proc is None or self._proc.pid != pid:
                 self._proc = ProcReader(pid)
             try:
-                p = self._proc.figures()
+                anon, file = self._proc.rss_split()
             except (ProcessGone, OSError):
                 return False
-            pm = ProcessMemory(p.rss_anon, p.rss_file, system_figures().mem_available)
+            pm = ProcessMemory(anon, file, mem_available())
             self.memory_readings += 1
         # outside the reading's lock: a record holds the run's lock when it reads (one lock order)
         self.run.set_process_memory(pm)

@@ -33,6 +33,7 @@ from bmoe_top.parsers.procfs import (
     ProcFormatError,
     ProcStat,
     cgroup_mounts,
+    kb_fields,
     parse_cgroup,
     parse_fdinfo_flags,
     parse_flat,
@@ -45,8 +46,8 @@ from bmoe_top.parsers.procfs import (
     parse_stat,
 )
 
-__all__ = ["CgroupReader", "OpenFile", "ProcReader", "ProcessGone", "device_readahead", "ram_limit", "read_text",
-           "system_figures"]
+__all__ = ["CgroupReader", "OpenFile", "ProcReader", "ProcessGone", "device_readahead", "mem_available",
+           "ram_limit", "read_text", "system_figures"]
 
 #: The most of a /proc or cgroup file read (maps of a process with a hundred thousand mappings).
 MAX_READ = 32 << 20
@@ -153,6 +154,15 @@ class ProcReader:
             rss=kb.get("VmRSS"), rss_anon=kb.get("RssAnon"), rss_file=kb.get("RssFile"),
             rss_shmem=kb.get("RssShmem"), swap=kb.get("VmSwap"))
 
+    def rss_split(self) -> tuple[int | None, int | None]:
+        """(``RssAnon``, ``RssFile``) now, as :meth:`figures` reads them, each None when the
+        kernel refuses it: ``stat`` (the process is still the one read) and two lines of
+        ``status``, for a reading every second. Raises :class:`ProcessGone`."""
+        self.stat()
+        status = self._optional("status")
+        kb = kb_fields(status, ("RssAnon", "RssFile")) if status is not None else {}
+        return kb.get("RssAnon"), kb.get("RssFile")
+
     def mapped_files(self) -> list[MapEntry]:
         """Mappings of files (inode not 0), as ``/proc/PID/maps`` lists them; [] when refused."""
         text = self._optional("maps")
@@ -190,6 +200,15 @@ class ProcReader:
 
     def cgroup_lines(self) -> str | None:
         return self._optional("cgroup")
+
+
+def mem_available(root: str = "/proc") -> int | None:
+    """``MemAvailable`` of ``/proc/meminfo`` (bytes), as :func:`system_figures` reads it; None
+    when absent or unreadable."""
+    try:
+        return kb_fields(read_text(f"{root}/meminfo"), ("MemAvailable",)).get("MemAvailable")
+    except OSError:
+        return None
 
 
 def system_figures(root: str = "/proc") -> SystemFigures:
