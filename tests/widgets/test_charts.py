@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from bmoe_top.tui.model import RunModel
+from bmoe_top.tui.model import RunModel, Status
 from bmoe_top.tui.playback import Playback
 from bmoe_top.tui.widgets.charts import BreakdownChart, OverviewStrip
 from bmoe_top.tui.widgets.panels import RunPanel
@@ -53,6 +53,29 @@ def test_breakdown_scale_follows_the_rows_added():
     _rows(run, 5_000, hit=50.0, wall=250.0)
     pb.end()
     assert "250 ms" in _text(chart, 120, 14)[1]
+
+
+def test_a_live_panel_that_follows_shows_a_row_that_came_after_the_playback_tick_as_the_run_so_far():
+    """Rows of a live source arrive on the reader thread between the screen's playback tick and
+    the panel's read: a panel following the newest row shows the run's rows now, never that
+    row count as a past position (the heading ``tokens 1-N`` and the "now" figures missing for one
+    repaint, the panel's line count changing, the whole screen laid out again)."""
+    run = RunModel()
+    run.set_status(Status.GENERATING)
+    _rows(run, 50, hit=10.0, wall=100.0)
+    pb = Playback(run, follow=True)
+    pb.tick(0.0)
+    panel = RunPanel(run, pb)
+    before = panel.rows()
+    _rows(run, 3, hit=10.0, wall=100.0)  # after the tick: the cursor still says 50
+    rows = panel.rows()
+    sections = [label for label, _v, kind in rows if kind == "section"]
+    assert pb.cursor == 50 and not any(s.startswith("tokens 1-") for s in sections), sections
+    assert [label for label, _v, _k in rows] == [label for label, _v, _k in before]
+    assert dict((label, v) for label, v, _k in rows)["token"] == "53"
+    # a slow-motion view that trails, or a selected row, is a past position as before
+    pb.follow = False
+    assert any(s == "tokens 1-50" for s in (label for label, _v, kind in panel.rows() if kind == "section"))
 
 
 def test_run_panel_redraws_the_rows_that_changed():

@@ -115,7 +115,13 @@ class RunPanel(Widget):
         """(label, value, kind) rows; 'missing' where the source did not send the value."""
         pb = self.playback
         playing = "▶ " + pb.speed_label() if pb.playing else ""
-        return run_panel_rows(self.run, pb.sel + 1, playing, () if self.alerts is None else self.alerts.active())
+        alerts = () if self.alerts is None else self.alerts.active()
+        with self.run.lock:  # the rows a live source adds wait: the newest row is the one read
+            # a view that follows a live run at its pace shows the newest row: one that came after
+            # the playback's last tick is not a past row (the heading flipped to "tokens 1-N", the
+            # "now" figures to missing, the panel's line count with them: a layout of the screen)
+            newest = pb.follow and pb.speed >= 1.0 and pb.selected is None
+            return run_panel_rows(self.run, pb.n if newest else pb.sel + 1, playing, alerts)
 
     def build(self, width: int) -> list[Strip]:
         """The rows as strips of ``width`` cells, values wrapped under their own column."""
