@@ -24,7 +24,7 @@ from bmoe_top.tui.present.turns import is_session, turn_list, turns_text
 
 __all__ = ["EXTRA_FIELDS", "FLAG_KEYS", "MODE_WORDS", "SUMMARY_FIELDS", "device_rows", "mode_words", "run_panel_rows",
            "run_summary", "scope_words", "summary_rows", "summary_text", "tier_rows", "tier_split",
-           "typed_meta", "TierDoc"]
+           "typed_meta", "TierDoc", "TIERS_HEADING"]
 
 #: The run panel's summary rows, in order (catalogue keys ``summary.<key>``).
 _MAIN = ("tokens", "tok_s", "s_per_tok", "read_mib", "read_mib_per_tok", "cache_hit_pct", "resident_mib", "budget_mib",
@@ -423,6 +423,11 @@ def tier_split(run: RunModel, stop: int | None = None) -> TierDoc | None:
     return cast("TierDoc", doc)
 
 
+#: The heading of the run panel's "memory tiers" section: the only rows that draw the process
+#: memory reading (a panel without it draws the same whatever the reading).
+TIERS_HEADING = "memory tiers"
+
+
 def tier_rows(run: RunModel, stop: int | None = None) -> list[tuple[str, str, str]]:
     """The run panel's "memory tiers" section: :func:`tier_split` as (label, value, kind) rows
     under a section heading. Empty when the source sends no tiers."""
@@ -430,7 +435,7 @@ def tier_rows(run: RunModel, stop: int | None = None) -> list[tuple[str, str, st
     if doc is None:
         return []
     d: Mapping[str, Any] = doc
-    out: list[tuple[str, str, str]] = [("memory tiers", "", "section")]
+    out: list[tuple[str, str, str]] = [(TIERS_HEADING, "", "section")]
     keys = [k for k, _d, _c in _TIER_COUNTS] + [k for k, _c in _TIER_MIB]
     for key in keys:
         if key.removeprefix("tier.") in d:

@@ -33,7 +33,7 @@ from bmoe_top.tui.model.quantities import q
 from bmoe_top.tui.playback import Playback
 from bmoe_top.tui.present.numbers import MISSING, mib, show
 from bmoe_top.tui.present.search import contains, spans
-from bmoe_top.tui.present.summary import run_panel_rows
+from bmoe_top.tui.present.summary import TIERS_HEADING, run_panel_rows
 from bmoe_top.tui.widgets.base import ascii_strip, look_of, truecolor_filters
 from bmoe_top.tui.widgets.lines import FrameCache, blank, middle_ellipsis
 from bmoe_top.tui.widgets.palette import BLANK, Look
@@ -68,14 +68,17 @@ class RunPanel(Widget):
         self._lines: list[Strip] = []
         self._lines_width = -1
         self._row_lines: dict[tuple[Any, ...], list[Strip]] = {}  # the last build's rows -> their lines
+        #: the last build drew the process memory reading (its memory tiers section): a reading
+        #: alone rebuilds the panel only then (between turns a live child's comes every second)
+        self._draws_memory = True
 
     @property
     def look(self) -> Look:
         return look_of(self)
 
     def update_from_run(self, force: bool = False) -> None:
-        key = (self.run.version, self.run.memory_version, self.playback.sel, self.playback.n, self.look,
-               None if self.alerts is None else self.alerts.rows)
+        key = (self.run.version, self.run.memory_version if self._draws_memory else None, self.playback.sel,
+               self.playback.n, self.look, None if self.alerts is None else self.alerts.rows)
         if key == self._key and not force:
             return
         self._key = key
@@ -128,6 +131,7 @@ class RunPanel(Widget):
         self._lines_width = width
         look = self.look
         rows = self.rows()
+        self._draws_memory = any(kind == "section" and label == TIERS_HEADING for label, _v, kind in rows)
         width = max(20, width)
         lw, vw = label_columns(rows, width)
         out: list[Strip] = []
