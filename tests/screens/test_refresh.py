@@ -387,30 +387,30 @@ async def test_a_process_memory_reading_repaints_the_run_panel_and_no_view(tmp_p
         assert screen.view_polls == polls + 1
 
 
-async def test_a_memory_reading_does_not_rebuild_a_run_panel_that_does_not_draw_it(tmp_path):
+@pytest.mark.parametrize("tiers", [False, True])
+async def test_a_memory_reading_does_not_rebuild_a_run_panel_that_does_not_draw_it(tmp_path, tiers):
     """Without a memory tiers section (a runtime that sends no tiers) the run panel draws no
     memory reading: a reading alone (every second between turns) leaves the panel as it is,
     and a panel that draws one (tiers) is rebuilt by it."""
-    for tiers in (False, True):
-        p = tmp_path / f"run-{tiers}.rec"
-        p.write_bytes(synth.session_recording(turns=1, n=12, tiers=tiers))
-        run = open_paths([str(p)])
-        screen = ReplayScreen(run, title="memory")
-        app = BmoeTopApp(screen)
-        async with app.run_test(size=(200, 60)) as pilot:
-            await pilot.press("end")
-            await pilot.pause()
-            screen.refresh_s = 0.0
-            screen.tick()
-            panel = app.query_one(RunPanel)
-            builds: list[int] = []
-            build = panel.build
-            panel.build = lambda width: (builds.append(width), build(width))[1]  # type: ignore[method-assign]
-            text = panel_text(panel)
-            run.set_process_memory(ProcessMemory(rss_anon=300 << 20, rss_file=50 << 20, mem_available=7 << 30))
-            screen.tick()
-            assert bool(builds) == tiers, tiers
-            assert ("300" in panel_text(panel)) == tiers and (tiers or panel_text(panel) == text)
+    p = tmp_path / "run.rec"
+    p.write_bytes(synth.session_recording(turns=1, n=12, tiers=tiers))
+    run = open_paths([str(p)])
+    screen = ReplayScreen(run, title="memory")
+    app = BmoeTopApp(screen)
+    async with app.run_test(size=(200, 60)) as pilot:
+        await pilot.press("end")
+        await pilot.pause()
+        screen.refresh_s = 0.0
+        screen.tick()
+        panel = app.query_one(RunPanel)
+        builds: list[int] = []
+        build = panel.build
+        panel.build = lambda width: (builds.append(width), build(width))[1]  # type: ignore[method-assign]
+        text = panel_text(panel)
+        run.set_process_memory(ProcessMemory(rss_anon=300 << 20, rss_file=50 << 20, mem_available=7 << 30))
+        screen.tick()
+        assert bool(builds) == tiers
+        assert ("300" in panel_text(panel)) == tiers and (tiers or panel_text(panel) == text)
 
 
 def panel_text(panel) -> str:
