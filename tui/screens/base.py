@@ -524,13 +524,16 @@ class RunScreen(SearchScreen):
 
     def change_key(self) -> ChangeKey:
         """What the title and the views draw from, besides the widgets' own state: the run's
-        version, the playback, the state indicator, the look and the size."""
+        version, the playback, the state indicator, the look and the size; and the process memory
+        reading's version while a run panel draws it (else a reading, every second between turns,
+        is nothing new to this screen)."""
         pb, size = self.playback, self.size
+        drawn = self._parts is None or any(isinstance(p, RunPanel) and p.draws_memory for p in self._parts[2])
         return ChangeKey(self.model.version, pb.cursor, Scene(
             selected=pb.selected, playing=pb.playing, follow=pb.follow, speed_index=pb.speed_index,
             per_col=pb.per_col, fit=pb.fit, quiet_s=int(self.quiet_seconds() or 0), turn_by_turn=pb.turn_by_turn,
             status_word=self.status_word(), look=look_of(self), size=(size.width, size.height)),
-            self.model.memory_version)
+            self.model.memory_version if drawn else 0)
 
     #: New rows repaint the views, the panels and the title together at the next tick (a source
     #: of a few rows a second); else they wait for the views' repaint, and new rows alone repaint

@@ -76,6 +76,11 @@ class RunPanel(Widget):
     def look(self) -> Look:
         return look_of(self)
 
+    @property
+    def draws_memory(self) -> bool:
+        """Whether the last build drew the process memory reading (its memory tiers section)."""
+        return self._draws_memory
+
     def update_from_run(self, force: bool = False) -> None:
         key = (self.run.version, self.run.memory_version if self._draws_memory else None, self.playback.sel,
                self.playback.n, self.look, None if self.alerts is None else self.alerts.rows)
