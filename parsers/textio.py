@@ -89,17 +89,22 @@ def guess_encoding(data: bytes) -> tuple[str, int]:
     even, odd = sample[0::2].count(0), sample[1::2].count(0)
     for codec, high, low in (("utf-16-le", odd, even), ("utf-16-be", even, odd)):
         if high >= 0.4 * half and low <= 0.05 * half:
-            text = sample.decode(codec, errors="replace")
-            if _looks_like_text(text):
+            try:
+                text, replaced = sample.decode(codec), False
+            except UnicodeDecodeError:  # a lone surrogate (or the sample cut a pair in two)
+                text, replaced = sample.decode(codec, errors="replace"), True
+            if _looks_like_text(text, replaced):
                 return codec, 0
     return name, n
 
 
-def _looks_like_text(text: str) -> bool:
-    """At most 5 % of ``text`` is U+FFFD (undecodable), a lone surrogate or a control character
-    other than tab / LF / CR. Unassigned and private-use code points count as text: a writer may
-    use them, and a short sample with one of them is still text."""
-    bad = sum(1 for c in text if c == "\ufffd" or (unicodedata.category(c) in ("Cc", "Cs") and c not in "\t\n\r"))
+def _looks_like_text(text: str, replaced: bool) -> bool:
+    """At most 5 % of ``text`` is U+FFFD where the decoding ``replaced`` undecodable bytes (a
+    U+FFFD the file itself holds is text), a lone surrogate or a control character other than
+    tab / LF / CR. Unassigned and private-use code points count as text: a writer may use them,
+    and a short sample with one of them is still text."""
+    bad = sum(1 for c in text
+              if (replaced and c == "\ufffd") or (unicodedata.category(c) in ("Cc", "Cs") and c not in "\t\n\r"))
     return bad <= 0.05 * len(text)
 
 

@@ -393,6 +393,7 @@ def test_token_csv_decimal_commas_read_as_the_dot_file(rows, sep):
                min_size=8, max_size=200).filter(lambda s: sum(c.isascii() for c in s) > 0.8 * len(s)),
        st.sampled_from(["utf-16-le", "utf-16-be"]))
 @example("0000000\ud7c7", "utf-16-le")  # an unassigned code point in a short file is still text
+@example("0000000\ufffd", "utf-16-le")  # so is a U+FFFD the file holds (not one the decoding made)
 def test_utf16_without_a_bom_is_read(text, codec):
     assert decode_bytes(text.encode(codec)) == text
 
