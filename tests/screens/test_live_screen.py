@@ -266,6 +266,8 @@ async def test_arrow_then_end_follows_live_and_the_next_turn_is_followed():
         await send_prompt(pilot, app, "one", 12)
         assert await wait_for(pilot, lambda: src.state == "ready" and src.status().turns_done == 1)
         assert await wait_for(pilot, lambda: "● live" in app.query_one("#title").plain)
+        # the playback follows the turn's last rows at the screen's next tick
+        assert await wait_for(pilot, lambda: pb.cursor == run.n_tokens)
         assert pb.state() == "live"
         await pilot.press("escape")  # leave the prompt box: the arrows move the selection
         await pilot.press("left")
