@@ -19,7 +19,6 @@ from bmoe_top.tui.app import BmoeTopApp
 from bmoe_top.tui.feed.files import open_paths
 from bmoe_top.tui.model.run import ProcessMemory
 from bmoe_top.tui.screens.base import REFRESH_S, REFRESH_STEPS
-from bmoe_top.tui.screens.clock import Repaint
 from bmoe_top.tui.screens.replay import ReplayScreen
 from bmoe_top.tui.widgets.charts import BreakdownChart
 from bmoe_top.tui.widgets.panels import RunPanel
@@ -391,8 +390,9 @@ async def test_a_process_memory_reading_repaints_the_run_panel_and_no_view(tmp_p
 @pytest.mark.parametrize("tiers", [False, True])
 async def test_a_memory_reading_does_not_rebuild_a_run_panel_that_does_not_draw_it(tmp_path, tiers):
     """Without a memory tiers section (a runtime that sends no tiers) the run panel draws no
-    memory reading: a reading alone (every second between turns) leaves the panel as it is,
-    and a panel that draws one (tiers) is rebuilt by it."""
+    memory reading: a reading alone (every second between turns) is nothing new to the screen (its
+    change key is the same) and leaves the panel as it is; a panel that draws one (tiers) is
+    rebuilt by it."""
     p = tmp_path / "run.rec"
     p.write_bytes(synth.session_recording(turns=1, n=12, tiers=tiers))
     run = open_paths([str(p)])
@@ -408,7 +408,9 @@ async def test_a_memory_reading_does_not_rebuild_a_run_panel_that_does_not_draw_
         build = panel.build
         panel.build = lambda width: (builds.append(width), build(width))[1]  # type: ignore[method-assign]
         text = panel_text(panel)
+        before = screen.change_key()
         run.set_process_memory(ProcessMemory(rss_anon=300 << 20, rss_file=50 << 20, mem_available=7 << 30))
+        assert (screen.change_key() != before) == tiers
         screen.tick()
         assert bool(builds) == tiers
         assert ("300" in panel_text(panel)) == tiers and (tiers or panel_text(panel) == text)
@@ -417,24 +419,3 @@ async def test_a_memory_reading_does_not_rebuild_a_run_panel_that_does_not_draw_
 def panel_text(panel) -> str:
     return "\n".join(strip.text for strip in panel._lines)
 
-
-async def test_a_memory_reading_is_nothing_new_to_a_screen_whose_run_panel_does_not_draw_it(tmp_path):
-    """Without a memory tiers section no widget draws the process memory reading: a reading
-    alone (every second between turns) leaves the screen's change key as it was, so its ticks
-    repaint nothing, not even the run panel's check; a reading drawn (tiers) is new."""
-    for tiers in (False, True):
-        p = tmp_path / f"run{tiers}.rec"
-        p.write_bytes(synth.session_recording(turns=1, n=12, tiers=tiers))
-        run = open_paths([str(p)])
-        screen = ReplayScreen(run, title="memory")
-        app = BmoeTopApp(screen)
-        async with app.run_test(size=(200, 60)) as pilot:
-            await pilot.press("end")
-            await pilot.pause()
-            screen.refresh_s = 0.0
-            screen.tick()
-            before = screen.change_key()
-            run.set_process_memory(ProcessMemory(rss_anon=300 << 20, rss_file=50 << 20, mem_available=7 << 30))
-            assert (screen.change_key() != before) == tiers
-            assert screen.clock.tick(1e9, screen.change_key(), animating=False) is (
-                Repaint.MEMORY if tiers else Repaint.NOTHING)
