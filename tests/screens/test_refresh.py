@@ -356,15 +356,20 @@ async def test_the_title_never_ends_on_the_heading_of_its_numbers(csv_run):
         assert seen  # the numbers do show where they fit
 
 
+def recorded_session(tmp_path, tiers: bool):
+    """(run, screen, app) over a recorded one-turn session of 12 tokens (with memory tiers or not)."""
+    p = tmp_path / "run.rec"
+    p.write_bytes(synth.session_recording(turns=1, n=12, tiers=tiers))
+    run = open_paths([str(p)])
+    screen = ReplayScreen(run, title="memory")
+    return run, screen, BmoeTopApp(screen)
+
+
 async def test_a_process_memory_reading_repaints_the_run_panel_and_no_view(tmp_path):
     """A live child's memory is read every second also between turns: the reading moves the
     run panel's memory rows, and nothing else is repainted or polled (the title, the views, the
     alerts and the other panels do not draw it): idle, the screen stays idle."""
-    p = tmp_path / "run.rec"
-    p.write_bytes(synth.session_recording(turns=1, n=12, tiers=True))
-    run = open_paths([str(p)])
-    screen = ReplayScreen(run, title="memory")
-    app = BmoeTopApp(screen)
+    run, screen, app = recorded_session(tmp_path, tiers=True)
     async with app.run_test(size=(200, 60)) as pilot:
         await pilot.press("end")
         await pilot.pause()
@@ -393,11 +398,7 @@ async def test_a_memory_reading_does_not_rebuild_a_run_panel_that_does_not_draw_
     memory reading: a reading alone (every second between turns) is nothing new to the screen (its
     change key is the same) and leaves the panel as it is; a panel that draws one (tiers) is
     rebuilt by it."""
-    p = tmp_path / "run.rec"
-    p.write_bytes(synth.session_recording(turns=1, n=12, tiers=tiers))
-    run = open_paths([str(p)])
-    screen = ReplayScreen(run, title="memory")
-    app = BmoeTopApp(screen)
+    run, screen, app = recorded_session(tmp_path, tiers=tiers)
     async with app.run_test(size=(200, 60)) as pilot:
         await pilot.press("end")
         await pilot.pause()
