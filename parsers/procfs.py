@@ -166,18 +166,20 @@ _KB_RE = re.compile(r"^([A-Za-z][A-Za-z0-9_()]*):\s+(\d+)(?:\s+([kKmMgG]B))?\s*$
 _UNIT = {"kb": 1024, "mb": 1 << 20, "gb": 1 << 30}
 
 
+def _kb_line(line: str) -> tuple[str, int] | None:
+    """One ``Key: N kB`` line -> (key, bytes; a value without a unit as it is), None otherwise."""
+    m = _KB_RE.match(line.strip())
+    if m is None:
+        return None
+    unit = m.group(3)
+    return m.group(1), int(m.group(2)) * (_UNIT[unit.lower()] if unit else 1)
+
+
 def parse_kb(text: str) -> dict[str, int]:
     """``Key: N kB`` lines (``/proc/meminfo``, ``/proc/PID/smaps_rollup``, ``/proc/PID/status``)
     -> ``{key: bytes}`` (a value without a unit, a page count such as ``HugePages_Total``, is
     kept as it is). Other lines (smaps_rollup's address header, status's text fields) are left out."""
-    out: dict[str, int] = {}
-    for line in text.splitlines():
-        m = _KB_RE.match(line.strip())
-        if m is None:
-            continue
-        unit = m.group(3)
-        out[m.group(1)] = int(m.group(2)) * (_UNIT[unit.lower()] if unit else 1)
-    return out
+    return dict(kv for kv in map(_kb_line, text.splitlines()) if kv is not None)
 
 
 def kb_fields(text: str, names: tuple[str, ...]) -> dict[str, int]:
@@ -192,10 +194,9 @@ def kb_fields(text: str, names: tuple[str, ...]) -> dict[str, int]:
         if at < 0:
             continue
         end = text.find("\n", at)
-        m = _KB_RE.match(text[at:end if end >= 0 else len(text)].strip())
-        if m is not None:
-            unit = m.group(3)
-            out[m.group(1)] = int(m.group(2)) * (_UNIT[unit.lower()] if unit else 1)
+        kv = _kb_line(text[at:end if end >= 0 else len(text)])
+        if kv is not None:
+            out[kv[0]] = kv[1]
     return out
 
 
