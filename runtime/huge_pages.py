@@ -25,7 +25,7 @@ import mmap
 import os
 from typing import Any
 
-from bmoe_top.parsers.procfs import parse_cgroup, parse_int, parse_kb, parse_limit
+from bmoe_top.parsers.procfs import parse_cgroup, parse_int, parse_kb, parse_limit, parse_maps
 
 from .expert_store import _LIBC
 from .llama_lib import L
@@ -70,18 +70,13 @@ def worth_huge_pages(nbytes: int, cgroup_root: str = "/sys/fs/cgroup") -> bool:
 def anon_mappings() -> list[tuple[int, int]]:
     """(start, end) addresses of this process's private, writable, anonymous mappings
     (``/proc/self/maps``), in address order; empty where there is no ``/proc``."""
-    out: list[tuple[int, int]] = []
     try:
         with open("/proc/self/maps") as f:
-            for line in f:
-                parts = line.split()
-                if len(parts) != 5 or not parts[1].startswith("rw") or parts[1][3] != "p":
-                    continue  # a named mapping (a file, [heap], [stack]) has a sixth field
-                lo, hi = (int(x, 16) for x in parts[0].split("-"))
-                out.append((lo, hi))
+            entries = parse_maps(f.read())
     except OSError:
-        pass
-    return sorted(out)
+        return []
+    return sorted((e.start, e.end) for e in entries
+                  if e.inode == 0 and not e.path and e.perms.startswith("rw") and e.perms[3] == "p")
 
 
 def added_ranges(before: list[tuple[int, int]], after: list[tuple[int, int]]) -> list[tuple[int, int]]:
