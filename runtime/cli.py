@@ -2,7 +2,8 @@
 
     bmoe-run [-m MODEL] [-p PROMPT] [-n N] [-c N_CTX] [-t THREADS] [--cache-mb N] [--io-threads N]
              [--no-odirect] [--overlap] [--prefetch K] [--early-prefetch M] [--progress] [--csv PATH] [--session]
-             [--route-telemetry] [--route-trace PATH] [--force] [--no-moe-stream] [--huge-pages auto|on|off] [--quiet]
+             [--route-telemetry] [--route-trace PATH] [--force] [--no-moe-stream] [--no-fill]
+             [--huge-pages auto|on|off] [--quiet]
     bmoe-run make-model [--preset demo|bench|tiny | --arch NAME] [--qtype Q] [--force] OUT.gguf  (models.py)
     bmoe-run serve ...                                                       (runtime/server.py)
     bmoe-run make-profile MODEL TEXT -o OUT.strp [--force] ...               (runtime/strp.py)
@@ -95,6 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="stream experts (default; accepted for compatibility)")
     ap.add_argument("--no-moe-stream", dest="stream", action="store_false",
                     help="run fully resident (same telemetry, no BMOE_LOAD, no moe-* lines)")
+    ap.add_argument("--no-fill", dest="fill", action="store_false",
+                    help="with a cache that holds every expert, read each expert when first routed rather "
+                    "than the rest of the bank right after the prefill")
     ap.add_argument("--huge-pages", choices=["auto", "on", "off"], default="auto",
                     help="resident: read the weights into 2 MiB pages (fewer TLB misses a token) rather than map "
                     "the file; auto = for a file of 8 MiB or more that fits in half the available memory")
@@ -282,6 +286,7 @@ def _open_engine(args: argparse.Namespace, sampling: Sampling) -> Any:
             quiet=args.quiet,
             flash_attn=None if args.flash_attn == "auto" else args.flash_attn == "on",
             huge_pages=None if args.huge_pages == "auto" else args.huge_pages == "on",
+            fill=args.fill,
             sampling=sampling,
             process_stats=True,
         )

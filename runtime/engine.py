@@ -171,6 +171,9 @@ class Engine:
     ``huge_pages`` (resident only: llama.cpp reads the weights into memory that is then collapsed
     into 2 MiB pages, :mod:`bmoe_top.runtime.huge_pages`; None = for a file of 8 MiB or more that
     fits in half the memory available to the process, False = llama.cpp's mmap of the file),
+    ``fill`` (with a cache that holds every expert, read the experts no prompt routed right after
+    the first prefill, so the decode runs with the whole bank resident and no routing lookups;
+    docs/runtime.md "Every expert fits: the fill"; False = read each expert when first routed),
     ``sampling`` (default greedy, with llama.cpp's greedy sampler), ``process_stats`` (fill the
     per-token RSS / major faults / CPU figures), ``n_seq`` (KV sequences the context holds, each
     ``n_ctx // n_seq`` tokens long: :class:`bmoe_top.runtime.slots.SlotDecoder` decodes them
@@ -206,6 +209,7 @@ class Engine:
         native_hook: bool | None = None,
         repack: bool = False,
         huge_pages: bool | None = None,
+        fill: bool = True,
         sampling: Sampling | None = None,
         process_stats: bool = False,
         n_seq: int = 1,
@@ -243,6 +247,7 @@ class Engine:
         self.early_prefetch = max(0, int(early_prefetch))
         self.route_telemetry = bool(route_telemetry)
         self.route_weights = bool(route_weights)
+        self.fill = bool(fill)
         self.n_threads = int(n_threads or os.cpu_count() or 1)
         self.cache_mb, self.budget = resolve_budget(lay, cache_mb, demo_budget, force_cache)
         self.hook = RouterHook(native_shim=native_hook)
@@ -650,9 +655,23 @@ class Engine:
                 res.prefill_read_bytes += cache.tok.read_bytes
                 cache.begin_token()
         res.prefill_s = time.perf_counter() - t0
+        if rc == 0 and cache and self.fill:
+            self._fill(cache, res)
         if self.route_telemetry:
             res.prefill_route = [(list(d.keys()), list(d.values())) for d in pre_route]
         return rc
+
+    def _fill(self, cache: ExpertCache, res: GenerationResult) -> None:
+        """Read the experts the cache still lacks when it holds them all (:meth:`ExpertCache.fill`);
+        its bytes count as the prefill's reads. Raises :class:`GenerationError` when a read fails."""
+        t0 = time.perf_counter()
+        try:
+            res.fill_bytes = cache.fill()
+        except ExpertIOError as e:
+            raise GenerationError(f"reading the rest of the expert bank failed: {e}") from None
+        res.fill_s = time.perf_counter() - t0
+        res.prefill_read_bytes += res.fill_bytes
+        cache.begin_token()
 
     def _decode_loop(self, turn: _Turn) -> None:
         res = turn.res

@@ -576,11 +576,14 @@ class ExpertCache:
             return
         ebytes = self.layout.expert_bytes[il]
         for e in look.missing:
-            key = (il, e)
-            self.lru[key] = ebytes
-            self.resident_bytes += ebytes
-            self._ever[il * self._n_expert + e] = 1
-            self._flags[il * self._n_expert + e] = 1
+            self._admitted(il, e, ebytes)
+
+    def _admitted(self, il: int, e: int, ebytes: int) -> None:
+        """Expert ``e`` of layer ``il`` was read in: the LRU's recent end, the resident flags."""
+        self.lru[(il, e)] = ebytes
+        self.resident_bytes += ebytes
+        self._ever[il * self._n_expert + e] = 1
+        self._flags[il * self._n_expert + e] = 1
 
     def end_decode(self) -> None:
         """After a decode: with no cache release the last layer's experts; remember the routing."""
@@ -771,12 +774,38 @@ class ExpertCache:
         _busy, pc_bytes, _disk = self._run_jobs([(tb, e) for tb in self.layer_bufs[il]])
         self.pagecache_bytes += pc_bytes
         self._c_dirty = True
-        self.lru[key] = eb
-        self.resident_bytes += eb
+        self._admitted(il, e, eb)
         self.read_bytes += eb
-        self._ever[il * self._n_expert + e] = 1
-        self._flags[il * self._n_expert + e] = 1
         return eb
+
+    def fill(self) -> int:
+        """With no budget (every expert fits), read every expert that is not resident: per layer
+        one batch on the reader's lanes, adjacent experts of a tensor in one read (docs/runtime.md
+        "Every expert fits: the fill"). Once the whole bank is resident the native callback no
+        longer materializes the routing (:meth:`arm_native`). Counted in ``read_bytes`` (since
+        load), not as hits or misses. Returns the bytes read: 0 with a budget, without a cache or
+        with the bank resident already. Raises :class:`ExpertIOError` when a read fails (that
+        layer's experts stay not resident). Decode thread only."""
+        if self.budget is not None or self.no_cache or self.resident_bytes >= self.streamed_bytes:
+            return 0
+        self.drain()
+        self._replay_native()
+        ne = self._n_expert
+        total = 0
+        for il in self.layout.moe_layers:
+            bufs = self.layer_bufs[il]
+            missing = [e for e in range(ne) if bufs and not self._flags[il * ne + e]]
+            if not missing:
+                continue
+            _busy, pc_bytes, _disk = self._run_jobs([(tb, e) for e in missing for tb in bufs])
+            self.pagecache_bytes += pc_bytes
+            eb = self.layout.expert_bytes[il]
+            for e in missing:
+                self._admitted(il, e, eb)
+            total += len(missing) * eb
+        self.read_bytes += total
+        self._c_dirty = True
+        return total
 
     def preload(self, pairs: list[tuple[int, int]] | None = None) -> int:
         """Admit (layer, expert) pairs in order until the budget is full (default: every expert,

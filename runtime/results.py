@@ -138,6 +138,9 @@ class GenerationResult:
     ttft_s: float = 0.0
     hit_pct: float = -1.0
     prefill_read_bytes: int = 0
+    #: experts read after the prefill because the cache holds the whole bank (Engine ``fill``)
+    fill_bytes: int = 0
+    fill_s: float = 0.0
     #: of ``read_bytes``, the bytes the page cache served (-1: the reads cannot tell)
     pagecache_bytes: int = -1
     evictions: int = 0  # expert evictions during this generation (prompt included)

@@ -279,7 +279,9 @@ def summary_text_lines(eng: Engine, res: GenerationResult) -> list[str]:
             since = eng.cache_stats().hit_pct
             out.append(f"moe-cache: {res.hit_pct:.2f}% hit, resident {eng.cache.resident_mib:.3f} MiB "
                        f"| decode only; {since:.2f}% hit since load")
-            out.append(f"moe-cache: {res.evictions} evictions, {res.rereads} re-reads ({res.rereads / nn:.2f}/token)")
+            out.append(f"moe-cache: {res.evictions} evictions, {res.rereads} re-reads ({res.rereads / nn:.2f}/token)"
+                       + (f" | rest of the bank read after the prefill: {res.fill_bytes / MIB:.0f} MiB in "
+                          f"{res.fill_s:.3f} s" if res.fill_bytes else ""))
         if eng.cache.prefetch or res.spec_experts:
             pct = 100.0 * res.spec_useful / res.spec_experts if res.spec_experts else 0.0
             mode = "" if eng.cache.prefetch else " [early-router]"

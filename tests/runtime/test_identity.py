@@ -1,7 +1,8 @@
 """Byte-identity of the streaming runtime: greedy tokens streamed == fully resident (same model,
 same n_batch and flash-attention setting), on tiny generated MoE models in f32, q8_0 and q4_0,
-with the cache off, a tiny budget (heavy eviction), the default and a big budget, over a
-multi-token prefill, clear_kv true/false, and cancel (through llama's abort callback) then resume.
+with the cache off, a tiny budget (heavy eviction), the default and a big budget (filled after
+the first prefill, or not), over a multi-token prefill, clear_kv true/false, and cancel (through
+llama's abort callback) then resume.
 A negative control (corrupted reads) proves the comparison can fail.
 """
 
@@ -24,6 +25,7 @@ BUDGETS = {
     "tiny-evicting": dict(cache_mb=0.01, force_cache=True),
     "default": dict(cache_mb=None),
     "big": dict(cache_mb=1e6),
+    "big-no-fill": dict(cache_mb=1e6, fill=False),
 }
 
 
