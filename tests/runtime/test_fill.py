@@ -54,8 +54,8 @@ def test_the_rest_of_the_bank_is_read_after_the_first_prefill(model):
         assert "rest of the bank" not in "\n".join(summary_text_lines(e, again))
 
 
-@pytest.mark.parametrize("kw", [dict(cache_mb=0.05, force_cache=True), dict(cache_mb=0), dict(cache_mb=1e6, fill=False)],
-                         ids=["budget-below-the-bank", "no-cache", "fill-off"])
+@pytest.mark.parametrize("kw", [dict(cache_mb=0.05, force_cache=True), dict(cache_mb=0),
+                                dict(cache_mb=1e6, fill=False)], ids=["budget-below-the-bank", "no-cache", "fill-off"])
 def test_nothing_beyond_the_routing_is_read(model, kw):
     with _engine(model, **kw) as e:
         res = e.generate(SHORT, 0)
