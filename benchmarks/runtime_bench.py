@@ -43,7 +43,7 @@ Usage::
 
     BMOE_CLI=/path/to/bmoe-cli python benchmarks/runtime_bench.py [--models large-q4_k,...]
         [--rows resident,all,50,25,off,off2] [--tokens 128] [--mmap-tokens 32] [--rounds 5]
-        [--threads 2] [--dir DIR] [--inproc-rounds 5] [--no-loop] [--json OUT]
+        [--threads 2] [--dir DIR] [--inproc-rounds 5] [--no-loop] [--json OUT [--force]]
 
 On a quiet 2-core machine the default (four models, 5 rounds) takes about an hour, most of it the
 large model's mmap rows at 25 % and cache off; ``--models large-q4_k --rounds 5`` about 35 minutes.
@@ -79,6 +79,8 @@ from mmap_machine import (
     run_mmap,
     warm_cache,
 )
+
+from bmoe_top.outfile import OutputFileError, check_output, write_atomic
 
 MODELS = ("bench-q4_k", "bench-q8_0", "demo-q8_0", "large-q4_k")
 ROWS = ("resident", "all", "50", "25", "off", "off2")
@@ -356,8 +358,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ctx", type=int, default=512)
     ap.add_argument("--dir", default=None, help="where the models (and loop images) are kept")
     ap.add_argument("--no-loop", dest="loop", action="store_false", help="skip the 128 KiB loop-device mmap runs")
-    ap.add_argument("--json", default=None, help="also write the results as JSON here")
+    ap.add_argument("--json", default=None, help="also write the results as JSON here (a new file)")
+    ap.add_argument("--force", action="store_true", help="replace an existing --json file")
     args = ap.parse_args(argv)
+    if args.json:
+        try:
+            check_output(args.json, force=args.force)  # refused before an hour of runs, not after
+        except OutputFileError as e:
+            print(f"runtime_bench: {e}", file=sys.stderr)
+            return 2
     d = Path(args.dir) if args.dir else Path(tempfile.gettempdir()) / "bmoe-bench-models"
     d.mkdir(parents=True, exist_ok=True)
     cli = os.environ.get("BMOE_CLI")
@@ -366,9 +375,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}; bmoe-cli: {cli or '-'}; "
           f"llama-server: {server or '-'}; memory cgroup: {cg.base or cg.why} ({'v2' if cg.v2 else 'v1'})", flush=True)
     results = [bench_model(ensure_model(d, name), args, cli, server, cg) for name in args.models.split(",")]
-    print(json.dumps(results, default=float))
     if args.json:
-        Path(args.json).write_text(json.dumps(results, default=float, indent=1))
+        write_atomic(args.json, json.dumps(results, default=float, indent=1).encode(), force=args.force)
     return 0
 
 
