@@ -784,12 +784,14 @@ class ExpertCache:
         "Every expert fits: the fill"). Once the whole bank is resident the native callback no
         longer materializes the routing (:meth:`arm_native`). Counted in ``read_bytes`` (since
         load), not as hits or misses. Returns the bytes read: 0 with a budget, without a cache or
-        with the bank resident already. Raises :class:`ExpertIOError` when a read fails (that
-        layer's experts stay not resident). Decode thread only."""
+        with the bank resident already. Raises :class:`ExpertIOError` when a read fails: the layers
+        read before it stay resident and counted, that layer's experts stay not resident. Decode
+        thread only."""
         if self.budget is not None or self.no_cache or self.resident_bytes >= self.streamed_bytes:
             return 0
         self.drain()
         self._replay_native()
+        self._c_dirty = True  # the native mirror takes the new order before the next decode
         ne = self._n_expert
         total = 0
         for il in self.layout.moe_layers:
@@ -802,9 +804,8 @@ class ExpertCache:
             eb = self.layout.expert_bytes[il]
             for e in missing:
                 self._admitted(il, e, eb)
+            self.read_bytes += len(missing) * eb  # layer by layer: a later failure keeps these
             total += len(missing) * eb
-        self.read_bytes += total
-        self._c_dirty = True
         return total
 
     def preload(self, pairs: list[tuple[int, int]] | None = None) -> int:
