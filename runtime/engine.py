@@ -666,12 +666,13 @@ class Engine:
         its bytes count as the prefill's reads. Raises :class:`GenerationError` when a read fails."""
         t0 = time.perf_counter()
         try:
-            res.fill_bytes = cache.fill()
+            n = cache.fill()
         except ExpertIOError as e:
             raise GenerationError(f"reading the rest of the expert bank failed: {e}") from None
-        res.fill_s = time.perf_counter() - t0
-        res.prefill_read_bytes += res.fill_bytes
-        cache.begin_token()
+        if n:
+            res.fill_bytes, res.fill_s = n, time.perf_counter() - t0
+            res.prefill_read_bytes += n
+            cache.begin_token()  # the fill's reads are not the first token's
 
     def _decode_loop(self, turn: _Turn) -> None:
         res = turn.res

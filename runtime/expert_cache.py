@@ -771,12 +771,20 @@ class ExpertCache:
                 self._evict_for(eb, protect_layer=-1, protect=set())
             if self.resident_bytes + self.inflight_bytes + eb > self.budget:
                 return 0
-        _busy, pc_bytes, _disk = self._run_jobs([(tb, e) for tb in self.layer_bufs[il]])
+        return self._read_in(il, [e])
+
+    def _read_in(self, il: int, experts: list[int]) -> int:
+        """Read ``experts`` of layer ``il`` in one batch (adjacent experts of a tensor in one read)
+        and admit them, outside any routing: counted in ``read_bytes``, not as hits or misses.
+        Returns the bytes read. Raises :class:`ExpertIOError` (none of them admitted then)."""
+        _busy, pc_bytes, _disk = self._run_jobs([(tb, e) for e in experts for tb in self.layer_bufs[il]])
         self.pagecache_bytes += pc_bytes
-        self._c_dirty = True
-        self._admitted(il, e, eb)
-        self.read_bytes += eb
-        return eb
+        self._c_dirty = True  # the native mirror takes the new order before the next decode
+        eb = self.layout.expert_bytes[il]
+        for e in experts:
+            self._admitted(il, e, eb)
+        self.read_bytes += len(experts) * eb
+        return len(experts) * eb
 
     def fill(self) -> int:
         """With no budget (every expert fits), read every expert that is not resident: per layer
@@ -787,25 +795,16 @@ class ExpertCache:
         with the bank resident already. Raises :class:`ExpertIOError` when a read fails: the layers
         read before it stay resident and counted, that layer's experts stay not resident. Decode
         thread only."""
-        if self.budget is not None or self.no_cache or self.resident_bytes >= self.streamed_bytes:
-            return 0
+        if self.budget is not None or self.resident_bytes >= self.streamed_bytes:
+            return 0  # a budget (0: no cache) or the bank resident
         self.drain()
         self._replay_native()
-        self._c_dirty = True  # the native mirror takes the new order before the next decode
         ne = self._n_expert
         total = 0
         for il in self.layout.moe_layers:
-            bufs = self.layer_bufs[il]
-            missing = [e for e in range(ne) if bufs and not self._flags[il * ne + e]]
-            if not missing:
-                continue
-            _busy, pc_bytes, _disk = self._run_jobs([(tb, e) for e in missing for tb in bufs])
-            self.pagecache_bytes += pc_bytes
-            eb = self.layout.expert_bytes[il]
-            for e in missing:
-                self._admitted(il, e, eb)
-            self.read_bytes += len(missing) * eb  # layer by layer: a later failure keeps these
-            total += len(missing) * eb
+            missing = [e for e in range(ne) if not self._flags[il * ne + e]] if self.layer_bufs[il] else []
+            if missing:
+                total += self._read_in(il, missing)  # layer by layer: a later failure keeps these
         return total
 
     def preload(self, pairs: list[tuple[int, int]] | None = None) -> int:
