@@ -206,6 +206,7 @@ class RunScreen(SearchScreen):
         self._animating = False
         self.view_polls = 0  # polls of the views and panels (tests wait on it)
         self._parts: tuple[Any, ...] | None = None  # the widgets repainted, looked up once
+        self._run_panels: tuple[RunPanel, ...] = ()  # those of them that are run panels
         self._log_len = 0
         self._layout = ""
         self._empty: dict[str, bool] = {}
@@ -528,7 +529,7 @@ class RunScreen(SearchScreen):
         reading's version while a run panel draws it (else a reading, every second between turns,
         is nothing new to this screen)."""
         pb, size = self.playback, self.size
-        drawn = self._parts is None or any(isinstance(p, RunPanel) and p.draws_memory for p in self._parts[2])
+        drawn = self._parts is None or any(p.draws_memory for p in self._run_panels)
         return ChangeKey(self.model.version, pb.cursor, Scene(
             selected=pb.selected, playing=pb.playing, follow=pb.follow, speed_index=pb.speed_index,
             per_col=pb.per_col, fit=pb.fit, quiet_s=int(self.quiet_seconds() or 0), turn_by_turn=pb.turn_by_turn,
@@ -596,6 +597,7 @@ class RunScreen(SearchScreen):
                     log = log or w
             if title is None:
                 title = self.query_one("#title", TitleLine)  # raises NoMatches, as before compose
+            self._run_panels = tuple(kinds[RunPanel])
             self._parts = (title, tuple(views), tuple(w for k in PANEL_KINDS for w in kinds[k]), log, tabs,
                            tuple(kinds[AnswerTail]))
         return self._parts
