@@ -51,6 +51,7 @@ static const struct bmoe_field hook_fields[] = {
     FIELD(bmoe_hook, touch), FIELD(bmoe_hook, touch_cap), FIELD(bmoe_hook, n_touch), FIELD(bmoe_hook, fast_misses),
     FIELD(bmoe_hook, cache), FIELD(bmoe_hook, src_offset), FIELD(bmoe_hook, type_offset),
     FIELD(bmoe_hook, layer_misses), FIELD(bmoe_hook, ever), FIELD(bmoe_hook, layer_pagecache),
+    FIELD(bmoe_hook, frame_of), FIELD(bmoe_hook, free_frames), FIELD(bmoe_hook, n_free),
 };
 
 static const struct bmoe_field job_fields[] = {
@@ -131,13 +132,45 @@ static bool fast_layer(struct bmoe_hook *h, void *t, int il) {
     return true;
 }
 
+/* frame pools: the routed ids of a one-token layer whose experts are all in (a frame each) become
+ * their frame numbers, in place, before the layer's experts are multiplied */
+static void frame_ids(struct bmoe_hook *h, void *ids_t, int il) {
+    int64_t k = tensor_ne(h, ids_t, 0);
+    int32_t *ids = *(int32_t **) ((char *) ids_t + h->data_offset);
+    const int32_t *so = h->frame_of + (size_t) il * (size_t) h->n_expert;
+    for (int64_t i = 0; i < k; ++i) ids[i] = so[ids[i]];
+}
+
+/* frame pools: the routing node is the gather of the routing weights (ffn_moe_weights-<il>, a
+ * GET_ROWS whose src[1] is the routed ids): once it ran, only the layer's expert products still
+ * read the ids, so they can be rewritten to frames */
+static bool frame_route(struct bmoe_hook *h, void *t, bool ask, int il) {
+    if (ask) return true;
+    void *ids_t = ((void **) ((char *) t + h->src_offset))[1];
+    if (ids_t && !h->want_weights && il >= 0 && il < h->n_layer) {
+        if (h->fast_misses && h->cache) {
+            if (miss_layer(h, ids_t, il)) {
+                frame_ids(h, ids_t, il);
+                return true;
+            }
+        } else if (h->fast_hits && fast_layer(h, ids_t, il)) {
+            frame_ids(h, ids_t, il);
+            return true;
+        }
+    }
+    return h->py(t, ask, h->py_ud);
+}
+
 bool bmoe_eval_cb(void *t, bool ask, void *ud) {
     struct bmoe_hook *h = (struct bmoe_hook *) ud;
     if (h->mode == BMOE_MODE_CAPTURE) return h->py(t, ask, h->py_ud);
     if (h->mode != BMOE_MODE_ROUTE) return ask ? false : true;
     const char *name = (const char *) t + h->name_offset;
     if (strncmp(name, "ffn_moe_", 8) != 0) return ask ? false : h->py(t, ask, h->py_ud);
+    if (h->frame_of && strncmp(name + 8, "weights-", 8) == 0 && digits(name + 16))
+        return frame_route(h, t, ask, atoi(name + 16));
     if (strncmp(name + 8, "topk-", 5) == 0) {
+        if (h->frame_of) return ask ? false : true; /* frame pools route at the weights' gather */
         if (!digits(name + 13)) return ask ? false : true;
         int il = atoi(name + 13);
         if (ask) {
@@ -559,6 +592,7 @@ struct ctensor {
     char *map_base;    /* its private mapping */
     uint64_t map_size;
     uint64_t shift;    /* addr - map_base */
+    uint64_t frame_stride; /* frame pools: bytes from one frame to the next (0: in place) */
     int fd;
     int direct;
     int nowait;
@@ -673,7 +707,7 @@ struct bmoe_cache *bmoe_cache_new(int n_layer, int n_expert, void *pool) {
 
 /* one expert tensor of layer il; 0, or -1 (too many tensors, bad layer) */
 int bmoe_cache_tensor(struct bmoe_cache *c, int il, void *addr, uint64_t file_off, uint64_t stride, void *map_base,
-                      uint64_t map_size, int fd, int direct, int nowait) {
+                      uint64_t map_size, int fd, int direct, int nowait, uint64_t frame_stride) {
     if (il < 0 || il >= c->n_layer || c->layer_nt[il] >= MAX_TENSORS) return -1;
     struct ctensor *x = &c->layer_t[il * MAX_TENSORS + c->layer_nt[il]++];
     x->addr = (char *) addr;
@@ -685,6 +719,7 @@ int bmoe_cache_tensor(struct bmoe_cache *c, int il, void *addr, uint64_t file_of
     x->fd = fd;
     x->direct = direct;
     x->nowait = nowait;
+    x->frame_stride = frame_stride;
     c->ebytes[il] += (int64_t) stride;
     return 0;
 }
@@ -814,6 +849,16 @@ struct page_run { /* whole pages a victim gives up */
  * back. */
 static void release_victims_into(struct bmoe_hook *h, struct bmoe_cache *c, int nv, int dl, const int32_t *dids,
                                   int nd) {
+    if (h->frame_of) { /* frame pools: the victims' frames are free again, their bytes are read over */
+        for (int v = 0; v < nv; ++v) {
+            int32_t id = c->victims[v];
+            if (h->frame_of[id] >= 0) {
+                h->free_frames[(*h->n_free)++] = h->frame_of[id];
+                h->frame_of[id] = -1;
+            }
+        }
+        return;
+    }
     int nr = 0;
     if (grow_iov(c, nv * MAX_TENSORS * 3 + 1)) {
         return; /* no memory for the list: the pages stay (RSS above budget, output unchanged) */
@@ -970,8 +1015,32 @@ static bool serve_layer(struct bmoe_hook *h, void *t, int il) {
             sorted[j - 1] = x;
         }
     int nt = c->layer_nt[il], nj = 0;
+    if (h->frame_of) { /* each missed expert takes a free frame (the evictions above freed enough) */
+        for (int i = 0; i < nm; ++i) { /* in routing order, as the Python path takes them */
+            int32_t id = il * ne + miss[i];
+            if (h->frame_of[id] < 0) {
+                if (*h->n_free <= 0) return false; /* cannot happen: Python raises the message */
+                h->frame_of[id] = h->free_frames[--*h->n_free];
+            }
+        }
+    }
     for (int q = 0; q < nt; ++q) {
         const struct ctensor *x = &c->layer_t[il * MAX_TENSORS + q];
+        if (x->frame_stride) {
+            for (int i = 0; i < nm; ++i) {
+                uint64_t a = (uint64_t) sorted[i] * x->stride;
+                struct bmoe_job *jb = &c->jobs[nj++];
+                jb->fd = x->fd;
+                jb->direct = x->direct;
+                jb->nowait = x->nowait;
+                jb->off = x->file_off + a;
+                jb->len = x->stride;
+                jb->dst = x->addr + (uint64_t) h->frame_of[il * ne + sorted[i]] * x->frame_stride;
+                uint64_t x0 = jb->off / ALIGN * ALIGN, x1 = (jb->off + jb->len + ALIGN - 1) / ALIGN * ALIGN;
+                c->xfer_bytes += (int64_t) (x1 - x0);
+            }
+            continue;
+        }
         for (int i = 0; i < nm;) {
             int j = i;
             while (j + 1 < nm && sorted[j + 1] == sorted[j] + 1) ++j;

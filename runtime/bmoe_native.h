@@ -57,6 +57,11 @@ struct bmoe_hook {
     uint64_t *layer_misses;   /* [n_layer]: misses served here, since load */
     uint8_t *ever;            /* [n_layer * n_expert]: 1 = was resident once (a miss on it is a re-read) */
     uint64_t *layer_pagecache; /* [n_layer]: misses served here whose every byte the page cache held, since load */
+    /* frame pools (expert_store.py "frames"), else NULL: the routing node is ffn_moe_weights-<il>
+     * (its src[1] the routed ids, rewritten to frame numbers once the layer's experts are in) */
+    int32_t *frame_of;    /* [n_layer * n_expert]: the frame of each expert, -1: none */
+    int32_t *free_frames; /* a stack of free frames, *n_free of them */
+    int32_t *n_free;
 };
 
 /* read len bytes at off of fd into dst (direct: fd is O_DIRECT). nowait (buffered only): a first
@@ -96,7 +101,7 @@ void bmoe_pool_free(struct bmoe_pool *p);
 /* the native LRU mirror */
 struct bmoe_cache *bmoe_cache_new(int n_layer, int n_expert, void *pool);
 int bmoe_cache_tensor(struct bmoe_cache *c, int il, void *addr, uint64_t file_off, uint64_t stride, void *map_base,
-                      uint64_t map_size, int fd, int direct, int nowait);
+                      uint64_t map_size, int fd, int direct, int nowait, uint64_t frame_stride);
 void bmoe_cache_sync(struct bmoe_cache *c, const int32_t *ids, int n, int64_t budget, int64_t resident_bytes);
 void bmoe_cache_take(struct bmoe_cache *c, int64_t *out);
 int bmoe_cache_order(const struct bmoe_cache *c, int32_t *out, int cap);

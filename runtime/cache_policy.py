@@ -163,9 +163,9 @@ class MoeCacheExt:
         c = self.cache
         if c is None or c.no_cache or not self.max_expert_bytes:
             return 0
-        if c.budget is None:
+        if c.limit is None:
             return len(self.moe_layers) * self.n_expert
-        return int(c.budget // self.max_expert_bytes)
+        return int(c.limit // self.max_expert_bytes)
 
     @property
     def cache_bytes(self) -> int:
@@ -211,9 +211,9 @@ class MoeCacheExt:
 
     def _room(self) -> float:
         c = self.cache
-        if c.budget is None:
+        if c.limit is None:
             return math.inf
-        return c.budget - c.resident_bytes - c.inflight_bytes
+        return c.limit - c.resident_bytes - c.inflight_bytes
 
     def prefill_from(self, profile: StrpProfile) -> int:
         """Fill the cache from ``profile``, hottest first, as many experts as the budget holds.

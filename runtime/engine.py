@@ -368,7 +368,9 @@ class Engine:
         self.ctx.clear_kv()
         if self.budget and self.budget >= self.layout.expert_bank_bytes:  # capture may drop unused layers
             self.budget = self.streaming.budget = None
-        self.cache = self.streaming.attach(self.hook.captured, self.expert_sink, self.hook.layers_in_sequence())
+        # frame pools unless the early prefetch reads predicted experts into their places
+        self.cache = self.streaming.attach(self.hook.captured, self.expert_sink, self.hook.layers_in_sequence(),
+                                           hook=None if self.early_prefetch else self.hook)
         self.cache.early_prefetch = self.early_prefetch
         if self.hook.native:
             self.cache.attach_native(self.hook.state)

@@ -100,6 +100,10 @@ class ExpertCache:
         self.store = store
         self.reader = reader
         self.budget = budget_bytes
+        #: the frame pools (:class:`~bmoe_top.runtime.expert_store.FramePlan`), or None (in place)
+        self.frames = store.frames
+        #: what the LRU may hold: the budget, or with frames the bytes of the experts the frames hold
+        self.limit = budget_bytes if self.frames is None else self.frames.n_frames * self.frames.expert_bytes
         self.no_cache = budget_bytes == 0
         self.overlap = bool(overlap or prefetch > 0)
         self.prefetch = int(prefetch) if prefetch else (1 if overlap else 0)
@@ -153,6 +157,13 @@ class ExpertCache:
         self._native_pcseen = [0] * layout.n_layer
         k = max(1, layout.n_expert_used)
         self._touch = (ctypes.c_int32 * (2 * (6 * layout.n_layer * k + layout.n_layer * layout.n_expert) + 16))()
+        # frames: the frame of each (layer, expert) (-1: none) and the free frames (a stack of
+        # ``_n_free[0]``), shared with the native callback
+        n_frames = self.frames.n_frames if self.frames is not None else 0
+        n_pairs = layout.n_layer * layout.n_expert
+        self._frame_of = (ctypes.c_int32 * n_pairs)(*([-1] * n_pairs))
+        self._free = (ctypes.c_int32 * max(1, n_frames))(*range(n_frames - 1, -1, -1))
+        self._n_free = (ctypes.c_int32 * 1)(n_frames)
         self.native: HookState | None = None
         #: the native LRU mirror (bmoe_native.c ``struct bmoe_cache``) serving layers with misses
         self._ccache: int | None = None
@@ -202,6 +213,10 @@ class ExpertCache:
         state.touch = ctypes.addressof(self._touch)
         state.touch_cap = len(self._touch)
         state.n_touch = 0
+        if self.frames is not None:
+            state.frame_of = ctypes.addressof(self._frame_of)
+            state.free_frames = ctypes.addressof(self._free)
+            state.n_free = ctypes.addressof(self._n_free)
         self.native = state
         lib = native_lib.library()
         lanes = self.reader.native_lanes
@@ -216,7 +231,7 @@ class ExpertCache:
                 base, size = tb.mapping_span
                 if lib.bmoe_cache_tensor(c, il, tb.addr, tb.info.file_offset, tb.info.expert_stride, base, size,
                                          fds[tb.info.shard], int(self.reader.direct),
-                                         int(self.reader.nowait)) != 0:
+                                         int(self.reader.nowait), tb.frame_stride) != 0:
                     lib.bmoe_cache_free(c)
                     return
         self._ccache, self._clib = c, lib
@@ -245,7 +260,7 @@ class ExpertCache:
                   and not self.reader.injects_errors)
         if misses and self._c_dirty:
             self._sync_native()
-        m = self.early_prefetch if misses else 0
+        m = self.early_prefetch if misses and self.frames is None else 0  # it reads into the experts' places
         if m != self._c_prefetch and self._ccache is not None:
             streamed = [il for il in self.layout.moe_layers if self.layer_bufs[il]]
             nxt = [-1] * self.layout.n_layer
@@ -266,7 +281,7 @@ class ExpertCache:
         ne = self._n_expert
         lru = self.lru
         ids = (ctypes.c_int32 * max(1, len(lru)))(*[il * ne + e for il, e in lru])
-        budget = -1 if self.budget is None else int(self.budget)
+        budget = -1 if self.limit is None else int(self.limit)
         self._clib.bmoe_cache_sync(self._ccache, ids, len(lru), budget, int(self.resident_bytes))
         self._c_dirty = False
 
@@ -383,6 +398,39 @@ class ExpertCache:
     def _holds(self, il: int, e: int) -> bool:
         """Expert ``e`` of layer ``il`` has bytes in its pages: resident or being read."""
         return 0 <= e < self._n_expert and (self._flags[il * self._n_expert + e] == 1 or (il, e) in self.inflight)
+
+    def frame_of(self, il: int, e: int) -> int:
+        """The frame expert ``e`` of layer ``il`` lives in (frame pools), -1 when it has none."""
+        return int(self._frame_of[il * self._n_expert + e])
+
+    def frame_table(self) -> Any:
+        """The shared frame table: int32 ``[n_layer * n_expert]`` (ctypes), -1 where no frame."""
+        return self._frame_of
+
+    def _take_frames(self, il: int, experts: list[int]) -> None:
+        """Frame pools: give each of ``experts`` (not resident) a free frame before it is read."""
+        if self.frames is None:
+            return
+        base, free, n = il * self._n_expert, self._free, self._n_free
+        for e in experts:
+            if self._frame_of[base + e] < 0:
+                if n[0] <= 0:
+                    raise RuntimeError("expert cache: no free frame (the LRU holds more than the frames)")
+                n[0] -= 1
+                self._frame_of[base + e] = free[n[0]]
+
+    def _give_frames(self, keys: list[tuple[int, int]]) -> None:
+        """Frame pools: the frames of ``keys`` (no longer resident nor being read) are free again."""
+        if self.frames is None:
+            return
+        free, n = self._free, self._n_free
+        for il, e in keys:
+            i = il * self._n_expert + e
+            s = self._frame_of[i]
+            if s >= 0:
+                self._frame_of[i] = -1
+                free[n[0]] = s
+                n[0] += 1
 
     def tier_counters(self) -> tuple[int, int, tuple[int, ...]] | None:
         """(misses the page cache served, their bytes, per layer the misses) since load, or None
@@ -526,7 +574,7 @@ class ExpertCache:
 
     def _make_room(self, il: int, missing: list[int], need: set[int]) -> None:
         """Evict for the missing experts (never what this layer needs or what is in flight)."""
-        if missing and not self.no_cache and self.budget is not None:
+        if missing and not self.no_cache and self.limit is not None:
             self._evict_for(len(missing) * self.layout.expert_bytes[il], protect_layer=il, protect=need)
 
     def _read_missing(self, il: int, missing: list[int]) -> None:
@@ -534,7 +582,7 @@ class ExpertCache:
             return
         tok = self.tok
         t0 = time.perf_counter()
-        busy, pc_bytes, disk = self._run_jobs([(tb, e) for e in missing for tb in self.layer_bufs[il]])
+        busy, pc_bytes, disk = self._read_framed(il, missing)
         blocked = time.perf_counter() - t0
         nbytes = len(missing) * self.layout.expert_bytes[il]
         tok.read_bytes += nbytes
@@ -609,20 +657,33 @@ class ExpertCache:
             self.pagecache_misses += n_pagecache
             self.layer_pagecache[il] += n_pagecache
 
-    @staticmethod
-    def _spans(jobs: list[tuple[TensorBuffer, int]]) -> list[tuple[TensorBuffer, int, int]]:
-        """(buffer, first expert, last expert): adjacent experts of one tensor are one range."""
+    def _read_framed(self, il: int, experts: list[int]) -> tuple[float, int, set[int]]:
+        """:meth:`_run_jobs` for ``experts`` of layer ``il``, which are not resident: with frame
+        pools each first takes a frame, given back when the read fails."""
+        self._take_frames(il, experts)
+        try:
+            return self._run_jobs([(tb, e) for e in experts for tb in self.layer_bufs[il]])
+        except BaseException:
+            self._give_frames([(il, e) for e in experts])
+            raise
+
+    def _spans(self, jobs: list[tuple[TensorBuffer, int]]) -> list[tuple[TensorBuffer, int, int]]:
+        """(buffer, first expert, last expert): adjacent experts of one tensor are one range (in
+        place; in frame pools each expert is its own)."""
         spans: list[tuple[TensorBuffer, int, int]] = []
+        merge = self.frames is None
         for tb, e in sorted(jobs, key=lambda j: (j[0].info.shard, j[0].info.file_offset, j[1])):
-            if spans and spans[-1][0] is tb and spans[-1][2] == e - 1:
+            if merge and spans and spans[-1][0] is tb and spans[-1][2] == e - 1:
                 spans[-1] = (tb, spans[-1][1], e)
             else:
                 spans.append((tb, e, e))
         return spans
 
-    @staticmethod
-    def _run_of(tb: TensorBuffer, e0: int, e1: int) -> Run:
+    def _run_of(self, tb: TensorBuffer, e0: int, e1: int) -> Run:
         a, b = tb.slice_range(e0)[0], tb.slice_range(e1)[1]
+        if tb.frame_stride:
+            d0, d1 = tb.frame_range(self.frame_of(tb.info.layer, e0))
+            return Run(tb.info.shard, tb.info.file_offset + a, b - a, tb.addr + d0, tb.view[d0:d1])
         return Run(tb.info.shard, tb.info.file_offset + a, b - a, tb.addr + a, tb.view[a:b])
 
     def _runs(self, jobs: list[tuple[TensorBuffer, int]]) -> list[Run]:
@@ -653,8 +714,8 @@ class ExpertCache:
     def _evict_for(self, nbytes: int, protect_layer: int, protect: set[int]) -> None:
         """Evict least recently used experts until ``nbytes`` more fit the budget (never one of
         ``protect`` in ``protect_layer``)."""
-        assert self.budget is not None
-        limit = self.budget
+        assert self.limit is not None
+        limit = self.limit
         lru = self.lru
         gone: list[tuple[int, int]] = []
         while self.resident_bytes + self.inflight_bytes + nbytes > limit and lru:
@@ -682,10 +743,12 @@ class ExpertCache:
         self._spec_pending.discard(key)
 
     def _released(self, keys: list[tuple[int, int]]) -> None:
-        """Give back the pages of experts that left the LRU, in one batch, then tell ``on_evict``."""
+        """Give back the pages (or the frames) of experts that left the LRU, in one batch, then tell
+        ``on_evict``."""
         if not keys:
             return
         self.store.release_pairs(keys, self._holds)
+        self._give_frames(keys)
         if self.on_evict is not None:
             for il, e in keys:
                 self.on_evict(il, e)
@@ -728,9 +791,9 @@ class ExpertCache:
                 key = (l2, e)
                 if key in self.lru or key in self.inflight:
                     continue
-                if self.budget is not None:
+                if self.limit is not None:
                     self._evict_for(eb, protect_layer=il, protect=need)
-                    if self.resident_bytes + self.inflight_bytes + eb > self.budget:
+                    if self.resident_bytes + self.inflight_bytes + eb > self.limit:
                         break
                 fut = pool.submit(self._spec_read, l2, e)
                 self.inflight[key] = (fut, eb)
@@ -766,10 +829,10 @@ class ExpertCache:
         if self.no_cache or not self.layer_bufs[il] or key in self.lru or key in self.inflight:
             return 0
         eb = self.layout.expert_bytes[il]
-        if self.budget is not None:
+        if self.limit is not None:
             if evict:
                 self._evict_for(eb, protect_layer=-1, protect=set())
-            if self.resident_bytes + self.inflight_bytes + eb > self.budget:
+            if self.resident_bytes + self.inflight_bytes + eb > self.limit:
                 return 0
         return self._read_in(il, [e])
 
@@ -777,7 +840,7 @@ class ExpertCache:
         """Read ``experts`` of layer ``il`` in one batch (adjacent experts of a tensor in one read)
         and admit them, outside any routing: counted in ``read_bytes``, not as hits or misses.
         Returns the bytes read. Raises :class:`ExpertIOError` (none of them admitted then)."""
-        _busy, pc_bytes, _disk = self._run_jobs([(tb, e) for e in experts for tb in self.layer_bufs[il]])
+        _busy, pc_bytes, _disk = self._read_framed(il, experts)
         self.pagecache_bytes += pc_bytes
         self._c_dirty = True  # the native mirror takes the new order before the next decode
         eb = self.layout.expert_bytes[il]
@@ -814,7 +877,7 @@ class ExpertCache:
             pairs = [(il, e) for il in self.layout.moe_layers for e in range(self.layout.n_expert)]
         total = 0
         for il, e in pairs:
-            if self.budget is not None and self.resident_bytes + self.layout.expert_bytes[il] > self.budget:
+            if self.limit is not None and self.resident_bytes + self.layout.expert_bytes[il] > self.limit:
                 break
             total += self.admit(il, e)
         return total

@@ -15,6 +15,13 @@ Two layouts (:class:`ExpertStore`):
   layer multiplies them; the next layer's routing (which needs this layer's output) always
   comes after, so the window is free again. Nothing is released per token: after the first
   tokens the window's pages stay committed and reads land on them (one layer's experts of RAM).
+* **frames** (a budget below the bank, :func:`frame_plan`): the tensors of one kind share one pool
+  of ``n_frames`` frames across every layer, in 2 MiB pages (``MADV_HUGEPAGE``). Expert ``e`` of
+  layer ``il`` lives in whichever frame the cache gave it; the routed ids are rewritten to frame
+  numbers before the layer multiplies (docs/runtime.md "A budget below the bank: frames"). A
+  tensor's ``addr`` is its pool's base plus its file offset mod 4096, and frame ``s`` is
+  ``frame_stride`` bytes further per frame, so every frame keeps the tensor's congruence and
+  O_DIRECT reads land in place. Nothing is released per eviction: the frame is read over.
 """
 
 from __future__ import annotations
@@ -30,8 +37,10 @@ from bmoe_top.parsers.gguf_layout import ExpertTensorInfo, ModelLayout
 from .expert_io import DIRECT_ALIGN, round_down, round_up
 
 PAGE = mmap.PAGESIZE
+#: the transparent huge page size on x86-64 and arm64 with 4 KiB base pages
+HUGE = 2 << 20
 
-__all__ = ["TensorBuffer", "ExpertStore", "PAGE"]
+__all__ = ["TensorBuffer", "ExpertStore", "PAGE", "FramePlan", "frame_plan"]
 
 
 class _IoVec(ctypes.Structure):
@@ -108,13 +117,23 @@ def dontneed(ranges: list[tuple[int, int]]) -> None:
 
 
 class _Mapping:
-    """One private anonymous mapping and the ctypes anchor that gives its address."""
+    """One private anonymous mapping and the ctypes anchor that gives its address. ``huge``: the
+    usable part starts on a 2 MiB boundary (``base``; ``size`` bytes from there) and is advised
+    ``MADV_HUGEPAGE``."""
 
-    def __init__(self, size: int) -> None:
-        self.mm = mmap.mmap(-1, round_up(max(1, size), PAGE), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    def __init__(self, size: int, huge: bool = False) -> None:
+        size = round_up(max(1, size), PAGE)
+        self.mm = mmap.mmap(-1, size + (HUGE if huge else 0), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
         self._anchor = ctypes.c_char.from_buffer(self.mm)
-        self.base = ctypes.addressof(self._anchor)
-        self.size = len(self.mm)
+        start = ctypes.addressof(self._anchor)
+        self.base = round_up(start, HUGE) if huge else start
+        self.offset = self.base - start  # of ``base`` inside ``mm``
+        self.size = size
+        if huge and hasattr(mmap, "MADV_HUGEPAGE"):
+            try:
+                self.mm.madvise(mmap.MADV_HUGEPAGE, self.offset, round_up(size, PAGE))
+            except OSError:
+                pass  # transparent huge pages off: 4 KiB pages, the same bytes
 
     def close(self) -> None:
         try:
@@ -127,16 +146,25 @@ class _Mapping:
 class TensorBuffer:
     """Where one expert tensor's data lives: ``addr`` (``size`` bytes, ``shift`` bytes into its
     mapping, ``shift`` = file offset mod 4096) and ``view`` (a memoryview of exactly the tensor).
-    ``shared``: the mapping is a window other tensors use too (nothing is committed or released)."""
+    ``shared``: the mapping is a window other tensors use too (nothing is committed or released).
+    ``frame_stride``: bytes from one frame to the next in a frame pool (0: the tensor in place)."""
 
-    def __init__(self, info: ExpertTensorInfo, mapping: _Mapping, shared: bool) -> None:
+    def __init__(self, info: ExpertTensorInfo, mapping: _Mapping, shared: bool, frame_stride: int = 0,
+                 n_frames: int = 0) -> None:
         self.info = info
-        self.size = info.n_bytes
         self.shift = info.file_offset % DIRECT_ALIGN
-        self.shared = shared
+        self.shared = shared or frame_stride > 0
+        self.frame_stride = frame_stride
+        self.size = info.n_bytes if not frame_stride else (n_frames - 1) * frame_stride + info.expert_stride
         self._map = mapping
         self.addr = mapping.base + self.shift
-        self.view = memoryview(mapping.mm)[self.shift : self.shift + self.size]
+        start = mapping.offset + self.shift
+        self.view = memoryview(mapping.mm)[start : start + self.size]
+
+    def frame_range(self, s: int) -> tuple[int, int]:
+        """Byte range [start, end) of frame ``s`` from ``addr`` (frame pools only)."""
+        a = s * self.frame_stride
+        return a, a + self.info.expert_stride
 
     @property
     def mapping_span(self) -> tuple[int, int]:
@@ -176,15 +204,63 @@ class TensorBuffer:
         self.view.release()
 
 
+class FramePlan:
+    """How a frame layout would hold a budget: ``n_frames`` experts, each kind's ``strides`` (bytes
+    from frame to frame), ``frame_bytes`` (one expert's frames summed) and ``expert_bytes`` (one
+    expert's slices summed, what the LRU counts)."""
+
+    def __init__(self, n_frames: int, strides: dict[str, int], expert_bytes: int) -> None:
+        self.n_frames = n_frames
+        self.strides = strides
+        self.frame_bytes = sum(strides.values())
+        self.expert_bytes = expert_bytes
+
+
+def frame_plan(layout: ModelLayout, budget: int | None) -> FramePlan | None:
+    """The frame layout for ``budget`` bytes, or None when it does not apply: no budget or none
+    below the bank, fewer frames than one layer has experts (what a prefill's routing of one
+    layer may need at once; the in-place layout lets such a layer exceed the budget), a kind whose
+    slices differ in size between layers or are not a multiple of 4096 bytes (a frame could not
+    keep every layer's congruence), or layers that stream different kinds of tensors."""
+    if not budget or budget >= layout.expert_bank_bytes or not layout.tensors:
+        return None
+    strides: dict[str, int] = {}
+    shifts: dict[str, set[int]] = {}
+    kinds_per_layer = {tuple(sorted(i.kind for i in ts)) for ts in layout.layers if ts}
+    if len(kinds_per_layer) != 1:
+        return None
+    for info in layout.tensors.values():
+        if strides.setdefault(info.kind, info.expert_stride) != info.expert_stride or info.expert_stride % DIRECT_ALIGN:
+            return None
+        shifts.setdefault(info.kind, set()).add(info.file_offset % DIRECT_ALIGN)
+    # one shift for a kind: the frames need no room for it; several: a page of room each
+    padded = {k: st + (DIRECT_ALIGN if len(shifts[k]) > 1 else 0) for k, st in strides.items()}
+    per_frame = sum(padded.values())
+    n_frames = min(int(budget // per_frame), layout.n_expert * len(layout.moe_layers))
+    if n_frames < layout.n_expert:
+        return None
+    return FramePlan(n_frames, padded, sum(strides.values()))
+
+
 class ExpertStore:
     """A :class:`TensorBuffer` for every expert tensor of ``layout`` (``buffers[name]``,
-    ``layer_bufs[il]``), laid out in place or as shared windows (see module doc)."""
+    ``layer_bufs[il]``), laid out in place, as shared windows or in frame pools (``frames``, a
+    :class:`FramePlan`; see module doc)."""
 
-    def __init__(self, layout: ModelLayout, windows: bool = False) -> None:
+    def __init__(self, layout: ModelLayout, windows: bool = False, frames: FramePlan | None = None) -> None:
         self.windows = bool(windows)
+        self.frames = frames
         self._maps: list[_Mapping] = []
         self.buffers: dict[str, TensorBuffer] = {}
-        if self.windows:
+        if frames is not None:
+            pools: dict[str, _Mapping] = {}
+            for kind, stride in frames.strides.items():
+                pools[kind] = _Mapping(frames.n_frames * stride + DIRECT_ALIGN, huge=True)
+                self._maps.append(pools[kind])
+            for info in layout.tensors.values():
+                self.buffers[info.name] = TensorBuffer(info, pools[info.kind], shared=True,
+                                                       frame_stride=frames.strides[info.kind], n_frames=frames.n_frames)
+        elif self.windows:
             groups: dict[tuple[str, int], list[ExpertTensorInfo]] = {}
             for info in layout.tensors.values():
                 groups.setdefault((info.kind, info.expert_stride), []).append(info)
@@ -208,7 +284,7 @@ class ExpertStore:
     def release_pairs(self, pairs: Iterable[tuple[int, int]], resident: Callable[[int, int], bool]) -> None:
         """Give back the pages of every (layer, expert) in ``pairs`` in one batch (:func:`dontneed`);
         ``resident`` is asked after every pair has left (a page two evicted neighbours share goes)."""
-        if self.windows:
+        if self.windows or self.frames is not None:
             return
         ranges = []
         for il, e in pairs:

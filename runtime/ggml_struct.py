@@ -86,6 +86,7 @@ class GGMLLib:
             ("ggml_nelements", [vp], ctypes.c_int64),
             ("ggml_tensor_overhead", [], sz),
             ("ggml_type_name", [ctypes.c_int], ctypes.c_char_p),
+            ("ggml_op_name", [ctypes.c_int], ctypes.c_char_p),
             ("ggml_backend_buffer_name", [vp], ctypes.c_char_p),
             ("ggml_backend_buffer_get_base", [vp], vp),
             ("ggml_backend_buffer_get_size", [vp], sz),
@@ -100,6 +101,10 @@ class GGMLLib:
 
     def type_name(self, t: int) -> str:
         return (self.lib.ggml_type_name(t) or b"?").decode()
+
+    def op_name(self, op: int) -> str:
+        """ggml's name of op number ``op`` (``GET_ROWS``, ``MUL_MAT_ID``, ...)."""
+        return (self.lib.ggml_op_name(op) or b"?").decode()
 
     def row_size(self, t: int, n_per_row: int) -> int:
         """Bytes of one row of ``n_per_row`` values of ggml type ``t``."""

@@ -75,6 +75,9 @@ class HookState(ctypes.Structure):
         ("layer_misses", ctypes.c_void_p),
         ("ever", ctypes.c_void_p),
         ("layer_pagecache", ctypes.c_void_p),
+        ("frame_of", ctypes.c_void_p),
+        ("free_frames", ctypes.c_void_p),
+        ("n_free", ctypes.c_void_p),
     ]
 
     @classmethod
@@ -165,7 +168,7 @@ def library() -> Any:
     lib.bmoe_cache_new.restype = ctypes.c_void_p
     lib.bmoe_cache_tensor.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_uint64,
                                       ctypes.c_uint64, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_int, ctypes.c_int,
-                                      ctypes.c_int]
+                                      ctypes.c_int, ctypes.c_uint64]
     lib.bmoe_cache_tensor.restype = ctypes.c_int
     lib.bmoe_cache_sync.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
     lib.bmoe_cache_sync.restype = None

@@ -19,12 +19,14 @@ import ctypes
 import mmap
 from collections.abc import Callable
 
+import numpy as np
+
 from bmoe_top.parsers.gguf_layout import ModelLayout
 
 from .expert_cache import ExpertCache
 from .expert_io import ExpertReader
 from .expert_sink import ExpertSink
-from .expert_store import ExpertStore
+from .expert_store import ExpertStore, FramePlan, frame_plan
 from .ggml_struct import GGMLLib, LayoutError, check_layout, tensor_at
 from .router_hook import RouterHook
 
@@ -150,14 +152,17 @@ class Streaming:
         return self.reader is not None and self.reader.direct
 
     def attach(self, captured: dict[str, int], sink: ExpertSink | None,
-               layers_in_sequence: bool = False) -> ExpertCache:
+               layers_in_sequence: bool = False, hook: RouterHook | None = None) -> ExpertCache:
         """Check the captured tensors, point them at a new store and build the cache. ``sink``:
         the buffer type the experts were loaded into (their bytes are gone), or None for an mmap
         load (llama.cpp's copy is released here). ``layers_in_sequence``: the graph finishes a
         layer's experts before the next layer routes; with no cache (and no prefetch) the layers
-        then share windows (:class:`ExpertStore`)."""
+        then share windows (:class:`ExpertStore`). ``hook``: the capturing hook, when frame pools
+        may be used (a budget below the bank and no speculative reads, :meth:`frame_layout`);
+        the hook then rewrites the routed ids to frames."""
         lay = self.layout
-        check_expert_tensors(GGMLLib(), lay, captured)
+        ggml = GGMLLib()
+        check_expert_tensors(ggml, lay, captured)
         if sink is not None:
             check_in_sink(lay, captured, sink)
         else:
@@ -167,18 +172,42 @@ class Streaming:
         except OSError as e:
             raise EngineError(f"cannot open {lay.path} for expert reads: {e.strerror or e}") from None
         windows = self.budget == 0 and not (self.overlap or self.prefetch) and layers_in_sequence
-        self.store = ExpertStore(lay, windows=windows)
+        frames = self.frame_layout(hook, ggml) if hook is not None else None
+        self.store = ExpertStore(lay, windows=windows, frames=frames)
         for name, info in lay.tensors.items():
             t = tensor_at(captured[name])
             old = int(t.data)
             t.data = self.store.buffers[name].addr
+            if frames is not None:  # the products index the pool: as many experts as frames, a frame apart
+                stride = frames.strides[info.kind]
+                t.ne[2] = frames.n_frames
+                t.nb[2] = stride
+                t.nb[3] = stride * frames.n_frames
             if sink is None:
                 release_range(old, info.n_bytes)
         if sink is not None:
             sink.release()  # the warm-up read (zero) pages of it
         self.cache = ExpertCache(lay, self.store, self.reader, self.budget, overlap=self.overlap,
                                  prefetch=self.prefetch)
+        if frames is not None:
+            assert hook is not None
+            table = np.frombuffer(self.cache.frame_table(), dtype=np.int32)
+            hook.frame_table = table.reshape(lay.n_layer, lay.n_expert)
         return self.cache
+
+    def frame_layout(self, hook: RouterHook, ggml: GGMLLib) -> FramePlan | None:
+        """The frame pools for this budget (:func:`~bmoe_top.runtime.expert_store.frame_plan`), or
+        None: no speculative reads (they read into the experts' places) and, in the captured
+        graph, every streamed layer's ids read only by its weights' gather and then its expert
+        products (:meth:`RouterHook.ids_read_by_experts_only`)."""
+        if self.overlap or self.prefetch:
+            return None
+        plan = frame_plan(self.layout, self.budget)
+        if plan is None:
+            return None
+        if not all(hook.ids_read_by_experts_only(il, ggml.op_name) for il in self.layout.moe_layers):
+            return None
+        return plan
 
     def close(self) -> None:
         """Stop the I/O lanes and free the buffers (after the llama context and model are gone)."""

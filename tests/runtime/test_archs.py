@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 
+from bmoe_top.parsers.gguf_layout import read_layout
 from bmoe_top.runtime.arch_models import arch_specs, make_arch_model
 from bmoe_top.runtime.engine import Engine, EngineError
 
@@ -42,6 +43,21 @@ def test_streamed_equals_resident(arch_dir, arch):
             assert _tokens(other, stream=False) != want, f"{arch}: tokens do not depend on the experts"
         for budget in BUDGETS.values():
             assert _tokens(path, **budget) == want, (arch, fused, budget)
+        # three quarters of the bank: frame pools where the graph allows them
+        # (docs/runtime.md "A budget below the bank: frames")
+        bank_mb = read_layout(path).expert_bank_bytes / 2**20
+        with Engine(path, **KW, cache_mb=0.75 * bank_mb) as e:
+            assert e.generate(PROMPT, 8).tokens == want, (arch, fused, "frames")
+
+
+@pytest.mark.parametrize(("arch", "frames"), [("qwen3moe", True), ("deepseek2", True), ("gpt-oss", False)])
+def test_frames_where_only_expert_products_read_the_ids(arch_dir, arch, frames):
+    """Frame pools need the routed ids read only by the weights' gather and the expert products;
+    gpt-oss also adds per-expert biases indexed by them, so its experts stay in place."""
+    path = make_arch_model(arch_dir / f"{arch}-frames.gguf", arch, seed=1)
+    bank_mb = read_layout(path).expert_bank_bytes / 2**20
+    with Engine(path, **KW, cache_mb=0.75 * bank_mb) as e:
+        assert (e.cache is not None and e.cache.frames is not None) == frames
 
 
 @pytest.mark.parametrize("arch", RESIDENT_ONLY)
