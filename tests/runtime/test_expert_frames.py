@@ -138,3 +138,25 @@ def test_where_frames_apply(models):
         assert e.cache.frames is None  # the early prefetch reads into the experts' own places
     with _engine(models["f32"], cache_mb=_budget_mb(models["f32"], 9), overlap=True) as e:
         assert e.cache.frames is None
+
+
+def test_sequences_decoded_together_equal_alone(models):
+    """Several sequences in one decode batch (multi-row routings through the Python callback):
+    each one's tokens are those it gets alone, resident."""
+    from bmoe_top.runtime.slots import SlotDecoder
+
+    prompts = [PROMPT, "Two at once", "A third, shorter one?"]
+    with _engine(models["f32"], stream=False) as e:
+        alone = [e.generate(p, 10).tokens for p in prompts]
+    with _engine(models["f32"], n_ctx=256 * 3, n_seq=3, cache_mb=_budget_mb(models["f32"], 9)) as e:
+        assert e.cache.frames is not None
+        dec = SlotDecoder(e)
+        out = {}
+        for q, p in enumerate(prompts):
+            dec.start(q, p, 10)
+        while dec.running:
+            for q, res, err in dec.step():
+                assert err is None
+                out[q] = res.tokens
+        _check_table(e.cache)
+    assert [out[q] for q in range(3)] == alone
