@@ -205,14 +205,13 @@ class TensorBuffer:
 
 
 class FramePlan:
-    """How a frame layout would hold a budget: ``n_frames`` experts, each kind's ``strides`` (bytes
-    from frame to frame), ``frame_bytes`` (one expert's frames summed) and ``expert_bytes`` (one
-    expert's slices summed, what the LRU counts)."""
+    """How a frame layout holds a budget: ``n_frames`` experts (the budget over ``expert_bytes``,
+    one expert's slices summed, what the LRU counts), each kind's ``strides`` (bytes from frame to
+    frame: the slice, plus a page where the kind's tensors start at several offsets modulo 4096)."""
 
     def __init__(self, n_frames: int, strides: dict[str, int], expert_bytes: int) -> None:
         self.n_frames = n_frames
         self.strides = strides
-        self.frame_bytes = sum(strides.values())
         self.expert_bytes = expert_bytes
 
 
@@ -233,13 +232,14 @@ def frame_plan(layout: ModelLayout, budget: int | None) -> FramePlan | None:
         if strides.setdefault(info.kind, info.expert_stride) != info.expert_stride or info.expert_stride % DIRECT_ALIGN:
             return None
         shifts.setdefault(info.kind, set()).add(info.file_offset % DIRECT_ALIGN)
-    # one shift for a kind: the frames need no room for it; several: a page of room each
+    # one shift for a kind: the frames need no room for it; several: a page of room each (layout
+    # overhead outside the budget, as the in-place layout's pages shared by two slices are)
     padded = {k: st + (DIRECT_ALIGN if len(shifts[k]) > 1 else 0) for k, st in strides.items()}
-    per_frame = sum(padded.values())
-    n_frames = min(int(budget // per_frame), layout.n_expert * len(layout.moe_layers))
+    expert_bytes = sum(strides.values())
+    n_frames = min(int(budget // expert_bytes), layout.n_expert * len(layout.moe_layers))
     if n_frames < layout.n_expert:
         return None
-    return FramePlan(n_frames, padded, sum(strides.values()))
+    return FramePlan(n_frames, padded, expert_bytes)
 
 
 class ExpertStore:

@@ -45,7 +45,7 @@ def _budget_mb(path, frames: int) -> float:
     lay = read_layout(path)
     plan = frame_plan(lay, lay.expert_bank_bytes - 1)
     assert plan is not None
-    return (frames * plan.frame_bytes + 1) / MIB
+    return (frames * plan.expert_bytes + 1) / MIB
 
 
 def _check_table(cache) -> None:
@@ -130,7 +130,8 @@ def test_where_frames_apply(models):
     assert frame_plan(f32, None) is None  # no budget: every expert fits in place
     assert frame_plan(f32, 0) is None  # no cache
     assert frame_plan(f32, bank) is None  # the bank fits
-    assert frame_plan(f32, 7 * plan.frame_bytes) is None  # fewer frames than a layer's experts
+    assert frame_plan(f32, 7 * plan.expert_bytes) is None  # fewer frames than a layer's experts
+    assert frame_plan(f32, 8 * plan.expert_bytes).n_frames == 8  # the budget over the slices
     # q8_0 slices of the tiny preset are 34,816 bytes: not a multiple of 4096
     assert q8.tensors and all(i.expert_stride % 4096 for i in q8.tensors.values())
     assert frame_plan(q8, q8.expert_bank_bytes // 2) is None
