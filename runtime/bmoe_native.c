@@ -950,6 +950,16 @@ static int cmp_job_len(const void *a, const void *b) {
     return x < y ? 1 : (x > y ? -1 : 0);
 }
 
+/* Python looks this layer up again, reads and raises: take back what this layer's routing logged
+ * and counted (the evictions stand; frames taken by its misses stay theirs); the LRU order is
+ * synced again before the next decode */
+static void untake_layer(struct bmoe_hook *h, int log0, int64_t k, int nm, int il) {
+    int nlog = h->n_touch - log0 - (int) (2 * k);
+    memmove(h->touch + log0, h->touch + log0 + 2 * k, (size_t) nlog * sizeof *h->touch);
+    h->n_touch = log0 + nlog;
+    h->layer_hits[il] -= (uint64_t) (k - nm);
+}
+
 static bool serve_layer(struct bmoe_hook *h, void *t, int il) {
     struct bmoe_cache *c = h->cache;
     int64_t t0 = now_ns();
@@ -1019,7 +1029,10 @@ static bool serve_layer(struct bmoe_hook *h, void *t, int il) {
         for (int i = 0; i < nm; ++i) { /* in routing order, as the Python path takes them */
             int32_t id = il * ne + miss[i];
             if (h->frame_of[id] < 0) {
-                if (*h->n_free <= 0) return false; /* cannot happen: Python raises the message */
+                if (*h->n_free <= 0) { /* the LRU holds more than the frames: Python raises it */
+                    untake_layer(h, log0, k, nm, il);
+                    return false;
+                }
                 h->frame_of[id] = h->free_frames[--*h->n_free];
             }
         }
@@ -1067,13 +1080,7 @@ static bool serve_layer(struct bmoe_hook *h, void *t, int il) {
     c->io_ns += t2 - t1;
     c->reads += nj;
     if (rc) {
-        /* Python looks this layer up again, reads and raises: take back what this layer's routing
-         * logged and counted (the evictions stand); the LRU order is synced again before the next
-         * decode */
-        int nlog = h->n_touch - log0 - (int) (2 * k);
-        memmove(h->touch + log0, h->touch + log0 + 2 * k, (size_t) nlog * sizeof *h->touch);
-        h->n_touch = log0 + nlog;
-        h->layer_hits[il] -= (uint64_t) (k - nm);
+        untake_layer(h, log0, k, nm, il);
         return false;
     }
     c->read_bytes += need;
