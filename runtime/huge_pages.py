@@ -27,11 +27,9 @@ from typing import Any
 
 from bmoe_top.parsers.procfs import parse_cgroup, parse_int, parse_kb, parse_limit, parse_maps
 
-from .expert_store import _LIBC
+from .expert_store import _LIBC, HUGE
 from .llama_lib import L
 
-#: the transparent huge page size on x86-64 and arm64 with 4 KiB base pages
-HUGE = 2 << 20
 #: madvise(2): collapse the range into huge pages now (Linux 6.1)
 MADV_COLLAPSE = 25
 #: a model file smaller than this (four huge pages) keeps llama.cpp's mmap unless asked otherwise

@@ -40,14 +40,9 @@ EXPS_MARK = b"_exps.weight"
 def read_ids(t: GGMLTensor) -> np.ndarray:
     """Selected expert ids of a materialized ``ffn_moe_topk`` node: int32 (n_tokens, k), copied."""
     k, n = int(t.ne[0]), int(t.ne[1])
-    nb0, nb1 = int(t.nb[0]), int(t.nb[1])
-    if n == 1 and nb0 == 4:  # decode fast path: one contiguous row
+    if n == 1 and int(t.nb[0]) == 4:  # decode fast path: one contiguous row
         return np.array((ctypes.c_int32 * k).from_address(int(t.data))[:], dtype=np.int32).reshape(1, k)
-    span = (n - 1) * nb1 + k * nb0
-    buf = (ctypes.c_char * span).from_address(int(t.data))
-    base = np.frombuffer(memoryview(buf), dtype=np.int32)
-    arr = np.lib.stride_tricks.as_strided(base, shape=(n, k), strides=(nb1, nb0))
-    return np.array(arr, dtype=np.int32, copy=True)
+    return np.array(ids_view(t), dtype=np.int32, copy=True)
 
 
 def ids_view(t: GGMLTensor) -> np.ndarray:
