@@ -38,7 +38,7 @@ from . import demo_model
 from .expert_cache import ExpertCache, TokenCounters
 from .expert_io import ExpertIOError, ExpertReader
 from .expert_sink import ExpertSink, SinkError
-from .huge_pages import HugePageLoad, worth_huge_pages
+from .huge_pages import HugePageLoad, free_pages_reported, worth_huge_pages
 from .llama_handles import GreedySampler, LlamaContext, LlamaModel, SeqBatch, TokenBatch, route_llama_log
 from .llama_lib import L
 from .results import MIB, CacheStats, GenerationResult, TextSoFar, TokenStats
@@ -168,9 +168,12 @@ class Engine:
     llama.cpp's auto; True/False force it), ``native_hook`` (None = use the compiled
     eval-callback shim when it builds, False = pure-Python callback; same results), ``repack``
     (let llama.cpp repack weights; streaming then refuses: for tests of the refusal),
-    ``huge_pages`` (resident only: llama.cpp reads the weights into memory that is then collapsed
+    ``huge_pages`` (resident: llama.cpp reads the weights into memory that is then collapsed
     into 2 MiB pages, :mod:`bmoe_top.runtime.huge_pages`; None = for a file of 8 MiB or more that
-    fits in half the memory available to the process, False = llama.cpp's mmap of the file),
+    fits in half the memory available to the process, False = llama.cpp's mmap of the file;
+    streaming in frames: the frame pools in 2 MiB pages, None = unless the machine's memory
+    balloon reports free pages to its host, :func:`~bmoe_top.runtime.huge_pages.free_pages_reported`,
+    False = 4 KiB pages),
     ``fill`` (with a cache that holds every expert, read the experts no prompt routed right after
     the first prefill, so the decode runs with the whole bank resident and no routing lookups;
     docs/runtime.md "Every expert fits: the fill"; False = read each expert when first routed),
@@ -267,6 +270,7 @@ class Engine:
         self._cancel: threading.Event | None = None
         self._abort_flag = False
         self._abort_installed = False
+        self._huge_pages = huge_pages
         try:
             self._load_model(repack, huge_pages)
             self._create_context(n_ctx, n_batch, flash_attn)
@@ -362,7 +366,9 @@ class Engine:
 
     def _setup_streaming(self, o_direct: bool) -> None:
         assert self.ctx is not None and self.model is not None
-        self.streaming = Streaming(self.layout, self.budget, self.io_threads, o_direct, self.overlap, self.prefetch)
+        huge = self._huge_pages if self._huge_pages is not None else not free_pages_reported()
+        self.streaming = Streaming(self.layout, self.budget, self.io_threads, o_direct, self.overlap, self.prefetch,
+                                   huge=huge)
         bos = max(0, self.model.bos())
         capture_graph(self.hook, lambda: self.ctx.decode(self._one.set([bos])), self.layout)  # type: ignore[union-attr]
         self.ctx.clear_kv()

@@ -16,7 +16,8 @@ Two layouts (:class:`ExpertStore`):
   comes after, so the window is free again. Nothing is released per token: after the first
   tokens the window's pages stay committed and reads land on them (one layer's experts of RAM).
 * **frames** (a budget below the bank, :func:`frame_plan`): the tensors of one kind share one pool
-  of ``n_frames`` frames across every layer, in 2 MiB pages (``MADV_HUGEPAGE``). Expert ``e`` of
+  of ``n_frames`` frames across every layer, in 2 MiB pages (``MADV_HUGEPAGE``) unless the
+  store is asked for 4 KiB pages (``huge=False``: ``MADV_NOHUGEPAGE``). Expert ``e`` of
   layer ``il`` lives in whichever frame the cache gave it; the routed ids are rewritten to frame
   numbers before the layer multiplies (docs/runtime.md "A budget below the bank: frames"). A
   tensor's ``addr`` is its pool's base plus its file offset mod 4096, and frame ``s`` is
@@ -117,11 +118,12 @@ def dontneed(ranges: list[tuple[int, int]]) -> None:
 
 
 class _Mapping:
-    """One private anonymous mapping and the ctypes anchor that gives its address. ``huge``: the
-    usable part starts on a 2 MiB boundary (``base``; ``size`` bytes from there) and is advised
-    ``MADV_HUGEPAGE``."""
+    """One private anonymous mapping and the ctypes anchor that gives its address. ``huge`` True:
+    the usable part starts on a 2 MiB boundary (``base``; ``size`` bytes from there) and is advised
+    ``MADV_HUGEPAGE``; False: advised ``MADV_NOHUGEPAGE`` (4 KiB pages even where the kernel makes
+    huge pages unasked); None: the kernel's default."""
 
-    def __init__(self, size: int, huge: bool = False) -> None:
+    def __init__(self, size: int, huge: bool | None = None) -> None:
         size = round_up(max(1, size), PAGE)
         self.mm = mmap.mmap(-1, size + (HUGE if huge else 0), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
         self._anchor = ctypes.c_char.from_buffer(self.mm)
@@ -129,9 +131,10 @@ class _Mapping:
         self.base = round_up(start, HUGE) if huge else start
         self.offset = self.base - start  # of ``base`` inside ``mm``
         self.size = size
-        if huge and hasattr(mmap, "MADV_HUGEPAGE"):
+        if huge is not None and hasattr(mmap, "MADV_HUGEPAGE"):
             try:
-                self.mm.madvise(mmap.MADV_HUGEPAGE, self.offset, round_up(size, PAGE))
+                self.mm.madvise(mmap.MADV_HUGEPAGE if huge else mmap.MADV_NOHUGEPAGE, self.offset,
+                                round_up(size, PAGE))
             except OSError:
                 pass  # transparent huge pages off: 4 KiB pages, the same bytes
 
@@ -245,17 +248,20 @@ def frame_plan(layout: ModelLayout, budget: int | None) -> FramePlan | None:
 class ExpertStore:
     """A :class:`TensorBuffer` for every expert tensor of ``layout`` (``buffers[name]``,
     ``layer_bufs[il]``), laid out in place, as shared windows or in frame pools (``frames``, a
-    :class:`FramePlan`; see module doc)."""
+    :class:`FramePlan`; see module doc). ``huge``: the frame pools in 2 MiB pages (else 4 KiB
+    pages); :attr:`huge` says whether pools in 2 MiB pages were made."""
 
-    def __init__(self, layout: ModelLayout, windows: bool = False, frames: FramePlan | None = None) -> None:
+    def __init__(self, layout: ModelLayout, windows: bool = False, frames: FramePlan | None = None,
+                 huge: bool = True) -> None:
         self.windows = bool(windows)
         self.frames = frames
+        self.huge = bool(frames is not None and huge)
         self._maps: list[_Mapping] = []
         self.buffers: dict[str, TensorBuffer] = {}
         if frames is not None:
             pools: dict[str, _Mapping] = {}
             for kind, stride in frames.strides.items():
-                pools[kind] = _Mapping(frames.n_frames * stride + DIRECT_ALIGN, huge=True)
+                pools[kind] = _Mapping(frames.n_frames * stride + DIRECT_ALIGN, huge=self.huge)
                 self._maps.append(pools[kind])
             for info in layout.tensors.values():
                 self.buffers[info.name] = TensorBuffer(info, pools[info.kind], shared=True,

@@ -132,12 +132,14 @@ class Streaming:
     """The streaming state of one engine: ``store`` (buffers), ``reader`` (I/O lanes) and
     ``cache`` (the LRU), set up by :meth:`attach` after the graph was captured.
 
-    ``budget``: bytes (None = every expert fits, 0 = no cache). Raises :class:`EngineError`.
+    ``budget``: bytes (None = every expert fits, 0 = no cache); ``huge``: frame pools in 2 MiB
+    pages (else 4 KiB pages). Raises :class:`EngineError`.
     """
 
     def __init__(self, layout: ModelLayout, budget: int | None, io_threads: int, o_direct: bool,
-                 overlap: bool, prefetch: int) -> None:
+                 overlap: bool, prefetch: int, huge: bool = True) -> None:
         self.layout = layout
+        self.huge = huge
         self.budget = budget
         self.io_threads = io_threads
         self.want_direct = o_direct
@@ -173,7 +175,7 @@ class Streaming:
             raise EngineError(f"cannot open {lay.path} for expert reads: {e.strerror or e}") from None
         windows = self.budget == 0 and not (self.overlap or self.prefetch) and layers_in_sequence
         frames = self.frame_layout(hook, ggml) if hook is not None else None
-        self.store = ExpertStore(lay, windows=windows, frames=frames)
+        self.store = ExpertStore(lay, windows=windows, frames=frames, huge=self.huge)
         for name, info in lay.tensors.items():
             t = tensor_at(captured[name])
             old = int(t.data)
