@@ -19,7 +19,12 @@ Q4_K, three sizes up to a 2.5 GiB expert bank), every row runs as child processe
   image's own page cache does not serve it): a thrashing mmap reads a readahead window per page
   fault, so its figures hold for one disk setting only;
 * every streamed and mmap run starts cold: the model's pages are dropped from the page cache
-  first (``posix_fadvise(DONTNEED)``; the share still cached is printed); resident runs start warm;
+  first (``posix_fadvise(DONTNEED)``; the share still cached is printed); resident runs start warm
+  from one read of the whole file in order after such a drop, every runtime alike (the page cache
+  then holds it in large folios, which a runtime that maps the file maps 2 MiB at a time; on
+  2026-12-06, with 1.75 GiB of the large preset's 2.6 mapped so (``FilePmdMapped``) after earlier
+  runs, bmoe-run / bmoe-cli resident was 1.14 over 6 rounds, and 1.009 over 10 after a read in
+  order (2.5 GiB mapped so);
 * per run: tok/s as each runtime defines its decode rate (bmoe-run: ``llama_decode`` calls alone,
   and the per-token wall beside it, which adds sampling and printing; bmoe-cli: its
   ``generation:`` figure, the ``llama_decode`` calls alone; mmap: the server's decode timing), peak
@@ -251,6 +256,7 @@ def bench_model(path: Path, args: argparse.Namespace, cli: str | None, server: P
                 for rt in order:
                     src = loop if rt == "mmap128" and loop is not None else path
                     if row == "resident":
+                        drop_cache(src)
                         warm_cache(src)
                     else:
                         cached.append(drop_cache(src))
@@ -284,7 +290,7 @@ def bench_model(path: Path, args: argparse.Namespace, cli: str | None, server: P
     result["cached_after_drop_max"] = max(cached) if cached else None
     if cached:
         print(f"  page cache after each drop: at most {100 * max(cached):.1f} % of the file still cached")
-    result["rows"] = report(path.stem, rows, runtimes, cells, args)
+    result["rows"], result["load_s"], result["same_text"] = report(path.stem, rows, runtimes, cells, args)
     return result
 
 
@@ -294,7 +300,9 @@ def med(xs: list[float]) -> float:
 
 
 def report(name: str, rows: list[str], runtimes: list[str], cells: dict[tuple[str, str], Cell],
-           args: argparse.Namespace) -> dict:
+           args: argparse.Namespace) -> tuple[dict, dict, dict]:
+    """Print the tables; return the rows (per row and runtime, :func:`summarize`), the median model
+    load seconds per runtime, and whether each runtime's text equals bmoe-run's resident text."""
     cols = {"run": "bmoe-run", "cli": "bmoe-cli", "mmap": "mmap", "mmap128": "mmap 128K"}
     others = runtimes[1:]
     print(f"\n{name}: {args.tokens} greedy tokens (mmap {args.mmap_tokens}), -t {args.threads}, {args.rounds} rounds "
@@ -332,9 +340,7 @@ def report(name: str, rows: list[str], runtimes: list[str], cells: dict[tuple[st
     print("same text as bmoe-run resident in every run (mmap: its first tokens; the server is built without "
           "-march=native, so its sums may round otherwise): "
           + ", ".join(f"{cols[k]} {v}" for k, v in same.items()))
-    out["load_s"] = loads
-    out["same_text"] = same
-    return out
+    return out, loads, same
 
 
 def summarize(c: Cell) -> dict:
