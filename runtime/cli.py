@@ -102,9 +102,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--huge-pages", choices=["auto", "on", "off"], default="auto",
                     help="resident: read the weights into 2 MiB pages (fewer TLB misses a token) rather than map "
                     "the file; auto = for a file of 8 MiB or more that fits in half the available memory. "
-                    "Streaming in frames: the frame pools in 2 MiB pages; auto = unless this virtual "
-                    "machine's memory balloon reports free pages to the host (then 2 MiB pages are slow "
-                    "to fault in)")
+                    "Streaming in frames: the frame pools in 2 MiB pages (auto, on) or 4 KiB pages (off: "
+                    "a faster load where fresh 2 MiB pages are slow to fault in)")
     ap.add_argument("--progress", action="store_true", help="per-token BMOE lines, then === answer === / === perf ===")
     ap.add_argument("--csv", default=None, metavar="PATH", help="per-token CSV sink")
     ap.add_argument("--session", action="store_true", help="keep the model loaded; JSON requests on stdin")

@@ -38,7 +38,7 @@ from . import demo_model
 from .expert_cache import ExpertCache, TokenCounters
 from .expert_io import ExpertIOError, ExpertReader
 from .expert_sink import ExpertSink, SinkError
-from .huge_pages import HugePageLoad, free_pages_reported, worth_huge_pages
+from .huge_pages import HugePageLoad, worth_huge_pages
 from .llama_handles import GreedySampler, LlamaContext, LlamaModel, SeqBatch, TokenBatch, route_llama_log
 from .llama_lib import L
 from .results import MIB, CacheStats, GenerationResult, TextSoFar, TokenStats
@@ -171,9 +171,7 @@ class Engine:
     ``huge_pages`` (resident: llama.cpp reads the weights into memory that is then collapsed
     into 2 MiB pages, :mod:`bmoe_top.runtime.huge_pages`; None = for a file of 8 MiB or more that
     fits in half the memory available to the process, False = llama.cpp's mmap of the file;
-    streaming in frames: the frame pools in 2 MiB pages, None = unless the machine's memory
-    balloon reports free pages to its host, :func:`~bmoe_top.runtime.huge_pages.free_pages_reported`,
-    False = 4 KiB pages),
+    streaming in frames: the frame pools in 2 MiB pages, None or True; False = 4 KiB pages),
     ``fill`` (with a cache that holds every expert, read the experts no prompt routed right after
     the first prefill, so the decode runs with the whole bank resident and no routing lookups;
     docs/runtime.md "Every expert fits: the fill"; False = read each expert when first routed),
@@ -366,9 +364,8 @@ class Engine:
 
     def _setup_streaming(self, o_direct: bool) -> None:
         assert self.ctx is not None and self.model is not None
-        huge = self._huge_pages if self._huge_pages is not None else not free_pages_reported()
         self.streaming = Streaming(self.layout, self.budget, self.io_threads, o_direct, self.overlap, self.prefetch,
-                                   huge=huge)
+                                   huge=self._huge_pages is not False)
         bos = max(0, self.model.bos())
         capture_graph(self.hook, lambda: self.ctx.decode(self._one.set([bos])), self.layout)  # type: ignore[union-attr]
         self.ctx.clear_kv()

@@ -17,7 +17,9 @@ Two layouts (:class:`ExpertStore`):
   tokens the window's pages stay committed and reads land on them (one layer's experts of RAM).
 * **frames** (a budget below the bank, :func:`frame_plan`): the tensors of one kind share one pool
   of ``n_frames`` frames across every layer, in 2 MiB pages (``MADV_HUGEPAGE``) unless the
-  store is asked for 4 KiB pages (``huge=False``: ``MADV_NOHUGEPAGE``). Expert ``e`` of
+  store is asked for 4 KiB pages (``huge=False``: ``MADV_NOHUGEPAGE``), faulted in when the store
+  is made (``MADV_POPULATE_WRITE``: the first reads into a frame then cost no page fault, and the
+  zeroing of fresh pages is paid at load, not during the first tokens). Expert ``e`` of
   layer ``il`` lives in whichever frame the cache gave it; the routed ids are rewritten to frame
   numbers before the layer multiplies (docs/runtime.md "A budget below the bank: frames"). A
   tensor's ``addr`` is its pool's base plus its file offset mod 4096, and frame ``s`` is
@@ -38,6 +40,8 @@ from bmoe_top.parsers.gguf_layout import ExpertTensorInfo, ModelLayout
 from .expert_io import DIRECT_ALIGN, round_down, round_up
 
 PAGE = mmap.PAGESIZE
+#: madvise(2): fault the range in for writing now (Linux 5.14)
+MADV_POPULATE_WRITE = 23
 #: the transparent huge page size on x86-64 and arm64 with 4 KiB base pages
 HUGE = 2 << 20
 
@@ -137,6 +141,11 @@ class _Mapping:
                                 round_up(size, PAGE))
             except OSError:
                 pass  # transparent huge pages off: 4 KiB pages, the same bytes
+
+    def populate(self) -> bool:
+        """Fault every page of the usable part in now (``MADV_POPULATE_WRITE``, Linux 5.14); False
+        where the kernel refuses (the pages then fault in as they are first written)."""
+        return _LIBC.madvise(self.base, round_up(self.size, PAGE), MADV_POPULATE_WRITE) == 0
 
     def close(self) -> None:
         try:
@@ -249,13 +258,15 @@ class ExpertStore:
     """A :class:`TensorBuffer` for every expert tensor of ``layout`` (``buffers[name]``,
     ``layer_bufs[il]``), laid out in place, as shared windows or in frame pools (``frames``, a
     :class:`FramePlan`; see module doc). ``huge``: the frame pools in 2 MiB pages (else 4 KiB
-    pages); :attr:`huge` says whether pools in 2 MiB pages were made."""
+    pages); :attr:`huge` says whether pools in 2 MiB pages were made, :attr:`populated` whether
+    every pool was faulted in when it was made (:meth:`_Mapping.populate`)."""
 
     def __init__(self, layout: ModelLayout, windows: bool = False, frames: FramePlan | None = None,
                  huge: bool = True) -> None:
         self.windows = bool(windows)
         self.frames = frames
         self.huge = bool(frames is not None and huge)
+        self.populated = frames is not None
         self._maps: list[_Mapping] = []
         self.buffers: dict[str, TensorBuffer] = {}
         if frames is not None:
@@ -263,6 +274,7 @@ class ExpertStore:
             for kind, stride in frames.strides.items():
                 pools[kind] = _Mapping(frames.n_frames * stride + DIRECT_ALIGN, huge=self.huge)
                 self._maps.append(pools[kind])
+                self.populated = pools[kind].populate() and self.populated
             for info in layout.tensors.values():
                 self.buffers[info.name] = TensorBuffer(info, pools[info.kind], shared=True,
                                                        frame_stride=frames.strides[info.kind], n_frames=frames.n_frames)

@@ -65,38 +65,6 @@ def worth_huge_pages(nbytes: int, cgroup_root: str = "/sys/fs/cgroup") -> bool:
     return bool(rooms) and 2 * nbytes <= min(rooms)
 
 
-#: virtio's device id of the memory balloon, and its feature bit "free page reporting"
-VIRTIO_ID_BALLOON = 5
-VIRTIO_BALLOON_F_REPORTING = 5
-
-
-def free_pages_reported(sys_root: str = "/sys") -> bool:
-    """This machine is a virtual machine whose memory balloon reports free memory to the host
-    (a virtio device of id :data:`VIRTIO_ID_BALLOON` bound to a driver, with feature bit
-    :data:`VIRTIO_BALLOON_F_REPORTING` set in ``/sys/bus/virtio/devices/*/features``). The
-    guest reports free blocks of 2 MiB and more, the host takes them back, and a fresh 2 MiB page
-    then costs 2-6 ms to fault in against about 1 ms for the same bytes in 4 KiB pages
-    (docs/runtime.md "A budget below the bank: frames"). False where nothing can be read."""
-    root = os.path.join(sys_root, "bus", "virtio", "devices")
-    try:
-        names = sorted(os.listdir(root))
-    except OSError:
-        return False
-    for name in names:
-        d = os.path.join(root, name)
-        try:
-            with open(os.path.join(d, "device")) as f:
-                device = int(f.read().strip(), 16)
-            with open(os.path.join(d, "features")) as f:
-                features = f.read().strip()
-        except (OSError, ValueError):
-            continue
-        bound = os.path.exists(os.path.join(d, "driver"))
-        if device == VIRTIO_ID_BALLOON and bound and features[VIRTIO_BALLOON_F_REPORTING:][:1] == "1":
-            return True
-    return False
-
-
 def anon_mappings() -> list[tuple[int, int]]:
     """(start, end) addresses of this process's private, writable, anonymous mappings
     (``/proc/self/maps``), in address order; empty where there is no ``/proc``."""

@@ -64,29 +64,35 @@ def _check_table(cache) -> None:
     assert len(free) == len(set(free)) and set(free) | set(used) == set(range(n)) and not set(free) & set(used)
 
 
-def _vm_flags(addr: int) -> list[str]:
-    """The ``VmFlags`` of the mapping of this process that holds ``addr`` (``/proc/self/smaps``)."""
-    inside = False
+def _mapping(addr: int) -> tuple[int, list[str]]:
+    """The resident bytes (``Rss``) and ``VmFlags`` of the mapping of this process that holds
+    ``addr`` (``/proc/self/smaps``)."""
+    inside, rss = False, 0
     with open("/proc/self/smaps") as f:
         for line in f:
             head = line.split(maxsplit=1)[0]
             if "-" in head and not head.endswith(":"):
                 lo, hi = (int(x, 16) for x in head.split("-"))
                 inside = lo <= addr < hi
+            elif inside and head == "Rss:":
+                rss = int(line.split()[1]) * 1024
             elif inside and head == "VmFlags:":
-                return line.split()[1:]
+                return rss, line.split()[1:]
     raise AssertionError(f"no mapping holds {addr:#x}")
 
 
 @pytest.mark.parametrize("huge", [True, False], ids=["2M", "4K"])
-def test_frame_pools_in_either_page_size_equal_resident(models, reference, huge):
+def test_frame_pools_in_either_page_size_are_faulted_in_at_load_and_equal_resident(models, reference, huge):
     """``huge_pages`` True advises the pools ``MADV_HUGEPAGE`` (``hg``), False ``MADV_NOHUGEPAGE``
-    (``nh``); the tokens are the resident run's either way."""
+    (``nh``); either way every pool is in RAM before the first token (``MADV_POPULATE_WRITE``),
+    and the tokens are the resident run's."""
     with _engine(models["f32"], cache_mb=_budget_mb(models["f32"], 9), huge_pages=huge) as e:
         store = e.streaming.store
-        assert e.cache.frames is not None and store.huge is huge
-        flags = _vm_flags(next(iter(store.buffers.values())).addr)
-        assert ("hg" in flags, "nh" in flags) == (huge, not huge)
+        assert e.cache.frames is not None and store.huge is huge and store.populated
+        for m in store._maps:
+            rss, flags = _mapping(m.base)
+            assert ("hg" in flags, "nh" in flags) == (huge, not huge)
+            assert rss >= m.size
         assert [e.generate(p, n, clear_kv=c).tokens for p, n, c in TURNS] == reference
 
 

@@ -98,37 +98,3 @@ def test_without_a_readable_cgroup_the_room_is_what_the_machine_has_available(tm
     assert not worth_huge_pages(avail_kb * 1024, str(tmp_path))
     assert os.path.isdir(tmp_path)
 
-
-def _virtio(root: Path, name: str, device: int, features: str, bound: bool = True) -> None:
-    d = root / "bus" / "virtio" / "devices" / name
-    d.mkdir(parents=True)
-    (d / "device").write_text(f"0x{device:04x}\n")
-    (d / "features").write_text(features + "\n")
-    if bound:
-        (d / "driver").mkdir()
-
-
-def test_free_page_reporting_is_read_from_the_balloon_s_feature_bits(tmp_path):
-    """A bound virtio balloon (device 5) with feature bit 5 reports free pages to its host; another
-    device with that bit, an unbound balloon, a balloon without it, a damaged file or no virtio bus
-    do not."""
-    from bmoe_top.runtime.huge_pages import free_pages_reported
-
-    bits = "0110010" + "1" + "0" * 56  # bits 1, 2, 5 and 7, as a firecracker balloon sets them
-    assert free_pages_reported(str(tmp_path / "none")) is False
-    cases = {
-        "reporting": ([("virtio1", 2, bits), ("virtio0", 5, bits)], True),
-        "no-bit": ([("virtio0", 5, "0110000" + "0" * 57)], False),
-        "not-a-balloon": ([("virtio0", 1, bits)], False),
-        "damaged": ([("virtio0", 5, ""), ("virtio1", 0, bits)], False),
-    }
-    for name, (devices, want) in cases.items():
-        root = tmp_path / name
-        for dev, device, features in devices:
-            _virtio(root, dev, device, features)
-        assert free_pages_reported(str(root)) is want, name
-    _virtio(tmp_path / "unbound", "virtio0", 5, bits, bound=False)
-    assert free_pages_reported(str(tmp_path / "unbound")) is False
-    (tmp_path / "garbage" / "bus" / "virtio" / "devices" / "virtio0").mkdir(parents=True)
-    (tmp_path / "garbage" / "bus" / "virtio" / "devices" / "virtio0" / "device").write_text("balloon\n")
-    assert free_pages_reported(str(tmp_path / "garbage")) is False
