@@ -268,13 +268,12 @@ class Engine:
         self._cancel: threading.Event | None = None
         self._abort_flag = False
         self._abort_installed = False
-        self._huge_pages = huge_pages
         try:
             self._load_model(repack, huge_pages)
             self._create_context(n_ctx, n_batch, flash_attn)
             self._install_abort()
             if self.stream:
-                self._setup_streaming(o_direct)
+                self._setup_streaming(o_direct, huge_pools=huge_pages is not False)
             self._start_routing()
         except Exception:
             self.close()
@@ -362,10 +361,10 @@ class Engine:
         )
         self.hook.on_error = lambda _e: self._request_abort()
 
-    def _setup_streaming(self, o_direct: bool) -> None:
+    def _setup_streaming(self, o_direct: bool, huge_pools: bool) -> None:
         assert self.ctx is not None and self.model is not None
         self.streaming = Streaming(self.layout, self.budget, self.io_threads, o_direct, self.overlap, self.prefetch,
-                                   huge=self._huge_pages is not False)
+                                   huge=huge_pools)
         bos = max(0, self.model.bos())
         capture_graph(self.hook, lambda: self.ctx.decode(self._one.set([bos])), self.layout)  # type: ignore[union-attr]
         self.ctx.clear_kv()

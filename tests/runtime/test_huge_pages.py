@@ -97,4 +97,3 @@ def test_without_a_readable_cgroup_the_room_is_what_the_machine_has_available(tm
     assert worth_huge_pages(MIN_FILE_BYTES, str(tmp_path))  # no memory.max there: MemAvailable alone
     assert not worth_huge_pages(avail_kb * 1024, str(tmp_path))
     assert os.path.isdir(tmp_path)
-
