@@ -280,7 +280,11 @@ async def test_once_json_agrees_with_the_screen(fleet):
                 cell = row.cells[key]
                 assert Cell(c["value"], CellState(c["state"]), c["age_s"]) == cell, (r["instance"], key)
             assert r["flags"] == list(row.flags) and r["state"] == row.state.value
-            assert drawn(screen, r["job"], r["instance"]) == {k: v.strip() for k, (v, _s) in row_values(row).items()}
+            want = {k: v.strip() for k, (v, _s) in row_values(row).items()}
+            # the columns widen to the rows when they are first drawn: until that paint, cells are
+            # shortened to the headers' widths
+            await pilot_until(pilot, lambda r=r, want=want: drawn(screen, r["job"], r["instance"]) == want,
+                              f"the row of {r['instance']} drawn whole")
 
 
 async def test_stopped_instance_shows_down_within_two_scrape_intervals(fleet):
