@@ -24,9 +24,11 @@ from typing import Any, ClassVar
 import platformdirs
 from rich.segment import Segment
 from rich.style import Style
+from textual import constants
 from textual.app import App, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.color import Color
+from textual.driver import Driver
 from textual.filter import ANSIToTruecolor, LineFilter, Monochrome, NoColor
 from textual.screen import Screen
 from textual.scrollbar import ScrollBar, ScrollBarRender
@@ -34,6 +36,7 @@ from textual.scrollbar import ScrollBar, ScrollBarRender
 from bmoe_top.outfile import OutputFileError, write_atomic
 from bmoe_top.parsers.sanitize import sanitize
 from bmoe_top.tui.settings import Problem, Settings, SettingsStore
+from bmoe_top.tui.terminal import HangupDriver
 from bmoe_top.tui.widgets.base import ascii_cells
 from bmoe_top.tui.widgets.lines import MemoTruecolor
 from bmoe_top.tui.widgets.palette import Look
@@ -303,6 +306,13 @@ class BmoeTopApp(App[int]):
             self.screenshots.append(target)
             self.notify(sanitize(str(target)), title="screenshot saved", timeout=6, markup=False)
             return
+
+    def get_driver_class(self) -> type[Driver]:
+        """Textual's driver for this platform, except on Linux and macOS (and when ``TEXTUAL_DRIVER``
+        names none): :class:`~bmoe_top.tui.terminal.HangupDriver`, which ends the app with SIGHUP
+        when the terminal goes away, as a session leader is ended."""
+        driver = super().get_driver_class()
+        return HangupDriver if constants.DRIVER is None and issubclass(HangupDriver, driver) else driver
 
     def run(self, *args: Any, **kwargs: Any) -> Any:
         """:meth:`textual.app.App.run`, then the path of every screenshot saved, one line each on

@@ -185,3 +185,43 @@ def test_a_killed_bmoe_top_takes_its_loading_child_with_it(sig):
         t.close()
         if child is not None and alive(child):
             os.kill(child, signal.SIGKILL)
+
+
+#: A session leader as `make run` is one: it catches the hangup's SIGHUP and waits for its child, so
+#: the kernel's signal never ends the app for it; the app's terminal is simply gone.
+_WAITING_PARENT = ("import signal, subprocess, sys; signal.signal(signal.SIGHUP, lambda *a: None); "
+                   "sys.exit(subprocess.call(sys.argv[1:]))")
+
+
+@pytest.mark.parametrize("streaming", [True, False], ids=["streaming", "idle"])
+def test_a_terminal_that_goes_away_ends_bmoe_top_and_its_runtime(tiny, streaming):
+    # `make run` in tmux, a turn streaming, `tmux kill-session`: bmoe-top stayed with its stdin and
+    # stdout on the deleted pty, its loop blocked on Textual's output queue (the output thread had
+    # died on EIO), its runtime child alive, its CPU climbing, deaf to SIGTERM. Idle, nothing is
+    # written: only the hangup seen on the input ends it.
+    from helpers.waits import alive, until
+
+    t = Tmux("bmoe-h")
+    t.start(f"exec {shlex.quote(sys.executable)} -c {shlex.quote(_WAITING_PARENT)} {shlex.quote(str(BMOE_TOP))} "
+            f"launch -n 2000 -- {shlex.quote(str(BMOE_RUN))} -m {shlex.quote(str(tiny))} --session "
+            "--route-telemetry -c 4096")
+    top = None
+    try:
+        t.wait_screen("· ready", 60)
+        parent = int(t.fmt("#{pane_pid}"))
+        top = int(Path(f"/proc/{parent}/task/{parent}/children").read_text().split()[0])
+        runtime = runtime_pids(tiny)
+        assert runtime, "the runtime child is not running"
+        if streaming:
+            t("send-keys", "-t", "main", "-l", "Once upon a time")
+            t("send-keys", "-t", "main", "Enter")
+            t.wait_screen("· generating", 60)
+        t("kill-session", "-t", "main")
+        assert until(lambda: not alive(top), 60), "bmoe-top outlived its terminal"
+        assert until(lambda: not runtime_pids(tiny), 30), "the runtime outlived bmoe-top's terminal"
+        assert not alive(parent) or until(lambda: not alive(parent), 30)
+    finally:
+        t.close()
+        for pid in [top, *runtime_pids(tiny)]:
+            if pid is not None and alive(pid):
+                os.kill(pid, signal.SIGKILL)
