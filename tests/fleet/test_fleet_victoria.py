@@ -167,8 +167,14 @@ async def test_screen_tells_the_sides_apart_and_drills_into_west(fleet):
     async with app.run_test(size=(160, 48)) as pilot:
         await pilot_until(pilot, lambda: len(screen.shown) == 3, "three rows")
         view = screen.query_one(FleetTableView)
-        jobs = sorted(view.get_row("\x00".join(r.key))[1].plain.split("\n")[0].strip() for r in screen.shown)
-        assert jobs == ["bmoe prometheus=east", "bmoe prometheus=east", "bmoe prometheus=west"]
+
+        def jobs() -> list[str]:
+            return sorted(view.get_row("\x00".join(r.key))[1].plain.split("\n")[0].strip() for r in screen.shown)
+
+        # the columns widen to the rows when they are first drawn: until that paint, cells are
+        # shortened to the headers' widths ("b…t")
+        want = ["bmoe prometheus=east", "bmoe prometheus=east", "bmoe prometheus=west"]
+        await pilot_until(pilot, lambda: jobs() == want, f"the job cells drawn whole: {want}")
         view.move_cursor(row=view.keys.index(("bmoe", NAME, "west")))
         await pilot.press("enter")
         drill = await pilot_until(pilot, lambda: isinstance(app.screen, FleetDrillScreen) and app.screen.model.tokens.n
