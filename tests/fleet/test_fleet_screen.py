@@ -18,6 +18,7 @@ import time
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import orjson
@@ -70,6 +71,15 @@ def drawn(screen: FleetScreen, job: str, instance: str) -> dict[str, str]:
     view = screen.query_one(FleetTableView)
     cells = view.get_row(row_key(job, instance))
     return {c.key: value_of(cell) for c, cell in zip(VIEW_COLUMNS, cells)}
+
+
+def drawn_whole(screen: FleetScreen, job: str, instance: str) -> tuple[Any, dict[str, str]] | None:
+    """(the table's row of ``instance``, :func:`drawn`) once what is drawn is that row; None before
+    (the columns widen to a row at its first paint: until then its cells are cut to the headers)."""
+    row = screen.state.table.row(instance) if screen.state.table is not None else None
+    cells = drawn(screen, job, instance)
+    return (row, cells) if row is not None and cells == {k: v.strip() for k, (v, _s) in row_values(row).items()} \
+        else None
 
 
 def shown_keys(screen: FleetScreen) -> list[tuple[str, str]]:
@@ -128,9 +138,7 @@ async def test_every_instance_shows_with_live_numbers(fleet):
             assert {r.instance for r in table.rows} == {fleet.target(n) for n in "abc"}
             assert all(r.state is InstanceState.UP for r in table.rows)
             assert screen.view_state() == "live" and "● live" in screen.title_text().plain
-            row = table.row(a)
-            cells = drawn(screen, "bmoe", a)
-            assert cells == {k: v.strip() for k, (v, _s) in row_values(row).items()}  # what is drawn is the row
+            row, cells = await pilot_until(pilot, lambda: drawn_whole(screen, "bmoe", a), "a's row drawn whole")
             assert float(cells["tok_s"]) > 0 and cells["requests"].startswith("1/")
             # resident / budget of a cache that holds experts now; the instance without a cache
             assert row.cells["resident_mib"].value > 0 and cells["resident"].endswith(
@@ -246,7 +254,8 @@ async def test_error_states_are_shown_as_such(fleet, tmp_path):
     try:
         async with BmoeTopApp(screen).run_test(size=SIZE) as pilot:
             await pilot_until(pilot, lambda: len(screen.shown) == 1, "one row")
-            before = drawn(screen, "bmoe", fleet.target("b"))
+            _row, before = await pilot_until(pilot, lambda: drawn_whole(screen, "bmoe", fleet.target("b")),
+                                             "b's row drawn whole")
             own.stop()
             await pilot_until(pilot, lambda: screen.state.error is not None, "the failed refresh")
             await pilot.pause()
