@@ -12,9 +12,11 @@ exception inside the app ends it with exit status 1.
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import gc
 import os
+import signal
 import sys
 import time
 from collections.abc import Iterable, Sequence
@@ -199,7 +201,14 @@ class BmoeTopApp(App[int]):
     #: with ``--no-config``); None: each app keeps the defaults in memory.
     settings_store: ClassVar[SettingsStore | None] = None
 
+    #: The signals that end the app as its quit key does (:attr:`own_process` only): the terminal
+    #: restored, a live screen's runtime child closed, then the status 128 + the signal's number
+    #: (docs/user-guide.md "Exit status").
+    EXIT_SIGNALS: ClassVar[tuple[signal.Signals, ...]] = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+
     def __init__(self, main: Screen[None], look: Look | None = None) -> None:
+        #: The signal that ended the app (None: it ended otherwise).
+        self.exit_signal: int | None = None
         self._memo_filters: dict[int, MemoTruecolor] = {}  # id of Textual's filter -> its wrapper
         self._no_color_filter = NoColorFilter()  # instead of Textual's Monochrome under NO_COLOR
         self._ascii_filter = AsciiFilter()
@@ -250,6 +259,8 @@ class BmoeTopApp(App[int]):
         self._apply_look_classes()
 
     def on_mount(self) -> None:
+        if self.own_process:
+            self._install_signals()
         self._apply_look_classes()
         theme = self.settings.look.theme
         if theme != self.theme:
@@ -260,6 +271,19 @@ class BmoeTopApp(App[int]):
         self.theme_changed_signal.subscribe(self, self._theme_changed)
         if self.store.problems:
             self.call_after_refresh(self._say_problems)
+
+    def _install_signals(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in self.EXIT_SIGNALS:
+            try:
+                loop.add_signal_handler(sig, self.end_by_signal, sig)
+            except (NotImplementedError, RuntimeError, ValueError):
+                pass
+
+    def end_by_signal(self, sig: int) -> None:
+        """End the app as its quit key does, with the status 128 + ``sig`` (the first signal's)."""
+        self.exit_signal = self.exit_signal or sig
+        self.exit(return_code=128 + int(self.exit_signal))
 
     def _theme_changed(self, theme: Any) -> None:
         self.remember("look.theme", self.theme)

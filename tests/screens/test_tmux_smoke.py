@@ -225,3 +225,43 @@ def test_a_terminal_that_goes_away_ends_bmoe_top_and_its_runtime(tiny, streaming
         for pid in [top, *runtime_pids(tiny)]:
             if pid is not None and alive(pid):
                 os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
+@pytest.mark.parametrize("command", ["replay", "compare", "whatif"])
+def test_a_signal_ends_every_screen_with_the_terminal_restored(tmp_path, command, sig):
+    # a screen without a runtime child (replay, compare, whatif) was ended by the signal's default
+    # action: the alternate screen, mouse reporting and the hidden cursor stayed (status 143 still)
+    from helpers import synth
+
+    files = []
+    for name in ("a", "b"):
+        csv = tmp_path / f"{name}.csv"
+        csv.write_bytes(synth.token_csv(60))
+        files.append(csv)
+    route = tmp_path / "a.route.csv"
+    route.write_bytes(synth.route_trace(60))
+    args = {"replay": [files[0], route], "compare": files, "whatif": [route]}[command]
+    t = Tmux("bmoe-s")
+    try:
+        t.start(f"exec {shlex.quote(str(BMOE_TOP))} {command} {' '.join(shlex.quote(str(a)) for a in args)}")
+        raw = tmp_path / "pane.raw"
+        t("pipe-pane", "-t", "main", "-o", f"cat > {shlex.quote(str(raw))}")
+        pid = int(t.fmt("#{pane_pid}"))
+        end = time.monotonic() + 60
+        while not (t.fmt("#{alternate_on}") == "1" and t.fmt("#{mouse_any_flag}") == "1") \
+                and time.monotonic() < end:
+            time.sleep(0.05)
+        t.wait_screen("bmoe-top", 60)  # drawn: the title
+        os.kill(pid, sig)
+        assert t.wait_dead() == str(128 + sig)
+        assert t.fmt("#{alternate_on}") == "0" and t.fmt("#{mouse_any_flag}") == "0"
+        # the cursor shown again last (tmux's cursor_flag of a dead pane says nothing), once the
+        # pipe has passed on the way out of the alternate screen
+        from helpers.waits import until
+
+        assert until(lambda: raw.exists() and b"\x1b[?1049l" in raw.read_bytes(), 30)
+        out = raw.read_bytes()
+        assert out.rfind(b"\x1b[?25h") > out.rfind(b"\x1b[?25l")
+    finally:
+        t.close()

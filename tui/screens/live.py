@@ -7,7 +7,8 @@ before each turn, the first too, and Enter plays it), binds it to a fresh bounde
 :func:`bmoe_top.tui.feed.bind.bind` (the same wiring as the headless ``--once`` paths), starts it
 when the screen mounts; :func:`run_live` closes it when the app exits (for a child: ``close``
 request, wait, SIGTERM, SIGKILL of its group). The terminal is restored on every exit path:
-quit key, SIGTERM, SIGHUP and SIGINT all go through ``App.exit``.
+quit key, SIGTERM, SIGHUP and SIGINT all go through ``App.exit`` (the app's
+:meth:`~bmoe_top.tui.app.BmoeTopApp.end_by_signal`, as on every screen).
 
 Keys (besides the replay keys): Enter in the prompt box sends ``generate`` (n_predict from the
 small box beside it; "new chat" or "continue" = ``clear_kv`` true/false, toggled with ctrl+n)
@@ -19,7 +20,6 @@ the turns table; ctrl+q quits from anywhere, q outside the prompt box.
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import signal
 import time
@@ -169,7 +169,6 @@ class LiveScreen(RunScreen):
         self.source = source
         self.n_predict = n_predict
         self.new_chat = True
-        self.exit_signal: int | None = None
         self._turns_seen = 0
         self._turnless_seen = 0  # requests refused so far (their rows are in the table)
         self._status_key: tuple[Any, ...] | None = None
@@ -211,7 +210,6 @@ class LiveScreen(RunScreen):
         )
 
     def on_mount(self) -> None:
-        self._install_signals()
         if not self.source.started:
             self.source.start()
         if not self.is_replay:
@@ -219,18 +217,6 @@ class LiveScreen(RunScreen):
 
     def after_mount(self) -> None:
         self.update_live()
-
-    def _install_signals(self) -> None:
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
-            try:
-                loop.add_signal_handler(sig, self._on_signal, sig)
-            except (NotImplementedError, RuntimeError, ValueError):
-                pass
-
-    def _on_signal(self, sig: int) -> None:
-        self.exit_signal = sig
-        self.app.exit(return_code=128 + int(sig))
 
     def _chat_label(self) -> str:
         return "new chat" if self.new_chat else "continue"
@@ -503,20 +489,18 @@ def run_live(source: LiveBase, *, title: str = "", n_predict: int = 64, fps: flo
     exception). Returns 0, or 128 + signal number when a signal ended the app. ``prompt`` and
     ``speed``: as :class:`LiveScreen`."""
     app = live_app(source, title=title, n_predict=n_predict, fps=fps, prompt=prompt, speed=speed)
-    screen = app.main
-    assert isinstance(screen, LiveScreen)
     try:
         app.run()
     finally:
         # the app (and its signal handlers) are gone; a signal while we wait for the child must
         # not kill bmoe-top before the child: kill the child's group at once instead
         def urgent(sig: int, frame: Any) -> None:
-            screen.exit_signal = screen.exit_signal or sig
+            app.exit_signal = app.exit_signal or sig
             if isinstance(source, ChildSession):  # a child is killed; a socket or recording only let go
                 source.kill()
 
         old = {}
-        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        for sig in BmoeTopApp.EXIT_SIGNALS:
             try:
                 old[sig] = signal.signal(sig, urgent)
             except (ValueError, OSError):
@@ -526,6 +510,6 @@ def run_live(source: LiveBase, *, title: str = "", n_predict: int = 64, fps: flo
         finally:
             for sig, h in old.items():
                 signal.signal(sig, h)
-    if screen.exit_signal is not None:
-        return 128 + int(screen.exit_signal)
+    if app.exit_signal is not None:
+        return 128 + int(app.exit_signal)
     return app.return_code or 0
