@@ -302,9 +302,10 @@ def header_parts(run: RunModel, look: Look, stop: int | None = None) -> list[tup
     """The run's numbers for a one-line header as of row ``stop`` (the viewed row + 1; default
     the newest), each read from the catalogue (``recent.*``, ``token.cache_hit_pct``): tok/s, flash
     share of wall and MiB per token over the newest rows up to it (its first part names them:
-    ``last 32:`` while the source is live, ``run:`` for a whole finished run, ``tokens 1-199:``
-    for a finished run viewed before its end), the hit rate reached there (``so far``; at the
-    last row of an ended run, the catalogue's ended words: ``total``),
+    ``last 32:`` while the source is live, ``run:`` for the whole run at its newest row,
+    ``tokens 1-199:`` for a run viewed before its newest row, live or finished), the hit rate
+    reached there (``so far``; at the last row of an ended run, the catalogue's ended words:
+    ``total``),
     resident/budget, memory and temperature when known."""
     out: list[tuple[str, Style]] = []
     with run.lock:
@@ -315,8 +316,8 @@ def header_parts(run: RunModel, look: Look, stop: int | None = None) -> list[tup
         unit = str(run.row_unit)
         if live and n > RECENT_ROWS:
             scope = q("recent.tok_s").words(n=RECENT_ROWS) + (f" {unit}s" if unit != "token" else "")
-        else:
-            scope = "run" if n == total or live else f"{unit}s 1-{n:,}"
+        else:  # the whole run only at its newest row: before it, the rows up to the viewed one
+            scope = "run" if n == total else f"{unit}s 1-{n:,}"
         flash_part = None
         rate = _recent_rate(run, lo, n) if n else None
         if rate is not None:
