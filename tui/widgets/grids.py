@@ -68,6 +68,19 @@ def fold_rows(m: np.ndarray, f: int, how: str = "mean") -> np.ndarray:
         return np.nanmean(g.astype(float), axis=1)
 
 
+def as_of_words(unit: str, as_of: int | None, stop: int) -> list[str]:
+    """What the layer x expert map's counts cover, longest first (for :func:`fit_text`), given
+    :attr:`~bmoe_top.tui.model.routes.ExpertCounts.as_of` and ``stop`` (the rows up to the viewed
+    one): the viewed row (``as of token 100``); an older checkpoint when the routing of the viewed
+    row is no longer held (``as of token 40: later routing not held``, the counts of tokens 1-40);
+    nothing at all (``routing of token 100 not held``)."""
+    if as_of is None:
+        return [f"as of {unit} {stop:,}", f"{unit} {stop:,}", f"@{stop:,}"]
+    if as_of <= 0:
+        return [f"routing of {unit} {stop:,} not held", "routing not held", "not held"]
+    return [f"as of {unit} {as_of:,}: later routing not held", f"as of {unit} {as_of:,}", f"@{as_of:,}"]
+
+
 def group_label(i: int, f: int, n: int, prefix: str = "L") -> str:
     a = i * f
     b = min(n, a + f) - 1
@@ -611,8 +624,8 @@ class ExpertMap(GridView):
         if col_shown < n_cols:
             last = left + col_shown - 1
             foot.append(f"experts {int(g_start[left])}–{int(g_start[last] + g_size[last]) - 1} of {n_expert}")
-        if agg.as_of is not None:
-            foot.append(f"as of {unit} {agg.as_of + 1}")
+        if agg.as_of is not None:  # the routing of the viewed row is no longer held: say what is drawn
+            foot.append(as_of_words(unit, agg.as_of, stop)[0])
         if foot and len(lines) < height:
             lines.append(strip([(" " * gut, BLANK), (" · ".join(foot), look.dim)], width))
         return lines[:height]
@@ -643,8 +656,7 @@ class ExpertMap(GridView):
                 as_of: int | None, stop: int, resident_known: bool, right: int,
                 tiers: tuple[np.ndarray, np.ndarray] | None = None) -> list[tuple[str, Style]]:
         look, unit = self.look, self.run.row_unit
-        at = stop if as_of is None else as_of + 1
-        as_of_line = (fit_text([f"as of {unit} {at:,}", f"{unit} {at:,}", f"@{at:,}"], right - 1), look.dim)
+        as_of_line = (fit_text(as_of_words(unit, as_of, stop), right - 1), look.dim)
         if cur is None or not (0 <= cur.row < c.shape[0] and 0 <= cur.col < c.shape[1]):
             return [("", BLANK), as_of_line, ("Tab/click: cursor" if right > 17 else "", look.dim)]
         r, col = cur.row, cur.col
