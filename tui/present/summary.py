@@ -464,7 +464,8 @@ def alert_rows(active: Sequence[Active]) -> list[tuple[str, str, str]]:
 
 def run_panel_rows(run: RunModel, cursor: int, playing: str = "",
                    alerts: Sequence[Active] = ()) -> list[tuple[str, str, str]]:
-    """The run panel: (label, value, kind) rows; kind ``missing`` (the source did not send it),
+    """The run panel: (label, value, kind) rows, the status, the position and the numbers first,
+    the model (its file, arch, layers, experts, flags) after them; kind ``missing`` (the source did not send it),
     ``derived`` (from the token rows), ``name`` (the model), ``problem``, or ``""``. ``cursor`` is
     the rows shown (playback): before the newest row the numbers are the rows' up to it (the
     heading says so: ``tokens 1-199``), as the title's and the views' are; ``playing`` a label
@@ -480,8 +481,24 @@ def run_panel_rows(run: RunModel, cursor: int, playing: str = "",
     def row(label: str, value: str, kind: str = "") -> None:
         out.append((label, value, MISSING if value == MISSING else kind))
 
+    detail = s["status_detail"]
+    status = detail if detail and detail.startswith(s["status"]) else s["status"] + (f" — {detail}" if detail else "")
+    row("status", status)
+    out.extend(alert_rows(alerts))
+    position = f"{cursor:,}" if run.status.live else f"{cursor:,} / {n:,}"
+    row(str(s["row_unit"]), position + (f"  {playing}" if playing else ""))
+    if s["mode"] is not None:
+        row("mode", mode_words(s["mode"]))
+    out.append(("", "", ""))
+    out.append((s["summary_scope"], "", "section"))
+    for label, text, kind in summary_rows(s):
+        row(label, text, kind)
+    out.extend(tier_rows(run, upto))
+    # what does not change while the run goes on comes after its numbers (a short panel shows
+    # the numbers, not the model's name)
+    out.append(("model", "", "section"))
     model = meta.get("model") or meta.get("recording_source") or MISSING
-    row("model", model.rsplit("/", 1)[-1], "name")
+    row("file", model.rsplit("/", 1)[-1], "name")
     row("arch", meta.get("arch", MISSING))
     row("layers", fmt(s["n_layer"]) if s["n_layer"] else MISSING)
     experts = fmt(s["n_expert"]) if s["n_expert"] else MISSING
@@ -490,19 +507,6 @@ def run_panel_rows(run: RunModel, cursor: int, playing: str = "",
     row("experts", experts)
     flags = " ".join(f"{k}={v}" for k, v in meta.items() if k in FLAG_KEYS)
     row("flags", flags or MISSING)
-    if s["mode"] is not None:
-        row("mode", mode_words(s["mode"]))
-    detail = s["status_detail"]
-    status = detail if detail and detail.startswith(s["status"]) else s["status"] + (f" — {detail}" if detail else "")
-    row("status", status)
-    out.extend(alert_rows(alerts))
-    position = f"{cursor:,}" if run.status.live else f"{cursor:,} / {n:,}"
-    row(str(s["row_unit"]), position + (f"  {playing}" if playing else ""))
-    out.append(("", "", ""))
-    out.append((s["summary_scope"], "", "section"))
-    for label, text, kind in summary_rows(s):
-        row(label, text, kind)
-    out.extend(tier_rows(run, upto))
     dev = device_rows(s["sidecar"])
     if dev:
         out.append(("device", "", "section"))
