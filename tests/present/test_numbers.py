@@ -26,6 +26,8 @@ def test_json_escapes_what_a_terminal_acts_on_and_reads_back():
         assert cp not in text
     assert "café ✓ 日本" in text  # printable text is written as it is
     assert orjson.loads(text) == doc
+    ascii_del = {"name": "a\x7fb"}  # all ASCII: orjson leaves DEL raw
+    assert to_json(ascii_del) == '{\n  "name": "a\\u007fb"\n}' and orjson.loads(to_json(ascii_del)) == ascii_del
 
 
 def test_text_output_is_sanitized():

@@ -210,9 +210,10 @@ def whole(v: Any) -> int | float | None:
     return int(f) if -EXACT_INT <= f <= EXACT_INT else f
 
 
-# What JSON text must not carry raw to a terminal: every code point the sanitizer shows as <U+XXXX>
-# (orjson already escapes C0 controls; lone surrogates never reach its output).
-_JSON_UNSAFE = re.compile("[" + "".join(f"\\U{cp:08x}" for cp in sorted(SHOWN) if not 0xD800 <= cp < 0xE000) + "]")
+# What JSON text must not carry raw to a terminal: DEL and every code point the sanitizer shows as
+# <U+XXXX> (orjson already escapes C0 controls but not DEL; lone surrogates never reach its output).
+_JSON_UNSAFE = re.compile("[\x7f" + "".join(f"\\U{cp:08x}" for cp in sorted(SHOWN) if not 0xD800 <= cp < 0xE000)
+                          + "]")
 
 
 def _json_escape(m: re.Match[str]) -> str:
@@ -225,11 +226,11 @@ def _json_escape(m: re.Match[str]) -> str:
 
 def to_json(obj: Any) -> str:
     """Indented JSON of a document (NaN and infinities become null, numpy arrays lists, every
-    key a string, C1/bidi/format characters as ``\\uXXXX`` escapes): what every ``--json`` output
-    prints."""
+    key a string, DEL and C1/bidi/format characters as ``\\uXXXX`` escapes): what every ``--json``
+    output prints."""
     raw = orjson.dumps(obj, option=_JSON_OPTIONS)
     text = raw.decode()
-    return text if raw.isascii() else _JSON_UNSAFE.sub(_json_escape, text)
+    return text if raw.isascii() and b"\x7f" not in raw else _JSON_UNSAFE.sub(_json_escape, text)
 
 
 def print_json(obj: Any, file: IO[str] | None = None) -> None:
