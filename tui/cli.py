@@ -123,12 +123,17 @@ def _once_exit(what: str, doc: Mapping[str, Any]) -> int:
     return code
 
 
-def _die(msg: str, code: int = EXIT_USAGE) -> int:
-    """One line on stderr (made safe for the terminal: it may name a file or quote a server) and
-    the exit status."""
+def _say(msg: str) -> None:
+    """One line on stderr, ``bmoe-top: `` first, made safe for the terminal (it may name a file or
+    quote a server or a child)."""
     from bmoe_top.parsers.sanitize import sanitize
 
-    print(f"bmoe-top: {sanitize(msg)}", file=sys.stderr)
+    print(f"bmoe-top: {sanitize(msg)}", file=sys.stderr, flush=True)
+
+
+def _die(msg: str, code: int = EXIT_USAGE) -> int:
+    """:func:`_say` ``msg`` and return the exit status ``code``."""
+    _say(msg)
     return code
 
 
@@ -200,7 +205,7 @@ def _apply_settings(args: argparse.Namespace) -> int | None:
         path = default_path()
     store = load(path)
     for problem in store.problems:
-        print(f"bmoe-top: settings {path}: {problem}", file=sys.stderr)
+        _say(f"settings {path}: {problem}")
     BmoeTopApp.settings_store = store
     return None
 
@@ -730,7 +735,7 @@ def _fleet_rules(args: argparse.Namespace) -> int:
     path = None if no_config else Path(config) if config is not None else default_path()
     store = load(path)
     for problem in store.problems:
-        print(f"bmoe-top: settings {path}: {problem}", file=sys.stderr)
+        _say(f"settings {path}: {problem}")
     sys.stdout.write(rules_file(store.settings.rules(), args.selector))
     return 0
 
@@ -803,7 +808,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
         print_json(P.comparison_document(arms, c))
         return 0
-    if args.md:
+    if args.md:  # both made safe for a terminal line by line (arm names are file and folder names)
         sys.stdout.write(P.comparison_markdown(c))
         return 0
     if args.csv:
@@ -908,8 +913,10 @@ def cmd_whatif(args: argparse.Namespace) -> int:
             return _die(str(e), EXIT_FAILED)
         profile = {"path": args.strp, "ranked": ranked, "slots": slots}
         if not args.json:
-            print(f"wrote {args.strp}: {ranked:,} experts ranked, hottest first, for {slots:,} slots "
-                  f"(bmoe-run --moe-cache-profile {args.strp})")
+            from bmoe_top.tui.present.numbers import print_lines
+
+            print_lines([f"wrote {args.strp}: {ranked:,} experts ranked, hottest first, for {slots:,} slots "
+                         f"(bmoe-run --moe-cache-profile {args.strp})"])
     if args.json:
         from bmoe_top.tui.present.numbers import print_json
 
@@ -1015,7 +1022,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
     except ProbeError as e:
         return _die(f"probe: {e}", EXIT_FAILED)
     if result.direct_note:
-        print(f"bmoe-top: probe: {result.direct_note}", file=sys.stderr)
+        _say(f"probe: {result.direct_note}")
     if args.json:
         print_json(probe_document(result))
     else:
@@ -1036,7 +1043,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
         for name, value in values.items():
             if (failed := store.set(name, value)) is not None:
                 return _die(f"probe: {failed}", EXIT_FAILED)
-        print(f"bmoe-top: probe: remembered in {store.path}", file=sys.stderr)
+        _say(f"probe: remembered in {store.path}")
     return 0
 
 
@@ -1081,7 +1088,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
     def progress(p: SweepProgress) -> None:
         if p.last is not None:
-            print(progress_line(p), file=sys.stderr, flush=True)
+            print_lines([progress_line(p)], sys.stderr)
+            sys.stderr.flush()
 
     try:
         result = run_sweep(plan, progress)

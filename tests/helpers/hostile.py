@@ -18,6 +18,8 @@ PAYLOADS = {
 }
 #: All of them in one string (as one value), marked so a test can find where it is drawn.
 HOSTILE = "H0ST" + "".join(PAYLOADS.values()) + "TSOH"
+#: :data:`HOSTILE` as a file or folder name can hold it (no NUL, no '/').
+HOSTILE_NAME = HOSTILE.replace("/", "_").replace("\x00", "")
 
 _RAW = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\u200e\u200f\u061c]")
 

@@ -21,7 +21,7 @@ import orjson
 
 from bmoe_top.tui.model import RunModel
 from bmoe_top.tui.model.quantities import q
-from bmoe_top.tui.present.numbers import fmt
+from bmoe_top.tui.present.numbers import fmt, text_line
 from bmoe_top.tui.present.tables import Column, Row, Table, number_key
 
 if TYPE_CHECKING:
@@ -433,12 +433,13 @@ def comparison_document(arms: Sequence[LoadedArm], c: Comparison) -> CompareDocu
 
 
 def _md_cell(s: str) -> str:
-    return s.replace("|", "\\|") or " "
+    return text_line(s).replace("|", "\\|") or " "
 
 
 def comparison_markdown(c: Comparison) -> str:
     """A markdown table of the comparison to paste into notes, with the warm-up splits, the
-    banner, the intervals' coverage, contamination hints and advice as lines under it."""
+    banner, the intervals' coverage, contamination hints and advice as lines under it; every line
+    made safe for a terminal (arm names are file and folder names: :func:`text_line`)."""
     t = summary_table(c)
     head = [col.label for col in t.columns]
     lines = ["| " + " | ".join(_md_cell(h) for h in head) + " |",
@@ -458,7 +459,7 @@ def comparison_markdown(c: Comparison) -> str:
         lines.append(f"- {h}")
     for a in c.advice:
         lines.append(f"- {a}")
-    return "\n".join(lines) + "\n"
+    return "".join(text_line(line) + "\n" for line in lines)
 
 
 def _num(v: float) -> str:
@@ -467,7 +468,8 @@ def _num(v: float) -> str:
 
 def comparison_csv(c: Comparison) -> str:
     """The comparison as CSV, one row per (metric, arm): the arm's value and interval, and for a
-    non-baseline arm its delta against the baseline (change, %, interval, p, verdict, method)."""
+    non-baseline arm its delta against the baseline (change, %, interval, p, verdict, method);
+    every text field made safe for a terminal (arm names are file and folder names: :func:`text_line`)."""
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(["metric", "label", "unit", "kind", "arm", "runs", "value", "value_low", "value_high", "vs",
@@ -482,7 +484,7 @@ def comparison_csv(c: Comparison) -> str:
             else:
                 row += [d.vs, _num(d.change), _num(d.change_pct), _num(d.low), _num(d.high), _num(d.p), d.verdict,
                         d.method, d.label]
-            w.writerow(row)
+            w.writerow([text_line(x) if isinstance(x, str) else x for x in row])
     return buf.getvalue()
 
 
