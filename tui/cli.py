@@ -49,12 +49,12 @@ import re
 import shutil
 import signal
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bmoe_top.outfile import STDOUT, OutputFileError, drop_stdout, guard_stdout
-from bmoe_top.parsers.limits import MAX_METRICS_BODY_MB
+from bmoe_top.parsers.limits import MAX_EXPERTS, MAX_METRICS_BODY_MB
 from bmoe_top.parsers.recording import Recording, load_recording
 
 if TYPE_CHECKING:
@@ -475,8 +475,6 @@ def _attach_memory(args: argparse.Namespace) -> int:
     its headless document (docs/memory.md)."""
     if args.session is not None or args.audit is not None:
         return _die("attach: --pid and --gguf go with --metrics only, not with --session or --audit")
-    if args.pid is not None and args.pid <= 0:
-        return _die(f"attach: --pid must be a process id above 0, got {args.pid}")
     if args.metrics is not None and args.pid is None:
         return _die("attach: --metrics with --gguf needs --pid too (the process whose reads the tokens divide)")
     if (bad := _record_refused(args)) is not None:
@@ -554,8 +552,6 @@ def cmd_play(args: argparse.Namespace) -> int:
     from bmoe_top.tui.screens.live import run_live
     from bmoe_top.tui.sources.replay import RecordingSource
 
-    if not args.speed >= 0:
-        return _die("--speed must be >= 0")
     try:
         rec = load_recording(args.path)
     except OSError as e:
@@ -586,7 +582,7 @@ def default_main(args: argparse.Namespace) -> int:
 
 # ------------------------------------------------------------------------------------- parser
 def _live_common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-n", "--n-predict", type=int, default=256, help="tokens per generation (default 256)")
+    p.add_argument("-n", "--n-predict", type=_count, default=256, help="tokens per generation (default 256)")
     p.add_argument("--record", metavar="FILE", help="write every received line to FILE (JSONL, flushed per line); "
                                                     "an existing FILE or a symbolic link is refused")
     p.add_argument("--force", action="store_true", help="with --record: replace an existing FILE")
@@ -622,15 +618,43 @@ REFRESH_HELP = ("seconds between repaints of the maps, trends and panels while d
 FPS_RANGE = (1.0, 100.0)
 
 
-def _fps(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not FPS_RANGE[0] <= v <= FPS_RANGE[1]:
-        raise argparse.ArgumentTypeError(f"must be between {FPS_RANGE[0]:g} and {FPS_RANGE[1]:g} ticks a second, "
-                                         f"got {text}")
-    return v
+def _number(lo: float, hi: float = math.inf, unit: str = "", *, above: bool = False,
+            whole: bool = False) -> Callable[[str], Any]:
+    """The argparse ``type`` of every numeric option: a finite number (an integer with ``whole``)
+    from ``lo`` (above it with ``above``) to ``hi``, ``unit`` after the range in the refusal
+    (``argument --interval: must be between 0.01 and 3600 seconds, got nan``: exit 2). NaN and the
+    infinities are always refused (``--interval nan`` scraped as fast as it could)."""
+    kind = "a whole number" if whole else "a number"
+    if hi < math.inf:
+        allowed = f"between {lo:g} and {hi:g}{unit}"
+    else:
+        allowed = f"{kind} above {lo:g}{unit}" if above else f"{kind} {lo:g} or more{unit}"
+
+    def parse(text: str) -> Any:
+        try:
+            v: float = int(text) if whole else float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not {kind}: {text!r}") from None
+        if not (math.isfinite(v) and (v > lo if above else v >= lo) and v <= hi):
+            raise argparse.ArgumentTypeError(f"must be {allowed}, got {text}")
+        return v
+
+    return parse
+
+
+_fps = _number(*FPS_RANGE, " ticks a second")
+_positive_float = _number(0, above=True)
+_refresh_s = _number(0.1, 10, " seconds")
+#: Seconds of a wait or a deadline (``--timeout``, ``--ready-timeout``).
+_seconds = _number(0, unit=" seconds", above=True)
+#: A count of at least one (tokens, runs, a batch).
+_count = _number(1, whole=True)
+
+
+#: Seconds ``attach --interval`` takes between scrapes or samples.
+INTERVAL_RANGE = (0.01, 3600.0)
+#: ``fleet --points``: Prometheus answers a range query with at most 11,000 points a series.
+FLEET_MAX_POINTS = 11_000
 
 
 #: Options whose value is a list of numbers: ``--budgets -5,0`` would be read by argparse as an
@@ -655,26 +679,6 @@ def _join_list_values(argv: list[str]) -> list[str]:
         out.append(a)
         i += 1
     return out
-
-
-def _positive_float(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not (math.isfinite(v) and v > 0):
-        raise argparse.ArgumentTypeError(f"must be a number above 0, got {text}")
-    return v
-
-
-def _refresh_s(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not 0.1 <= v <= 10.0:
-        raise argparse.ArgumentTypeError(f"must be between 0.1 and 10 seconds, got {text}")
-    return v
 
 
 #: The fleet's window without ``--window`` (the screen: the settings' ``[fleet] window``).
@@ -769,10 +773,12 @@ def add_fleet_parser(sub: Any) -> None:
     f.add_argument("--label", action="append", metavar="NAME=VALUE",
                    help="with --instance: another label of its target, when two Prometheus servers hold an "
                         "instance of that name (e.g. prometheus=west); repeatable")
-    f.add_argument("--points", type=int, default=120, metavar="N", help="sparkline points (default 120)")
-    f.add_argument("--at", type=float, metavar="T", help="the table's time, Unix seconds (default now)")
+    f.add_argument("--points", type=_number(1, FLEET_MAX_POINTS, whole=True), default=120, metavar="N",
+                   help="sparkline points (default 120)")
+    f.add_argument("--at", type=_number(0, unit=" (Unix seconds)"), metavar="T",
+                   help="the table's time, Unix seconds (default now)")
     f.add_argument("--api-key", help="bearer token, for a Prometheus behind an authenticating proxy")
-    f.add_argument("--timeout", type=float, default=10.0, metavar="S", help="seconds per request (default 10)")
+    f.add_argument("--timeout", type=_seconds, default=10.0, metavar="S", help="seconds per request (default 10)")
     f.add_argument("--once", action="store_true", help="headless: one refresh, print, exit (else the screen)")
     f.add_argument("--fps", type=_fps, default=10.0, help=argparse.SUPPRESS)
     f.add_argument("--json", action="store_true", help="with --once: as JSON")
@@ -788,8 +794,6 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     if sum(bool(x) for x in (args.json, args.md, args.csv)) > 1:
         return _die("compare: choose one of --json, --md, --csv")
-    if not args.noise_floor >= 0:
-        return _die("compare: --noise-floor must be >= 0 (percent)")
     try:
         specs = J.parse_arms(args.arms, args.arm or [])
     except J.CompareError as e:
@@ -942,7 +946,7 @@ def add_analysis_parsers(sub: Any) -> None:
                                    "first arm is the baseline.")
     c.add_argument("arms", nargs="*", metavar="ARM", help="RUN[,RUN...], RUN = FILE[+FILE...]")
     c.add_argument("--arm", action="append", metavar="NAME=FILES", help="a named arm (repeatable)")
-    c.add_argument("--noise-floor", type=float, default=2.0, metavar="PCT",
+    c.add_argument("--noise-floor", type=_number(0, unit=" percent"), default=2.0, metavar="PCT",
                    help="a change smaller than this %% of the baseline is ~ (default 2)")
     c.add_argument("--json", action="store_true", help="print the comparison as JSON, no UI")
     c.add_argument("--md", action="store_true", help="print a markdown table to paste into notes, no UI")
@@ -963,8 +967,9 @@ def add_analysis_parsers(sub: Any) -> None:
                                                      "from the token cycle T to the whole bank)")
     w.add_argument("--strp", metavar="OUT", help="write an STRP profile (for bmoe-run --moe-cache-profile)")
     w.add_argument("--force", action="store_true", help="with --strp: replace an existing file")
-    w.add_argument("--run-budget", type=float, metavar="MIB", help="the run's cache budget (default: from its files)")
-    w.add_argument("--read-mib-s", type=float, metavar="X", help="read bandwidth for the I/O estimate "
+    w.add_argument("--run-budget", type=_positive_float, metavar="MIB",
+                   help="the run's cache budget (default: from its files)")
+    w.add_argument("--read-mib-s", type=_positive_float, metavar="X", help="read bandwidth for the I/O estimate "
                                                                   "(default: from the run's log)")
     w.add_argument("--model", metavar="GGUF", help="the model, for expert sizes a binary trace or BMOE_ROUTE "
                                                    "lines do not carry, its dense weights and its device's readahead")
@@ -983,8 +988,9 @@ def add_analysis_parsers(sub: Any) -> None:
                    help="the runtime's own memory: KV cache, buffers (default: 0)")
     w.add_argument("--readahead-kb", type=_positive_float, metavar="KB",
                    help="the page cache's read size for plain mmap (default: the model's device, else 128)")
-    w.add_argument("--n-expert", type=int, metavar="N", help="experts per layer of a binary routing trace")
-    w.add_argument("--prefill-batch", type=int, metavar="N", help="the run's prefill ubatch (bmoe-run -b; "
+    w.add_argument("--n-expert", type=_number(1, MAX_EXPERTS, whole=True), metavar="N",
+                   help="experts per layer of a binary routing trace")
+    w.add_argument("--prefill-batch", type=_count, metavar="N", help="the run's prefill ubatch (bmoe-run -b; "
                                                                   "default: the prompt was one batch)")
     w.add_argument("--fps", type=_fps, default=10.0, help=argparse.SUPPRESS)
     _ascii_flag(w, refresh=False)
@@ -1063,8 +1069,6 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         return _die(f"sweep: {e}")
     if args.order not in ORDERS:
         return _die(f"sweep: --order {args.order!r}: one of {', '.join(ORDERS)}")
-    if args.runs < 1:
-        return _die(f"sweep: --runs {args.runs}: at least 1")
     if not os.path.isfile(args.model):
         return _die(f"sweep: {args.model}: no such model file", EXIT_FAILED)
     prompt = args.prompt
@@ -1117,16 +1121,16 @@ def add_sweep_parser(sub: Any) -> None:
                                                                       "first is the reference")
     sw.add_argument("--io-threads", default="1", metavar="LIST", help="read lanes, comma-separated (default 1)")
     sw.add_argument("--overlap", action="store_true", help="every run with --overlap")
-    sw.add_argument("--runs", type=int, default=1, metavar="N", help="runs per arm (default 1)")
+    sw.add_argument("--runs", type=_count, default=1, metavar="N", help="runs per arm (default 1)")
     sw.add_argument("--order", default="interleaved", metavar="ORDER",
                     help="interleaved (every arm once a round), reversed (every other round backwards) or random")
     sw.add_argument("--seed", type=int, default=0, help="the shuffle of --order random")
     what = sw.add_mutually_exclusive_group()
     what.add_argument("-p", "--prompt", default="Hello", help="the prompt (default 'Hello')")
     what.add_argument("--prompts", metavar="FILE", help="the prompt from a file")
-    sw.add_argument("-n", "--n-predict", type=int, default=32, metavar="N", help="tokens per run (default 32)")
+    sw.add_argument("-n", "--n-predict", type=_count, default=32, metavar="N", help="tokens per run (default 32)")
     sw.add_argument("-o", "--out", required=True, metavar="DIR", help="the folder every run is recorded in")
-    sw.add_argument("--timeout", type=_positive_float, default=600.0, metavar="S", help="seconds per run (600)")
+    sw.add_argument("--timeout", type=_seconds, default=600.0, metavar="S", help="seconds per run (600)")
     sw.add_argument("--runtime", metavar="CMD", help="the runtime's command (default: the bundled bmoe-run)")
     sw.add_argument("--extra", action="append", metavar="FLAG", help="a flag for every run (repeatable)")
     sw.add_argument("--json", action="store_true", help="print the result as JSON, no screen")
@@ -1167,7 +1171,8 @@ def _since(text: str) -> float:
     except ValueError:
         pass
     try:
-        return float(s)
+        if math.isfinite(at_s := float(s)):
+            return at_s
     except ValueError:
         pass
     try:
@@ -1248,9 +1253,9 @@ def build_parser() -> argparse.ArgumentParser:
                                     f"{' '.join(DEMO_SAMPLING)} (light seeded sampling: the small demo model "
                                     "loops when greedy; docs/demo-model.md).")
     lp.add_argument("-m", "--model", help="GGUF for the bundled runtime (default: the demo model)")
-    lp.add_argument("--ready-timeout", type=float, default=300.0, metavar="S",
+    lp.add_argument("--ready-timeout", type=_seconds, default=300.0, metavar="S",
                     help="seconds to wait for BMOE_READY before saying so (default 300)")
-    lp.add_argument("--turn-timeout", type=_positive_float, default=TURN_TIMEOUT_S, metavar="S",
+    lp.add_argument("--turn-timeout", type=_seconds, default=TURN_TIMEOUT_S, metavar="S",
                     help="with --once: the deadline of the turn, seconds from the request to its end (default "
                          f"{TURN_TIMEOUT_S:g}); past it the child is closed and --once says what its stdout gave")
     lp.add_argument("--once", action="store_true", help="headless: one generation, print its numbers, exit")
@@ -1267,7 +1272,7 @@ def build_parser() -> argparse.ArgumentParser:
     what.add_argument("--metrics", metavar="URL", help="a /metrics endpoint (bmoe-run serve, llama-server "
                                                        "--metrics); with --pid: the tokens that process generated")
     what.add_argument("--audit", metavar="FILE", help="an audit log to follow like tail -F")
-    ap.add_argument("--pid", type=int, metavar="PID",
+    ap.add_argument("--pid", type=_count, metavar="PID",
                     help="any process that runs a GGUF model (llama-server, llama-cli, ollama, bmoe-run): the "
                          "page-cache residency of its expert slices, its faults, reads and RSS (docs/memory.md)")
     ap.add_argument("--gguf", metavar="FILE", help="a GGUF model's page-cache residency, whatever process uses it")
@@ -1275,13 +1280,13 @@ def build_parser() -> argparse.ArgumentParser:
                     help="with --pid/--gguf: how residency is asked (default auto: cachestat where the kernel has "
                          "it, else mincore over a read-only mapping; neither reads the model)")
     ap.add_argument("--api-key", help="with --metrics: bearer token")
-    ap.add_argument("--interval", type=float, default=None, metavar="S",
+    ap.add_argument("--interval", type=_number(*INTERVAL_RANGE, " seconds"), default=None, metavar="S",
                     help="with --metrics, --pid, --gguf: seconds between scrapes or samples (default 1; with "
                          "--once, a second one S later fills the rates)")
     ap.add_argument("--once", action="store_true", help="headless: print what the screen would show, exit")
     ap.add_argument("--json", action="store_true", help="with --once: print JSON")
     ap.add_argument("-p", "--prompt", default=None, help="with --session --once: send this prompt and wait for its end")
-    ap.add_argument("--timeout", type=float, default=None, metavar="S",
+    ap.add_argument("--timeout", type=_seconds, default=None, metavar="S",
                     help="--session --once: seconds to wait for the session (default 30, or 0 when no socket is at "
                          "the path: give --timeout to wait for one that is starting); --metrics: the deadline "
                          "of each scrape, seconds for the whole request (default 5 with --once, 2x the "
@@ -1299,7 +1304,7 @@ def build_parser() -> argparse.ArgumentParser:
                         description="Play a recording (bmoe-top --record FILE) through the live screen: "
                                     "original pace (or --speed X faster), optionally pausing at each turn.")
     pp.add_argument("path", metavar="FILE")
-    pp.add_argument("--speed", type=float, default=1.0,
+    pp.add_argument("--speed", type=_number(0), default=1.0,
                     help="1 = original pace (default), 10 = ten times faster, 0 = no waiting")
     pp.add_argument("--turn-by-turn", action="store_true", help="pause before each turn, the first too; Enter plays it")
     pp.add_argument("--fps", type=_fps, default=10.0, help=argparse.SUPPRESS)

@@ -335,7 +335,7 @@ def test_analysis_and_fleet_screens_into_a_pipe_are_refused_pointing_to_their_te
     (["play", "EMPTY"], 1, "holds no recorded lines"),
     (["launch", "--record", "CSV", "--", "true"], 1, "already exists"),
     (["compare", "CSV"], 2, "at least two arms"),  # the command line itself: 2, before any file is read
-    (["play", "--speed", "-1", "MISSING"], 2, "--speed must be >= 0"),
+    (["play", "--speed", "-1", "MISSING"], 2, "--speed: must be a number 0 or more"),
 ])
 def test_exit_status_one_scheme_and_inputs_before_the_terminal(tmp_path, args, status, says):
     csv = tmp_path / "run.csv"
