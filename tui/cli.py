@@ -688,8 +688,11 @@ FLEET_WINDOW = "5m"
 def cmd_fleet(args: argparse.Namespace) -> int:
     """``bmoe-top fleet``: the instances a Prometheus scrapes (docs/fleet.md), on the screen or
     with ``--once --json`` as one document."""
+    from bmoe_top.tui.fleet.queries import selector_problem
     from bmoe_top.tui.sources.prometheus import parse_duration, require_url
 
+    if (why := selector_problem(args.selector)) is not None:  # every form: --rules, --once, the screen
+        return _die(f"fleet --selector {args.selector}: {why}")
     if args.rules:
         return _fleet_rules(args)
     if args.prometheus is None:

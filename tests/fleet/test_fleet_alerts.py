@@ -150,3 +150,16 @@ async def test_the_fleet_screen_shows_the_alerts_prometheus_fires_and_keeps_the_
 
 def test_no_rules_is_an_empty_group():
     assert rules_file([]).endswith("rules: []\n")
+
+
+@pytest.mark.parametrize("mode", [["--rules"], ["--prometheus", "http://127.0.0.1:9", "--once", "--json"],
+                                  ["--prometheus", "http://127.0.0.1:9"]])
+@pytest.mark.parametrize("selector", ['{job="x', '{job="x"', 'up{job="x"}'])
+def test_a_malformed_selector_is_a_usage_error_in_every_fleet_form(mode, selector):
+    """``--rules --selector '{job="x'`` printed ``{{job="x}[1m]`` and exit 0; the document and the
+    screen sent it to Prometheus."""
+    r = subprocess.run([sys.executable, "-m", "bmoe_top.tui.cli", "fleet", *mode, "--selector", selector],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and r.stdout == "", (r.returncode, r.stdout[:300])
+    lines = r.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"bmoe-top: fleet --selector {selector}: "), r.stderr

@@ -48,6 +48,24 @@ def test_matchers_from_a_selector():
     assert q.matchers('{job="bmoe",}', 'instance="a:1"') == '{job="bmoe", instance="a:1"}'
 
 
+@pytest.mark.parametrize("selector", ["", "{}", '{job="bmoe"}', 'job="bmoe"', '{job="bmoe",}', "{job='a'}",
+                                      'job="a", instance=~"b.*"', '{job!~`a\\`}', '{job="a{b}"}', '{job="a\\"b"}'])
+def test_a_selector_of_label_matchers_is_taken(selector):
+    assert q.selector_problem(selector) is None
+
+
+@pytest.mark.parametrize("selector, says", [
+    ('{job="x', "a quoted value is not closed"), ('{job="x}', "a quoted value is not closed"),
+    ("{job='x}", "a quoted value is not closed"), ('{job="x"', "its braces do not balance"),
+    ('job="x"}', "its braces do not balance"), ('{job="x"}}', "its braces do not balance"),
+    ('up{job="x"}', "it takes label matchers"), ("job", "it takes label matchers"),
+    ('job="x" or vector(1)', "it takes label matchers"), ('job="a\nb"', "control character"),
+    ('job="\x1b[31m"', "control character"),
+])
+def test_a_malformed_selector_says_why(selector, says):
+    assert says in (q.selector_problem(selector) or "")
+
+
 def test_label_values_are_escaped():
     assert q.label_matcher("instance", 'a"b\\c\nd') == 'instance="a\\"b\\\\c\\nd"'
 

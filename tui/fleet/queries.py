@@ -45,6 +45,7 @@ __all__ = [
     "interval_estimate",
     "MAX_POINTS",
     "matchers",
+    "selector_problem",
     "label_matcher",
     "values_matcher",
     "detail_matchers",
@@ -157,10 +158,37 @@ def detail_matchers(by: Sequence[str], keys: Iterable[Sequence[str]]) -> list[st
     return [values_matcher(b, (k[i] for k in keys)) for i, b in enumerate(by)]
 
 
+# One PromQL label matcher: a label name, an operator, a quoted string (double or single quotes with
+# backslash escapes, or a raw string in backticks); commas between matchers, one trailing allowed.
+_MATCHER = re.compile(r"""\s*[A-Za-z_][A-Za-z0-9_]*\s*(?:=~|!~|!=|=)\s*"""
+                      r"""(?:"(?:[^"\\\n]|\\.)*"|'(?:[^'\\\n]|\\.)*'|`[^`]*`)\s*""")
+_MATCHERS = re.compile(rf"(?:{_MATCHER.pattern}(?:,{_MATCHER.pattern})*,?)?\s*")
+_FORM = 'label matchers, e.g. {job="bmoe"} or job="bmoe", instance=~"a.*" (docs/fleet.md)'
+
+
+def selector_problem(selector: str) -> str | None:
+    """Why ``selector`` is not what :func:`matchers` takes (PromQL label matchers, in braces or
+    not, or empty), or None: braces that do not balance, a quote not closed, a control character,
+    anything else in it. Every fleet form refuses such a selector before a query is written
+    (``fleet --rules`` printed ``{{job="x}[1m]``)."""
+    text = selector.strip()
+    if not text.isprintable():
+        return "it holds a control character"
+    inner = text[1:-1] if text.startswith("{") and text.endswith("}") and len(text) > 1 else text
+    if _MATCHERS.fullmatch(inner):
+        return None
+    bare = re.sub(r"""\\.|"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'|`[^`]*`""", "", inner)  # closed strings out
+    if any(c in bare for c in "\"'`"):
+        return f"a quoted value is not closed; it takes {_FORM}"
+    if bare.count("{") != bare.count("}"):
+        return f"its braces do not balance; it takes {_FORM}"
+    return f"it takes {_FORM}"
+
+
 def matchers(selector: str, *extra: str) -> str:
     """The label matchers of ``selector`` (``{job="bmoe"}``, or ``job="bmoe"`` without braces,
     or empty) joined with ``extra`` matchers, in braces; ``""`` when there are none. The
-    selector is passed through as written: a malformed one is Prometheus' ``bad_data``."""
+    selector is passed through as written (:func:`selector_problem` tells a malformed one)."""
     inner = selector.strip()
     if inner.startswith("{") and inner.endswith("}"):
         inner = inner[1:-1].strip()
