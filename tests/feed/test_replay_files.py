@@ -8,6 +8,8 @@ of different runs (another model or arch) are refused with a message naming both
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 
 import numpy as np
 import orjson
@@ -265,7 +267,12 @@ def test_impossible_values_are_problems_an_alert_and_not_in_the_numbers(tmp_path
     code, doc, err = summary_json(capsys, str(p))
     assert code == 0, err  # a damaged file still replays: its good cells count
     assert doc["derived"]["token_rows"] == 4 and doc["problems"] == 5
-    assert any("bad.csv: 5 impossible values read as missing" in a for a in doc["alerts"])
+    assert "bad.csv: 5 impossible values read as missing" in doc["alerts"]  # no key of the screen in it
+    text = subprocess.run([sys.executable, "-m", "bmoe_top.tui.cli", "replay", "--summary", str(p)],
+                          capture_output=True, text=True, timeout=60)
+    assert text.returncode == 0, text.stderr
+    assert "alert: bad.csv: 5 impossible values read as missing\n" in text.stdout, text.stdout
+    assert "lists them" not in text.stdout  # "4" is the screen's Problems tab: nothing headless
     run = open_paths([str(p)])
     assert np.isnan(run.tokens.view("wall_ms")[1:]).all() and run.tokens.view("io_ms").tolist() == [40] * 4
     # the title's flash share is of the tokens that have each time: 40 ms of a 100 ms wall, not 160 / 100

@@ -341,6 +341,11 @@ async def test_impossible_values_are_in_the_banner_and_listed_by_4_at_80x24(tmp_
         text = app.query_one("#problems-panel").renderable_for().plain
         assert "bad.csv: 5 impossible values read as missing" in text and "other.csv left out" in text
         assert "impossible wall_ms: a time per token is 0 to 24 h" in text and "bad.csv:3:" in text
+    alone, _ = replay([str(p)], keep_first=True)  # the one alert: the banner still points to the tab
+    async with replay_app(alone, "replay bad.csv").run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        banner = str(pilot.app.query_one("#banner").render())
+        assert "bad.csv: 5 impossible values read as missing (4 lists them)" in banner, banner
 
 
 @pytest.mark.parametrize("size", [(80, 24), (200, 60)])

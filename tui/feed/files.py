@@ -82,7 +82,7 @@ def load_token_table(run: RunModel, table: TokenTable, source: str) -> None:
         if table.impossible:
             plural = "" if table.impossible == 1 else "s"
             run.add_alert(f"{os.path.basename(source) or source}: {table.impossible:,} impossible value{plural} read "
-                          "as missing (4 lists them)")
+                          "as missing", listed=True)
         run.set_status(Status.REPLAY, run.status_detail)
 
 

@@ -214,6 +214,7 @@ class RunModel:
         self._requests: list[Mapping[str, Any]] = []
         self._alerts: list[str] = []
         self._alert_count = 0
+        self._listed_alerts: set[str] = set()
         self._absent: dict[str, str] = {}
         self._summary_notes: dict[str, str] = {}
         self._epoch_start = 0
@@ -403,6 +404,12 @@ class RunModel:
     @property
     def alert_count(self) -> int:
         return self._alert_count
+
+    def alert_listed(self, line: str) -> bool:
+        """``line`` (one of :attr:`alerts`) sums up lines the problems list names one by one:
+        the screen's banner points to it (the text itself names no key, for the headless summary)."""
+        with self.lock:
+            return line in self._listed_alerts
 
     @property
     def absent(self) -> Mapping[str, str]:
@@ -644,10 +651,13 @@ class RunModel:
         with self.lock:
             self.events.record("source", "source", str(self._status), "restarted", detail)
 
-    def add_alert(self, text: str) -> None:
-        """One line a person must see at once (the banner); a repeat of a kept alert is not added."""
+    def add_alert(self, text: str, *, listed: bool = False) -> None:
+        """One line a person must see at once (the banner); a repeat of a kept alert is not added.
+        ``listed``: it sums up problems :meth:`add_problem` recorded one by one (:meth:`alert_listed`)."""
         with self.lock:
             line = safe(text)
+            if listed:
+                self._listed_alerts.add(line)
             if line in self._alerts:
                 return
             self._alert_count += 1

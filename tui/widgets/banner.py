@@ -16,12 +16,15 @@ from bmoe_top.tui.model import RunModel
 __all__ = ["Banner", "banner_text"]
 
 
-def banner_text(alerts: Sequence[str], total: int) -> str:
-    """The banner's one line: the newest alert, and how many more (``""`` when none)."""
+def banner_text(alerts: Sequence[str], total: int, listed: bool = False) -> str:
+    """The banner's one line: the newest alert, and how many more (``""`` when none); ``listed``:
+    the newest sums up lines the Problems tab (key 4, which lists every alert too) names one by one."""
     if not alerts:
         return ""
     more = total - 1
-    return f"⚠ {alerts[-1]}" + (f"  (+{more} more: 4 lists them)" if more > 0 else "")
+    if more > 0:
+        return f"⚠ {alerts[-1]}  (+{more} more: 4 lists them)"
+    return f"⚠ {alerts[-1]}" + (" (4 lists them)" if listed else "")
 
 
 class Banner(Static):
@@ -46,6 +49,6 @@ class Banner(Static):
         if key == self._key and not force:
             return
         self._key = key
-        line = banner_text(alerts, key)
+        line = banner_text(alerts, key, bool(alerts) and self.run.alert_listed(alerts[-1]))
         self.set_class(bool(line), "-shown")
         self.update(Text(line, no_wrap=True, overflow="ellipsis"))
