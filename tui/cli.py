@@ -1198,9 +1198,12 @@ def cmd_events(args: argparse.Namespace) -> int:
         return _die(f"events: --kind {bad[0]}: one of {', '.join(KINDS)}")
     paths = [Path(p) for p in args.files] if args.files else log_files(default_path())
     read, unread = read_events(paths)
-    names = [str(p) for p in paths if os.path.lexists(p)] or ([] if args.files else [str(default_path())])
+    present = [str(p) for p in paths if os.path.lexists(p)]
+    names = present or ([] if args.files else [str(default_path())])
     flt = EventFilter(kinds, args.since, args.grep or "")
-    if args.json:
+    if unread and len(unread) == len(present):  # no file read (a folder, unreadable): the reasons alone
+        pass
+    elif args.json:
         print_json(events_document(read, names, unread, flt))
     else:
         print_lines(events_lines(read, names, flt))

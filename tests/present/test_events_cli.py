@@ -6,6 +6,8 @@ counted and shown with their neighbours kept, escape sequences shown and not sen
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import orjson
@@ -133,6 +135,20 @@ def test_an_unreadable_file_fails_loud(capsys, tmp_path: Path) -> None:
         p.chmod(0)
         code, _, err = cli(capsys, "events", str(p))
     assert code == 1 and err.startswith("bmoe-top: events: ")
+
+
+@pytest.mark.parametrize("form", [[], ["--json"]])
+def test_a_directory_is_the_error_alone(tmp_path: Path, form) -> None:
+    """``events DIR`` printed "no events ... (the log is empty or does not exist yet)" on stdout
+    beside "is a directory" on stderr; a readable log beside it still lists its events."""
+    run = [sys.executable, "-m", "bmoe_top.tui.cli", "events", *form]
+    r = subprocess.run([*run, str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and r.stdout == "", r.stdout
+    assert r.stderr.splitlines() == [f"bmoe-top: events: {tmp_path}: is a directory, not a recorded run"], r.stderr
+    log = tmp_path / "events.jsonl"
+    write_log(log)
+    r = subprocess.run([*run, str(log), str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and "source" in r.stdout and len(r.stderr.splitlines()) == 1, (r.stdout, r.stderr)
 
 
 def test_since_a_duration_back_from_now(capsys, tmp_path: Path) -> None:
