@@ -248,6 +248,36 @@ def test_attach_metrics_once_honours_its_timeout(srv):
     assert r.returncode == 1 and doc["status"] == "busy" and "within 0.5 s" in doc["detail"], doc
 
 
+@pytest.mark.parametrize("form", [["--json"], []])
+def test_attach_metrics_once_names_an_http_status_that_is_not_200(tmp_path, form):
+    """A 404 (the URL names no endpoint) read "malformed" with the error page's HTML; it is
+    ``http_error`` with the status and its reason phrase. Python's own file server, on an empty
+    folder: every path is its real 404 page."""
+    import functools
+    import http.server
+    import threading
+
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/nothing"
+        r = subprocess.run([sys.executable, "-m", "bmoe_top.tui.cli", "attach", "--metrics", url, "--once", *form],
+                           capture_output=True, text=True, timeout=60)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert r.returncode == 1, (r.stdout, r.stderr)
+    assert r.stderr.splitlines() == [f"bmoe-top: attach {url}: http_error: HTTP 404 Not Found"], r.stderr
+    if form:
+        doc = json.loads(r.stdout)
+        assert (doc["status"], doc["detail"], doc["http_status"]) == ("http_error", "HTTP 404 Not Found", 404)
+    else:
+        assert r.stdout == f"{url}: http_error HTTP 404 Not Found\n"
+    assert "malformed" not in r.stdout + r.stderr and "<" not in r.stdout + r.stderr
+
+
 BMOE_RUN = BMOE_TOP.with_name("bmoe-run")
 
 

@@ -57,7 +57,7 @@ def test_failure_states_are_distinct(srv):
     p.scrape_once()
     assert p.state.status == "unauthorized" and p.state.http_status == 403
     p.scrape_once()
-    assert p.state.status == "malformed" and "404" in p.state.detail
+    assert p.state.status == "http_error" and p.state.detail == "HTTP 404 Not Found: not found"
     p.scrape_once()
     assert p.state.status == "malformed" and "no sample line" in p.state.detail
     p.scrape_once()

@@ -40,6 +40,7 @@ SCRAPE_STATUS: dict[ScrapeState, Status] = {
     ScrapeState.SERVER_ERROR: Status.SERVER_ERROR,
     ScrapeState.DISABLED: Status.DISABLED,
     ScrapeState.UNAUTHORIZED: Status.UNAUTHORIZED,
+    ScrapeState.HTTP_ERROR: Status.HTTP_ERROR,
     ScrapeState.MALFORMED: Status.MALFORMED,
     ScrapeState.ERROR: Status.ERROR,
 }

@@ -39,7 +39,8 @@ class ScrapeHealth:
     """A ``/metrics`` poller as of its newest scrape or failure.
 
     ``url``; ``state`` (the poller's state word: ``ok``, ``connecting``, ``busy``, ``refused``,
-    ``unreachable``, ``server_error``, ``disabled``, ``unauthorized``, ``malformed``, ``error``)
+    ``unreachable``, ``server_error``, ``disabled``, ``unauthorized``, ``http_error``, ``malformed``,
+    ``error``)
     and ``detail`` (why, one line); ``http_status`` (the newest answer's, None before one);
     ``scrapes_ok`` / ``scrapes_failed``; ``restarts`` (restarts of the server seen); ``limit``
     (the limit that ended the newest scrape: ``"deadline"`` or ``"body_size"``, else None);

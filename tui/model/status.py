@@ -19,9 +19,9 @@ class Status(StrEnum):
     or never started). Network attach sources: ``CONNECTING``, ``OK``, ``BUSY`` (the server is up
     but did not answer in time: the last values are kept and aged), ``REFUSED`` (nothing listens),
     ``UNREACHABLE``, ``SERVER_ERROR`` (HTTP 5xx), ``DISABLED`` (the server does not offer the
-    endpoint: llama-server without ``--metrics``), ``UNAUTHORIZED``, ``MALFORMED`` (an answer that
-    is not what was asked for), ``WAITING`` (a file to follow does not exist yet), ``ERROR`` (the
-    source cannot be used as given).
+    endpoint: llama-server without ``--metrics``), ``UNAUTHORIZED``, ``HTTP_ERROR`` (another HTTP
+    status: 404, 400, ...), ``MALFORMED`` (an answer that is not what was asked for), ``WAITING``
+    (a file to follow does not exist yet), ``ERROR`` (the source cannot be used as given).
     """
 
     EMPTY = "empty"
@@ -40,6 +40,7 @@ class Status(StrEnum):
     SERVER_ERROR = "server_error"
     DISABLED = "disabled"
     UNAUTHORIZED = "unauthorized"
+    HTTP_ERROR = "http_error"
     MALFORMED = "malformed"
     WAITING = "waiting"
     ERROR = "error"

@@ -38,7 +38,8 @@ __all__ = ["COUNT_KEYS", "LIMIT_WORDS", "NOT_EXPORTED", "OTHER_ROWS", "STATUS_WO
 STATUS_WORDS = {
     "ok": "● connected", "connecting": "… connecting", "busy": "◔ busy", "refused": "✖ refused",
     "unreachable": "✖ unreachable", "server_error": "✖ server error", "disabled": "✖ no /metrics",
-    "unauthorized": "✖ unauthorized", "malformed": "⚠ malformed answer", "error": "✖ cannot poll",
+    "unauthorized": "✖ unauthorized", "http_error": "✖ HTTP error", "malformed": "⚠ malformed answer",
+    "error": "✖ cannot poll",
 }
 
 #: How each limit of a scrape (``limit`` in the document) reads on the status line.

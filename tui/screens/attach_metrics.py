@@ -5,7 +5,7 @@ The :class:`~bmoe_top.tui.sources.metrics_poll.MetricsPoller` is bound to the ru
 :func:`bmoe_top.tui.feed.bind.bind` (one row per scrape interval), so the breakdown (ms per
 token, mean over each interval), the trends (tok/s, cumulative hit %, MiB per token), the layer x
 interval hit heatmap and the run panel (totals since the server started) are the shared widgets.
-The attach adds a status line (ok / connecting / unreachable / unauthorized / malformed / error,
+The attach adds a status line (ok / connecting / unreachable / unauthorized / HTTP error / malformed / error,
 with the reason; when the server goes away the last picture stays under the banner) and a panel
 with the newest interval's rates, the counters since start and the per-token times; ``r`` scrapes
 now. A value the server does not export reads "not exported" / "missing", never 0.

@@ -98,7 +98,7 @@ BASE_TICK_S = 0.25
 REFRESH_STEPS = (0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0)
 #: Statuses of a source that is not there (the indicator says "disconnected").
 GONE = frozenset({Status.DISCONNECTED, Status.UNREACHABLE, Status.REFUSED, Status.SERVER_ERROR, Status.DISABLED,
-                  Status.UNAUTHORIZED, Status.ERROR, Status.MALFORMED})
+                  Status.UNAUTHORIZED, Status.HTTP_ERROR, Status.ERROR, Status.MALFORMED})
 
 #: Actions whose keys type into a focused text box instead (the footer does not offer them there).
 TYPING_KEYS = frozenset({

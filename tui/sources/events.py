@@ -62,8 +62,9 @@ class ScrapeState(StrEnum):
     not answer either). Up but not answering ``/metrics`` as asked: ``busy`` (``/metrics`` timed out
     while ``/health`` answers: the last values are kept and aged), ``server_error`` (HTTP 5xx),
     ``disabled`` (HTTP 501: llama-server started without ``--metrics``; the server's hint is the
-    reason), ``unauthorized`` (HTTP 401/403), ``malformed`` (another HTTP status, or a body that is
-    not an exposition). ``error``: the URL itself is unusable, nothing is requested."""
+    reason), ``unauthorized`` (HTTP 401/403), ``http_error`` (another HTTP status: ``HTTP 404 Not
+    Found``, the URL names no endpoint), ``malformed`` (a 200 whose body is not an exposition).
+    ``error``: the URL itself is unusable, nothing is requested."""
 
     CONNECTING = "connecting"
     OK = "ok"
@@ -73,6 +74,7 @@ class ScrapeState(StrEnum):
     SERVER_ERROR = "server_error"
     DISABLED = "disabled"
     UNAUTHORIZED = "unauthorized"
+    HTTP_ERROR = "http_error"
     MALFORMED = "malformed"
     ERROR = "error"
 

@@ -20,6 +20,7 @@ import errno
 import threading
 import time
 from collections.abc import Callable
+from http import HTTPStatus
 from typing import Any
 
 import httpx
@@ -127,10 +128,10 @@ class MetricsPoller(threading.Thread):
     is ``unreachable``; a ``/metrics`` read timeout while ``/health`` answers is ``busy`` (the
     last values are kept and their age shown); HTTP 5xx is ``server_error``; HTTP 501
     (llama-server without ``--metrics``) is ``disabled`` with the server's hint whole; 401/403
-    ``unauthorized``; another status or a body that is no exposition ``malformed``; an unusable
-    URL ``error``. A ``/metrics`` answer not whole by the deadline is ``busy`` or
-    ``unreachable`` as a timeout is, a body over the cap ``malformed``; both say so in
-    ``detail`` and set ``state.limit``."""
+    ``unauthorized``; another status ``http_error`` (``HTTP 404 Not Found``: the URL names no
+    endpoint); a 200 whose body is no exposition ``malformed``; an unusable URL ``error``. A
+    ``/metrics`` answer not whole by the deadline is ``busy`` or ``unreachable`` as a timeout is,
+    a body over the cap ``malformed``; both say so in ``detail`` and set ``state.limit``."""
 
     def __init__(self, url: str, interval: float = 1.0, timeout: float = 2.0, api_key: str | None = None,
                  max_backoff: float = 30.0, on_event: Callable[[Any], None] | None = None,
@@ -251,7 +252,9 @@ class MetricsPoller(threading.Thread):
             self._failed(ScrapeState.SERVER_ERROR, f"HTTP {code}: {_short(_error_message(r))}", code)
             return None
         if code != 200:
-            self._failed(ScrapeState.MALFORMED, f"HTTP {code}: {_short(_error_message(r))}", code)
+            said = _error_message(r)  # an HTML error page says no more than its status
+            self._failed(ScrapeState.HTTP_ERROR, _status_line(code) + (
+                f": {_short(said)}" if said and not said.startswith("<") else ""), code)
             return None
         try:
             snap = parse_exposition(r.content, t)
@@ -399,6 +402,15 @@ def _error_message(r: Answer) -> str:
         if isinstance(msg, str) and msg.strip():
             return " ".join(msg.split())
     return " ".join(r.content.decode("utf-8", "replace").split())
+
+
+def _status_line(code: int) -> str:
+    """``HTTP 404 Not Found``: the status and its standard reason phrase (none for a code outside
+    the standard's)."""
+    try:
+        return f"HTTP {code} {HTTPStatus(code).phrase}"
+    except ValueError:
+        return f"HTTP {code}"
 
 
 def _short(text: str, n: int = 80) -> str:

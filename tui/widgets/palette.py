@@ -54,7 +54,8 @@ NO_DATA_GLYPH = "·"
 STATUS_STYLE: dict[str, str] = {
     "ok": "bold #98c379", "ready": "bold #98c379", "generating": "bold #61afef",
     "loading": "bold #e5c07b", "connecting": "bold #e5c07b", "waiting": "bold #e5c07b", "starting": "bold #e5c07b",
-    "unreachable": "bold #e06c75", "unauthorized": "bold #e06c75", "error": "bold #e06c75",
+    "unreachable": "bold #e06c75", "unauthorized": "bold #e06c75", "http_error": "bold #e06c75",
+    "error": "bold #e06c75",
     "disconnected": "bold #e06c75", "aborted": "bold #e06c75", "failed": "bold #e06c75",
     "malformed": "bold #d19a66",
     "closing": "#7f848e", "exited": "#7f848e", "closed": "#7f848e", "done": "#7f848e", "replay": "#7f848e",
