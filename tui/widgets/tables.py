@@ -73,6 +73,8 @@ class SortTable(Vertical):
         #: indices (into the table's columns) of the columns shown, in order, and their labels
         self.shown_cols: list[int] = []
         self.shown_labels: list[str] = []
+        #: the shown columns' widths (cells, without the padding), as given to the DataTable
+        self.col_widths: list[int] = []
 
     def compose(self) -> ComposeResult:
         yield Static(classes="sort-head")
@@ -125,16 +127,20 @@ class SortTable(Vertical):
         self.shown = rows
         cursor = dt.cursor_row
         labels, shown = self._fit(t, rows)
-        if rebuild_columns or not dt.columns or (labels, shown) != (self.shown_labels, self.shown_cols):
+        # Each column as wide as its widest cell shown, given to the DataTable: its own widths
+        # (measured when it is next idle) come after it may have drawn, and its line caches keep
+        # what it drew at the widths before (cells cut after a resize).
+        widths = [max([cell_len(label), *(cell_len(r.cells[i]) for r in rows if i < len(r.cells))])
+                  for i, label in zip(shown, labels)]
+        if (rebuild_columns or not dt.columns
+                or (labels, shown, widths) != (self.shown_labels, self.shown_cols, self.col_widths)):
             dt.clear(columns=True)
-            for i, label in zip(shown, labels):
+            for i, label, w in zip(shown, labels, widths):
                 c = t.columns[i]
-                dt.add_column(Text(label, justify="right" if c.numeric else "left", end=""), key=c.key)
+                dt.add_column(Text(label, justify="right" if c.numeric else "left", end=""), key=c.key, width=w)
         else:
             dt.clear()
-            for col in dt.columns.values():  # DataTable's auto widths only grow: fit the rows shown now
-                col.content_width = col.label.cell_len
-        self.shown_cols, self.shown_labels = shown, labels
+        self.shown_cols, self.shown_labels, self.col_widths = shown, labels, widths
         self.hidden = [c.label for i, c in enumerate(t.columns) if i not in shown]
         for r in rows:
             style = KIND_STYLE.get(r.kind, "")
