@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from helpers import synth
+from helpers.waits import pilot_until
 
 from bmoe_top.tui.analysis.compare import WITHIN_RUN_LABEL, compare
 from bmoe_top.tui.jobs import compare as J
@@ -173,7 +174,7 @@ async def test_real_csvs_at_80x24_show_both_values_and_the_delta(real_runs) -> N
         # the arms are named by what differs in their run headers, headed by what tells them apart
         assert c.arms == ["--dense-weights anon", "--dense-weights ahwb"]
         labels = [str(col.label) for col in table.data_table.columns.values()]
-        assert "…non" in labels and "…hwb" in labels, labels
+        assert "…anon" in labels and "Δ …ahwb" in labels, labels
         wall = next(r for r in table.shown if r.cells[0] == "wall per token [ms/tok]")
         text = screen_text(app)
         for cell in wall.cells[3:5]:  # both runs' values, drawn whole
@@ -181,6 +182,31 @@ async def test_real_csvs_at_80x24_show_both_values_and_the_delta(real_runs) -> N
         await pilot.press("right", "left", "right")
         await pilot.pause()
         assert app.main.query_one("#cmp-tabs").active == "summary"
+
+
+async def test_a_run_named_as_the_others_prefix_keeps_both_values_at_80x24(real_runs) -> None:
+    """``compare`` of gemma_stream (arm ``bigmoeonedge-2026-07-12``) and gemma_base (arm
+    ``bigmoeonedge-2026-07-12-pr23``) at 80x24, a value as wide as ``no cache (off in this run)``:
+    the metric, the delta and both runs' values stay, drawn whole; the interval, p and the
+    verdict go first (the value of the second run went before). The first arm's heading keeps
+    the end of its name (``…07-12``, not ``…2``)."""
+    from helpers.drawn_table import cut_cells
+
+    a = real_runs / "bigmoeonedge-2026-07-12" / "gemma_stream.csv"
+    b = real_runs / "bigmoeonedge-2026-07-12-pr23" / "gemma_base.csv"
+    app, c = make_app(str(a), str(b))
+    async with app.run_test(size=(80, 24)) as pilot:
+        table = app.main.query_one("#summary-table", SortTable)
+        await pilot_until(pilot, lambda: table.data_table.row_count == len(table.shown) > 0, "the summary rows")
+        await pilot.pause()
+        base, other = c.arms
+        assert (base, other) == ("bigmoeonedge-2026-07-12", "bigmoeonedge-2026-07-12-pr23")
+        keys = [str(k.value) for k in table.data_table.columns]
+        assert keys == ["metric", f"delta:{other}", f"value:{base}", f"value:{other}"], keys
+        assert table.hidden == ["verdict", f"{c.confidence:.0%} CI of Δ", "p"], table.hidden
+        assert table.shown_labels == ["metric", "Δ …-pr23", "…07-12", "…-pr23"], table.shown_labels
+        problems = cut_cells(app, table)
+        assert not problems, "\n".join(problems)
 
 
 async def test_arrows_bring_every_arm_and_column_in_at_80x24(tmp_path) -> None:

@@ -115,10 +115,13 @@ def _p_text(d: Delta) -> str:
     return f"{d.p:.3f}" if math.isfinite(d.p) else ""
 
 
-def short_names(names: Sequence[str], width: int = 10) -> dict[str, str]:
-    """Each name cut to what tells it from the others, for a narrow heading: the part after
-    their common prefix (``bmoe-20260721-090406``, ``bmoe-20260722-142300`` -> ``…1-090406``,
-    ``…2-142300``), its last ``width`` characters; a name already that short stays whole."""
+def short_names(names: Sequence[str], width: int = 10, least: int = 5) -> dict[str, str]:
+    """Each name cut to its end from where it differs from the others, for a narrow heading: the
+    part after their common prefix (``bmoe-20260721-090406``, ``bmoe-20260722-142300`` ->
+    ``…1-090406``, ``…2-142300``), at least its last ``least`` characters (a name that is the
+    others' prefix: ``bigmoeonedge-2026-07-12`` beside ``…-pr23`` -> ``…07-12``), from the start
+    of the word it begins in when that fits (``…cache32``, not ``…che32``), its last ``width``
+    characters at most; a name already that short stays whole."""
     if len(names) < 2:
         return {n: n if len(n) <= width else "…" + n[-(width - 1):] for n in names}
     common = len(os.path.commonprefix(list(names)))
@@ -127,8 +130,13 @@ def short_names(names: Sequence[str], width: int = 10) -> dict[str, str]:
         if len(n) <= width:
             out[n] = n
             continue
-        tail = n[min(common, len(n) - 1):]
-        out[n] = "…" + tail[-(width - 1):]
+        start = max(0, min(common, len(n) - least))
+        word = start
+        while word > 0 and n[word].isalnum() and n[word - 1].isalnum():
+            word -= 1
+        if len(n) - word <= width - 1:
+            start = word
+        out[n] = "…" + n[start:].lstrip()[-(width - 1):]
     return out if len(set(out.values())) == len(out) else {n: n for n in names}
 
 
@@ -141,10 +149,12 @@ def summary_table(c: Comparison) -> Table:
     short = short_names(c.arms)
     cols = [Column("metric", "metric", False)]
     for a in c.arms[1:]:
-        cols += [Column(f"delta:{a}", f"Δ {a}", short=f"Δ {short[a]}"), Column(f"verdict:{a}", "verdict", False)]
+        cols += [Column(f"delta:{a}", f"Δ {a}", short=f"Δ {short[a]}"),
+                 Column(f"verdict:{a}", "verdict", False, drop=1)]
     for a in c.arms:
         cols.append(Column(f"value:{a}", a, short=short[a]))
-    # narrow: the interval goes first, then p (the values, the delta and the metric with its unit stay)
+    # narrow: the interval goes first, then p, then the verdict (the values, the delta and the metric
+    # with its unit stay)
     for a in c.arms[1:]:
         cols += [Column(f"ci:{a}", f"{c.confidence:.0%} CI of Δ", False, short="CI of Δ", drop=3),
                  Column(f"p:{a}", "p", drop=2)]
