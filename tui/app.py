@@ -77,6 +77,8 @@ ExpertMap { border-top: solid $primary-darken-3; }
 .-tiny #body, .-tiny Footer, .-tiny #title, .-tiny #live-status, .-tiny #attach-status, .-tiny #diagnosis,
 .-tiny #prompt-bar { display: none; }
 .-tiny #too-small { display: block; height: 1fr; content-align: center middle; }
+/* ...and no notification over it (they come back when the terminal is large enough) */
+.-tiny Toast { visibility: hidden; }
 
 /* panel groups the settings leave out ([panels]) */
 .-no-trends TrendChart, .-no-answer #answer-side { display: none; }

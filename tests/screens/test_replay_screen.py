@@ -252,6 +252,24 @@ async def test_below_the_minimum_size_the_screen_says_so(csv_run, size):
         assert not app.main.query_one("#body").display or not app.main.query_one("#body").region.area
 
 
+async def test_the_too_small_notice_is_not_covered_by_a_toast(csv_run):
+    """A notification shown when the terminal shrinks below the minimum (50x12) does not cover
+    the notice that says so; it is drawn again once the terminal is large enough."""
+    app = replay_app(open_paths(csv_run), "toast")
+    async with app.run_test(size=(120, 30), notifications=True) as pilot:
+        app.notify("the turn is sent to the server and answered in a while", timeout=600)
+        await pilot_until(pilot, lambda: "answered in a while" in screen_text(app), "the toast drawn")
+        await pilot.resize_terminal(50, 12)
+        await pilot_until(pilot, lambda: "Terminal size too small" in screen_text(app), "the notice drawn")
+        await pilot.pause()
+        text = screen_text(app)
+        assert "answered in a while" not in text, text
+        for line in ("width = 50  height = 12", "Needed for this screen:", "width = 60  height = 15"):
+            assert line in text, text
+        await pilot.resize_terminal(120, 30)
+        await pilot_until(pilot, lambda: "answered in a while" in screen_text(app), "the toast drawn again")
+
+
 @pytest.mark.parametrize("size", [(60, 15), (80, 24), (120, 40), (200, 60)])
 async def test_every_size_shows_the_breakdown_and_a_map(csv_run, size):
     app = replay_app(open_paths(csv_run), "sizes")
