@@ -1064,6 +1064,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from bmoe_top.tui.jobs.sweep import ORDERS, SweepError, SweepPlan, parse_list, run_sweep
     from bmoe_top.tui.present.numbers import print_json, print_lines
     from bmoe_top.tui.present.sweep import SweepProgress, progress_line, sweep_document, sweep_lines
+    from bmoe_top.tui.sources.child_session import machine_load, runtime_wait_env
 
     try:
         cache = parse_list(args.cache_mb, "--cache-mb")
@@ -1084,8 +1085,11 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         command = tuple(shlex.split(args.runtime)) if args.runtime else tuple(runtime_exe())
     except ValueError as e:
         return _die(f"sweep: --runtime: {e}")
+    # the bundled runtime on crowded cores waits passively at its OpenMP barriers, in every arm alike
+    # (a command the user gives runs in the user's environment as it is)
+    env = () if args.runtime else tuple(runtime_wait_env(os.environ, *machine_load()).items())
     plan = SweepPlan(command, args.model, cache, lanes, args.overlap, args.runs, args.order, prompt, args.n_predict,
-                     args.out, args.timeout, tuple(args.extra or ()), args.seed)
+                     args.out, args.timeout, tuple(args.extra or ()), args.seed, env)
     if not (args.json or args.once):
         if (refused := _terminal_refused("sweep")) is not None:
             return refused

@@ -128,7 +128,10 @@ class SweepPlan:
     ``cache_mb`` x ``io_threads``; ``overlap`` (``--overlap``); ``runs`` per arm; ``order`` one of
     :data:`ORDERS` (``interleaved``: every arm once per round, in the order given; ``reversed``:
     every other round backwards; ``random``: shuffled per round from ``seed``); ``prompt`` and
-    ``n_predict``; ``out`` the folder; ``timeout_s`` per run; ``extra`` flags for every run."""
+    ``n_predict``; ``out`` the folder; ``timeout_s`` per run; ``extra`` flags for every run;
+    ``env`` (name, value) pairs added to every run's environment, the same for every arm (the
+    bundled runtime on crowded cores: ``OMP_WAIT_POLICY=PASSIVE``, chosen once for the sweep by
+    :func:`~bmoe_top.tui.sources.child_session.runtime_wait_env`), kept in each run's ``run.json``."""
 
     command: tuple[str, ...]
     model: str
@@ -143,6 +146,7 @@ class SweepPlan:
     timeout_s: float = 600.0
     extra: tuple[str, ...] = ()
     seed: int = 0
+    env: tuple[tuple[str, str], ...] = ()
 
     def arms(self) -> list[tuple[float, int]]:
         return list(itertools.product(self.cache_mb, self.io_threads))
@@ -237,7 +241,7 @@ def _run_one(plan: SweepPlan, cache_mb: float, lanes: int, d: Path, control: Swe
             *plan.extra]
     t0 = time.monotonic()
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+                            start_new_session=True, env={**os.environ, **dict(plan.env)} if plan.env else None)
     try:
         timed_out = False
         while True:
@@ -264,7 +268,7 @@ def _run_one(plan: SweepPlan, cache_mb: float, lanes: int, d: Path, control: Swe
     wall = time.monotonic() - t0
     write_atomic(d / "run.log", out or b"", force=True)
     rec = {"argv": argv, "cache_mb": cache_mb, "io_threads": lanes, "overlap": plan.overlap, "exit": code,
-           "wall_s": round(wall, 3), "machine": _machine()}
+           "wall_s": round(wall, 3), "machine": _machine(), "env": dict(plan.env)}
     write_atomic(d / "run.json", json.dumps(rec, indent=1).encode(), force=True)
     return why
 
@@ -461,7 +465,8 @@ def run_sweep(plan: SweepPlan, progress: Callable[[SweepProgress], None] | None 
         own[(rnd, i)] = costs
         report(k, None, (cache_mb, lanes, results[(rnd, i)]))
     ref = arm_dir(plan.out, plan.cache_mb[0], plan.io_threads[0], 1)
-    notes: list[str] = []
+    notes: list[str] = [f"every run with {' '.join(f'{k}={v}' for k, v in plan.env)}: the cores were crowded when "
+                        "the sweep began (docs/runtime.md \"Threads\")"] if plan.env else []
     predicted: dict[tuple[float, int], tuple[float, float, float]] = {}
     predictor: Predictor | None = None
     used: ReferenceInputs = NO_REFERENCE

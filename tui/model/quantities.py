@@ -653,8 +653,8 @@ _ITEMS: tuple[Quantity, ...] = (
     _q("sweep.spread_pct", "spread_pct", "spread", "%", S.RUN, F.PCT,
        "100 x (largest - smallest tok/s) / median tok/s over the arm's runs with the reference routing",
        "How far apart an arm's runs are: the noise a prediction's error is read against.",
-       "Not a standard deviation; absent with fewer than two runs.", ("sweep screen", "sweep --once --json"),
-       qualifier="the arm's runs"),
+       "Not a standard deviation; absent with fewer than two runs.",
+       ("sweep screen", "sweep --once", "sweep --once --json"), qualifier="the arm's runs"),
     # -- the device sidecar -----------------------------------------------------------------------
     _q("device.peak_rss", "peak_rss_kb", "peak RSS", "MiB", S.DEVICE, F.MIB, "peak_rss_kb / 1024",
        "The process's highest resident memory (device sidecar).", "Not the memory now.", PANEL + TITLE),

@@ -316,20 +316,20 @@ def error_words(r: SweepResult) -> str:
 
 def sweep_lines(r: SweepResult) -> list[str]:
     """The sweep as a text table: one line per arm, then the errors' median and maximum."""
-    tq, eq = q("predict.tok_s"), q("predict.error_pct")
+    tq, eq, sq = q("predict.tok_s"), q("predict.error_pct"), q("sweep.spread_pct")
     ri = r.reference_inputs
     costs = (f": compute {fmt(ri['compute_ms'], 1)} ms a token + {fmt(ri['miss_ms'], 2)} ms a miss, mgmt "
              f"{fmt(ri['mgmt_ms'], 1)} ms a token + {fmt(ri['evict_ms'], 2)} ms an eviction (the reference arm's "
              f"{ri['costs_runs']} run(s))"
              if ri["compute_ms"] is not None else "")
     lines = [f"sweep of {r.model} ({r.order}); prediction from {r.reference or 'no reference run'}{costs}",
-             f"{'cache MiB':>10} {'lanes':>5} {'runs':>5} {'measured tok/s':>15} {tq.scoped():>18} {eq.label:>17} "
-             f"{'with own costs':>15}"]
+             f"{'cache MiB':>10} {'lanes':>5} {'runs':>5} {'measured tok/s':>15} {sq.label:>8} {tq.scoped():>18} "
+             f"{eq.label:>17} {'with own costs':>15}"]
     for a in r.arms:
         ok = sum(1 for x in a.runs if x.tok_s is not None and not x.routing_differs)
         err = a.error
         lines.append(f"{fmt(a.cache_mb, 0):>10} {a.io_threads:>5} {ok:>5} {show(tq, a.measured_tok_s):>15} "
-                     f"{show(tq, a.predicted_tok_s):>18} {show(eq, _pct(err)):>17} "
+                     f"{show(sq, _pct(a.spread)):>8} {show(tq, a.predicted_tok_s):>18} {show(eq, _pct(err)):>17} "
                      f"{show(eq, _pct(a.own_costs_error)):>15}")
         for x in a.runs:
             if x.problem or x.routing_differs:
