@@ -413,3 +413,19 @@ async def test_a_request_refused_while_a_turn_runs_is_listed_after_that_turn():
         screen.update_turns()
         assert [[str(c) for c in table.get_row_at(i)[:2]] for i in range(table.row_count)] == [["1", "7"], ["-", "8"]]
         assert str(table.get_row_at(1)[-1]) == "rejected: generate: 'prompt' must be a string"
+
+
+async def test_enter_on_an_empty_prompt_box_says_why_nothing_was_sent():
+    # the box is emptied by each turn; Enter on it sent nothing and said nothing
+    src = ChildSession([sys.executable, EMITTER, "--rate", "100"])
+    app = live_app(src, title="emitter")
+    try:
+        async with app.run_test(size=(120, 40), notifications=True) as pilot:
+            assert await wait_for(pilot, lambda: src.state == "ready")
+            app.query_one("#prompt", Input).value = "   "
+            app.query_one("#prompt", Input).focus()
+            await pilot.press("enter")
+            assert await wait_for(pilot, lambda: any("prompt box is empty" in n.message for n in app._notifications))
+            assert src.status().turns_done == 0 and src.state == "ready"
+    finally:
+        src.close()

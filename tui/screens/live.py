@@ -347,6 +347,7 @@ class LiveScreen(RunScreen):
     def send_prompt(self, event: Input.Submitted) -> None:
         prompt = event.value
         if not prompt.strip():
+            self.notify("the prompt box is empty: type a prompt, then Enter", severity="information", timeout=4)
             return
         st = self.source.state
         if st == LiveState.GENERATING:
