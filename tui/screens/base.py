@@ -253,7 +253,7 @@ class RunScreen(SearchScreen):
                     with VerticalScroll(id="problems-scroll"):
                         yield ProblemsPanel(self.model, id="problems-panel")
                 yield from self.compose_tabs()
-                yield TabPane("Events", SortTable(events_table((), 0), id="events"), id="events-tab")
+                yield TabPane("Events", SortTable(events_table((), 0), follow=True, id="events"), id="events-tab")
         yield from self.compose_bottom()
         yield SearchBar(id="search-bar")
         yield FittingFooter(compact=True)

@@ -56,9 +56,13 @@ class SortTable(Vertical):
 
     BINDINGS: ClassVar[list[BindingType]] = bindings(TABLE_KEYS, scope=("table",))
 
-    def __init__(self, table: Table | None = None, *, scrolls: bool = False, **kw: object) -> None:
+    def __init__(self, table: Table | None = None, *, scrolls: bool = False, follow: bool = False,
+                 **kw: object) -> None:
         super().__init__(**kw)  # type: ignore[arg-type]
         self.table = table
+        #: a log (rows appended at the end, oldest first): in the table's own order, a cursor on
+        #: the last row (or no row yet) moves to the new last row when rows come, as ``tail -f``
+        self.follow = follow
         #: whether the screen's ← / → scroll the columns (:meth:`scroll_columns`); the header
         #: line then says so for the columns left out
         self.scrolls = scrolls
@@ -124,8 +128,9 @@ class SortTable(Vertical):
             rows = sort_rows(rows, self.sort_col, self.descending)
         if self.filter_text and len(rows) != len(self.shown):
             self.post_message(SearchCountChanged())
-        self.shown = rows
         cursor = dt.cursor_row
+        follow = self.follow and self.sort_col is None and (not self.shown or cursor >= len(self.shown) - 1)
+        self.shown = rows
         labels, shown = self._fit(t, rows)
         # Each column as wide as its widest cell shown, given to the DataTable: its own widths
         # (measured when it is next idle) come after it may have drawn, and its line caches keep
@@ -148,7 +153,7 @@ class SortTable(Vertical):
                               justify="right" if t.columns[i].numeric else "left", end="", no_wrap=True)
                          for i in shown])
         if rows:
-            dt.move_cursor(row=min(max(0, cursor), len(rows) - 1))
+            dt.move_cursor(row=len(rows) - 1 if follow else min(max(0, cursor), len(rows) - 1))
         self._draw_head()
         self.query_one(".sort-note", Static).update(safe_text(t.note))
 
