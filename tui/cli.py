@@ -239,12 +239,18 @@ def replay_title(paths: list[str]) -> str:
     return sanitize("replay " + " + ".join(p.rsplit("/", 1)[-1] for p in paths))
 
 
-def _requests_only(run: Any) -> bool:
-    """The files gave requests and nothing measured: no token rows, summary, routing, sidecar or
-    profile (a session request log alone: its summary would be every field missing)."""
+def _measured(run: Any) -> bool:
+    """The files gave something measured: token rows, a summary, routing, a sidecar or a profile
+    (without any, a summary would be every field missing)."""
     with run.lock:
-        return bool(run.requests) and not (run.tokens.n or run.summary or run.routes.total or run.sidecar
-                                           or run.expert_rank is not None or run.resident is not None)
+        return bool(run.tokens.n or run.summary or run.routes.total or run.sidecar
+                    or run.expert_rank is not None or run.resident is not None)
+
+
+def _requests_only(run: Any) -> bool:
+    """The files gave requests and nothing measured (a session request log alone)."""
+    with run.lock:
+        return bool(run.requests) and not _measured(run)
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
@@ -270,6 +276,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if text and not not_runs and _requests_only(run):
         return _die(f"{', '.join(args.paths)}: session requests only (the prompts sent), no measurements: give the "
                     "run's CSV, log or recording with it", EXIT_FAILED)
+    if text and not not_runs and not _measured(run) and not run.meta and not run.turns:
+        return _die(f"{', '.join(args.paths)}: no token rows, summary, routing or run details (a CSV header "
+                    "alone?): nothing to summarize", EXIT_FAILED)
     if text:
         if len(not_runs) < len(args.paths):
             s = run_summary(run)

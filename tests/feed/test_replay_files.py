@@ -293,3 +293,13 @@ def test_a_request_log_alone_has_no_summary_to_print(tmp_path, capsys):
     csv.write_bytes(synth.token_csv(20))
     code, doc, err = summary_json(capsys, str(csv), str(reqs))
     assert code == 0 and doc["derived"]["token_rows"] == 20, err
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_a_csv_header_alone_has_nothing_to_summarize(tmp_path, capsys, as_json):
+    # it printed every field "missing" and exited 0, where an empty file exits 1
+    csv = tmp_path / "header.csv"
+    csv.write_bytes(b"step,wall_ms,io_ms\n")
+    code = main(["replay", "--summary", *(["--json"] if as_json else []), str(csv)])
+    cap = capsys.readouterr()
+    assert code == 1 and cap.out == "" and "nothing to summarize" in cap.err
