@@ -443,14 +443,15 @@ class RunScreen(SearchScreen):
         src = sanitize(self.source_title)
         if width >= 90:
             t.append(elide_words(src, max(10, width // 4)) + "  ", style=look.label)  # file names keep their ends
-        for text, style in self.state_parts(look):
+        state = self.state_parts(look)
+        for text, style in state:
             t.append(text, style=style)
         firing = firing_text(self.alerts.firing(), look.ascii)
         if firing:
             t.append(f"  {firing}", style=look.alert)
         t.append(" ")
         word = self.status_word()
-        if word:
+        if word and not any(word in text for text, _s in state):  # said once: "✖ disconnected", not twice
             t.append(f" · {word}", style=look.status_style(word))
         unit = run.row_unit
         n = pb.n
