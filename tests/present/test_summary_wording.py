@@ -78,3 +78,22 @@ def test_a_running_source_says_each_scope_once_and_rightly():
     assert rows["tok/s (run so far)"] == "1.28"
     assert rows["tokens"] == "10 tok (so far)"
     assert sum("so far" in label + text for label, text in rows.items() if label.startswith("tok/s")) == 1
+
+
+def test_at_a_row_of_an_earlier_turn_the_newest_turns_figures_say_whose_they_are():
+    # paused at token 2 of a 3-turn session the panel said "prompt tokens missing", "prefill
+    # missing", "load missing", "TTFT/turn missing": the source sent them, for its newest turn
+    from bmoe_top.tui.model import RunModel, Status
+
+    run = RunModel()
+    run.set_status(Status.GENERATING)
+    for _ in range(3):
+        run.begin_turn()
+        run.add_token_rows({"wall_ms": [10.0] * 5}, 5)
+    run.update_summary({"n_prompt": 7, "prefill_s": 0.2, "ttft_s": 0.3, "load_s": 0.05, "budget_mib": 4.0})
+    rows = {label: (text, kind) for label, text, kind in summary_rows(run_summary(run, stop=2))}
+    assert rows["load"][0] == "50.0 ms" and rows["budget"][0].startswith("4.00 MiB")  # one load: the run's
+    for label in ("prompt tokens", "prefill", "TTFT"):
+        assert rows[label] == ("the newest turn's (End)", "missing"), (label, rows[label])
+    newest = {label: text for label, text, _k in summary_rows(run_summary(run))}
+    assert newest["prompt tokens"] == "7 tok" and newest["prefill"] == "200 ms"

@@ -54,6 +54,10 @@ _PER_TOKEN_COLUMNS = (("compute_s_tok", "compute_ms"), ("io_s_tok", "io_ms"), ("
 #: The source's figures a run knows by its first token (shown for a row before the newest one of
 #: a one-turn run: they cover no row after it).
 _AT_START = frozenset({"n_prompt", "prefill_s", "prefill_tps", "load_s", "ttft_s", "budget_mib"})
+#: Of those, what holds for the whole run (one load); the others are the newest turn's.
+_PER_RUN = frozenset({"load_s", "budget_mib"})
+#: What a figure of the newest turn left out at an earlier row says instead of "missing".
+NEWEST_TURN_WORDS = "the newest turn's (End)"
 
 #: Extra figures a token row carries that hold for the run so far (shown before the turn's end).
 _LIVE_EXTRA = frozenset({"hit_pct_decode", "hit_pct_since_load", "rss_mib"})
@@ -118,8 +122,9 @@ def run_summary(run: RunModel, stop: int | None = None, *, turns: bool = True) -
     ``derived`` also holds the cache's ``resident_mib`` / ``budget_mib`` as the source said them
     last (a token, a load record), for the rows before the first end record;
     ``extra`` the :data:`EXTRA_FIELDS` the source gave (while a turn runs, the figures its newest
-    token carries for the run so far); ``absent`` the keys the source cannot give
-    with the words shown instead; ``summary_notes`` how a figure is counted; ``summary_scope``
+    token carries for the run so far); ``absent`` the keys the source cannot give, and at a
+    row of an earlier turn the newest turn's figures left out (:data:`NEWEST_TURN_WORDS`), with
+    the words shown instead; ``summary_notes`` how a figure is counted; ``summary_scope``
     what the source's figures cover (:func:`scope_words`); ``alerts`` the lines the banner shows;
     ``mode`` is None when the rows carry no per-token time; ``upto`` the ``stop`` when it applied;
     ``tiers`` the memory tiers (:class:`TierDoc`, :func:`tier_split`; absent when the source sent
@@ -132,8 +137,12 @@ def run_summary(run: RunModel, stop: int | None = None, *, turns: bool = True) -
         upto = stop if stop is not None and 0 < stop < n else None
         n = upto if upto is not None else n
         own: Mapping[str, Any] = run.summary
+        left_out: dict[str, str] = {}
         if upto is not None:  # the source's figures that cover rows after the viewed one are left out
-            own = {k: v for k, v in own.items() if k in _AT_START and run.turn_count <= 1}
+            kept = {k: v for k, v in own.items() if k in _AT_START and (run.turn_count <= 1 or k in _PER_RUN)}
+            # a figure of the newest turn, at a row of an earlier one: sent, not at this row
+            left_out = {k: NEWEST_TURN_WORDS for k in _AT_START - _PER_RUN if k in own and k not in kept}
+            own = kept
         own_extra: Mapping[str, Any] = run.summary_extra if upto is None else {}
         s: dict[str, Any] = {key: num(own.get(key)) for key, _, _ in SUMMARY_FIELDS}
         for key in ("tokens", "n_prompt"):
@@ -190,7 +199,7 @@ def run_summary(run: RunModel, stop: int | None = None, *, turns: bool = True) -
             "summary_notes": dict(run.summary_notes),
             "summary_scope": scope_words(run, upto),
             **({"upto": upto} if upto is not None else {}),
-            "absent": dict(run.absent),
+            "absent": {**run.absent, **left_out},
             "meta": typed_meta(run.meta),
             "mode": None if mode == "none" else mode,
             "mode_reason": why,
