@@ -334,9 +334,9 @@ class BmoeTopApp(App[int]):
             return
 
     def get_driver_class(self) -> type[Driver]:
-        """Textual's driver for this platform, except on Linux and macOS (and when ``TEXTUAL_DRIVER``
-        names none): :class:`~bmoe_top.tui.terminal.HangupDriver`, which ends the app with SIGHUP
-        when the terminal goes away, as a session leader is ended."""
+        """:class:`~bmoe_top.tui.terminal.HangupDriver` where Textual would use its Linux driver
+        (Linux, macOS) and ``TEXTUAL_DRIVER`` names none: it ends the app with SIGHUP when the
+        terminal goes away, as a session leader is ended; Textual's own driver elsewhere."""
         driver = super().get_driver_class()
         return HangupDriver if constants.DRIVER is None and issubclass(HangupDriver, driver) else driver
 
