@@ -379,9 +379,13 @@ def test_cli_prints_the_same_document(fleet):
     assert len(doc["table"]["instances"]) == 3
     usage = subprocess.run([*cmd[:8], "--once"], capture_output=True, timeout=120)
     assert usage.returncode == 2 and b"--once --json" in usage.stderr
-    bad = subprocess.run([*cmd[:7], "{job=bmoe}", "--once", "--json"], capture_output=True, timeout=120)
+    # a selector of the right form that Prometheus refuses (a regular expression that does not
+    # parse): its bad_data answer, said; one that is not label matchers is refused before (exit 2)
+    bad = subprocess.run([*cmd[:7], '{job=~"("}', "--once", "--json"], capture_output=True, timeout=120)
     assert bad.returncode == 1 and orjson.loads(bad.stdout)["status"] == "bad_data"
     assert bad.stderr.count(b"\n") == 1 and bad.stderr.startswith(b"bmoe-top: fleet ") and b"bad_data" in bad.stderr
+    unquoted = subprocess.run([*cmd[:7], "{job=bmoe}", "--once", "--json"], capture_output=True, timeout=120)
+    assert unquoted.returncode == 2 and b"label matchers" in unquoted.stderr
 
 
 def test_restarted_instance_gives_no_negative_rate(fleet, client):
