@@ -200,3 +200,13 @@ def cli_session(requests: list[SessionRequest], seed: int = 7) -> SessionRun:
         turn += 1
     reqs.append(json.dumps({"cmd": "close"}) + "\n")
     return SessionRun("".join(csv).encode(), "".join(out).encode(), "".join(reqs).encode(), expected)
+
+
+def write_session(folder, run: SessionRun) -> list[str]:
+    """Write ``run``'s three files (requests, stdout, CSV) into ``folder``; their paths, to open
+    as one run."""
+    paths = []
+    for name, data in (("r.jsonl", run.requests), ("s.stdout", run.stdout), ("s.csv", run.csv)):
+        (folder / name).write_bytes(data)
+        paths.append(str(folder / name))
+    return paths

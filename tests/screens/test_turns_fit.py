@@ -10,8 +10,8 @@ import sys
 
 import pytest
 from helpers import EMITTER
-from helpers.cli_session import cli_session, six_requests
-from helpers.prompt import send_prompt
+from helpers.cli_session import cli_session, six_requests, write_session
+from helpers.prompt import one_turn_in_the_turns_tab
 from helpers.waits import pilot_until
 from textual.widgets import Static
 
@@ -54,12 +54,7 @@ def check_columns(sort_table: SortTable, columns, where: str) -> None:
 
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
 async def test_the_replay_turns_tab_shows_its_columns_whole(size, tmp_path):
-    s = cli_session(six_requests())
-    paths = []
-    for name, data in (("r.jsonl", s.requests), ("s.stdout", s.stdout), ("s.csv", s.csv)):
-        (tmp_path / name).write_bytes(data)
-        paths.append(str(tmp_path / name))
-    app = BmoeTopApp(ReplayScreen(open_paths(paths), title="session"))
+    app = BmoeTopApp(ReplayScreen(open_paths(write_session(tmp_path, cli_session(six_requests()))), title="session"))
     async with app.run_test(size=size) as pilot:
         await pilot.press("5")
         table = app.query_one("#turns-table", SortTable)
@@ -74,12 +69,7 @@ async def test_the_live_turns_tab_shows_its_columns_whole(size):
     app = live_app(src, title="emitter")
     try:
         async with app.run_test(size=size) as pilot:
-            await pilot_until(pilot, lambda: src.state == "ready", "ready")
-            await send_prompt(pilot, app, "short", 5)
-            await pilot_until(pilot, lambda: src.status().turns_done == 1, "the turn done")
-            app.main.action_tab("turns")
-            table = app.query_one("#turns-table", SortTable)
-            await pilot_until(pilot, lambda: table.data_table.row_count == 1, "the turn's row")
+            table = await one_turn_in_the_turns_tab(pilot, app, src)
             await pilot.pause()
             check_columns(table, LIVE_TABLE, f"live {size}")
     finally:

@@ -8,9 +8,9 @@ from __future__ import annotations
 import sys
 
 from helpers import EMITTER
-from helpers.cli_session import cli_session, six_requests
+from helpers.cli_session import cli_session, six_requests, write_session
 from helpers.drawn_table import cut_cells
-from helpers.prompt import send_prompt
+from helpers.prompt import one_turn_in_the_turns_tab
 from helpers.waits import pilot_until
 
 from bmoe_top.tui.analysis.compare import compare
@@ -50,12 +50,7 @@ async def test_compare_summary_keeps_cells_whole_through_resizes(real_runs) -> N
 
 
 async def test_replay_turns_keep_cells_whole_through_resizes(tmp_path) -> None:
-    s = cli_session(six_requests())
-    paths = []
-    for name, data in (("r.jsonl", s.requests), ("s.stdout", s.stdout), ("s.csv", s.csv)):
-        (tmp_path / name).write_bytes(data)
-        paths.append(str(tmp_path / name))
-    app = BmoeTopApp(ReplayScreen(open_paths(paths), title="session"))
+    app = BmoeTopApp(ReplayScreen(open_paths(write_session(tmp_path, cli_session(six_requests()))), title="session"))
     async with app.run_test(size=(120, 30)) as pilot:
         await pilot.press("5")
         table = app.query_one("#turns-table", SortTable)
@@ -68,12 +63,7 @@ async def test_live_turns_keep_cells_whole_through_resizes() -> None:
     app = live_app(src, title="emitter")
     try:
         async with app.run_test(size=(120, 30)) as pilot:
-            await pilot_until(pilot, lambda: src.state == "ready", "ready")
-            await send_prompt(pilot, app, "short", 5)
-            await pilot_until(pilot, lambda: src.status().turns_done == 1, "the turn done")
-            app.main.action_tab("turns")
-            table = app.query_one("#turns-table", SortTable)
-            await pilot_until(pilot, lambda: table.data_table.row_count == 1, "the turn's row")
+            table = await one_turn_in_the_turns_tab(pilot, app, src)
             await _resize_and_check(pilot, app, table, 30, "live turns")
     finally:
         src.close()
