@@ -273,10 +273,17 @@ class SortTable(Vertical):
             self.sort_by(i)
 
 
+#: Cells of a last column of prose shown whole whatever its longer cells (a word: ``cancelled``);
+#: past that its text may run off the right edge.
+PROSE_WHOLE = 16
+
+
 def _need(columns: Sequence[Column], labels: list[str], cell_w: list[int], shown: list[int]) -> int:
-    """Cells the ``shown`` columns take (a last column of prose: only its heading)."""
+    """Cells the ``shown`` columns take (a last column of prose: its heading, and its cells up to
+    :data:`PROSE_WHOLE`)."""
     last = shown[-1]
-    tail = cell_w[last] if columns[last].numeric else cell_len(labels[last]) + 2
+    tail = cell_w[last] if columns[last].numeric else \
+        min(cell_w[last], max(cell_len(labels[last]), PROSE_WHOLE) + 2)
     return sum(cell_w[j] for j in shown[:-1]) + tail
 
 
@@ -285,8 +292,9 @@ def fit_columns(columns: Sequence[Column], rows: Sequence[Sequence[str]], width:
     """The labels and the indices (in order) of the ``columns`` that fit ``width`` cells whole
     with the cells of ``rows``: every column with the full labels, else with the short ones, else
     without the columns marked to ``drop`` first (the highest first), then without the rightmost
-    (one column always stays). A last column of prose needs only its heading's width (its text
-    may run off the right edge); ``marks`` adds a suffix to a column's label (a sort arrow)."""
+    (one column always stays). A last column of prose needs its heading's width and its cells'
+    up to :data:`PROSE_WHOLE` (longer text may run off the right edge); ``marks`` adds a suffix
+    to a column's label (a sort arrow)."""
     marks = marks or {}
     n = len(columns)
     labels: list[str] = []
