@@ -58,9 +58,29 @@ async def test_a_live_runs_alert_changes_go_into_its_event_log():
         await pilot.pause()
         screen.on_alert_transitions(transitions)
         got = alert_events(run)
-        assert got == [("CacheHitLow", "inactive", "pending"), ("CacheHitLow", "pending", "firing")]
+        assert got == [("CacheHitLow", "pending", "firing")]  # into firing: the pending wait is none
         detail = [e.detail for e in run.events.snapshot() if e.kind == "alert"]
-        assert detail[1] == "10 at row 701 (70.1 s into the run)"
+        assert detail[0] == "10 at row 701 (70.1 s into the run)"
+
+
+async def test_an_alert_that_goes_pending_and_back_records_no_event():
+    # a rule near its threshold went pending and back 47 times in one live session, several in one
+    # millisecond: each was an event, and the run panel's 4-row pending block came and went
+    from bmoe_top.tui.model.alerts import Transition
+
+    flaps = [Transition("TokSCollapse", AlertState.INACTIVE if i % 2 == 0 else AlertState.PENDING,
+                        AlertState.PENDING if i % 2 == 0 else AlertState.INACTIVE, 40.0, float(i), i)
+             for i in range(20)]
+    run = RunModel(LIVE)
+    screen = ReplayScreen(run, title="live")  # type: ignore[arg-type]
+    async with BmoeTopApp(screen).run_test(size=(160, 45)) as pilot:
+        await pilot.pause()
+        screen.on_alert_transitions(flaps)
+        assert alert_events(run) == []
+        screen.on_alert_transitions([Transition("TokSCollapse", AlertState.PENDING, AlertState.FIRING, 40.0, 30.0, 30),
+                                     Transition("TokSCollapse", AlertState.FIRING, AlertState.RESOLVED, 60.0, 31.0,
+                                                31)])
+        assert alert_events(run) == [("TokSCollapse", "pending", "firing"), ("TokSCollapse", "firing", "resolved")]
 
 
 async def test_ascii_terminals_get_a_plain_mark():

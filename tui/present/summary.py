@@ -459,15 +459,19 @@ def tier_rows(run: RunModel, stop: int | None = None) -> list[tuple[str, str, st
 
 
 def alert_rows(active: Sequence[Active]) -> list[tuple[str, str, str]]:
-    """One row per pending or firing alert (firing first): the rule's name, then its state, the
-    reading against the condition and since when (s of the run's clock); kind ``problem`` when
-    firing. None when no alert is pending or firing."""
+    """One row per pending or firing alert (firing first): the rule's name, then its state; a
+    firing one with the reading against the condition and since when (s of the run's clock),
+    kind ``problem``; a pending one only since when, one short line (a rule near its threshold
+    goes pending and back often: a long row moved every row under it each time)."""
     out = []
     for a in active:
+        if a.state is not AlertState.FIRING:
+            out.append((a.rule.name, f"pending since {a.since:,.1f} s (fires at {a.rule.for_s:g} s)", ""))
+            continue
         x = q(a.rule.key)
         value = show(x, a.value) if a.value is not None else MISSING
         out.append((a.rule.name, f"{a.state.value}: {x.label} {value} {a.rule.op} {a.rule.threshold:g}, "
-                    f"since {a.since:,.1f} s", "problem" if a.state is AlertState.FIRING else ""))
+                    f"since {a.since:,.1f} s", "problem"))
     return out
 
 

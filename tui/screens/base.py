@@ -45,7 +45,7 @@ from bmoe_top.parsers.sanitize import sanitize
 from bmoe_top.tui.app import BmoeTopApp
 from bmoe_top.tui.jobs.event_file import EventFile, default_path, record_to_file
 from bmoe_top.tui.model import RunModel, Status
-from bmoe_top.tui.model.alerts import AlertEngine, Transition, firing_text
+from bmoe_top.tui.model.alerts import AlertEngine, AlertState, Transition, firing_text
 from bmoe_top.tui.playback import Playback, PlayState
 from bmoe_top.tui.present.events import events_table
 from bmoe_top.tui.present.summary import mode_words
@@ -693,13 +693,17 @@ class RunScreen(SearchScreen):
 
     def on_alert_transitions(self, transitions: list[Transition]) -> None:
         """The alert state changes of one evaluation, in row order (rule name, old and new state,
-        value, run clock, row: :class:`~bmoe_top.tui.model.alerts.Transition`), recorded in the
-        run's event log (docs/events.md). The screen shows the states themselves (title, run
+        value, run clock, row: :class:`~bmoe_top.tui.model.alerts.Transition`): those into and out
+        of firing are recorded in the run's event log (docs/events.md); a pending alert that clears
+        is a wait, not an event (a rule near its threshold went pending and back 47 times in one
+        session, several in one millisecond). The screen shows the states themselves (title, run
         panel). A file's replay records none, as its source and turns record none (its alerts
         did not fire now)."""
         if not self.model.retention.bounded:
             return
         for tr in transitions:
+            if AlertState.FIRING not in (tr.old, tr.new):
+                continue
             reading = "absent" if tr.value is None else f"{tr.value:.4g}"
             self.model.events.record("alert", tr.rule, str(tr.old), str(tr.new),
                                      f"{reading} at row {tr.row + 1:,} ({tr.t:.1f} s into the run)")
