@@ -276,9 +276,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if text and not not_runs and _requests_only(run):
         return _die(f"{', '.join(args.paths)}: session requests only (the prompts sent), no measurements: give the "
                     "run's CSV, log or recording with it", EXIT_FAILED)
-    if text and not not_runs and not _measured(run) and not run.meta and not run.turns:
-        return _die(f"{', '.join(args.paths)}: no token rows, summary, routing or run details (a CSV header "
-                    "alone?): nothing to summarize", EXIT_FAILED)
+    if text and not not_runs and not _measured(run) and not run.meta and not run.turns and not run.problem_count:
+        return _die(f"{', '.join(args.paths)}: no token rows, summary, routing, run details or problems: nothing "
+                    "to summarize", EXIT_FAILED)
     if text:
         if len(not_runs) < len(args.paths):
             s = run_summary(run)
