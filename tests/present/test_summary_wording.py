@@ -97,3 +97,13 @@ def test_at_a_row_of_an_earlier_turn_the_newest_turns_figures_say_whose_they_are
         assert rows[label] == ("the newest turn's (End)", "missing"), (label, rows[label])
     newest = {label: text for label, text, _k in summary_rows(run_summary(run))}
     assert newest["prompt tokens"] == "7 tok" and newest["prefill"] == "200 ms"
+
+
+def test_a_pending_alert_says_when_it_fires_on_the_runs_clock():
+    # it said "fires at 30 s" (the rule's for:) beside "since 12.0 s", both read as times of the run
+    from bmoe_top.tui.model.alerts import Active, AlertState, Rule, Severity
+    from bmoe_top.tui.present.summary import alert_rows
+
+    rule = Rule("TokSCollapse", "recent.tok_s_pct_first", "<", 50.0, 30.0, Severity.CRITICAL, "")
+    [(name, text, kind)] = alert_rows([Active(rule, AlertState.PENDING, since=12.0, value=40.0)])
+    assert name == "TokSCollapse" and text == "pending since 12.0 s (fires at 42.0 s)" and kind == ""

@@ -466,7 +466,8 @@ def alert_rows(active: Sequence[Active]) -> list[tuple[str, str, str]]:
     out = []
     for a in active:
         if a.state is not AlertState.FIRING:
-            out.append((a.rule.name, f"pending since {a.since:,.1f} s (fires at {a.rule.for_s:g} s)", ""))
+            out.append((a.rule.name, f"pending since {a.since:,.1f} s (fires at {a.since + a.rule.for_s:,.1f} s)",
+                        ""))
             continue
         x = q(a.rule.key)
         value = show(x, a.value) if a.value is not None else MISSING
