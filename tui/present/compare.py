@@ -443,7 +443,7 @@ def comparison_document(arms: Sequence[LoadedArm], c: Comparison) -> CompareDocu
 
 
 def _md_cell(s: str) -> str:
-    return text_line(s).replace("|", "\\|") or " "
+    return s.replace("|", "\\|") or " "
 
 
 def comparison_markdown(c: Comparison) -> str:
