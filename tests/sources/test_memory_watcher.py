@@ -212,6 +212,9 @@ def test_proc_files_the_kernel_refuses_are_one_line_each(tmp_path):
         # imports as root (the interpreter's folder may be closed to nobody), then watches as nobody
         code = ("import os, sys\nfrom bmoe_top.tui import cli, headless\nfrom bmoe_top.tui.present import numbers\n"
                 "from bmoe_top.tui.sources import residency\nresidency._lib()\n"
+                # what attach --pid --once imports when it runs (a clone in a folder closed to nobody)
+                "import bmoe_top.tui.feed.memory, bmoe_top.tui.present.memory, bmoe_top.tui.sources.memory\n"
+                "import bmoe_top.tui.sources.metrics_poll\n"
                 f"args = cli.build_parser().parse_args(['attach', '--pid', '{child.pid}', '--once', '--json'])\n"
                 "os.setgid(65534)\nos.setuid(65534)\nsys.exit(args.func(args))\n")
         r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=str(d), timeout=300)
