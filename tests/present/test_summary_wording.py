@@ -107,3 +107,30 @@ def test_a_pending_alert_says_when_it_fires_on_the_runs_clock():
     rule = Rule("TokSCollapse", "recent.tok_s_pct_first", "<", 50.0, 30.0, Severity.CRITICAL, "")
     [(name, text, kind)] = alert_rows([Active(rule, AlertState.PENDING, since=12.0, value=40.0)])
     assert name == "TokSCollapse" and text == "pending since 12.0 s (fires at 42.0 s)" and kind == ""
+
+
+def test_at_a_row_of_a_finished_turn_the_panel_shows_that_turns_own_start_figures():
+    # paused inside turn 2 the panel said "the newest turn's (End)" for the prompt, the prefill and
+    # the TTFT although turn 2's end record holds its own
+    from bmoe_top.tui.model import RunModel, Status
+
+    run = RunModel()
+    run.set_status(Status.GENERATING)
+    for i in range(3):
+        run.begin_turn()
+        run.add_token_rows({"wall_ms": [10.0] * 5}, 5)
+        if i < 2:
+            run.finish_turn({"tokens": 5, "n_prompt": 10 + i, "prefill_s": 0.1 * (i + 1), "ttft_s": 0.5 + i})
+    run.update_summary({"n_prompt": 11, "prefill_s": 0.2, "ttft_s": 1.5, "load_s": 0.05})
+    doc = run_summary(run, stop=7)  # row 6: turn 2
+    assert doc["at_turn"] == {"turn": 2, "keys": ["n_prompt", "prefill_s", "ttft_s"]}
+    rows = {label: (text, kind) for label, text, kind in summary_rows(doc)}
+    assert rows["prompt tokens"] == ("11 tok (turn 2)", "") and rows["prefill"] == ("200 ms (turn 2)", "")
+    assert rows["TTFT"][0] == "1.50 s (turn 2)"
+    assert rows["prefill tok/s"] == ("55.0 (turn 2)", "derived")
+    first = {label: text for label, text, _k in summary_rows(run_summary(run, stop=3))}
+    assert first["prompt tokens"] == "10 tok (turn 1)" and first["prefill"] == "100 ms (turn 1)"
+    # the newest turn still runs: no end record of its own yet, the source's figures are turn 2's
+    running = {label: text for label, text, _k in summary_rows(run_summary(run, stop=12))}
+    assert running["prompt tokens"] == "the newest turn's (End)"
+    assert "at_turn" not in run_summary(run, stop=12)

@@ -14,7 +14,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, TypedDict, cast
 
-from bmoe_top.tui.model import RunModel, Status
+from bmoe_top.tui.model import RunModel, Status, Turn
 from bmoe_top.tui.model.alerts import Active, AlertState
 from bmoe_top.tui.model.diagnosis import diagnose
 from bmoe_top.tui.model.quantities import NO_CACHE, Quantity, q, quantities
@@ -113,6 +113,25 @@ def scope_words(run: RunModel, stop: int | None = None) -> str:
         return "run so far" if run.status.live else "run"
 
 
+def _turn_holding(run: RunModel, row: int) -> Turn | None:
+    """The turn whose token rows hold ``row`` (None when no kept turn does). Caller holds the lock."""
+    found = None
+    for t in run.turns:
+        if t.first_token > row:
+            break
+        found = t
+    return found
+
+
+def _turn_start_figures(turn: Turn | None) -> dict[str, float]:
+    """A finished turn's own figures of its start (prompt tokens, prefill, TTFT) as summary keys,
+    from its end record; empty while it runs or when its record has none."""
+    if turn is None or turn.done is None:
+        return {}
+    said = {k: num(turn.done.get(k)) for k in sorted(_AT_START - _PER_RUN)}  # end records spell them so
+    return {k: v for k, v in said.items() if v is not None}
+
+
 def run_summary(run: RunModel, stop: int | None = None, *, turns: bool = True) -> dict[str, Any]:
     """The numbers the run panel shows, as JSON-ready data (None = missing from the source).
     ``derived`` covers the token rows of the source's current process only
@@ -124,8 +143,11 @@ def run_summary(run: RunModel, stop: int | None = None, *, turns: bool = True) -
     ``extra`` the :data:`EXTRA_FIELDS` the source gave (while a turn runs, the figures its newest
     token carries for the run so far); ``absent`` the keys the source cannot give, and at a
     row of an earlier turn the newest turn's figures left out (:data:`NEWEST_TURN_WORDS`), with
-    the words shown instead; ``summary_notes`` how a figure is counted; ``summary_scope``
-    what the source's figures cover (:func:`scope_words`); ``alerts`` the lines the banner shows;
+    the words shown instead, unless the viewed row's turn has ended: its own prompt tokens,
+    prefill and TTFT from its end record are the figures then, and ``at_turn`` names that turn
+    and those keys (``{"turn": 2, "keys": [...]}``, absent otherwise); ``summary_notes`` how a
+    figure is counted; ``summary_scope`` what the source's figures cover (:func:`scope_words`);
+    ``alerts`` the lines the banner shows;
     ``mode`` is None when the rows carry no per-token time; ``upto`` the ``stop`` when it applied;
     ``tiers`` the memory tiers (:class:`TierDoc`, :func:`tier_split`; absent when the source sent
     none); ``turn_list`` every request of the run (:func:`~bmoe_top.tui.present.turns.turn_list`) and
@@ -138,8 +160,15 @@ def run_summary(run: RunModel, stop: int | None = None, *, turns: bool = True) -
         n = upto if upto is not None else n
         own: Mapping[str, Any] = run.summary
         left_out: dict[str, str] = {}
+        at_turn: dict[str, Any] = {}
         if upto is not None:  # the source's figures that cover rows after the viewed one are left out
             kept = {k: v for k, v in own.items() if k in _AT_START and (run.turn_count <= 1 or k in _PER_RUN)}
+            if run.turn_count > 1:  # the viewed row's turn's own start figures, from its end record
+                viewed = _turn_holding(run, upto - 1)
+                said = _turn_start_figures(viewed)
+                if viewed is not None and said:
+                    kept.update(said)
+                    at_turn = {"turn": viewed.index + 1, "keys": sorted(said)}
             # a figure of the newest turn, at a row of an earlier one: sent, not at this row
             left_out = {k: NEWEST_TURN_WORDS for k in _AT_START - _PER_RUN if k in own and k not in kept}
             own = kept
@@ -199,6 +228,7 @@ def run_summary(run: RunModel, stop: int | None = None, *, turns: bool = True) -
             "summary_notes": dict(run.summary_notes),
             "summary_scope": scope_words(run, upto),
             **({"upto": upto} if upto is not None else {}),
+            **({"at_turn": at_turn} if at_turn else {}),
             "absent": {**run.absent, **left_out},
             "meta": typed_meta(run.meta),
             "mode": None if mode == "none" else mode,
@@ -240,6 +270,7 @@ def summary_rows(s: Mapping[str, Any]) -> list[tuple[str, str, str]]:
     extra = s.get("extra") or {}
     absent = s.get("absent") or {}
     notes = s.get("summary_notes") or {}
+    at_turn = s.get("at_turn") or {}
     words = {"summary": (s.get("summary_scope") or "run").split(" (")[0]}  # the heading says the detail
     live = s.get("status") in (Status.GENERATING, Status.LOADING)
     from_file = s.get("status") == Status.REPLAY  # a recorded file: what it lacks it never had
@@ -272,6 +303,9 @@ def summary_rows(s: Mapping[str, Any]) -> list[tuple[str, str, str]]:
             rows.append((label, "none (serial I/O)", kind))
             continue
         text = show(qty, v) + (" per stream" if per_stream else "")
+        if key in at_turn.get("keys", ()) or (kind and key == "prefill_tps"
+                                                and {"n_prompt", "prefill_s"} <= set(at_turn.get("keys", ()))):
+            text += f" (turn {at_turn['turn']})"
         if kind and not s.get("upto"):  # (the heading of rows up to a viewed one says where they end)
             note = qty.running_words() if live else "from token rows"
             text += f" ({note})" if note else ""
