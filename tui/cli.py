@@ -51,7 +51,7 @@ import signal
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from bmoe_top.outfile import STDOUT, OutputFileError, drop_stdout, guard_stdout
 from bmoe_top.parsers.limits import MAX_EXPERTS, MAX_METRICS_BODY_MB
@@ -1241,10 +1241,20 @@ def add_events_parser(sub: Any) -> None:
     ev.set_defaults(func=cmd_events)
 
 
+class _Parser(argparse.ArgumentParser):
+    """A wrong command line is one line on stderr and exit status 2 (docs/user-guide.md "Exit
+    status"): the error and where the options are listed, not the usage block first. Sub-command
+    parsers are of the same class (``add_subparsers`` makes them so)."""
+
+    def error(self, message: str) -> NoReturn:
+        sys.stderr.write(f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        raise SystemExit(2)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from importlib.metadata import version
 
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="bmoe-top", description="Terminal observatory for MoE expert streaming. Without a sub-command, "
         "bmoe-top starts the live demo: the bundled runtime (bmoe-run) on its demo model, with a prompt box "
         f"(Enter sends {DEMO_PROMPT!r}, {DEMO_N_PREDICT} tokens), in {DEMO_SPEED:g}x slow motion (End: real time).")
