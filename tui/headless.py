@@ -73,6 +73,7 @@ def launch_once(source: ChildSession, prompt: str, n_predict: int | None, ready_
         if source.state == LiveState.FAILED:
             return fail(source.status().message)
         if not source.wait_state({LiveState.READY, *FINAL_STATES}, ready_timeout):
+            source.expire_ready(ready_timeout)  # the watchdog's timer may not have run out yet: said once, now
             return fail(f"no BMOE_READY from {source.argv[0]} after {ready_timeout:g} s (--ready-timeout): "
                         + source.stdout_seen())
         if source.state != LiveState.READY:

@@ -111,6 +111,19 @@ def test_launch_once_json_failure_still_prints_json(tmp_path):
     assert "Traceback" not in r.stderr
 
 
+def test_launch_once_ready_timeout_is_in_the_document_whichever_timer_runs_out_first():
+    # the document's status detail said "loading (pid N)" when launch_once's own wait for
+    # BMOE_READY ran out before the source's watchdog looked (1 run in 8 on a loaded machine);
+    # the watchdog here never looks before the end: the document must still say why
+    from bmoe_top.tui.headless import launch_once
+    from bmoe_top.tui.sources.child_session import ChildSession
+
+    src = ChildSession([sys.executable, EMITTER, "--no-ready"], ready_timeout_s=1e6)
+    out = launch_once(src, "hi", 2, 0.3, 10.0)
+    assert out.status == 1 and out.document["status"] == "failed"
+    assert out.document["run"]["status_detail"] == "no BMOE_READY after 0.3 s", out.document["run"]
+
+
 def test_cli_missing_file_exits_1_without_traceback(tmp_path):
     r = subprocess.run([sys.executable, "-m", "bmoe_top.tui.cli", "replay", "--summary", str(tmp_path / "x.csv")],
                        capture_output=True, text=True, timeout=60)

@@ -355,10 +355,8 @@ class LiveBase:
             events: list[Any] = []
             with self._lock:
                 now = time.monotonic()
-                if self._state == LiveState.LOADING and not self._ready_timeout and self._ready is None:
-                    if now - self._t_start > self.ready_timeout_s:
-                        self._ready_timeout = True
-                        events.append(ReadyTimeout(self.ready_timeout_s))
+                if now - self._t_start > self.ready_timeout_s:
+                    events.extend(self._ready_expired(self.ready_timeout_s))
                 busy = self._state in (LiveState.LOADING, LiveState.GENERATING)
                 ref = self._t_last if self._t_last is not None else self._t_start
                 stalled = busy and (now - ref) > self.stall_after_s
@@ -366,6 +364,22 @@ class LiveBase:
                     self._stalled = stalled
                     events.append(Stalled(stalled, now - ref))
             self._emit(*events)
+
+    def _ready_expired(self, after_s: float) -> list[Any]:
+        """The :class:`ReadyTimeout` event (``after_s`` seconds waited), once, while the source
+        still loads without a ``BMOE_READY``; caller holds the lock."""
+        if self._state == LiveState.LOADING and not self._ready_timeout and self._ready is None:
+            self._ready_timeout = True
+            return [ReadyTimeout(after_s)]
+        return []
+
+    def expire_ready(self, after_s: float) -> None:
+        """Flag the ready timeout now, after ``after_s`` seconds of waiting (a caller whose own
+        wait for ``BMOE_READY`` ran out): the run says why at once, not when the watchdog next
+        looks; nothing when it was flagged already or the source is no longer loading."""
+        with self._lock:
+            events = self._ready_expired(after_s)
+        self._emit(*events)
 
     def _record(self, src: str, line: str, t: float | None = None) -> None:
         """Write one line to the recorder (when there is one); a write that fails is reported at
