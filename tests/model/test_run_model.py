@@ -302,3 +302,46 @@ def test_routing_lines_read_as_one_block_equal_each_line_read_alone(lines):
         got = (*got[:4], np.full(len(got[0]), -1, np.int64))
     for g, w in zip(got, want):
         assert g is not None and g.dtype == np.int64 and np.array_equal(g, w)
+
+
+def test_the_resident_map_at_an_earlier_row_is_the_one_sent_by_then():
+    # the expert map drew the cache's experts now at every viewed row, also far back in the run
+    from bmoe_top.tui.model import run as run_module
+
+    run = RunModel()
+    assert run.resident_at(0) == (None, None)
+    a = np.zeros((2, 4), bool)
+    a[0, 1] = True
+    run.set_resident(a)  # after the load: before the first row
+    run.add_token_rows({"wall_ms": [1.0] * 10}, 10)
+    b = a.copy()
+    b[1, 3] = True
+    run.set_resident(b)  # after row 9
+    run.set_resident(b.copy())  # the same map again: nothing new kept
+    run.add_token_rows({"wall_ms": [1.0] * 10}, 10)
+    c = np.ones((2, 4), bool)
+    run.set_resident(c)  # after row 19 (the newest)
+    with run.lock:
+        m, row = run.resident_at(5)
+        assert row == -1 and (m == a).all() and not m.flags.writeable
+        m, row = run.resident_at(10)  # rows 0-9 shown: the map sent after row 9
+        assert row == 9 and (m == b).all()
+        m, row = run.resident_at(19)
+        assert row == 9 and (m == b).all()
+        m, row = run.resident_at(20)  # the newest row: the map now
+        assert row is None and m is run.resident and (m == c).all()
+        assert len(run._resident_kept) == 3
+    # bounded: past RESIDENT_KEPT maps the older half is thinned, the newest are all kept
+    for i in range(run_module.RESIDENT_KEPT + 10):
+        run.add_token_rows({"wall_ms": [1.0]}, 1)
+        m = np.zeros((2, 4), bool)
+        m.flat[i % 8] = True
+        m[1, 0] = i % 2 == 0
+        run.set_resident(m)
+    with run.lock:
+        kept = run._resident_kept
+        assert len(kept) <= run_module.RESIDENT_KEPT
+        rows = [r for r, _s, _b in kept]
+        assert rows == sorted(rows) and rows[-1] == run.tokens.n - 1
+        newest, row = run.resident_at(run.tokens.n - 1)
+        assert row == run.tokens.n - 2  # the map sent after the row before

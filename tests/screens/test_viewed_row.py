@@ -92,3 +92,37 @@ async def test_after_a_seek_the_title_and_panel_are_the_seeked_tokens(live_run):
         assert "run:" in title and f"hit {hit_at(run, N - 1)} {q('token.cache_hit_pct').ended}" in title
         assert "so far" not in title
         assert not math.isnan(float(run.tokens.view("cache_hit_pct", N - 1, N)[0]))
+
+
+async def test_at_an_earlier_row_the_expert_map_draws_the_cache_as_it_was_then(tmp_path):
+    """The expert map drew the experts resident now at every viewed row; back at a row the cache
+    held other experts, its legend and cells are the map the source had sent by that row."""
+    import numpy as np
+
+    csv, trace = tmp_path / "run.csv", tmp_path / "run.route.csv"
+    csv.write_bytes(synth.token_csv(200))
+    trace.write_bytes(synth.route_trace(200))
+    run = open_paths([str(csv), str(trace)])
+    run.set_status(Status.REPLAY, "")
+    then = np.zeros((8, 32), bool)
+    then[:, 0] = True  # expert 0 of every layer
+    now = np.zeros((8, 32), bool)
+    now[:, 31] = True
+    run.set_resident(now)  # after the last row
+    run.set_resident(then, after_row=49)  # a map sent after row 50: kept, the map now stays
+    screen = ReplayScreen(run, title="resident")
+    app = BmoeTopApp(screen)
+    async with app.run_test(size=(200, 60)) as pilot:
+        await pilot.pause()
+        emap = app.query_one(ExpertMap)
+        screen.playback.seek(99)
+        screen.refresh_views(force=True)
+        await pilot.pause()
+        assert "resident as of token 50" in emap.text(160, 30)
+        with run.lock:
+            shown, row = run.resident_at(screen.playback.sel + 1)
+        assert row == 49 and shown[:, 0].all() and not shown[:, 31].any()
+        await pilot.press("end")
+        await pilot.pause()
+        screen.refresh_views(force=True)
+        assert "resident now" in emap.text(160, 30)

@@ -268,7 +268,7 @@ def _strp(run: RunModel, data: bytes, source: str) -> None:
         mat = np.zeros((prof.n_layers, prof.n_expert), dtype=bool)
         if len(take):
             mat[take[:, 0], take[:, 1]] = True
-        run.set_resident(mat)
+        run.set_resident(mat, after_row=-1)  # the profile's plan: the cache from the first row on
         run.add_log_lines(f"{source}: {w}" for w in prof.warnings)
         run.add_log(f"{source}: STRP v{prof.version}, {prof.n_layers} layers x {prof.n_expert} experts, "
                     f"{prof.n_ranked} ranked, made for {prof.slots} slots")

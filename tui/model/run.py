@@ -18,7 +18,9 @@ Shapes and units
   ``(tok, layer, expert, hit)``; ``tok`` is the token row, ``-1 - turn`` for prefill rows; per
   (layer, row) hit/lookup counts.
 * Resident map (:attr:`RunModel.resident`): bool ``[n_layer, n_expert]``, or None when the source
-  never said.
+  never said; :meth:`RunModel.resident_at` the map as it was at an earlier token row (each map
+  the source sent is kept with the row it came after, packed, while it differs from the one
+  before; past :data:`RESIDENT_KEPT` of them every other older one is let go).
 
 Retention: :data:`KEEP_ALL` (files: every row kept) or :data:`LIVE` (long live runs: the newest
 rows at full resolution, the rest in the history; memory stays bounded however long the run).
@@ -36,6 +38,7 @@ from __future__ import annotations
 import math
 import threading
 import time
+from bisect import bisect_right
 from collections import deque
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -72,6 +75,8 @@ PROBLEM_TEXT = 200
 LOG_LINES = 5000
 #: Alerts kept (the banner shows the newest; all are counted).
 MAX_ALERTS = 100
+#: Resident maps kept for :meth:`RunModel.resident_at` (each packed: 768 bytes for 48 x 128 experts)
+RESIDENT_KEPT = 4096
 #: Rows a file's columns are compared in at a time (bounded temporaries).
 _BLOCK_ROWS = 1 << 16
 #: Routing batches (a live token's BMOE_ROUTE line each) held before they go into the route store
@@ -192,6 +197,8 @@ class RunModel:
         self._n_expert: int | None = None
         self._top_k: int | None = None
         self._resident: NDArray[np.bool_] | None = None
+        #: (token row the map came after, -1 before any; its shape; np.packbits of it), in row order
+        self._resident_kept: list[tuple[int, tuple[int, int], NDArray[np.uint8]]] = []
         self._expert_rank: NDArray[np.int32] | None = None
         self._resident_mib: float | None = None
         self._process_memory: ProcessMemory | None = None
@@ -317,6 +324,22 @@ class RunModel:
     def resident(self) -> NDArray[np.bool_] | None:
         """bool ``[n_layer, n_expert]``: experts resident in the cache now (read-only)."""
         return self._resident
+
+    def resident_at(self, stop: int) -> tuple[NDArray[np.bool_] | None, int | None]:
+        """The resident map as of the token rows before ``stop`` (rows ``0 .. stop-1`` shown):
+        ``(map, row)``, ``row`` the token row the map came after (-1: before the first row), or
+        ``(resident, None)`` at the newest row (the map now), or ``(None, None)`` when no map was
+        sent by then. Caller holds the lock."""
+        if stop >= self._tokens.n or not self._resident_kept:
+            return (self._resident, None) if stop >= self._tokens.n else (None, None)
+        rows = [r for r, _shape, _bits in self._resident_kept]
+        i = bisect_right(rows, stop - 1) - 1
+        if i < 0:
+            return None, None
+        row, shape, bits = self._resident_kept[i]
+        m = np.unpackbits(bits, count=shape[0] * shape[1]).astype(bool).reshape(shape)
+        m.flags.writeable = False
+        return m, row
 
     @property
     def expert_rank(self) -> NDArray[np.int32] | None:
@@ -784,18 +807,43 @@ class RunModel:
             self._touch()
 
     def set_resident(self, resident: NDArray[np.bool_] | None, *, resident_mib: float | None = None,
-                     budget_mib: float | None = None) -> None:
-        """The experts resident in the cache now (bool ``[n_layer, n_expert]``; grows the
-        dimensions to its shape), and the cache's size in MiB when known."""
+                     budget_mib: float | None = None, after_row: int | None = None) -> None:
+        """The experts resident in the cache (bool ``[n_layer, n_expert]``; grows the dimensions
+        to its shape) after token row ``after_row`` (None: the newest row, the map now; -1: from
+        before the first row, as a profile's plan holds for the whole run; an earlier row than
+        a map already kept is kept for :meth:`resident_at` and leaves the map now as it is), and
+        the cache's size in MiB when known."""
         with self.lock:
             if resident is not None:
                 m = np.array(resident, dtype=bool)
                 m.flags.writeable = False
-                self._resident = m
+                row = self._tokens.n - 1 if after_row is None else int(after_row)
+                if self._keep_resident(m, row):
+                    self._resident = m
                 self._n_layer = max(self._n_layer or 0, m.shape[0])
                 self._n_expert = max(self._n_expert or 0, m.shape[1])
             self._set_cache_mib(resident_mib, budget_mib)
             self._touch()
+
+    def _keep_resident(self, m: NDArray[np.bool_], row: int) -> bool:
+        """Keep ``m`` as the map after token ``row`` (not when it equals the map before it, or
+        replacing one kept for the same row); True when it is the newest map."""
+        kept = self._resident_kept
+        at = bisect_right([r for r, _shape, _bits in kept], row)
+        if at and kept[at - 1][0] != row and kept[at - 1][1] == m.shape and \
+                np.array_equal(np.unpackbits(kept[at - 1][2], count=m.size).reshape(m.shape), m):
+            return at == len(kept)
+        entry = (row, (int(m.shape[0]), int(m.shape[1])), np.packbits(m, axis=None))
+        if at and kept[at - 1][0] == row:
+            kept[at - 1] = entry
+        else:
+            kept.insert(at, entry)
+            at += 1
+        newest = at == len(kept)
+        if len(kept) > RESIDENT_KEPT:  # memory stays bounded: the older half thinned to every other one
+            half = len(kept) // 2
+            kept[:half] = kept[:half:2]
+        return newest
 
     def set_cache_mib(self, *, resident_mib: float | None = None, budget_mib: float | None = None) -> None:
         """Cache size in MiB: what is resident and the budget (None leaves a value as it is)."""

@@ -81,6 +81,17 @@ def as_of_words(unit: str, as_of: int | None, stop: int) -> list[str]:
     return [f"as of {unit} {as_of:,}: later routing not held", f"as of {unit} {as_of:,}", f"@{as_of:,}"]
 
 
+def resident_words(unit: str, known: bool, row: int | None) -> str:
+    """The expert map legend's words for a full cell: the cache's experts now (``row`` None), as
+    the source last said them by the viewed row (``row``: the row that map came after, -1 before
+    the first), or, with no map by then (``known`` False), the experts whose last lookup hit."""
+    if not known:
+        return "hit at its last routing"
+    if row is None:
+        return "resident now"
+    return f"resident before {unit} 1" if row < 0 else f"resident as of {unit} {row + 1:,}"
+
+
 def group_label(i: int, f: int, n: int, prefix: str = "L") -> str:
     a = i * f
     b = min(n, a + f) - 1
@@ -480,7 +491,8 @@ class ExpertMap(GridView):
             n_layer, n_expert = run.n_layer or 0, run.n_expert or 0
             agg = run.expert_aggregates(max(0, stop))
             counts, hits, pagecache, disk = agg.routed, agg.hits, agg.pagecache, agg.disk
-            resident = run.resident.copy() if run.resident is not None else None
+            resident, res_row = run.resident_at(max(0, stop))  # as of the viewed row
+            resident = resident.copy() if resident is not None else None
             last_hit = agg.last
             top_k = run.top_k
             unit = run.row_unit
@@ -511,7 +523,7 @@ class ExpertMap(GridView):
             resident = _pad(resident, L, E).astype(bool)
             last_hit = _pad(last_hit, L, E, -1)
             n_layer, n_expert = L, E
-        res_src = "resident now" if resident is not None else "hit at its last routing"
+        res_src = resident_words(unit, resident is not None, res_row)
         res = resident.astype(np.int8) if resident is not None else (last_hit > 0).astype(np.int8)
         g_start, g_size, cw = self.expert_groups(n_expert, cols, self.fold)
         avail = max(1, height - 2 - (1 if height >= 8 else 0))
