@@ -105,3 +105,25 @@ def test_a_real_session_with_a_refused_request_replays_as_one_set_of_turns(real_
                 assert (e["tokens"], e["tok_s"], e["cache_hit_pct"]) == (8, d["tok_s"], d["cache_hit_pct"])
         assert got[4]["reason"].startswith("prompt (685 tokens in context) plus n_predict (400) exceeds n_ctx")
         assert s["turns"] == 5
+
+
+def test_a_run_s_own_log_merges_with_its_csv(tmp_path):
+    # bmoe-run hands llama.cpp its model as /proc/self/fd/N when it streams, and the loader's
+    # "loaded meta data ... from /proc/self/fd/4" line was read as the model: the log and the CSV
+    # of one run were "from different runs" and not merged
+    from bmoe_top.runtime.models import make_model
+    from bmoe_top.tui.feed.loader_log import loader_facts
+
+    model = make_model(tmp_path / "tiny.gguf", preset="tiny", qtype="q8_0", seed=6)
+    csv, log = tmp_path / "run.csv", tmp_path / "run.out"
+    with open(log, "wb") as out:
+        r = subprocess.run([str(BMOE_RUN), "-m", str(model), "-p", "Hello", "-n", "6", "-c", "256", "--progress",
+                            "--csv", str(csv)], stdout=out, stderr=subprocess.STDOUT, timeout=300)
+    assert r.returncode == 0
+    assert "from /proc/self/fd/" in log.read_text(errors="replace")  # the loader's line is there
+    s = run_summary(open_paths([str(csv), str(log)]))
+    assert s["meta"]["model"] == "tiny.gguf" and s["tokens"] == 6 and not s["alerts"], s["alerts"]
+    assert loader_facts("llama_model_loader: loaded meta data with 3 key-value pairs and 9 tensors from "
+                        "/proc/self/fd/4 (version GGUF V3 (latest))") == {}
+    assert loader_facts("llama_model_loader: loaded meta data with 3 key-value pairs and 9 tensors from "
+                        "/m/qwen.gguf (version GGUF V3 (latest))") == {"model": "/m/qwen.gguf"}

@@ -8,7 +8,7 @@ Lines read (docs/telemetry.md "Run header from the log"):
   ``n_expert_used = 6`` (what the run uses, after any override), ``general.name = ...``,
   ``file size = 17.28 GiB (...)``;
 * ``llama_model_loader: loaded meta data with ... from PATH (version ...)``: the model file (the
-  line may start with the echoed prompt);
+  line may start with the echoed prompt; a descriptor's path, ``/proc/self/fd/4``, is none);
 * bmoe-cli's ``bmoe:`` lines: their ``key=value`` words (``bmoe: expert streaming ON
   n_expert=128 o_direct=1 io_threads=4 cache=4000 MiB``).
 
@@ -35,6 +35,7 @@ _INT_KEYS = frozenset({"n_layer", "n_expert", "n_expert_used", "io_threads", "o_
 
 _PRINT_INFO = re.compile(r"print_info:\s+(?P<name>[A-Za-z_][\w. ]*?)\s*=\s*(?P<value>.*?)\s*$")
 _LOADED = re.compile(r"llama_model_loader: loaded meta data with .*? from (?P<path>.+?)(?: \(version .*\))?\s*$")
+_FD_PATH = re.compile(r"/(?:proc/(?:self|thread-self|\d+)|dev)/fd/\d+$")
 _KV = re.compile(r"(?P<key>[A-Za-z_]\w*)=(?P<value>[^\s,;]+)")
 
 
@@ -60,7 +61,9 @@ def loader_facts(line: str) -> dict[str, str]:
         return {key: v} if v is not None else {}
     if "loaded meta data" in line:
         m = _LOADED.search(line)
-        return {"model": m.group("path").strip()[:500]} if m else {}
+        path = m.group("path").strip() if m else ""
+        # a descriptor (bmoe-run hands llama.cpp its file as /proc/self/fd/N) names no model
+        return {"model": path[:500]} if path and not _FD_PATH.match(path) else {}
     i = line.find("bmoe:")
     if i >= 0 and (i == 0 or not line[i - 1].isalnum()):
         out: dict[str, str] = {}
