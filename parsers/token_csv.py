@@ -19,8 +19,10 @@ Damaged files lose only what is damaged (each repair is a :class:`~.textio.Probl
   is a decimal mark; with ``,`` a quoted ``"12,5"`` is one, and unquoted decimal commas (``12,5``
   split into two fields) are rejoined when the header's integer columns (``step``, ``read_bytes``
   ...) and the file's fraction widths explain every extra field;
-* a row with fewer fields than the header keeps them (the missing ones are NaN: absent); a row
-  with more keeps the extras as columns ``unnamed_<n>`` (up to :data:`~.limits.MAX_CSV_COLUMNS`);
+* a row with fewer fields than the header keeps them (the missing ones are NaN: absent), unless
+  it is the last line and no line end follows it (a file cut off while it was written: that row
+  is reported and not read); a row with more keeps the extras as columns ``unnamed_<n>`` (up to
+  :data:`~.limits.MAX_CSV_COLUMNS`);
 * NUL bytes: a cell holding a NUL is NaN (reported); a run of NULs (a zero-filled block after a
   crash) drops the row fragments it touches, keeps every other row and any comment after it;
 * UTF-8 with or without BOM, UTF-16 with or without BOM, LF/CRLF/CR line ends.
@@ -546,6 +548,10 @@ class _Columns:
             col[self.n: self.n + k] = np.nan
         self.n += k
 
+    def drop_last(self) -> None:
+        """Forget the last row read."""
+        self.n = max(0, self.n - 1)
+
     def finish(self) -> list[np.ndarray]:
         """The columns, ``n`` rows each (views: the rows never written are never touched)."""
         return [col[: self.n] for col in self.cols]
@@ -612,6 +618,7 @@ class _Body:
         self.comments = comments
         self.header_line = head.header_line.strip()
         self.ragged: dict[tuple[str, int], list[Any]] = {}  # (short|long, fields) -> [count, lineno, text]
+        self.last_short: tuple[int, int, str] | None = None  # (lineno, fields, text) of the last short row
         self.capped = False
         self.nul_only = 0
         #: the line number of each row :meth:`lines` returned last, in order
@@ -622,6 +629,14 @@ class _Body:
     def _note_ragged(self, kind: str, nfield: int, lineno: int, text: str) -> None:
         r = self.ragged.setdefault((kind, nfield), [0, lineno, text])
         r[0] += 1
+
+    def unnote_short(self, nfield: int) -> None:
+        """Take back the last short row's note (the row was not kept after all)."""
+        r = self.ragged.get(("short", nfield))
+        if r is not None:
+            r[0] -= 1
+            if r[0] <= 0:
+                del self.ragged[("short", nfield)]
 
     def finish(self, names: list[str]) -> None:
         for (kind, nfield), (count, lineno, text) in sorted(self.ragged.items(), key=lambda kv: kv[1][1]):
@@ -741,6 +756,7 @@ class _Body:
                                          + ": not finite (read as missing)"))
         if self.ncol and len(row) < self.ncol:
             self._note_ragged("short", len(row), lineno, text)
+            self.last_short = (lineno, len(row), text)
         elif len(row) > self.ncol:
             self._note_ragged("long", len(row), lineno, text)
             if len(row) > MAX_CSV_COLUMNS:
@@ -773,9 +789,12 @@ class _Input:
     columns."""
 
     def __init__(self, data: bytes | bytearray | memoryview | io.BufferedIOBase) -> None:
+        #: the input ended inside a line (no line end after its last byte): a file cut off mid-write
+        self.cut = False
         if isinstance(data, (bytes, bytearray, memoryview)):
             data = bytes(data)
             self.size = len(data)
+            self.cut = bool(data.strip(b"\x00")) and not data.endswith((b"\n", b"\r", b"\n\x00", b"\r\x00"))
             first = _prepare(data)
             self._pieces: Iterator[tuple[bytes | bytearray, int, int]] = iter(())
             self._first = first
@@ -795,19 +814,18 @@ class _Input:
                 break
         self._first = parts[0] if len(parts) == 1 else b"".join(parts)
 
-    @staticmethod
-    def _read(f: io.BufferedIOBase) -> Iterator[tuple[bytes | bytearray, int, int]]:
+    def _read(self, f: io.BufferedIOBase) -> Iterator[tuple[bytes | bytearray, int, int]]:
         buf = bytearray(_READ)
         have = f.readinto(buf) or 0
         if not have:
             return
         name, start = guess_encoding(bytes(buf[:4096]))
         if name != "utf-8":
-            yield from _Input._text(f, bytes(buf[start:have]), codecs.getincrementaldecoder(name)(errors="replace"))
+            yield from self._text(f, bytes(buf[start:have]), codecs.getincrementaldecoder(name)(errors="replace"))
             return
         while True:
             if buf.find(b"\r", start, have) >= 0:  # CR line ends: the text reader from here
-                yield from _Input._text(f, bytes(buf[start:have]), None)
+                yield from self._text(f, bytes(buf[start:have]), None)
                 return
             last = buf.rfind(b"\n", start, have) + 1
             if last:
@@ -821,12 +839,12 @@ class _Input:
                 got = f.readinto(view[rest:]) or 0
             if not got:
                 if rest:
+                    self.cut = True
                     yield bytes(buf[:rest]) + b"\n", 0, rest + 1
                 return
             start, have = 0, rest + got
 
-    @staticmethod
-    def _text(f: io.BufferedIOBase, raw: bytes,
+    def _text(self, f: io.BufferedIOBase, raw: bytes,
               dec: codecs.IncrementalDecoder | None) -> Iterator[tuple[bytes, int, int]]:
         """Blocks of whole lines from ``raw`` and the rest of ``f``, decoded by ``dec`` (None:
         UTF-8 as it is), CR and CRLF line ends made LF."""
@@ -846,6 +864,7 @@ class _Input:
                 text = text.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
             if final:
                 if text and not text.endswith(b"\n"):
+                    self.cut = True
                     text += b"\n"
                 if text:
                     yield text, 0, len(text)
@@ -1077,7 +1096,8 @@ def read_numeric_csv(
     ``default_header(width)``: names for a headerless body). A cell that is not a number is NaN
     and a Problem (the row still counts); ``converters`` maps a column name to a function for
     non-numeric cells (e.g. "decode" -> 1.0). A row with fewer fields than the header keeps them
-    (NaN for the rest); extra fields become columns. A repeat of the header, blank lines and lines
+    (NaN for the rest), except a last one with no line end after it (cut off: reported, not
+    read); extra fields become columns. A repeat of the header, blank lines and lines
     of NUL bytes are skipped. The columns hold at most :data:`~.limits.MAX_CSV_CELLS` cells: the
     lines of rows after that are left out and named in one Problem, and the comments among and
     after them are still read. Never raises on bad content (a read error of the file is raised).
@@ -1112,6 +1132,14 @@ def read_numeric_csv(
     for piece, start, stop in src.body(head.body):
         rows.scan(piece, start, stop)
     rows.finish()
+    cut = body.last_short
+    if src.cut and cut is not None and cut[0] == rows.lineno - 1 and cols.n and not rows.left_out:
+        # the file ends inside its last row (a run killed while it wrote): its fields are not all
+        # there and its last one may be cut short, so none of it is read
+        cols.drop_last()
+        body.unnote_short(cut[1])
+        problems.append(Problem(cut[0], cut[2], f"the file ends inside this row ({cut[1]} of {body.ncol} fields, "
+                                                "cut off while it was written): not read"))
     names = header + [f"unnamed_{j + 1}" for j in range(len(header), cols.ncol)]
     body.finish(names)
     comments.sort(key=lambda c: c[0])

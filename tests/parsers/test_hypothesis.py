@@ -151,11 +151,15 @@ garbage = st.text(st.characters(blacklist_characters="\r\n,;\t\x00", blacklist_c
 def test_token_csv_counts_every_good_row(arg):
     """Every numeric row counts with its values where they are (short rows: the rest NaN; long
     rows: the extras as unnamed columns; an impossible step NaN); every line that is not a row is
-    reported, by line."""
+    reported, by line. The file has no line end after its last line: a short row there is one
+    cut off while it was written, reported and not read."""
     ncol, rows = arg
     names = ["step"] + [f"c{j}" for j in range(1, ncol)]
     text = [r if k == "bad" else ",".join(r) for k, r in rows]
     t = load_token_csv("\n".join([",".join(names)] + text).encode())
+    if rows and rows[-1][0] == "short":
+        assert [p.lineno for p in t.problems if "ends inside" in p.reason] == [len(rows) + 1]
+        rows = rows[:-1]
     numeric = [r for k, r in rows if k != "bad"]
     assert t.n_rows == len(numeric)
     assert t.header[:ncol] == names

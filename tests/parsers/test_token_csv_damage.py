@@ -343,3 +343,32 @@ def test_line_numbers_of_impossible_values_in_well_formed_blocks():
 def test_the_sentinels_real_files_write_are_not_impossible():
     t = load_token_csv(_cells({(5, "cache_hit_pct"): "-1.00"}))
     assert t.columns["cache_hit_pct"][5] == -1 and not t.impossible and not t.problems
+
+
+# --- a file cut off while it was written ---------------------------------------------------------
+
+@pytest.mark.parametrize("form", ["bytes", "file", "crlf file", "utf-16 bytes"])
+def test_a_last_row_cut_off_mid_write_is_a_problem_not_a_token(tmp_path, form):
+    # a run killed while it wrote its CSV: the last line stops inside a row ("19,2048,237.8");
+    # it was read as a token with most fields absent, so the run's hit % and read/token became
+    # that of a row the runtime never finished
+    body = "\n".join(LINES[: _rows(N - 1)])  # every row but the last, no # summary after
+    last = LINES[_rows(N - 1)]
+    cut = body + "\n" + last[: len(last) // 3]
+    data = cut.replace("\n", "\r\n").encode() if "crlf" in form else cut.encode()
+    if form == "utf-16 bytes":
+        data = cut.encode("utf-16")
+    if "file" in form:
+        path = tmp_path / "cut.csv"
+        path.write_bytes(data)
+        with open(path, "rb") as f:
+            t = load_token_csv(f)
+    else:
+        t = load_token_csv(data)
+    assert_same_rows(t, rows=range(N - 1))
+    [p] = [p for p in t.problems if "ends inside" in p.reason]
+    assert p.lineno == _rows(N - 1) + 1 and "not read" in p.reason
+    assert not [p for p in t.problems if "the missing fields are absent" in p.reason]
+    # the same short row with its line end is a row whose missing fields are absent (kept)
+    ended = load_token_csv((cut + "\n").encode())
+    assert ended.n_rows == N and not [p for p in ended.problems if "ends inside" in p.reason]
