@@ -208,15 +208,22 @@ def _lines(model, *extra):
 @pytest.mark.parametrize("odirect", [False, True], ids=["buffered", "o_direct"])
 def test_route_lines_name_each_experts_tier(model, odirect):
     """``BMOE_ROUTE`` decode lines carry ``tier`` aligned with ``experts``: 0 exactly where ``hit``
-    is 1; buffered (the file in the page cache since the load) every miss is 1, with O_DIRECT 2;
-    each token's 1s are its ``misses_pagecache``."""
+    is 1; buffered (the file in the page cache since the load) a miss is 1, with O_DIRECT 2;
+    each token's 1s are its ``misses_pagecache``. A buffered read is the page cache's when
+    ``preadv2(RWF_NOWAIT)`` returns all of it, and the kernel may make a cached read wait (a
+    page being read ahead or locked): a tenth of the buffered misses may read as the disk's."""
     recs = _lines(model, *([] if odirect else ["--no-odirect"]))
     decode = [r for r in recs["ROUTE"] if r["phase"] == "decode"]
     assert decode and all("tier" in r for r in decode)
     miss_tier = 2 if odirect else 1
+    waited = misses = 0
     for r in decode:
         for hits, tiers in zip(r["hit"], r["tier"]):
-            assert [0 if h else miss_tier for h in hits] == tiers
+            assert [0 if h else miss_tier for h in hits] == tiers or (
+                not odirect and [0 if h else 1 for h in hits] == [min(t, 1) for t in tiers]), (hits, tiers)
+            misses += sum(1 for h in hits if not h)
+            waited += sum(1 for t in tiers if t == 2) if not odirect else 0
+    assert waited * 10 <= misses, (waited, misses)
     by_step = {p["step"]: p for p in recs["PROGRESS"]}
     assert any(2 in sum(r["tier"], []) or 1 in sum(r["tier"], []) for r in decode)
     for r in decode:
