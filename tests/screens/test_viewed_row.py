@@ -126,3 +126,27 @@ async def test_at_an_earlier_row_the_expert_map_draws_the_cache_as_it_was_then(t
         await pilot.pause()
         screen.refresh_views(force=True)
         assert "resident now" in emap.text(160, 30)
+
+
+async def test_a_repaint_the_expert_map_held_back_comes_when_nothing_polls_again(live_run):
+    """The map repaints at most every 2 s while the data streams; a repaint it held back waited
+    for the next poll, and once the run ended nothing polled: after End the live demo's map stayed
+    at ``as of token 196`` beside a title at 1,024 until a key was pressed."""
+    from helpers.waits import pilot_until
+
+    run = live_run
+    screen = ReplayScreen(run, title="held")
+    app = BmoeTopApp(screen)
+    async with app.run_test(size=(200, 60)) as pilot:
+        await pilot.pause()
+        pb = screen.playback
+        pb.follow, pb.playing, pb.selected = True, False, None
+        screen.refresh_views(force=True)  # following: at the newest row
+        emap = app.query_one(ExpertMap)
+        assert emap._polled.cursor == N
+        emap.min_interval = 0.5  # (the map's own is 2 s)
+        run.add_token_rows({"wall_ms": [1.0]}, 1)  # a new row; the cursor follows it
+        screen.refresh_views()  # the screen paints it; the map holds its repaint back (painted just now)
+        assert screen.playback.cursor == N + 1 and emap._polled.cursor == N
+        await pilot_until(pilot, lambda: emap._polled.cursor == N + 1, "the held-back repaint, with no poll after it")
+        assert f"token {N + 1:,}" in emap.text(160, 30)

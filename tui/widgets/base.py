@@ -22,6 +22,7 @@ from textual.filter import ANSIToTruecolor, LineFilter
 from textual.geometry import Size
 from textual.message import Message
 from textual.strip import Strip
+from textual.timer import Timer
 from textual.widget import Widget
 
 from bmoe_top.tui.model import RowUnit, RunModel
@@ -180,6 +181,7 @@ class RunView(Widget):
         self._look: Look | None = None
         self._polled: FrameKey | None = None
         self._painted_at = 0.0
+        self._retry: Timer | None = None  # a repaint held back by min_interval, due when it ends
         self._need_key: Hashable = None
         #: how many times :meth:`need_key` changed (a screen that polls its views fits their
         #: column when this moved, in the same repaint as the polls)
@@ -211,6 +213,10 @@ class RunView(Widget):
         now = time.monotonic()
         if not force and self.min_interval and now - self._painted_at < self.min_interval \
                 and self._only_data_changed(key):
+            # waits for the interval, then paints what it draws from by then, also when nothing
+            # polls it again (a run that ended stops the screen's polls)
+            if self._retry is None:
+                self._retry = self.set_timer(self.min_interval - (now - self._painted_at), self._poll_again)
             return False
         self._polled = key
         self._painted_at = now
@@ -221,6 +227,10 @@ class RunView(Widget):
             self.need_changes += 1
             self.post_message(NeedChanged())
         return True
+
+    def _poll_again(self) -> None:
+        self._retry = None
+        self.poll()
 
     # -- the rows it asks for -----------------------------------------------------------------------
     def need(self, compact: bool, first: bool = False) -> Need:
