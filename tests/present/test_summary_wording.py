@@ -134,3 +134,29 @@ def test_at_a_row_of_a_finished_turn_the_panel_shows_that_turns_own_start_figure
     running = {label: text for label, text, _k in summary_rows(run_summary(run, stop=12))}
     assert running["prompt tokens"] == "the newest turn's (End)"
     assert "at_turn" not in run_summary(run, stop=12)
+
+
+def test_a_routing_trace_alone_gives_its_decode_tokens_and_hit_share(tmp_path):
+    # a replay of a route trace alone said "tokens missing", "cache hit not in this source" and
+    # "token 128 / 0" beside a title at "token 128/128" and a heatmap of hit shares
+    import numpy as np
+    from helpers import synth
+
+    from bmoe_top.parsers.route_trace import load_route_trace
+    from bmoe_top.tui.present.summary import run_panel_rows
+
+    data = synth.route_trace(64)
+    path = tmp_path / "run.route.csv"
+    path.write_bytes(data)
+    trace = load_route_trace(data)
+    decode = np.asarray(trace.phase) == 1
+    want = 100.0 * float(np.asarray(trace.residency)[decode].sum()) / int(decode.sum())
+    run = open_paths([str(path)])
+    doc = run_summary(run)
+    assert doc["derived"]["tokens"] == 64 and abs(doc["derived"]["cache_hit_pct"] - want) < 1e-9
+    rows = {label: text for label, text, _k in summary_rows(doc)}
+    assert rows["tokens"] == "64 tok (from routing)" and rows["cache hit"] == f"{want:.1f} % (from routing)"
+    panel = {label: text for label, text, _k in run_panel_rows(run, 64)}
+    assert panel["token"] == "64 / 64"
+    at = {label: text for label, text, _k in summary_rows(run_summary(run, stop=10))}
+    assert at["tokens"] == "10 tok"  # up to the viewed row (the heading says tokens 1-10)

@@ -164,7 +164,7 @@ _ITEMS: tuple[Quantity, ...] = (
     # -- the run panel: the source's own end figures (its heading names what they cover), else
     #    what bmoe-top derives from the token rows up to the viewed one -------------------------
     _q("summary.tokens", "tokens", "tokens", "tokens", S.SUMMARY, F.COUNT,
-       "the source's token count; else the token rows",
+       "the source's token count; else the token rows; a routing trace alone: its decode tokens",
        "Generated (decode) tokens.", "Not prompt tokens (`prompt tokens`), not prefill.", PANEL),
     _q("summary.tok_s", "tok_s", "tok/s", "tok/s", S.SUMMARY, F.RATE,
        "tokens / the sum of their own wall time (`1000 / mean(wall_ms)` over the token rows)",
@@ -183,7 +183,7 @@ _ITEMS: tuple[Quantity, ...] = (
        "read MiB / tokens", "Expert payload MiB read per generated token.",
        "Not page-aligned (`aligned/tok`).", PANEL),
     _q("summary.cache_hit_pct", "cache_hit_pct", "cache hit", "%", S.SUMMARY, F.PCT,
-       "100 * hits / (hits + misses); -1 = no cache",
+       "100 * hits / (hits + misses); -1 = no cache; a routing trace alone: its decode rows' residency",
        "Share of expert lookups the cache held (bmoe-run's contract field: this generation's decode "
        "lookups; `/metrics` and the audit log: every lookup since start / load).",
        "Not `hit since load` (bmoe-cli's figure, prompts included) where both are sent; -1 is no cache, "

@@ -14,6 +14,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, TypedDict, cast
 
+import numpy as np
+
 from bmoe_top.tui.model import RunModel, Status, Turn
 from bmoe_top.tui.model.alerts import Active, AlertState
 from bmoe_top.tui.model.diagnosis import diagnose
@@ -156,8 +158,9 @@ def run_summary(run: RunModel, stop: int | None = None, *, turns: bool = True) -
     ``turns=False``: the run panel shows the numbers alone."""
     with run.lock:
         n = run.tokens.n
-        upto = stop if stop is not None and 0 < stop < n else None
-        n = upto if upto is not None else n
+        span = n or run.route_token_count()  # a routing trace alone: its decode tokens are the rows
+        upto = stop if stop is not None and 0 < stop < span else None
+        n = min(upto, n) if upto is not None else n
         own: Mapping[str, Any] = run.summary
         left_out: dict[str, str] = {}
         at_turn: dict[str, Any] = {}
@@ -210,6 +213,16 @@ def run_summary(run: RunModel, stop: int | None = None, *, turns: bool = True) -
                     st = run.column_stats(column, lo, n)
                     if st.count:
                         derived[key] = num(st.mean / 1000.0)
+        routed = run.route_token_count() if not rows else 0
+        if routed:  # no token rows: a routing trace's decode tokens, and its hit % where it says hit or miss
+            rt = routed if upto is None else min(upto, routed)
+            derived["tokens"] = rt
+            derived["from_routing"] = ["tokens"]
+            shares = run.layer_series(0, rt, bins=1)
+            look = float(np.nansum(shares.lookups))
+            if look > 0:
+                derived["cache_hit_pct"] = 100.0 * float(np.nansum(shares.share * shares.lookups)) / look
+                derived["from_routing"].append("cache_hit_pct")
         if s.get("prefill_tps") is None and s.get("n_prompt") and s.get("prefill_s"):
             derived["prefill_tps"] = s["n_prompt"] / s["prefill_s"]
         resident = run.resident_mib  # the cache as the source said it last (a token, a load record)
@@ -290,7 +303,7 @@ def summary_rows(s: Mapping[str, Any]) -> list[tuple[str, str, str]]:
             continue
         if v is None and derived.get(key) is not None:
             v, kind = derived[key], "derived"
-        if v is None and key == "cache_hit_pct" and from_file:
+        if v is None and key == "cache_hit_pct" and from_file and "from_routing" not in derived:
             rows.append((label, "not in this source", MISSING))  # absent is not "no cache": it never said
             continue
         if v is None:
@@ -307,7 +320,8 @@ def summary_rows(s: Mapping[str, Any]) -> list[tuple[str, str, str]]:
                                                 and {"n_prompt", "prefill_s"} <= set(at_turn.get("keys", ()))):
             text += f" (turn {at_turn['turn']})"
         if kind and not s.get("upto"):  # (the heading of rows up to a viewed one says where they end)
-            note = qty.running_words() if live else "from token rows"
+            note = qty.running_words() if live else ("from routing" if key in derived.get("from_routing", ())
+                                                     else "from token rows")
             text += f" ({note})" if note else ""
         rows.append((label, text, kind))
     for x in _EXTRA_Q:
@@ -520,7 +534,7 @@ def run_panel_rows(run: RunModel, cursor: int, playing: str = "",
     after the position (e.g. ``"▶ 4x"``). A live source's newest row (the runtime's head) is named
     once, in the title; the position row says the row shown. ``alerts``: the pending and firing
     alerts (:func:`alert_rows`), under the status."""
-    n = run.tokens.n
+    n = run.tokens.n or run.route_token_count()  # a routing trace alone: its decode tokens are the rows
     upto = cursor if 0 < cursor < n else None
     s = run_summary(run, stop=upto, turns=False)
     meta = s["meta"]
