@@ -835,7 +835,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return run_compare(arms, c, "compare " + " vs ".join(a.name for a in arms))
 
 
-def _numbers(text: str, what: str) -> list[float]:
+def _numbers(text: str, what: str, most: float = math.inf, unit: str = "") -> list[float]:
+    """A comma-separated list of finite numbers from 0 to ``most`` (in ``unit``); ValueError names
+    ``what``."""
     out = []
     for part in text.replace(" ", ",").split(","):
         if not part:
@@ -844,8 +846,9 @@ def _numbers(text: str, what: str) -> list[float]:
             v = float(part)
         except ValueError:
             raise ValueError(f"{what}: {part!r} is not a number") from None
-        if not (math.isfinite(v) and v >= 0):
-            raise ValueError(f"{what}: {part!r} must be a finite number >= 0")
+        if not (math.isfinite(v) and 0 <= v <= most):
+            raise ValueError(f"{what}: {part!r} must be a finite number from 0" +
+                             (f" to {most:,.0f}{unit}" if math.isfinite(most) else " up"))
         out.append(v)
     if not out:
         raise ValueError(f"{what}: no values")
@@ -905,7 +908,9 @@ def cmd_whatif(args: argparse.Namespace) -> int:
     from bmoe_top.tui.present.whatif import ProfileDoc, WhatIfProfileDocument, whatif_document
 
     try:
-        budgets = _numbers(args.budgets, "--budgets") if args.budgets is not None else None
+        from bmoe_top.tui.analysis.cachesim import MAX_BUDGET_MIB
+
+        budgets = _numbers(args.budgets, "--budgets", MAX_BUDGET_MIB, " MiB") if args.budgets is not None else None
     except ValueError as e:
         return _die(f"whatif: {e}")
     try:

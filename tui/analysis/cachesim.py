@@ -40,6 +40,8 @@ __all__ = ["Curve", "LruState", "POLICIES", "dense_budgets", "sweep_budgets", "l
            "MIB"]
 
 MIB = 1024 * 1024
+#: The largest budget a replay takes, MiB (1 PiB: its byte count stays far inside int64)
+MAX_BUDGET_MIB = float(1 << 30)
 I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]
 U8 = npt.NDArray[np.uint8]
@@ -115,8 +117,8 @@ def _check_budgets(budgets: npt.ArrayLike) -> I64:
     b = np.asarray(budgets, dtype=np.float64).reshape(-1)
     if b.size == 0:
         raise ValueError("no budgets to replay")
-    if not np.isfinite(b).all() or (b < 0).any():
-        raise ValueError("budgets must be finite byte counts >= 0")
+    if not np.isfinite(b).all() or (b < 0).any() or (b > MAX_BUDGET_MIB * MIB).any():
+        raise ValueError(f"budgets must be byte counts from 0 to {MAX_BUDGET_MIB * MIB:.0f}")
     return np.unique(np.floor(b).astype(np.int64))
 
 
