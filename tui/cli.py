@@ -1217,7 +1217,7 @@ def cmd_events(args: argparse.Namespace) -> int:
     paths = [Path(p) for p in args.files] if args.files else log_files(default_path())
     read, unread = read_events(paths)
     present = [str(p) for p in paths if os.path.lexists(p)]
-    names = present or ([] if args.files else [str(default_path())])
+    names = present or [str(p) for p in paths] or [str(default_path())]  # a missing log is named as asked
     flt = EventFilter(kinds, args.since, args.grep or "")
     if unread and len(unread) == len(present):  # no file read (a folder, unreadable): the reasons alone
         pass

@@ -57,6 +57,9 @@ def test_an_empty_or_missing_log_is_no_error(capsys, tmp_path: Path) -> None:
     code, out, _ = cli(capsys, "events", str(tmp_path / "empty.jsonl"), "--json")
     doc = orjson.loads(out)
     assert code == 0 and doc["events"] == [] and doc["read"] == 0 and doc["bad_lines"] == 0
+    # a log named that does not exist is named (it said "no events in no log file yet")
+    code, out, _ = cli(capsys, "events", str(tmp_path / "none.jsonl"))
+    assert code == 0 and out.startswith(f"no events in {tmp_path / 'none.jsonl'} ")
 
 
 def test_the_default_log_includes_its_rotated_files(capsys) -> None:
