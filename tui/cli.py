@@ -311,8 +311,10 @@ def _replay_memory(path: str, text: bool, as_json: bool, speed: float, fps: floa
 
     if rec is None:
         from bmoe_top.parsers.sniff import sniff
+        from bmoe_top.tui.sources.files import ReplayError, regular_file
 
         try:
+            regular_file(Path(path))  # a pipe is not opened here: the run replay says why not
             with open(path, "rb") as f:
                 head = f.read(1 << 16)
             # a run's recording is told by its first lines and read once, by the run replay
@@ -320,7 +322,7 @@ def _replay_memory(path: str, text: bool, as_json: bool, speed: float, fps: floa
                     memory_entries(parse_recording(head[:head.rfind(b"\n") + 1])) is None:
                 return None
             rec = load_recording(path)
-        except OSError:
+        except (OSError, ReplayError):
             return None  # the run replay says why it cannot read it
     entries = memory_entries(rec)
     if entries is None:
@@ -558,13 +560,15 @@ def _attach_network(args: argparse.Namespace) -> int:
 
 
 def cmd_play(args: argparse.Namespace) -> int:
+    from bmoe_top.parsers.recording import parse_recording
     from bmoe_top.tui.screens.live import run_live
+    from bmoe_top.tui.sources.files import ReplayError, read_path
     from bmoe_top.tui.sources.replay import RecordingSource
 
     try:
-        rec = load_recording(args.path)
-    except OSError as e:
-        return _die(f"cannot read {args.path}: {e.strerror or e}", EXIT_FAILED)
+        rec = parse_recording(read_path(args.path))  # a pipe or a device refused, the size checked
+    except ReplayError as e:
+        return _die(str(e), EXIT_FAILED)
     if (code := _replay_memory(args.path, False, False, math.inf if args.speed == 0 else args.speed, args.fps,
                                rec)) is not None:
         return code

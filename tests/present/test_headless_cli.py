@@ -585,3 +585,16 @@ def test_the_demo_child_gets_passive_waiting_on_crowded_cores(monkeypatch, capsy
     assert cli.main(argv) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["live"]["ready"]["arch"] == want
+
+
+@pytest.mark.parametrize("argv", [["replay", "--summary"], ["play"], ["whatif", "--json"], ["compare", "--md", "other"]])
+def test_a_pipe_or_a_device_is_refused_not_read(tmp_path, argv):
+    # replay --summary of a FIFO waited forever for a writer; /dev/zero never ends
+    fifo = tmp_path / "f.csv"
+    os.mkfifo(fifo)
+    for path in (str(fifo), "/dev/zero"):
+        args = [a if a != "other" else path for a in argv]
+        r = subprocess.run([sys.executable, "-m", "bmoe_top.tui.cli", *args, path], capture_output=True, text=True,
+                           timeout=60, cwd=tmp_path)
+        assert r.returncode == 1 and r.stdout == "", (args, r.returncode, r.stdout[:200], r.stderr)
+        assert r.stderr.count("\n") == 1 and "is not a regular file (a pipe, socket or device)" in r.stderr, r.stderr

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import os
 import re
+import stat
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -14,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["MAX_FILE_BYTES", "SAMPLE_BYTES", "ReplayError", "is_blank", "open_path", "read_path", "read_sample",
-           "reader_map"]
+           "reader_map", "regular_file"]
 
 #: Files bigger than this are refused rather than read whole (2 GiB); a parser that reads in
 #: blocks (:func:`open_path`) has no such limit.
@@ -41,16 +42,21 @@ def _refused(p: Path, e: OSError) -> ReplayError:
     return ReplayError(f"{p}: cannot read ({e.strerror or e})")
 
 
-def _not_dir(p: Path) -> None:
-    if p.is_dir():
+def regular_file(p: Path) -> None:
+    """Refuse what is not a regular file before opening it: a directory, and a pipe, socket or
+    device (opening a FIFO with no writer waits forever; a device may never end)."""
+    mode = p.stat().st_mode
+    if stat.S_ISDIR(mode):
         raise ReplayError(f"{p}: is a directory, not a recorded run")
+    if not stat.S_ISREG(mode):
+        raise ReplayError(f"{p}: is not a regular file (a pipe, socket or device), not a recorded run")
 
 
 def read_path(path: str | os.PathLike[str]) -> bytes:
     """The bytes of ``path``; raises :class:`ReplayError` with a one-line reason."""
     p = Path(path)
     try:
-        _not_dir(p)
+        regular_file(p)
         size = p.stat().st_size
         if size > MAX_FILE_BYTES:
             raise ReplayError(f"{p}: {size / 2**30:.1f} GiB is larger than the 2 GiB replay limit")
@@ -65,7 +71,7 @@ def read_sample(path: str | os.PathLike[str]) -> tuple[bytes, int]:
     the file's size. Raises :class:`ReplayError`."""
     p = Path(path)
     try:
-        _not_dir(p)
+        regular_file(p)
         with p.open("rb") as f:
             size = os.fstat(f.fileno()).st_size
             if size <= 2 * SAMPLE_BYTES:
@@ -103,7 +109,7 @@ def open_path(path: str | os.PathLike[str]) -> Iterator[io.BufferedReader]:
     opening or reading it is a :class:`ReplayError`."""
     p = Path(path)
     try:
-        _not_dir(p)
+        regular_file(p)
         with p.open("rb") as f:
             yield f
     except OSError as e:
