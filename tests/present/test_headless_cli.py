@@ -374,7 +374,7 @@ def test_analysis_and_fleet_screens_into_a_pipe_are_refused_pointing_to_their_te
     (["replay", "--summary", "MISSING"], 1, "no such file"),
     (["compare", "CSV", "MISSING"], 1, "no such file"),
     (["whatif", "MISSING"], 1, "no such file"),
-    (["play", "DIR"], 1, "Is a directory"),
+    (["play", "DIR"], 1, "is a directory, not a recorded run"),
     (["play", "EMPTY"], 1, "holds no recorded lines"),
     (["launch", "--record", "CSV", "--", "true"], 1, "already exists"),
     (["compare", "CSV"], 2, "at least two arms"),  # the command line itself: 2, before any file is read
