@@ -266,6 +266,11 @@ def test_compare_arm_forms_and_errors(tmp_path, capsys) -> None:
     empty.write_bytes(synth.route_trace(8))
     code, _, err = cli(capsys, "compare", "--json", a0, str(empty))
     assert code == 1 and "no per-token rows" in err
+    # rows whose times are all garbage: an empty table and exit 0 before
+    garbage = tmp_path / "garbage.csv"
+    garbage.write_bytes(b"step,steps,wall_ms\n1,2,\x1b[31mRED\x1b[0m\n2,2,nan\n")
+    code, out, err = cli(capsys, "compare", "--md", a0, str(garbage))
+    assert code == 1 and out == "" and "no usable per-token time (2 token rows, wall_ms absent" in err
 
 
 def test_compare_two_real_csvs(real_runs, capsys) -> None:

@@ -150,7 +150,8 @@ def run_from_model(run: RunModel, name: str) -> RunInput:
 
 def load_arms(specs: Sequence[ArmSpec]) -> list[LoadedArm]:
     """Read every run of every arm (each run's files into one run model). Raises CompareError
-    for a file that cannot be read or a run without per-token rows."""
+    for a file that cannot be read or a run without per-token rows or without a usable time on
+    any of them."""
     from bmoe_top.tui.feed.files import open_paths
 
     out = []
@@ -165,6 +166,10 @@ def load_arms(specs: Sequence[ArmSpec]) -> list[LoadedArm]:
             if model.tokens.n == 0:
                 raise CompareError(f"{' + '.join(files)}: no per-token rows (a CSV sink, a --progress transcript "
                                    "or a recording is needed for timing)")
+            if not model.column_stats("wall_ms", 0, model.tokens.n).count:
+                raise CompareError(f"{' + '.join(files)}: no usable per-token time ({model.tokens.n:,} token "
+                                   f"row{'s' if model.tokens.n != 1 else ''}, wall_ms absent or not a number on "
+                                   "every one)")
             arm.runs.append(LoadedRun(name, list(files), model, run_from_model(model, name)))
         out.append(arm)
     # arms not named on the command line: by the run-header settings that differ between them,
