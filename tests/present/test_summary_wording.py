@@ -160,3 +160,13 @@ def test_a_routing_trace_alone_gives_its_decode_tokens_and_hit_share(tmp_path):
     assert panel["token"] == "64 / 64"
     at = {label: text for label, text, _k in summary_rows(run_summary(run, stop=10))}
     assert at["tokens"] == "10 tok"  # up to the viewed row (the heading says tokens 1-10)
+
+
+def test_a_csv_without_its_summary_takes_the_budget_from_its_rows(tmp_path):
+    # every row said cache_budget_mib=3000.0, the panel said "budget missing"
+    path = tmp_path / "run.csv"
+    path.write_text("# model=m.gguf cache_mb=3000\nstep,steps,wall_ms,cache_hit_pct,cache_budget_mib\n"
+                    "1,3,10.0,50.0,3000.0\n2,3,11.0,60.0,3000.0\n3,3,12.0,70.0,3000.0\n")
+    run = open_paths([str(path)])
+    rows = {label: (text, kind) for label, text, kind in summary_rows(run_summary(run))}
+    assert rows["budget"] == ("2.93 GiB (from token rows)", "derived"), rows["budget"]

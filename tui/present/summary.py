@@ -233,6 +233,10 @@ def run_summary(run: RunModel, stop: int | None = None, *, turns: bool = True) -
             derived["resident_mib"] = resident
         if run.budget_mib is not None:
             derived["budget_mib"] = run.budget_mib
+        elif n and run.tokens.has("cache_budget_mib"):  # a CSV without its # summary: the rows say it
+            budget = num(run.tokens.view("cache_budget_mib", n - 1, n)[0])
+            if budget is not None:
+                derived["budget_mib"] = budget
         mode, why = run.mode()
         doc = {
             **s,
