@@ -587,7 +587,8 @@ def test_the_demo_child_gets_passive_waiting_on_crowded_cores(monkeypatch, capsy
     assert doc["live"]["ready"]["arch"] == want
 
 
-@pytest.mark.parametrize("argv", [["replay", "--summary"], ["play"], ["whatif", "--json"], ["compare", "--md", "other"]])
+@pytest.mark.parametrize("argv", [["replay", "--summary"], ["play"], ["whatif", "--json"],
+                                  ["compare", "--md", "other"]])
 def test_a_pipe_or_a_device_is_refused_not_read(tmp_path, argv):
     # replay --summary of a FIFO waited forever for a writer; /dev/zero never ends
     fifo = tmp_path / "f.csv"
