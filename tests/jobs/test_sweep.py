@@ -317,3 +317,17 @@ def test_the_text_table_shows_each_arms_spread_as_the_document_does(tmp_path) ->
     assert lines[1].split()[6] == "spread"
     for a, line in zip(doc["arms"], lines[2:]):
         assert a["spread_pct"] is not None and show(q("sweep.spread_pct"), a["spread_pct"]).startswith(line.split()[4])
+
+
+def test_a_runtime_that_refuses_the_model_says_why_in_the_sweep(tmp_path, capsys) -> None:
+    # the reason (bmoe-run: error: not a GGUF file) was only in the arm's run.log; the sweep said
+    # "exited with status 2" alone
+    bad = tmp_path / "garbage.gguf"
+    bad.write_bytes(b"garbage\n")
+    code, text, err = sweep(capsys, tmp_path / "out", bad)
+    assert code == 1 and "Traceback" not in err
+    doc = orjson.loads(text)
+    problems = {r["problem"] for a in doc["arms"] for r in a["runs"]}
+    assert len(problems) == 1
+    [why] = problems
+    assert why.startswith("exited with status 2: bmoe-run: error: not a GGUF file"), why

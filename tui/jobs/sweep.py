@@ -47,6 +47,7 @@ import numpy as np
 import numpy.typing as npt
 
 from bmoe_top.outfile import OutputFileError, write_atomic
+from bmoe_top.parsers.sanitize import sanitize
 from bmoe_top.tui.analysis.cachesim import token_evictions
 from bmoe_top.tui.analysis.speed import MIB, Prediction, hit_at, predict
 from bmoe_top.tui.jobs.sizing import demand, evictions_at, policy_hits, token_costs
@@ -231,6 +232,14 @@ def _done(d: Path) -> bool:
     return isinstance(rec, dict) and rec.get("exit") == 0 and (d / "run.csv").is_file()
 
 
+def _last_error(out: bytes) -> str:
+    """``: <line>`` for a failed child's output: its last line that says ``error`` (else its last
+    line), one line safe to draw, at most 200 characters; "" when it printed nothing."""
+    lines = [ln.strip() for ln in out.decode("utf-8", "replace").splitlines() if ln.strip()]
+    said = next((ln for ln in reversed(lines) if "error" in ln.lower()), lines[-1] if lines else "")
+    return f": {sanitize(said[:200])}" if said else ""
+
+
 def _run_one(plan: SweepPlan, cache_mb: float, lanes: int, d: Path, control: SweepControl) -> str:
     """Run one arm's child into ``d``; returns "" or why it failed. Raises KeyboardInterrupt or
     SweepStopped after ending the child's process group (nothing recorded: the run is not done)."""
@@ -259,7 +268,7 @@ def _run_one(plan: SweepPlan, cache_mb: float, lanes: int, d: Path, control: Swe
                     raise SweepStopped from None
         code: int | None = None if timed_out else proc.returncode
         why = (f"still running after {fmt(plan.timeout_s, 0)} s: ended" if timed_out
-               else "" if code == 0 else f"exited with status {code}")
+               else "" if code == 0 else f"exited with status {code}" + _last_error(out or b""))
     except BaseException:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
