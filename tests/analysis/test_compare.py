@@ -220,3 +220,20 @@ def test_the_flash_wait_of_a_serial_run_is_its_io(real_runs: Path, capsys) -> No
     d = row["deltas"][0]
     assert d["verdict"] == "better" and d["change"] == pytest.approx(132.6 - 448.7, abs=0.2)
     assert "stall_ms" not in {m["metric"] for m in doc["metrics"]}
+
+
+def test_a_time_that_falls_to_nothing_has_no_interval_below_minus_100_percent() -> None:
+    # compare of a run with flash waits against one without: [-148.1%, -31.7%] for a time that
+    # cannot fall by more than all of it (a resampled baseline above the one measured put it there)
+    rng = np.random.default_rng(7)
+    spiky = _run(rng, "a", 200.0)
+    io = np.where(rng.random(spiky.tokens["wall_ms"].size) < 0.08, 400.0, 0.5)  # rare, long waits
+    spiky = RunInput("a", {**spiky.tokens, "io_ms": io}, spiky.summary, spiky.entry, spiky.routed)
+    calm = _run(rng, "b", 200.0)
+    calm = RunInput("b", {**calm.tokens, "io_ms": np.zeros(calm.tokens["wall_ms"].size)}, calm.summary,
+                    calm.entry, calm.routed)
+    c = compare([ArmInput("base", [spiky]), ArmInput("new", [calm])])
+    row = _row(c, "io_ms")
+    base, d = row.values[0].center, row.deltas[0]
+    assert d.change == pytest.approx(-base) and d.change_pct == pytest.approx(-100.0)
+    assert d.low >= -base and d.low <= d.change <= d.high < 0, (d.low, d.change, d.high, base)

@@ -462,7 +462,8 @@ def _timing_row(metric: str, label: str, unit: str, arms: Sequence[ArmInput], se
             pct = _pct(iv.estimate, base.center)
             size = _size_pct(iv.estimate, base.center)
             sig = (iv.low > 0 or iv.high < 0) and abs(size) > floor
-            deltas.append(Delta(arms[j].name, arms[0].name, iv.estimate, pct, iv.low, iv.high, _nan(),
+            low, high = _floored(iv.low, iv.high, base.center, a0, b0)
+            deltas.append(Delta(arms[j].name, arms[0].name, iv.estimate, pct, low, high, _nan(),
                                 _judge(size, sig, lower), f"moving-block bootstrap of tokens (block {iv.block})",
                                 WITHIN_RUN_LABEL, conf))
             continue
@@ -470,11 +471,23 @@ def _timing_row(metric: str, label: str, unit: str, arms: Sequence[ArmInput], se
         sh = S.hodges_lehmann(run_vals[0], run_vals[j], conf)
         pct = _pct(sh.shift, base.center)
         size = _size_pct(sh.shift, base.center)
-        deltas.append(Delta(arms[j].name, arms[0].name, sh.shift, pct, sh.low, sh.high, mw.p,
+        low, high = _floored(sh.low, sh.high, base.center, np.asarray(run_vals[0]), np.asarray(run_vals[j]))
+        deltas.append(Delta(arms[j].name, arms[0].name, sh.shift, pct, low, high, mw.p,
                             _judge(size, S.verdict(mw.p, size, alpha, floor), lower),
                             f"Mann-Whitney U ({mw.method}) on run means, Hodges-Lehmann shift",
                             *_shift_coverage(sh, conf, len(run_vals[0]), len(run_vals[j]))))
     return MetricRow(metric, label, unit, "timing", lower, values, deltas)
+
+
+def _floored(low: float, high: float, base: float, a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
+    """A change's interval for a quantity that is never negative (every value of both arms >= 0:
+    a time, a size, a rate): the arm's value cannot go below 0, so the change not below
+    ``-base`` (a percentage of the baseline not below -100 %; a resampled baseline larger than the
+    one measured put it there). Otherwise as it is."""
+    if not (math.isfinite(base) and base >= 0 and np.all(np.asarray(a)[np.isfinite(a)] >= 0)
+            and np.all(np.asarray(b)[np.isfinite(b)] >= 0)):
+        return low, high
+    return (max(low, -base) if math.isfinite(low) else low), (max(high, -base) if math.isfinite(high) else high)
 
 
 def _scalar_row(metric: str, label: str, unit: str, arms: Sequence[ArmInput], vals: list[list[float]],
