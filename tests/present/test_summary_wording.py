@@ -170,3 +170,15 @@ def test_a_csv_without_its_summary_takes_the_budget_from_its_rows(tmp_path):
     run = open_paths([str(path)])
     rows = {label: (text, kind) for label, text, kind in summary_rows(run_summary(run))}
     assert rows["budget"] == ("2.93 GiB (from token rows)", "derived"), rows["budget"]
+
+
+def test_a_live_run_whose_rows_carry_both_reads_names_them_from_the_first_token():
+    # the live panel said "read/token" until the turn's end record, then "payload/tok": the rows
+    # of bmoe-run carry the page-aligned read (xfer_mb) beside the payload from the first token
+    from bmoe_top.tui.model import RunModel, Status
+
+    run = RunModel()
+    run.set_status(Status.GENERATING)
+    run.add_token_rows({"wall_ms": [5.0] * 4, "read_mib": [0.1] * 4, "xfer_mb": [0.15] * 4}, 4)
+    labels = [label for label, _t, _k in summary_rows(run_summary(run))]
+    assert "payload/tok" in labels and "read/token" not in labels

@@ -64,6 +64,8 @@ NEWEST_TURN_WORDS = "the newest turn's (End)"
 #: Extra figures a token row carries that hold for the run so far (shown before the turn's end).
 _LIVE_EXTRA = frozenset({"hit_pct_decode", "hit_pct_since_load", "rss_mib"})
 
+#: Token-row columns of the page-aligned read (bmoe-run's rows carry it beside the payload).
+_ALIGNED_COLUMNS = ("xfer_mb", "xfer_mib")
 #: When a source names both definitions, the contract rows say which one they are.
 _DEFINED_LABELS = {"read_mib_per_tok": ("xfer_mib_tok", "xfer_MiB/tok", "payload/tok"),
                    "read_mib": ("xfer_mib", "xfer_MiB", "read payload")}
@@ -141,7 +143,9 @@ def run_summary(run: RunModel, stop: int | None = None, *, turns: bool = True) -
     row ``stop`` (default: every row; with a ``stop`` before the newest row the source's own
     figures, which cover rows after it, are left out: every figure is the rows' up to it);
     ``derived`` also holds the cache's ``resident_mib`` / ``budget_mib`` as the source said them
-    last (a token, a load record), for the rows before the first end record;
+    last (a token, a load record), for the rows before the first end record, and ``aligned_rows``
+    True when the rows carry the page-aligned read beside the payload (the read rows then say
+    which definition they are from the first token);
     ``extra`` the :data:`EXTRA_FIELDS` the source gave (while a turn runs, the figures its newest
     token carries for the run so far); ``absent`` the keys the source cannot give, and at a
     row of an earlier turn the newest turn's figures left out (:data:`NEWEST_TURN_WORDS`), with
@@ -193,6 +197,8 @@ def run_summary(run: RunModel, stop: int | None = None, *, turns: bool = True) -
         lo = min(run.epoch_start, n)
         rows = n - lo
         derived: dict[str, Any] = {"token_rows": n}
+        if any(run.tokens.has(c) for c in _ALIGNED_COLUMNS):  # the rows name both reads from the first token
+            derived["aligned_rows"] = True
         if run.epoch_start:
             derived["epoch_rows"] = rows
         if rows:
@@ -300,7 +306,7 @@ def summary_rows(s: Mapping[str, Any]) -> list[tuple[str, str, str]]:
         if key == "ttft_s" and notes.get(key, "").startswith("per turn"):
             label = "TTFT/turn"  # without the model load bmoe-cli's TTFT adds
         named = _DEFINED_LABELS.get(key)
-        if named is not None and (named[0] in extra or named[1] in extra):
+        if named is not None and (named[0] in extra or named[1] in extra or derived.get("aligned_rows")):
             label = named[2]
         if v is None and key in absent:
             rows.append((label, absent[key], MISSING))
