@@ -5,6 +5,7 @@ called directly, and the expert map's repaint interval is moved by setting its l
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import pytest
@@ -33,6 +34,18 @@ def live_run(tmp_path):
     return run
 
 
+@contextlib.asynccontextmanager
+async def following(run, title: str):
+    """The replay screen over ``run`` at 200x60, its playback following the newest row, paused."""
+    screen = ReplayScreen(run, title=title)
+    app = BmoeTopApp(screen)
+    async with app.run_test(size=(200, 60)) as pilot:
+        await pilot.pause()
+        pb = screen.playback
+        pb.follow, pb.playing, pb.selected = True, False, None
+        yield app, screen, pilot
+
+
 def hit_at(run, row: int) -> str:
     return f"{float(run.tokens.view('cache_hit_pct', row, row + 1)[0]):.1f} %"
 
@@ -41,12 +54,8 @@ async def test_slow_motion_shows_the_viewed_token_everywhere(live_run):
     """In slow motion the title and the run panel said ``tokens 1,024 · hit 79.3%`` (the runtime's
     head) while the views showed token 199 and the expert map ``as of token 183``."""
     run = live_run
-    screen = ReplayScreen(run, title="slow")
-    app = BmoeTopApp(screen)
-    async with app.run_test(size=(200, 60)) as pilot:
-        await pilot.pause()
+    async with following(run, "slow") as (app, screen, pilot):
         pb = screen.playback
-        pb.follow, pb.playing, pb.selected = True, False, None
         pb.speed_index = SPEEDS.index(0.1)
         pb.cursor = 24
         screen.refresh_views(force=True)
@@ -135,12 +144,7 @@ async def test_a_repaint_the_expert_map_held_back_comes_when_nothing_polls_again
     from helpers.waits import pilot_until
 
     run = live_run
-    screen = ReplayScreen(run, title="held")
-    app = BmoeTopApp(screen)
-    async with app.run_test(size=(200, 60)) as pilot:
-        await pilot.pause()
-        pb = screen.playback
-        pb.follow, pb.playing, pb.selected = True, False, None
+    async with following(run, "held") as (app, screen, pilot):
         screen.refresh_views(force=True)  # following: at the newest row
         emap = app.query_one(ExpertMap)
         assert emap._polled.cursor == N
