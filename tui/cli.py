@@ -276,7 +276,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if text and not not_runs and _requests_only(run):
         return _die(f"{', '.join(args.paths)}: session requests only (the prompts sent), no measurements: give the "
                     "run's CSV, log or recording with it", EXIT_FAILED)
-    if text and not not_runs and not _measured(run) and not run.meta and not run.turns and not run.problem_count:
+    if text and not not_runs and not _measured(run) and not set(run.meta) - {"format"} and not run.turns \
+            and not run.problem_count:  # (a format line alone, "# route_trace v1", says nothing of a run)
         return _die(f"{', '.join(args.paths)}: no token rows, summary, routing, run details or problems: nothing "
                     "to summarize", EXIT_FAILED)
     if text:
@@ -1092,7 +1093,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if args.order not in ORDERS:
         return _die(f"sweep: --order {args.order!r}: one of {', '.join(ORDERS)}")
     if not os.path.isfile(args.model):
-        return _die(f"sweep: {args.model}: no such model file", EXIT_FAILED)
+        what = ("is a directory, not a model file" if os.path.isdir(args.model)
+                else "not a regular file" if os.path.exists(args.model) else "no such model file")
+        return _die(f"sweep: {args.model}: {what}", EXIT_FAILED)
     prompt = args.prompt
     if args.prompts is not None:
         try:

@@ -240,6 +240,9 @@ def test_a_failing_runtime_is_said(tmp_path, capsys) -> None:
     assert any("no reference run" in n for n in doc["notes"])
     code = main(["sweep", "-m", str(tmp_path / "none.gguf"), "--cache-mb", "1", "-o", str(tmp_path / "x")])
     assert code == 1 and "no such model file" in capsys.readouterr().err
+    (tmp_path / "dir.gguf").mkdir()  # a folder said to be missing
+    code = main(["sweep", "-m", str(tmp_path / "dir.gguf"), "--cache-mb", "1", "-o", str(tmp_path / "x")])
+    assert code == 1 and "dir.gguf: is a directory, not a model file" in capsys.readouterr().err
     code = main(["sweep", "-m", str(model), "--cache-mb", "1", "--order", "sideways", "-o", str(tmp_path / "x")])
     assert code == 2 and "one of interleaved, reversed, random" in capsys.readouterr().err
     # the screen where standard output is not a terminal: refused, pointing to the text forms
