@@ -182,3 +182,20 @@ def test_a_live_run_whose_rows_carry_both_reads_names_them_from_the_first_token(
     run.add_token_rows({"wall_ms": [5.0] * 4, "read_mib": [0.1] * 4, "xfer_mb": [0.15] * 4}, 4)
     labels = [label for label, _t, _k in summary_rows(run_summary(run))]
     assert "payload/tok" in labels and "read/token" not in labels
+
+
+def test_a_turn_a_file_ends_inside_says_it_has_no_end_record():
+    # a recording cut inside turn 2, paused there: "the newest turn's (End)", though End shows
+    # turn 1's figures and turn 2 never gets an end record
+    from bmoe_top.tui.model import RunModel, Status
+
+    run = RunModel()
+    run.set_status(Status.REPLAY)
+    run.begin_turn()
+    run.add_token_rows({"wall_ms": [10.0] * 5}, 5)
+    run.finish_turn({"tokens": 5, "n_prompt": 10, "prefill_s": 0.1})
+    run.update_summary({"n_prompt": 10, "prefill_s": 0.1})
+    run.begin_turn()
+    run.add_token_rows({"wall_ms": [10.0] * 5}, 5)
+    rows = {label: text for label, text, _k in summary_rows(run_summary(run, stop=8))}
+    assert rows["prompt tokens"] == "no end record (turn 2)" and rows["prefill"] == "no end record (turn 2)"

@@ -170,14 +170,17 @@ def run_summary(run: RunModel, stop: int | None = None, *, turns: bool = True) -
         at_turn: dict[str, Any] = {}
         if upto is not None:  # the source's figures that cover rows after the viewed one are left out
             kept = {k: v for k, v in own.items() if k in _AT_START and (run.turn_count <= 1 or k in _PER_RUN)}
+            words = NEWEST_TURN_WORDS
             if run.turn_count > 1:  # the viewed row's turn's own start figures, from its end record
                 viewed = _turn_holding(run, upto - 1)
                 said = _turn_start_figures(viewed)
                 if viewed is not None and said:
                     kept.update(said)
                     at_turn = {"turn": viewed.index + 1, "keys": sorted(said)}
+                elif viewed is not None and viewed.done is None and not run.status.live:
+                    words = f"no end record (turn {viewed.index + 1})"  # a file that ends inside it
             # a figure of the newest turn, at a row of an earlier one: sent, not at this row
-            left_out = {k: NEWEST_TURN_WORDS for k in _AT_START - _PER_RUN if k in own and k not in kept}
+            left_out = {k: words for k in _AT_START - _PER_RUN if k in own and k not in kept}
             own = kept
         own_extra: Mapping[str, Any] = run.summary_extra if upto is None else {}
         s: dict[str, Any] = {key: num(own.get(key)) for key, _, _ in SUMMARY_FIELDS}
