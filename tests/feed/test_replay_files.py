@@ -296,10 +296,12 @@ def test_a_request_log_alone_has_no_summary_to_print(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("as_json", [False, True])
-def test_a_csv_header_alone_has_nothing_to_summarize(tmp_path, capsys, as_json):
-    # it printed every field "missing" and exited 0, where an empty file exits 1
+@pytest.mark.parametrize("header", [b"step,wall_ms,io_ms\n", b"# route_trace v1\n"])
+def test_a_csv_header_alone_has_nothing_to_summarize(tmp_path, capsys, as_json, header):
+    # it printed every field "missing" and exited 0, where an empty file exits 1 (a route trace's
+    # format line alone too: its format was the run details)
     csv = tmp_path / "header.csv"
-    csv.write_bytes(b"step,wall_ms,io_ms\n")
+    csv.write_bytes(header)
     code = main(["replay", "--summary", *(["--json"] if as_json else []), str(csv)])
     cap = capsys.readouterr()
     assert code == 1 and cap.out == "" and "nothing to summarize" in cap.err
