@@ -539,18 +539,6 @@ class Playback:
         with self.run.lock:
             return [t.first_token for t in self.run.turns[1:] if t.first_token > 0]
 
-    def turn_of(self, row: int) -> int | None:
-        """Index (into ``run.turns``) of the turn holding ``row``, None when no kept turn does."""
-        with self.run.lock:
-            turns = self.run.turns
-            best = None
-            for i, t in enumerate(turns):
-                if t.first_token <= row:
-                    best = i
-                else:
-                    break
-            return best
-
 
 def fit_zoom(n: int, cols: int) -> int:
     """The smallest power-of-two rows per column that shows ``n`` rows in ``cols`` columns."""

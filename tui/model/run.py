@@ -382,6 +382,12 @@ class RunModel:
         """The turns kept (all of them unless the retention bounds them: see :attr:`turn_count`)."""
         return self._turns
 
+    def turn_at(self, row: int) -> Turn | None:
+        """The kept turn whose token rows hold token row ``row`` (None before the first kept turn)."""
+        with self.lock:
+            i = bisect_right(self._turns, row, key=lambda t: t.first_token) - 1
+            return self._turns[i] if i >= 0 else None
+
     @property
     def turn_count(self) -> int:
         """Turns of the whole run (the kept ones are the newest)."""

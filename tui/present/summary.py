@@ -117,16 +117,6 @@ def scope_words(run: RunModel, stop: int | None = None) -> str:
         return "run so far" if run.status.live else "run"
 
 
-def _turn_holding(run: RunModel, row: int) -> Turn | None:
-    """The turn whose token rows hold ``row`` (None when no kept turn does). Caller holds the lock."""
-    found = None
-    for t in run.turns:
-        if t.first_token > row:
-            break
-        found = t
-    return found
-
-
 def _turn_start_figures(turn: Turn | None) -> dict[str, float]:
     """A finished turn's own figures of its start (prompt tokens, prefill, TTFT) as summary keys,
     from its end record; empty while it runs or when its record has none."""
@@ -172,7 +162,7 @@ def run_summary(run: RunModel, stop: int | None = None, *, turns: bool = True) -
             kept = {k: v for k, v in own.items() if k in _AT_START and (run.turn_count <= 1 or k in _PER_RUN)}
             words = NEWEST_TURN_WORDS
             if run.turn_count > 1:  # the viewed row's turn's own start figures, from its end record
-                viewed = _turn_holding(run, upto - 1)
+                viewed = run.turn_at(upto - 1)
                 said = _turn_start_figures(viewed)
                 if viewed is not None and said:
                     kept.update(said)

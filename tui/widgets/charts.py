@@ -80,11 +80,7 @@ def token_text(run: RunModel, row: int, limit: int = 40) -> str | None:
         prev = token_value(run, "text_end", row - 1) if row > 0 else math.nan
         if row > 0 and token_value(run, "turn", row - 1) != turn_no:
             prev = math.nan
-        turn = None
-        for t in reversed(run.turns):
-            if t.first_token <= row:
-                turn = t
-                break
+        turn = run.turn_at(row)
         if turn is None:
             return None
         a = int(prev) if math.isfinite(prev) else 0
