@@ -199,6 +199,7 @@ class RunModel:
         self._resident: NDArray[np.bool_] | None = None
         #: (token row the map came after, -1 before any; its shape; np.packbits of it), in row order
         self._resident_kept: list[tuple[int, tuple[int, int], NDArray[np.uint8]]] = []
+        self._resident_rows: list[int] = []  # the rows of _resident_kept, for bisect
         self._expert_rank: NDArray[np.int32] | None = None
         self._resident_mib: float | None = None
         self._process_memory: ProcessMemory | None = None
@@ -332,8 +333,7 @@ class RunModel:
         sent by then. Caller holds the lock."""
         if stop >= self._tokens.n or not self._resident_kept:
             return (self._resident, None) if stop >= self._tokens.n else (None, None)
-        rows = [r for r, _shape, _bits in self._resident_kept]
-        i = bisect_right(rows, stop - 1) - 1
+        i = bisect_right(self._resident_rows, stop - 1) - 1
         if i < 0:
             return None, None
         row, shape, bits = self._resident_kept[i]
@@ -834,21 +834,26 @@ class RunModel:
     def _keep_resident(self, m: NDArray[np.bool_], row: int) -> bool:
         """Keep ``m`` as the map after token ``row`` (not when it equals the map before it, or
         replacing one kept for the same row); True when it is the newest map."""
-        kept = self._resident_kept
-        at = bisect_right([r for r, _shape, _bits in kept], row)
-        if at and kept[at - 1][0] != row and kept[at - 1][1] == m.shape and \
-                np.array_equal(np.unpackbits(kept[at - 1][2], count=m.size).reshape(m.shape), m):
-            return at == len(kept)
+        kept, rows = self._resident_kept, self._resident_rows
+        at = bisect_right(rows, row)
+        if at and rows[at - 1] != row:  # the same map as the one before it: nothing new
+            shape = kept[at - 1][1]
+            before = self._resident if at == len(kept) else \
+                np.unpackbits(kept[at - 1][2], count=shape[0] * shape[1]).reshape(shape)
+            if before is not None and before.shape == m.shape and np.array_equal(before, m):
+                return at == len(kept)
         entry = (row, (int(m.shape[0]), int(m.shape[1])), np.packbits(m, axis=None))
-        if at and kept[at - 1][0] == row:
+        if at and rows[at - 1] == row:
             kept[at - 1] = entry
         else:
             kept.insert(at, entry)
+            rows.insert(at, row)
             at += 1
         newest = at == len(kept)
         if len(kept) > RESIDENT_KEPT:  # memory stays bounded: the older half thinned to every other one
             half = len(kept) // 2
             kept[:half] = kept[:half:2]
+            rows[:half] = rows[:half:2]
         return newest
 
     def set_cache_mib(self, *, resident_mib: float | None = None, budget_mib: float | None = None) -> None:
