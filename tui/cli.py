@@ -55,7 +55,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from bmoe_top.outfile import STDOUT, OutputFileError, drop_stdout, guard_stdout
 from bmoe_top.parsers.limits import MAX_EXPERTS, MAX_METRICS_BODY_MB
-from bmoe_top.parsers.recording import Recording, load_recording
+from bmoe_top.parsers.recording import Recording, parse_recording
 
 if TYPE_CHECKING:
     from bmoe_top.tui.headless import Outcome
@@ -308,11 +308,11 @@ def _replay_memory(path: str, text: bool, as_json: bool, speed: float, fps: floa
                    rec: Recording | None = None) -> int | None:
     """A recording of ``attach --pid/--gguf --record`` (memory entries only): its last reading's
     document (``text``) or the memory screen replaying it; None for any other file."""
-    from bmoe_top.parsers.recording import memory_entries, parse_recording
+    from bmoe_top.parsers.recording import memory_entries
 
     if rec is None:
         from bmoe_top.parsers.sniff import sniff
-        from bmoe_top.tui.sources.files import ReplayError, regular_file
+        from bmoe_top.tui.sources.files import ReplayError, read_path, regular_file
 
         try:
             regular_file(Path(path))  # a pipe is not opened here: the run replay says why not
@@ -322,7 +322,7 @@ def _replay_memory(path: str, text: bool, as_json: bool, speed: float, fps: floa
             if sniff(head, path) != "recording" or \
                     memory_entries(parse_recording(head[:head.rfind(b"\n") + 1])) is None:
                 return None
-            rec = load_recording(path)
+            rec = parse_recording(read_path(path))
         except (OSError, ReplayError):
             return None  # the run replay says why it cannot read it
     entries = memory_entries(rec)
@@ -561,7 +561,6 @@ def _attach_network(args: argparse.Namespace) -> int:
 
 
 def cmd_play(args: argparse.Namespace) -> int:
-    from bmoe_top.parsers.recording import parse_recording
     from bmoe_top.tui.screens.live import run_live
     from bmoe_top.tui.sources.files import ReplayError, read_path
     from bmoe_top.tui.sources.replay import RecordingSource
