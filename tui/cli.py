@@ -1258,7 +1258,10 @@ class _Parser(argparse.ArgumentParser):
     parsers are of the same class (``add_subparsers`` makes them so)."""
 
     def error(self, message: str) -> NoReturn:
-        sys.stderr.write(f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        from bmoe_top.parsers.sanitize import sanitize
+
+        # (the message quotes what was typed: an argument may hold an escape sequence)
+        sys.stderr.write(f"{self.prog}: error: {sanitize(message)} (see {self.prog} --help)\n")
         raise SystemExit(2)
 
 

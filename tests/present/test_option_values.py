@@ -49,3 +49,10 @@ def test_a_numeric_option_out_of_its_range_is_a_usage_error(tmp_path, argv, says
     # one line, as the exit table promises (argparse printed its usage block before it)
     why = r.stderr.splitlines()
     assert len(why) == 1 and says in why[0] and why[0].endswith("--help)"), r.stderr
+
+
+def test_a_wrong_argument_is_quoted_inert(tmp_path):
+    # argparse's message quotes what was typed; an escape sequence in it reached the terminal raw
+    r = subprocess.run([*BMOE_TOP, "replay", "x.csv", "--bo\x1b[31mgus"], capture_output=True, text=True,
+                       timeout=60, cwd=tmp_path)
+    assert r.returncode == 2 and "\x1b" not in r.stderr and "␛[31m" in r.stderr, r.stderr
